@@ -1,0 +1,433 @@
+"""A PEP 503 simple index over a directory of wheels and sdists (the job of ``dir2pi``).
+
+``build_index(DIR)`` writes ``DIR/simple/index.html`` and ``DIR/simple/<project>/index.html``
+linking back to the files in ``DIR``, plus a PEP 658 ``<wheel>.metadata`` file next to every
+wheel. What pip needs from an index, and what pip2pi gets wrong, is spelled out here:
+
+* names come from ``packaging.utils.parse_wheel_filename`` / ``parse_sdist_filename``, so a
+  build tag (``triton-2.1.0-0-cp311-...``) is not mistaken for part of the name;
+* hrefs are double-quoted, percent-encoded (a local version's ``+`` becomes ``%2B``) and carry
+  ``#sha256=`` fragments, which pip checks against the downloaded bytes;
+* ``data-requires-python`` is HTML-escaped; ``data-core-metadata`` (PEP 714) and the older
+  ``data-dist-info-metadata`` (PEP 658, read by pip < 23.2) advertise the ``.metadata`` file,
+  which holds the wheel's METADATA byte for byte, so resolvers need not download the wheel;
+* the output is byte-deterministic (sorted, no timestamps) and every file is replaced
+  atomically, so a client never reads a half-written page and rebuilds give equal bytes;
+* hashing dominates the cost (gigabytes of CUDA wheels), so results are cached in
+  ``DIR/simple/.patched-wheels-cache.json`` keyed by file name, size and ``mtime_ns`` and the
+  remaining files are hashed on all cores; a file whose size or mtime changed is rehashed.
+
+Every input is read and checked before anything is written: on bad input (a ``.whl`` that is
+not a wheel, an invalid file name, two files for the same project, version and tags) the
+existing index is left as it was.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import html
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+from urllib.parse import quote
+
+from packaging.metadata import parse_email
+from packaging.tags import Tag
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    NormalizedName,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+
+from patched_wheels.errors import PatchedWheelsError
+
+SIMPLE_DIR = "simple"
+CACHE_FILE = ".patched-wheels-cache.json"
+METADATA_SUFFIX = ".metadata"
+_CACHE_FORMAT = 1
+_SDIST_SUFFIXES = (".tar.gz", ".zip")
+_HASH_CHUNK = 1 << 20
+_PAGE_MODE = 0o644
+
+
+@dataclass(frozen=True)
+class IndexedFile:
+    """One distribution file of the index, with what its link advertises."""
+
+    filename: str
+    project: NormalizedName
+    version: Version
+    tags: frozenset[Tag]  # empty for an sdist
+    sha256: str
+    requires_python: str | None
+    metadata: bytes | None  # exact METADATA bytes of a wheel; None for an sdist
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.metadata is not None
+
+    @property
+    def metadata_sha256(self) -> str | None:
+        return None if self.metadata is None else hashlib.sha256(self.metadata).hexdigest()
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    """What ``build_index`` indexed, and how many files it had to hash this time."""
+
+    directory: Path
+    files: tuple[IndexedFile, ...]
+    hashed: int
+
+    @property
+    def projects(self) -> dict[NormalizedName, list[IndexedFile]]:
+        return group_by_project(self.files)
+
+
+def group_by_project(files: Iterable[IndexedFile]) -> dict[NormalizedName, list[IndexedFile]]:
+    by_project: dict[NormalizedName, list[IndexedFile]] = {}
+    for indexed in files:
+        by_project.setdefault(indexed.project, []).append(indexed)
+    return by_project
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    path: Path
+    project: NormalizedName
+    version: Version
+    tags: frozenset[Tag]
+    stat: os.stat_result
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.path.name.endswith(".whl")
+
+
+def build_index(directory: Path | str) -> IndexResult:
+    """Index every wheel and sdist directly inside ``directory``; return what was indexed."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise PatchedWheelsError(f"{directory}: not a directory")
+    candidates = _find_distributions(directory)
+    _reject_duplicates(candidates)
+    cache = _load_cache(directory)
+    files, hashed = _describe(candidates, cache)
+    _write_index(directory, files)
+    _save_cache(directory, candidates, files)
+    return IndexResult(directory=directory, files=files, hashed=hashed)
+
+
+def _find_distributions(directory: Path) -> list[_Candidate]:
+    """Parse the name of every distribution file; an unparseable name is an error."""
+    candidates = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if entry.name.startswith(".") or not entry.is_file():
+            continue
+        path = Path(entry.path)
+        if entry.name.endswith(".whl"):
+            try:
+                name, version, _build, tags = parse_wheel_filename(entry.name)
+            except InvalidWheelFilename as error:
+                raise PatchedWheelsError(f"{path}: {error}") from None
+        elif entry.name.endswith(_SDIST_SUFFIXES):
+            try:
+                name, version = parse_sdist_filename(entry.name)
+            except InvalidSdistFilename as error:
+                raise PatchedWheelsError(f"{path}: {error}") from None
+            tags = frozenset()
+        else:
+            continue
+        candidates.append(_Candidate(path, name, version, tags, entry.stat()))
+    return candidates
+
+
+def _reject_duplicates(candidates: list[_Candidate]) -> None:
+    """Refuse two files that a client could not tell apart (same project, version, and tag).
+
+    Two wheels differing only in build tag or in the spelling of the name would both match a
+    pin, and the lock could not say which hash is meant.
+    """
+    seen: dict[tuple[NormalizedName, Version, bool], list[_Candidate]] = {}
+    for candidate in candidates:
+        key = (candidate.project, candidate.version, candidate.is_wheel)
+        for other in seen.get(key, []):
+            if not candidate.is_wheel or candidate.tags & other.tags:
+                raise PatchedWheelsError(
+                    f"{candidate.path}: same project, version and tags as {other.path.name}; "
+                    "keep only one of them"
+                )
+        seen.setdefault(key, []).append(candidate)
+
+
+def _describe(
+    candidates: list[_Candidate], cache: Mapping[str, dict]
+) -> tuple[tuple[IndexedFile, ...], int]:
+    """Hash and read the files the cache cannot vouch for, in parallel, largest first."""
+    described: dict[str, IndexedFile] = {}
+    stale = []
+    for candidate in candidates:
+        cached = _from_cache(candidate, cache.get(candidate.path.name))
+        if cached is None:
+            stale.append(candidate)
+        else:
+            described[candidate.path.name] = cached
+    stale.sort(key=lambda c: (-c.stat.st_size, c.path.name))
+    workers = min(len(stale), os.cpu_count() or 1)
+    if workers:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {candidate.path.name: pool.submit(_read, candidate) for candidate in stale}
+            # Report the first failure in name order so the error line does not depend on timing.
+            for name in sorted(futures):
+                described[name] = futures[name].result()
+    files = tuple(described[candidate.path.name] for candidate in candidates)
+    return files, len(stale)
+
+
+def _from_cache(candidate: _Candidate, entry: dict | None) -> IndexedFile | None:
+    """Reuse a cache entry if the file's size and mtime are unchanged and, for a wheel, its
+    ``.metadata`` file still holds the bytes the entry's hash was computed from."""
+    if (
+        entry is None
+        or entry.get("size") != candidate.stat.st_size
+        or entry.get("mtime_ns") != candidate.stat.st_mtime_ns
+    ):
+        return None
+    metadata = None
+    if candidate.is_wheel:
+        try:
+            metadata = _metadata_path(candidate.path).read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(metadata).hexdigest() != entry.get("metadata_sha256"):
+            return None
+    return IndexedFile(
+        filename=candidate.path.name,
+        project=candidate.project,
+        version=candidate.version,
+        tags=candidate.tags,
+        sha256=entry["sha256"],
+        requires_python=entry.get("requires_python"),
+        metadata=metadata,
+    )
+
+
+def _read(candidate: _Candidate) -> IndexedFile:
+    """Read one distribution fully: its METADATA (wheels) and its sha256."""
+    metadata = None
+    requires_python = None
+    if candidate.is_wheel:
+        metadata = read_wheel_metadata(candidate.path)
+        requires_python = _check_metadata(candidate, metadata)
+    sha256 = hash_file(candidate.path)
+    after = candidate.path.stat()
+    if (after.st_size, after.st_mtime_ns) != (candidate.stat.st_size, candidate.stat.st_mtime_ns):
+        raise PatchedWheelsError(f"{candidate.path}: changed while it was being indexed; run again")
+    return IndexedFile(
+        filename=candidate.path.name,
+        project=candidate.project,
+        version=candidate.version,
+        tags=candidate.tags,
+        sha256=sha256,
+        requires_python=requires_python,
+        metadata=metadata,
+    )
+
+
+def hash_file(path: Path) -> str:
+    """sha256 hex digest of a file, streamed (hashlib releases the GIL, so threads scale)."""
+    digest = hashlib.sha256()
+    buffer = bytearray(_HASH_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb") as stream:
+        while True:
+            size = stream.readinto(buffer)
+            if not size:
+                break
+            digest.update(view[:size])
+    return digest.hexdigest()
+
+
+def read_wheel_metadata(path: Path) -> bytes:
+    """The exact bytes of ``<name>-<version>.dist-info/METADATA`` inside a wheel.
+
+    Like pip, require exactly one top-level ``.dist-info`` directory and that it belongs to the
+    project named by the file name.
+    """
+    project, _version, _build, _tags = parse_wheel_filename(path.name)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            dist_infos = sorted(
+                {
+                    member.split("/", 1)[0]
+                    for member in archive.namelist()
+                    if member.split("/", 1)[0].endswith(".dist-info")
+                }
+            )
+            if len(dist_infos) != 1:
+                raise PatchedWheelsError(
+                    f"{path}: expected one top-level .dist-info directory, found {len(dist_infos)}"
+                )
+            dist_info = dist_infos[0]
+            if canonicalize_name(dist_info[: -len(".dist-info")].rpartition("-")[0]) != project:
+                raise PatchedWheelsError(f"{path}: {dist_info} does not belong to {project}")
+            try:
+                return archive.read(f"{dist_info}/METADATA")
+            except KeyError:
+                raise PatchedWheelsError(f"{path}: no {dist_info}/METADATA member") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as error:
+        raise PatchedWheelsError(f"{path}: not a wheel (unreadable zip archive: {error})") from None
+
+
+def _check_metadata(candidate: _Candidate, metadata: bytes) -> str | None:
+    """Check METADATA names the same project and version as the file name (pip refuses a
+    mismatch at install time, far from the cause); return its Requires-Python."""
+    raw, _unparsed = parse_email(metadata)
+    name = raw.get("name")
+    version = raw.get("version")
+    if name is None or canonicalize_name(name) != candidate.project:
+        raise PatchedWheelsError(
+            f"{candidate.path}: METADATA names project {name!r}, the file name {candidate.project!r}"
+        )
+    try:
+        matches = version is not None and Version(version) == candidate.version
+    except ValueError:
+        matches = False
+    if not matches:
+        raise PatchedWheelsError(
+            f"{candidate.path}: METADATA has version {version!r}, the file name {candidate.version}"
+        )
+    requires_python = raw.get("requires_python")
+    return requires_python.strip() if requires_python else None
+
+
+def _metadata_path(wheel: Path) -> Path:
+    return wheel.with_name(wheel.name + METADATA_SUFFIX)
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def _write_index(directory: Path, files: tuple[IndexedFile, ...]) -> None:
+    simple = directory / SIMPLE_DIR
+    simple.mkdir(exist_ok=True)
+    by_project = group_by_project(files)
+    for indexed in files:
+        if indexed.metadata is not None:
+            _write_atomic(_metadata_path(directory / indexed.filename), indexed.metadata)
+    for project, project_files in by_project.items():
+        (simple / project).mkdir(exist_ok=True)
+        _write_atomic(simple / project / "index.html", render_project_page(project, project_files))
+    _write_atomic(simple / "index.html", render_root_page(by_project))
+    _remove_stale(directory, files, by_project)
+
+
+def render_root_page(projects: Iterable[NormalizedName]) -> bytes:
+    """PEP 503 root page: one anchor per normalized project name."""
+    links = "".join(f'    <a href="{quote(p)}/">{html.escape(p)}</a><br>\n' for p in sorted(projects))
+    return _page("Simple index", links)
+
+
+def render_project_page(project: NormalizedName, files: Iterable[IndexedFile]) -> bytes:
+    """PEP 503 project page; hrefs are relative to ``DIR/simple/<project>/``."""
+    links = []
+    for indexed in sorted(files, key=lambda f: (f.version, f.filename)):
+        attributes = [f'href="../../{quote(indexed.filename)}#sha256={indexed.sha256}"']
+        if indexed.requires_python:
+            attributes.append(f'data-requires-python="{html.escape(indexed.requires_python)}"')
+        if indexed.metadata_sha256:
+            value = f"sha256={indexed.metadata_sha256}"
+            attributes.append(f'data-dist-info-metadata="{value}"')
+            attributes.append(f'data-core-metadata="{value}"')
+        links.append(f"    <a {' '.join(attributes)}>{html.escape(indexed.filename)}</a><br>\n")
+    return _page(f"Links for {project}", "".join(links))
+
+
+def _page(title: str, body: str) -> bytes:
+    escaped = html.escape(title)
+    return (
+        "<!DOCTYPE html>\n"
+        "<html>\n"
+        "  <head>\n"
+        '    <meta name="pypi:repository-version" content="1.0">\n'
+        f"    <title>{escaped}</title>\n"
+        "  </head>\n"
+        "  <body>\n"
+        f"    <h1>{escaped}</h1>\n"
+        f"{body}"
+        "  </body>\n"
+        "</html>\n"
+    ).encode("utf-8")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` via a temp file in the same directory; skip equal content
+    so a warm run rewrites nothing (and mtimes of served files stay put)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.chmod(temp, _PAGE_MODE)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _remove_stale(
+    directory: Path, files: tuple[IndexedFile, ...], projects: Mapping[NormalizedName, object]
+) -> None:
+    """Drop pages and ``.metadata`` files of distributions no longer in the directory."""
+    wheels = {indexed.filename for indexed in files if indexed.is_wheel}
+    for entry in os.scandir(directory):
+        if entry.name.endswith(".whl" + METADATA_SUFFIX) and entry.name[: -len(METADATA_SUFFIX)] not in wheels:
+            os.unlink(entry.path)
+    for entry in os.scandir(directory / SIMPLE_DIR):
+        if entry.is_dir(follow_symlinks=False) and entry.name not in projects:
+            page = Path(entry.path) / "index.html"
+            page.unlink(missing_ok=True)
+            if not any(os.scandir(entry.path)):
+                os.rmdir(entry.path)
+
+
+def _load_cache(directory: Path) -> dict[str, dict]:
+    """The previous run's hashes; an unreadable or foreign cache just means hashing again."""
+    try:
+        data = json.loads((directory / SIMPLE_DIR / CACHE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def _save_cache(
+    directory: Path, candidates: list[_Candidate], files: tuple[IndexedFile, ...]
+) -> None:
+    """Key each hash by the stat taken before hashing: a file touched since is rehashed."""
+    entries = {}
+    for candidate, indexed in zip(candidates, files):
+        entries[indexed.filename] = {
+            "size": candidate.stat.st_size,
+            "mtime_ns": candidate.stat.st_mtime_ns,
+            "sha256": indexed.sha256,
+            "metadata_sha256": indexed.metadata_sha256,
+            "requires_python": indexed.requires_python,
+        }
+    payload = json.dumps({"format": _CACHE_FORMAT, "files": entries}, indent=1, sort_keys=True)
+    _write_atomic(directory / SIMPLE_DIR / CACHE_FILE, payload.encode("utf-8") + b"\n")
