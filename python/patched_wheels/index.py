@@ -323,11 +323,11 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...]) -> None:
     by_project = group_by_project(files)
     for indexed in files:
         if indexed.metadata is not None:
-            _write_atomic(_metadata_path(directory / indexed.filename), indexed.metadata)
+            write_atomic(_metadata_path(directory / indexed.filename), indexed.metadata)
     for project, project_files in by_project.items():
         (simple / project).mkdir(exist_ok=True)
-        _write_atomic(simple / project / "index.html", render_project_page(project, project_files))
-    _write_atomic(simple / "index.html", render_root_page(by_project))
+        write_atomic(simple / project / "index.html", render_project_page(project, project_files))
+    write_atomic(simple / "index.html", render_root_page(by_project))
     _remove_stale(directory, files, by_project)
 
 
@@ -369,9 +369,10 @@ def _page(title: str, body: str) -> bytes:
     ).encode("utf-8")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` via a temp file in the same directory; skip equal content
-    so a warm run rewrites nothing (and mtimes of served files stay put)."""
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` via a temp file in the same directory, so a reader sees
+    the old or the new file, never a part; equal content is not rewritten, so a warm run
+    writes nothing (and the mtimes of served files stay put)."""
     try:
         if path.read_bytes() == data:
             return
@@ -430,4 +431,4 @@ def _save_cache(
             "requires_python": indexed.requires_python,
         }
     payload = json.dumps({"format": _CACHE_FORMAT, "files": entries}, indent=1, sort_keys=True)
-    _write_atomic(directory / SIMPLE_DIR / CACHE_FILE, payload.encode("utf-8") + b"\n")
+    write_atomic(directory / SIMPLE_DIR / CACHE_FILE, payload.encode("utf-8") + b"\n")

@@ -1,0 +1,379 @@
+"""Point a pip requirements lock at the patched wheels of a local index.
+
+``lock(IN, INDEX_DIR, OUT)`` copies the lock, changing only what must change for pip (and
+rules_python's ``pip_parse``, which hands every line to pip) to install the patched wheels:
+
+* the pin of each patched project becomes the patched version (``torch==2.1.0`` ->
+  ``torch==2.1.0+stripe.5``) and its ``--hash`` options become the hashes of the index's files;
+* projects in the index that the lock does not mention (split siblings such as ``torch-libs``)
+  are appended as pins, with the environment marker of the locked project that requires them;
+* one option line makes pip look at the index, written ``--option=value``: rules_python 0.22.1
+  passes each option line to pip as a single argument, and pip rejects ``--find-links /x`` as
+  ``no such option: --find-links /x`` but accepts ``--find-links=/x``. The URL is an absolute
+  ``file://`` URL because pip runs inside another (external) repository.
+
+Everything else - comments, blank lines, markers, continuation lines, other projects' hashes,
+line endings - is kept byte for byte, so the diff against the input shows exactly the patch.
+
+Which index version replaces a pin (``2.1.0`` stands for the lock's pin):
+1. the one version that extends the pin's local label (``2.1.0+stripe.5``, or
+   ``2.1.0+cu118.stripe.5`` for ``2.1.0+cu118``): that is how ``patch`` names its output;
+2. otherwise, if the index has the pinned version itself (e.g. a mirrored original), the pin
+   stays; its hashes are replaced only if none of them matches the index's files (a wheel
+   re-patched under the same version);
+3. otherwise the index's only version of the project (the index was made to override it).
+Two candidates at any step is an error naming them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.index import SIMPLE_DIR, IndexedFile, build_index, group_by_project, write_atomic
+
+INDEX_OPTIONS = ("extra-index-url", "index-url", "find-links")
+#: ``--extra-index-url``: works whether the index holds every locked wheel or only the patched
+#: ones, keeps PEP 658 metadata and Requires-Python (``--find-links`` has neither), and cannot be
+#: shadowed by PyPI, which refuses uploads with a local version label such as ``+stripe.5``
+#: (and every patched pin carries hashes). Use ``index-url`` when the index mirrors the whole lock
+#: and pip must not look anywhere else.
+DEFAULT_INDEX_OPTION = "extra-index-url"
+
+# pip's own rules (pip/_internal/req/req_file.py): a comment starts at a '#' at the start of a
+# line or after whitespace; a line ending in '\' continues on the next one unless it is a comment.
+_COMMENT = re.compile(r"(^|\s+)#.*$")
+_HASH_TOKEN = re.compile(r"(?P<lead>[ \t]*)(?<!\S)--hash(?:=|[ \t]+)(?P<value>[^\s\\]+)")
+_HASH_ONLY_LINE = re.compile(
+    r"^(?P<indent>[ \t]*)--hash(?:=|[ \t]+)[^\s\\]+(?P<cont>[ \t]*\\)?[ \t]*(?P<eol>\r\n|\n|\r)?$"
+)
+_EOL = re.compile(r"(\r\n|\n|\r)$")
+
+
+@dataclass(frozen=True)
+class LockResult:
+    out: Path
+    changes: tuple[str, ...]  # human-readable, e.g. "torch==2.1.0 -> torch==2.1.0+stripe.5"
+
+
+@dataclass
+class _Logical:
+    """One logical line of the lock: physical lines [start, end) joined as pip joins them."""
+
+    start: int
+    end: int
+    content: str  # joined, comments removed, stripped
+
+    @property
+    def is_option(self) -> bool:
+        return self.content.startswith("-")
+
+
+@dataclass
+class _Pin:
+    line: _Logical
+    requirement: Requirement
+    hashes: tuple[str, ...]  # "sha256:<hex>" values of the --hash options
+
+
+def lock(
+    requirements: Path | str,
+    index_dir: Path | str,
+    out: Path | str,
+    *,
+    index_option: str = DEFAULT_INDEX_OPTION,
+) -> LockResult:
+    """Write ``out``: ``requirements`` pointed at the index in ``index_dir``.
+
+    The index is refreshed first (incremental, so a no-op when current): the hashes written
+    to the lock are then exactly those the index pages serve.
+    """
+    requirements, index_dir, out = Path(requirements), Path(index_dir).resolve(), Path(out)
+    if index_option not in INDEX_OPTIONS:
+        raise PatchedWheelsError(f"--index-option {index_option}: expected one of {', '.join(INDEX_OPTIONS)}")
+    try:
+        text = requirements.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise PatchedWheelsError(f"{requirements}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise PatchedWheelsError(f"{requirements}: not UTF-8 ({error.reason} at byte {error.start})") from None
+    files = build_index(index_dir).files
+    location = index_dir / SIMPLE_DIR if index_option != "find-links" else index_dir
+    option_line = f"--{index_option}={location.as_uri()}"
+    new_text, changes = rewrite_lock(text, files, option_line=option_line, source=str(requirements))
+    write_atomic(out, new_text.encode("utf-8"))
+    return LockResult(out=out, changes=tuple(changes))
+
+
+def rewrite_lock(
+    text: str, files: Sequence[IndexedFile], *, option_line: str, source: str = "<lock>"
+) -> tuple[str, list[str]]:
+    """The pure part of ``lock``: return the new lock text and a list of the changes made."""
+    lines = text.splitlines(keepends=True)
+    first_eol = _EOL.search(lines[0]) if lines else None
+    eol = first_eol.group(1) if first_eol else "\n"
+    logical = list(_logical_lines(lines))
+    pins = [_parse_pin(line, source) for line in logical if line.content and not line.is_option]
+    index = group_by_project(files)
+    edits: dict[int, tuple[int, list[str]]] = {}  # first physical line -> (end, new lines)
+    changes: list[str] = []
+    parents: dict[NormalizedName, list[tuple[NormalizedName, _Pin]]] = {}
+    for pin in pins:
+        project = canonicalize_name(pin.requirement.name)
+        if project not in index:
+            continue
+        pinned = _pinned_version(pin, source)
+        target = _target_version(pin, pinned, index[project], source)
+        target_files = [f for f in index[project] if f.version == target]
+        _record_parents(parents, project, pin, target_files)
+        new_hashes = sorted(f"sha256:{f.sha256}" for f in target_files)
+        refresh = bool(pin.hashes) and (target != pinned or not set(new_hashes) & set(pin.hashes))
+        physical = lines[pin.line.start : pin.line.end]
+        if target != pinned:
+            physical = _replace_version(physical, pin, str(target), source)
+            changes.append(f"{pin.requirement.name}=={pinned} -> {pin.requirement.name}=={target}")
+        elif refresh:
+            changes.append(f"{pin.requirement.name}=={pinned}: hashes replaced")
+        if refresh:
+            physical = _replace_hashes(physical, new_hashes)
+        if target != pinned or refresh:
+            edits[pin.line.start] = (pin.line.end, physical)
+
+    option_at, dropped = _place_option(logical, option_line)
+    for start, end in dropped.items():
+        edits[start] = (end, [])
+    if option_at is not None:
+        changes.append(f"added {option_line}")
+    output: list[str] = []
+    number = 0
+    while number <= len(lines):
+        if number == option_at:
+            _append_line(output, option_line + eol, eol)
+        if number == len(lines):
+            break
+        end, replacement = edits.get(number, (number + 1, [lines[number]]))
+        output.extend(replacement)
+        number = end
+    locked = {canonicalize_name(pin.requirement.name) for pin in pins}
+    uses_hashes = any(pin.hashes for pin in pins)
+    for requirement, block in _added_pins(index, locked, parents, uses_hashes, eol, source):
+        for line in block:
+            _append_line(output, line, eol)
+        changes.append(f"added {requirement}")
+    return "".join(output), changes
+
+
+def _append_line(output: list[str], line: str, eol: str) -> None:
+    """Append a line, first ending the last one if the input lacked a final newline."""
+    if output and not _EOL.search(output[-1]):
+        output[-1] += eol
+    output.append(line)
+
+
+def _logical_lines(lines: Sequence[str]) -> Iterator[_Logical]:
+    """Join continuation lines exactly as pip's ``join_lines`` does, keeping line spans."""
+    start = None
+    joined: list[str] = []
+    for number, physical in enumerate(lines):
+        line = _EOL.sub("", physical)
+        if not line.endswith("\\") or _COMMENT.match(line):
+            if _COMMENT.match(line):
+                line = " " + line
+            if joined:
+                joined.append(line)
+                yield _Logical(start, number + 1, _COMMENT.sub("", "".join(joined)).strip())
+                joined = []
+            else:
+                yield _Logical(number, number + 1, _COMMENT.sub("", line).strip())
+        else:
+            if not joined:
+                start = number
+            joined.append(line.strip("\\"))
+    if joined:
+        yield _Logical(start, len(lines), _COMMENT.sub("", "".join(joined)).strip())
+
+
+def _parse_pin(line: _Logical, source: str) -> _Pin:
+    """Split a requirement line like pip's ``break_args_options``: the requirement is every
+    space-separated token before the first one starting with '-'."""
+    tokens = line.content.split(" ")
+    first_option = next((i for i, token in enumerate(tokens) if token.startswith("-")), len(tokens))
+    requirement_text = " ".join(tokens[:first_option])
+    try:
+        requirement = Requirement(requirement_text)
+    except InvalidRequirement as error:
+        raise PatchedWheelsError(f"{_where(source, line.start)}: {error}") from None
+    options = " ".join(tokens[first_option:])
+    hashes = tuple(match.group("value") for match in _HASH_TOKEN.finditer(options))
+    return _Pin(line, requirement, hashes)
+
+
+def _pinned_version(pin: _Pin, source: str) -> Version:
+    specifiers = list(pin.requirement.specifier)
+    if len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
+        raise PatchedWheelsError(
+            f"{_where(source, pin.line.start)}: {pin.requirement.name} is in the index but not pinned "
+            f"with == ({pin.requirement}); only exact pins can be pointed at the index"
+        )
+    try:
+        return Version(specifiers[0].version)
+    except InvalidVersion:
+        raise PatchedWheelsError(
+            f"{_where(source, pin.line.start)}: {specifiers[0].version!r} is not a PEP 440 version"
+        ) from None
+
+
+def _target_version(pin: _Pin, pinned: Version, files: Iterable[IndexedFile], source: str) -> Version:
+    """Which of the index's versions the pin should name (rules in the module docstring)."""
+    versions = sorted({f.version for f in files})
+    extending = [v for v in versions if _extends(v, pinned)]
+    if len(extending) == 1:
+        return extending[0]
+    candidates = extending if extending else ([] if pinned in versions else versions)
+    if not candidates:
+        return pinned
+    if len(candidates) == 1:
+        return candidates[0]
+    raise PatchedWheelsError(
+        f"{_where(source, pin.line.start)}: the index has {pin.requirement.name} "
+        f"{', '.join(map(str, candidates))} for the pin =={pinned}; keep only one in the index"
+    )
+
+
+def _extends(version: Version, pinned: Version) -> bool:
+    """``2.1.0+stripe.5`` extends ``2.1.0``; ``2.1.0+cu118.stripe.5`` extends ``2.1.0+cu118``."""
+    if version.local is None or Version(version.public) != Version(pinned.public):
+        return False
+    return pinned.local is None or version.local.startswith(pinned.local + ".")
+
+
+def _replace_version(physical: list[str], pin: _Pin, version: str, source: str) -> list[str]:
+    """Replace the version text of the ``==`` pin where it is written, leaving the rest alone."""
+    written = next(iter(pin.requirement.specifier)).version
+    pattern = re.compile(r"(===?[ \t]*)" + re.escape(written) + r"(?![\w.!+*-])")
+    for offset, line in enumerate(physical):
+        new_line, count = pattern.subn(lambda m: m.group(1) + version, line, count=1)
+        if count:
+            return physical[:offset] + [new_line] + physical[offset + 1 :]
+    raise PatchedWheelsError(
+        f"{_where(source, pin.line.start)}: cannot find =={written} of {pin.requirement.name} on one line"
+    )
+
+
+def _replace_hashes(physical: list[str], hashes: Sequence[str]) -> list[str]:
+    """Swap the ``--hash`` options for ``hashes``, keeping the layout.
+
+    pip-compile's layout - one ``--hash`` per continuation line - is kept line for line with
+    the same indentation and continuation marks; hashes written inline are replaced inline.
+    """
+    tokens = [f"--hash={value}" for value in hashes]
+    with_hash = [i for i, line in enumerate(physical) if _HASH_TOKEN.search(line)]
+    if not with_hash:
+        return physical
+    block = range(with_hash[0], with_hash[-1] + 1)
+    own_lines = [_HASH_ONLY_LINE.match(physical[i]) for i in block]
+    if all(own_lines):
+        first, last = own_lines[0], own_lines[-1]
+        continuation = first.group("cont") or " \\"
+        new_block = []
+        for position, token in enumerate(tokens):
+            is_last = position == len(tokens) - 1
+            cont = (last.group("cont") or "") if is_last else continuation
+            eol = (last.group("eol") or "") if is_last else (first.group("eol") or "\n")
+            new_block.append(f"{first.group('indent')}{token}{cont}{eol}")
+        return physical[: block.start] + new_block + physical[block.stop :]
+    pending = [" ".join(tokens)]  # the first old token becomes all new ones, the rest go
+
+    def substitute(match: re.Match[str]) -> str:
+        return match.group("lead") + pending.pop() if pending else ""
+
+    return [_HASH_TOKEN.sub(substitute, line) for line in physical]
+
+
+def _record_parents(
+    parents: dict[NormalizedName, list[tuple[NormalizedName, _Pin]]],
+    project: NormalizedName,
+    pin: _Pin,
+    files: Iterable[IndexedFile],
+) -> None:
+    """Note which projects each indexed wheel requires, to place split siblings in the lock."""
+    for indexed in files:
+        if indexed.metadata is None:
+            continue
+        raw, _unparsed = parse_email(indexed.metadata)
+        for text in raw.get("requires_dist", []):
+            try:
+                required = canonicalize_name(Requirement(text).name)
+            except InvalidRequirement:
+                continue
+            parents.setdefault(required, []).append((project, pin))
+
+
+def _added_pins(
+    index: Mapping[NormalizedName, list[IndexedFile]],
+    locked: set[NormalizedName],
+    parents: Mapping[NormalizedName, list[tuple[NormalizedName, _Pin]]],
+    uses_hashes: bool,
+    eol: str,
+    source: str,
+) -> list[tuple[str, list[str]]]:
+    """Pins for index projects the lock lacks, in pip-compile's layout, sorted by name.
+
+    The marker is copied from the locked projects requiring the new one when they agree, so a
+    Linux-only torch does not drag its sibling onto other platforms.
+    """
+    added = []
+    for project in sorted(set(index) - locked):
+        versions = sorted({f.version for f in index[project]})
+        if len(versions) != 1:
+            raise PatchedWheelsError(
+                f"{source}: the index has {project} {', '.join(map(str, versions))}, which the lock "
+                "does not pin; keep only one in the index"
+            )
+        requirers = parents.get(project, [])
+        markers = {str(pin.requirement.marker) if pin.requirement.marker else None for _, pin in requirers}
+        requirement = f"{project}=={versions[0]}"
+        if len(markers) == 1 and None not in markers:
+            requirement += f" ; {markers.pop()}"
+        hashes = sorted(f"--hash=sha256:{f.sha256}" for f in index[project]) if uses_hashes else []
+        continuations = [" \\"] * len(hashes) + [""]
+        block = [requirement + continuations[0] + eol]
+        block += [f"    {h}{continuations[i + 1]}{eol}" for i, h in enumerate(hashes)]
+        via = sorted({name for name, _ in requirers})
+        if via:
+            block.append(f"    # via {', '.join(via)}{eol}")
+        added.append((requirement, block))
+    return added
+
+
+def _place_option(logical: Sequence[_Logical], option_line: str) -> tuple[int | None, dict[int, int]]:
+    """Where to insert the index option line, and which option lines to drop (start -> end).
+
+    The line goes before the first non-comment line (after pip-compile's header). An identical
+    line already present is kept and nothing is added, so locking is idempotent. With
+    ``--index-url`` an existing index URL is replaced, since pip would honour only one of them.
+    """
+    name = option_line.split("=", 1)[0]
+    if any(line.content == option_line for line in logical):
+        return None, {}
+    dropped: dict[int, int] = {}
+    if name == "--index-url":
+        for line in logical:
+            if re.match(r"(--index-url|-i)(=|\s|$)", line.content):
+                dropped[line.start] = line.end
+    if dropped:
+        return min(dropped), dropped
+    first = next((line.start for line in logical if line.content), None)
+    return (first if first is not None else (logical[-1].end if logical else 0)), dropped
+
+
+def _where(source: str, start: int) -> str:
+    return f"{source}:{start + 1}"
