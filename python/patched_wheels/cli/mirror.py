@@ -1,0 +1,35 @@
+"""``patched-wheels mirror -r REQUIREMENTS DIR``: download pinned distributions and index them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from patched_wheels.mirror import mirror
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "mirror",
+        help="pip download the pins of a requirements file into DIR and index DIR",
+        description=(
+            "Run `pip download --no-deps -r REQUIREMENTS` (with this Python's pip) into DIR, then "
+            "write DIR/simple/. Arguments after `--` go to pip, e.g. "
+            "`-- --index-url=https://... --platform=manylinux2014_x86_64 --only-binary=:all:`."
+        ),
+    )
+    parser.add_argument("-r", "--requirements", required=True, type=Path, help="requirements (lock) file")
+    parser.add_argument("directory", metavar="DIR", type=Path, help="directory to download into and index")
+    parser.add_argument("pip_args", nargs="*", metavar="PIP_ARG", help="extra pip download arguments (after --)")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    result = mirror(args.requirements, args.directory, pip_args=args.pip_args)
+    for name in result.added:
+        print(f"downloaded {name}")
+    print(
+        f"{result.index.directory / 'simple'}: {len(result.index.files)} files of "
+        f"{len(result.index.projects)} projects ({result.index.hashed} hashed)"
+    )
+    return 0

@@ -1,0 +1,83 @@
+"""Download the pinned distributions of a requirements file into a directory and index it
+(the job of ``pip2pi``), with the real pip so hashes, markers and indexes mean what they mean
+to pip.
+
+pip writes into its download directory with a plain copy, so it runs against a staging
+directory inside ``directory``; files already present are hard-linked there first (pip then
+reuses them instead of downloading again, checking their hashes). Only when pip succeeds are
+the new files moved into place, each with an atomic rename, and the directory re-indexed; on
+failure nothing in ``directory`` changes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.index import IndexResult, build_index
+
+_DISTRIBUTION_SUFFIXES = (".whl", ".tar.gz", ".zip")
+
+
+@dataclass(frozen=True)
+class MirrorResult:
+    added: tuple[str, ...]  # file names pip downloaded (new or replaced)
+    index: IndexResult
+
+
+def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequence[str] = ()) -> MirrorResult:
+    """``pip download --no-deps -r requirements`` into ``directory``, then ``build_index`` it.
+
+    ``--no-deps``: the input is a lock, complete by construction; resolving again could pull
+    in versions the lock did not choose. ``pip_args`` go to pip unchanged (``--index-url``,
+    ``--platform``, ``--python-version``, ``--only-binary=:all:``, ...).
+    """
+    requirements, directory = Path(requirements), Path(directory)
+    if not requirements.is_file():
+        raise PatchedWheelsError(f"{requirements}: no such requirements file")
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".mirror-"))
+    try:
+        present = _seed(directory, staging)
+        command = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            "-r", str(requirements), "-d", str(staging), *pip_args,
+        ]  # fmt: skip
+        # pip's progress and errors go to stderr; stdout stays ours.
+        status = subprocess.run(command, stdout=sys.stderr, check=False).returncode
+        if status != 0:
+            raise PatchedWheelsError(f"{requirements}: pip download failed (exit {status}); pip's message is above")
+        added = _publish(staging, directory, present)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return MirrorResult(added=added, index=build_index(directory))
+
+
+def _seed(directory: Path, staging: Path) -> dict[str, int]:
+    """Hard-link the distributions already in ``directory`` into ``staging``; map name -> inode."""
+    present = {}
+    for entry in os.scandir(directory):
+        if entry.is_file(follow_symlinks=False) and entry.name.endswith(_DISTRIBUTION_SUFFIXES):
+            try:
+                os.link(entry.path, staging / entry.name)
+            except OSError:
+                continue  # no hard links here: pip downloads the file again
+            present[entry.name] = entry.inode()
+    return present
+
+
+def _publish(staging: Path, directory: Path, present: dict[str, int]) -> tuple[str, ...]:
+    """Move what pip fetched (anything that is not one of the seeded links) into ``directory``."""
+    added = []
+    for entry in sorted(os.scandir(staging), key=lambda e: e.name):
+        if entry.is_file(follow_symlinks=False) and present.get(entry.name) != entry.inode():
+            os.replace(entry.path, directory / entry.name)
+            added.append(entry.name)
+    return tuple(added)
