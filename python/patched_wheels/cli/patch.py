@@ -1,0 +1,78 @@
+"""``patched-wheels patch``: write a patched, re-versioned copy of one wheel.
+
+``--wheel``, ``--dest-dir``, ``--suffix`` and ``--patch-dir`` mean what they mean in the
+``wheel_patcher`` script, so its users can switch.  Prints the output path, then the
+requirement that pins it (``torch==2.1.0+stripe.5``), one per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.surgery import MemberEdit, find_patches, patch_wheel
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "patch",
+        help="patch a wheel: unified diffs, METADATA edits, PEP 440 local version",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--wheel", type=Path, required=True, help="the upstream wheel")
+    parser.add_argument("--dest-dir", type=Path, required=True, help="directory for the patched wheel")
+    parser.add_argument("--suffix", help="local version label to append, e.g. stripe.5 -> 2.1.0+stripe.5")
+    parser.add_argument(
+        "--patch-dir", type=Path, help="apply every *.patch/*.diff in this directory, sorted by name"
+    )
+    parser.add_argument(
+        "--patch", type=Path, action="append", default=[], help="a unified diff (repeatable; after --patch-dir's)"
+    )
+    parser.add_argument("--strip", type=int, default=1, metavar="N", help="leading path components to strip (default 1)")
+    parser.add_argument(
+        "--remove-requires", action="append", default=[], metavar="NAME", help="drop Requires-Dist of this project"
+    )
+    parser.add_argument("--add-requires", action="append", default=[], metavar="SPEC", help="add a Requires-Dist")
+    parser.add_argument(
+        "--delete", action="append", default=[], metavar="GLOB", help="delete matching members (fnmatch on archive paths)"
+    )
+    parser.add_argument("--verify", action="store_true", help="check every member's hash against RECORD first")
+    parser.add_argument(
+        "--preload-for", metavar="PKG", help="inject preloads of the shared libraries PKG needs from other wheels"
+    )
+    parser.add_argument(
+        "--preload-from", type=Path, nargs="+", default=[], metavar="WHEEL", help="the wheels PKG's libraries may come from"
+    )
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.strip < 0:
+        raise PatchedWheelsError(f"--strip must be >= 0, got {args.strip}")
+    if bool(args.preload_for) != bool(args.preload_from):
+        raise PatchedWheelsError("--preload-for and --preload-from must be given together")
+    patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
+    result = patch_wheel(
+        args.wheel,
+        args.dest_dir,
+        suffix=args.suffix,
+        patches=patches,
+        strip=args.strip,
+        remove_requires=args.remove_requires,
+        add_requires=args.add_requires,
+        delete=args.delete,
+        verify=args.verify,
+        member_edits=_preload_edits(args.preload_for, [args.wheel, *args.preload_from]) if args.preload_for else None,
+    )
+    print(result.path)
+    print(result.requirement)
+    return 0
+
+
+def _preload_edits(package: str, wheels: list[Path]) -> dict[str, MemberEdit]:
+    # Imported here: the ELF analysis is only needed for --preload-for.
+    from patched_wheels.preload import preload_member_edits
+
+    return preload_member_edits(package, list(dict.fromkeys(wheels)))

@@ -1,0 +1,180 @@
+"""Turn an upstream wheel into a patched one: diffs, METADATA edits, new local version.
+
+All edits are computed in memory against the *original* member names first (they
+touch a few small text files), then the output is streamed in one pass: edited
+members are deflated, every other member is copied raw, ``.dist-info`` and ``.data``
+are renamed for the new version, and RECORD is regenerated.  Nothing is written to
+the destination until every edit has succeeded, and a failure while writing removes
+the partial file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from packaging.utils import canonicalize_name
+
+from patched_wheels import metadata as metadata_edits
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.unidiff import apply_file_patch, read_patch
+from patched_wheels.version import with_local_suffix
+from patched_wheels.wheelfile import WheelReader, WheelWriter, is_safe_member_path
+
+__all__ = ["MemberEdit", "PatchResult", "find_patches", "patch_wheel"]
+
+MemberEdit = Callable[[Optional[bytes]], bytes]
+"""Maps a member's current content (None when absent) to its new content."""
+
+PATCH_SUFFIXES = (".patch", ".diff")
+_GENERATED = ("RECORD", "RECORD.jws", "RECORD.p7s")  # rewritten or dropped, never edited
+_REQUIRED = ("METADATA", "WHEEL")
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    path: Path
+    requirement: str  # pins exactly the patched wheel, e.g. "torch==2.1.0+stripe.5"
+
+
+def find_patches(patch_dir: Path) -> list[Path]:
+    """The ``*.patch``/``*.diff`` files of ``patch_dir`` in name order (number them to order them)."""
+    if not patch_dir.is_dir():
+        raise PatchedWheelsError(f"patch directory {patch_dir} does not exist")
+    return sorted(path for path in patch_dir.iterdir() if path.suffix in PATCH_SUFFIXES and path.is_file())
+
+
+def patch_wheel(
+    wheel: Path | str,
+    dest_dir: Path | str,
+    *,
+    suffix: str | None = None,
+    patches: Sequence[Path] = (),
+    strip: int = 1,
+    remove_requires: Sequence[str] = (),
+    add_requires: Sequence[str] = (),
+    delete: Sequence[str] = (),
+    verify: bool = False,
+    member_edits: Mapping[str, MemberEdit] | None = None,
+) -> PatchResult:
+    """Write the patched copy of ``wheel`` into ``dest_dir``.
+
+    Order of edits: ``patches`` (in the given order), ``delete`` globs, ``member_edits``
+    (archive paths in the *original* naming, e.g. ``torch/__init__.py``), then the
+    METADATA edits.  ``suffix`` appends a PEP 440 local label to the version.
+    """
+    wheel, dest_dir = Path(wheel), Path(dest_dir)
+    with WheelReader(wheel, verify=verify) as reader:
+        edits = _Edits(reader)
+        for patch in patches:
+            for file_patch in read_patch(Path(patch), strip=strip):
+                edits.check_editable(file_patch.path, f"patch {file_patch.patch}")
+                edits.set(file_patch.path, apply_file_patch(file_patch, edits.current(file_patch.path)))
+        for pattern in delete:
+            edits.delete_matching(pattern)
+        for name, edit in (member_edits or {}).items():
+            edits.check_editable(name, "preload edit")
+            edits.set(name, edit(edits.current(name)))
+        version, project = edits.edit_metadata(suffix, remove_requires, add_requires)
+
+        old_prefix = reader.dist_info[: -len(".dist-info")]
+        new_prefix = f"{old_prefix.rpartition('-')[0]}-{version}"
+        filename = reader.filename.with_version(version) if suffix else wheel.name
+        dest = dest_dir / filename
+        if dest.resolve() == wheel.resolve():
+            raise PatchedWheelsError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
+        renames = {reader.dist_info: f"{new_prefix}.dist-info", reader.data_dir: f"{new_prefix}.data"}
+
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        with WheelWriter(dest, dist_info=renames[reader.dist_info]) as writer:
+            for name in edits.output_order():
+                top, slash, rest = name.partition("/")
+                arcname = renames.get(top, top) + slash + rest
+                if name not in edits.contents:
+                    writer.copy_raw(reader, name, arcname=arcname)
+                    continue
+                content = edits.contents[name]
+                if content is not None:
+                    mode = reader.mode(name) if name in reader else None
+                    writer.write_bytes(arcname, content, mode=mode or 0o644)
+    return PatchResult(dest, f"{project}=={version}")
+
+
+class _Edits:
+    """New contents by original member name (None: deleted), over the reader's originals."""
+
+    def __init__(self, reader: WheelReader) -> None:
+        self.reader = reader
+        self.contents: dict[str, bytes | None] = {}
+        self._generated = {f"{reader.dist_info}/{name}" for name in _GENERATED}
+
+    def current(self, name: str) -> bytes | None:
+        if name in self.contents:
+            return self.contents[name]
+        return self.reader.read(name) if name in self.reader else None
+
+    def exists(self, name: str) -> bool:
+        return self.contents[name] is not None if name in self.contents else name in self.reader
+
+    def set(self, name: str, content: bytes | None) -> None:
+        self.contents[name] = content
+
+    def check_editable(self, name: str, source: str) -> None:
+        if not is_safe_member_path(name) or name.endswith("/"):
+            raise PatchedWheelsError(f"{source}: {name!r} is not a safe file path inside the wheel")
+        if name in self._generated:
+            raise PatchedWheelsError(f"{source}: {name} is generated by patched-wheels and cannot be edited")
+
+    def delete_matching(self, pattern: str) -> None:
+        """Delete members matching ``pattern`` (fnmatch: ``*`` also crosses ``/``); matching nothing is an error."""
+        candidates = [*self.reader.members(), *self.contents]
+        matches = {name for name in candidates if fnmatch.fnmatchcase(name, pattern) and self.exists(name)}
+        if not matches:
+            raise PatchedWheelsError(f"--delete {pattern!r}: matches no member of {self.reader.path.name}")
+        protected = {f"{self.reader.dist_info}/{name}" for name in (*_GENERATED, *_REQUIRED)}
+        refused = sorted(matches & protected)
+        if refused:
+            raise PatchedWheelsError(f"--delete {pattern!r}: would delete {refused[0]}, which a wheel needs")
+        for name in matches:
+            self.contents[name] = None
+
+    def edit_metadata(
+        self, suffix: str | None, remove_requires: Sequence[str], add_requires: Sequence[str]
+    ) -> tuple[str, str]:
+        """Apply the METADATA edits; return the new version and the project name to pin."""
+        name = f"{self.reader.dist_info}/METADATA"
+        origin = f"{self.reader.path.name}: {name}"
+        content = self.current(name)
+        if content is None:
+            raise PatchedWheelsError(f"{origin}: missing (deleted by a patch?)")
+        versions = metadata_edits.field_values(content, "Version")
+        if len(versions) != 1:
+            raise PatchedWheelsError(f"{origin}: expected one Version header, found {len(versions)}")
+        version = with_local_suffix(versions[0], suffix) if suffix else versions[0]
+        edited = content
+        if remove_requires:
+            edited = metadata_edits.remove_requires(edited, remove_requires, origin=origin)
+        if add_requires:
+            edited = metadata_edits.add_requires(edited, add_requires, origin=origin)
+        if suffix:
+            edited = metadata_edits.set_version(edited, version, origin=origin)
+        if edited != content:
+            self.contents[name] = edited
+        names = metadata_edits.field_values(edited, "Name")
+        project = names[0] if names else self.reader.filename.name
+        if canonicalize_name(project) != self.reader.filename.name:
+            raise PatchedWheelsError(f"{origin}: Name {project!r} does not match the wheel filename")
+        return version, project
+
+    def output_order(self) -> list[str]:
+        """Input order, new files after the originals of their part, .dist-info last (as the spec recommends)."""
+        dist_info = self.reader.dist_info + "/"
+        kept = [name for name in self.reader.members() if name not in self._generated]
+        created = sorted(name for name, content in self.contents.items() if content is not None and name not in self.reader)
+        ordered = [name for name in kept if not name.startswith(dist_info)]
+        ordered += [name for name in created if not name.startswith(dist_info)]
+        ordered += [name for name in kept if name.startswith(dist_info)]
+        ordered += [name for name in created if name.startswith(dist_info)]
+        return ordered
