@@ -30,7 +30,6 @@ import html
 import json
 import os
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -49,6 +48,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.wheelfile import WheelReader
 
 SIMPLE_DIR = "simple"
 CACHE_FILE = ".patched-wheels-cache.json"
@@ -258,34 +258,11 @@ def hash_file(path: Path) -> str:
 
 
 def read_wheel_metadata(path: Path) -> bytes:
-    """The exact bytes of ``<name>-<version>.dist-info/METADATA`` inside a wheel.
-
-    Like pip, require exactly one top-level ``.dist-info`` directory and that it belongs to the
-    project named by the file name.
-    """
-    project, _version, _build, _tags = parse_wheel_filename(path.name)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            dist_infos = sorted(
-                {
-                    member.split("/", 1)[0]
-                    for member in archive.namelist()
-                    if member.split("/", 1)[0].endswith(".dist-info")
-                }
-            )
-            if len(dist_infos) != 1:
-                raise PatchedWheelsError(
-                    f"{path}: expected one top-level .dist-info directory, found {len(dist_infos)}"
-                )
-            dist_info = dist_infos[0]
-            if canonicalize_name(dist_info[: -len(".dist-info")].rpartition("-")[0]) != project:
-                raise PatchedWheelsError(f"{path}: {dist_info} does not belong to {project}")
-            try:
-                return archive.read(f"{dist_info}/METADATA")
-            except KeyError:
-                raise PatchedWheelsError(f"{path}: no {dist_info}/METADATA member") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as error:
-        raise PatchedWheelsError(f"{path}: not a wheel (unreadable zip archive: {error})") from None
+    """The exact bytes of the wheel's ``.dist-info/METADATA``; ``WheelReader`` checks on the way
+    that the file is a wheel (one matching ``.dist-info``, a RECORD that lists every member and
+    the METADATA hash it records), so a broken wheel never gets published."""
+    with WheelReader(path) as wheel:
+        return wheel.metadata()
 
 
 def _check_metadata(candidate: _Candidate, metadata: bytes) -> str | None:
