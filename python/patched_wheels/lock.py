@@ -155,27 +155,32 @@ def rewrite_lock(
     output: list[str] = []
     number = 0
     while number <= len(lines):
-        if number == option_at:
-            _append_line(output, option_line + eol, eol)
         if number == len(lines):
+            if option_at == number:
+                _end_input(output, eol)
+                output.append(option_line + eol)
             break
+        if number == option_at:
+            output.append(option_line + eol)
         end, replacement = edits.get(number, (number + 1, [lines[number]]))
         output.extend(replacement)
         number = end
     locked = {canonicalize_name(pin.requirement.name) for pin in pins}
     uses_hashes = any(pin.hashes for pin in pins)
     for requirement, block in _added_pins(index, locked, parents, uses_hashes, eol, source):
-        for line in block:
-            _append_line(output, line, eol)
+        _end_input(output, eol)
+        output.extend(block)
         changes.append(f"added {requirement}")
     return "".join(output), changes
 
 
-def _append_line(output: list[str], line: str, eol: str) -> None:
-    """Append a line, first ending the last one if the input lacked a final newline."""
+def _end_input(output: list[str], eol: str) -> None:
+    """Before lines are added after the input: end its last line if it lacked a newline, and
+    its last logical line if that ended in a dangling continuation (pip would join them)."""
     if output and not _EOL.search(output[-1]):
         output[-1] += eol
-    output.append(line)
+    if output and _EOL.sub("", output[-1]).endswith("\\"):
+        output.append(eol)
 
 
 def _logical_lines(lines: Sequence[str]) -> Iterator[_Logical]:
@@ -210,7 +215,8 @@ def _parse_pin(line: _Logical, source: str) -> _Pin:
     try:
         requirement = Requirement(requirement_text)
     except InvalidRequirement as error:
-        raise PatchedWheelsError(f"{_where(source, line.start)}: {error}") from None
+        reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
+        raise PatchedWheelsError(f"{_where(source, line.start)}: {requirement_text!r}: {reason}") from None
     options = " ".join(tokens[first_option:])
     hashes = tuple(match.group("value") for match in _HASH_TOKEN.finditer(options))
     return _Pin(line, requirement, hashes)
@@ -377,3 +383,45 @@ def _place_option(logical: Sequence[_Logical], option_line: str) -> tuple[int | 
 
 def _where(source: str, start: int) -> str:
     return f"{source}:{start + 1}"
+
+
+@dataclass(frozen=True)
+class LockedPin:
+    """A pin of a hashed lock, as the Bazel rules need it to fetch the pinned wheel."""
+
+    project: NormalizedName
+    version: Version
+    hashes: frozenset[str]  # hex sha256 digests of the --hash options
+    requirement: Requirement
+    line_number: int  # 1-based, of the pin's first physical line
+
+    def applies(self) -> bool:
+        """Whether the pin's environment marker holds for the running interpreter."""
+        return self.requirement.marker is None or self.requirement.marker.evaluate()
+
+
+def read_pins(requirements: Path | str) -> list[LockedPin]:
+    """The ``==`` pins of a lock with their sha256 hashes, in file order."""
+    requirements = Path(requirements)
+    try:
+        text = requirements.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise PatchedWheelsError(f"{requirements}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise PatchedWheelsError(f"{requirements}: not UTF-8 ({error.reason} at byte {error.start})") from None
+    source = str(requirements)
+    pins = []
+    for line in _logical_lines(text.splitlines(keepends=True)):
+        if not line.content or line.is_option:
+            continue
+        pin = _parse_pin(line, source)
+        pins.append(
+            LockedPin(
+                project=canonicalize_name(pin.requirement.name),
+                version=_pinned_version(pin, source),
+                hashes=frozenset(h.partition(":")[2].lower() for h in pin.hashes if h.startswith("sha256:")),
+                requirement=pin.requirement,
+                line_number=line.start + 1,
+            )
+        )
+    return pins
