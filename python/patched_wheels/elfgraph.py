@@ -1,0 +1,571 @@
+"""The shared-library graph of a set of wheels, read straight from the archives.
+
+Every ``*.so`` / ``*.so.N`` member that installs into site-packages is read with
+pyelftools for its SONAME, DT_NEEDED, DT_RPATH and DT_RUNPATH.  Each DT_NEEDED
+name is resolved to a library of the set (by SONAME first, then by file name);
+names no wheel provides are "system" dependencies: reported, never followed.
+
+Why the members are inflated in full: ``.dynamic`` sits at ~97 % of these files
+and deflate has no random access, so the whole member has to be inflated
+anyway.  This module therefore inflates each member in one call (which releases
+the GIL, so a thread per core really runs in parallel), uses python-isal's
+faster inflater when it is installed, and caches per-wheel results keyed by the
+wheel's name, size and mtime so that a wheel is analysed once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import itertools
+import json
+import os
+import posixpath
+import re
+import struct
+import zipfile
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator, Mapping, Sequence
+
+from elftools.common.exceptions import ELFError
+from elftools.common.utils import struct_parse
+from elftools.elf.dynamic import DynamicSegment
+from elftools.elf.elffile import ELFFile
+from elftools.elf.structs import ELFStructs
+
+from patched_wheels.errors import PatchedWheelsError
+
+try:  # python-isal inflates ~1.8x faster than zlib; optional extra "fast".
+    from isal import isal_zlib as _inflater
+except ImportError:  # pragma: no cover - depends on the environment
+    _inflater = zlib  # type: ignore[assignment]
+
+INFLATER_NAME = "isal" if _inflater is not zlib else "zlib"
+
+# libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
+_SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
+# Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
+_DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+_LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"
+_CACHE_SCHEMA = 1
+_STREAM_STEP = 1 << 20
+# Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
+_HEAD_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class ElfLibrary:
+    """One shared library of a wheel, as the dynamic loader sees it."""
+
+    wheel: str
+    """File name of the wheel that ships it."""
+    path: str
+    """Path relative to site-packages once installed, e.g. ``nvidia/cusparse/lib/libcusparse.so.12``."""
+    soname: str | None
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+    @property
+    def filename(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def search_path(self) -> tuple[str, ...]:
+        """Directories the loader searches for this library's own DT_NEEDED: DT_RUNPATH wins over DT_RPATH."""
+        return self.runpath or self.rpath
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.wheel})"
+
+
+@dataclass(frozen=True)
+class WheelScan:
+    """The libraries of a set of wheels plus what it cost to find them."""
+
+    libraries: tuple[ElfLibrary, ...]
+    inflated_bytes: int
+    """Bytes inflated in this run (0 for wheels answered from the cache)."""
+    cached_wheels: int
+
+
+@dataclass(frozen=True)
+class LibraryGraph:
+    """Libraries, their resolved dependency edges and a deps-first load order."""
+
+    libraries: tuple[ElfLibrary, ...]
+    dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]]
+    """Resolved DT_NEEDED of each library, in DT_NEEDED order."""
+    system: Mapping[ElfLibrary, tuple[str, ...]]
+    """DT_NEEDED names no library of the set provides (libc, libcuda, ...)."""
+    load_order: tuple[ElfLibrary, ...]
+    """Every library after all of its dependencies; ties broken by (path, wheel)."""
+
+    def closure(self, roots: Iterable[ElfLibrary]) -> set[ElfLibrary]:
+        """``roots`` plus everything they need, transitively."""
+        seen: set[ElfLibrary] = set()
+        stack = list(roots)
+        while stack:
+            library = stack.pop()
+            if library not in seen:
+                seen.add(library)
+                stack.extend(self.dependencies[library])
+        return seen
+
+    def ordered(self, libraries: Iterable[ElfLibrary]) -> list[ElfLibrary]:
+        """``libraries`` in load order."""
+        wanted = set(libraries)
+        return [library for library in self.load_order if library in wanted]
+
+
+def install_path(member: str) -> str | None:
+    """Where an archive member lands relative to site-packages; None for scripts, headers and data."""
+    if _DATA_TO_SITE_PACKAGES.match(member):
+        return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
+    first = member.split("/", 1)[0]
+    if first.endswith(".data"):
+        return None
+    return member
+
+
+def is_shared_library_name(path: str) -> bool:
+    return bool(_SHARED_LIBRARY_NAME.search(posixpath.basename(path)))
+
+
+def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
+    """Read the dynamic section of one ELF file (bytes or a seekable stream) with pyelftools."""
+    where = f"{wheel}: {path}"
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    stream.seek(0)
+    magic = stream.read(4)
+    if magic != b"\x7fELF":
+        raise PatchedWheelsError(f"{where}: not an ELF file (starts with {magic!r})")
+    soname: str | None = None
+    needed: list[str] = []
+    rpath: list[str] = []
+    runpath: list[str] = []
+    try:
+        elf = ELFFile(stream)
+        for segment in elf.iter_segments():
+            if not isinstance(segment, DynamicSegment):
+                continue
+            for tag in segment.iter_tags():
+                if tag.entry.d_tag == "DT_SONAME":
+                    soname = tag.soname
+                elif tag.entry.d_tag == "DT_NEEDED":
+                    needed.append(tag.needed)
+                elif tag.entry.d_tag == "DT_RPATH":
+                    rpath.extend(entry for entry in tag.rpath.split(":") if entry)
+                elif tag.entry.d_tag == "DT_RUNPATH":
+                    runpath.extend(entry for entry in tag.runpath.split(":") if entry)
+    except (ELFError, struct.error, ValueError, UnicodeDecodeError) as error:
+        raise PatchedWheelsError(f"{where}: truncated or corrupt ELF file ({error})") from error
+    return ElfLibrary(wheel, path, soname, tuple(needed), tuple(rpath), tuple(runpath))
+
+
+class _NotRetained(Exception):
+    """pyelftools asked for bytes the streaming pass did not keep; the member is re-read in full."""
+
+
+class _SparseFile(io.RawIOBase):
+    """A read-only view of an inflated member of which only some byte ranges were kept.
+
+    Reads must fall entirely inside one kept run (or be cut short by the end of
+    the file); anything else raises :class:`_NotRetained` rather than returning
+    short or invented bytes, so a parse that succeeds on this view is exact.
+    """
+
+    def __init__(self, size: int, runs: Sequence[tuple[int, bytes]]) -> None:
+        super().__init__()
+        self._size = size
+        self._runs = runs
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def read(self, size: int | None = -1) -> bytes:
+        start = self._position
+        end = self._size if size is None or size < 0 else min(self._size, start + size)
+        if end <= start:
+            return b""
+        for run_start, data in self._runs:
+            if run_start <= start and end <= run_start + len(data):
+                self._position = end
+                return data[start - run_start : end - run_start]
+        raise _NotRetained(start, end)
+
+
+def _ranges_to_keep(head: bytes, size: int) -> list[tuple[int, int]]:
+    """The byte ranges pyelftools reads for the dynamic section, as far as the head tells.
+
+    The ELF and program headers, the section header table, and everything from
+    shortly before PT_DYNAMIC to the end of the file: the dynamic string table is
+    either near the start (plain linkers) or appended near the end (patchelf,
+    auditwheel), and the section names sit at the end, just before PT_DYNAMIC in
+    patchelf'd files.  A guess that misses costs a full re-read, never a wrong answer.
+    """
+    keep = [(0, len(head))]
+    try:
+        stream = io.BytesIO(head)
+        structs = ELFStructs(little_endian=head[5] == 1, elfclass=64 if head[4] == 2 else 32)
+        structs.create_basic_structs()
+        header = struct_parse(structs.Elf_Ehdr, stream, 0)
+        structs.create_advanced_structs(header["e_type"], header["e_machine"], header["e_ident"]["EI_OSABI"])
+        keep.append((header["e_shoff"], header["e_shoff"] + header["e_shnum"] * header["e_shentsize"]))
+        for index in range(header["e_phnum"]):
+            segment = struct_parse(structs.Elf_Phdr, stream, header["e_phoff"] + index * header["e_phentsize"])
+            if segment["p_type"] == "PT_DYNAMIC":
+                keep.append((max(0, segment["p_offset"] - _HEAD_SIZE), size))
+    except (ELFError, struct.error, ValueError):
+        pass  # not parseable from the head alone: the full re-read reports the real problem
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted((start, min(end, size)) for start, end in keep):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif start < end:
+            merged.append((start, end))
+    return merged
+
+
+def _local_data_offset(handle: BinaryIO, wheel: Path, info: zipfile.ZipInfo) -> int:
+    handle.seek(info.header_offset)
+    signature, name_length, extra_length = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
+    if signature != _LOCAL_HEADER_SIGNATURE:
+        raise PatchedWheelsError(f"{wheel.name}: {info.filename}: bad local zip header")
+    return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+
+
+def _inflated_pieces(wheel: Path, info: zipfile.ZipInfo) -> Iterator[bytes]:
+    """The inflated bytes of a deflated member, in pieces, verified against its size and CRC at the end."""
+    where = f"{wheel.name}: {info.filename}"
+    inflater = _inflater.decompressobj(-15)
+    produced = 0
+    crc = 0
+    with open(wheel, "rb") as handle:
+        handle.seek(_local_data_offset(handle, wheel, info))
+        remaining = info.compress_size
+        while True:
+            chunk = handle.read(min(remaining, _STREAM_STEP))
+            remaining -= len(chunk)
+            try:
+                piece = inflater.decompress(chunk) if chunk else inflater.flush()
+            except (zlib.error, getattr(_inflater, "error", zlib.error)) as error:
+                raise PatchedWheelsError(f"{where}: corrupt deflate data ({error})") from error
+            produced += len(piece)
+            crc = _inflater.crc32(piece, crc)
+            yield piece
+            if not chunk:
+                break
+    if produced != info.file_size or crc != info.CRC:
+        raise PatchedWheelsError(f"{where}: inflated data does not match the zip directory")
+
+
+def _inflate_kept_ranges(wheel: Path, info: zipfile.ZipInfo) -> _SparseFile | bytes:
+    """Inflate a deflated member in 1 MiB steps, keeping only what :func:`_ranges_to_keep` names.
+
+    Streaming through small, reused buffers avoids faulting in gigabytes of fresh
+    pages (the single-call inflate spends more time in the kernel than inflating);
+    each step still releases the GIL, so threads inflate in parallel.
+    A member that is not an ELF file is returned as its first bytes only.
+    """
+    pieces = _inflated_pieces(wheel, info)
+    head = bytearray()
+    for piece in pieces:
+        head += piece
+        if len(head) >= _HEAD_SIZE:
+            break
+    if head[:4] != b"\x7fELF":
+        pieces.close()
+        return bytes(head[:_HEAD_SIZE])
+    keep = _ranges_to_keep(bytes(head[:_HEAD_SIZE]), info.file_size)
+    runs: list[tuple[int, bytearray]] = []
+    produced = 0
+    for piece in itertools.chain([bytes(head)], pieces):
+        for start, end in keep:
+            low, high = max(start, produced), min(end, produced + len(piece))
+            if low < high:
+                if runs and runs[-1][0] + len(runs[-1][1]) == low:
+                    runs[-1][1].extend(piece[low - produced : high - produced])
+                else:
+                    runs.append((low, bytearray(piece[low - produced : high - produced])))
+        produced += len(piece)
+    return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs])
+
+
+def _read_member(wheel: Path, info: zipfile.ZipInfo) -> bytes:
+    """Inflate one member completely, in a single call (which releases the GIL for its whole duration)."""
+    if info.compress_type != zipfile.ZIP_DEFLATED:
+        with zipfile.ZipFile(wheel) as archive:
+            return archive.read(info)
+    with open(wheel, "rb") as handle:
+        handle.seek(_local_data_offset(handle, wheel, info))
+        compressed = handle.read(info.compress_size)
+    try:
+        data = _inflater.decompress(compressed, -15, max(info.file_size, 1))
+    except (zlib.error, getattr(_inflater, "error", zlib.error)) as error:
+        raise PatchedWheelsError(f"{wheel.name}: {info.filename}: corrupt deflate data ({error})") from error
+    if len(data) != info.file_size or _inflater.crc32(data) != info.CRC:
+        raise PatchedWheelsError(f"{wheel.name}: {info.filename}: inflated data does not match the zip directory")
+    return data
+
+
+def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
+    """The dynamic section of one archive member, streamed; re-read in full only if the stream kept too little."""
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        kept = _inflate_kept_ranges(wheel, info)
+        if isinstance(kept, bytes):
+            return parse_elf(kept, wheel=wheel.name, path=path)
+        try:
+            return parse_elf(kept, wheel=wheel.name, path=path)
+        except (_NotRetained, PatchedWheelsError):
+            pass
+    return parse_elf(_read_member(wheel, info), wheel=wheel.name, path=path)
+
+
+def _library_members(wheel: Path) -> list[tuple[zipfile.ZipInfo, str]]:
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            infos = archive.infolist()
+    except (OSError, zipfile.BadZipFile) as error:
+        raise PatchedWheelsError(f"{wheel}: not a readable wheel ({error})") from error
+    members = []
+    for info in infos:
+        path = install_path(info.filename)
+        if path is not None and not info.is_dir() and is_shared_library_name(path):
+            members.append((info, path))
+    return members
+
+
+class _Cache:
+    """Per-wheel scan results on disk; best effort, since a read-only cache must not break the command."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+
+    def _file(self, wheel: Path) -> Path | None:
+        if self.directory is None:
+            return None
+        stat = wheel.stat()
+        key = f"{wheel.name}-{stat.st_size}-{stat.st_mtime_ns}-v{_CACHE_SCHEMA}.json"
+        return self.directory / key
+
+    def load(self, wheel: Path) -> list[ElfLibrary] | None:
+        file = self._file(wheel)
+        if file is None or not file.is_file():
+            return None
+        try:
+            rows = json.loads(file.read_text(encoding="utf-8"))
+            return [
+                ElfLibrary(
+                    wheel=row["wheel"],
+                    path=row["path"],
+                    soname=row["soname"],
+                    needed=tuple(row["needed"]),
+                    rpath=tuple(row["rpath"]),
+                    runpath=tuple(row["runpath"]),
+                )
+                for row in rows
+            ]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def store(self, wheel: Path, libraries: Sequence[ElfLibrary]) -> None:
+        file = self._file(wheel)
+        if file is None:
+            return
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            temporary = file.with_name(f"{file.name}.tmp-{os.getpid()}")
+            temporary.write_text(json.dumps([asdict(library) for library in libraries]), encoding="utf-8")
+            os.replace(temporary, file)
+        except OSError:
+            pass
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rules_patched_wheels" / "elfgraph"
+
+
+def scan_wheels(
+    wheels: Sequence[Path | str], *, cache_dir: Path | None = None, workers: int | None = None
+) -> WheelScan:
+    """Read the dynamic section of every shared library in ``wheels``.
+
+    Members are inflated largest first on ``workers`` threads (default: one per
+    core), so the biggest library never starts last and leaves a core idle.
+    """
+    paths = [Path(wheel) for wheel in wheels]
+    names = [path.name for path in paths]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise PatchedWheelsError(f"{duplicates[0]}: the same wheel is given twice")
+    cache = _Cache(cache_dir)
+    found: dict[str, list[ElfLibrary]] = {}
+    jobs: list[tuple[Path, zipfile.ZipInfo, str]] = []
+    scanned: list[Path] = []
+    for path in paths:
+        cached = cache.load(path)
+        if cached is not None:
+            found[path.name] = cached
+        else:
+            found[path.name] = []
+            scanned.append(path)
+            jobs.extend((path, info, install) for info, install in _library_members(path))
+    jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
+
+    def analyse(job: tuple[Path, zipfile.ZipInfo, str]) -> ElfLibrary:
+        return read_library(*job)
+
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        for library in pool.map(analyse, jobs):
+            found[library.wheel].append(library)
+    for path in scanned:
+        found[path.name].sort(key=lambda library: library.path)
+        cache.store(path, found[path.name])
+    libraries = tuple(library for path in paths for library in found[path.name])
+    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(paths) - len(scanned))
+
+
+def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary | None:
+    """The provider of one DT_NEEDED name: one from the same wheel if any, else the first by (path, wheel)."""
+    others = [candidate for candidate in candidates if candidate != library]
+    if not others:
+        return None
+    same_wheel = [candidate for candidate in others if candidate.wheel == library.wheel]
+    return min(same_wheel or others, key=_order_key)
+
+
+def _order_key(library: ElfLibrary) -> tuple[str, str]:
+    return (library.path, library.wheel)
+
+
+def build_graph(libraries: Sequence[ElfLibrary]) -> LibraryGraph:
+    """Resolve DT_NEEDED edges and order the libraries deps first; a cycle is an error naming it."""
+    by_soname: dict[str, list[ElfLibrary]] = {}
+    by_filename: dict[str, list[ElfLibrary]] = {}
+    for library in libraries:
+        if library.soname:
+            by_soname.setdefault(library.soname, []).append(library)
+        by_filename.setdefault(library.filename, []).append(library)
+    dependencies: dict[ElfLibrary, tuple[ElfLibrary, ...]] = {}
+    system: dict[ElfLibrary, tuple[str, ...]] = {}
+    for library in libraries:
+        resolved: list[ElfLibrary] = []
+        unresolved: list[str] = []
+        for name in library.needed:
+            provider = _pick(library, by_soname.get(name, ())) or _pick(library, by_filename.get(name, ()))
+            if provider is None:
+                unresolved.append(name)
+            elif provider not in resolved:
+                resolved.append(provider)
+        dependencies[library] = tuple(resolved)
+        system[library] = tuple(unresolved)
+    ordered = tuple(sorted(libraries, key=_order_key))
+    return LibraryGraph(ordered, dependencies, system, _topological_order(ordered, dependencies))
+
+
+def _topological_order(
+    libraries: Sequence[ElfLibrary], dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]]
+) -> tuple[ElfLibrary, ...]:
+    """Kahn's algorithm with a heap, so equal-rank libraries come out in (path, wheel) order."""
+    waiting_on = {library: len(dependencies[library]) for library in libraries}
+    dependents: dict[ElfLibrary, list[ElfLibrary]] = {library: [] for library in libraries}
+    for library in libraries:
+        for dependency in dependencies[library]:
+            dependents[dependency].append(library)
+    ready = [(_order_key(library), library) for library, count in waiting_on.items() if count == 0]
+    heapq.heapify(ready)
+    order: list[ElfLibrary] = []
+    while ready:
+        _, library = heapq.heappop(ready)
+        order.append(library)
+        for dependent in dependents[library]:
+            waiting_on[dependent] -= 1
+            if waiting_on[dependent] == 0:
+                heapq.heappush(ready, (_order_key(dependent), dependent))
+    if len(order) != len(libraries):
+        stuck = {library for library, count in waiting_on.items() if count > 0}
+        cycle = _find_cycle(dependencies, stuck)
+        raise PatchedWheelsError("dependency cycle between shared libraries: " + " -> ".join(map(str, cycle)))
+    return tuple(order)
+
+
+def _find_cycle(
+    dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]], stuck: set[ElfLibrary]
+) -> list[ElfLibrary]:
+    """Walk from the first stuck library along stuck dependencies until a library repeats.
+
+    Every stuck library has at least one stuck dependency (that is why it is
+    stuck), so the walk cannot end before it closes a cycle.
+    """
+    walk = [min(stuck, key=_order_key)]
+    position = {walk[0]: 0}
+    while True:
+        following = min((d for d in dependencies[walk[-1]] if d in stuck), key=_order_key)
+        if following in position:
+            return walk[position[following] :] + [following]
+        position[following] = len(walk)
+        walk.append(following)
+
+
+def read_graph(
+    wheels: Sequence[Path | str], *, cache_dir: Path | None = None, workers: int | None = None
+) -> LibraryGraph:
+    """Scan ``wheels`` and build their library graph."""
+    return build_graph(scan_wheels(wheels, cache_dir=cache_dir, workers=workers).libraries)
+
+
+def format_graph(graph: LibraryGraph) -> str:
+    """Human-readable listing: each library with its edges, then the load order."""
+    lines: list[str] = []
+    for library in graph.libraries:
+        lines.append(str(library))
+        if library.soname:
+            lines.append(f"  soname:  {library.soname}")
+        if library.rpath:
+            lines.append(f"  rpath:   {':'.join(library.rpath)}")
+        if library.runpath:
+            lines.append(f"  runpath: {':'.join(library.runpath)}")
+        for dependency in graph.dependencies[library]:
+            lines.append(f"  needs    {dependency}")
+        for name in graph.system[library]:
+            lines.append(f"  needs    {name} (system, not followed)")
+    lines.append("load order (dependencies first):")
+    width = len(str(len(graph.load_order)))
+    for index, library in enumerate(graph.load_order, start=1):
+        lines.append(f"  {index:>{width}}. {library}")
+    return "\n".join(lines)
+
+
+def graph_as_json(graph: LibraryGraph) -> dict[str, object]:
+    """The graph as plain data, for tools that consume ``patched-wheels graph --json``."""
+    return {
+        "libraries": [
+            {
+                **asdict(library),
+                "dependencies": [
+                    {"wheel": dependency.wheel, "path": dependency.path} for dependency in graph.dependencies[library]
+                ],
+                "system": list(graph.system[library]),
+            }
+            for library in graph.libraries
+        ],
+        "load_order": [{"wheel": library.wheel, "path": library.path} for library in graph.load_order],
+    }
