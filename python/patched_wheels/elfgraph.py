@@ -411,11 +411,11 @@ def scan_wheels(
     Members are inflated largest first on ``workers`` threads (default: one per
     core), so the biggest library never starts last and leaves a core idle.
     """
-    paths = [Path(wheel) for wheel in wheels]
+    paths = list({Path(wheel).resolve(): Path(wheel) for wheel in wheels}.values())
     names = [path.name for path in paths]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise PatchedWheelsError(f"{duplicates[0]}: the same wheel is given twice")
+        raise PatchedWheelsError(f"{duplicates[0]}: two different files with this name are given")
     cache = _Cache(cache_dir)
     found: dict[str, list[ElfLibrary]] = {}
     jobs: list[tuple[Path, zipfile.ZipInfo, str]] = []

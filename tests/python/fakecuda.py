@@ -1,0 +1,261 @@
+"""A miniature torch + nvidia-*-cu12 wheel set built from real ELF files, for tests.
+
+It reproduces the failure this project exists for, at the size of a unit test:
+
+* ``fake-nvidia-{jit,sparse,solver,blas}`` wheels ship ``fake_nvidia/<x>/lib/lib<x>.so.12``
+  (compiled with gcc). ``libsparse`` needs ``libjit`` and ``libsolver`` needs
+  ``libsparse``; like the real cusparse/cusolver they find their siblings
+  through RUNPATH entries such as ``$ORIGIN/../../jit/lib``, which only exist
+  when every wheel is unpacked into one site-packages.
+* ``faketorch`` ships ``faketorch/lib/libfaketorch.so`` (needs solver and blas, with a
+  torch-style DT_RPATH into ``../../fake_nvidia/*/lib``) and ``faketorch/_core.so``
+  (needs ``libfaketorch.so`` through ``$ORIGIN/lib``, like ``torch/_C``).  Its
+  ``__init__`` preloads the fake nvidia libraries with ctypes in the order torch
+  2.1.0 uses, sparse before jit, then loads ``_core.so``; ``faketorch.answer()``
+  calls through the whole chain and returns :data:`EXPECTED_ANSWER`.
+
+So ``import faketorch`` works in a flat site-packages, and fails with
+``libjit.so.12: cannot open shared object file`` when each wheel has its own
+directory on ``sys.path`` (as under Bazel) -- unless a correct preload runs first.
+
+API (kept small and stable, the Bazel integration tests reuse it)::
+
+    wheels = build_fake_cuda_wheels(tmp / "wheels")           # -> FakeCudaWheels
+    paths = per_wheel_layout(wheels.all, tmp / "per-wheel")   # one dir per wheel
+    paths = flat_layout(wheels.all, tmp / "flat")             # one site-packages
+    result = run_import(paths)                                # subprocess, PYTHONPATH=paths
+    assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+NVIDIA_VERSION = "12.1.0"
+TORCH_VERSION = "2.1.0"
+WHEEL_TAG = "py3-none-linux_x86_64"
+# jit_value() = 7, sparse = 3 * jit, solver = sparse + 1, blas = 100, faketorch = solver + blas.
+EXPECTED_ANSWER = 122
+
+# Install paths (relative to site-packages) of every fake library, by short name.
+LIBRARY_PATHS = {
+    "jit": "fake_nvidia/jit/lib/libjit.so.12",
+    "sparse": "fake_nvidia/sparse/lib/libsparse.so.12",
+    "solver": "fake_nvidia/solver/lib/libsolver.so.12",
+    "blas": "fake_nvidia/blas/lib/libblas.so.12",
+    "faketorch": "faketorch/lib/libfaketorch.so",
+    "core": "faketorch/_core.so",
+}
+
+_SOURCES = {
+    "jit": "int jit_value(void) { return 7; }\n",
+    "sparse": "int jit_value(void);\nint sparse_value(void) { return 3 * jit_value(); }\n",
+    "solver": "int sparse_value(void);\nint solver_value(void) { return sparse_value() + 1; }\n",
+    "blas": "int blas_value(void) { return 100; }\n",
+    "faketorch": "int solver_value(void);\nint blas_value(void);\n"
+    "int faketorch_answer(void) { return solver_value() + blas_value(); }\n",
+    "core": "int faketorch_answer(void);\nint core_answer(void) { return faketorch_answer(); }\n",
+}
+
+# (DT_NEEDED short names, search path, use DT_RPATH instead of DT_RUNPATH)
+_LINKS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
+    "jit": ((), (), False),
+    "sparse": (("jit",), ("$ORIGIN", "$ORIGIN/../../jit/lib"), False),
+    "solver": (("sparse", "jit"), ("$ORIGIN", "$ORIGIN/../../sparse/lib", "$ORIGIN/../../jit/lib"), False),
+    "blas": ((), ("$ORIGIN",), False),
+    "faketorch": (
+        ("solver", "blas"),
+        tuple(f"$ORIGIN/../../fake_nvidia/{name}/lib" for name in ("jit", "sparse", "solver", "blas")) + ("$ORIGIN",),
+        True,
+    ),
+    "core": (("faketorch",), ("$ORIGIN/lib",), True),
+}
+
+_INIT_TEMPLATE = '''"""faketorch: preloads its CUDA-like dependencies the way torch 2.1.0 does."""
+import ctypes
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PRELOAD_ORDER = {order!r}
+
+
+def _preload(folder, name):
+    for entry in sys.path:
+        candidate = os.path.join(entry, "fake_nvidia", folder, "lib", name)
+        if os.path.isfile(candidate):
+            ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
+            return
+
+
+for _folder in _PRELOAD_ORDER:
+    _preload(_folder, "lib%s.so.12" % _folder)
+
+_core = ctypes.CDLL(os.path.join(_HERE, "_core.so"))
+
+
+def answer():
+    return _core.core_answer()
+'''
+
+
+@dataclass(frozen=True)
+class FakeCudaWheels:
+    """The built wheels: ``nvidia`` maps a short name (jit, sparse, solver, blas) to its wheel."""
+
+    nvidia: Mapping[str, Path]
+    torch: Path
+
+    @property
+    def all(self) -> list[Path]:
+        return [*self.nvidia.values(), self.torch]
+
+
+def soname(short_name: str) -> str | None:
+    """The DT_SONAME a fake library is built with (``_core.so`` has none, like an extension module)."""
+    return None if short_name == "core" else os.path.basename(LIBRARY_PATHS[short_name])
+
+
+def _compile(short_name: str, build_dir: Path) -> Path:
+    needed, search_path, use_rpath = _LINKS[short_name]
+    source = build_dir / f"{short_name}.c"
+    source.write_text(_SOURCES[short_name])
+    output = build_dir / os.path.basename(LIBRARY_PATHS[short_name])
+    command = ["gcc", "-shared", "-fPIC", "-O1", "-o", str(output), str(source), f"-L{build_dir}"]
+    if soname(short_name):
+        command.append(f"-Wl,-soname,{soname(short_name)}")
+    command += [f"-l:{os.path.basename(LIBRARY_PATHS[name])}" for name in needed]
+    if search_path:
+        command += [f"-Wl,-rpath,{':'.join(search_path)}", "-Wl,--disable-new-dtags" if use_rpath else "-Wl,--enable-new-dtags"]
+    subprocess.run(command, check=True, capture_output=True)
+    return output
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def build_wheel(
+    dest_dir: Path,
+    name: str,
+    version: str,
+    files: Mapping[str, bytes],
+    *,
+    requires: Sequence[str] = (),
+    tag: str = WHEEL_TAG,
+    executable: Sequence[str] = (),
+) -> Path:
+    """Write a valid wheel (METADATA, WHEEL, RECORD with hashes) with stdlib zipfile."""
+    distribution = name.replace("-", "_")
+    dist_info = f"{distribution}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
+    wheel_file = f"Wheel-Version: 1.0\nGenerator: fakecuda\nRoot-Is-Purelib: false\nTag: {tag}\n"
+    members = dict(files)
+    members[f"{dist_info}/METADATA"] = metadata.encode()
+    members[f"{dist_info}/WHEEL"] = wheel_file.encode()
+    record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in members.items())
+    members[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    path = dest_dir / f"{distribution}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, data in members.items():
+            info = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = (0o755 if member in executable else 0o644) << 16
+            archive.writestr(info, data)
+    return path
+
+
+def build_fake_cuda_wheels(dest: Path, *, broken_order: bool = True) -> FakeCudaWheels:
+    """Compile the fake libraries and package them as four nvidia-style wheels and ``faketorch``.
+
+    ``broken_order=True`` makes ``faketorch/__init__.py`` preload sparse before jit
+    (torch 2.1.0's bug); ``False`` preloads jit first, which works in any layout.
+    """
+    build_dir = dest / "build"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    binaries = {name: _compile(name, build_dir).read_bytes() for name in ("jit", "sparse", "solver", "blas", "faketorch", "core")}
+    nvidia = {}
+    for name in ("jit", "sparse", "solver", "blas"):
+        path = LIBRARY_PATHS[name]
+        nvidia[name] = build_wheel(
+            dest,
+            f"fake-nvidia-{name}",
+            NVIDIA_VERSION,
+            {"fake_nvidia/__init__.py": b"", path: binaries[name]},
+            executable=[path],
+        )
+    order = ("sparse", "solver", "jit", "blas") if broken_order else ("jit", "sparse", "solver", "blas")
+    torch_files = {
+        "faketorch/__init__.py": _INIT_TEMPLATE.format(order=order).encode(),
+        LIBRARY_PATHS["faketorch"]: binaries["faketorch"],
+        LIBRARY_PATHS["core"]: binaries["core"],
+    }
+    torch = build_wheel(
+        dest,
+        "faketorch",
+        TORCH_VERSION,
+        torch_files,
+        requires=[f"fake-nvidia-{name}=={NVIDIA_VERSION}" for name in nvidia],
+        executable=[LIBRARY_PATHS["faketorch"], LIBRARY_PATHS["core"]],
+    )
+    return FakeCudaWheels(nvidia, torch)
+
+
+def unpack_wheel(wheel: Path, site_packages: Path) -> None:
+    """Install a wheel's files the minimal way: purelib/platlib ``.data`` into the root, modes kept."""
+    site_packages.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            parts = info.filename.split("/")
+            if parts[0].endswith(".data"):
+                if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                    continue
+                parts = parts[2:]
+            target = site_packages.joinpath(*parts)
+            if info.is_dir():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(archive.read(info))
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                target.chmod(mode)
+
+
+def flat_layout(wheels: Sequence[Path], root: Path) -> list[Path]:
+    """Every wheel in one site-packages (what pip does); returns the ``sys.path`` entries."""
+    site_packages = root / "site-packages"
+    for wheel in wheels:
+        unpack_wheel(wheel, site_packages)
+    return [site_packages]
+
+
+def per_wheel_layout(wheels: Sequence[Path], root: Path) -> list[Path]:
+    """Each wheel in its own directory (what Bazel's rules_python does); returns the ``sys.path`` entries."""
+    entries = []
+    for wheel in wheels:
+        directory = root / wheel.name[: -len(".whl")]
+        unpack_wheel(wheel, directory)
+        entries.append(directory)
+    return entries
+
+
+def run_import(
+    sys_path: Sequence[Path], code: str = "import faketorch; print(faketorch.answer())"
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter whose only extra ``sys.path`` entries are ``sys_path``."""
+    env = {key: value for key, value in os.environ.items() if key not in ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONHOME")}
+    env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in sys_path)
+    return subprocess.run(
+        [sys.executable, "-s", "-c", code], env=env, capture_output=True, text=True, cwd=str(sys_path[0]), check=False
+    )
