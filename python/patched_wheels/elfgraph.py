@@ -102,6 +102,8 @@ class LibraryGraph:
     """Resolved DT_NEEDED of each library, in DT_NEEDED order."""
     system: Mapping[ElfLibrary, tuple[str, ...]]
     """DT_NEEDED names no library of the set provides (libc, libcuda, ...)."""
+    providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
+    """For each library, the library of the set each resolved DT_NEEDED name stands for."""
     load_order: tuple[ElfLibrary, ...]
     """Every library after all of its dependencies; ties broken by (path, wheel)."""
 
@@ -416,6 +418,9 @@ def scan_wheels(
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise PatchedWheelsError(f"{duplicates[0]}: two different files with this name are given")
+    for path in paths:
+        if not path.is_file():
+            raise PatchedWheelsError(f"{path}: no such wheel")
     cache = _Cache(cache_dir)
     found: dict[str, list[ElfLibrary]] = {}
     jobs: list[tuple[Path, zipfile.ZipInfo, str]] = []
@@ -464,21 +469,19 @@ def build_graph(libraries: Sequence[ElfLibrary]) -> LibraryGraph:
         if library.soname:
             by_soname.setdefault(library.soname, []).append(library)
         by_filename.setdefault(library.filename, []).append(library)
-    dependencies: dict[ElfLibrary, tuple[ElfLibrary, ...]] = {}
+    providers: dict[ElfLibrary, dict[str, ElfLibrary]] = {}
     system: dict[ElfLibrary, tuple[str, ...]] = {}
     for library in libraries:
-        resolved: list[ElfLibrary] = []
-        unresolved: list[str] = []
+        resolved: dict[str, ElfLibrary] = {}
         for name in library.needed:
             provider = _pick(library, by_soname.get(name, ())) or _pick(library, by_filename.get(name, ()))
-            if provider is None:
-                unresolved.append(name)
-            elif provider not in resolved:
-                resolved.append(provider)
-        dependencies[library] = tuple(resolved)
-        system[library] = tuple(unresolved)
+            if provider is not None:
+                resolved[name] = provider
+        providers[library] = resolved
+        system[library] = tuple(name for name in library.needed if name not in resolved)
+    dependencies = {library: tuple(dict.fromkeys(providers[library].values())) for library in libraries}
     ordered = tuple(sorted(libraries, key=_order_key))
-    return LibraryGraph(ordered, dependencies, system, _topological_order(ordered, dependencies))
+    return LibraryGraph(ordered, dependencies, system, providers, _topological_order(ordered, dependencies))
 
 
 def _topological_order(

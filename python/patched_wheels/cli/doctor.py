@@ -1,0 +1,35 @@
+"""``patched-wheels doctor W... [--package PKG]``: what fails when each wheel has its own directory.
+
+Simulates the one-directory-per-wheel layout Bazel uses and lists each library
+whose dependencies cannot be found through its own RPATH/RUNPATH there.  With
+``--package``, says for each whether PKG's preload covers it (the preload already
+in PKG's wheel, or else the one ``patch --preload-for PKG`` would generate).
+Exits 1 when something would fail to load.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from patched_wheels.doctor import diagnose, format_diagnosis
+from patched_wheels.elfgraph import default_cache_dir
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="predict which shared libraries fail to load with one directory per wheel",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")
+    parser.add_argument("--package", metavar="PKG", help="judge failures against PKG's preload (e.g. torch)")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel result cache")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    diagnosis = diagnose(args.wheels, package=args.package, cache_dir=None if args.no_cache else default_cache_dir())
+    print(format_diagnosis(diagnosis))
+    return 1 if diagnosis.fails else 0

@@ -1,0 +1,34 @@
+"""``patched-wheels graph W...``: the shared-library graph of a wheel set and its load order.
+
+Lists every ELF library with its SONAME, RPATH/RUNPATH and DT_NEEDED (resolved to
+libraries of the set, or marked "system"), then a load order with every library
+after its dependencies.  A dependency cycle is an error naming the cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from patched_wheels.elfgraph import default_cache_dir, format_graph, graph_as_json, read_graph
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "graph",
+        help="print the shared-library graph of wheels and a dependencies-first load order",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")
+    parser.add_argument("--json", action="store_true", help="print the graph as JSON")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel result cache")
+    parser.add_argument("--jobs", type=int, metavar="N", help="inflate on N threads (default: one per core)")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    graph = read_graph(args.wheels, cache_dir=None if args.no_cache else default_cache_dir(), workers=args.jobs)
+    print(json.dumps(graph_as_json(graph), indent=2) if args.json else format_graph(graph))
+    return 0
