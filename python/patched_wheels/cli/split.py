@@ -1,0 +1,56 @@
+"""``patched-wheels split``: move shared libraries of a wheel into a sibling wheel it requires.
+
+``--move GLOB...`` names the libraries (fnmatch on archive paths); ``--max-size BYTES``
+moves the largest ones until the main wheel fits.  The sibling ``--into NAME`` gets
+the same version and tags; the moved libraries' RPATH is rewritten to ``$ORIGIN``
+plus the way back to their old directory; the main wheel gains
+``Requires-Dist: NAME==VERSION`` and preloads the moved libraries in graph order.
+``--graph-wheels`` adds the other wheels of the environment (e.g. nvidia-*) so the
+preload also loads what the moved libraries need from them.  Prints both output
+paths, then both requirements, one per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from patched_wheels.elfgraph import default_cache_dir
+from patched_wheels.split import split_wheel
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "split",
+        help="move shared libraries of a wheel into a sibling wheel that the main one requires and preloads",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--wheel", type=Path, required=True, help="the wheel to split")
+    selection = parser.add_mutually_exclusive_group(required=True)
+    selection.add_argument("--move", nargs="+", metavar="GLOB", help="move the shared libraries matching these globs")
+    selection.add_argument("--max-size", type=int, metavar="BYTES", help="move the largest libraries until the wheel fits")
+    parser.add_argument("--into", required=True, metavar="NAME", help="project name of the sibling wheel")
+    parser.add_argument("--dest-dir", type=Path, required=True, help="directory for both output wheels")
+    parser.add_argument(
+        "--graph-wheels", type=Path, nargs="+", default=[], metavar="WHEEL", help="other wheels the libraries may need"
+    )
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel result cache")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    result = split_wheel(
+        args.wheel,
+        args.dest_dir,
+        into=args.into,
+        move=args.move or (),
+        max_size=args.max_size,
+        graph_wheels=args.graph_wheels,
+        cache_dir=None if args.no_cache else default_cache_dir(),
+    )
+    print(result.main)
+    print(result.sibling)
+    print(result.main_requirement)
+    print(result.sibling_requirement)
+    return 0
