@@ -22,6 +22,7 @@ import errno
 import hashlib
 import io
 import os
+import re
 import stat
 import struct
 import tempfile
@@ -65,6 +66,7 @@ CHUNK_SIZE = 1 << 20
 
 _STORED, _DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
 _FLAG_ENCRYPTED = 0x1
+_FLAG_DATA_DESCRIPTOR = 0x8
 _FLAG_DEFLATE_OPTIONS = 0x6  # informational "compression level" bits, kept on raw copies
 _FLAG_UTF8 = 0x800
 _UNIX = 3  # "version made by" host system whose external_attr carries st_mode
@@ -76,6 +78,7 @@ _VERSION_DEFAULT, _VERSION_ZIP64 = 20, 45
 
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_SIG = 0x04034B50
+_LOCAL_TIMESTAMP_OFFSET = 10  # (time, date) inside a local header
 _CENTRAL_HEADER = struct.Struct("<IHHHHHHIIIHHHHHII")
 _CENTRAL_SIG = 0x02014B50
 _END = struct.Struct("<IHHHHIIH")
@@ -184,18 +187,23 @@ def serialize_record(entries: Iterable[RecordEntry]) -> bytes:
 # --------------------------------------------------------------------------- reading
 
 
+# Absolute, "C:"-style, backslashes, NUL, and empty/"."/".." components (a final "/" marks a directory).
+_UNSAFE_PATH = re.compile(r"^/|^[^/]*:|[\\\0]|(?:^|/)\.{0,2}(?=/|$)")
+
+
 def is_safe_member_path(name: str) -> bool:
     """Whether installing ``name`` stays inside the target: relative, POSIX, no ``..``/``.``/empty parts."""
-    if not name or name.startswith("/") or "\\" in name or "\0" in name:
-        return False
-    parts = name[:-1].split("/") if name.endswith("/") else name.split("/")
-    if ":" in parts[0]:  # "C:" drive letters
-        return False
-    return all(part not in ("", ".", "..") for part in parts)
+    path = name[:-1] if name.endswith("/") else name
+    return bool(name) and _UNSAFE_PATH.search(path) is None
 
 
 def _encoded_name(info: zipfile.ZipInfo) -> bytes:
-    return info.filename.encode("utf-8" if info.flag_bits & _FLAG_UTF8 else "cp437")
+    if info.flag_bits & _FLAG_UTF8:
+        return info.filename.encode("utf-8")
+    try:
+        return info.filename.encode("ascii")  # the common case, and much faster than cp437
+    except UnicodeEncodeError:
+        return info.filename.encode("cp437")
 
 
 class WheelReader:
@@ -484,6 +492,7 @@ class _Entry:
     create_system: int
     external_attr: int
     local_zip64: bool
+    verbatim: bool = False  # local header copied from the input; only its timestamp is rewritten
 
 
 def _local_header(entry: _Entry, dos_date: int, dos_time: int) -> bytes:
@@ -579,6 +588,7 @@ class WheelWriter:
         self._temp = Path(temp)
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._buffer = bytearray()
+        self._run: tuple[int, int, int] | None = None  # (input fd, offset, length) not yet written
         self._offset = 0
         self._entries: list[_Entry] = []
         self._record: list[RecordEntry] = []
@@ -597,13 +607,19 @@ class WheelWriter:
     # -- members
 
     def copy_raw(self, reader: WheelReader, name: str, *, arcname: str | None = None) -> None:
-        """Copy a member's compressed bytes unchanged; its RECORD row is reused under the new name."""
+        """Copy a member's compressed bytes unchanged; its RECORD row is reused under the new name.
+
+        A member that keeps its name keeps its local header too (its timestamp is
+        normalised at the end), so runs of unchanged members are contiguous in input and
+        output and go out in one kernel copy each, like ``cp``.
+        """
         info = reader._info(name)
         arcname = name if arcname is None else arcname
         encoded, utf8_flag = self._claim(arcname)
+        verbatim = arcname == name and not info.flag_bits & _FLAG_DATA_DESCRIPTOR
         entry = _Entry(
-            name=encoded,
-            flags=(info.flag_bits & _FLAG_DEFLATE_OPTIONS) | utf8_flag,
+            name=_encoded_name(info) if verbatim else encoded,
+            flags=info.flag_bits if verbatim else (info.flag_bits & _FLAG_DEFLATE_OPTIONS) | utf8_flag,
             method=info.compress_type,
             crc=info.CRC,
             compress_size=info.compress_size,
@@ -612,10 +628,14 @@ class WheelWriter:
             create_system=info.create_system,
             external_attr=info.external_attr,
             local_zip64=info.file_size > ZIP64_LIMIT or info.compress_size > ZIP64_LIMIT,
+            verbatim=verbatim,
         )
         data_offset = reader._data_offset(info)
-        self._write(_local_header(entry, self._dos_date, self._dos_time))
-        self._copy_range(reader._fd, data_offset, info.compress_size)
+        if verbatim:
+            self._copy_range(reader._fd, info.header_offset, data_offset + info.compress_size - info.header_offset)
+        else:
+            self._write(_local_header(entry, self._dos_date, self._dos_time))
+            self._copy_range(reader._fd, data_offset, info.compress_size)
         self._entries.append(entry)
         row = reader.record_entry(name)
         if row is not None:
@@ -640,11 +660,16 @@ class WheelWriter:
         try:
             rows = [*self._record, RecordEntry(self._record_name, "", None)]
             self._write_deflated(self._record_name, (serialize_record(rows),), None, 0o644, reserved_ok=True)
+            self._drain()
+            timestamp = struct.pack("<HH", self._dos_time, self._dos_date)
+            for entry in self._entries:
+                if entry.verbatim:
+                    os.pwrite(self._file.fileno(), timestamp, entry.offset + _LOCAL_TIMESTAMP_OFFSET)
             directory_offset = self._offset
             for entry in self._entries:
                 self._write(_central_header(entry, self._dos_date, self._dos_time))
             self._write(_end_records(len(self._entries), directory_offset, self._offset - directory_offset))
-            self._flush()
+            self._drain()
             umask = os.umask(0)
             os.umask(umask)
             os.fchmod(self._file.fileno(), 0o666 & ~umask)
@@ -704,15 +729,60 @@ class WheelWriter:
         self._write(tail)
         if not entry.local_zip64 and max(entry.file_size, entry.compress_size) > ZIP64_LIMIT:
             raise PatchedWheelsError(f"{self.dest.name}: {arcname} grew past 2 GiB while being written")
-        self._flush()
+        self._drain()
         os.pwrite(self._file.fileno(), _local_header(entry, self._dos_date, self._dos_time), entry.offset)
         self._entries.append(entry)
         if arcname != self._record_name:
             self._record.append(RecordEntry(arcname, record_hash(hasher.digest()), entry.file_size))
 
     def _write(self, data: bytes) -> None:
-        self._buffer += data
+        self._flush_run()
         self._offset += len(data)
+        self._buffer_bytes(data)
+
+    def _copy_range(self, source_fd: int, offset: int, count: int) -> None:
+        """Queue ``count`` input bytes at ``offset`` for output, merged with the queued run if adjacent."""
+        run = self._run
+        if run is not None and run[0] == source_fd and run[1] + run[2] == offset:
+            self._run = (source_fd, run[1], run[2] + count)
+        else:
+            self._flush_run()
+            self._run = (source_fd, offset, count)
+        self._offset += count
+
+    def _flush_run(self) -> None:
+        """Write the queued input range: in the kernel when large, through the buffer when small.
+
+        A syscall per small member would dominate on wheels with thousands of files.
+        """
+        if self._run is None:
+            return
+        source_fd, offset, count = self._run
+        self._run = None
+        if count >= CHUNK_SIZE and self._copy_file_range:
+            self._flush()
+        while count >= CHUNK_SIZE and self._copy_file_range:
+            try:
+                copied = os.copy_file_range(source_fd, self._file.fileno(), count, offset)
+            except OSError as error:
+                if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
+                    raise
+                self._copy_file_range = False
+                break
+            if not copied:
+                raise PatchedWheelsError(f"{self.dest.name}: input ended while copying member data")
+            offset += copied
+            count -= copied
+        while count:
+            chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
+            if not chunk:
+                raise PatchedWheelsError(f"{self.dest.name}: input ended while copying member data")
+            self._buffer_bytes(chunk)
+            offset += len(chunk)
+            count -= len(chunk)
+
+    def _buffer_bytes(self, data: bytes) -> None:
+        self._buffer += data
         if len(self._buffer) >= CHUNK_SIZE:
             self._flush()
 
@@ -723,32 +793,7 @@ class WheelWriter:
         view.release()
         self._buffer.clear()
 
-    def _copy_range(self, source_fd: int, offset: int, count: int) -> None:
-        """Copy ``count`` bytes at ``offset`` of ``source_fd`` to the output, in the kernel when possible.
-
-        A syscall per member would dominate on wheels with thousands of small files, so
-        members below CHUNK_SIZE are batched through the write buffer instead.
-        """
-        if count >= CHUNK_SIZE and self._copy_file_range:
-            self._flush()
-        destination_fd = self._file.fileno()
-        while count >= CHUNK_SIZE and self._copy_file_range:
-            try:
-                copied = os.copy_file_range(source_fd, destination_fd, count, offset)
-            except OSError as error:
-                if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
-                    raise
-                self._copy_file_range = False
-                break
-            if not copied:
-                raise PatchedWheelsError(f"{self.dest.name}: input ended while copying member data")
-            self._offset += copied
-            offset += copied
-            count -= copied
-        while count:
-            chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
-            if not chunk:
-                raise PatchedWheelsError(f"{self.dest.name}: input ended while copying member data")
-            self._write(chunk)
-            offset += len(chunk)
-            count -= len(chunk)
+    def _drain(self) -> None:
+        """Everything queued goes to the file: needed before any pwrite."""
+        self._flush_run()
+        self._flush()

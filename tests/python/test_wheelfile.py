@@ -342,3 +342,24 @@ def test_small_entries_need_no_zip64() -> None:
     assert len(wheelfile._local_header(entry, 0, 0)) == 30 + 1
     assert len(wheelfile._end_records(0xFFFE, 100, 100)) == 22
     assert len(wheelfile._end_records(0xFFFF, 100, 100)) == 22 + 56 + 20
+
+
+SAFE = ["a/b.py", "a/", "a/b/", "x.dist-info/RECORD", ".hidden/x", "a/.x", "a/..x", "...", "x."]
+UNSAFE = ["", "/", "/a", "../a", "../", "a/../b", "a/..", "a/.", "./a", "a//b", "a//", "a\\b", "C:/x", "a\0", "..", "."]
+
+
+@pytest.mark.parametrize("name", SAFE + UNSAFE)
+def test_is_safe_member_path(name: str) -> None:
+    assert wheelfile.is_safe_member_path(name) is (name in SAFE)
+
+
+def test_raw_copies_get_the_fixed_timestamp_in_local_headers_too(wheel: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader:
+        _copy_all(reader, dest)
+    data = dest.read_bytes()
+    with zipfile.ZipFile(dest) as archive:
+        for info in archive.infolist():
+            # (time, date) at offset 10 of the local header: 1980-01-01 00:00:00
+            assert struct.unpack_from("<HH", data, info.header_offset + 10) == (0, 0x21), info.filename
