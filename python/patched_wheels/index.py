@@ -170,9 +170,14 @@ def _reject_duplicates(candidates: list[_Candidate]) -> None:
 
 
 def _describe(
-    candidates: list[_Candidate], cache: Mapping[str, dict]
+    candidates: list[_Candidate], cache: Mapping[str, object]
 ) -> tuple[tuple[IndexedFile, ...], int]:
-    """Hash and read the files the cache cannot vouch for, in parallel, largest first."""
+    """Read and hash the files the cache cannot vouch for, on all cores.
+
+    METADATA reads are queued before the hashes, so a broken wheel is reported after
+    milliseconds rather than after hashing gigabytes; reading torch's (12k-member) RECORD
+    still overlaps with hashing, as hashlib releases the GIL. Hashes go largest first.
+    """
     described: dict[str, IndexedFile] = {}
     stale = []
     for candidate in candidates:
@@ -182,22 +187,40 @@ def _describe(
         else:
             described[candidate.path.name] = cached
     stale.sort(key=lambda c: (-c.stat.st_size, c.path.name))
-    workers = min(len(stale), os.cpu_count() or 1)
-    if workers:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {candidate.path.name: pool.submit(_read, candidate) for candidate in stale}
-            # Report the first failure in name order so the error line does not depend on timing.
-            for name in sorted(futures):
-                described[name] = futures[name].result()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(stale), os.cpu_count() or 1)))
+    try:
+        metadata = {c.path.name: pool.submit(_read_metadata, c) for c in stale if c.is_wheel}
+        hashes = {c.path.name: pool.submit(hash_file, c.path) for c in stale}
+        # Results in name order, so the error reported does not depend on timing.
+        read = {name: metadata[name].result() for name in sorted(metadata)}
+        for candidate in sorted(stale, key=lambda c: c.path.name):
+            name = candidate.path.name
+            sha256 = hashes[name].result()
+            after = candidate.path.stat()
+            if (after.st_size, after.st_mtime_ns) != (candidate.stat.st_size, candidate.stat.st_mtime_ns):
+                raise PatchedWheelsError(f"{candidate.path}: changed while it was being indexed; run again")
+            wheel_metadata, requires_python = read.get(name, (None, None))
+            described[name] = IndexedFile(
+                filename=name,
+                project=candidate.project,
+                version=candidate.version,
+                tags=candidate.tags,
+                sha256=sha256,
+                requires_python=requires_python,
+                metadata=wheel_metadata,
+            )
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     files = tuple(described[candidate.path.name] for candidate in candidates)
     return files, len(stale)
 
 
-def _from_cache(candidate: _Candidate, entry: dict | None) -> IndexedFile | None:
+def _from_cache(candidate: _Candidate, entry: object) -> IndexedFile | None:
     """Reuse a cache entry if the file's size and mtime are unchanged and, for a wheel, its
     ``.metadata`` file still holds the bytes the entry's hash was computed from."""
     if (
-        entry is None
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("sha256"), str)
         or entry.get("size") != candidate.stat.st_size
         or entry.get("mtime_ns") != candidate.stat.st_mtime_ns
     ):
@@ -221,26 +244,10 @@ def _from_cache(candidate: _Candidate, entry: dict | None) -> IndexedFile | None
     )
 
 
-def _read(candidate: _Candidate) -> IndexedFile:
-    """Read one distribution fully: its METADATA (wheels) and its sha256."""
-    metadata = None
-    requires_python = None
-    if candidate.is_wheel:
-        metadata = read_wheel_metadata(candidate.path)
-        requires_python = _check_metadata(candidate, metadata)
-    sha256 = hash_file(candidate.path)
-    after = candidate.path.stat()
-    if (after.st_size, after.st_mtime_ns) != (candidate.stat.st_size, candidate.stat.st_mtime_ns):
-        raise PatchedWheelsError(f"{candidate.path}: changed while it was being indexed; run again")
-    return IndexedFile(
-        filename=candidate.path.name,
-        project=candidate.project,
-        version=candidate.version,
-        tags=candidate.tags,
-        sha256=sha256,
-        requires_python=requires_python,
-        metadata=metadata,
-    )
+def _read_metadata(candidate: _Candidate) -> tuple[bytes, str | None]:
+    """A wheel's METADATA bytes, checked against its file name, and its Requires-Python."""
+    metadata = read_wheel_metadata(candidate.path)
+    return metadata, _check_metadata(candidate, metadata)
 
 
 def hash_file(path: Path) -> str:
