@@ -56,7 +56,7 @@ LIBRARY_PATHS = {
 }
 
 _SOURCES = {
-    "jit": "int jit_value(void) { return 7; }\n",
+    "jit": "#include <stdlib.h>\nint jit_value(void) { return atoi(\"7\"); }\n",  # needs libc: a system dependency
     "sparse": "int jit_value(void);\nint sparse_value(void) { return 3 * jit_value(); }\n",
     "solver": "int sparse_value(void);\nint solver_value(void) { return sparse_value() + 1; }\n",
     "blas": "int blas_value(void) { return 100; }\n",

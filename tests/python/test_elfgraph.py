@@ -1,0 +1,220 @@
+"""The ELF graph of real gcc-built libraries packaged as wheels."""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import random
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from fakecuda import LIBRARY_PATHS, build_fake_cuda_wheels, build_wheel, soname
+from patched_wheels import elfgraph
+from patched_wheels.cli import main
+from patched_wheels.elfgraph import build_graph, parse_elf, read_graph, read_library, scan_wheels
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.split import find_patchelf
+
+REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
+real_torch = pytest.mark.skipif(os.environ.get("RPW_REAL_TORCH") != "1", reason="set RPW_REAL_TORCH=1 (needs ~2.6 GB of wheels)")
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    return build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda"))
+
+
+def _compile(directory: Path, name: str, source: str, *flags: str) -> Path:
+    (directory / f"{name}.c").write_text(source)
+    output = directory / name
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(output), str(directory / f"{name}.c"), f"-L{directory}", *flags],
+        check=True,
+        capture_output=True,
+    )
+    return output
+
+
+def _by_path(graph):
+    return {library.path: library for library in graph.libraries}
+
+
+def test_reads_soname_needed_and_search_paths_of_every_library(wheels):
+    graph = read_graph(wheels.all)
+    libraries = _by_path(graph)
+    assert set(libraries) == set(LIBRARY_PATHS.values())
+    for short_name, path in LIBRARY_PATHS.items():
+        library = libraries[path]
+        assert library.soname == soname(short_name)
+        with zipfile.ZipFile(wheels.torch if path.startswith("faketorch/") else wheels.nvidia[short_name]) as archive:
+            elf = ELFFile(io.BytesIO(archive.read(path)))
+        tags = {tag.entry.d_tag: tag for tag in elf.get_section_by_name(".dynamic").iter_tags()}
+        assert library.needed == tuple(
+            tag.needed for tag in elf.get_section_by_name(".dynamic").iter_tags() if tag.entry.d_tag == "DT_NEEDED"
+        )
+        assert ":".join(library.runpath) == (tags["DT_RUNPATH"].runpath if "DT_RUNPATH" in tags else "")
+        assert ":".join(library.rpath) == (tags["DT_RPATH"].rpath if "DT_RPATH" in tags else "")
+    assert libraries[LIBRARY_PATHS["sparse"]].runpath == ("$ORIGIN", "$ORIGIN/../../jit/lib")
+    assert libraries[LIBRARY_PATHS["faketorch"]].rpath[0] == "$ORIGIN/../../fake_nvidia/jit/lib"
+
+
+def test_edges_resolve_by_soname_and_system_names_are_not_followed(wheels):
+    graph = read_graph(wheels.all)
+    libraries = _by_path(graph)
+
+    def deps(name):
+        return {library.path for library in graph.dependencies[libraries[LIBRARY_PATHS[name]]]}
+
+    assert deps("jit") == set()
+    assert deps("sparse") == {LIBRARY_PATHS["jit"]}
+    assert deps("solver") == {LIBRARY_PATHS["sparse"]}
+    assert deps("faketorch") == {LIBRARY_PATHS["solver"], LIBRARY_PATHS["blas"]}
+    assert deps("core") == {LIBRARY_PATHS["faketorch"]}
+    assert "libc.so.6" in graph.system[libraries[LIBRARY_PATHS["jit"]]]
+    assert all(not name.startswith(("libjit", "libsparse")) for names in graph.system.values() for name in names)
+
+
+def test_load_order_puts_every_library_after_its_dependencies_whatever_the_input_order(wheels):
+    graph = read_graph(wheels.all)
+    position = {library.path: index for index, library in enumerate(graph.load_order)}
+    assert len(position) == len(graph.libraries)
+    for library, dependencies in graph.dependencies.items():
+        for dependency in dependencies:
+            assert position[dependency.path] < position[library.path]
+    assert position[LIBRARY_PATHS["jit"]] < position[LIBRARY_PATHS["sparse"]] < position[LIBRARY_PATHS["solver"]]
+    reversed_graph = read_graph(list(reversed(wheels.all)), workers=1)
+    assert [library.path for library in reversed_graph.load_order] == [library.path for library in graph.load_order]
+
+
+def test_a_missing_provider_becomes_a_system_dependency(wheels):
+    graph = read_graph([wheels.nvidia["sparse"], wheels.nvidia["solver"]])
+    sparse = _by_path(graph)[LIBRARY_PATHS["sparse"]]
+    assert "libjit.so.12" in graph.system[sparse]
+    assert graph.dependencies[sparse] == ()
+
+
+def test_cycle_is_an_error_naming_the_cycle(tmp_path):
+    liba = _compile(tmp_path, "liba.so", "int a(void) { return 1; }\n", "-Wl,-soname,liba.so")
+    libb = _compile(tmp_path, "libb.so", "int a(void);\nint b(void) { return a(); }\n", "-Wl,-soname,libb.so", "-l:liba.so")
+    subprocess.run([find_patchelf(), "--add-needed", "libb.so", str(liba)], check=True)
+    wheel = build_wheel(tmp_path, "cyclic", "1.0", {"cyclic/liba.so": liba.read_bytes(), "cyclic/libb.so": libb.read_bytes()})
+    with pytest.raises(PatchedWheelsError) as error:
+        read_graph([wheel])
+    message = str(error.value)
+    assert "\n" not in message
+    assert "cycle" in message
+    assert "cyclic/liba.so (cyclic-1.0-py3-none-linux_x86_64.whl) -> cyclic/libb.so" in message
+    assert message.endswith("-> cyclic/liba.so (cyclic-1.0-py3-none-linux_x86_64.whl)")
+
+
+def test_non_elf_shared_library_is_an_error_naming_wheel_and_member(tmp_path):
+    wheel = build_wheel(tmp_path, "broken", "1.0", {"broken/libfoo.so.1": b"INPUT(-lbar)\n"})
+    with pytest.raises(PatchedWheelsError, match=r"^broken-1\.0-py3-none-linux_x86_64\.whl: broken/libfoo\.so\.1: not an ELF file"):
+        read_graph([wheel])
+
+
+@pytest.mark.parametrize("keep", [40, 0.5, -100])
+def test_truncated_elf_is_an_error_naming_wheel_and_member(tmp_path, wheels, keep):
+    with zipfile.ZipFile(wheels.nvidia["jit"]) as archive:
+        data = archive.read(LIBRARY_PATHS["jit"])
+    cut = int(len(data) * keep) if isinstance(keep, float) else keep
+    wheel = build_wheel(tmp_path, "cut", "1.0", {"cut/libjit.so.12": data[:cut]})
+    with pytest.raises(PatchedWheelsError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libjit\.so\.12: truncated or corrupt ELF"):
+        read_graph([wheel])
+
+
+def test_unreadable_or_missing_wheels_are_clear_errors(tmp_path):
+    with pytest.raises(PatchedWheelsError, match="nothere.whl: no such wheel"):
+        read_graph([tmp_path / "nothere.whl"])
+    (tmp_path / "junk-1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    with pytest.raises(PatchedWheelsError, match="junk-1.0-py3-none-any.whl: not a readable wheel"):
+        read_graph([tmp_path / "junk-1.0-py3-none-any.whl"])
+
+
+def test_platlib_members_are_keyed_by_install_path_and_stored_members_are_read(tmp_path, wheels):
+    with zipfile.ZipFile(wheels.nvidia["jit"]) as archive:
+        data = archive.read(LIBRARY_PATHS["jit"])
+    wheel = build_wheel(tmp_path, "plat", "1.0", {"plat-1.0.data/platlib/plat/libjit.so.12": data, "plat-1.0.data/scripts/libx.so": b"x"})
+    stored = tmp_path / "stored-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(stored, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("stored/libjit.so.12", data)
+    libraries = scan_wheels([wheel, stored]).libraries
+    assert [(library.path, library.soname) for library in libraries] == [
+        ("plat/libjit.so.12", "libjit.so.12"),
+        ("stored/libjit.so.12", "libjit.so.12"),
+    ]
+
+
+def _big_library(directory: Path, name: str, *, patch_rpath: bool) -> Path:
+    """A library whose .dynamic lies beyond the first MiB, optionally patchelf'd (dynstr moved to the end)."""
+    blob = directory / f"{name}.bin"
+    blob.write_bytes(random.Random(name).randbytes(3 << 20))  # incompressible, so the member stays big
+    source = f'__asm__(".section .rodata\\n.globl blob\\nblob:\\n.incbin \\"{blob}\\"\\n.text");\n'
+    source += "#include <math.h>\ndouble big(double x) { return cos(x); }\n"
+    library = _compile(directory, name, source, f"-Wl,-soname,{name}", "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", "-lm")
+    if patch_rpath:
+        long_path = ":".join(f"$ORIGIN/../../nvidia/lib{index}/lib" for index in range(40))
+        subprocess.run([find_patchelf(), "--set-rpath", long_path, str(library)], check=True)
+    return library
+
+
+@pytest.mark.parametrize("patch_rpath", [False, True])
+def test_streamed_read_of_a_large_member_equals_a_full_parse(tmp_path, monkeypatch, patch_rpath):
+    library = _big_library(tmp_path, "libbig.so", patch_rpath=patch_rpath)
+    data = library.read_bytes()
+    assert len(data) > 3 << 20
+    wheel = build_wheel(tmp_path, "big", "1.0", {"big/libbig.so": data})
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo("big/libbig.so")
+    monkeypatch.setattr(elfgraph, "_read_member", None)  # the streamed pass alone must answer
+    streamed = read_library(wheel, info, "big/libbig.so")
+    assert streamed == parse_elf(data, wheel=wheel.name, path="big/libbig.so")
+    assert "libm.so.6" in streamed.needed
+    assert len(streamed.search_path) == (40 if patch_rpath else 1)
+
+
+def test_cache_answers_unchanged_wheels_without_inflating(tmp_path, wheels):
+    cache = tmp_path / "cache"
+    first = scan_wheels(wheels.all, cache_dir=cache)
+    assert first.inflated_bytes > 0 and first.cached_wheels == 0
+    second = scan_wheels(wheels.all, cache_dir=cache)
+    assert second.libraries == first.libraries
+    assert (second.inflated_bytes, second.cached_wheels) == (0, len(wheels.all))
+    os.utime(wheels.torch, ns=(1, 1))
+    third = scan_wheels(wheels.all, cache_dir=cache)
+    assert third.cached_wheels == len(wheels.all) - 1 and third.libraries == first.libraries
+
+
+def test_graph_command_prints_libraries_and_load_order(wheels, capsys):
+    assert main(["graph", "--no-cache", *map(str, wheels.all)]) == 0
+    out = capsys.readouterr().out
+    order = out.split("load order (dependencies first):\n")[1].splitlines()
+    assert len(order) == len(LIBRARY_PATHS)
+    names = [line.split(". ", 1)[1].split(" ")[0] for line in order]
+    assert names.index(LIBRARY_PATHS["jit"]) < names.index(LIBRARY_PATHS["sparse"])
+    assert "libc.so.6 (system, not followed)" in out
+    assert main(["graph", "--no-cache", "--json", *map(str, wheels.all)]) == 0
+    assert '"load_order"' in capsys.readouterr().out
+
+
+def test_graph_command_reports_a_bad_member_on_one_line(tmp_path, capsys):
+    wheel = build_wheel(tmp_path, "broken", "1.0", {"broken/libfoo.so": b"garbage"})
+    assert main(["graph", "--no-cache", str(wheel)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("patched-wheels: error: broken-1.0-py3-none-linux_x86_64.whl: broken/libfoo.so")
+
+
+@real_torch
+def test_real_torch_order_loads_nvjitlink_before_cusparse_and_cusolver():
+    wheels = sorted(glob.glob(str(REAL_TORCH_DIR / "torch-2.1.0-cp311-*.whl")) + glob.glob(str(REAL_TORCH_DIR / "nvidia_*.whl")))
+    if len(wheels) < 13:
+        pytest.skip(f"torch 2.1.0 + 12 nvidia wheels not in {REAL_TORCH_DIR}; run benchmarks/bench_graph.py once")
+    graph = read_graph(wheels)
+    order = [library.filename for library in graph.load_order]
+    assert order.index("libnvJitLink.so.12") < order.index("libcusparse.so.12") < order.index("libcusolver.so.11")
+    assert order.index("libcusolver.so.11") < order.index("libtorch_cuda_linalg.so")
