@@ -23,6 +23,8 @@ API (kept small and stable, the Bazel integration tests reuse it)::
     wheels = build_fake_cuda_wheels(tmp / "wheels")           # -> FakeCudaWheels
     paths = per_wheel_layout(wheels.all, tmp / "per-wheel")   # one dir per wheel
     paths = flat_layout(wheels.all, tmp / "flat")             # one site-packages
+    compile_shared(dir, "libx.so", "int x(void) { return 1; }", "-Wl,-soname,libx.so")
+    blob_library(dir, "libbig.so", 3 << 20)                   # a library of a chosen size
     result = run_import(paths)                                # subprocess, PYTHONPATH=paths
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER)
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import random
 import subprocess
 import sys
 import zipfile
@@ -124,19 +127,30 @@ def soname(short_name: str) -> str | None:
     return None if short_name == "core" else os.path.basename(LIBRARY_PATHS[short_name])
 
 
-def _compile(short_name: str, build_dir: Path) -> Path:
-    needed, search_path, use_rpath = _LINKS[short_name]
-    source = build_dir / f"{short_name}.c"
-    source.write_text(_SOURCES[short_name])
-    output = build_dir / os.path.basename(LIBRARY_PATHS[short_name])
-    command = ["gcc", "-shared", "-fPIC", "-O1", "-o", str(output), str(source), f"-L{build_dir}"]
-    if soname(short_name):
-        command.append(f"-Wl,-soname,{soname(short_name)}")
-    command += [f"-l:{os.path.basename(LIBRARY_PATHS[name])}" for name in needed]
-    if search_path:
-        command += [f"-Wl,-rpath,{':'.join(search_path)}", "-Wl,--disable-new-dtags" if use_rpath else "-Wl,--enable-new-dtags"]
+def compile_shared(directory: Path, name: str, source: str, *flags: str) -> Path:
+    """``gcc -shared`` one C source into ``directory/name`` (``-L directory`` so earlier outputs can be linked)."""
+    (directory / f"{name}.c").write_text(source)
+    output = directory / name
+    command = ["gcc", "-shared", "-fPIC", "-O1", "-o", str(output), str(directory / f"{name}.c"), f"-L{directory}", *flags]
     subprocess.run(command, check=True, capture_output=True)
     return output
+
+
+def blob_library(directory: Path, name: str, size: int, *flags: str) -> Path:
+    """A shared library carrying ``size`` incompressible bytes (so its wheel member is about that big)."""
+    blob = directory / f"{name}.bin"
+    blob.write_bytes(random.Random(name).randbytes(size))
+    source = f'__asm__(".section .rodata\\n.globl blob_{size}\\nblob_{size}:\\n.incbin \\"{blob}\\"\\n.text");\n'
+    return compile_shared(directory, name, source + "int answer(void) { return 42; }\n", f"-Wl,-soname,{name}", *flags)
+
+
+def _compile(short_name: str, build_dir: Path) -> Path:
+    needed, search_path, use_rpath = _LINKS[short_name]
+    flags = [f"-Wl,-soname,{soname(short_name)}"] if soname(short_name) else []
+    flags += [f"-l:{os.path.basename(LIBRARY_PATHS[name])}" for name in needed]
+    if search_path:
+        flags += [f"-Wl,-rpath,{':'.join(search_path)}", "-Wl,--disable-new-dtags" if use_rpath else "-Wl,--enable-new-dtags"]
+    return compile_shared(build_dir, os.path.basename(LIBRARY_PATHS[short_name]), _SOURCES[short_name], *flags)
 
 
 def _record_hash(data: bytes) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import io
 import os
-import random
 import subprocess
 import zipfile
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from fakecuda import LIBRARY_PATHS, build_fake_cuda_wheels, build_wheel, soname
+from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import build_graph, parse_elf, read_graph, read_library, scan_wheels
@@ -27,17 +26,6 @@ real_torch = pytest.mark.skipif(os.environ.get("RPW_REAL_TORCH") != "1", reason=
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     return build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda"))
-
-
-def _compile(directory: Path, name: str, source: str, *flags: str) -> Path:
-    (directory / f"{name}.c").write_text(source)
-    output = directory / name
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-o", str(output), str(directory / f"{name}.c"), f"-L{directory}", *flags],
-        check=True,
-        capture_output=True,
-    )
-    return output
 
 
 def _by_path(graph):
@@ -99,8 +87,8 @@ def test_a_missing_provider_becomes_a_system_dependency(wheels):
 
 
 def test_cycle_is_an_error_naming_the_cycle(tmp_path):
-    liba = _compile(tmp_path, "liba.so", "int a(void) { return 1; }\n", "-Wl,-soname,liba.so")
-    libb = _compile(tmp_path, "libb.so", "int a(void);\nint b(void) { return a(); }\n", "-Wl,-soname,libb.so", "-l:liba.so")
+    liba = compile_shared(tmp_path, "liba.so", "int a(void) { return 1; }\n", "-Wl,-soname,liba.so")
+    libb = compile_shared(tmp_path, "libb.so", "int a(void);\nint b(void) { return a(); }\n", "-Wl,-soname,libb.so", "-l:liba.so")
     subprocess.run([find_patchelf(), "--add-needed", "libb.so", str(liba)], check=True)
     wheel = build_wheel(tmp_path, "cyclic", "1.0", {"cyclic/liba.so": liba.read_bytes(), "cyclic/libb.so": libb.read_bytes()})
     with pytest.raises(PatchedWheelsError) as error:
@@ -152,11 +140,7 @@ def test_platlib_members_are_keyed_by_install_path_and_stored_members_are_read(t
 
 def _big_library(directory: Path, name: str, *, patch_rpath: bool) -> Path:
     """A library whose .dynamic lies beyond the first MiB, optionally patchelf'd (dynstr moved to the end)."""
-    blob = directory / f"{name}.bin"
-    blob.write_bytes(random.Random(name).randbytes(3 << 20))  # incompressible, so the member stays big
-    source = f'__asm__(".section .rodata\\n.globl blob\\nblob:\\n.incbin \\"{blob}\\"\\n.text");\n'
-    source += "#include <math.h>\ndouble big(double x) { return cos(x); }\n"
-    library = _compile(directory, name, source, f"-Wl,-soname,{name}", "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", "-lm")
+    library = blob_library(directory, name, 3 << 20, "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", "-lm")
     if patch_rpath:
         long_path = ":".join(f"$ORIGIN/../../nvidia/lib{index}/lib" for index in range(40))
         subprocess.run([find_patchelf(), "--set-rpath", long_path, str(library)], check=True)

@@ -1,0 +1,201 @@
+"""split: round trips on the gcc-built fixtures, checked by importing and by reading the ELF back."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from fakecuda import (
+    EXPECTED_ANSWER,
+    LIBRARY_PATHS,
+    blob_library,
+    build_fake_cuda_wheels,
+    build_wheel,
+    flat_layout,
+    per_wheel_layout,
+    run_import,
+)
+from patched_wheels import split
+from patched_wheels.cli import main
+from patched_wheels.elfgraph import ElfLibrary
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.preload import PRELOAD_MODULE, read_preload_module
+from patched_wheels.split import relocated_search_path, split_wheel
+from patched_wheels.wheelfile import WheelReader
+
+MOVED = "faketorch_libs/lib/libfaketorch.so"
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    return build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture(scope="module")
+def split_pair(wheels, tmp_path_factory):
+    return split_wheel(
+        wheels.torch,
+        tmp_path_factory.mktemp("split"),
+        into="faketorch-libs",
+        move=["faketorch/lib/*.so"],
+        graph_wheels=list(wheels.nvidia.values()),
+    )
+
+
+def _dynamic(data: bytes) -> dict[str, str]:
+    from io import BytesIO
+
+    elf = ELFFile(BytesIO(data))
+    tags = elf.get_section_by_name(".dynamic").iter_tags()
+    return {tag.entry.d_tag: getattr(tag, tag.entry.d_tag[3:].lower(), None) for tag in tags if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH", "DT_SONAME")}
+
+
+def test_split_pair_imports_in_both_layouts(wheels, split_pair, tmp_path):
+    environment = [*wheels.nvidia.values(), split_pair.main, split_pair.sibling]
+    for layout in (flat_layout, per_wheel_layout):
+        result = run_import(layout(environment, tmp_path / layout.__name__))
+        assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), (layout.__name__, result.stderr)
+
+
+def test_moved_library_rpath_is_origin_plus_the_way_back(split_pair):
+    with WheelReader(split_pair.sibling, verify=True) as reader:
+        assert reader.members()[0] == MOVED
+        dynamic = _dynamic(reader.read(MOVED))
+    nvidia = [f"$ORIGIN/../../fake_nvidia/{name}/lib" for name in ("jit", "sparse", "solver", "blas")]
+    assert dynamic["DT_RPATH"].split(":") == ["$ORIGIN", *nvidia, "$ORIGIN/../../faketorch/lib"]
+    assert "DT_RUNPATH" not in dynamic  # it was DT_RPATH, like torch's
+    assert dynamic["DT_SONAME"] == "libfaketorch.so"
+
+
+def test_outputs_have_same_version_and_tags_valid_record_requirement_and_preload(wheels, split_pair):
+    assert split_pair.main.name == wheels.torch.name
+    assert split_pair.sibling.name == "faketorch_libs-2.1.0-py3-none-linux_x86_64.whl"
+    assert (split_pair.main_requirement, split_pair.sibling_requirement) == ("faketorch==2.1.0", "faketorch-libs==2.1.0")
+    with WheelReader(split_pair.sibling, verify=True) as sibling:
+        assert "Tag: py3-none-linux_x86_64" in sibling.read(f"{sibling.dist_info}/WHEEL").decode()
+        assert b"Name: faketorch-libs\nVersion: 2.1.0\n" in sibling.metadata()
+    with WheelReader(split_pair.main, verify=True) as main_wheel:
+        assert LIBRARY_PATHS["faketorch"] not in main_wheel.members()
+        assert "Requires-Dist: faketorch-libs==2.1.0" in main_wheel.metadata().decode().splitlines()
+        preload = read_preload_module(main_wheel.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+    assert preload[-1] == MOVED
+    assert preload.index(LIBRARY_PATHS["jit"]) < preload.index(LIBRARY_PATHS["sparse"]) < preload.index(LIBRARY_PATHS["solver"])
+
+
+def test_split_is_reproducible(wheels, split_pair, tmp_path):
+    again = split_wheel(
+        wheels.torch, tmp_path, into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=list(wheels.nvidia.values())
+    )
+    assert again.main.read_bytes() == split_pair.main.read_bytes()
+    assert again.sibling.read_bytes() == split_pair.sibling.read_bytes()
+
+
+def test_without_graph_wheels_the_pair_works_flat(wheels, tmp_path):
+    pair = split_wheel(wheels.torch, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/libfaketorch.so"])
+    result = run_import(flat_layout([*wheels.nvidia.values(), pair.main, pair.sibling], tmp_path / "flat"))
+    assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
+
+
+def test_split_extends_an_existing_preload(wheels, tmp_path):
+    from patched_wheels.preload import preload_member_edits
+    from patched_wheels.surgery import patch_wheel
+
+    patched = patch_wheel(
+        wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=preload_member_edits("faketorch", wheels.all)
+    ).path
+    pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"])
+    with zipfile.ZipFile(pair.main) as archive:
+        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+        init = archive.read("faketorch/__init__.py").decode()
+    assert preload[:-1] == tuple(LIBRARY_PATHS[name] for name in ("blas", "jit", "sparse", "solver"))
+    assert preload[-1] == MOVED
+    assert init.count(f"from . import {PRELOAD_MODULE}") == 1
+    result = run_import(per_wheel_layout([*wheels.nvidia.values(), pair.main, pair.sibling], tmp_path / "site"))
+    assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
+
+
+@pytest.fixture(scope="module")
+def sized_wheel(tmp_path_factory):
+    """``bigpkg`` with three incompressible libraries of 300, 150 and 60 KiB."""
+    directory = tmp_path_factory.mktemp("sized")
+    files = {"bigpkg/__init__.py": b"import os\n"}
+    for name, size in (("liba.so", 300 << 10), ("libb.so", 150 << 10), ("libc.so", 60 << 10)):
+        files[f"bigpkg/lib/{name}"] = blob_library(directory, name, size, "-Wl,-rpath,$ORIGIN").read_bytes()
+    return build_wheel(directory, "bigpkg", "1.0", files)
+
+
+def test_max_size_moves_the_largest_libraries_until_the_wheel_fits(sized_wheel, tmp_path):
+    limit = sized_wheel.stat().st_size - (200 << 10)
+    pair = split_wheel(sized_wheel, tmp_path, into="bigpkg-libs", max_size=limit)
+    assert pair.main.stat().st_size <= limit
+    with zipfile.ZipFile(pair.sibling) as archive:
+        assert [name for name in archive.namelist() if name.endswith(".so")] == ["bigpkg_libs/lib/liba.so"]
+        dynamic = _dynamic(archive.read("bigpkg_libs/lib/liba.so"))
+    assert dynamic["DT_RUNPATH"] == "$ORIGIN:$ORIGIN/../../bigpkg/lib"  # RUNPATH stays RUNPATH
+    tighter = split_wheel(sized_wheel, tmp_path / "tighter", into="bigpkg-libs", max_size=limit - (200 << 10))
+    with zipfile.ZipFile(tighter.sibling) as archive:
+        assert sorted(name for name in archive.namelist() if name.endswith(".so")) == [
+            "bigpkg_libs/lib/liba.so",
+            "bigpkg_libs/lib/libb.so",
+        ]
+
+
+def test_relocated_search_path_rebases_origin_entries():
+    library = ElfLibrary(
+        "torch.whl", "torch/lib/libx.so", "libx.so", (), (), ("$ORIGIN", "${ORIGIN}/../../nvidia/cublas/lib", "/usr/local/cuda/lib64")
+    )
+    assert relocated_search_path(library, "torch_libs/libx.so") == [
+        "$ORIGIN",
+        "$ORIGIN/../torch/lib",
+        "$ORIGIN/../nvidia/cublas/lib",
+        "/usr/local/cuda/lib64",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(move=["nothing/*"]), r"--move nothing/\* matches no member"),
+        (dict(move=["faketorch/__init__.py"]), r"faketorch/__init__.py \(matched by --move faketorch/__init__.py\) is not a shared library"),
+        (dict(move=["faketorch/*.so"], max_size=10), "give either --move globs or --max-size"),
+        (dict(), "give either --move globs or --max-size"),
+        (dict(move=["faketorch/*.so"], into="bad name!"), "--into 'bad name!' is not a valid project name"),
+        (dict(move=["faketorch/*.so"], into="FakeTorch"), "--into FakeTorch names the wheel being split"),
+        (dict(max_size=10**9), r"already fits in --max-size 1000000000"),
+        (dict(max_size=100), r"cannot fit --max-size 100"),
+    ],
+)
+def test_bad_requests_are_one_line_errors_and_leave_nothing(wheels, tmp_path, options, message):
+    options.setdefault("into", "faketorch-libs")
+    with pytest.raises(PatchedWheelsError, match=message) as error:
+        split_wheel(wheels.torch, tmp_path / "out", **options)
+    assert str(error.value).startswith(wheels.torch.name) and "\n" not in str(error.value)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_patchelf_failure_leaves_no_output(wheels, tmp_path, monkeypatch):
+    monkeypatch.setattr(split, "find_patchelf", lambda: "/bin/false")
+    with pytest.raises(PatchedWheelsError, match=r"faketorch/lib/libfaketorch.so: patchelf failed"):
+        split_wheel(wheels.torch, tmp_path, into="faketorch-libs", move=["faketorch/lib/*.so"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_must_not_replace_the_input(wheels):
+    with pytest.raises(PatchedWheelsError, match="output would overwrite the input"):
+        split_wheel(wheels.torch, wheels.torch.parent, into="faketorch-libs", move=["faketorch/lib/*.so"])
+
+
+def test_split_command_prints_outputs_and_requirements(wheels, tmp_path, capsys):
+    argv = ["split", "--no-cache", "--wheel", str(wheels.torch), "--move", "faketorch/lib/*.so"]
+    assert main([*argv, "--into", "faketorch-libs", "--dest-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        str(tmp_path / wheels.torch.name),
+        str(tmp_path / "faketorch_libs-2.1.0-py3-none-linux_x86_64.whl"),
+        "faketorch==2.1.0",
+        "faketorch-libs==2.1.0",
+    ]
+    assert all(Path(path).is_file() for path in lines[:2])
