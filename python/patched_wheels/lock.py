@@ -99,12 +99,7 @@ def lock(
     requirements, index_dir, out = Path(requirements), Path(index_dir).resolve(), Path(out)
     if index_option not in INDEX_OPTIONS:
         raise PatchedWheelsError(f"--index-option {index_option}: expected one of {', '.join(INDEX_OPTIONS)}")
-    try:
-        text = requirements.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise PatchedWheelsError(f"{requirements}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise PatchedWheelsError(f"{requirements}: not UTF-8 ({error.reason} at byte {error.start})") from None
+    text = _read_text(requirements)
     files = build_index(index_dir).files
     location = index_dir / SIMPLE_DIR if index_option != "find-links" else index_dir
     option_line = f"--{index_option}={location.as_uri()}"
@@ -135,7 +130,8 @@ def rewrite_lock(
         target_files = [f for f in index[project] if f.version == target]
         _record_parents(parents, project, pin, target_files)
         new_hashes = sorted(f"sha256:{f.sha256}" for f in target_files)
-        refresh = bool(pin.hashes) and (target != pinned or not set(new_hashes) & set(pin.hashes))
+        locked_hashes = {value.lower() for value in pin.hashes}
+        refresh = bool(pin.hashes) and (target != pinned or not set(new_hashes) & locked_hashes)
         physical = lines[pin.line.start : pin.line.end]
         if target != pinned:
             physical = _replace_version(physical, pin, str(target), source)
@@ -226,8 +222,8 @@ def _pinned_version(pin: _Pin, source: str) -> Version:
     specifiers = list(pin.requirement.specifier)
     if len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
         raise PatchedWheelsError(
-            f"{_where(source, pin.line.start)}: {pin.requirement.name} is in the index but not pinned "
-            f"with == ({pin.requirement}); only exact pins can be pointed at the index"
+            f"{_where(source, pin.line.start)}: {pin.requirement.name} must be pinned with == "
+            f"(found {pin.requirement})"
         )
     try:
         return Version(specifiers[0].version)
@@ -381,6 +377,16 @@ def _place_option(logical: Sequence[_Logical], option_line: str) -> tuple[int | 
     return (first if first is not None else (logical[-1].end if logical else 0)), dropped
 
 
+def _read_text(requirements: Path) -> str:
+    """The lock's text; pip reads requirement files as UTF-8 too (absent a BOM saying otherwise)."""
+    try:
+        return requirements.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise PatchedWheelsError(f"{requirements}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise PatchedWheelsError(f"{requirements}: not UTF-8 ({error.reason} at byte {error.start})") from None
+
+
 def _where(source: str, start: int) -> str:
     return f"{source}:{start + 1}"
 
@@ -403,15 +409,9 @@ class LockedPin:
 def read_pins(requirements: Path | str) -> list[LockedPin]:
     """The ``==`` pins of a lock with their sha256 hashes, in file order."""
     requirements = Path(requirements)
-    try:
-        text = requirements.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise PatchedWheelsError(f"{requirements}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise PatchedWheelsError(f"{requirements}: not UTF-8 ({error.reason} at byte {error.start})") from None
     source = str(requirements)
     pins = []
-    for line in _logical_lines(text.splitlines(keepends=True)):
+    for line in _logical_lines(_read_text(requirements).splitlines(keepends=True)):
         if not line.content or line.is_option:
             continue
         pin = _parse_pin(line, source)
