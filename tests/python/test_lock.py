@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from indexfixtures import make_wheel, run_cli, run_pip, sha256_of
+from indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.lock import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")
+# What installing the lock below must give: the patched versions, the sibling, the originals,
+# and not the win32-only pin.
+INSTALLED = [
+    "Odd_Name.Pkg-3.0+stripe.1.dist-info",
+    "filelockfake-3.13.1.dist-info",
+    "pyreq-1.0+stripe.1.dist-info",
+    "torchfake-2.1.0+stripe.5.dist-info",
+    "torchfake_libs-2.1.0+stripe.5.dist-info",
+    "tritonfake-2.1.0.dist-info",
+]
 
 
 @pytest.fixture
@@ -112,15 +124,7 @@ def test_pip_installs_the_locked_patched_wheels(index_dir: Path, tmp_path: Path,
     result = run_pip("install", "--require-hashes", "-r", str(out), "--target", str(target), *extra)
 
     assert result.returncode == 0, result.stderr
-    installed = sorted(p.name for p in target.glob("*.dist-info"))
-    assert installed == [
-        "Odd_Name.Pkg-3.0+stripe.1.dist-info",
-        "filelockfake-3.13.1.dist-info",
-        "pyreq-1.0+stripe.1.dist-info",
-        "torchfake-2.1.0+stripe.5.dist-info",
-        "torchfake_libs-2.1.0+stripe.5.dist-info",
-        "tritonfake-2.1.0.dist-info",
-    ]
+    assert sorted(p.name for p in target.glob("*.dist-info")) == INSTALLED
 
 
 def test_option_line_is_one_argument_pip_accepts(index_dir: Path, tmp_path: Path) -> None:
@@ -253,3 +257,22 @@ def test_cli_prints_changes(index_dir: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "torchfake==2.1.0 -> torchfake==2.1.0+stripe.5"
     assert result.stdout.splitlines()[-1] == f"wrote {out}"
+
+
+def test_uv_installs_the_locked_patched_wheels(index_dir: Path, tmp_path: Path) -> None:
+    """A second, independent client (uv, from PyPI, optional) reads the same lock and index."""
+    uv = pytest.importorskip("uv", reason="uv is an optional second client").find_uv_bin()
+    source = tmp_path / "requirements_lock.txt"
+    source.write_text(_lock_text(index_dir))
+    out = tmp_path / "out.txt"
+    lock(source, index_dir, out, index_option="index-url")
+    target = tmp_path / "site"
+    env = {**pip_env(), "UV_NO_CONFIG": "1", "UV_NO_CACHE": "1", "UV_PYTHON_DOWNLOADS": "never"}
+
+    result = subprocess.run(
+        [uv, "pip", "install", "--require-hashes", "-r", str(out), "--target", str(target), "--python", sys.executable],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in target.glob("*.dist-info")) == INSTALLED
