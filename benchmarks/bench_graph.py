@@ -1,0 +1,148 @@
+"""Benchmark: ELF graph + load order of torch 2.1.0 (cp311) and its 12 nvidia-*-cu12 wheels.
+
+Downloads the wheels (pinned, ~2.6 GB) into
+``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/`` when absent, then in
+one run measures:
+
+* ``graph``: :func:`patched_wheels.elfgraph.scan_wheels` + ``build_graph`` with no
+  result cache (every ELF member inflated), on all cores -- target <= 10 s on 2 cores;
+* ``floor``: inflating the very same members with zlib on one core, output discarded
+  (what the naive approach costs before any ELF parsing);
+* ``cached``: the same graph again with a warm per-wheel result cache;
+
+and prints the bytes inflated, the ratios against the floor, and checks the
+order the issue is about: libnvJitLink before libcusparse and libcusolver.
+
+Run: ``.venv/bin/python benchmarks/bench_graph.py``
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+import zlib
+from pathlib import Path
+
+from patched_wheels.elfgraph import INFLATER_NAME, build_graph, install_path, is_shared_library_name, scan_wheels
+
+PINS = (
+    "torch==2.1.0",
+    "nvidia-cublas-cu12==12.1.3.1",
+    "nvidia-cuda-cupti-cu12==12.1.105",
+    "nvidia-cuda-nvrtc-cu12==12.1.105",
+    "nvidia-cuda-runtime-cu12==12.1.105",
+    "nvidia-cudnn-cu12==8.9.2.26",
+    "nvidia-cufft-cu12==11.0.2.54",
+    "nvidia-curand-cu12==10.3.2.106",
+    "nvidia-cusolver-cu12==11.4.5.107",
+    "nvidia-cusparse-cu12==12.1.0.106",
+    "nvidia-nccl-cu12==2.18.1",
+    "nvidia-nvtx-cu12==12.1.105",
+    "nvidia-nvjitlink-cu12==12.9.86",
+)
+PLATFORMS = ("manylinux1_x86_64", "manylinux2010_x86_64", "manylinux_2_12_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rules_patched_wheels" / "torch-2.1.0"
+
+
+def ensure_wheels(directory: Path) -> list[Path]:
+    """One wheel per pin, downloaded with pip only when missing."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wheels = []
+    for pin in PINS:
+        name, version = pin.split("==")
+        pattern = f"{name.replace('-', '_')}-{version}-*cp311*.whl" if name == "torch" else f"{name.replace('-', '_')}-{version}-*.whl"
+        found = sorted(glob.glob(str(directory / pattern)))
+        if not found:
+            platforms = [argument for platform in PLATFORMS for argument in ("--platform", platform)]
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.11",
+                 "--implementation", "cp", "--abi", "cp311", *platforms, "-d", str(directory), pin],
+                check=True,
+            )
+            found = sorted(glob.glob(str(directory / pattern)))
+        wheels.append(Path(found[0]))
+    return wheels
+
+
+def elf_members(wheels: list[Path]) -> list[tuple[Path, zipfile.ZipInfo]]:
+    members = []
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            for info in archive.infolist():
+                path = install_path(info.filename)
+                if path is not None and is_shared_library_name(path):
+                    members.append((wheel, info))
+    return members
+
+
+def zlib_floor(members: list[tuple[Path, zipfile.ZipInfo]]) -> tuple[float, float]:
+    """Single-core zlib inflate of every member, output discarded: (wall, CPU) seconds of merely decompressing."""
+    cpu = _cpu_seconds()
+    start = time.perf_counter()
+    for wheel, info in members:
+        with zipfile.ZipFile(wheel) as archive, archive.open(info) as stream:
+            while stream.read(1 << 20):
+                pass
+    return time.perf_counter() - start, _cpu_seconds() - cpu
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def main() -> int:
+    wheels = ensure_wheels(cache_dir())
+    members = elf_members(wheels)
+    total = sum(info.file_size for _, info in members)
+    compressed = sum(info.compress_size for _, info in members)
+    print(f"{len(wheels)} wheels, {len(members)} ELF members: {total / 2**30:.2f} GiB inflated, {compressed / 2**30:.2f} GiB deflated")
+    print(f"cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}, inflater: {INFLATER_NAME}, zlib {zlib.ZLIB_RUNTIME_VERSION}")
+
+    start = time.perf_counter()
+    for wheel in wheels:  # same starting point for every measurement: wheels in the page cache
+        with open(wheel, "rb") as handle:
+            while handle.read(1 << 24):
+                pass
+    print(f"warm-up read of the wheels: {time.perf_counter() - start:.2f} s")
+
+    cpu = _cpu_seconds()
+    start = time.perf_counter()
+    scan = scan_wheels(wheels)
+    graph = build_graph(scan.libraries)
+    graph_seconds = time.perf_counter() - start
+    cpu_seconds = _cpu_seconds() - cpu
+    floor_seconds, floor_cpu_seconds = zlib_floor(members)
+
+    with tempfile.TemporaryDirectory() as results:
+        scan_wheels(wheels, cache_dir=Path(results))
+        start = time.perf_counter()
+        cached = build_graph(scan_wheels(wheels, cache_dir=Path(results)).libraries)
+        cached_seconds = time.perf_counter() - start
+    assert cached.load_order == graph.load_order
+
+    order = [library.filename for library in graph.load_order]
+    ok = order.index("libnvJitLink.so.12") < order.index("libcusparse.so.12") < order.index("libcusolver.so.11")
+    print(f"graph + order, no cache:       {graph_seconds:6.2f} s wall ({cpu_seconds:.2f} s CPU), "
+          f"{scan.inflated_bytes / 2**30:.2f} GiB inflated, {len(graph.libraries)} libraries"
+          f"  [target <= 10 s: {'met' if graph_seconds <= 10 else 'MISSED'}]")
+    print(f"floor, zlib inflate on 1 core: {floor_seconds:6.2f} s wall ({floor_cpu_seconds:.2f} s CPU, "
+          f"{total / floor_seconds / 1e6:.0f} MB/s)")
+    print(f"graph + order, warm cache:     {cached_seconds:6.2f} s")
+    print(f"ratios: graph/floor = {graph_seconds / floor_seconds:.2f} wall, {cpu_seconds / floor_cpu_seconds:.2f} CPU; "
+          f"cached/floor = {cached_seconds / floor_seconds:.4f}")
+    print(f"libnvJitLink before libcusparse before libcusolver: {'yes' if ok else 'NO'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
