@@ -15,7 +15,7 @@ from elftools.elf.elffile import ELFFile
 from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import build_graph, parse_elf, read_graph, read_library, scan_wheels
+from patched_wheels.elfgraph import parse_elf, read_graph, read_library, scan_wheels
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.split import find_patchelf
 
