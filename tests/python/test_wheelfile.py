@@ -363,3 +363,42 @@ def test_raw_copies_get_the_fixed_timestamp_in_local_headers_too(wheel: Path, tm
         for info in archive.infolist():
             # (time, date) at offset 10 of the local header: 1980-01-01 00:00:00
             assert struct.unpack_from("<HH", data, info.header_offset + 10) == (0, 0x21), info.filename
+
+
+class _Unseekable:
+    """A write-only stream: makes zipfile use data descriptors (flag bit 3) like streaming archivers."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, chunk: bytes) -> int:
+        self.data += chunk
+        return len(chunk)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_members_with_data_descriptors_are_copied_and_renamed(wheel: Path, tmp_path: Path) -> None:
+    stream = _Unseekable()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as target:  # type: ignore[arg-type]
+        for info in source.infolist():
+            with target.open(zipfile.ZipInfo(info.filename, info.date_time), "w") as member:
+                member.write(source.read(info))
+    streamed = tmp_path / "streamed" / wheel.name
+    streamed.parent.mkdir()
+    streamed.write_bytes(stream.data)
+    with zipfile.ZipFile(streamed) as archive:
+        assert all(info.flag_bits & 0x8 for info in archive.infolist())
+    dest = tmp_path / "out" / "demo-2-py3-none-any.whl"
+    dest.parent.mkdir()
+    with WheelReader(streamed) as reader, WheelWriter(dest, dist_info="demo-2.dist-info") as writer:
+        for name in reader.members():
+            if not name.endswith("/RECORD"):
+                writer.copy_raw(reader, name, arcname=name.replace("demo-1.0.", "demo-2."))
+    with zipfile.ZipFile(dest) as archive:
+        assert archive.testzip() is None
+        assert archive.read("demo/lib.so") == FILES["demo/lib.so"]
+        assert not any(info.flag_bits & 0x8 for info in archive.infolist())
+    with InstallerWheel.open(dest) as source:
+        source.validate_record(validate_contents=True)
