@@ -318,9 +318,16 @@ class WheelReader:
         if len(header) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack_from(header)[0] != _LOCAL_SIG:
             raise PatchedWheelsError(f"{self.path.name}: {info.filename}: bad local file header")
         fields = _LOCAL_HEADER.unpack_from(header)
-        name_length, extra_length = fields[9], fields[10]
+        crc, compress_size, file_size, name_length, extra_length = fields[6:]
         if header[_LOCAL_HEADER.size :] != name:
             raise PatchedWheelsError(f"{self.path.name}: {info.filename}: local header names another file")
+        # Local headers may be copied verbatim, so they must agree with the central directory.
+        if not info.flag_bits & _FLAG_DATA_DESCRIPTOR and (
+            crc != info.CRC
+            or (compress_size != 0xFFFFFFFF and compress_size != info.compress_size)
+            or (file_size != 0xFFFFFFFF and file_size != info.file_size)
+        ):
+            raise PatchedWheelsError(f"{self.path.name}: {info.filename}: local header disagrees with the central directory")
         return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
 
     def _raw_chunks(self, info: zipfile.ZipInfo) -> Iterator[bytes]:

@@ -402,3 +402,14 @@ def test_members_with_data_descriptors_are_copied_and_renamed(wheel: Path, tmp_p
         assert not any(info.flag_bits & 0x8 for info in archive.infolist())
     with InstallerWheel.open(dest) as source:
         source.validate_record(validate_contents=True)
+
+
+def test_local_header_must_agree_with_central_directory(wheel: Path) -> None:
+    data = bytearray(wheel.read_bytes())
+    with zipfile.ZipFile(wheel) as archive:
+        offset = archive.getinfo("demo/lib.so").header_offset
+    data[offset + 14 : offset + 18] = b"\0\0\0\0"  # CRC in the local header only
+    wheel.write_bytes(bytes(data))
+    with WheelReader(wheel) as reader, pytest.raises(PatchedWheelsError) as caught:
+        reader.read("demo/lib.so")
+    assert _one_line_error(caught) == f"{wheel.name}: demo/lib.so: local header disagrees with the central directory"
