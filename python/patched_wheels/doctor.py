@@ -38,6 +38,9 @@ _STATUS_TEXT = {
     NOT_LOADED: "{package} does not load it",
 }
 
+# Installed with the GPU driver on the machine that runs the code, never shipped in wheels:
+# a build host without a GPU lacking them says nothing about the target.
+DRIVER_LIBRARIES = frozenset({"libcuda.so.1", "libnvidia-ml.so.1"})
 _ORIGIN = re.compile(r"\$(ORIGIN\b|\{ORIGIN\})")
 _SYSTEM_DIRECTORIES = (
     "/lib",
@@ -80,8 +83,8 @@ class Diagnosis:
 
 
 def system_library_names() -> frozenset[str]:
-    """File names the loader finds on this machine without any RPATH: ld.so.cache plus the default directories."""
-    names: set[str] = set()
+    """File names the loader finds without any RPATH: ld.so.cache, the default directories, GPU driver libraries."""
+    names: set[str] = set(DRIVER_LIBRARIES)
     ldconfig = shutil.which("ldconfig") or next(
         (path for path in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(path)), None
     )
@@ -169,7 +172,11 @@ def diagnose(
     cache_dir: Path | None = None,
     system_names: Collection[str] | None = None,
 ) -> Diagnosis:
-    """Simulate one directory per wheel for ``wheels`` and report what would not load."""
+    """Simulate one directory per wheel for ``wheels`` and report what would not load.
+
+    ``system_names``: the library file names the target system provides (default:
+    :func:`system_library_names` of this machine).
+    """
     wheels = [Path(wheel) for wheel in wheels]
     graph = read_graph(wheels, cache_dir=cache_dir)
     names = system_library_names() if system_names is None else system_names

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.doctor import diagnose, format_diagnosis
+from patched_wheels.doctor import diagnose, format_diagnosis, system_library_names
 from patched_wheels.elfgraph import default_cache_dir
 
 
@@ -25,11 +25,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")
     parser.add_argument("--package", metavar="PKG", help="judge failures against PKG's preload (e.g. torch)")
+    parser.add_argument(
+        "--assume-system",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a library file name the target system provides even if this machine lacks it (repeatable)",
+    )
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel result cache")
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    diagnosis = diagnose(args.wheels, package=args.package, cache_dir=None if args.no_cache else default_cache_dir())
+    diagnosis = diagnose(
+        args.wheels,
+        package=args.package,
+        cache_dir=None if args.no_cache else default_cache_dir(),
+        system_names=system_library_names() | set(args.assume_system),
+    )
     print(format_diagnosis(diagnosis))
     return 1 if diagnosis.fails else 0
