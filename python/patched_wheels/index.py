@@ -24,7 +24,6 @@ existing index is left as it was.
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import html
 import json
@@ -35,7 +34,6 @@ from pathlib import Path
 from typing import Iterable, Mapping
 from urllib.parse import quote
 
-from packaging.metadata import parse_email
 from packaging.tags import Tag
 from packaging.utils import (
     InvalidSdistFilename,
@@ -48,7 +46,6 @@ from packaging.utils import (
 from packaging.version import Version
 
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.wheelfile import WheelReader
 
 SIMPLE_DIR = "simple"
 CACHE_FILE = ".patched-wheels-cache.json"
@@ -186,8 +183,13 @@ def _describe(
             stale.append(candidate)
         else:
             described[candidate.path.name] = cached
+    if not stale:
+        return tuple(described[candidate.path.name] for candidate in candidates), 0
+    # Imported only now: a warm run (nothing to read) should not pay for loading them.
+    from concurrent.futures import ThreadPoolExecutor
+
     stale.sort(key=lambda c: (-c.stat.st_size, c.path.name))
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(stale), os.cpu_count() or 1)))
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(stale), os.cpu_count() or 1)))
     try:
         metadata = {c.path.name: pool.submit(_read_metadata, c) for c in stale if c.is_wheel}
         hashes = {c.path.name: pool.submit(hash_file, c.path) for c in stale}
@@ -268,6 +270,8 @@ def read_wheel_metadata(path: Path) -> bytes:
     """The exact bytes of the wheel's ``.dist-info/METADATA``; ``WheelReader`` checks on the way
     that the file is a wheel (one matching ``.dist-info``, a RECORD that lists every member and
     the METADATA hash it records), so a broken wheel never gets published."""
+    from patched_wheels.wheelfile import WheelReader  # cold path only, like parse_email below
+
     with WheelReader(path) as wheel:
         return wheel.metadata()
 
@@ -275,6 +279,8 @@ def read_wheel_metadata(path: Path) -> bytes:
 def _check_metadata(candidate: _Candidate, metadata: bytes) -> str | None:
     """Check METADATA names the same project and version as the file name (pip refuses a
     mismatch at install time, far from the cause); return its Requires-Python."""
+    from packaging.metadata import parse_email  # pulls in the email package; cold path only
+
     raw, _unparsed = parse_email(metadata)
     name = raw.get("name")
     version = raw.get("version")
