@@ -75,20 +75,22 @@ def patch_wheel(
         for pattern in delete:
             edits.delete_matching(pattern)
         for name, edit in (member_edits or {}).items():
-            edits.check_editable(name, "preload edit")
+            edits.check_editable(name, "member edit")
             edits.set(name, edit(edits.current(name)))
         version, project = edits.edit_metadata(suffix, remove_requires, add_requires)
 
-        old_prefix = reader.dist_info[: -len(".dist-info")]
-        new_prefix = f"{old_prefix.rpartition('-')[0]}-{version}"
-        filename = reader.filename.with_version(version) if suffix else wheel.name
-        dest = dest_dir / filename
+        renames: dict[str, str] = {}
+        dest = dest_dir / wheel.name
+        if suffix:
+            distribution = reader.dist_info[: -len(".dist-info")].rpartition("-")[0]
+            new_prefix = f"{distribution}-{version}"
+            renames = {reader.dist_info: f"{new_prefix}.dist-info", reader.data_dir: f"{new_prefix}.data"}
+            dest = dest_dir / reader.filename.with_version(version)
         if dest.resolve() == wheel.resolve():
             raise PatchedWheelsError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
-        renames = {reader.dist_info: f"{new_prefix}.dist-info", reader.data_dir: f"{new_prefix}.data"}
 
         dest_dir.mkdir(parents=True, exist_ok=True)
-        with WheelWriter(dest, dist_info=renames[reader.dist_info]) as writer:
+        with WheelWriter(dest, dist_info=renames.get(reader.dist_info, reader.dist_info)) as writer:
             for name in edits.output_order():
                 top, slash, rest = name.partition("/")
                 arcname = renames.get(top, top) + slash + rest
