@@ -26,6 +26,7 @@ import re
 import stat
 import struct
 import tempfile
+import threading
 import time
 import zipfile
 import zlib
@@ -295,13 +296,29 @@ class WheelReader:
             (name for name in self._infos if name in self._record and self._record[name].hash),
             key=lambda name: -self._infos[name].compress_size,
         )
+        # One long-lived worker per core pulls names from a shared list: a task per
+        # member would cost more than hashing tens of thousands of tiny files.
+        pending = iter(names)
+        lock = threading.Lock()
+        failed = threading.Event()
+
+        def work() -> None:
+            while not failed.is_set():
+                with lock:
+                    name = next(pending, None)
+                if name is None:
+                    return
+                try:
+                    self._drain(name)
+                except BaseException:
+                    failed.set()
+                    raise
+
         workers = max(1, min(len(names), os.cpu_count() or 1))
-        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify")
-        try:
-            for future in [executor.submit(self._drain, name) for name in names]:
-                future.result()
-        finally:
-            executor.shutdown(wait=True, cancel_futures=True)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as executor:
+            futures = [executor.submit(work) for _ in range(workers)]
+        for future in futures:
+            future.result()
 
     # -- internals shared with WheelWriter
 
