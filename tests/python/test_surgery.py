@@ -303,3 +303,16 @@ def test_preload_flags_must_come_together(tmp_path: Path, capsys: pytest.Capture
     wheel = _demo_wheel(tmp_path / "in")
     assert _cli("patch", "--wheel", wheel, "--dest-dir", tmp_path / "out", "--preload-for", "demo") == 1
     assert "--preload-for and --preload-from must be given together" in capsys.readouterr().err
+
+
+def test_signatures_are_dropped_and_generated_files_protected(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", "demo", "1.0", {"demo/x.py": b"", ".dist-info/RECORD.jws": b"{}"})
+    result = patch_wheel(wheel, tmp_path / "out", suffix="s")
+    with zipfile.ZipFile(result.path) as archive:
+        assert not [name for name in archive.namelist() if name.endswith(".jws")]
+        assert b"RECORD.jws" not in archive.read("demo-1.0+s.dist-info/RECORD")
+    edit_record = {"demo-1.0.dist-info/RECORD": lambda content: b""}
+    with pytest.raises(PatchedWheelsError, match="^member edit: demo-1.0.dist-info/RECORD is generated"):
+        patch_wheel(wheel, tmp_path / "out2", suffix="s", member_edits=edit_record)
+    assert not (tmp_path / "out2").exists()
