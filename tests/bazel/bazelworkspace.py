@@ -1,0 +1,220 @@
+"""Synthetic Bazel workspaces that use the rules on the fake CUDA wheels, and a way to drive them.
+
+Each workspace gets its own "PyPI": the wheels of ``tests/python/fakecuda.py`` indexed by the real
+``patched-wheels index`` and served as ``file://`` URLs, so the rules resolve every pin through the
+index's simple pages exactly as they do against pypi.org. Starting Bazel (a server, rules_python,
+pip installs) costs far more than any single assertion, so there are only two workspaces, one per
+mode, each shared by a whole test module; tests that need different inputs use extra hubs declared
+up front rather than new workspaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+import string
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BAZEL = REPO_ROOT / "tools" / "bazel"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
+import fakecuda  # noqa: E402
+
+# Must match the `suffix` / `split_into` the templates give the patched wheels.
+SUFFIX = "test.1"
+SPLIT_SIBLING = "faketorch-libs"
+SPLIT_MOVED_FROM = fakecuda.LIBRARY_PATHS["faketorch"]
+# split.py's layout: a moved `<pkg>/lib/libx.so` lands at `<sibling distribution>/lib/libx.so`.
+SPLIT_MOVED_TO = "faketorch_libs/lib/libfaketorch.so"
+
+
+def summary_statuses(output: str) -> dict[str, str]:
+    """`//:target -> PASSED|FAILED|...` from the summary `bazel test` prints."""
+    return dict(re.findall(r"^(//\S+)\s+(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS)\b", output, re.MULTILINE))
+
+
+@dataclass(frozen=True)
+class BazelResult:
+    args: Sequence[str]
+    returncode: int
+    output: str
+    log: Path
+
+    def tail(self, lines: int = 60) -> str:
+        return f"`bazel {' '.join(self.args)}` exited {self.returncode}; last lines of {self.log}:\n" + "\n".join(
+            self.output.splitlines()[-lines:]
+        )
+
+
+class BazelWorkspace:
+    """A generated workspace and the `tools/bazel` commands run in it (output kept in ``logs/``)."""
+
+    def __init__(self, root: Path, logs: Path, *, config: Sequence[str] = ()) -> None:
+        self.root = root
+        self.logs = logs
+        self.config = tuple(config)  # flags every command of this workspace needs, e.g. --config=workspace
+        self._count = 0
+        self._output_base: Path | None = None
+
+    def run(self, *args: str, timeout: float = 900) -> BazelResult:
+        self._count += 1
+        log = self.logs / f"{self._count:02d}-{args[0]}.log"
+        with log.open("w", encoding="utf-8") as out:
+            completed = subprocess.run(
+                [str(BAZEL), *args], cwd=self.root, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            )
+        return BazelResult(args, completed.returncode, log.read_text(encoding="utf-8", errors="replace"), log)
+
+    def ok(self, *args: str) -> BazelResult:
+        result = self.run(*args)
+        assert result.returncode == 0, result.tail()
+        return result
+
+    def info(self, key: str) -> Path:
+        return Path(self.ok("info", *self.config, key).output.strip().splitlines()[-1])
+
+    def test_log(self, target: str) -> str:
+        """The test.log of `//:target` from the last `bazel test` that ran it."""
+        return (self.root / "bazel-testlogs" / target / "test.log").read_text(encoding="utf-8", errors="replace")
+
+    @property
+    def output_base(self) -> Path:
+        """Fixed by the workspace path, so it survives `clean --expunge`; asked once (each command costs seconds)."""
+        if self._output_base is None:
+            self._output_base = self.info("output_base")
+        return self._output_base
+
+    def hub(self, name: str) -> Path:
+        """The fetched hub repository `name` (canonical names differ between Bazel versions and modes)."""
+        external = self.output_base / "external"
+        found = [path for path in external.glob(f"*{name}") if re.search(rf"(^|[~+]){name}$", path.name)]
+        found = [path for path in found if (path / "requirements_lock.txt").is_file()]
+        assert len(found) == 1, f"hub {name}: expected one fetched repository under {external}, found {found}"
+        return found[0]
+
+    def shutdown(self) -> None:
+        """Stop the server and drop the output base: every test run makes a new workspace path."""
+        self.run("clean", "--expunge", timeout=300)
+
+
+@dataclass(frozen=True)
+class FakePypi:
+    directory: Path
+    wheels: fakecuda.FakeCudaWheels
+
+    @property
+    def index_url(self) -> str:
+        return (self.directory / "simple").as_uri()
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_fake_pypi(directory: Path) -> FakePypi:
+    """The fake CUDA wheel set, indexed by the CLI the users run (PEP 503 pages with sha256 fragments)."""
+    wheels = fakecuda.build_fake_cuda_wheels(directory)
+    subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "index", str(directory)], check=True, capture_output=True, text=True
+    )
+    return FakePypi(directory, wheels)
+
+
+def write_lock(pypi: FakePypi, path: Path) -> None:
+    """A pip-compile style hashed lock of every fake wheel (no URLs: the rules resolve them)."""
+    lines = ["# Hashed lock of the fake CUDA wheel set (generated by tests/bazel/conftest.py).\n"]
+    for wheel in sorted(pypi.wheels.all):
+        name, version = wheel.name.split("-")[:2]
+        lines.append(f"{name.replace('_', '-')}=={version} \\\n    --hash=sha256:{sha256_of(wheel)}\n")
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def split_available() -> str | None:
+    """Why the split hub cannot be built yet, or None (patched_wheels.split is written separately)."""
+    try:
+        from patched_wheels.split import split_wheel
+    except ImportError as error:
+        return f"patched_wheels.split is not importable: {error}"
+    expected = {"into", "move", "max_size", "graph_wheels"}
+    missing = expected - set(inspect.signature(split_wheel).parameters)
+    return f"split_wheel() lacks the parameters hub.py passes: {sorted(missing)}" if missing else None
+
+
+def render(template: str, destination: Path, **values: str) -> None:
+    text = string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
+    destination.write_text(text, encoding="utf-8")
+
+
+def _common_files(root: Path) -> FakePypi:
+    root.mkdir(parents=True, exist_ok=True)
+    pypi = build_fake_pypi(root / "pypi")
+    # The fake PyPI lives inside the workspace so the offline launcher's chroot sees it; not a package.
+    (root / ".bazelignore").write_text("pypi\nlogs\nhidden-wheels\n", encoding="utf-8")
+    (root / ".bazelrc").write_text(
+        "startup --max_idle_secs=900\n"
+        "common:workspace --noenable_bzlmod --enable_workspace\n"
+        "test --test_output=errors\n",
+        encoding="utf-8",
+    )
+    write_lock(pypi, root / "requirements_lock.txt")
+    (root / "check_faketorch.py").write_text((TEMPLATES / "check_faketorch.py").read_text(encoding="utf-8"))
+    (root / "logs").mkdir()
+    return pypi
+
+
+@dataclass(frozen=True)
+class Setup:
+    workspace: BazelWorkspace
+    pypi: FakePypi
+    split_skip: str | None
+
+
+def make_bzlmod_workspace(root: Path) -> Setup:
+    """The MODULE.bazel workspace: hubs `fixed`, `original` (control), `split` and `bad`."""
+    pypi = _common_files(root)
+    split_skip = split_available()
+    values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
+    render("MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
+    render("BUILD.bazel.tmpl", root / "BUILD.bazel", expected=str(fakecuda.EXPECTED_ANSWER), **values)
+    if split_skip is None:
+        with (root / "MODULE.bazel").open("a", encoding="utf-8") as module:
+            module.write(string.Template((TEMPLATES / "split.MODULE.bazel.tmpl").read_text()).substitute(values))
+        with (root / "BUILD.bazel").open("a", encoding="utf-8") as build:
+            build.write(
+                string.Template((TEMPLATES / "split.BUILD.bazel.tmpl").read_text()).substitute(
+                    values,
+                    expected=str(fakecuda.EXPECTED_ANSWER),
+                    moved_from=SPLIT_MOVED_FROM,
+                    moved_to=SPLIT_MOVED_TO,
+                    sibling_dist=SPLIT_SIBLING.replace("-", "_"),
+                )
+            )
+    (root / "does-not-apply.patch").write_text(
+        "--- a/faketorch/__init__.py\n"
+        "+++ b/faketorch/__init__.py\n"
+        "@@ -1,3 +1,3 @@\n"
+        ' """This line is not in faketorch/__init__.py."""\n'
+        "-import ctypes\n"
+        "+import ctypes  # patched\n"
+        " import os\n",
+        encoding="utf-8",
+    )
+    return Setup(BazelWorkspace(root, root / "logs"), pypi, split_skip)
+
+
+def make_workspace_mode_workspace(root: Path) -> Setup:
+    """The legacy WORKSPACE workspace: one hub `fixed` made by the `patched_index` macro."""
+    pypi = _common_files(root)
+    values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
+    render("WORKSPACE.tmpl", root / "WORKSPACE", **values)
+    render("BUILD.bazel.workspace.tmpl", root / "BUILD.bazel", expected=str(fakecuda.EXPECTED_ANSWER))
+    return Setup(BazelWorkspace(root, root / "logs", config=["--config=workspace"]), pypi, None)
+
+

@@ -1,0 +1,128 @@
+"""The bzlmod API end to end: MODULE.bazel hubs on the fake CUDA wheels, tested under `bazel test`.
+
+One workspace (see conftest.py) holds every hub; the tests run in file order and the last one
+expunges the output base, so keep it last.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bazelworkspace import SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, sha256_of, summary_statuses
+
+pytestmark = pytest.mark.bazel
+
+PRELOAD_BUG = "libjit.so.12: cannot open shared object file"
+
+
+def targets(setup: Setup) -> list[str]:
+    return ["//:fixed_test", "//:original_test"] + ([] if setup.split_skip else ["//:split_test"])
+
+
+@pytest.fixture(scope="module")
+def first_run(bzlmod: Setup) -> BazelResult:
+    """One `bazel test` of every target: the fetch, patch, pip install and test of every hub."""
+    result = bzlmod.workspace.run("test", "--keep_going", *targets(bzlmod))
+    # 3: the build succeeded and some test failed (the control is meant to).
+    assert result.returncode == 3, result.tail()
+    return result
+
+
+def test_patched_hub_fixes_import(bzlmod: Setup, first_run: BazelResult) -> None:
+    assert summary_statuses(first_run.output).get("//:fixed_test") == "PASSED", first_run.tail()
+    assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in bzlmod.workspace.test_log("fixed_test")
+
+
+def test_unpatched_hub_shows_the_preload_bug(bzlmod: Setup, first_run: BazelResult) -> None:
+    assert summary_statuses(first_run.output).get("//:original_test") == "FAILED", first_run.tail()
+    log = bzlmod.workspace.test_log("original_test")
+    assert PRELOAD_BUG in log, log[-3000:]
+
+
+def test_split_hub_loads_moved_library_from_sibling_wheel(bzlmod: Setup, first_run: BazelResult) -> None:
+    if bzlmod.split_skip:
+        pytest.skip(bzlmod.split_skip)
+    assert summary_statuses(first_run.output).get("//:split_test") == "PASSED", first_run.tail()
+    log = bzlmod.workspace.test_log("split_test")
+    # check_faketorch.py prints this only after checking where the library was found and mapped.
+    assert re.search(r"libfaketorch\.so loaded from \S*pypi_split_faketorch_libs\S*/faketorch_libs/lib/", log), log
+
+
+def test_generated_lock_pins_the_patched_wheel_of_the_local_index(bzlmod: Setup, first_run: BazelResult) -> None:
+    hub = bzlmod.workspace.hub("fixed")
+    patched = list((hub / "index").glob(f"faketorch-2.1.0+{SUFFIX}-*.whl"))
+    assert len(patched) == 1, sorted(path.name for path in (hub / "index").iterdir())
+    lock = (hub / "requirements_lock.txt").read_text(encoding="utf-8")
+    assert f"faketorch==2.1.0+{SUFFIX} \\\n    --hash=sha256:{sha256_of(patched[0])}\n" in lock, lock
+    index_lines = [line for line in lock.splitlines() if line.startswith("--index-url=")]
+    assert index_lines == [f"--index-url={(hub / 'index' / 'simple').as_uri()}"], lock
+    # The other wheels are mirrored unchanged into the hub's index and keep their pins and hashes.
+    for name, wheel in bzlmod.pypi.wheels.nvidia.items():
+        assert sha256_of(hub / "index" / wheel.name) == sha256_of(wheel)
+        assert f"fake-nvidia-{name}=={fakecuda.NVIDIA_VERSION} \\\n    --hash=sha256:{sha256_of(wheel)}\n" in lock
+
+
+def test_control_hub_serves_the_originals(bzlmod: Setup, first_run: BazelResult) -> None:
+    hub = bzlmod.workspace.hub("original")
+    torch = bzlmod.pypi.wheels.torch
+    assert sha256_of(hub / "index" / torch.name) == sha256_of(torch)
+    lock = (hub / "requirements_lock.txt").read_text(encoding="utf-8")
+    assert f"faketorch=={fakecuda.TORCH_VERSION} \\\n    --hash=sha256:{sha256_of(torch)}\n" in lock, lock
+
+
+def test_patch_that_does_not_apply_fails_with_the_helpers_error_line(bzlmod: Setup) -> None:
+    result = bzlmod.workspace.run("build", "@bad//:requirements_lock.txt")
+    assert result.returncode != 0, result.tail()
+    patch = bzlmod.workspace.root / "does-not-apply.patch"
+    errors = [line for line in result.output.splitlines() if "patched-wheels: error:" in line]
+    assert errors, result.tail()
+    assert all(str(patch) in line and "faketorch/__init__.py" in line for line in errors), errors
+
+
+def _lockfile_records_resolution(workspace: BazelWorkspace, pypi_dir: Path) -> bool:
+    """Whether MODULE.bazel.lock keeps the extension's resolved wheel URLs.
+
+    Debian's bazel-bootstrap 7.7.1 (tools/bazel's offline path) always writes `{}`, so there the
+    extension runs again after `clean --expunge` and downloads the index pages (not the wheels).
+    """
+    lockfile = workspace.root / "MODULE.bazel.lock"
+    return lockfile.is_file() and pypi_dir.as_uri() in lockfile.read_text(encoding="utf-8")
+
+
+def test_module_lock_records_resolved_wheels(bzlmod: Setup, first_run: BazelResult) -> None:
+    lockfile = bzlmod.workspace.root / "MODULE.bazel.lock"
+    assert lockfile.is_file()
+    if json.loads(lockfile.read_text(encoding="utf-8")) == {}:
+        pytest.skip("this Bazel writes an empty MODULE.bazel.lock (Debian bazel-bootstrap); nothing to check")
+    assert _lockfile_records_resolution(bzlmod.workspace, bzlmod.pypi.directory), lockfile.read_text()[:3000]
+
+
+def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: Setup, first_run: BazelResult) -> None:
+    """Runs last: it expunges the output base. The fake PyPI's wheels are hidden during the rebuild,
+    so any wheel not served from the repository cache fails the build."""
+    workspace = bzlmod.workspace
+    hubs = ["fixed"] + ([] if bzlmod.split_skip else ["split"])
+    before = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
+    assert any("+" + SUFFIX in name for _, name in before), before
+
+    workspace.ok("clean", "--expunge")
+    assert not any((workspace.output_base / "external").glob("*fixed")), "clean --expunge left the hub behind"
+    hidden = workspace.root / "hidden-wheels"
+    hidden.mkdir()
+    wheels = list(bzlmod.pypi.directory.glob("*.whl"))
+    for wheel in wheels:
+        shutil.move(wheel, hidden / wheel.name)
+    try:
+        flags = ["--repository_disable_download"] if _lockfile_records_resolution(workspace, bzlmod.pypi.directory) else []
+        rebuilt = workspace.run("test", *flags, *[target for target in targets(bzlmod) if target != "//:original_test"])
+    finally:
+        for wheel in wheels:
+            shutil.move(hidden / wheel.name, wheel)
+    assert rebuilt.returncode == 0, rebuilt.tail()
+    after = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
+    assert after == before

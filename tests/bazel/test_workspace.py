@@ -1,0 +1,23 @@
+"""The WORKSPACE API end to end: `patched_index` + `pip_parse` on the fake CUDA wheels."""
+
+from __future__ import annotations
+
+import pytest
+
+from bazelworkspace import SUFFIX, Setup, fakecuda, sha256_of
+
+pytestmark = pytest.mark.bazel
+
+
+def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
+    workspace = workspace_mode.workspace
+    result = workspace.run("test", *workspace.config, "//:fixed_test")
+    assert result.returncode == 0, result.tail()
+    assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in workspace.test_log("fixed_test")
+
+    hub = workspace.hub("fixed")
+    patched = list((hub / "index").glob(f"faketorch-2.1.0+{SUFFIX}-*.whl"))
+    assert len(patched) == 1, sorted(path.name for path in (hub / "index").iterdir())
+    lock = (hub / "requirements_lock.txt").read_text(encoding="utf-8")
+    assert f"faketorch==2.1.0+{SUFFIX} \\\n    --hash=sha256:{sha256_of(patched[0])}\n" in lock, lock
+    assert f"--index-url={(hub / 'index' / 'simple').as_uri()}\n" in lock, lock
