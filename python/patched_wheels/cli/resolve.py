@@ -1,0 +1,48 @@
+"""``patched-wheels resolve``: pick each pin's wheel file and URL (used by the Bazel rules).
+
+Two calls: ``--list-projects`` prints (JSON) which project pages to download; then, given the
+downloaded pages, it prints the JSON list of wheels (project, filename, urls, sha256) to fetch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.lock import read_pins
+from patched_wheels.resolve import projects_to_resolve, resolve
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("resolve", help="choose the wheel (URL, sha256) of every pin of a hashed lock")
+    parser.add_argument("--requirements", required=True, type=Path, help="the hashed lock")
+    parser.add_argument("--explicit", type=Path, help='JSON {"project": {"urls": [...], "sha256": "..."}} given by the user')
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--list-projects", action="store_true", help="print the projects whose index page is needed")
+    mode.add_argument("--pages", type=Path, help="directory of downloaded pages, <project>.html")
+    parser.add_argument("--index-url", help="the index the pages came from (for relative links)")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    explicit = _load_explicit(args.explicit) if args.explicit else {}
+    if args.list_projects:
+        print(json.dumps(projects_to_resolve(read_pins(args.requirements), explicit)))
+        return 0
+    if not args.index_url:
+        raise PatchedWheelsError("resolve --pages needs --index-url")
+    wheels = resolve(args.requirements, pages_dir=args.pages, index_url=args.index_url, explicit=explicit)
+    print(json.dumps([wheel.as_json() for wheel in wheels], indent=1))
+    return 0
+
+
+def _load_explicit(path: Path) -> dict:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise PatchedWheelsError(f"{path}: cannot read explicit wheel URLs: {error}") from None
+    return {canonicalize_name(name): (entry["urls"], entry["sha256"]) for name, entry in raw.items()}

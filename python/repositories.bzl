@@ -1,0 +1,59 @@
+"""WORKSPACE API of rules_patched_wheels.
+
+```starlark
+load("@rules_patched_wheels//python:repositories.bzl", "patched_index", "patched_wheel")
+patched_index(
+    name = "patched_pypi",
+    requirements_lock = "//third_party:requirements_lock.txt",
+    wheels = [patched_wheel(name = "torch", suffix = "stripe.5", remove_requires = ["triton"], preload = "auto")],
+)
+load("@rules_python//python:pip.bzl", "pip_parse")
+pip_parse(name = "pypi", requirements_lock = "@patched_pypi//:requirements_lock.txt")
+```
+Without an extension to record it, the hub resolves the wheel URLs itself (index pages are fetched again
+after `clean --expunge`; the wheels still come from the repository cache).
+"""
+
+load("//python/private:hub.bzl", "DEFAULT_INDEX_URL", "patched_hub")
+load("//python/private:specs.bzl", "PATCHED_WHEEL_ATTRS", "hub_specs")
+
+def patched_wheel(**kwargs):
+    """Describes one patched wheel for `patched_index(wheels = [...])`; takes the attributes of the
+    bzlmod `patched_wheel` tag (without `hub`)."""
+    unknown = [key for key in kwargs if key not in PATCHED_WHEEL_ATTRS]
+    if unknown:
+        fail("rules_patched_wheels: patched_wheel() got unknown attributes %s" % unknown)
+    if "name" not in kwargs or "suffix" not in kwargs:
+        fail("rules_patched_wheels: patched_wheel() needs `name` and `suffix`")
+    values = {
+        "requirement": "",
+        "urls": [],
+        "sha256": "",
+        "patches": [],
+        "strip": 1,
+        "remove_requires": [],
+        "add_requires": [],
+        "delete": [],
+        "preload": "off",
+        "preload_package": "",
+        "split_into": "",
+        "split_max_size": 0,
+        "split_move": [],
+    }
+    values.update(kwargs)
+    return struct(**values)
+
+def patched_index(name, requirements_lock, wheels = [], index_url = DEFAULT_INDEX_URL, index_option = "index-url", python_interpreter = "python3", python_interpreter_target = None):
+    """A hub repository `name` with `requirements_lock.txt` for pip_parse, serving the lock's wheels
+    (those in `wheels` patched) from a local index."""
+    specs, patches = hub_specs(wheels)
+    patched_hub(
+        name = name,
+        requirements_lock = requirements_lock,
+        index_url = index_url,
+        index_option = index_option,
+        patched = json.encode(specs),
+        patches = patches,
+        python_interpreter = python_interpreter,
+        python_interpreter_target = python_interpreter_target,
+    )
