@@ -10,7 +10,6 @@ the ELF graph be read once for the set.
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,21 +85,25 @@ def build_hub(config: HubConfig) -> list[str]:
     """Patch every spec into ``config.index_dir``, index it, write ``config.out``; return the pins made."""
     config.index_dir.mkdir(parents=True, exist_ok=True)
     pins = []
-    for spec in config.patched:
-        pins.extend(patch_into_index(spec, config.wheels, config.index_dir))
+    # One ELF scan per wheel for the whole hub: the preload and the split of every spec share it.
+    with tempfile.TemporaryDirectory(dir=config.index_dir.parent, prefix=".elfgraph-") as elf_cache:
+        for spec in config.patched:
+            pins.extend(patch_into_index(spec, config.wheels, config.index_dir, elf_cache=Path(elf_cache)))
     build_index(config.index_dir)
     lock(config.requirements, config.index_dir, config.out, index_option=config.index_option)
     return pins
 
 
-def patch_into_index(spec: PatchedWheelSpec, wheel_set: Sequence[Path], index_dir: Path) -> list[str]:
+def patch_into_index(
+    spec: PatchedWheelSpec, wheel_set: Sequence[Path], index_dir: Path, *, elf_cache: Path | None = None
+) -> list[str]:
     """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins."""
     _check_requirement(spec)
     member_edits: Mapping[str, MemberEdit] = {}
     if spec.preload == "auto":
         from patched_wheels.preload import preload_member_edits
 
-        member_edits = preload_member_edits(spec.preload_package, wheel_set)
+        member_edits = preload_member_edits(spec.preload_package, wheel_set, cache_dir=elf_cache)
     elif spec.preload != "off":
         raise PatchedWheelsError(f"patched_wheel {spec.name}: preload must be 'auto' or 'off', not {spec.preload!r}")
     options = dict(
@@ -126,6 +129,7 @@ def patch_into_index(spec: PatchedWheelSpec, wheel_set: Sequence[Path], index_di
             move=spec.split_move,
             max_size=spec.split_max_size or None,
             graph_wheels=others,
+            cache_dir=elf_cache,
         )
     return [result.main_requirement, result.sibling_requirement]
 
