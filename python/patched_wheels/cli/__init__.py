@@ -1,8 +1,10 @@
 """Command line: ``patched-wheels <command> ...``.
 
-Every module in this package (other than this one) defines one subcommand through
-``register(subparsers)``, which adds its parser and sets ``run=<callable(args) -> int>``.
-Discovering them keeps each command next to nothing but its own argument handling.
+Every module in this package (other than this one) defines one subcommand, named like the
+module, through ``register(subparsers)``, which adds its parser and sets
+``run=<callable(args) -> int>``. Discovering them keeps each command next to nothing but its own
+argument handling. Only the module of the command being run is imported (the others pull in
+pyelftools, concurrent executors and more): start-up is most of a warm ``index`` run.
 """
 
 from __future__ import annotations
@@ -16,20 +18,27 @@ from typing import Sequence
 from patched_wheels.errors import PatchedWheelsError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_names() -> list[str]:
+    return sorted(module.name for module in pkgutil.iter_modules(__path__))
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or only ``only`` (when it names one)."""
     parser = argparse.ArgumentParser(
         prog="patched-wheels",
         description="Patch, split, analyse and index Python wheels.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
-        module.register(subparsers)
+    names = command_names()
+    for name in [only] if only in names else names:
+        importlib.import_module(f"{__name__}.{name}").register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    args = build_parser(only=command).parse_args(argv)
     try:
         return args.run(args)
     except PatchedWheelsError as error:
