@@ -142,7 +142,7 @@ def split_available() -> str | None:
         from patched_wheels.split import split_wheel
     except ImportError as error:
         return f"patched_wheels.split is not importable: {error}"
-    expected = {"into", "move", "max_size", "graph_wheels"}
+    expected = {"into", "move", "max_size", "graph_wheels", "cache_dir"}
     missing = expected - set(inspect.signature(split_wheel).parameters)
     return f"split_wheel() lacks the parameters hub.py passes: {sorted(missing)}" if missing else None
 
