@@ -1,6 +1,6 @@
 """Benchmark: ELF graph + load order of torch 2.1.0 (cp311) and its 12 nvidia-*-cu12 wheels.
 
-Downloads the wheels (pinned, ~2.6 GB) into
+Downloads the wheels (pinned in ``torch_wheels.py``, ~2.6 GB) into
 ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/`` when absent, then in
 one run measures:
 
@@ -18,9 +18,7 @@ Run: ``.venv/bin/python benchmarks/bench_graph.py``
 
 from __future__ import annotations
 
-import glob
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,47 +28,7 @@ from pathlib import Path
 
 from patched_wheels.elfgraph import INFLATER_NAME, build_graph, install_path, is_shared_library_name, scan_wheels
 
-PINS = (
-    "torch==2.1.0",
-    "nvidia-cublas-cu12==12.1.3.1",
-    "nvidia-cuda-cupti-cu12==12.1.105",
-    "nvidia-cuda-nvrtc-cu12==12.1.105",
-    "nvidia-cuda-runtime-cu12==12.1.105",
-    "nvidia-cudnn-cu12==8.9.2.26",
-    "nvidia-cufft-cu12==11.0.2.54",
-    "nvidia-curand-cu12==10.3.2.106",
-    "nvidia-cusolver-cu12==11.4.5.107",
-    "nvidia-cusparse-cu12==12.1.0.106",
-    "nvidia-nccl-cu12==2.18.1",
-    "nvidia-nvtx-cu12==12.1.105",
-    "nvidia-nvjitlink-cu12==12.9.86",
-)
-PLATFORMS = ("manylinux1_x86_64", "manylinux2010_x86_64", "manylinux_2_12_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64")
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rules_patched_wheels" / "torch-2.1.0"
-
-
-def ensure_wheels(directory: Path) -> list[Path]:
-    """One wheel per pin, downloaded with pip only when missing."""
-    directory.mkdir(parents=True, exist_ok=True)
-    wheels = []
-    for pin in PINS:
-        name, version = pin.split("==")
-        pattern = f"{name.replace('-', '_')}-{version}-*cp311*.whl" if name == "torch" else f"{name.replace('-', '_')}-{version}-*.whl"
-        found = sorted(glob.glob(str(directory / pattern)))
-        if not found:
-            platforms = [argument for platform in PLATFORMS for argument in ("--platform", platform)]
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.11",
-                 "--implementation", "cp", "--abi", "cp311", *platforms, "-d", str(directory), pin],
-                check=True,
-            )
-            found = sorted(glob.glob(str(directory / pattern)))
-        wheels.append(Path(found[0]))
-    return wheels
+from torch_wheels import NVIDIA, TORCH, ensure_wheels
 
 
 def elf_members(wheels: list[Path]) -> list[tuple[Path, zipfile.ZipInfo]]:
@@ -101,7 +59,7 @@ def _cpu_seconds() -> float:
 
 
 def main() -> int:
-    wheels = ensure_wheels(cache_dir())
+    wheels = ensure_wheels([TORCH, *NVIDIA])
     members = elf_members(wheels)
     total = sum(info.file_size for _, info in members)
     compressed = sum(info.compress_size for _, info in members)

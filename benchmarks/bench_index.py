@@ -6,7 +6,7 @@ files, measured in the same run with the files in the page cache for both. Targe
 cold run within 1.3x of sha256sum, warm re-run (nothing changed) at most 0.2 s. Both runs are
 the full command line (interpreter start-up included), like sha256sum.
 
-Missing wheels are downloaded once with ``pip download --no-deps`` into
+Missing wheels are downloaded once with ``pip download --no-deps`` (see ``torch_wheels.py``) into
 ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/``; the index is built in a
 scratch directory of hard links next to that cache, so the cache itself is never written to.
 
@@ -25,63 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
-
-PINS = (
-    "torch==2.1.0",
-    "triton==2.1.0",
-    "nvidia-cublas-cu12==12.1.3.1",
-    "nvidia-cuda-cupti-cu12==12.1.105",
-    "nvidia-cuda-nvrtc-cu12==12.1.105",
-    "nvidia-cuda-runtime-cu12==12.1.105",
-    "nvidia-cudnn-cu12==8.9.2.26",
-    "nvidia-cufft-cu12==11.0.2.54",
-    "nvidia-curand-cu12==10.3.2.106",
-    "nvidia-cusolver-cu12==11.4.5.107",
-    "nvidia-cusparse-cu12==12.1.0.106",
-    "nvidia-nccl-cu12==2.18.1",
-    "nvidia-nvjitlink-cu12==12.9.86",
-    "nvidia-nvtx-cu12==12.1.105",
-)
-# The wheels torch 2.1.0 is used with under Bazel: CPython 3.11 on x86-64 Linux, whatever the host.
-PLATFORM_ARGS = (
-    "--only-binary=:all:", "--platform=manylinux2014_x86_64", "--python-version=3.11",
-    "--implementation=cp", "--abi=cp311",
-)  # fmt: skip
-
-
-def cache_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "rules_patched_wheels" / "torch-2.1.0"
-
-
-def ensure_wheels(cache: Path) -> list[Path]:
-    """The cached wheel of every pin, downloading the missing ones."""
-    cache.mkdir(parents=True, exist_ok=True)
-    wheels = []
-    for pin in PINS:
-        name, version = pin.split("==")
-        found = _find(cache, canonicalize_name(name), Version(version))
-        if found is None:
-            print(f"downloading {pin} ...", flush=True)
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", *PLATFORM_ARGS, "-d", str(cache), pin],
-                check=True,
-            )
-            found = _find(cache, canonicalize_name(name), Version(version))
-            if found is None:
-                sys.exit(f"pip download {pin} left no matching wheel in {cache}")
-        wheels.append(found)
-    return wheels
-
-
-def _find(cache: Path, name: str, version: Version) -> Path | None:
-    for path in sorted(cache.glob("*.whl")):
-        parsed_name, parsed_version, _build, _tags = parse_wheel_filename(path.name)
-        if parsed_name == name and parsed_version == version:
-            return path
-    return None
+from torch_wheels import NVIDIA, TORCH, TRITON, cache_dir, ensure_wheels
 
 
 def timed(command: list[str], *, repeat: int, before=lambda: None) -> tuple[float, float]:
@@ -107,7 +51,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best is reported)")
     args = parser.parse_args()
 
-    wheels = ensure_wheels(cache_dir())
+    wheels = ensure_wheels([TORCH, TRITON, *NVIDIA])
     total = sum(w.stat().st_size for w in wheels)
     work = Path(tempfile.mkdtemp(dir=cache_dir().parent, prefix="bench-index-"))
     try:

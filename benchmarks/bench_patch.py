@@ -12,7 +12,7 @@ Peak RSS is that of the ``patched-wheels`` process alone (``os.wait4``).  Target
 (default mode): >= 30x faster than the baseline, <= 5x ``cp``, peak RSS <= 150 MB.
 
 Usage: ``python benchmarks/bench_patch.py [--wheel W] [--work-dir D] [--repeat N] [--skip-baseline]``.
-The wheel is downloaded once (``pip download``) into
+The wheel is downloaded once (``pip download``, see ``torch_wheels.py``) into
 ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/``.
 """
 
@@ -29,31 +29,12 @@ import time
 import zipfile
 from pathlib import Path
 
-REQUIREMENT = "torch==2.1.0"
-WHEEL_NAME = "torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl"
+from torch_wheels import TORCH, ensure_wheels
+
 SUFFIX = "bench.1"
 MARKER = "# patched by bench_patch.py"
 RSS_TARGET_MB = 150
 CP_TARGET, BASELINE_TARGET = 5.0, 30.0
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "rules_patched_wheels" / "torch-2.1.0"
-
-
-def ensure_wheel() -> Path:
-    """The torch wheel from the cache, downloaded from PyPI when absent."""
-    directory = cache_dir()
-    wheel = directory / WHEEL_NAME
-    if not wheel.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.11",
-             "--platform", "manylinux1_x86_64", "--implementation", "cp", "-d", str(directory), REQUIREMENT],
-            check=True,
-        )
-    return wheel
 
 
 def make_patch(wheel: Path, path: Path) -> None:
@@ -128,13 +109,13 @@ def check_output(directory: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wheel", type=Path, help=f"default: {WHEEL_NAME} from the cache (downloaded if missing)")
+    parser.add_argument("--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)")
     parser.add_argument("--work-dir", type=Path, help="scratch directory (default: a new temp dir)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of cp and patched-wheels; the best is reported")
     parser.add_argument("--skip-baseline", action="store_true", help="skip the slow wheel unpack/pack baseline")
     args = parser.parse_args()
 
-    wheel = args.wheel or ensure_wheel()
+    wheel = args.wheel or ensure_wheels([TORCH])[0]
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench_patch."))
     work.mkdir(parents=True, exist_ok=True)
     patch = work / "0001-torch-init.patch"
