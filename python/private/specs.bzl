@@ -49,11 +49,26 @@ def patched_wheel_spec(attrs, patch_offset):
     }
     return spec, list(attrs.patches)
 
+def normalize_name(name):
+    """PEP 503 normalisation (runs of -, _ and . become one -, lower case)."""
+    out = []
+    for char in name.lower().elems():
+        if char in "-_.":
+            if not out or out[-1] != "-":
+                out.append("-")
+        else:
+            out.append(char)
+    return "".join(out)
+
 def hub_specs(patched_wheels):
     """Specs (JSON) and the flat patch label list for a hub's patched wheels."""
     specs = []
     patches = []
+    seen = {}
     for attrs in patched_wheels:
+        if normalize_name(attrs.name) in seen:
+            fail("rules_patched_wheels: patched_wheel(name = \"%s\") is given twice for one hub; merge them" % attrs.name)
+        seen[normalize_name(attrs.name)] = True
         spec, labels = patched_wheel_spec(attrs, len(patches))
         specs.append(spec)
         patches.extend(labels)

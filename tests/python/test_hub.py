@@ -100,3 +100,19 @@ def test_unreadable_config_is_one_error_line(tmp_path: Path, capsys: pytest.Capt
     assert main(["hub", "--config", str(tmp_path / "hub.json")]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "hub.json: cannot read the hub configuration" in error
+
+
+def test_config_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "hub.json").write_text("{}", encoding="utf-8")
+    assert main(["hub", "--config", str(tmp_path / "hub.json")]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "cannot read the hub configuration" in error and "requirements" in error
+
+
+def test_unwritable_destination_is_one_error_line(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    code = main(["patch", "--wheel", str(fake_set.torch), "--dest-dir", str(blocker / "out"), "--suffix", "x.1"])
+    error = capsys.readouterr().err
+    assert code == 1
+    assert error.startswith("patched-wheels: error: ") and error.count("\n") == 1 and "file" in error

@@ -122,3 +122,10 @@ def test_missing_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFi
     error = capsys.readouterr().err
     assert code == 1
     assert error.count("\n") == 1 and "six.html" in error and "cannot read the index page of six" in error
+
+
+def test_a_query_string_is_not_part_of_the_filename(tmp_path: Path) -> None:
+    write_page(tmp_path / "pages", "six", {"https://mirror.invalid/six-1.16.0-py2.py3-none-any.whl?token=abc": digest("six")})
+    requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
+    [wheel] = resolve(requirements, pages_dir=tmp_path / "pages", index_url=INDEX, tags=LINUX)
+    assert wheel.filename == "six-1.16.0-py2.py3-none-any.whl"

@@ -44,5 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PatchedWheelsError as error:
         print(f"patched-wheels: error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # a destination that cannot be written, a file that vanished, ...
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"patched-wheels: error: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.index import build_index
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,8 +23,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from patched_wheels.index import build_index  # lazily: main() imports every command
-
     result = build_index(args.directory)
     print(
         f"{result.directory / 'simple'}: {len(result.files)} files of {len(result.projects)} projects "

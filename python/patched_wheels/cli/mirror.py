@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.mirror import mirror
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -23,8 +25,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from patched_wheels.mirror import mirror  # lazily: main() imports every command
-
     result = mirror(args.requirements, args.directory, pip_args=args.pip_args)
     for name in result.added:
         print(f"downloaded {name}")
