@@ -56,6 +56,9 @@ _HASH_ONLY_LINE = re.compile(
     r"^(?P<indent>[ \t]*)--hash(?:=|[ \t]+)[^\s\\]+(?P<cont>[ \t]*\\)?[ \t]*(?P<eol>\r\n|\n|\r)?$"
 )
 _EOL = re.compile(r"(\r\n|\n|\r)$")
+# An option line naming an index: pip's long options take "=value" or " value", its short ones
+# (single letters, parsed by optparse) also take the value glued on ("-fDIR").
+_ANY_INDEX_OPTION = re.compile(r"--(?:index-url|extra-index-url|find-links)(?:=|\s|$)|-[if]")
 
 
 @dataclass(frozen=True)
@@ -123,8 +126,8 @@ def rewrite_lock(
     parents: dict[NormalizedName, list[tuple[NormalizedName, _Pin]]] = {}
     for pin in pins:
         project = canonicalize_name(pin.requirement.name)
-        if project not in index:
-            continue
+        if project not in index or pin.requirement.url:
+            continue  # a direct reference names its own file: pip fetches that URL, not the index
         pinned = _pinned_version(pin, source)
         target = _target_version(pin, pinned, index[project], source)
         target_files = [f for f in index[project] if f.version == target]
@@ -277,7 +280,7 @@ def _replace_hashes(physical: list[str], hashes: Sequence[str]) -> list[str]:
     the same indentation and continuation marks; hashes written inline are replaced inline.
     """
     tokens = [f"--hash={value}" for value in hashes]
-    with_hash = [i for i, line in enumerate(physical) if _HASH_TOKEN.search(line)]
+    with_hash = [i for i, line in enumerate(physical) if _HASH_TOKEN.search(_split_comment(line)[0])]
     if not with_hash:
         return physical
     block = range(with_hash[0], with_hash[-1] + 1)
@@ -297,7 +300,18 @@ def _replace_hashes(physical: list[str], hashes: Sequence[str]) -> list[str]:
     def substitute(match: re.Match[str]) -> str:
         return match.group("lead") + pending.pop() if pending else ""
 
-    return [_HASH_TOKEN.sub(substitute, line) for line in physical]
+    def replace_in_code(line: str) -> str:
+        code, comment = _split_comment(line)
+        return _HASH_TOKEN.sub(substitute, code) + comment
+
+    return [replace_in_code(line) for line in physical]
+
+
+def _split_comment(physical: str) -> tuple[str, str]:
+    """``physical`` cut where pip's comment begins: ``--hash=`` in a comment is no option, and
+    the comment (with the line's ending) must come out byte for byte."""
+    match = _COMMENT.search(physical)
+    return (physical[: match.start()], physical[match.start() :]) if match else (physical, "")
 
 
 def _record_parents(
@@ -361,16 +375,16 @@ def _place_option(logical: Sequence[_Logical], option_line: str) -> tuple[int | 
 
     The line goes before the first non-comment line (after pip-compile's header). An identical
     line already present is kept and nothing is added, so locking is idempotent. With
-    ``--index-url`` an existing index URL is replaced, since pip would honour only one of them.
+    ``--index-url`` the lock's other index options (``-i``, ``--extra-index-url``, ``-f``,
+    ``--find-links``) are dropped: that mode promises pip looks at the local index only.
     """
-    name = option_line.split("=", 1)[0]
-    if any(line.content == option_line for line in logical):
-        return None, {}
     dropped: dict[int, int] = {}
-    if name == "--index-url":
+    if option_line.split("=", 1)[0] == "--index-url":
         for line in logical:
-            if re.match(r"(--index-url|-i)(=|\s|$)", line.content):
+            if line.content != option_line and _ANY_INDEX_OPTION.match(line.content):
                 dropped[line.start] = line.end
+    if any(line.content == option_line for line in logical):
+        return None, dropped
     if dropped:
         return min(dropped), dropped
     first = next((line.start for line in logical if line.content), None)
@@ -407,7 +421,11 @@ class LockedPin:
 
 
 def read_pins(requirements: Path | str) -> list[LockedPin]:
-    """The ``==`` pins of a lock with their sha256 hashes, in file order."""
+    """The ``==`` pins of a lock with their sha256 hashes, in file order.
+
+    Direct references (``pkg @ https://...``) are left out: pip installs them from their URL,
+    so there is no index page to resolve them from. Any other pin that is not ``==`` is an error.
+    """
     requirements = Path(requirements)
     source = str(requirements)
     pins = []
@@ -415,6 +433,8 @@ def read_pins(requirements: Path | str) -> list[LockedPin]:
         if not line.content or line.is_option:
             continue
         pin = _parse_pin(line, source)
+        if pin.requirement.url:
+            continue
         pins.append(
             LockedPin(
                 project=canonicalize_name(pin.requirement.name),

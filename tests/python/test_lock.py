@@ -10,7 +10,7 @@ import pytest
 
 from indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.lock import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock
+from patched_wheels.lock import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock, read_pins
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")
 # What installing the lock below must give: the patched versions, the sibling, the originals,
@@ -188,16 +188,99 @@ def test_local_label_is_extended_not_replaced(tmp_path: Path) -> None:
     assert out.read_text().splitlines()[1] == "cudafake==2.1.0+cu118.stripe.5"
 
 
-def test_index_url_option_replaces_the_locks_index(index_dir: Path, tmp_path: Path) -> None:
+def _keep_only(index_dir: Path, *projects: str) -> None:
+    """Leave only ``projects``' wheels in the index, so lock() appends no pins for the others."""
+    for path in index_dir.glob("*.whl"):
+        if not path.name.startswith(projects):
+            path.unlink()
+
+
+INDEX_OPTION_LINES = [
+    "--index-url https://pypi.org/simple",
+    "--extra-index-url=https://example.invalid/a",
+    "--extra-index-url https://example.invalid/b",
+    "-f /wheels/c",
+    "--find-links /wheels/d",
+    "--find-links=/wheels/e",
+    "-fhttps://example.invalid/f",
+    "-i https://other",
+]
+
+
+def test_index_url_option_drops_every_other_index(index_dir: Path, tmp_path: Path) -> None:
+    """index-url mode promises pip looks at the local index only: no other option line may remain."""
+    _keep_only(index_dir, "tritonfake")
     source = tmp_path / "in.txt"
-    source.write_text("--index-url https://pypi.org/simple\n--extra-index-url=https://example.invalid/simple\n-i https://other\ntritonfake==2.1.0\n")
+    source.write_text("# header\n" + "\n".join(INDEX_OPTION_LINES[:4]) + "\n--trusted-host example.invalid\n"
+                      + "\n".join(INDEX_OPTION_LINES[4:]) + "\ntritonfake==2.1.0\n")  # fmt: skip
     out = tmp_path / "out.txt"
     lock(source, index_dir, out, index_option="index-url")
-    assert out.read_text().splitlines()[:3] == [
-        f"--index-url={(index_dir / 'simple').as_uri()}",
-        "--extra-index-url=https://example.invalid/simple",
-        "tritonfake==2.1.0",
+    option_line = f"--index-url={(index_dir / 'simple').as_uri()}"
+    expected = ["# header", option_line, "--trusted-host example.invalid", "tritonfake==2.1.0"]
+    assert out.read_text().splitlines() == expected
+
+    # an index option added to an already locked file goes too, and the line is not repeated
+    out.write_text(out.read_text() + "--extra-index-url https://example.invalid/late\n")
+    lock(out, index_dir, out, index_option="index-url")
+    assert out.read_text().splitlines() == expected
+
+
+@pytest.mark.parametrize("option", ["extra-index-url", "find-links"])
+def test_other_options_keep_the_locks_indexes(index_dir: Path, tmp_path: Path, option: str) -> None:
+    _keep_only(index_dir, "tritonfake")
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(INDEX_OPTION_LINES) + "\ntritonfake==2.1.0\n")
+    out = tmp_path / "out.txt"
+    lock(source, index_dir, out, index_option=option)
+    assert out.read_text().splitlines()[1:] == INDEX_OPTION_LINES + ["tritonfake==2.1.0"]
+
+
+def test_hashes_in_comments_are_kept(index_dir: Path, tmp_path: Path) -> None:
+    """pip's comments start at '#' after whitespace; '--hash=' inside one is text, kept byte for byte."""
+    torch = _hash(index_dir, "torchfake-2.1.0+stripe.5-py3-none-any.whl")
+    source = tmp_path / "in.txt"
+    source.write_text(
+        f"torchfake==2.1.0 --hash=sha256:{A}  # was --hash=sha256:zz\n"
+        f"odd.name_pkg==3.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n    # old --hash=sha256:yy\n"
+    )
+    out = tmp_path / "out.txt"
+    lock(source, index_dir, out)
+    odd = _hash(index_dir, "Odd_Name.Pkg-3.0+stripe.1-py3-none-any.whl")
+    assert out.read_text().splitlines()[1:5] == [
+        f"torchfake==2.1.0+stripe.5 --hash={torch}  # was --hash=sha256:zz",
+        "odd.name_pkg==3.0+stripe.1 \\",
+        f"    --hash={odd}",
+        "    # old --hash=sha256:yy",
     ]
+
+
+def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> None:
+    """A ``pkg @ URL`` line names its own file: read_pins skips it, lock keeps it byte for byte
+    (even when the index has the project, which is then not appended as a second pin)."""
+    _keep_only(index_dir, "tritonfake", "filelockfake")
+    direct = [
+        f"filelockfake @ https://example.invalid/filelockfake-3.13.1-py3-none-any.whl \\\n    --hash=sha256:{A}\n",
+        f'other @ file:///wheels/other-1.0-py3-none-any.whl ; python_version >= "3" --hash=sha256:{B}  # x\n',
+    ]
+    source = tmp_path / "in.txt"
+    source.write_text(direct[0] + f"tritonfake==2.1.0 --hash=sha256:{C}\n" + direct[1])
+    out = tmp_path / "out.txt"
+
+    pins = read_pins(source)
+    lock(source, index_dir, out)
+
+    assert [(str(pin.project), str(pin.version), pin.line_number) for pin in pins] == [("tritonfake", "2.1.0", 3)]
+    triton = _hash(index_dir, "tritonfake-2.1.0-0-py3-none-any.whl")
+    uri = (index_dir / "simple").as_uri()
+    assert out.read_text() == f"--extra-index-url={uri}\n{direct[0]}tritonfake==2.1.0 --hash={triton}\n{direct[1]}"
+
+
+def test_read_pins_refuses_other_non_pins(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text(f"tritonfake==2.1.0 --hash=sha256:{C}\n\ntorchfake>=2.0\n")
+    with pytest.raises(PatchedWheelsError, match=r"^\S*in.txt:3: torchfake must be pinned with ==") as caught:
+        read_pins(source)
+    assert len(str(caught.value).splitlines()) == 1
 
 
 def test_lock_without_hashes_gets_none(index_dir: Path, tmp_path: Path) -> None:
