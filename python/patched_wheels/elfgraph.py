@@ -37,6 +37,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.structs import ELFStructs
 
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.fsutil import write_atomic
 
 try:  # python-isal inflates ~1.8x faster than zlib; optional extra "fast".
     from isal import isal_zlib as _inflater
@@ -393,9 +394,7 @@ class _Cache:
             return
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
-            temporary = file.with_name(f"{file.name}.tmp-{os.getpid()}")
-            temporary.write_text(json.dumps([asdict(library) for library in libraries]), encoding="utf-8")
-            os.replace(temporary, file)
+            write_atomic(file, json.dumps([asdict(library) for library in libraries]).encode("utf-8"))
         except OSError:
             pass
 

@@ -28,7 +28,6 @@ import hashlib
 import html
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -46,6 +45,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.fsutil import write_atomic
 
 SIMPLE_DIR = "simple"
 CACHE_FILE = ".patched-wheels-cache.json"
@@ -53,7 +53,6 @@ METADATA_SUFFIX = ".metadata"
 _CACHE_FORMAT = 1
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
 _HASH_CHUNK = 1 << 20
-_PAGE_MODE = 0o644
 
 
 @dataclass(frozen=True)
@@ -357,26 +356,6 @@ def _page(title: str, body: str) -> bytes:
         "  </body>\n"
         "</html>\n"
     ).encode("utf-8")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` via a temp file in the same directory, so a reader sees
-    the old or the new file, never a part; equal content is not rewritten, so a warm run
-    writes nothing (and the mtimes of served files stay put)."""
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.chmod(temp, _PAGE_MODE)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def _remove_stale(

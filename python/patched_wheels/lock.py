@@ -38,7 +38,8 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.index import SIMPLE_DIR, IndexedFile, build_index, group_by_project, write_atomic
+from patched_wheels.fsutil import write_atomic
+from patched_wheels.index import SIMPLE_DIR, IndexedFile, build_index, group_by_project
 
 INDEX_OPTIONS = ("extra-index-url", "index-url", "find-links")
 #: ``--extra-index-url``: works whether the index holds every locked wheel or only the patched
