@@ -7,10 +7,12 @@ names no wheel provides are "system" dependencies: reported, never followed.
 
 Why the members are inflated in full: ``.dynamic`` sits at ~97 % of these files
 and deflate has no random access, so the whole member has to be inflated
-anyway.  This module therefore inflates each member in one call (which releases
-the GIL, so a thread per core really runs in parallel), uses python-isal's
-faster inflater when it is installed, and caches per-wheel results keyed by the
-wheel's name, size and mtime so that a wheel is analysed once.
+anyway.  This module therefore streams each member through
+:func:`patched_wheels.wheelfile.inflated_chunks` (python-isal's faster inflater
+when it is installed; each step releases the GIL, so a thread per core really
+runs in parallel), keeps only the byte ranges pyelftools reads, and caches
+per-wheel results keyed by the wheel's name, size and mtime so that a wheel is
+analysed once.
 """
 
 from __future__ import annotations
@@ -24,11 +26,10 @@ import posixpath
 import re
 import struct
 import zipfile
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, Mapping, Sequence
+from typing import BinaryIO, Iterable, Mapping, Sequence
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
@@ -38,22 +39,14 @@ from elftools.elf.structs import ELFStructs
 
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.fsutil import write_atomic
-
-try:  # python-isal inflates ~1.8x faster than zlib; optional extra "fast".
-    from isal import isal_zlib as _inflater
-except ImportError:  # pragma: no cover - depends on the environment
-    _inflater = zlib  # type: ignore[assignment]
-
-INFLATER_NAME = "isal" if _inflater is not zlib else "zlib"
+from patched_wheels.wheelfile import INFLATER_NAME as INFLATER_NAME  # re-exported: benchmarks report it
+from patched_wheels.wheelfile import inflated_chunks
 
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 # Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
 _DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
-_LOCAL_HEADER = struct.Struct("<4s22xHH")
-_LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"
 _CACHE_SCHEMA = 1
-_STREAM_STEP = 1 << 20
 # Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
 _HEAD_SIZE = 1 << 20
 
@@ -246,48 +239,15 @@ def _ranges_to_keep(head: bytes, size: int) -> list[tuple[int, int]]:
     return merged
 
 
-def _local_data_offset(handle: BinaryIO, wheel: Path, info: zipfile.ZipInfo) -> int:
-    handle.seek(info.header_offset)
-    signature, name_length, extra_length = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
-    if signature != _LOCAL_HEADER_SIGNATURE:
-        raise PatchedWheelsError(f"{wheel.name}: {info.filename}: bad local zip header")
-    return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
-
-
-def _inflated_pieces(wheel: Path, info: zipfile.ZipInfo) -> Iterator[bytes]:
-    """The inflated bytes of a deflated member, in pieces, verified against its size and CRC at the end."""
-    where = f"{wheel.name}: {info.filename}"
-    inflater = _inflater.decompressobj(-15)
-    produced = 0
-    crc = 0
-    with open(wheel, "rb") as handle:
-        handle.seek(_local_data_offset(handle, wheel, info))
-        remaining = info.compress_size
-        while True:
-            chunk = handle.read(min(remaining, _STREAM_STEP))
-            remaining -= len(chunk)
-            try:
-                piece = inflater.decompress(chunk) if chunk else inflater.flush()
-            except (zlib.error, getattr(_inflater, "error", zlib.error)) as error:
-                raise PatchedWheelsError(f"{where}: corrupt deflate data ({error})") from error
-            produced += len(piece)
-            crc = _inflater.crc32(piece, crc)
-            yield piece
-            if not chunk:
-                break
-    if produced != info.file_size or crc != info.CRC:
-        raise PatchedWheelsError(f"{where}: inflated data does not match the zip directory")
-
-
 def _inflate_kept_ranges(wheel: Path, info: zipfile.ZipInfo) -> _SparseFile | bytes:
-    """Inflate a deflated member in 1 MiB steps, keeping only what :func:`_ranges_to_keep` names.
+    """Inflate a member in 1 MiB steps, keeping only what :func:`_ranges_to_keep` names.
 
     Streaming through small, reused buffers avoids faulting in gigabytes of fresh
     pages (the single-call inflate spends more time in the kernel than inflating);
     each step still releases the GIL, so threads inflate in parallel.
     A member that is not an ELF file is returned as its first bytes only.
     """
-    pieces = _inflated_pieces(wheel, info)
+    pieces = inflated_chunks(wheel, info)
     head = bytearray()
     for piece in pieces:
         head += piece
@@ -312,20 +272,8 @@ def _inflate_kept_ranges(wheel: Path, info: zipfile.ZipInfo) -> _SparseFile | by
 
 
 def _read_member(wheel: Path, info: zipfile.ZipInfo) -> bytes:
-    """Inflate one member completely, in a single call (which releases the GIL for its whole duration)."""
-    if info.compress_type != zipfile.ZIP_DEFLATED:
-        with zipfile.ZipFile(wheel) as archive:
-            return archive.read(info)
-    with open(wheel, "rb") as handle:
-        handle.seek(_local_data_offset(handle, wheel, info))
-        compressed = handle.read(info.compress_size)
-    try:
-        data = _inflater.decompress(compressed, -15, max(info.file_size, 1))
-    except (zlib.error, getattr(_inflater, "error", zlib.error)) as error:
-        raise PatchedWheelsError(f"{wheel.name}: {info.filename}: corrupt deflate data ({error})") from error
-    if len(data) != info.file_size or _inflater.crc32(data) != info.CRC:
-        raise PatchedWheelsError(f"{wheel.name}: {info.filename}: inflated data does not match the zip directory")
-    return data
+    """Inflate one member completely: the fallback when the streaming pass kept too little."""
+    return b"".join(inflated_chunks(wheel, info))
 
 
 def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:

@@ -47,17 +47,22 @@ from packaging.version import Version
 
 from patched_wheels.errors import PatchedWheelsError
 
-try:  # Inflating is the cost floor of --verify; ISA-L does it ~3x faster than zlib.
+try:  # Inflating is the cost floor of --verify and of the ELF scan; ISA-L does it ~2-3x faster than zlib.
     from isal import isal_zlib as _inflate_zlib
 except ImportError:  # pragma: no cover - depends on the optional "fast" extra
     _inflate_zlib = zlib  # type: ignore[assignment]
+
+INFLATER_NAME = "isal" if _inflate_zlib is not zlib else "zlib"
+"""Which inflater members are read with, for benchmarks to report."""
 
 __all__ = [
     "RecordEntry",
     "WheelFilename",
     "WheelReader",
     "WheelWriter",
+    "inflated_chunks",
     "is_safe_member_path",
+    "member_data_offset",
     "parse_record",
     "serialize_record",
 ]
@@ -329,54 +334,10 @@ class WheelReader:
             raise PatchedWheelsError(f"{self.path.name}: no member {name}") from None
 
     def _data_offset(self, info: zipfile.ZipInfo) -> int:
-        """Where the compressed bytes start: the local header's own name/extra lengths count."""
-        name = _encoded_name(info)
-        header = os.pread(self._fd, _LOCAL_HEADER.size + len(name), info.header_offset)
-        if len(header) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack_from(header)[0] != _LOCAL_SIG:
-            raise PatchedWheelsError(f"{self.path.name}: {info.filename}: bad local file header")
-        fields = _LOCAL_HEADER.unpack_from(header)
-        crc, compress_size, file_size, name_length, extra_length = fields[6:]
-        if header[_LOCAL_HEADER.size :] != name:
-            raise PatchedWheelsError(f"{self.path.name}: {info.filename}: local header names another file")
-        # Local headers may be copied verbatim, so they must agree with the central directory.
-        if not info.flag_bits & _FLAG_DATA_DESCRIPTOR and (
-            crc != info.CRC
-            or (compress_size != 0xFFFFFFFF and compress_size != info.compress_size)
-            or (file_size != 0xFFFFFFFF and file_size != info.file_size)
-        ):
-            raise PatchedWheelsError(f"{self.path.name}: {info.filename}: local header disagrees with the central directory")
-        return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
-
-    def _raw_chunks(self, info: zipfile.ZipInfo) -> Iterator[bytes]:
-        offset = self._data_offset(info)
-        remaining = info.compress_size
-        while remaining:
-            chunk = os.pread(self._fd, min(CHUNK_SIZE, remaining), offset)
-            if not chunk:
-                raise PatchedWheelsError(f"{self.path.name}: {info.filename}: truncated member data")
-            offset += len(chunk)
-            remaining -= len(chunk)
-            yield chunk
+        return member_data_offset(self._fd, info, wheel=self.path.name)
 
     def _inflated_chunks(self, info: zipfile.ZipInfo) -> Iterator[bytes]:
-        if info.compress_type == _STORED:
-            yield from self._raw_chunks(info)
-            return
-        inflater = _inflate_zlib.decompressobj(wbits=-15)
-        try:
-            for chunk in self._raw_chunks(info):
-                while chunk:
-                    out = inflater.decompress(chunk, CHUNK_SIZE)
-                    chunk = inflater.unconsumed_tail
-                    if out:
-                        yield out
-            tail = inflater.flush()
-        except _inflate_zlib.error as error:
-            raise PatchedWheelsError(f"{self.path.name}: {info.filename}: corrupt deflate data ({error})") from None
-        if tail:
-            yield tail
-        if not inflater.eof:
-            raise PatchedWheelsError(f"{self.path.name}: {info.filename}: truncated deflate data")
+        return _member_chunks(self._fd, info, wheel=self.path.name)
 
     def _checked_chunks(self, name: str) -> Iterator[bytes]:
         info = self._info(name)
@@ -458,6 +419,82 @@ class WheelReader:
             if not name.endswith("/") and name not in record and name not in unhashed_allowed:
                 raise PatchedWheelsError(f"{origin}: does not list {name}")
         return record
+
+
+def member_data_offset(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> int:
+    """Where a member's compressed bytes start in the archive open as ``fd``.
+
+    The local header's own name/extra lengths count, not the central directory's.  The
+    header must name the same file and agree with the central directory, since local
+    headers are copied verbatim into patched wheels.  ``wheel`` names the archive in errors.
+    """
+    name = _encoded_name(info)
+    header = os.pread(fd, _LOCAL_HEADER.size + len(name), info.header_offset)
+    if len(header) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack_from(header)[0] != _LOCAL_SIG:
+        raise PatchedWheelsError(f"{wheel}: {info.filename}: bad local file header")
+    fields = _LOCAL_HEADER.unpack_from(header)
+    crc, compress_size, file_size, name_length, extra_length = fields[6:]
+    if header[_LOCAL_HEADER.size :] != name:
+        raise PatchedWheelsError(f"{wheel}: {info.filename}: local header names another file")
+    if not info.flag_bits & _FLAG_DATA_DESCRIPTOR and (
+        crc != info.CRC
+        or (compress_size != 0xFFFFFFFF and compress_size != info.compress_size)
+        or (file_size != 0xFFFFFFFF and file_size != info.file_size)
+    ):
+        raise PatchedWheelsError(f"{wheel}: {info.filename}: local header disagrees with the central directory")
+    return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+
+
+def _raw_chunks(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> Iterator[bytes]:
+    offset = member_data_offset(fd, info, wheel=wheel)
+    remaining = info.compress_size
+    while remaining:
+        chunk = os.pread(fd, min(CHUNK_SIZE, remaining), offset)
+        if not chunk:
+            raise PatchedWheelsError(f"{wheel}: {info.filename}: truncated member data")
+        offset += len(chunk)
+        remaining -= len(chunk)
+        yield chunk
+
+
+def _member_chunks(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> Iterator[bytes]:
+    """A stored or deflated member's content in pieces of at most CHUNK_SIZE, read with ``os.pread``
+    (so threads can share ``fd``); checking the result is up to the caller."""
+    if info.compress_type == _STORED:
+        yield from _raw_chunks(fd, info, wheel=wheel)
+        return
+    inflater = _inflate_zlib.decompressobj(wbits=-15)
+    try:
+        for chunk in _raw_chunks(fd, info, wheel=wheel):
+            while chunk:
+                out = inflater.decompress(chunk, CHUNK_SIZE)
+                chunk = inflater.unconsumed_tail
+                if out:
+                    yield out
+        tail = inflater.flush()
+    except _inflate_zlib.error as error:
+        raise PatchedWheelsError(f"{wheel}: {info.filename}: corrupt deflate data ({error})") from None
+    if tail:
+        yield tail
+    if not inflater.eof:
+        raise PatchedWheelsError(f"{wheel}: {info.filename}: truncated deflate data")
+
+
+def inflated_chunks(path: Path, info: zipfile.ZipInfo) -> Iterator[bytes]:
+    """One member of the archive at ``path``, in pieces, checked against the zip directory's size and CRC-32.
+
+    For readers that want a few members fast: unlike :class:`WheelReader` this neither
+    parses RECORD nor hashes, and the CRC costs a fraction of the inflating.
+    """
+    where = f"{path.name}: {info.filename}"
+    size = crc = 0
+    with open(path, "rb") as handle:
+        for chunk in _member_chunks(handle.fileno(), info, wheel=path.name):
+            size += len(chunk)
+            crc = _inflate_zlib.crc32(chunk, crc)
+            yield chunk
+    if size != info.file_size or crc != info.CRC:
+        raise PatchedWheelsError(f"{where}: inflated data does not match the zip directory")
 
 
 class _ChunkStream(io.RawIOBase):
