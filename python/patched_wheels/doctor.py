@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 import shutil
 import subprocess
 import zipfile
@@ -24,8 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Sequence
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, read_graph
-from patched_wheels.preload import PRELOAD_MODULE, find_package_wheel, preload_libraries, read_preload_module
+from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, expand_origin, read_graph
+from patched_wheels.preload import (
+    find_package_wheel,
+    package_libraries,
+    preload_libraries,
+    preload_module_member,
+    read_preload_module,
+)
 
 # What a dependency missing from the per-wheel layout means for the package asked about.
 FAILS = "fails"  # no package given: it fails whenever the library is loaded
@@ -41,7 +46,6 @@ _STATUS_TEXT = {
 # Installed with the GPU driver on the machine that runs the code, never shipped in wheels:
 # a build host without a GPU lacking them says nothing about the target.
 DRIVER_LIBRARIES = frozenset({"libcuda.so.1", "libnvidia-ml.so.1"})
-_ORIGIN = re.compile(r"\$(ORIGIN\b|\{ORIGIN\})")
 _SYSTEM_DIRECTORIES = (
     "/lib",
     "/lib64",
@@ -105,13 +109,13 @@ def _layout_directory(library: ElfLibrary) -> str:
 
 def _search_directories(library: ElfLibrary) -> list[str]:
     origin = _layout_directory(library)
-    return [posixpath.normpath(_ORIGIN.sub(lambda _: origin, entry)) for entry in library.search_path]
+    return [expand_origin(entry, origin) for entry in library.search_path]
 
 
 def _planned_or_installed_preload(
     graph: LibraryGraph, package: str, package_wheel: Path, init_member: str
 ) -> tuple[tuple[str, ...], str]:
-    module_member = f"{init_member.rsplit('/', 1)[0]}/{PRELOAD_MODULE}.py"
+    module_member = preload_module_member(init_member)
     with zipfile.ZipFile(package_wheel) as archive:
         if module_member in archive.namelist():
             source = archive.read(module_member)
@@ -134,11 +138,7 @@ def diagnose_graph(
         files_by_directory.setdefault(_layout_directory(library), set()).add(library.filename)
     loaded: set[ElfLibrary] = set()
     if package is not None:
-        loaded = graph.closure(
-            library
-            for library in graph.libraries
-            if library.wheel == package_wheel and library.path.startswith(f"{package}/")
-        )
+        loaded = graph.closure(package_libraries(graph, package, package_wheel))
     position = {path: index for index, path in enumerate(preload)}
     findings = []
     for library in graph.libraries:

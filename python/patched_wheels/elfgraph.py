@@ -46,6 +46,8 @@ from patched_wheels.wheelfile import inflated_chunks
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 # Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
 _DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
+# $ORIGIN as ld.so reads it in DT_RPATH/DT_RUNPATH: "${ORIGIN}", or "$ORIGIN" not followed by a name character.
+ORIGIN_TOKEN = re.compile(r"\$(?:ORIGIN(?![A-Za-z0-9_])|\{ORIGIN\})")
 _CACHE_SCHEMA = 1
 # Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
 _HEAD_SIZE = 1 << 20
@@ -130,6 +132,11 @@ def install_path(member: str) -> str | None:
 
 def is_shared_library_name(path: str) -> bool:
     return bool(_SHARED_LIBRARY_NAME.search(posixpath.basename(path)))
+
+
+def expand_origin(entry: str, directory: str) -> str:
+    """A DT_RPATH/DT_RUNPATH entry with every ``$ORIGIN`` replaced by ``directory`` (the library's own), normalised."""
+    return posixpath.normpath(ORIGIN_TOKEN.sub(lambda _: directory or ".", entry))
 
 
 def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:

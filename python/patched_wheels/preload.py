@@ -107,6 +107,25 @@ def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
     return b"".join(lines)
 
 
+def preload_module_member(init_member: str) -> str:
+    """Archive path of the generated preload module: next to the package's ``__init__.py``."""
+    return f"{init_member.rsplit('/', 1)[0]}/{PRELOAD_MODULE}.py"
+
+
+def package_init_members(package: str, members: Iterable[str]) -> list[str]:
+    """The archive paths among ``members`` that install as ``<package>/__init__.py``."""
+    return [name for name in members if install_path(name) == f"{package}/__init__.py"]
+
+
+def package_libraries(graph: LibraryGraph, package: str, package_wheel: str) -> list[ElfLibrary]:
+    """The libraries ``package`` itself ships (inside its directory of ``package_wheel``): what importing it loads."""
+    return [
+        library
+        for library in graph.libraries
+        if library.wheel == package_wheel and library.path.startswith(f"{package}/")
+    ]
+
+
 def preload_libraries(graph: LibraryGraph, package: str, package_wheel: str) -> list[ElfLibrary]:
     """What ``package`` (shipped in ``package_wheel``) must preload, in load order.
 
@@ -116,11 +135,7 @@ def preload_libraries(graph: LibraryGraph, package: str, package_wheel: str) -> 
     Libraries of the package's own wheel that only it uses are left to its RPATHs,
     which work in any layout because they stay inside one wheel.
     """
-    own = [
-        library
-        for library in graph.libraries
-        if library.wheel == package_wheel and library.path.startswith(f"{package}/")
-    ]
+    own = package_libraries(graph, package, package_wheel)
     foreign = [library for library in graph.closure(own) if library.wheel != package_wheel]
     return graph.ordered(graph.closure(foreign))
 
@@ -134,7 +149,7 @@ def find_package_wheel(package: str, wheels: Iterable[Path]) -> tuple[Path, str]
                 names = archive.namelist()
         except (OSError, zipfile.BadZipFile) as error:
             raise PatchedWheelsError(f"{wheel}: not a readable wheel ({error})") from error
-        found.extend((wheel, name) for name in names if install_path(name) == f"{package}/__init__.py")
+        found.extend((wheel, name) for name in package_init_members(package, names))
     if not found:
         raise PatchedWheelsError(f"{package}: no wheel in the set ships {package}/__init__.py")
     if len(found) > 1:
@@ -162,7 +177,7 @@ def preload_member_edits(
             f"{package_wheel.name}: {package} needs no shared library from the other wheels given; nothing to preload"
         )
     module = render_preload_module(package, [library.path for library in libraries])
-    module_member = f"{init_member.rsplit('/', 1)[0]}/{PRELOAD_MODULE}.py"
+    module_member = preload_module_member(init_member)
     init_where = f"{package_wheel.name}: {init_member}"
     return {
         module_member: lambda _current: module,

@@ -30,14 +30,18 @@ from typing import Sequence
 from packaging.utils import canonicalize_name
 
 from patched_wheels import metadata as metadata_edits
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path, read_graph
+from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expand_origin, install_path, read_graph
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.preload import PRELOAD_MODULE, add_preload_import, read_preload_module, render_preload_module
-from patched_wheels.wheelfile import WheelReader, WheelWriter
+from patched_wheels.preload import (
+    add_preload_import,
+    package_init_members,
+    preload_module_member,
+    read_preload_module,
+    render_preload_module,
+)
+from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter, generated_members
 
 _PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
-_ORIGIN = re.compile(r"^\$(ORIGIN|\{ORIGIN\})(?=/|$)")
-_SIGNATURES = ("RECORD", "RECORD.jws", "RECORD.p7s")
 # Zip bookkeeping per member, beyond its name and data: local header (30) + central header (46).
 _ZIP_OVERHEAD = 76
 # Upper bound on what the main wheel gains: Requires-Dist, the __init__ import, RECORD rows, headers.
@@ -81,9 +85,8 @@ def relocated_search_path(library: ElfLibrary, target: str) -> list[str]:
 
     entries = ["$ORIGIN"]
     for entry in [*library.search_path, "$ORIGIN"]:
-        match = _ORIGIN.match(entry)
-        if match:
-            entry = rebase(posixpath.normpath(posixpath.join(old_directory, entry[match.end() :].lstrip("/"))))
+        if ORIGIN_TOKEN.match(entry):
+            entry = rebase(expand_origin(entry, old_directory))
         if entry not in entries:
             entries.append(entry)
     return entries
@@ -215,14 +218,14 @@ def split_wheel(
                 f"{wheel.name}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
             )
         package = packages[0]
-        init_member = next((name for name in reader.members() if install_path(name) == f"{package}/__init__.py"), None)
+        init_member = next(iter(package_init_members(package, reader.members())), None)
         if init_member is None:
             raise PatchedWheelsError(f"{wheel.name}: no {package}/__init__.py to import the preload from")
         sibling_top = canonicalize_name(into).replace("-", "_")
         moves = [
             _Move(name, libraries[name], f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}") for name in selected
         ]
-        module_member = f"{init_member.rsplit('/', 1)[0]}/{PRELOAD_MODULE}.py"
+        module_member = preload_module_member(init_member)
         existing = (
             read_preload_module(reader.read(module_member), where=f"{wheel.name}: {module_member}")
             if module_member in reader
@@ -243,7 +246,7 @@ def split_wheel(
                 for moved in sorted(moves, key=lambda moved: moved.target):
                     file = scratch_dir / "library"
                     with reader.open(moved.member) as source, open(file, "wb") as target:
-                        shutil.copyfileobj(source, target, 1 << 20)
+                        shutil.copyfileobj(source, target, CHUNK_SIZE)
                     search_path = relocated_search_path(moved.library, moved.target)
                     _patch_library(patchelf, file, moved.library, search_path, f"{wheel.name}: {moved.member}")
                     writer.write_file(moved.target, file, mode=reader.mode(moved.member) or 0o755)
@@ -255,7 +258,7 @@ def split_wheel(
 
             metadata_member = f"{reader.dist_info}/METADATA"
             moved_members = {moved.member for moved in moves}
-            signatures = {f"{reader.dist_info}/{name}" for name in _SIGNATURES}  # RECORD is regenerated
+            generated = generated_members(reader.dist_info)  # RECORD is regenerated, its signatures dropped
             replaced = {
                 metadata_member: metadata_edits.add_requires(
                     reader.metadata(), [f"{into}=={version}"], origin=f"{wheel.name}: METADATA"
@@ -265,7 +268,7 @@ def split_wheel(
             }
             with WheelWriter(scratch_dir / main_dest.name, dist_info=reader.dist_info) as writer:
                 for name in reader.members():
-                    if name in moved_members or name in signatures:
+                    if name in moved_members or name in generated:
                         continue
                     if name not in replaced:
                         writer.copy_raw(reader, name)

@@ -21,7 +21,7 @@ from patched_wheels import metadata as metadata_edits
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.unidiff import apply_file_patch, read_patch
 from patched_wheels.version import with_local_suffix
-from patched_wheels.wheelfile import WheelReader, WheelWriter, is_safe_member_path
+from patched_wheels.wheelfile import WheelReader, WheelWriter, generated_members, is_safe_member_path
 
 __all__ = ["MemberEdit", "PatchResult", "find_patches", "patch_wheel"]
 
@@ -29,7 +29,6 @@ MemberEdit = Callable[[Optional[bytes]], bytes]
 """Maps a member's current content (None when absent) to its new content."""
 
 PATCH_SUFFIXES = (".patch", ".diff")
-_GENERATED = ("RECORD", "RECORD.jws", "RECORD.p7s")  # rewritten or dropped, never edited
 _REQUIRED = ("METADATA", "WHEEL")
 
 
@@ -110,7 +109,7 @@ class _Edits:
     def __init__(self, reader: WheelReader) -> None:
         self.reader = reader
         self.contents: dict[str, bytes | None] = {}
-        self._generated = {f"{reader.dist_info}/{name}" for name in _GENERATED}
+        self._generated = generated_members(reader.dist_info)  # rewritten or dropped, never edited
 
     def current(self, name: str) -> bytes | None:
         if name in self.contents:
@@ -135,7 +134,7 @@ class _Edits:
         matches = {name for name in candidates if fnmatch.fnmatchcase(name, pattern) and self.exists(name)}
         if not matches:
             raise PatchedWheelsError(f"--delete {pattern!r}: matches no member of {self.reader.path.name}")
-        protected = {f"{self.reader.dist_info}/{name}" for name in (*_GENERATED, *_REQUIRED)}
+        protected = self._generated | {f"{self.reader.dist_info}/{name}" for name in _REQUIRED}
         refused = sorted(matches & protected)
         if refused:
             raise PatchedWheelsError(f"--delete {pattern!r}: would delete {refused[0]}, which a wheel needs")

@@ -60,6 +60,7 @@ __all__ = [
     "WheelFilename",
     "WheelReader",
     "WheelWriter",
+    "generated_members",
     "inflated_chunks",
     "is_safe_member_path",
     "member_data_offset",
@@ -95,7 +96,7 @@ _END64_LOCATOR = struct.Struct("<IIQI")
 _END64_LOCATOR_SIG = 0x07064B50
 _ZIP64_EXTRA_ID = 0x0001
 
-_SIGNATURE_FILES = ("RECORD.jws", "RECORD.p7s")
+_GENERATED_FILES = ("RECORD", "RECORD.jws", "RECORD.p7s")
 _WEAK_HASHES = frozenset({"md5", "sha1"})
 
 
@@ -201,6 +202,12 @@ def is_safe_member_path(name: str) -> bool:
     """Whether installing ``name`` stays inside the target: relative, POSIX, no ``..``/``.``/empty parts."""
     path = name[:-1] if name.endswith("/") else name
     return bool(name) and _UNSAFE_PATH.search(path) is None
+
+
+def generated_members(dist_info: str) -> frozenset[str]:
+    """RECORD and its signatures: listed in RECORD without a hash, and never copied into a rewritten
+    wheel (RECORD is regenerated; signatures of the old RECORD would be stale)."""
+    return frozenset(f"{dist_info}/{name}" for name in _GENERATED_FILES)
 
 
 def _encoded_name(info: zipfile.ZipInfo) -> bytes:
@@ -399,7 +406,7 @@ class WheelReader:
         if record_name not in self._infos:
             raise PatchedWheelsError(f"{origin}: missing")
         record: dict[str, RecordEntry] = {}
-        unhashed_allowed = {record_name, *(f"{self.dist_info}/{name}" for name in _SIGNATURE_FILES)}
+        unhashed_allowed = generated_members(self.dist_info)
         for entry in parse_record(b"".join(self._inflated_chunks(self._infos[record_name])), origin=origin):
             if entry.path in record:
                 raise PatchedWheelsError(f"{origin}: {entry.path} is listed twice")

@@ -15,7 +15,7 @@ from elftools.elf.elffile import ELFFile
 from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import parse_elf, read_graph, read_library, scan_wheels
+from patched_wheels.elfgraph import expand_origin, parse_elf, read_graph, read_library, scan_wheels
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.split import find_patchelf
 
@@ -202,3 +202,19 @@ def test_real_torch_order_loads_nvjitlink_before_cusparse_and_cusolver():
     order = [library.filename for library in graph.load_order]
     assert order.index("libnvJitLink.so.12") < order.index("libcusparse.so.12") < order.index("libcusolver.so.11")
     assert order.index("libcusolver.so.11") < order.index("libtorch_cuda_linalg.so")
+
+
+@pytest.mark.parametrize(
+    ("entry", "expanded"),
+    [
+        ("$ORIGIN", "/w/torch/lib"),
+        ("$ORIGIN/../../nvidia/cublas/lib", "/w/nvidia/cublas/lib"),
+        ("${ORIGIN}/../x", "/w/torch/x"),
+        ("$ORIGIN.d", "/w/torch/lib.d"),
+        ("/opt/$ORIGIN/x", "/opt/w/torch/lib/x"),
+        ("$ORIGINAL/lib", "$ORIGINAL/lib"),
+        ("$ORIGIN_2/lib", "$ORIGIN_2/lib"),
+    ],
+)
+def test_expand_origin_follows_the_dynamic_loader(entry, expanded):
+    assert expand_origin(entry, "/w/torch/lib") == expanded

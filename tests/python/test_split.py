@@ -155,6 +155,17 @@ def test_relocated_search_path_rebases_origin_entries():
     ]
 
 
+def test_relocated_search_path_follows_the_loaders_origin_rule():
+    # ld.so: "$ORIGIN" ends at the first character that cannot continue a name; "$ORIGIN_X" is another token.
+    library = ElfLibrary("torch.whl", "torch/lib/libx.so", "libx.so", (), (), ("$ORIGIN_X/lib", "$ORIGIN.d"))
+    assert relocated_search_path(library, "torch_libs/libx.so") == [
+        "$ORIGIN",
+        "$ORIGIN_X/lib",
+        "$ORIGIN/../torch/lib.d",
+        "$ORIGIN/../torch/lib",
+    ]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
