@@ -284,16 +284,15 @@ def _read_member(wheel: Path, info: zipfile.ZipInfo) -> bytes:
 
 
 def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
-    """The dynamic section of one archive member, streamed; re-read in full only if the stream kept too little."""
-    if info.compress_type == zipfile.ZIP_DEFLATED:
-        kept = _inflate_kept_ranges(wheel, info)
-        if isinstance(kept, bytes):
-            return parse_elf(kept, wheel=wheel.name, path=path)
-        try:
-            return parse_elf(kept, wheel=wheel.name, path=path)
-        except (_NotRetained, PatchedWheelsError):
-            pass
-    return parse_elf(_read_member(wheel, info), wheel=wheel.name, path=path)
+    """The dynamic section of one archive member, streamed; re-read in full only if the stream kept too little.
+
+    A corrupt file fails on the kept ranges already (they are exact), so it is not inflated twice.
+    """
+    kept = _inflate_kept_ranges(wheel, info)
+    try:
+        return parse_elf(kept, wheel=wheel.name, path=path)
+    except _NotRetained:
+        return parse_elf(_read_member(wheel, info), wheel=wheel.name, path=path)
 
 
 def _library_members(wheel: Path) -> list[tuple[zipfile.ZipInfo, str]]:

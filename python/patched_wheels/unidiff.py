@@ -55,7 +55,12 @@ def read_patch(path: Path, *, strip: int = 1) -> list[FilePatch]:
 
 
 def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
-    """Split a patch into per-file diffs; text between them (commit messages, git headers) is ignored."""
+    """Split a patch into per-file diffs; text between them (commit messages, git headers) is ignored.
+
+    ``strip`` leading path components are dropped from each path, as ``patch -p``; negative is an error.
+    """
+    if strip < 0:
+        raise PatchedWheelsError(f"patch {origin}: strip must be >= 0, got {strip}")
     lines = _split_lf(data)
     patches: list[FilePatch] = []
     index = 0

@@ -162,6 +162,20 @@ def test_streamed_read_of_a_large_member_equals_a_full_parse(tmp_path, monkeypat
     assert len(streamed.search_path) == (40 if patch_rpath else 1)
 
 
+def test_corrupt_large_member_fails_from_the_streamed_pass_alone(tmp_path, monkeypatch):
+    data = _big_library(tmp_path, "libbig.so", patch_rpath=False).read_bytes()
+    wheel = build_wheel(tmp_path, "cut", "1.0", {"cut/libbig.so": data[: len(data) * 2 // 3]})
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo("cut/libbig.so")
+
+    def full_read(*_args):
+        raise AssertionError("a corrupt member was inflated a second time")
+
+    monkeypatch.setattr(elfgraph, "_read_member", full_read)
+    with pytest.raises(PatchedWheelsError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libbig\.so: truncated or corrupt ELF"):
+        read_library(wheel, info, "cut/libbig.so")
+
+
 def test_cache_answers_unchanged_wheels_without_inflating(tmp_path, wheels):
     cache = tmp_path / "cache"
     first = scan_wheels(wheels.all, cache_dir=cache)

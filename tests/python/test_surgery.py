@@ -260,6 +260,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
             f"patch {stale}: demo/__init__.py: hunk #1 (@@ -2,3 +2,4 @@) does not apply at line 2",
         ),
         "missing target": (["--wheel", good, *base, "--patch", missing], f"patch {missing}: demo/gone.py: file is not in the wheel"),
+        "negative strip": (["--wheel", good, *base, "--patch", patch, "--strip", "-1"], f"patch {patch}: strip must be >= 0, got -1"),
         "invalid suffix": (
             ["--wheel", good, "--dest-dir", tmp_path / "out", "--suffix", "bad+suffix"],
             "suffix 'bad+suffix' is not a valid PEP 440 local version label",
@@ -275,7 +276,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
 
 BAD_CASES = [
     "not a zip", "truncated", "unsafe path", "duplicate", "record size", "hash --verify", "hash rewritten",
-    "stale patch", "missing target", "invalid suffix", "delete no match", "remove unknown", "edit RECORD",
+    "stale patch", "missing target", "negative strip", "invalid suffix", "delete no match", "remove unknown", "edit RECORD",
 ]
 
 

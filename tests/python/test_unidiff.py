@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -144,3 +145,11 @@ def test_malformed_patches(patch: bytes, message: str) -> None:
 def test_read_patch_names_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(PatchedWheelsError, match="missing.patch: cannot read"):
         read_patch(tmp_path / "missing.patch")
+
+
+def test_negative_strip_is_rejected_naming_the_patch(tmp_path: Path) -> None:
+    patch = tmp_path / "fix.patch"
+    patch.write_bytes(_git_diff(tmp_path, "pkg/mod.py", ORIGINAL, ORIGINAL + b"tail\n"))
+    assert read_patch(patch, strip=0)[0].path == "b/pkg/mod.py"
+    with pytest.raises(PatchedWheelsError, match=f"^{re.escape(f'patch {patch}: strip must be >= 0, got -1')}$"):
+        read_patch(patch, strip=-1)

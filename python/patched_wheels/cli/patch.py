@@ -49,8 +49,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.strip < 0:
-        raise PatchedWheelsError(f"--strip must be >= 0, got {args.strip}")
     if bool(args.preload_for) != bool(args.preload_from):
         raise PatchedWheelsError("--preload-for and --preload-from must be given together")
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
