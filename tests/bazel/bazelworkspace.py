@@ -10,7 +10,6 @@ up front rather than new workspaces.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import re
 import string
@@ -26,6 +25,7 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
 import fakecuda  # noqa: E402
+from indexfixtures import sha256_of  # noqa: E402  (re-exported to the Bazel tests)
 
 # Must match the `suffix` / `split_into` the templates give the patched wheels.
 SUFFIX = "test.1"
@@ -112,10 +112,6 @@ class FakePypi:
     @property
     def index_url(self) -> str:
         return (self.directory / "simple").as_uri()
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def build_fake_pypi(directory: Path) -> FakePypi:

@@ -31,8 +31,6 @@ API (kept small and stable, the Bazel integration tests reuse it)::
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import random
 import subprocess
@@ -41,6 +39,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
+
+import wheelbuilder
 
 NVIDIA_VERSION = "12.1.0"
 TORCH_VERSION = "2.1.0"
@@ -153,11 +153,6 @@ def _compile(short_name: str, build_dir: Path) -> Path:
     return compile_shared(build_dir, os.path.basename(LIBRARY_PATHS[short_name]), _SOURCES[short_name], *flags)
 
 
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
-
-
 def build_wheel(
     dest_dir: Path,
     name: str,
@@ -168,26 +163,10 @@ def build_wheel(
     tag: str = WHEEL_TAG,
     executable: Sequence[str] = (),
 ) -> Path:
-    """Write a valid wheel (METADATA, WHEEL, RECORD with hashes) with stdlib zipfile."""
-    distribution = name.replace("-", "_")
-    dist_info = f"{distribution}-{version}.dist-info"
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
-    wheel_file = f"Wheel-Version: 1.0\nGenerator: fakecuda\nRoot-Is-Purelib: false\nTag: {tag}\n"
-    members = dict(files)
-    members[f"{dist_info}/METADATA"] = metadata.encode()
-    members[f"{dist_info}/WHEEL"] = wheel_file.encode()
-    record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in members.items())
-    members[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
+    """:func:`wheelbuilder.build_wheel` with this module's platform tag; ``executable`` members get mode 0755."""
     dest_dir.mkdir(parents=True, exist_ok=True)
-    path = dest_dir / f"{distribution}-{version}-{tag}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for member, data in members.items():
-            info = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = (0o755 if member in executable else 0o644) << 16
-            archive.writestr(info, data)
-    return path
+    modes = dict.fromkeys(executable, 0o755)
+    return wheelbuilder.build_wheel(dest_dir, name, version, files, requires=requires, tag=tag, modes=modes)
 
 
 def build_fake_cuda_wheels(dest: Path, *, broken_order: bool = True) -> FakeCudaWheels:

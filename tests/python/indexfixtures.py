@@ -1,12 +1,12 @@
 """Synthetic wheels and a pip runner for the index, lock and mirror tests.
 
-Wheels are built with stdlib zipfile so every property the tests rely on (file name spelling,
-build tag, local version, Requires-Python, Requires-Dist) is chosen by the test itself.
+Wheels are built with :mod:`wheelbuilder` (stdlib zipfile) so every property the tests rely on
+(file name spelling, build tag, local version, Requires-Python, Requires-Dist) is chosen by the
+test itself.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import subprocess
@@ -14,6 +14,8 @@ import sys
 import zipfile
 from pathlib import Path
 from typing import Sequence
+
+from wheelbuilder import build_wheel
 
 
 def make_wheel(
@@ -32,28 +34,21 @@ def make_wheel(
     wheel whose metadata disagrees with its file name.
     """
     stem = filename[: -len(".whl")]
-    dist_name, version = stem.split("-")[:2]
+    parts = stem.split("-")
+    dist_name, version = parts[:2]
     package = dist_name.lower().replace(".", "_").replace("-", "_")
-    dist_info = f"{dist_name}-{version}.dist-info"
-    metadata_lines = [
-        "Metadata-Version: 2.1",
-        f"Name: {metadata_name or dist_name}",
-        f"Version: {version}",
-    ]
-    if requires_python:
-        metadata_lines.append(f"Requires-Python: {requires_python}")
-    metadata_lines += [f"Requires-Dist: {requirement}" for requirement in requires_dist]
-    members = {
-        f"{package}/__init__.py": payload.encode(),
-        f"{dist_info}/METADATA": ("\n".join(metadata_lines) + "\n\nA test wheel.\n").encode(),
-        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: indexfixtures\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(f"{name},sha256={_record_hash(data)},{len(data)}\n" for name, data in members.items())
-    members[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
-    path = directory / filename
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, data in members.items():
-            archive.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    path = build_wheel(
+        directory,
+        metadata_name or dist_name,
+        version,
+        {f"{package}/__init__.py": payload.encode()},
+        build_tag=parts[2] if len(parts) == 6 else None,
+        tag="-".join(parts[-3:]),
+        requires=requires_dist,
+        metadata_extra=f"Requires-Python: {requires_python}\n" if requires_python else "",
+        distribution=dist_name,
+    )
+    assert path.name == filename, f"{filename}: not a <name>-<version>[-<build>]-<tag>.whl file name"
     return path
 
 
@@ -66,10 +61,6 @@ def wheel_metadata(path: Path) -> bytes:
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _record_hash(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def pip_env() -> dict[str, str]:
