@@ -10,7 +10,6 @@ up front rather than new workspaces.
 
 from __future__ import annotations
 
-import inspect
 import re
 import string
 import subprocess
@@ -132,17 +131,6 @@ def write_lock(pypi: FakePypi, path: Path) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
-def split_available() -> str | None:
-    """Why the split hub cannot be built yet, or None (patched_wheels.split is written separately)."""
-    try:
-        from patched_wheels.split import split_wheel
-    except ImportError as error:
-        return f"patched_wheels.split is not importable: {error}"
-    expected = {"into", "move", "max_size", "graph_wheels", "cache_dir"}
-    missing = expected - set(inspect.signature(split_wheel).parameters)
-    return f"split_wheel() lacks the parameters hub.py passes: {sorted(missing)}" if missing else None
-
-
 def render(template: str, destination: Path, **values: str) -> None:
     text = string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
     destination.write_text(text, encoding="utf-8")
@@ -169,29 +157,26 @@ def _common_files(root: Path) -> FakePypi:
 class Setup:
     workspace: BazelWorkspace
     pypi: FakePypi
-    split_skip: str | None
 
 
 def make_bzlmod_workspace(root: Path) -> Setup:
     """The MODULE.bazel workspace: hubs `fixed`, `original` (control), `split` and `bad`."""
     pypi = _common_files(root)
-    split_skip = split_available()
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
     render("MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
     render("BUILD.bazel.tmpl", root / "BUILD.bazel", expected=str(fakecuda.EXPECTED_ANSWER), **values)
-    if split_skip is None:
-        with (root / "MODULE.bazel").open("a", encoding="utf-8") as module:
-            module.write(string.Template((TEMPLATES / "split.MODULE.bazel.tmpl").read_text()).substitute(values))
-        with (root / "BUILD.bazel").open("a", encoding="utf-8") as build:
-            build.write(
-                string.Template((TEMPLATES / "split.BUILD.bazel.tmpl").read_text()).substitute(
-                    values,
-                    expected=str(fakecuda.EXPECTED_ANSWER),
-                    moved_from=SPLIT_MOVED_FROM,
-                    moved_to=SPLIT_MOVED_TO,
-                    sibling_dist=SPLIT_SIBLING.replace("-", "_"),
-                )
+    with (root / "MODULE.bazel").open("a", encoding="utf-8") as module:
+        module.write(string.Template((TEMPLATES / "split.MODULE.bazel.tmpl").read_text()).substitute(values))
+    with (root / "BUILD.bazel").open("a", encoding="utf-8") as build:
+        build.write(
+            string.Template((TEMPLATES / "split.BUILD.bazel.tmpl").read_text()).substitute(
+                values,
+                expected=str(fakecuda.EXPECTED_ANSWER),
+                moved_from=SPLIT_MOVED_FROM,
+                moved_to=SPLIT_MOVED_TO,
+                sibling_dist=SPLIT_SIBLING.replace("-", "_"),
             )
+        )
     (root / "does-not-apply.patch").write_text(
         "--- a/faketorch/__init__.py\n"
         "+++ b/faketorch/__init__.py\n"
@@ -202,7 +187,7 @@ def make_bzlmod_workspace(root: Path) -> Setup:
         " import os\n",
         encoding="utf-8",
     )
-    return Setup(BazelWorkspace(root, root / "logs"), pypi, split_skip)
+    return Setup(BazelWorkspace(root, root / "logs"), pypi)
 
 
 def make_workspace_mode_workspace(root: Path) -> Setup:
@@ -211,6 +196,6 @@ def make_workspace_mode_workspace(root: Path) -> Setup:
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
     render("WORKSPACE.tmpl", root / "WORKSPACE", **values)
     render("BUILD.bazel.workspace.tmpl", root / "BUILD.bazel", expected=str(fakecuda.EXPECTED_ANSWER))
-    return Setup(BazelWorkspace(root, root / "logs", config=["--config=workspace"]), pypi, None)
+    return Setup(BazelWorkspace(root, root / "logs", config=["--config=workspace"]), pypi)
 
 
