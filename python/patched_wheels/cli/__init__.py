@@ -13,6 +13,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from patched_wheels.errors import PatchedWheelsError
@@ -20,6 +21,17 @@ from patched_wheels.errors import PatchedWheelsError
 
 def command_names() -> list[str]:
     return sorted(module.name for module in pkgutil.iter_modules(__path__))
+
+
+def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-cache`` for the commands that read the ELF graph (graph, doctor, split, patch --preload-for)."""
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel ELF result cache")
+
+
+def elf_cache_dir(args: argparse.Namespace) -> Path | None:
+    from patched_wheels.elfgraph import default_cache_dir
+
+    return None if args.no_cache else default_cache_dir()
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.doctor import diagnose, format_diagnosis, system_library_names
-from patched_wheels.elfgraph import default_cache_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="a library file name the target system provides even if this machine lacks it (repeatable)",
     )
-    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel result cache")
+    add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
 
@@ -40,7 +40,7 @@ def _run(args: argparse.Namespace) -> int:
     diagnosis = diagnose(
         args.wheels,
         package=args.package,
-        cache_dir=None if args.no_cache else default_cache_dir(),
+        cache_dir=elf_cache_dir(args),
         system_names=system_library_names() | set(args.assume_system),
     )
     print(format_diagnosis(diagnosis))

@@ -11,7 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from patched_wheels.elfgraph import default_cache_dir, format_graph, graph_as_json, read_graph
+from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
+from patched_wheels.elfgraph import format_graph, graph_as_json, read_graph
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,12 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")
     parser.add_argument("--json", action="store_true", help="print the graph as JSON")
-    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel result cache")
+    add_elf_cache_option(parser)
     parser.add_argument("--jobs", type=int, metavar="N", help="inflate on N threads (default: one per core)")
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    graph = read_graph(args.wheels, cache_dir=None if args.no_cache else default_cache_dir(), workers=args.jobs)
+    graph = read_graph(args.wheels, cache_dir=elf_cache_dir(args), workers=args.jobs)
     print(json.dumps(graph_as_json(graph), indent=2) if args.json else format_graph(graph))
     return 0

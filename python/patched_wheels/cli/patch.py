@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.surgery import MemberEdit, find_patches, patch_wheel
 
@@ -45,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--preload-from", type=Path, nargs="+", default=[], metavar="WHEEL", help="the wheels PKG's libraries may come from"
     )
+    add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
 
@@ -62,15 +64,17 @@ def _run(args: argparse.Namespace) -> int:
         add_requires=args.add_requires,
         delete=args.delete,
         verify=args.verify,
-        member_edits=_preload_edits(args.preload_for, [args.wheel, *args.preload_from]) if args.preload_for else None,
+        member_edits=_preload_edits(args.preload_for, [args.wheel, *args.preload_from], elf_cache_dir(args))
+        if args.preload_for
+        else None,
     )
     print(result.path)
     print(result.requirement)
     return 0
 
 
-def _preload_edits(package: str, wheels: list[Path]) -> dict[str, MemberEdit]:
+def _preload_edits(package: str, wheels: list[Path], cache_dir: Path | None) -> dict[str, MemberEdit]:
     # Imported here: the ELF analysis is only needed for --preload-for.
     from patched_wheels.preload import preload_member_edits
 
-    return preload_member_edits(package, list(dict.fromkeys(wheels)))
+    return preload_member_edits(package, list(dict.fromkeys(wheels)), cache_dir=cache_dir)

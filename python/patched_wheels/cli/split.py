@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.elfgraph import default_cache_dir
+from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.split import split_wheel
 
 
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--graph-wheels", type=Path, nargs="+", default=[], metavar="WHEEL", help="other wheels the libraries may need"
     )
-    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel result cache")
+    add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
 
@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
         move=args.move or (),
         max_size=args.max_size,
         graph_wheels=args.graph_wheels,
-        cache_dir=None if args.no_cache else default_cache_dir(),
+        cache_dir=elf_cache_dir(args),
     )
     print(result.main)
     print(result.sibling)
