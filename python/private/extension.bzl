@@ -1,9 +1,9 @@
 """The `patched` module extension: `index` tags make hubs, `patched_wheel` tags say what to change.
 
 Wheel URLs are resolved here, in the extension, rather than in the hub: the extension's result (the
-hub's attributes, with every URL and sha256) is recorded in MODULE.bazel.lock, so after
-`bazel clean --expunge` nothing is resolved or downloaded again; the wheels come from the repository
-cache by sha256.
+hub's attributes, with every URL and sha256) is recorded in MODULE.bazel.lock by a Bazel that writes
+it, so after `bazel clean --expunge` nothing is resolved again (Debian's bootstrap Bazel writes `{}`
+and re-reads the index pages). The wheels always come from the repository cache by sha256.
 """
 
 load(":helper.bzl", "prepare_helper")

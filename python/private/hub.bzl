@@ -19,8 +19,9 @@ def _project_page_url(index_url, project):
 def resolve_wheels(ctx, helper, *, requirements_lock, index_url, patched_specs):
     """Picks the wheel file (url, sha256) of every pin of the lock for the helper's interpreter.
 
-    Works with a module_ctx (the extension resolves once and the MODULE.bazel.lock keeps the result, so
-    a `clean --expunge` downloads nothing) and with a repository_ctx (WORKSPACE mode).
+    Works with a module_ctx (the extension resolves once; a Bazel that writes MODULE.bazel.lock keeps
+    the result, so a `clean --expunge` fetches no page again) and with a repository_ctx (WORKSPACE mode).
+    Wheels are fetched by sha256 in either case, so an expunge never downloads them again.
     """
     explicit = {}
     for spec in patched_specs:
@@ -68,12 +69,14 @@ def _patched_hub_impl(rctx):
             fail("rules_patched_wheels: patched_wheel(name = \"%s\") is not pinned in %s" % (name, rctx.attr.requirements_lock))
 
     originals = {}
+    downloaded = []
     for number, wheel in enumerate(wheels):
         folder = "originals" if wheel["project"] in patched_names else "index"
         output = "%s/%s" % (folder, wheel["filename"])
         if hasattr(rctx, "report_progress"):
             rctx.report_progress("fetching %s (%d of %d)" % (wheel["filename"], number + 1, len(wheels)))
         rctx.download(url = wheel["urls"], output = output, sha256 = wheel["sha256"])
+        downloaded.append(str(rctx.path(output)))
         if folder == "originals":
             originals[wheel["project"]] = output
 
@@ -83,7 +86,7 @@ def _patched_hub_impl(rctx):
         "index_dir": str(rctx.path("index")),
         "out": str(rctx.path("requirements_lock.txt")),
         "index_option": rctx.attr.index_option,
-        "wheels": [str(rctx.path(("originals/" if w["project"] in patched_names else "index/") + w["filename"])) for w in wheels],
+        "wheels": downloaded,
         "patched": [
             dict(
                 spec,
