@@ -43,7 +43,7 @@ def patched_wheel(**kwargs):
     values.update(kwargs)
     return struct(**values)
 
-def patched_index(name, requirements_lock, wheels = [], index_url = DEFAULT_INDEX_URL, index_option = "index-url", python_interpreter = "python3", python_interpreter_target = None):
+def patched_index(name, requirements_lock, wheels = [], index_url = DEFAULT_INDEX_URL, index_option = "direct", python_interpreter = "python3", python_interpreter_target = None):
     """A hub repository `name` with `requirements_lock.txt` for pip_parse, serving the lock's wheels
     (those in `wheels` patched) from a local index."""
     specs, patches = hub_specs(wheels)

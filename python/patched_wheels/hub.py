@@ -19,7 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.lock import lock
+from patched_wheels.lock import DEFAULT_INDEX_OPTION, lock
 from patched_wheels.surgery import MemberEdit, patch_wheel
 from patched_wheels.wheelfile import WheelReader
 
@@ -51,7 +51,10 @@ class HubConfig:
     out: Path
     wheels: Sequence[Path]
     patched: Sequence[PatchedWheelSpec] = field(default_factory=tuple)
-    index_option: str = "index-url"
+    index_option: str = DEFAULT_INDEX_OPTION
+    index_url: str = ""  # where the lock's unpatched pins come from (direct mode, if the lock names none)
+    replaced: Mapping[str, Sequence[str]] = field(default_factory=dict)  # project -> sha256 of the patched originals
+    references: Mapping[str, Sequence[str]] = field(default_factory=dict)  # project -> [url, sha256] of its wheel
 
     @classmethod
     def load(cls, path: Path) -> "HubConfig":
@@ -80,7 +83,10 @@ class HubConfig:
             out=Path(raw["out"]),
             wheels=[Path(p) for p in raw["wheels"]],
             patched=specs,
-            index_option=raw.get("index_option", "index-url"),
+            index_option=raw.get("index_option", DEFAULT_INDEX_OPTION),
+            index_url=raw.get("index_url", ""),
+            replaced=raw.get("replaced", {}),
+            references=raw.get("references", {}),
         )
 
 
@@ -93,7 +99,15 @@ def build_hub(config: HubConfig) -> list[str]:
         for spec in config.patched:
             pins.extend(patch_into_index(spec, config.wheels, config.index_dir, elf_cache=Path(elf_cache)))
     # lock() indexes the directory first, so the hashes it writes are the ones the pages serve.
-    lock(config.requirements, config.index_dir, config.out, index_option=config.index_option)
+    lock(
+        config.requirements,
+        config.index_dir,
+        config.out,
+        index_option=config.index_option,
+        upstream_index_url=config.index_url or None,
+        replaced=config.replaced,
+        references={project: (url, sha256) for project, (url, sha256) in config.references.items()},
+    )
     return pins
 
 

@@ -7,7 +7,14 @@ rules_python's ``pip_parse``, which hands every line to pip) to install the patc
   ``torch==2.1.0+stripe.5``) and its ``--hash`` options become the hashes of the index's files;
 * projects in the index that the lock does not mention (split siblings such as ``torch-libs``)
   are appended as pins, with the environment marker of the locked project that requires them;
-* one option line makes pip look at the index, written ``--option=value``: rules_python 0.22.1
+* ``direct`` (the default): each patched pin becomes a direct reference to its wheel
+  (``torch @ file:///abs/index/torch-2.1.0+stripe.5-....whl --hash=sha256:...``), so pip and every
+  rules_python release (2.x fetches direct references with Bazel's downloader, which cannot read a
+  ``file://`` index page) take that file, while every other pin stays as it was and is fetched from
+  the lock's own index (or by its own URL, when the caller knows it). When the pin keeps other
+  hashes (wheels for other platforms, not patched), the patched reference gets the marker of its
+  wheel's tags and those hashes stay usable on a second line with the opposite marker;
+* otherwise one option line makes pip look at the index, written ``--option=value``: rules_python 0.22.1
   passes each option line to pip as a single argument, and pip rejects ``--find-links /x`` as
   ``no such option: --find-links /x`` but accepts ``--find-links=/x``. The URL is an absolute
   ``file://`` URL because pip runs inside another (external) repository.
@@ -28,12 +35,14 @@ Two candidates at any step is an error naming them.
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Collection, Iterable, Iterator, Mapping, Sequence
 
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import Tag
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -41,13 +50,13 @@ from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.fsutil import write_atomic
 from patched_wheels.index import SIMPLE_DIR, IndexedFile, build_index, group_by_project
 
-INDEX_OPTIONS = ("extra-index-url", "index-url", "find-links")
-#: ``--extra-index-url``: works whether the index holds every locked wheel or only the patched
-#: ones, keeps PEP 658 metadata and Requires-Python (``--find-links`` has neither), and cannot be
-#: shadowed by PyPI, which refuses uploads with a local version label such as ``+stripe.5``
-#: (and every patched pin carries hashes). Use ``index-url`` when the index mirrors the whole lock
-#: and pip must not look anywhere else.
-DEFAULT_INDEX_OPTION = "extra-index-url"
+INDEX_OPTIONS = ("direct", "extra-index-url", "index-url", "find-links")
+#: ``direct``: the only form every rules_python release reads (2.x fetches a lock's index pages with
+#: Bazel's downloader, which returns a directory listing for a ``file://`` index page), and the
+#: wheels nobody patched are not served by us at all. ``extra-index-url`` works whether the index
+#: holds every locked wheel or only the patched ones; ``index-url`` when it mirrors the whole lock and
+#: pip must not look anywhere else; ``find-links`` for a plain directory listing (pip only).
+DEFAULT_INDEX_OPTION = "direct"
 
 # pip's own rules (pip/_internal/req/req_file.py): a comment starts at a '#' at the start of a
 # line or after whitespace; a line ending in '\' continues on the next one unless it is a comment.
@@ -94,28 +103,62 @@ def lock(
     out: Path | str,
     *,
     index_option: str = DEFAULT_INDEX_OPTION,
+    upstream_index_url: str | None = None,
+    replaced: Mapping[str, Collection[str]] | None = None,
+    references: Mapping[str, tuple[str, str]] | None = None,
 ) -> LockResult:
     """Write ``out``: ``requirements`` pointed at the index in ``index_dir``.
 
     The index is refreshed first (incremental, so a no-op when current): the hashes written
     to the lock are then exactly those the index pages serve.
+
+    ``direct`` mode only: ``upstream_index_url`` is written as ``--index-url`` when the lock names
+    no index of its own (the index the unpatched pins were resolved from), and ``replaced`` maps a
+    project to the sha256 digests of the original wheels its patched wheel replaces; the pin's other
+    hashes are kept for the other platforms. Without it every hash of a patched pin is replaced.
+    ``references`` maps an unpatched project to the (url, sha256) of the one file its pin admits
+    here: a pin whose only hash is that file's becomes a direct reference too, so no index page is
+    read for it (rules_python 2.x fetches it by URL and sha256; a lock for several platforms keeps
+    its index for such pins).
     """
     requirements, index_dir, out = Path(requirements), Path(index_dir).resolve(), Path(out)
     if index_option not in INDEX_OPTIONS:
         raise PatchedWheelsError(f"--index-option {index_option}: expected one of {', '.join(INDEX_OPTIONS)}")
     text = _read_text(requirements)
     files = build_index(index_dir).files
-    location = index_dir / SIMPLE_DIR if index_option != "find-links" else index_dir
-    option_line = f"--{index_option}={location.as_uri()}"
-    new_text, changes = rewrite_lock(text, files, option_line=option_line, source=str(requirements))
+    if index_option == "direct":
+        new_text, changes = rewrite_lock(
+            text,
+            files,
+            option_line=f"--index-url={upstream_index_url}" if upstream_index_url else None,
+            direct_dir=index_dir,
+            replaced={canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in (replaced or {}).items()},
+            references={canonicalize_name(name): reference for name, reference in (references or {}).items()},
+            source=str(requirements),
+        )
+    else:
+        location = index_dir / SIMPLE_DIR if index_option != "find-links" else index_dir
+        option_line = f"--{index_option}={location.as_uri()}"
+        new_text, changes = rewrite_lock(text, files, option_line=option_line, source=str(requirements))
     write_atomic(out, new_text.encode("utf-8"))
     return LockResult(out=out, changes=tuple(changes))
 
 
 def rewrite_lock(
-    text: str, files: Sequence[IndexedFile], *, option_line: str, source: str = "<lock>"
+    text: str,
+    files: Sequence[IndexedFile],
+    *,
+    option_line: str | None,
+    direct_dir: Path | None = None,
+    replaced: Mapping[NormalizedName, frozenset[str]] | None = None,
+    references: Mapping[NormalizedName, tuple[str, str]] | None = None,
+    source: str = "<lock>",
 ) -> tuple[str, list[str]]:
-    """The pure part of ``lock``: return the new lock text and a list of the changes made."""
+    """The pure part of ``lock``: return the new lock text and a list of the changes made.
+
+    With ``direct_dir`` patched pins become direct references to the files there, and
+    ``option_line`` (if any) is added only when the lock names no index of its own.
+    """
     lines = text.splitlines(keepends=True)
     first_eol = _EOL.search(lines[0]) if lines else None
     eol = first_eol.group(1) if first_eol else "\n"
@@ -127,12 +170,25 @@ def rewrite_lock(
     parents: dict[NormalizedName, list[tuple[NormalizedName, _Pin]]] = {}
     for pin in pins:
         project = canonicalize_name(pin.requirement.name)
-        if project not in index or pin.requirement.url:
+        if pin.requirement.url:
             continue  # a direct reference names its own file: pip fetches that URL, not the index
+        if project not in index:
+            reference = (references or {}).get(project)
+            if direct_dir is not None and reference and {h.lower() for h in pin.hashes} == {f"sha256:{reference[1]}"}:
+                own_marker = str(pin.requirement.marker) if pin.requirement.marker else None
+                edits[pin.line.start] = (pin.line.end, _pin_block(f"{pin.requirement.name} @ {reference[0]}", own_marker, [f"sha256:{reference[1]}"], eol))
+            continue
         pinned = _pinned_version(pin, source)
         target = _target_version(pin, pinned, index[project], source)
         target_files = [f for f in index[project] if f.version == target]
         _record_parents(parents, project, pin, target_files)
+        if direct_dir is not None:
+            if target == pinned:
+                continue  # the index holds the original itself: the lock's own index serves it
+            block = _direct_pin(pin, target_files, direct_dir, (replaced or {}).get(project), eol, source)
+            edits[pin.line.start] = (pin.line.end, block)
+            changes.append(f"{pin.requirement.name}=={pinned} -> {_strip_eol(block[0])}")
+            continue
         new_hashes = sorted(f"sha256:{f.sha256}" for f in target_files)
         locked_hashes = {value.lower() for value in pin.hashes}
         refresh = bool(pin.hashes) and (target != pinned or not set(new_hashes) & locked_hashes)
@@ -147,7 +203,10 @@ def rewrite_lock(
         if target != pinned or refresh:
             edits[pin.line.start] = (pin.line.end, physical)
 
-    option_at, dropped = _place_option(logical, option_line)
+    if option_line is None or (direct_dir is not None and any(_ANY_INDEX_OPTION.match(l.content) for l in logical)):
+        option_at, dropped = None, {}
+    else:
+        option_at, dropped = _place_option(logical, option_line)
     for start, end in dropped.items():
         edits[start] = (end, [])
     if option_at is not None:
@@ -167,11 +226,140 @@ def rewrite_lock(
         number = end
     locked = {canonicalize_name(pin.requirement.name) for pin in pins}
     uses_hashes = any(pin.hashes for pin in pins)
-    for requirement, block in _added_pins(index, locked, parents, uses_hashes, eol, source):
+    for requirement, block in _added_pins(index, locked, parents, uses_hashes, eol, source, direct_dir):
         _end_input(output, eol)
         output.extend(block)
         changes.append(f"added {requirement}")
     return "".join(output), changes
+
+
+def _strip_eol(line: str) -> str:
+    return _EOL.sub("", line).rstrip(" \\")
+
+
+def _direct_pin(
+    pin: _Pin,
+    files: Sequence[IndexedFile],
+    directory: Path,
+    replaced: frozenset[str] | None,
+    eol: str,
+    source: str,
+) -> list[str]:
+    """The lines that replace a patched pin in ``direct`` mode (module docstring).
+
+    A direct reference names one file, so the patched version must have exactly one. If the pin
+    keeps hashes of other wheels (a lock for several platforms), those stay on a second line whose
+    marker excludes what the patched wheel's tags cover.
+    """
+    if len(files) != 1:
+        names = ", ".join(sorted(f.filename for f in files))
+        raise PatchedWheelsError(
+            f"{_where(source, pin.line.start)}: a direct reference names one file, but the index has "
+            f"{names} for {pin.requirement.name}; use an index option instead"
+        )
+    (target,) = files
+    own_marker = str(pin.requirement.marker) if pin.requirement.marker else None
+    environments = WheelEnvironments.of(target.tags)
+    platform = environments.marker()
+    left = sorted(h for h in pin.hashes if replaced is not None and h.partition(":")[2].lower() not in replaced)
+    url = _file_url(directory / target.filename)
+    # The wheel's own marker only where another line serves the other platforms: a marker makes some
+    # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.
+    lines = _pin_block(
+        f"{pin.requirement.name} @ {url}", _and(own_marker, platform if left else None), [f"sha256:{target.sha256}"], eol
+    )
+    if left and platform:
+        specifier = str(pin.requirement.specifier)
+        lines += _pin_block(f"{pin.requirement.name}{specifier}", _and(own_marker, environments.complement()), left, eol)
+    elif left:
+        raise PatchedWheelsError(
+            f"{_where(source, pin.line.start)}: {target.filename} is for every platform, but the pin of "
+            f"{pin.requirement.name} has {len(left)} more hashes; a pure wheel cannot leave other wheels in use"
+        )
+    return lines
+
+
+def _file_url(path: Path) -> str:
+    """A ``file://`` URL that keeps a local version's ``+`` as it is (``Path.as_uri`` writes ``%2B``):
+    Bazel's downloader opens the path as written, pip and rules_python read both spellings."""
+    return "file://" + quote(str(path), safe="/+")
+
+
+def _pin_block(requirement: str, marker: str | None, hashes: Sequence[str], eol: str) -> list[str]:
+    """A pin in pip-compile's layout: one ``--hash`` per continuation line."""
+    head = requirement + (f" ; {marker}" if marker else "")
+    if not hashes:
+        return [head + eol]
+    return [head + " \\" + eol] + [
+        f"    --hash={value}" + (" \\" if number < len(hashes) - 1 else "") + eol for number, value in enumerate(hashes)
+    ]
+
+
+def _and(first: str | None, second: str | None) -> str | None:
+    if first and second:
+        return f"({first}) and ({second})"
+    return first or second
+
+
+# PEP 425 platform tags -> PEP 508 (sys_platform, platform_machine) values.
+_MACHINES = {"amd64": "AMD64", "arm64": "ARM64", "win32": "x86"}
+
+
+@dataclass(frozen=True)
+class WheelEnvironments:
+    """The environments a wheel's tags admit, as far as a lock for several platforms tells wheels apart:
+    the operating system and machine and, for a CPython-ABI wheel, the Python minor version."""
+
+    python: str | None
+    platforms: frozenset[tuple[str, str]]  # (sys_platform, platform_machine); empty: any
+
+    @classmethod
+    def of(cls, tags: Iterable[Tag]) -> "WheelEnvironments":
+        platforms: set[tuple[str, str]] = set()
+        pythons: set[str] = set()
+        for tag in tags:
+            if tag.platform != "any":
+                platforms.update(_platform_values(tag.platform))
+            if tag.abi.startswith("cp") and tag.interpreter.startswith("cp") and tag.abi != "abi3":
+                digits = tag.interpreter[2:]
+                pythons.add(f"{digits[0]}.{digits[1:]}")
+        return cls(pythons.pop() if len(pythons) == 1 else None, frozenset(platforms))
+
+    def marker(self) -> str | None:
+        """A PEP 508 marker true exactly in these environments (None: every environment)."""
+        alternatives = [
+            f'sys_platform == "{system}" and platform_machine == "{machine}"' for system, machine in sorted(self.platforms)
+        ]
+        python = [f'python_version == "{self.python}"'] if self.python else []
+        return _join(" and ", python + ([_join(" or ", alternatives)] if alternatives else []))
+
+    def complement(self) -> str | None:
+        """The marker of every other environment (PEP 508 has no ``not``: De Morgan's laws)."""
+        alternatives = [
+            f'sys_platform != "{system}" or platform_machine != "{machine}"' for system, machine in sorted(self.platforms)
+        ]
+        python = [f'python_version != "{self.python}"'] if self.python else []
+        return _join(" or ", python + ([_join(" and ", alternatives)] if alternatives else []))
+
+
+def _join(operator: str, parts: Sequence[str]) -> str | None:
+    """``parts`` joined by ``operator``, each parenthesised when it holds more than one term."""
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return operator.join(f"({part})" if " and " in part or " or " in part else part for part in parts)
+
+
+def _platform_values(platform: str) -> set[tuple[str, str]]:
+    if platform.startswith(("manylinux", "musllinux", "linux")):
+        machine = re.sub(r"^(?:manylinux|musllinux)(?:_\d+_\d+|\d+)?_|^linux_", "", platform)
+        return {("linux", machine)}
+    if platform.startswith("macosx_"):
+        machine = platform.split("_", 3)[-1]
+        machines = {"universal2": ("arm64", "x86_64"), "intel": ("x86_64",)}.get(machine, (machine,))
+        return {("darwin", m) for m in machines}
+    if platform.startswith("win"):
+        return {("win32", _MACHINES.get(platform.removeprefix("win_"), platform))}
+    raise PatchedWheelsError(f"platform tag {platform}: cannot tell its sys_platform and platform_machine")
 
 
 def _end_input(output: list[str], eol: str) -> None:
@@ -341,6 +529,7 @@ def _added_pins(
     uses_hashes: bool,
     eol: str,
     source: str,
+    direct_dir: Path | None = None,
 ) -> list[tuple[str, list[str]]]:
     """Pins for index projects the lock lacks, in pip-compile's layout, sorted by name.
 
@@ -357,9 +546,16 @@ def _added_pins(
             )
         requirers = parents.get(project, [])
         markers = {str(pin.requirement.marker) if pin.requirement.marker else None for _, pin in requirers}
-        requirement = f"{project}=={versions[0]}"
-        if len(markers) == 1 and None not in markers:
-            requirement += f" ; {markers.pop()}"
+        marker = markers.pop() if len(markers) == 1 and None not in markers else None
+        if direct_dir is not None:
+            if len(index[project]) != 1:
+                raise PatchedWheelsError(f"{source}: a direct reference names one file; the index has several of {project}")
+            (single,) = index[project]
+            requirement = f"{project} @ {_file_url(direct_dir / single.filename)}"
+        else:
+            requirement = f"{project}=={versions[0]}"
+        if marker:
+            requirement += f" ; {marker}"
         hashes = sorted(f"--hash=sha256:{f.sha256}" for f in index[project]) if uses_hashes else []
         continuations = [" \\"] * len(hashes) + [""]
         block = [requirement + continuations[0] + eol]

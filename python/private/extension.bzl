@@ -8,13 +8,14 @@ and re-reads the index pages). The wheels always come from the repository cache 
 
 load(":helper.bzl", "prepare_helper")
 load(":hub.bzl", "DEFAULT_INDEX_URL", "patched_hub", "resolve_wheels")
+load(":rules_python_version.bzl", "INDEX_OPTIONS", "check_index_option")
 load(":specs.bzl", "PATCHED_WHEEL_ATTRS", "hub_specs")
 
 _INDEX_ATTRS = {
     "name": attr.string(mandatory = True, doc = "Name of the hub repository, e.g. `patched_pypi`."),
     "requirements_lock": attr.label(mandatory = True, allow_single_file = True, doc = "The hashed lock (pip-compile) to serve."),
     "index_url": attr.string(default = DEFAULT_INDEX_URL, doc = "PEP 503 index the lock's wheels are resolved from."),
-    "index_option": attr.string(default = "index-url", doc = "How the generated lock points pip at the local index."),
+    "index_option": attr.string(default = "direct", values = INDEX_OPTIONS, doc = "How the generated lock names the patched wheels: `direct` references (every rules_python release), or `index-url` / `extra-index-url` / `find-links` to the hub's index (rules_python < 2 only)."),
     "python_interpreter": attr.string(default = "python3", doc = "Interpreter whose tags select the wheels and that runs the helper."),
     "python_interpreter_target": attr.label(allow_single_file = True),
 }
@@ -37,6 +38,7 @@ def _patched_impl(module_ctx):
             fail("rules_patched_wheels: patched_wheel(hub = \"%s\") names no patched.index(name = ...); known: %s" % (hub, known))
 
     for index in indexes:
+        check_index_option(module_ctx, index.name, index.index_option)
         specs, patches = hub_specs(patched_by_hub.get(index.name, []))
         helper = prepare_helper(
             module_ctx,

@@ -136,7 +136,7 @@ def render(template: str, destination: Path, **values: str) -> None:
     destination.write_text(text, encoding="utf-8")
 
 
-def _common_files(root: Path) -> FakePypi:
+def common_files(root: Path) -> FakePypi:
     root.mkdir(parents=True, exist_ok=True)
     pypi = build_fake_pypi(root / "pypi")
     # The fake PyPI lives inside the workspace so the offline launcher's chroot sees it; not a package.
@@ -161,7 +161,7 @@ class Setup:
 
 def make_bzlmod_workspace(root: Path) -> Setup:
     """The MODULE.bazel workspace: hubs `fixed`, `original` (control), `split` and `bad`."""
-    pypi = _common_files(root)
+    pypi = common_files(root)
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
     render("MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
     render("BUILD.bazel.tmpl", root / "BUILD.bazel", expected=str(fakecuda.EXPECTED_ANSWER), **values)
@@ -192,7 +192,7 @@ def make_bzlmod_workspace(root: Path) -> Setup:
 
 def make_workspace_mode_workspace(root: Path) -> Setup:
     """The legacy WORKSPACE workspace: one hub `fixed` made by the `patched_index` macro."""
-    pypi = _common_files(root)
+    pypi = common_files(root)
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
     render("WORKSPACE.tmpl", root / "WORKSPACE", **values)
     render("BUILD.bazel.workspace.tmpl", root / "BUILD.bazel", expected=str(fakecuda.EXPECTED_ANSWER))

@@ -10,7 +10,7 @@ import pytest
 
 from indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.lock import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock, read_pins
+from patched_wheels.lock import INDEX_OPTIONS, WheelEnvironments, lock, read_pins
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")
 # What installing the lock below must give: the patched versions, the sibling, the originals,
@@ -76,7 +76,7 @@ def test_lock_rewrites_only_the_patched_pins(index_dir: Path, tmp_path: Path) ->
     source.write_text(_lock_text(index_dir))
     out = tmp_path / "out.txt"
 
-    result = lock(source, index_dir, out)
+    result = lock(source, index_dir, out, index_option="extra-index-url")
 
     h = lambda name: _hash(index_dir, name)  # noqa: E731
     original = _lock_text(index_dir).splitlines(keepends=True)
@@ -104,7 +104,7 @@ def test_lock_rewrites_only_the_patched_pins(index_dir: Path, tmp_path: Path) ->
     assert (index_dir / "simple" / "torchfake" / "index.html").is_file()  # the index was refreshed
 
     again = tmp_path / "again.txt"
-    lock(out, index_dir, again)
+    lock(out, index_dir, again, index_option="extra-index-url")
     assert again.read_bytes() == out.read_bytes()
 
 
@@ -120,6 +120,8 @@ def test_pip_installs_the_locked_patched_wheels(index_dir: Path, tmp_path: Path,
     empty = tmp_path / "empty"
     empty.mkdir()
     extra = [] if option == "index-url" else ["--index-url", empty.as_uri()]
+    if option == "direct":  # the unpatched pins come from the lock's own index: here, the mirrored originals
+        extra += ["--find-links", index_dir.as_uri()]
 
     result = run_pip("install", "--require-hashes", "-r", str(out), "--target", str(target), *extra)
 
@@ -133,9 +135,9 @@ def test_option_line_is_one_argument_pip_accepts(index_dir: Path, tmp_path: Path
     source = tmp_path / "requirements_lock.txt"
     source.write_text("torchfake==2.1.0\n")
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out)
+    lock(source, index_dir, out, index_option="extra-index-url")
     (option_line,) = [line for line in out.read_text().splitlines() if line.startswith("--")]
-    assert option_line == f"--{DEFAULT_INDEX_OPTION}={(index_dir / 'simple').as_uri()}"
+    assert option_line == f"--extra-index-url={(index_dir / 'simple').as_uri()}"
     empty = tmp_path / "empty"
     empty.mkdir()
     common = ["download", "--no-deps", "--index-url", empty.as_uri(), "-d", str(tmp_path / "dl")]
@@ -162,7 +164,7 @@ def test_layout_line_endings_and_inline_hashes_are_kept(index_dir: Path, tmp_pat
     source.write_bytes(text.encode())
     out = tmp_path / "out.txt"
 
-    lock(source, index_dir, out)
+    lock(source, index_dir, out, index_option="extra-index-url")
 
     uri = (index_dir / "simple").as_uri()
     assert out.read_bytes().decode() == (
@@ -244,7 +246,7 @@ def test_hashes_in_comments_are_kept(index_dir: Path, tmp_path: Path) -> None:
         f"odd.name_pkg==3.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n    # old --hash=sha256:yy\n"
     )
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out)
+    lock(source, index_dir, out, index_option="extra-index-url")
     odd = _hash(index_dir, "Odd_Name.Pkg-3.0+stripe.1-py3-none-any.whl")
     assert out.read_text().splitlines()[1:5] == [
         f"torchfake==2.1.0+stripe.5 --hash={torch}  # was --hash=sha256:zz",
@@ -267,7 +269,7 @@ def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> N
     out = tmp_path / "out.txt"
 
     pins = read_pins(source)
-    lock(source, index_dir, out)
+    lock(source, index_dir, out, index_option="extra-index-url")
 
     assert [(str(pin.project), str(pin.version), pin.line_number) for pin in pins] == [("tritonfake", "2.1.0", 3)]
     triton = _hash(index_dir, "tritonfake-2.1.0-0-py3-none-any.whl")
@@ -307,7 +309,7 @@ def test_bad_lock_lines(index_dir: Path, tmp_path: Path, content: str, message: 
     source.write_text(content)
     out = tmp_path / "out.txt"
     if message is None:
-        lock(source, index_dir, out)
+        lock(source, index_dir, out, index_option="extra-index-url")
         assert "torchfake==2.1.0+stripe.5 \\\n  ; python_version >= '3' \\\n" in out.read_text()
         return
     with pytest.raises(PatchedWheelsError, match=message.replace("+", r"\+")):
@@ -338,7 +340,8 @@ def test_cli_prints_changes(index_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     result = run_cli("lock", "--requirements", str(source), "--index", str(index_dir), "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[0] == "torchfake==2.1.0 -> torchfake==2.1.0+stripe.5"
+    wheel = index_dir / "torchfake-2.1.0+stripe.5-py3-none-any.whl"
+    assert result.stdout.splitlines()[0] == f"torchfake==2.1.0 -> torchfake @ file://{wheel}"
     assert result.stdout.splitlines()[-1] == f"wrote {out}"
 
 
@@ -359,3 +362,124 @@ def test_uv_installs_the_locked_patched_wheels(index_dir: Path, tmp_path: Path) 
 
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in target.glob("*.dist-info")) == INSTALLED
+
+
+def test_direct_mode_references_the_patched_files_and_leaves_the_rest(index_dir: Path, tmp_path: Path) -> None:
+    """The default form: patched pins (and the split sibling) become direct references to the index's
+    files, with a literal '+' in the URL; every other line, options included, stays byte for byte."""
+    _keep_only(index_dir, "torchfake", "tritonfake")
+    text = (
+        "--index-url https://pypi.example/simple\n"
+        f'torchfake==2.1.0 ; sys_platform == "linux" \\\n    --hash=sha256:{E}\n    # via -r requirements.in\n'
+        f"tritonfake==2.1.0 --hash=sha256:{F}\n"
+    )
+    source = tmp_path / "in.txt"
+    source.write_text(text)
+    out = tmp_path / "out.txt"
+
+    result = lock(source, index_dir, out, upstream_index_url="https://not-added.example/simple")
+
+    torch = index_dir / "torchfake-2.1.0+stripe.5-py3-none-any.whl"
+    libs = index_dir / "torchfake_libs-2.1.0+stripe.5-py3-none-any.whl"
+    assert out.read_text() == (
+        "--index-url https://pypi.example/simple\n"
+        f'torchfake @ file://{torch} ; sys_platform == "linux" \\\n    --hash=sha256:{sha256_of(torch)}\n'
+        "    # via -r requirements.in\n"
+        f"tritonfake==2.1.0 --hash=sha256:{F}\n"
+        f'torchfake-libs @ file://{libs} ; sys_platform == "linux" \\\n    --hash=sha256:{sha256_of(libs)}\n'
+        "    # via torchfake\n"
+    )
+    assert "%2B" not in out.read_text()
+    assert result.changes[0] == f'torchfake==2.1.0 -> torchfake @ file://{torch} ; sys_platform == "linux"'
+
+
+def test_direct_mode_adds_the_upstream_index_only_where_the_lock_names_none(index_dir: Path, tmp_path: Path) -> None:
+    _keep_only(index_dir, "torchfake")
+    source = tmp_path / "in.txt"
+    source.write_text("# header\ntorchfake==2.1.0\n")
+    out = tmp_path / "out.txt"
+    lock(source, index_dir, out, upstream_index_url="http://127.0.0.1:9/simple")
+    assert out.read_text().splitlines()[:2] == ["# header", "--index-url=http://127.0.0.1:9/simple"]
+
+
+def _platform_wheel(directory: Path, version: str, platform: str) -> Path:
+    """A wheel named for ``platform`` (its contents are pure Python: pip checks only the name)."""
+    plain = make_wheel(directory, f"platfake-{version}-py3-none-any.whl", payload=f"PLATFORM = {platform!r}\n")
+    named = plain.with_name(f"platfake-{version}-py3-none-{platform}.whl")
+    plain.rename(named)
+    return named
+
+
+def test_direct_mode_keeps_the_other_platforms_of_a_multi_platform_lock(tmp_path: Path) -> None:
+    """A lock for Linux x86_64 and macOS arm64: the Linux wheel was patched; the macOS wheel's hash
+    stays on a pin whose marker excludes Linux x86_64, and pip on this machine takes the patched file."""
+    upstream, index = tmp_path / "upstream", tmp_path / "index"
+    upstream.mkdir()
+    index.mkdir()
+    linux = _platform_wheel(upstream, "1.0", "manylinux_2_17_x86_64")
+    mac = _platform_wheel(upstream, "1.0", "macosx_11_0_arm64")
+    patched = _platform_wheel(index, "1.0+stripe.1", "manylinux_2_17_x86_64")
+    source = tmp_path / "in.txt"
+    source.write_text(f"platfake==1.0 \\\n    --hash=sha256:{sha256_of(linux)} \\\n    --hash=sha256:{sha256_of(mac)}\n")
+    out = tmp_path / "out.txt"
+
+    lock(source, index, out, replaced={"platfake": [sha256_of(linux)]})
+
+    host = 'sys_platform == "linux" and platform_machine == "x86_64"'
+    assert out.read_text() == (
+        f"platfake @ file://{patched} ; {host} \\\n    --hash=sha256:{sha256_of(patched)}\n"
+        f'platfake==1.0 ; sys_platform != "linux" or platform_machine != "x86_64" \\\n    --hash=sha256:{sha256_of(mac)}\n'
+    )
+    target = tmp_path / "site"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    installed = run_pip("install", "--require-hashes", "-r", str(out), "--target", str(target), "--index-url", empty.as_uri())
+    assert installed.returncode == 0, installed.stderr
+    assert sorted(p.name for p in target.glob("*.dist-info")) == ["platfake-1.0+stripe.1.dist-info"]
+
+
+def test_direct_mode_refuses_a_pure_wheel_replacing_only_some_hashes(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    index.mkdir()
+    make_wheel(index, "purefake-1.0+stripe.1-py3-none-any.whl")
+    source = tmp_path / "in.txt"
+    source.write_text(f"purefake==1.0 --hash=sha256:{A} --hash=sha256:{B}\n")
+    with pytest.raises(PatchedWheelsError, match=r"in.txt:1: purefake-1.0\+stripe.1-py3-none-any.whl is for every platform"):
+        lock(source, index, tmp_path / "out.txt", replaced={"purefake": [A]})
+
+
+@pytest.mark.parametrize(
+    "filename, marker, complement",
+    [
+        ("x-1-py3-none-any.whl", None, None),
+        (
+            "x-1-cp311-cp311-manylinux1_x86_64.whl",
+            'python_version == "3.11" and (sys_platform == "linux" and platform_machine == "x86_64")',
+            'python_version != "3.11" or (sys_platform != "linux" or platform_machine != "x86_64")',
+        ),
+        (
+            "x-1-cp38-abi3-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+            'sys_platform == "linux" and platform_machine == "aarch64"',
+            'sys_platform != "linux" or platform_machine != "aarch64"',
+        ),
+        (
+            "x-1-py3-none-macosx_10_9_universal2.whl",
+            '(sys_platform == "darwin" and platform_machine == "arm64") or (sys_platform == "darwin" and platform_machine == "x86_64")',
+            '(sys_platform != "darwin" or platform_machine != "arm64") and (sys_platform != "darwin" or platform_machine != "x86_64")',
+        ),
+        ("x-1-py3-none-win_amd64.whl", 'sys_platform == "win32" and platform_machine == "AMD64"', 'sys_platform != "win32" or platform_machine != "AMD64"'),
+    ],
+)
+def test_wheel_environments(filename: str, marker: str | None, complement: str | None) -> None:
+    """The marker and its complement are valid PEP 508 and disagree in every environment tried."""
+    from packaging.markers import Marker
+    from packaging.utils import parse_wheel_filename
+
+    environments = WheelEnvironments.of(parse_wheel_filename(filename)[3])
+    assert (environments.marker(), environments.complement()) == (marker, complement)
+    if marker is None:
+        return
+    for system, machine, python in [("linux", "x86_64", "3.11"), ("darwin", "arm64", "3.12"), ("darwin", "x86_64", "3.11"),
+                                    ("win32", "AMD64", "3.11"), ("linux", "aarch64", "3.11"), ("linux", "x86_64", "3.12")]:  # fmt: skip
+        env = {"sys_platform": system, "platform_machine": machine, "python_version": python}
+        assert Marker(marker).evaluate(env) != Marker(complement).evaluate(env), env

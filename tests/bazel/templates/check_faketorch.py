@@ -16,9 +16,22 @@ def main() -> None:
     parser.add_argument("--moved-from", help="install path of a library split out of faketorch's wheel")
     parser.add_argument("--moved-to", help="its install path in the sibling wheel")
     parser.add_argument("--sibling-repo", help="fragment of the sibling wheel's repository name")
+    parser.add_argument("--expected-version", help="the installed faketorch's version (the patched one)")
+    parser.add_argument("--preloaded", action="store_true", help="faketorch must have run the generated preload")
     args = parser.parse_args()
 
     import faketorch
+
+    if args.expected_version:
+        from importlib.metadata import version
+
+        if version("faketorch") != args.expected_version:
+            sys.exit(f"faketorch {version('faketorch')} is installed, expected {args.expected_version}")
+        print(f"faketorch version {args.expected_version}")
+    if args.preloaded:
+        if "faketorch._patched_wheels_preload" not in sys.modules:
+            sys.exit("faketorch did not import its generated preload (faketorch._patched_wheels_preload)")
+        print("faketorch ran its generated preload")
 
     answer = faketorch.answer()
     if answer != args.expected:
