@@ -40,8 +40,9 @@ class RpathEdit:
     """How the user asked for it (``--set-rpath 'pkg/*.so=...'``), to name it in errors."""
 
 
-def rpath_edit(glob: str, entries: str, mode: str, *, origin: str) -> RpathEdit:
-    """A checked edit from a glob and a ``:``-separated entry list."""
+def rpath_edit(glob: str, entries: str, mode: str = "set", *, origin: str | None = None) -> RpathEdit:
+    """A checked edit from a glob and a ``:``-separated entry list; ``origin`` names it in errors."""
+    origin = origin or f"rpath {glob}={entries}"
     if mode not in MODES:
         raise PatchedWheelsError(f"{origin}: rpath mode must be one of {', '.join(MODES)}, not {mode!r}")
     if not glob:

@@ -159,7 +159,7 @@ def test_doctor_and_graph_see_the_edited_rpath(wheels: dict[str, Path], tmp_path
 
 
 def test_library_api_is_reproducible_and_matches_the_cli(wheels: dict[str, Path], tmp_path: Path) -> None:
-    edits = [rpath_edit("pkg/*.so", FIX, "append", origin="test")]
+    edits = [rpath_edit("pkg/*.so", FIX, "append")]
     first = patch_wheel(wheels["rpath"], tmp_path / "one", suffix="s.1", rpath_edits=edits)
     second = patch_wheel(wheels["rpath"], tmp_path / "two", suffix="s.1", rpath_edits=edits)
     by_cli = _patch(wheels["rpath"], tmp_path / "cli", "--suffix", "s.1", "--add-rpath", f"pkg/*.so={FIX}")
@@ -168,7 +168,9 @@ def test_library_api_is_reproducible_and_matches_the_cli(wheels: dict[str, Path]
     assert _search_tags(first.path, EXT_MEMBER) == {"DT_RPATH": ["$ORIGIN", FIX]}
     with WheelReader(wheels["rpath"]) as original, WheelReader(first.path) as patched:
         changed = [name for name in original.members() if name in patched and original.read(name) != patched.read(name)]
-    assert changed == [EXT_MEMBER]  # RECORD and METADATA are renamed with the version; nothing else differs
+    assert changed == [EXT_MEMBER]  # of the members not renamed with the version (.dist-info, .data)
+    with pytest.raises(PatchedWheelsError, match=r"^rpath pkg/\*\.so=/usr/lib: entry '/usr/lib' must start with \$ORIGIN"):
+        rpath_edit("pkg/*.so", "/usr/lib")
 
 
 def test_hub_spec_applies_rpath_in_glob_order(wheels: dict[str, Path], tmp_path: Path) -> None:
@@ -222,5 +224,5 @@ def test_patchelf_failure_is_one_error_naming_the_member(
 ) -> None:
     monkeypatch.setattr(patchelf, "find_patchelf", lambda: "/bin/false")
     with pytest.raises(PatchedWheelsError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {EXT_MEMBER}: patchelf failed"):
-        patch_wheel(wheels["runpath"], tmp_path / "out", rpath_edits=[rpath_edit("pkg/*.so", FIX, "set", origin="test")])
+        patch_wheel(wheels["runpath"], tmp_path / "out", rpath_edits=[rpath_edit("pkg/*.so", FIX)])
     assert not (tmp_path / "out").exists()
