@@ -39,6 +39,8 @@ def patched_wheel(**kwargs):
         "split_into": "",
         "split_max_size": 0,
         "split_move": [],
+        "rpath": {},
+        "rpath_mode": "set",
     }
     values.update(kwargs)
     return struct(**values)

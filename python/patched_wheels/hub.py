@@ -13,7 +13,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -22,6 +22,9 @@ from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.lock import DEFAULT_INDEX_OPTION, lock
 from patched_wheels.surgery import MemberEdit, patch_wheel
 from patched_wheels.wheelfile import WheelReader
+
+if TYPE_CHECKING:
+    from patched_wheels.rpath import RpathEdit
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class PatchedWheelSpec:
     split_into: str = ""
     split_max_size: int = 0
     split_move: Sequence[str] = ()
+    rpath: Mapping[str, str] = field(default_factory=dict)
+    """GLOB -> ``:``-separated ``$ORIGIN`` entries for the matching ELF members."""
+    rpath_mode: str = "set"
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,15 @@ def patch_into_index(
         member_edits = preload_member_edits(spec.preload_package, wheel_set, cache_dir=elf_cache)
     elif spec.preload != "off":
         raise PatchedWheelsError(f"patched_wheel {spec.name}: preload must be 'auto' or 'off', not {spec.preload!r}")
+    rpath_edits: list[RpathEdit] = []
+    if spec.rpath:
+        from patched_wheels.rpath import rpath_edit
+
+        # In glob order, documented, so two globs matching one library do not depend on how the dict travels.
+        rpath_edits = [
+            rpath_edit(glob, entries, spec.rpath_mode, origin=f"patched_wheel {spec.name}: rpath {glob!r}")
+            for glob, entries in sorted(spec.rpath.items())
+        ]
     options = dict(
         suffix=spec.suffix,
         patches=sorted(spec.patches, key=lambda patch: patch.name),  # numbered files apply in order
@@ -131,6 +146,7 @@ def patch_into_index(
         add_requires=spec.add_requires,
         delete=spec.delete,
         member_edits=member_edits,
+        rpath_edits=rpath_edits,
     )
     if not spec.split_into:
         return [patch_wheel(spec.wheel, index_dir, **options).requirement]

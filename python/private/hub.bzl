@@ -51,7 +51,7 @@ def _patched_hub_impl(rctx):
         rctx,
         python_interpreter = rctx.attr.python_interpreter,
         python_interpreter_target = rctx.attr.python_interpreter_target,
-        needs_patchelf = any([spec["split_into"] for spec in specs]),
+        needs_patchelf = any([spec["split_into"] or spec["rpath"] for spec in specs]),
     )
     if rctx.attr.resolved:
         wheels = json.decode(rctx.attr.resolved)

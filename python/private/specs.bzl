@@ -1,6 +1,7 @@
 """One description of a patched wheel, shared by the module extension and the WORKSPACE macros."""
 
 PRELOAD_VALUES = ["auto", "off"]
+RPATH_MODES = ["set", "prepend", "append"]
 
 PATCHED_WHEEL_ATTRS = {
     "name": attr.string(mandatory = True, doc = "Project name as in the lock, e.g. `torch`."),
@@ -18,6 +19,8 @@ PATCHED_WHEEL_ATTRS = {
     "split_into": attr.string(doc = "Move libraries into a sibling wheel of this name (same version and tags)."),
     "split_max_size": attr.int(doc = "With split_into: move the largest libraries until the main wheel is below this many bytes."),
     "split_move": attr.string_list(doc = "With split_into: globs of members to move."),
+    "rpath": attr.string_dict(doc = "GLOB -> `:`-separated `$ORIGIN`-relative entries: the DT_RUNPATH/DT_RPATH (kind kept) of every ELF member matching GLOB, e.g. `{\"pkg/*.so\": \"$ORIGIN/../pkg.libs\"}`."),
+    "rpath_mode": attr.string(default = "set", values = RPATH_MODES, doc = "`set` replaces the search path, `prepend`/`append` add the entries before/after the existing ones."),
 }
 
 def patched_wheel_spec(attrs, patch_offset):
@@ -46,6 +49,8 @@ def patched_wheel_spec(attrs, patch_offset):
         "split_into": attrs.split_into,
         "split_max_size": attrs.split_max_size,
         "split_move": attrs.split_move,
+        "rpath": attrs.rpath,
+        "rpath_mode": attrs.rpath_mode,
     }
     return spec, list(attrs.patches)
 

@@ -6,14 +6,17 @@ expunges the output base, so keep it last.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
-from bazelworkspace import SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, sha256_of, summary_statuses
+from bazelworkspace import SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, summary_statuses
 
 pytestmark = pytest.mark.bazel
 
@@ -21,7 +24,7 @@ PRELOAD_BUG = "libjit.so.12: cannot open shared object file"
 
 
 def targets(setup: Setup) -> list[str]:
-    return ["//:fixed_test", "//:original_test", "//:split_test"]
+    return ["//:fixed_test", "//:original_test", "//:split_test", "//:rpath_test"]
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +52,17 @@ def test_split_hub_loads_moved_library_from_sibling_wheel(bzlmod: Setup, first_r
     log = bzlmod.workspace.test_log("split_test")
     # check_faketorch.py prints this only after checking where the library was found and mapped.
     assert re.search(r"libfaketorch\.so loaded from \S*pypi_split_faketorch_libs\S*/faketorch_libs/lib/", log), log
+
+
+def test_rpath_hub_makes_the_library_find_its_companion(bzlmod: Setup, first_run: BazelResult) -> None:
+    assert summary_statuses(first_run.output).get("//:rpath_test") == "PASSED", first_run.tail()
+    assert f"pkg.answer() == {rpathfixture.EXPECTED_ANSWER}" in bzlmod.workspace.test_log("rpath_test")
+    # What made it pass: the served wheel's _ext.so has the RUNPATH the MODULE.bazel asked for.
+    (served,) = (bzlmod.workspace.hub("rpath") / "index").glob(f"pkg-1.0+{SUFFIX}-*.whl")
+    with zipfile.ZipFile(served) as archive:
+        dynamic = ELFFile(io.BytesIO(archive.read(rpathfixture.EXT_MEMBER))).get_section_by_name(".dynamic")
+    runpaths = [tag.runpath for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_RUNPATH"]
+    assert runpaths == [rpathfixture.FIX]
 
 
 def test_generated_lock_pins_the_patched_wheel_of_the_local_index(bzlmod: Setup, first_run: BazelResult) -> None:
@@ -104,7 +118,7 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     """Runs last: it expunges the output base. The fake PyPI's wheels are hidden during the rebuild,
     so any wheel not served from the repository cache fails the build."""
     workspace = bzlmod.workspace
-    hubs = ["fixed", "split"]
+    hubs = ["fixed", "split", "rpath"]
     before = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
     assert any("+" + SUFFIX in name for _, name in before), before
 

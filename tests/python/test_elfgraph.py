@@ -17,7 +17,7 @@ from patched_wheels import elfgraph
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import expand_origin, parse_elf, read_graph, read_library, scan_wheels
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.split import find_patchelf
+from patched_wheels.patchelf import find_patchelf
 
 REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
 real_torch = pytest.mark.skipif(os.environ.get("RPW_REAL_TORCH") != "1", reason="set RPW_REAL_TORCH=1 (needs ~2.6 GB of wheels)")

@@ -3,16 +3,33 @@
 ``--wheel``, ``--dest-dir``, ``--suffix`` and ``--patch-dir`` mean what they mean in the
 ``wheel_patcher`` script, so its users can switch.  Prints the output path, then the
 requirement that pins it (``torch==2.1.0+stripe.5``), one per line.
+
+``--set-rpath``, ``--prepend-rpath`` and ``--add-rpath GLOB=ENTRIES`` rewrite the search
+path (DT_RUNPATH/DT_RPATH, kind kept) of every ELF member matching GLOB, in the order
+given; ENTRIES are ``:``-separated and each starts with ``$ORIGIN``.  They are the
+``rpath_mode`` values ``set``, ``prepend`` and ``append`` of ``patched_wheel``.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.surgery import MemberEdit, find_patches, patch_wheel
+
+if TYPE_CHECKING:
+    from patched_wheels.rpath import RpathEdit
+
+# Flag -> RPATH edit mode (the Starlark `rpath_mode` value).
+RPATH_FLAGS = {"--set-rpath": "set", "--prepend-rpath": "prepend", "--add-rpath": "append"}
+_RPATH_HELP = {
+    "set": "replace the RPATH/RUNPATH of matching ELF members with ENTRIES ($ORIGIN-relative, ':'-separated)",
+    "prepend": "put ENTRIES before the existing RPATH/RUNPATH entries",
+    "append": "put ENTRIES after the existing RPATH/RUNPATH entries",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,6 +63,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--preload-from", type=Path, nargs="+", default=[], metavar="WHEEL", help="the wheels PKG's libraries may come from"
     )
+    for flag, mode in RPATH_FLAGS.items():
+        parser.add_argument(
+            flag,
+            dest="rpath",
+            action="append",
+            default=[],
+            type=lambda value, flag=flag: (flag, value),  # one list, so edits apply in command-line order
+            metavar="GLOB=ENTRIES",
+            help=_RPATH_HELP[mode] + " (repeatable)",
+        )
     add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
@@ -67,6 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         member_edits=_preload_edits(args.preload_for, [args.wheel, *args.preload_from], elf_cache_dir(args))
         if args.preload_for
         else None,
+        rpath_edits=_rpath_edits(args.rpath),
     )
     print(result.path)
     print(result.requirement)
@@ -78,3 +106,12 @@ def _preload_edits(package: str, wheels: list[Path], cache_dir: Path | None) -> 
     from patched_wheels.preload import preload_member_edits
 
     return preload_member_edits(package, list(dict.fromkeys(wheels)), cache_dir=cache_dir)
+
+
+def _rpath_edits(options: list[tuple[str, str]]) -> list[RpathEdit]:
+    if not options:
+        return []
+    # Imported here, like the preload: the ELF reading is only needed when RPATHs change.
+    from patched_wheels.rpath import parse_rpath_option
+
+    return [parse_rpath_option(value, RPATH_FLAGS[flag], origin=f"{flag} {value!r}") for flag, value in options]
