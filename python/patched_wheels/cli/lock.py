@@ -13,10 +13,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lock",
         help="rewrite a requirements lock to install the patched wheels of an index",
         description=(
-            "Copy IN to OUT, pinning patched projects to the versions and hashes found in the "
-            "index DIR, adding pins for projects only the index has (split siblings) and one "
-            "--option=file://... line pointing pip at the index. Everything else is kept byte "
-            "for byte. DIR is (re)indexed first, incrementally."
+            "Copy IN to OUT, pointing patched projects at the wheels of the index DIR (direct "
+            "references, or the patched versions and hashes plus one --option=file://... line) and "
+            "adding pins for projects only the index has (split siblings). Everything else is kept "
+            "byte for byte. DIR is (re)indexed first, incrementally."
         ),
     )
     parser.add_argument("--requirements", required=True, type=Path, metavar="IN", help="input lock file")
@@ -27,15 +27,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=INDEX_OPTIONS,
         default=DEFAULT_INDEX_OPTION,
         help=(
-            f"how pip finds the index (default: {DEFAULT_INDEX_OPTION}, which works whether the "
-            "index holds every locked wheel or only the patched ones; index-url makes it the only index)"
+            f"how the lock names the patched wheels (default: {DEFAULT_INDEX_OPTION}: direct file:// "
+            "references, read by pip and every rules_python release; the others add one option line "
+            "pointing pip at the index: pip-based rules_python < 2 only)"
         ),
+    )
+    parser.add_argument(
+        "--upstream-index-url",
+        metavar="URL",
+        help="with --index-option direct: written as --index-url=URL when the lock names no index of its own",
     )
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    result = lock(args.requirements, args.index, args.out, index_option=args.index_option)
+    result = lock(
+        args.requirements, args.index, args.out, index_option=args.index_option, upstream_index_url=args.upstream_index_url
+    )
     for change in result.changes:
         print(change)
     print(f"wrote {result.out}")
