@@ -483,3 +483,25 @@ def test_wheel_environments(filename: str, marker: str | None, complement: str |
                                     ("win32", "AMD64", "3.11"), ("linux", "aarch64", "3.11"), ("linux", "x86_64", "3.12")]:  # fmt: skip
         env = {"sys_platform": system, "platform_machine": machine, "python_version": python}
         assert Marker(marker).evaluate(env) != Marker(complement).evaluate(env), env
+
+
+def test_direct_mode_references_unpatched_pins_only_where_one_file_is_locked(index_dir: Path, tmp_path: Path) -> None:
+    """An unpatched pin whose only hash is the file the hub resolved names that file's URL (no index page
+    needed); a pin with more hashes (other platforms) keeps the lock's index."""
+    _keep_only(index_dir, "Odd")  # the index serves only a project this lock does not pin
+    source = tmp_path / "in.txt"
+    source.write_text(f"filelockfake==3.13.1 --hash=sha256:{A}\ntritonfake==2.1.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n")
+    out = tmp_path / "out.txt"
+    references = {
+        "filelockfake": ("https://files.example/filelockfake-3.13.1-py3-none-any.whl", A),
+        "tritonfake": ("https://files.example/tritonfake-2.1.0-py3-none-any.whl", B),
+    }
+    lock(source, index_dir, out, references=references)
+    odd = index_dir / "Odd_Name.Pkg-3.0+stripe.1-py3-none-any.whl"
+    assert out.read_text() == (
+        f"filelockfake @ https://files.example/filelockfake-3.13.1-py3-none-any.whl \\\n    --hash=sha256:{A}\n"
+        f"tritonfake==2.1.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n"
+        f"odd-name-pkg @ file://{odd} \\\n    --hash=sha256:{sha256_of(odd)}\n"
+    )
+    lock(source, index_dir, out, index_option="index-url", references=references)  # other modes ignore them
+    assert "filelockfake==3.13.1" in out.read_text()
