@@ -7,7 +7,7 @@ load(":specs.bzl", "normalize_name")
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 
-def _project_page_url(index_url, project):
+def project_page_url(index_url, project):
     """The URL of a project's PEP 503 page.
 
     A `file://` index (a local or mirrored one) has no server to map `<project>/` to its page: Bazel's
@@ -34,7 +34,7 @@ def resolve_wheels(ctx, helper, *, requirements_lock, index_url, patched_specs):
     projects = json.decode(run_helper(ctx, helper, common + ["--list-projects"], progress = "reading " + str(requirements_lock)))
     for project in projects:
         ctx.download(
-            url = _project_page_url(index_url, project),
+            url = project_page_url(index_url, project),
             output = "_resolve/pages/%s.html" % project,
         )
     return json.decode(run_helper(

@@ -15,9 +15,10 @@ _VERSION_MARKER = '_VERSION_PRIVATE = "'
 def rules_python_version(ctx):
     """The rules_python release in use: "0" before features.bzl existed, "" when unknown (a checkout)."""
     features = ctx.path(Label("@rules_python//python:BUILD.bazel")).dirname.get_child("features.bzl")
-    if not features.exists:
-        return "0"
-    text = ctx.read(features)
+    return features_version(ctx.read(features)) if features.exists else "0"
+
+def features_version(text):
+    """The release named in the text of rules_python's features.bzl; "" for an unexpanded checkout."""
     start = text.find(_VERSION_MARKER)
     if start < 0:
         return ""
