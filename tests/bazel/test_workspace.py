@@ -19,5 +19,9 @@ def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
     patched = list((hub / "index").glob(f"faketorch-2.1.0+{SUFFIX}-*.whl"))
     assert len(patched) == 1, sorted(path.name for path in (hub / "index").iterdir())
     lock = (hub / "requirements_lock.txt").read_text(encoding="utf-8")
-    assert f"faketorch==2.1.0+{SUFFIX} \\\n    --hash=sha256:{sha256_of(patched[0])}\n" in lock, lock
-    assert f"--index-url={(hub / 'index' / 'simple').as_uri()}\n" in lock, lock
+    # The default index_option: a direct reference to the wheel the hub wrote (any rules_python reads it).
+    assert f"faketorch @ file://{patched[0]} \\\n    --hash=sha256:{sha256_of(patched[0])}\n" in lock, lock
+    # The unpatched wheels are not copied into the hub: the lock names their upstream files.
+    assert sorted(path.name for path in (hub / "index").glob("*.whl")) == [patched[0].name]
+    for wheel in workspace_mode.pypi.wheels.nvidia.values():
+        assert f" @ file://{wheel} \\\n    --hash=sha256:{sha256_of(wheel)}\n" in lock, lock
