@@ -46,6 +46,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--preload-from", type=Path, nargs="+", default=[], metavar="WHEEL", help="the wheels PKG's libraries may come from"
     )
+    parser.add_argument(
+        "--preload-wheels",
+        nargs="+",
+        default=[],
+        metavar="GLOB",
+        help="also preload every library of the --preload-from wheels whose project names match (e.g. 'nvidia-*'), "
+        "for code that loads them at run time; one that fails to load is skipped",
+    )
     add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
@@ -53,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     if bool(args.preload_for) != bool(args.preload_from):
         raise PatchedWheelsError("--preload-for and --preload-from must be given together")
+    if args.preload_wheels and not args.preload_for:
+        raise PatchedWheelsError("--preload-wheels needs --preload-for and --preload-from")
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
     result = patch_wheel(
         args.wheel,
@@ -64,17 +74,20 @@ def _run(args: argparse.Namespace) -> int:
         add_requires=args.add_requires,
         delete=args.delete,
         verify=args.verify,
-        member_edits=_preload_edits(args.preload_for, [args.wheel, *args.preload_from], elf_cache_dir(args))
-        if args.preload_for
-        else None,
+        member_edits=_preload_edits(args, [args.wheel, *args.preload_from]) if args.preload_for else None,
     )
     print(result.path)
     print(result.requirement)
     return 0
 
 
-def _preload_edits(package: str, wheels: list[Path], cache_dir: Path | None) -> dict[str, MemberEdit]:
+def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, MemberEdit]:
     # Imported here: the ELF analysis is only needed for --preload-for.
     from patched_wheels.preload import preload_member_edits
 
-    return preload_member_edits(package, list(dict.fromkeys(wheels)), cache_dir=cache_dir)
+    return preload_member_edits(
+        args.preload_for,
+        list(dict.fromkeys(wheels)),
+        preload_wheels=args.preload_wheels,
+        cache_dir=elf_cache_dir(args),
+    )
