@@ -6,8 +6,9 @@ under ``<dist>.data/purelib`` and ``platlib`` into the directory itself; scripts
 headers and data left out, since imports never see them), every member checked
 against RECORD as it is read.  The code runs in a fresh interpreter -- this one,
 with ``-S``: no site-packages, no ``.pth`` files -- whose ``PYTHONPATH`` holds those
-directories only, without ``LD_LIBRARY_PATH`` and ``LD_PRELOAD`` (a Bazel test does
-not inherit them either).  At exit the child copies ``/proc/self/maps``, so the
+directories only, without ``LD_LIBRARY_PATH`` and ``LD_PRELOAD``, so the outcome
+depends on the wheels alone (a CUDA toolkit on this machine's LD_LIBRARY_PATH would
+hide a failure that the next machine sees).  At exit the child copies ``/proc/self/maps``, so the
 report names the libraries of the set that were really mapped.
 """
 
@@ -27,8 +28,8 @@ from typing import Sequence
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader
 
-# Environment variables that would let the child find libraries or modules outside the wheel directories.
-_DROPPED_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH")
+# Environment variables that would let the child's loader find libraries outside the wheel directories.
+_DROPPED_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 # A Python exception line ("OSError: libx.so: cannot open ..."), also inside a logged message.
 _ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
 # Runs in the child: record the mapped files at exit (also after an uncaught exception), then run the code.
