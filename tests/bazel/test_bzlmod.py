@@ -18,10 +18,11 @@ from bazelworkspace import SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda,
 pytestmark = pytest.mark.bazel
 
 PRELOAD_BUG = "libjit.so.12: cannot open shared object file"
+RUNTIME_BUG = "libbar.so.1: cannot open shared object file"
 
 
 def targets(setup: Setup) -> list[str]:
-    return ["//:fixed_test", "//:original_test", "//:split_test"]
+    return ["//:fixed_test", "//:original_test", "//:split_test", "//:runtime_test", "//:runtime_original_test"]
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,15 @@ def test_split_hub_loads_moved_library_from_sibling_wheel(bzlmod: Setup, first_r
     log = bzlmod.workspace.test_log("split_test")
     # check_faketorch.py prints this only after checking where the library was found and mapped.
     assert re.search(r"libfaketorch\.so loaded from \S*pypi_split_faketorch_libs\S*/faketorch_libs/lib/", log), log
+
+
+def test_preload_wheels_cover_libraries_loaded_at_run_time(bzlmod: Setup, first_run: BazelResult) -> None:
+    statuses = summary_statuses(first_run.output)
+    assert statuses.get("//:runtime_test") == "PASSED", first_run.tail()
+    assert f"fakejax.answer() == {fakecuda.RUNTIME_ANSWER}" in bzlmod.workspace.test_log("runtime_test")
+    assert statuses.get("//:runtime_original_test") == "FAILED", first_run.tail()
+    log = bzlmod.workspace.test_log("runtime_original_test")
+    assert RUNTIME_BUG in log, log[-3000:]
 
 
 def test_generated_lock_pins_the_patched_wheel_of_the_local_index(bzlmod: Setup, first_run: BazelResult) -> None:
@@ -104,7 +114,7 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     """Runs last: it expunges the output base. The fake PyPI's wheels are hidden during the rebuild,
     so any wheel not served from the repository cache fails the build."""
     workspace = bzlmod.workspace
-    hubs = ["fixed", "split"]
+    hubs = ["fixed", "split", "runtime"]
     before = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
     assert any("+" + SUFFIX in name for _, name in before), before
 
@@ -117,7 +127,8 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
         shutil.move(wheel, hidden / wheel.name)
     try:
         flags = ["--repository_disable_download"] if _lockfile_records_resolution(workspace, bzlmod.pypi.directory) else []
-        rebuilt = workspace.run("test", *flags, *[target for target in targets(bzlmod) if target != "//:original_test"])
+        passing = [target for target in targets(bzlmod) if not target.endswith("original_test")]
+        rebuilt = workspace.run("test", *flags, *passing)
     finally:
         for wheel in wheels:
             shutil.move(hidden / wheel.name, wheel)
