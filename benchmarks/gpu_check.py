@@ -110,7 +110,8 @@ def requirement_closure(roots: list[str]) -> tuple[list[importlib.metadata.Distr
 
 
 def _wheel_name(distribution: importlib.metadata.Distribution, dist_info: str) -> str:
-    tags = [line.split(":", 1)[1].strip() for line in (distribution.read_text("WHEEL") or "").splitlines() if line.startswith("Tag:")]
+    wheel_file = (distribution.read_text("WHEEL") or "").splitlines()
+    tags = [line.split(":", 1)[1].strip() for line in wheel_file if line.startswith("Tag:")]
     if not tags:
         sys.exit(f"gpu_check: {dist_info}/WHEEL names no Tag")
     parts = [sorted({tag.split("-")[index] for tag in tags}) for index in range(3)]
@@ -154,11 +155,12 @@ def _provides(wheel: Path, package: str) -> bool:
 
 
 def patched_wheels(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m patched_wheels ARGS`` from this checkout, output shown as it comes."""
+    """``python -m patched_wheels ARGS`` from this checkout: stdout returned, stderr passed through."""
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_PYTHON), os.environ.get("PYTHONPATH")]))
     print("$ patched-wheels " + " ".join(args[:3]) + (" ..." if len(args) > 3 else ""), flush=True)
-    return subprocess.run([sys.executable, "-m", "patched_wheels", *args], env=environment, stdout=subprocess.PIPE, text=True, check=False)
+    command = [sys.executable, "-m", "patched_wheels", *args]
+    return subprocess.run(command, env=environment, stdout=subprocess.PIPE, text=True, check=False)
 
 
 def main() -> int:
@@ -168,39 +170,47 @@ def main() -> int:
     parser.add_argument("--package", help="the import package to patch and import")
     parser.add_argument("--preload-wheels", nargs="*", help="globs for patch/doctor --preload-wheels")
     parser.add_argument("--code", help="what to run with one directory per wheel")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/rpw-gpu-check"), help="scratch directory (emptied first)")
+    parser.add_argument(
+        "--work", type=Path, default=Path("/tmp/rpw-gpu-check"), help="scratch directory (its wheels/ and patched/ are replaced)"
+    )
     args = parser.parse_args()
     settings = preset(args.stack)
     for key in ("requirements", "package", "preload_wheels", "code"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
-    package, code, globs = str(settings["package"]), str(settings["code"]), list(settings["preload_wheels"])  # type: ignore[arg-type]
+    package, code = str(settings["package"]), str(settings["code"])
+    glob_options = ["--preload-wheels", *settings["preload_wheels"]] if settings["preload_wheels"] else []  # type: ignore[misc]
 
-    distributions, missing = requirement_closure(list(settings["requirements"]))  # type: ignore[arg-type]
+    distributions, missing = requirement_closure(list(settings["requirements"]))  # type: ignore[call-overload]
     print(f"{len(distributions)} installed distributions: {', '.join(sorted(d.metadata['Name'] for d in distributions))}")
     if missing:
         print(f"required but not installed (left out): {', '.join(missing)}")
-    shutil.rmtree(args.work, ignore_errors=True)
-    (args.work / "wheels").mkdir(parents=True)
+    wheel_dir, patched_dir = args.work / "wheels", args.work / "patched"
+    for directory in (wheel_dir, patched_dir):
+        shutil.rmtree(directory, ignore_errors=True)
+    wheel_dir.mkdir(parents=True)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        wheels = list(pool.map(lambda d: rebuild_wheel(d, args.work / "wheels"), distributions))
-    print(f"rebuilt {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 1e9:.2f} GB, in {args.work / 'wheels'}")
+        wheels = list(pool.map(lambda distribution: rebuild_wheel(distribution, wheel_dir), distributions))
+    print(f"rebuilt {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 1e9:.2f} GB, in {wheel_dir}")
+    original = next((wheel for wheel in wheels if _provides(wheel, package)), None)
+    if original is None:
+        sys.exit(f"gpu_check: no rebuilt wheel ships {package}/__init__.py")
 
-    doctor = ["doctor", *map(str, wheels), "--package", package, *(["--preload-wheels", *globs] if globs else [])]
-    before = patched_wheels(*doctor, f"--run={code}")
+    before = patched_wheels("doctor", *map(str, wheels), "--package", package, *glob_options, f"--run={code}")
     print(before.stdout)
-    original = next(wheel for wheel in wheels if _provides(wheel, package))
     others = [str(wheel) for wheel in wheels if wheel != original]
-    patch = ["patch", "--wheel", str(original), "--dest-dir", str(args.work / "patched"), "--suffix", "gpucheck.1"]
-    patched = patched_wheels(*patch, "--preload-for", package, "--preload-from", *others, *(["--preload-wheels", *globs] if globs else []))
+    patch = ["patch", "--wheel", str(original), "--dest-dir", str(patched_dir), "--suffix", "gpucheck.1"]
+    patched = patched_wheels(*patch, "--preload-for", package, "--preload-from", *others, *glob_options)
     print(patched.stdout)
     if patched.returncode != 0:
         return 1
     after_set = [Path(patched.stdout.splitlines()[0]) if wheel == original else wheel for wheel in wheels]
-    doctor[1 : 1 + len(wheels)] = map(str, after_set)
-    after = patched_wheels(*doctor, f"--run={code}")
+    after = patched_wheels("doctor", *map(str, after_set), "--package", package, *glob_options, f"--run={code}")
     print(after.stdout)
-    print(f"summary: {package} with one directory per wheel: before patching doctor --run exit {before.returncode}, after {after.returncode}")
+    print(
+        f"summary: {package} with one directory per wheel: "
+        f"doctor --run exit status {before.returncode} before patching, {after.returncode} after"
+    )
     return 0 if before.returncode != 0 and after.returncode == 0 else 1
 
 

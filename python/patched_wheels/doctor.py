@@ -42,7 +42,6 @@ from patched_wheels.preload import (
     project_name,
     runtime_candidates,
     runtime_hint,
-    wheels_matching,
 )
 
 if TYPE_CHECKING:
@@ -235,12 +234,15 @@ def diagnose(
     plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels)
     if plan.unmatched:
         raise PatchedWheelsError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")
-    matched = wheels_matching(graph, preload_wheels, exclude=package_wheel.name)
-    runtime = [library for libraries in matched.values() for library in libraries]
+    runtime = list(plan.optional)  # what preload_wheels names: the package loads it at run time
     hint = None
     if not plan.required:
         candidates = runtime_candidates(graph, package_wheel)
-        runtime += [library for library in graph.libraries if library.wheel != package_wheel.name and project_name(library.wheel) in candidates]
+        runtime += [
+            library
+            for library in graph.libraries
+            if library.wheel != package_wheel.name and project_name(library.wheel) in candidates
+        ]
         if candidates and not preload_wheels and not (installed and installed.optional):
             hint = runtime_hint(package, candidates)
 
@@ -288,8 +290,9 @@ def _preload_lines(preload: PreloadList) -> list[str]:
 
 def _summary(label: str, verdict: Verdict) -> str:
     failing = verdict.libraries(*_FAILING)
+    verb = "fails" if len(failing) == 1 else "fail"
     text = (
-        f"{label}: {_plural(len(failing), 'library')} {'fails' if len(failing) == 1 else 'fail'} to load with one directory per wheel"
+        f"{label}: {_plural(len(failing), 'library')} {verb} to load with one directory per wheel"
         if failing
         else f"{label}: every library loads with one directory per wheel"
     )

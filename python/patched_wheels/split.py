@@ -8,8 +8,9 @@ directory (so ``$ORIGIN`` itself becomes the way back, e.g. ``$ORIGIN/../../torc
 that keeps a single site-packages working.  For one directory per wheel, the main
 wheel's package preloads the moved libraries, after everything they need, in graph
 order -- the same plan and generated preloader as ``patch --preload-for``
-(:func:`patched_wheels.preload.plan_preload`), extended if the wheel already has one.  Both wheels are written through the raw-copy engine and
-renamed into ``dest_dir`` only once both are complete.
+(:func:`patched_wheels.preload.plan_preload`), extended if the wheel already has
+one.  Both wheels are written through the raw-copy engine and renamed into
+``dest_dir`` only once both are complete.
 """
 
 from __future__ import annotations
