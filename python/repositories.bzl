@@ -36,6 +36,7 @@ def patched_wheel(**kwargs):
         "delete": [],
         "preload": "off",
         "preload_package": "",
+        "preload_wheels": [],
         "split_into": "",
         "split_max_size": 0,
         "split_move": [],

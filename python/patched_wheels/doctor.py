@@ -5,41 +5,61 @@ its own DT_RUNPATH (or DT_RPATH when there is no RUNPATH), with ``$ORIGIN``
 standing for the library's directory, then in the system directories; a name
 that an already loaded library carries as its SONAME needs no search at all.
 This module replays the first part over a simulated one-directory-per-wheel
-layout and reports every dependency that is not found there, and whether a
-package's preload (the one already in its wheel, or the one ``patch
---preload-for`` would generate) loads it first.  Simplification: DT_RPATH
-inherited from the loading object and LD_LIBRARY_PATH are ignored, since neither
-reaches across wheel directories under Bazel.
+layout and reports every dependency that is not found there.
+
+With a package, it gives two verdicts.  *As is*: judged against the preload
+already in the package's wheel (one a previous ``patch``/``split`` generated),
+or none; the exit status follows this one, since it is what runs today.  *With
+the generated preload*: judged against what ``preload = "auto"`` (and
+``preload_wheels``) would write, i.e. :func:`patched_wheels.preload.plan_preload`.
+Libraries a package opens itself at run time are invisible in the ELF graph: those
+of the wheels matching ``preload_wheels``, and -- for a package with no DT_NEEDED
+edge to other wheels -- those of the wheels it requires, count as possibly loaded.
+Simplifications: DT_RPATH inherited from the loading object and LD_LIBRARY_PATH
+are ignored, since neither reaches across wheel directories under Bazel; a preload
+written by hand in the package's code is not seen (``doctor --run`` sees it).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import shutil
 import subprocess
-import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Sequence
+from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, expand_origin, read_graph
+from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.preload import (
+    PreloadList,
     find_package_wheel,
+    installed_preload,
     package_libraries,
-    preload_libraries,
-    preload_module_member,
-    read_preload_module,
+    plan_preload,
+    project_name,
+    runtime_candidates,
+    runtime_hint,
 )
+
+if TYPE_CHECKING:
+    from patched_wheels.probe import RunResult
 
 # What a dependency missing from the per-wheel layout means for the package asked about.
 FAILS = "fails"  # no package given: it fails whenever the library is loaded
-COVERED = "covered"  # the package's preload loads the provider first
-NOT_COVERED = "not covered"  # the package loads the library, and it will fail
-NOT_LOADED = "not loaded"  # the package never loads the library
+COVERED = "covered"  # the preload loads the provider first
+NOT_COVERED = "not covered"  # the package (or its preload) loads the library, and it will fail
+MAY_FAIL = "may fail"  # the package may load the library itself at run time, and it would fail
+SKIPPED = "skipped"  # an optional preload entry that fails to load: the preload skips it
+NOT_LOADED = "not loaded"  # nothing loads the library
+_FAILING = frozenset({FAILS, NOT_COVERED, MAY_FAIL})
 _STATUS_TEXT = {
-    COVERED: "covered by {package}'s preload",
-    NOT_COVERED: "NOT covered by {package}'s preload",
+    COVERED: "covered by the preload",
+    NOT_COVERED: "NOT covered by the preload",
+    MAY_FAIL: "fails if {package} loads it at run time (it requires its wheel); NOT covered by the preload",
+    SKIPPED: "skipped by the preload (optional); fails if {package} loads it itself",
     NOT_LOADED: "{package} does not load it",
 }
 
@@ -70,20 +90,46 @@ class Finding:
 
     @property
     def fails(self) -> bool:
-        return self.status in (FAILS, NOT_COVERED)
+        return self.status in _FAILING
 
 
 @dataclass(frozen=True)
-class Diagnosis:
+class Verdict:
+    """The findings of a wheel set judged against one preload."""
+
+    preload: PreloadList
     findings: tuple[Finding, ...]
-    package: str | None
-    preload: tuple[str, ...]
-    preload_origin: str
-    """"installed" (found in the package's wheel), "planned" (what patch --preload-for would write) or ""."""
 
     @property
     def fails(self) -> bool:
         return any(finding.fails for finding in self.findings)
+
+    def libraries(self, *statuses: str) -> list[ElfLibrary]:
+        """The distinct libraries with a finding of one of ``statuses``."""
+        return list(dict.fromkeys(finding.library for finding in self.findings if finding.status in statuses))
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    as_is: Verdict
+    """What loads today: the exit status follows it."""
+    graph: LibraryGraph = field(repr=False, compare=False)
+    package: str | None = None
+    installed: bool = False
+    """Whether the package's wheel carries a preload generated by patched-wheels."""
+    generated: Verdict | None = None
+    """With the preload ``preload = "auto"`` (and the ``preload_wheels`` given) would generate."""
+    preload_wheels: tuple[str, ...] = ()
+    hint: str | None = None
+    """How to preload libraries the package may load at run time, when nothing asks for them yet."""
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self.as_is.findings
+
+    @property
+    def fails(self) -> bool:
+        return self.as_is.fails
 
 
 def system_library_names() -> frozenset[str]:
@@ -112,34 +158,27 @@ def _search_directories(library: ElfLibrary) -> list[str]:
     return [expand_origin(entry, origin) for entry in library.search_path]
 
 
-def _planned_or_installed_preload(
-    graph: LibraryGraph, package: str, package_wheel: Path, init_member: str
-) -> tuple[tuple[str, ...], str]:
-    module_member = preload_module_member(init_member)
-    with zipfile.ZipFile(package_wheel) as archive:
-        if module_member in archive.namelist():
-            source = archive.read(module_member)
-            return read_preload_module(source, where=f"{package_wheel.name}: {module_member}"), "installed"
-    planned = preload_libraries(graph, package, package_wheel.name)
-    return tuple(library.path for library in planned), "planned"
-
-
 def diagnose_graph(
     graph: LibraryGraph,
     *,
     system_names: Collection[str],
     package: str | None = None,
     package_wheel: str | None = None,
-    preload: Sequence[str] = (),
+    preload: PreloadList = PreloadList(),
+    runtime: Iterable[ElfLibrary] = (),
 ) -> list[Finding]:
-    """The findings for ``graph``; with ``package``, each is judged against ``preload`` (site-packages paths)."""
+    """The findings for ``graph``; with ``package``, each is judged against ``preload``.
+
+    ``runtime``: libraries the package may load itself at run time (with what they need).
+    """
     files_by_directory: dict[str, set[str]] = {}
     for library in graph.libraries:
         files_by_directory.setdefault(_layout_directory(library), set()).add(library.filename)
     loaded: set[ElfLibrary] = set()
     if package is not None:
-        loaded = graph.closure(package_libraries(graph, package, package_wheel))
-    position = {path: index for index, path in enumerate(preload)}
+        loaded = graph.closure(package_libraries(graph, package, package_wheel or ""))
+    may_load = graph.closure(runtime)
+    position = {path: index for index, path in enumerate(preload.libraries)}
     findings = []
     for library in graph.libraries:
         directories = _search_directories(library)
@@ -151,16 +190,20 @@ def diagnose_graph(
                 continue
             if package is None:
                 status = FAILS
-            elif library not in loaded:
-                status = NOT_LOADED
             elif (
                 provider is not None
                 and provider.path in position
                 and position[provider.path] < position.get(library.path, len(position))
             ):
                 status = COVERED
-            else:
+            elif library in loaded or (library.path in position and library.path not in preload.optional):
                 status = NOT_COVERED
+            elif library.path in preload.optional:
+                status = SKIPPED
+            elif library in may_load:
+                status = MAY_FAIL
+            else:
+                status = NOT_LOADED
             findings.append(Finding(library, name, provider, status))
     return findings
 
@@ -169,49 +212,150 @@ def diagnose(
     wheels: Sequence[Path],
     *,
     package: str | None = None,
+    preload_wheels: Sequence[str] = (),
     cache_dir: Path | None = None,
     system_names: Collection[str] | None = None,
 ) -> Diagnosis:
     """Simulate one directory per wheel for ``wheels`` and report what would not load.
 
     ``system_names``: the library file names the target system provides (default:
-    :func:`system_library_names` of this machine).
+    :func:`system_library_names` of this machine).  ``preload_wheels``: globs of the
+    project names whose libraries ``package`` loads at run time (see ``patch --preload-wheels``).
     """
     wheels = [Path(wheel) for wheel in wheels]
     graph = read_graph(wheels, cache_dir=cache_dir)
     names = system_library_names() if system_names is None else system_names
     if package is None:
-        return Diagnosis(tuple(diagnose_graph(graph, system_names=names)), None, (), "")
+        if preload_wheels:
+            raise PatchedWheelsError("preload wheels globs are judged against a package's preload: give the package")
+        return Diagnosis(Verdict(PreloadList(), tuple(diagnose_graph(graph, system_names=names))), graph)
     package_wheel, init_member = find_package_wheel(package, wheels)
-    preload, origin = _planned_or_installed_preload(graph, package, package_wheel, init_member)
-    findings = diagnose_graph(
-        graph, system_names=names, package=package, package_wheel=package_wheel.name, preload=preload
+    installed = installed_preload(package_wheel, init_member)
+    plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels)
+    if plan.unmatched:
+        raise PatchedWheelsError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")
+    runtime = list(plan.optional)  # what preload_wheels names: the package loads it at run time
+    hint = None
+    if not plan.required:
+        candidates = runtime_candidates(graph, package_wheel)
+        runtime += [
+            library
+            for library in graph.libraries
+            if library.wheel != package_wheel.name and project_name(library.wheel) in candidates
+        ]
+        if candidates and not preload_wheels and not (installed and installed.optional):
+            hint = runtime_hint(package, candidates)
+
+    def judge(preload: PreloadList) -> Verdict:
+        findings = diagnose_graph(
+            graph, system_names=names, package=package, package_wheel=package_wheel.name, preload=preload, runtime=runtime
+        )
+        return Verdict(preload, tuple(findings))
+
+    return Diagnosis(
+        as_is=judge(installed or PreloadList()),
+        graph=graph,
+        package=package,
+        installed=installed is not None,
+        generated=judge(plan.as_list()),
+        preload_wheels=tuple(preload_wheels),
+        hint=hint,
     )
-    return Diagnosis(tuple(findings), package, preload, origin)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+
+
+def _finding_line(finding: Finding, package: str | None) -> str:
+    library = finding.library
+    search = ":".join(library.search_path) or "none"
+    if finding.provider is None:
+        problem = f"needs {finding.needed}, found in no wheel given nor on this system"
+    else:
+        problem = (
+            f"needs {finding.needed} from {finding.provider.path} ({finding.provider.wheel}), "
+            f"not on its {'RUNPATH' if library.runpath else 'RPATH'} ({search}) in a per-wheel layout"
+        )
+    suffix = "" if finding.status == FAILS else " -- " + _STATUS_TEXT[finding.status].format(package=package)
+    return f"{library.path} ({library.wheel}): {problem}{suffix}"
+
+
+def _preload_lines(preload: PreloadList) -> list[str]:
+    return [
+        f"  {index}. {path}{' (optional)' if path in preload.optional else ''}"
+        for index, path in enumerate(preload.libraries, start=1)
+    ]
+
+
+def _summary(label: str, verdict: Verdict) -> str:
+    failing = verdict.libraries(*_FAILING)
+    verb = "fails" if len(failing) == 1 else "fail"
+    text = (
+        f"{label}: {_plural(len(failing), 'library')} {verb} to load with one directory per wheel"
+        if failing
+        else f"{label}: every library loads with one directory per wheel"
+    )
+    skipped = verdict.libraries(SKIPPED)
+    if skipped:
+        text += f" ({_plural(len(skipped), 'optional library')} skipped by the preload)"
+    return text
 
 
 def format_diagnosis(diagnosis: Diagnosis) -> str:
-    lines = []
-    for finding in diagnosis.findings:
-        library = finding.library
-        where = f"{library.path} ({library.wheel})"
-        search = ":".join(library.search_path) or "none"
-        if finding.provider is None:
-            problem = f"needs {finding.needed}, found in no wheel given nor on this system"
-        else:
-            problem = (
-                f"needs {finding.needed} from {finding.provider.path} ({finding.provider.wheel}), "
-                f"not on its {'RUNPATH' if library.runpath else 'RPATH'} ({search}) in a per-wheel layout"
-            )
-        suffix = "" if finding.status == FAILS else " -- " + _STATUS_TEXT[finding.status].format(package=diagnosis.package)
-        lines.append(f"{where}: {problem}{suffix}")
-    if diagnosis.package is not None:
-        lines.append(f"{diagnosis.preload_origin} preload of {diagnosis.package}: {len(diagnosis.preload)} libraries")
-        lines.extend(f"  {index}. {path}" for index, path in enumerate(diagnosis.preload, start=1))
-    failing = sum(finding.fails for finding in diagnosis.findings)
-    if failing:
-        lines.append(f"{failing} dependencies would fail to load with one directory per wheel")
+    """Both verdicts, each named, as lines of text (the ``doctor`` command's output)."""
+    package = diagnosis.package
+    if package is None or diagnosis.generated is None:
+        lines = [_finding_line(finding, None) for finding in diagnosis.findings]
+        return "\n".join([*lines, _summary("as is", diagnosis.as_is)])
+    as_is, generated = diagnosis.as_is, diagnosis.generated
+    if diagnosis.installed:
+        lines = [f"as is: {package}'s wheel has a generated preload of {_plural(len(as_is.preload.libraries), 'library')}"]
+        lines += _preload_lines(as_is.preload)
     else:
-        lines.append("every library loads with one directory per wheel")
+        lines = [f"as is: {package}'s wheel has no preload generated by patched-wheels"]
+    lines += [_finding_line(finding, package) for finding in as_is.findings]
+    lines.append(_summary("as is", as_is))
+    settings = 'preload = "auto"'
+    if diagnosis.preload_wheels:
+        settings += f", preload_wheels = {json.dumps(list(diagnosis.preload_wheels))}"
+    lines.append(f"with the generated preload ({settings}): {_plural(len(generated.preload.libraries), 'library')}")
+    lines += _preload_lines(generated.preload)
+    lines += [
+        _finding_line(finding, package) for finding in generated.findings if finding.status not in (COVERED, NOT_LOADED)
+    ]
+    lines.append(_summary("with the generated preload", generated))
+    if diagnosis.hint:
+        lines.append(f"hint: {diagnosis.hint}")
     return "\n".join(lines)
 
+
+def format_run(result: RunResult, diagnosis: Diagnosis) -> str:
+    """What ``doctor --run`` saw, and whether it agrees with the prediction the exit status would follow."""
+    lines = [
+        f"run: {result.code} (python -S, PYTHONPATH = one directory for each of {result.entries} wheels)",
+        f"  exit status: {result.returncode}",
+    ]
+    if result.error_line:
+        lines.append(f"  first error: {result.error_line}")
+    lines += [f"  stdout: {line}" for line in result.stdout.splitlines()[-10:]]
+    if result.mapped is None:
+        lines.append("  mapped: unknown (the process ended without running its exit hooks)")
+    else:
+        total = len(diagnosis.graph.libraries)
+        lines.append(f"  mapped: {len(result.mapped)} of the set's {_plural(total, 'library')}")
+        lines += [f"    {library}" for library in result.mapped]
+    failed = result.returncode != 0
+    prediction = "fails" if diagnosis.fails else "loads"
+    if failed == diagnosis.fails:
+        lines.append(f"run: {'fails' if failed else 'passes'}, as predicted (as is: {prediction})")
+    else:
+        lines.append(
+            f"run: {'fails' if failed else 'passes'}, unlike the prediction (as is: {prediction}): "
+            + (
+                "the code may preload the libraries itself, or never load them"
+                if not failed
+                else "the failure is not one of a library's DT_NEEDED (see the first error)"
+            )
+        )
+    return "\n".join(lines)

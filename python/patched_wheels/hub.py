@@ -42,6 +42,7 @@ class PatchedWheelSpec:
     delete: Sequence[str] = ()
     preload: str = "off"
     preload_package: str = ""
+    preload_wheels: Sequence[str] = ()
     split_into: str = ""
     split_max_size: int = 0
     split_move: Sequence[str] = ()
@@ -126,9 +127,14 @@ def patch_into_index(
     if spec.preload == "auto":
         from patched_wheels.preload import preload_member_edits
 
-        member_edits = preload_member_edits(spec.preload_package, wheel_set, cache_dir=elf_cache)
+        # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
+        member_edits = preload_member_edits(
+            spec.preload_package, wheel_set, preload_wheels=spec.preload_wheels, cache_dir=elf_cache, strict=False
+        )
     elif spec.preload != "off":
         raise PatchedWheelsError(f"patched_wheel {spec.name}: preload must be 'auto' or 'off', not {spec.preload!r}")
+    elif spec.preload_wheels:
+        raise PatchedWheelsError(f"patched_wheel {spec.name}: preload_wheels needs preload = 'auto'")
     rpath_edits: list[RpathEdit] = []
     if spec.rpath:
         from patched_wheels.rpath import rpath_edit

@@ -7,20 +7,37 @@ break as soon as their order is wrong.  The module generated here loads each
 needed library by its wheel-relative path, found across ``sys.path``, with
 ``RTLD_GLOBAL`` and dependencies first, so that every later DT_NEEDED is
 satisfied by SONAME.  The order comes from the ELF files at patch time.
+
+What a package preloads is defined once, by :func:`plan_preload`: the libraries of
+other wheels its own libraries need (DT_NEEDED, transitively), plus, on request,
+every library of the wheels whose project names match ``preload_wheels`` globs --
+for packages that open libraries themselves at run time (JAX's CUDA plugin locates
+the ``nvidia-*`` packages and dlopens their libraries), which no ELF edge shows.
+``doctor``, ``patch``, ``split`` and the hub all use it.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
+import json
 import re
+import shlex
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path, read_graph
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import PatchedWheelsError, warn
+from patched_wheels.metadata import field_values
+from patched_wheels.wheelfile import WheelReader
 
 PRELOAD_MODULE = "_patched_wheels_preload"
+DEBUG_VARIABLE = "PATCHED_WHEELS_PRELOAD_DEBUG"
 _IMPORT_LINE = f"from . import {PRELOAD_MODULE}  # patched-wheels: load shared libraries from other wheels first"
 _CODING_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]")
 
@@ -31,7 +48,9 @@ against; do not edit.  Each path is relative to a sys.path entry, so this works
 the same in one site-packages and with one directory per wheel (Bazel).  Each
 library is loaded with RTLD_GLOBAL after everything it needs, so the dynamic
 loader satisfies later DT_NEEDED entries by SONAME.  Libraries not found on
-sys.path are skipped: they are optional in this environment.
+sys.path are skipped: they are optional in this environment.  OPTIONAL ones are
+loaded for code that opens them itself at run time (preload_wheels); one that
+fails to load is skipped, and {debug}=1 reports it on stderr.
 """
 import os
 import sys
@@ -39,17 +58,30 @@ import sys
 LIBRARIES = (
 {entries})
 
+OPTIONAL = (
+{optional})
+
 
 def _preload():
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
+    debug = os.environ.get("{debug}")
     for relative in LIBRARIES:
         for entry in sys.path:
             candidate = os.path.join(entry or os.curdir, *relative.split("/"))
             if os.path.isfile(candidate):
-                ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
+                try:
+                    ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
+                except OSError as error:
+                    if relative not in OPTIONAL:
+                        raise
+                    if debug:
+                        sys.stderr.write("patched-wheels preload: skipped %s: %s\\n" % (candidate, error))
+                else:
+                    if debug:
+                        sys.stderr.write("patched-wheels preload: loaded %s\\n" % candidate)
                 break
 
 
@@ -57,26 +89,61 @@ _preload()
 '''
 
 
-def render_preload_module(package: str, libraries: Sequence[str]) -> bytes:
-    """The source of ``<package>/_patched_wheels_preload.py`` loading ``libraries`` (site-packages-relative) in order."""
-    entries = "".join(f"    {path!r},\n" for path in libraries)
-    return _TEMPLATE.format(package=package, entries=entries).encode("utf-8")
+@dataclass(frozen=True)
+class PreloadList:
+    """What a generated preload module loads: site-packages paths in load order, and which may fail."""
+
+    libraries: tuple[str, ...] = ()
+    optional: frozenset[str] = frozenset()
+    """Entries loaded only for code that opens them at run time: a failure to load one is skipped."""
 
 
-def read_preload_module(source: bytes, *, where: str) -> tuple[str, ...]:
-    """The ``LIBRARIES`` of a generated preload module, so later steps can check or extend it."""
+@dataclass(frozen=True)
+class PreloadPlan:
+    """What a package preloads, computed from the library graph by :func:`plan_preload`."""
+
+    libraries: tuple[ElfLibrary, ...]
+    """Everything to preload, in load order."""
+    optional: frozenset[ElfLibrary]
+    """The libraries only ``preload_wheels`` asks for (not needed through DT_NEEDED): skipped when they fail."""
+    unmatched: tuple[str, ...]
+    """``preload_wheels`` globs that match no other wheel shipping shared libraries."""
+
+    @property
+    def required(self) -> tuple[ElfLibrary, ...]:
+        return tuple(library for library in self.libraries if library not in self.optional)
+
+    def as_list(self, path: Callable[[ElfLibrary], str] = lambda library: library.path) -> PreloadList:
+        """The plan as module entries; ``path`` gives a library's site-packages path (split moves some)."""
+        return PreloadList(
+            tuple(path(library) for library in self.libraries), frozenset(path(library) for library in self.optional)
+        )
+
+
+def render_preload_module(package: str, preload: PreloadList) -> bytes:
+    """The source of ``<package>/_patched_wheels_preload.py`` loading ``preload`` in order."""
+    entries = "".join(f"    {path!r},\n" for path in preload.libraries)
+    optional = "".join(f"    {path!r},\n" for path in preload.libraries if path in preload.optional)
+    return _TEMPLATE.format(package=package, entries=entries, optional=optional, debug=DEBUG_VARIABLE).encode("utf-8")
+
+
+def read_preload_module(source: bytes, *, where: str) -> PreloadList:
+    """The ``LIBRARIES`` (and ``OPTIONAL``, absent in older modules) of a generated preload module."""
+    values: dict[str, object] = {}
     try:
-        tree = ast.parse(source)
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(target, ast.Name) and target.id == "LIBRARIES" for target in node.targets
-            ):
-                libraries = ast.literal_eval(node.value)
-                if isinstance(libraries, tuple) and all(isinstance(path, str) for path in libraries):
-                    return libraries
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id in ("LIBRARIES", "OPTIONAL"):
+                        values[target.id] = ast.literal_eval(node.value)
     except (SyntaxError, ValueError) as error:
         raise PatchedWheelsError(f"{where}: not a patched-wheels preload module ({error})") from error
-    raise PatchedWheelsError(f"{where}: not a patched-wheels preload module (no LIBRARIES tuple)")
+    libraries, optional = values.get("LIBRARIES"), values.get("OPTIONAL", ())
+    if not (isinstance(libraries, tuple) and all(isinstance(path, str) for path in libraries)):
+        raise PatchedWheelsError(f"{where}: not a patched-wheels preload module (no LIBRARIES tuple)")
+    if not (isinstance(optional, tuple) and set(optional) <= set(libraries)):
+        raise PatchedWheelsError(f"{where}: not a patched-wheels preload module (OPTIONAL is not a subset of LIBRARIES)")
+    return PreloadList(libraries, frozenset(optional))
 
 
 def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
@@ -126,18 +193,88 @@ def package_libraries(graph: LibraryGraph, package: str, package_wheel: str) -> 
     ]
 
 
-def preload_libraries(graph: LibraryGraph, package: str, package_wheel: str) -> list[ElfLibrary]:
+def project_name(wheel: str) -> str:
+    """The normalised project name of a wheel file name (``nvidia_cublas-13.1-….whl`` -> ``nvidia-cublas``)."""
+    try:
+        return parse_wheel_filename(wheel)[0]
+    except InvalidWheelFilename as error:
+        raise PatchedWheelsError(f"{wheel}: not a valid wheel filename ({error})") from None
+
+
+def wheels_matching(graph: LibraryGraph, globs: Sequence[str], *, exclude: str) -> dict[str, list[ElfLibrary]]:
+    """For each glob (fnmatch on normalised project names), the libraries of the matching wheels but ``exclude``."""
+    matched: dict[str, list[ElfLibrary]] = {glob: [] for glob in globs}
+    for library in graph.libraries:
+        if library.wheel == exclude:
+            continue
+        name = project_name(library.wheel)
+        for glob in globs:
+            if fnmatch.fnmatchcase(name, canonicalize_name(glob)):
+                matched[glob].append(library)
+    return matched
+
+
+def plan_preload(
+    graph: LibraryGraph,
+    package: str,
+    package_wheel: str,
+    *,
+    preload_wheels: Sequence[str] = (),
+    moved: Iterable[ElfLibrary] = (),
+) -> PreloadPlan:
     """What ``package`` (shipped in ``package_wheel``) must preload, in load order.
 
-    The libraries of other wheels that the package's libraries need, directly or
-    through each other, plus everything those need in turn (which can include
-    libraries of the package's own wheel: they must be loaded before their users).
-    Libraries of the package's own wheel that only it uses are left to its RPATHs,
-    which work in any layout because they stay inside one wheel.
+    Required: the libraries of other wheels that the package's libraries need,
+    directly or through each other, plus everything those need in turn (which can
+    include libraries of the package's own wheel: they must be loaded before their
+    users).  Libraries of the package's own wheel that only it uses are left to its
+    RPATHs, which work in any layout because they stay inside one wheel -- except
+    ``moved`` ones (split into a sibling wheel), which are required with their closure.
+    Optional: every library of the other wheels matching ``preload_wheels``, with
+    what they need, for code that loads them itself at run time.
     """
     own = package_libraries(graph, package, package_wheel)
     foreign = [library for library in graph.closure(own) if library.wheel != package_wheel]
-    return graph.ordered(graph.closure(foreign))
+    required = graph.closure([*foreign, *moved])
+    matched = wheels_matching(graph, preload_wheels, exclude=package_wheel)
+    optional = graph.closure(library for libraries in matched.values() for library in libraries) - required
+    return PreloadPlan(
+        tuple(graph.ordered(required | optional)),
+        frozenset(optional),
+        tuple(glob for glob, libraries in matched.items() if not libraries),
+    )
+
+
+def runtime_candidates(graph: LibraryGraph, package_wheel: Path) -> list[str]:
+    """Projects ``package_wheel`` requires (Requires-Dist, any marker or extra) whose wheels here ship shared libraries.
+
+    A package with no DT_NEEDED edge to them may still load them itself at run time.
+    """
+    with WheelReader(package_wheel) as reader:
+        metadata = reader.metadata()
+    required: set[str] = set()
+    for value in field_values(metadata, "Requires-Dist"):
+        try:
+            required.add(canonicalize_name(Requirement(value).name))
+        except InvalidRequirement:
+            continue  # a malformed line names nothing we could match
+    return sorted(
+        {project_name(library.wheel) for library in graph.libraries if library.wheel != package_wheel.name}
+        & required
+    )
+
+
+def runtime_hint(package: str, projects: Sequence[str]) -> str:
+    """How to preload ``projects`` that ``package`` may load at run time, for ``doctor`` and ``patch``."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(projects):
+        groups.setdefault(name.split("-", 1)[0], []).append(name)
+    globs = [f"{prefix}-*" if len(names) > 1 else names[0] for prefix, names in groups.items()]
+    return (
+        f"{package} requires {', '.join(projects)}, which ship shared libraries, but needs none of them through "
+        "DT_NEEDED: if it loads them itself at run time (ctypes, dlopen), preload them with "
+        f"preload_wheels = {json.dumps(globs)} (patched_wheel) or --preload-wheels {' '.join(map(shlex.quote, globs))}"
+    )
 
 
 def find_package_wheel(package: str, wheels: Iterable[Path]) -> tuple[Path, str]:
@@ -159,24 +296,53 @@ def find_package_wheel(package: str, wheels: Iterable[Path]) -> tuple[Path, str]
     return found[0]
 
 
+def installed_preload(package_wheel: Path, init_member: str) -> PreloadList | None:
+    """The preload a previous ``patch``/``split`` put into the package's wheel, or None."""
+    module_member = preload_module_member(init_member)
+    with zipfile.ZipFile(package_wheel) as archive:
+        if module_member not in archive.namelist():
+            return None
+        source = archive.read(module_member)
+    return read_preload_module(source, where=f"{package_wheel.name}: {module_member}")
+
+
 def preload_member_edits(
-    package: str, wheels: Sequence[Path], *, cache_dir: Path | None = None
+    package: str,
+    wheels: Sequence[Path],
+    *,
+    preload_wheels: Sequence[str] = (),
+    cache_dir: Path | None = None,
+    strict: bool = True,
 ) -> dict[str, Callable[[bytes | None], bytes]]:
     """Member edits that make ``package`` preload what it needs from the other ``wheels``.
 
     ``wheels`` includes the wheel being patched.  Returns, keyed by archive path:
     ``<package>/_patched_wheels_preload.py`` (generated) and ``<package>/__init__.py``
     (the import of it prepended), as :func:`patched_wheels.surgery.patch_wheel` expects.
+    ``strict`` (the ``patch`` command): nothing to preload, or a ``preload_wheels``
+    glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for
+    a platform without those wheels, e.g. macOS) it is a warning at most and no edit.
     """
     wheels = [Path(wheel) for wheel in wheels]
     package_wheel, init_member = find_package_wheel(package, wheels)
     graph = read_graph(wheels, cache_dir=cache_dir)
-    libraries = preload_libraries(graph, package, package_wheel.name)
-    if not libraries:
-        raise PatchedWheelsError(
-            f"{package_wheel.name}: {package} needs no shared library from the other wheels given; nothing to preload"
-        )
-    module = render_preload_module(package, [library.path for library in libraries])
+    plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels)
+    for glob in plan.unmatched:
+        message = f"{package_wheel.name}: preload wheels glob {glob!r} matches no other wheel with shared libraries"
+        if strict:
+            raise PatchedWheelsError(message)
+        warn(message)
+    if not plan.libraries:
+        candidates = [] if preload_wheels else runtime_candidates(graph, package_wheel)
+        message = f"{package_wheel.name}: {package} needs no shared library from the other wheels given; nothing to preload"
+        if candidates:
+            message += f" ({runtime_hint(package, candidates)})"
+        if strict:
+            raise PatchedWheelsError(message)
+        if candidates:
+            warn(message)
+        return {}
+    module = render_preload_module(package, plan.as_list())
     module_member = preload_module_member(init_member)
     init_where = f"{package_wheel.name}: {init_member}"
     return {

@@ -7,9 +7,10 @@ rewritten with patchelf to ``$ORIGIN``, then its old entries re-based to the new
 directory (so ``$ORIGIN`` itself becomes the way back, e.g. ``$ORIGIN/../../torch/lib``):
 that keeps a single site-packages working.  For one directory per wheel, the main
 wheel's package preloads the moved libraries, after everything they need, in graph
-order -- the same generated preloader as ``patch --preload-for``, extended if the
-wheel already has one.  Both wheels are written through the raw-copy engine and
-renamed into ``dest_dir`` only once both are complete.
+order -- the same plan and generated preloader as ``patch --preload-for``
+(:func:`patched_wheels.preload.plan_preload`), extended if the wheel already has
+one.  Both wheels are written through the raw-copy engine and renamed into
+``dest_dir`` only once both are complete.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expa
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.patchelf import find_patchelf, run_patchelf, search_path_arguments
 from patched_wheels.preload import (
+    PreloadList,
     add_preload_import,
     package_init_members,
+    plan_preload,
     preload_module_member,
     read_preload_module,
     render_preload_module,
@@ -133,21 +136,27 @@ def _select_by_size(
     return selected
 
 
-def _preload_paths(graph: LibraryGraph, moves: Sequence[_Move], existing: Sequence[str]) -> list[str]:
-    """The main package's preload after the split, as site-packages paths, dependencies first.
+def _preload_after_split(
+    graph: LibraryGraph, package: str, wheel: str, moves: Sequence[_Move], existing: PreloadList
+) -> PreloadList:
+    """The main package's preload after the split: :func:`plan_preload` with the moved libraries.
 
     Moved libraries come after everything they need (the main wheel's own
     libraries included: under one directory per wheel, the moved library's way
-    back to them does not exist).  Entries of an existing preload that this graph
-    does not know (libraries of wheels not given) keep their place at the front.
+    back to them does not exist).  Entries of an existing preload stay: those
+    this graph does not know (libraries of wheels not given) at the front, the
+    others in graph order, optional ones still optional unless now required.
     """
     new_path = {move.library: move.target for move in moves}
     by_path: dict[str, ElfLibrary] = {}
     for library in graph.libraries:
         by_path.setdefault(new_path.get(library, library.path), library)
-    unknown = [path for path in existing if path not in by_path]
-    wanted = graph.closure(move.library for move in moves) | {by_path[path] for path in existing if path in by_path}
-    return unknown + [new_path.get(library, library.path) for library in graph.ordered(wanted)]
+    plan = plan_preload(graph, package, wheel, moved=[move.library for move in moves])
+    unknown = [path for path in existing.libraries if path not in by_path]
+    kept = {by_path[path] for path in existing.libraries if path in by_path}
+    libraries = unknown + [new_path.get(library, library.path) for library in graph.ordered(set(plan.libraries) | kept)]
+    required = {new_path.get(library, library.path) for library in plan.required}
+    return PreloadList(tuple(libraries), frozenset(existing.optional - required))
 
 
 def _sibling_wheel_file(reader: WheelReader) -> bytes:
@@ -191,7 +200,8 @@ def split_wheel(
         libraries = {
             member: by_path[path] for member in reader.members() if (path := install_path(member)) in by_path
         }
-        preload_estimate = len(render_preload_module("x", [library.path for library in graph.libraries]))
+        every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
+        preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
         selected = (
             _select_by_globs(reader, libraries, move)
             if move
@@ -214,9 +224,9 @@ def split_wheel(
         existing = (
             read_preload_module(reader.read(module_member), where=f"{wheel.name}: {module_member}")
             if module_member in reader
-            else ()
+            else PreloadList()
         )
-        preload = _preload_paths(graph, moves, existing)
+        preload = _preload_after_split(graph, package, wheel.name, moves, existing)
 
         main_dest = dest_dir / wheel.name
         sibling_dest = dest_dir / f"{sibling_top}-{reader.filename.stem.split('-', 1)[1]}.whl"  # same version, tags

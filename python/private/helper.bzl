@@ -85,4 +85,7 @@ def run_helper(ctx, helper, args, *, progress, timeout = 3600):
         errors = [line for line in lines if line.startswith("patched-wheels: error:")]
         message = errors[-1] if errors else "\n".join(lines[-20:])
         fail("rules_patched_wheels: %s failed: %s" % (progress, message))
+    for line in result.stderr.splitlines():
+        if line.startswith("patched-wheels: warning:"):
+            print("rules_patched_wheels: %s: %s" % (progress, line))
     return result.stdout

@@ -16,6 +16,7 @@ PATCHED_WHEEL_ATTRS = {
     "delete": attr.string_list(doc = "Globs of members to delete."),
     "preload": attr.string(default = "off", values = PRELOAD_VALUES, doc = "`auto`: generate a topologically ordered preload of the libraries `preload_package` needs from the other wheels of the lock."),
     "preload_package": attr.string(doc = "Import package that gets the preload; default: the project name with `-` as `_`."),
+    "preload_wheels": attr.string_list(doc = "With `preload = \"auto\"`: also preload every library of the lock's wheels whose project names match these globs (e.g. `[\"nvidia-*\"]`), for a package that loads them itself at run time; one that fails to load is skipped."),
     "split_into": attr.string(doc = "Move libraries into a sibling wheel of this name (same version and tags)."),
     "split_max_size": attr.int(doc = "With split_into: move the largest libraries until the main wheel is below this many bytes."),
     "split_move": attr.string_list(doc = "With split_into: globs of members to move."),
@@ -31,6 +32,8 @@ def patched_wheel_spec(attrs, patch_offset):
     """
     if attrs.urls and not attrs.sha256:
         fail("rules_patched_wheels: patched_wheel(name = \"%s\"): `urls` needs `sha256`" % attrs.name)
+    if attrs.preload_wheels and attrs.preload != "auto":
+        fail("rules_patched_wheels: patched_wheel(name = \"%s\"): `preload_wheels` needs `preload = \"auto\"`" % attrs.name)
     if attrs.split_into and not (attrs.split_max_size or attrs.split_move):
         fail("rules_patched_wheels: patched_wheel(name = \"%s\"): `split_into` needs `split_max_size` or `split_move`" % attrs.name)
     spec = {
@@ -46,6 +49,7 @@ def patched_wheel_spec(attrs, patch_offset):
         "delete": attrs.delete,
         "preload": attrs.preload,
         "preload_package": attrs.preload_package or attrs.name.replace("-", "_").replace(".", "_").lower(),
+        "preload_wheels": attrs.preload_wheels,
         "split_into": attrs.split_into,
         "split_max_size": attrs.split_max_size,
         "split_move": attrs.split_move,

@@ -110,6 +110,7 @@ class FakePypi:
     wheels: fakecuda.FakeCudaWheels
     rpath_wheel: Path
     """``pkg``, whose ``_ext.so`` cannot find ``pkg.libs/libdep.so.1`` until the hub edits its RPATH."""
+    runtime: fakecuda.RuntimeLoadedWheels
 
     @property
     def index_url(self) -> str:
@@ -117,14 +118,15 @@ class FakePypi:
 
 
 def build_fake_pypi(directory: Path) -> FakePypi:
-    """The fake CUDA wheel set and the RPATH fixture, indexed by the CLI the users run (PEP 503 pages with
-    sha256 fragments)."""
+    """The fake CUDA and runtime-loaded wheel sets and the RPATH fixture, indexed by the CLI the users run
+    (PEP 503 pages with sha256 fragments)."""
     wheels = fakecuda.build_fake_cuda_wheels(directory)
     rpath_wheel = rpathfixture.build_rpath_wheel(directory)
+    runtime = fakecuda.build_runtime_loaded_wheels(directory)
     subprocess.run(
         [sys.executable, "-m", "patched_wheels", "index", str(directory)], check=True, capture_output=True, text=True
     )
-    return FakePypi(directory, wheels, rpath_wheel)
+    return FakePypi(directory, wheels, rpath_wheel, runtime)
 
 
 def write_lock(wheels: Sequence[Path], path: Path) -> None:
@@ -153,9 +155,16 @@ def common_files(root: Path) -> FakePypi:
         encoding="utf-8",
     )
     write_lock(pypi.wheels.all, root / "requirements_lock.txt")
-    (root / "check_faketorch.py").write_text((TEMPLATES / "check_faketorch.py").read_text(encoding="utf-8"))
+    write_lock(pypi.runtime.all, root / "requirements_runtime_lock.txt")
+    for script in ("check_faketorch.py", "check_fakejax.py"):
+        (root / script).write_text((TEMPLATES / script).read_text(encoding="utf-8"))
     (root / "logs").mkdir()
     return pypi
+
+
+def _append_template(destination: Path, template: str, values: dict[str, str]) -> None:
+    with destination.open("a", encoding="utf-8") as out:
+        out.write(string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values))
 
 
 @dataclass(frozen=True)
@@ -165,34 +174,27 @@ class Setup:
 
 
 def make_bzlmod_workspace(root: Path) -> Setup:
-    """The MODULE.bazel workspace: hubs `fixed`, `original` (control), `split`, `rpath` and `bad`."""
+    """The MODULE.bazel workspace: hubs `fixed`, `original` (control), `split`, `rpath`, `bad`, `runtime` and
+    `runtime_original`."""
     pypi = common_files(root)
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
     render("MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
     render("BUILD.bazel.tmpl", root / "BUILD.bazel", expected=str(fakecuda.EXPECTED_ANSWER), **values)
-    with (root / "MODULE.bazel").open("a", encoding="utf-8") as module:
-        module.write(string.Template((TEMPLATES / "split.MODULE.bazel.tmpl").read_text()).substitute(values))
-    with (root / "BUILD.bazel").open("a", encoding="utf-8") as build:
-        build.write(
-            string.Template((TEMPLATES / "split.BUILD.bazel.tmpl").read_text()).substitute(
-                values,
-                expected=str(fakecuda.EXPECTED_ANSWER),
-                moved_from=SPLIT_MOVED_FROM,
-                moved_to=SPLIT_MOVED_TO,
-                sibling_dist=SPLIT_SIBLING.replace("-", "_"),
-            )
-        )
+    _append_template(root / "MODULE.bazel", "split.MODULE.bazel.tmpl", values)
+    split_values = dict(
+        expected=str(fakecuda.EXPECTED_ANSWER),
+        moved_from=SPLIT_MOVED_FROM,
+        moved_to=SPLIT_MOVED_TO,
+        sibling_dist=SPLIT_SIBLING.replace("-", "_"),
+    )
+    _append_template(root / "BUILD.bazel", "split.BUILD.bazel.tmpl", {**values, **split_values})
+    _append_template(root / "MODULE.bazel", "runtime.MODULE.bazel.tmpl", values)
+    _append_template(root / "BUILD.bazel", "runtime.BUILD.bazel.tmpl", dict(expected=str(fakecuda.RUNTIME_ANSWER)))
     # The RPATH hub serves a lock of its own: only `pkg`, whose library the hub's `rpath` fixes.
     write_lock([pypi.rpath_wheel], root / "rpath_requirements_lock.txt")
     (root / "check_rpath_pkg.py").write_text((TEMPLATES / "check_rpath_pkg.py").read_text(encoding="utf-8"))
-    with (root / "MODULE.bazel").open("a", encoding="utf-8") as module:
-        module.write(string.Template((TEMPLATES / "rpath.MODULE.bazel.tmpl").read_text()).substitute(values, rpath=rpathfixture.FIX))
-    with (root / "BUILD.bazel").open("a", encoding="utf-8") as build:
-        build.write(
-            string.Template((TEMPLATES / "rpath.BUILD.bazel.tmpl").read_text()).substitute(
-                expected=str(rpathfixture.EXPECTED_ANSWER)
-            )
-        )
+    _append_template(root / "MODULE.bazel", "rpath.MODULE.bazel.tmpl", {**values, "rpath": rpathfixture.FIX})
+    _append_template(root / "BUILD.bazel", "rpath.BUILD.bazel.tmpl", dict(expected=str(rpathfixture.EXPECTED_ANSWER)))
     (root / "does-not-apply.patch").write_text(
         "--- a/faketorch/__init__.py\n"
         "+++ b/faketorch/__init__.py\n"
@@ -207,11 +209,16 @@ def make_bzlmod_workspace(root: Path) -> Setup:
 
 
 def make_workspace_mode_workspace(root: Path) -> Setup:
-    """The legacy WORKSPACE workspace: one hub `fixed` made by the `patched_index` macro."""
+    """The legacy WORKSPACE workspace: hubs `fixed` and `runtime` made by the `patched_index` macro."""
     pypi = common_files(root)
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
     render("WORKSPACE.tmpl", root / "WORKSPACE", **values)
-    render("BUILD.bazel.workspace.tmpl", root / "BUILD.bazel", expected=str(fakecuda.EXPECTED_ANSWER))
+    render(
+        "BUILD.bazel.workspace.tmpl",
+        root / "BUILD.bazel",
+        expected=str(fakecuda.EXPECTED_ANSWER),
+        runtime_expected=str(fakecuda.RUNTIME_ANSWER),
+    )
     return Setup(BazelWorkspace(root, root / "logs", config=["--config=workspace"]), pypi)
 
 

@@ -21,10 +21,11 @@ from bazelworkspace import SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda,
 pytestmark = pytest.mark.bazel
 
 PRELOAD_BUG = "libjit.so.12: cannot open shared object file"
+RUNTIME_BUG = "libbar.so.1: cannot open shared object file"
 
 
 def targets(setup: Setup) -> list[str]:
-    return ["//:fixed_test", "//:original_test", "//:split_test", "//:rpath_test"]
+    return ["//:fixed_test", "//:original_test", "//:split_test", "//:rpath_test", "//:runtime_test", "//:runtime_original_test"]
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,15 @@ def test_rpath_hub_makes_the_library_find_its_companion(bzlmod: Setup, first_run
         dynamic = ELFFile(io.BytesIO(archive.read(rpathfixture.EXT_MEMBER))).get_section_by_name(".dynamic")
     runpaths = [tag.runpath for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_RUNPATH"]
     assert runpaths == [rpathfixture.FIX]
+
+
+def test_preload_wheels_cover_libraries_loaded_at_run_time(bzlmod: Setup, first_run: BazelResult) -> None:
+    statuses = summary_statuses(first_run.output)
+    assert statuses.get("//:runtime_test") == "PASSED", first_run.tail()
+    assert f"fakejax.answer() == {fakecuda.RUNTIME_ANSWER}" in bzlmod.workspace.test_log("runtime_test")
+    assert statuses.get("//:runtime_original_test") == "FAILED", first_run.tail()
+    log = bzlmod.workspace.test_log("runtime_original_test")
+    assert RUNTIME_BUG in log, log[-3000:]
 
 
 def test_generated_lock_pins_the_patched_wheel_of_the_local_index(bzlmod: Setup, first_run: BazelResult) -> None:
@@ -118,7 +128,7 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     """Runs last: it expunges the output base. The fake PyPI's wheels are hidden during the rebuild,
     so any wheel not served from the repository cache fails the build."""
     workspace = bzlmod.workspace
-    hubs = ["fixed", "split", "rpath"]
+    hubs = ["fixed", "split", "rpath", "runtime"]
     before = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
     assert any("+" + SUFFIX in name for _, name in before), before
 
@@ -131,7 +141,8 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
         shutil.move(wheel, hidden / wheel.name)
     try:
         flags = ["--repository_disable_download"] if _lockfile_records_resolution(workspace, bzlmod.pypi.directory) else []
-        rebuilt = workspace.run("test", *flags, *[target for target in targets(bzlmod) if target != "//:original_test"])
+        passing = [target for target in targets(bzlmod) if not target.endswith("original_test")]
+        rebuilt = workspace.run("test", *flags, *passing)
     finally:
         for wheel in wheels:
             shutil.move(hidden / wheel.name, wheel)

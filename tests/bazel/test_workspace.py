@@ -11,9 +11,10 @@ pytestmark = pytest.mark.bazel
 
 def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
     workspace = workspace_mode.workspace
-    result = workspace.run("test", *workspace.config, "//:fixed_test")
+    result = workspace.run("test", *workspace.config, "//:fixed_test", "//:runtime_test")
     assert result.returncode == 0, result.tail()
     assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in workspace.test_log("fixed_test")
+    assert f"fakejax.answer() == {fakecuda.RUNTIME_ANSWER}" in workspace.test_log("runtime_test")
 
     hub = workspace.hub("fixed")
     patched = list((hub / "index").glob(f"faketorch-2.1.0+{SUFFIX}-*.whl"))

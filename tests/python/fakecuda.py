@@ -18,6 +18,18 @@ So ``import faketorch`` works in a flat site-packages, and fails with
 ``libjit.so.12: cannot open shared object file`` when each wheel has its own
 directory on ``sys.path`` (as under Bazel) -- unless a correct preload runs first.
 
+A second set reproduces a package that loads libraries at run time, as JAX's CUDA
+plugin loads the ``nvidia-*`` ones (no DT_NEEDED edge shows it):
+
+* ``fakejax`` (pure Python) locates the ``fakert_foo`` package with importlib at
+  import and opens ``fakert_foo/lib/libfoo.so.1`` with ctypes by that full path;
+  ``fakejax.answer()`` returns :data:`RUNTIME_ANSWER`.  It requires both ``fakert-*``
+  wheels (one under an extra, like the plugin's ``with-cuda``).
+* ``fakert-foo`` ships ``libfoo.so.1``, which needs ``libbar.so.1`` through the
+  RUNPATH ``$ORIGIN/../../fakert_bar/lib`` (only right in one site-packages).
+* ``fakert-bar`` ships ``libbar.so.1`` and ``libbar_pmix.so.1``, a plugin for a
+  system library no machine has (``libfakepmix.so.1``), like nvshmem's pmix bootstrap.
+
 API (kept small and stable, the Bazel integration tests reuse it)::
 
     wheels = build_fake_cuda_wheels(tmp / "wheels")           # -> FakeCudaWheels
@@ -27,6 +39,8 @@ API (kept small and stable, the Bazel integration tests reuse it)::
     blob_library(dir, "libbig.so", 3 << 20)                   # a library of a chosen size
     result = run_import(paths)                                # subprocess, PYTHONPATH=paths
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER)
+    runtime = build_runtime_loaded_wheels(tmp / "wheels")     # -> RuntimeLoadedWheels
+    run_import(paths, RUNTIME_CODE)                           # prints RUNTIME_ANSWER when it works
 """
 
 from __future__ import annotations
@@ -81,6 +95,32 @@ _LINKS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
     ),
     "core": (("faketorch",), ("$ORIGIN/lib",), True),
 }
+
+# libbar.so.1's bar_value() = 20, libfoo.so.1's foo_value() = 2 * bar_value() + 1.
+RUNTIME_ANSWER = 41
+RUNTIME_VERSION = "1.0"
+RUNTIME_PACKAGE = "fakejax"
+RUNTIME_GLOB = "fakert-*"
+RUNTIME_CODE = "import fakejax; print(fakejax.answer())"
+RUNTIME_LIBRARY_PATHS = {
+    "foo": "fakert_foo/lib/libfoo.so.1",
+    "bar": "fakert_bar/lib/libbar.so.1",
+    "pmix": "fakert_bar/lib/libbar_pmix.so.1",
+}
+# The system library libbar_pmix.so.1 needs: built to link against, shipped nowhere.
+MISSING_SYSTEM_LIBRARY = "libfakepmix.so.1"
+
+_RUNTIME_INIT = '''"""fakejax: opens libfoo.so.1 at import by its path in fakert_foo, as JAX's CUDA plugin opens nvidia-* libraries."""
+import ctypes
+import importlib.util
+import os
+
+_foo = ctypes.CDLL(os.path.join(os.path.dirname(importlib.util.find_spec("fakert_foo").origin), "lib", "libfoo.so.1"))
+
+
+def answer():
+    return _foo.foo_value()
+'''
 
 _INIT_TEMPLATE = '''"""faketorch: preloads its CUDA-like dependencies the way torch 2.1.0 does."""
 import ctypes
@@ -203,6 +243,61 @@ def build_fake_cuda_wheels(dest: Path, *, broken_order: bool = True) -> FakeCuda
         executable=[LIBRARY_PATHS["faketorch"], LIBRARY_PATHS["core"]],
     )
     return FakeCudaWheels(nvidia, torch)
+
+
+@dataclass(frozen=True)
+class RuntimeLoadedWheels:
+    """``fakejax`` and the two wheels whose libraries it loads at run time."""
+
+    package: Path
+    foo: Path
+    bar: Path
+
+    @property
+    def all(self) -> list[Path]:
+        return [self.foo, self.bar, self.package]
+
+
+def build_runtime_loaded_wheels(dest: Path) -> RuntimeLoadedWheels:
+    """Compile ``libbar``, ``libbar_pmix`` and ``libfoo`` and package them with ``fakejax`` (see the module docstring)."""
+    build_dir = dest / "build-runtime"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    compile_shared(build_dir, MISSING_SYSTEM_LIBRARY, "int pmix_value(void) { return 1; }\n", f"-Wl,-soname,{MISSING_SYSTEM_LIBRARY}")
+    pmix = compile_shared(
+        build_dir,
+        "libbar_pmix.so.1",
+        "int pmix_value(void);\nint bar_pmix_value(void) { return pmix_value(); }\n",
+        "-Wl,-soname,libbar_pmix.so.1",
+        f"-l:{MISSING_SYSTEM_LIBRARY}",
+    )
+    bar = compile_shared(build_dir, "libbar.so.1", "int bar_value(void) { return 20; }\n", "-Wl,-soname,libbar.so.1")
+    foo = compile_shared(
+        build_dir,
+        "libfoo.so.1",
+        "int bar_value(void);\nint foo_value(void) { return 2 * bar_value() + 1; }\n",
+        "-Wl,-soname,libfoo.so.1",
+        "-l:libbar.so.1",
+        "-Wl,-rpath,$ORIGIN/../../fakert_bar/lib",
+        "-Wl,--enable-new-dtags",
+    )
+    foo_wheel = build_wheel(
+        dest,
+        "fakert-foo",
+        RUNTIME_VERSION,
+        {"fakert_foo/__init__.py": b"", RUNTIME_LIBRARY_PATHS["foo"]: foo.read_bytes()},
+        executable=[RUNTIME_LIBRARY_PATHS["foo"]],
+    )
+    bar_files = {"fakert_bar/__init__.py": b"", RUNTIME_LIBRARY_PATHS["bar"]: bar.read_bytes()}
+    bar_files[RUNTIME_LIBRARY_PATHS["pmix"]] = pmix.read_bytes()
+    bar_wheel = build_wheel(dest, "fakert-bar", RUNTIME_VERSION, bar_files)
+    package = build_wheel(
+        dest,
+        RUNTIME_PACKAGE,
+        RUNTIME_VERSION,
+        {"fakejax/__init__.py": _RUNTIME_INIT.encode()},
+        requires=[f"fakert-foo=={RUNTIME_VERSION}", f'fakert-bar=={RUNTIME_VERSION}; extra == "with-rt"'],
+    )
+    return RuntimeLoadedWheels(package, foo_wheel, bar_wheel)
 
 
 def unpack_wheel(wheel: Path, site_packages: Path) -> None:

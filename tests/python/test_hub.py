@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,19 +25,24 @@ def fake_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.FakeCudaWheel
 
 
 def hub_config(tmp_path: Path, wheels: fakecuda.FakeCudaWheels, **spec: object) -> Path:
-    """Lay the wheels out as the repository rule does (patched originals apart) and write hub.json."""
+    """hub.json for patching faketorch in the fake CUDA set (see :func:`set_config`)."""
+    return set_config(tmp_path, list(wheels.nvidia.values()), wheels.torch, "faketorch", **spec)
+
+
+def set_config(tmp_path: Path, others: list[Path], original: Path, name: str, **spec: object) -> Path:
+    """Lay the wheels out as the repository rule does (the patched original apart) and write hub.json."""
     index_dir, originals = tmp_path / "index", tmp_path / "originals"
     index_dir.mkdir()
     originals.mkdir()
-    placed = [(index_dir / w.name) for w in wheels.nvidia.values()]
-    for source, target in zip(wheels.nvidia.values(), placed):
+    placed = [(index_dir / w.name) for w in others]
+    for source, target in zip(others, placed):
         target.write_bytes(source.read_bytes())
-    torch = originals / wheels.torch.name
-    torch.write_bytes(wheels.torch.read_bytes())
+    patched = originals / original.name
+    patched.write_bytes(original.read_bytes())
     lock = tmp_path / "requirements_lock.txt"
     lock.write_text(
         "# the user's lock\n"
-        + "".join(f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n" for w in wheels.all),
+        + "".join(f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n" for w in [*others, original]),
         encoding="utf-8",
     )
     config = {
@@ -44,8 +50,8 @@ def hub_config(tmp_path: Path, wheels: fakecuda.FakeCudaWheels, **spec: object) 
         "index_dir": str(index_dir),
         "out": str(tmp_path / "out_lock.txt"),
         "index_option": "index-url",
-        "wheels": [str(p) for p in placed + [torch]],
-        "patched": [{"name": "faketorch", "wheel": str(torch), "suffix": "test.1", "patches": [], **spec}],
+        "wheels": [str(p) for p in placed + [patched]],
+        "patched": [{"name": name, "wheel": str(patched), "suffix": "test.1", "patches": [], **spec}],
     }
     path = tmp_path / "hub.json"
     path.write_text(json.dumps(config), encoding="utf-8")
@@ -116,3 +122,37 @@ def test_unwritable_destination_is_one_error_line(tmp_path: Path, fake_set: fake
     error = capsys.readouterr().err
     assert code == 1
     assert error.startswith("patched-wheels: error: ") and error.count("\n") == 1 and "file" in error
+
+
+@pytest.fixture(scope="module")
+def runtime_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.RuntimeLoadedWheels:
+    return fakecuda.build_runtime_loaded_wheels(tmp_path_factory.mktemp("runtime"))
+
+
+def test_preload_wheels_make_runtime_loads_work_per_wheel(tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels) -> None:
+    spec = dict(preload="auto", preload_package="fakejax", preload_wheels=[fakecuda.RUNTIME_GLOB])
+    config = HubConfig.load(set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", **spec))
+    assert build_hub(config) == ["fakejax==1.0+test.1"]
+    patched = tmp_path / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl"
+    result = fakecuda.run_import(
+        fakecuda.per_wheel_layout([runtime_set.foo, runtime_set.bar, patched], tmp_path / "site"), fakecuda.RUNTIME_CODE
+    )
+    assert result.returncode == 0 and result.stdout.strip() == str(fakecuda.RUNTIME_ANSWER), result.stderr
+
+
+def test_preload_auto_with_nothing_to_preload_is_a_no_op_with_a_hint(
+    tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax")
+    assert main(["hub", "--config", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "fakejax==1.0+test.1\n"
+    assert captured.err.startswith("patched-wheels: warning: ") and "preload_wheels = [\"fakert-*\"]" in captured.err
+    with zipfile.ZipFile(tmp_path / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
+        assert not [name for name in archive.namelist() if "_patched_wheels_preload" in name]
+
+
+def test_preload_wheels_need_preload_auto(tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels) -> None:
+    config = HubConfig.load(set_config(tmp_path, [runtime_set.foo], runtime_set.package, "fakejax", preload_wheels=["fakert-*"]))
+    with pytest.raises(PatchedWheelsError, match="patched_wheel fakejax: preload_wheels needs preload = 'auto'"):
+        build_hub(config)

@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from fakecuda import (
     EXPECTED_ANSWER,
     LIBRARY_PATHS,
+    MISSING_SYSTEM_LIBRARY,
+    RUNTIME_ANSWER,
+    RUNTIME_CODE,
+    RUNTIME_GLOB,
+    RUNTIME_LIBRARY_PATHS,
+    RUNTIME_PACKAGE,
     build_fake_cuda_wheels,
+    build_runtime_loaded_wheels,
     flat_layout,
     per_wheel_layout,
     run_import,
 )
+from patched_wheels.cli import main
+from patched_wheels.elfgraph import read_graph
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.preload import (
+    DEBUG_VARIABLE,
     PRELOAD_MODULE,
+    PreloadList,
+    PreloadPlan,
     add_preload_import,
+    plan_preload,
     preload_member_edits,
     read_preload_module,
     render_preload_module,
@@ -64,8 +79,10 @@ def test_the_failure_is_the_preload_order(tmp_path):
 
 def test_generated_module_loads_foreign_libraries_dependencies_first(wheels, preloaded_torch):
     with zipfile.ZipFile(preloaded_torch) as archive:
-        libraries = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
         init = archive.read("faketorch/__init__.py").decode()
+    libraries = preload.libraries
+    assert preload.optional == frozenset()  # all needed through DT_NEEDED: a failure stays an error
     assert sorted(libraries) == sorted(LIBRARY_PATHS[name] for name in ("jit", "sparse", "solver", "blas"))
     assert libraries.index(LIBRARY_PATHS["jit"]) < libraries.index(LIBRARY_PATHS["sparse"])
     assert libraries.index(LIBRARY_PATHS["sparse"]) < libraries.index(LIBRARY_PATHS["solver"])
@@ -83,7 +100,7 @@ def test_edits_need_the_package_and_something_to_preload(wheels):
 def test_generated_module_skips_absent_libraries_and_is_a_no_op_off_linux(tmp_path, wheels):
     sites = per_wheel_layout([wheels.nvidia["jit"]], tmp_path / "site")
     module = tmp_path / "probe.py"
-    module.write_bytes(render_preload_module("probe", ["no/such/libnothere.so.1", LIBRARY_PATHS["jit"]]))
+    module.write_bytes(render_preload_module("probe", PreloadList(("no/such/libnothere.so.1", LIBRARY_PATHS["jit"]))))
     probe = (
         "import ctypes, sys\n"
         "loaded = []\n"
@@ -134,3 +151,109 @@ def test_import_into_broken_or_missing_init_is_an_error():
 def test_reading_a_module_that_is_not_a_preload_is_an_error():
     with pytest.raises(PatchedWheelsError, match="^w.whl: pkg/_patched_wheels_preload.py: not a patched-wheels preload module"):
         read_preload_module(b"X = 1\n", where="w.whl: pkg/_patched_wheels_preload.py")
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    return build_runtime_loaded_wheels(tmp_path_factory.mktemp("runtime"))
+
+
+@pytest.fixture(scope="module")
+def preloaded_runtime(runtime, tmp_path_factory):
+    edits = preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=[RUNTIME_GLOB])
+    return patch_wheel(runtime.package, tmp_path_factory.mktemp("patched"), suffix="pw.1", member_edits=edits).path
+
+
+def _runs(result):
+    return result.returncode == 0 and result.stdout.strip() == str(RUNTIME_ANSWER)
+
+
+def test_library_loaded_at_run_time_needs_preload_wheels_per_wheel_only(runtime, preloaded_runtime, tmp_path):
+    with_preload = [runtime.foo, runtime.bar, preloaded_runtime]
+    without = run_import(per_wheel_layout(runtime.all, tmp_path / "without"), RUNTIME_CODE)
+    assert without.returncode != 0 and "libbar.so.1: cannot open shared object file" in without.stderr
+    result = run_import(per_wheel_layout(with_preload, tmp_path / "with"), RUNTIME_CODE)
+    assert _runs(result) and result.stderr == "", result.stderr
+    for wheel_set, name in ((runtime.all, "flat-without"), (with_preload, "flat-with")):
+        result = run_import(flat_layout(wheel_set, tmp_path / name), RUNTIME_CODE)
+        assert _runs(result), (name, result.stderr)
+
+
+def test_preload_wheels_are_optional_and_loaded_in_graph_order(runtime, preloaded_runtime):
+    with zipfile.ZipFile(preloaded_runtime) as archive:
+        preload = read_preload_module(archive.read(f"fakejax/{PRELOAD_MODULE}.py"), where="test")
+    assert set(preload.libraries) == set(RUNTIME_LIBRARY_PATHS.values()) == preload.optional
+    assert preload.libraries.index(RUNTIME_LIBRARY_PATHS["bar"]) < preload.libraries.index(RUNTIME_LIBRARY_PATHS["foo"])
+
+
+def test_a_failing_optional_library_is_skipped_and_reported_when_asked(runtime, preloaded_runtime, tmp_path, monkeypatch):
+    sites = per_wheel_layout([runtime.foo, runtime.bar, preloaded_runtime], tmp_path)
+    monkeypatch.setenv(DEBUG_VARIABLE, "1")
+    result = run_import(sites, RUNTIME_CODE)
+    assert _runs(result), result.stderr
+    skipped = [line for line in result.stderr.splitlines() if "skipped" in line]
+    assert len(skipped) == 1, result.stderr
+    assert skipped[0].startswith("patched-wheels preload: skipped ") and RUNTIME_LIBRARY_PATHS["pmix"] in skipped[0]
+    assert f"{MISSING_SYSTEM_LIBRARY}: cannot open shared object file" in skipped[0]
+    assert f"patched-wheels preload: loaded {sites[1] / RUNTIME_LIBRARY_PATHS['bar']}" in result.stderr
+
+
+def test_a_failing_required_library_stays_an_error(runtime, tmp_path):
+    sites = per_wheel_layout([runtime.bar], tmp_path / "site")
+    module = tmp_path / "probe.py"
+    for optional, fails in ((frozenset(), True), (frozenset({RUNTIME_LIBRARY_PATHS["pmix"]}), False)):
+        module.write_bytes(render_preload_module("probe", PreloadList((RUNTIME_LIBRARY_PATHS["pmix"],), optional)))
+        result = subprocess.run(
+            [sys.executable, str(module)], env={"PYTHONPATH": str(sites[0])}, capture_output=True, text=True, check=False
+        )
+        assert (result.returncode != 0) == fails, result.stderr
+        assert (f"OSError: {MISSING_SYSTEM_LIBRARY}: cannot open shared object file" in result.stderr) == fails
+
+
+def test_globbed_libraries_the_package_needs_anyway_stay_required(wheels):
+    graph = read_graph(wheels.all)
+    plain = plan_preload(graph, "faketorch", wheels.torch.name)
+    globbed = plan_preload(graph, "faketorch", wheels.torch.name, preload_wheels=["fake-nvidia-*", "faketorch"])
+    assert globbed == PreloadPlan(plain.libraries, frozenset(), ("faketorch",))  # its own wheel is never globbed
+
+
+def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_the_hub(runtime, capsys):
+    with pytest.raises(PatchedWheelsError) as error:
+        preload_member_edits(RUNTIME_PACKAGE, runtime.all)
+    message = str(error.value)
+    assert message.startswith(f"{runtime.package.name}: fakejax needs no shared library from the other wheels given")
+    assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message and "\n" not in message
+    assert "preload_wheels = [\"fakert-*\"] (patched_wheel) or --preload-wheels 'fakert-*'" in message
+    assert preload_member_edits(RUNTIME_PACKAGE, runtime.all, strict=False) == {}
+    assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
+    # Nothing required and nothing to hint at (a pure package, a platform without those wheels): silent.
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False) == {}
+    assert capsys.readouterr().err == ""
+
+
+def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hub(runtime, capsys):
+    message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
+    with pytest.raises(PatchedWheelsError, match=re.escape(message)):
+        preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False) == {}
+    assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
+
+
+def test_patch_command_takes_preload_wheels(runtime, tmp_path, capsys):
+    argv = ["patch", "--no-cache", "--wheel", str(runtime.package), "--dest-dir", str(tmp_path), "--suffix", "pw.1"]
+    assert main([*argv, "--preload-for", RUNTIME_PACKAGE, "--preload-from", str(runtime.foo), str(runtime.bar)]) == 1
+    assert "--preload-wheels 'fakert-*'" in capsys.readouterr().err
+    preload_from = ["--preload-from", str(runtime.foo), str(runtime.bar)]
+    assert main([*argv, "--preload-for", RUNTIME_PACKAGE, *preload_from, "--preload-wheels", RUNTIME_GLOB]) == 0
+    patched = Path(capsys.readouterr().out.splitlines()[0])
+    with zipfile.ZipFile(patched) as archive:
+        assert read_preload_module(archive.read(f"fakejax/{PRELOAD_MODULE}.py"), where="test").optional
+    assert main([*argv, "--preload-wheels", RUNTIME_GLOB]) == 1
+    assert "--preload-wheels needs --preload-for" in capsys.readouterr().err
+
+
+def test_modules_written_before_optional_entries_read_as_all_required():
+    old = b'"""Preload."""\nLIBRARIES = (\n    "a/lib/liba.so",\n)\n'
+    assert read_preload_module(old, where="x") == PreloadList(("a/lib/liba.so",))
+    with pytest.raises(PatchedWheelsError, match="OPTIONAL is not a subset of LIBRARIES"):
+        read_preload_module(old + b'OPTIONAL = ("b/libb.so",)\n', where="x")

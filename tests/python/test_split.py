@@ -80,7 +80,7 @@ def test_outputs_have_same_version_and_tags_valid_record_requirement_and_preload
     with WheelReader(split_pair.main, verify=True) as main_wheel:
         assert LIBRARY_PATHS["faketorch"] not in main_wheel.members()
         assert "Requires-Dist: faketorch-libs==2.1.0" in main_wheel.metadata().decode().splitlines()
-        preload = read_preload_module(main_wheel.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+        preload = read_preload_module(main_wheel.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
     assert preload[-1] == MOVED
     assert preload.index(LIBRARY_PATHS["jit"]) < preload.index(LIBRARY_PATHS["sparse"]) < preload.index(LIBRARY_PATHS["solver"])
 
@@ -108,12 +108,30 @@ def test_split_extends_an_existing_preload(wheels, tmp_path):
     ).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"])
     with zipfile.ZipFile(pair.main) as archive:
-        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
         init = archive.read("faketorch/__init__.py").decode()
     assert preload[:-1] == tuple(LIBRARY_PATHS[name] for name in ("blas", "jit", "sparse", "solver"))
     assert preload[-1] == MOVED
     assert init.count(f"from . import {PRELOAD_MODULE}") == 1
     result = run_import(per_wheel_layout([*wheels.nvidia.values(), pair.main, pair.sibling], tmp_path / "site"))
+    assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
+
+
+def test_split_keeps_optional_entries_optional(wheels, tmp_path):
+    from fakecuda import RUNTIME_GLOB, RUNTIME_LIBRARY_PATHS, build_runtime_loaded_wheels
+    from patched_wheels.preload import preload_member_edits
+    from patched_wheels.surgery import patch_wheel
+
+    runtime = build_runtime_loaded_wheels(tmp_path / "runtime")
+    graph_wheels = [*wheels.nvidia.values(), runtime.foo, runtime.bar]
+    edits = preload_member_edits("faketorch", [wheels.torch, *graph_wheels], preload_wheels=[RUNTIME_GLOB])
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=graph_wheels)
+    with zipfile.ZipFile(pair.main) as archive:
+        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+    assert preload.optional == set(RUNTIME_LIBRARY_PATHS.values())
+    assert set(preload.libraries) == {*RUNTIME_LIBRARY_PATHS.values(), *(LIBRARY_PATHS[name] for name in ("jit", "sparse", "solver", "blas")), MOVED}
+    result = run_import(per_wheel_layout([*graph_wheels, pair.main, pair.sibling], tmp_path / "site"))
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
 
 

@@ -73,6 +73,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             metavar="GLOB=ENTRIES",
             help=_RPATH_HELP[mode] + " (repeatable)",
         )
+    parser.add_argument(
+        "--preload-wheels",
+        nargs="+",
+        default=[],
+        metavar="GLOB",
+        help="also preload every library of the --preload-from wheels whose project names match (e.g. 'nvidia-*'), "
+        "for code that loads them at run time; one that fails to load is skipped",
+    )
     add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
@@ -80,6 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     if bool(args.preload_for) != bool(args.preload_from):
         raise PatchedWheelsError("--preload-for and --preload-from must be given together")
+    if args.preload_wheels and not args.preload_for:
+        raise PatchedWheelsError("--preload-wheels needs --preload-for and --preload-from")
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
     result = patch_wheel(
         args.wheel,
@@ -91,9 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         add_requires=args.add_requires,
         delete=args.delete,
         verify=args.verify,
-        member_edits=_preload_edits(args.preload_for, [args.wheel, *args.preload_from], elf_cache_dir(args))
-        if args.preload_for
-        else None,
+        member_edits=_preload_edits(args, [args.wheel, *args.preload_from]) if args.preload_for else None,
         rpath_edits=_rpath_edits(args.rpath),
     )
     print(result.path)
@@ -101,11 +109,16 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _preload_edits(package: str, wheels: list[Path], cache_dir: Path | None) -> dict[str, MemberEdit]:
+def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, MemberEdit]:
     # Imported here: the ELF analysis is only needed for --preload-for.
     from patched_wheels.preload import preload_member_edits
 
-    return preload_member_edits(package, list(dict.fromkeys(wheels)), cache_dir=cache_dir)
+    return preload_member_edits(
+        args.preload_for,
+        list(dict.fromkeys(wheels)),
+        preload_wheels=args.preload_wheels,
+        cache_dir=elf_cache_dir(args),
+    )
 
 
 def _rpath_edits(options: list[tuple[str, str]]) -> list[RpathEdit]:
