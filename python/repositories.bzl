@@ -15,36 +15,15 @@ after `clean --expunge`; the wheels still come from the repository cache).
 """
 
 load("//python/private:hub.bzl", "DEFAULT_INDEX_URL", "patched_hub")
-load("//python/private:specs.bzl", "PATCHED_WHEEL_ATTRS", "hub_specs")
+load("//python/private:specs.bzl", "PATCHED_WHEEL_DEFAULTS", "hub_specs", "patched_wheel_problems")
 
 def patched_wheel(**kwargs):
     """Describes one patched wheel for `patched_index(wheels = [...])`; takes the attributes of the
-    bzlmod `patched_wheel` tag (without `hub`)."""
-    unknown = [key for key in kwargs if key not in PATCHED_WHEEL_ATTRS]
-    if unknown:
-        fail("rules_patched_wheels: patched_wheel() got unknown attributes %s" % unknown)
-    if "name" not in kwargs or "suffix" not in kwargs:
-        fail("rules_patched_wheels: patched_wheel() needs `name` and `suffix`")
-    values = {
-        "requirement": "",
-        "urls": [],
-        "sha256": "",
-        "patches": [],
-        "strip": 1,
-        "remove_requires": [],
-        "add_requires": [],
-        "delete": [],
-        "preload": "off",
-        "preload_package": "",
-        "preload_wheels": [],
-        "split_into": "",
-        "split_max_size": 0,
-        "split_move": [],
-        "rpath": {},
-        "rpath_mode": "set",
-    }
-    values.update(kwargs)
-    return struct(**values)
+    bzlmod `patched_wheel` tag (without `hub`), checked against the same schema."""
+    problems = patched_wheel_problems(kwargs)
+    if problems:
+        fail("rules_patched_wheels: patched_wheel(name = \"%s\"): %s" % (kwargs.get("name", "?"), "; ".join(problems)))
+    return struct(**dict(PATCHED_WHEEL_DEFAULTS, **kwargs))
 
 def patched_index(name, requirements_lock, wheels = [], index_url = DEFAULT_INDEX_URL, index_option = "direct", python_interpreter = "python3", python_interpreter_target = None):
     """A hub repository `name` with `requirements_lock.txt` for pip_parse, serving the lock's wheels

@@ -29,12 +29,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PatchedWheelSpec:
-    """What to do to one project's wheel (the fields of the Starlark `patched_wheel`)."""
+    """What to do to one project's wheel: the attributes of the Starlark `patched_wheel` (its schema is
+    PATCHED_WHEEL_SCHEMA in python/private/specs.bzl) with ``wheel`` and ``patches`` as paths."""
 
     name: str
     wheel: Path
     suffix: str
     requirement: str = ""
+    urls: Sequence[str] = ()  # where the hub fetched ``wheel`` from (resolved in Starlark; kept for errors)
+    sha256: str = ""
     patches: Sequence[Path] = ()
     strip: int = 1
     remove_requires: Sequence[str] = ()
@@ -74,16 +77,20 @@ class HubConfig:
     @classmethod
     def _from_json(cls, raw: dict) -> "HubConfig":
         fields = PatchedWheelSpec.__dataclass_fields__
-        specs = [
-            PatchedWheelSpec(
-                **{
-                    key: ([Path(p) for p in value] if key == "patches" else Path(value) if key == "wheel" else value)
-                    for key, value in spec.items()
-                    if key in fields
-                }
+        specs = []
+        for spec in raw.get("patched", []):
+            unknown = sorted(set(spec) - set(fields))
+            if unknown:
+                # The schema changed on one side only (specs.bzl vs this dataclass): say so, never drop it.
+                raise ValueError(f"patched_wheel {spec.get('name')!r}: unknown keys {unknown}")
+            specs.append(
+                PatchedWheelSpec(
+                    **{
+                        key: ([Path(p) for p in value] if key == "patches" else Path(value) if key == "wheel" else value)
+                        for key, value in spec.items()
+                    }
+                )
             )
-            for spec in raw.get("patched", [])
-        ]
         return cls(
             requirements=Path(raw["requirements"]),
             index_dir=Path(raw["index_dir"]),

@@ -109,7 +109,7 @@ def _patched_hub_impl(rctx):
         "wheels": downloaded,
         "patched": [
             dict(
-                spec,
+                {key: value for key, value in spec.items() if key != "patch_indices"},
                 wheel = str(rctx.path(originals[normalize_name(spec["name"])])),
                 patches = [patch_paths[i] for i in spec["patch_indices"]],
             )

@@ -3,26 +3,65 @@
 PRELOAD_VALUES = ["auto", "off"]
 RPATH_MODES = ["set", "prepend", "append"]
 
-PATCHED_WHEEL_ATTRS = {
-    "name": attr.string(mandatory = True, doc = "Project name as in the lock, e.g. `torch`."),
-    "requirement": attr.string(doc = "Optional check: the pin the lock must have, e.g. `torch==2.1.0`."),
-    "urls": attr.string_list(doc = "Where to fetch the original wheel; default: resolved from the index."),
-    "sha256": attr.string(doc = "sha256 of the original wheel (required with `urls`)."),
-    "patches": attr.label_list(allow_files = [".patch", ".diff"], doc = "Unified diffs, applied in sorted order."),
-    "strip": attr.int(default = 1, doc = "Leading path components stripped from patch paths (like patch -p)."),
-    "suffix": attr.string(mandatory = True, doc = "PEP 440 local label added to the version, e.g. `stripe.5`."),
-    "remove_requires": attr.string_list(doc = "Requires-Dist entries to drop, by project name."),
-    "add_requires": attr.string_list(doc = "Requires-Dist entries to add."),
-    "delete": attr.string_list(doc = "Globs of members to delete."),
-    "preload": attr.string(default = "off", values = PRELOAD_VALUES, doc = "`auto`: generate a topologically ordered preload of the libraries `preload_package` needs from the other wheels of the lock."),
-    "preload_package": attr.string(doc = "Import package that gets the preload; default: the project name with `-` as `_`."),
-    "preload_wheels": attr.string_list(doc = "With `preload = \"auto\"`: also preload every library of the lock's wheels whose project names match these globs (e.g. `[\"nvidia-*\"]`), for a package that loads them itself at run time; one that fails to load is skipped."),
-    "split_into": attr.string(doc = "Move libraries into a sibling wheel of this name (same version and tags)."),
-    "split_max_size": attr.int(doc = "With split_into: move the largest libraries until the main wheel is below this many bytes."),
-    "split_move": attr.string_list(doc = "With split_into: globs of members to move."),
-    "rpath": attr.string_dict(doc = "GLOB -> `:`-separated `$ORIGIN`-relative entries: the DT_RUNPATH/DT_RPATH (kind kept) of every ELF member matching GLOB, e.g. `{\"pkg/*.so\": \"$ORIGIN/../pkg.libs\"}`."),
-    "rpath_mode": attr.string(default = "set", values = RPATH_MODES, doc = "`set` replaces the search path, `prepend`/`append` add the entries before/after the existing ones."),
+def _field(kind, doc, default = None, mandatory = False, values = None, allow_files = None):
+    """One attribute of `patched_wheel`: its type, default, allowed values and doc, in one place."""
+    if default == None:
+        default = {"string": "", "int": 0, "string_list": [], "label_list": [], "string_dict": {}}[kind]
+    return struct(kind = kind, doc = doc, default = default, mandatory = mandatory, values = values, allow_files = allow_files)
+
+# The one schema of `patched_wheel`: the bzlmod tag (PATCHED_WHEEL_ATTRS), the WORKSPACE macro
+# (PATCHED_WHEEL_DEFAULTS, check_patched_wheel_values) and the helper's spec (patched_wheel_spec, read by
+# hub.py's PatchedWheelSpec, which refuses unknown keys) all follow from it.
+PATCHED_WHEEL_SCHEMA = {
+    "name": _field("string", "Project name as in the lock, e.g. `torch`.", mandatory = True),
+    "requirement": _field("string", "Optional check: the pin the lock must have, e.g. `torch==2.1.0`."),
+    "urls": _field("string_list", "Where to fetch the original wheel; default: resolved from the index."),
+    "sha256": _field("string", "sha256 of the original wheel (required with `urls`)."),
+    "patches": _field("label_list", "Unified diffs, applied in sorted order.", allow_files = [".patch", ".diff"]),
+    "strip": _field("int", "Leading path components stripped from patch paths (like patch -p).", default = 1),
+    "suffix": _field("string", "PEP 440 local label added to the version, e.g. `stripe.5`.", mandatory = True),
+    "remove_requires": _field("string_list", "Requires-Dist entries to drop, by project name."),
+    "add_requires": _field("string_list", "Requires-Dist entries to add."),
+    "delete": _field("string_list", "Globs of members to delete."),
+    "preload": _field("string", "`auto`: generate a topologically ordered preload of the libraries `preload_package` needs from the other wheels of the lock.", default = "off", values = PRELOAD_VALUES),
+    "preload_package": _field("string", "Import package that gets the preload; default: the project name, lower case, with `-` and `.` as `_`."),
+    "preload_wheels": _field("string_list", "With `preload = \"auto\"`: also preload every library of the lock's wheels whose project names match these globs (e.g. `[\"nvidia-*\"]`), for a package that loads them itself at run time; one that fails to load is skipped."),
+    "split_into": _field("string", "Move libraries into a sibling wheel of this name (same version and tags)."),
+    "split_max_size": _field("int", "With split_into: move the largest libraries until the main wheel is below this many bytes."),
+    "split_move": _field("string_list", "With split_into: globs of members to move."),
+    "rpath": _field("string_dict", "GLOB -> `:`-separated `$ORIGIN`-relative entries: the DT_RUNPATH/DT_RPATH (kind kept) of every ELF member matching GLOB, e.g. `{\"pkg/*.so\": \"$ORIGIN/../pkg.libs\"}`."),
+    "rpath_mode": _field("string", "`set` replaces the search path, `prepend`/`append` add the entries before/after the existing ones.", default = "set", values = RPATH_MODES),
 }
+
+def _attr(field):
+    if field.kind == "string":
+        if field.values:
+            return attr.string(default = field.default, mandatory = field.mandatory, values = field.values, doc = field.doc)
+        return attr.string(default = field.default, mandatory = field.mandatory, doc = field.doc)
+    if field.kind == "int":
+        return attr.int(default = field.default, mandatory = field.mandatory, doc = field.doc)
+    if field.kind == "string_list":
+        return attr.string_list(default = field.default, mandatory = field.mandatory, doc = field.doc)
+    if field.kind == "label_list":
+        return attr.label_list(allow_files = field.allow_files, mandatory = field.mandatory, doc = field.doc)
+    if field.kind == "string_dict":
+        return attr.string_dict(default = field.default, mandatory = field.mandatory, doc = field.doc)
+    fail("rules_patched_wheels: unknown attribute kind %s" % field.kind)
+
+PATCHED_WHEEL_ATTRS = {name: _attr(field) for name, field in PATCHED_WHEEL_SCHEMA.items()}
+
+PATCHED_WHEEL_DEFAULTS = {name: field.default for name, field in PATCHED_WHEEL_SCHEMA.items() if not field.mandatory}
+
+def patched_wheel_problems(kwargs):
+    """What is wrong with `patched_wheel(**kwargs)` as the schema sees it (the bzlmod tag's attrs check
+    the same): unknown or missing attributes, values not allowed. Empty when nothing is."""
+    problems = ["unknown attribute `%s`" % key for key in sorted(kwargs) if key not in PATCHED_WHEEL_SCHEMA]
+    for name, field in PATCHED_WHEEL_SCHEMA.items():
+        if field.mandatory and name not in kwargs:
+            problems.append("`%s` is mandatory" % name)
+        elif field.values and name in kwargs and kwargs[name] not in field.values:
+            problems.append("`%s` must be one of %s, not %r" % (name, field.values, kwargs[name]))
+    return problems
 
 def patched_wheel_spec(attrs, patch_offset):
     """The JSON-ready spec of one patched wheel and its patch labels.
@@ -36,26 +75,10 @@ def patched_wheel_spec(attrs, patch_offset):
         fail("rules_patched_wheels: patched_wheel(name = \"%s\"): `preload_wheels` needs `preload = \"auto\"`" % attrs.name)
     if attrs.split_into and not (attrs.split_max_size or attrs.split_move):
         fail("rules_patched_wheels: patched_wheel(name = \"%s\"): `split_into` needs `split_max_size` or `split_move`" % attrs.name)
-    spec = {
-        "name": attrs.name,
-        "requirement": attrs.requirement,
-        "urls": attrs.urls,
-        "sha256": attrs.sha256,
-        "patch_indices": [patch_offset + i for i in range(len(attrs.patches))],
-        "strip": attrs.strip,
-        "suffix": attrs.suffix,
-        "remove_requires": attrs.remove_requires,
-        "add_requires": attrs.add_requires,
-        "delete": attrs.delete,
-        "preload": attrs.preload,
-        "preload_package": attrs.preload_package or attrs.name.replace("-", "_").replace(".", "_").lower(),
-        "preload_wheels": attrs.preload_wheels,
-        "split_into": attrs.split_into,
-        "split_max_size": attrs.split_max_size,
-        "split_move": attrs.split_move,
-        "rpath": attrs.rpath,
-        "rpath_mode": attrs.rpath_mode,
-    }
+    # Every attribute of the schema but the labels, which travel as one list beside the specs.
+    spec = {name: getattr(attrs, name) for name in PATCHED_WHEEL_SCHEMA if name != "patches"}
+    spec["patch_indices"] = [patch_offset + i for i in range(len(attrs.patches))]
+    spec["preload_package"] = attrs.preload_package or attrs.name.replace("-", "_").replace(".", "_").lower()
     return spec, list(attrs.patches)
 
 def normalize_name(name):

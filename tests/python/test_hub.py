@@ -156,3 +156,11 @@ def test_preload_wheels_need_preload_auto(tmp_path: Path, runtime_set: fakecuda.
     config = HubConfig.load(set_config(tmp_path, [runtime_set.foo], runtime_set.package, "fakejax", preload_wheels=["fakert-*"]))
     with pytest.raises(PatchedWheelsError, match="patched_wheel fakejax: preload_wheels needs preload = 'auto'"):
         build_hub(config)
+
+
+def test_spec_with_an_unknown_key_is_one_error_line(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Starlark schema and PatchedWheelSpec must agree: a key one side does not know is refused, not dropped."""
+    config = hub_config(tmp_path, fake_set, preload_wheel=["nvidia-*"])  # misspelt preload_wheels
+    assert main(["hub", "--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "unknown keys ['preload_wheel']" in error, error

@@ -3,7 +3,7 @@
 load("//python:repositories.bzl", "patched_wheel")
 load("//python/private:hub.bzl", "project_page_url")
 load("//python/private:rules_python_version.bzl", "INDEX_OPTIONS", "features_version", "index_options_for")
-load("//python/private:specs.bzl", "hub_specs", "normalize_name", "patched_wheel_spec")
+load("//python/private:specs.bzl", "PATCHED_WHEEL_SCHEMA", "hub_specs", "normalize_name", "patched_wheel_problems", "patched_wheel_spec")
 load(":unittest.bzl", "expect_eq", "starlark_unit_test")
 
 def _normalize_name():
@@ -56,6 +56,22 @@ def _hub_specs_number_patches():
         expect_eq([spec["patch_indices"] for spec in specs], [[0, 1], [2]], "each spec names its own by position")
     )
 
+def _schema_problems():
+    return (
+        expect_eq(patched_wheel_problems({"name": "torch", "suffix": "x"}), [], "minimal") +
+        expect_eq(patched_wheel_problems({"name": "torch"}), ["`suffix` is mandatory"], "missing suffix") +
+        expect_eq(patched_wheel_problems({"name": "t", "suffix": "x", "preload": "yes"}), ["`preload` must be one of [\"auto\", \"off\"], not \"yes\""], "a value not allowed") +
+        expect_eq(patched_wheel_problems({"name": "t", "suffix": "x", "rpath_mod": "set"}), ["unknown attribute `rpath_mod`"], "a misspelt attribute")
+    )
+
+def _spec_follows_schema():
+    spec, _ = patched_wheel_spec(patched_wheel(name = "t", suffix = "x"), 0)
+    return expect_eq(
+        sorted(spec.keys()),
+        sorted([name for name in PATCHED_WHEEL_SCHEMA if name != "patches"] + ["patch_indices"]),
+        "one key per attribute (patches travel by index)",
+    )
+
 def private_test_suite(name, **kwargs):
     starlark_unit_test(
         name = name,
@@ -66,6 +82,8 @@ def private_test_suite(name, **kwargs):
             "index_options_for": _index_options_for,
             "patched_wheel_defaults": _patched_wheel_defaults,
             "hub_specs_number_patches": _hub_specs_number_patches,
+            "schema_problems": _schema_problems,
+            "spec_follows_schema": _spec_follows_schema,
         },
         **kwargs
     )
