@@ -38,7 +38,6 @@ from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
     NormalizedName,
-    canonicalize_name,
     parse_sdist_filename,
     parse_wheel_filename,
 )
@@ -246,9 +245,9 @@ def _from_cache(candidate: _Candidate, entry: object) -> IndexedFile | None:
 
 
 def _read_metadata(candidate: _Candidate) -> tuple[bytes, str | None]:
-    """A wheel's METADATA bytes, checked against its file name, and its Requires-Python."""
+    """A wheel's METADATA bytes and its Requires-Python."""
     metadata = read_wheel_metadata(candidate.path)
-    return metadata, _check_metadata(candidate, metadata)
+    return metadata, _requires_python(metadata)
 
 
 def hash_file(path: Path) -> str:
@@ -267,34 +266,19 @@ def hash_file(path: Path) -> str:
 
 def read_wheel_metadata(path: Path) -> bytes:
     """The exact bytes of the wheel's ``.dist-info/METADATA``; ``WheelReader`` checks on the way
-    that the file is a wheel (one matching ``.dist-info``, a RECORD that lists every member and
-    the METADATA hash it records), so a broken wheel never gets published."""
+    that the file is a wheel we accept (one ``.dist-info`` with METADATA, WHEEL and a RECORD that
+    lists every member, METADATA naming the file's project and version), so a broken wheel never
+    gets published."""
     from patched_wheels.wheelfile import WheelReader  # cold path only, like parse_email below
 
     with WheelReader(path) as wheel:
         return wheel.metadata()
 
 
-def _check_metadata(candidate: _Candidate, metadata: bytes) -> str | None:
-    """Check METADATA names the same project and version as the file name (pip refuses a
-    mismatch at install time, far from the cause); return its Requires-Python."""
+def _requires_python(metadata: bytes) -> str | None:
     from packaging.metadata import parse_email  # pulls in the email package; cold path only
 
     raw, _unparsed = parse_email(metadata)
-    name = raw.get("name")
-    version = raw.get("version")
-    if name is None or canonicalize_name(name) != candidate.project:
-        raise PatchedWheelsError(
-            f"{candidate.path}: METADATA names project {name!r}, the file name {candidate.project!r}"
-        )
-    try:
-        matches = version is not None and Version(version) == candidate.version
-    except ValueError:
-        matches = False
-    if not matches:
-        raise PatchedWheelsError(
-            f"{candidate.path}: METADATA has version {version!r}, the file name {candidate.version}"
-        )
     requires_python = raw.get("requires_python")
     return requires_python.strip() if requires_python else None
 
