@@ -47,13 +47,15 @@ def build_wheel(
     modes: Mapping[str, int] | None = None,
     distribution: str | None = None,
     compression: int = zipfile.ZIP_DEFLATED,
+    metadata_version: str | None = None,
 ) -> Path:
     """Write a wheel into ``directory`` and return its path.
 
     ``metadata_extra`` is appended verbatim to METADATA's headers; ``modes`` gives unix
     permission bits per archive path (default 0o644); ``distribution`` overrides the
     spelling used in the filename and dist-info directory (default ``dist_name(name)``);
-    ``compression`` is the zip method of every member.
+    ``compression`` is the zip method of every member; ``metadata_version`` overrides
+    METADATA's ``Version:`` (to build a wheel that disagrees with its own file name).
     """
     distribution = distribution or dist_name(name)
     prefix = f"{distribution}-{version}"
@@ -65,7 +67,7 @@ def build_wheel(
         elif path.startswith(".dist-info/"):
             path = dist_info + path[len(".dist-info") :]
         members[path] = content
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n"
     metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     metadata += metadata_extra + "\nA test wheel.\n"
     purelib = "true" if tag.endswith("-none-any") else "false"
