@@ -18,7 +18,6 @@ import os
 import posixpath
 import shutil
 import subprocess
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Sequence
@@ -31,6 +30,7 @@ from patched_wheels.preload import (
     preload_module_member,
     read_preload_module,
 )
+from patched_wheels.wheelfile import WheelReader
 
 # What a dependency missing from the per-wheel layout means for the package asked about.
 FAILS = "fails"  # no package given: it fails whenever the library is loaded
@@ -116,9 +116,9 @@ def _planned_or_installed_preload(
     graph: LibraryGraph, package: str, package_wheel: Path, init_member: str
 ) -> tuple[tuple[str, ...], str]:
     module_member = preload_module_member(init_member)
-    with zipfile.ZipFile(package_wheel) as archive:
-        if module_member in archive.namelist():
-            source = archive.read(module_member)
+    with WheelReader(package_wheel) as reader:
+        if module_member in reader:
+            source = reader.read(module_member)
             return read_preload_module(source, where=f"{package_wheel.name}: {module_member}"), "installed"
     planned = preload_libraries(graph, package, package_wheel.name)
     return tuple(library.path for library in planned), "planned"

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import ast
 import re
-import zipfile
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path, read_graph
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.wheelfile import WheelReader
 
 PRELOAD_MODULE = "_patched_wheels_preload"
 _IMPORT_LINE = f"from . import {PRELOAD_MODULE}  # patched-wheels: load shared libraries from other wheels first"
@@ -144,11 +144,8 @@ def find_package_wheel(package: str, wheels: Iterable[Path]) -> tuple[Path, str]
     """The wheel that ships ``package`` and the archive path of its ``__init__.py``."""
     found: list[tuple[Path, str]] = []
     for wheel in wheels:
-        try:
-            with zipfile.ZipFile(wheel) as archive:
-                names = archive.namelist()
-        except (OSError, zipfile.BadZipFile) as error:
-            raise PatchedWheelsError(f"{wheel}: not a readable wheel ({error})") from error
+        with WheelReader(wheel) as reader:
+            names = reader.members()
         found.extend((wheel, name) for name in package_init_members(package, names))
     if not found:
         raise PatchedWheelsError(f"{package}: no wheel in the set ships {package}/__init__.py")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakecuda import LIBRARY_PATHS, build_fake_cuda_wheels, per_wheel_layout, run_import
+from fakecuda import LIBRARY_PATHS, build_fake_cuda_wheels, per_wheel_layout, run_import, with_escaping_library
 from patched_wheels.cli import main
 from patched_wheels.doctor import COVERED, FAILS, NOT_COVERED, NOT_LOADED, diagnose, system_library_names
 from patched_wheels.preload import preload_member_edits
@@ -87,3 +87,14 @@ def test_command_exit_status_follows_the_prediction(wheels, capsys):
     assert main(["doctor", "--no-cache", "--package", "faketorch", *map(str, wheels.all)]) == 0
     out = capsys.readouterr().out
     assert "covered by faketorch's preload" in out and "planned preload of faketorch: 4 libraries" in out
+
+
+def test_a_wheel_with_an_escaping_member_is_one_error_line(wheels, tmp_path, capsys):
+    wheel_set = with_escaping_library(wheels, tmp_path)
+    assert main(["doctor", "--no-cache", "--package", "faketorch", *map(str, wheel_set)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"patched-wheels: error: {wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': "
+        "unsafe path (absolute, '..' or empty component)\n"
+    )

@@ -15,6 +15,7 @@ from fakecuda import (
     flat_layout,
     per_wheel_layout,
     run_import,
+    with_escaping_library,
 )
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.preload import (
@@ -134,3 +135,11 @@ def test_import_into_broken_or_missing_init_is_an_error():
 def test_reading_a_module_that_is_not_a_preload_is_an_error():
     with pytest.raises(PatchedWheelsError, match="^w.whl: pkg/_patched_wheels_preload.py: not a patched-wheels preload module"):
         read_preload_module(b"X = 1\n", where="w.whl: pkg/_patched_wheels_preload.py")
+
+
+def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_path):
+    with pytest.raises(PatchedWheelsError) as caught:
+        preload_member_edits("faketorch", with_escaping_library(wheels, tmp_path))
+    assert str(caught.value) == (
+        f"{wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': unsafe path (absolute, '..' or empty component)"
+    )
