@@ -22,7 +22,6 @@ stream; ``verify=True`` checks every member, inflating on all cores.
 from __future__ import annotations
 
 import base64
-import binascii
 import csv
 import errno
 import hashlib
@@ -31,7 +30,6 @@ import os
 import re
 import stat
 import struct
-import tempfile
 import threading
 import time
 import zipfile
@@ -53,6 +51,7 @@ from packaging.version import InvalidVersion, Version
 
 from patched_wheels import metadata as core_metadata
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.fsutil import create_temp_file
 from patched_wheels.names import is_valid_project_name
 
 try:  # Inflating is the cost floor of --verify and of the ELF scan; ISA-L does it ~2-3x faster than zlib.
@@ -107,8 +106,14 @@ _ZIP64_EXTRA_ID = 0x0001
 _GENERATED_FILES = ("RECORD", "RECORD.jws", "RECORD.p7s")
 _REQUIRED_FILES = ("METADATA", "WHEEL")
 _WEAK_HASHES = frozenset({"md5", "sha1"})
-# RECORD digests must have a fixed length to be compared: SHAKE's is chosen by the caller.
-_RECORD_HASHES = frozenset(name for name in hashlib.algorithms_guaranteed if not name.startswith("shake_"))
+# RECORD digests must have a fixed length to be compared (SHAKE's is chosen by the caller): the
+# length of each one's urlsafe base64 without padding.
+_ENCODED_DIGEST_LENGTH = {
+    name: (4 * hashlib.new(name).digest_size + 2) // 3
+    for name in hashlib.algorithms_guaranteed
+    if not name.startswith("shake_")
+}
+_URLSAFE_BASE64 = re.compile(r"[A-Za-z0-9_-]*")
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 _SUPPORTED_WHEEL_VERSION = 1  # major Wheel-Version pip installs
 
@@ -163,9 +168,9 @@ class RecordEntry:
         return self.hash.partition("=")[0]
 
     @property
-    def digest(self) -> bytes | None:
-        """The decoded digest; None when the hash field is empty or not base64."""
-        return _decoded_digest(self.hash.partition("=")[2]) if self.hash else None
+    def digest(self) -> bytes:
+        encoded = self.hash.partition("=")[2]
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
 
 
 def record_hash(digest: bytes, algorithm: str = "sha256") -> str:
@@ -188,12 +193,11 @@ def parse_record(data: bytes, *, origin: str) -> list[RecordEntry]:
         path, hash_, size = row
         if hash_:
             algorithm, sep, encoded = hash_.partition("=")
-            if not sep or not encoded or algorithm not in _RECORD_HASHES:
+            if not sep or not encoded or algorithm not in _ENCODED_DIGEST_LENGTH:
                 raise PatchedWheelsError(f"{origin}: row {line_number}: bad hash {hash_!r} for {path}")
             if algorithm in _WEAK_HASHES:
                 raise PatchedWheelsError(f"{origin}: row {line_number}: {algorithm} is not allowed ({path})")
-            digest = _decoded_digest(encoded)
-            if digest is None or len(digest) != hashlib.new(algorithm).digest_size:
+            if len(encoded) != _ENCODED_DIGEST_LENGTH[algorithm] or not _URLSAFE_BASE64.fullmatch(encoded):
                 raise PatchedWheelsError(f"{origin}: row {line_number}: bad {algorithm} digest {encoded!r} for {path}")
         if size and not _ASCII_DIGITS.fullmatch(size):
             raise PatchedWheelsError(f"{origin}: row {line_number}: bad size {size!r} for {path}")
@@ -201,12 +205,6 @@ def parse_record(data: bytes, *, origin: str) -> list[RecordEntry]:
     return entries
 
 
-def _decoded_digest(encoded: str) -> bytes | None:
-    """RECORD's urlsafe base64 without padding, decoded; None when it is not that."""
-    try:
-        return base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError):
-        return None
 
 
 def serialize_record(entries: Iterable[RecordEntry]) -> bytes:
@@ -541,22 +539,22 @@ class MemberLayout:
     def conflict(self, name: str) -> str | None:
         """Why ``name`` cannot be added, or None."""
         path = name.rstrip("/")
-        parts = path.split("/")
-        for depth in range(1, len(parts)):
-            parent = "/".join(parts[:depth])
+        if path in (self._files if name.endswith("/") else self._directories):
+            return f"{path} is a file, not a directory" if name.endswith("/") else f"{path} is a directory of other members"
+        parent = path.rpartition("/")[0]
+        while parent and parent not in self._directories:  # a known directory's parents are known too
             if parent in self._files:
                 return f"{parent} is a file, not a directory"
-        if not name.endswith("/") and path in self._directories:
-            return f"{path} is a directory of other members"
-        if name.endswith("/") and path in self._files:
-            return f"{path} is a file, not a directory"
+            parent = parent.rpartition("/")[0]
         return None
 
     def add(self, name: str) -> None:
         path = name.rstrip("/")
-        parts = path.split("/")
-        self._directories.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
         (self._directories if name.endswith("/") else self._files).add(path)
+        parent = path.rpartition("/")[0]
+        while parent and parent not in self._directories:
+            self._directories.add(parent)
+            parent = parent.rpartition("/")[0]
 
 
 def member_data_offset(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> int:
@@ -805,8 +803,7 @@ class WheelWriter:
         self.dist_info = dist_info
         self._record_name = f"{dist_info}/RECORD"
         self._dos_date, self._dos_time = _dos_timestamp()
-        fd, temp = tempfile.mkstemp(dir=self.dest.parent, prefix=f".{self.dest.name}.", suffix=".tmp")
-        self._temp = Path(temp)
+        fd, self._temp = create_temp_file(self.dest.parent, self.dest.name)
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._buffer = bytearray()
         self._run: tuple[int, int, int] | None = None  # (input fd, offset, length) not yet written
