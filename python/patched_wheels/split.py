@@ -20,7 +20,6 @@ import posixpath
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -30,6 +29,7 @@ from packaging.utils import canonicalize_name
 from patched_wheels import metadata as metadata_edits
 from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expand_origin, install_path, read_graph
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.fsutil import temp_directory
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.preload import (
     add_preload_import,
@@ -235,8 +235,7 @@ def split_wheel(
         if main_dest.resolve() == wheel.resolve():
             raise PatchedWheelsError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
         dest_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=dest_dir, prefix=".split-") as scratch:
-            scratch_dir = Path(scratch)
+        with temp_directory(dest_dir, "split") as scratch_dir:
             sibling_dist_info = f"{sibling_top}-{version}.dist-info"
             patchelf = find_patchelf()
             with WheelWriter(scratch_dir / sibling_dest.name, dist_info=sibling_dist_info) as writer:
