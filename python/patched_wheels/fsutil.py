@@ -1,4 +1,5 @@
-"""Whole-file writes that a concurrent reader never sees half done, and the temporary files behind them.
+"""Whole-file and whole-tree writes that a concurrent reader never sees half done, and the
+temporary files behind them.
 
 Every temporary file or directory patched-wheels creates next to an output is named
 ``.<name>.pw-<pid>-<random>.tmp``.  A run that is killed cannot remove its own (a killed
@@ -16,7 +17,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 _FILE_MODE = 0o644
 """Temp files are created 0600; what is published (index pages, caches) must stay world-readable."""
@@ -62,6 +63,50 @@ def create_temp_file(directory: Path, name: str) -> tuple[int, Path]:
     remove_stale_temps(directory)
     handle, temp = tempfile.mkstemp(dir=directory, prefix=_temp_prefix(name), suffix=_TEMP_SUFFIX)
     return handle, Path(temp)
+
+
+def stage_tree(target: Path, files: Mapping[str, bytes]) -> Path:
+    """A new directory next to ``target`` holding ``files`` (relative POSIX paths, world-readable),
+    for :func:`switch_tree`; nothing is left behind when writing fails."""
+    remove_stale_temps(target.parent)
+    staged = Path(tempfile.mkdtemp(dir=target.parent, prefix=_temp_prefix(target.name), suffix=_TEMP_SUFFIX))
+    try:
+        os.chmod(staged, 0o777 & ~current_umask())  # mkdtemp makes it private; it is published as is
+        for name, data in files.items():
+            path = staged / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            os.chmod(path, _FILE_MODE)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return staged
+
+
+def switch_tree(staged: Path, target: Path) -> None:
+    """Put the directory ``staged`` at ``target`` and remove the tree that was there.
+
+    Two renames: a reader sees the old tree or the new one (for an instant, none); if the
+    second rename fails, the old tree is put back.
+    """
+    if not os.path.lexists(target):
+        os.rename(staged, target)
+        return
+    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=_temp_prefix(target.name), suffix=_TEMP_SUFFIX))
+    os.rename(target, old)  # onto the empty directory just made
+    try:
+        os.rename(staged, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def current_umask() -> int:
+    """The process umask (only readable by setting it)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 @contextlib.contextmanager

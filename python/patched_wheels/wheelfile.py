@@ -51,7 +51,7 @@ from packaging.version import InvalidVersion, Version
 
 from patched_wheels import metadata as core_metadata
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.fsutil import create_temp_file
+from patched_wheels.fsutil import create_temp_file, current_umask
 from patched_wheels.names import is_valid_project_name
 
 try:  # Inflating is the cost floor of --verify and of the ELF scan; ISA-L does it ~2-3x faster than zlib.
@@ -889,9 +889,7 @@ class WheelWriter:
                 self._write(_central_header(entry, self._dos_date, self._dos_time))
             self._write(_end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._drain()
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(self._file.fileno(), 0o666 & ~umask)
+            os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
             WheelReader(self._temp, filename=self.dest.name).close()
             os.replace(self._temp, self.dest)
