@@ -10,9 +10,11 @@ and deflate has no random access, so the whole member has to be inflated
 anyway.  This module therefore streams each member through
 :func:`patched_wheels.wheelfile.inflated_chunks` (python-isal's faster inflater
 when it is installed; each step releases the GIL, so a thread per core really
-runs in parallel), keeps only the byte ranges pyelftools reads, and caches
+runs in parallel), keeps only windows around the byte ranges pyelftools reads
+(so memory stays bounded whatever the member's size and layout), and caches
 per-wheel results keyed by the wheel's name, size and mtime so that a wheel is
-analysed once.
+analysed once.  Wheels are opened as :class:`~patched_wheels.wheelfile.WheelReader`
+first: only a wheel we accept is analysed.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from elftools.elf.structs import ELFStructs
 from patched_wheels.errors import PatchedWheelsError
 from patched_wheels.fsutil import write_atomic
 from patched_wheels.wheelfile import INFLATER_NAME as INFLATER_NAME  # re-exported: benchmarks report it
-from patched_wheels.wheelfile import inflated_chunks
+from patched_wheels.wheelfile import WheelReader, inflated_chunks
 
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
@@ -51,6 +53,13 @@ ORIGIN_TOKEN = re.compile(r"\$(?:ORIGIN(?![A-Za-z0-9_])|\{ORIGIN\})")
 _CACHE_SCHEMA = 1
 # Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
 _HEAD_SIZE = 1 << 20
+# Kept around each place pyelftools reads (before PT_DYNAMIC: section names of patchelf'd files;
+# before the section headers: .shstrtab; after a missed read: the rest of a string table).
+_WINDOW = 1 << 20
+_MAX_TABLE = 4 << 20  # 65535 section headers of 64 bytes
+# Bounds per member, whatever it claims: passes over the member, and bytes kept from it.
+_MAX_PASSES = 4
+_MAX_KEPT = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -165,13 +174,20 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
                     rpath.extend(entry for entry in tag.rpath.split(":") if entry)
                 elif tag.entry.d_tag == "DT_RUNPATH":
                     runpath.extend(entry for entry in tag.runpath.split(":") if entry)
-    except (ELFError, struct.error, ValueError, UnicodeDecodeError) as error:
-        raise PatchedWheelsError(f"{where}: truncated or corrupt ELF file ({error})") from error
+    except Exception as error:  # on hostile input pyelftools raises ELFError, struct.error, OverflowError, AssertionError, ...
+        missed = getattr(stream, "missed", None)
+        if missed is not None:  # pyelftools wraps what the stream raises in its own errors
+            raise missed from None
+        raise PatchedWheelsError(f"{where}: truncated or corrupt ELF file ({type(error).__name__}: {error})") from error
     return ElfLibrary(wheel, path, soname, tuple(needed), tuple(rpath), tuple(runpath))
 
 
 class _NotRetained(Exception):
-    """pyelftools asked for bytes the streaming pass did not keep; the member is re-read in full."""
+    """pyelftools asked for bytes the streaming pass did not keep; the member is streamed again keeping them."""
+
+    def __init__(self, start: int, end: int) -> None:
+        super().__init__(start, end)
+        self.start, self.end = start, end
 
 
 class _SparseFile(io.RawIOBase):
@@ -187,6 +203,12 @@ class _SparseFile(io.RawIOBase):
         self._size = size
         self._runs = runs
         self._position = 0
+        self.missed: _NotRetained | None = None
+        """The first read that fell outside the kept runs."""
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        return [(start, start + len(data)) for start, data in self._runs]
 
     def readable(self) -> bool:
         return True
@@ -211,17 +233,30 @@ class _SparseFile(io.RawIOBase):
             if run_start <= start and end <= run_start + len(data):
                 self._position = end
                 return data[start - run_start : end - run_start]
-        raise _NotRetained(start, end)
+        self.missed = self.missed or _NotRetained(start, end)
+        raise self.missed
+
+
+def _merged(ranges: Iterable[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """``ranges`` clipped to ``[0, size)``, sorted, overlapping and touching ones joined."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted((max(0, start), min(end, size)) for start, end in ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif start < end:
+            merged.append((start, end))
+    return merged
 
 
 def _ranges_to_keep(head: bytes, size: int) -> list[tuple[int, int]]:
     """The byte ranges pyelftools reads for the dynamic section, as far as the head tells.
 
-    The ELF and program headers, the section header table, and everything from
-    shortly before PT_DYNAMIC to the end of the file: the dynamic string table is
-    either near the start (plain linkers) or appended near the end (patchelf,
-    auditwheel), and the section names sit at the end, just before PT_DYNAMIC in
-    patchelf'd files.  A guess that misses costs a full re-read, never a wrong answer.
+    The ELF and program headers, the section header table with a window before it
+    (``.shstrtab`` sits there), and windows around PT_DYNAMIC: the dynamic string
+    table is either near the start (plain linkers) or appended next to it
+    (patchelf, auditwheel), and the section names of patchelf'd files sit just
+    before it.  Every range is bounded, whatever the headers claim; a guess that
+    misses costs another pass (see :func:`read_library`), never a wrong answer.
     """
     keep = [(0, len(head))]
     try:
@@ -230,24 +265,22 @@ def _ranges_to_keep(head: bytes, size: int) -> list[tuple[int, int]]:
         structs.create_basic_structs()
         header = struct_parse(structs.Elf_Ehdr, stream, 0)
         structs.create_advanced_structs(header["e_type"], header["e_machine"], header["e_ident"]["EI_OSABI"])
-        keep.append((header["e_shoff"], header["e_shoff"] + header["e_shnum"] * header["e_shentsize"]))
+        table = min(header["e_shnum"] * header["e_shentsize"], _MAX_TABLE)
+        keep.append((header["e_shoff"] - _WINDOW, header["e_shoff"] + table))
         for index in range(header["e_phnum"]):
             segment = struct_parse(structs.Elf_Phdr, stream, header["e_phoff"] + index * header["e_phentsize"])
             if segment["p_type"] == "PT_DYNAMIC":
-                keep.append((max(0, segment["p_offset"] - _HEAD_SIZE), size))
-    except (ELFError, struct.error, ValueError):
-        pass  # not parseable from the head alone: the full re-read reports the real problem
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted((start, min(end, size)) for start, end in keep):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        elif start < end:
-            merged.append((start, end))
-    return merged
+                dynamic_end = segment["p_offset"] + min(segment["p_filesz"], _WINDOW)
+                keep.append((segment["p_offset"] - _WINDOW, dynamic_end + _WINDOW))
+    except (ELFError, struct.error, ValueError, IndexError):
+        pass  # not parseable from the head alone: parsing the kept head reports the real problem
+    return _merged(keep, size)
 
 
-def _inflate_kept_ranges(wheel: Path, info: zipfile.ZipInfo) -> _SparseFile | bytes:
-    """Inflate a member in 1 MiB steps, keeping only what :func:`_ranges_to_keep` names.
+def _inflate_kept_ranges(
+    wheel: Path, info: zipfile.ZipInfo, ranges: Sequence[tuple[int, int]] | None = None
+) -> _SparseFile | bytes:
+    """Inflate a member in 1 MiB steps, keeping only ``ranges`` (default: :func:`_ranges_to_keep`).
 
     Streaming through small, reused buffers avoids faulting in gigabytes of fresh
     pages (the single-call inflate spends more time in the kernel than inflating);
@@ -263,7 +296,7 @@ def _inflate_kept_ranges(wheel: Path, info: zipfile.ZipInfo) -> _SparseFile | by
     if head[:4] != b"\x7fELF":
         pieces.close()
         return bytes(head[:_HEAD_SIZE])
-    keep = _ranges_to_keep(bytes(head[:_HEAD_SIZE]), info.file_size)
+    keep = ranges if ranges is not None else _ranges_to_keep(bytes(head[:_HEAD_SIZE]), info.file_size)
     runs: list[tuple[int, bytearray]] = []
     produced = 0
     for piece in itertools.chain([bytes(head)], pieces):
@@ -278,34 +311,39 @@ def _inflate_kept_ranges(wheel: Path, info: zipfile.ZipInfo) -> _SparseFile | by
     return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs])
 
 
-def _read_member(wheel: Path, info: zipfile.ZipInfo) -> bytes:
-    """Inflate one member completely: the fallback when the streaming pass kept too little."""
-    return b"".join(inflated_chunks(wheel, info))
-
-
 def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
-    """The dynamic section of one archive member, streamed; re-read in full only if the stream kept too little.
+    """The dynamic section of one archive member, streamed, in bounded memory.
 
+    A read outside the kept ranges adds a window around it and streams the member
+    again, at most ``_MAX_PASSES`` times and ``_MAX_KEPT`` bytes: a library whose
+    dynamic section points all over the file is refused rather than held whole.
     A corrupt file fails on the kept ranges already (they are exact), so it is not inflated twice.
     """
-    kept = _inflate_kept_ranges(wheel, info)
-    try:
-        return parse_elf(kept, wheel=wheel.name, path=path)
-    except _NotRetained:
-        return parse_elf(_read_member(wheel, info), wheel=wheel.name, path=path)
+    ranges = None
+    for _ in range(_MAX_PASSES):
+        kept = _inflate_kept_ranges(wheel, info, ranges)
+        try:
+            return parse_elf(kept, wheel=wheel.name, path=path)
+        except _NotRetained as missed:
+            assert isinstance(kept, _SparseFile)  # bytes never raise it
+            ranges = _merged([*kept.ranges, (missed.start - _WINDOW // 16, missed.end + _WINDOW)], info.file_size)
+            if sum(end - start for start, end in ranges) > _MAX_KEPT:
+                break
+    raise PatchedWheelsError(
+        f"{wheel.name}: {path}: its dynamic section refers to data spread over more than "
+        f"{_MAX_KEPT >> 20} MiB or {_MAX_PASSES} places; not read"
+    )
 
 
 def _library_members(wheel: Path) -> list[tuple[zipfile.ZipInfo, str]]:
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            infos = archive.infolist()
-    except (OSError, zipfile.BadZipFile) as error:
-        raise PatchedWheelsError(f"{wheel}: not a readable wheel ({error})") from error
-    members = []
-    for info in infos:
-        path = install_path(info.filename)
-        if path is not None and not info.is_dir() and is_shared_library_name(path):
-            members.append((info, path))
+    """The shared libraries of ``wheel`` with their install paths, once the wheel passed the checks
+    of a wheel we accept (safe member paths, RECORD, names and versions)."""
+    with WheelReader(wheel) as reader:
+        members = []
+        for name in reader.members():
+            path = install_path(name)
+            if path is not None and not name.endswith("/") and is_shared_library_name(path):
+                members.append((reader.info(name), path))
     return members
 
 

@@ -1,13 +1,30 @@
-"""Whole-file writes that a concurrent reader never sees half done."""
+"""Whole-file and whole-tree writes that a concurrent reader never sees half done, and the
+temporary files behind them.
+
+Every temporary file or directory patched-wheels creates next to an output is named
+``.<name>.pw-<pid>-<random>.tmp``.  A run that is killed cannot remove its own (a killed
+``patch`` of torch leaves 700 MB), so the first time a run creates one in a directory it
+removes those there whose process is gone and that are older than the run: a concurrent
+run's files are left alone.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import shutil
 import tempfile
+import time
 from pathlib import Path
+from typing import Iterator, Mapping
 
 _FILE_MODE = 0o644
 """Temp files are created 0600; what is published (index pages, caches) must stay world-readable."""
+_TEMP_SUFFIX = ".tmp"
+_TEMP_NAME = re.compile(r"\..+\.pw-(?P<pid>[0-9]+)-[^/]*\.tmp")
+_STARTED = time.time()
+_swept: set[str] = set()
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -19,12 +36,129 @@ def write_atomic(path: Path, data: bytes) -> None:
             return
     except OSError:
         pass
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temp = write_temp(path, data)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def write_temp(path: Path, data: bytes) -> Path:
+    """``data`` in a new temp file next to ``path``, world-readable, for the caller to rename onto
+    ``path`` (or remove); nothing is left behind when writing fails."""
+    handle, temp = create_temp_file(path.parent, path.name)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
         os.chmod(temp, _FILE_MODE)
-        os.replace(temp, path)
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise
+    return temp
+
+
+def create_temp_file(directory: Path, name: str) -> tuple[int, Path]:
+    """A new temp file (descriptor, path) in ``directory`` for an output called ``name``."""
+    remove_stale_temps(directory)
+    handle, temp = tempfile.mkstemp(dir=directory, prefix=_temp_prefix(name), suffix=_TEMP_SUFFIX)
+    return handle, Path(temp)
+
+
+def stage_tree(target: Path, files: Mapping[str, bytes]) -> Path:
+    """A new directory next to ``target`` holding ``files`` (relative POSIX paths, world-readable),
+    for :func:`switch_tree`; nothing is left behind when writing fails."""
+    remove_stale_temps(target.parent)
+    staged = Path(tempfile.mkdtemp(dir=target.parent, prefix=_temp_prefix(target.name), suffix=_TEMP_SUFFIX))
+    try:
+        os.chmod(staged, 0o777 & ~current_umask())  # mkdtemp makes it private; it is published as is
+        for name, data in files.items():
+            path = staged / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            os.chmod(path, _FILE_MODE)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return staged
+
+
+def switch_tree(staged: Path, target: Path) -> None:
+    """Put the directory ``staged`` at ``target`` and remove the tree that was there.
+
+    Two renames: a reader sees the old tree or the new one (for an instant, none); if the
+    second rename fails, the old tree is put back.
+    """
+    if not os.path.lexists(target):
+        os.rename(staged, target)
+        return
+    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=_temp_prefix(target.name), suffix=_TEMP_SUFFIX))
+    os.rename(target, old)  # onto the empty directory just made
+    try:
+        os.rename(staged, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def current_umask() -> int:
+    """The process umask (only readable by setting it)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+@contextlib.contextmanager
+def temp_directory(directory: Path, name: str) -> Iterator[Path]:
+    """A new temp directory in ``directory``, removed with its content on exit."""
+    remove_stale_temps(directory)
+    temp = Path(tempfile.mkdtemp(dir=directory, prefix=_temp_prefix(name), suffix=_TEMP_SUFFIX))
+    try:
+        yield temp
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def remove_stale_temps(directory: Path) -> None:
+    """Remove the temp files and directories of dead runs from ``directory``, once per run and directory.
+
+    Best effort: what cannot be listed or removed stays, for a later run.
+    """
+    key = os.path.abspath(directory)
+    if key in _swept:
+        return
+    _swept.add(key)
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        match = _TEMP_NAME.fullmatch(entry.name)
+        if match is None or _is_alive(int(match["pid"])):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime >= _STARTED:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+def _temp_prefix(name: str) -> str:
+    return f".{name}.pw-{os.getpid()}-"
+
+
+def _is_alive(pid: int) -> bool:
+    """Whether a process with this id exists (it may be another program that reused the id: then
+    its temp files wait for a later run)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # no such process; an id no process can have
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

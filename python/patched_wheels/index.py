@@ -11,15 +11,16 @@ wheel. What pip needs from an index, and what pip2pi gets wrong, is spelled out 
 * ``data-requires-python`` is HTML-escaped; ``data-core-metadata`` (PEP 714) and the older
   ``data-dist-info-metadata`` (PEP 658, read by pip < 23.2) advertise the ``.metadata`` file,
   which holds the wheel's METADATA byte for byte, so resolvers need not download the wheel;
-* the output is byte-deterministic (sorted, no timestamps) and every file is replaced
-  atomically, so a client never reads a half-written page and rebuilds give equal bytes;
+* the output is byte-deterministic (sorted, no timestamps), so rebuilds give equal bytes, and
+  it is published all at once: the ``.metadata`` files and a complete new ``simple/`` tree are
+  written aside first, then renamed into place, so a failure midway leaves the old index;
 * hashing dominates the cost (gigabytes of CUDA wheels), so results are cached in
   ``DIR/simple/.patched-wheels-cache.json`` keyed by file name, size and ``mtime_ns`` and the
   remaining files are hashed on all cores; a file whose size or mtime changed is rehashed.
 
 Every input is read and checked before anything is written: on bad input (a ``.whl`` that is
-not a wheel, an invalid file name, two files for the same project, version and tags) the
-existing index is left as it was.
+not a wheel we accept, an invalid file or project name, a link to a file outside the directory,
+two files for the same project, version and tags) the existing index is left as it was.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import hashlib
 import html
 import json
 import os
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -38,14 +41,14 @@ from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
     NormalizedName,
-    canonicalize_name,
     parse_sdist_filename,
     parse_wheel_filename,
 )
 from packaging.version import Version
 
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.fsutil import write_atomic
+from patched_wheels.fsutil import stage_tree, switch_tree, write_temp
+from patched_wheels.names import is_valid_project_name
 
 SIMPLE_DIR = "simple"
 CACHE_FILE = ".patched-wheels-cache.json"
@@ -53,6 +56,7 @@ METADATA_SUFFIX = ".metadata"
 _CACHE_FORMAT = 1
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
 _HASH_CHUNK = 1 << 20
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -118,31 +122,38 @@ def build_index(directory: Path | str) -> IndexResult:
     _reject_duplicates(candidates)
     cache = _load_cache(directory)
     files, hashed = _describe(candidates, cache)
-    _write_index(directory, files)
-    _save_cache(directory, candidates, files)
+    _write_index(directory, files, _cache_payload(candidates, files))
     return IndexResult(directory=directory, files=files, hashed=hashed)
 
 
 def _find_distributions(directory: Path) -> list[_Candidate]:
-    """Parse the name of every distribution file; an unparseable name is an error."""
+    """Parse the name of every distribution file; an unparseable or invalid name is an error, and
+    so is a symbolic link to a file outside ``directory`` (the index would publish it)."""
     candidates = []
+    root = directory.resolve()
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        if entry.name.startswith(".") or not entry.is_file():
+        if entry.name.startswith(".") or not entry.name.endswith((".whl", *_SDIST_SUFFIXES)):
             continue
         path = Path(entry.path)
+        if entry.is_symlink() and not path.resolve().is_relative_to(root):
+            raise PatchedWheelsError(f"{path}: a link to {path.resolve()}, outside {directory}; copy the file in")
+        if not entry.is_file():
+            continue
         if entry.name.endswith(".whl"):
             try:
                 name, version, _build, tags = parse_wheel_filename(entry.name)
             except InvalidWheelFilename as error:
                 raise PatchedWheelsError(f"{path}: {error}") from None
-        elif entry.name.endswith(_SDIST_SUFFIXES):
+            written_name = entry.name.split("-", 1)[0]
+        else:
             try:
                 name, version = parse_sdist_filename(entry.name)
             except InvalidSdistFilename as error:
                 raise PatchedWheelsError(f"{path}: {error}") from None
             tags = frozenset()
-        else:
-            continue
+            written_name = entry.name.rpartition("-")[0]
+        if not is_valid_project_name(written_name):
+            raise PatchedWheelsError(f"{path}: invalid project name {written_name!r}")
         candidates.append(_Candidate(path, name, version, tags, entry.stat()))
     return candidates
 
@@ -222,6 +233,8 @@ def _from_cache(candidate: _Candidate, entry: object) -> IndexedFile | None:
     if (
         not isinstance(entry, dict)
         or not isinstance(entry.get("sha256"), str)
+        or not _SHA256_HEX.fullmatch(entry["sha256"])
+        or not isinstance(entry.get("requires_python"), (str, type(None)))
         or entry.get("size") != candidate.stat.st_size
         or entry.get("mtime_ns") != candidate.stat.st_mtime_ns
     ):
@@ -246,9 +259,9 @@ def _from_cache(candidate: _Candidate, entry: object) -> IndexedFile | None:
 
 
 def _read_metadata(candidate: _Candidate) -> tuple[bytes, str | None]:
-    """A wheel's METADATA bytes, checked against its file name, and its Requires-Python."""
+    """A wheel's METADATA bytes and its Requires-Python."""
     metadata = read_wheel_metadata(candidate.path)
-    return metadata, _check_metadata(candidate, metadata)
+    return metadata, _requires_python(metadata)
 
 
 def hash_file(path: Path) -> str:
@@ -267,34 +280,19 @@ def hash_file(path: Path) -> str:
 
 def read_wheel_metadata(path: Path) -> bytes:
     """The exact bytes of the wheel's ``.dist-info/METADATA``; ``WheelReader`` checks on the way
-    that the file is a wheel (one matching ``.dist-info``, a RECORD that lists every member and
-    the METADATA hash it records), so a broken wheel never gets published."""
+    that the file is a wheel we accept (one ``.dist-info`` with METADATA, WHEEL and a RECORD that
+    lists every member, METADATA naming the file's project and version), so a broken wheel never
+    gets published."""
     from patched_wheels.wheelfile import WheelReader  # cold path only, like parse_email below
 
     with WheelReader(path) as wheel:
         return wheel.metadata()
 
 
-def _check_metadata(candidate: _Candidate, metadata: bytes) -> str | None:
-    """Check METADATA names the same project and version as the file name (pip refuses a
-    mismatch at install time, far from the cause); return its Requires-Python."""
+def _requires_python(metadata: bytes) -> str | None:
     from packaging.metadata import parse_email  # pulls in the email package; cold path only
 
     raw, _unparsed = parse_email(metadata)
-    name = raw.get("name")
-    version = raw.get("version")
-    if name is None or canonicalize_name(name) != candidate.project:
-        raise PatchedWheelsError(
-            f"{candidate.path}: METADATA names project {name!r}, the file name {candidate.project!r}"
-        )
-    try:
-        matches = version is not None and Version(version) == candidate.version
-    except ValueError:
-        matches = False
-    if not matches:
-        raise PatchedWheelsError(
-            f"{candidate.path}: METADATA has version {version!r}, the file name {candidate.version}"
-        )
     requires_python = raw.get("requires_python")
     return requires_python.strip() if requires_python else None
 
@@ -306,18 +304,66 @@ def _metadata_path(wheel: Path) -> Path:
 # --- output --------------------------------------------------------------------------------
 
 
-def _write_index(directory: Path, files: tuple[IndexedFile, ...]) -> None:
+def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) -> None:
+    """Publish the pages, the cache and the ``.metadata`` files all or nothing; write nothing
+    when they are already current (a warm run), so mtimes stay put."""
     simple = directory / SIMPLE_DIR
-    simple.mkdir(exist_ok=True)
     by_project = group_by_project(files)
-    for indexed in files:
-        if indexed.metadata is not None:
-            write_atomic(_metadata_path(directory / indexed.filename), indexed.metadata)
+    pages = {"index.html": render_root_page(by_project), CACHE_FILE: cache}
     for project, project_files in by_project.items():
-        (simple / project).mkdir(exist_ok=True)
-        write_atomic(simple / project / "index.html", render_project_page(project, project_files))
-    write_atomic(simple / "index.html", render_root_page(by_project))
-    _remove_stale(directory, files, by_project)
+        pages[f"{project}/index.html"] = render_project_page(project, project_files)
+    metadata = {_metadata_path(directory / f.filename): f.metadata for f in files if f.metadata is not None}
+    changed = {path: data for path, data in metadata.items() if not _holds(path, data)}
+    stale = [
+        Path(entry.path)
+        for entry in os.scandir(directory)
+        if entry.name.endswith(".whl" + METADATA_SUFFIX) and Path(entry.path) not in metadata
+    ]
+    if not changed and not stale and _tree_holds(simple, pages):
+        return
+    for path, kind, is_kind in [(simple, "directory", Path.is_dir), *((path, "file", Path.is_file) for path in changed)]:
+        if os.path.islink(path) or (os.path.lexists(path) and not is_kind(path)):
+            raise PatchedWheelsError(f"{path}: in the way of the index (a link, or not a {kind})")
+    staged_tree = stage_tree(simple, pages)
+    staged: dict[Path, Path] = {}
+    created: list[Path] = []
+    try:
+        for path, data in changed.items():
+            staged[path] = write_temp(path, data)
+        # The switch: renames only. .metadata files go first, so no page links one that is missing.
+        for path, temp in staged.items():
+            if not os.path.lexists(path):
+                created.append(path)
+            os.replace(temp, path)
+        switch_tree(staged_tree, simple)
+    except BaseException:
+        for path in created:
+            path.unlink(missing_ok=True)
+        for temp in staged.values():
+            temp.unlink(missing_ok=True)
+        shutil.rmtree(staged_tree, ignore_errors=True)
+        raise
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _tree_holds(simple: Path, pages: Mapping[str, bytes]) -> bool:
+    """Whether ``simple`` holds exactly ``pages`` (no other file or directory)."""
+    if os.path.islink(simple) or not simple.is_dir():
+        return False
+    found: set[str] = set()
+    for root, directories, names in os.walk(simple):
+        relative = Path(root).relative_to(simple)
+        found.update((relative / name).as_posix() for name in [*names, *(d + "/" for d in directories)])
+    expected = set(pages) | {name.rsplit("/", 1)[0] + "/" for name in pages if "/" in name}
+    return found == expected and all(_holds(simple / name, data) for name, data in pages.items())
 
 
 def render_root_page(projects: Iterable[NormalizedName]) -> bytes:
@@ -358,27 +404,11 @@ def _page(title: str, body: str) -> bytes:
     ).encode("utf-8")
 
 
-def _remove_stale(
-    directory: Path, files: tuple[IndexedFile, ...], projects: Mapping[NormalizedName, object]
-) -> None:
-    """Drop pages and ``.metadata`` files of distributions no longer in the directory."""
-    wheels = {indexed.filename for indexed in files if indexed.is_wheel}
-    for entry in os.scandir(directory):
-        if entry.name.endswith(".whl" + METADATA_SUFFIX) and entry.name[: -len(METADATA_SUFFIX)] not in wheels:
-            os.unlink(entry.path)
-    for entry in os.scandir(directory / SIMPLE_DIR):
-        if entry.is_dir(follow_symlinks=False) and entry.name not in projects:
-            page = Path(entry.path) / "index.html"
-            page.unlink(missing_ok=True)
-            if not any(os.scandir(entry.path)):
-                os.rmdir(entry.path)
-
-
 def _load_cache(directory: Path) -> dict[str, dict]:
     """The previous run's hashes; an unreadable or foreign cache just means hashing again."""
     try:
         data = json.loads((directory / SIMPLE_DIR / CACHE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." nested too deep
         return {}
     if not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT:
         return {}
@@ -386,9 +416,7 @@ def _load_cache(directory: Path) -> dict[str, dict]:
     return files if isinstance(files, dict) else {}
 
 
-def _save_cache(
-    directory: Path, candidates: list[_Candidate], files: tuple[IndexedFile, ...]
-) -> None:
+def _cache_payload(candidates: list[_Candidate], files: tuple[IndexedFile, ...]) -> bytes:
     """Key each hash by the stat taken before hashing: a file touched since is rehashed."""
     entries = {}
     for candidate, indexed in zip(candidates, files):
@@ -400,4 +428,4 @@ def _save_cache(
             "requires_python": indexed.requires_python,
         }
     payload = json.dumps({"format": _CACHE_FORMAT, "files": entries}, indent=1, sort_keys=True)
-    write_atomic(directory / SIMPLE_DIR / CACHE_FILE, payload.encode("utf-8") + b"\n")
+    return payload.encode("utf-8") + b"\n"

@@ -20,7 +20,10 @@ rules_python's ``pip_parse``, which hands every line to pip) to install the patc
   ``file://`` URL because pip runs inside another (external) repository.
 
 Everything else - comments, blank lines, markers, continuation lines, other projects' hashes,
-line endings - is kept byte for byte, so the diff against the input shows exactly the patch.
+line endings, a UTF-8 byte order mark - is kept byte for byte, so the diff against the input
+shows exactly the patch. Included files (``-r``/``-c``) are refused rather than followed: their
+pins would keep the old hashes while this lock pins the patched wheel, and pip would fail on the
+mismatch far from the cause.
 
 Which index version replaces a pin (``2.1.0`` stands for the lock's pin):
 1. the one version that extends the pin's local label (``2.1.0+stripe.5``, or
@@ -69,6 +72,9 @@ _EOL = re.compile(r"(\r\n|\n|\r)$")
 # An option line naming an index: pip's long options take "=value" or " value", its short ones
 # (single letters, parsed by optparse) also take the value glued on ("-fDIR").
 _ANY_INDEX_OPTION = re.compile(r"--(?:index-url|extra-index-url|find-links)(?:=|\s|$)|-[if]")
+# An option line including another file: -r/--requirement, -c/--constraint.
+_INCLUDE_OPTION = re.compile(r"--(?:requirement|constraint)(?:=|\s|$)|-[rc]")
+_BOM = "\ufeff"  # pip decodes a lock that starts with a UTF-8 byte order mark
 
 
 @dataclass(frozen=True)
@@ -159,10 +165,11 @@ def rewrite_lock(
     With ``direct_dir`` patched pins become direct references to the files there, and
     ``option_line`` (if any) is added only when the lock names no index of its own.
     """
+    bom, text = (_BOM, text[len(_BOM) :]) if text.startswith(_BOM) else ("", text)
     lines = text.splitlines(keepends=True)
     first_eol = _EOL.search(lines[0]) if lines else None
     eol = first_eol.group(1) if first_eol else "\n"
-    logical = list(_logical_lines(lines))
+    logical = _checked_logical_lines(lines, source)
     pins = [_parse_pin(line, source) for line in logical if line.content and not line.is_option]
     index = group_by_project(files)
     edits: dict[int, tuple[int, list[str]]] = {}  # first physical line -> (end, new lines)
@@ -230,7 +237,7 @@ def rewrite_lock(
         _end_input(output, eol)
         output.extend(block)
         changes.append(f"added {requirement}")
-    return "".join(output), changes
+    return bom + "".join(output), changes
 
 
 def _strip_eol(line: str) -> str:
@@ -392,6 +399,18 @@ def _logical_lines(lines: Sequence[str]) -> Iterator[_Logical]:
             joined.append(line.strip("\\"))
     if joined:
         yield _Logical(start, len(lines), _COMMENT.sub("", "".join(joined)).strip())
+
+
+def _checked_logical_lines(lines: Sequence[str], source: str) -> list[_Logical]:
+    """The logical lines of a lock that includes no other file."""
+    logical = list(_logical_lines(lines))
+    for line in logical:
+        if line.is_option and _INCLUDE_OPTION.match(line.content):
+            raise PatchedWheelsError(
+                f"{_where(source, line.start)}: {line.content}: included files are not followed; "
+                "put their lines into this lock"
+            )
+    return logical
 
 
 def _parse_pin(line: _Logical, source: str) -> _Pin:
@@ -626,7 +645,7 @@ def read_pins(requirements: Path | str) -> list[LockedPin]:
     requirements = Path(requirements)
     source = str(requirements)
     pins = []
-    for line in _logical_lines(_read_text(requirements).splitlines(keepends=True)):
+    for line in _checked_logical_lines(_read_text(requirements).removeprefix(_BOM).splitlines(keepends=True), source):
         if not line.content or line.is_option:
             continue
         pin = _parse_pin(line, source)

@@ -31,9 +31,13 @@ class _Field:
 
     @property
     def value(self) -> str:
-        """The unfolded value (continuation lines joined by a space)."""
+        """The unfolded value (continuation lines joined by a space).
+
+        Bytes that are not UTF-8 become U+FFFD: a wheel's METADATA is checked to be UTF-8
+        when the wheel is read and when it is written, so they never reach an output.
+        """
         _, _, value = self.raw.partition(b":")
-        return " ".join(line.strip() for line in value.decode("utf-8").splitlines())
+        return " ".join(line.strip() for line in value.decode("utf-8", "replace").splitlines())
 
 
 def _split(metadata: bytes) -> tuple[list[_Field], bytes]:
@@ -116,7 +120,8 @@ def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str) -> bytes
         try:
             Requirement(spec)
         except InvalidRequirement as error:
-            raise PatchedWheelsError(f"{origin}: cannot add requirement {spec!r}: {error}") from None
+            reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
+            raise PatchedWheelsError(f"{origin}: cannot add requirement {spec!r}: {reason}") from None
         new_fields.append(_Field("requires-dist", b"Requires-Dist: " + spec.strip().encode("utf-8") + eol))
     existing = [index for index, field in enumerate(fields) if field.name == "requires-dist"]
     insert_at = existing[-1] + 1 if existing else len(fields)

@@ -5,25 +5,26 @@ to pip.
 pip writes into its download directory with a plain copy, so it runs against a staging
 directory inside ``directory``; files already present are hard-linked there first (pip then
 reuses them instead of downloading again, checking their hashes). Only when pip succeeds are
-the new files moved into place, each with an atomic rename, and the directory re-indexed; on
-failure nothing in ``directory`` changes.
+the new files moved into place, each with an atomic rename, and the directory re-indexed; when
+pip or the indexing fails (a download the index refuses), the new files are taken out again and
+the ones they replaced put back, so nothing in ``directory`` changes.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.fsutil import temp_directory
 from patched_wheels.index import IndexResult, build_index
 
 _DISTRIBUTION_SUFFIXES = (".whl", ".tar.gz", ".zip")
+_REPLACED = ".replaced"  # in the staging directory: the files a download replaced, until the index is built
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,7 @@ def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequenc
     if not requirements.is_file():
         raise PatchedWheelsError(f"{requirements}: no such requirements file")
     directory.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".mirror-"))
-    try:
+    with temp_directory(directory, "mirror") as staging:
         present = _seed(directory, staging)
         command = [
             sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
@@ -55,9 +55,12 @@ def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequenc
         if status != 0:
             raise PatchedWheelsError(f"{requirements}: pip download failed (exit {status}); pip's message is above")
         added = _publish(staging, directory, present)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return MirrorResult(added=added, index=build_index(directory))
+        try:
+            index = build_index(directory)
+        except BaseException:
+            _unpublish(staging, directory, added)
+            raise
+    return MirrorResult(added=added, index=index)
 
 
 def _seed(directory: Path, staging: Path) -> dict[str, int]:
@@ -74,10 +77,26 @@ def _seed(directory: Path, staging: Path) -> dict[str, int]:
 
 
 def _publish(staging: Path, directory: Path, present: dict[str, int]) -> tuple[str, ...]:
-    """Move what pip fetched (anything that is not one of the seeded links) into ``directory``."""
+    """Move what pip fetched (anything that is not one of the seeded links) into ``directory``;
+    a file it replaces is kept in the staging directory for :func:`_unpublish`."""
+    replaced = staging / _REPLACED
+    replaced.mkdir()
     added = []
     for entry in sorted(os.scandir(staging), key=lambda e: e.name):
         if entry.is_file(follow_symlinks=False) and present.get(entry.name) != entry.inode():
-            os.replace(entry.path, directory / entry.name)
+            target = directory / entry.name
+            if os.path.lexists(target):
+                os.rename(target, replaced / entry.name)
+            os.replace(entry.path, target)
             added.append(entry.name)
     return tuple(added)
+
+
+def _unpublish(staging: Path, directory: Path, added: tuple[str, ...]) -> None:
+    """Undo :func:`_publish`: take the new files out, put the replaced ones back."""
+    for name in added:
+        kept = staging / _REPLACED / name
+        if os.path.lexists(kept):
+            os.replace(kept, directory / name)
+        else:
+            (directory / name).unlink(missing_ok=True)

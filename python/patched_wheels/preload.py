@@ -23,7 +23,6 @@ import fnmatch
 import json
 import re
 import shlex
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -281,11 +280,8 @@ def find_package_wheel(package: str, wheels: Iterable[Path]) -> tuple[Path, str]
     """The wheel that ships ``package`` and the archive path of its ``__init__.py``."""
     found: list[tuple[Path, str]] = []
     for wheel in wheels:
-        try:
-            with zipfile.ZipFile(wheel) as archive:
-                names = archive.namelist()
-        except (OSError, zipfile.BadZipFile) as error:
-            raise PatchedWheelsError(f"{wheel}: not a readable wheel ({error})") from error
+        with WheelReader(wheel) as reader:
+            names = reader.members()
         found.extend((wheel, name) for name in package_init_members(package, names))
     if not found:
         raise PatchedWheelsError(f"{package}: no wheel in the set ships {package}/__init__.py")
@@ -299,10 +295,10 @@ def find_package_wheel(package: str, wheels: Iterable[Path]) -> tuple[Path, str]
 def installed_preload(package_wheel: Path, init_member: str) -> PreloadList | None:
     """The preload a previous ``patch``/``split`` put into the package's wheel, or None."""
     module_member = preload_module_member(init_member)
-    with zipfile.ZipFile(package_wheel) as archive:
-        if module_member not in archive.namelist():
+    with WheelReader(package_wheel) as reader:
+        if module_member not in reader:
             return None
-        source = archive.read(module_member)
+        source = reader.read(module_member)
     return read_preload_module(source, where=f"{package_wheel.name}: {module_member}")
 
 

@@ -18,10 +18,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
-import re
 import shutil
-import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -31,6 +28,8 @@ from packaging.utils import canonicalize_name
 from patched_wheels import metadata as metadata_edits
 from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expand_origin, install_path, read_graph
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.fsutil import temp_directory
+from patched_wheels.names import is_valid_project_name
 from patched_wheels.patchelf import find_patchelf, run_patchelf, search_path_arguments
 from patched_wheels.preload import (
     PreloadList,
@@ -43,7 +42,6 @@ from patched_wheels.preload import (
 )
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter, generated_members
 
-_PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 # Zip bookkeeping per member, beyond its name and data: local header (30) + central header (46).
 _ZIP_OVERHEAD = 76
 # Upper bound on what the main wheel gains: Requires-Dist, the __init__ import, RECORD rows, headers.
@@ -116,8 +114,7 @@ def _select_by_size(
     reader: WheelReader, libraries: dict[str, ElfLibrary], max_size: int, preload_growth: int
 ) -> list[str]:
     """Largest libraries (by compressed size) first, until the main wheel's estimated size fits ``max_size``."""
-    with zipfile.ZipFile(reader.path) as archive:
-        infos = {name: archive.getinfo(name) for name in libraries}
+    infos = {name: reader.info(name) for name in libraries}
     estimate = reader.path.stat().st_size + preload_growth + _GROWTH_SLACK
     if estimate <= max_size:
         raise PatchedWheelsError(f"{reader.path.name}: already fits in --max-size {max_size}; nothing to split")
@@ -189,7 +186,7 @@ def split_wheel(
     wheel, dest_dir = Path(wheel), Path(dest_dir)
     if bool(move) == (max_size is not None):
         raise PatchedWheelsError(f"{wheel.name}: give either --move globs or --max-size, not both or neither")
-    if not _PROJECT_NAME.match(into):
+    if not is_valid_project_name(into):
         raise PatchedWheelsError(f"{wheel.name}: --into {into!r} is not a valid project name")
     with WheelReader(wheel) as reader:
         version = str(reader.filename.version)
@@ -233,8 +230,7 @@ def split_wheel(
         if main_dest.resolve() == wheel.resolve():
             raise PatchedWheelsError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
         dest_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=dest_dir, prefix=".split-") as scratch:
-            scratch_dir = Path(scratch)
+        with temp_directory(dest_dir, "split") as scratch_dir:
             sibling_dist_info = f"{sibling_top}-{version}.dist-info"
             patchelf = find_patchelf()
             with WheelWriter(scratch_dir / sibling_dest.name, dist_info=sibling_dist_info) as writer:

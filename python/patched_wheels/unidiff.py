@@ -67,7 +67,9 @@ def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
     while index < len(lines):
         line = lines[index]
         if line.startswith(_UNSUPPORTED_GIT):
-            raise PatchedWheelsError(f"patch {origin}: line {index + 1}: unsupported git patch ({line.strip().decode()!r})")
+            raise PatchedWheelsError(
+                f"patch {origin}: line {index + 1}: unsupported git patch ({line.strip().decode('utf-8', 'replace')!r})"
+            )
         if line.startswith(b"--- ") and index + 1 < len(lines) and lines[index + 1].startswith(b"+++ "):
             old_path = _diff_path(line[4:], strip, origin, index + 1)
             new_path = _diff_path(lines[index + 1][4:], strip, origin, index + 2)
@@ -132,11 +134,13 @@ def _diff_path(raw: bytes, strip: int, origin: str, line_number: int) -> str | N
         return None
     if path.startswith(b'"'):
         raise PatchedWheelsError(f"patch {origin}: line {line_number}: quoted paths are not supported")
-    parts = path.decode("utf-8").split("/")
+    try:
+        text = path.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PatchedWheelsError(f"patch {origin}: line {line_number}: the path {path!r} is not UTF-8") from None
+    parts = text.split("/")
     if len(parts) <= strip:
-        raise PatchedWheelsError(
-            f"patch {origin}: line {line_number}: cannot strip {strip} components from {path.decode()!r}"
-        )
+        raise PatchedWheelsError(f"patch {origin}: line {line_number}: cannot strip {strip} components from {text!r}")
     return "/".join(parts[strip:])
 
 

@@ -17,7 +17,8 @@ from patched_wheels.errors import PatchedWheelsError
 __all__ = ["with_local_suffix"]
 
 # PEP 440: local segments are ASCII letters and digits separated by ".", "-" or "_".
-_LOCAL_LABEL = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", re.IGNORECASE)
+# ASCII only: case-insensitive [a-z] would also take 'ſ' and the Kelvin sign.
+_LOCAL_LABEL = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", re.IGNORECASE | re.ASCII)
 
 
 def with_local_suffix(version: str, suffix: str) -> str:

@@ -8,10 +8,15 @@ standard library's :mod:`zipfile` parses the central directory; it cannot copy a
 member without inflating and deflating it again, which is why the member-level
 reading and writing below is done by hand.
 
-Checks that need no decompression (RECORD lists exactly the members with the right
-sizes, no duplicates, safe paths) always run when a wheel is opened.  Members that are
-read are hash-checked against RECORD as they stream; ``verify=True`` checks every
-member, inflating on all cores.
+What a wheel must be to be accepted is decided here, once, for every command: the
+checks that need no decompression (one ``.dist-info`` with METADATA, WHEEL and RECORD;
+RECORD lists exactly the members with the zip's sizes; members are regular files with
+safe, distinct paths) plus METADATA and WHEEL themselves (UTF-8; name and version the
+same in the file name, the ``.dist-info`` directory and METADATA) run when a wheel is
+opened, and again on what :class:`WheelWriter` wrote before it is renamed into place.
+Inflating stops at the size the zip declares, so memory never depends on how far a
+member would inflate.  Members that are read are hash-checked against RECORD as they
+stream; ``verify=True`` checks every member, inflating on all cores.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ import os
 import re
 import stat
 import struct
-import tempfile
 import threading
 import time
 import zipfile
@@ -43,9 +47,12 @@ from packaging.utils import (
     canonicalize_name,
     parse_wheel_filename,
 )
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
+from patched_wheels import metadata as core_metadata
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.fsutil import create_temp_file, current_umask
+from patched_wheels.names import is_valid_project_name
 
 try:  # Inflating is the cost floor of --verify and of the ELF scan; ISA-L does it ~2-3x faster than zlib.
     from isal import isal_zlib as _inflate_zlib
@@ -97,7 +104,18 @@ _END64_LOCATOR_SIG = 0x07064B50
 _ZIP64_EXTRA_ID = 0x0001
 
 _GENERATED_FILES = ("RECORD", "RECORD.jws", "RECORD.p7s")
+_REQUIRED_FILES = ("METADATA", "WHEEL")
 _WEAK_HASHES = frozenset({"md5", "sha1"})
+# RECORD digests must have a fixed length to be compared (SHAKE's is chosen by the caller): the
+# length of each one's urlsafe base64 without padding.
+_ENCODED_DIGEST_LENGTH = {
+    name: (4 * hashlib.new(name).digest_size + 2) // 3
+    for name in hashlib.algorithms_guaranteed
+    if not name.startswith("shake_")
+}
+_URLSAFE_BASE64 = re.compile(r"[A-Za-z0-9_-]*")
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+_SUPPORTED_WHEEL_VERSION = 1  # major Wheel-Version pip installs
 
 
 # --------------------------------------------------------------------------- names
@@ -123,6 +141,8 @@ class WheelFilename:
             name, version, build_tag, tags = parse_wheel_filename(filename)
         except InvalidWheelFilename as error:
             raise PatchedWheelsError(f"{filename}: not a valid wheel filename ({error})") from None
+        if not is_valid_project_name(filename.split("-", 1)[0]):
+            raise PatchedWheelsError(f"{filename}: not a valid wheel filename (invalid project name)")
         return cls(name, version, build_tag, tags, filename[: -len(".whl")])
 
     def with_version(self, version: str) -> str:
@@ -173,14 +193,18 @@ def parse_record(data: bytes, *, origin: str) -> list[RecordEntry]:
         path, hash_, size = row
         if hash_:
             algorithm, sep, encoded = hash_.partition("=")
-            if not sep or not encoded or algorithm not in hashlib.algorithms_guaranteed:
+            if not sep or not encoded or algorithm not in _ENCODED_DIGEST_LENGTH:
                 raise PatchedWheelsError(f"{origin}: row {line_number}: bad hash {hash_!r} for {path}")
             if algorithm in _WEAK_HASHES:
                 raise PatchedWheelsError(f"{origin}: row {line_number}: {algorithm} is not allowed ({path})")
-        if size and not size.isdigit():
+            if len(encoded) != _ENCODED_DIGEST_LENGTH[algorithm] or not _URLSAFE_BASE64.fullmatch(encoded):
+                raise PatchedWheelsError(f"{origin}: row {line_number}: bad {algorithm} digest {encoded!r} for {path}")
+        if size and not _ASCII_DIGITS.fullmatch(size):
             raise PatchedWheelsError(f"{origin}: row {line_number}: bad size {size!r} for {path}")
         entries.append(RecordEntry(path, hash_, int(size) if size else None))
     return entries
+
+
 
 
 def serialize_record(entries: Iterable[RecordEntry]) -> bytes:
@@ -220,33 +244,36 @@ def _encoded_name(info: zipfile.ZipInfo) -> bytes:
 
 
 class WheelReader:
-    """An opened wheel whose structure has been checked against its RECORD.
+    """An opened wheel that passed the checks of a wheel we accept (see the module docstring).
 
-    All reads go through ``os.pread`` on one descriptor, so threads can inflate
+    Member data is read with ``os.pread`` on one descriptor, so threads can inflate
     different members at the same time without sharing a file position.
+    ``filename`` is the name the file stands for when it differs from the path's
+    (the writer checks its temporary file under the final name).
     """
 
     path: Path
+    name: str
+    """The wheel's file name, as errors name it."""
     filename: WheelFilename
     dist_info: str
     data_dir: str
 
-    def __init__(self, path: Path | str, *, verify: bool = False) -> None:
+    def __init__(self, path: Path | str, *, verify: bool = False, filename: str | None = None) -> None:
         self.path = Path(path)
-        self.filename = WheelFilename.parse(self.path.name)
+        self.name = filename or self.path.name
+        self.filename = WheelFilename.parse(self.name)
         try:
-            with zipfile.ZipFile(self.path) as archive:
-                infos = archive.infolist()
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except OSError as error:
             raise PatchedWheelsError(f"{self.path}: cannot read ({error.strerror or error})") from None
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, struct.error) as error:
-            raise PatchedWheelsError(f"{self.path}: not a zip archive or truncated ({error})") from None
-        self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
-            self._infos = self._index_members(infos, os.fstat(self._fd).st_size)
+            self._infos = self._index_members(self._central_directory(), os.fstat(self._fd).st_size)
             self.dist_info = self._find_dist_info()
             self.data_dir = self.dist_info[: -len(".dist-info")] + ".data"
             self._record = self._load_record()
+            self._metadata = self._check_metadata()
+            self._check_wheel_file()
             if verify:
                 self.verify()
         except BaseException:
@@ -274,12 +301,19 @@ class WheelReader:
     def __contains__(self, name: str) -> bool:
         return name in self._infos
 
+    def info(self, name: str) -> zipfile.ZipInfo:
+        """The central directory entry of ``name`` (checked: sizes, offsets, method)."""
+        try:
+            return self._infos[name]
+        except KeyError:
+            raise PatchedWheelsError(f"{self.name}: no member {name}") from None
+
     def file_size(self, name: str) -> int:
-        return self._info(name).file_size
+        return self.info(name).file_size
 
     def mode(self, name: str) -> int | None:
         """Unix permission bits, or None when the archiver did not record them."""
-        info = self._info(name)
+        info = self.info(name)
         if info.create_system != _UNIX or not info.external_attr >> 16:
             return None
         return stat.S_IMODE(info.external_attr >> 16)
@@ -296,7 +330,8 @@ class WheelReader:
         return b"".join(self._checked_chunks(name))
 
     def metadata(self) -> bytes:
-        return self.read(f"{self.dist_info}/METADATA")
+        """METADATA's bytes (read and checked when the wheel was opened)."""
+        return self._metadata
 
     def verify(self) -> None:
         """Inflate and hash every member on all cores; raise on the first mismatch.
@@ -334,20 +369,14 @@ class WheelReader:
 
     # -- internals shared with WheelWriter
 
-    def _info(self, name: str) -> zipfile.ZipInfo:
-        try:
-            return self._infos[name]
-        except KeyError:
-            raise PatchedWheelsError(f"{self.path.name}: no member {name}") from None
-
     def _data_offset(self, info: zipfile.ZipInfo) -> int:
-        return member_data_offset(self._fd, info, wheel=self.path.name)
+        return member_data_offset(self._fd, info, wheel=self.name)
 
     def _inflated_chunks(self, info: zipfile.ZipInfo) -> Iterator[bytes]:
-        return _member_chunks(self._fd, info, wheel=self.path.name)
+        return _member_chunks(self._fd, info, wheel=self.name)
 
     def _checked_chunks(self, name: str) -> Iterator[bytes]:
-        info = self._info(name)
+        info = self.info(name)
         entry = self._record.get(name)
         hasher = hashlib.new(entry.algorithm) if entry is not None and entry.hash else None
         size = 0
@@ -357,9 +386,9 @@ class WheelReader:
                 hasher.update(chunk)
             yield chunk
         if size != info.file_size:
-            raise PatchedWheelsError(f"{self.path.name}: {name}: inflated to {size} bytes, zip says {info.file_size}")
+            raise PatchedWheelsError(f"{self.name}: {name}: inflated to {size} bytes, zip says {info.file_size}")
         if hasher is not None and entry is not None and hasher.digest() != entry.digest:
-            raise PatchedWheelsError(f"{self.path.name}: {name}: content does not match its RECORD hash")
+            raise PatchedWheelsError(f"{self.name}: {name}: content does not match its RECORD hash")
 
     def _drain(self, name: str) -> None:
         for _ in self._checked_chunks(name):
@@ -367,42 +396,64 @@ class WheelReader:
 
     # -- cheap structural checks (no decompression)
 
+    def _central_directory(self) -> list[zipfile.ZipInfo]:
+        try:
+            with zipfile.ZipFile(open(self._fd, "rb", closefd=False)) as archive:
+                return archive.infolist()
+        except OSError as error:
+            raise PatchedWheelsError(f"{self.path}: cannot read ({error.strerror or error})") from None
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, struct.error, IndexError) as error:
+            raise PatchedWheelsError(f"{self.path}: not a zip archive or truncated ({error})") from None
+        except NotImplementedError as error:  # "zip file version 6.3": a feature zipfile lacks
+            raise PatchedWheelsError(f"{self.path}: unsupported zip archive ({error})") from None
+
     def _index_members(self, infos: Sequence[zipfile.ZipInfo], file_size: int) -> dict[str, zipfile.ZipInfo]:
         indexed: dict[str, zipfile.ZipInfo] = {}
+        layout = MemberLayout()
         for info in infos:
             name = info.filename
-            where = f"{self.path.name}: member {name!r}"
+            where = f"{self.name}: member {name!r}"
             if not is_safe_member_path(name):
                 raise PatchedWheelsError(f"{where}: unsafe path (absolute, '..' or empty component)")
             if name in indexed:
                 raise PatchedWheelsError(f"{where}: duplicate member name")
+            conflict = layout.conflict(name)
+            if conflict:
+                raise PatchedWheelsError(f"{where}: {conflict}")
             if info.flag_bits & _FLAG_ENCRYPTED:
                 raise PatchedWheelsError(f"{where}: encrypted members are not supported")
             if info.compress_type not in (_STORED, _DEFLATED):
                 raise PatchedWheelsError(f"{where}: compression method {info.compress_type} is not supported")
-            if info.header_offset + _LOCAL_HEADER.size + info.compress_size > file_size:
+            if info.compress_type == _STORED and info.compress_size != info.file_size:
+                raise PatchedWheelsError(f"{where}: stored with {info.compress_size} bytes but {info.file_size} declared")
+            if info.header_offset < 0 or info.header_offset + _LOCAL_HEADER.size + info.compress_size > file_size:
                 raise PatchedWheelsError(f"{where}: data extends past the end of the file (truncated?)")
+            kind = stat.S_IFMT(info.external_attr >> 16) if info.create_system == _UNIX else 0
+            if kind and kind != (stat.S_IFDIR if name.endswith("/") else stat.S_IFREG):
+                raise PatchedWheelsError(f"{where}: not a regular file (a symbolic link or special file)")
+            layout.add(name)
             indexed[name] = info
         return indexed
 
     def _find_dist_info(self) -> str:
-        top_level = {name.split("/", 1)[0] for name in self._infos if "/" in name}
-        candidates = sorted(
-            directory
-            for directory in top_level
-            if directory.endswith(".dist-info")
-            and canonicalize_name(directory[: -len(".dist-info")].rpartition("-")[0]) == self.filename.name
-        )
-        if len(candidates) != 1:
-            found = ", ".join(sorted(d for d in top_level if d.endswith(".dist-info"))) or "none"
+        """The one ``<name>-<version>.dist-info`` directory, agreeing with the file name (pip's rule)."""
+        found = sorted({top for name in self._infos if "/" in name and (top := name.split("/", 1)[0]).endswith(".dist-info")})
+        expected = f"expected one {self.filename.name}-<version>.dist-info directory"
+        if len(found) != 1:
+            raise PatchedWheelsError(f"{self.name}: {expected}, found: {', '.join(found) or 'none'}")
+        directory = found[0]
+        distribution, _, version = directory[: -len(".dist-info")].rpartition("-")
+        if canonicalize_name(distribution) != self.filename.name:
+            raise PatchedWheelsError(f"{self.name}: {expected}, found: {directory}")
+        if _parse_version(version) != self.filename.version:
             raise PatchedWheelsError(
-                f"{self.path.name}: expected one {self.filename.name}-<version>.dist-info directory, found: {found}"
+                f"{self.name}: {directory}: version {version!r} differs from the file name's {self.filename.version}"
             )
-        return candidates[0]
+        return directory
 
     def _load_record(self) -> dict[str, RecordEntry]:
         record_name = f"{self.dist_info}/RECORD"
-        origin = f"{self.path.name}: {record_name}"
+        origin = f"{self.name}: {record_name}"
         if record_name not in self._infos:
             raise PatchedWheelsError(f"{origin}: missing")
         record: dict[str, RecordEntry] = {}
@@ -425,7 +476,85 @@ class WheelReader:
         for name in self._infos:
             if not name.endswith("/") and name not in record and name not in unhashed_allowed:
                 raise PatchedWheelsError(f"{origin}: does not list {name}")
+        for required in _REQUIRED_FILES:
+            if f"{self.dist_info}/{required}" not in self._infos:
+                raise PatchedWheelsError(f"{self.name}: {self.dist_info}/{required}: missing")
         return record
+
+    # -- METADATA and WHEEL (small members, read once)
+
+    def _read_utf8(self, name: str) -> bytes:
+        data = self.read(name)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise PatchedWheelsError(f"{self.name}: {name}: not UTF-8 (byte {error.start})") from None
+        return data
+
+    def _check_metadata(self) -> bytes:
+        """METADATA's bytes, once its Name and Version agree with the file name (pip refuses a
+        mismatch at install time; ``patch`` would otherwise re-version the wrong release)."""
+        member = f"{self.dist_info}/METADATA"
+        data = self._read_utf8(member)
+        where = f"{self.name}: {member}"
+        names = core_metadata.field_values(data, "Name")
+        versions = core_metadata.field_values(data, "Version")
+        if len(names) != 1 or canonicalize_name(names[0]) != self.filename.name:
+            raise PatchedWheelsError(f"{where}: names project {', '.join(names) or 'none'}, the file name {self.filename.name}")
+        if len(versions) != 1 or _parse_version(versions[0]) != self.filename.version:
+            raise PatchedWheelsError(
+                f"{where}: has version {', '.join(versions) or 'none'}, the file name {self.filename.version}"
+            )
+        return data
+
+    def _check_wheel_file(self) -> None:
+        """WHEEL is UTF-8 and declares a Wheel-Version pip installs."""
+        member = f"{self.dist_info}/WHEEL"
+        data = self._read_utf8(member)
+        versions = core_metadata.field_values(data, "Wheel-Version")
+        major = versions[0].split(".", 1)[0] if len(versions) == 1 else ""
+        if not (_ASCII_DIGITS.fullmatch(major) and int(major) == _SUPPORTED_WHEEL_VERSION):
+            found = ", ".join(versions) or "none"
+            raise PatchedWheelsError(f"{self.name}: {member}: Wheel-Version {found} is not 1.x")
+
+
+def _parse_version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+class MemberLayout:
+    """The paths of a wheel's members as a tree: a file must not stand where a directory is.
+
+    A member under another member's path (``a.py`` and ``a.py/b``) cannot be unpacked;
+    installers fail half-way or overwrite one with the other.
+    """
+
+    def __init__(self) -> None:
+        self._files: set[str] = set()
+        self._directories: set[str] = set()
+
+    def conflict(self, name: str) -> str | None:
+        """Why ``name`` cannot be added, or None."""
+        path = name.rstrip("/")
+        if path in (self._files if name.endswith("/") else self._directories):
+            return f"{path} is a file, not a directory" if name.endswith("/") else f"{path} is a directory of other members"
+        parent = path.rpartition("/")[0]
+        while parent and parent not in self._directories:  # a known directory's parents are known too
+            if parent in self._files:
+                return f"{parent} is a file, not a directory"
+            parent = parent.rpartition("/")[0]
+        return None
+
+    def add(self, name: str) -> None:
+        path = name.rstrip("/")
+        (self._directories if name.endswith("/") else self._files).add(path)
+        parent = path.rpartition("/")[0]
+        while parent and parent not in self._directories:
+            self._directories.add(parent)
+            parent = parent.rpartition("/")[0]
 
 
 def member_data_offset(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> int:
@@ -466,23 +595,33 @@ def _raw_chunks(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> Iterator[bytes
 
 def _member_chunks(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> Iterator[bytes]:
     """A stored or deflated member's content in pieces of at most CHUNK_SIZE, read with ``os.pread``
-    (so threads can share ``fd``); checking the result is up to the caller."""
+    (so threads can share ``fd``).  Inflating stops one byte past the size the zip declares (a
+    small archive can inflate to gigabytes); whether the result is complete is up to the caller."""
     if info.compress_type == _STORED:
         yield from _raw_chunks(fd, info, wheel=wheel)
         return
     inflater = _inflate_zlib.decompressobj(wbits=-15)
+    allowed = info.file_size  # bytes still expected
+
+    def bounded(out: bytes) -> bytes:
+        nonlocal allowed
+        allowed -= len(out)
+        if allowed < 0:
+            raise PatchedWheelsError(f"{wheel}: {info.filename}: inflates past the {info.file_size} bytes the zip declares")
+        return out
+
     try:
         for chunk in _raw_chunks(fd, info, wheel=wheel):
             while chunk:
-                out = inflater.decompress(chunk, CHUNK_SIZE)
+                out = inflater.decompress(chunk, min(CHUNK_SIZE, allowed + 1))
                 chunk = inflater.unconsumed_tail
                 if out:
-                    yield out
+                    yield bounded(out)
         tail = inflater.flush()
     except _inflate_zlib.error as error:
         raise PatchedWheelsError(f"{wheel}: {info.filename}: corrupt deflate data ({error})") from None
     if tail:
-        yield tail
+        yield bounded(tail)
     if not inflater.eof:
         raise PatchedWheelsError(f"{wheel}: {info.filename}: truncated deflate data")
 
@@ -490,8 +629,8 @@ def _member_chunks(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> Iterator[by
 def inflated_chunks(path: Path, info: zipfile.ZipInfo) -> Iterator[bytes]:
     """One member of the archive at ``path``, in pieces, checked against the zip directory's size and CRC-32.
 
-    For readers that want a few members fast: unlike :class:`WheelReader` this neither
-    parses RECORD nor hashes, and the CRC costs a fraction of the inflating.
+    For readers that want a few members fast, with ``info`` from :meth:`WheelReader.info` (so the
+    wheel passed its checks): this does not hash, and the CRC costs a fraction of the inflating.
     """
     where = f"{path.name}: {info.filename}"
     size = crc = 0
@@ -529,15 +668,24 @@ class _ChunkStream(io.RawIOBase):
 # --------------------------------------------------------------------------- writing
 
 
+_DOS_FIRST = (1980, 1, 1, 0, 0, 0)
+_DOS_LAST = (2107, 12, 31, 23, 59, 58)
+
+
 def _dos_timestamp() -> tuple[int, int]:
-    """(date, time) of every member: SOURCE_DATE_EPOCH, else 1980-01-01, for reproducible output."""
+    """(date, time) of every member: SOURCE_DATE_EPOCH, else 1980-01-01, for reproducible output.
+
+    Times the zip format cannot hold are clamped to its range; a value that is not a
+    number of seconds is an error, as the reproducible-builds specification asks.
+    """
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
-    year, month, day, hour, minute, second = (
-        time.gmtime(int(epoch))[:6] if epoch.isdigit() else (1980, 1, 1, 0, 0, 0)
-    )
-    if year < 1980:
-        year, month, day, hour, minute, second = 1980, 1, 1, 0, 0, 0
-    year = min(year, 2107)
+    if epoch and not _ASCII_DIGITS.fullmatch(epoch):
+        raise PatchedWheelsError(f"SOURCE_DATE_EPOCH={epoch!r}: not a number of seconds since 1970")
+    try:
+        moment = tuple(time.gmtime(int(epoch))[:6]) if epoch else _DOS_FIRST
+    except (OverflowError, OSError, ValueError):  # beyond what the C library can represent
+        moment = _DOS_LAST
+    year, month, day, hour, minute, second = max(_DOS_FIRST, min(moment, _DOS_LAST))
     return (year - 1980) << 9 | month << 5 | day, hour << 11 | minute << 5 | second // 2
 
 
@@ -644,7 +792,10 @@ class WheelWriter:
 
     RECORD is generated from what was written and appended last.  Every member gets
     the same timestamp and no extra fields other than ZIP64, so the output depends
-    only on the input bytes and the order of calls.
+    only on the input bytes and the order of calls.  Before the rename the file is
+    opened as a :class:`WheelReader` under its final name: what we write passes the
+    checks of what we read (one ``.dist-info`` with METADATA and WHEEL, names and
+    versions that agree, no file where a directory is).
     """
 
     def __init__(self, dest: Path | str, *, dist_info: str) -> None:
@@ -652,8 +803,7 @@ class WheelWriter:
         self.dist_info = dist_info
         self._record_name = f"{dist_info}/RECORD"
         self._dos_date, self._dos_time = _dos_timestamp()
-        fd, temp = tempfile.mkstemp(dir=self.dest.parent, prefix=f".{self.dest.name}.", suffix=".tmp")
-        self._temp = Path(temp)
+        fd, self._temp = create_temp_file(self.dest.parent, self.dest.name)
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._buffer = bytearray()
         self._run: tuple[int, int, int] | None = None  # (input fd, offset, length) not yet written
@@ -661,6 +811,7 @@ class WheelWriter:
         self._entries: list[_Entry] = []
         self._record: list[RecordEntry] = []
         self._names: set[str] = set()
+        self._layout = MemberLayout()
         self._copy_file_range = hasattr(os, "copy_file_range")
 
     def __enter__(self) -> WheelWriter:
@@ -681,7 +832,7 @@ class WheelWriter:
         normalised at the end), so runs of unchanged members are contiguous in input and
         output and go out in one kernel copy each, like ``cp``.
         """
-        info = reader._info(name)
+        info = reader.info(name)
         arcname = name if arcname is None else arcname
         encoded, utf8_flag = self._claim(arcname)
         verbatim = arcname == name and not info.flag_bits & _FLAG_DATA_DESCRIPTOR
@@ -738,10 +889,9 @@ class WheelWriter:
                 self._write(_central_header(entry, self._dos_date, self._dos_time))
             self._write(_end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._drain()
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(self._file.fileno(), 0o666 & ~umask)
+            os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
+            WheelReader(self._temp, filename=self.dest.name).close()
             os.replace(self._temp, self.dest)
         except BaseException:
             self.abort()
@@ -759,6 +909,10 @@ class WheelWriter:
             raise PatchedWheelsError(f"{self.dest.name}: unsafe member path {arcname!r}")
         if arcname in self._names:
             raise PatchedWheelsError(f"{self.dest.name}: member {arcname} written twice")
+        conflict = self._layout.conflict(arcname)
+        if conflict:
+            raise PatchedWheelsError(f"{self.dest.name}: member {arcname!r}: {conflict}")
+        self._layout.add(arcname)
         self._names.add(arcname)
         return _encode_name(arcname)
 

@@ -38,6 +38,7 @@ API (kept small and stable, the Bazel integration tests reuse it)::
     compile_shared(dir, "libx.so", "int x(void) { return 1; }", "-Wl,-soname,libx.so")
     blob_library(dir, "libbig.so", 3 << 20)                   # a library of a chosen size
     result = run_import(paths)                                # subprocess, PYTHONPATH=paths
+    hostile = with_escaping_library(wheels, tmp)              # the set, jit's wheel with a ../ member
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER)
     runtime = build_runtime_loaded_wheels(tmp / "wheels")     # -> RuntimeLoadedWheels
     run_import(paths, RUNTIME_CODE)                           # prints RUNTIME_ANSWER when it works
@@ -298,6 +299,19 @@ def build_runtime_loaded_wheels(dest: Path) -> RuntimeLoadedWheels:
         requires=[f"fakert-foo=={RUNTIME_VERSION}", f'fakert-bar=={RUNTIME_VERSION}; extra == "with-rt"'],
     )
     return RuntimeLoadedWheels(package, foo_wheel, bar_wheel)
+
+
+def with_escaping_library(wheels: FakeCudaWheels, directory: Path) -> list[Path]:
+    """The wheel set with jit's wheel replaced by a copy that also ships ``../../../../tmp/x/libjit.so.12``.
+
+    That name sorts before the real library's, so a graph that accepted it would preload it.
+    """
+    evil = directory / wheels.nvidia["jit"].name
+    with zipfile.ZipFile(wheels.nvidia["jit"]) as source, zipfile.ZipFile(evil, "w") as target:
+        for info in source.infolist():
+            target.writestr(info, source.read(info))
+        target.writestr("../../../../tmp/x/libjit.so.12", source.read(LIBRARY_PATHS["jit"]))
+    return [*(wheel for wheel in wheels.all if wheel != wheels.nvidia["jit"]), evil]
 
 
 def unpack_wheel(wheel: Path, site_packages: Path) -> None:

@@ -16,6 +16,7 @@ from fakecuda import (
     build_runtime_loaded_wheels,
     per_wheel_layout,
     run_import,
+    with_escaping_library,
 )
 from patched_wheels.cli import main
 from patched_wheels.doctor import (
@@ -235,3 +236,14 @@ def test_bad_requests_are_one_error_line(runtime, capsys, arguments, message):
 def test_a_wheel_given_as_code_is_an_error(runtime, capsys):
     assert main(["doctor", "--no-cache", "--package", "fakejax", "--run", str(runtime.foo), str(runtime.bar)]) == 1
     assert "a wheel, not code; put --run after the wheels or write --run=CODE" in capsys.readouterr().err
+
+
+def test_a_wheel_with_an_escaping_member_is_one_error_line(wheels, tmp_path, capsys):
+    wheel_set = with_escaping_library(wheels, tmp_path)
+    assert main(["doctor", "--no-cache", "--package", "faketorch", *map(str, wheel_set)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"patched-wheels: error: {wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': "
+        "unsafe path (absolute, '..' or empty component)\n"
+    )

@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import wheelbuilder
 from elftools.elf.elffile import ELFFile
 
 from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
@@ -120,17 +121,33 @@ def test_unreadable_or_missing_wheels_are_clear_errors(tmp_path):
     with pytest.raises(PatchedWheelsError, match="nothere.whl: no such wheel"):
         read_graph([tmp_path / "nothere.whl"])
     (tmp_path / "junk-1.0-py3-none-any.whl").write_bytes(b"not a zip")
-    with pytest.raises(PatchedWheelsError, match="junk-1.0-py3-none-any.whl: not a readable wheel"):
+    with pytest.raises(PatchedWheelsError, match="junk-1.0-py3-none-any.whl: not a zip archive or truncated"):
         read_graph([tmp_path / "junk-1.0-py3-none-any.whl"])
+
+
+def test_members_are_read_only_from_a_wheel_we_accept(tmp_path, wheels):
+    """The path checks of ``patch`` hold for the graph too: an escaping member never reaches a preload."""
+    with zipfile.ZipFile(wheels.nvidia["jit"]) as archive:
+        data = archive.read(LIBRARY_PATHS["jit"])
+    wheel = build_wheel(tmp_path, "evil", "1.0", {"evil/__init__.py": b""})
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("../../../../tmp/x/libmid.so.1", data)
+    with pytest.raises(PatchedWheelsError) as error:
+        read_graph([wheel])
+    assert str(error.value) == f"{wheel.name}: member '../../../../tmp/x/libmid.so.1': unsafe path (absolute, '..' or empty component)"
+
+
+def test_a_shared_library_that_is_only_an_elf_magic_is_one_error(tmp_path):
+    wheel = build_wheel(tmp_path, "magic", "1.0", {"magic/libm.so": b"\x7fELF"})
+    with pytest.raises(PatchedWheelsError, match=r"^magic-1\.0-py3-none-linux_x86_64\.whl: magic/libm\.so: truncated or corrupt ELF"):
+        read_graph([wheel])
 
 
 def test_platlib_members_are_keyed_by_install_path_and_stored_members_are_read(tmp_path, wheels):
     with zipfile.ZipFile(wheels.nvidia["jit"]) as archive:
         data = archive.read(LIBRARY_PATHS["jit"])
     wheel = build_wheel(tmp_path, "plat", "1.0", {"plat-1.0.data/platlib/plat/libjit.so.12": data, "plat-1.0.data/scripts/libx.so": b"x"})
-    stored = tmp_path / "stored-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(stored, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("stored/libjit.so.12", data)
+    stored = wheelbuilder.build_wheel(tmp_path, "stored", "1.0", {"stored/libjit.so.12": data}, compression=zipfile.ZIP_STORED)
     libraries = scan_wheels([wheel, stored]).libraries
     assert [(library.path, library.soname) for library in libraries] == [
         ("plat/libjit.so.12", "libjit.so.12"),
@@ -155,8 +172,9 @@ def test_streamed_read_of_a_large_member_equals_a_full_parse(tmp_path, monkeypat
     wheel = build_wheel(tmp_path, "big", "1.0", {"big/libbig.so": data})
     with zipfile.ZipFile(wheel) as archive:
         info = archive.getinfo("big/libbig.so")
-    monkeypatch.setattr(elfgraph, "_read_member", None)  # the streamed pass alone must answer
+    passes = _count_passes(monkeypatch)
     streamed = read_library(wheel, info, "big/libbig.so")
+    assert passes == [1]  # the first streamed pass alone answers
     assert streamed == parse_elf(data, wheel=wheel.name, path="big/libbig.so")
     assert "libm.so.6" in streamed.needed
     assert len(streamed.search_path) == (40 if patch_rpath else 1)
@@ -167,13 +185,39 @@ def test_corrupt_large_member_fails_from_the_streamed_pass_alone(tmp_path, monke
     wheel = build_wheel(tmp_path, "cut", "1.0", {"cut/libbig.so": data[: len(data) * 2 // 3]})
     with zipfile.ZipFile(wheel) as archive:
         info = archive.getinfo("cut/libbig.so")
-
-    def full_read(*_args):
-        raise AssertionError("a corrupt member was inflated a second time")
-
-    monkeypatch.setattr(elfgraph, "_read_member", full_read)
+    passes = _count_passes(monkeypatch)
     with pytest.raises(PatchedWheelsError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libbig\.so: truncated or corrupt ELF"):
         read_library(wheel, info, "cut/libbig.so")
+    assert passes == [1]  # a corrupt member is not inflated a second time
+
+
+def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monkeypatch):
+    """With only the ELF header kept, the first read elsewhere costs a pass (whose window covers this small file)."""
+    library = compile_shared(tmp_path, "libsmall.so", "int f(void) { return 1; }\n", "-Wl,-soname,libsmall.so")
+    data = library.read_bytes()
+    wheel = build_wheel(tmp_path, "small", "1.0", {"small/libsmall.so": data})
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo("small/libsmall.so")
+    monkeypatch.setattr(elfgraph, "_ranges_to_keep", lambda head, size: [(0, 64)])
+    passes = _count_passes(monkeypatch)
+    assert read_library(wheel, info, "small/libsmall.so") == parse_elf(data, wheel=wheel.name, path="small/libsmall.so")
+    assert passes == [2]
+    monkeypatch.setattr(elfgraph, "_MAX_PASSES", 1)
+    with pytest.raises(PatchedWheelsError, match=r"small/libsmall\.so: its dynamic section refers to data spread over more than"):
+        read_library(wheel, info, "small/libsmall.so")
+
+
+def _count_passes(monkeypatch) -> list[int]:
+    """Count the streamed passes of read_library (one inflate of the member each)."""
+    passes = [0]
+    real = elfgraph._inflate_kept_ranges
+
+    def counting(*args):
+        passes[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(elfgraph, "_inflate_kept_ranges", counting)
+    return passes
 
 
 def test_cache_answers_unchanged_wheels_without_inflating(tmp_path, wheels):

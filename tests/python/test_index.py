@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import html.parser
+import json
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
@@ -254,8 +255,15 @@ def test_removed_wheels_leave_the_index(tmp_path: Path) -> None:
         ("TritonFake-2.1.0-py3-none-any.whl", lambda d: make_wheel(d, "TritonFake-2.1.0-py3-none-any.whl")),
         ("tritonfake-2.1.0-1-py3-none-any.whl", lambda d: make_wheel(d, "tritonfake-2.1.0-1-py3-none-any.whl")),
         ("liar-1.0-py3-none-any.whl", lambda d: make_wheel(d, "liar-1.0-py3-none-any.whl", metadata_name="other")),
+        ("foo bar-1.0.tar.gz", lambda d: (d / "foo bar-1.0.tar.gz").write_bytes(b"")),
+        ("foo_-1.0-py3-none-any.whl", lambda d: make_wheel(d, "foo_-1.0-py3-none-any.whl")),  # a wheel pip refuses
+        ("\u017fx-1.0.zip", lambda d: (d / "\u017fx-1.0.zip").write_bytes(b"")),
+        ("outside-1.0-py3-none-any.whl", lambda d: _link_from_outside(d, "outside-1.0-py3-none-any.whl")),
     ],
-    ids=["not-a-zip", "no-parts", "too-few-parts", "bad-version", "duplicate-name", "duplicate-build", "metadata-name"],
+    ids=[
+        "not-a-zip", "no-parts", "too-few-parts", "bad-version", "duplicate-name", "duplicate-build", "metadata-name",
+        "sdist-invalid-name", "wheel-invalid-name", "non-ascii-name", "link-outside",
+    ],
 )
 def test_bad_input_is_one_error_and_leaves_the_index_intact(tmp_path: Path, bad_file: str, setup) -> None:
     directory = _make_index_dir(tmp_path / "wheels")
@@ -274,6 +282,72 @@ def test_bad_input_is_one_error_and_leaves_the_index_intact(tmp_path: Path, bad_
     assert after == before
     with pytest.raises(PatchedWheelsError):
         build_index(directory)
+
+
+def _link_from_outside(directory: Path, filename: str) -> None:
+    elsewhere = directory.parent / "elsewhere"
+    elsewhere.mkdir()
+    (directory / filename).symlink_to(make_wheel(elsewhere, filename))
+
+
+def test_a_link_to_a_file_inside_the_directory_is_indexed(tmp_path: Path) -> None:
+    directory = tmp_path / "wheels"
+    (directory / "store").mkdir(parents=True)
+    target = make_wheel(directory / "store", "linked-1.0-py3-none-any.whl")
+    (directory / target.name).symlink_to(target)
+    assert [indexed.filename for indexed in build_index(directory).files] == [target.name]
+
+
+def test_a_failure_midway_leaves_the_whole_index_as_it_was(tmp_path: Path) -> None:
+    """New wheels, a changed one and a stale page, and the last .metadata cannot be written: nothing moves."""
+    directory = _make_index_dir(tmp_path / "wheels")
+    build_index(directory)
+    (directory / WHEELS["build_tag"][0]).unlink()  # its page and .metadata are stale now
+    make_wheel(directory, "aaa-1.0-py3-none-any.whl")
+    make_wheel(directory, WHEELS["local_version"][0], payload="VALUE = 7\n")
+    make_wheel(directory, "zzz-1.0-py3-none-any.whl")
+    before = _snapshot(directory)
+    (directory / "zzz-1.0-py3-none-any.whl.metadata" / "in-the-way").mkdir(parents=True)
+
+    result = run_cli("index", str(directory))
+
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line == (
+        f"patched-wheels: error: {directory}/zzz-1.0-py3-none-any.whl.metadata: in the way of the index (a link, or not a file)"
+    )
+    assert _snapshot(directory) == before
+    assert sorted(path.name for path in directory.iterdir() if path.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        b"\xff\xfe not json",
+        b"[" * 100_000,
+        b'{"format": 1, "files": []}',
+        b"{}",
+        "corrupt entries",
+    ],
+    ids=["binary", "deeply-nested", "files-not-a-mapping", "no-format", "corrupt-entries"],
+)
+def test_a_corrupted_hash_cache_is_rebuilt(tmp_path: Path, cache: bytes | str) -> None:
+    directory = _make_index_dir(tmp_path / "wheels")
+    build_index(directory)
+    expected = _snapshot(directory / "simple")
+    cache_file = directory / "simple" / index_module.CACHE_FILE
+    if cache == "corrupt entries":
+        entries = json.loads(cache_file.read_text())
+        for number, entry in enumerate(entries["files"].values()):
+            entry[["requires_python", "sha256", "sha256", "metadata_sha256"][number % 4]] = [5, "zz", None, 3][number % 4]
+        cache = json.dumps(entries).encode()
+    cache_file.write_bytes(cache)
+
+    result = run_cli("index", str(directory))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith(f"({len(WHEELS)} hashed)")  # nothing trusted
+    assert _snapshot(directory / "simple") == expected
 
 
 def test_cli_reports_what_it_did(tmp_path: Path) -> None:

@@ -505,3 +505,39 @@ def test_direct_mode_references_unpatched_pins_only_where_one_file_is_locked(ind
     )
     lock(source, index_dir, out, index_option="index-url", references=references)  # other modes ignore them
     assert "filelockfake==3.13.1" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    ("body", "patched"),
+    [("# header\r\npyreq==1.0\r\n", "pyreq==1.0+stripe.1"), ("torchfake==2.1.0\r\n", "torchfake==2.1.0+stripe.5")],
+    ids=["comment-first", "pin-first"],
+)
+def test_byte_order_mark_and_crlf_are_read_as_pip_reads_them(index_dir: Path, tmp_path: Path, body: str, patched: str) -> None:
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    out = tmp_path / "out.txt"
+
+    assert [str(pin.requirement) for pin in read_pins(source)] == [body.splitlines()[-1]]
+    lock(source, index_dir, out)
+
+    data = out.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and data.count(b"\xef\xbb\xbf") == 1  # still first (before an added option line)
+    text = data.decode("utf-8-sig")
+    assert f"\r\n{patched}\r\n" in text and "\n" not in text.replace("\r\n", "")
+    assert str(read_pins(out)[0].requirement) == patched
+
+
+@pytest.mark.parametrize(
+    "include", ["-r other.txt", "--requirement=other.txt", "-cconstraints.txt", "--constraint constraints.txt"]
+)
+def test_included_files_are_refused_naming_the_include(index_dir: Path, tmp_path: Path, include: str) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text(f"torchfake==2.1.0\n{include}  # shared pins\n")
+    out = tmp_path / "out.txt"
+    message = f"{source}:2: {include}: included files are not followed; put their lines into this lock"
+    with pytest.raises(PatchedWheelsError) as caught:
+        lock(source, index_dir, out)
+    assert str(caught.value) == message
+    assert not out.exists()
+    with pytest.raises(PatchedWheelsError, match="included files are not followed"):
+        read_pins(source)

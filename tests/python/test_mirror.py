@@ -3,6 +3,7 @@ no network is needed) into a directory that then serves as an index itself."""
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def test_mirror_downloads_the_pins_and_serves_them(tmp_path: Path, source: Path)
     assert sorted(p.name for p in destination.glob("*.whl")) == sorted(SOURCE_WHEELS[:2])  # not "other"
     for filename in SOURCE_WHEELS[:2]:
         assert (destination / filename).read_bytes() == (source / filename).read_bytes()
-    assert not list(destination.glob(".mirror-*"))
+    assert not list(destination.glob(".*.tmp"))
     # The mirror is an index pip can install from, with hashes.
     out = tmp_path / "dl"
     fetched = run_pip(
@@ -88,4 +89,31 @@ def test_failed_download_changes_nothing(tmp_path: Path, source: Path) -> None:
     assert last.startswith("patched-wheels: error: ") and "requirements.txt: pip download failed" in last
     assert "DO NOT MATCH THE HASHES" in result.stderr  # pip's own explanation is shown above
     assert {p: p.read_bytes() for p in destination.rglob("*") if p.is_file()} == before
-    assert not list(destination.glob(".mirror-*"))
+    assert not list(destination.glob(".*.tmp"))
+
+
+def test_a_download_the_index_refuses_is_taken_out_again(tmp_path: Path) -> None:
+    """pip downloads a wheel whose RECORD misses a member (pip does not check); indexing refuses it."""
+    links = tmp_path / "links"
+    links.mkdir()
+    bad = make_wheel(links, "badfake-1.0-py3-none-any.whl")
+    with zipfile.ZipFile(bad, "a") as archive:
+        archive.writestr("badfake/unlisted.py", b"")
+    destination = tmp_path / "mirror"
+    destination.mkdir()
+    make_wheel(destination, "kept-1.0-py3-none-any.whl")
+    build_index(destination)
+    before = {p: p.read_bytes() for p in destination.rglob("*") if p.is_file()}
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"badfake==1.0 --hash=sha256:{sha256_of(bad)}\n")
+
+    result = run_cli(
+        "mirror", "-r", str(requirements), str(destination), "--", "--no-index", f"--find-links={links}", env=pip_env()
+    )  # fmt: skip
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "patched-wheels: error: badfake-1.0-py3-none-any.whl: badfake-1.0.dist-info/RECORD: does not list badfake/unlisted.py"
+    )
+    assert {p: p.read_bytes() for p in destination.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in destination.iterdir()) == ["kept-1.0-py3-none-any.whl", "kept-1.0-py3-none-any.whl.metadata", "simple"]

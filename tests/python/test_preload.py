@@ -24,6 +24,7 @@ from fakecuda import (
     flat_layout,
     per_wheel_layout,
     run_import,
+    with_escaping_library,
 )
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import read_graph
@@ -257,3 +258,11 @@ def test_modules_written_before_optional_entries_read_as_all_required():
     assert read_preload_module(old, where="x") == PreloadList(("a/lib/liba.so",))
     with pytest.raises(PatchedWheelsError, match="OPTIONAL is not a subset of LIBRARIES"):
         read_preload_module(old + b'OPTIONAL = ("b/libb.so",)\n', where="x")
+
+
+def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_path):
+    with pytest.raises(PatchedWheelsError) as caught:
+        preload_member_edits("faketorch", with_escaping_library(wheels, tmp_path))
+    assert str(caught.value) == (
+        f"{wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': unsafe path (absolute, '..' or empty component)"
+    )

@@ -237,7 +237,33 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
     replace_members(size, {"demo/data.bin": b"short"})
     unchanged_tampered = _tampered(tmp_path / "t1", "demo/data.bin")
     rewritten_tampered = _tampered(tmp_path / "t2", "demo/__init__.py")
+    reversioned = _demo_wheel(tmp_path / "rev", metadata_version="3.0")
+    symlink = _demo_wheel(tmp_path / "link")
+    with zipfile.ZipFile(symlink, "a") as archive:
+        info = zipfile.ZipInfo("demo/link")
+        info.create_system, info.external_attr = 3, (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(info, "/etc/passwd")
     patch = _patch_file(tmp_path, "fix.patch", INIT_PATCH)
+    wheel_file = zipfile.ZipFile(good).read("demo-1.0.dist-info/WHEEL").splitlines(keepends=True)
+    delete_wheel = _patch_file(
+        tmp_path,
+        "delete-wheel.patch",
+        b"--- a/demo-1.0.dist-info/WHEEL\n+++ /dev/null\n@@ -1,%d +0,0 @@\n" % len(wheel_file)
+        + b"".join(b"-" + line for line in wheel_file),
+    )
+    second_dist_info = _patch_file(
+        tmp_path, "dist-info.patch", b"--- /dev/null\n+++ b/other-1.0.dist-info/METADATA\n@@ -0,0 +1 @@\n+Name: other\n"
+    )
+    under_file = _patch_file(
+        tmp_path, "under.patch", b"--- /dev/null\n+++ b/demo/__init__.py/x.py\n@@ -0,0 +1 @@\n+X = 1\n"
+    )
+    latin1_path = _patch_file(tmp_path, "latin1.patch", INIT_PATCH.replace(b"demo/__init__.py", b"demo/\xe9t\xe9.py"))
+    latin1_metadata = _patch_file(
+        tmp_path,
+        "latin1-metadata.patch",
+        b"--- a/demo-1.0.dist-info/METADATA\n+++ b/demo-1.0.dist-info/METADATA\n@@ -5 +5 @@\n"
+        b"-Requires-Dist: filelock\n+Requires-Dist: filelock\xe9\n",
+    )
     stale = _patch_file(tmp_path, "stale.patch", INIT_PATCH.replace(b" line = 3\n", b" line = 33\n"))
     missing = _patch_file(tmp_path, "missing.patch", INIT_PATCH.replace(b"demo/__init__.py", b"demo/gone.py"))
     base = ["--dest-dir", tmp_path / "out", "--suffix", "s"]
@@ -271,12 +297,51 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
             ["--wheel", good, *base, "--delete", "demo-1.0.dist-info/*"],
             "would delete demo-1.0.dist-info/METADATA, which a wheel needs",
         ),
+        "empty suffix": (
+            ["--wheel", good, "--dest-dir", tmp_path / "out", "--suffix", ""],
+            "suffix '' is not a valid PEP 440 local version label",
+        ),
+        "non-ASCII suffix": (
+            ["--wheel", good, "--dest-dir", tmp_path / "out", "--suffix", "\u017ftripe"],
+            "suffix 'ſtripe' is not a valid PEP 440 local version label",
+        ),
+        "bad add-requires": (
+            ["--wheel", good, *base, "--add-requires", "foo >="],
+            "demo-1.0.dist-info/METADATA: cannot add requirement 'foo >=': Expected ",
+        ),
+        "re-versioned": (
+            ["--wheel", reversioned, *base],
+            f"{reversioned.name}: demo-1.0.dist-info/METADATA: has version 3.0, the file name 1.0",
+        ),
+        "symlink member": (["--wheel", symlink, *base], f"{symlink.name}: member 'demo/link': not a regular file"),
+        "patch deletes WHEEL": (
+            ["--wheel", good, *base, "--patch", delete_wheel],
+            f"patch {delete_wheel}: would delete demo-1.0.dist-info/WHEEL, which a wheel needs",
+        ),
+        "patch adds a dist-info": (
+            ["--wheel", good, *base, "--patch", second_dist_info],
+            f"patch {second_dist_info}: other-1.0.dist-info/METADATA would add a second .dist-info directory",
+        ),
+        "patch creates under a file": (
+            ["--wheel", good, *base, "--patch", under_file],
+            "demo-1.0+s-py3-none-any.whl: member 'demo/__init__.py/x.py': demo/__init__.py is a file, not a directory",
+        ),
+        "patch path not UTF-8": (
+            ["--wheel", good, *base, "--patch", latin1_path],
+            f"patch {latin1_path}: line 1: the path b'a/demo/\\xe9t\\xe9.py' is not UTF-8",
+        ),
+        "patched METADATA not UTF-8": (
+            ["--wheel", good, *base, "--patch", latin1_metadata, "--remove-requires", "triton"],
+            "demo-1.0+s-py3-none-any.whl: demo-1.0+s.dist-info/METADATA: not UTF-8",
+        ),
     }
 
 
 BAD_CASES = [
     "not a zip", "truncated", "unsafe path", "duplicate", "record size", "hash --verify", "hash rewritten",
     "stale patch", "missing target", "negative strip", "invalid suffix", "delete no match", "remove unknown", "edit RECORD",
+    "empty suffix", "non-ASCII suffix", "bad add-requires", "re-versioned", "symlink member", "patch deletes WHEEL",
+    "patch adds a dist-info", "patch creates under a file", "patch path not UTF-8", "patched METADATA not UTF-8",
 ]
 
 
@@ -292,6 +357,17 @@ def test_bad_input_gives_one_error_line_and_no_output(
     assert message in captured.err
     out = tmp_path / "out"
     assert not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("epoch", ["\u00b2", "1e9"])
+def test_bad_source_date_epoch_is_one_line_and_no_output(
+    epoch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheel = _demo_wheel(tmp_path / "in")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+    assert _cli("patch", "--wheel", wheel, "--dest-dir", tmp_path / "out", "--suffix", "s") == 1
+    assert capsys.readouterr().err == f"patched-wheels: error: SOURCE_DATE_EPOCH={epoch!r}: not a number of seconds since 1970\n"
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_tampered_unchanged_member_passes_without_verify(tmp_path: Path) -> None:

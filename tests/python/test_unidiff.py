@@ -133,6 +133,8 @@ def test_deletion_must_remove_everything() -> None:
         (b"--- a/f\n+++ b/f\n@@ nonsense @@\n", "malformed header"),
         (b"diff --git a/f b/f\nGIT binary patch\nliteral 1\n", "unsupported git patch"),
         (b"--- /dev/null\n+++ /dev/null\n@@ -0,0 +0,0 @@\n", "both sides are /dev/null"),
+        (b"--- a/f\xe9\n+++ b/f\xe9\n@@ -1 +1 @@\n-a\n+b\n", r"line 1: the path b'a/f\\xe9' is not UTF-8"),
+        (b"GIT binary patch \xff\n", r"line 1: unsupported git patch \('GIT binary patch \ufffd'\)"),
     ],
 )
 def test_malformed_patches(patch: bytes, message: str) -> None:

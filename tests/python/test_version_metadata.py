@@ -29,7 +29,8 @@ def test_local_suffix(version: str, suffix: str, expected: str) -> None:
     assert Version(result).public == Version(version).public
 
 
-@pytest.mark.parametrize("suffix", ["", "a+b", "stripe..5", ".stripe", "stripe.", "ümlaut", "a b", "-x"])
+# "\u017f" (long s) and "\u212a" (Kelvin sign) match [a-z] case-insensitively unless the pattern is ASCII-only.
+@pytest.mark.parametrize("suffix", ["", "a+b", "stripe..5", ".stripe", "stripe.", "ümlaut", "a b", "-x", "\u017ftripe", "\u212a1"])
 def test_invalid_suffix_is_one_line_error(suffix: str) -> None:
     with pytest.raises(PatchedWheelsError, match="not a valid PEP 440 local version label") as caught:
         with_local_suffix("1.0", suffix)
@@ -129,3 +130,16 @@ def test_continuation_lines_are_kept_with_their_field() -> None:
     assert field_values(METADATA, "license") == ["BSD-3 continued license line"]
     edited = remove_requires(METADATA, ["filelock"], origin="m")
     assert b"License: BSD-3\n  continued license line\n" in edited
+
+
+def test_metadata_that_is_not_utf8_is_read_without_a_traceback() -> None:
+    metadata = b"Name: demo\nVersion: 1.0\xff\nRequires-Dist: a\xe9\n"
+    assert field_values(metadata, "Version") == ["1.0\ufffd"]
+    assert remove_requires(metadata, ["a"], origin="M") == b"Name: demo\nVersion: 1.0\xff\n"
+
+
+def test_invalid_added_requirement_is_one_line() -> None:
+    with pytest.raises(PatchedWheelsError) as caught:
+        add_requires(b"Name: demo\n", ["foo >="], origin="M")
+    assert str(caught.value).startswith("M: cannot add requirement 'foo >=': Expected ")
+    assert "\n" not in str(caught.value)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
 import zipfile
 from pathlib import Path
 
 import pytest
 from installer.sources import WheelFile as InstallerWheel
-from wheelbuilder import build_wheel, replace_members
+from wheelbuilder import build_wheel, edit_headers, replace_members
 
 from patched_wheels import wheelfile
 from patched_wheels.errors import PatchedWheelsError
@@ -112,10 +113,26 @@ def _record_for(members: list[tuple[str, bytes]], dist_info: str) -> bytes:
     return serialize_record([*rows, RecordEntry(f"{dist_info}/RECORD", "", None)])
 
 
-def _wheel_with(tmp_path: Path, extra: list[tuple[str, bytes]], *, record_extra: list[tuple[str, bytes]] = ()) -> Path:
-    base = [("a/__init__.py", b"x"), ("a-1.0.dist-info/METADATA", b"Name: a\nVersion: 1.0\n")]
-    record = _record_for(base + extra + list(record_extra), "a-1.0.dist-info")
-    return _raw_zip(tmp_path / "a-1.0-py3-none-any.whl", base + extra + [("a-1.0.dist-info/RECORD", record)])
+_BASE = {
+    "a/__init__.py": b"x",
+    "a-1.0.dist-info/METADATA": b"Name: a\nVersion: 1.0\n",
+    "a-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nTag: py3-none-any\n",
+}
+
+
+def _wheel_with(
+    tmp_path: Path,
+    extra: list[tuple[str, bytes]],
+    *,
+    record_extra: list[tuple[str, bytes]] = (),
+    base: dict[str, bytes | None] | None = None,
+    filename: str = "a-1.0-py3-none-any.whl",
+) -> Path:
+    """A wheel of project ``a`` with ``extra`` members; ``base`` overrides (None: drops) members of ``_BASE``."""
+    members = {**_BASE, **(base or {})}
+    listed = [(name, data) for name, data in members.items() if data is not None] + extra
+    record = _record_for(listed + list(record_extra), "a-1.0.dist-info")
+    return _raw_zip(tmp_path / filename, listed + [("a-1.0.dist-info/RECORD", record)])
 
 
 @pytest.mark.parametrize(
@@ -157,11 +174,32 @@ def test_record_lists_missing_member(tmp_path: Path) -> None:
         WheelReader(path)
 
 
+SHA256_X = wheelfile.record_hash(hashlib.sha256(b"x").digest())
+
+
 def test_malformed_record_row(tmp_path: Path) -> None:
     with pytest.raises(PatchedWheelsError, match="^w: row 2: expected 3 fields, got 2$"):
-        parse_record(b"a,sha256=x,1\nb,sha256=y\n", origin="w")
+        parse_record(f"a,{SHA256_X},1\nb,{SHA256_X}\n".encode(), origin="w")
     with pytest.raises(PatchedWheelsError, match="md5 is not allowed"):
         parse_record(b"a,md5=abc,1\n", origin="w")
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("a,shake_128=AAAA,1", "row 1: bad hash 'shake_128=AAAA' for a"),  # no fixed digest length
+        ("a,sha256=%%%,1", "row 1: bad sha256 digest '%%%' for a"),
+        ("a,sha256=AAAA,1", "row 1: bad sha256 digest 'AAAA' for a"),  # valid base64, 3 bytes
+        ("a,sha256=é,1", "row 1: bad sha256 digest 'é' for a"),
+        (f"a,{SHA256_X},\u00b2", "row 1: bad size '²' for a"),  # str.isdigit() says yes, int() says no
+        (f"a,{SHA256_X},\u0661", "row 1: bad size '١' for a"),
+        (f"a,{SHA256_X},-1", "row 1: bad size '-1' for a"),
+    ],
+)
+def test_record_fields_are_checked_when_parsed(row: str, message: str) -> None:
+    with pytest.raises(PatchedWheelsError) as caught:
+        parse_record(row.encode(), origin="w")
+    assert _one_line_error(caught) == f"w: {message}"
 
 
 def test_not_a_zip_and_truncated(tmp_path: Path, wheel: Path) -> None:
@@ -185,7 +223,7 @@ def test_wrong_dist_info(tmp_path: Path) -> None:
 
 
 def test_record_parse_serialize_round_trip() -> None:
-    entries = [RecordEntry("a,b/c \"q\".py", "sha256=abc", 3), RecordEntry("x.dist-info/RECORD", "", None)]
+    entries = [RecordEntry("a,b/c \"q\".py", SHA256_X, 3), RecordEntry("x.dist-info/RECORD", "", None)]
     assert parse_record(serialize_record(entries), origin="r") == entries
 
 
@@ -225,6 +263,7 @@ def test_written_members_and_record(tmp_path: Path) -> None:
         writer.write_bytes("n/é.py", b"x = 1\n", mode=0o600)
         writer.write_file("n/big.bin", big)
         writer.write_bytes("n-1.dist-info/METADATA", b"Name: n\nVersion: 1\n")
+        writer.write_bytes("n-1.dist-info/WHEEL", b"Wheel-Version: 1.0\n")
     with zipfile.ZipFile(dest) as archive:
         assert archive.testzip() is None
         assert archive.read("n/é.py") == b"x = 1\n"
@@ -394,7 +433,9 @@ def test_members_with_data_descriptors_are_copied_and_renamed(wheel: Path, tmp_p
     dest.parent.mkdir()
     with WheelReader(streamed) as reader, WheelWriter(dest, dist_info="demo-2.dist-info") as writer:
         for name in reader.members():
-            if not name.endswith("/RECORD"):
+            if name.endswith("/METADATA"):
+                writer.write_bytes("demo-2.dist-info/METADATA", reader.metadata().replace(b"1.0", b"2"))
+            elif not name.endswith("/RECORD"):
                 writer.copy_raw(reader, name, arcname=name.replace("demo-1.0.", "demo-2."))
     with zipfile.ZipFile(dest) as archive:
         assert archive.testzip() is None
@@ -413,3 +454,172 @@ def test_local_header_must_agree_with_central_directory(wheel: Path) -> None:
     with WheelReader(wheel) as reader, pytest.raises(PatchedWheelsError) as caught:
         reader.read("demo/lib.so")
     assert _one_line_error(caught) == f"{wheel.name}: demo/lib.so: local header disagrees with the central directory"
+
+
+# ---------------------------------------------------------------- what a wheel must be
+
+
+def _symlink_member(name: str, target: bytes) -> tuple[zipfile.ZipInfo, bytes]:
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return info, target
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("no WHEEL", "a-1.0-py3-none-any.whl: a-1.0.dist-info/WHEEL: missing"),
+        ("no METADATA", "a-1.0-py3-none-any.whl: a-1.0.dist-info/METADATA: missing"),
+        ("second dist-info", "expected one a-<version>.dist-info directory, found: a-1.0.dist-info, b-1.0.dist-info"),
+        ("METADATA version", "a-1.0.dist-info/METADATA: has version 3.0, the file name 1.0"),
+        ("METADATA name", "a-1.0.dist-info/METADATA: names project b, the file name a"),
+        ("METADATA two versions", "a-1.0.dist-info/METADATA: has version 1.0, 1.1, the file name 1.0"),
+        ("METADATA not UTF-8", "a-1.0.dist-info/METADATA: not UTF-8 (byte 15)"),
+        ("WHEEL not UTF-8", "a-1.0.dist-info/WHEEL: not UTF-8 (byte 0)"),
+        ("WHEEL version", "a-1.0.dist-info/WHEEL: Wheel-Version 2.0 is not 1.x"),
+        ("WHEEL without version", "a-1.0.dist-info/WHEEL: Wheel-Version none is not 1.x"),
+        ("file under a file", "member 'a/__init__.py/x.py': a/__init__.py is a file, not a directory"),
+        ("directory over a file", "member 'a': a is a directory of other members"),
+    ],
+)
+def test_wheels_that_are_not_accepted(tmp_path: Path, case: str, message: str) -> None:
+    base: dict[str, bytes | None] = {}
+    extra: list[tuple[str, bytes]] = []
+    if case == "no WHEEL":
+        base["a-1.0.dist-info/WHEEL"] = None
+    elif case == "no METADATA":
+        base["a-1.0.dist-info/METADATA"] = None
+    elif case == "second dist-info":
+        extra = [("b-1.0.dist-info/METADATA", b"Name: b\nVersion: 1.0\n")]
+    elif case.startswith("METADATA"):
+        base["a-1.0.dist-info/METADATA"] = {
+            "METADATA version": b"Name: a\nVersion: 3.0\n",
+            "METADATA name": b"Name: b\nVersion: 1.0\n",
+            "METADATA two versions": b"Name: a\nVersion: 1.0\nVersion: 1.1\n",
+            "METADATA not UTF-8": b"Name: a\nVersion\xff: 1.0\n",
+        }[case]
+    elif case.startswith("WHEEL"):
+        base["a-1.0.dist-info/WHEEL"] = {
+            "WHEEL not UTF-8": b"\xffWheel-Version: 1.0\n",
+            "WHEEL version": b"Wheel-Version: 2.0\n",
+            "WHEEL without version": b"Tag: py3-none-any\n",
+        }[case]
+    elif case == "file under a file":
+        extra = [("a/__init__.py/x.py", b"")]
+    elif case == "directory over a file":
+        extra = [("a", b"")]
+    path = _wheel_with(tmp_path, extra, base=base)
+    with pytest.raises(PatchedWheelsError) as caught:
+        WheelReader(path)
+    assert _one_line_error(caught).startswith(f"{path.name}: ")
+    assert message in str(caught.value)
+
+
+def test_dist_info_version_must_be_the_file_names(tmp_path: Path) -> None:
+    path = build_wheel(tmp_path, "demo", "1.0", {"demo/x.py": b""})
+    renamed = path.with_name("demo-1.0.0-py3-none-any.whl")  # the same version, spelled differently: fine
+    path.rename(renamed)
+    assert WheelReader(renamed).dist_info == "demo-1.0.dist-info"
+    other = renamed.with_name("demo-2.0-py3-none-any.whl")
+    renamed.rename(other)
+    with pytest.raises(PatchedWheelsError) as caught:
+        WheelReader(other)
+    assert _one_line_error(caught) == f"{other.name}: demo-1.0.dist-info: version '1.0' differs from the file name's 2.0"
+
+
+def test_symlink_members_are_refused(tmp_path: Path) -> None:
+    path = _wheel_with(tmp_path, [])
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(*_symlink_member("a/link", b"/etc/passwd"))
+    with pytest.raises(PatchedWheelsError) as caught:
+        WheelReader(path)
+    assert _one_line_error(caught) == f"{path.name}: member 'a/link': not a regular file (a symbolic link or special file)"
+
+
+def test_invalid_project_name_in_the_file_name(tmp_path: Path) -> None:
+    with pytest.raises(PatchedWheelsError) as caught:
+        WheelFilename.parse("\u017fx-1.0-py3-none-any.whl")  # 'ſ' matches [a-z] case-insensitively
+    assert _one_line_error(caught) == "ſx-1.0-py3-none-any.whl: not a valid wheel filename (invalid project name)"
+    with pytest.raises(PatchedWheelsError, match="invalid project name"):
+        WheelFilename.parse("foo_-1.0-py3-none-any.whl")
+
+
+def test_unsupported_zip_version_is_one_line(tmp_path: Path, wheel: Path) -> None:
+    edit_headers(wheel, "demo/__init__.py", extract_version=99)  # zipfile raises NotImplementedError
+    with pytest.raises(PatchedWheelsError) as caught:
+        WheelReader(wheel)
+    assert _one_line_error(caught).startswith(f"{wheel}: unsupported zip archive (zip file version 9.9)")
+
+
+def test_stored_member_whose_sizes_differ(tmp_path: Path) -> None:
+    path = build_wheel(tmp_path, "demo", "1.0", {"demo/x.py": b"12345"}, compression=zipfile.ZIP_STORED)
+    edit_headers(path, "demo/x.py", compress_size=3)
+    with pytest.raises(PatchedWheelsError) as caught:
+        WheelReader(path)
+    assert _one_line_error(caught) == f"{path.name}: member 'demo/x.py': stored with 3 bytes but 5 declared"
+
+
+def test_inflating_stops_at_the_declared_size(tmp_path: Path) -> None:
+    """A member whose deflate stream inflates far past what the zip and RECORD declare."""
+    path = build_wheel(tmp_path, "demo", "1.0", {"demo/x.py": b"\0" * 100})
+    replace_members(path, {"demo/x.py": b"\0" * (8 << 20)})
+    edit_headers(path, "demo/x.py", file_size=100)
+    chunks = []
+    with WheelReader(path) as reader, pytest.raises(PatchedWheelsError) as caught:
+        for chunk in reader.open("demo/x.py"):
+            chunks.append(len(chunk))
+    assert _one_line_error(caught) == f"{path.name}: demo/x.py: inflates past the 100 bytes the zip declares"
+    assert sum(chunks) <= 101
+
+
+@pytest.mark.parametrize(
+    ("epoch", "expected"),
+    [
+        ("", (1980, 1, 1, 0, 0, 0)),
+        ("0", (1980, 1, 1, 0, 0, 0)),
+        ("99999999999999999999", (2107, 12, 31, 23, 59, 58)),  # past what gmtime takes
+        ("5000000000", (2107, 12, 31, 23, 59, 58)),  # 2128: past what a zip can say
+    ],
+)
+def test_source_date_epoch_is_clamped_to_the_zip_range(
+    wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, epoch: str, expected: tuple[int, ...]
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader:
+        _copy_all(reader, dest)
+    with zipfile.ZipFile(dest) as archive:
+        assert archive.infolist()[0].date_time == expected
+
+
+@pytest.mark.parametrize("epoch", ["\u00b2", "\u0661\u0662", "-5", "1e9", "soon"])
+def test_source_date_epoch_that_is_not_a_number_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, epoch: str) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+    with pytest.raises(PatchedWheelsError) as caught:
+        WheelWriter(tmp_path / "n-1-py3-none-any.whl", dist_info="n-1.dist-info")
+    assert _one_line_error(caught) == f"SOURCE_DATE_EPOCH={epoch!r}: not a number of seconds since 1970"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ({"n-1.dist-info/METADATA": b"Name: n\nVersion: 1\n"}, "n-1-py3-none-any.whl: n-1.dist-info/WHEEL: missing"),
+        (
+            {**dict.fromkeys(["n-1.dist-info/METADATA", "m-1.dist-info/METADATA"], b"Name: n\nVersion: 1\n")},
+            "expected one n-<version>.dist-info directory, found: m-1.dist-info, n-1.dist-info",
+        ),
+        ({"n-1.dist-info/METADATA": b"Name: n\nVersion: 2\n"}, "METADATA: has version 2, the file name 1"),
+        ({"n/x.py": b"", "n/x.py/y.py": b""}, "member 'n/x.py/y.py': n/x.py is a file, not a directory"),
+    ],
+)
+def test_writer_refuses_to_finish_what_a_reader_would_refuse(tmp_path: Path, members: dict[str, bytes], message: str) -> None:
+    with pytest.raises(PatchedWheelsError) as caught:
+        with WheelWriter(tmp_path / "n-1-py3-none-any.whl", dist_info="n-1.dist-info") as writer:
+            for name, data in {"n-1.dist-info/WHEEL": b"Wheel-Version: 1.0\n", **members}.items():
+                if not (name.endswith("/WHEEL") and "WHEEL: missing" in message):
+                    writer.write_bytes(name, data)
+    assert message in _one_line_error(caught)
+    assert list(tmp_path.iterdir()) == []

@@ -11,6 +11,8 @@ API (kept small on purpose, other test modules import it):
   is placed in the wheel's ``<dist>-<version>.data/`` or ``.dist-info/`` directory.
 * ``replace_members(wheel, replacements)`` rewrites members *without* touching RECORD
   (``None`` removes a member): the way to make a tampered or inconsistent wheel.
+* ``edit_headers(wheel, member, **fields)`` overwrites fields of a member's local and central
+  headers in place (sizes, CRC, "version needed", attributes): zip-level lies.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import base64
 import hashlib
 import re
 import shutil
+import struct
 import zipfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-__all__ = ["build_wheel", "dist_name", "replace_members"]
+__all__ = ["build_wheel", "dist_name", "edit_headers", "replace_members"]
 
 
 def dist_name(name: str) -> str:
@@ -43,12 +46,16 @@ def build_wheel(
     metadata_extra: str = "",
     modes: Mapping[str, int] | None = None,
     distribution: str | None = None,
+    compression: int = zipfile.ZIP_DEFLATED,
+    metadata_version: str | None = None,
 ) -> Path:
     """Write a wheel into ``directory`` and return its path.
 
     ``metadata_extra`` is appended verbatim to METADATA's headers; ``modes`` gives unix
     permission bits per archive path (default 0o644); ``distribution`` overrides the
-    spelling used in the filename and dist-info directory (default ``dist_name(name)``).
+    spelling used in the filename and dist-info directory (default ``dist_name(name)``);
+    ``compression`` is the zip method of every member; ``metadata_version`` overrides
+    METADATA's ``Version:`` (to build a wheel that disagrees with its own file name).
     """
     distribution = distribution or dist_name(name)
     prefix = f"{distribution}-{version}"
@@ -60,7 +67,7 @@ def build_wheel(
         elif path.startswith(".dist-info/"):
             path = dist_info + path[len(".dist-info") :]
         members[path] = content
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {metadata_version or version}\n"
     metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     metadata += metadata_extra + "\nA test wheel.\n"
     purelib = "true" if tag.endswith("-none-any") else "false"
@@ -75,10 +82,10 @@ def build_wheel(
 
     build = f"-{build_tag}" if build_tag is not None else ""
     path = Path(directory) / f"{distribution}-{version}{build}-{tag}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+    with zipfile.ZipFile(path, "w", compression) as archive:
         for member, content in members.items():
             info = zipfile.ZipInfo(member, date_time=(2020, 2, 2, 12, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
+            info.compress_type = compression
             info.external_attr = (0o100000 | (modes or {}).get(member, 0o644)) << 16
             archive.writestr(info, content)
     return path
@@ -94,6 +101,39 @@ def replace_members(wheel: Path, replacements: Mapping[str, bytes | None]) -> No
             elif replacements[info.filename] is not None:
                 target.writestr(info, replacements[info.filename])
     shutil.move(temporary, wheel)
+
+
+# Offsets of the fields edit_headers knows, in the local header and in the central directory entry.
+_LOCAL_FIELDS = {"extract_version": (4, "<H"), "crc": (14, "<I"), "compress_size": (18, "<I"), "file_size": (22, "<I")}
+_CENTRAL_FIELDS = {
+    "extract_version": (6, "<H"),
+    "crc": (16, "<I"),
+    "compress_size": (20, "<I"),
+    "file_size": (24, "<I"),
+    "external_attr": (38, "<I"),
+}
+
+
+def edit_headers(wheel: Path, member: str, **fields: int) -> None:
+    """Overwrite ``fields`` of ``member``'s local header and central directory entry (32-bit zips only)."""
+    data = bytearray(wheel.read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    count, _size, position = struct.unpack_from("<HII", data, end + 10)
+    for _ in range(count):
+        name_length, extra_length, comment_length = struct.unpack_from("<HHH", data, position + 28)
+        name = bytes(data[position + 46 : position + 46 + name_length]).decode("utf-8")
+        if name == member:
+            local = struct.unpack_from("<I", data, position + 42)[0]
+            for field, value in fields.items():
+                if field in _LOCAL_FIELDS:
+                    offset, layout = _LOCAL_FIELDS[field]
+                    struct.pack_into(layout, data, local + offset, value)
+                offset, layout = _CENTRAL_FIELDS[field]
+                struct.pack_into(layout, data, position + offset, value)
+            wheel.write_bytes(bytes(data))
+            return
+        position += 46 + name_length + extra_length + comment_length
+    raise KeyError(member)
 
 
 def _digest(content: bytes) -> str:

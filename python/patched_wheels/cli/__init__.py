@@ -54,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except PatchedWheelsError as error:
-        print(f"patched-wheels: error: {error}", file=sys.stderr)
+        # One line whatever a message quotes (a third-party reason, a name with a newline).
+        print(f"patched-wheels: error: {' '.join(str(error).splitlines())}", file=sys.stderr)
         return 1
     except OSError as error:  # a destination that cannot be written, a file that vanished, ...
         where = f"{error.filename}: " if error.filename else ""

@@ -1,0 +1,110 @@
+"""Memory stays bounded by a constant plus the largest member edited in memory, whatever the input.
+
+Each case runs the CLI in a fresh interpreter and reads its peak RSS, on inputs a few hundred
+kilobytes big that would need hundreds of megabytes if read naively.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from fakecuda import compile_shared
+from wheelbuilder import build_wheel, edit_headers
+
+from patched_wheels.elfgraph import parse_elf
+
+PADDING = 200 << 20  # what each hostile member inflates to
+BOUND = 100 << 20  # peak RSS allowed: the interpreter and imports take about 40 MiB
+_CHUNK = 1 << 20
+
+_MEASURE = """
+import resource, sys
+from patched_wheels.cli import main
+status = main(sys.argv[1:])
+sys.stdout.flush()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+sys.exit(status)
+"""
+
+
+def _run(*args: object) -> tuple[int, str, str, int]:
+    """(exit status, stdout without the last line, stderr, peak RSS in bytes) of the CLI."""
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *map(str, args)], capture_output=True, text=True, timeout=300, check=False
+    )
+    *out, peak = result.stdout.splitlines()
+    return result.returncode, "\n".join(out), result.stderr, int(peak)
+
+
+def _stream_member(archive: zipfile.ZipFile, name: str, head: bytes, zeros: int) -> tuple[str, int]:
+    """Write ``head`` then ``zeros`` zero bytes without holding them; return RECORD's (hash, size)."""
+    digest = hashlib.sha256(head)
+    info = zipfile.ZipInfo(name)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    with archive.open(info, "w") as member:
+        member.write(head)
+        block = bytes(_CHUNK)
+        for start in range(0, zeros, _CHUNK):
+            piece = block[: min(_CHUNK, zeros - start)]
+            member.write(piece)
+            digest.update(piece)
+    encoded = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    return f"sha256={encoded}", len(head) + zeros
+
+
+def test_a_member_inflating_past_its_declared_size_is_not_held(tmp_path: Path) -> None:
+    """A 200 KB wheel whose 100-byte member inflates to 200 MiB: refused after 101 bytes."""
+    wheel = build_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": bytes(100)})
+    declared = zipfile.ZipFile(wheel).getinfo("demo/__init__.py")
+    bomb = tmp_path / "bomb" / wheel.name
+    bomb.parent.mkdir()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            if info.filename == "demo/__init__.py":
+                _stream_member(target, info.filename, b"", PADDING)
+            else:
+                target.writestr(info, source.read(info))
+    edit_headers(bomb, "demo/__init__.py", file_size=declared.file_size, crc=declared.CRC)
+    assert bomb.stat().st_size < 1 << 20
+    patch = tmp_path / "fix.patch"
+    patch.write_bytes(b"--- a/demo/__init__.py\n+++ b/demo/__init__.py\n@@ -1 +1 @@\n-x\n+y\n")
+
+    status, out, err, peak = _run("patch", "--wheel", bomb, "--dest-dir", tmp_path / "out", "--suffix", "s", "--patch", patch)
+
+    assert (status, out) == (1, "")
+    assert err == f"patched-wheels: error: {bomb.name}: demo/__init__.py: inflates past the 100 bytes the zip declares\n"
+    assert peak < BOUND, f"peak RSS {peak >> 20} MiB"
+
+
+def test_graph_keeps_windows_not_the_member_when_dynamic_is_near_the_start(tmp_path: Path) -> None:
+    """A small library followed by 200 MiB: PT_DYNAMIC is in the first kilobytes, the file ends far later."""
+    library = compile_shared(
+        tmp_path, "libpad.so", "int pad(void) { return 1; }\n", "-Wl,-soname,libpad.so", "-Wl,-rpath,$ORIGIN/x"
+    )
+    data = library.read_bytes()
+    wheel = tmp_path / "pad-1.0-py3-none-linux_x86_64.whl"
+    rows = []
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        hash_, size = _stream_member(archive, "pad/libpad.so", data, PADDING)
+        rows.append(f"pad/libpad.so,{hash_},{size}")
+        for name, content in {
+            "pad-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pad\nVersion: 1.0\n",
+            "pad-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n",
+        }.items():
+            archive.writestr(name, content)
+            encoded = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
+            rows.append(f"{name},sha256={encoded},{len(content)}")
+        archive.writestr("pad-1.0.dist-info/RECORD", "\n".join([*rows, "pad-1.0.dist-info/RECORD,,", ""]))
+    assert wheel.stat().st_size < 1 << 20
+
+    status, out, err, peak = _run("graph", "--no-cache", "--json", wheel)
+
+    assert status == 0, err
+    expected = parse_elf(data, wheel=wheel.name, path="pad/libpad.so")
+    assert f'"soname": "{expected.soname}"' in out and '"$ORIGIN/x"' in out
+    assert peak < BOUND, f"peak RSS {peak >> 20} MiB"
