@@ -518,7 +518,7 @@ def test_byte_order_mark_and_crlf_are_read_as_pip_reads_them(index_dir: Path, tm
     out = tmp_path / "out.txt"
 
     assert [str(pin.requirement) for pin in read_pins(source)] == [body.splitlines()[-1]]
-    lock(source, index_dir, out)
+    lock(source, index_dir, out, index_option="extra-index-url")
 
     data = out.read_bytes()
     assert data.startswith(b"\xef\xbb\xbf") and data.count(b"\xef\xbb\xbf") == 1  # still first (before an added option line)
