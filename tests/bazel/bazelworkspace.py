@@ -156,7 +156,7 @@ def common_files(root: Path) -> FakePypi:
     )
     write_lock(pypi.wheels.all, root / "requirements_lock.txt")
     write_lock(pypi.runtime.all, root / "requirements_runtime_lock.txt")
-    for script in ("check_faketorch.py", "check_fakejax.py"):
+    for script in ("check_faketorch.py", "check_answer.py"):
         (root / script).write_text((TEMPLATES / script).read_text(encoding="utf-8"))
     (root / "logs").mkdir()
     return pypi
@@ -192,7 +192,6 @@ def make_bzlmod_workspace(root: Path) -> Setup:
     _append_template(root / "BUILD.bazel", "runtime.BUILD.bazel.tmpl", dict(expected=str(fakecuda.RUNTIME_ANSWER)))
     # The RPATH hub serves a lock of its own: only `pkg`, whose library the hub's `rpath` fixes.
     write_lock([pypi.rpath_wheel], root / "rpath_requirements_lock.txt")
-    (root / "check_rpath_pkg.py").write_text((TEMPLATES / "check_rpath_pkg.py").read_text(encoding="utf-8"))
     _append_template(root / "MODULE.bazel", "rpath.MODULE.bazel.tmpl", {**values, "rpath": rpathfixture.FIX})
     _append_template(root / "BUILD.bazel", "rpath.BUILD.bazel.tmpl", dict(expected=str(rpathfixture.EXPECTED_ANSWER)))
     (root / "does-not-apply.patch").write_text(
