@@ -429,7 +429,7 @@ class WheelReader:
             if info.header_offset < 0 or info.header_offset + _LOCAL_HEADER.size + info.compress_size > file_size:
                 raise PatchedWheelsError(f"{where}: data extends past the end of the file (truncated?)")
             kind = stat.S_IFMT(info.external_attr >> 16) if info.create_system == _UNIX else 0
-            if kind and kind != (stat.S_IFDIR if name.endswith("/") else stat.S_IFREG):
+            if kind not in (0, stat.S_IFREG, stat.S_IFDIR):  # archivers disagree on directories' bits, not on links
                 raise PatchedWheelsError(f"{where}: not a regular file (a symbolic link or special file)")
             layout.add(name)
             indexed[name] = info
