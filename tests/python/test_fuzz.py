@@ -10,7 +10,7 @@ output is a valid wheel (patch) or an index that serves the file's hash (index).
 traceback.
 
 Seeded: a failure names the seed, the case and its mutation. Replay with
-``RPW_FUZZ_SEED=<seed>``; ``RPW_FUZZ_CASES`` sets how many cases run (default 240, about 10 s
+``RPW_FUZZ_SEED=<seed>``; ``RPW_FUZZ_CASES`` sets how many cases run (default 240, a few seconds
 here), and the run stops early after ``RPW_FUZZ_SECONDS`` (default 40) so CI stays bounded.
 """
 
