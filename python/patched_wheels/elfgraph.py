@@ -35,8 +35,10 @@ from typing import BinaryIO, Iterable, Mapping, Sequence
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
-from elftools.elf.dynamic import DynamicSegment
+from elftools.construct.lib.container import Container
+from elftools.elf.dynamic import DynamicSection, DynamicSegment
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import Section, StringTableSection
 from elftools.elf.structs import ELFStructs
 
 from patched_wheels.errors import PatchedWheelsError
@@ -53,13 +55,17 @@ ORIGIN_TOKEN = re.compile(r"\$(?:ORIGIN(?![A-Za-z0-9_])|\{ORIGIN\})")
 _CACHE_SCHEMA = 1
 # Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
 _HEAD_SIZE = 1 << 20
-# Kept around each place pyelftools reads (before PT_DYNAMIC: section names of patchelf'd files;
-# before the section headers: .shstrtab; after a missed read: the rest of a string table).
+# Kept around PT_DYNAMIC, and after a missed read (the rest of a string table).
 _WINDOW = 1 << 20
 _MAX_TABLE = 4 << 20  # 65535 section headers of 64 bytes
+_TAIL = 32 << 20  # kept from before PT_DYNAMIC to the end when the end is this near
+_STRING_WINDOW = 4096  # kept at each string PT_DYNAMIC names: a longer one costs a pass
 # Bounds per member, whatever it claims: passes over the member, and bytes kept from it.
 _MAX_PASSES = 4
 _MAX_KEPT = 64 << 20
+# Elf_Dyn tags: the end of the table, the string table and its size, and the entries naming strings.
+_DT_NULL, _DT_STRTAB, _DT_STRSZ = 0, 5, 10
+_DT_STRING_TAGS = frozenset({1, 14, 15, 29})  # DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,22 @@ def expand_origin(entry: str, directory: str) -> str:
     return posixpath.normpath(ORIGIN_TOKEN.sub(lambda _: directory or ".", entry))
 
 
+class _DynamicOnlyELFFile(ELFFile):
+    """pyelftools' ELFFile building only the sections the dynamic segment reads (DYNAMIC and the
+    string tables), unnamed.
+
+    Its other section classes read their tables as they are built (``.gnu.hash``, every name
+    from ``.shstrtab``): bytes a streamed member need not keep, each miss costing a pass.
+    """
+
+    def _make_section(self, section_header: Container) -> Section:  # pyelftools' one section factory
+        if section_header["sh_type"] == "SHT_DYNAMIC":
+            return DynamicSection(section_header, "", self)
+        if section_header["sh_type"] == "SHT_STRTAB":
+            return StringTableSection(section_header, "", self)
+        return Section(section_header, "", self)
+
+
 def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
     """Read the dynamic section of one ELF file (bytes or a seekable stream) with pyelftools."""
     where = f"{wheel}: {path}"
@@ -160,8 +182,13 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
     needed: list[str] = []
     rpath: list[str] = []
     runpath: list[str] = []
+    stream.seek(0, os.SEEK_END)
+    size = stream.tell()
     try:
-        elf = ELFFile(stream)
+        elf = _DynamicOnlyELFFile(stream)
+        for kind in ("ph", "sh"):  # pyelftools reads only the entries it needs: a cut table would go unseen
+            if elf[f"e_{kind}off"] + elf[f"e_{kind}num"] * elf[f"e_{kind}entsize"] > size:
+                raise PatchedWheelsError(f"{where}: truncated or corrupt ELF file (its {kind} table ends past its end)")
         for segment in elf.iter_segments():
             if not isinstance(segment, DynamicSegment):
                 continue
@@ -174,6 +201,8 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
                     rpath.extend(entry for entry in tag.rpath.split(":") if entry)
                 elif tag.entry.d_tag == "DT_RUNPATH":
                     runpath.extend(entry for entry in tag.runpath.split(":") if entry)
+    except PatchedWheelsError:
+        raise
     except Exception as error:  # on hostile input pyelftools raises ELFError, struct.error, OverflowError, AssertionError, ...
         missed = getattr(stream, "missed", None)
         if missed is not None:  # pyelftools wraps what the stream raises in its own errors
@@ -198,17 +227,15 @@ class _SparseFile(io.RawIOBase):
     short or invented bytes, so a parse that succeeds on this view is exact.
     """
 
-    def __init__(self, size: int, runs: Sequence[tuple[int, bytes]]) -> None:
+    def __init__(self, size: int, runs: Sequence[tuple[int, bytes]], wanted: Sequence[tuple[int, int]]) -> None:
         super().__init__()
         self._size = size
         self._runs = runs
         self._position = 0
+        self.wanted = wanted
+        """The ranges the pass meant to keep: some are learnt only after streaming past them."""
         self.missed: _NotRetained | None = None
         """The first read that fell outside the kept runs."""
-
-    @property
-    def ranges(self) -> list[tuple[int, int]]:
-        return [(start, start + len(data)) for start, data in self._runs]
 
     def readable(self) -> bool:
         return True
@@ -248,39 +275,90 @@ def _merged(ranges: Iterable[tuple[int, int]], size: int) -> list[tuple[int, int
     return merged
 
 
-def _ranges_to_keep(head: bytes, size: int) -> list[tuple[int, int]]:
+@dataclass(frozen=True)
+class _Plan:
+    """Where pyelftools will read in one member, as far as its head tells."""
+
+    ranges: list[tuple[int, int]]
+    """Byte ranges to keep from the start."""
+    dynamic: tuple[int, int] | None = None
+    """PT_DYNAMIC's file range: once streamed, it names the strings read (see :meth:`string_windows`)."""
+    loads: tuple[tuple[int, int, int], ...] = ()
+    """(p_offset, p_vaddr, p_filesz) of each PT_LOAD, to map DT_STRTAB to a file offset."""
+    entry: struct.Struct | None = None
+    """One Elf_Dyn entry (d_tag, d_val) in the file's class and byte order."""
+
+    def string_windows(self, dynamic: bytes) -> list[tuple[int, int]]:
+        """Windows at the strings of DT_NEEDED, DT_SONAME, DT_RPATH and DT_RUNPATH.
+
+        patchelf and auditwheel move the dynamic string table after PT_DYNAMIC, and its
+        strings can be anywhere in megabytes of symbol names: keeping a window at each one
+        costs kilobytes.
+        """
+        if self.entry is None:
+            return []
+        values: list[int] = []
+        table = size = None
+        for tag, value in self.entry.iter_unpack(dynamic[: len(dynamic) - len(dynamic) % self.entry.size]):
+            if tag == _DT_NULL:
+                break
+            if tag in _DT_STRING_TAGS:
+                values.append(value)
+            elif tag == _DT_STRTAB:
+                table = value
+            elif tag == _DT_STRSZ:
+                size = value
+        if table is None or size is None:
+            return []
+        offset = next((start + table - vaddr for start, vaddr, length in self.loads if vaddr <= table < vaddr + length), None)
+        if offset is None:
+            return []
+        # Not cut at the table's end: pyelftools reads strings in 64-byte steps, past a last short one.
+        return [(offset + value, offset + value + _STRING_WINDOW) for value in values if value < size]
+
+
+def _plan(head: bytes, size: int) -> _Plan:
     """The byte ranges pyelftools reads for the dynamic section, as far as the head tells.
 
-    The ELF and program headers, the section header table with a window before it
-    (``.shstrtab`` sits there), and windows around PT_DYNAMIC: the dynamic string
-    table is either near the start (plain linkers) or appended next to it
-    (patchelf, auditwheel), and the section names of patchelf'd files sit just
-    before it.  Every range is bounded, whatever the headers claim; a guess that
-    misses costs another pass (see :func:`read_library`), never a wrong answer.
+    The ELF and program headers, the section header table, and everything from
+    shortly before PT_DYNAMIC to the end when that is at most ``_TAIL`` bytes (the
+    usual layout: a plain linker's dynamic string table is near the start, patchelf
+    and auditwheel append what they move near the end), else windows around
+    PT_DYNAMIC; the strings PT_DYNAMIC names are added once it has streamed past.  Every range is bounded, whatever the headers
+    claim; a guess that misses costs another pass (see :func:`read_library`), never a
+    wrong answer.
     """
     keep = [(0, len(head))]
     try:
         stream = io.BytesIO(head)
-        structs = ELFStructs(little_endian=head[5] == 1, elfclass=64 if head[4] == 2 else 32)
+        little, wide = head[5] == 1, head[4] == 2
+        structs = ELFStructs(little_endian=little, elfclass=64 if wide else 32)
         structs.create_basic_structs()
         header = struct_parse(structs.Elf_Ehdr, stream, 0)
         structs.create_advanced_structs(header["e_type"], header["e_machine"], header["e_ident"]["EI_OSABI"])
         table = min(header["e_shnum"] * header["e_shentsize"], _MAX_TABLE)
-        keep.append((header["e_shoff"] - _WINDOW, header["e_shoff"] + table))
+        keep.append((header["e_shoff"], header["e_shoff"] + table))
+        dynamic = None
+        loads = []
         for index in range(header["e_phnum"]):
             segment = struct_parse(structs.Elf_Phdr, stream, header["e_phoff"] + index * header["e_phentsize"])
-            if segment["p_type"] == "PT_DYNAMIC":
-                dynamic_end = segment["p_offset"] + min(segment["p_filesz"], _WINDOW)
-                keep.append((segment["p_offset"] - _WINDOW, dynamic_end + _WINDOW))
+            if segment["p_type"] == "PT_LOAD":
+                loads.append((segment["p_offset"], segment["p_vaddr"], segment["p_filesz"]))
+            elif segment["p_type"] == "PT_DYNAMIC":
+                start = segment["p_offset"]
+                dynamic = (start, min(start + segment["p_filesz"], start + _WINDOW, size))
+                tail = dynamic[0] - _WINDOW
+                keep.append((tail, size) if size - tail <= _TAIL else (tail, dynamic[1] + _WINDOW))
     except (ELFError, struct.error, ValueError, IndexError):
-        pass  # not parseable from the head alone: parsing the kept head reports the real problem
-    return _merged(keep, size)
+        return _Plan(_merged(keep, size))  # not parseable from the head alone: parsing the kept head reports the real problem
+    entry = struct.Struct(("<" if little else ">") + ("qQ" if wide else "iI"))
+    return _Plan(_merged(keep, size), dynamic, tuple(loads), entry)
 
 
 def _inflate_kept_ranges(
     wheel: Path, info: zipfile.ZipInfo, ranges: Sequence[tuple[int, int]] | None = None
 ) -> _SparseFile | bytes:
-    """Inflate a member in 1 MiB steps, keeping only ``ranges`` (default: :func:`_ranges_to_keep`).
+    """Inflate a member in 1 MiB steps, keeping only ``ranges`` (default: what :func:`_plan` names).
 
     Streaming through small, reused buffers avoids faulting in gigabytes of fresh
     pages (the single-call inflate spends more time in the kernel than inflating);
@@ -296,7 +374,8 @@ def _inflate_kept_ranges(
     if head[:4] != b"\x7fELF":
         pieces.close()
         return bytes(head[:_HEAD_SIZE])
-    keep = ranges if ranges is not None else _ranges_to_keep(bytes(head[:_HEAD_SIZE]), info.file_size)
+    plan = _plan(bytes(head[:_HEAD_SIZE]), info.file_size) if ranges is None else _Plan(list(ranges))
+    keep, dynamic = plan.ranges, plan.dynamic
     runs: list[tuple[int, bytearray]] = []
     produced = 0
     for piece in itertools.chain([bytes(head)], pieces):
@@ -308,7 +387,15 @@ def _inflate_kept_ranges(
                 else:
                     runs.append((low, bytearray(piece[low - produced : high - produced])))
         produced += len(piece)
-    return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs])
+        if dynamic is not None and produced >= dynamic[1]:
+            run = next((run for run in runs if run[0] <= dynamic[0] and dynamic[1] <= run[0] + len(run[1])), None)
+            if run is not None:
+                entries = bytes(run[1][dynamic[0] - run[0] : dynamic[1] - run[0]])
+                extended = _merged([*keep, *plan.string_windows(entries)], info.file_size)
+                if sum(end - start for start, end in extended) <= _MAX_KEPT:
+                    keep = extended
+            dynamic = None
+    return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs], keep)
 
 
 def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
@@ -326,7 +413,7 @@ def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
             return parse_elf(kept, wheel=wheel.name, path=path)
         except _NotRetained as missed:
             assert isinstance(kept, _SparseFile)  # bytes never raise it
-            ranges = _merged([*kept.ranges, (missed.start - _WINDOW // 16, missed.end + _WINDOW)], info.file_size)
+            ranges = _merged([*kept.wanted, (missed.start - _WINDOW // 16, missed.end + _WINDOW)], info.file_size)
             if sum(end - start for start, end in ranges) > _MAX_KEPT:
                 break
     raise PatchedWheelsError(

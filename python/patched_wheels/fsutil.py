@@ -31,17 +31,22 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` via a temp file in the same directory, so a reader sees
     the old or the new file, never a part, and a failure leaves no temp file behind; equal
     content is not rewritten, so a warm run writes nothing (and mtimes stay put)."""
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
+    if holds(path, data):
+        return
     temp = write_temp(path, data)
     try:
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` is a readable file holding exactly ``data``."""
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
 
 
 def write_temp(path: Path, data: bytes) -> Path:

@@ -47,7 +47,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.fsutil import stage_tree, switch_tree, write_temp
+from patched_wheels.fsutil import holds, stage_tree, switch_tree, write_temp
 from patched_wheels.names import is_valid_project_name
 
 SIMPLE_DIR = "simple"
@@ -313,7 +313,7 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
     for project, project_files in by_project.items():
         pages[f"{project}/index.html"] = render_project_page(project, project_files)
     metadata = {_metadata_path(directory / f.filename): f.metadata for f in files if f.metadata is not None}
-    changed = {path: data for path, data in metadata.items() if not _holds(path, data)}
+    changed = {path: data for path, data in metadata.items() if not holds(path, data)}
     stale = [
         Path(entry.path)
         for entry in os.scandir(directory)
@@ -347,13 +347,6 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
         path.unlink(missing_ok=True)
 
 
-def _holds(path: Path, data: bytes) -> bool:
-    try:
-        return path.read_bytes() == data
-    except OSError:
-        return False
-
-
 def _tree_holds(simple: Path, pages: Mapping[str, bytes]) -> bool:
     """Whether ``simple`` holds exactly ``pages`` (no other file or directory)."""
     if os.path.islink(simple) or not simple.is_dir():
@@ -363,7 +356,7 @@ def _tree_holds(simple: Path, pages: Mapping[str, bytes]) -> bool:
         relative = Path(root).relative_to(simple)
         found.update((relative / name).as_posix() for name in [*names, *(d + "/" for d in directories)])
     expected = set(pages) | {name.rsplit("/", 1)[0] + "/" for name in pages if "/" in name}
-    return found == expected and all(_holds(simple / name, data) for name, data in pages.items())
+    return found == expected and all(holds(simple / name, data) for name, data in pages.items())
 
 
 def render_root_page(projects: Iterable[NormalizedName]) -> bytes:

@@ -645,7 +645,8 @@ def read_pins(requirements: Path | str) -> list[LockedPin]:
     requirements = Path(requirements)
     source = str(requirements)
     pins = []
-    for line in _checked_logical_lines(_read_text(requirements).removeprefix(_BOM).splitlines(keepends=True), source):
+    lines = _read_text(requirements).removeprefix(_BOM).splitlines(keepends=True)
+    for line in _checked_logical_lines(lines, source):
         if not line.content or line.is_option:
             continue
         pin = _parse_pin(line, source)

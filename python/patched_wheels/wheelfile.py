@@ -205,8 +205,6 @@ def parse_record(data: bytes, *, origin: str) -> list[RecordEntry]:
     return entries
 
 
-
-
 def serialize_record(entries: Iterable[RecordEntry]) -> bytes:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -409,7 +407,7 @@ class WheelReader:
 
     def _index_members(self, infos: Sequence[zipfile.ZipInfo], file_size: int) -> dict[str, zipfile.ZipInfo]:
         indexed: dict[str, zipfile.ZipInfo] = {}
-        layout = MemberLayout()
+        layout = _MemberLayout()
         for info in infos:
             name = info.filename
             where = f"{self.name}: member {name!r}"
@@ -429,7 +427,7 @@ class WheelReader:
             if info.header_offset < 0 or info.header_offset + _LOCAL_HEADER.size + info.compress_size > file_size:
                 raise PatchedWheelsError(f"{where}: data extends past the end of the file (truncated?)")
             kind = stat.S_IFMT(info.external_attr >> 16) if info.create_system == _UNIX else 0
-            if kind and kind != (stat.S_IFDIR if name.endswith("/") else stat.S_IFREG):
+            if kind not in (0, stat.S_IFREG, stat.S_IFDIR):  # archivers disagree on directories' bits, not on links
                 raise PatchedWheelsError(f"{where}: not a regular file (a symbolic link or special file)")
             layout.add(name)
             indexed[name] = info
@@ -437,7 +435,8 @@ class WheelReader:
 
     def _find_dist_info(self) -> str:
         """The one ``<name>-<version>.dist-info`` directory, agreeing with the file name (pip's rule)."""
-        found = sorted({top for name in self._infos if "/" in name and (top := name.split("/", 1)[0]).endswith(".dist-info")})
+        top_level = {name.split("/", 1)[0] for name in self._infos if "/" in name}
+        found = sorted(directory for directory in top_level if directory.endswith(".dist-info"))
         expected = f"expected one {self.filename.name}-<version>.dist-info directory"
         if len(found) != 1:
             raise PatchedWheelsError(f"{self.name}: {expected}, found: {', '.join(found) or 'none'}")
@@ -500,7 +499,9 @@ class WheelReader:
         names = core_metadata.field_values(data, "Name")
         versions = core_metadata.field_values(data, "Version")
         if len(names) != 1 or canonicalize_name(names[0]) != self.filename.name:
-            raise PatchedWheelsError(f"{where}: names project {', '.join(names) or 'none'}, the file name {self.filename.name}")
+            raise PatchedWheelsError(
+                f"{where}: names project {', '.join(names) or 'none'}, the file name {self.filename.name}"
+            )
         if len(versions) != 1 or _parse_version(versions[0]) != self.filename.version:
             raise PatchedWheelsError(
                 f"{where}: has version {', '.join(versions) or 'none'}, the file name {self.filename.version}"
@@ -525,7 +526,7 @@ def _parse_version(text: str) -> Version | None:
         return None
 
 
-class MemberLayout:
+class _MemberLayout:
     """The paths of a wheel's members as a tree: a file must not stand where a directory is.
 
     A member under another member's path (``a.py`` and ``a.py/b``) cannot be unpacked;
@@ -811,7 +812,6 @@ class WheelWriter:
         self._entries: list[_Entry] = []
         self._record: list[RecordEntry] = []
         self._names: set[str] = set()
-        self._layout = MemberLayout()
         self._copy_file_range = hasattr(os, "copy_file_range")
 
     def __enter__(self) -> WheelWriter:
@@ -909,10 +909,6 @@ class WheelWriter:
             raise PatchedWheelsError(f"{self.dest.name}: unsafe member path {arcname!r}")
         if arcname in self._names:
             raise PatchedWheelsError(f"{self.dest.name}: member {arcname} written twice")
-        conflict = self._layout.conflict(arcname)
-        if conflict:
-            raise PatchedWheelsError(f"{self.dest.name}: member {arcname!r}: {conflict}")
-        self._layout.add(arcname)
         self._names.add(arcname)
         return _encode_name(arcname)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import io
 import os
+import struct
 import subprocess
 import zipfile
 from pathlib import Path
@@ -198,7 +199,7 @@ def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monke
     wheel = build_wheel(tmp_path, "small", "1.0", {"small/libsmall.so": data})
     with zipfile.ZipFile(wheel) as archive:
         info = archive.getinfo("small/libsmall.so")
-    monkeypatch.setattr(elfgraph, "_ranges_to_keep", lambda head, size: [(0, 64)])
+    monkeypatch.setattr(elfgraph, "_plan", lambda head, size: elfgraph._Plan([(0, 64)]))
     passes = _count_passes(monkeypatch)
     assert read_library(wheel, info, "small/libsmall.so") == parse_elf(data, wheel=wheel.name, path="small/libsmall.so")
     assert passes == [2]
@@ -276,3 +277,18 @@ def test_real_torch_order_loads_nvjitlink_before_cusparse_and_cusolver():
 )
 def test_expand_origin_follows_the_dynamic_loader(entry, expanded):
     assert expand_origin(entry, "/w/torch/lib") == expanded
+
+
+def test_string_windows_follow_dt_strtab_through_the_load_segments():
+    """patchelf can leave PT_DYNAMIC in place and move megabytes of .dynstr past it: the strings it
+    names get windows once PT_DYNAMIC has streamed by, found through DT_STRTAB's segment."""
+    entry = struct.Struct("<qQ")
+    dynamic = b"".join(
+        entry.pack(tag, value)
+        for tag, value in [(1, 0x10), (5, 0x9000), (10, 0x800), (14, 0x20), (15, 0x900), (29, 0x30), (0, 0), (1, 0x40)]
+    )
+    plan = elfgraph._Plan([(0, 64)], (0x100, 0x180), loads=((0, 0, 0x1000), (0x7000, 0x9000, 0x1000)), entry=entry)
+    window = elfgraph._STRING_WINDOW
+    # DT_NEEDED, DT_SONAME and DT_RUNPATH at 0x7000 + value; DT_RPATH's 0x900 is past DT_STRSZ; nothing after DT_NULL.
+    assert plan.string_windows(dynamic) == [(0x7010, 0x7010 + window), (0x7020, 0x7020 + window), (0x7030, 0x7030 + window)]
+    assert elfgraph._Plan([(0, 64)], (0x100, 0x180), loads=(), entry=entry).string_windows(dynamic) == []
