@@ -83,6 +83,9 @@ _FLAG_ENCRYPTED = 0x1
 _FLAG_DATA_DESCRIPTOR = 0x8
 _FLAG_DEFLATE_OPTIONS = 0x6  # informational "compression level" bits, kept on raw copies
 _FLAG_UTF8 = 0x800
+# Flags whose meaning is known and harmless; others (strong encryption, patched data, masked
+# headers) make readers refuse the member, and a raw copy would carry them into the output.
+_FLAGS_UNDERSTOOD = _FLAG_DEFLATE_OPTIONS | _FLAG_DATA_DESCRIPTOR | _FLAG_UTF8
 _UNIX = 3  # "version made by" host system whose external_attr carries st_mode
 
 # Conservative like zipfile: some readers treat 32-bit fields as signed.
@@ -420,6 +423,8 @@ class WheelReader:
                 raise PatchedWheelsError(f"{where}: {conflict}")
             if info.flag_bits & _FLAG_ENCRYPTED:
                 raise PatchedWheelsError(f"{where}: encrypted members are not supported")
+            if info.flag_bits & ~_FLAGS_UNDERSTOOD:
+                raise PatchedWheelsError(f"{where}: zip flags {info.flag_bits:#06x} are not supported")
             if info.compress_type not in (_STORED, _DEFLATED):
                 raise PatchedWheelsError(f"{where}: compression method {info.compress_type} is not supported")
             if info.compress_type == _STORED and info.compress_size != info.file_size:
@@ -570,9 +575,12 @@ def member_data_offset(fd: int, info: zipfile.ZipInfo, *, wheel: str) -> int:
     if len(header) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack_from(header)[0] != _LOCAL_SIG:
         raise PatchedWheelsError(f"{wheel}: {info.filename}: bad local file header")
     fields = _LOCAL_HEADER.unpack_from(header)
+    flags, method = fields[2:4]
     crc, compress_size, file_size, name_length, extra_length = fields[6:]
     if header[_LOCAL_HEADER.size :] != name:
         raise PatchedWheelsError(f"{wheel}: {info.filename}: local header names another file")
+    if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
+        raise PatchedWheelsError(f"{wheel}: {info.filename}: local header disagrees with the central directory")
     if not info.flag_bits & _FLAG_DATA_DESCRIPTOR and (
         crc != info.CRC
         or (compress_size != 0xFFFFFFFF and compress_size != info.compress_size)

@@ -23,6 +23,7 @@ import io
 import os
 import random
 import shutil
+import struct
 import time
 import traceback
 import zipfile
@@ -63,9 +64,7 @@ def _sample(wheel: Path) -> _Sample:
     headers, data = [], []
     with zipfile.ZipFile(wheel) as archive:
         for info in archive.infolist():
-            name_length, extra_length = int.from_bytes(raw[info.header_offset + 26 : info.header_offset + 28], "little"), int.from_bytes(
-                raw[info.header_offset + 28 : info.header_offset + 30], "little"
-            )
+            name_length, extra_length = struct.unpack_from("<HH", raw, info.header_offset + 26)
             start = info.header_offset + 30 + name_length + extra_length
             headers.append((info.header_offset, start))
             data.append((start, start + info.compress_size))
@@ -246,9 +245,9 @@ def test_mutated_wheels_keep_the_promises(samples: dict[str, _Sample], tmp_path:
         wheel.write_bytes(data)
         try:
             CHECKS[command](case_dir, wheel, sample_name)
-        except BaseException as error:  # noqa: BLE001 - a traceback of the CLI is exactly what is looked for
-            if isinstance(error, KeyboardInterrupt):
-                raise
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # a traceback of the CLI (or SystemExit) is exactly what is looked for
             detail = traceback.format_exc(limit=-6)
             failures.append(f"case {case}: {command} {sample_name} ({mutation}): {error!r}\n{detail}")
         shutil.rmtree(case_dir, ignore_errors=True)

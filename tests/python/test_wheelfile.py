@@ -623,3 +623,20 @@ def test_writer_refuses_to_finish_what_a_reader_would_refuse(tmp_path: Path, mem
                     writer.write_bytes(name, data)
     assert message in _one_line_error(caught)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "local_only", "message"),
+    [
+        ({"flags": 0x40}, False, "member 'demo/lib.so': zip flags 0x0040 are not supported"),  # strong encryption
+        ({"flags": 0x1}, True, "demo/lib.so: local header disagrees with the central directory"),  # encrypted, locally
+        ({"method": 0}, True, "demo/lib.so: local header disagrees with the central directory"),
+    ],
+)
+def test_zip_features_a_raw_copy_would_carry_are_refused(wheel: Path, fields: dict[str, int], local_only: bool, message: str) -> None:
+    """Local headers are copied verbatim: one that other readers would read differently must not pass."""
+    edit_headers(wheel, "demo/lib.so", local_only=local_only, **fields)
+    with pytest.raises(PatchedWheelsError) as caught:
+        with WheelReader(wheel) as reader, WheelWriter(wheel.with_name("out.whl"), dist_info=reader.dist_info) as writer:
+            writer.copy_raw(reader, "demo/lib.so")
+    assert _one_line_error(caught) == f"{wheel.name}: {message}"

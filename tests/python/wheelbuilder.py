@@ -104,9 +104,18 @@ def replace_members(wheel: Path, replacements: Mapping[str, bytes | None]) -> No
 
 
 # Offsets of the fields edit_headers knows, in the local header and in the central directory entry.
-_LOCAL_FIELDS = {"extract_version": (4, "<H"), "crc": (14, "<I"), "compress_size": (18, "<I"), "file_size": (22, "<I")}
+_LOCAL_FIELDS = {
+    "extract_version": (4, "<H"),
+    "flags": (6, "<H"),
+    "method": (8, "<H"),
+    "crc": (14, "<I"),
+    "compress_size": (18, "<I"),
+    "file_size": (22, "<I"),
+}
 _CENTRAL_FIELDS = {
     "extract_version": (6, "<H"),
+    "flags": (8, "<H"),
+    "method": (10, "<H"),
     "crc": (16, "<I"),
     "compress_size": (20, "<I"),
     "file_size": (24, "<I"),
@@ -114,8 +123,9 @@ _CENTRAL_FIELDS = {
 }
 
 
-def edit_headers(wheel: Path, member: str, **fields: int) -> None:
-    """Overwrite ``fields`` of ``member``'s local header and central directory entry (32-bit zips only)."""
+def edit_headers(wheel: Path, member: str, *, local_only: bool = False, **fields: int) -> None:
+    """Overwrite ``fields`` of ``member``'s local header and central directory entry, or of its local
+    header only (32-bit zips only)."""
     data = bytearray(wheel.read_bytes())
     end = data.rfind(b"PK\x05\x06")
     count, _size, position = struct.unpack_from("<HII", data, end + 10)
@@ -128,8 +138,9 @@ def edit_headers(wheel: Path, member: str, **fields: int) -> None:
                 if field in _LOCAL_FIELDS:
                     offset, layout = _LOCAL_FIELDS[field]
                     struct.pack_into(layout, data, local + offset, value)
-                offset, layout = _CENTRAL_FIELDS[field]
-                struct.pack_into(layout, data, position + offset, value)
+                if not local_only:
+                    offset, layout = _CENTRAL_FIELDS[field]
+                    struct.pack_into(layout, data, position + offset, value)
             wheel.write_bytes(bytes(data))
             return
         position += 46 + name_length + extra_length + comment_length
