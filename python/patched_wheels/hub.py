@@ -36,7 +36,7 @@ class PatchedWheelSpec:
     wheel: Path
     suffix: str
     requirement: str = ""
-    urls: Sequence[str] = ()  # where the hub fetched ``wheel`` from (resolved in Starlark; kept for errors)
+    urls: Sequence[str] = ()  # the schema's explicit original; the hub has already fetched ``wheel`` from it
     sha256: str = ""
     patches: Sequence[Path] = ()
     strip: int = 1

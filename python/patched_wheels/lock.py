@@ -38,10 +38,10 @@ Two candidates at any step is an error naming them.
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterable, Iterator, Mapping, Sequence
+from urllib.parse import quote
 
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
@@ -182,8 +182,8 @@ def rewrite_lock(
         if project not in index:
             reference = (references or {}).get(project)
             if direct_dir is not None and reference and {h.lower() for h in pin.hashes} == {f"sha256:{reference[1]}"}:
-                own_marker = str(pin.requirement.marker) if pin.requirement.marker else None
-                edits[pin.line.start] = (pin.line.end, _pin_block(f"{pin.requirement.name} @ {reference[0]}", own_marker, [f"sha256:{reference[1]}"], eol))
+                block = _pin_block(f"{pin.requirement.name} @ {reference[0]}", _marker_of(pin), [f"sha256:{reference[1]}"], eol)
+                edits[pin.line.start] = (pin.line.end, block)
             continue
         pinned = _pinned_version(pin, source)
         target = _target_version(pin, pinned, index[project], source)
@@ -265,25 +265,26 @@ def _direct_pin(
             f"{names} for {pin.requirement.name}; use an index option instead"
         )
     (target,) = files
-    own_marker = str(pin.requirement.marker) if pin.requirement.marker else None
-    environments = WheelEnvironments.of(target.tags)
-    platform = environments.marker()
+    reference = f"{pin.requirement.name} @ {_file_url(directory / target.filename)}"
+    hashes = [f"sha256:{target.sha256}"]
     left = sorted(h for h in pin.hashes if replaced is not None and h.partition(":")[2].lower() not in replaced)
-    url = _file_url(directory / target.filename)
-    # The wheel's own marker only where another line serves the other platforms: a marker makes some
-    # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.
-    lines = _pin_block(
-        f"{pin.requirement.name} @ {url}", _and(own_marker, platform if left else None), [f"sha256:{target.sha256}"], eol
-    )
-    if left and platform:
-        specifier = str(pin.requirement.specifier)
-        lines += _pin_block(f"{pin.requirement.name}{specifier}", _and(own_marker, environments.complement()), left, eol)
-    elif left:
+    if not left:
+        # No other line serves other platforms, so no marker of the wheel's own: a marker makes some
+        # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.
+        return _pin_block(reference, _marker_of(pin), hashes, eol)
+    environments = WheelEnvironments.of(target.tags)
+    if environments.marker() is None:
         raise PatchedWheelsError(
             f"{_where(source, pin.line.start)}: {target.filename} is for every platform, but the pin of "
             f"{pin.requirement.name} has {len(left)} more hashes; a pure wheel cannot leave other wheels in use"
         )
-    return lines
+    return _pin_block(reference, _and(_marker_of(pin), environments.marker()), hashes, eol) + _pin_block(
+        f"{pin.requirement.name}{pin.requirement.specifier}", _and(_marker_of(pin), environments.complement()), left, eol
+    )
+
+
+def _marker_of(pin: _Pin) -> str | None:
+    return str(pin.requirement.marker) if pin.requirement.marker else None
 
 
 def _file_url(path: Path) -> str:

@@ -541,3 +541,18 @@ def test_included_files_are_refused_naming_the_include(index_dir: Path, tmp_path
     assert not out.exists()
     with pytest.raises(PatchedWheelsError, match="included files are not followed"):
         read_pins(source)
+
+
+def test_direct_mode_reads_platform_tags_only_for_a_multi_platform_pin(tmp_path: Path) -> None:
+    """A one-platform lock needs no marker of the wheel's tags, so a tag we cannot turn into a marker is fine."""
+    index = tmp_path / "index"
+    index.mkdir()
+    patched = _platform_wheel(index, "1.0+stripe.1", "emscripten_3_1_58_wasm32")
+    source = tmp_path / "in.txt"
+    source.write_text(f"platfake==1.0 --hash=sha256:{A}\n")
+    out = tmp_path / "out.txt"
+    lock(source, index, out, replaced={"platfake": [A]})
+    assert out.read_text() == f"platfake @ file://{patched} \\\n    --hash=sha256:{sha256_of(patched)}\n"
+    source.write_text(f"platfake==1.0 --hash=sha256:{A} --hash=sha256:{B}\n")
+    with pytest.raises(PatchedWheelsError, match="platform tag emscripten_3_1_58_wasm32: cannot tell"):
+        lock(source, index, out, replaced={"platfake": [A]})
