@@ -55,7 +55,7 @@ def _integrity(path: Path) -> str:
 
 def _top_folder(archive: Path) -> str:
     """The one folder an upstream `git archive` unpacks to (its strip_prefix)."""
-    with tarfile.open(archive) as tar:
+    with tarfile.open(archive, "r:gz") as tar:
         tops = {member.name.split("/", 1)[0] for member in tar.getmembers() if member.name not in (".", "")}
     if len(tops) != 1:
         raise RegistryError(f"{archive}: expected one top-level folder, found {sorted(tops)}")
@@ -63,7 +63,7 @@ def _top_folder(archive: Path) -> str:
 
 
 def _archive_module_file(archive: Path, top: str) -> str:
-    with tarfile.open(archive) as tar:
+    with tarfile.open(archive, "r:gz") as tar:
         member = tar.extractfile(f"{top}/MODULE.bazel")
         if member is None:
             raise RegistryError(f"{archive}: no {top}/MODULE.bazel")
@@ -135,8 +135,11 @@ def build(root: Path, archive_dir: Path | None) -> None:
             match = _ARCHIVE.match(archive.name)
             if not match:
                 raise RegistryError(f"{archive}: not named NAME-VERSION.tar.gz")
-            top = _top_folder(archive)
-            module_file = _archive_module_file(archive, top)
+            try:
+                top = _top_folder(archive)
+                module_file = _archive_module_file(archive, top)
+            except (tarfile.TarError, EOFError, OSError, UnicodeDecodeError) as error:
+                raise RegistryError(f"{archive}: not a readable .tar.gz with a MODULE.bazel ({error})") from None
             shutil.copyfile(archive, staging / "archives" / archive.name)
             source = {
                 "url": f"file://{CHROOT_PATH}/archives/{archive.name}",
