@@ -1,15 +1,40 @@
-"""The one exception type the command line turns into a single error line, and the warning line beside it."""
+"""The exceptions the command line turns into a single error line, by concern, and the warning line beside them.
+
+Every error caused by the input derives from :class:`PatchedWheelsError`, so the CLI catches one type;
+the subclasses say *which* input is at fault, so callers (the hub, tests, a user's own script) can tell
+a wheel we refuse from a patch that does not apply without reading the message.
+"""
 
 import sys
 
 
 class PatchedWheelsError(Exception):
-    """A failure caused by the input (a wheel, patch, lock or index), not a bug.
+    """A failure caused by the input (a wheel, patch, lock, library or option), not a bug.
 
     ``str(error)`` must be one line that names the file, patch or member at fault:
     the CLI prints it as ``patched-wheels: error: <message>`` and exits 1, and the
     Bazel repository rules surface exactly that line to the user.
     """
+
+
+class InvalidWheelError(PatchedWheelsError):
+    """A wheel (file name, zip container, ``.dist-info``, RECORD, METADATA) that is not one we accept."""
+
+
+class PatchError(PatchedWheelsError):
+    """A patch file that does not parse, or a hunk or file edit that does not apply to the wheel."""
+
+
+class InvalidLockError(PatchedWheelsError):
+    """A requirements lock (or a PEP 503 page read to resolve it) that cannot be read or rewritten."""
+
+
+class ElfError(PatchedWheelsError):
+    """A shared library that cannot be read or edited, or a library graph that cannot be ordered."""
+
+
+class UsageError(PatchedWheelsError):
+    """Options or a hub configuration that contradict each other or the wheels they name."""
 
 
 def warn(message: str) -> None:
