@@ -16,7 +16,7 @@ from typing import Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidWheelError, UsageError
 
 __all__ = ["add_requires", "field_values", "remove_requires", "set_version"]
 
@@ -79,7 +79,7 @@ def set_version(metadata: bytes, version: str, *, origin: str) -> bytes:
     fields, rest = _split(metadata)
     indices = [index for index, field in enumerate(fields) if field.name == "version"]
     if len(indices) != 1:
-        raise PatchedWheelsError(f"{origin}: expected one Version header, found {len(indices)}")
+        raise InvalidWheelError(f"{origin}: expected one Version header, found {len(indices)}")
     old = fields[indices[0]]
     header = old.raw.partition(b":")[0]
     eol = b"\r\n" if old.raw.endswith(b"\r\n") else b"\n"
@@ -107,7 +107,7 @@ def remove_requires(metadata: bytes, names: Sequence[str], *, origin: str) -> by
         kept.append(field)
     missing = [original for canonical, original in wanted.items() if canonical not in found]
     if missing:
-        raise PatchedWheelsError(f"{origin}: no Requires-Dist for {', '.join(missing)} to remove")
+        raise UsageError(f"{origin}: no Requires-Dist for {', '.join(missing)} to remove")
     return _join(kept, rest)
 
 
@@ -121,7 +121,7 @@ def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str) -> bytes
             Requirement(spec)
         except InvalidRequirement as error:
             reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
-            raise PatchedWheelsError(f"{origin}: cannot add requirement {spec!r}: {reason}") from None
+            raise UsageError(f"{origin}: cannot add requirement {spec!r}: {reason}") from None
         new_fields.append(_Field("requires-dist", b"Requires-Dist: " + spec.strip().encode("utf-8") + eol))
     existing = [index for index, field in enumerate(fields) if field.name == "requires-dist"]
     insert_at = existing[-1] + 1 if existing else len(fields)

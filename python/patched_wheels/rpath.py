@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from patched_wheels.elfgraph import parse_elf
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.patchelf import run_patchelf, search_path_arguments
 
 MODES = ("set", "prepend", "append")
@@ -44,22 +44,22 @@ def rpath_edit(glob: str, entries: str, mode: str = "set", *, origin: str | None
     """A checked edit from a glob and a ``:``-separated entry list; ``origin`` names it in errors."""
     origin = origin or f"rpath {glob}={entries}"
     if mode not in MODES:
-        raise PatchedWheelsError(f"{origin}: rpath mode must be one of {', '.join(MODES)}, not {mode!r}")
+        raise UsageError(f"{origin}: rpath mode must be one of {', '.join(MODES)}, not {mode!r}")
     if not glob:
-        raise PatchedWheelsError(f"{origin}: empty GLOB; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
+        raise UsageError(f"{origin}: empty GLOB; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
     if not entries:
-        raise PatchedWheelsError(f"{origin}: no entries; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
+        raise UsageError(f"{origin}: no entries; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
     split = entries.split(":")
     for entry in split:
         if not entry:
-            raise PatchedWheelsError(f"{origin}: empty entry in {entries!r} (the loader may read it as the working directory)")
+            raise UsageError(f"{origin}: empty entry in {entries!r} (the loader may read it as the working directory)")
         if not _ORIGIN_ENTRY.match(entry):
             why = (
                 "an absolute path points outside the wheel on the machine that installs it"
                 if entry.startswith("/")
                 else "a relative path is resolved against the process's working directory"
             )
-            raise PatchedWheelsError(f"{origin}: entry {entry!r} must start with $ORIGIN: {why}")
+            raise UsageError(f"{origin}: entry {entry!r} must start with $ORIGIN: {why}")
     return RpathEdit(glob, tuple(split), mode, origin)
 
 
@@ -67,7 +67,7 @@ def parse_rpath_option(option: str, mode: str, *, origin: str) -> RpathEdit:
     """An edit from the command line's ``GLOB=ENTRIES`` (split at the first ``=``)."""
     glob, equals, entries = option.partition("=")
     if not equals:
-        raise PatchedWheelsError(f"{origin}: expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
+        raise UsageError(f"{origin}: expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
     return rpath_edit(glob, entries, mode, origin=origin)
 
 
@@ -85,7 +85,7 @@ def edited_search_path(current: Sequence[str], edit: RpathEdit) -> list[str]:
 def edit_library(content: bytes, edit: RpathEdit, *, patchelf: str, wheel: str, member: str) -> bytes:
     """``content`` (one ELF member) with ``edit`` applied by patchelf, its RUNPATH/RPATH kind kept."""
     if not content.startswith(_ELF_MAGIC):
-        raise PatchedWheelsError(f"{edit.origin}: {wheel}: {member} is not an ELF file; only ELF members have an RPATH")
+        raise ElfError(f"{edit.origin}: {wheel}: {member} is not an ELF file; only ELF members have an RPATH")
     library = parse_elf(content, wheel=wheel, path=member)
     arguments = search_path_arguments(library, edited_search_path(library.search_path, edit))
     with tempfile.TemporaryDirectory(prefix="patched-wheels-rpath-") as scratch:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import PatchError
 
 __all__ = ["FilePatch", "Hunk", "apply_file_patch", "parse_patch", "read_patch"]
 
@@ -50,7 +50,7 @@ def read_patch(path: Path, *, strip: int = 1) -> list[FilePatch]:
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise PatchedWheelsError(f"patch {path}: cannot read ({error.strerror or error})") from None
+        raise PatchError(f"patch {path}: cannot read ({error.strerror or error})") from None
     return parse_patch(data, origin=str(path), strip=strip)
 
 
@@ -60,21 +60,21 @@ def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
     ``strip`` leading path components are dropped from each path, as ``patch -p``; negative is an error.
     """
     if strip < 0:
-        raise PatchedWheelsError(f"patch {origin}: strip must be >= 0, got {strip}")
+        raise PatchError(f"patch {origin}: strip must be >= 0, got {strip}")
     lines = _split_lf(data)
     patches: list[FilePatch] = []
     index = 0
     while index < len(lines):
         line = lines[index]
         if line.startswith(_UNSUPPORTED_GIT):
-            raise PatchedWheelsError(
+            raise PatchError(
                 f"patch {origin}: line {index + 1}: unsupported git patch ({line.strip().decode('utf-8', 'replace')!r})"
             )
         if line.startswith(b"--- ") and index + 1 < len(lines) and lines[index + 1].startswith(b"+++ "):
             old_path = _diff_path(line[4:], strip, origin, index + 1)
             new_path = _diff_path(lines[index + 1][4:], strip, origin, index + 2)
             if old_path is None and new_path is None:
-                raise PatchedWheelsError(f"patch {origin}: line {index + 1}: both sides are /dev/null")
+                raise PatchError(f"patch {origin}: line {index + 1}: both sides are /dev/null")
             target = new_path if new_path is not None else old_path
             index += 2
             hunks = []
@@ -82,12 +82,12 @@ def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
                 hunk, index = _parse_hunk(lines, index, len(hunks) + 1, origin, target)  # type: ignore[arg-type]
                 hunks.append(hunk)
             if not hunks:
-                raise PatchedWheelsError(f"patch {origin}: {target}: no hunks after the file header")
+                raise PatchError(f"patch {origin}: {target}: no hunks after the file header")
             patches.append(FilePatch(origin, old_path, new_path, tuple(hunks)))
         else:
             index += 1
     if not patches:
-        raise PatchedWheelsError(f"patch {origin}: contains no unified diff")
+        raise PatchError(f"patch {origin}: contains no unified diff")
     return patches
 
 
@@ -96,10 +96,10 @@ def apply_file_patch(file_patch: FilePatch, content: bytes | None) -> bytes | No
     where = f"patch {file_patch.patch}: {file_patch.path}"
     if file_patch.old_path is None:
         if content is not None:
-            raise PatchedWheelsError(f"{where}: creates a file that already exists in the wheel")
+            raise PatchError(f"{where}: creates a file that already exists in the wheel")
         content = b""
     elif content is None:
-        raise PatchedWheelsError(f"{where}: file is not in the wheel")
+        raise PatchError(f"{where}: file is not in the wheel")
     lines = _split_lf(content)
     result: list[bytes] = []
     position = 0
@@ -108,7 +108,7 @@ def apply_file_patch(file_patch: FilePatch, content: bytes | None) -> bytes | No
         start = hunk.old_start if not hunk.old_lines else hunk.old_start - 1
         end = start + len(hunk.old_lines)
         if start < position or end > len(lines) or tuple(lines[start:end]) != hunk.old_lines:
-            raise PatchedWheelsError(f"{where}: hunk #{hunk.number} ({hunk.header}) does not apply at line {start + 1}")
+            raise PatchError(f"{where}: hunk #{hunk.number} ({hunk.header}) does not apply at line {start + 1}")
         result.extend(lines[position:start])
         result.extend(hunk.new_lines)
         position = end
@@ -116,7 +116,7 @@ def apply_file_patch(file_patch: FilePatch, content: bytes | None) -> bytes | No
     patched = b"".join(result)
     if file_patch.new_path is None:
         if patched:
-            raise PatchedWheelsError(f"{where}: deletion leaves {len(patched)} bytes behind")
+            raise PatchError(f"{where}: deletion leaves {len(patched)} bytes behind")
         return None
     return patched
 
@@ -133,14 +133,14 @@ def _diff_path(raw: bytes, strip: int, origin: str, line_number: int) -> str | N
     if path == b"/dev/null":
         return None
     if path.startswith(b'"'):
-        raise PatchedWheelsError(f"patch {origin}: line {line_number}: quoted paths are not supported")
+        raise PatchError(f"patch {origin}: line {line_number}: quoted paths are not supported")
     try:
         text = path.decode("utf-8")
     except UnicodeDecodeError:
-        raise PatchedWheelsError(f"patch {origin}: line {line_number}: the path {path!r} is not UTF-8") from None
+        raise PatchError(f"patch {origin}: line {line_number}: the path {path!r} is not UTF-8") from None
     parts = text.split("/")
     if len(parts) <= strip:
-        raise PatchedWheelsError(f"patch {origin}: line {line_number}: cannot strip {strip} components from {text!r}")
+        raise PatchError(f"patch {origin}: line {line_number}: cannot strip {strip} components from {text!r}")
     return "/".join(parts[strip:])
 
 
@@ -149,14 +149,14 @@ def _parse_hunk(lines: list[bytes], index: int, number: int, origin: str, target
     match = _HUNK_HEADER.match(header_line)
     header = header_line.rstrip(b"\r\n").decode("utf-8", "replace")
     if not match:
-        raise PatchedWheelsError(f"patch {origin}: {target}: hunk #{number}: malformed header {header!r}")
+        raise PatchError(f"patch {origin}: {target}: hunk #{number}: malformed header {header!r}")
     old_start, old_count, _, new_count = (int(group) if group is not None else 1 for group in match.groups())
     old: list[bytes] = []
     new: list[bytes] = []
     index += 1
     while len(old) < old_count or len(new) < new_count:
         if index >= len(lines):
-            raise PatchedWheelsError(f"patch {origin}: {target}: hunk #{number} ({header}) is truncated")
+            raise PatchError(f"patch {origin}: {target}: hunk #{number} ({header}) is truncated")
         line = lines[index]
         kind, text = line[:1], line[1:]
         if line in (b"\n", b"\r\n"):  # editors strip the space of an empty context line
@@ -171,7 +171,7 @@ def _parse_hunk(lines: list[bytes], index: int, number: int, origin: str, target
         elif kind == b"+":
             new.append(text)
         else:
-            raise PatchedWheelsError(
+            raise PatchError(
                 f"patch {origin}: {target}: hunk #{number} ({header}): unexpected line {index + 1}"
             )
         index += 1
@@ -179,7 +179,7 @@ def _parse_hunk(lines: list[bytes], index: int, number: int, origin: str, target
         _drop_line_ending(old, new, lines[index - 1][:1])
         index += 1
     if len(old) != old_count or len(new) != new_count:
-        raise PatchedWheelsError(f"patch {origin}: {target}: hunk #{number} ({header}): line counts do not match")
+        raise PatchError(f"patch {origin}: {target}: hunk #{number} ({header}): line counts do not match")
     return Hunk(number, header, old_start, tuple(old), tuple(new)), index
 
 

@@ -12,7 +12,7 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidWheelError, UsageError
 
 __all__ = ["with_local_suffix"]
 
@@ -30,13 +30,13 @@ def with_local_suffix(version: str, suffix: str) -> str:
     '2.1.2+cu118.stripe.5'
     """
     if not _LOCAL_LABEL.fullmatch(suffix):
-        raise PatchedWheelsError(
+        raise UsageError(
             f"suffix {suffix!r} is not a valid PEP 440 local version label "
             "(letters and digits separated by '.', '-' or '_')"
         )
     try:
         parsed = Version(version)
     except InvalidVersion:
-        raise PatchedWheelsError(f"version {version!r} is not a valid PEP 440 version") from None
+        raise InvalidWheelError(f"version {version!r} is not a valid PEP 440 version") from None
     label = f"{parsed.local}.{suffix}" if parsed.local else suffix
     return str(Version(f"{parsed.public}+{label}"))

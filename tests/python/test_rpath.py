@@ -19,7 +19,7 @@ import rpathfixture
 from fakecuda import flat_layout, per_wheel_layout, run_import
 from patched_wheels import patchelf
 from patched_wheels.cli import main
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.hub import PatchedWheelSpec, patch_into_index
 from patched_wheels.rpath import rpath_edit
 from patched_wheels.surgery import patch_wheel
@@ -169,7 +169,7 @@ def test_library_api_is_reproducible_and_matches_the_cli(wheels: dict[str, Path]
     with WheelReader(wheels["rpath"]) as original, WheelReader(first.path) as patched:
         changed = [name for name in original.members() if name in patched and original.read(name) != patched.read(name)]
     assert changed == [EXT_MEMBER]  # of the members not renamed with the version (.dist-info, .data)
-    with pytest.raises(PatchedWheelsError, match=r"^rpath pkg/\*\.so=/usr/lib: entry '/usr/lib' must start with \$ORIGIN"):
+    with pytest.raises(UsageError, match=r"^rpath pkg/\*\.so=/usr/lib: entry '/usr/lib' must start with \$ORIGIN"):
         rpath_edit("pkg/*.so", "/usr/lib")
 
 
@@ -187,7 +187,7 @@ def test_hub_spec_applies_rpath_in_glob_order(wheels: dict[str, Path], tmp_path:
     assert _search_tags(patched, EXT_MEMBER) == {"DT_RUNPATH": ["$ORIGIN/second", FIX, "$ORIGIN"]}
 
     bad = PatchedWheelSpec(name="pkg", wheel=wheels["runpath"], suffix="t", rpath={"pkg/*.so": FIX}, rpath_mode="replace")
-    with pytest.raises(PatchedWheelsError, match=r"^patched_wheel pkg: rpath 'pkg/\*\.so': rpath mode must be one of"):
+    with pytest.raises(UsageError, match=r"^patched_wheel pkg: rpath 'pkg/\*\.so': rpath mode must be one of"):
         patch_into_index(bad, [wheels["runpath"]], tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
 
@@ -223,6 +223,6 @@ def test_patchelf_failure_is_one_error_naming_the_member(
     wheels: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(patchelf, "find_patchelf", lambda: "/bin/false")
-    with pytest.raises(PatchedWheelsError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {EXT_MEMBER}: patchelf failed"):
+    with pytest.raises(ElfError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {EXT_MEMBER}: patchelf failed"):
         patch_wheel(wheels["runpath"], tmp_path / "out", rpath_edits=[rpath_edit("pkg/*.so", FIX)])
     assert not (tmp_path / "out").exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import PatchError
 from patched_wheels.unidiff import FilePatch, apply_file_patch, parse_patch, read_patch
 
 ORIGINAL = b"".join(b"line %d\n" % number for number in range(1, 21))
@@ -72,7 +72,7 @@ def test_strip_components() -> None:
     patch = b"--- x/y/pkg/f.py\t2023-01-01\n+++ x/y/pkg/f.py\t2023-01-02\n@@ -1 +1 @@\n-a\n+b\n"
     assert _one(patch, strip=2).path == "pkg/f.py"
     assert _one(patch, strip=0).path == "x/y/pkg/f.py"
-    with pytest.raises(PatchedWheelsError, match="cannot strip 4 components from 'x/y/pkg/f.py'"):
+    with pytest.raises(PatchError, match="cannot strip 4 components from 'x/y/pkg/f.py'"):
         _one(patch, strip=4)
 
 
@@ -89,20 +89,20 @@ def test_text_around_diffs_is_ignored_and_files_are_split() -> None:
 
 def test_hunk_that_does_not_apply_names_patch_target_and_hunk() -> None:
     patch = b"--- a/pkg/f.py\n+++ b/pkg/f.py\n@@ -3,2 +3,2 @@\n line 3\n-line 4\n+LINE 4\n@@ -10 +10 @@\n-nope\n+x\n"
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(PatchError) as caught:
         apply_file_patch(_one(patch), ORIGINAL)
     assert str(caught.value) == "patch fix.patch: pkg/f.py: hunk #2 (@@ -10 +10 @@) does not apply at line 10"
 
 
 def test_no_fuzz_shifted_context_is_refused() -> None:
     patch = b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n line 2\n-line 3\n+x\n"  # really at line 2
-    with pytest.raises(PatchedWheelsError, match=r"hunk #1 \(@@ -1,2 \+1,2 @@\) does not apply at line 1"):
+    with pytest.raises(PatchError, match=r"hunk #1 \(@@ -1,2 \+1,2 @@\) does not apply at line 1"):
         apply_file_patch(_one(patch), ORIGINAL)
 
 
 def test_line_endings_must_match_exactly() -> None:
     patch = b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-line 1\n+x\n"
-    with pytest.raises(PatchedWheelsError, match="does not apply"):
+    with pytest.raises(PatchError, match="does not apply"):
         apply_file_patch(_one(patch), ORIGINAL.replace(b"\n", b"\r\n"))
     crlf_patch = b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-line 1\r\n+x\r\n"
     assert apply_file_patch(_one(crlf_patch), b"line 1\r\nline 2\r\n") == b"x\r\nline 2\r\n"
@@ -110,16 +110,16 @@ def test_line_endings_must_match_exactly() -> None:
 
 def test_missing_target_and_existing_creation() -> None:
     modify = _one(b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n")
-    with pytest.raises(PatchedWheelsError, match="^patch fix.patch: f: file is not in the wheel$"):
+    with pytest.raises(PatchError, match="^patch fix.patch: f: file is not in the wheel$"):
         apply_file_patch(modify, None)
     create = _one(b"--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+a\n")
-    with pytest.raises(PatchedWheelsError, match="creates a file that already exists"):
+    with pytest.raises(PatchError, match="creates a file that already exists"):
         apply_file_patch(create, b"a\n")
 
 
 def test_deletion_must_remove_everything() -> None:
     delete = _one(b"--- a/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n")
-    with pytest.raises(PatchedWheelsError, match="deletion leaves 2 bytes behind"):
+    with pytest.raises(PatchError, match="deletion leaves 2 bytes behind"):
         apply_file_patch(delete, b"a\nb\n")
 
 
@@ -138,14 +138,14 @@ def test_deletion_must_remove_everything() -> None:
     ],
 )
 def test_malformed_patches(patch: bytes, message: str) -> None:
-    with pytest.raises(PatchedWheelsError, match=message) as caught:
+    with pytest.raises(PatchError, match=message) as caught:
         parse_patch(patch, origin="bad.patch")
     assert str(caught.value).startswith("patch bad.patch")
     assert "\n" not in str(caught.value)
 
 
 def test_read_patch_names_unreadable_file(tmp_path: Path) -> None:
-    with pytest.raises(PatchedWheelsError, match="missing.patch: cannot read"):
+    with pytest.raises(PatchError, match="missing.patch: cannot read"):
         read_patch(tmp_path / "missing.patch")
 
 
@@ -153,5 +153,5 @@ def test_negative_strip_is_rejected_naming_the_patch(tmp_path: Path) -> None:
     patch = tmp_path / "fix.patch"
     patch.write_bytes(_git_diff(tmp_path, "pkg/mod.py", ORIGINAL, ORIGINAL + b"tail\n"))
     assert read_patch(patch, strip=0)[0].path == "b/pkg/mod.py"
-    with pytest.raises(PatchedWheelsError, match=f"^{re.escape(f'patch {patch}: strip must be >= 0, got -1')}$"):
+    with pytest.raises(PatchError, match=f"^{re.escape(f'patch {patch}: strip must be >= 0, got -1')}$"):
         read_patch(patch, strip=-1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.metadata import add_requires, field_values, remove_requires, set_version
 from patched_wheels.version import with_local_suffix
 
@@ -32,13 +32,13 @@ def test_local_suffix(version: str, suffix: str, expected: str) -> None:
 # "\u017f" (long s) and "\u212a" (Kelvin sign) match [a-z] case-insensitively unless the pattern is ASCII-only.
 @pytest.mark.parametrize("suffix", ["", "a+b", "stripe..5", ".stripe", "stripe.", "ümlaut", "a b", "-x", "\u017ftripe", "\u212a1"])
 def test_invalid_suffix_is_one_line_error(suffix: str) -> None:
-    with pytest.raises(PatchedWheelsError, match="not a valid PEP 440 local version label") as caught:
+    with pytest.raises(UsageError, match="not a valid PEP 440 local version label") as caught:
         with_local_suffix("1.0", suffix)
     assert "\n" not in str(caught.value)
 
 
 def test_invalid_base_version() -> None:
-    with pytest.raises(PatchedWheelsError, match="'not-a-version' is not a valid PEP 440 version"):
+    with pytest.raises(InvalidWheelError, match="'not-a-version' is not a valid PEP 440 version"):
         with_local_suffix("not-a-version", "x")
 
 
@@ -75,7 +75,7 @@ def test_set_version_keeps_crlf_and_everything_else() -> None:
 
 
 def test_set_version_requires_exactly_one_header() -> None:
-    with pytest.raises(PatchedWheelsError, match="^x/METADATA: expected one Version header, found 0$"):
+    with pytest.raises(InvalidWheelError, match="^x/METADATA: expected one Version header, found 0$"):
         set_version(b"Name: a\n\nbody\n", "1", origin="x/METADATA")
 
 
@@ -98,7 +98,7 @@ def test_remove_requires_normalises_separators() -> None:
 
 
 def test_remove_requires_of_unknown_project_is_an_error() -> None:
-    with pytest.raises(PatchedWheelsError, match="^w.whl: m: no Requires-Dist for numpy to remove$"):
+    with pytest.raises(UsageError, match="^w.whl: m: no Requires-Dist for numpy to remove$"):
         remove_requires(METADATA, ["triton", "numpy"], origin="w.whl: m")
 
 
@@ -122,7 +122,7 @@ def test_add_requires_to_metadata_without_final_newline() -> None:
 
 
 def test_add_invalid_requirement_is_an_error() -> None:
-    with pytest.raises(PatchedWheelsError, match="^m: cannot add requirement 'b>=': "):
+    with pytest.raises(UsageError, match="^m: cannot add requirement 'b>=': "):
         add_requires(METADATA, ["b>="], origin="m")
 
 
@@ -139,7 +139,7 @@ def test_metadata_that_is_not_utf8_is_read_without_a_traceback() -> None:
 
 
 def test_invalid_added_requirement_is_one_line() -> None:
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(UsageError) as caught:
         add_requires(b"Name: demo\n", ["foo >="], origin="M")
     assert str(caught.value).startswith("M: cannot add requirement 'foo >=': Expected ")
     assert "\n" not in str(caught.value)
