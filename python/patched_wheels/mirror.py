@@ -29,6 +29,8 @@ _REPLACED = ".replaced"  # in the staging directory: the files a download replac
 
 @dataclass(frozen=True)
 class MirrorResult:
+    """What pip fetched this time, and the index of the whole directory (for ``lock`` to be given)."""
+
     added: tuple[str, ...]  # file names pip downloaded (new or replaced)
     index: IndexResult
 

@@ -75,6 +75,7 @@ def projects_to_resolve(pins: Sequence[LockedPin], explicit: Mapping[NormalizedN
 
 
 def page_url(index_url: str, project: NormalizedName) -> str:
+    """The PEP 503 page of ``project``, the base its relative links are resolved against."""
     return f"{index_url.rstrip('/')}/{project}/"
 
 
