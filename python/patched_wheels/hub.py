@@ -19,6 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.index import build_index
 from patched_wheels.lock import DEFAULT_INDEX_OPTION, lock
 from patched_wheels.surgery import MemberEdit, patch_wheel
 from patched_wheels.wheelfile import WheelReader
@@ -112,10 +113,10 @@ def build_hub(config: HubConfig) -> list[str]:
     with tempfile.TemporaryDirectory(dir=config.index_dir.parent, prefix=".elfgraph-") as elf_cache:
         for spec in config.patched:
             pins.extend(patch_into_index(spec, config.wheels, config.index_dir, elf_cache=Path(elf_cache)))
-    # lock() indexes the directory first, so the hashes it writes are the ones the pages serve.
+    # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
     lock(
         config.requirements,
-        config.index_dir,
+        build_index(config.index_dir),
         config.out,
         index_option=config.index_option,
         upstream_index_url=config.index_url or None,

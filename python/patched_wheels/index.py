@@ -46,7 +46,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.fsutil import holds, stage_tree, switch_tree, write_temp
 from patched_wheels.names import is_valid_project_name
 
@@ -92,6 +92,13 @@ class IndexResult:
     def projects(self) -> dict[NormalizedName, list[IndexedFile]]:
         return group_by_project(self.files)
 
+    def unserved_pages(self) -> list[Path]:
+        """The pages under ``directory/simple/`` that do not list exactly these files (none, until the
+        directory is indexed again with other files): a lock written from this result would pin
+        hashes those pages do not serve."""
+        simple = self.directory / SIMPLE_DIR
+        return [simple / name for name, data in _pages(self.files).items() if not holds(simple / name, data)]
+
 
 def group_by_project(files: Iterable[IndexedFile]) -> dict[NormalizedName, list[IndexedFile]]:
     by_project: dict[NormalizedName, list[IndexedFile]] = {}
@@ -117,7 +124,7 @@ def build_index(directory: Path | str) -> IndexResult:
     """Index every wheel and sdist directly inside ``directory``; return what was indexed."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise PatchedWheelsError(f"{directory}: not a directory")
+        raise UsageError(f"{directory}: not a directory")
     candidates = _find_distributions(directory)
     _reject_duplicates(candidates)
     cache = _load_cache(directory)
@@ -136,24 +143,24 @@ def _find_distributions(directory: Path) -> list[_Candidate]:
             continue
         path = Path(entry.path)
         if entry.is_symlink() and not path.resolve().is_relative_to(root):
-            raise PatchedWheelsError(f"{path}: a link to {path.resolve()}, outside {directory}; copy the file in")
+            raise InvalidWheelError(f"{path}: a link to {path.resolve()}, outside {directory}; copy the file in")
         if not entry.is_file():
             continue
         if entry.name.endswith(".whl"):
             try:
                 name, version, _build, tags = parse_wheel_filename(entry.name)
             except InvalidWheelFilename as error:
-                raise PatchedWheelsError(f"{path}: {error}") from None
+                raise InvalidWheelError(f"{path}: {error}") from None
             written_name = entry.name.split("-", 1)[0]
         else:
             try:
                 name, version = parse_sdist_filename(entry.name)
             except InvalidSdistFilename as error:
-                raise PatchedWheelsError(f"{path}: {error}") from None
+                raise InvalidWheelError(f"{path}: {error}") from None
             tags = frozenset()
             written_name = entry.name.rpartition("-")[0]
         if not is_valid_project_name(written_name):
-            raise PatchedWheelsError(f"{path}: invalid project name {written_name!r}")
+            raise InvalidWheelError(f"{path}: invalid project name {written_name!r}")
         candidates.append(_Candidate(path, name, version, tags, entry.stat()))
     return candidates
 
@@ -169,7 +176,7 @@ def _reject_duplicates(candidates: list[_Candidate]) -> None:
         key = (candidate.project, candidate.version, candidate.is_wheel)
         for other in seen.get(key, []):
             if not candidate.is_wheel or candidate.tags & other.tags:
-                raise PatchedWheelsError(
+                raise InvalidWheelError(
                     f"{candidate.path}: same project, version and tags as {other.path.name}; "
                     "keep only one of them"
                 )
@@ -210,7 +217,7 @@ def _describe(
             sha256 = hashes[name].result()
             after = candidate.path.stat()
             if (after.st_size, after.st_mtime_ns) != (candidate.stat.st_size, candidate.stat.st_mtime_ns):
-                raise PatchedWheelsError(f"{candidate.path}: changed while it was being indexed; run again")
+                raise InvalidWheelError(f"{candidate.path}: changed while it was being indexed; run again")
             wheel_metadata, requires_python = read.get(name, (None, None))
             described[name] = IndexedFile(
                 filename=name,
@@ -308,10 +315,7 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
     """Publish the pages, the cache and the ``.metadata`` files all or nothing; write nothing
     when they are already current (a warm run), so mtimes stay put."""
     simple = directory / SIMPLE_DIR
-    by_project = group_by_project(files)
-    pages = {"index.html": render_root_page(by_project), CACHE_FILE: cache}
-    for project, project_files in by_project.items():
-        pages[f"{project}/index.html"] = render_project_page(project, project_files)
+    pages = {**_pages(files), CACHE_FILE: cache}
     metadata = {_metadata_path(directory / f.filename): f.metadata for f in files if f.metadata is not None}
     changed = {path: data for path, data in metadata.items() if not holds(path, data)}
     stale = [
@@ -323,7 +327,7 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
         return
     for path, kind, is_kind in [(simple, "directory", Path.is_dir), *((path, "file", Path.is_file) for path in changed)]:
         if os.path.islink(path) or (os.path.lexists(path) and not is_kind(path)):
-            raise PatchedWheelsError(f"{path}: in the way of the index (a link, or not a {kind})")
+            raise UsageError(f"{path}: in the way of the index (a link, or not a {kind})")
     staged_tree = stage_tree(simple, pages)
     staged: dict[Path, Path] = {}
     created: list[Path] = []
@@ -345,6 +349,15 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
         raise
     for path in stale:
         path.unlink(missing_ok=True)
+
+
+def _pages(files: Iterable[IndexedFile]) -> dict[str, bytes]:
+    """The PEP 503 pages of ``files``, by path relative to ``simple/``."""
+    by_project = group_by_project(files)
+    pages = {"index.html": render_root_page(by_project)}
+    for project, project_files in by_project.items():
+        pages[f"{project}/index.html"] = render_project_page(project, project_files)
+    return pages
 
 
 def _tree_holds(simple: Path, pages: Mapping[str, bytes]) -> bool:

@@ -1,6 +1,7 @@
 """Point a pip requirements lock at the patched wheels of a local index.
 
-``lock(IN, INDEX_DIR, OUT)`` copies the lock, changing only what must change for pip (and
+``lock(IN, INDEX, OUT)`` copies the lock IN (read by :mod:`patched_wheels.requirements`), pointing it
+at INDEX, the files ``index.build_index`` just published; it changes only what must change for pip (and
 rules_python's ``pip_parse``, which hands every line to pip) to install the patched wheels:
 
 * the pin of each patched project becomes the patched version (``torch==2.1.0`` ->
@@ -21,9 +22,7 @@ rules_python's ``pip_parse``, which hands every line to pip) to install the patc
 
 Everything else - comments, blank lines, markers, continuation lines, other projects' hashes,
 line endings, a UTF-8 byte order mark - is kept byte for byte, so the diff against the input
-shows exactly the patch. Included files (``-r``/``-c``) are refused rather than followed: their
-pins would keep the old hashes while this lock pins the patched wheel, and pip would fail on the
-mismatch far from the cause.
+shows exactly the patch. Included files (``-r``/``-c``) are refused (see ``requirements``).
 
 Which index version replaces a pin (``2.1.0`` stands for the lock's pin):
 1. the one version that extends the pin's local label (``2.1.0+stripe.5``, or
@@ -40,18 +39,27 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 from urllib.parse import quote
 
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
 from packaging.utils import NormalizedName, canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.fsutil import write_atomic
-from patched_wheels.index import SIMPLE_DIR, IndexedFile, build_index, group_by_project
+from patched_wheels.index import SIMPLE_DIR, IndexedFile, IndexResult, group_by_project
+from patched_wheels.requirements import (
+    EOL,
+    HASH_OPTION,
+    LogicalLine,
+    PinLine,
+    RequirementsText,
+    read_requirements,
+    split_comment,
+)
 
 INDEX_OPTIONS = ("direct", "extra-index-url", "index-url", "find-links")
 #: ``direct``: the only form every rules_python release reads (2.x fetches a lock's index pages with
@@ -61,51 +69,23 @@ INDEX_OPTIONS = ("direct", "extra-index-url", "index-url", "find-links")
 #: pip must not look anywhere else; ``find-links`` for a plain directory listing (pip only).
 DEFAULT_INDEX_OPTION = "direct"
 
-# pip's own rules (pip/_internal/req/req_file.py): a comment starts at a '#' at the start of a
-# line or after whitespace; a line ending in '\' continues on the next one unless it is a comment.
-_COMMENT = re.compile(r"(^|\s+)#.*$")
-_HASH_TOKEN = re.compile(r"(?P<lead>[ \t]*)(?<!\S)--hash(?:=|[ \t]+)(?P<value>[^\s\\]+)")
+# A physical line holding one --hash option and nothing else (pip-compile's layout).
 _HASH_ONLY_LINE = re.compile(
     r"^(?P<indent>[ \t]*)--hash(?:=|[ \t]+)[^\s\\]+(?P<cont>[ \t]*\\)?[ \t]*(?P<eol>\r\n|\n|\r)?$"
 )
-_EOL = re.compile(r"(\r\n|\n|\r)$")
-# An option line naming an index: pip's long options take "=value" or " value", its short ones
-# (single letters, parsed by optparse) also take the value glued on ("-fDIR").
-_ANY_INDEX_OPTION = re.compile(r"--(?:index-url|extra-index-url|find-links)(?:=|\s|$)|-[if]")
-# An option line including another file: -r/--requirement, -c/--constraint.
-_INCLUDE_OPTION = re.compile(r"--(?:requirement|constraint)(?:=|\s|$)|-[rc]")
-_BOM = "\ufeff"  # pip decodes a lock that starts with a UTF-8 byte order mark
 
 
 @dataclass(frozen=True)
 class LockResult:
+    """The lock written, and what changed in it, for the command to print."""
+
     out: Path
     changes: tuple[str, ...]  # human-readable, e.g. "torch==2.1.0 -> torch==2.1.0+stripe.5"
 
 
-@dataclass
-class _Logical:
-    """One logical line of the lock: physical lines [start, end) joined as pip joins them."""
-
-    start: int
-    end: int
-    content: str  # joined, comments removed, stripped
-
-    @property
-    def is_option(self) -> bool:
-        return self.content.startswith("-")
-
-
-@dataclass
-class _Pin:
-    line: _Logical
-    requirement: Requirement
-    hashes: tuple[str, ...]  # "sha256:<hex>" values of the --hash options
-
-
 def lock(
     requirements: Path | str,
-    index_dir: Path | str,
+    index: IndexResult,
     out: Path | str,
     *,
     index_option: str = DEFAULT_INDEX_OPTION,
@@ -113,10 +93,11 @@ def lock(
     replaced: Mapping[str, Collection[str]] | None = None,
     references: Mapping[str, tuple[str, str]] | None = None,
 ) -> LockResult:
-    """Write ``out``: ``requirements`` pointed at the index in ``index_dir``.
+    """Write ``out``: ``requirements`` pointed at ``index``, what ``index.build_index`` returned.
 
-    The index is refreshed first (incremental, so a no-op when current): the hashes written
-    to the lock are then exactly those the index pages serve.
+    The caller indexes the directory first (``build_index`` is incremental, so that is cheap when
+    nothing changed): the hashes written to the lock are then those of the index's files, and a
+    result whose pages were since rewritten for other files is refused rather than written from.
 
     ``direct`` mode only: ``upstream_index_url`` is written as ``--index-url`` when the lock names
     no index of its own (the index the unpatched pins were resolved from), and ``replaced`` maps a
@@ -127,81 +108,77 @@ def lock(
     read for it (rules_python 2.x fetches it by URL and sha256; a lock for several platforms keeps
     its index for such pins).
     """
-    requirements, index_dir, out = Path(requirements), Path(index_dir).resolve(), Path(out)
+    out = Path(out)
     if index_option not in INDEX_OPTIONS:
-        raise PatchedWheelsError(f"--index-option {index_option}: expected one of {', '.join(INDEX_OPTIONS)}")
-    text = _read_text(requirements)
-    files = build_index(index_dir).files
+        raise UsageError(f"--index-option {index_option}: expected one of {', '.join(INDEX_OPTIONS)}")
+    unserved = index.unserved_pages()
+    if unserved:
+        raise InvalidLockError(f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again")
+    text = read_requirements(requirements)
+    index_dir = index.directory.resolve()
     if index_option == "direct":
         new_text, changes = rewrite_lock(
             text,
-            files,
+            index.files,
             option_line=f"--index-url={upstream_index_url}" if upstream_index_url else None,
             direct_dir=index_dir,
             replaced={canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in (replaced or {}).items()},
             references={canonicalize_name(name): reference for name, reference in (references or {}).items()},
-            source=str(requirements),
         )
     else:
         location = index_dir / SIMPLE_DIR if index_option != "find-links" else index_dir
         option_line = f"--{index_option}={location.as_uri()}"
-        new_text, changes = rewrite_lock(text, files, option_line=option_line, source=str(requirements))
+        new_text, changes = rewrite_lock(text, index.files, option_line=option_line)
     write_atomic(out, new_text.encode("utf-8"))
     return LockResult(out=out, changes=tuple(changes))
 
 
 def rewrite_lock(
-    text: str,
+    requirements: RequirementsText,
     files: Sequence[IndexedFile],
     *,
     option_line: str | None,
     direct_dir: Path | None = None,
     replaced: Mapping[NormalizedName, frozenset[str]] | None = None,
     references: Mapping[NormalizedName, tuple[str, str]] | None = None,
-    source: str = "<lock>",
 ) -> tuple[str, list[str]]:
     """The pure part of ``lock``: return the new lock text and a list of the changes made.
 
     With ``direct_dir`` patched pins become direct references to the files there, and
     ``option_line`` (if any) is added only when the lock names no index of its own.
     """
-    bom, text = (_BOM, text[len(_BOM) :]) if text.startswith(_BOM) else ("", text)
-    lines = text.splitlines(keepends=True)
-    first_eol = _EOL.search(lines[0]) if lines else None
-    eol = first_eol.group(1) if first_eol else "\n"
-    logical = _checked_logical_lines(lines, source)
-    pins = [_parse_pin(line, source) for line in logical if line.content and not line.is_option]
+    lines, logical, pins, eol = requirements.lines, requirements.logical, requirements.pins, requirements.eol
     index = group_by_project(files)
     edits: dict[int, tuple[int, list[str]]] = {}  # first physical line -> (end, new lines)
     changes: list[str] = []
-    parents: dict[NormalizedName, list[tuple[NormalizedName, _Pin]]] = {}
+    parents: dict[NormalizedName, list[tuple[NormalizedName, PinLine]]] = {}
     for pin in pins:
-        project = canonicalize_name(pin.requirement.name)
+        project = pin.project
         if pin.requirement.url:
             continue  # a direct reference names its own file: pip fetches that URL, not the index
         if project not in index:
             reference = (references or {}).get(project)
             if direct_dir is not None and reference and {h.lower() for h in pin.hashes} == {f"sha256:{reference[1]}"}:
-                block = _pin_block(f"{pin.requirement.name} @ {reference[0]}", _marker_of(pin), [f"sha256:{reference[1]}"], eol)
+                block = _pin_block(f"{pin.requirement.name} @ {reference[0]}", pin.marker, [f"sha256:{reference[1]}"], eol)
                 edits[pin.line.start] = (pin.line.end, block)
             continue
-        pinned = _pinned_version(pin, source)
-        target = _target_version(pin, pinned, index[project], source)
+        pinned = pin.pinned_version()
+        target = _target_version(pin, pinned, index[project])
         target_files = [f for f in index[project] if f.version == target]
         _record_parents(parents, project, pin, target_files)
         if direct_dir is not None:
             if target == pinned:
                 continue  # the index holds the original itself: the lock's own index serves it
-            block = _direct_pin(pin, target_files, direct_dir, (replaced or {}).get(project), eol, source)
+            block = _direct_pin(pin, target_files, direct_dir, (replaced or {}).get(project), eol)
             edits[pin.line.start] = (pin.line.end, block)
             changes.append(f"{pin.requirement.name}=={pinned} -> {_strip_eol(block[0])}")
             continue
         new_hashes = sorted(f"sha256:{f.sha256}" for f in target_files)
         locked_hashes = {value.lower() for value in pin.hashes}
         refresh = bool(pin.hashes) and (target != pinned or not set(new_hashes) & locked_hashes)
-        physical = lines[pin.line.start : pin.line.end]
+        physical = list(lines[pin.line.start : pin.line.end])
         if target != pinned:
-            physical = _replace_version(physical, pin, str(target), source)
+            physical = _replace_version(physical, pin, str(target))
             changes.append(f"{pin.requirement.name}=={pinned} -> {pin.requirement.name}=={target}")
         elif refresh:
             changes.append(f"{pin.requirement.name}=={pinned}: hashes replaced")
@@ -210,7 +187,7 @@ def rewrite_lock(
         if target != pinned or refresh:
             edits[pin.line.start] = (pin.line.end, physical)
 
-    if option_line is None or (direct_dir is not None and any(_ANY_INDEX_OPTION.match(l.content) for l in logical)):
+    if option_line is None or (direct_dir is not None and any(line.names_index for line in logical)):
         option_at, dropped = None, {}
     else:
         option_at, dropped = _place_option(logical, option_line)
@@ -231,26 +208,25 @@ def rewrite_lock(
         end, replacement = edits.get(number, (number + 1, [lines[number]]))
         output.extend(replacement)
         number = end
-    locked = {canonicalize_name(pin.requirement.name) for pin in pins}
+    locked = {pin.project for pin in pins}
     uses_hashes = any(pin.hashes for pin in pins)
-    for requirement, block in _added_pins(index, locked, parents, uses_hashes, eol, source, direct_dir):
+    for requirement, block in _added_pins(index, locked, parents, uses_hashes, eol, requirements.source, direct_dir):
         _end_input(output, eol)
         output.extend(block)
         changes.append(f"added {requirement}")
-    return bom + "".join(output), changes
+    return requirements.bom + "".join(output), changes
 
 
 def _strip_eol(line: str) -> str:
-    return _EOL.sub("", line).rstrip(" \\")
+    return EOL.sub("", line).rstrip(" \\")
 
 
 def _direct_pin(
-    pin: _Pin,
+    pin: PinLine,
     files: Sequence[IndexedFile],
     directory: Path,
     replaced: frozenset[str] | None,
     eol: str,
-    source: str,
 ) -> list[str]:
     """The lines that replace a patched pin in ``direct`` mode (module docstring).
 
@@ -260,8 +236,8 @@ def _direct_pin(
     """
     if len(files) != 1:
         names = ", ".join(sorted(f.filename for f in files))
-        raise PatchedWheelsError(
-            f"{_where(source, pin.line.start)}: a direct reference names one file, but the index has "
+        raise UsageError(
+            f"{pin.line.where}: a direct reference names one file, but the index has "
             f"{names} for {pin.requirement.name}; use an index option instead"
         )
     (target,) = files
@@ -271,20 +247,16 @@ def _direct_pin(
     if not left:
         # No other line serves other platforms, so no marker of the wheel's own: a marker makes some
         # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.
-        return _pin_block(reference, _marker_of(pin), hashes, eol)
+        return _pin_block(reference, pin.marker, hashes, eol)
     environments = WheelEnvironments.of(target.tags)
     if environments.marker() is None:
-        raise PatchedWheelsError(
-            f"{_where(source, pin.line.start)}: {target.filename} is for every platform, but the pin of "
+        raise InvalidLockError(
+            f"{pin.line.where}: {target.filename} is for every platform, but the pin of "
             f"{pin.requirement.name} has {len(left)} more hashes; a pure wheel cannot leave other wheels in use"
         )
-    return _pin_block(reference, _and(_marker_of(pin), environments.marker()), hashes, eol) + _pin_block(
-        f"{pin.requirement.name}{pin.requirement.specifier}", _and(_marker_of(pin), environments.complement()), left, eol
+    return _pin_block(reference, _and(pin.marker, environments.marker()), hashes, eol) + _pin_block(
+        f"{pin.requirement.name}{pin.requirement.specifier}", _and(pin.marker, environments.complement()), left, eol
     )
-
-
-def _marker_of(pin: _Pin) -> str | None:
-    return str(pin.requirement.marker) if pin.requirement.marker else None
 
 
 def _file_url(path: Path) -> str:
@@ -367,85 +339,19 @@ def _platform_values(platform: str) -> set[tuple[str, str]]:
         return {("darwin", m) for m in machines}
     if platform.startswith("win"):
         return {("win32", _MACHINES.get(platform.removeprefix("win_"), platform))}
-    raise PatchedWheelsError(f"platform tag {platform}: cannot tell its sys_platform and platform_machine")
+    raise InvalidLockError(f"platform tag {platform}: cannot tell its sys_platform and platform_machine")
 
 
 def _end_input(output: list[str], eol: str) -> None:
     """Before lines are added after the input: end its last line if it lacked a newline, and
     its last logical line if that ended in a dangling continuation (pip would join them)."""
-    if output and not _EOL.search(output[-1]):
+    if output and not EOL.search(output[-1]):
         output[-1] += eol
-    if output and _EOL.sub("", output[-1]).endswith("\\"):
+    if output and EOL.sub("", output[-1]).endswith("\\"):
         output.append(eol)
 
 
-def _logical_lines(lines: Sequence[str]) -> Iterator[_Logical]:
-    """Join continuation lines exactly as pip's ``join_lines`` does, keeping line spans."""
-    start = None
-    joined: list[str] = []
-    for number, physical in enumerate(lines):
-        line = _EOL.sub("", physical)
-        if not line.endswith("\\") or _COMMENT.match(line):
-            if _COMMENT.match(line):
-                line = " " + line
-            if joined:
-                joined.append(line)
-                yield _Logical(start, number + 1, _COMMENT.sub("", "".join(joined)).strip())
-                joined = []
-            else:
-                yield _Logical(number, number + 1, _COMMENT.sub("", line).strip())
-        else:
-            if not joined:
-                start = number
-            joined.append(line.strip("\\"))
-    if joined:
-        yield _Logical(start, len(lines), _COMMENT.sub("", "".join(joined)).strip())
-
-
-def _checked_logical_lines(lines: Sequence[str], source: str) -> list[_Logical]:
-    """The logical lines of a lock that includes no other file."""
-    logical = list(_logical_lines(lines))
-    for line in logical:
-        if line.is_option and _INCLUDE_OPTION.match(line.content):
-            raise PatchedWheelsError(
-                f"{_where(source, line.start)}: {line.content}: included files are not followed; "
-                "put their lines into this lock"
-            )
-    return logical
-
-
-def _parse_pin(line: _Logical, source: str) -> _Pin:
-    """Split a requirement line like pip's ``break_args_options``: the requirement is every
-    space-separated token before the first one starting with '-'."""
-    tokens = line.content.split(" ")
-    first_option = next((i for i, token in enumerate(tokens) if token.startswith("-")), len(tokens))
-    requirement_text = " ".join(tokens[:first_option])
-    try:
-        requirement = Requirement(requirement_text)
-    except InvalidRequirement as error:
-        reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
-        raise PatchedWheelsError(f"{_where(source, line.start)}: {requirement_text!r}: {reason}") from None
-    options = " ".join(tokens[first_option:])
-    hashes = tuple(match.group("value") for match in _HASH_TOKEN.finditer(options))
-    return _Pin(line, requirement, hashes)
-
-
-def _pinned_version(pin: _Pin, source: str) -> Version:
-    specifiers = list(pin.requirement.specifier)
-    if len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
-        raise PatchedWheelsError(
-            f"{_where(source, pin.line.start)}: {pin.requirement.name} must be pinned with == "
-            f"(found {pin.requirement})"
-        )
-    try:
-        return Version(specifiers[0].version)
-    except InvalidVersion:
-        raise PatchedWheelsError(
-            f"{_where(source, pin.line.start)}: {specifiers[0].version!r} is not a PEP 440 version"
-        ) from None
-
-
-def _target_version(pin: _Pin, pinned: Version, files: Iterable[IndexedFile], source: str) -> Version:
+def _target_version(pin: PinLine, pinned: Version, files: Iterable[IndexedFile]) -> Version:
     """Which of the index's versions the pin should name (rules in the module docstring)."""
     versions = sorted({f.version for f in files})
     extending = [v for v in versions if _extends(v, pinned)]
@@ -456,8 +362,8 @@ def _target_version(pin: _Pin, pinned: Version, files: Iterable[IndexedFile], so
         return pinned
     if len(candidates) == 1:
         return candidates[0]
-    raise PatchedWheelsError(
-        f"{_where(source, pin.line.start)}: the index has {pin.requirement.name} "
+    raise InvalidLockError(
+        f"{pin.line.where}: the index has {pin.requirement.name} "
         f"{', '.join(map(str, candidates))} for the pin =={pinned}; keep only one in the index"
     )
 
@@ -469,7 +375,7 @@ def _extends(version: Version, pinned: Version) -> bool:
     return pinned.local is None or version.local.startswith(pinned.local + ".")
 
 
-def _replace_version(physical: list[str], pin: _Pin, version: str, source: str) -> list[str]:
+def _replace_version(physical: list[str], pin: PinLine, version: str) -> list[str]:
     """Replace the version text of the ``==`` pin where it is written, leaving the rest alone."""
     written = next(iter(pin.requirement.specifier)).version
     pattern = re.compile(r"(===?[ \t]*)" + re.escape(written) + r"(?![\w.!+*-])")
@@ -477,9 +383,7 @@ def _replace_version(physical: list[str], pin: _Pin, version: str, source: str) 
         new_line, count = pattern.subn(lambda m: m.group(1) + version, line, count=1)
         if count:
             return physical[:offset] + [new_line] + physical[offset + 1 :]
-    raise PatchedWheelsError(
-        f"{_where(source, pin.line.start)}: cannot find =={written} of {pin.requirement.name} on one line"
-    )
+    raise InvalidLockError(f"{pin.line.where}: cannot find =={written} of {pin.requirement.name} on one line")
 
 
 def _replace_hashes(physical: list[str], hashes: Sequence[str]) -> list[str]:
@@ -489,7 +393,7 @@ def _replace_hashes(physical: list[str], hashes: Sequence[str]) -> list[str]:
     the same indentation and continuation marks; hashes written inline are replaced inline.
     """
     tokens = [f"--hash={value}" for value in hashes]
-    with_hash = [i for i, line in enumerate(physical) if _HASH_TOKEN.search(_split_comment(line)[0])]
+    with_hash = [i for i, line in enumerate(physical) if HASH_OPTION.search(split_comment(line)[0])]
     if not with_hash:
         return physical
     block = range(with_hash[0], with_hash[-1] + 1)
@@ -510,23 +414,16 @@ def _replace_hashes(physical: list[str], hashes: Sequence[str]) -> list[str]:
         return match.group("lead") + pending.pop() if pending else ""
 
     def replace_in_code(line: str) -> str:
-        code, comment = _split_comment(line)
-        return _HASH_TOKEN.sub(substitute, code) + comment
+        code, comment = split_comment(line)
+        return HASH_OPTION.sub(substitute, code) + comment
 
     return [replace_in_code(line) for line in physical]
 
 
-def _split_comment(physical: str) -> tuple[str, str]:
-    """``physical`` cut where pip's comment begins: ``--hash=`` in a comment is no option, and
-    the comment (with the line's ending) must come out byte for byte."""
-    match = _COMMENT.search(physical)
-    return (physical[: match.start()], physical[match.start() :]) if match else (physical, "")
-
-
 def _record_parents(
-    parents: dict[NormalizedName, list[tuple[NormalizedName, _Pin]]],
+    parents: dict[NormalizedName, list[tuple[NormalizedName, PinLine]]],
     project: NormalizedName,
-    pin: _Pin,
+    pin: PinLine,
     files: Iterable[IndexedFile],
 ) -> None:
     """Note which projects each indexed wheel requires, to place split siblings in the lock."""
@@ -545,7 +442,7 @@ def _record_parents(
 def _added_pins(
     index: Mapping[NormalizedName, list[IndexedFile]],
     locked: set[NormalizedName],
-    parents: Mapping[NormalizedName, list[tuple[NormalizedName, _Pin]]],
+    parents: Mapping[NormalizedName, list[tuple[NormalizedName, PinLine]]],
     uses_hashes: bool,
     eol: str,
     source: str,
@@ -560,34 +457,30 @@ def _added_pins(
     for project in sorted(set(index) - locked):
         versions = sorted({f.version for f in index[project]})
         if len(versions) != 1:
-            raise PatchedWheelsError(
+            raise InvalidLockError(
                 f"{source}: the index has {project} {', '.join(map(str, versions))}, which the lock "
                 "does not pin; keep only one in the index"
             )
         requirers = parents.get(project, [])
-        markers = {str(pin.requirement.marker) if pin.requirement.marker else None for _, pin in requirers}
+        markers = {pin.marker for _, pin in requirers}
         marker = markers.pop() if len(markers) == 1 and None not in markers else None
         if direct_dir is not None:
             if len(index[project]) != 1:
-                raise PatchedWheelsError(f"{source}: a direct reference names one file; the index has several of {project}")
+                raise UsageError(f"{source}: a direct reference names one file; the index has several of {project}")
             (single,) = index[project]
             requirement = f"{project} @ {_file_url(direct_dir / single.filename)}"
         else:
             requirement = f"{project}=={versions[0]}"
-        if marker:
-            requirement += f" ; {marker}"
-        hashes = sorted(f"--hash=sha256:{f.sha256}" for f in index[project]) if uses_hashes else []
-        continuations = [" \\"] * len(hashes) + [""]
-        block = [requirement + continuations[0] + eol]
-        block += [f"    {h}{continuations[i + 1]}{eol}" for i, h in enumerate(hashes)]
+        hashes = sorted(f"sha256:{f.sha256}" for f in index[project]) if uses_hashes else []
+        block = _pin_block(requirement, marker, hashes, eol)
         via = sorted({name for name, _ in requirers})
         if via:
             block.append(f"    # via {', '.join(via)}{eol}")
-        added.append((requirement, block))
+        added.append((_strip_eol(block[0]), block))
     return added
 
 
-def _place_option(logical: Sequence[_Logical], option_line: str) -> tuple[int | None, dict[int, int]]:
+def _place_option(logical: Sequence[LogicalLine], option_line: str) -> tuple[int | None, dict[int, int]]:
     """Where to insert the index option line, and which option lines to drop (start -> end).
 
     The line goes before the first non-comment line (after pip-compile's header). An identical
@@ -598,7 +491,7 @@ def _place_option(logical: Sequence[_Logical], option_line: str) -> tuple[int | 
     dropped: dict[int, int] = {}
     if option_line.split("=", 1)[0] == "--index-url":
         for line in logical:
-            if line.content != option_line and _ANY_INDEX_OPTION.match(line.content):
+            if line.content != option_line and line.names_index:
                 dropped[line.start] = line.end
     if any(line.content == option_line for line in logical):
         return None, dropped
@@ -606,60 +499,3 @@ def _place_option(logical: Sequence[_Logical], option_line: str) -> tuple[int | 
         return min(dropped), dropped
     first = next((line.start for line in logical if line.content), None)
     return (first if first is not None else (logical[-1].end if logical else 0)), dropped
-
-
-def _read_text(requirements: Path) -> str:
-    """The lock's text; pip reads requirement files as UTF-8 too (absent a BOM saying otherwise)."""
-    try:
-        return requirements.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise PatchedWheelsError(f"{requirements}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise PatchedWheelsError(f"{requirements}: not UTF-8 ({error.reason} at byte {error.start})") from None
-
-
-def _where(source: str, start: int) -> str:
-    return f"{source}:{start + 1}"
-
-
-@dataclass(frozen=True)
-class LockedPin:
-    """A pin of a hashed lock, as the Bazel rules need it to fetch the pinned wheel."""
-
-    project: NormalizedName
-    version: Version
-    hashes: frozenset[str]  # hex sha256 digests of the --hash options
-    requirement: Requirement
-    line_number: int  # 1-based, of the pin's first physical line
-
-    def applies(self) -> bool:
-        """Whether the pin's environment marker holds for the running interpreter."""
-        return self.requirement.marker is None or self.requirement.marker.evaluate()
-
-
-def read_pins(requirements: Path | str) -> list[LockedPin]:
-    """The ``==`` pins of a lock with their sha256 hashes, in file order.
-
-    Direct references (``pkg @ https://...``) are left out: pip installs them from their URL,
-    so there is no index page to resolve them from. Any other pin that is not ``==`` is an error.
-    """
-    requirements = Path(requirements)
-    source = str(requirements)
-    pins = []
-    lines = _read_text(requirements).removeprefix(_BOM).splitlines(keepends=True)
-    for line in _checked_logical_lines(lines, source):
-        if not line.content or line.is_option:
-            continue
-        pin = _parse_pin(line, source)
-        if pin.requirement.url:
-            continue
-        pins.append(
-            LockedPin(
-                project=canonicalize_name(pin.requirement.name),
-                version=_pinned_version(pin, source),
-                hashes=frozenset(h.partition(":")[2].lower() for h in pin.hashes if h.startswith("sha256:")),
-                requirement=pin.requirement,
-                line_number=line.start + 1,
-            )
-        )
-    return pins

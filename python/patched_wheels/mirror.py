@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidLockError
 from patched_wheels.fsutil import temp_directory
 from patched_wheels.index import IndexResult, build_index
 
@@ -29,6 +29,8 @@ _REPLACED = ".replaced"  # in the staging directory: the files a download replac
 
 @dataclass(frozen=True)
 class MirrorResult:
+    """What pip fetched this time, and the index of the whole directory (for ``lock`` to be given)."""
+
     added: tuple[str, ...]  # file names pip downloaded (new or replaced)
     index: IndexResult
 
@@ -42,7 +44,7 @@ def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequenc
     """
     requirements, directory = Path(requirements), Path(directory)
     if not requirements.is_file():
-        raise PatchedWheelsError(f"{requirements}: no such requirements file")
+        raise InvalidLockError(f"{requirements}: no such requirements file")
     directory.mkdir(parents=True, exist_ok=True)
     with temp_directory(directory, "mirror") as staging:
         present = _seed(directory, staging)
@@ -53,7 +55,7 @@ def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequenc
         # pip's progress and errors go to stderr; stdout stays ours.
         status = subprocess.run(command, stdout=sys.stderr, check=False).returncode
         if status != 0:
-            raise PatchedWheelsError(f"{requirements}: pip download failed (exit {status}); pip's message is above")
+            raise InvalidLockError(f"{requirements}: pip download failed (exit {status}); pip's message is above")
         added = _publish(staging, directory, present)
         try:
             index = build_index(directory)

@@ -18,8 +18,8 @@ from typing import Iterable, Mapping, Sequence
 from packaging.tags import Tag, sys_tags
 from packaging.utils import InvalidWheelFilename, NormalizedName, parse_wheel_filename
 
-from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.lock import LockedPin, read_pins
+from patched_wheels.errors import InvalidLockError
+from patched_wheels.requirements import LockedPin, read_pins
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ def projects_to_resolve(pins: Sequence[LockedPin], explicit: Mapping[NormalizedN
 
 
 def page_url(index_url: str, project: NormalizedName) -> str:
+    """The PEP 503 page of ``project``, the base its relative links are resolved against."""
     return f"{index_url.rstrip('/')}/{project}/"
 
 
@@ -105,7 +106,7 @@ def resolve(
         try:
             page = page_path.read_text(encoding="utf-8")
         except OSError as error:
-            raise PatchedWheelsError(f"{page_path}: cannot read the index page of {pin.project}: {error.strerror}") from None
+            raise InvalidLockError(f"{page_path}: cannot read the index page of {pin.project}: {error.strerror}") from None
         links = parse_project_page(page, page_url(index_url, pin.project))
         resolved.append(_choose(pin, links, ranking, lock_path, page_url(index_url, pin.project)))
     return resolved
@@ -134,7 +135,7 @@ def _choose(
         if rank is not None and (best is None or rank < best[0]):
             best = (rank, link)
     if best is None:
-        raise PatchedWheelsError(
+        raise InvalidLockError(
             f"{lock_path}:{pin.line_number}: no wheel of {pin.project}=={version} on {url} matches "
             f"the lock's {len(pin.hashes)} hash(es) and this interpreter's tags (best: {next(iter(ranking), 'none')})"
         )

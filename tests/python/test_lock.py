@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
-from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.lock import INDEX_OPTIONS, WheelEnvironments, lock, read_pins
+from patched_wheels.errors import InvalidLockError, UsageError
+from patched_wheels.index import build_index
+from patched_wheels.lock import INDEX_OPTIONS, LockResult, WheelEnvironments, lock
+from patched_wheels.requirements import read_pins
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")
 # What installing the lock below must give: the patched versions, the sibling, the originals,
@@ -23,6 +25,11 @@ INSTALLED = [
     "torchfake_libs-2.1.0+stripe.5.dist-info",
     "tritonfake-2.1.0.dist-info",
 ]
+
+
+def index_and_lock(requirements: Path, directory: Path, out: Path, **options) -> LockResult:
+    """What the ``lock`` command and the hub do: index ``directory``, then lock against that index."""
+    return lock(requirements, build_index(directory), out, **options)
 
 
 @pytest.fixture
@@ -76,7 +83,7 @@ def test_lock_rewrites_only_the_patched_pins(index_dir: Path, tmp_path: Path) ->
     source.write_text(_lock_text(index_dir))
     out = tmp_path / "out.txt"
 
-    result = lock(source, index_dir, out, index_option="extra-index-url")
+    result = index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
     h = lambda name: _hash(index_dir, name)  # noqa: E731
     original = _lock_text(index_dir).splitlines(keepends=True)
@@ -101,10 +108,9 @@ def test_lock_rewrites_only_the_patched_pins(index_dir: Path, tmp_path: Path) ->
         f"added --extra-index-url={(index_dir / 'simple').as_uri()}",
         'added torchfake-libs==2.1.0+stripe.5 ; sys_platform == "linux"',
     )
-    assert (index_dir / "simple" / "torchfake" / "index.html").is_file()  # the index was refreshed
 
     again = tmp_path / "again.txt"
-    lock(out, index_dir, again, index_option="extra-index-url")
+    index_and_lock(out, index_dir, again, index_option="extra-index-url")
     assert again.read_bytes() == out.read_bytes()
 
 
@@ -113,7 +119,7 @@ def test_pip_installs_the_locked_patched_wheels(index_dir: Path, tmp_path: Path,
     source = tmp_path / "requirements_lock.txt"
     source.write_text(_lock_text(index_dir))
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out, index_option=option)
+    index_and_lock(source, index_dir, out, index_option=option)
     target = tmp_path / "site"
     # pip's default index is replaced by an empty local one, so the wheels can only come from
     # the option line the lock wrote (and no test reaches the network).
@@ -135,7 +141,7 @@ def test_option_line_is_one_argument_pip_accepts(index_dir: Path, tmp_path: Path
     source = tmp_path / "requirements_lock.txt"
     source.write_text("torchfake==2.1.0\n")
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out, index_option="extra-index-url")
+    index_and_lock(source, index_dir, out, index_option="extra-index-url")
     (option_line,) = [line for line in out.read_text().splitlines() if line.startswith("--")]
     assert option_line == f"--extra-index-url={(index_dir / 'simple').as_uri()}"
     empty = tmp_path / "empty"
@@ -164,7 +170,7 @@ def test_layout_line_endings_and_inline_hashes_are_kept(index_dir: Path, tmp_pat
     source.write_bytes(text.encode())
     out = tmp_path / "out.txt"
 
-    lock(source, index_dir, out, index_option="extra-index-url")
+    index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
     uri = (index_dir / "simple").as_uri()
     assert out.read_bytes().decode() == (
@@ -184,9 +190,9 @@ def test_local_label_is_extended_not_replaced(tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text("cudafake==2.1.0+cu118\n")
     out = tmp_path / "out.txt"
-    lock(source, directory, out, index_option="index-url")
+    index_and_lock(source, directory, out, index_option="index-url")
     assert out.read_text().splitlines() == [f"--index-url={(directory / 'simple').as_uri()}", "cudafake==2.1.0+cu118.stripe.5"]
-    lock(out, directory, out, index_option="index-url")  # re-locking its own output changes nothing
+    index_and_lock(out, directory, out, index_option="index-url")  # re-locking its own output changes nothing
     assert out.read_text().splitlines()[1] == "cudafake==2.1.0+cu118.stripe.5"
 
 
@@ -216,14 +222,14 @@ def test_index_url_option_drops_every_other_index(index_dir: Path, tmp_path: Pat
     source.write_text("# header\n" + "\n".join(INDEX_OPTION_LINES[:4]) + "\n--trusted-host example.invalid\n"
                       + "\n".join(INDEX_OPTION_LINES[4:]) + "\ntritonfake==2.1.0\n")  # fmt: skip
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out, index_option="index-url")
+    index_and_lock(source, index_dir, out, index_option="index-url")
     option_line = f"--index-url={(index_dir / 'simple').as_uri()}"
     expected = ["# header", option_line, "--trusted-host example.invalid", "tritonfake==2.1.0"]
     assert out.read_text().splitlines() == expected
 
     # an index option added to an already locked file goes too, and the line is not repeated
     out.write_text(out.read_text() + "--extra-index-url https://example.invalid/late\n")
-    lock(out, index_dir, out, index_option="index-url")
+    index_and_lock(out, index_dir, out, index_option="index-url")
     assert out.read_text().splitlines() == expected
 
 
@@ -233,7 +239,7 @@ def test_other_options_keep_the_locks_indexes(index_dir: Path, tmp_path: Path, o
     source = tmp_path / "in.txt"
     source.write_text("\n".join(INDEX_OPTION_LINES) + "\ntritonfake==2.1.0\n")
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out, index_option=option)
+    index_and_lock(source, index_dir, out, index_option=option)
     assert out.read_text().splitlines()[1:] == INDEX_OPTION_LINES + ["tritonfake==2.1.0"]
 
 
@@ -246,7 +252,7 @@ def test_hashes_in_comments_are_kept(index_dir: Path, tmp_path: Path) -> None:
         f"odd.name_pkg==3.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n    # old --hash=sha256:yy\n"
     )
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out, index_option="extra-index-url")
+    index_and_lock(source, index_dir, out, index_option="extra-index-url")
     odd = _hash(index_dir, "Odd_Name.Pkg-3.0+stripe.1-py3-none-any.whl")
     assert out.read_text().splitlines()[1:5] == [
         f"torchfake==2.1.0+stripe.5 --hash={torch}  # was --hash=sha256:zz",
@@ -269,7 +275,7 @@ def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> N
     out = tmp_path / "out.txt"
 
     pins = read_pins(source)
-    lock(source, index_dir, out, index_option="extra-index-url")
+    index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
     assert [(str(pin.project), str(pin.version), pin.line_number) for pin in pins] == [("tritonfake", "2.1.0", 3)]
     triton = _hash(index_dir, "tritonfake-2.1.0-0-py3-none-any.whl")
@@ -280,7 +286,7 @@ def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> N
 def test_read_pins_refuses_other_non_pins(tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text(f"tritonfake==2.1.0 --hash=sha256:{C}\n\ntorchfake>=2.0\n")
-    with pytest.raises(PatchedWheelsError, match=r"^\S*in.txt:3: torchfake must be pinned with ==") as caught:
+    with pytest.raises(InvalidLockError, match=r"^\S*in.txt:3: torchfake must be pinned with ==") as caught:
         read_pins(source)
     assert len(str(caught.value).splitlines()) == 1
 
@@ -289,7 +295,7 @@ def test_lock_without_hashes_gets_none(index_dir: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text("torchfake==2.1.0\n")
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out, index_option="find-links")
+    index_and_lock(source, index_dir, out, index_option="find-links")
     lines = out.read_text().splitlines()
     assert lines[:2] == [f"--find-links={index_dir.as_uri()}", "torchfake==2.1.0+stripe.5"]
     assert "--hash" not in out.read_text()
@@ -309,11 +315,11 @@ def test_bad_lock_lines(index_dir: Path, tmp_path: Path, content: str, message: 
     source.write_text(content)
     out = tmp_path / "out.txt"
     if message is None:
-        lock(source, index_dir, out, index_option="extra-index-url")
+        index_and_lock(source, index_dir, out, index_option="extra-index-url")
         assert "torchfake==2.1.0+stripe.5 \\\n  ; python_version >= '3' \\\n" in out.read_text()
         return
-    with pytest.raises(PatchedWheelsError, match=message.replace("+", r"\+")):
-        lock(source, index_dir, out)
+    with pytest.raises(InvalidLockError, match=message.replace("+", r"\+")):
+        index_and_lock(source, index_dir, out)
     assert not out.exists()
 
 
@@ -351,7 +357,7 @@ def test_uv_installs_the_locked_patched_wheels(index_dir: Path, tmp_path: Path) 
     source = tmp_path / "requirements_lock.txt"
     source.write_text(_lock_text(index_dir))
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out, index_option="index-url")
+    index_and_lock(source, index_dir, out, index_option="index-url")
     target = tmp_path / "site"
     env = {**pip_env(), "UV_NO_CONFIG": "1", "UV_NO_CACHE": "1", "UV_PYTHON_DOWNLOADS": "never"}
 
@@ -377,7 +383,7 @@ def test_direct_mode_references_the_patched_files_and_leaves_the_rest(index_dir:
     source.write_text(text)
     out = tmp_path / "out.txt"
 
-    result = lock(source, index_dir, out, upstream_index_url="https://not-added.example/simple")
+    result = index_and_lock(source, index_dir, out, upstream_index_url="https://not-added.example/simple")
 
     torch = index_dir / "torchfake-2.1.0+stripe.5-py3-none-any.whl"
     libs = index_dir / "torchfake_libs-2.1.0+stripe.5-py3-none-any.whl"
@@ -398,7 +404,7 @@ def test_direct_mode_adds_the_upstream_index_only_where_the_lock_names_none(inde
     source = tmp_path / "in.txt"
     source.write_text("# header\ntorchfake==2.1.0\n")
     out = tmp_path / "out.txt"
-    lock(source, index_dir, out, upstream_index_url="http://127.0.0.1:9/simple")
+    index_and_lock(source, index_dir, out, upstream_index_url="http://127.0.0.1:9/simple")
     assert out.read_text().splitlines()[:2] == ["# header", "--index-url=http://127.0.0.1:9/simple"]
 
 
@@ -423,7 +429,7 @@ def test_direct_mode_keeps_the_other_platforms_of_a_multi_platform_lock(tmp_path
     source.write_text(f"platfake==1.0 \\\n    --hash=sha256:{sha256_of(linux)} \\\n    --hash=sha256:{sha256_of(mac)}\n")
     out = tmp_path / "out.txt"
 
-    lock(source, index, out, replaced={"platfake": [sha256_of(linux)]})
+    index_and_lock(source, index, out, replaced={"platfake": [sha256_of(linux)]})
 
     host = 'sys_platform == "linux" and platform_machine == "x86_64"'
     assert out.read_text() == (
@@ -444,8 +450,8 @@ def test_direct_mode_refuses_a_pure_wheel_replacing_only_some_hashes(tmp_path: P
     make_wheel(index, "purefake-1.0+stripe.1-py3-none-any.whl")
     source = tmp_path / "in.txt"
     source.write_text(f"purefake==1.0 --hash=sha256:{A} --hash=sha256:{B}\n")
-    with pytest.raises(PatchedWheelsError, match=r"in.txt:1: purefake-1.0\+stripe.1-py3-none-any.whl is for every platform"):
-        lock(source, index, tmp_path / "out.txt", replaced={"purefake": [A]})
+    with pytest.raises(InvalidLockError, match=r"in.txt:1: purefake-1.0\+stripe.1-py3-none-any.whl is for every platform"):
+        index_and_lock(source, index, tmp_path / "out.txt", replaced={"purefake": [A]})
 
 
 @pytest.mark.parametrize(
@@ -496,14 +502,14 @@ def test_direct_mode_references_unpatched_pins_only_where_one_file_is_locked(ind
         "filelockfake": ("https://files.example/filelockfake-3.13.1-py3-none-any.whl", A),
         "tritonfake": ("https://files.example/tritonfake-2.1.0-py3-none-any.whl", B),
     }
-    lock(source, index_dir, out, references=references)
+    index_and_lock(source, index_dir, out, references=references)
     odd = index_dir / "Odd_Name.Pkg-3.0+stripe.1-py3-none-any.whl"
     assert out.read_text() == (
         f"filelockfake @ https://files.example/filelockfake-3.13.1-py3-none-any.whl \\\n    --hash=sha256:{A}\n"
         f"tritonfake==2.1.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n"
         f"odd-name-pkg @ file://{odd} \\\n    --hash=sha256:{sha256_of(odd)}\n"
     )
-    lock(source, index_dir, out, index_option="index-url", references=references)  # other modes ignore them
+    index_and_lock(source, index_dir, out, index_option="index-url", references=references)  # other modes ignore them
     assert "filelockfake==3.13.1" in out.read_text()
 
 
@@ -518,7 +524,7 @@ def test_byte_order_mark_and_crlf_are_read_as_pip_reads_them(index_dir: Path, tm
     out = tmp_path / "out.txt"
 
     assert [str(pin.requirement) for pin in read_pins(source)] == [body.splitlines()[-1]]
-    lock(source, index_dir, out, index_option="extra-index-url")
+    index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
     data = out.read_bytes()
     assert data.startswith(b"\xef\xbb\xbf") and data.count(b"\xef\xbb\xbf") == 1  # still first (before an added option line)
@@ -535,11 +541,11 @@ def test_included_files_are_refused_naming_the_include(index_dir: Path, tmp_path
     source.write_text(f"torchfake==2.1.0\n{include}  # shared pins\n")
     out = tmp_path / "out.txt"
     message = f"{source}:2: {include}: included files are not followed; put their lines into this lock"
-    with pytest.raises(PatchedWheelsError) as caught:
-        lock(source, index_dir, out)
+    with pytest.raises(InvalidLockError) as caught:
+        index_and_lock(source, index_dir, out)
     assert str(caught.value) == message
     assert not out.exists()
-    with pytest.raises(PatchedWheelsError, match="included files are not followed"):
+    with pytest.raises(InvalidLockError, match="included files are not followed"):
         read_pins(source)
 
 
@@ -551,8 +557,52 @@ def test_direct_mode_reads_platform_tags_only_for_a_multi_platform_pin(tmp_path:
     source = tmp_path / "in.txt"
     source.write_text(f"platfake==1.0 --hash=sha256:{A}\n")
     out = tmp_path / "out.txt"
-    lock(source, index, out, replaced={"platfake": [A]})
+    index_and_lock(source, index, out, replaced={"platfake": [A]})
     assert out.read_text() == f"platfake @ file://{patched} \\\n    --hash=sha256:{sha256_of(patched)}\n"
     source.write_text(f"platfake==1.0 --hash=sha256:{A} --hash=sha256:{B}\n")
-    with pytest.raises(PatchedWheelsError, match="platform tag emscripten_3_1_58_wasm32: cannot tell"):
-        lock(source, index, out, replaced={"platfake": [A]})
+    with pytest.raises(InvalidLockError, match="platform tag emscripten_3_1_58_wasm32: cannot tell"):
+        index_and_lock(source, index, out, replaced={"platfake": [A]})
+
+
+def test_lock_writes_from_the_index_it_is_given_and_touches_nothing_else(index_dir: Path, tmp_path: Path) -> None:
+    """Indexing is the caller's step: lock() reads the result, writes OUT, and leaves the index as it is."""
+    index = build_index(index_dir)
+    before = {path: path.stat().st_mtime_ns for path in index_dir.rglob("*")}
+    source = tmp_path / "in.txt"
+    source.write_text("torchfake==2.1.0\n")
+    out = tmp_path / "out.txt"
+
+    lock(source, index, out, index_option="index-url")
+
+    assert {path: path.stat().st_mtime_ns for path in index_dir.rglob("*")} == before
+    assert "torchfake==2.1.0+stripe.5" in out.read_text().splitlines()
+
+
+def test_lock_refuses_an_index_whose_pages_serve_other_files(index_dir: Path, tmp_path: Path) -> None:
+    """A result from before the directory was indexed again would pin hashes the pages no longer serve."""
+    stale = build_index(index_dir)
+    (index_dir / "torchfake-2.1.0+stripe.5-py3-none-any.whl").unlink()
+    make_wheel(index_dir, "torchfake-2.1.0+stripe.5-py3-none-any.whl", payload="VALUE = 2\n")
+    build_index(index_dir)
+    source = tmp_path / "in.txt"
+    source.write_text("torchfake==2.1.0\n")
+    out = tmp_path / "out.txt"
+
+    with pytest.raises(InvalidLockError, match=r"simple/torchfake/index.html: does not list the files the lock would pin") as caught:
+        lock(source, stale, out)
+
+    assert len(str(caught.value).splitlines()) == 1
+    assert not out.exists()
+
+
+def test_contradicting_options_are_usage_errors(index_dir: Path, tmp_path: Path) -> None:
+    """An unknown index option, or a direct reference to a project the index has two files of."""
+    make_wheel(index_dir, "torchfake-2.1.0+stripe.5-py2-none-any.whl")
+    source = tmp_path / "in.txt"
+    source.write_text("torchfake==2.1.0\n")
+    out = tmp_path / "out.txt"
+    with pytest.raises(UsageError, match="^--index-option bogus: expected one of direct, "):
+        index_and_lock(source, index_dir, out, index_option="bogus")
+    with pytest.raises(UsageError, match=r"in.txt:1: a direct reference names one file, but the index has torchfake-2.1.0"):
+        index_and_lock(source, index_dir, out)
+    assert not out.exists()

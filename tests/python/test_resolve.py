@@ -10,7 +10,7 @@ import pytest
 from packaging.tags import Tag
 
 from patched_wheels.cli import main
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidLockError
 from patched_wheels.resolve import parse_project_page, resolve
 
 INDEX = "https://example.invalid/simple"
@@ -62,7 +62,7 @@ def test_picks_the_wheel_whose_hash_is_locked_and_whose_tags_match(tmp_path: Pat
 
 def test_a_file_whose_hash_is_not_locked_is_never_chosen(tmp_path: Path, torch_page: Path) -> None:
     requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('win')}\n")
-    with pytest.raises(PatchedWheelsError, match=r"requirements_lock.txt:1: no wheel of torch==2.1.0 .* matches"):
+    with pytest.raises(InvalidLockError, match=r"requirements_lock.txt:1: no wheel of torch==2.1.0 .* matches"):
         resolve(requirements, pages_dir=torch_page, index_url=INDEX, tags=LINUX)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.index import build_index
 from patched_wheels.lock import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock
 
 
@@ -41,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    index = build_index(args.index)  # the hashes the lock pins are then those the pages serve
     result = lock(
-        args.requirements, args.index, args.out, index_option=args.index_option, upstream_index_url=args.upstream_index_url
+        args.requirements, index, args.out, index_option=args.index_option, upstream_index_url=args.upstream_index_url
     )
     for change in result.changes:
         print(change)

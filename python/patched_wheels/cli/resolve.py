@@ -12,8 +12,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.lock import read_pins
+from patched_wheels.errors import UsageError
+from patched_wheels.requirements import read_pins
 from patched_wheels.resolve import projects_to_resolve, resolve
 
 
@@ -34,7 +34,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(projects_to_resolve(read_pins(args.requirements), explicit)))
         return 0
     if not args.index_url:
-        raise PatchedWheelsError("resolve --pages needs --index-url")
+        raise UsageError("resolve --pages needs --index-url")
     wheels = resolve(args.requirements, pages_dir=args.pages, index_url=args.index_url, explicit=explicit)
     print(json.dumps([wheel.as_json() for wheel in wheels], indent=1))
     return 0
@@ -44,5 +44,5 @@ def _load_explicit(path: Path) -> dict:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise PatchedWheelsError(f"{path}: cannot read explicit wheel URLs: {error}") from None
+        raise UsageError(f"{path}: cannot read explicit wheel URLs: {error}") from None
     return {canonicalize_name(name): (entry["urls"], entry["sha256"]) for name, entry in raw.items()}
