@@ -27,7 +27,7 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels import metadata as metadata_edits
 from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expand_origin, install_path, read_graph
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import UsageError
 from patched_wheels.fsutil import temp_directory
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.patchelf import find_patchelf, run_patchelf, search_path_arguments
@@ -98,10 +98,10 @@ def _select_by_globs(
     for pattern in patterns:
         matched = [name for name in reader.members() if fnmatch.fnmatchcase(name, pattern)]
         if not matched:
-            raise PatchedWheelsError(f"{reader.path.name}: --move {pattern} matches no member")
+            raise UsageError(f"{reader.path.name}: --move {pattern} matches no member")
         for name in matched:
             if name not in libraries:
-                raise PatchedWheelsError(
+                raise UsageError(
                     f"{reader.path.name}: {name} (matched by --move {pattern}) is not a shared library; "
                     "only libraries can move, since the main wheel preloads them"
                 )
@@ -117,7 +117,7 @@ def _select_by_size(
     infos = {name: reader.info(name) for name in libraries}
     estimate = reader.path.stat().st_size + preload_growth + _GROWTH_SLACK
     if estimate <= max_size:
-        raise PatchedWheelsError(f"{reader.path.name}: already fits in --max-size {max_size}; nothing to split")
+        raise UsageError(f"{reader.path.name}: already fits in --max-size {max_size}; nothing to split")
     selected: list[str] = []
     for name in sorted(libraries, key=lambda name: (-infos[name].compress_size, name)):
         if estimate <= max_size:
@@ -126,7 +126,7 @@ def _select_by_size(
         info = infos[name]
         estimate -= info.compress_size + _ZIP_OVERHEAD + 2 * len(name.encode()) + len(info.extra)
     if estimate > max_size:
-        raise PatchedWheelsError(
+        raise UsageError(
             f"{reader.path.name}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
             f"cannot fit --max-size {max_size}"
         )
@@ -185,13 +185,13 @@ def split_wheel(
     """
     wheel, dest_dir = Path(wheel), Path(dest_dir)
     if bool(move) == (max_size is not None):
-        raise PatchedWheelsError(f"{wheel.name}: give either --move globs or --max-size, not both or neither")
+        raise UsageError(f"{wheel.name}: give either --move globs or --max-size, not both or neither")
     if not is_valid_project_name(into):
-        raise PatchedWheelsError(f"{wheel.name}: --into {into!r} is not a valid project name")
+        raise UsageError(f"{wheel.name}: --into {into!r} is not a valid project name")
     with WheelReader(wheel) as reader:
         version = str(reader.filename.version)
         if canonicalize_name(into) == reader.filename.name:
-            raise PatchedWheelsError(f"{wheel.name}: --into {into} names the wheel being split")
+            raise UsageError(f"{wheel.name}: --into {into} names the wheel being split")
         graph = read_graph([wheel, *graph_wheels], cache_dir=cache_dir)
         by_path = {library.path: library for library in graph.libraries if library.wheel == wheel.name}
         libraries = {
@@ -206,13 +206,13 @@ def split_wheel(
         )
         packages = sorted({libraries[name].path.split("/", 1)[0] for name in selected})
         if len(packages) > 1 or any("/" not in libraries[name].path for name in selected):
-            raise PatchedWheelsError(
+            raise UsageError(
                 f"{wheel.name}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
             )
         package = packages[0]
         init_member = next(iter(package_init_members(package, reader.members())), None)
         if init_member is None:
-            raise PatchedWheelsError(f"{wheel.name}: no {package}/__init__.py to import the preload from")
+            raise UsageError(f"{wheel.name}: no {package}/__init__.py to import the preload from")
         sibling_top = canonicalize_name(into).replace("-", "_")
         moves = [
             _Move(name, libraries[name], f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}") for name in selected
@@ -228,7 +228,7 @@ def split_wheel(
         main_dest = dest_dir / wheel.name
         sibling_dest = dest_dir / f"{sibling_top}-{reader.filename.stem.split('-', 1)[1]}.whl"  # same version, tags
         if main_dest.resolve() == wheel.resolve():
-            raise PatchedWheelsError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
+            raise UsageError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
         dest_dir.mkdir(parents=True, exist_ok=True)
         with temp_directory(dest_dir, "split") as scratch_dir:
             sibling_dist_info = f"{sibling_top}-{version}.dist-info"
@@ -268,7 +268,7 @@ def split_wheel(
                     if name == init_member and module_member not in reader:
                         writer.write_bytes(module_member, replaced[module_member])
             if max_size is not None and (scratch_dir / main_dest.name).stat().st_size > max_size:
-                raise PatchedWheelsError(
+                raise UsageError(
                     f"{wheel.name}: the main wheel is {(scratch_dir / main_dest.name).stat().st_size} bytes "
                     f"after the split, over --max-size {max_size}"
                 )

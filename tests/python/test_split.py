@@ -21,7 +21,7 @@ from fakecuda import (
 from patched_wheels import split
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import ElfLibrary
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import PatchedWheelsError, UsageError
 from patched_wheels.preload import PRELOAD_MODULE, read_preload_module
 from patched_wheels.split import relocated_search_path, split_wheel
 from patched_wheels.wheelfile import WheelReader
@@ -199,7 +199,7 @@ def test_relocated_search_path_follows_the_loaders_origin_rule():
 )
 def test_bad_requests_are_one_line_errors_and_leave_nothing(wheels, tmp_path, options, message):
     options.setdefault("into", "faketorch-libs")
-    with pytest.raises(PatchedWheelsError, match=message) as error:
+    with pytest.raises(UsageError, match=message) as error:
         split_wheel(wheels.torch, tmp_path / "out", **options)
     assert str(error.value).startswith(wheels.torch.name) and "\n" not in str(error.value)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
@@ -213,7 +213,7 @@ def test_patchelf_failure_leaves_no_output(wheels, tmp_path, monkeypatch):
 
 
 def test_output_must_not_replace_the_input(wheels):
-    with pytest.raises(PatchedWheelsError, match="output would overwrite the input"):
+    with pytest.raises(UsageError, match="output would overwrite the input"):
         split_wheel(wheels.torch, wheels.torch.parent, into="faketorch-libs", move=["faketorch/lib/*.so"])
 
 
