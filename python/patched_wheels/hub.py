@@ -164,21 +164,12 @@ def patch_into_index(
     )
     if not spec.split_into:
         return [patch_wheel(spec.wheel, index_dir, **options).requirement]
-    from patched_wheels.split import split_wheel
+    from patched_wheels.elfgraph import read_graph
+    from patched_wheels.split import SplitRequest
 
-    with tempfile.TemporaryDirectory(dir=index_dir.parent, prefix=".patched-") as scratch:
-        patched = patch_wheel(spec.wheel, Path(scratch), **options)
-        others = [wheel for wheel in wheel_set if wheel != spec.wheel]
-        result = split_wheel(
-            patched.path,
-            index_dir,
-            into=spec.split_into,
-            move=spec.split_move,
-            max_size=spec.split_max_size or None,
-            graph_wheels=others,
-            cache_dir=elf_cache,
-        )
-    return [result.main_requirement, result.sibling_requirement]
+    split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None)
+    graph = read_graph(wheel_set, cache_dir=elf_cache)
+    return list(patch_wheel(spec.wheel, index_dir, **options, split=split, graph=graph).requirements)
 
 
 def _check_requirement(spec: PatchedWheelSpec) -> None:

@@ -9,26 +9,33 @@ that keeps a single site-packages working.  For one directory per wheel, the mai
 wheel's package preloads the moved libraries, after everything they need, in graph
 order -- the same plan and generated preloader as ``patch --preload-for``
 (:func:`patched_wheels.preload.plan_preload`), extended if the wheel already has
-one.  Both wheels are written through the raw-copy engine and renamed into
-``dest_dir`` only once both are complete.
+one.
+
+A split is part of :func:`patched_wheels.surgery.patch_wheel` (``split=``), so a
+wheel that is patched and split is read and written once: the split plans against
+the patch's edits (a library deleted by ``delete`` or a patch does not move; one whose
+RPATH an ``rpath_edits`` entry changed is relocated from its edited search path, and
+both wheels get the patch's version), writes the sibling itself, streaming each moved
+library through a temp file for patchelf, and hands the main wheel's edits (moved
+members dropped, ``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the
+preload module) to the patch's own rewrite.  Both wheels are renamed into the
+destination only once both are complete.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import posixpath
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels import metadata as metadata_edits
-from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expand_origin, install_path, read_graph
-from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.fsutil import temp_directory
+from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expand_origin, install_path, parse_elf, read_graph
+from patched_wheels.errors import UsageError
+from patched_wheels.fsutil import create_temp_file
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.patchelf import find_patchelf, run_patchelf, search_path_arguments
 from patched_wheels.preload import (
@@ -40,7 +47,11 @@ from patched_wheels.preload import (
     read_preload_module,
     render_preload_module,
 )
-from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter, generated_members
+from patched_wheels.surgery import PatchResult, patch_wheel
+from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter
+
+if TYPE_CHECKING:
+    from patched_wheels.surgery import MemberEdit, WheelEdits
 
 # Zip bookkeeping per member, beyond its name and data: local header (30) + central header (46).
 _ZIP_OVERHEAD = 76
@@ -49,20 +60,173 @@ _GROWTH_SLACK = 4096
 
 
 @dataclass(frozen=True)
-class SplitResult:
-    main: Path
-    sibling: Path
-    main_requirement: str
-    sibling_requirement: str
-
-
-@dataclass(frozen=True)
 class _Move:
     member: str
     """Archive path in the main wheel."""
     library: ElfLibrary
+    """The library as the graph knows it (the unedited wheel's): the node the preload is planned on."""
+    current: ElfLibrary
+    """The library as it will be relocated: after the RPATH edits of the same patch."""
+    content: bytes | None
+    """Its edited bytes, already in memory (an RPATH edit); None: streamed from the wheel."""
     target: str
     """Archive (and install) path in the sibling wheel."""
+
+
+@dataclass(frozen=True)
+class SplitRequest:
+    """Which shared libraries to split into which sibling wheel, for :func:`patched_wheels.surgery.patch_wheel`.
+
+    Exactly one of ``move`` (fnmatch globs over archive paths) and ``max_size`` (bytes
+    the main wheel must fit in; the largest libraries move first) is given.
+    """
+
+    into: str
+    """Project name of the sibling wheel."""
+    move: Sequence[str] = ()
+    max_size: int | None = None
+
+    def check(self, reader: WheelReader) -> None:
+        """Refuse a request that no edit can make valid, before the patch does any work."""
+        wheel = reader.path.name
+        if bool(self.move) == (self.max_size is not None):
+            raise UsageError(f"{wheel}: give either --move globs or --max-size, not both or neither")
+        if not is_valid_project_name(self.into):
+            raise UsageError(f"{wheel}: --into {self.into!r} is not a valid project name")
+        if canonicalize_name(self.into) == reader.filename.name:
+            raise UsageError(f"{wheel}: --into {self.into} names the wheel being split")
+
+    def plan(self, edits: WheelEdits, *, version: str, main_name: str, graph: LibraryGraph | None) -> SplitPlan:
+        """What moves and what the main wheel becomes, given the patch's other ``edits``.
+
+        ``version`` is the output version (both wheels carry it), ``main_name`` the main
+        output's file name (the sibling's takes its version and tags), ``graph`` one that
+        holds the wheel under its input file name (None: read from the wheel alone).
+        """
+        reader = edits.reader
+        wheel = reader.path.name
+        if graph is None:
+            graph = read_graph([reader.path])
+        by_path = {library.path: library for library in graph.libraries if library.wheel == wheel}
+        members = edits.existing()
+        libraries = {member: by_path[path] for member in members if (path := install_path(member)) in by_path}
+        every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
+        preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
+        selected = (
+            _select_by_globs(edits, libraries, self.move)
+            if self.move
+            else _select_by_size(edits, members, libraries, self.max_size or 0, preload_estimate)
+        )
+        packages = sorted({libraries[name].path.split("/", 1)[0] for name in selected})
+        if len(packages) > 1 or any("/" not in libraries[name].path for name in selected):
+            raise UsageError(
+                f"{wheel}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
+            )
+        package = packages[0]
+        init_member = next(iter(package_init_members(package, members)), None)
+        if init_member is None:
+            raise UsageError(f"{wheel}: no {package}/__init__.py to import the preload from")
+        sibling_top = canonicalize_name(self.into).replace("-", "_")
+        moves = tuple(_move(edits, name, libraries[name], sibling_top) for name in selected)
+        module_member = preload_module_member(init_member)
+        module = edits.current(module_member)
+        existing = PreloadList() if module is None else read_preload_module(module, where=f"{wheel}: {module_member}")
+        preload = render_preload_module(package, _preload_after_split(graph, package, wheel, moves, existing))
+        init_where = f"{wheel}: {init_member}"
+        sibling_dist_info = f"{sibling_top}-{version}.dist-info"
+        summary = f"Shared libraries split out of {reader.filename.name} {version} by patched-wheels"
+        sibling_metadata = f"Metadata-Version: 2.1\nName: {self.into}\nVersion: {version}\nSummary: {summary}\n"
+        return SplitPlan(
+            wheel=wheel,
+            moves=moves,
+            member_edits={
+                init_member: lambda current: add_preload_import(current, where=init_where),
+                module_member: lambda _current: preload,
+            },
+            requirement=f"{self.into}=={version}",
+            sibling_name=f"{sibling_top}-{main_name.split('-', 1)[1]}",  # same version, build and tags
+            sibling_dist_info=sibling_dist_info,
+            sibling_files={
+                f"{sibling_dist_info}/METADATA": sibling_metadata.encode("utf-8"),
+                f"{sibling_dist_info}/WHEEL": _sibling_wheel_file(edits),
+            },
+            max_size=self.max_size,
+        )
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """A planned split: the sibling wheel it writes, and the main wheel's edits, which the patch applies."""
+
+    wheel: str
+    """The input's file name, to name it in errors."""
+    moves: tuple[_Move, ...]
+    member_edits: Mapping[str, MemberEdit]
+    """For the main wheel: the ``__init__.py`` import and the preload module."""
+    requirement: str
+    """``NAME==VERSION`` of the sibling: the main wheel's new Requires-Dist, and the sibling's pin."""
+    sibling_name: str
+    sibling_dist_info: str
+    sibling_files: Mapping[str, bytes]
+    """The sibling's METADATA and WHEEL."""
+    max_size: int | None
+
+    @property
+    def moved_members(self) -> tuple[str, ...]:
+        """What the main wheel drops."""
+        return tuple(move.member for move in self.moves)
+
+    def write_sibling(self, reader: WheelReader, path: Path) -> None:
+        """Write the sibling wheel to ``path``.
+
+        Each moved library goes through a temp file next to ``path`` (patchelf edits
+        files in place, and a 1 GB library must not sit in memory) and is deflated from
+        there in chunks.
+        """
+        patchelf = find_patchelf()
+        with WheelWriter(path, dist_info=self.sibling_dist_info) as writer:
+            for move in sorted(self.moves, key=lambda move: move.target):
+                handle, file = create_temp_file(path.parent, posixpath.basename(move.target))
+                try:
+                    with os.fdopen(handle, "wb") as target:
+                        if move.content is None:
+                            with reader.open(move.member) as source:
+                                shutil.copyfileobj(source, target, CHUNK_SIZE)
+                        else:
+                            target.write(move.content)
+                    search_path = relocated_search_path(move.current, move.target)
+                    _patch_library(patchelf, file, move.current, search_path, f"{self.wheel}: {move.member}")
+                    writer.write_file(move.target, file, mode=reader.mode(move.member) or 0o755)
+                finally:
+                    file.unlink(missing_ok=True)
+            for name, content in self.sibling_files.items():
+                writer.write_bytes(name, content)
+
+    def check_size(self, main: Path) -> None:
+        """The main wheel as written must fit ``max_size`` (the selection only estimated it)."""
+        size = main.stat().st_size
+        if self.max_size is not None and size > self.max_size:
+            raise UsageError(f"{self.wheel}: the main wheel is {size} bytes after the split, over --max-size {self.max_size}")
+
+
+def split_wheel(
+    wheel: Path | str,
+    dest_dir: Path | str,
+    *,
+    into: str,
+    move: Sequence[str] = (),
+    max_size: int | None = None,
+    graph_wheels: Sequence[Path] = (),
+    cache_dir: Path | None = None,
+) -> PatchResult:
+    """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
+
+    ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
+    with them, the preload also loads what the moved libraries need from those wheels,
+    so the pair works with one directory per wheel on its own.
+    """
+    graph = read_graph([Path(wheel), *graph_wheels], cache_dir=cache_dir)
+    return patch_wheel(wheel, dest_dir, split=SplitRequest(into, move, max_size), graph=graph)
 
 
 def relocated_search_path(library: ElfLibrary, target: str) -> list[str]:
@@ -83,6 +247,13 @@ def relocated_search_path(library: ElfLibrary, target: str) -> list[str]:
     return entries
 
 
+def _move(edits: WheelEdits, member: str, library: ElfLibrary, sibling_top: str) -> _Move:
+    """How ``member`` moves: an edited library is relocated from what the edit made of it, not from the graph's."""
+    content = edits.contents.get(member)
+    current = library if content is None else parse_elf(content, wheel=library.wheel, path=library.path)
+    return _Move(member, library, current, content, f"{sibling_top}/{library.path.split('/', 1)[1]}")
+
+
 def _patch_library(patchelf: str, file: Path, library: ElfLibrary, search_path: Sequence[str], where: str) -> None:
     arguments = search_path_arguments(library, search_path)
     if not library.soname:
@@ -91,18 +262,17 @@ def _patch_library(patchelf: str, file: Path, library: ElfLibrary, search_path: 
     run_patchelf(patchelf, arguments, file, where=where)
 
 
-def _select_by_globs(
-    reader: WheelReader, libraries: dict[str, ElfLibrary], patterns: Sequence[str]
-) -> list[str]:
+def _select_by_globs(edits: WheelEdits, libraries: Mapping[str, ElfLibrary], patterns: Sequence[str]) -> list[str]:
+    wheel = edits.reader.path.name
     selected: list[str] = []
     for pattern in patterns:
-        matched = [name for name in reader.members() if fnmatch.fnmatchcase(name, pattern)]
+        matched = edits.matching(pattern)
         if not matched:
-            raise PatchedWheelsError(f"{reader.path.name}: --move {pattern} matches no member")
+            raise UsageError(f"{wheel}: --move {pattern} matches no member")
         for name in matched:
             if name not in libraries:
-                raise PatchedWheelsError(
-                    f"{reader.path.name}: {name} (matched by --move {pattern}) is not a shared library; "
+                raise UsageError(
+                    f"{wheel}: {name} (matched by --move {pattern}) is not a shared library; "
                     "only libraries can move, since the main wheel preloads them"
                 )
             if name not in selected:
@@ -111,26 +281,38 @@ def _select_by_globs(
 
 
 def _select_by_size(
-    reader: WheelReader, libraries: dict[str, ElfLibrary], max_size: int, preload_growth: int
+    edits: WheelEdits, members: Sequence[str], libraries: Mapping[str, ElfLibrary], max_size: int, preload_growth: int
 ) -> list[str]:
-    """Largest libraries (by compressed size) first, until the main wheel's estimated size fits ``max_size``."""
-    infos = {name: reader.info(name) for name in libraries}
-    estimate = reader.path.stat().st_size + preload_growth + _GROWTH_SLACK
+    """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
+    wheel = edits.reader.path.name
+    sizes = {name: _stored_size(edits, name) for name in members}
+    estimate = sum(sizes.values()) + preload_growth + _GROWTH_SLACK
     if estimate <= max_size:
-        raise PatchedWheelsError(f"{reader.path.name}: already fits in --max-size {max_size}; nothing to split")
+        raise UsageError(f"{wheel}: already fits in --max-size {max_size}; nothing to split")
     selected: list[str] = []
-    for name in sorted(libraries, key=lambda name: (-infos[name].compress_size, name)):
+    for name in sorted(libraries, key=lambda name: (-sizes[name], name)):
         if estimate <= max_size:
             break
         selected.append(name)
-        info = infos[name]
-        estimate -= info.compress_size + _ZIP_OVERHEAD + 2 * len(name.encode()) + len(info.extra)
+        estimate -= sizes[name]
     if estimate > max_size:
-        raise PatchedWheelsError(
-            f"{reader.path.name}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
+        raise UsageError(
+            f"{wheel}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
             f"cannot fit --max-size {max_size}"
         )
     return selected
+
+
+def _stored_size(edits: WheelEdits, name: str) -> int:
+    """About what ``name`` takes in the main wheel: its compressed bytes (for an edited member, its
+    size: deflate's bound) plus headers and the name twice (local and central)."""
+    content = edits.contents.get(name)
+    if content is not None:
+        data = len(content)
+    else:
+        info = edits.reader.info(name)
+        data = info.compress_size + len(info.extra)
+    return data + _ZIP_OVERHEAD + 2 * len(name.encode())
 
 
 def _preload_after_split(
@@ -156,122 +338,13 @@ def _preload_after_split(
     return PreloadList(tuple(libraries), frozenset(existing.optional - required))
 
 
-def _sibling_wheel_file(reader: WheelReader) -> bytes:
+def _sibling_wheel_file(edits: WheelEdits) -> bytes:
     """WHEEL for the sibling: same Build and Tag lines as the main wheel."""
     lines = ["Wheel-Version: 1.0", "Generator: patched-wheels split", "Root-Is-Purelib: false"]
-    for line in reader.read(f"{reader.dist_info}/WHEEL").decode("utf-8").splitlines():
+    current = edits.current(f"{edits.reader.dist_info}/WHEEL")
+    assert current is not None  # a wheel needs it: no edit may delete it
+    # A patch may have broken its UTF-8: then the main wheel's own check fails it, with the one-line error.
+    for line in current.decode("utf-8", errors="replace").splitlines():
         if line.startswith(("Tag:", "Build:")):
             lines.append(line.strip())
     return ("\n".join(lines) + "\n").encode("utf-8")
-
-
-def split_wheel(
-    wheel: Path | str,
-    dest_dir: Path | str,
-    *,
-    into: str,
-    move: Sequence[str] = (),
-    max_size: int | None = None,
-    graph_wheels: Sequence[Path] = (),
-    cache_dir: Path | None = None,
-) -> SplitResult:
-    """Move shared libraries of ``wheel`` into the sibling wheel ``into``; write both into ``dest_dir``.
-
-    Exactly one of ``move`` (fnmatch globs over archive paths) and ``max_size``
-    (bytes the main wheel must fit in; largest libraries move first) is given.
-    ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia
-    ones): with them, the preload also loads what the moved libraries need from
-    those wheels, so the pair works with one directory per wheel on its own.
-    """
-    wheel, dest_dir = Path(wheel), Path(dest_dir)
-    if bool(move) == (max_size is not None):
-        raise PatchedWheelsError(f"{wheel.name}: give either --move globs or --max-size, not both or neither")
-    if not is_valid_project_name(into):
-        raise PatchedWheelsError(f"{wheel.name}: --into {into!r} is not a valid project name")
-    with WheelReader(wheel) as reader:
-        version = str(reader.filename.version)
-        if canonicalize_name(into) == reader.filename.name:
-            raise PatchedWheelsError(f"{wheel.name}: --into {into} names the wheel being split")
-        graph = read_graph([wheel, *graph_wheels], cache_dir=cache_dir)
-        by_path = {library.path: library for library in graph.libraries if library.wheel == wheel.name}
-        libraries = {
-            member: by_path[path] for member in reader.members() if (path := install_path(member)) in by_path
-        }
-        every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
-        preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
-        selected = (
-            _select_by_globs(reader, libraries, move)
-            if move
-            else _select_by_size(reader, libraries, max_size or 0, preload_estimate)
-        )
-        packages = sorted({libraries[name].path.split("/", 1)[0] for name in selected})
-        if len(packages) > 1 or any("/" not in libraries[name].path for name in selected):
-            raise PatchedWheelsError(
-                f"{wheel.name}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
-            )
-        package = packages[0]
-        init_member = next(iter(package_init_members(package, reader.members())), None)
-        if init_member is None:
-            raise PatchedWheelsError(f"{wheel.name}: no {package}/__init__.py to import the preload from")
-        sibling_top = canonicalize_name(into).replace("-", "_")
-        moves = [
-            _Move(name, libraries[name], f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}") for name in selected
-        ]
-        module_member = preload_module_member(init_member)
-        existing = (
-            read_preload_module(reader.read(module_member), where=f"{wheel.name}: {module_member}")
-            if module_member in reader
-            else PreloadList()
-        )
-        preload = _preload_after_split(graph, package, wheel.name, moves, existing)
-
-        main_dest = dest_dir / wheel.name
-        sibling_dest = dest_dir / f"{sibling_top}-{reader.filename.stem.split('-', 1)[1]}.whl"  # same version, tags
-        if main_dest.resolve() == wheel.resolve():
-            raise PatchedWheelsError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        with temp_directory(dest_dir, "split") as scratch_dir:
-            sibling_dist_info = f"{sibling_top}-{version}.dist-info"
-            patchelf = find_patchelf()
-            with WheelWriter(scratch_dir / sibling_dest.name, dist_info=sibling_dist_info) as writer:
-                for moved in sorted(moves, key=lambda moved: moved.target):
-                    file = scratch_dir / "library"
-                    with reader.open(moved.member) as source, open(file, "wb") as target:
-                        shutil.copyfileobj(source, target, CHUNK_SIZE)
-                    search_path = relocated_search_path(moved.library, moved.target)
-                    _patch_library(patchelf, file, moved.library, search_path, f"{wheel.name}: {moved.member}")
-                    writer.write_file(moved.target, file, mode=reader.mode(moved.member) or 0o755)
-                    file.unlink()
-                summary = f"Shared libraries split out of {reader.filename.name} {version} by patched-wheels"
-                sibling_metadata = f"Metadata-Version: 2.1\nName: {into}\nVersion: {version}\nSummary: {summary}\n"
-                writer.write_bytes(f"{sibling_dist_info}/METADATA", sibling_metadata.encode("utf-8"))
-                writer.write_bytes(f"{sibling_dist_info}/WHEEL", _sibling_wheel_file(reader))
-
-            metadata_member = f"{reader.dist_info}/METADATA"
-            moved_members = {moved.member for moved in moves}
-            generated = generated_members(reader.dist_info)  # RECORD is regenerated, its signatures dropped
-            replaced = {
-                metadata_member: metadata_edits.add_requires(
-                    reader.metadata(), [f"{into}=={version}"], origin=f"{wheel.name}: METADATA"
-                ),
-                init_member: add_preload_import(reader.read(init_member), where=f"{wheel.name}: {init_member}"),
-                module_member: render_preload_module(package, preload),
-            }
-            with WheelWriter(scratch_dir / main_dest.name, dist_info=reader.dist_info) as writer:
-                for name in reader.members():
-                    if name in moved_members or name in generated:
-                        continue
-                    if name not in replaced:
-                        writer.copy_raw(reader, name)
-                        continue
-                    writer.write_bytes(name, replaced[name], mode=reader.mode(name) or 0o644)
-                    if name == init_member and module_member not in reader:
-                        writer.write_bytes(module_member, replaced[module_member])
-            if max_size is not None and (scratch_dir / main_dest.name).stat().st_size > max_size:
-                raise PatchedWheelsError(
-                    f"{wheel.name}: the main wheel is {(scratch_dir / main_dest.name).stat().st_size} bytes "
-                    f"after the split, over --max-size {max_size}"
-                )
-            os.replace(scratch_dir / sibling_dest.name, sibling_dest)
-            os.replace(scratch_dir / main_dest.name, main_dest)
-    return SplitResult(main_dest, sibling_dest, f"{reader.filename.name}=={version}", f"{into}=={version}")

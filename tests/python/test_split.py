@@ -18,12 +18,15 @@ from fakecuda import (
     per_wheel_layout,
     run_import,
 )
-from patched_wheels import split
+from patched_wheels import elfgraph, split, surgery
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import ElfLibrary
-from patched_wheels.errors import PatchedWheelsError
-from patched_wheels.preload import PRELOAD_MODULE, read_preload_module
-from patched_wheels.split import relocated_search_path, split_wheel
+from patched_wheels.elfgraph import ElfLibrary, read_graph
+from patched_wheels.errors import PatchedWheelsError, UsageError
+from patched_wheels.hub import PatchedWheelSpec, patch_into_index
+from patched_wheels.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
+from patched_wheels.rpath import rpath_edit
+from patched_wheels.split import SplitRequest, relocated_search_path, split_wheel
+from patched_wheels.surgery import patch_wheel
 from patched_wheels.wheelfile import WheelReader
 
 MOVED = "faketorch_libs/lib/libfaketorch.so"
@@ -54,7 +57,7 @@ def _dynamic(data: bytes) -> dict[str, str]:
 
 
 def test_split_pair_imports_in_both_layouts(wheels, split_pair, tmp_path):
-    environment = [*wheels.nvidia.values(), split_pair.main, split_pair.sibling]
+    environment = [*wheels.nvidia.values(), split_pair.path, split_pair.sibling]
     for layout in (flat_layout, per_wheel_layout):
         result = run_import(layout(environment, tmp_path / layout.__name__))
         assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), (layout.__name__, result.stderr)
@@ -71,13 +74,13 @@ def test_moved_library_rpath_is_origin_plus_the_way_back(split_pair):
 
 
 def test_outputs_have_same_version_and_tags_valid_record_requirement_and_preload(wheels, split_pair):
-    assert split_pair.main.name == wheels.torch.name
+    assert split_pair.path.name == wheels.torch.name
     assert split_pair.sibling.name == "faketorch_libs-2.1.0-py3-none-linux_x86_64.whl"
-    assert (split_pair.main_requirement, split_pair.sibling_requirement) == ("faketorch==2.1.0", "faketorch-libs==2.1.0")
+    assert (split_pair.requirement, split_pair.sibling_requirement) == ("faketorch==2.1.0", "faketorch-libs==2.1.0")
     with WheelReader(split_pair.sibling, verify=True) as sibling:
         assert "Tag: py3-none-linux_x86_64" in sibling.read(f"{sibling.dist_info}/WHEEL").decode()
         assert b"Name: faketorch-libs\nVersion: 2.1.0\n" in sibling.metadata()
-    with WheelReader(split_pair.main, verify=True) as main_wheel:
+    with WheelReader(split_pair.path, verify=True) as main_wheel:
         assert LIBRARY_PATHS["faketorch"] not in main_wheel.members()
         assert "Requires-Dist: faketorch-libs==2.1.0" in main_wheel.metadata().decode().splitlines()
         preload = read_preload_module(main_wheel.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
@@ -89,49 +92,44 @@ def test_split_is_reproducible(wheels, split_pair, tmp_path):
     again = split_wheel(
         wheels.torch, tmp_path, into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=list(wheels.nvidia.values())
     )
-    assert again.main.read_bytes() == split_pair.main.read_bytes()
+    assert again.path.read_bytes() == split_pair.path.read_bytes()
     assert again.sibling.read_bytes() == split_pair.sibling.read_bytes()
 
 
 def test_without_graph_wheels_the_pair_works_flat(wheels, tmp_path):
     pair = split_wheel(wheels.torch, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/libfaketorch.so"])
-    result = run_import(flat_layout([*wheels.nvidia.values(), pair.main, pair.sibling], tmp_path / "flat"))
+    result = run_import(flat_layout([*wheels.nvidia.values(), pair.path, pair.sibling], tmp_path / "flat"))
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
 
 
 def test_split_extends_an_existing_preload(wheels, tmp_path):
-    from patched_wheels.preload import preload_member_edits
-    from patched_wheels.surgery import patch_wheel
-
     patched = patch_wheel(
         wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=preload_member_edits("faketorch", wheels.all)
     ).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"])
-    with zipfile.ZipFile(pair.main) as archive:
+    with zipfile.ZipFile(pair.path) as archive:
         preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
         init = archive.read("faketorch/__init__.py").decode()
     assert preload[:-1] == tuple(LIBRARY_PATHS[name] for name in ("blas", "jit", "sparse", "solver"))
     assert preload[-1] == MOVED
     assert init.count(f"from . import {PRELOAD_MODULE}") == 1
-    result = run_import(per_wheel_layout([*wheels.nvidia.values(), pair.main, pair.sibling], tmp_path / "site"))
+    result = run_import(per_wheel_layout([*wheels.nvidia.values(), pair.path, pair.sibling], tmp_path / "site"))
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
 
 
 def test_split_keeps_optional_entries_optional(wheels, tmp_path):
     from fakecuda import RUNTIME_GLOB, RUNTIME_LIBRARY_PATHS, build_runtime_loaded_wheels
-    from patched_wheels.preload import preload_member_edits
-    from patched_wheels.surgery import patch_wheel
 
     runtime = build_runtime_loaded_wheels(tmp_path / "runtime")
     graph_wheels = [*wheels.nvidia.values(), runtime.foo, runtime.bar]
     edits = preload_member_edits("faketorch", [wheels.torch, *graph_wheels], preload_wheels=[RUNTIME_GLOB])
     patched = patch_wheel(wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=graph_wheels)
-    with zipfile.ZipFile(pair.main) as archive:
+    with zipfile.ZipFile(pair.path) as archive:
         preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
     assert preload.optional == set(RUNTIME_LIBRARY_PATHS.values())
     assert set(preload.libraries) == {*RUNTIME_LIBRARY_PATHS.values(), *(LIBRARY_PATHS[name] for name in ("jit", "sparse", "solver", "blas")), MOVED}
-    result = run_import(per_wheel_layout([*graph_wheels, pair.main, pair.sibling], tmp_path / "site"))
+    result = run_import(per_wheel_layout([*graph_wheels, pair.path, pair.sibling], tmp_path / "site"))
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
 
 
@@ -148,7 +146,7 @@ def sized_wheel(tmp_path_factory):
 def test_max_size_moves_the_largest_libraries_until_the_wheel_fits(sized_wheel, tmp_path):
     limit = sized_wheel.stat().st_size - (200 << 10)
     pair = split_wheel(sized_wheel, tmp_path, into="bigpkg-libs", max_size=limit)
-    assert pair.main.stat().st_size <= limit
+    assert pair.path.stat().st_size <= limit
     with zipfile.ZipFile(pair.sibling) as archive:
         assert [name for name in archive.namelist() if name.endswith(".so")] == ["bigpkg_libs/lib/liba.so"]
         dynamic = _dynamic(archive.read("bigpkg_libs/lib/liba.so"))
@@ -199,7 +197,7 @@ def test_relocated_search_path_follows_the_loaders_origin_rule():
 )
 def test_bad_requests_are_one_line_errors_and_leave_nothing(wheels, tmp_path, options, message):
     options.setdefault("into", "faketorch-libs")
-    with pytest.raises(PatchedWheelsError, match=message) as error:
+    with pytest.raises(UsageError, match=message) as error:
         split_wheel(wheels.torch, tmp_path / "out", **options)
     assert str(error.value).startswith(wheels.torch.name) and "\n" not in str(error.value)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
@@ -213,7 +211,7 @@ def test_patchelf_failure_leaves_no_output(wheels, tmp_path, monkeypatch):
 
 
 def test_output_must_not_replace_the_input(wheels):
-    with pytest.raises(PatchedWheelsError, match="output would overwrite the input"):
+    with pytest.raises(UsageError, match="output would overwrite the input"):
         split_wheel(wheels.torch, wheels.torch.parent, into="faketorch-libs", move=["faketorch/lib/*.so"])
 
 
@@ -228,3 +226,106 @@ def test_split_command_prints_outputs_and_requirements(wheels, tmp_path, capsys)
         "faketorch-libs==2.1.0",
     ]
     assert all(Path(path).is_file() for path in lines[:2])
+
+
+# ---------------------------------------------------------------- patch and split in one rewrite
+
+SPLIT = SplitRequest("faketorch-libs", move=["faketorch/lib/*.so"])
+
+
+def _members(wheel: Path) -> dict[str, bytes]:
+    """Every member but RECORD, and RECORD's rows as a set: the order of members is not part of what we promise."""
+    with zipfile.ZipFile(wheel) as archive:
+        contents = {name: archive.read(name) for name in archive.namelist()}
+    record = next(name for name in contents if name.endswith(".dist-info/RECORD"))
+    return {**contents, record: b"\n".join(sorted(contents[record].splitlines()))}
+
+
+def test_patch_and_split_in_one_call_gives_the_wheels_of_patch_then_split(wheels, tmp_path):
+    options = dict(
+        suffix="pw.1",
+        add_requires=["filelock>=3"],
+        member_edits=preload_member_edits("faketorch", wheels.all),
+    )
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", **options)
+    two_steps = split_wheel(
+        patched.path, tmp_path / "two", into=SPLIT.into, move=SPLIT.move, graph_wheels=list(wheels.nvidia.values())
+    )
+    one_call = patch_wheel(wheels.torch, tmp_path / "one", **options, split=SPLIT, graph=read_graph(wheels.all))
+    assert one_call.requirements == two_steps.requirements == ("faketorch==2.1.0+pw.1", "faketorch-libs==2.1.0+pw.1")
+    assert one_call.path.name == two_steps.path.name and one_call.sibling.name == two_steps.sibling.name
+    assert _members(one_call.path) == _members(two_steps.path)
+    assert _members(one_call.sibling) == _members(two_steps.sibling)
+    with WheelReader(one_call.path, verify=True) as reader:
+        requires = [line for line in reader.metadata().decode().splitlines() if line.startswith("Requires-Dist")]
+    assert requires[-2:] == ["Requires-Dist: filelock>=3", "Requires-Dist: faketorch-libs==2.1.0+pw.1"]
+    WheelReader(one_call.sibling, verify=True).close()
+
+
+def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_originals(wheels, tmp_path, monkeypatch):
+    written: list[str] = []
+    scanned: list[str] = []
+
+    class CountingWriter(surgery.WheelWriter):
+        def __init__(self, dest, **kwargs):
+            written.append(Path(dest).name)
+            super().__init__(dest, **kwargs)
+
+    real_scan = elfgraph.scan_wheels
+
+    def recording_scan(paths, **kwargs):
+        scanned.extend(Path(path).name for path in paths)
+        return real_scan(paths, **kwargs)
+
+    monkeypatch.setattr(surgery, "WheelWriter", CountingWriter)
+    monkeypatch.setattr(split, "WheelWriter", CountingWriter)
+    monkeypatch.setattr(elfgraph, "scan_wheels", recording_scan)
+    spec = PatchedWheelSpec(
+        name="faketorch", wheel=wheels.torch, suffix="t.1", preload="auto", preload_package="faketorch",
+        split_into=SPLIT.into, split_move=SPLIT.move,
+    )
+    assert patch_into_index(spec, wheels.all, tmp_path / "index") == ["faketorch==2.1.0+t.1", "faketorch-libs==2.1.0+t.1"]
+    names = ["faketorch_libs-2.1.0+t.1-py3-none-linux_x86_64.whl", "faketorch-2.1.0+t.1-py3-none-linux_x86_64.whl"]
+    assert written == names  # each wheel once: no scratch copy of the main wheel
+    assert sorted(path.name for path in (tmp_path / "index").iterdir()) == sorted(names)
+    assert set(scanned) == {wheel.name for wheel in wheels.all}  # never a written wheel
+    result = run_import(per_wheel_layout([*wheels.nvidia.values(), *(tmp_path / "index").iterdir()], tmp_path / "site"))
+    assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
+
+
+def test_a_library_whose_rpath_the_patch_edits_is_relocated_from_the_edited_rpath(wheels, tmp_path):
+    edit = rpath_edit(LIBRARY_PATHS["faketorch"], "$ORIGIN/../extra", "prepend")
+    result = patch_wheel(wheels.torch, tmp_path, rpath_edits=[edit], split=SPLIT, graph=read_graph(wheels.all))
+    with WheelReader(result.sibling, verify=True) as reader:
+        dynamic = _dynamic(reader.read(MOVED))
+    nvidia = [f"$ORIGIN/../../fake_nvidia/{name}/lib" for name in ("jit", "sparse", "solver", "blas")]
+    assert dynamic["DT_RPATH"].split(":") == ["$ORIGIN", "$ORIGIN/../../faketorch/extra", *nvidia, "$ORIGIN/../../faketorch/lib"]
+    assert "DT_RUNPATH" not in dynamic
+    with zipfile.ZipFile(result.path) as archive:
+        assert LIBRARY_PATHS["faketorch"] not in archive.namelist()
+
+
+def test_a_library_the_patch_deletes_does_not_move(wheels, tmp_path):
+    result = patch_wheel(wheels.torch, tmp_path / "out", delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/*.so"]))
+    with zipfile.ZipFile(result.sibling) as sibling, zipfile.ZipFile(result.path) as main_wheel:
+        assert [name for name in sibling.namelist() if name.endswith(".so")] == [MOVED]
+        assert not [name for name in main_wheel.namelist() if name.endswith(".so")]
+    with pytest.raises(UsageError, match=r"--move faketorch/_core.so matches no member"):
+        patch_wheel(wheels.torch, tmp_path / "none", delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/_core.so"]))
+
+
+def test_a_failure_after_the_sibling_is_written_leaves_neither_wheel(wheels, tmp_path, monkeypatch):
+    siblings: list[Path] = []
+    write_sibling = split.SplitPlan.write_sibling
+
+    def recording_write_sibling(plan, reader, path):
+        write_sibling(plan, reader, path)
+        siblings.append(path)
+
+    monkeypatch.setattr(split.SplitPlan, "write_sibling", recording_write_sibling)
+    # A member under a file's path: only the main wheel's final check refuses it, after the sibling is complete.
+    under_a_file = {"faketorch/__init__.py/x.py": lambda _current: b""}
+    with pytest.raises(PatchedWheelsError, match=r"faketorch/__init__.py is a file, not a directory"):
+        patch_wheel(wheels.torch, tmp_path / "out", member_edits=under_a_file, split=SPLIT)
+    assert len(siblings) == 1
+    assert list((tmp_path / "out").iterdir()) == []

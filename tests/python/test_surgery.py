@@ -16,7 +16,7 @@ from packaging.tags import sys_tags
 from wheelbuilder import build_wheel, replace_members
 
 from patched_wheels.cli import main
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.surgery import PatchResult, patch_wheel
 
 INIT = b"".join(b"line = %d\n" % number for number in range(1, 11))
@@ -188,7 +188,7 @@ def test_without_suffix_only_content_changes(tmp_path: Path) -> None:
     assert result == PatchResult(tmp_path / "out" / wheel.name, "demo==1.0")
     with zipfile.ZipFile(result.path) as archive:
         assert b"triton" not in archive.read("demo-1.0.dist-info/METADATA")
-    with pytest.raises(PatchedWheelsError, match="output would overwrite the input"):
+    with pytest.raises(UsageError, match="output would overwrite the input"):
         patch_wheel(wheel, wheel.parent, remove_requires=["filelock"])
 
 
@@ -220,6 +220,16 @@ def _tampered(tmp_path: Path, member: str) -> Path:
     return wheel
 
 
+def _delete_wheel_patch(directory: Path, wheel: Path) -> Path:
+    """A patch deleting the WHEEL file of ``wheel``."""
+    lines = zipfile.ZipFile(wheel).read("demo-1.0.dist-info/WHEEL").splitlines(keepends=True)
+    return _patch_file(
+        directory,
+        "delete-wheel.patch",
+        b"--- a/demo-1.0.dist-info/WHEEL\n+++ /dev/null\n@@ -1,%d +0,0 @@\n" % len(lines) + b"".join(b"-" + line for line in lines),
+    )
+
+
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
     good = _demo_wheel(tmp_path / "good")
     not_zip = tmp_path / "nz" / "demo-1.0-py3-none-any.whl"
@@ -244,13 +254,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
         info.create_system, info.external_attr = 3, (stat.S_IFLNK | 0o777) << 16
         archive.writestr(info, "/etc/passwd")
     patch = _patch_file(tmp_path, "fix.patch", INIT_PATCH)
-    wheel_file = zipfile.ZipFile(good).read("demo-1.0.dist-info/WHEEL").splitlines(keepends=True)
-    delete_wheel = _patch_file(
-        tmp_path,
-        "delete-wheel.patch",
-        b"--- a/demo-1.0.dist-info/WHEEL\n+++ /dev/null\n@@ -1,%d +0,0 @@\n" % len(wheel_file)
-        + b"".join(b"-" + line for line in wheel_file),
-    )
+    delete_wheel = _delete_wheel_patch(tmp_path, good)
     second_dist_info = _patch_file(
         tmp_path, "dist-info.patch", b"--- /dev/null\n+++ b/other-1.0.dist-info/METADATA\n@@ -0,0 +1 @@\n+Name: other\n"
     )
@@ -359,6 +363,29 @@ def test_bad_input_gives_one_error_line_and_no_output(
     assert not out.exists() or list(out.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        (dict(delete=["*.nothing"]), UsageError, "--delete '[*].nothing': matches no member"),
+        (dict(delete=["demo-1.0.dist-info/*"]), UsageError, "would delete demo-1.0.dist-info/METADATA"),
+        (dict(member_edits={"other-1.0.dist-info/METADATA": lambda _: b""}), PatchError, "would add a second .dist-info"),
+        (dict(member_edits={"demo/../x.py": lambda _: b""}), PatchError, "is not a safe file path"),
+    ],
+)
+def test_errors_say_whose_fault_they_are(tmp_path: Path, options: dict, error: type, message: str) -> None:
+    """An option contradicting the wheel is a UsageError; an edit that cannot apply to it, a PatchError."""
+    wheel = _demo_wheel(tmp_path / "in")
+    with pytest.raises(error, match=message):
+        patch_wheel(wheel, tmp_path / "out", suffix="s", **options)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_patch_deleting_a_needed_file_is_a_patch_error(tmp_path: Path) -> None:
+    wheel = _demo_wheel(tmp_path / "in")
+    with pytest.raises(PatchError, match="would delete demo-1.0.dist-info/WHEEL, which a wheel needs"):
+        patch_wheel(wheel, tmp_path / "out", patches=[_delete_wheel_patch(tmp_path, wheel)])
+
+
 @pytest.mark.parametrize("epoch", ["\u00b2", "1e9"])
 def test_bad_source_date_epoch_is_one_line_and_no_output(
     epoch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -390,6 +417,6 @@ def test_signatures_are_dropped_and_generated_files_protected(tmp_path: Path) ->
         assert not [name for name in archive.namelist() if name.endswith(".jws")]
         assert b"RECORD.jws" not in archive.read("demo-1.0+s.dist-info/RECORD")
     edit_record = {"demo-1.0.dist-info/RECORD": lambda content: b""}
-    with pytest.raises(PatchedWheelsError, match="^member edit: demo-1.0.dist-info/RECORD is generated"):
+    with pytest.raises(PatchError, match="^member edit: demo-1.0.dist-info/RECORD is generated"):
         patch_wheel(wheel, tmp_path / "out2", suffix="s", member_edits=edit_record)
     assert not (tmp_path / "out2").exists()

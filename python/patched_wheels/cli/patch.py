@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import UsageError
 from patched_wheels.surgery import MemberEdit, find_patches, patch_wheel
 
 if TYPE_CHECKING:
@@ -87,9 +87,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if bool(args.preload_for) != bool(args.preload_from):
-        raise PatchedWheelsError("--preload-for and --preload-from must be given together")
+        raise UsageError("--preload-for and --preload-from must be given together")
     if args.preload_wheels and not args.preload_for:
-        raise PatchedWheelsError("--preload-wheels needs --preload-for and --preload-from")
+        raise UsageError("--preload-wheels needs --preload-for and --preload-from")
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
     result = patch_wheel(
         args.wheel,

@@ -49,8 +49,8 @@ def _run(args: argparse.Namespace) -> int:
         graph_wheels=args.graph_wheels,
         cache_dir=elf_cache_dir(args),
     )
-    print(result.main)
+    print(result.path)
     print(result.sibling)
-    print(result.main_requirement)
+    print(result.requirement)
     print(result.sibling_requirement)
     return 0
