@@ -21,7 +21,7 @@ from fakecuda import (
 from patched_wheels import elfgraph, split, surgery
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import ElfLibrary, read_graph
-from patched_wheels.errors import PatchedWheelsError, UsageError
+from patched_wheels.errors import ElfError, PatchedWheelsError, UsageError
 from patched_wheels.hub import PatchedWheelSpec, patch_into_index
 from patched_wheels.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
 from patched_wheels.rpath import rpath_edit
@@ -205,7 +205,7 @@ def test_bad_requests_are_one_line_errors_and_leave_nothing(wheels, tmp_path, op
 
 def test_patchelf_failure_leaves_no_output(wheels, tmp_path, monkeypatch):
     monkeypatch.setattr(split, "find_patchelf", lambda: "/bin/false")
-    with pytest.raises(PatchedWheelsError, match=r"faketorch/lib/libfaketorch.so: patchelf failed"):
+    with pytest.raises(ElfError, match=r"faketorch/lib/libfaketorch.so: patchelf failed"):
         split_wheel(wheels.torch, tmp_path, into="faketorch-libs", move=["faketorch/lib/*.so"])
     assert list(tmp_path.iterdir()) == []
 
