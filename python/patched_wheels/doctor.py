@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, expand_origin, read_graph
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import UsageError
 from patched_wheels.preload import (
     PreloadList,
     find_package_wheel,
@@ -227,13 +227,13 @@ def diagnose(
     names = system_library_names() if system_names is None else system_names
     if package is None:
         if preload_wheels:
-            raise PatchedWheelsError("preload wheels globs are judged against a package's preload: give the package")
+            raise UsageError("preload wheels globs are judged against a package's preload: give the package")
         return Diagnosis(Verdict(PreloadList(), tuple(diagnose_graph(graph, system_names=names))), graph)
     package_wheel, init_member = find_package_wheel(package, wheels)
     installed = installed_preload(package_wheel, init_member)
     plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels)
     if plan.unmatched:
-        raise PatchedWheelsError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")
+        raise UsageError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")
     runtime = list(plan.optional)  # what preload_wheels names: the package loads it at run time
     hint = None
     if not plan.required:

@@ -10,11 +10,16 @@ and deflate has no random access, so the whole member has to be inflated
 anyway.  This module therefore streams each member through
 :func:`patched_wheels.wheelfile.inflated_chunks` (python-isal's faster inflater
 when it is installed; each step releases the GIL, so a thread per core really
-runs in parallel), keeps only windows around the byte ranges pyelftools reads
-(so memory stays bounded whatever the member's size and layout), and caches
-per-wheel results keyed by the wheel's name, size and mtime so that a wheel is
-analysed once.  Wheels are opened as :class:`~patched_wheels.wheelfile.WheelReader`
-first: only a wheel we accept is analysed.
+runs in parallel), and keeps only windows around the byte ranges pyelftools reads
+(so memory stays bounded whatever the member's size and layout).  Wheels are opened
+as :class:`~patched_wheels.wheelfile.WheelReader` first: only a wheel we accept is
+analysed.
+
+Results are cached per wheel *content*: keyed by the wheel's sha256 (and the cache
+schema), holding no file name, so a renamed copy hits and a wheel whose sha256 is
+known (the hub's, pinned by the lock and verified by Bazel) needs no file at all when
+its rows are cached -- the hub then need not even fetch it.  Inflating is what costs:
+hashing a wheel that comes without a digest is far cheaper.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import Section, StringTableSection
 from elftools.elf.structs import ELFStructs
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.fsutil import write_atomic
 from patched_wheels.wheelfile import INFLATER_NAME as INFLATER_NAME  # re-exported: benchmarks report it
 from patched_wheels.wheelfile import WheelReader, inflated_chunks
@@ -52,7 +57,9 @@ _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 _DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
 # $ORIGIN as ld.so reads it in DT_RPATH/DT_RUNPATH: "${ORIGIN}", or "$ORIGIN" not followed by a name character.
 ORIGIN_TOKEN = re.compile(r"\$(?:ORIGIN(?![A-Za-z0-9_])|\{ORIGIN\})")
-_CACHE_SCHEMA = 1
+# In every cache file name: rows of another layout are never read (2: keyed by sha256, rows without the file name).
+_CACHE_SCHEMA = 2
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 # Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
 _HEAD_SIZE = 1 << 20
 # Kept around PT_DYNAMIC, and after a missed read (the rest of a string table).
@@ -92,6 +99,34 @@ class ElfLibrary:
 
     def __str__(self) -> str:
         return f"{self.path} ({self.wheel})"
+
+
+@dataclass(frozen=True)
+class WheelRef:
+    """One wheel of a set: the file name the graph reports it under, its sha256 and its file, each when known.
+
+    The sha256 keys the ELF cache, so a wheel whose rows are cached needs no file (the hub does not fetch
+    it); without one, the file is hashed.  A wheel with neither a file nor cached rows cannot be read.
+    """
+
+    filename: str
+    sha256: str = ""
+    """Hex digest of the file; empty: hash ``path`` when a cache is used."""
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.sha256 and not _SHA256.fullmatch(self.sha256):
+            raise UsageError(f"{self.filename}: sha256 {self.sha256!r} is not 64 lowercase hex digits")
+        if self.path is not None and self.path.name != self.filename:
+            raise UsageError(f"{self.path}: named {self.filename} in the wheel set; the file must have that name")
+
+    @classmethod
+    def of(cls, wheel: Path | str | WheelRef) -> WheelRef:
+        """``wheel`` itself, or a file named by its path (its digest computed when needed)."""
+        if isinstance(wheel, WheelRef):
+            return wheel
+        path = Path(wheel)
+        return cls(path.name, path=path)
 
 
 @dataclass(frozen=True)
@@ -177,7 +212,7 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
     stream.seek(0)
     magic = stream.read(4)
     if magic != b"\x7fELF":
-        raise PatchedWheelsError(f"{where}: not an ELF file (starts with {magic!r})")
+        raise ElfError(f"{where}: not an ELF file (starts with {magic!r})")
     soname: str | None = None
     needed: list[str] = []
     rpath: list[str] = []
@@ -188,7 +223,7 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
         elf = _DynamicOnlyELFFile(stream)
         for kind in ("ph", "sh"):  # pyelftools reads only the entries it needs: a cut table would go unseen
             if elf[f"e_{kind}off"] + elf[f"e_{kind}num"] * elf[f"e_{kind}entsize"] > size:
-                raise PatchedWheelsError(f"{where}: truncated or corrupt ELF file (its {kind} table ends past its end)")
+                raise ElfError(f"{where}: truncated or corrupt ELF file (its {kind} table ends past its end)")
         for segment in elf.iter_segments():
             if not isinstance(segment, DynamicSegment):
                 continue
@@ -201,13 +236,13 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
                     rpath.extend(entry for entry in tag.rpath.split(":") if entry)
                 elif tag.entry.d_tag == "DT_RUNPATH":
                     runpath.extend(entry for entry in tag.runpath.split(":") if entry)
-    except PatchedWheelsError:
+    except ElfError:
         raise
     except Exception as error:  # on hostile input pyelftools raises ELFError, struct.error, OverflowError, AssertionError, ...
         missed = getattr(stream, "missed", None)
         if missed is not None:  # pyelftools wraps what the stream raises in its own errors
             raise missed from None
-        raise PatchedWheelsError(f"{where}: truncated or corrupt ELF file ({type(error).__name__}: {error})") from error
+        raise ElfError(f"{where}: truncated or corrupt ELF file ({type(error).__name__}: {error})") from error
     return ElfLibrary(wheel, path, soname, tuple(needed), tuple(rpath), tuple(runpath))
 
 
@@ -416,7 +451,7 @@ def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
             ranges = _merged([*kept.wanted, (missed.start - _WINDOW // 16, missed.end + _WINDOW)], info.file_size)
             if sum(end - start for start, end in ranges) > _MAX_KEPT:
                 break
-    raise PatchedWheelsError(
+    raise ElfError(
         f"{wheel.name}: {path}: its dynamic section refers to data spread over more than "
         f"{_MAX_KEPT >> 20} MiB or {_MAX_PASSES} places; not read"
     )
@@ -435,95 +470,114 @@ def _library_members(wheel: Path) -> list[tuple[zipfile.ZipInfo, str]]:
 
 
 class _Cache:
-    """Per-wheel scan results on disk; best effort, since a read-only cache must not break the command."""
+    """Per-wheel ELF rows on disk, one file per wheel content: ``<sha256>.v<schema>.json``.
 
-    def __init__(self, directory: Path | None) -> None:
+    The rows hold no wheel file name (it is filled in on load), so a renamed copy of a wheel hits.
+    Best effort both ways: an unreadable, corrupt or foreign entry is a miss (read again and
+    rewritten), and an unwritable directory only costs the next run a read: neither fails the command.
+    """
+
+    _FIELDS = frozenset(field for field in ElfLibrary.__dataclass_fields__ if field != "wheel")
+
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def _file(self, wheel: Path) -> Path | None:
-        if self.directory is None:
-            return None
-        stat = wheel.stat()
-        key = f"{wheel.name}-{stat.st_size}-{stat.st_mtime_ns}-v{_CACHE_SCHEMA}.json"
-        return self.directory / key
+    def _file(self, sha256: str) -> Path:
+        return self.directory / f"{sha256}.v{_CACHE_SCHEMA}.json"
 
-    def load(self, wheel: Path) -> list[ElfLibrary] | None:
-        file = self._file(wheel)
-        if file is None or not file.is_file():
-            return None
+    def load(self, sha256: str, wheel: str) -> list[ElfLibrary] | None:
+        """The libraries of the wheel with this digest, reported as shipped by ``wheel``; None on a miss."""
         try:
-            rows = json.loads(file.read_text(encoding="utf-8"))
-            return [
-                ElfLibrary(
-                    wheel=row["wheel"],
-                    path=row["path"],
-                    soname=row["soname"],
-                    needed=tuple(row["needed"]),
-                    rpath=tuple(row["rpath"]),
-                    runpath=tuple(row["runpath"]),
-                )
-                for row in rows
-            ]
+            rows = json.loads(self._file(sha256).read_bytes())
+            if not isinstance(rows, list):
+                raise TypeError("cached rows are not a list")
+            return [_library_from_row(row, wheel) for row in rows]
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def store(self, wheel: Path, libraries: Sequence[ElfLibrary]) -> None:
-        file = self._file(wheel)
-        if file is None:
-            return
+    def store(self, sha256: str, libraries: Sequence[ElfLibrary]) -> None:
+        rows = [{key: value for key, value in asdict(library).items() if key != "wheel"} for library in libraries]
         try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(file, json.dumps([asdict(library) for library in libraries]).encode("utf-8"))
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_atomic(self._file(sha256), json.dumps(rows).encode("utf-8"))
         except OSError:
             pass
 
 
+def _library_from_row(row: Mapping[str, object], wheel: str) -> ElfLibrary:
+    """One cached row as a library of ``wheel``; ValueError or TypeError when it is not one this schema wrote."""
+    if set(row) != _Cache._FIELDS:
+        raise ValueError(f"cached row with keys {sorted(row)}")
+    strings = {key: row[key] for key in ("needed", "rpath", "runpath")}
+    if not isinstance(row["path"], str) or not isinstance(row["soname"], (str, type(None))):
+        raise TypeError("cached path or soname is not a string")
+    if not all(isinstance(value, list) and all(isinstance(item, str) for item in value) for value in strings.values()):
+        raise TypeError("cached needed, rpath or runpath is not a list of strings")
+    return ElfLibrary(wheel, row["path"], row["soname"], *(tuple(value) for value in strings.values()))
+
+
 def default_cache_dir() -> Path:
+    """The user's ELF cache, shared by the commands and (unless overridden) the Bazel hub."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "rules_patched_wheels" / "elfgraph"
 
 
+def cached_digests(digests: Iterable[str], cache_dir: Path) -> list[str]:
+    """Those of ``digests`` whose rows ``cache_dir`` holds, readable: such wheels need no file to be scanned."""
+    cache = _Cache(cache_dir)
+    return [digest for digest in dict.fromkeys(digests) if _SHA256.fullmatch(digest) and cache.load(digest, "") is not None]
+
+
+def _digest(wheel: WheelRef) -> str:
+    if wheel.sha256 or wheel.path is None:
+        return wheel.sha256
+    from patched_wheels.index import hash_file  # the one streamed sha256 of the package
+
+    return hash_file(wheel.path)
+
+
 def scan_wheels(
-    wheels: Sequence[Path | str], *, cache_dir: Path | None = None, workers: int | None = None
+    wheels: Sequence[Path | str | WheelRef], *, cache_dir: Path | None = None, workers: int | None = None
 ) -> WheelScan:
     """Read the dynamic section of every shared library in ``wheels``.
 
-    Members are inflated largest first on ``workers`` threads (default: one per
-    core), so the biggest library never starts last and leaves a core idle.
+    With ``cache_dir``, a wheel whose rows are cached (by sha256) is not opened at all; the others are
+    read and their rows stored.  Members are inflated largest first on ``workers`` threads (default: one
+    per core), so the biggest library never starts last and leaves a core idle.
     """
-    paths = list({Path(wheel).resolve(): Path(wheel) for wheel in wheels}.values())
-    names = [path.name for path in paths]
+    refs = list({(ref.path.resolve() if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values())
+    names = [ref.filename for ref in refs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise PatchedWheelsError(f"{duplicates[0]}: two different files with this name are given")
-    for path in paths:
-        if not path.is_file():
-            raise PatchedWheelsError(f"{path}: no such wheel")
-    cache = _Cache(cache_dir)
+        raise UsageError(f"{duplicates[0]}: two different files with this name are given")
+    for ref in refs:
+        if ref.path is not None and not ref.path.is_file():
+            raise UsageError(f"{ref.path}: no such wheel")
+    cache = None if cache_dir is None else _Cache(cache_dir)
     found: dict[str, list[ElfLibrary]] = {}
     jobs: list[tuple[Path, zipfile.ZipInfo, str]] = []
-    scanned: list[Path] = []
-    for path in paths:
-        cached = cache.load(path)
-        if cached is not None:
-            found[path.name] = cached
-        else:
-            found[path.name] = []
-            scanned.append(path)
-            jobs.extend((path, info, install) for info, install in _library_members(path))
-    jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
-
-    def analyse(job: tuple[Path, zipfile.ZipInfo, str]) -> ElfLibrary:
-        return read_library(*job)
-
+    scanned: list[tuple[WheelRef, str]] = []
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        for library in pool.map(analyse, jobs):
+        digests = list(pool.map(_digest, refs)) if cache is not None else [ref.sha256 for ref in refs]
+        for ref, digest in zip(refs, digests):
+            cached = None if cache is None or not digest else cache.load(digest, ref.filename)
+            if cached is not None:
+                found[ref.filename] = cached
+                continue
+            if ref.path is None:
+                raise UsageError(f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}")
+            found[ref.filename] = []
+            scanned.append((ref, digest))
+            jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
+        jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
+        for library in pool.map(lambda job: read_library(*job), jobs):
             found[library.wheel].append(library)
-    for path in scanned:
-        found[path.name].sort(key=lambda library: library.path)
-        cache.store(path, found[path.name])
-    libraries = tuple(library for path in paths for library in found[path.name])
-    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(paths) - len(scanned))
+    for ref, digest in scanned:
+        found[ref.filename].sort(key=lambda library: library.path)
+        if cache is not None:
+            cache.store(digest, found[ref.filename])
+    libraries = tuple(library for ref in refs for library in found[ref.filename])
+    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned))
 
 
 def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary | None:
@@ -584,7 +638,7 @@ def _topological_order(
     if len(order) != len(libraries):
         stuck = {library for library, count in waiting_on.items() if count > 0}
         cycle = _find_cycle(dependencies, stuck)
-        raise PatchedWheelsError("dependency cycle between shared libraries: " + " -> ".join(map(str, cycle)))
+        raise ElfError("dependency cycle between shared libraries: " + " -> ".join(map(str, cycle)))
     return tuple(order)
 
 
@@ -607,7 +661,7 @@ def _find_cycle(
 
 
 def read_graph(
-    wheels: Sequence[Path | str], *, cache_dir: Path | None = None, workers: int | None = None
+    wheels: Sequence[Path | str | WheelRef], *, cache_dir: Path | None = None, workers: int | None = None
 ) -> LibraryGraph:
     """Scan ``wheels`` and build their library graph."""
     return build_graph(scan_wheels(wheels, cache_dir=cache_dir, workers=workers).libraries)

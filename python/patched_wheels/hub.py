@@ -4,13 +4,14 @@ This is the one step the Bazel repository rule runs after fetching the wheels (`
 --config hub.json``): patch (and optionally split) each patched project, with its preload computed
 from the whole wheel set, then index the directory and rewrite the lock to point at it. Keeping the
 orchestration here, not in Starlark, lets a failure surface as the helper's one error line and lets
-the ELF graph be read once for the set.
+the ELF graph be read once for the set, from a cache keyed by each wheel's sha256 that outlives the
+hub (``bazel clean --expunge`` included): before fetching, the rule asks ``hub --list-cached`` which
+wheels the cache knows, and does not fetch those it needs only for the graph.
 """
 
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.elfgraph import LibraryGraph, WheelRef, cached_digests, read_graph
+from patched_wheels.errors import UsageError
 from patched_wheels.index import build_index
 from patched_wheels.lock import DEFAULT_INDEX_OPTION, lock
 from patched_wheels.surgery import MemberEdit, patch_wheel
@@ -57,10 +59,16 @@ class PatchedWheelSpec:
 
 @dataclass(frozen=True)
 class HubConfig:
+    """What the repository rule writes to ``hub.json`` (see ``python/private/hub.bzl``)."""
+
     requirements: Path
     index_dir: Path
     out: Path
-    wheels: Sequence[Path]
+    wheels: Sequence[WheelRef]
+    """The wheel set the ELF graph is read from, as ``{filename, sha256, path?}``: a wheel without a path
+    was not fetched, because the ELF cache holds its rows (see :func:`cached_wheels`)."""
+    elf_cache: Path | None = None
+    """The persistent ELF cache; None: one for this run only."""
     patched: Sequence[PatchedWheelSpec] = field(default_factory=tuple)
     index_option: str = DEFAULT_INDEX_OPTION
     index_url: str = ""  # where the lock's unpatched pins come from (direct mode, if the lock names none)
@@ -73,7 +81,7 @@ class HubConfig:
             raw = json.loads(path.read_text(encoding="utf-8"))
             return cls._from_json(raw)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise PatchedWheelsError(f"{path}: cannot read the hub configuration: {error!r}") from None
+            raise UsageError(f"{path}: cannot read the hub configuration: {error!r}") from None
 
     @classmethod
     def _from_json(cls, raw: dict) -> "HubConfig":
@@ -96,7 +104,11 @@ class HubConfig:
             requirements=Path(raw["requirements"]),
             index_dir=Path(raw["index_dir"]),
             out=Path(raw["out"]),
-            wheels=[Path(p) for p in raw["wheels"]],
+            wheels=[
+                WheelRef(wheel["filename"], wheel["sha256"], Path(wheel["path"]) if "path" in wheel else None)
+                for wheel in raw["wheels"]
+            ],
+            elf_cache=Path(raw["elf_cache"]) if raw.get("elf_cache") else None,
             patched=specs,
             index_option=raw.get("index_option", DEFAULT_INDEX_OPTION),
             index_url=raw.get("index_url", ""),
@@ -109,10 +121,12 @@ def build_hub(config: HubConfig) -> list[str]:
     """Patch every spec into ``config.index_dir``, index it, write ``config.out``; return the pins made."""
     config.index_dir.mkdir(parents=True, exist_ok=True)
     pins = []
-    # One ELF scan per wheel for the whole hub: the preload and the split of every spec share it.
-    with tempfile.TemporaryDirectory(dir=config.index_dir.parent, prefix=".elfgraph-") as elf_cache:
-        for spec in config.patched:
-            pins.extend(patch_into_index(spec, config.wheels, config.index_dir, elf_cache=Path(elf_cache)))
+    # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
+    # split, read only if some spec needs one.
+    needs_graph = any(map(_needs_graph, config.patched))
+    graph = read_graph(config.wheels, cache_dir=config.elf_cache) if needs_graph else None
+    for spec in config.patched:
+        pins.extend(patch_into_index(spec, config.wheels, config.index_dir, graph=graph))
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
     lock(
         config.requirements,
@@ -126,23 +140,40 @@ def build_hub(config: HubConfig) -> list[str]:
     return pins
 
 
+def cached_wheels(config: HubConfig) -> list[str]:
+    """The sha256 of ``config.wheels`` whose ELF rows ``config.elf_cache`` holds: the rule need not fetch
+    those wheels for the graph (it still fetches those it serves or patches)."""
+    if config.elf_cache is None:
+        return []
+    return cached_digests((wheel.sha256 for wheel in config.wheels if wheel.sha256), config.elf_cache)
+
+
 def patch_into_index(
-    spec: PatchedWheelSpec, wheel_set: Sequence[Path], index_dir: Path, *, elf_cache: Path | None = None
+    spec: PatchedWheelSpec,
+    wheel_set: Sequence[Path | WheelRef],
+    index_dir: Path,
+    *,
+    graph: LibraryGraph | None = None,
 ) -> list[str]:
-    """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins."""
+    """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins.
+
+    ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), read
+    here (without a cache) if the spec needs it and none is given.
+    """
     _check_requirement(spec)
+    if graph is None and _needs_graph(spec):
+        graph = read_graph(wheel_set)
     member_edits: Mapping[str, MemberEdit] = {}
     if spec.preload == "auto":
-        from patched_wheels.preload import preload_member_edits
+        from patched_wheels.preload import preload_edits
 
+        assert graph is not None  # read above
         # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
-        member_edits = preload_member_edits(
-            spec.preload_package, wheel_set, preload_wheels=spec.preload_wheels, cache_dir=elf_cache, strict=False
-        )
+        member_edits = preload_edits(graph, spec.preload_package, spec.wheel, preload_wheels=spec.preload_wheels, strict=False)
     elif spec.preload != "off":
-        raise PatchedWheelsError(f"patched_wheel {spec.name}: preload must be 'auto' or 'off', not {spec.preload!r}")
+        raise UsageError(f"patched_wheel {spec.name}: preload must be 'auto' or 'off', not {spec.preload!r}")
     elif spec.preload_wheels:
-        raise PatchedWheelsError(f"patched_wheel {spec.name}: preload_wheels needs preload = 'auto'")
+        raise UsageError(f"patched_wheel {spec.name}: preload_wheels needs preload = 'auto'")
     rpath_edits: list[RpathEdit] = []
     if spec.rpath:
         from patched_wheels.rpath import rpath_edit
@@ -164,12 +195,15 @@ def patch_into_index(
     )
     if not spec.split_into:
         return [patch_wheel(spec.wheel, index_dir, **options).requirement]
-    from patched_wheels.elfgraph import read_graph
     from patched_wheels.split import SplitRequest
 
     split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None)
-    graph = read_graph(wheel_set, cache_dir=elf_cache)
     return list(patch_wheel(spec.wheel, index_dir, **options, split=split, graph=graph).requirements)
+
+
+def _needs_graph(spec: PatchedWheelSpec) -> bool:
+    """Whether the spec's preload or split needs the library graph of the wheel set."""
+    return spec.preload == "auto" or bool(spec.split_into)
 
 
 def _check_requirement(spec: PatchedWheelSpec) -> None:
@@ -179,11 +213,11 @@ def _check_requirement(spec: PatchedWheelSpec) -> None:
     try:
         requirement = Requirement(spec.requirement)
     except InvalidRequirement as error:
-        raise PatchedWheelsError(f"patched_wheel {spec.name}: requirement {spec.requirement!r}: {error}") from None
+        raise UsageError(f"patched_wheel {spec.name}: requirement {spec.requirement!r}: {error}") from None
     with WheelReader(spec.wheel) as reader:
         name, version = reader.filename.name, reader.filename.version
     if canonicalize_name(requirement.name) != name or not requirement.specifier.contains(version, prereleases=True):
-        raise PatchedWheelsError(
+        raise UsageError(
             f"patched_wheel {spec.name}: {spec.wheel.name} is {name} {version}, "
             f"which does not satisfy requirement {spec.requirement!r}"
         )

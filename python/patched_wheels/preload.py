@@ -31,7 +31,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path, read_graph
-from patched_wheels.errors import PatchedWheelsError, warn
+from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.metadata import field_values
 from patched_wheels.wheelfile import WheelReader
 
@@ -136,25 +136,25 @@ def read_preload_module(source: bytes, *, where: str) -> PreloadList:
                     if isinstance(target, ast.Name) and target.id in ("LIBRARIES", "OPTIONAL"):
                         values[target.id] = ast.literal_eval(node.value)
     except (SyntaxError, ValueError) as error:
-        raise PatchedWheelsError(f"{where}: not a patched-wheels preload module ({error})") from error
+        raise InvalidWheelError(f"{where}: not a patched-wheels preload module ({error})") from error
     libraries, optional = values.get("LIBRARIES"), values.get("OPTIONAL", ())
     if not (isinstance(libraries, tuple) and all(isinstance(path, str) for path in libraries)):
-        raise PatchedWheelsError(f"{where}: not a patched-wheels preload module (no LIBRARIES tuple)")
+        raise InvalidWheelError(f"{where}: not a patched-wheels preload module (no LIBRARIES tuple)")
     if not (isinstance(optional, tuple) and set(optional) <= set(libraries)):
-        raise PatchedWheelsError(f"{where}: not a patched-wheels preload module (OPTIONAL is not a subset of LIBRARIES)")
+        raise InvalidWheelError(f"{where}: not a patched-wheels preload module (OPTIONAL is not a subset of LIBRARIES)")
     return PreloadList(libraries, frozenset(optional))
 
 
 def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
     """``__init__.py`` with the preload imported first: after the docstring and ``__future__`` imports, which must lead."""
     if init_source is None:
-        raise PatchedWheelsError(f"{where}: missing; the preload is imported from the package's __init__.py")
+        raise InvalidWheelError(f"{where}: missing; the preload is imported from the package's __init__.py")
     if _IMPORT_LINE.encode() in init_source:
         return init_source
     try:
         tree = ast.parse(init_source)
     except (SyntaxError, ValueError) as error:
-        raise PatchedWheelsError(f"{where}: cannot parse ({error})") from error
+        raise InvalidWheelError(f"{where}: cannot parse ({error})") from error
     lines = init_source.splitlines(keepends=True)
     insert_at = 0
     for number, line in enumerate(lines[:2], start=1):
@@ -197,7 +197,7 @@ def project_name(wheel: str) -> str:
     try:
         return parse_wheel_filename(wheel)[0]
     except InvalidWheelFilename as error:
-        raise PatchedWheelsError(f"{wheel}: not a valid wheel filename ({error})") from None
+        raise InvalidWheelError(f"{wheel}: not a valid wheel filename ({error})") from None
 
 
 def wheels_matching(graph: LibraryGraph, globs: Sequence[str], *, exclude: str) -> dict[str, list[ElfLibrary]]:
@@ -284,9 +284,9 @@ def find_package_wheel(package: str, wheels: Iterable[Path]) -> tuple[Path, str]
             names = reader.members()
         found.extend((wheel, name) for name in package_init_members(package, names))
     if not found:
-        raise PatchedWheelsError(f"{package}: no wheel in the set ships {package}/__init__.py")
+        raise UsageError(f"{package}: no wheel in the set ships {package}/__init__.py")
     if len(found) > 1:
-        raise PatchedWheelsError(
+        raise UsageError(
             f"{package}: shipped by more than one wheel ({', '.join(wheel.name for wheel, _ in found)})"
         )
     return found[0]
@@ -310,23 +310,40 @@ def preload_member_edits(
     cache_dir: Path | None = None,
     strict: bool = True,
 ) -> dict[str, Callable[[bytes | None], bytes]]:
-    """Member edits that make ``package`` preload what it needs from the other ``wheels``.
+    """Member edits that make ``package`` preload what it needs from the other ``wheels``, read here.
 
-    ``wheels`` includes the wheel being patched.  Returns, keyed by archive path:
+    ``wheels`` includes the wheel being patched, the one that ships ``package``; see :func:`preload_edits`.
+    """
+    wheels = [Path(wheel) for wheel in wheels]
+    package_wheel, _ = find_package_wheel(package, wheels)
+    graph = read_graph(wheels, cache_dir=cache_dir)
+    return preload_edits(graph, package, package_wheel, preload_wheels=preload_wheels, strict=strict)
+
+
+def preload_edits(
+    graph: LibraryGraph,
+    package: str,
+    package_wheel: Path,
+    *,
+    preload_wheels: Sequence[str] = (),
+    strict: bool = True,
+) -> dict[str, Callable[[bytes | None], bytes]]:
+    """Member edits of ``package_wheel`` that make ``package`` preload what it needs, from a graph read once.
+
+    ``graph`` is the library graph of the whole set, ``package_wheel`` among it under its file name (the
+    hub reads one graph for all of its specs).  Returns, keyed by archive path:
     ``<package>/_patched_wheels_preload.py`` (generated) and ``<package>/__init__.py``
     (the import of it prepended), as :func:`patched_wheels.surgery.patch_wheel` expects.
     ``strict`` (the ``patch`` command): nothing to preload, or a ``preload_wheels``
     glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for
     a platform without those wheels, e.g. macOS) it is a warning at most and no edit.
     """
-    wheels = [Path(wheel) for wheel in wheels]
-    package_wheel, init_member = find_package_wheel(package, wheels)
-    graph = read_graph(wheels, cache_dir=cache_dir)
+    _, init_member = find_package_wheel(package, [package_wheel])
     plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels)
     for glob in plan.unmatched:
         message = f"{package_wheel.name}: preload wheels glob {glob!r} matches no other wheel with shared libraries"
         if strict:
-            raise PatchedWheelsError(message)
+            raise UsageError(message)
         warn(message)
     if not plan.libraries:
         candidates = [] if preload_wheels else runtime_candidates(graph, package_wheel)
@@ -334,7 +351,7 @@ def preload_member_edits(
         if candidates:
             message += f" ({runtime_hint(package, candidates)})"
         if strict:
-            raise PatchedWheelsError(message)
+            raise UsageError(message)
         if candidates:
             warn(message)
         return {}

@@ -44,6 +44,32 @@ def resolve_wheels(ctx, helper, *, requirements_lock, index_url, patched_specs):
         progress = "choosing wheels for %d projects" % len(projects),
     ))
 
+def _elf_cache_dir(rctx):
+    """The persistent ELF cache the helper reads and fills, keyed by wheel sha256: "" for none.
+
+    `RULES_PATCHED_WHEELS_CACHE` (e.g. `--repo_env=RULES_PATCHED_WHEELS_CACHE=/path`) names the
+    directory, `off` disables it; by default it is the one the command line uses,
+    `${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/elfgraph`, so a `bazel clean --expunge` keeps it.
+    Read from `rctx.os.environ`, not declared in `environ`: where the cache lives changes no output, so
+    moving it must not re-run the hub. The helper treats the cache as best effort (an unwritable one
+    only costs the next fetch a read).
+    """
+    environ = rctx.os.environ
+    override = environ.get("RULES_PATCHED_WHEELS_CACHE", "")
+    if override == "off":
+        return ""
+    if override:
+        if not override.startswith("/"):
+            fail("rules_patched_wheels: RULES_PATCHED_WHEELS_CACHE=%s: expected an absolute directory or off" % override)
+        return override
+    base = environ.get("XDG_CACHE_HOME", "")
+    if not base.startswith("/"):  # unset, or relative, which the XDG spec says to ignore
+        home = environ.get("HOME", "")
+        if not home.startswith("/"):
+            return ""
+        base = home + "/.cache"
+    return base + "/rules_patched_wheels/elfgraph"
+
 def _patched_hub_impl(rctx):
     check_index_option(rctx, rctx.attr.name, rctx.attr.index_option)
     specs = json.decode(rctx.attr.patched)
@@ -70,33 +96,26 @@ def _patched_hub_impl(rctx):
         if name not in resolved_names:
             fail("rules_patched_wheels: patched_wheel(name = \"%s\") is not pinned in %s" % (name, rctx.attr.requirements_lock))
 
-    # Where each unpatched wheel goes: with direct references rules_python fetches it itself (by sha256,
-    # from the repository cache), so the hub keeps it only while the ELF graph needs it; an index option
-    # makes the hub's index serve every wheel of the lock.
+    # Where each wheel goes: a patched original into originals/; with an index option every other wheel
+    # into the hub's index, which serves them all; with direct references rules_python fetches each
+    # unpatched wheel itself (by sha256, from the repository cache), so the hub fetches one into _graph/
+    # only while the ELF graph needs it, and not at all when the ELF cache already holds its rows.
     direct = rctx.attr.index_option == "direct"
     needs_graph = any([spec["preload"] == "auto" or spec["split_into"] for spec in specs])
-    originals = {}
-    replaced = {}
-    downloaded = []
-    references = {wheel["project"]: [wheel["urls"][0], wheel["sha256"]] for wheel in wheels if wheel["project"] not in patched_names}
-    for number, wheel in enumerate(wheels):
+    folders = {}
+    for wheel in wheels:
         if wheel["project"] in patched_names:
-            folder = "originals"
+            folders[wheel["filename"]] = "originals"
         elif not direct:
-            folder = "index"
+            folders[wheel["filename"]] = "index"
         elif needs_graph:
-            folder = "_graph"
-        else:
-            continue
-        output = "%s/%s" % (folder, wheel["filename"])
-        if hasattr(rctx, "report_progress"):
-            rctx.report_progress("fetching %s (%d of %d)" % (wheel["filename"], number + 1, len(wheels)))
-        rctx.download(url = wheel["urls"], output = output, sha256 = wheel["sha256"])
-        downloaded.append(str(rctx.path(output)))
-        if folder == "originals":
-            originals[wheel["project"]] = output
-            replaced[wheel["project"]] = [wheel["sha256"]]
-
+            folders[wheel["filename"]] = "_graph"
+    listed = [wheel for wheel in wheels if wheel["filename"] in folders]
+    originals = {
+        wheel["project"]: "originals/" + wheel["filename"]
+        for wheel in listed
+        if folders[wheel["filename"]] == "originals"
+    }
     patch_paths = [str(rctx.path(label)) for label in rctx.attr.patches]
     config = {
         "requirements": str(rctx.path(rctx.attr.requirements_lock)),
@@ -104,9 +123,10 @@ def _patched_hub_impl(rctx):
         "out": str(rctx.path("requirements_lock.txt")),
         "index_option": rctx.attr.index_option,
         "index_url": rctx.attr.index_url,
-        "replaced": replaced,
-        "references": references,
-        "wheels": downloaded,
+        "replaced": {wheel["project"]: [wheel["sha256"]] for wheel in listed if wheel["project"] in originals},
+        "references": {wheel["project"]: [wheel["urls"][0], wheel["sha256"]] for wheel in wheels if wheel["project"] not in patched_names},
+        "elf_cache": _elf_cache_dir(rctx),
+        "wheels": [{"filename": wheel["filename"], "sha256": wheel["sha256"]} for wheel in listed],
         "patched": [
             dict(
                 {key: value for key, value in spec.items() if key != "patch_indices"},
@@ -116,6 +136,22 @@ def _patched_hub_impl(rctx):
             for spec in specs
         ],
     }
+    cached = {}
+    if config["elf_cache"] and "_graph" in folders.values():
+        # The config without paths yet: the helper says which wheels' ELF rows the cache holds.
+        rctx.file("_hub.json", json.encode_indent(config))
+        listing = run_helper(rctx, helper, ["hub", "--config", str(rctx.path("_hub.json")), "--list-cached"], progress = "reading the ELF cache")
+        cached = {digest: True for digest in json.decode(listing)}
+    for number, (wheel, entry) in enumerate(zip(listed, config["wheels"])):
+        folder = folders[wheel["filename"]]
+        if folder == "_graph" and wheel["sha256"] in cached:
+            continue
+        output = "%s/%s" % (folder, wheel["filename"])
+        if hasattr(rctx, "report_progress"):
+            rctx.report_progress("fetching %s (%d of %d)" % (wheel["filename"], number + 1, len(listed)))
+        rctx.download(url = wheel["urls"], output = output, sha256 = wheel["sha256"])
+        entry["path"] = str(rctx.path(output))
+
     rctx.file("_hub.json", json.encode_indent(config))
     run_helper(rctx, helper, ["hub", "--config", str(rctx.path("_hub.json"))], progress = "patching %s" % ", ".join(sorted(patched_names)))
     rctx.delete("originals")
@@ -136,7 +172,7 @@ patched_hub = repository_rule(
     doc = "A local index + lock serving every wheel of `requirements_lock`, some of them patched.",
     attrs = {
         "requirements_lock": attr.label(mandatory = True, allow_single_file = True),
-        "resolved": attr.string(doc = "JSON list of {project, filename, url, sha256}; empty: resolve here."),
+        "resolved": attr.string(doc = "JSON list of {project, filename, urls, sha256}; empty: resolve here."),
         "index_url": attr.string(default = DEFAULT_INDEX_URL),
         "index_option": attr.string(default = "direct", values = INDEX_OPTIONS),
         "patched": attr.string(default = "[]", doc = "JSON list of patched wheel specs (see specs.bzl)."),

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import io
+import json
 import os
+import shutil
 import struct
 import subprocess
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,8 +21,8 @@ from elftools.elf.elffile import ELFFile
 from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import expand_origin, parse_elf, read_graph, read_library, scan_wheels
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.elfgraph import WheelRef, cached_digests, expand_origin, parse_elf, read_graph, read_library, scan_wheels
+from patched_wheels.errors import ElfError, PatchedWheelsError, UsageError
 from patched_wheels.patchelf import find_patchelf
 
 REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
@@ -93,7 +97,7 @@ def test_cycle_is_an_error_naming_the_cycle(tmp_path):
     libb = compile_shared(tmp_path, "libb.so", "int a(void);\nint b(void) { return a(); }\n", "-Wl,-soname,libb.so", "-l:liba.so")
     subprocess.run([find_patchelf(), "--add-needed", "libb.so", str(liba)], check=True)
     wheel = build_wheel(tmp_path, "cyclic", "1.0", {"cyclic/liba.so": liba.read_bytes(), "cyclic/libb.so": libb.read_bytes()})
-    with pytest.raises(PatchedWheelsError) as error:
+    with pytest.raises(ElfError) as error:
         read_graph([wheel])
     message = str(error.value)
     assert "\n" not in message
@@ -104,7 +108,7 @@ def test_cycle_is_an_error_naming_the_cycle(tmp_path):
 
 def test_non_elf_shared_library_is_an_error_naming_wheel_and_member(tmp_path):
     wheel = build_wheel(tmp_path, "broken", "1.0", {"broken/libfoo.so.1": b"INPUT(-lbar)\n"})
-    with pytest.raises(PatchedWheelsError, match=r"^broken-1\.0-py3-none-linux_x86_64\.whl: broken/libfoo\.so\.1: not an ELF file"):
+    with pytest.raises(ElfError, match=r"^broken-1\.0-py3-none-linux_x86_64\.whl: broken/libfoo\.so\.1: not an ELF file"):
         read_graph([wheel])
 
 
@@ -114,12 +118,12 @@ def test_truncated_elf_is_an_error_naming_wheel_and_member(tmp_path, wheels, kee
         data = archive.read(LIBRARY_PATHS["jit"])
     cut = int(len(data) * keep) if isinstance(keep, float) else keep
     wheel = build_wheel(tmp_path, "cut", "1.0", {"cut/libjit.so.12": data[:cut]})
-    with pytest.raises(PatchedWheelsError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libjit\.so\.12: truncated or corrupt ELF"):
+    with pytest.raises(ElfError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libjit\.so\.12: truncated or corrupt ELF"):
         read_graph([wheel])
 
 
 def test_unreadable_or_missing_wheels_are_clear_errors(tmp_path):
-    with pytest.raises(PatchedWheelsError, match="nothere.whl: no such wheel"):
+    with pytest.raises(UsageError, match="nothere.whl: no such wheel"):
         read_graph([tmp_path / "nothere.whl"])
     (tmp_path / "junk-1.0-py3-none-any.whl").write_bytes(b"not a zip")
     with pytest.raises(PatchedWheelsError, match="junk-1.0-py3-none-any.whl: not a zip archive or truncated"):
@@ -140,7 +144,7 @@ def test_members_are_read_only_from_a_wheel_we_accept(tmp_path, wheels):
 
 def test_a_shared_library_that_is_only_an_elf_magic_is_one_error(tmp_path):
     wheel = build_wheel(tmp_path, "magic", "1.0", {"magic/libm.so": b"\x7fELF"})
-    with pytest.raises(PatchedWheelsError, match=r"^magic-1\.0-py3-none-linux_x86_64\.whl: magic/libm\.so: truncated or corrupt ELF"):
+    with pytest.raises(ElfError, match=r"^magic-1\.0-py3-none-linux_x86_64\.whl: magic/libm\.so: truncated or corrupt ELF"):
         read_graph([wheel])
 
 
@@ -187,7 +191,7 @@ def test_corrupt_large_member_fails_from_the_streamed_pass_alone(tmp_path, monke
     with zipfile.ZipFile(wheel) as archive:
         info = archive.getinfo("cut/libbig.so")
     passes = _count_passes(monkeypatch)
-    with pytest.raises(PatchedWheelsError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libbig\.so: truncated or corrupt ELF"):
+    with pytest.raises(ElfError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libbig\.so: truncated or corrupt ELF"):
         read_library(wheel, info, "cut/libbig.so")
     assert passes == [1]  # a corrupt member is not inflated a second time
 
@@ -204,7 +208,7 @@ def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monke
     assert read_library(wheel, info, "small/libsmall.so") == parse_elf(data, wheel=wheel.name, path="small/libsmall.so")
     assert passes == [2]
     monkeypatch.setattr(elfgraph, "_MAX_PASSES", 1)
-    with pytest.raises(PatchedWheelsError, match=r"small/libsmall\.so: its dynamic section refers to data spread over more than"):
+    with pytest.raises(ElfError, match=r"small/libsmall\.so: its dynamic section refers to data spread over more than"):
         read_library(wheel, info, "small/libsmall.so")
 
 
@@ -228,9 +232,56 @@ def test_cache_answers_unchanged_wheels_without_inflating(tmp_path, wheels):
     second = scan_wheels(wheels.all, cache_dir=cache)
     assert second.libraries == first.libraries
     assert (second.inflated_bytes, second.cached_wheels) == (0, len(wheels.all))
-    os.utime(wheels.torch, ns=(1, 1))
-    third = scan_wheels(wheels.all, cache_dir=cache)
+    os.utime(wheels.torch, ns=(1, 1))  # the key is the content: a touched file still hits
+    assert scan_wheels(wheels.all, cache_dir=cache).cached_wheels == len(wheels.all)
+    changed = tmp_path / "changed" / wheels.torch.name
+    changed.parent.mkdir()
+    shutil.copyfile(wheels.torch, changed)
+    with zipfile.ZipFile(changed, "a") as archive:
+        archive.comment = b"other bytes, same members"
+    third = scan_wheels([*wheels.nvidia.values(), changed], cache_dir=cache)
     assert third.cached_wheels == len(wheels.all) - 1 and third.libraries == first.libraries
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_cache_hit_needs_no_file_and_reports_the_name_it_is_given(tmp_path, wheels):
+    """Rows hold no file name: the hub names a wheel it did not fetch by its sha256, under any file name."""
+    cache = tmp_path / "cache"
+    first = scan_wheels(wheels.all, cache_dir=cache)
+    renamed = "faketorch-2.1.0-py3-none-manylinux_2_17_x86_64.whl"
+    refs = [WheelRef(path.name, _digest(path)) for path in wheels.nvidia.values()] + [WheelRef(renamed, _digest(wheels.torch))]
+    second = scan_wheels(refs, cache_dir=cache)
+    assert (second.inflated_bytes, second.cached_wheels) == (0, len(wheels.all))
+    torch_rows = [library for library in second.libraries if library.wheel == renamed]
+    assert torch_rows == [replace(library, wheel=renamed) for library in first.libraries if library.wheel == wheels.torch.name]
+    assert cached_digests([_digest(wheels.torch), "0" * 64], cache) == [_digest(wheels.torch)]
+    with pytest.raises(UsageError, match=rf"^{renamed}: no file given, and no ELF rows are cached for its sha256 {'0' * 64}$"):
+        scan_wheels([WheelRef(renamed, "0" * 64)], cache_dir=cache)
+    with pytest.raises(UsageError, match=r"named other-1\.0-py3-none-any\.whl in the wheel set"):
+        WheelRef("other-1.0-py3-none-any.whl", path=wheels.torch)
+
+
+@pytest.mark.parametrize("entry", [b"{not json", b'[{"path": 1}]', b'[{"wheel": "x.whl", "path": "a.so"}]', b"{}"])
+def test_a_corrupt_cache_entry_is_read_again_and_rewritten(tmp_path, wheels, entry):
+    cache = tmp_path / "cache"
+    first = scan_wheels([wheels.torch], cache_dir=cache)
+    (stored,) = cache.iterdir()
+    assert stored.name == f"{_digest(wheels.torch)}.v{elfgraph._CACHE_SCHEMA}.json"
+    assert "wheel" not in json.loads(stored.read_text(encoding="utf-8"))[0]
+    stored.write_bytes(entry)
+    assert cached_digests([_digest(wheels.torch)], cache) == []
+    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert again.cached_wheels == 0 and again.inflated_bytes > 0 and again.libraries == first.libraries
+    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1, "the entry was rewritten"
+
+
+def test_an_unwritable_cache_costs_a_read_not_the_command(tmp_path, wheels):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    assert scan_wheels(wheels.all, cache_dir=blocker / "cache").libraries == scan_wheels(wheels.all).libraries
 
 
 def test_graph_command_prints_libraries_and_load_order(wheels, capsys):

@@ -28,7 +28,7 @@ from fakecuda import (
 )
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import read_graph
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidWheelError, PatchedWheelsError, UsageError
 from patched_wheels.preload import (
     DEBUG_VARIABLE,
     PRELOAD_MODULE,
@@ -92,9 +92,9 @@ def test_generated_module_loads_foreign_libraries_dependencies_first(wheels, pre
 
 
 def test_edits_need_the_package_and_something_to_preload(wheels):
-    with pytest.raises(PatchedWheelsError, match="nosuchpkg: no wheel in the set ships nosuchpkg/__init__.py"):
+    with pytest.raises(UsageError, match="nosuchpkg: no wheel in the set ships nosuchpkg/__init__.py"):
         preload_member_edits("nosuchpkg", wheels.all)
-    with pytest.raises(PatchedWheelsError, match="faketorch needs no shared library from the other wheels"):
+    with pytest.raises(UsageError, match="faketorch needs no shared library from the other wheels"):
         preload_member_edits("faketorch", [wheels.torch])
 
 
@@ -143,14 +143,14 @@ def test_import_keeps_crlf_coding_cookie_and_handles_empty_files():
 
 
 def test_import_into_broken_or_missing_init_is_an_error():
-    with pytest.raises(PatchedWheelsError, match="^pkg/__init__.py: cannot parse"):
+    with pytest.raises(InvalidWheelError, match="^pkg/__init__.py: cannot parse"):
         add_preload_import(b"def broken(:\n", where="pkg/__init__.py")
-    with pytest.raises(PatchedWheelsError, match="^pkg/__init__.py: missing"):
+    with pytest.raises(InvalidWheelError, match="^pkg/__init__.py: missing"):
         add_preload_import(None, where="pkg/__init__.py")
 
 
 def test_reading_a_module_that_is_not_a_preload_is_an_error():
-    with pytest.raises(PatchedWheelsError, match="^w.whl: pkg/_patched_wheels_preload.py: not a patched-wheels preload module"):
+    with pytest.raises(InvalidWheelError, match="^w.whl: pkg/_patched_wheels_preload.py: not a patched-wheels preload module"):
         read_preload_module(b"X = 1\n", where="w.whl: pkg/_patched_wheels_preload.py")
 
 
@@ -219,7 +219,7 @@ def test_globbed_libraries_the_package_needs_anyway_stay_required(wheels):
 
 
 def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_the_hub(runtime, capsys):
-    with pytest.raises(PatchedWheelsError) as error:
+    with pytest.raises(UsageError) as error:
         preload_member_edits(RUNTIME_PACKAGE, runtime.all)
     message = str(error.value)
     assert message.startswith(f"{runtime.package.name}: fakejax needs no shared library from the other wheels given")
@@ -234,7 +234,7 @@ def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_
 
 def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hub(runtime, capsys):
     message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
-    with pytest.raises(PatchedWheelsError, match=re.escape(message)):
+    with pytest.raises(UsageError, match=re.escape(message)):
         preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
     assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False) == {}
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
@@ -256,7 +256,7 @@ def test_patch_command_takes_preload_wheels(runtime, tmp_path, capsys):
 def test_modules_written_before_optional_entries_read_as_all_required():
     old = b'"""Preload."""\nLIBRARIES = (\n    "a/lib/liba.so",\n)\n'
     assert read_preload_module(old, where="x") == PreloadList(("a/lib/liba.so",))
-    with pytest.raises(PatchedWheelsError, match="OPTIONAL is not a subset of LIBRARIES"):
+    with pytest.raises(InvalidWheelError, match="OPTIONAL is not a subset of LIBRARIES"):
         read_preload_module(old + b'OPTIONAL = ("b/libb.so",)\n', where="x")
 
 

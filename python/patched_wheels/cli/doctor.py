@@ -21,7 +21,7 @@ from pathlib import Path
 
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.doctor import diagnose, format_diagnosis, format_run, system_library_names
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,12 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.preload_wheels and not args.package:
-        raise PatchedWheelsError("--preload-wheels needs --package")
+        raise UsageError("--preload-wheels needs --package")
     code = args.run_code
     if code is not None and not (code or args.package):
-        raise PatchedWheelsError("--run needs CODE or --package (to run import PKG)")
+        raise UsageError("--run needs CODE or --package (to run import PKG)")
     if code and code.endswith(".whl") and Path(code).is_file():
-        raise PatchedWheelsError(f"--run {code}: a wheel, not code; put --run after the wheels or write --run=CODE")
+        raise UsageError(f"--run {code}: a wheel, not code; put --run after the wheels or write --run=CODE")
     diagnosis = diagnose(
         args.wheels,
         package=args.package,
