@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import stat
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -180,8 +182,9 @@ SHA256_X = wheelfile.record_hash(hashlib.sha256(b"x").digest())
 
 
 def test_malformed_record_row(tmp_path: Path) -> None:
-    with pytest.raises(InvalidRecordEntry, match="^w: row 2: expected 3 fields, got 2$"):
+    with pytest.raises(InvalidRecordEntry, match="^w: row 2: expected 3 fields, got 2$") as caught:
         parse_record(f"a,{SHA256_X},1\nb,{SHA256_X}\n".encode(), origin="w")
+    assert (caught.value.elements, caught.value.issue) == (("b", SHA256_X), "expected 3 fields, got 2")
     with pytest.raises(InvalidWheelError, match="md5 is not allowed"):
         parse_record(b"a,md5=abc,1\n", origin="w")
 
@@ -202,6 +205,10 @@ def test_record_fields_are_checked_when_parsed(row: str, message: str) -> None:
     with pytest.raises(InvalidRecordEntry) as caught:
         parse_record(row.encode(), origin="w")
     assert _one_line_error(caught) == f"w: {message}"
+    assert caught.value.elements == tuple(row.split(","))
+    with pytest.raises(InvalidRecordEntry) as direct:
+        RecordEntry.from_elements(row.split(","))
+    assert str(direct.value) == direct.value.issue == message.partition(": ")[2]
 
 
 def test_not_a_zip_and_truncated(tmp_path: Path, wheel: Path) -> None:
@@ -254,6 +261,35 @@ def test_raw_copy_round_trip_keeps_compressed_bytes(wheel: Path, tmp_path: Path)
     with InstallerWheel.open(dest) as source:
         source.validate_record(validate_contents=True)
     assert list(tmp_path.joinpath("out").iterdir()) == [dest]  # no temp file left
+
+
+def test_raw_member_is_the_compressed_stream_copy_raw_keeps(wheel: Path, tmp_path: Path) -> None:
+    """The public raw-copy API: a member's compressed bytes, the same in the copy whether renamed or not."""
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader:
+        raw = reader.raw_member("demo/lib.so")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            raw.data_offset = 0  # type: ignore[misc]
+        compressed = b"".join(raw.chunks())
+        assert raw.info == reader.info("demo/lib.so") and raw.data_end - raw.data_offset == len(compressed)
+        assert zlib.decompress(compressed, wbits=-15) == FILES["demo/lib.so"]
+        kept = b"".join(reader.raw_member("demo/__init__.py").chunks())
+        with WheelWriter(dest, dist_info=reader.dist_info) as writer:
+            for name in reader.members():
+                if name == "demo/lib.so":
+                    writer.copy_raw(reader, name, arcname="demo/_lib.so")  # a new local header
+                elif name != f"{reader.dist_info}/RECORD":
+                    writer.copy_raw(reader, name)  # the input's local header
+        row = reader.record_entry("demo/lib.so")
+        assert row is not None
+    with WheelReader(dest, verify=True) as copy:
+        assert b"".join(copy.raw_member("demo/_lib.so").chunks()) == compressed
+        assert b"".join(copy.raw_member("demo/__init__.py").chunks()) == kept
+        assert "demo/lib.so" not in copy
+        assert copy.record_entry("demo/_lib.so") == RecordEntry("demo/_lib.so", row.hash, 300_000)
+    with InstallerWheel.open(dest) as source:
+        source.validate_record(validate_contents=True)
 
 
 def test_written_members_and_record(tmp_path: Path) -> None:
