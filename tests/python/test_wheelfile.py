@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import stat
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -14,14 +16,16 @@ from installer.sources import WheelFile as InstallerWheel
 from wheelbuilder import build_wheel, edit_headers, replace_members
 
 from patched_wheels import wheelfile
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import InvalidWheelError, PatchedWheelsError, UsageError
 from patched_wheels.wheelfile import (
+    InvalidRecordEntry,
     RecordEntry,
     WheelFilename,
     WheelReader,
     WheelWriter,
     parse_record,
     serialize_record,
+    zipcontainer,
 )
 
 FILES = {
@@ -76,7 +80,7 @@ def test_filename_keeps_spelling_and_build_tag() -> None:
 def test_streaming_read_detects_tampering(wheel: Path) -> None:
     replace_members(wheel, {"demo/__init__.py": b"print('evil')\n"})
     # Sizes differ, so the cheap check already refuses the wheel.
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelReader(wheel)
     assert _one_line_error(caught) == (
         f"{wheel.name}: demo-1.0.dist-info/RECORD: demo/__init__.py has size 750 in RECORD but 14 in the zip"
@@ -87,11 +91,11 @@ def test_same_size_tampering_is_caught_when_read_and_by_verify(wheel: Path) -> N
     original = FILES["demo/__init__.py"]
     replace_members(wheel, {"demo/__init__.py": original.replace(b"hello", b"HELLO")})
     with WheelReader(wheel) as reader:  # cheap checks pass: same size
-        with pytest.raises(PatchedWheelsError) as caught:
+        with pytest.raises(InvalidWheelError) as caught:
             reader.read("demo/__init__.py")
         assert _one_line_error(caught) == f"{wheel.name}: demo/__init__.py: content does not match its RECORD hash"
         assert reader.read("demo/lib.so") == FILES["demo/lib.so"]
-    with pytest.raises(PatchedWheelsError, match="demo/__init__.py: content does not match its RECORD hash"):
+    with pytest.raises(InvalidWheelError, match="demo/__init__.py: content does not match its RECORD hash"):
         WheelReader(wheel, verify=True)
 
 
@@ -147,7 +151,7 @@ def _wheel_with(
 )
 def test_unsafe_member_paths(tmp_path: Path, member: str, message: str) -> None:
     path = _wheel_with(tmp_path, [(member, b"boom")])
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelReader(path)
     assert _one_line_error(caught).startswith(f"{path.name}: ")
     assert message in str(caught.value)
@@ -156,7 +160,7 @@ def test_unsafe_member_paths(tmp_path: Path, member: str, message: str) -> None:
 @pytest.mark.filterwarnings("ignore:Duplicate name")
 def test_duplicate_member(tmp_path: Path) -> None:
     path = _wheel_with(tmp_path, [("a/x.py", b"1"), ("a/x.py", b"2")])
-    with pytest.raises(PatchedWheelsError, match=r"^a-1.0-py3-none-any.whl: member 'a/x.py': duplicate member name$"):
+    with pytest.raises(InvalidWheelError, match=r"^a-1.0-py3-none-any.whl: member 'a/x.py': duplicate member name$"):
         WheelReader(path)
 
 
@@ -164,13 +168,13 @@ def test_member_missing_from_record(tmp_path: Path) -> None:
     path = _wheel_with(tmp_path, [("a/x.py", b"1")])
     with zipfile.ZipFile(path, "a") as archive:
         archive.writestr("a/sneaky.py", b"import os")
-    with pytest.raises(PatchedWheelsError, match=r"RECORD: does not list a/sneaky.py$"):
+    with pytest.raises(InvalidWheelError, match=r"RECORD: does not list a/sneaky.py$"):
         WheelReader(path)
 
 
 def test_record_lists_missing_member(tmp_path: Path) -> None:
     path = _wheel_with(tmp_path, [], record_extra=[("a/gone.py", b"1")])
-    with pytest.raises(PatchedWheelsError, match=r"RECORD: lists a/gone.py, which is not in the wheel$"):
+    with pytest.raises(InvalidWheelError, match=r"RECORD: lists a/gone.py, which is not in the wheel$"):
         WheelReader(path)
 
 
@@ -178,9 +182,10 @@ SHA256_X = wheelfile.record_hash(hashlib.sha256(b"x").digest())
 
 
 def test_malformed_record_row(tmp_path: Path) -> None:
-    with pytest.raises(PatchedWheelsError, match="^w: row 2: expected 3 fields, got 2$"):
+    with pytest.raises(InvalidRecordEntry, match="^w: row 2: expected 3 fields, got 2$") as caught:
         parse_record(f"a,{SHA256_X},1\nb,{SHA256_X}\n".encode(), origin="w")
-    with pytest.raises(PatchedWheelsError, match="md5 is not allowed"):
+    assert (caught.value.elements, caught.value.issue) == (("b", SHA256_X), "expected 3 fields, got 2")
+    with pytest.raises(InvalidWheelError, match="md5 is not allowed"):
         parse_record(b"a,md5=abc,1\n", origin="w")
 
 
@@ -197,19 +202,23 @@ def test_malformed_record_row(tmp_path: Path) -> None:
     ],
 )
 def test_record_fields_are_checked_when_parsed(row: str, message: str) -> None:
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidRecordEntry) as caught:
         parse_record(row.encode(), origin="w")
     assert _one_line_error(caught) == f"w: {message}"
+    assert caught.value.elements == tuple(row.split(","))
+    with pytest.raises(InvalidRecordEntry) as direct:
+        RecordEntry.from_elements(row.split(","))
+    assert str(direct.value) == direct.value.issue == message.partition(": ")[2]
 
 
 def test_not_a_zip_and_truncated(tmp_path: Path, wheel: Path) -> None:
     not_zip = tmp_path / "x-1.0-py3-none-any.whl"
     not_zip.write_bytes(b"<html>404</html>")
-    with pytest.raises(PatchedWheelsError, match=r"x-1.0-py3-none-any.whl: not a zip archive or truncated"):
+    with pytest.raises(InvalidWheelError, match=r"x-1.0-py3-none-any.whl: not a zip archive or truncated"):
         WheelReader(not_zip)
     data = wheel.read_bytes()
     wheel.write_bytes(data[: len(data) // 2])
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelReader(wheel)
     assert _one_line_error(caught).startswith(f"{wheel}: not a zip archive or truncated")
 
@@ -218,7 +227,7 @@ def test_wrong_dist_info(tmp_path: Path) -> None:
     path = build_wheel(tmp_path, "demo", "1.0", {"demo/x.py": b""})
     renamed = path.with_name("other-1.0-py3-none-any.whl")
     path.rename(renamed)
-    with pytest.raises(PatchedWheelsError, match="expected one other-<version>.dist-info directory, found: demo-1.0"):
+    with pytest.raises(InvalidWheelError, match="expected one other-<version>.dist-info directory, found: demo-1.0"):
         WheelReader(renamed)
 
 
@@ -252,6 +261,35 @@ def test_raw_copy_round_trip_keeps_compressed_bytes(wheel: Path, tmp_path: Path)
     with InstallerWheel.open(dest) as source:
         source.validate_record(validate_contents=True)
     assert list(tmp_path.joinpath("out").iterdir()) == [dest]  # no temp file left
+
+
+def test_raw_member_is_the_compressed_stream_copy_raw_keeps(wheel: Path, tmp_path: Path) -> None:
+    """The public raw-copy API: a member's compressed bytes, the same in the copy whether renamed or not."""
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader:
+        raw = reader.raw_member("demo/lib.so")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            raw.data_offset = 0  # type: ignore[misc]
+        compressed = b"".join(raw.chunks())
+        assert raw.info == reader.info("demo/lib.so") and raw.data_end - raw.data_offset == len(compressed)
+        assert zlib.decompress(compressed, wbits=-15) == FILES["demo/lib.so"]
+        kept = b"".join(reader.raw_member("demo/__init__.py").chunks())
+        with WheelWriter(dest, dist_info=reader.dist_info) as writer:
+            for name in reader.members():
+                if name == "demo/lib.so":
+                    writer.copy_raw(reader, name, arcname="demo/_lib.so")  # a new local header
+                elif name != f"{reader.dist_info}/RECORD":
+                    writer.copy_raw(reader, name)  # the input's local header
+        row = reader.record_entry("demo/lib.so")
+        assert row is not None
+    with WheelReader(dest, verify=True) as copy:
+        assert b"".join(copy.raw_member("demo/_lib.so").chunks()) == compressed
+        assert b"".join(copy.raw_member("demo/__init__.py").chunks()) == kept
+        assert "demo/lib.so" not in copy
+        assert copy.record_entry("demo/_lib.so") == RecordEntry("demo/_lib.so", row.hash, 300_000)
+    with InstallerWheel.open(dest) as source:
+        source.validate_record(validate_contents=True)
 
 
 def test_written_members_and_record(tmp_path: Path) -> None:
@@ -298,7 +336,7 @@ def test_writer_is_deterministic_and_honours_source_date_epoch(
 def test_writer_leaves_nothing_on_error(wheel: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    with WheelReader(wheel) as reader, pytest.raises(PatchedWheelsError, match="member demo/lib.so written twice"):
+    with WheelReader(wheel) as reader, pytest.raises(InvalidWheelError, match="member demo/lib.so written twice"):
         with WheelWriter(out / wheel.name, dist_info=reader.dist_info) as writer:
             writer.copy_raw(reader, "demo/lib.so")
             writer.copy_raw(reader, "demo/lib.so")
@@ -306,10 +344,10 @@ def test_writer_leaves_nothing_on_error(wheel: Path, tmp_path: Path) -> None:
 
 
 def test_writer_refuses_unsafe_and_generated_names(tmp_path: Path) -> None:
-    with pytest.raises(PatchedWheelsError, match="unsafe member path '../x'"):
+    with pytest.raises(InvalidWheelError, match="unsafe member path '../x'"):
         with WheelWriter(tmp_path / "n-1-py3-none-any.whl", dist_info="n-1.dist-info") as writer:
             writer.write_bytes("../x", b"")
-    with pytest.raises(PatchedWheelsError, match="n-1.dist-info/RECORD is generated"):
+    with pytest.raises(InvalidWheelError, match="n-1.dist-info/RECORD is generated"):
         with WheelWriter(tmp_path / "n-1-py3-none-any.whl", dist_info="n-1.dist-info") as writer:
             writer.write_bytes("n-1.dist-info/RECORD", b"")
     assert list(tmp_path.iterdir()) == []
@@ -338,7 +376,7 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     The data region is a sparse hole, so the test writes only the directory.
     """
     size, compressed, offset = 5 << 30, (5 << 30) - 7, 6 << 30
-    entry = wheelfile._Entry(
+    entry = zipcontainer.ZipEntry(
         name=b"big/huge.bin",
         flags=0,
         method=zipfile.ZIP_DEFLATED,
@@ -355,8 +393,8 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     with open(path, "wb") as handle:
         handle.truncate(directory_offset)
         handle.seek(directory_offset)
-        central = wheelfile._central_header(entry, 0x21, 0)
-        handle.write(central + wheelfile._end_records(1, directory_offset, len(central)))
+        central = zipcontainer.central_header(entry, 0x21, 0)
+        handle.write(central + zipcontainer.end_records(1, directory_offset, len(central)))
     with zipfile.ZipFile(path) as archive:
         [info] = archive.infolist()
     assert (info.filename, info.file_size, info.compress_size, info.header_offset) == (
@@ -367,7 +405,7 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     )
     assert (info.CRC, info.external_attr >> 16, info.extract_version) == (0x12345678, 0o100755, 45)
 
-    local = wheelfile._local_header(entry, 0x21, 0)
+    local = zipcontainer.local_header(entry, 0x21, 0)
     fields = struct.unpack_from("<IHHHHHIIIHH", local)
     assert fields[0] == 0x04034B50 and fields[1] == 45
     assert fields[7:9] == (0xFFFFFFFF, 0xFFFFFFFF)
@@ -376,11 +414,11 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
 
 
 def test_small_entries_need_no_zip64() -> None:
-    entry = wheelfile._Entry(b"a", 0, 8, 0, 10, 20, 30, 3, 0, False)
-    assert len(wheelfile._central_header(entry, 0, 0)) == 46 + 1
-    assert len(wheelfile._local_header(entry, 0, 0)) == 30 + 1
-    assert len(wheelfile._end_records(0xFFFE, 100, 100)) == 22
-    assert len(wheelfile._end_records(0xFFFF, 100, 100)) == 22 + 56 + 20
+    entry = zipcontainer.ZipEntry(b"a", 0, 8, 0, 10, 20, 30, 3, 0, False)
+    assert len(zipcontainer.central_header(entry, 0, 0)) == 46 + 1
+    assert len(zipcontainer.local_header(entry, 0, 0)) == 30 + 1
+    assert len(zipcontainer.end_records(0xFFFE, 100, 100)) == 22
+    assert len(zipcontainer.end_records(0xFFFF, 100, 100)) == 22 + 56 + 20
 
 
 SAFE = ["a/b.py", "a/", "a/b/", "x.dist-info/RECORD", ".hidden/x", "a/.x", "a/..x", "...", "x."]
@@ -451,7 +489,7 @@ def test_local_header_must_agree_with_central_directory(wheel: Path) -> None:
         offset = archive.getinfo("demo/lib.so").header_offset
     data[offset + 14 : offset + 18] = b"\0\0\0\0"  # CRC in the local header only
     wheel.write_bytes(bytes(data))
-    with WheelReader(wheel) as reader, pytest.raises(PatchedWheelsError) as caught:
+    with WheelReader(wheel) as reader, pytest.raises(InvalidWheelError) as caught:
         reader.read("demo/lib.so")
     assert _one_line_error(caught) == f"{wheel.name}: demo/lib.so: local header disagrees with the central directory"
 
@@ -510,7 +548,7 @@ def test_wheels_that_are_not_accepted(tmp_path: Path, case: str, message: str) -
     elif case == "directory over a file":
         extra = [("a", b"")]
     path = _wheel_with(tmp_path, extra, base=base)
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelReader(path)
     assert _one_line_error(caught).startswith(f"{path.name}: ")
     assert message in str(caught.value)
@@ -523,7 +561,7 @@ def test_dist_info_version_must_be_the_file_names(tmp_path: Path) -> None:
     assert WheelReader(renamed).dist_info == "demo-1.0.dist-info"
     other = renamed.with_name("demo-2.0-py3-none-any.whl")
     renamed.rename(other)
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelReader(other)
     assert _one_line_error(caught) == f"{other.name}: demo-1.0.dist-info: version '1.0' differs from the file name's 2.0"
 
@@ -532,22 +570,22 @@ def test_symlink_members_are_refused(tmp_path: Path) -> None:
     path = _wheel_with(tmp_path, [])
     with zipfile.ZipFile(path, "a") as archive:
         archive.writestr(*_symlink_member("a/link", b"/etc/passwd"))
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelReader(path)
     assert _one_line_error(caught) == f"{path.name}: member 'a/link': not a regular file (a symbolic link or special file)"
 
 
 def test_invalid_project_name_in_the_file_name(tmp_path: Path) -> None:
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelFilename.parse("\u017fx-1.0-py3-none-any.whl")  # 'ſ' matches [a-z] case-insensitively
     assert _one_line_error(caught) == "ſx-1.0-py3-none-any.whl: not a valid wheel filename (invalid project name)"
-    with pytest.raises(PatchedWheelsError, match="invalid project name"):
+    with pytest.raises(InvalidWheelError, match="invalid project name"):
         WheelFilename.parse("foo_-1.0-py3-none-any.whl")
 
 
 def test_unsupported_zip_version_is_one_line(tmp_path: Path, wheel: Path) -> None:
     edit_headers(wheel, "demo/__init__.py", extract_version=99)  # zipfile raises NotImplementedError
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelReader(wheel)
     assert _one_line_error(caught).startswith(f"{wheel}: unsupported zip archive (zip file version 9.9)")
 
@@ -555,7 +593,7 @@ def test_unsupported_zip_version_is_one_line(tmp_path: Path, wheel: Path) -> Non
 def test_stored_member_whose_sizes_differ(tmp_path: Path) -> None:
     path = build_wheel(tmp_path, "demo", "1.0", {"demo/x.py": b"12345"}, compression=zipfile.ZIP_STORED)
     edit_headers(path, "demo/x.py", compress_size=3)
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         WheelReader(path)
     assert _one_line_error(caught) == f"{path.name}: member 'demo/x.py': stored with 3 bytes but 5 declared"
 
@@ -566,7 +604,7 @@ def test_inflating_stops_at_the_declared_size(tmp_path: Path) -> None:
     replace_members(path, {"demo/x.py": b"\0" * (8 << 20)})
     edit_headers(path, "demo/x.py", file_size=100)
     chunks = []
-    with WheelReader(path) as reader, pytest.raises(PatchedWheelsError) as caught:
+    with WheelReader(path) as reader, pytest.raises(InvalidWheelError) as caught:
         for chunk in reader.open("demo/x.py"):
             chunks.append(len(chunk))
     assert _one_line_error(caught) == f"{path.name}: demo/x.py: inflates past the 100 bytes the zip declares"
@@ -597,7 +635,7 @@ def test_source_date_epoch_is_clamped_to_the_zip_range(
 @pytest.mark.parametrize("epoch", ["\u00b2", "\u0661\u0662", "-5", "1e9", "soon"])
 def test_source_date_epoch_that_is_not_a_number_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, epoch: str) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(UsageError) as caught:
         WheelWriter(tmp_path / "n-1-py3-none-any.whl", dist_info="n-1.dist-info")
     assert _one_line_error(caught) == f"SOURCE_DATE_EPOCH={epoch!r}: not a number of seconds since 1970"
     assert list(tmp_path.iterdir()) == []
@@ -616,7 +654,7 @@ def test_source_date_epoch_that_is_not_a_number_is_one_line(tmp_path: Path, monk
     ],
 )
 def test_writer_refuses_to_finish_what_a_reader_would_refuse(tmp_path: Path, members: dict[str, bytes], message: str) -> None:
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         with WheelWriter(tmp_path / "n-1-py3-none-any.whl", dist_info="n-1.dist-info") as writer:
             for name, data in {"n-1.dist-info/WHEEL": b"Wheel-Version: 1.0\n", **members}.items():
                 if not (name.endswith("/WHEEL") and "WHEEL: missing" in message):
@@ -636,7 +674,7 @@ def test_writer_refuses_to_finish_what_a_reader_would_refuse(tmp_path: Path, mem
 def test_zip_features_a_raw_copy_would_carry_are_refused(wheel: Path, fields: dict[str, int], local_only: bool, message: str) -> None:
     """Local headers are copied verbatim: one that other readers would read differently must not pass."""
     edit_headers(wheel, "demo/lib.so", local_only=local_only, **fields)
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         with WheelReader(wheel) as reader, WheelWriter(wheel.with_name("out.whl"), dist_info=reader.dist_info) as writer:
             writer.copy_raw(reader, "demo/lib.so")
     assert _one_line_error(caught) == f"{wheel.name}: {message}"

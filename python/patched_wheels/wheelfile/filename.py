@@ -1,0 +1,60 @@
+"""The names a wheel is made of: its file name, and the paths of its members.
+
+Both are checked where they enter (a wheel opened, a member written), because pip and
+installers refuse them only at install time, far from the cause.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from packaging.tags import Tag
+from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, parse_wheel_filename
+from packaging.version import Version
+
+from patched_wheels.errors import InvalidWheelError
+from patched_wheels.names import is_valid_project_name
+
+__all__ = ["WheelFilename", "is_safe_member_path"]
+
+
+@dataclass(frozen=True)
+class WheelFilename:
+    """A parsed wheel filename that remembers the original spelling of its parts.
+
+    ``packaging`` normalises the name and version; the output wheel must keep the input's
+    distribution spelling, build tag and platform tags, so ``stem`` is kept verbatim.
+    """
+
+    name: NormalizedName
+    version: Version
+    build_tag: BuildTag
+    tags: frozenset[Tag]
+    stem: str
+
+    @classmethod
+    def parse(cls, filename: str) -> WheelFilename:
+        try:
+            name, version, build_tag, tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename as error:
+            raise InvalidWheelError(f"{filename}: not a valid wheel filename ({error})") from None
+        if not is_valid_project_name(filename.split("-", 1)[0]):
+            raise InvalidWheelError(f"{filename}: not a valid wheel filename (invalid project name)")
+        return cls(name, version, build_tag, tags, filename[: -len(".whl")])
+
+    def with_version(self, version: str) -> str:
+        """The same filename with only the version component replaced."""
+        parts = self.stem.split("-")
+        parts[1] = version
+        return "-".join(parts) + ".whl"
+
+
+# Absolute, "C:"-style, backslashes, NUL, and empty/"."/".." components (a final "/" marks a directory).
+_UNSAFE_PATH = re.compile(r"^/|^[^/]*:|[\\\0]|(?:^|/)\.{0,2}(?=/|$)")
+
+
+def is_safe_member_path(name: str) -> bool:
+    """Whether installing ``name`` stays inside the target: relative, POSIX, no ``..``/``.``/empty parts."""
+    path = name[:-1] if name.endswith("/") else name
+    return bool(name) and _UNSAFE_PATH.search(path) is None

@@ -1,0 +1,360 @@
+"""What a wheel we accept is, decided once for every command: :class:`WheelReader` opens only those.
+
+The structural checks (one ``.dist-info`` with METADATA, WHEEL and RECORD; RECORD lists
+exactly the members with the zip's sizes; members are regular files with safe, distinct
+paths, no file where a directory is) plus METADATA and WHEEL themselves (UTF-8; name and
+version the same in the file name, the ``.dist-info`` directory and METADATA) run when a
+wheel is opened.  Only RECORD, METADATA and WHEEL are inflated for them.  Members that are
+read later are hash-checked against RECORD as they stream; ``verify=True`` checks every
+member, inflating on all cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import threading
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import BinaryIO, Iterator, Sequence
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from patched_wheels import metadata as core_metadata
+from patched_wheels.errors import InvalidWheelError
+from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
+from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
+from patched_wheels.wheelfile.zipcontainer import (
+    CHUNK_SIZE,
+    RawMember,
+    check_member,
+    member_content,
+    read_directory,
+    unix_mode,
+)
+
+__all__ = ["WheelReader"]
+
+_REQUIRED_FILES = ("METADATA", "WHEEL")
+_SUPPORTED_WHEEL_VERSION = 1  # major Wheel-Version pip installs
+
+
+class WheelReader:
+    """An opened wheel that passed the checks of a wheel we accept (see the module docstring).
+
+    Member data is read with ``os.pread`` on one descriptor, so threads can inflate
+    different members at the same time without sharing a file position.
+    ``filename`` is the name the file stands for when it differs from the path's
+    (the writer checks its temporary file under the final name).
+    """
+
+    path: Path
+    name: str
+    """The wheel's file name, as errors name it."""
+    filename: WheelFilename
+    dist_info: str
+    data_dir: str
+
+    def __init__(self, path: Path | str, *, verify: bool = False, filename: str | None = None) -> None:
+        self.path = Path(path)
+        self.name = filename or self.path.name
+        self.filename = WheelFilename.parse(self.name)
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except OSError as error:
+            raise InvalidWheelError(f"{self.path}: cannot read ({error.strerror or error})") from None
+        try:
+            self._infos = self._index_members(read_directory(self._fd, path=self.path), os.fstat(self._fd).st_size)
+            self.dist_info = self._find_dist_info()
+            self.data_dir = self.dist_info[: -len(".dist-info")] + ".data"
+            self._record = self._load_record()
+            self._metadata = self._check_metadata()
+            self._check_wheel_file()
+            if verify:
+                self.verify()
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    # -- context management
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> WheelReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- public queries
+
+    def members(self) -> list[str]:
+        return list(self._infos)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._infos
+
+    def info(self, name: str) -> zipfile.ZipInfo:
+        """The central directory entry of ``name`` (checked: sizes, offsets, method)."""
+        try:
+            return self._infos[name]
+        except KeyError:
+            raise InvalidWheelError(f"{self.name}: no member {name}") from None
+
+    def file_size(self, name: str) -> int:
+        return self.info(name).file_size
+
+    def mode(self, name: str) -> int | None:
+        """Unix permission bits, or None when the archiver did not record them."""
+        mode = unix_mode(self.info(name))
+        return stat.S_IMODE(mode) if mode else None
+
+    def record_entry(self, name: str) -> RecordEntry | None:
+        """The RECORD row of ``name`` (None for directory entries)."""
+        return self._record.get(name)
+
+    def raw_member(self, name: str) -> RawMember:
+        """Where ``name``'s compressed bytes lie, its local header checked: for copying them without inflating.
+
+        Valid while this reader is open; :meth:`WheelWriter.copy_raw` is built on it.
+        """
+        return RawMember.locate(self._fd, self.info(name), archive=self.name)
+
+    def open(self, name: str) -> BinaryIO:
+        """Stream a member's content; reading it to the end checks it against RECORD."""
+        return io.BufferedReader(_ChunkStream(self._checked_chunks(name)), CHUNK_SIZE)  # type: ignore[return-value]
+
+    def read(self, name: str) -> bytes:
+        return b"".join(self._checked_chunks(name))
+
+    def metadata(self) -> bytes:
+        """METADATA's bytes (read and checked when the wheel was opened)."""
+        return self._metadata
+
+    def verify(self) -> None:
+        """Inflate and hash every member on all cores; raise on the first mismatch.
+
+        Largest members are started first so that one huge library (torch's
+        libtorch_cuda.so is half the wheel) runs beside all the small ones.
+        """
+        names = sorted(
+            (name for name in self._infos if name in self._record and self._record[name].hash),
+            key=lambda name: -self._infos[name].compress_size,
+        )
+        # One long-lived worker per core pulls names from a shared list: a task per
+        # member would cost more than hashing tens of thousands of tiny files.
+        pending = iter(names)
+        lock = threading.Lock()
+        failed = threading.Event()
+
+        def work() -> None:
+            while not failed.is_set():
+                with lock:
+                    name = next(pending, None)
+                if name is None:
+                    return
+                try:
+                    self._drain(name)
+                except BaseException:
+                    failed.set()
+                    raise
+
+        workers = max(1, min(len(names), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as executor:
+            futures = [executor.submit(work) for _ in range(workers)]
+        for future in futures:
+            future.result()
+
+    # -- reading members
+
+    def _checked_chunks(self, name: str) -> Iterator[bytes]:
+        info = self.info(name)
+        entry = self._record.get(name)
+        hasher = hashlib.new(entry.algorithm) if entry is not None and entry.hash else None
+        size = 0
+        for chunk in member_content(self.raw_member(name)):
+            size += len(chunk)
+            if hasher is not None:
+                hasher.update(chunk)
+            yield chunk
+        if size != info.file_size:
+            raise InvalidWheelError(f"{self.name}: {name}: inflated to {size} bytes, zip says {info.file_size}")
+        if hasher is not None and entry is not None and hasher.digest() != entry.digest:
+            raise InvalidWheelError(f"{self.name}: {name}: content does not match its RECORD hash")
+
+    def _drain(self, name: str) -> None:
+        for _ in self._checked_chunks(name):
+            pass
+
+    # -- structural checks
+
+    def _index_members(self, infos: Sequence[zipfile.ZipInfo], file_size: int) -> dict[str, zipfile.ZipInfo]:
+        indexed: dict[str, zipfile.ZipInfo] = {}
+        layout = _MemberLayout()
+        for info in infos:
+            name = info.filename
+            where = f"{self.name}: member {name!r}"
+            if not is_safe_member_path(name):
+                raise InvalidWheelError(f"{where}: unsafe path (absolute, '..' or empty component)")
+            if name in indexed:
+                raise InvalidWheelError(f"{where}: duplicate member name")
+            conflict = layout.conflict(name)
+            if conflict:
+                raise InvalidWheelError(f"{where}: {conflict}")
+            check_member(info, file_size, where=where)
+            layout.add(name)
+            indexed[name] = info
+        return indexed
+
+    def _find_dist_info(self) -> str:
+        """The one ``<name>-<version>.dist-info`` directory, agreeing with the file name (pip's rule)."""
+        top_level = {name.split("/", 1)[0] for name in self._infos if "/" in name}
+        found = sorted(directory for directory in top_level if directory.endswith(".dist-info"))
+        expected = f"expected one {self.filename.name}-<version>.dist-info directory"
+        if len(found) != 1:
+            raise InvalidWheelError(f"{self.name}: {expected}, found: {', '.join(found) or 'none'}")
+        directory = found[0]
+        distribution, _, version = directory[: -len(".dist-info")].rpartition("-")
+        if canonicalize_name(distribution) != self.filename.name:
+            raise InvalidWheelError(f"{self.name}: {expected}, found: {directory}")
+        if _parse_version(version) != self.filename.version:
+            raise InvalidWheelError(
+                f"{self.name}: {directory}: version {version!r} differs from the file name's {self.filename.version}"
+            )
+        return directory
+
+    def _load_record(self) -> dict[str, RecordEntry]:
+        record_name = f"{self.dist_info}/RECORD"
+        origin = f"{self.name}: {record_name}"
+        if record_name not in self._infos:
+            raise InvalidWheelError(f"{origin}: missing")
+        record: dict[str, RecordEntry] = {}
+        unhashed_allowed = generated_members(self.dist_info)
+        for entry in parse_record(b"".join(member_content(self.raw_member(record_name))), origin=origin):
+            if entry.path in record:
+                raise InvalidWheelError(f"{origin}: {entry.path} is listed twice")
+            info = self._infos.get(entry.path)
+            if info is None or entry.path.endswith("/"):
+                raise InvalidWheelError(f"{origin}: lists {entry.path}, which is not in the wheel")
+            if not entry.hash and entry.path not in unhashed_allowed:
+                raise InvalidWheelError(f"{origin}: {entry.path} has no hash")
+            if entry.size is not None and entry.size != info.file_size:
+                raise InvalidWheelError(
+                    f"{origin}: {entry.path} has size {entry.size} in RECORD but {info.file_size} in the zip"
+                )
+            if entry.hash and entry.size is None:
+                raise InvalidWheelError(f"{origin}: {entry.path} has no size")
+            record[entry.path] = entry
+        for name in self._infos:
+            if not name.endswith("/") and name not in record and name not in unhashed_allowed:
+                raise InvalidWheelError(f"{origin}: does not list {name}")
+        for required in _REQUIRED_FILES:
+            if f"{self.dist_info}/{required}" not in self._infos:
+                raise InvalidWheelError(f"{self.name}: {self.dist_info}/{required}: missing")
+        return record
+
+    # -- METADATA and WHEEL (small members, read once)
+
+    def _read_utf8(self, name: str) -> bytes:
+        data = self.read(name)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidWheelError(f"{self.name}: {name}: not UTF-8 (byte {error.start})") from None
+        return data
+
+    def _check_metadata(self) -> bytes:
+        """METADATA's bytes, once its Name and Version agree with the file name (pip refuses a
+        mismatch at install time; ``patch`` would otherwise re-version the wrong release)."""
+        member = f"{self.dist_info}/METADATA"
+        data = self._read_utf8(member)
+        where = f"{self.name}: {member}"
+        names = core_metadata.field_values(data, "Name")
+        versions = core_metadata.field_values(data, "Version")
+        if len(names) != 1 or canonicalize_name(names[0]) != self.filename.name:
+            raise InvalidWheelError(
+                f"{where}: names project {', '.join(names) or 'none'}, the file name {self.filename.name}"
+            )
+        if len(versions) != 1 or _parse_version(versions[0]) != self.filename.version:
+            raise InvalidWheelError(
+                f"{where}: has version {', '.join(versions) or 'none'}, the file name {self.filename.version}"
+            )
+        return data
+
+    def _check_wheel_file(self) -> None:
+        """WHEEL is UTF-8 and declares a Wheel-Version pip installs."""
+        member = f"{self.dist_info}/WHEEL"
+        data = self._read_utf8(member)
+        versions = core_metadata.field_values(data, "Wheel-Version")
+        major = versions[0].split(".", 1)[0] if len(versions) == 1 else ""
+        if not (major.isascii() and major.isdigit() and int(major) == _SUPPORTED_WHEEL_VERSION):
+            found = ", ".join(versions) or "none"
+            raise InvalidWheelError(f"{self.name}: {member}: Wheel-Version {found} is not 1.x")
+
+
+def _parse_version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+class _MemberLayout:
+    """The paths of a wheel's members as a tree: a file must not stand where a directory is.
+
+    A member under another member's path (``a.py`` and ``a.py/b``) cannot be unpacked;
+    installers fail half-way or overwrite one with the other.
+    """
+
+    def __init__(self) -> None:
+        self._files: set[str] = set()
+        self._directories: set[str] = set()
+
+    def conflict(self, name: str) -> str | None:
+        """Why ``name`` cannot be added, or None."""
+        path = name.rstrip("/")
+        if path in (self._files if name.endswith("/") else self._directories):
+            return f"{path} is a file, not a directory" if name.endswith("/") else f"{path} is a directory of other members"
+        parent = path.rpartition("/")[0]
+        while parent and parent not in self._directories:  # a known directory's parents are known too
+            if parent in self._files:
+                return f"{parent} is a file, not a directory"
+            parent = parent.rpartition("/")[0]
+        return None
+
+    def add(self, name: str) -> None:
+        path = name.rstrip("/")
+        (self._directories if name.endswith("/") else self._files).add(path)
+        parent = path.rpartition("/")[0]
+        while parent and parent not in self._directories:
+            self._directories.add(parent)
+            parent = parent.rpartition("/")[0]
+
+
+class _ChunkStream(io.RawIOBase):
+    """Adapts a chunk iterator to a file object, so callers can stream a member."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        while not self._pending:
+            try:
+                self._pending = memoryview(next(self._chunks))
+            except StopIteration:
+                return 0
+        count = min(len(buffer), len(self._pending))
+        buffer[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count

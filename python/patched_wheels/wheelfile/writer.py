@@ -1,0 +1,300 @@
+"""Write a wheel member by member, copying unchanged members' compressed bytes from the input.
+
+Patching a 670 MB torch wheel touches a few kilobytes, so :meth:`WheelWriter.copy_raw`
+copies a member's *compressed* bytes straight from the input (CRC and sizes kept, RECORD
+row reused), in kernel copies where it can, and only what was rewritten is deflated.
+What is written must pass :class:`WheelReader`'s checks before it is renamed into place.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+import struct
+import time
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Iterable
+
+from patched_wheels.errors import InvalidWheelError, UsageError
+from patched_wheels.fsutil import create_temp_file, current_umask
+from patched_wheels.wheelfile.filename import is_safe_member_path
+from patched_wheels.wheelfile.reader import WheelReader
+from patched_wheels.wheelfile.record import RecordEntry, record_hash, serialize_record
+from patched_wheels.wheelfile.zipcontainer import (
+    CHUNK_SIZE,
+    FLAG_DATA_DESCRIPTOR,
+    FLAG_DEFLATE_OPTIONS,
+    LOCAL_TIMESTAMP_OFFSET,
+    UNIX,
+    ZIP64_LIMIT,
+    ZipEntry,
+    central_header,
+    encode_name,
+    encoded_name,
+    end_records,
+    local_header,
+)
+
+__all__ = ["WheelWriter"]
+
+_DOS_FIRST = (1980, 1, 1, 0, 0, 0)
+_DOS_LAST = (2107, 12, 31, 23, 59, 58)
+
+
+def _dos_timestamp() -> tuple[int, int]:
+    """(date, time) of every member: SOURCE_DATE_EPOCH, else 1980-01-01, for reproducible output.
+
+    Times the zip format cannot hold are clamped to its range; a value that is not a
+    number of seconds is an error, as the reproducible-builds specification asks.
+    """
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if epoch and not (epoch.isascii() and epoch.isdigit()):  # str.isdigit() alone accepts "²"
+        raise UsageError(f"SOURCE_DATE_EPOCH={epoch!r}: not a number of seconds since 1970")
+    try:
+        moment = tuple(time.gmtime(int(epoch))[:6]) if epoch else _DOS_FIRST
+    except (OverflowError, OSError, ValueError):  # beyond what the C library can represent
+        moment = _DOS_LAST
+    year, month, day, hour, minute, second = max(_DOS_FIRST, min(moment, _DOS_LAST))
+    return (year - 1980) << 9 | month << 5 | day, hour << 11 | minute << 5 | second // 2
+
+
+def _deflate_bound(size: int) -> int:
+    """zlib's compressBound: the most deflate can expand ``size`` bytes."""
+    return size + (size >> 12) + (size >> 14) + (size >> 25) + 13
+
+
+_COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
+
+
+class WheelWriter:
+    """Writes a wheel to ``<dest>`` atomically: a temp file in the same directory, renamed on success.
+
+    RECORD is generated from what was written and appended last.  Every member gets the
+    same timestamp, and central directory records no extra field but ZIP64 (a raw copy
+    that keeps its name keeps the input's local header, extra fields included), so the
+    output depends only on the input bytes and the order of calls.  Before the rename the
+    file is opened as a :class:`WheelReader` under its final name: what we write passes the
+    checks of what we read (one ``.dist-info`` with METADATA and WHEEL, names and versions
+    that agree, no file where a directory is).
+    """
+
+    def __init__(self, dest: Path | str, *, dist_info: str) -> None:
+        self.dest = Path(dest)
+        self.dist_info = dist_info
+        self._record_name = f"{dist_info}/RECORD"
+        self._dos_date, self._dos_time = _dos_timestamp()
+        fd, self._temp = create_temp_file(self.dest.parent, self.dest.name)
+        self._file = os.fdopen(fd, "wb", buffering=0)
+        self._buffer = bytearray()
+        self._run: tuple[int, int, int] | None = None  # (input fd, offset, length) not yet written
+        self._offset = 0
+        self._entries: list[ZipEntry] = []
+        self._record: list[RecordEntry] = []
+        self._names: set[str] = set()
+        self._copy_file_range = hasattr(os, "copy_file_range")
+
+    def __enter__(self) -> WheelWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # -- members
+
+    def copy_raw(self, reader: WheelReader, name: str, *, arcname: str | None = None) -> None:
+        """Copy a member's compressed bytes unchanged; its RECORD row is reused under the new name.
+
+        A member that keeps its name keeps its local header too (its timestamp is
+        normalised at the end), so runs of unchanged members are contiguous in input and
+        output and go out in one kernel copy each, like ``cp``.
+        """
+        info = reader.info(name)
+        arcname = name if arcname is None else arcname
+        encoded, utf8_flag = self._claim(arcname)
+        raw = reader.raw_member(name)
+        verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
+        entry = ZipEntry(
+            name=encoded_name(info) if verbatim else encoded,
+            flags=info.flag_bits if verbatim else (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag,
+            method=info.compress_type,
+            crc=info.CRC,
+            compress_size=info.compress_size,
+            file_size=info.file_size,
+            offset=self._offset,
+            create_system=info.create_system,
+            external_attr=info.external_attr,
+            local_zip64=info.file_size > ZIP64_LIMIT or info.compress_size > ZIP64_LIMIT,
+            verbatim=verbatim,
+        )
+        if verbatim:
+            self._copy_range(raw.fd, info.header_offset, raw.data_end - info.header_offset)
+        else:
+            self._write(local_header(entry, self._dos_date, self._dos_time))
+            self._copy_range(raw.fd, raw.data_offset, info.compress_size)
+        self._entries.append(entry)
+        row = reader.record_entry(name)
+        if row is not None:
+            self._record.append(RecordEntry(arcname, row.hash, row.size))
+
+    def write_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644) -> None:
+        self._write_deflated(arcname, (data,), len(data), mode)
+
+    def write_file(self, arcname: str, source: Path | str, *, mode: int | None = None) -> None:
+        """Deflate a file from disk in chunks: never the whole file in memory."""
+        with open(source, "rb") as handle:
+            stats = os.fstat(handle.fileno())
+            chunks = iter(lambda: handle.read(CHUNK_SIZE), b"")
+            self._write_deflated(arcname, chunks, stats.st_size, stat.S_IMODE(stats.st_mode) if mode is None else mode)
+
+    # -- finishing
+
+    def close(self) -> None:
+        """Append RECORD and the central directory, then move the file into place."""
+        if self._file.closed:
+            return
+        try:
+            rows = [*self._record, RecordEntry(self._record_name, "", None)]
+            self._write_deflated(self._record_name, (serialize_record(rows),), None, 0o644, reserved_ok=True)
+            self._drain()
+            timestamp = struct.pack("<HH", self._dos_time, self._dos_date)
+            for entry in self._entries:
+                if entry.verbatim:
+                    os.pwrite(self._file.fileno(), timestamp, entry.offset + LOCAL_TIMESTAMP_OFFSET)
+            directory_offset = self._offset
+            for entry in self._entries:
+                self._write(central_header(entry, self._dos_date, self._dos_time))
+            self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
+            self._drain()
+            os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
+            self._file.close()
+            WheelReader(self._temp, filename=self.dest.name).close()
+            os.replace(self._temp, self.dest)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Drop everything written so far: a failed patch leaves no output behind."""
+        self._file.close()
+        self._temp.unlink(missing_ok=True)
+
+    # -- internals
+
+    def _claim(self, arcname: str) -> tuple[bytes, int]:
+        if not is_safe_member_path(arcname):
+            raise InvalidWheelError(f"{self.dest.name}: unsafe member path {arcname!r}")
+        if arcname in self._names:
+            raise InvalidWheelError(f"{self.dest.name}: member {arcname} written twice")
+        self._names.add(arcname)
+        return encode_name(arcname)
+
+    def _write_deflated(
+        self, arcname: str, chunks: Iterable[bytes], size_hint: int | None, mode: int, *, reserved_ok: bool = False
+    ) -> None:
+        """Deflate ``chunks`` into a new member, then rewrite its local header with the real CRC and sizes."""
+        if arcname == self._record_name and not reserved_ok:
+            raise InvalidWheelError(f"{self.dest.name}: {arcname} is generated, it cannot be written directly")
+        encoded, utf8_flag = self._claim(arcname)
+        entry = ZipEntry(
+            name=encoded,
+            flags=utf8_flag,
+            method=zipfile.ZIP_DEFLATED,
+            crc=0,
+            compress_size=0,
+            file_size=0,
+            offset=self._offset,
+            create_system=UNIX,
+            external_attr=(stat.S_IFREG | mode) << 16,
+            local_zip64=size_hint is not None and _deflate_bound(size_hint) > ZIP64_LIMIT,
+        )
+        header_length = len(local_header(entry, self._dos_date, self._dos_time))
+        self._write(b"\0" * header_length)
+        deflater = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+        hasher = hashlib.sha256()
+        for chunk in chunks:
+            hasher.update(chunk)
+            entry.crc = zlib.crc32(chunk, entry.crc)
+            entry.file_size += len(chunk)
+            compressed = deflater.compress(chunk)
+            entry.compress_size += len(compressed)
+            self._write(compressed)
+        tail = deflater.flush()
+        entry.compress_size += len(tail)
+        self._write(tail)
+        if not entry.local_zip64 and max(entry.file_size, entry.compress_size) > ZIP64_LIMIT:
+            raise InvalidWheelError(f"{self.dest.name}: {arcname} grew past 2 GiB while being written")
+        self._drain()
+        os.pwrite(self._file.fileno(), local_header(entry, self._dos_date, self._dos_time), entry.offset)
+        self._entries.append(entry)
+        if arcname != self._record_name:
+            self._record.append(RecordEntry(arcname, record_hash(hasher.digest()), entry.file_size))
+
+    def _write(self, data: bytes) -> None:
+        self._flush_run()
+        self._offset += len(data)
+        self._buffer_bytes(data)
+
+    def _copy_range(self, source_fd: int, offset: int, count: int) -> None:
+        """Queue ``count`` input bytes at ``offset`` for output, merged with the queued run if adjacent."""
+        run = self._run
+        if run is not None and run[0] == source_fd and run[1] + run[2] == offset:
+            self._run = (source_fd, run[1], run[2] + count)
+        else:
+            self._flush_run()
+            self._run = (source_fd, offset, count)
+        self._offset += count
+
+    def _flush_run(self) -> None:
+        """Write the queued input range: in the kernel when large, through the buffer when small.
+
+        A syscall per small member would dominate on wheels with thousands of files.
+        """
+        if self._run is None:
+            return
+        source_fd, offset, count = self._run
+        self._run = None
+        if count >= CHUNK_SIZE and self._copy_file_range:
+            self._flush()
+        while count >= CHUNK_SIZE and self._copy_file_range:
+            try:
+                copied = os.copy_file_range(source_fd, self._file.fileno(), count, offset)
+            except OSError as error:
+                if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
+                    raise
+                self._copy_file_range = False
+                break
+            if not copied:
+                raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
+            offset += copied
+            count -= copied
+        while count:
+            chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
+            if not chunk:
+                raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
+            self._buffer_bytes(chunk)
+            offset += len(chunk)
+            count -= len(chunk)
+
+    def _buffer_bytes(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) >= CHUNK_SIZE:
+            self._flush()
+
+    def _flush(self) -> None:
+        view = memoryview(self._buffer)
+        while view:
+            view = view[self._file.write(view) :]
+        view.release()
+        self._buffer.clear()
+
+    def _drain(self) -> None:
+        """Everything queued goes to the file: needed before any pwrite."""
+        self._flush_run()
+        self._flush()
