@@ -22,7 +22,7 @@ from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import WheelRef, cached_digests, expand_origin, parse_elf, read_graph, read_library, scan_wheels
-from patched_wheels.errors import ElfError, PatchedWheelsError, UsageError
+from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.patchelf import find_patchelf
 
 REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
@@ -126,7 +126,7 @@ def test_unreadable_or_missing_wheels_are_clear_errors(tmp_path):
     with pytest.raises(UsageError, match="nothere.whl: no such wheel"):
         read_graph([tmp_path / "nothere.whl"])
     (tmp_path / "junk-1.0-py3-none-any.whl").write_bytes(b"not a zip")
-    with pytest.raises(PatchedWheelsError, match="junk-1.0-py3-none-any.whl: not a zip archive or truncated"):
+    with pytest.raises(InvalidWheelError, match="junk-1.0-py3-none-any.whl: not a zip archive or truncated"):
         read_graph([tmp_path / "junk-1.0-py3-none-any.whl"])
 
 
@@ -137,7 +137,7 @@ def test_members_are_read_only_from_a_wheel_we_accept(tmp_path, wheels):
     wheel = build_wheel(tmp_path, "evil", "1.0", {"evil/__init__.py": b""})
     with zipfile.ZipFile(wheel, "a") as archive:
         archive.writestr("../../../../tmp/x/libmid.so.1", data)
-    with pytest.raises(PatchedWheelsError) as error:
+    with pytest.raises(InvalidWheelError) as error:
         read_graph([wheel])
     assert str(error.value) == f"{wheel.name}: member '../../../../tmp/x/libmid.so.1': unsafe path (absolute, '..' or empty component)"
 

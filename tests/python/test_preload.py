@@ -28,7 +28,7 @@ from fakecuda import (
 )
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import read_graph
-from patched_wheels.errors import InvalidWheelError, PatchedWheelsError, UsageError
+from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.preload import (
     DEBUG_VARIABLE,
     PRELOAD_MODULE,
@@ -261,7 +261,7 @@ def test_modules_written_before_optional_entries_read_as_all_required():
 
 
 def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_path):
-    with pytest.raises(PatchedWheelsError) as caught:
+    with pytest.raises(InvalidWheelError) as caught:
         preload_member_edits("faketorch", with_escaping_library(wheels, tmp_path))
     assert str(caught.value) == (
         f"{wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': unsafe path (absolute, '..' or empty component)"

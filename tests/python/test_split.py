@@ -21,7 +21,7 @@ from fakecuda import (
 from patched_wheels import elfgraph, split, surgery
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import ElfLibrary, read_graph
-from patched_wheels.errors import ElfError, PatchedWheelsError, UsageError
+from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub import PatchedWheelSpec, patch_into_index
 from patched_wheels.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
 from patched_wheels.rpath import rpath_edit
@@ -325,7 +325,7 @@ def test_a_failure_after_the_sibling_is_written_leaves_neither_wheel(wheels, tmp
     monkeypatch.setattr(split.SplitPlan, "write_sibling", recording_write_sibling)
     # A member under a file's path: only the main wheel's final check refuses it, after the sibling is complete.
     under_a_file = {"faketorch/__init__.py/x.py": lambda _current: b""}
-    with pytest.raises(PatchedWheelsError, match=r"faketorch/__init__.py is a file, not a directory"):
+    with pytest.raises(InvalidWheelError, match=r"faketorch/__init__.py is a file, not a directory"):
         patch_wheel(wheels.torch, tmp_path / "out", member_edits=under_a_file, split=SPLIT)
     assert len(siblings) == 1
     assert list((tmp_path / "out").iterdir()) == []
