@@ -1,0 +1,71 @@
+"""The root torch example as a throwaway workspace, and a timed `tools/bazel` command in it.
+
+Shared by the benchmarks that drive Bazel on the example (bench_example_rules_python.py, bench_e2e.py), so
+both build exactly what README's "Usage (bzlmod)" tells users to write, from the same copy of the example.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+REPO = Path(__file__).resolve().parents[1]
+BAZEL = REPO / "tools" / "bazel"
+TOOLCHAIN = (REPO / "tests" / "bazel" / "templates" / "matrix" / "toolchain.tmpl").read_text(encoding="utf-8")
+
+
+def use_offline_modules() -> None:
+    """Point the offline launcher at the CI's module archives unless the caller chose others."""
+    os.environ.setdefault("RPW_BAZEL_MODULES", str(REPO.parent / "shared" / "bazel-modules"))
+
+
+def adapt_module(text: str, release: str) -> str:
+    """The example's MODULE.bazel for ``release`` (only what the README's table says differs)."""
+    text = text.replace('bazel_dep(name = "rules_python", version = "0.22.1")', f'bazel_dep(name = "rules_python", version = "{release}")')
+    text = text.replace('module(name = "rules_patched_wheels", version = "0.1.0")', 'module(name = "rpw_example")\n\nbazel_dep(name = "rules_patched_wheels", version = "0.1.0")\n'
+                        f'local_path_override(module_name = "rules_patched_wheels", path = "{REPO}")')  # fmt: skip
+    text = text.replace('use_extension("//python:extensions.bzl"', 'use_extension("@rules_patched_wheels//python:extensions.bzl"')
+    if release.split(".")[0] == "0":
+        return text
+    text = text.replace("\npatched = use_extension", "\n" + TOOLCHAIN + "\npatched = use_extension", 1)
+    for hub in ("pypi", "pypi_split"):
+        text = text.replace(
+            f'pip.parse(\n    name = "{hub}",',
+            f'pip.parse(\n    hub_name = "{hub}",\n    python_version = "3.11",\n    python_interpreter = "python3",',
+        )
+    return text
+
+
+def make_workspace(root: Path, release: str) -> None:
+    """A copy of the example in ``root`` that uses this checkout as the module `rules_patched_wheels`
+    (local_path_override), so it shares nothing with the checkout's own output base."""
+    for folder in ("calculator", "patches", "third_party"):
+        shutil.copytree(REPO / folder, root / folder)
+    (root / "MODULE.bazel").write_text(adapt_module((REPO / "MODULE.bazel").read_text(encoding="utf-8"), release), encoding="utf-8")
+    (root / "BUILD.bazel").write_text("", encoding="utf-8")
+    shutil.copyfile(REPO / ".bazelrc", root / ".bazelrc")
+
+
+class Timed(NamedTuple):
+    """One `tools/bazel` command: exit status, stdout + stderr, wall seconds, and the CPU seconds of the
+    processes it waited for (the launcher and the Bazel client; the server is a daemon, not among them)."""
+
+    code: int
+    output: str
+    wall: float
+    cpu: float
+
+
+def run(root: Path, *args: str) -> Timed:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    completed = subprocess.run([str(BAZEL), *args], cwd=root, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timed(completed.returncode, completed.stdout + completed.stderr, wall, cpu)
