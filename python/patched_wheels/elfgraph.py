@@ -47,7 +47,7 @@ from elftools.elf.sections import Section, StringTableSection
 from elftools.elf.structs import ELFStructs
 
 from patched_wheels.errors import ElfError, UsageError
-from patched_wheels.fsutil import write_atomic
+from patched_wheels.fsutil import hash_file, write_atomic
 from patched_wheels.wheelfile import INFLATER_NAME as INFLATER_NAME  # re-exported: benchmarks report it
 from patched_wheels.wheelfile import WheelReader, inflated_chunks
 
@@ -531,8 +531,6 @@ def cached_digests(digests: Iterable[str], cache_dir: Path) -> list[str]:
 def _digest(wheel: WheelRef) -> str:
     if wheel.sha256 or wheel.path is None:
         return wheel.sha256
-    from patched_wheels.index import hash_file  # the one streamed sha256 of the package
-
     return hash_file(wheel.path)
 
 

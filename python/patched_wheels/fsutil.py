@@ -1,5 +1,5 @@
-"""Whole-file and whole-tree writes that a concurrent reader never sees half done, and the
-temporary files behind them.
+"""Whole-file and whole-tree writes that a concurrent reader never sees half done, the
+temporary files behind them, and the streamed sha256 of a file (the index's links, the ELF cache's key).
 
 Every temporary file or directory patched-wheels creates next to an output is named
 ``.<name>.pw-<pid>-<random>.tmp``.  A run that is killed cannot remove its own (a killed
@@ -11,6 +11,7 @@ run's files are left alone.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -167,3 +168,20 @@ def _is_alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+_HASH_CHUNK = 1 << 20
+
+
+def hash_file(path: Path) -> str:
+    """sha256 hex digest of a file, streamed (hashlib releases the GIL, so threads scale)."""
+    digest = hashlib.sha256()
+    buffer = bytearray(_HASH_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb") as stream:
+        while True:
+            size = stream.readinto(buffer)
+            if not size:
+                break
+            digest.update(view[:size])
+    return digest.hexdigest()

@@ -47,7 +47,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from patched_wheels.errors import InvalidWheelError, UsageError
-from patched_wheels.fsutil import holds, stage_tree, switch_tree, write_temp
+from patched_wheels.fsutil import hash_file, holds, stage_tree, switch_tree, write_temp
 from patched_wheels.names import is_valid_project_name
 
 SIMPLE_DIR = "simple"
@@ -55,7 +55,6 @@ CACHE_FILE = ".patched-wheels-cache.json"
 METADATA_SUFFIX = ".metadata"
 _CACHE_FORMAT = 1
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
-_HASH_CHUNK = 1 << 20
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -269,20 +268,6 @@ def _read_metadata(candidate: _Candidate) -> tuple[bytes, str | None]:
     """A wheel's METADATA bytes and its Requires-Python."""
     metadata = read_wheel_metadata(candidate.path)
     return metadata, _requires_python(metadata)
-
-
-def hash_file(path: Path) -> str:
-    """sha256 hex digest of a file, streamed (hashlib releases the GIL, so threads scale)."""
-    digest = hashlib.sha256()
-    buffer = bytearray(_HASH_CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb") as stream:
-        while True:
-            size = stream.readinto(buffer)
-            if not size:
-                break
-            digest.update(view[:size])
-    return digest.hexdigest()
 
 
 def read_wheel_metadata(path: Path) -> bytes:
