@@ -606,3 +606,18 @@ def test_contradicting_options_are_usage_errors(index_dir: Path, tmp_path: Path)
     with pytest.raises(UsageError, match=r"in.txt:1: a direct reference names one file, but the index has torchfake-2.1.0"):
         index_and_lock(source, index_dir, out)
     assert not out.exists()
+
+
+def test_a_huge_bad_line_is_one_bounded_error_line(tmp_path: Path) -> None:
+    """The error names the file and line and keeps packaging's reason, not the 2 MB it quotes."""
+    source = tmp_path / "huge.txt"
+    source.write_text(("a" * 1000 + "==1.0 \\\n") * 2000 + "x==1\n")
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    result = run_cli("lock", "--requirements", str(source), "--index", str(index_dir), "--out", str(tmp_path / "out.txt"))
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"patched-wheels: error: {source}:1: 'aaaa")
+    assert "characters left out" in line and line.endswith("or end")
+    assert len(line) < 2100
+    assert not (tmp_path / "out.txt").exists()
