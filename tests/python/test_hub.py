@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import shutil
 import zipfile
@@ -15,7 +17,10 @@ import fakecuda
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
-from patched_wheels.hub import HubConfig, build_hub
+from packaging.utils import canonicalize_name
+
+from patched_wheels.hub import build_hub
+from patched_wheels.hubplan import HubConfig, PatchedWheelSpec
 
 
 def sha256(path: Path) -> str:
@@ -27,72 +32,71 @@ def fake_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.FakeCudaWheel
     return fakecuda.build_fake_cuda_wheels(tmp_path_factory.mktemp("fake"))
 
 
+@pytest.fixture(autouse=True)
+def no_user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan reads the cache location from the environment, as under Bazel: never the user's here."""
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "off")
+
+
 def hub_config(tmp_path: Path, wheels: fakecuda.FakeCudaWheels, **spec: object) -> Path:
     """hub.json for patching faketorch in the fake CUDA set (see :func:`set_config`)."""
     return set_config(tmp_path, list(wheels.nvidia.values()), wheels.torch, "faketorch", **spec)
 
 
 def set_config(tmp_path: Path, others: list[Path], original: Path, name: str, **spec: object) -> Path:
-    """Lay the wheels out as the repository rule does (the patched original apart) and write hub.json."""
+    """hub.json for patching one project, the ``others`` served as they are (see :func:`write_config`)."""
     return write_config(tmp_path, others, [(original, {"name": name, **spec})])
 
 
 def write_config(
-    tmp_path: Path,
-    others: list[Path],
-    patched: list[tuple[Path, dict[str, object]]],
-    *,
-    index_option: str = "index-url",
-    elf_cache: Path | None = None,
-    fetched: bool = True,
+    tmp_path: Path, others: list[Path], patched: list[tuple[Path, dict[str, object]]], *, index_option: str = "index-url"
 ) -> Path:
-    """hub.json for patching each ``(original, spec)`` of ``patched``, the ``others`` served as they are.
-
-    ``direct``: the others are fetched only for the graph, into ``_graph/`` (none if not ``fetched``:
-    the rule skips the wheels whose ELF rows ``elf_cache`` holds), as the repository rule does.
-    """
-    index_dir, originals = tmp_path / "index", tmp_path / "originals"
-    index_dir.mkdir(parents=True)
-    originals.mkdir()
-    folder = index_dir if index_option != "direct" else tmp_path / "_graph"
-    folder.mkdir(exist_ok=True)
-    wheels = []
-    for source in others:
-        entry = {"filename": source.name, "sha256": sha256(source)}
-        if fetched:
-            shutil.copyfile(source, folder / source.name)
-            entry["path"] = str(folder / source.name)
-        wheels.append(entry)
-    specs = []
-    for original, spec in patched:
-        shutil.copyfile(original, originals / original.name)
-        wheels.append({"filename": original.name, "sha256": sha256(original), "path": str(originals / original.name)})
-        specs.append({"wheel": str(originals / original.name), "suffix": "test.1", "patches": [], **spec})
-    lock = tmp_path / "requirements_lock.txt"
+    """The hub's ``_hub.json`` for patching each ``(original, spec)`` of ``patched``, made as the rule makes
+    it: the request and the resolved wheels go through ``patched-wheels hub plan`` (the one writer of the
+    config), and every file the plan lists is copied where it says, as the rule downloads it."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    originals = [original for original, _ in patched]
+    lock = tmp_path / "user_lock.txt"
     lock.write_text(
         "# the user's lock\n"
         + "".join(
             f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n"
-            for w in [*others, *(original for original, _ in patched)]
+            for w in [*others, *originals]
         ),
         encoding="utf-8",
     )
-    config = {
-        "requirements": str(lock),
-        "index_dir": str(index_dir),
-        "out": str(tmp_path / "out_lock.txt"),
-        "index_option": index_option,
-        "elf_cache": str(elf_cache) if elf_cache else "",
-        "wheels": wheels,
-        "patched": specs,
+    specs = [{**PatchedWheelSpec(name=str(spec["name"]), suffix="test.1").to_json(), **spec} for _, spec in patched]
+    for spec in specs:
+        del spec["wheel"]
+    request = {
+        "hub": "test", "bzlmod": True, "requirements_lock": str(lock), "uv_lock": "", "pylock": "",
+        "index_url": "", "index_option": index_option, "rules_python_version": "1.6.0",
+        "repository": str(tmp_path), "patched": specs,
     }
-    path = tmp_path / "hub.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
+    sources = {wheel.name: wheel for wheel in [*others, *originals]}
+    resolved = [
+        {"project": canonicalize_name(name.split("-")[0]), "filename": name, "urls": [wheel.as_uri()], "sha256": sha256(wheel)}
+        for name, wheel in sources.items()
+    ]
+    (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
+    (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
+    config = tmp_path / "_hub.json"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json"), "--config-out", str(config)])
+    assert code == 0
+    for fetch in json.loads(out.getvalue())["fetch"]:
+        (tmp_path / fetch["output"]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sources[fetch["output"].rsplit("/", 1)[1]], tmp_path / fetch["output"])
+    return config
+
+
+def load_config(path: Path) -> HubConfig:
+    return HubConfig.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
 def test_preload_auto_makes_the_per_wheel_layout_import(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
-    config = HubConfig.load(hub_config(tmp_path, fake_set, preload="auto", preload_package="faketorch"))
+    config = load_config(hub_config(tmp_path, fake_set, preload="auto", preload_package="faketorch"))
     assert build_hub(config) == ["faketorch==2.1.0+test.1"]
 
     patched = tmp_path / "index" / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl"
@@ -103,7 +107,7 @@ def test_preload_auto_makes_the_per_wheel_layout_import(tmp_path: Path, fake_set
     assert fixed.returncode == 0, fixed.stderr
     assert fixed.stdout.strip() == str(fakecuda.EXPECTED_ANSWER)
 
-    lock = (tmp_path / "out_lock.txt").read_text(encoding="utf-8")
+    lock = (tmp_path / "requirements_lock.txt").read_text(encoding="utf-8")
     assert f"faketorch==2.1.0+test.1 \\\n    --hash=sha256:{sha256(patched)}\n" in lock
     assert f"--index-url={(tmp_path / 'index' / 'simple').as_uri()}\n" in lock
     assert (tmp_path / "index" / "simple" / "faketorch" / "index.html").is_file()
@@ -115,37 +119,30 @@ def test_split_serves_both_wheels_and_pins_the_sibling(tmp_path: Path, fake_set:
         tmp_path, fake_set, preload="auto", preload_package="faketorch",
         split_into="faketorch-libs", split_move=["faketorch/lib/*.so"],
     )
-    assert main(["hub", "--config", str(config)]) == 0
+    assert main(["hub", "build", "--config", str(config)]) == 0
     index = tmp_path / "index"
     main_wheel = index / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl"
     sibling = index / "faketorch_libs-2.1.0+test.1-py3-none-linux_x86_64.whl"
-    lock = (tmp_path / "out_lock.txt").read_text(encoding="utf-8")
+    lock = (tmp_path / "requirements_lock.txt").read_text(encoding="utf-8")
     assert f"--hash=sha256:{sha256(sibling)}" in lock and "faketorch-libs==2.1.0+test.1" in lock
     result = fakecuda.run_import(fakecuda.per_wheel_layout([*fake_set.nvidia.values(), main_wheel, sibling], tmp_path / "split"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(fakecuda.EXPECTED_ANSWER)
 
 
-def test_requirement_guard_rejects_another_release(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
-    config = HubConfig.load(hub_config(tmp_path, fake_set, requirement="faketorch==2.2.0"))
-    with pytest.raises(UsageError, match=r"faketorch-2.1.0-.*\.whl is faketorch 2.1.0, which does not satisfy requirement 'faketorch==2.2.0'"):
-        build_hub(config)
-    assert not list((tmp_path / "index").glob("faketorch*")), "nothing is served after an error"
-    assert not (tmp_path / "out_lock.txt").exists()
-
-
 def test_unreadable_config_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "hub.json").write_text("{not json", encoding="utf-8")
-    assert main(["hub", "--config", str(tmp_path / "hub.json")]) == 1
+    assert main(["hub", "build", "--config", str(tmp_path / "hub.json")]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "hub.json: cannot read the hub configuration" in error
 
 
 def test_config_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "hub.json").write_text("{}", encoding="utf-8")
-    assert main(["hub", "--config", str(tmp_path / "hub.json")]) == 1
+    assert main(["hub", "build", "--config", str(tmp_path / "hub.json")]) == 1
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "cannot read the hub configuration" in error and "requirements" in error
+    assert error.count("\n") == 1 and "cannot read the hub configuration: hub configuration: missing keys" in error
+    assert "'lock'" in error and "'patched'" in error
 
 
 def test_unwritable_destination_is_one_error_line(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,7 +161,7 @@ def runtime_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.RuntimeLoa
 
 def test_preload_wheels_make_runtime_loads_work_per_wheel(tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels) -> None:
     spec = dict(preload="auto", preload_package="fakejax", preload_wheels=[fakecuda.RUNTIME_GLOB])
-    config = HubConfig.load(set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", **spec))
+    config = load_config(set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", **spec))
     assert build_hub(config) == ["fakejax==1.0+test.1"]
     patched = tmp_path / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl"
     result = fakecuda.run_import(
@@ -177,7 +174,7 @@ def test_preload_auto_with_nothing_to_preload_is_a_no_op_with_a_hint(
     tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax")
-    assert main(["hub", "--config", str(config)]) == 0
+    assert main(["hub", "build", "--config", str(config)]) == 0
     captured = capsys.readouterr()
     assert captured.out == "fakejax==1.0+test.1\n"
     assert captured.err.startswith("patched-wheels: warning: ") and "preload_wheels = [\"fakert-*\"]" in captured.err
@@ -185,16 +182,13 @@ def test_preload_auto_with_nothing_to_preload_is_a_no_op_with_a_hint(
         assert not [name for name in archive.namelist() if "_patched_wheels_preload" in name]
 
 
-def test_preload_wheels_need_preload_auto(tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels) -> None:
-    config = HubConfig.load(set_config(tmp_path, [runtime_set.foo], runtime_set.package, "fakejax", preload_wheels=["fakert-*"]))
-    with pytest.raises(UsageError, match="patched_wheel fakejax: preload_wheels needs preload = 'auto'"):
-        build_hub(config)
-
-
 def test_spec_with_an_unknown_key_is_one_error_line(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
     """The Starlark schema and PatchedWheelSpec must agree: a key one side does not know is refused, not dropped."""
-    config = hub_config(tmp_path, fake_set, preload_wheel=["nvidia-*"])  # misspelt preload_wheels
-    assert main(["hub", "--config", str(config)]) == 1
+    config = hub_config(tmp_path, fake_set)
+    raw = json.loads(config.read_text(encoding="utf-8"))
+    raw["patched"][0]["preload_wheel"] = ["nvidia-*"]  # misspelt preload_wheels
+    config.write_text(json.dumps(raw), encoding="utf-8")
+    assert main(["hub", "build", "--config", str(config)]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "unknown keys ['preload_wheel']" in error, error
 
@@ -204,12 +198,11 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     fake_set: fakecuda.FakeCudaWheels,
     runtime_set: fakecuda.RuntimeLoadedWheels,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Two specs with preload = "auto" share one graph, and the persistent cache outlives the hub.
 
     The rebuild is a ``bazel clean --expunge``: a fresh output directory, the same user cache, and the
-    wheels only the graph reads are not fetched, because ``--list-cached`` names them all.
+    plan fetches none of the wheels only the graph reads, because the cache holds all their rows.
     """
     others = [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]
     patched = [
@@ -225,18 +218,16 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
         return read_library(wheel, info, path)
 
     monkeypatch.setattr(elfgraph, "read_library", counting)
-    cache = tmp_path / "user-cache"
-    first = write_config(tmp_path / "first", others, patched, index_option="direct", elf_cache=cache)
-    assert main(["hub", "--config", str(first)]) == 0
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "user-cache"))
+    first = write_config(tmp_path / "first", others, patched, index_option="direct")
+    assert len(list((tmp_path / "first" / "_graph").glob("*.whl"))) == len(others)
+    assert main(["hub", "build", "--config", str(first)]) == 0
     assert reads == Counter(dict.fromkeys(every_library, 1)), "every library of the set read, each once"
 
     reads.clear()
-    second = write_config(tmp_path / "second", others, patched, index_option="direct", elf_cache=cache, fetched=False)
-    capsys.readouterr()
-    assert main(["hub", "--config", str(second), "--list-cached"]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    assert sorted(listed) == sorted(sha256(wheel) for wheel in [*others, fake_set.torch, runtime_set.package])
-    assert main(["hub", "--config", str(second)]) == 0
+    second = write_config(tmp_path / "second", others, patched, index_option="direct")
+    assert not (tmp_path / "second" / "_graph").exists(), "no wheel fetched for the graph"
+    assert main(["hub", "build", "--config", str(second)]) == 0
     assert not reads, "nothing read again"
     for run in ("first", "second"):
         assert "_patched_wheels_preload" in str(zipfile.ZipFile(tmp_path / run / "index" / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl").namelist())
@@ -246,15 +237,18 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
         assert sha256(tmp_path / "first" / "index" / name) == sha256(tmp_path / "second" / "index" / name)
 
 
-def test_a_wheel_neither_fetched_nor_cached_is_one_error_line(
-    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]
+def test_a_cache_emptied_between_plan_and_build_is_one_error_line(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = write_config(
-        tmp_path, list(fake_set.nvidia.values()), [(fake_set.torch, {"name": "faketorch", "preload": "auto", "preload_package": "faketorch"})],
-        index_option="direct", elf_cache=tmp_path / "empty-cache", fetched=False,
-    )
-    assert main(["hub", "--config", str(config), "--list-cached"]) == 0
-    assert capsys.readouterr().out == "[]\n"
-    assert main(["hub", "--config", str(config)]) == 1
+    """The plan skipped the wheels whose rows were cached; the cache vanished before the build."""
+    cache = tmp_path / "user-cache"
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(cache))
+    others = list(fake_set.nvidia.values())
+    patched = [(fake_set.torch, {"name": "faketorch", "preload": "auto"})]
+    assert main(["hub", "build", "--config", str(write_config(tmp_path / "fill", others, patched, index_option="direct"))]) == 0
+    config = write_config(tmp_path / "hub", others, patched, index_option="direct")
+    shutil.rmtree(cache)
+    capsys.readouterr()
+    assert main(["hub", "build", "--config", str(config)]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "no file given, and no ELF rows are cached for its sha256" in error, error

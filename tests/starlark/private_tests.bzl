@@ -2,16 +2,9 @@
 
 load("//python:repositories.bzl", "patched_wheel")
 load("//python/private:hub.bzl", "project_page_url")
-load("//python/private:rules_python_version.bzl", "INDEX_OPTIONS", "features_version", "index_options_for")
-load("//python/private:specs.bzl", "PATCHED_WHEEL_SCHEMA", "hub_specs", "normalize_name", "patched_wheel_problems", "patched_wheel_spec")
+load("//python/private:rules_python_version.bzl", "features_version")
+load("//python/private:specs.bzl", "PATCHED_WHEEL_SCHEMA", "hub_specs", "patched_wheel_problems", "patched_wheel_spec")
 load(":unittest.bzl", "expect_eq", "starlark_unit_test")
-
-def _normalize_name():
-    return (
-        expect_eq(normalize_name("torch"), "torch", "plain") +
-        expect_eq(normalize_name("Odd_Name.Pkg"), "odd-name-pkg", "mixed separators and case") +
-        expect_eq(normalize_name("a--b__c..d-_.e"), "a-b-c-d-e", "runs of separators")
-    )
 
 def _project_page_url():
     return (
@@ -27,19 +20,10 @@ def _features_version():
         expect_eq(features_version("def f(): pass\n"), "", "no marker")
     )
 
-def _index_options_for():
-    return (
-        expect_eq(index_options_for("0"), INDEX_OPTIONS, "before features.bzl (0.22.1)") +
-        expect_eq(index_options_for("1.6.0"), INDEX_OPTIONS, "1.x reads a file:// index through pip") +
-        expect_eq(index_options_for("2.3.2"), ["direct"], "2.x: the downloader") +
-        expect_eq(index_options_for("10.0.0"), ["direct"], "a later major") +
-        expect_eq(index_options_for(""), ["direct"], "unknown counts as the newest")
-    )
-
 def _patched_wheel_defaults():
     spec, labels = patched_wheel_spec(patched_wheel(name = "Torch-CUDA.ext", suffix = "x.1"), 0)
     return (
-        expect_eq(spec["preload_package"], "torch_cuda_ext", "preload_package default") +
+        expect_eq(spec["preload_package"], "", "preload_package default: the helper's plan derives it") +
         expect_eq(spec["preload"], "off", "preload default") +
         expect_eq(spec["strip"], 1, "strip default") +
         expect_eq(spec["rpath_mode"], "set", "rpath_mode default") +
@@ -76,10 +60,8 @@ def private_test_suite(name, **kwargs):
     starlark_unit_test(
         name = name,
         cases = {
-            "normalize_name": _normalize_name,
             "project_page_url": _project_page_url,
             "features_version": _features_version,
-            "index_options_for": _index_options_for,
             "patched_wheel_defaults": _patched_wheel_defaults,
             "hub_specs_number_patches": _hub_specs_number_patches,
             "schema_problems": _schema_problems,

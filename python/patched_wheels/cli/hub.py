@@ -1,37 +1,91 @@
-"""``patched-wheels hub --config FILE``: the Bazel hub repository's build step.
+"""``patched-wheels hub plan|build``: the Bazel hub repository's two helper steps.
 
-``--list-cached`` first tells the rule which wheels it need not fetch: those only the ELF graph reads
-and whose rows the config's ``elf_cache`` already holds.
+``plan --request R`` checks what the user declared and says how to resolve the lock; with
+``--resolved W`` it also says what to download where (and writes the build step's ``_hub.json``);
+``build --config C`` patches, indexes and writes the locks. The decisions are
+:mod:`patched_wheels.hubplan`'s; this module reads the files, the environment and the ELF cache.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
+from typing import Any, Mapping
 
-from patched_wheels.hub import HubConfig, build_hub, cached_wheels
+from patched_wheels.errors import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "hub",
-        help="patch a lock's wheels into a local index and write the lock for pip (used by the Bazel rules)",
-    )
-    parser.add_argument("--config", required=True, type=Path, help="JSON written by the hub repository rule")
-    parser.add_argument(
-        "--list-cached",
-        action="store_true",
-        help="build nothing: print, as a JSON list, the sha256 of the config's wheels whose ELF rows are cached",
-    )
-    parser.set_defaults(run=_run)
+    parser = subparsers.add_parser("hub", help="the Bazel hub repository's steps: plan, then build (used by the rules)")
+    steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
+    plan = steps.add_parser("plan", help="check the request; print how to resolve it, or with --resolved what to fetch")
+    plan.add_argument("--request", required=True, type=Path, help="JSON written by the hub rule or the extension")
+    plan.add_argument("--resolved", type=Path, help="the wheels `patched-wheels resolve` chose (JSON)")
+    plan.add_argument("--config-out", type=Path, help="with --resolved: where to write the build step's configuration")
+    plan.set_defaults(run=_plan)
+    build = steps.add_parser("build", help="patch the wheels into the hub's index and write its locks")
+    build.add_argument("--config", required=True, type=Path, help="the configuration `hub plan` wrote")
+    build.set_defaults(run=_build)
 
 
-def _run(args: argparse.Namespace) -> int:
-    config = HubConfig.load(args.config)
-    if args.list_cached:
-        print(json.dumps(cached_wheels(config)))
+def _plan(args: argparse.Namespace) -> int:
+    from patched_wheels.elfgraph import cached_digests
+    from patched_wheels.hubplan import HubRequest, ResolvedWheel, needs_graph, plan_hub, resolution
+
+    request = _load(args.request, HubRequest.from_json, "hub request")
+    if args.resolved is None:
+        print(json.dumps(resolution(request)))
         return 0
-    for pin in build_hub(config):
+    if args.config_out is None:
+        raise UsageError("hub plan --resolved needs --config-out")
+    wheels = _load(args.resolved, lambda raw: [ResolvedWheel.from_json(wheel) for wheel in raw], "resolved wheels")
+    elf_cache = _elf_cache_dir(os.environ) if needs_graph(request) else None
+    cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
+    plan = plan_hub(request, wheels, elf_cache=elf_cache, cached=frozenset(cached))
+    args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
+    print(json.dumps(plan.to_json(), indent=1))
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from patched_wheels.hub import build_hub
+    from patched_wheels.hubplan import HubConfig
+
+    for pin in build_hub(_load(args.config, HubConfig.from_json, "hub configuration")):
         print(pin)
     return 0
+
+
+def _load(path: Path, parse: Any, what: str) -> Any:
+    """``parse`` of the JSON in ``path``; any flaw is one error naming the file (the rule wrote it, so a
+    flaw means the Starlark and Python sides of a schema disagree)."""
+    try:
+        return parse(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: cannot read the {what}: {error}") from None
+
+
+def _elf_cache_dir(environ: Mapping[str, str]) -> Path | None:
+    """The persistent ELF cache, as the commands find it: ``RULES_PATCHED_WHEELS_CACHE`` (an absolute
+    directory, or ``off``), else ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/elfgraph`` (a relative
+    XDG_CACHE_HOME is ignored, as the XDG spec says). The rule passes these variables from Bazel's client
+    environment (``--repo_env`` included) without declaring them: where the cache lives changes no output.
+
+    To be replaced by ``cache.cache_dir("elfgraph")`` when the cache module lands.
+    """
+    override = environ.get("RULES_PATCHED_WHEELS_CACHE", "")
+    if override == "off":
+        return None
+    if override:
+        if not override.startswith("/"):
+            raise UsageError(f"RULES_PATCHED_WHEELS_CACHE={override}: expected an absolute directory or off")
+        return Path(override) / "elfgraph"
+    base = environ.get("XDG_CACHE_HOME", "")
+    if not base.startswith("/"):
+        home = environ.get("HOME", "")
+        if not home.startswith("/"):
+            return None
+        base = f"{home}/.cache"
+    return Path(base) / "rules_patched_wheels" / "elfgraph"

@@ -1,0 +1,465 @@
+"""The hub's plan: every decision of the Bazel hub repository, made before it downloads anything.
+
+The repository rule (``python/private/hub.bzl``) keeps the attribute schema, which Bazel needs at load
+time, and the I/O: it writes what the user declared to a request file, runs ``patched-wheels hub plan``,
+downloads what the plan lists to where it says, and runs ``patched-wheels hub build``. Everything in
+between is decided here, once, in pure functions: the cross-field checks (named by the attributes the
+user wrote, and made before the first download), which wheels are fetched and into which folder,
+whether the ELF graph and patchelf are needed, and the build step's configuration (``_hub.json``),
+whose one schema is :class:`HubConfig` (written by :meth:`HubConfig.to_json`, read by
+:meth:`HubConfig.from_json`; a missing or unknown key is an error, never a default).
+
+The two phases: without resolved wheels, :func:`resolution` checks the request and says how to resolve
+its lock; with them, :func:`plan_hub` places every wheel. The bzlmod extension runs the first (it
+resolves, so ``MODULE.bazel.lock`` records the result) and the repository rule the second; in
+WORKSPACE mode the rule runs both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Collection, Mapping, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+
+from patched_wheels.elfgraph import WheelRef
+from patched_wheels.errors import UsageError
+from patched_wheels.lock import INDEX_OPTIONS
+from patched_wheels.version import with_local_suffix
+
+#: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
+#: ``patched-wheels resolve`` flag that reads each.
+LOCK_ATTRIBUTES = {"requirements_lock": "--requirements", "uv_lock": "--uv-lock", "pylock": "--pylock"}
+
+#: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
+#: deleted after the build; ``index`` is served.
+ORIGINALS, GRAPH_ONLY, INDEX = "originals", "_graph", "index"
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class PatchedWheelSpec:
+    """What to do to one project's wheel: exactly the attributes of the Starlark ``patched_wheel``
+    (PATCHED_WHEEL_SCHEMA in python/private/specs.bzl; a test holds the two to the same names, kinds and
+    defaults), with ``patches`` as paths, and ``wheel``, the original once the plan has placed it."""
+
+    name: str
+    suffix: str
+    requirement: str = ""
+    urls: Sequence[str] = ()
+    sha256: str = ""
+    patches: Sequence[Path] = ()
+    strip: int = 1
+    remove_requires: Sequence[str] = ()
+    add_requires: Sequence[str] = ()
+    delete: Sequence[str] = ()
+    preload: str = "off"
+    preload_package: str = ""
+    preload_wheels: Sequence[str] = ()
+    split_into: str = ""
+    split_max_size: int = 0
+    split_move: Sequence[str] = ()
+    rpath: Mapping[str, str] = field(default_factory=dict)
+    """GLOB -> ``:``-separated ``$ORIGIN`` entries for the matching ELF members."""
+    rpath_mode: str = "set"
+    wheel: Path | None = None
+    """Not an attribute: where the hub put the original wheel (set by :func:`plan_hub`)."""
+
+    @property
+    def package(self) -> str:
+        """The import package that gets the preload: ``preload_package``, by default the project name,
+        lower case, with ``-`` and ``.`` as ``_``."""
+        return self.preload_package or self.name.replace("-", "_").replace(".", "_").lower()
+
+    @property
+    def needs_graph(self) -> bool:
+        """Whether the spec's preload or split reads the library graph of the whole wheel set."""
+        return self.preload == "auto" or bool(self.split_into)
+
+    @property
+    def needs_patchelf(self) -> bool:
+        """Whether the spec edits ELF files (a split relocates libraries; an RPATH edit)."""
+        return bool(self.split_into or self.rpath)
+
+    def to_json(self) -> dict[str, Any]:
+        raw = {f.name: getattr(self, f.name) for f in fields(self)}
+        lists = {name: list(value) for name, value in raw.items() if isinstance(value, (tuple, list))}
+        return {**raw, **lists, "patches": [str(p) for p in self.patches], "wheel": str(self.wheel) if self.wheel else None}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any], *, placed: bool) -> "PatchedWheelSpec":
+        """A spec from JSON with every key (``wheel`` only when ``placed``): the two sides of the schema
+        changed apart if a key is missing or unknown, so say which, never drop or default one."""
+        names = {f.name for f in fields(cls)} - (set() if placed else {"wheel"})
+        _same_keys(raw, names, f"patched_wheel {raw.get('name')!r}")
+        values = dict(raw)
+        values["patches"] = [Path(p) for p in raw["patches"]]
+        if placed:
+            values["wheel"] = Path(raw["wheel"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class HubRequest:
+    """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
+    WORKSPACE ``patched_index`` macro), as the rule writes it; lock and patch labels are paths."""
+
+    hub: str
+    bzlmod: bool
+    locks: Mapping[str, str]
+    """Every lock attribute (LOCK_ATTRIBUTES) -> its path, "" when not given."""
+    index_url: str
+    index_option: str
+    rules_python_version: str
+    """The release in use ("0" before rules_python had features.bzl, "" for an unreleased checkout)."""
+    repository: str
+    """The hub repository's directory ("" in the extension, which places nothing)."""
+    patched: Sequence[PatchedWheelSpec]
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
+        _same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_ATTRIBUTES}, "hub request")
+        return cls(
+            hub=raw["hub"],
+            bzlmod=raw["bzlmod"],
+            locks={attribute: raw[attribute] for attribute in LOCK_ATTRIBUTES},
+            index_url=raw["index_url"],
+            index_option=raw["index_option"],
+            rules_python_version=raw["rules_python_version"],
+            repository=raw["repository"],
+            patched=[PatchedWheelSpec.from_json(spec, placed=False) for spec in raw["patched"]],
+        )
+
+    @property
+    def index_call(self) -> str:
+        """The hub as the user wrote it, to name it in errors."""
+        return f'patched.index(name = "{self.hub}")' if self.bzlmod else f'patched_index(name = "{self.hub}")'
+
+    def wheel_call(self, spec: PatchedWheelSpec) -> str:
+        """A ``patched_wheel`` as the user wrote it, to name it in errors."""
+        if self.bzlmod:
+            return f'patched.patched_wheel(name = "{spec.name}", hub = "{self.hub}")'
+        return f'patched_wheel(name = "{spec.name}") of patched_index(name = "{self.hub}")'
+
+    @property
+    def lock(self) -> tuple[str, str]:
+        """The one lock attribute given and its path (:func:`check_request` made sure there is one)."""
+        (given,) = [(attribute, path) for attribute, path in self.locks.items() if path]
+        return given
+
+
+@dataclass(frozen=True)
+class ResolvedWheel:
+    """One wheel of the lock for this interpreter, as ``patched-wheels resolve`` prints it."""
+
+    project: NormalizedName
+    filename: str
+    urls: tuple[str, ...]
+    sha256: str
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "ResolvedWheel":
+        _same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
+        return cls(canonicalize_name(raw["project"]), raw["filename"], tuple(raw["urls"]), raw["sha256"])
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """The build step's input (``_hub.json``): the one schema of it, written by the plan and read by
+    ``patched-wheels hub build``."""
+
+    lock_attribute: str
+    """Which of LOCK_ATTRIBUTES the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
+    lock: Path
+    index_dir: Path
+    out: Path
+    """The ``requirements_lock.txt`` written (every rules_python release reads it)."""
+    out_uv_lock: Path | None
+    """The ``uv.lock`` written beside it, for a ``uv_lock`` input (rules_python >= 2.2 reads it)."""
+    wheels: Sequence[WheelRef]
+    """The wheel set the ELF graph is read from: a wheel without a path was not fetched, because the
+    ELF cache holds its rows."""
+    elf_cache: Path | None
+    """The persistent ELF cache; None: none (``RULES_PATCHED_WHEELS_CACHE=off``)."""
+    patched: Sequence[PatchedWheelSpec]
+    """Each with ``wheel``, the placed original."""
+    index_option: str
+    index_url: str
+    """Where the lock's unpatched pins come from (direct mode, if the lock names no index)."""
+    replaced: Mapping[str, Sequence[str]]
+    """Project -> sha256 of the originals its patched wheel replaces in the lock."""
+    references: Mapping[str, tuple[str, str]]
+    """Unpatched project -> (url, sha256) of its wheel, so its pin can name the file directly."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lock_attribute": self.lock_attribute,
+            "lock": str(self.lock),
+            "index_dir": str(self.index_dir),
+            "out": str(self.out),
+            "out_uv_lock": str(self.out_uv_lock) if self.out_uv_lock else None,
+            "wheels": [
+                {"filename": w.filename, "sha256": w.sha256, "path": str(w.path) if w.path else None} for w in self.wheels
+            ],
+            "elf_cache": str(self.elf_cache) if self.elf_cache else None,
+            "patched": [spec.to_json() for spec in self.patched],
+            "index_option": self.index_option,
+            "index_url": self.index_url,
+            "replaced": {project: list(digests) for project, digests in self.replaced.items()},
+            "references": {project: list(reference) for project, reference in self.references.items()},
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "HubConfig":
+        _same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
+        for wheel in raw["wheels"]:
+            _same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
+        optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache")}
+        return cls(
+            lock_attribute=raw["lock_attribute"],
+            lock=Path(raw["lock"]),
+            index_dir=Path(raw["index_dir"]),
+            out=Path(raw["out"]),
+            wheels=[WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]],
+            patched=[PatchedWheelSpec.from_json(spec, placed=True) for spec in raw["patched"]],
+            index_option=raw["index_option"],
+            index_url=raw["index_url"],
+            replaced=dict(raw["replaced"]),
+            references={project: (url, sha256) for project, (url, sha256) in raw["references"].items()},
+            **optional,
+        )
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One download of the rule: ``output`` is relative to the hub repository."""
+
+    urls: tuple[str, ...]
+    sha256: str
+    output: str
+
+
+@dataclass(frozen=True)
+class HubPlan:
+    """What the rule does: download ``fetch``, fetch patchelf if ``needs_patchelf``, build ``config``,
+    delete ``scratch``, export ``exports``."""
+
+    fetch: tuple[Fetch, ...]
+    needs_patchelf: bool
+    config: HubConfig
+    scratch: tuple[str, ...] = (ORIGINALS, GRAPH_ONLY)
+    exports: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """What the rule reads (the config goes to ``_hub.json``, not to the rule)."""
+        return {
+            "fetch": [{"urls": list(f.urls), "sha256": f.sha256, "output": f.output} for f in self.fetch],
+            "needs_patchelf": self.needs_patchelf,
+            "scratch": list(self.scratch),
+            "exports": list(self.exports),
+        }
+
+
+def check_request(request: HubRequest) -> None:
+    """Every check that needs no wheel, each naming the attributes the user wrote: contradictory
+    attributes fail here, before the first download."""
+    given = [attribute for attribute, path in request.locks.items() if path]
+    if len(given) != 1:
+        raise UsageError(
+            f"{request.index_call}: give exactly one of {', '.join(LOCK_ATTRIBUTES)}"
+            + (f", not {' and '.join(given)}" if given else "")
+        )
+    allowed = index_options_for(request.rules_python_version)
+    if request.index_option not in allowed:
+        reason = (
+            f"is not one of {', '.join(INDEX_OPTIONS)}"
+            if request.index_option not in INDEX_OPTIONS
+            else f"cannot be read by rules_python {request.rules_python_version or '(unreleased)'}, whose pip.parse "
+            "fetches index pages with Bazel's downloader (a file:// index page is a directory listing to it); "
+            'use index_option = "direct" (the default)'
+        )
+        raise UsageError(f'{request.index_call}: index_option = "{request.index_option}" {reason}')
+    seen: set[str] = set()
+    for spec in request.patched:
+        name = canonicalize_name(spec.name)
+        if name in seen:
+            raise UsageError(f"{request.wheel_call(spec)}: given twice for one hub; merge them")
+        seen.add(name)
+        _check_spec(spec, request.wheel_call(spec))
+
+
+def _check_spec(spec: PatchedWheelSpec, call: str) -> None:
+    problem = _spec_problem(spec)
+    if problem:
+        raise UsageError(f"{call}: {problem}")
+
+
+def _spec_problem(spec: PatchedWheelSpec) -> str | None:
+    """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is."""
+    if bool(spec.urls) != bool(spec.sha256):
+        return "urls and sha256 go together: give both or neither"
+    if spec.sha256 and not _SHA256.fullmatch(spec.sha256):
+        return f'sha256 = "{spec.sha256}" is not 64 lower-case hex digits'
+    if spec.preload != "auto":
+        for attribute in ("preload_wheels", "preload_package"):
+            if getattr(spec, attribute):
+                return f'{attribute} needs preload = "auto"'
+    if spec.split_into:
+        if bool(spec.split_max_size) == bool(spec.split_move):
+            return "split_into needs exactly one of split_max_size and split_move" + (
+                ", not both" if spec.split_move else ""
+            )
+        if spec.split_max_size < 0:
+            return f"split_max_size = {spec.split_max_size} is negative"
+    else:
+        for attribute in ("split_max_size", "split_move"):
+            if getattr(spec, attribute):
+                return f"{attribute} needs split_into"
+    if spec.rpath_mode != "set" and not spec.rpath:
+        return f'rpath_mode = "{spec.rpath_mode}" needs rpath'
+    if spec.strip < 0:
+        return f"strip = {spec.strip} is negative"
+    try:
+        with_local_suffix("0", spec.suffix)
+    except UsageError as error:
+        return str(error)
+    if spec.requirement:
+        try:
+            requirement = Requirement(spec.requirement)
+        except InvalidRequirement as error:
+            return f'requirement = "{spec.requirement}": {error}'
+        if canonicalize_name(requirement.name) != canonicalize_name(spec.name):
+            return f'requirement = "{spec.requirement}" names another project than name = "{spec.name}"'
+    return None
+
+
+def index_options_for(rules_python_version: str) -> tuple[str, ...]:
+    """The ``index_option`` values a rules_python release reads (an unknown one counts as the newest).
+
+    rules_python 2.x reads a lock's ``--index-url``/``--extra-index-url`` and fetches the pages with
+    Bazel's downloader, which returns a directory listing for a ``file://`` index page: ``index-url``
+    then falls back to pip for every pin and ``extra-index-url`` fails inside rules_python. Direct
+    references are fetched by URL in every release, so they are the one form 2.x gets.
+    """
+    major = rules_python_version.partition(".")[0]
+    return INDEX_OPTIONS if major.isdigit() and int(major) < 2 else ("direct",)
+
+
+def resolution(request: HubRequest) -> dict[str, Any]:
+    """Phase one: the request checked, and how ``patched-wheels resolve`` reads its lock: the lock's
+    flag and path, and the wheels the user named by ``urls`` + ``sha256`` (resolved from no page)."""
+    check_request(request)
+    attribute, path = request.lock
+    explicit = {
+        canonicalize_name(spec.name): {"urls": list(spec.urls), "sha256": spec.sha256} for spec in request.patched if spec.urls
+    }
+    return {"lock_args": [LOCK_ATTRIBUTES[attribute], path], "explicit": explicit}
+
+
+def needs_graph(request: HubRequest) -> bool:
+    """Whether the build reads the ELF graph of the whole wheel set (then the cache is worth asking)."""
+    return any(spec.needs_graph for spec in request.patched)
+
+
+def plan_hub(
+    request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache: Path | None, cached: Collection[str]
+) -> HubPlan:
+    """Phase two: where each resolved wheel goes, and the build step's configuration.
+
+    A patched original goes to ``originals/``; with an index option every other wheel goes to the hub's
+    index, which serves them all; with direct references rules_python fetches each unpatched wheel
+    itself (by sha256, from the repository cache), so the hub fetches one into ``_graph/`` only while
+    the ELF graph needs it, and not at all when ``cached`` (the sha256 whose rows ``elf_cache`` holds)
+    has it.
+    """
+    check_request(request)
+    if not request.repository:
+        raise UsageError(f"{request.index_call}: internal: the plan needs the hub repository's directory")
+    attribute, lock_path = request.lock
+    by_project = {wheel.project: wheel for wheel in wheels}
+    root = Path(request.repository)
+    graph = needs_graph(request)
+    patched = []
+    for spec in request.patched:
+        wheel = by_project.get(canonicalize_name(spec.name))
+        if wheel is None:
+            raise UsageError(f'{request.wheel_call(spec)}: {spec.name} is not pinned in {attribute} = "{lock_path}"')
+        _check_requirement(spec, wheel, request.wheel_call(spec))
+        patched.append(replace(spec, wheel=root / ORIGINALS / wheel.filename))
+    patched_projects = {canonicalize_name(spec.name) for spec in patched}
+
+    fetch, refs = [], []
+    for wheel in wheels:
+        folder = _folder(wheel, patched_projects, direct=request.index_option == "direct", graph=graph)
+        if folder is None:
+            continue
+        if folder == GRAPH_ONLY and wheel.sha256 in cached:
+            refs.append(WheelRef(wheel.filename, wheel.sha256, None))
+            continue
+        output = f"{folder}/{wheel.filename}"
+        fetch.append(Fetch(wheel.urls, wheel.sha256, output))
+        refs.append(WheelRef(wheel.filename, wheel.sha256, root / output))
+
+    config = HubConfig(
+        lock_attribute=attribute,
+        lock=Path(lock_path),
+        index_dir=root / INDEX,
+        out=root / "requirements_lock.txt",
+        out_uv_lock=root / "uv.lock" if attribute == "uv_lock" else None,
+        wheels=refs,
+        elf_cache=elf_cache if graph else None,
+        patched=patched,
+        index_option=request.index_option,
+        index_url=request.index_url,
+        replaced={wheel.project: [wheel.sha256] for wheel in wheels if wheel.project in patched_projects},
+        references={
+            wheel.project: (wheel.urls[0], wheel.sha256) for wheel in wheels if wheel.project not in patched_projects
+        },
+    )
+    exports = ("requirements_lock.txt",) + (("uv.lock",) if config.out_uv_lock else ())
+    return HubPlan(
+        fetch=tuple(fetch),
+        needs_patchelf=any(spec.needs_patchelf for spec in patched),
+        config=config,
+        exports=exports,
+    )
+
+
+def _folder(wheel: ResolvedWheel, patched: Collection[str], *, direct: bool, graph: bool) -> str | None:
+    """Where one resolved wheel is fetched to; None: not fetched by the hub at all."""
+    if wheel.project in patched:
+        return ORIGINALS
+    if not direct:
+        return INDEX
+    return GRAPH_ONLY if graph else None
+
+
+def _check_requirement(spec: PatchedWheelSpec, wheel: ResolvedWheel, call: str) -> None:
+    """The user's optional ``requirement`` guards against patching another release than intended: checked
+    on the resolved file's name (the download is pinned by sha256, and the reader checks the name against
+    the metadata), so a wrong release fails before it is downloaded."""
+    if not spec.requirement:
+        return
+    try:
+        _, version, _, _ = parse_wheel_filename(wheel.filename)
+    except InvalidWheelFilename as error:
+        raise UsageError(f"{call}: {wheel.filename}: {error}") from None
+    if not Requirement(spec.requirement).specifier.contains(version, prereleases=True):
+        raise UsageError(
+            f'{call}: the lock pins {wheel.filename}, version {version}, which does not satisfy requirement = "{spec.requirement}"'
+        )
+
+
+def _same_keys(raw: Mapping[str, Any], expected: Collection[str], what: str) -> None:
+    """Refuse a JSON object whose keys are not exactly ``expected``: one schema, no silent defaults."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{what}: expected an object, got {type(raw).__name__}")
+    missing, unknown = sorted(set(expected) - set(raw)), sorted(set(raw) - set(expected))
+    if missing or unknown:
+        raise ValueError(f"{what}: " + "; ".join(
+            part for part in (f"missing keys {missing}" if missing else "", f"unknown keys {unknown}" if unknown else "") if part
+        ))
