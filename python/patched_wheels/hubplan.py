@@ -60,6 +60,8 @@ class PatchedWheelSpec:
     preload: str = "off"
     preload_package: str = ""
     preload_wheels: Sequence[str] = ()
+    probe: str = ""
+    """Code run in one site-packages to observe what the package loads at run time ("": ``import PKG``)."""
     split_into: str = ""
     split_max_size: int = 0
     split_move: Sequence[str] = ()
@@ -305,7 +307,7 @@ def _spec_problem(spec: PatchedWheelSpec) -> str | None:
     if spec.sha256 and not _SHA256.fullmatch(spec.sha256):
         return f'sha256 = "{spec.sha256}" is not 64 lower-case hex digits'
     if spec.preload != "auto":
-        for attribute in ("preload_wheels", "preload_package"):
+        for attribute in ("preload_wheels", "preload_package", "probe"):
             if getattr(spec, attribute):
                 return f'{attribute} needs preload = "auto"'
     if spec.split_into:

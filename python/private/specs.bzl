@@ -27,6 +27,7 @@ PATCHED_WHEEL_SCHEMA = {
     "preload": _field("string", "`auto`: generate a topologically ordered preload of the libraries `preload_package` needs from the other wheels of the lock.", default = "off", values = PRELOAD_VALUES),
     "preload_package": _field("string", "With `preload = \"auto\"`: the import package that gets the preload; default: the project name, lower case, with `-` and `.` as `_`."),
     "preload_wheels": _field("string_list", "With `preload = \"auto\"`: also preload every library of the lock's wheels whose project names match these globs (e.g. `[\"nvidia-*\"]`), for a package that loads them itself at run time; one that fails to load is skipped."),
+    "probe": _field("string", "With `preload = \"auto\"`: Python code whose run with every wheel in one site-packages shows which other wheels' libraries the package loads at run time (e.g. `import jax; jax.devices()` for a plugin that loads lazily); default: `import PKG`."),
     "split_into": _field("string", "Move libraries into a sibling wheel of this name (same version and tags)."),
     "split_max_size": _field("int", "With split_into (and without split_move): move the largest libraries until the main wheel is below this many bytes."),
     "split_move": _field("string_list", "With split_into (and without split_max_size): globs of members to move."),

@@ -137,6 +137,7 @@ CALL = 'patched.patched_wheel(name = "faketorch", hub = "fixed")'
         ({"urls": ["https://x/a.whl"], "sha256": "XYZ"}, 'sha256 = "XYZ" is not 64 lower-case hex digits'),
         ({"preload_wheels": ["nvidia-*"]}, 'preload_wheels needs preload = "auto"'),
         ({"preload_package": "torch"}, 'preload_package needs preload = "auto"'),
+        ({"probe": "import jax; jax.devices()"}, 'probe needs preload = "auto"'),
         ({"split_into": "libs"}, "split_into needs exactly one of split_max_size and split_move"),
         ({"split_into": "libs", "split_max_size": 10, "split_move": ["*.so"]}, "split_into needs exactly one of split_max_size and split_move, not both"),
         ({"split_into": "libs", "split_max_size": -1}, "split_max_size = -1 is negative"),
@@ -156,7 +157,7 @@ def test_contradictory_attributes_are_named(attributes: dict[str, object], messa
 
 
 def test_consistent_attributes_pass() -> None:
-    check_request(request(spec_json(preload="auto", preload_wheels=["nvidia-*"], split_into="libs", split_move=["*.so"])))
+    check_request(request(spec_json(preload="auto", preload_wheels=["nvidia-*"], probe="import x", split_into="libs", split_move=["*.so"])))
     check_request(request(spec_json(split_into="libs", split_max_size=10, rpath={"a/*.so": "$ORIGIN"}, rpath_mode="append")))
 
 
@@ -312,3 +313,9 @@ def test_the_elf_cache_follows_the_environment(environ: dict[str, str], expected
 def test_a_relative_cache_override_is_refused() -> None:
     with pytest.raises(UsageError, match="RULES_PATCHED_WHEELS_CACHE=rel: expected an absolute directory or off"):
         _elf_cache_dir({"RULES_PATCHED_WHEELS_CACHE": "rel"})
+
+
+def test_the_probe_travels_from_the_request_to_the_build_config() -> None:
+    probe = "import faketorch; faketorch.answer()"
+    config = plan_hub(request(spec_json(preload="auto", probe=probe)), WHEELS, elf_cache=None, cached=()).config
+    assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).patched[0].probe == probe
