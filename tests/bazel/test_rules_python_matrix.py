@@ -1,15 +1,25 @@
-"""One user workspace through every rules_python release we support: 0.22.1, 1.6.0 and 2.3.2 (bzlmod).
+"""One user workspace through every rules_python configuration we support (bzlmod): 0.22.1, 1.6.0 and
+2.3.2 with one directory per wheel, and 2.3.2's one-site-packages layout.
 
-Each release gets the same hubs (faketorch patched with `preload = "auto"`, and split) in the default
-`index_option = "direct"`, over the fake PyPI of `file://` pages, which rules_python 2.x's downloader
-cannot read (a directory listing to it): direct references spare it every page. Offline, tools/bazel
-serves the releases from the archives in $RPW_BAZEL_MODULES (tools/test points it at
-../shared/bazel-modules); online, the registry does.
+Each configuration gets the same hubs (faketorch patched with `preload = "auto"`, and split) in the
+default `index_option = "direct"`, over the fake PyPI of `file://` pages, which rules_python 2.x's
+downloader cannot read (a directory listing to it): direct references spare it every page. Where the
+helper reads them, the same patch also comes from a `uv.lock` and a `pylock.toml` made by the real
+`uv`, against the same pages served over HTTP (rules_python's uv.lock reader takes wheel URLs, not the
+local paths uv records for a `file://` index): 2.3.2 reads the hub's `uv.lock`
+(`pip.parse(uv_lock = ...)`), the others its `requirements_lock.txt`. Offline, tools/bazel serves the
+releases from the archives in $RPW_BAZEL_MODULES (tools/test points it at ../shared/bazel-modules);
+online, the registry does.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import string
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -27,76 +37,191 @@ from bazelworkspace import (
     common_files,
     fakecuda,
     render,
+    serve_over_http,
     summary_statuses,
+    uv_locks,
 )
 
 pytestmark = pytest.mark.bazel
 
-RELEASES = ["0.22.1", "1.6.0", "2.3.2"]
 # What rules_python 2.x logs when its downloader cannot use a pin and it falls back to pip.
 FALLBACK = re.compile(r"Could not find a whl or an sdist|falling back to pip|fallback to pip", re.IGNORECASE)
+PRELOAD_BUG = "libjit.so.12: cannot open shared object file"
 
 
-def _workspace(root: Path, release: str) -> BazelWorkspace:
+@dataclass(frozen=True)
+class Configuration:
+    release: str
+    flags: tuple[str, ...] = ()
+    """`bazel test` flags: the defaults Bazel 8 flipped, or rules_python's one-site-packages layout."""
+
+    @property
+    def modern(self) -> bool:
+        return self.release != "0.22.1"
+
+    @property
+    def release_2(self) -> bool:
+        """rules_python 2.x: its pip.parse reads a uv.lock itself (>= 2.2) and only direct references."""
+        return self.release.split(".")[0] == "2"
+
+    @property
+    def one_site_packages(self) -> bool:
+        return VENV_FLAGS[-1] in self.flags
+
+
+VENV_FLAGS = (
+    "--@rules_python//python/config_settings:bootstrap_impl=script",
+    "--@rules_python//python/config_settings:venvs_site_packages=yes",
+)
+# What Bazel 8 flipped, as far as Bazel 7.7.1 knows the flags (--noenable_workspace: tools/offline's
+# bazelrc, in every bzlmod run), so the rules' own Starlark is held to them.
+BAZEL_8_FLAGS = (
+    "--incompatible_disallow_empty_glob",
+    "--incompatible_use_plus_in_repo_names",
+    "--incompatible_autoload_externally=",
+    "--incompatible_disable_native_repo_rules",
+    "--incompatible_no_implicit_file_export",
+    "--nolegacy_external_runfiles",
+)
+CONFIGURATIONS = {
+    "rules_python-0.22.1": Configuration("0.22.1"),
+    "rules_python-1.6.0": Configuration("1.6.0"),
+    "rules_python-2.3.2": Configuration("2.3.2", BAZEL_8_FLAGS),
+    "rules_python-2.3.2-venvs_site_packages": Configuration("2.3.2", VENV_FLAGS),
+}
+
+
+def helper_reads_uv_locks() -> bool:
+    """Whether `patched-wheels resolve` reads uv.lock and pylock.toml (the lock model of issue 18.2)."""
+    usage = subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "resolve", "--help"], capture_output=True, text=True, check=False
+    ).stdout
+    return "--uv-lock" in usage and "--pylock" in usage
+
+
+def _hubs(configuration: Configuration, uv: bool) -> list[str]:
+    """The hubs (and so py_test targets) of a configuration: split's check looks for the sibling in its
+    own sys.path entry, which one site-packages does not have; the control hub shows what that layout
+    fixes on its own."""
+    hubs = ["fixed"]
+    hubs.append("original" if configuration.one_site_packages else "split")
+    return hubs + (["uvfixed", "pylockfixed"] if uv else [])
+
+
+def _workspace(root: Path, configuration: Configuration, http_url: str | None) -> tuple[BazelWorkspace, list[str]]:
     pypi = common_files(root)
-    modern = release != "0.22.1"
+    uv = http_url is not None
+    if uv:
+        requirements = ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in pypi.wheels.nvidia)]
+        uv_lock, pylock = uv_locks(root / "uvproject", http_url, requirements)
+        for made in (uv_lock, pylock):
+            (root / made.name).write_bytes(made.read_bytes())
+    hubs = _hubs(configuration, uv)
+    values = dict(index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
+    extra_hubs = {"split": "split", "original": "original", "uvfixed": "uv"}
+    hub_text = "".join(
+        string_template(f"matrix/{template}.MODULE.bazel.tmpl", values)
+        for hub, template in extra_hubs.items()
+        if hub in hubs
+    )
+    hub_attr = "hub_name" if configuration.modern else "name"
+    pip_args = ', python_version = "3.11", python_interpreter = "python3"' if configuration.modern else ""
+    pips = []
+    for hub in hubs[1:]:
+        lock = f'uv_lock = "@{hub}//:uv.lock"' if hub == "uvfixed" and configuration.release_2 else f'requirements_lock = "@{hub}//:requirements_lock.txt"'
+        pips.append(f'pip.parse({hub_attr} = "pypi_{hub}", {lock}{pip_args})\n')
+    pips.append(f"use_repo(patched, {', '.join(json.dumps(hub) for hub in hubs)})\n")
+    pips.append(f"use_repo(pip, {', '.join(json.dumps('pypi_' + hub) for hub in hubs)})\n")
     render(
         "matrix/MODULE.bazel.tmpl",
         root / "MODULE.bazel",
-        rules_python=release,
+        rules_python=configuration.release,
         repo_root=str(REPO_ROOT),
-        toolchain=(TEMPLATES / "matrix" / "toolchain.tmpl").read_text(encoding="utf-8") if modern else "",
+        toolchain=(TEMPLATES / "matrix" / "toolchain.tmpl").read_text(encoding="utf-8") if configuration.modern else "",
         index_url=pypi.index_url,
         suffix=SUFFIX,
-        sibling=SPLIT_SIBLING,
-        hub_attr="hub_name" if modern else "name",
-        pip_args=', python_version = "3.11", python_interpreter = "python3"' if modern else "",
+        hubs=hub_text,
+        hub_attr=hub_attr,
+        pip_args=pip_args,
+        pips="".join(pips),
     )
+    tests = []
+    for hub in hubs:
+        args = ["--expected=%d" % fakecuda.EXPECTED_ANSWER]
+        if hub != "original":
+            args += [f"--expected-version={fakecuda.TORCH_VERSION}+{SUFFIX}", "--preloaded"]
+        if configuration.one_site_packages:
+            args.append("--one-site-packages")
+        if hub == "split":
+            args += [f"--moved-from={SPLIT_MOVED_FROM}", f"--moved-to={SPLIT_MOVED_TO}", f"--sibling-repo={SPLIT_SIBLING.replace('-', '_')}"]
+        tests.append(string_template("matrix/test.BUILD.bazel.tmpl", dict(hub=hub, args=json.dumps(args))))
     render(
         "matrix/BUILD.bazel.tmpl",
         root / "BUILD.bazel",
-        expected=str(fakecuda.EXPECTED_ANSWER),
-        version=f"{fakecuda.TORCH_VERSION}+{SUFFIX}",
-        moved_from=SPLIT_MOVED_FROM,
-        moved_to=SPLIT_MOVED_TO,
-        sibling_dist=SPLIT_SIBLING.replace("-", "_"),
+        loads="".join(f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n' for hub in hubs),
+        tests="".join(tests),
     )
-    return BazelWorkspace(root, root / "logs")
+    return BazelWorkspace(root, root / "logs"), hubs
 
 
-@pytest.fixture(scope="module", params=RELEASES, ids=[f"rules_python-{r}" for r in RELEASES])
-def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, BazelWorkspace, BazelResult]]:
-    release = request.param
-    workspace = _workspace(tmp_path_factory.mktemp(f"matrix-{release}") / "ws", release)
-    result = workspace.run("test", "//:fixed_test", "//:split_test")
-    yield release, workspace, result
-    workspace.shutdown()
+def string_template(template: str, values: dict[str, str]) -> str:
+    return string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
 
 
-def test_patched_and_split_hubs_pass(matrix: tuple[str, BazelWorkspace, BazelResult]) -> None:
-    release, workspace, result = matrix
-    assert result.returncode == 0, result.tail()
-    statuses = summary_statuses(result.output)
-    assert statuses == {"//:fixed_test": "PASSED", "//:split_test": "PASSED"}, result.tail()
-    for target in ("fixed_test", "split_test"):
-        log = workspace.test_log(target)
+@dataclass(frozen=True)
+class Matrix:
+    configuration: Configuration
+    workspace: BazelWorkspace
+    hubs: list[str]
+    result: BazelResult
+
+
+@pytest.fixture(scope="module", params=list(CONFIGURATIONS), ids=list(CONFIGURATIONS))
+def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
+    configuration = CONFIGURATIONS[request.param]
+    root = tmp_path_factory.mktemp(request.param) / "ws"
+    with serve_over_http(root / "pypi") as http_url:
+        workspace, hubs = _workspace(root, configuration, http_url if helper_reads_uv_locks() else None)
+        result = workspace.run("test", "--keep_going", *configuration.flags, *(f"//:{hub}_test" for hub in hubs))
+        yield Matrix(configuration, workspace, hubs, result)
+        workspace.shutdown()
+
+
+def test_patched_hubs_pass(matrix: Matrix) -> None:
+    statuses = summary_statuses(matrix.result.output)
+    patched = [hub for hub in matrix.hubs if hub != "original"]
+    assert {hub: statuses.get(f"//:{hub}_test") for hub in patched} == dict.fromkeys(patched, "PASSED"), matrix.result.tail()
+    for hub in patched:
+        log = matrix.workspace.test_log(f"{hub}_test")
         assert f"faketorch version {fakecuda.TORCH_VERSION}+{SUFFIX}" in log, log
         assert "faketorch ran its generated preload" in log, log
         assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in log, log
-    assert "libfaketorch.so loaded from" in workspace.test_log("split_test")
+    if "split" in matrix.hubs:
+        assert "libfaketorch.so loaded from" in matrix.workspace.test_log("split_test")
 
 
-def test_hub_holds_only_the_wheels_it_wrote(matrix: tuple[str, BazelWorkspace, BazelResult]) -> None:
+def test_one_site_packages_needs_no_preload(matrix: Matrix) -> None:
+    """rules_python 2.x's venvs_site_packages layout installs every wheel into one site-packages, where
+    the unpatched faketorch's RUNPATHs find the other wheels' libraries: the control passes there (it
+    fails with one directory per wheel, see test_bzlmod.py), and the patched hub still passes."""
+    if not matrix.configuration.one_site_packages:
+        pytest.skip("one directory per wheel: the control fails (test_bzlmod.py shows it)")
+    assert summary_statuses(matrix.result.output).get("//:original_test") == "PASSED", matrix.result.tail()
+    log = matrix.workspace.test_log("original_test")
+    assert PRELOAD_BUG not in log and f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in log, log
+    for hub in matrix.hubs:  # what check_faketorch.py checks with --one-site-packages
+        assert "faketorch and fake_nvidia share one site-packages" in matrix.workspace.test_log(f"{hub}_test")
+
+
+def test_hub_holds_only_the_wheels_it_wrote(matrix: Matrix) -> None:
     """Direct references: the lock names our files; the unpatched pins stay as locked, fetched by
     rules_python itself (by sha256), so the hub keeps no copy of them."""
-    release, workspace, result = matrix
-    assert result.returncode == 0, result.tail()
-    expectations = {
-        "fixed": [f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-"],
-        "split": [f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-", f"faketorch_libs-{fakecuda.TORCH_VERSION}+{SUFFIX}-"],
-    }
+    assert summary_statuses(matrix.result.output).get("//:fixed_test") == "PASSED", matrix.result.tail()
+    expectations = {"fixed": [f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-"]}
+    if "split" in matrix.hubs:
+        expectations["split"] = [f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-", f"faketorch_libs-{fakecuda.TORCH_VERSION}+{SUFFIX}-"]
     for name, prefixes in expectations.items():
-        hub = workspace.hub(name)
+        hub = matrix.workspace.hub(name)
         wheels = sorted(path.name for path in (hub / "index").glob("*.whl"))
         elsewhere = [path for path in hub.rglob("*.whl") if path.parent.name not in ("index", "_helper")]
         assert elsewhere == [], elsewhere  # _helper: the helper's own pinned dependencies
@@ -107,29 +232,39 @@ def test_hub_holds_only_the_wheels_it_wrote(matrix: tuple[str, BazelWorkspace, B
         # The unpatched pins name the upstream file they were resolved to (sha256-pinned), so no index
         # page is read for them either.
         nvidia = [line for line in lock.splitlines() if line.startswith("fake-nvidia-")]
-        pypi = workspace.root / "pypi"
+        pypi = matrix.workspace.root / "pypi"
         assert len(nvidia) == 4 and all(
             re.fullmatch(rf"fake-nvidia-[a-z]+ @ file://{pypi}/fake_nvidia_[a-z]+-{fakecuda.NVIDIA_VERSION}-\S+\.whl \\", line)
             for line in nvidia
         ), lock
 
 
-def test_no_pin_falls_back_to_pip(matrix: tuple[str, BazelWorkspace, BazelResult]) -> None:
+def test_uv_lock_hub_writes_a_uv_lock_pointing_at_the_patched_wheel(matrix: Matrix) -> None:
+    if "uvfixed" not in matrix.hubs:
+        pytest.skip("the helper does not read uv.lock / pylock.toml yet (issue 18.2's lock model)")
+    hub = matrix.workspace.hub("uvfixed")
+    (patched,) = (hub / "index").glob(f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-*.whl")
+    text = (hub / "uv.lock").read_text(encoding="utf-8")
+    assert patched.as_uri() in text or str(patched) in text, text
+    user = (matrix.workspace.root / "uv.lock").read_text(encoding="utf-8")
+    for line in user.splitlines():
+        if "fake_nvidia_" in line:
+            assert line in text, f"the unpatched {line!r} changed"
+    assert {"uv.lock", "requirements_lock.txt"} <= {path.name for path in hub.iterdir()}
+
+
+def test_no_pin_falls_back_to_pip(matrix: Matrix) -> None:
     """rules_python 2.x fetches every pin with Bazel's downloader: no warning, no pip fallback."""
-    release, workspace, result = matrix
-    assert result.returncode == 0, result.tail()
-    fallbacks = [line for line in result.output.splitlines() if FALLBACK.search(line)]
+    fallbacks = [line for line in matrix.result.output.splitlines() if FALLBACK.search(line)]
     assert fallbacks == [], fallbacks[:5]
 
 
-def test_unreadable_index_option_fails_in_our_extension(
-    matrix: tuple[str, BazelWorkspace, BazelResult]
-) -> None:
-    """`extra-index-url` fails inside rules_python 2.x; our extension refuses it first with one line.
-    Releases before 2 accept it (their pip reads a file:// index)."""
-    release, workspace, _ = matrix
-    if release.split(".")[0] != "2":
-        pytest.skip("rules_python < 2 reads every index_option")
+def test_unreadable_index_option_fails_in_our_extension(matrix: Matrix) -> None:
+    """`extra-index-url` fails inside rules_python 2.x; our extension refuses it first with one line,
+    before any download. Releases before 2 accept it (their pip reads a file:// index)."""
+    if not matrix.configuration.release_2 or matrix.configuration.one_site_packages:
+        pytest.skip("rules_python < 2 reads every index_option; one 2.x configuration is enough")
+    workspace = matrix.workspace
     module = workspace.root / "MODULE.bazel"
     original = module.read_text(encoding="utf-8")
     module.write_text(
@@ -137,10 +272,10 @@ def test_unreadable_index_option_fails_in_our_extension(
         encoding="utf-8",
     )
     try:
-        result = workspace.run("build", "//:fixed_test")
+        result = workspace.run("build", *matrix.configuration.flags, "//:fixed_test")
     finally:
         module.write_text(original, encoding="utf-8")
     assert result.returncode != 0
-    errors = [line for line in result.output.splitlines() if "rules_patched_wheels: hub \"fixed\"" in line]
+    errors = [line for line in result.output.splitlines() if 'patched.index(name = "fixed")' in line]
     assert errors and 'index_option = "extra-index-url" cannot be read by rules_python 2.3.2' in errors[0], result.tail()
     assert "simpleapi_download" not in result.output, result.tail()

@@ -18,9 +18,16 @@ def main() -> None:
     parser.add_argument("--sibling-repo", help="fragment of the sibling wheel's repository name")
     parser.add_argument("--expected-version", help="the installed faketorch's version (the patched one)")
     parser.add_argument("--preloaded", action="store_true", help="faketorch must have run the generated preload")
+    parser.add_argument("--one-site-packages", action="store_true", help="faketorch and fake_nvidia must share a directory")
     args = parser.parse_args()
 
     import faketorch
+
+    if args.one_site_packages:
+        own_entry = os.path.dirname(os.path.dirname(os.path.abspath(faketorch.__file__)))
+        if not os.path.isdir(os.path.join(own_entry, "fake_nvidia")):
+            sys.exit(f"faketorch's sys.path entry {own_entry} holds no fake_nvidia: not one site-packages")
+        print(f"faketorch and fake_nvidia share one site-packages: {own_entry}")
 
     if args.expected_version:
         from importlib.metadata import version
