@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from patched_wheels.elfgraph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.lock import INDEX_OPTIONS
+from patched_wheels.resolve import ResolvedWheel
 from patched_wheels.version import with_local_suffix
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
@@ -155,21 +156,6 @@ class HubRequest:
 
 
 @dataclass(frozen=True)
-class ResolvedWheel:
-    """One wheel of the lock for this interpreter, as ``patched-wheels resolve`` prints it."""
-
-    project: NormalizedName
-    filename: str
-    urls: tuple[str, ...]
-    sha256: str
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "ResolvedWheel":
-        _same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
-        return cls(canonicalize_name(raw["project"]), raw["filename"], tuple(raw["urls"]), raw["sha256"])
-
-
-@dataclass(frozen=True)
 class HubConfig:
     """The build step's input (``_hub.json``): the one schema of it, written by the plan and read by
     ``patched-wheels hub build``."""
@@ -264,6 +250,12 @@ class HubPlan:
             "scratch": list(self.scratch),
             "exports": list(self.exports),
         }
+
+
+def resolved_wheel(raw: Mapping[str, Any]) -> ResolvedWheel:
+    """One wheel as ``patched-wheels resolve`` prints it (:meth:`ResolvedWheel.as_json`), read strictly."""
+    _same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
+    return ResolvedWheel(canonicalize_name(raw["project"]), raw["filename"], tuple(raw["urls"]), raw["sha256"])
 
 
 def check_request(request: HubRequest) -> None:

@@ -19,12 +19,12 @@ from patched_wheels.hubplan import (
     HubConfig,
     HubRequest,
     PatchedWheelSpec,
-    ResolvedWheel,
     check_request,
     plan_hub,
     resolution,
 )
 from patched_wheels.lock import INDEX_OPTIONS
+from patched_wheels.resolve import ResolvedWheel
 
 PRIVATE = Path(__file__).resolve().parents[2] / "python" / "private"
 
@@ -278,7 +278,7 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
 
     raw["patched"] = [spec_json()]
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
-    resolved = [{"project": w.project, "filename": w.filename, "urls": list(w.urls), "sha256": w.sha256} for w in WHEELS]
+    resolved = [w.as_json() for w in WHEELS]
     (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
     args = ["hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json")]
     assert main([*args, "--config-out", str(tmp_path / "_hub.json")]) == 0
@@ -319,3 +319,19 @@ def test_the_probe_travels_from_the_request_to_the_build_config() -> None:
     probe = "import faketorch; faketorch.answer()"
     config = plan_hub(request(spec_json(preload="auto", probe=probe)), WHEELS, elf_cache=None, cached=()).config
     assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).patched[0].probe == probe
+
+
+def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = spec_json()
+    request_json = {
+        "hub": "fixed", "bzlmod": True, "requirements_lock": "/ws/req.txt", "uv_lock": "", "pylock": "",
+        "index_url": "", "index_option": "direct", "rules_python_version": "0", "repository": str(tmp_path), "patched": [raw],
+    }
+    (tmp_path / "request.json").write_text(json.dumps(request_json), encoding="utf-8")
+    resolved = [{key: value for key, value in WHEELS[0].as_json().items() if key != "sha256"}]
+    (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
+    args = ["hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json")]
+    assert main([*args, "--config-out", str(tmp_path / "_hub.json")]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "resolved wheel: missing keys ['sha256']" in error, error
+    assert not (tmp_path / "_hub.json").exists()

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from patched_wheels.elfgraph import cached_digests
-    from patched_wheels.hubplan import HubRequest, ResolvedWheel, needs_graph, plan_hub, resolution
+    from patched_wheels.hubplan import HubRequest, needs_graph, plan_hub, resolution, resolved_wheel
 
     request = _load(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
@@ -40,7 +40,7 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
-    wheels = _load(args.resolved, lambda raw: [ResolvedWheel.from_json(wheel) for wheel in raw], "resolved wheels")
+    wheels = _load(args.resolved, lambda raw: [resolved_wheel(wheel) for wheel in raw], "resolved wheels")
     elf_cache = _elf_cache_dir(os.environ) if needs_graph(request) else None
     cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
     plan = plan_hub(request, wheels, elf_cache=elf_cache, cached=frozenset(cached))
