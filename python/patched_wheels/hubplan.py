@@ -388,6 +388,7 @@ def plan_hub(
 
     fetch, refs = [], []
     for wheel in wheels:
+        _check_filename(wheel, request)
         folder = _folder(wheel, patched_projects, direct=request.index_option == "direct", graph=graph)
         if folder is None:
             continue
@@ -421,6 +422,22 @@ def plan_hub(
         config=config,
         exports=exports,
     )
+
+
+def _check_filename(wheel: ResolvedWheel, request: HubRequest) -> None:
+    """The file name becomes a path in the hub repository: a wheel's name, never a path (a lock's or an
+    index page's URL ending in ``..%2F`` must not write outside the repository)."""
+    try:
+        parse_wheel_filename(wheel.filename)
+        valid = "/" not in wheel.filename and "\0" not in wheel.filename
+    except InvalidWheelFilename:
+        valid = False
+    if not valid or not _SHA256.fullmatch(wheel.sha256):
+        attribute, path = request.lock
+        raise UsageError(
+            f'{request.index_call}: {attribute} = "{path}": {wheel.project} resolves to {wheel.filename!r} '
+            f"(sha256 {wheel.sha256!r}), not a wheel file name with a sha256"
+        )
 
 
 def _folder(wheel: ResolvedWheel, patched: Collection[str], *, direct: bool, graph: bool) -> str | None:

@@ -335,3 +335,28 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "resolved wheel: missing keys ['sha256']" in error, error
     assert not (tmp_path / "_hub.json").exists()
+
+
+@pytest.mark.parametrize("filename", ["..%2F..%2Fescape.whl", "../../escape-1.0-py3-none-any.whl", "faketorch-2.1.0.tar.gz"])
+def test_a_resolved_name_that_is_not_a_wheel_file_name_is_refused(filename: str) -> None:
+    bad = ResolvedWheel("faketorch", filename, ("https://x/y",), WHEELS[0].sha256)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r'requirements_lock = "/ws/requirements_lock.txt": faketorch resolves to .*not a wheel file name'):
+        plan_hub(request(), [bad, *WHEELS[1:]], elf_cache=None, cached=())
+
+
+@pytest.mark.parametrize("hostile", ["fifo", "/dev/zero", "directory", "latin1"])
+def test_a_hostile_request_file_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], hostile: str) -> None:
+    import os
+
+    path = tmp_path / "request.json"
+    if hostile == "fifo":
+        os.mkfifo(path)
+    elif hostile == "directory":
+        path.mkdir()
+    elif hostile == "latin1":
+        path.write_bytes(b'{"hub": "caf\xe9"}')
+    else:
+        path = Path(hostile)
+    assert main(["hub", "plan", "--request", str(path)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"{path}: cannot read the hub request" in error, error
