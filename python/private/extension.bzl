@@ -7,7 +7,7 @@ and re-reads the index pages). The wheels always come from the repository cache 
 """
 
 load(":helper.bzl", "prepare_helper")
-load(":hub.bzl", "INDEX_ATTRS", "LOCK_ATTRIBUTES", "hub_request", "patched_hub", "resolve_wheels")
+load(":hub.bzl", "INDEX_ATTRS", "LOCK_ATTRIBUTES", "check_hub", "hub_request", "patched_hub", "resolve_wheels")
 load(":specs.bzl", "PATCHED_WHEEL_ATTRS", "hub_specs")
 
 _INDEX_TAG_ATTRS = dict(
@@ -32,6 +32,9 @@ def _patched_impl(module_ctx):
         if hub not in known:
             fail("rules_patched_wheels: patched_wheel(hub = \"%s\") names no patched.index(name = ...); known: %s" % (hub, known))
 
+    # Every hub's attributes are checked before the first hub resolves: a contradiction anywhere fails
+    # before any download.
+    hubs = []
     for index in indexes:
         specs, patches = hub_specs(patched_by_hub.get(index.name, []))
         locks = {attribute: getattr(index, attribute) for attribute in LOCK_ATTRIBUTES}
@@ -50,17 +53,22 @@ def _patched_impl(module_ctx):
             specs = specs,
             patches = patches,
         )
+        resolution = check_hub(module_ctx, helper, request)
+        hubs.append(struct(index = index, specs = specs, patches = patches, locks = locks, helper = helper, request = request, resolution = resolution))
+
+    for hub in hubs:
+        index = hub.index
         patched_hub(
             name = index.name,
-            resolved = json.encode(resolve_wheels(module_ctx, helper, request, index_url = index.index_url)),
+            resolved = json.encode(resolve_wheels(module_ctx, hub.helper, hub.request, hub.resolution, index_url = index.index_url)),
             index_url = index.index_url,
             index_option = index.index_option,
-            patched = json.encode(specs),
-            patches = patches,
+            patched = json.encode(hub.specs),
+            patches = hub.patches,
             python_interpreter = index.python_interpreter,
             python_interpreter_target = index.python_interpreter_target,
             bzlmod = True,
-            **locks
+            **hub.locks
         )
 
 patched = module_extension(

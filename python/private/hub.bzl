@@ -32,8 +32,8 @@ def project_page_url(index_url, project):
     return url + "index.html" if url.startswith("file:") else url
 
 def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patches, repository = ""):
-    """Writes what the user declared for one hub to `_plan/request.json` (hubplan.HubRequest reads it)
-    and returns its path.
+    """Writes what the user declared for one hub to `_plan/<hub>.request.json` (hubplan.HubRequest reads
+    it) and returns struct(hub, path).
 
     `locks` maps each lock attribute to its label or None; `specs` are `hub_specs` specs, whose
     `patch_indices` name their labels in `patches`. Works with a module_ctx and a repository_ctx.
@@ -56,30 +56,35 @@ def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patc
     }
     for attribute, label in locks.items():
         request[attribute] = str(ctx.path(label)) if label else ""
-    ctx.file("_plan/request.json", json.encode_indent(request))
-    return str(ctx.path("_plan/request.json"))
+    path = "_plan/%s.request.json" % hub
+    ctx.file(path, json.encode_indent(request))
+    return struct(hub = hub, path = str(ctx.path(path)))
 
-def resolve_wheels(ctx, helper, request, *, index_url):
-    """Checks the request (the plan's first phase: contradictory attributes fail here, before any
-    download) and picks the wheel file (url, sha256) of every pin of its lock for the helper's interpreter.
+def check_hub(ctx, helper, request):
+    """The plan's first phase: the request checked (contradictory attributes fail here, before any
+    download, naming them) and how to resolve its lock (the `resolution` for `resolve_wheels`)."""
+    return json.decode(run_helper(ctx, helper, ["hub", "plan", "--request", request.path], progress = "checking hub %s" % request.hub))
+
+def resolve_wheels(ctx, helper, request, resolution, *, index_url):
+    """Picks the wheel file (url, sha256) of every pin of the request's lock for the helper's interpreter.
 
     Works with a module_ctx (the extension resolves once; a Bazel that writes MODULE.bazel.lock keeps
     the result, so a `clean --expunge` fetches no page again) and with a repository_ctx (WORKSPACE mode).
     Wheels are fetched by sha256 in either case, so an expunge never downloads them again.
     """
-    resolution = json.decode(run_helper(ctx, helper, ["hub", "plan", "--request", request], progress = "checking the hub's attributes"))
-    ctx.file("_resolve/explicit.json", json.encode(resolution["explicit"]))
-    common = ["resolve"] + resolution["lock_args"] + ["--explicit", str(ctx.path("_resolve/explicit.json"))]
+    folder = "_resolve/%s" % request.hub
+    ctx.file(folder + "/explicit.json", json.encode(resolution["explicit"]))
+    common = ["resolve"] + resolution["lock_args"] + ["--explicit", str(ctx.path(folder + "/explicit.json"))]
     projects = json.decode(run_helper(ctx, helper, common + ["--list-projects"], progress = "reading " + resolution["lock_args"][1]))
     for project in projects:
         ctx.download(
             url = project_page_url(index_url, project),
-            output = "_resolve/pages/%s.html" % project,
+            output = "%s/pages/%s.html" % (folder, project),
         )
     return json.decode(run_helper(
         ctx,
         helper,
-        common + ["--pages", str(ctx.path("_resolve/pages")), "--index-url", index_url],
+        common + ["--pages", str(ctx.path(folder + "/pages")), "--index-url", index_url],
         progress = "choosing wheels for %d projects" % len(projects),
     ))
 
@@ -101,13 +106,13 @@ def _patched_hub_impl(rctx):
     if rctx.attr.resolved:
         resolved = json.decode(rctx.attr.resolved)
     else:
-        resolved = resolve_wheels(rctx, helper, request, index_url = rctx.attr.index_url)
+        resolved = resolve_wheels(rctx, helper, request, check_hub(rctx, helper, request), index_url = rctx.attr.index_url)
     rctx.file("_plan/resolved.json", json.encode_indent(resolved))
     config = str(rctx.path("_hub.json"))
     plan = json.decode(run_helper(
         rctx,
         helper,
-        ["hub", "plan", "--request", request, "--resolved", str(rctx.path("_plan/resolved.json")), "--config-out", config],
+        ["hub", "plan", "--request", request.path, "--resolved", str(rctx.path("_plan/resolved.json")), "--config-out", config],
         progress = "planning the hub",
     ))
     if plan["needs_patchelf"]:

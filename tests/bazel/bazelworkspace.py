@@ -273,8 +273,24 @@ def make_bzlmod_workspace(root: Path) -> Setup:
     return Setup(BazelWorkspace(root, root / "logs"), pypi)
 
 
-def make_workspace_mode_workspace(root: Path) -> Setup:
-    """The legacy WORKSPACE workspace: hubs `fixed` and `runtime` made by the `patched_index` macro."""
+def helper_reads_uv_locks() -> bool:
+    """Whether `patched-wheels resolve` reads uv.lock and pylock.toml (the lock model of issue 18.2)."""
+    usage = subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "resolve", "--help"], capture_output=True, text=True, check=False
+    ).stdout
+    return "--uv-lock" in usage and "--pylock" in usage
+
+
+def fixture_uv_locks(root: Path, pypi: FakePypi, http_url: str) -> None:
+    """``root/uv.lock`` and ``root/pylock.toml`` of the fake CUDA set, made by uv (see :func:`uv_locks`)."""
+    requirements = ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in pypi.wheels.nvidia)]
+    for made in uv_locks(root / "uvproject", http_url, requirements):
+        (root / made.name).write_bytes(made.read_bytes())
+
+
+def make_workspace_mode_workspace(root: Path, http_url: str, *, uv: bool) -> Setup:
+    """The legacy WORKSPACE workspace: hubs `fixed` and `runtime` made by the `patched_index` macro, and
+    `uvfixed` (from a uv.lock locked against ``http_url``) if ``uv``."""
     pypi = common_files(root)
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
     render("WORKSPACE.tmpl", root / "WORKSPACE", **values)
@@ -283,7 +299,10 @@ def make_workspace_mode_workspace(root: Path) -> Setup:
         root / "BUILD.bazel",
         expected=str(fakecuda.EXPECTED_ANSWER),
         runtime_expected=str(fakecuda.RUNTIME_ANSWER),
+        uv_load='load("@pypi_uvfixed//:requirements.bzl", uv_requirement = "requirement")\n' if uv else "",
     )
+    if uv:
+        fixture_uv_locks(root, pypi, http_url)
+        _append_template(root / "WORKSPACE", "uv.WORKSPACE.tmpl", values)
+        _append_template(root / "BUILD.bazel", "uv.BUILD.bazel.workspace.tmpl", dict(expected=str(fakecuda.EXPECTED_ANSWER)))
     return Setup(BazelWorkspace(root, root / "logs", config=["--config=workspace"]), pypi)
-
-

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import re
 import string
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -36,10 +34,11 @@ from bazelworkspace import (
     BazelWorkspace,
     common_files,
     fakecuda,
+    fixture_uv_locks,
+    helper_reads_uv_locks,
     render,
     serve_over_http,
     summary_statuses,
-    uv_locks,
 )
 
 pytestmark = pytest.mark.bazel
@@ -91,14 +90,6 @@ CONFIGURATIONS = {
 }
 
 
-def helper_reads_uv_locks() -> bool:
-    """Whether `patched-wheels resolve` reads uv.lock and pylock.toml (the lock model of issue 18.2)."""
-    usage = subprocess.run(
-        [sys.executable, "-m", "patched_wheels", "resolve", "--help"], capture_output=True, text=True, check=False
-    ).stdout
-    return "--uv-lock" in usage and "--pylock" in usage
-
-
 def _hubs(configuration: Configuration, uv: bool) -> list[str]:
     """The hubs (and so py_test targets) of a configuration: split's check looks for the sibling in its
     own sys.path entry, which one site-packages does not have; the control hub shows what that layout
@@ -108,14 +99,11 @@ def _hubs(configuration: Configuration, uv: bool) -> list[str]:
     return hubs + (["uvfixed", "pylockfixed"] if uv else [])
 
 
-def _workspace(root: Path, configuration: Configuration, http_url: str | None) -> tuple[BazelWorkspace, list[str]]:
+def _workspace(root: Path, configuration: Configuration, http_url: str, uv: bool) -> tuple[BazelWorkspace, list[str]]:
+    """The workspace of ``configuration``; its ``uv.lock`` and ``pylock.toml`` are locked against
+    ``http_url``, and hubs read them if ``uv``."""
     pypi = common_files(root)
-    uv = http_url is not None
-    if uv:
-        requirements = ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in pypi.wheels.nvidia)]
-        uv_lock, pylock = uv_locks(root / "uvproject", http_url, requirements)
-        for made in (uv_lock, pylock):
-            (root / made.name).write_bytes(made.read_bytes())
+    fixture_uv_locks(root, pypi, http_url)
     hubs = _hubs(configuration, uv)
     values = dict(index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
     extra_hubs = {"split": "split", "original": "original", "uvfixed": "uv"}
@@ -181,7 +169,7 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     configuration = CONFIGURATIONS[request.param]
     root = tmp_path_factory.mktemp(request.param) / "ws"
     with serve_over_http(root / "pypi") as http_url:
-        workspace, hubs = _workspace(root, configuration, http_url if helper_reads_uv_locks() else None)
+        workspace, hubs = _workspace(root, configuration, http_url, helper_reads_uv_locks())
         result = workspace.run("test", "--keep_going", *configuration.flags, *(f"//:{hub}_test" for hub in hubs))
         yield Matrix(configuration, workspace, hubs, result)
         workspace.shutdown()
@@ -257,6 +245,44 @@ def test_no_pin_falls_back_to_pip(matrix: Matrix) -> None:
     """rules_python 2.x fetches every pin with Bazel's downloader: no warning, no pip fallback."""
     fallbacks = [line for line in matrix.result.output.splitlines() if FALLBACK.search(line)]
     assert fallbacks == [], fallbacks[:5]
+
+
+CONTRADICTIONS = {
+    "two locks": (
+        'patched.index(name = "fixed", ',
+        'patched.index(name = "fixed", pylock = "//:pylock.toml", ',
+        'patched.index(name = "fixed"): give exactly one of requirements_lock, uv_lock, pylock, not requirements_lock and pylock',
+    ),
+    "split_max_size with split_move": (
+        'split_move = ["faketorch/lib/*.so"],',
+        'split_move = ["faketorch/lib/*.so"], split_max_size = 1000,',
+        'patched.patched_wheel(name = "faketorch", hub = "split"): split_into needs exactly one of split_max_size and split_move, not both',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONTRADICTIONS))
+def test_contradictory_attributes_fail_in_our_extension_before_any_download(matrix: Matrix, case: str) -> None:
+    """The helper's plan checks a hub's attributes first, in the extension: one line naming them, and no
+    index page or wheel is fetched (the fake PyPI is hidden from the run to prove it)."""
+    if matrix.configuration != CONFIGURATIONS["rules_python-2.3.2"]:
+        pytest.skip("the extension's checks do not depend on the release: one configuration is enough")
+    old, new, message = CONTRADICTIONS[case]
+    workspace = matrix.workspace
+    module = workspace.root / "MODULE.bazel"
+    original = module.read_text(encoding="utf-8")
+    assert old in original
+    hidden = workspace.root / "hidden-wheels"
+    (workspace.root / "pypi").rename(hidden)
+    module.write_text(original.replace(old, new, 1), encoding="utf-8")
+    try:
+        result = workspace.run("build", *matrix.configuration.flags, "//:fixed_test")
+    finally:
+        module.write_text(original, encoding="utf-8")
+        hidden.rename(workspace.root / "pypi")
+    assert result.returncode != 0
+    errors = [line for line in result.output.splitlines() if "patched-wheels: error:" in line]
+    assert len(errors) == 1 and errors[0].endswith(message), result.tail()
 
 
 def test_unreadable_index_option_fails_in_our_extension(matrix: Matrix) -> None:

@@ -11,7 +11,8 @@ pytestmark = pytest.mark.bazel
 
 def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
     workspace = workspace_mode.workspace
-    result = workspace.run("test", *workspace.config, "//:fixed_test", "//:runtime_test")
+    uv = (workspace.root / "uv.lock").is_file()
+    result = workspace.run("test", *workspace.config, "//:fixed_test", "//:runtime_test", *(["//:uvfixed_test"] if uv else []))
     assert result.returncode == 0, result.tail()
     assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in workspace.test_log("fixed_test")
     assert f"fakejax.answer() == {fakecuda.RUNTIME_ANSWER}" in workspace.test_log("runtime_test")
@@ -26,3 +27,15 @@ def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
     assert sorted(path.name for path in (hub / "index").glob("*.whl")) == [patched[0].name]
     for wheel in workspace_mode.pypi.wheels.nvidia.values():
         assert f" @ file://{wheel} \\\n    --hash=sha256:{sha256_of(wheel)}\n" in lock, lock
+
+
+def test_workspace_macro_reads_a_uv_lock(workspace_mode: Setup) -> None:
+    """`patched_index(uv_lock = ...)`: pip_parse gets the requirements lock written from it."""
+    workspace = workspace_mode.workspace
+    if not (workspace.root / "uv.lock").is_file():
+        pytest.skip("the helper does not read uv.lock yet (issue 18.2's lock model)")
+    assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in workspace.test_log("uvfixed_test")
+    hub = workspace.hub("uvfixed")
+    (patched,) = (hub / "index").glob(f"faketorch-2.1.0+{SUFFIX}-*.whl")
+    lock = (hub / "requirements_lock.txt").read_text(encoding="utf-8")
+    assert f"faketorch @ file://{patched} \\\n    --hash=sha256:{sha256_of(patched)}\n" in lock, lock
