@@ -27,7 +27,6 @@ from __future__ import annotations
 import heapq
 import io
 import itertools
-import json
 import os
 import posixpath
 import re
@@ -46,10 +45,11 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import Section, StringTableSection
 from elftools.elf.structs import ELFStructs
 
-from patched_wheels.errors import ElfError, UsageError
-from patched_wheels.fsutil import hash_file, write_atomic
+from patched_wheels.cache import read_json, write_json
+from patched_wheels.errors import ElfError, UsageError, warn
+from patched_wheels.fsutil import hash_file
 from patched_wheels.wheelfile import INFLATER_NAME as INFLATER_NAME  # re-exported: benchmarks report it
-from patched_wheels.wheelfile import WheelReader, inflated_chunks
+from patched_wheels.wheelfile import WheelReader, inflated_chunks, is_safe_member_path
 
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
@@ -470,60 +470,148 @@ def _library_members(wheel: Path) -> list[tuple[zipfile.ZipInfo, str]]:
 
 
 class _Cache:
-    """Per-wheel ELF rows on disk, one file per wheel content: ``<sha256>.v<schema>.json``.
+    """Per-wheel ELF rows on disk, one file per wheel content: ``<sha256>.v<schema>.json``, read and
+    written through :mod:`patched_wheels.cache` (trust, bounds, a miss for anything wrong).
 
     The rows hold no wheel file name (it is filled in on load), so a renamed copy of a wheel hits.
-    Best effort both ways: an unreadable, corrupt or foreign entry is a miss (read again and
-    rewritten), and an unwritable directory only costs the next run a read: neither fails the command.
+    A row becomes a path every import of a patched package loads, so it is believed only as a wheel
+    member would be (:func:`rows_problem`); a bad row makes the whole entry a miss, read again.
     """
-
-    _FIELDS = frozenset(field for field in ElfLibrary.__dataclass_fields__ if field != "wheel")
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def _file(self, sha256: str) -> Path:
+    def file(self, sha256: str) -> Path:
         return self.directory / f"{sha256}.v{_CACHE_SCHEMA}.json"
 
     def load(self, sha256: str, wheel: str) -> list[ElfLibrary] | None:
         """The libraries of the wheel with this digest, reported as shipped by ``wheel``; None on a miss."""
-        try:
-            rows = json.loads(self._file(sha256).read_bytes())
-            if not isinstance(rows, list):
-                raise TypeError("cached rows are not a list")
-            return [_library_from_row(row, wheel) for row in rows]
-        except (OSError, ValueError, KeyError, TypeError):
+        path = self.file(sha256)
+        rows = read_json(path, max_bytes=_MAX_CACHE_BYTES)
+        if rows is None:
             return None
+        problem = rows_problem(rows)
+        if problem is not None:
+            warn(f"{path}: cache entry ignored ({problem})")
+            return None
+        assert isinstance(rows, list)  # rows_problem says so
+        return [_library_from_row(row, wheel) for row in rows]
 
     def store(self, sha256: str, libraries: Sequence[ElfLibrary]) -> None:
-        rows = [{key: value for key, value in asdict(library).items() if key != "wheel"} for library in libraries]
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            write_atomic(self._file(sha256), json.dumps(rows).encode("utf-8"))
-        except OSError:
-            pass
+        """Write the rows of one wheel, unless they are rows a later load would refuse (then they are
+        read again each time: a SONAME with a ``/`` is legal ELF, only not one we cache)."""
+        rows = [
+            {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(library).items() if key != "wheel"}
+            for library in libraries
+        ]
+        if rows_problem(rows) is None:
+            write_json(self.file(sha256), rows)
+
+
+_ROW_FIELDS = frozenset(field for field in ElfLibrary.__dataclass_fields__ if field != "wheel")
+_MAX_CACHE_BYTES = 16 << 20  # torch 2.1.0's largest entry is under 64 KiB
+_MAX_ROWS = 1 << 16
+_MAX_ENTRIES = 4096  # DT_NEEDED names, or RPATH/RUNPATH entries, of one row
+_MAX_PATH = 4096  # PATH_MAX
+_MAX_NAME = 255  # NAME_MAX: a longer SONAME or DT_NEEDED names no file
+
+
+def rows_problem(rows: object) -> str | None:
+    """Why decoded cache rows are not rows :meth:`_Cache.store` writes, or None.
+
+    Each row is checked like a wheel member: a safe relative path (the check ``WheelReader`` applies
+    to member names) naming a shared library, a SONAME and DT_NEEDED names that are plain file names,
+    RPATH/RUNPATH entries that are strings without ``:`` or NUL; every count and length bounded.
+    """
+    if not isinstance(rows, list):
+        return "not a list of rows"
+    if len(rows) > _MAX_ROWS:
+        return f"more than {_MAX_ROWS} rows"
+    paths: set[str] = set()
+    for number, row in enumerate(rows, start=1):
+        problem = _row_problem(row)
+        if problem is None and row["path"] in paths:
+            problem = "a path listed twice"
+        if problem is not None:
+            return f"row {number}: {problem}"
+        paths.add(row["path"])
+    return None
+
+
+def _row_problem(row: object) -> str | None:
+    if not isinstance(row, dict) or set(row) != _ROW_FIELDS:
+        return f"not an object with exactly the keys {', '.join(sorted(_ROW_FIELDS))}"
+    path, soname = row["path"], row["soname"]
+    if not isinstance(path, str) or len(path) > _MAX_PATH:
+        return "path is not a string of at most 4096 characters"
+    if not is_safe_member_path(path) or path.endswith("/") or not is_shared_library_name(path):
+        return f"path {_quoted(path)} is not a safe relative path of a shared library"
+    if soname is not None and not _is_plain_name(soname):
+        return f"soname {_quoted(soname)} is not a plain file name"
+    for key in ("needed", "rpath", "runpath"):
+        value = row[key]
+        if not isinstance(value, list) or len(value) > _MAX_ENTRIES:
+            return f"{key} is not a list of at most {_MAX_ENTRIES} entries"
+        for item in value:
+            if key == "needed" and not _is_plain_name(item):
+                return f"needed {_quoted(item)} is not a plain file name"
+            if key != "needed" and not (
+                isinstance(item, str) and 0 < len(item) <= _MAX_PATH and ":" not in item and "\0" not in item
+            ):
+                return f"{key} entry {_quoted(item)} is not a search path entry"
+    return None
+
+
+def _is_plain_name(name: object) -> bool:
+    """A file name the loader looks up in its search path: no directory, nothing special."""
+    return (
+        isinstance(name, str) and 0 < len(name) <= _MAX_NAME and "/" not in name and "\0" not in name and name not in (".", "..")
+    )
+
+
+def _quoted(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _library_from_row(row: Mapping[str, object], wheel: str) -> ElfLibrary:
-    """One cached row as a library of ``wheel``; ValueError or TypeError when it is not one this schema wrote."""
-    if set(row) != _Cache._FIELDS:
-        raise ValueError(f"cached row with keys {sorted(row)}")
-    strings = {key: row[key] for key in ("needed", "rpath", "runpath")}
-    if not isinstance(row["path"], str) or not isinstance(row["soname"], (str, type(None))):
-        raise TypeError("cached path or soname is not a string")
-    if not all(isinstance(value, list) and all(isinstance(item, str) for item in value) for value in strings.values()):
-        raise TypeError("cached needed, rpath or runpath is not a list of strings")
-    return ElfLibrary(wheel, row["path"], row["soname"], *(tuple(value) for value in strings.values()))
+    """One row that passed :func:`rows_problem` as a library of ``wheel``."""
+    lists = [tuple(row[key]) for key in ("needed", "rpath", "runpath")]  # type: ignore[call-overload]
+    return ElfLibrary(wheel, row["path"], row["soname"], *lists)  # type: ignore[arg-type]
 
 
-def default_cache_dir() -> Path:
-    """The user's ELF cache, shared by the commands and (unless overridden) the Bazel hub."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rules_patched_wheels" / "elfgraph"
+def _wheel_problem(wheel: Path, libraries: Sequence[ElfLibrary]) -> str | None:
+    """Why cached rows do not describe ``wheel`` (at hand), or None: the rows must list exactly its
+    shared libraries, and each must start as an ELF file does (a few bytes inflated each, not the member)."""
+    members = {path: info for info, path in _library_members(wheel)}
+    listed = {library.path for library in libraries}
+    unlisted, absent = sorted(members.keys() - listed), sorted(listed - members.keys())
+    if absent:
+        return f"{absent[0]}: no shared library of {wheel.name} has this path"
+    if unlisted:
+        return f"{unlisted[0]}: shipped by {wheel.name}, but no row lists it"
+    for path in sorted(listed):
+        if not _starts_as_elf(wheel, members[path]):
+            return f"{path}: not an ELF file in {wheel.name}"
+    return None
+
+
+def _starts_as_elf(wheel: Path, info: zipfile.ZipInfo) -> bool:
+    """Whether the member begins with the ELF magic, inflating only its first piece."""
+    pieces = inflated_chunks(wheel, info)
+    head = b""
+    try:
+        for piece in pieces:
+            head += piece
+            if len(head) >= 4:
+                break
+    finally:
+        pieces.close()
+    return head[:4] == b"\x7fELF"
 
 
 def cached_digests(digests: Iterable[str], cache_dir: Path) -> list[str]:
-    """Those of ``digests`` whose rows ``cache_dir`` holds, readable: such wheels need no file to be scanned."""
+    """Those of ``digests`` whose rows ``cache_dir`` holds, valid: such wheels need no file to be scanned."""
     cache = _Cache(cache_dir)
     return [digest for digest in dict.fromkeys(digests) if _SHA256.fullmatch(digest) and cache.load(digest, "") is not None]
 
@@ -559,6 +647,12 @@ def scan_wheels(
         digests = list(pool.map(_digest, refs)) if cache is not None else [ref.sha256 for ref in refs]
         for ref, digest in zip(refs, digests):
             cached = None if cache is None or not digest else cache.load(digest, ref.filename)
+            if cached is not None and ref.path is not None:  # the wheel is at hand: the rows must describe it
+                problem = _wheel_problem(ref.path, cached)
+                if problem is not None:
+                    assert cache is not None
+                    warn(f"{cache.file(digest)}: cache entry ignored ({problem}); read again from the wheel")
+                    cached = None
             if cached is not None:
                 found[ref.filename] = cached
                 continue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -266,3 +268,33 @@ def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_p
     assert str(caught.value) == (
         f"{wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': unsafe path (absolute, '..' or empty component)"
     )
+
+
+@pytest.mark.parametrize("evil", ["../../../../../tmp/evil.so", "fakert_foo/lib/libevil.so"])
+def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, capsys, monkeypatch, evil):
+    """Issue 20's attack: ``graph`` fills the cache, a row is added to fakert-foo's entry, then ``patch`` with the
+    cache: the preload is what the wheels justify, and one warning names the cache file. An unsafe path fails the
+    row check; a safe one that the wheel lacks fails the check against the wheel at hand."""
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
+    assert main(["graph", *map(str, runtime.all)]) == 0
+    digest = hashlib.sha256(runtime.foo.read_bytes()).hexdigest()
+    (entry,) = (tmp_path / "cache" / "elfgraph").glob(f"{digest}.*.json")
+    rows = json.loads(entry.read_text(encoding="utf-8"))
+    rows.insert(0, {"path": evil, "soname": "libevil.so", "needed": [], "rpath": [], "runpath": []})
+    entry.write_text(json.dumps(rows), encoding="utf-8")
+    capsys.readouterr()
+
+    def patched_preload(*options: str) -> PreloadList:
+        dest = tmp_path / f"out{len(options)}"
+        argv = ["patch", *options, "--wheel", str(runtime.package), "--dest-dir", str(dest), "--suffix", "p.1"]
+        assert main([*argv, "--preload-for", RUNTIME_PACKAGE, "--preload-from", *map(str, runtime.all), "--preload-wheels", "fakert-foo"]) == 0
+        (wheel,) = dest.glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            return read_preload_module(archive.read(f"{RUNTIME_PACKAGE}/{PRELOAD_MODULE}.py"), where="test")
+
+    poisoned = patched_preload()
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(f"patched-wheels: warning: {entry}: cache entry ignored (")
+    assert not any("evil" in path for path in poisoned.libraries)
+    assert RUNTIME_LIBRARY_PATHS["foo"] in poisoned.libraries
+    assert poisoned == patched_preload("--no-cache")
