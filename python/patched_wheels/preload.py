@@ -33,7 +33,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path, read_graph
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.metadata import field_values
-from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile import WheelReader, is_safe_member_path
 
 PRELOAD_MODULE = "_patched_wheels_preload"
 DEBUG_VARIABLE = "PATCHED_WHEELS_PRELOAD_DEBUG"
@@ -50,6 +50,11 @@ loader satisfies later DT_NEEDED entries by SONAME.  Libraries not found on
 sys.path are skipped: they are optional in this environment.  OPTIONAL ones are
 loaded for code that opens them itself at run time (preload_wheels); one that
 fails to load is skipped, and {debug}=1 reports it on stderr.
+
+Only what lies inside a sys.path entry is loaded: an entry that is not a plain
+relative path is refused, and so is a file whose real path (links resolved) is
+neither under the entry's real path nor the same relative path under another
+directory (a tree of links to files kept elsewhere, as in Bazel's runfiles).
 """
 import os
 import sys
@@ -61,6 +66,27 @@ OPTIONAL = (
 {optional})
 
 
+def _is_relative(path):
+    # wheelfile.is_safe_member_path's rule, restated: this module runs where patched_wheels is not installed.
+    parts = path.split("/")
+    return (
+        "\\\\" not in path and "\\0" not in path and ":" not in parts[0]
+        and all(part not in ("", ".", "..") for part in parts)
+    )
+
+
+def _found(parts, entry):
+    """The library's path under one sys.path entry (loaded as found), or None."""
+    candidate = os.path.join(entry or os.curdir, *parts)
+    root, real = os.path.realpath(entry or os.curdir), os.path.realpath(candidate)
+    if not os.path.isfile(real):
+        return None
+    if real.startswith(os.path.join(root, "")) or real.endswith(os.sep + os.path.join(*parts)):
+        return candidate
+    sys.stderr.write("patched-wheels preload: refused %s: a link out of %s\\n" % (candidate, root))
+    return None
+
+
 def _preload():
     if not sys.platform.startswith("linux"):
         return
@@ -68,9 +94,12 @@ def _preload():
 
     debug = os.environ.get("{debug}")
     for relative in LIBRARIES:
+        if not _is_relative(relative):
+            sys.stderr.write("patched-wheels preload: refused %r: not a relative path\\n" % (relative,))
+            continue
         for entry in sys.path:
-            candidate = os.path.join(entry or os.curdir, *relative.split("/"))
-            if os.path.isfile(candidate):
+            candidate = _found(relative.split("/"), entry)
+            if candidate is not None:
                 try:
                     ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
                 except OSError as error:
@@ -140,6 +169,9 @@ def read_preload_module(source: bytes, *, where: str) -> PreloadList:
     libraries, optional = values.get("LIBRARIES"), values.get("OPTIONAL", ())
     if not (isinstance(libraries, tuple) and all(isinstance(path, str) for path in libraries)):
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module (no LIBRARIES tuple)")
+    unsafe = [path for path in libraries if not is_safe_member_path(path) or path.endswith("/")]
+    if unsafe:
+        raise InvalidWheelError(f"{where}: LIBRARIES entry {unsafe[0]!r} is not a relative path inside a sys.path entry")
     if not (isinstance(optional, tuple) and set(optional) <= set(libraries)):
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module (OPTIONAL is not a subset of LIBRARIES)")
     return PreloadList(libraries, frozenset(optional))

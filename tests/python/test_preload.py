@@ -23,6 +23,7 @@ from fakecuda import (
     RUNTIME_PACKAGE,
     build_fake_cuda_wheels,
     build_runtime_loaded_wheels,
+    compile_shared,
     flat_layout,
     per_wheel_layout,
     run_import,
@@ -43,6 +44,7 @@ from patched_wheels.preload import (
     render_preload_module,
 )
 from patched_wheels.surgery import patch_wheel
+from patched_wheels.wheelfile import is_safe_member_path
 
 
 @pytest.fixture(scope="module")
@@ -298,3 +300,65 @@ def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, c
     assert not any("evil" in path for path in poisoned.libraries)
     assert RUNTIME_LIBRARY_PATHS["foo"] in poisoned.libraries
     assert poisoned == patched_preload("--no-cache")
+
+
+def _announcing_library(directory: Path, name: str) -> Path:
+    """A library whose constructor writes ``LOADED <name>`` on stdout: what the loader ran is visible."""
+    source = (
+        "#include <unistd.h>\n"
+        f'__attribute__((constructor)) static void announce(void) {{ write(1, "LOADED {name}\\n", {len(name) + 8}); }}\n'
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    return compile_shared(directory, name, source, f"-Wl,-soname,{name}")
+
+
+def test_the_generated_module_loads_nothing_outside_its_sys_path_entry(tmp_path):
+    """Hostile LIBRARIES entries (a module edited after the fact) and links out of the sys.path entry load nothing;
+    a library inside the entry, and a tree of links to files at the same relative path (Bazel's runfiles), load."""
+    outside = tmp_path / "outside"
+    evil = _announcing_library(outside, "libevil.so")
+    site = tmp_path / "site"
+    _announcing_library(site / "good" / "lib", "libgood.so")
+    (site / "filelink" / "lib").mkdir(parents=True)
+    (site / "filelink" / "lib" / "libx.so").symlink_to(evil)  # a file link out of the entry
+    (site / "dirlink").symlink_to(outside)  # a directory link out of the entry
+    stored = _announcing_library(tmp_path / "store" / "runfiles" / "lib", "librunfiles.so")
+    (site / "runfiles" / "lib").mkdir(parents=True)
+    (site / "runfiles" / "lib" / "librunfiles.so").symlink_to(stored)  # the same relative path elsewhere
+    hostile = ("../outside/libevil.so", str(evil), "good/../../outside/libevil.so", "good/lib/./../../../outside/libevil.so")
+    linked = ("filelink/lib/libx.so", "dirlink/libevil.so")
+    entries = (*hostile, *linked, "good/lib/libgood.so", "runfiles/lib/librunfiles.so")
+    module = site / "probe.py"
+    module.write_bytes(render_preload_module("probe", PreloadList(entries)))
+
+    result = subprocess.run(
+        [sys.executable, "-s", "-c", "import probe"],
+        env={"PYTHONPATH": str(site), DEBUG_VARIABLE: "1"},
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["LOADED libgood.so", "LOADED librunfiles.so"]
+    refused = [line for line in result.stderr.splitlines() if "refused" in line]
+    assert refused[: len(hostile)] == [f"patched-wheels preload: refused {entry!r}: not a relative path" for entry in hostile]
+    assert refused[len(hostile) :] == [f"patched-wheels preload: refused {site / entry}: a link out of {site}" for entry in linked]
+    assert len(refused) == len(hostile) + len(linked), result.stderr
+
+
+def test_the_module_and_the_wheel_check_agree_on_what_a_relative_path_is():
+    namespace: dict[str, object] = {}
+    exec(render_preload_module("probe", PreloadList()).replace(b"\n_preload()\n", b"\n"), namespace)
+    is_relative = namespace["_is_relative"]
+    paths = ["a/b.so", "a", "../x.so", "a/../b.so", "/abs.so", "a\\b.so", "a/\0.so", "C:/x.so", "c:x.so", "a//b.so",
+             "./a.so", "a/./b.so", "a/b/", "", ".", "..", "a:b/c.so", "a/b:c.so", "...", "a/..b.so"]
+    assert [is_relative(path) for path in paths] == [is_safe_member_path(path) and not path.endswith("/") for path in paths]
+    assert is_relative("a/b.so") and not is_relative("../x.so")
+
+
+def test_reading_a_preload_module_with_an_unsafe_entry_is_an_error():
+    module = render_preload_module("probe", PreloadList(("ok/libok.so", "../../../../tmp/evil.so")))
+    with pytest.raises(InvalidWheelError, match=r"^x: LIBRARIES entry '\.\./\.\./\.\./\.\./tmp/evil\.so' is not a relative path"):
+        read_preload_module(module, where="x")
