@@ -19,6 +19,7 @@ the ``nvidia-*`` packages and dlopens their libraries), which no ELF edge shows.
 from __future__ import annotations
 
 import ast
+import codecs
 import fnmatch
 import json
 import re
@@ -187,7 +188,9 @@ def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
         tree = ast.parse(init_source)
     except (SyntaxError, ValueError) as error:
         raise InvalidWheelError(f"{where}: cannot parse ({error})") from error
-    lines = init_source.splitlines(keepends=True)
+    # A UTF-8 byte order mark must stay the file's first bytes: the line goes after it, not before.
+    bom = codecs.BOM_UTF8 if init_source.startswith(codecs.BOM_UTF8) else b""
+    lines = init_source[len(bom) :].splitlines(keepends=True)
     insert_at = 0
     for number, line in enumerate(lines[:2], start=1):
         if _CODING_COOKIE.match(line):
@@ -202,7 +205,7 @@ def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
     if insert_at and not lines[insert_at - 1].endswith((b"\n", b"\r")):
         lines[insert_at - 1] += newline
     lines.insert(insert_at, _IMPORT_LINE.encode() + newline)
-    return b"".join(lines)
+    return bom + b"".join(lines)
 
 
 def preload_module_member(init_member: str) -> str:

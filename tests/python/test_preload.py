@@ -362,3 +362,25 @@ def test_reading_a_preload_module_with_an_unsafe_entry_is_an_error():
     module = render_preload_module("probe", PreloadList(("ok/libok.so", "../../../../tmp/evil.so")))
     with pytest.raises(InvalidWheelError, match=r"^x: LIBRARIES entry '\.\./\.\./\.\./\.\./tmp/evil\.so' is not a relative path"):
         read_preload_module(module, where="x")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"import os\n",
+        b'"""Doc."""\nimport os\n',
+        b"# -*- coding: utf-8 -*-\nimport os\n",
+        b"#!/usr/bin/env python\n# coding=utf-8\n\"\"\"Doc.\"\"\"\nimport os\n",
+        b'"""Doc."""\nfrom __future__ import annotations\nfrom __future__ import division\nimport os\n',
+        b"from __future__ import annotations\r\nimport os\r\n",
+        b"",
+        b'"""No newline at the end."""',
+    ],
+    ids=["plain", "docstring", "cookie", "shebang-cookie-docstring", "future", "crlf-future", "empty", "no-final-newline"],
+)
+def test_import_into_an_init_starting_with_a_utf8_bom_still_compiles(body):
+    edited = add_preload_import(b"\xef\xbb\xbf" + body, where="pkg/__init__.py")
+    assert edited.startswith(b"\xef\xbb\xbf") and edited.count(b"\xef\xbb\xbf") == 1
+    compile(edited, "pkg/__init__.py", "exec")  # a misplaced BOM is "invalid non-printable character U+FEFF"
+    assert edited[3:] == add_preload_import(body, where="pkg/__init__.py")  # the same place as without the BOM
+    assert add_preload_import(edited, where="pkg/__init__.py") == edited
