@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, expand_origin, read_graph
+from patched_wheels.elfgraph import LibraryGraph, expand_origin, read_graph
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.preload import (
     PreloadList,

@@ -31,7 +31,8 @@ from typing import Callable, Iterable, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path, read_graph
+from patched_wheels.elfgraph import LibraryGraph, install_path, read_graph
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.metadata import field_values
 from patched_wheels.wheelfile import WheelReader, is_safe_member_path

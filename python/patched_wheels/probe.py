@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path
+from patched_wheels.elfgraph import LibraryGraph, install_path
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader
 
 # Environment variables that would let the child's loader find libraries outside the wheel directories.

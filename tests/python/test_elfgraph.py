@@ -19,9 +19,11 @@ import wheelbuilder
 from elftools.elf.elffile import ELFFile
 
 from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
-from patched_wheels import elfgraph
+from patched_wheels import elfcache, elfread
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import WheelRef, cached_digests, expand_origin, parse_elf, read_graph, read_library, scan_wheels
+from patched_wheels.elfcache import cached_digests
+from patched_wheels.elfgraph import WheelRef, expand_origin, read_graph, scan_wheels
+from patched_wheels.elfread import parse_elf, read_library
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.patchelf import find_patchelf
 
@@ -203,11 +205,11 @@ def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monke
     wheel = build_wheel(tmp_path, "small", "1.0", {"small/libsmall.so": data})
     with zipfile.ZipFile(wheel) as archive:
         info = archive.getinfo("small/libsmall.so")
-    monkeypatch.setattr(elfgraph, "_plan", lambda head, size: elfgraph._Plan([(0, 64)]))
+    monkeypatch.setattr(elfread, "_plan", lambda head, size: elfread._Plan([(0, 64)]))
     passes = _count_passes(monkeypatch)
     assert read_library(wheel, info, "small/libsmall.so") == parse_elf(data, wheel=wheel.name, path="small/libsmall.so")
     assert passes == [2]
-    monkeypatch.setattr(elfgraph, "_MAX_PASSES", 1)
+    monkeypatch.setattr(elfread, "_MAX_PASSES", 1)
     with pytest.raises(ElfError, match=r"small/libsmall\.so: its dynamic section refers to data spread over more than"):
         read_library(wheel, info, "small/libsmall.so")
 
@@ -215,13 +217,13 @@ def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monke
 def _count_passes(monkeypatch) -> list[int]:
     """Count the streamed passes of read_library (one inflate of the member each)."""
     passes = [0]
-    real = elfgraph._inflate_kept_ranges
+    real = elfread._inflate_kept_ranges
 
     def counting(*args):
         passes[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(elfgraph, "_inflate_kept_ranges", counting)
+    monkeypatch.setattr(elfread, "_inflate_kept_ranges", counting)
     return passes
 
 
@@ -269,7 +271,7 @@ def test_a_corrupt_cache_entry_is_read_again_and_rewritten(tmp_path, wheels, ent
     cache = tmp_path / "cache"
     first = scan_wheels([wheels.torch], cache_dir=cache)
     (stored,) = cache.iterdir()
-    assert stored.name == f"{_digest(wheels.torch)}.v{elfgraph._CACHE_SCHEMA}.json"
+    assert stored.name == f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
     assert "wheel" not in json.loads(stored.read_text(encoding="utf-8"))[0]
     stored.write_bytes(entry)
     assert cached_digests([_digest(wheels.torch)], cache) == []
@@ -338,11 +340,11 @@ def test_string_windows_follow_dt_strtab_through_the_load_segments():
         entry.pack(tag, value)
         for tag, value in [(1, 0x10), (5, 0x9000), (10, 0x800), (14, 0x20), (15, 0x900), (29, 0x30), (0, 0), (1, 0x40)]
     )
-    plan = elfgraph._Plan([(0, 64)], (0x100, 0x180), loads=((0, 0, 0x1000), (0x7000, 0x9000, 0x1000)), entry=entry)
-    window = elfgraph._STRING_WINDOW
+    plan = elfread._Plan([(0, 64)], (0x100, 0x180), loads=((0, 0, 0x1000), (0x7000, 0x9000, 0x1000)), entry=entry)
+    window = elfread._STRING_WINDOW
     # DT_NEEDED, DT_SONAME and DT_RUNPATH at 0x7000 + value; DT_RPATH's 0x900 is past DT_STRSZ; nothing after DT_NULL.
     assert plan.string_windows(dynamic) == [(0x7010, 0x7010 + window), (0x7020, 0x7020 + window), (0x7030, 0x7030 + window)]
-    assert elfgraph._Plan([(0, 64)], (0x100, 0x180), loads=(), entry=entry).string_windows(dynamic) == []
+    assert elfread._Plan([(0, 64)], (0x100, 0x180), loads=(), entry=entry).string_windows(dynamic) == []
 
 
 # --- the cache is an input: rows validated like wheel members, checked against the wheel at hand -----
@@ -391,18 +393,18 @@ def _row(**changes):
     ],
 )
 def test_each_kind_of_bad_row_is_named(rows, problem):
-    found = elfgraph.rows_problem(rows)
+    found = elfcache.rows_problem(rows)
     assert found is not None and problem in found
 
 
 def test_rows_as_the_cache_writes_them_pass():
-    assert elfgraph.rows_problem([]) is None
-    assert elfgraph.rows_problem([_row(), _row(path="pkg/lib/liby.so", soname=None, needed=[], runpath=[])]) is None
+    assert elfcache.rows_problem([]) is None
+    assert elfcache.rows_problem([_row(), _row(path="pkg/lib/liby.so", soname=None, needed=[], runpath=[])]) is None
 
 
 def _poison(cache: Path, wheel: Path, edit) -> Path:
     """The cache entry of ``wheel`` with its rows changed by ``edit`` (as an attacker with write access would)."""
-    entry = cache / f"{_digest(wheel)}.v{elfgraph._CACHE_SCHEMA}.json"
+    entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
     rows = json.loads(entry.read_text(encoding="utf-8"))
     entry.write_text(json.dumps(edit(rows)), encoding="utf-8")
     return entry
@@ -460,7 +462,7 @@ def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused
     wheel = build_wheel(tmp_path, "textlib", "1.0", {"textlib/libx.so": b"not an ELF file at all"})
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    entry = cache / f"{_digest(wheel)}.v{elfgraph._CACHE_SCHEMA}.json"
+    entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
     entry.write_text(json.dumps([_row(path="textlib/libx.so")]), encoding="utf-8")
     with pytest.raises(ElfError, match="textlib/libx.so: not an ELF file"):
         scan_wheels([wheel], cache_dir=cache)
@@ -474,13 +476,13 @@ def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypat
     cache = tmp_path / "cache"
     scan_wheels([wheel], cache_dir=cache)
     inflated = []
-    real = elfgraph.inflated_chunks
+    real = elfread.inflated_chunks
 
     def counting(path, info):
         for piece in real(path, info):
             inflated.append(len(piece))
             yield piece
 
-    monkeypatch.setattr(elfgraph, "inflated_chunks", counting)
+    monkeypatch.setattr(elfread, "inflated_chunks", counting)
     assert scan_wheels([wheel], cache_dir=cache).cached_wheels == 1
     assert 4 <= sum(inflated) <= 1 << 20
