@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 import stat
 from pathlib import Path
 
 import pytest
+from hostile import count_read_bytes, make_special_file
 
 from patched_wheels import cache
 from patched_wheels.cache import cache_dir, cache_root, read_json, write_json
@@ -110,16 +110,21 @@ def test_an_unwritable_value_or_place_is_a_warning_not_an_error(tmp_path: Path, 
 # --- hostile files: each a miss with one warning naming it --------------------------------------
 
 
-def test_a_fifo_is_not_opened_for_reading_and_nothing_waits(private: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    os.mkfifo(private / "entry.json", 0o600)
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("fifo", "not a regular file"),  # opened without blocking: nothing waits for a writer
+        ("dev-zero-link", "a symbolic link"),
+        ("link-loop", "a symbolic link"),
+        ("socket", "not a regular file"),
+        ("directory", "not a regular file"),
+        ("device", "not a regular file"),
+    ],
+)
+def test_a_special_file_is_a_miss_with_one_warning(private: Path, capsys: pytest.CaptureFixture[str], kind: str, reason: str) -> None:
+    make_special_file(kind, private / "entry.json")
     assert read_json(private / "entry.json", max_bytes=CAP) is None
-    _one_warning(capsys, private / "entry.json", "not a regular file")
-
-
-def test_a_link_to_dev_zero_is_not_followed(private: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (private / "entry.json").symlink_to("/dev/zero")
-    assert read_json(private / "entry.json", max_bytes=CAP) is None
-    _one_warning(capsys, private / "entry.json", "symbolic link")
+    _one_warning(capsys, private / "entry.json", reason)
 
 
 def test_a_link_to_a_good_file_is_not_followed_either(private: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,19 +132,6 @@ def test_a_link_to_a_good_file_is_not_followed_either(private: Path, capsys: pyt
     (private / "entry.json").symlink_to(private / "real.json")
     assert read_json(private / "entry.json", max_bytes=CAP) is None
     _one_warning(capsys, private / "entry.json", "symbolic link")
-
-
-def test_a_socket_is_not_read(private: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(str(private / "entry.json"))
-        assert read_json(private / "entry.json", max_bytes=CAP) is None
-    _one_warning(capsys, private / "entry.json", "not a regular file")
-
-
-def test_a_directory_is_not_read(private: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (private / "entry.json").mkdir(mode=0o700)
-    assert read_json(private / "entry.json", max_bytes=CAP) is None
-    _one_warning(capsys, private / "entry.json", "not a regular file")
 
 
 def test_deep_nesting_is_a_miss_not_a_recursion_traceback(private: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -165,15 +157,7 @@ def test_a_huge_file_is_refused_by_its_size_before_any_read(
     path = private / "entry.json"
     with open(path, "wb") as stream:
         stream.truncate(150 << 20)  # sparse: 150 MB that cost no disk
-    read_bytes = []
-    real_read = os.read
-
-    def counting(handle: int, size: int) -> bytes:
-        data = real_read(handle, size)
-        read_bytes.append(len(data))
-        return data
-
-    monkeypatch.setattr(os, "read", counting)
+    read_bytes = count_read_bytes(monkeypatch)
     assert read_json(path, max_bytes=CAP) is None
     assert sum(read_bytes) == 0
     _one_warning(capsys, path, f"larger than {CAP} bytes")

@@ -6,7 +6,6 @@ import hashlib
 import html.parser
 import json
 import os
-import socket
 import stat
 import shutil
 from pathlib import Path
@@ -14,6 +13,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
+from hostile import count_read_bytes, make_special_file
 from indexfixtures import make_wheel, run_cli, run_pip, sha256_of, wheel_metadata
 from patched_wheels import index as index_module
 from patched_wheels.errors import InvalidWheelError
@@ -362,30 +362,6 @@ def test_cli_reports_what_it_did(tmp_path: Path) -> None:
     assert second.stdout.strip().endswith("(0 hashed)")
 
 
-def _special(kind: str, path: Path) -> None:
-    """Put a non-regular file of ``kind`` at ``path``."""
-    if kind == "link-loop":
-        path.symlink_to(path.name)  # ln -s x.whl x.whl
-    elif kind == "dangling-link":
-        path.symlink_to("gone.whl")
-    elif kind == "dev-zero-link":
-        path.symlink_to("/dev/zero")
-    elif kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "socket":
-        with socket.socket(socket.AF_UNIX) as server:
-            server.bind(str(path))  # the file stays after the socket is closed
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "device":
-        try:
-            os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))  # /dev/zero's numbers
-        except PermissionError:
-            pytest.skip("mknod needs CAP_MKNOD")
-    else:
-        raise AssertionError(kind)
-
-
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [
@@ -403,7 +379,7 @@ def test_a_distribution_name_that_is_no_regular_file_is_one_error(tmp_path: Path
     build_index(directory)
     before = _snapshot(directory)
     path = directory / "x-1.0-py3-none-any.whl"
-    _special(kind, path)
+    make_special_file(kind, path)
 
     result = run_cli("index", str(directory))
 
@@ -437,16 +413,8 @@ def test_a_hostile_hash_cache_is_a_miss_with_one_warning(
             pytest.skip("chown to another uid needs root; cache.py's test of the decision covers the rest")
         os.chown(cache_file, 12345, -1)
     else:
-        _special(kind, cache_file)
-    read_bytes: list[int] = []
-    real_read = os.read
-
-    def counting(handle: int, size: int) -> bytes:
-        data = real_read(handle, size)
-        read_bytes.append(len(data))
-        return data
-
-    monkeypatch.setattr(os, "read", counting)
+        make_special_file(kind, cache_file)
+    read_bytes = count_read_bytes(monkeypatch)
     capsys.readouterr()
 
     result = build_index(directory)
