@@ -37,7 +37,7 @@ def write_atomic(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> None:
     """Replace ``path`` with ``data`` (permission bits ``mode``) via a temp file in the same directory,
     so a reader sees the old or the new file, never a part, and a failure leaves no temp file behind;
     equal content is not rewritten, so a warm run writes nothing (and mtimes stay put)."""
-    if holds(path, data):
+    if holds(path, data, mode=mode):
         return
     temp = write_temp(path, data, mode=mode)
     try:
@@ -47,13 +47,23 @@ def write_atomic(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> None:
         raise
 
 
-def holds(path: Path, data: bytes) -> bool:
+def holds(path: Path, data: bytes, *, mode: int | None = None) -> bool:
     """Whether ``path`` is a readable regular file holding exactly ``data`` (a FIFO, a device or a
-    longer file is not read: it does not hold ``data``)."""
+    longer file is not read: it does not hold ``data``) and, given ``mode``, one of ours with those
+    permission bits (a cache file someone made group-writable is replaced, not kept for its content)."""
     try:
-        return read_regular_file(path, max_bytes=len(data)) == data
+        handle = open_regular_file(path)
     except (OSError, ValueError):
         return False
+    try:
+        status = os.fstat(handle)
+        if mode is not None and (stat.S_IMODE(status.st_mode) != mode or status.st_uid != os.geteuid()):
+            return False
+        return read_descriptor(handle, max_bytes=len(data), size=status.st_size) == data
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(handle)
 
 
 class NotRegularFileError(ValueError):

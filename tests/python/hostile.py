@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,12 @@ def make_special_file(kind: str, path: Path) -> None:
         path.symlink_to("/dev/zero")
     elif kind == "fifo":
         os.mkfifo(path, 0o600)
-    elif kind == "socket":
+    elif kind == "socket":  # bound where its path fits sockaddr_un's 108 bytes, then moved into place
+        short = Path(tempfile.mkdtemp(dir=path.parent if len(str(path)) < 100 else "/tmp"))
         with socket.socket(socket.AF_UNIX) as server:
-            server.bind(str(path))  # the file stays after the socket is closed
+            server.bind(str(short / "s"))  # the file stays after the socket is closed
+        os.rename(short / "s", path)
+        short.rmdir()
     elif kind == "directory":
         path.mkdir(mode=0o700)
     elif kind == "device":

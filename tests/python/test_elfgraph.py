@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import zipfile
@@ -18,6 +19,7 @@ import pytest
 import wheelbuilder
 from elftools.elf.elffile import ELFFile
 
+from hostile import count_read_bytes, make_special_file
 from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from patched_wheels import elfcache, elfread
 from patched_wheels.cli import main
@@ -488,3 +490,29 @@ def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypat
     monkeypatch.setattr(elfread, "inflated_chunks", counting)
     assert scan_wheels([wheel], cache_dir=cache).cached_wheels == 1
     assert 4 <= sum(inflated) <= 1 << 20
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "link-loop", "socket", "device", "huge", "group-writable"])
+def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(tmp_path, wheels, capsys, monkeypatch, kind):
+    cache = tmp_path / "cache"
+    first = scan_wheels([wheels.torch], cache_dir=cache)
+    entry = cache / f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
+    if kind == "group-writable":
+        entry.chmod(0o660)
+    else:
+        entry.unlink()
+        if kind == "huge":
+            with open(entry, "wb") as stream:
+                stream.truncate(150 << 20)  # sparse
+        else:
+            make_special_file(kind, entry)
+    read_bytes = count_read_bytes(monkeypatch)
+    capsys.readouterr()
+    assert cached_digests([_digest(wheels.torch)], cache) == []
+    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert again.cached_wheels == 0 and again.libraries == first.libraries
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 2 and all(line.startswith(f"patched-wheels: warning: {entry}: cache file ignored (") for line in warnings)
+    assert sum(read_bytes) < 1 << 20  # the 150 MB file was refused by its size, not read
+    assert entry.is_file() and not entry.is_symlink() and stat.S_IMODE(entry.stat().st_mode) == 0o600
+    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1
