@@ -516,3 +516,20 @@ def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(tmp
     assert sum(read_bytes) < 1 << 20  # the 150 MB file was refused by its size, not read
     assert entry.is_file() and not entry.is_symlink() and stat.S_IMODE(entry.stat().st_mode) == 0o600
     assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1
+
+
+def test_the_graph_command_never_caches_into_the_working_directory(tmp_path, wheels, monkeypatch, capsys):
+    """Issue 22: a relative XDG_CACHE_HOME is ignored (XDG spec); a relative RULES_PATCHED_WHEELS_CACHE is one error."""
+    monkeypatch.delenv("RULES_PATCHED_WHEELS_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relcache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["graph", *map(str, wheels.all)]) == 0
+    assert not (tmp_path / "relcache").exists()
+    entries = list((tmp_path / "home" / ".cache" / "rules_patched_wheels" / "elfgraph").iterdir())
+    assert len(entries) == len(wheels.all)
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "relcache")
+    capsys.readouterr()
+    assert main(["graph", *map(str, wheels.all)]) == 1
+    assert capsys.readouterr().err == "patched-wheels: error: RULES_PATCHED_WHEELS_CACHE=relcache: expected an absolute directory or off\n"
+    assert not (tmp_path / "relcache").exists()
