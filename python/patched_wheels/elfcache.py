@@ -100,7 +100,7 @@ def _row_problem(row: object) -> str | None:
         return f"not an object with exactly the keys {', '.join(sorted(_ROW_FIELDS))}"
     path, soname = row["path"], row["soname"]
     if not isinstance(path, str) or len(path) > _MAX_PATH:
-        return "path is not a string of at most 4096 characters"
+        return f"path is not a string of at most {_MAX_PATH} characters"
     if not is_safe_member_path(path) or path.endswith("/") or not is_shared_library_name(path):
         return f"path {_quoted(path)} is not a safe relative path of a shared library"
     if soname is not None and not _is_plain_name(soname):
@@ -121,9 +121,9 @@ def _row_problem(row: object) -> str | None:
 
 def _is_plain_name(name: object) -> bool:
     """A file name the loader looks up in its search path: no directory, nothing special."""
-    return (
-        isinstance(name, str) and 0 < len(name) <= _MAX_NAME and "/" not in name and "\0" not in name and name not in (".", "..")
-    )
+    if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
+        return False
+    return "/" not in name and "\0" not in name and name not in (".", "..")
 
 
 def _quoted(value: object) -> str:
