@@ -22,6 +22,7 @@ from pathlib import Path
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.doctor import diagnose, format_diagnosis, format_run, system_library_names
 from patched_wheels.errors import UsageError
+from patched_wheels.packages import find_package
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also run CODE (default: import PKG) with one directory per wheel and report what really happens",
     )
     parser.add_argument(
+        "--probe",
+        metavar="CODE",
+        help="judge the generated preload with what CODE maps in one site-packages (preload = \"auto\"'s probe; "
+        "default with --run: import PKG); without it and --run, the ELF graph alone",
+    )
+    parser.add_argument(
         "--assume-system",
         action="append",
         default=[],
@@ -68,18 +75,26 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--run needs CODE or --package (to run import PKG)")
     if code and code.endswith(".whl") and Path(code).is_file():
         raise UsageError(f"--run {code}: a wheel, not code; put --run after the wheels or write --run=CODE")
+    if args.probe is not None and not args.package:
+        raise UsageError("--probe needs --package")
+    probe = args.probe
+    default_code = find_package(args.package, args.wheels).import_code if args.package else ""
+    if probe is None and code is not None and args.package:
+        probe = default_code  # what preload = "auto" runs by default
     diagnosis = diagnose(
         args.wheels,
         package=args.package,
         preload_wheels=args.preload_wheels,
         cache_dir=elf_cache_dir(args),
         system_names=system_library_names() | set(args.assume_system),
+        probe=probe,
+        use_cache=not args.no_cache,
     )
     print(format_diagnosis(diagnosis))
     if code is None:
         return 1 if diagnosis.fails else 0
-    from patched_wheels.probe import run_per_wheel  # imported here: only --run installs and runs anything
+    from patched_wheels.probe import compare  # imported here: only --run installs and runs anything
 
-    result = run_per_wheel(args.wheels, code or f"import {args.package}", diagnosis.graph)
-    print(format_run(result, diagnosis))
-    return 0 if result.returncode == 0 else 1
+    comparison = compare(args.wheels, code or default_code, diagnosis.graph)
+    print(format_run(comparison, diagnosis))
+    return 0 if comparison.matches else 1
