@@ -134,15 +134,25 @@ class Diagnosis:
         return self.as_is.fails
 
 
-def system_library_names() -> frozenset[str]:
-    """File names the loader finds without any RPATH: ld.so.cache, the default directories, GPU driver libraries."""
-    names: set[str] = set(DRIVER_LIBRARIES)
+def ld_so_cache() -> dict[str, str]:
+    """File name -> path of the libraries ``ldconfig -p`` lists (the loader's cache), first entry of a name winning."""
     ldconfig = shutil.which("ldconfig") or next(
         (path for path in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(path)), None
     )
-    if ldconfig:
-        listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
-        names.update(line.split()[0] for line in listing.splitlines()[1:] if line.strip())
+    if not ldconfig:
+        return {}
+    listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
+    found: dict[str, str] = {}
+    for line in listing.splitlines()[1:]:
+        name, _, path = line.strip().partition(" => ")
+        if name:
+            found.setdefault(name.split()[0], path)
+    return found
+
+
+def system_library_names() -> frozenset[str]:
+    """File names the loader finds without any RPATH: ld.so.cache, the default directories, GPU driver libraries."""
+    names: set[str] = set(DRIVER_LIBRARIES) | set(ld_so_cache())
     for directory in _SYSTEM_DIRECTORIES:
         try:
             names.update(os.listdir(directory))

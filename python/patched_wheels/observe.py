@@ -25,8 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -97,7 +95,7 @@ def observe(
         if cached is not None:
             observation = _from_json(cached, probe, digests, graph)
             if observation is not None:
-                return observation
+                return _warn_if_failed(observation)
             warn(f"{entry}: not an observation of this wheel set; running the probe again")
     unfetched = [ref.filename for ref in refs if ref.path is None]
     if unfetched:
@@ -106,6 +104,16 @@ def observe(
     observation = _run(refs, probe, graph)
     if entry is not None:
         cache.write_json(entry, _to_json(observation, digests))
+    return _warn_if_failed(observation)
+
+
+def _warn_if_failed(observation: Observation) -> Observation:
+    """A probe that fails in one site-packages still shows what it mapped up to there; say it failed."""
+    if observation.returncode != 0:
+        warn(
+            f"probe {observation.probe!r} exits with status {observation.returncode} in one site-packages "
+            f"({observation.error_line or 'no error line'}); the preload includes what it mapped until then"
+        )
     return observation
 
 
@@ -194,15 +202,9 @@ class _SystemSymbols:
 
     def _cache_paths(self) -> dict[str, str]:
         if self._paths is None:
-            self._paths = {}
-            ldconfig = shutil.which("ldconfig") or next(
-                (path for path in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(path)), None
-            )
-            listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout if ldconfig else ""
-            for line in listing.splitlines()[1:]:
-                name, _, path = line.strip().partition(" => ")
-                if path and os.path.exists(path):
-                    self._paths.setdefault(name.split()[0], path)
+            from patched_wheels.doctor import ld_so_cache  # the loader's cache, read as doctor reads it
+
+            self._paths = {name: path for name, path in ld_so_cache().items() if os.path.exists(path)}
         return self._paths
 
     def defined_by(self, name: str) -> frozenset[str]:

@@ -28,9 +28,11 @@ from pathlib import Path, PurePosixPath
 from typing import Iterator, Sequence
 
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path
-from patched_wheels.layout import FLAT, PER_WHEEL, Layout, install
+from patched_wheels.errors import UsageError
+from patched_wheels.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout, install
 from patched_wheels.wheelfile import WheelReader
 
+TIMEOUT_VARIABLE = "RULES_PATCHED_WHEELS_RUN_TIMEOUT"
 # Environment variables that would let the child's loader find libraries outside the wheel directories.
 _DROPPED_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
 # A Python exception line ("OSError: libx.so: cannot open ..."), also inside a logged message.
@@ -136,18 +138,31 @@ class Installation:
         environment["PYTHONPATH"] = os.pathsep.join(entries)
         maps, workdir = self.root / f"maps-{kind}", self.root / "cwd"
         workdir.mkdir(exist_ok=True)  # the child's current directory (sys.path[0] for -c): empty
-        completed = subprocess.run(
-            [sys.executable, "-S", "-c", _CHILD, str(maps), code],
-            env=environment,
-            cwd=workdir,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            check=False,
-        )
+        timeout = run_timeout()
+        try:
+            completed = subprocess.run(
+                [sys.executable, "-S", "-c", _CHILD, str(maps), code],
+                env=environment,
+                cwd=workdir,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                check=False,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT[kind]}; stopped") from None
         mapped = _mapped(maps.read_bytes(), by_file) if maps.is_file() else None
         places = (*entries, str(layout.root))
         return RunResult(kind, code, completed.returncode, completed.stdout, completed.stderr, len(entries), mapped, places)
+
+
+def run_timeout() -> int:
+    """Seconds a run (``doctor --run``, a preload probe) may take: $RULES_PATCHED_WHEELS_RUN_TIMEOUT, else 900."""
+    value = os.environ.get(TIMEOUT_VARIABLE, "900")
+    if not (value.isascii() and value.isdigit() and 0 < int(value)):
+        raise UsageError(f"{TIMEOUT_VARIABLE}={value!r}: not a positive whole number of seconds")
+    return int(value)
 
 
 @contextmanager
