@@ -13,11 +13,14 @@ or none; the exit status follows this one, since it is what runs today.  *With
 the generated preload*: judged against what ``preload = "auto"`` (and
 ``preload_wheels``) would write, i.e. :func:`patched_wheels.preload.plan_preload`.
 Libraries a package opens itself at run time are invisible in the ELF graph: those
-of the wheels matching ``preload_wheels``, and -- for a package with no DT_NEEDED
-edge to other wheels -- those of the wheels it requires, count as possibly loaded.
+a probe maps in one site-packages (when one is given), of the wheels matching
+``preload_wheels``, and -- for a package with no DT_NEEDED edge to other wheels --
+those of the wheels it requires, count as possibly loaded.  Data-scheme libraries
+are judged where rules_python puts them (:mod:`patched_wheels.layout`).
 Simplifications: DT_RPATH inherited from the loading object and LD_LIBRARY_PATH
 are ignored, since neither reaches across wheel directories under Bazel; a preload
-written by hand in the package's code is not seen (``doctor --run`` sees it).
+written by hand in the package's code is not seen.  All of this is a prediction:
+``doctor --run`` (:func:`format_run`) judges by the difference from one site-packages.
 """
 
 from __future__ import annotations

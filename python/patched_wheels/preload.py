@@ -4,15 +4,17 @@ In one site-packages, RPATHs such as ``$ORIGIN/../../nvidia/cusparse/lib`` find 
 libraries of sibling wheels.  When every wheel has its own ``sys.path`` entry (as
 under Bazel) they point nowhere, and hand-written preload lists like torch 2.1.0's
 break as soon as their order is wrong.  The module generated here loads each
-needed library by its wheel-relative path, found across ``sys.path``, with
-``RTLD_GLOBAL`` and dependencies first, so that every later DT_NEEDED is
-satisfied by SONAME.  The order comes from the ELF files at patch time.
+needed library by its wheel-relative path, found across ``sys.path``, dependencies
+first, so that every later DT_NEEDED (and dlopen by name) is satisfied by SONAME;
+RTLD_LOCAL unless a library needs its symbols global (see :mod:`patched_wheels.observe`).
+The order comes from the ELF files at patch time.
 
 What a package preloads is defined once, by :func:`plan_preload`: the libraries of
-other wheels its own libraries need (DT_NEEDED, transitively), plus, on request,
-every library of the wheels whose project names match ``preload_wheels`` globs --
-for packages that open libraries themselves at run time (JAX's CUDA plugin locates
-the ``nvidia-*`` packages and dlopens their libraries), which no ELF edge shows.
+other wheels its own libraries need (DT_NEEDED, transitively), plus those of other
+wheels a probe maps with every wheel in one site-packages (the observation), plus, on
+request, every library of the wheels whose project names match ``preload_wheels``
+globs -- for packages that open libraries themselves at run time (JAX's CUDA plugin
+locates the ``nvidia-*`` packages and dlopens their libraries), which no ELF edge shows.
 ``doctor``, ``patch``, ``split`` and the hub all use it.
 """
 

@@ -79,6 +79,7 @@ def _wheel(dest: Path, name: str, files: Mapping[str, bytes], *, requires: Seque
 
 
 PLUGIN_LIBRARIES = {"cu": "fake_cu/lib/libcu.so.1", "cudep": "fake_cudep/lib/libcudep.so.1"}
+PLUGIN_ANSWER = 12  # xla_fake.answer() when libcu.so.1 loaded, 0 on the "cpu"
 _PLUGIN_INIT = '''"""xla_fake: a CUDA plugin that finds its libraries the way JAX's does, else runs on the CPU."""
 import ctypes
 import logging
@@ -98,8 +99,12 @@ except OSError as error:
     _cu = None
 
 
+def answer():
+    return _cu.cu_value() if _cu is not None else 0
+
+
 def backend():
-    return "gpu:%d" % _cu.cu_value() if _cu is not None else "cpu"
+    return "gpu:%d" % answer() if _cu is not None else "cpu"
 '''
 
 

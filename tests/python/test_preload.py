@@ -231,8 +231,14 @@ def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_
     assert "give a probe that makes it do so" in message and "fakert-*" not in message  # no list nobody checked
     assert preload_member_edits(RUNTIME_PACKAGE, runtime.all, strict=False, probe="pass") == {}
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
-    # Nothing required and nothing to hint at (a pure package, a platform without those wheels): silent.
+    # Nothing required and nothing to hint at (a pure package without the wheels it requires): no edit, and only
+    # the probe's failure in one site-packages is reported.
     assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False) == {}
+    assert capsys.readouterr().err == (
+        "patched-wheels: warning: probe 'import fakejax' exits with status 1 in one site-packages (AttributeError: "
+        "'NoneType' object has no attribute 'origin'); the preload includes what it mapped until then\n"
+    )
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False, probe="pass") == {}
     assert capsys.readouterr().err == ""
 
 
@@ -240,7 +246,7 @@ def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hu
     message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
     with pytest.raises(UsageError, match=re.escape(message)):
         preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
-    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False) == {}
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, probe="pass") == {}
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
 
 
