@@ -394,6 +394,8 @@ def preload_edits(
     a platform without those wheels, e.g. macOS) it is a warning at most and no edit.
     """
     location = find_package(package, [package_wheel])
+    if probe is not None and not isinstance(probe, str):
+        raise UsageError(f"probe {probe!r}: not Python code (a string)")
     observed = None
     code = probe or location.import_code
     if wheels:

@@ -35,6 +35,9 @@ from patched_wheels.wheelfile import WheelReader
 TIMEOUT_VARIABLE = "RULES_PATCHED_WHEELS_RUN_TIMEOUT"
 # Environment variables that would let the child's loader find libraries outside the wheel directories.
 _DROPPED_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
+# What a run's report keeps of its output: the end of stdout, and of stderr a line at most this long.
+_KEPT_OUTPUT = 64 << 10
+_KEPT_LINE = 8 << 10
 # A Python exception line ("OSError: libx.so: cannot open ..."), also inside a logged message.
 _ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
 # Runs in the child: record the mapped files at exit (also after an uncaught exception), then run the code.
@@ -61,22 +64,15 @@ class RunResult:
     code: str
     returncode: int
     stdout: str
-    stderr: str
+    """The last lines of its standard output (at most ``_KEPT_OUTPUT`` bytes)."""
+    error_line: str | None
+    """The first exception line of stderr (a logged one too); for a failure without one, the last line."""
     entries: int
     """How many directories were on PYTHONPATH."""
     mapped: tuple[ElfLibrary, ...] | None
     """The set's libraries mapped at exit; None when the process ended without its exit hook (killed, os._exit)."""
     places: tuple[str, ...] = ()
     """The layout's directories (root first), replaced by placeholders when errors are compared."""
-
-    @property
-    def error_line(self) -> str | None:
-        """The first exception line of stderr (a logged one too); for a failure without one, the last line."""
-        lines = [line.strip() for line in self.stderr.splitlines() if line.strip()]
-        found = next((line for line in lines if _ERROR_LINE.search(line)), None)
-        if found is None and self.returncode != 0 and lines:
-            return lines[-1]
-        return found
 
     @property
     def comparable_error(self) -> str | None:
@@ -139,22 +135,27 @@ class Installation:
         maps, workdir = self.root / f"maps-{kind}", self.root / "cwd"
         workdir.mkdir(exist_ok=True)  # the child's current directory (sys.path[0] for -c): empty
         timeout = run_timeout()
+        if "\0" in code:
+            raise UsageError(f"code {code!r}: contains a NUL character")
+        stdout, stderr = self.root / f"stdout-{kind}", self.root / f"stderr-{kind}"
         try:
-            completed = subprocess.run(
-                [sys.executable, "-S", "-c", _CHILD, str(maps), code],
-                env=environment,
-                cwd=workdir,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                check=False,
-                timeout=timeout,
-            )
+            with open(stdout, "wb") as out, open(stderr, "wb") as err:  # files: output of any size, bounded memory
+                completed = subprocess.run(
+                    [sys.executable, "-S", "-c", _CHILD, str(maps), code],
+                    env=environment,
+                    cwd=workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    check=False,
+                    timeout=timeout,
+                )
         except subprocess.TimeoutExpired:
             raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT[kind]}; stopped") from None
         mapped = _mapped(maps.read_bytes(), by_file) if maps.is_file() else None
         places = (*entries, str(layout.root))
-        return RunResult(kind, code, completed.returncode, completed.stdout, completed.stderr, len(entries), mapped, places)
+        error = _first_error(stderr, failed=completed.returncode != 0)
+        return RunResult(kind, code, completed.returncode, _tail(stdout), error, len(entries), mapped, places)
 
 
 def run_timeout() -> int:
@@ -205,6 +206,31 @@ def _link_install(wheel: Path, source: Layout, target: Layout) -> None:
             os.link(origin, destination)
         except OSError:
             shutil.copy2(origin, destination)
+
+
+def _tail(path: Path) -> str:
+    """The last ``_KEPT_OUTPUT`` bytes of a file, decoded (a cut first line dropped)."""
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(0, size - _KEPT_OUTPUT))
+        data = file.read()
+    text = data.decode("utf-8", "replace")
+    return text.split("\n", 1)[-1] if size > _KEPT_OUTPUT else text
+
+
+def _first_error(path: Path, *, failed: bool) -> str | None:
+    """The first exception line of a stderr file (a logged one too); for a failure without one, its last line.
+
+    Read line by line, each cut at ``_KEPT_LINE`` bytes, so any output fits in bounded memory.
+    """
+    last = None
+    with open(path, "rb") as file:
+        while line := file.readline(_KEPT_LINE):
+            text = line.decode("utf-8", "replace").strip()
+            if text and _ERROR_LINE.search(text):
+                return text
+            last = text or last
+    return last if failed else None
 
 
 def _mapped(maps: bytes, installed_files: dict[str, ElfLibrary]) -> tuple[ElfLibrary, ...]:

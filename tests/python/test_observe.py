@@ -146,3 +146,20 @@ def test_a_namespace_package_with_no_regular_package_is_one_error_line(tmp_path,
         "patched-wheels: error: nsonly: a namespace package (no __init__.py) in nsonly-1.0-py3-none-linux_x86_64.whl "
         "with no regular package inside"
     )
+
+
+def test_output_of_any_size_is_kept_bounded_and_the_first_error_found(runtime, capsys):
+    code = (
+        "import sys; sys.stdout.write('o' * (24 << 20) + '\\nlast line\\n'); "
+        "sys.stderr.write('e' * (24 << 20) + '\\n'); raise ValueError('boom')"
+    )
+    assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) == 0
+    out = capsys.readouterr().out
+    assert len(out) < 1 << 20 and "    stdout: last line" in out
+    assert out.count("    first error: ValueError: boom") == 2  # the same in both layouts: not the layout's fault
+
+
+def test_a_probe_that_is_not_a_string_is_one_error(runtime, tmp_path):
+    spec = PatchedWheelSpec(name="fakejax", wheel=runtime.package, suffix="t.1", preload="auto", preload_package="fakejax", probe=["import x"])
+    with pytest.raises(UsageError, match=r"^probe \['import x'\]: not Python code \(a string\)$"):
+        patch_into_index(spec, runtime.all, tmp_path)
