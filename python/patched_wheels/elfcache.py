@@ -21,8 +21,9 @@ from patched_wheels.elfread import ElfLibrary, is_shared_library_name, starts_as
 from patched_wheels.errors import warn
 from patched_wheels.wheelfile import is_safe_member_path
 
-# In every cache file name: rows of another layout are never read (2: keyed by sha256, rows without the file name).
-CACHE_SCHEMA = 2
+# In every cache file name: rows of another layout are never read (2: keyed by sha256, rows without the file name;
+# 3: data-scheme libraries included).
+CACHE_SCHEMA = 3
 SHA256 = re.compile(r"[0-9a-f]{64}")
 """A cache key: a sha256 as hex digits."""
 _ROW_FIELDS = frozenset(field for field in ElfLibrary.__dataclass_fields__ if field != "wheel")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from patched_wheels.elfcache import SHA256, ElfCache, wheel_problem
-from patched_wheels.elfread import ElfLibrary, is_shared_library_name, read_library
+from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library
 from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.wheelfile import WheelReader
@@ -101,12 +101,13 @@ class LibraryGraph:
 
 
 def install_path(member: str) -> str | None:
-    """Where an archive member lands relative to site-packages; None for scripts, headers and data."""
+    """Where an archive member lands: relative to site-packages, or, for the ``data``, ``scripts`` and
+    ``headers`` schemes, the member's own path (its ``<dist>.data/<scheme>/`` prefix says where an
+    installer puts it: see :func:`data_scheme`); None for a scheme no installer knows."""
     if _DATA_TO_SITE_PACKAGES.match(member):
         return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
-    first = member.split("/", 1)[0]
-    if first.endswith(".data"):
-        return None
+    if member.split("/", 1)[0].endswith(".data"):
+        return member if data_scheme(member) else None
     return member
 
 
@@ -169,7 +170,8 @@ def scan_wheels(
             jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
         jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
         for library in pool.map(lambda job: read_library(*job), jobs):
-            found[library.wheel].append(library)
+            if library is not None:
+                found[library.wheel].append(library)
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
         if cache is not None:

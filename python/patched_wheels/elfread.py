@@ -40,6 +40,9 @@ from patched_wheels.wheelfile import inflated_chunks
 
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
+# Members under <dist>.data/data|scripts|headers/ install outside site-packages (pip: the prefix; rules_python:
+# the wheel's repository), so their install path keeps the prefix.
+_OTHER_SCHEME = re.compile(r"^(?P<dist>[^/]+)\.data/(?P<scheme>data|scripts|headers)/(?P<rest>.+)$")
 _ELF_MAGIC = b"\x7fELF"
 # Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
 _HEAD_SIZE = 1 << 20
@@ -63,7 +66,8 @@ class ElfLibrary:
     wheel: str
     """File name of the wheel that ships it."""
     path: str
-    """Path relative to site-packages once installed, e.g. ``nvidia/cusparse/lib/libcusparse.so.12``."""
+    """Path relative to site-packages once installed, e.g. ``nvidia/cusparse/lib/libcusparse.so.12``; for a
+    data-scheme library its archive path, ``<dist>.data/data/...`` (see ``elfgraph.install_path``)."""
     soname: str | None
     needed: tuple[str, ...]
     rpath: tuple[str, ...]
@@ -80,6 +84,13 @@ class ElfLibrary:
 
     def __str__(self) -> str:
         return f"{self.path} ({self.wheel})"
+
+
+def data_scheme(path: str) -> tuple[str, str, str] | None:
+    """``(dist, scheme, rest)`` of an install path outside site-packages (``CyFES-2.7.data/data/cyfes/x.so`` ->
+    ``("CyFES-2.7", "data", "cyfes/x.so")``); None for a site-packages path."""
+    match = _OTHER_SCHEME.match(path)
+    return (match["dist"], match["scheme"], match["rest"]) if match else None
 
 
 def is_shared_library_name(path: str) -> bool:
@@ -344,8 +355,9 @@ def _inflate_kept_ranges(
     return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs], keep)
 
 
-def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
-    """The dynamic section of one archive member, streamed, in bounded memory.
+def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary | None:
+    """The dynamic section of one archive member, streamed, in bounded memory; None for a data-scheme
+    member that is not an ELF file (a ``.so``-named file outside site-packages need not be a library).
 
     A read outside the kept ranges adds a window around it and streams the member
     again, at most ``_MAX_PASSES`` times and ``_MAX_KEPT`` bytes: a library whose
@@ -355,6 +367,8 @@ def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
     ranges = None
     for _ in range(_MAX_PASSES):
         kept = _inflate_kept_ranges(wheel, info, ranges)
+        if isinstance(kept, bytes) and not kept.startswith(b"\x7fELF") and data_scheme(path):
+            return None
         try:
             return parse_elf(kept, wheel=wheel.name, path=path)
         except _NotRetained as missed:
