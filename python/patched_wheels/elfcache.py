@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from patched_wheels.cache import read_json, write_json
-from patched_wheels.elfread import ElfLibrary, is_shared_library_name, starts_as_elf
+from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, starts_as_elf
 from patched_wheels.errors import warn
 from patched_wheels.wheelfile import is_safe_member_path
 
@@ -141,11 +141,18 @@ def _library_from_row(row: Mapping[str, object], wheel: str) -> ElfLibrary:
 def wheel_problem(wheel: Path, members: Mapping[str, zipfile.ZipInfo], libraries: Sequence[ElfLibrary]) -> str | None:
     """Why cached rows do not describe ``wheel`` (at hand), or None.
 
-    ``members``: the wheel's shared libraries by install path.  The rows must list exactly those, and
-    each must start as an ELF file does (a few bytes inflated each, not the member).
+    ``members``: the wheel's shared libraries by install path.  The rows must list exactly those (but a
+    data-scheme file that is not ELF), and each must start as an ELF file does (a few bytes inflated each,
+    not the member).
     """
     listed = {library.path for library in libraries}
-    unlisted, absent = sorted(members.keys() - listed), sorted(listed - members.keys())
+    absent = sorted(listed - members.keys())
+    # A .so-named data-scheme file that is no ELF file has no row (see elfread.read_library).
+    unlisted = [
+        path
+        for path in sorted(members.keys() - listed)
+        if not data_scheme(path) or starts_as_elf(wheel, members[path])
+    ]
     if absent:
         return f"{absent[0]}: no shared library of {wheel.name} has this path"
     if unlisted:

@@ -474,6 +474,23 @@ def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused
     assert warning == f"patched-wheels: warning: {entry}: cache entry ignored (textlib/libx.so: not an ELF file in {wheel.name}); read again from the wheel"
 
 
+def test_a_data_scheme_file_named_like_a_library_but_not_elf_keeps_its_cache_entry(tmp_path, capsys):
+    """A ``.so``-named data file outside site-packages is no library (no row): the entry still describes the wheel."""
+    library = blob_library(tmp_path, "libdata.so", 4096).read_bytes()
+    wheel = build_wheel(
+        tmp_path,
+        "datalib",
+        "1.0",
+        {"datalib-1.0.data/data/share/notes.so": b"plain text", "datalib-1.0.data/data/lib/libdata.so": library},
+    )
+    cache = tmp_path / "cache"
+    first = scan_wheels([wheel], cache_dir=cache)
+    assert [library.path for library in first.libraries] == ["datalib-1.0.data/data/lib/libdata.so"]
+    second = scan_wheels([wheel], cache_dir=cache)
+    assert (second.cached_wheels, second.libraries) == (1, first.libraries)
+    assert capsys.readouterr().err == ""
+
+
 def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypatch):
     data = blob_library(tmp_path, "libbig.so", 8 << 20).read_bytes()
     wheel = build_wheel(tmp_path, "big", "1.0", {"big/libbig.so": data})
