@@ -33,7 +33,7 @@ def build_hub(config: HubConfig) -> list[str]:
     needs_graph = any(spec.needs_graph for spec in config.patched)
     graph = read_graph(config.wheels, cache_dir=config.elf_cache) if needs_graph else None
     for spec in config.patched:
-        pins.extend(patch_into_index(spec, config.wheels, config.index_dir, graph=graph))
+        pins.extend(patch_into_index(spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None))
     if config.lock_attribute != "requirements_lock":
         # The uv.lock / pylock.toml readers and the uv.lock writer come with the lock model (issue 18.2).
         raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": this helper reads only requirements_lock yet")
@@ -56,11 +56,13 @@ def patch_into_index(
     index_dir: Path,
     *,
     graph: LibraryGraph | None = None,
+    use_cache: bool = False,
 ) -> list[str]:
     """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins.
 
     ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), read
-    here (without a cache) if the spec needs it and none is given. The spec was checked by the plan
+    here (without a cache) if the spec needs it and none is given.  ``use_cache``: keep the preload
+    probe's observation in the persistent cache. The spec was checked by the plan
     (:func:`patched_wheels.hubplan.check_request`).
     """
     if spec.wheel is None:
@@ -73,7 +75,16 @@ def patch_into_index(
 
         assert graph is not None  # read above
         # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
-        member_edits = preload_edits(graph, spec.package, spec.wheel, preload_wheels=spec.preload_wheels, strict=False)
+        member_edits = preload_edits(
+            graph,
+            spec.package,
+            spec.wheel,
+            preload_wheels=spec.preload_wheels,
+            strict=False,
+            wheels=wheel_set,
+            probe=spec.probe,
+            use_cache=use_cache,
+        )
     rpath_edits: list[RpathEdit] = []
     if spec.rpath:
         from patched_wheels.rpath import rpath_edit

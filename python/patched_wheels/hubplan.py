@@ -62,7 +62,8 @@ class PatchedWheelSpec:
     preload_package: str = ""
     preload_wheels: Sequence[str] = ()
     probe: str = ""
-    """Code run in one site-packages to observe what the package loads at run time ("": ``import PKG``)."""
+    """With ``preload = "auto"``: the code run in one site-packages whose mapped libraries are preloaded too
+    ("": ``import <preload_package>``); run only where the wheels' tags match the hub's interpreter."""
     split_into: str = ""
     split_max_size: int = 0
     split_move: Sequence[str] = ()

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from patched_wheels.cli import main
-from patched_wheels.cli.hub import _elf_cache_dir
 from patched_wheels.errors import UsageError
 from patched_wheels.hubplan import (
     LOCK_ATTRIBUTES,
@@ -293,26 +292,6 @@ def test_a_request_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytes
     assert main(["hub", "plan", "--request", str(tmp_path / "request.json")]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "cannot read the hub request: hub request: missing keys" in error, error
-
-
-@pytest.mark.parametrize(
-    ("environ", "expected"),
-    [
-        ({"HOME": "/home/u"}, "/home/u/.cache/rules_patched_wheels/elfgraph"),
-        ({"HOME": "/home/u", "XDG_CACHE_HOME": "/xdg"}, "/xdg/rules_patched_wheels/elfgraph"),
-        ({"HOME": "/home/u", "XDG_CACHE_HOME": "relative"}, "/home/u/.cache/rules_patched_wheels/elfgraph"),
-        ({"HOME": "/home/u", "RULES_PATCHED_WHEELS_CACHE": "/big/cache"}, "/big/cache/elfgraph"),
-        ({"HOME": "/home/u", "RULES_PATCHED_WHEELS_CACHE": "off"}, None),
-        ({}, None),
-    ],
-)
-def test_the_elf_cache_follows_the_environment(environ: dict[str, str], expected: str | None) -> None:
-    assert _elf_cache_dir(environ) == (Path(expected) if expected else None)
-
-
-def test_a_relative_cache_override_is_refused() -> None:
-    with pytest.raises(UsageError, match="RULES_PATCHED_WHEELS_CACHE=rel: expected an absolute directory or off"):
-        _elf_cache_dir({"RULES_PATCHED_WHEELS_CACHE": "rel"})
 
 
 def test_the_probe_travels_from_the_request_to_the_build_config() -> None:

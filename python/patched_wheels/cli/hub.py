@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from patched_wheels.errors import UsageError
 
@@ -31,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from patched_wheels.elfgraph import cached_digests
+    from patched_wheels.cache import cache_dir
+    from patched_wheels.elfcache import cached_digests
     from patched_wheels.hubplan import HubRequest, needs_graph, plan_hub, resolution, resolved_wheel
 
     request = _load(args.request, HubRequest.from_json, "hub request")
@@ -41,7 +41,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
     wheels = _load(args.resolved, lambda raw: [resolved_wheel(wheel) for wheel in raw], "resolved wheels")
-    elf_cache = _elf_cache_dir(os.environ) if needs_graph(request) else None
+    # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
+    elf_cache = cache_dir("elfgraph") if needs_graph(request) else None
     cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
     plan = plan_hub(request, wheels, elf_cache=elf_cache, cached=frozenset(cached))
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
@@ -74,27 +75,3 @@ def _load(path: Path, parse: Any, what: str) -> Any:
         return parse(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{path}: cannot read the {what}: {error}") from None
-
-
-def _elf_cache_dir(environ: Mapping[str, str]) -> Path | None:
-    """The persistent ELF cache, as the commands find it: ``RULES_PATCHED_WHEELS_CACHE`` (an absolute
-    directory, or ``off``), else ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/elfgraph`` (a relative
-    XDG_CACHE_HOME is ignored, as the XDG spec says). The rule passes these variables from Bazel's client
-    environment (``--repo_env`` included) without declaring them: where the cache lives changes no output.
-
-    To be replaced by ``cache.cache_dir("elfgraph")`` when the cache module lands.
-    """
-    override = environ.get("RULES_PATCHED_WHEELS_CACHE", "")
-    if override == "off":
-        return None
-    if override:
-        if not override.startswith("/"):
-            raise UsageError(f"RULES_PATCHED_WHEELS_CACHE={override}: expected an absolute directory or off")
-        return Path(override) / "elfgraph"
-    base = environ.get("XDG_CACHE_HOME", "")
-    if not base.startswith("/"):
-        home = environ.get("HOME", "")
-        if not home.startswith("/"):
-            return None
-        base = f"{home}/.cache"
-    return Path(base) / "rules_patched_wheels" / "elfgraph"
