@@ -10,18 +10,13 @@ up front rather than new workspaces.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
-import os
 import re
 import string
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BAZEL = REPO_ROOT / "tools" / "bazel"
@@ -32,6 +27,7 @@ import fakecuda  # noqa: E402
 import rpathfixture  # noqa: E402
 import stackshapes  # noqa: E402
 from indexfixtures import sha256_of  # noqa: E402  (re-exported to the Bazel tests)
+from uvfixture import helper_reads_uv_locks, serve_over_http, uv_locks  # noqa: E402  (re-exported to the Bazel tests)
 
 # Must match the `suffix` / `split_into` the templates give the patched wheels.
 SUFFIX = "test.1"
@@ -147,67 +143,6 @@ def write_lock(wheels: Sequence[Path], path: Path) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
-@contextlib.contextmanager
-def serve_over_http(directory: Path) -> Iterator[str]:
-    """Serve ``directory`` on a free port of 127.0.0.1, as PyPI serves its files; yields the base URL.
-
-    uv records a ``file://`` index's files as local paths, which rules_python's uv.lock reader does not
-    take (it reads each wheel's ``url``), so the uv fixtures lock against the same pages over HTTP.
-    """
-    handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
-        """Bazel's and uv's requests are not the test's output."""
-
-
-def uv_locks(project: Path, index_url: str, requirements: Sequence[str]) -> tuple[Path, Path]:
-    """``uv.lock`` and ``pylock.toml`` of ``requirements``, made by the real ``uv lock`` / ``uv export``
-    against ``index_url`` (nothing outside the machine is asked: uv's caches and configuration are the
-    test's own), for the one platform the fake wheels exist for."""
-    project.mkdir(parents=True)
-    dependencies = ", ".join(f'"{requirement}"' for requirement in requirements)
-    (project / "pyproject.toml").write_text(
-        f"""[project]
-name = "rpw-fixture"
-version = "0"
-requires-python = ">=3.11"
-dependencies = [{dependencies}]
-
-[tool.uv]
-package = false
-environments = ["sys_platform == 'linux' and platform_machine == 'x86_64'"]
-
-[[tool.uv.index]]
-name = "fake-pypi"
-url = "{index_url}/simple"
-default = true
-""",
-        encoding="utf-8",
-    )
-    import uv
-
-    environment = {
-        **os.environ,
-        "UV_CACHE_DIR": str(project / ".uv-cache"),
-        "XDG_CONFIG_HOME": str(project / ".config"),  # no user uv.toml
-        "UV_PYTHON": sys.executable,
-        "UV_PYTHON_DOWNLOADS": "never",
-    }
-    for command in (["lock"], ["export", "--frozen", "--format", "pylock.toml", "-o", "pylock.toml"]):
-        subprocess.run([uv.find_uv_bin(), *command], cwd=project, env=environment, check=True, capture_output=True, text=True)
-    return project / "uv.lock", project / "pylock.toml"
-
-
 def render(template: str, destination: Path, **values: str) -> None:
     text = string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
     destination.write_text(text, encoding="utf-8")
@@ -281,14 +216,6 @@ def make_bzlmod_workspace(root: Path) -> Setup:
         encoding="utf-8",
     )
     return Setup(BazelWorkspace(root, root / "logs"), pypi)
-
-
-def helper_reads_uv_locks() -> bool:
-    """Whether `patched-wheels resolve` reads uv.lock and pylock.toml (the lock model of issue 18.2)."""
-    usage = subprocess.run(
-        [sys.executable, "-m", "patched_wheels", "resolve", "--help"], capture_output=True, text=True, check=False
-    ).stdout
-    return "--uv-lock" in usage and "--pylock" in usage
 
 
 def fixture_uv_locks(root: Path, pypi: FakePypi, http_url: str) -> None:

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import shutil
+import urllib.request
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 import fakecuda
+from uvfixture import helper_reads_uv_locks, run_uv, serve_over_http, uv_locks
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
@@ -261,3 +263,67 @@ def test_a_cache_emptied_between_plan_and_build_is_one_error_line(
     assert main(["hub", "build", "--config", str(config)]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "no file given, and no ELF rows are cached for its sha256" in error, error
+
+
+def run_cli(*args: str) -> str:
+    """``patched-wheels ARGS`` in process; its stdout (it must succeed)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(list(args)) == 0
+    return out.getvalue()
+
+
+@pytest.mark.skipif(not helper_reads_uv_locks(), reason="the helper does not read uv.lock yet (issue 18.2's lock model)")
+def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
+    """The rule's steps on a uv.lock made by the real `uv lock`: check, resolve, plan, download (over HTTP,
+    as the rule does), build; then the real uv installs the hub's uv.lock, the patched faketorch included."""
+    pypi = tmp_path / "pypi"
+    pypi.mkdir()
+    for wheel in fake_set.all:
+        shutil.copyfile(wheel, pypi / wheel.name)
+    run_cli("index", str(pypi))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with serve_over_http(pypi) as url:
+        uv_lock, _ = uv_locks(tmp_path / "project", url, ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in fake_set.nvidia)])
+        spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1", preload="auto").to_json()}
+        del spec["wheel"]
+        request = {
+            "hub": "uv", "bzlmod": True, "requirements_lock": "", "uv_lock": str(uv_lock), "pylock": "",
+            "index_url": f"{url}/simple", "index_option": "direct", "rules_python_version": "2.3.2",
+            "repository": str(repo), "patched": [spec],
+        }
+        (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
+        resolution = json.loads(run_cli("hub", "plan", "--request", str(tmp_path / "request.json")))
+        assert resolution["lock_args"] == ["--uv-lock", str(uv_lock)]
+        (tmp_path / "explicit.json").write_text(json.dumps(resolution["explicit"]), encoding="utf-8")
+        resolve = ["resolve", *resolution["lock_args"], "--explicit", str(tmp_path / "explicit.json")]
+        assert json.loads(run_cli(*resolve, "--list-projects")) == [], "a uv.lock names its wheels: no page to fetch"
+        (tmp_path / "pages").mkdir()
+        resolved = run_cli(*resolve, "--pages", str(tmp_path / "pages"), "--index-url", f"{url}/simple")
+        (tmp_path / "resolved.json").write_text(resolved, encoding="utf-8")
+        plan = json.loads(run_cli(
+            "hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json"),
+            "--config-out", str(repo / "_hub.json"),
+        ))
+        for fetch in plan["fetch"]:
+            (repo / fetch["output"]).parent.mkdir(parents=True, exist_ok=True)
+            urllib.request.urlretrieve(fetch["urls"][0], repo / fetch["output"])
+            assert sha256(repo / fetch["output"]) == fetch["sha256"]
+        assert plan["exports"] == ["requirements_lock.txt", "uv.lock"]
+        assert run_cli("hub", "build", "--config", str(repo / "_hub.json")) == "faketorch==2.1.0+test.1\n"
+
+        (patched,) = (repo / "index").glob("faketorch-2.1.0+test.1-*.whl")
+        requirements = (repo / "requirements_lock.txt").read_text(encoding="utf-8")
+        assert f"faketorch @ file://{patched} " in requirements, requirements
+        written = (repo / "uv.lock").read_text(encoding="utf-8")
+        assert sha256(patched) in written and fake_set.torch.name not in written, written
+        for wheel in fake_set.nvidia.values():
+            assert f"/{wheel.name}" in written and sha256(wheel) in written, "the unpatched packages stay as locked"
+        # The real uv reads the hub's uv.lock and installs from it, checking every sha256: the patched
+        # wheel from the hub's index, the others from the fake PyPI.
+        project = tmp_path / "project"
+        shutil.copyfile(repo / "uv.lock", project / "uv.lock")
+        run_uv(project, "sync", "--frozen")
+        installed = run_uv(project, "pip", "list", "--format", "json", "--python", str(project / ".venv" / "bin" / "python")).stdout
+        assert {"name": "faketorch", "version": "2.1.0+test.1"} in json.loads(installed), installed

@@ -1,0 +1,91 @@
+"""uv as a test fixture: a local index served over HTTP, and the uv.lock / pylock.toml the real uv makes
+against it (nothing outside the machine is asked)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator, Sequence
+
+
+@contextlib.contextmanager
+def serve_over_http(directory: Path) -> Iterator[str]:
+    """Serve ``directory`` on a free port of 127.0.0.1, as PyPI serves its files; yields the base URL.
+
+    uv records a ``file://`` index's files as local paths, which rules_python's uv.lock reader does not
+    take (it reads each wheel's ``url``), so the uv fixtures lock against the same pages over HTTP.
+    """
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+        """Bazel's and uv's requests are not the test's output."""
+
+
+def uv_locks(project: Path, index_url: str, requirements: Sequence[str]) -> tuple[Path, Path]:
+    """``uv.lock`` and ``pylock.toml`` of ``requirements``, made by the real ``uv lock`` / ``uv export``
+    against ``index_url`` (nothing outside the machine is asked: uv's caches and configuration are the
+    test's own), for the one platform the fake wheels exist for."""
+    project.mkdir(parents=True)
+    dependencies = ", ".join(f'"{requirement}"' for requirement in requirements)
+    (project / "pyproject.toml").write_text(
+        f"""[project]
+name = "rpw-fixture"
+version = "0"
+requires-python = ">=3.11"
+dependencies = [{dependencies}]
+
+[tool.uv]
+package = false
+environments = ["sys_platform == 'linux' and platform_machine == 'x86_64'"]
+
+[[tool.uv.index]]
+name = "fake-pypi"
+url = "{index_url}/simple"
+default = true
+""",
+        encoding="utf-8",
+    )
+    run_uv(project, "lock")
+    run_uv(project, "export", "--frozen", "--format", "pylock.toml", "-o", "pylock.toml")
+    return project / "uv.lock", project / "pylock.toml"
+
+
+def run_uv(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``uv ARGS`` in ``project`` with the test's own cache and no user configuration; fails the test
+    with uv's output when uv fails."""
+    import uv
+
+    environment = {
+        **os.environ,
+        "UV_CACHE_DIR": str(project / ".uv-cache"),
+        "XDG_CONFIG_HOME": str(project / ".config"),  # no user uv.toml
+        "UV_PYTHON": sys.executable,
+        "UV_PYTHON_DOWNLOADS": "never",
+    }
+    result = subprocess.run([uv.find_uv_bin(), *args], cwd=project, env=environment, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, f"uv {' '.join(args)} failed:\n{result.stderr}"
+    return result
+
+
+def helper_reads_uv_locks() -> bool:
+    """Whether `patched-wheels resolve` reads uv.lock and pylock.toml (the lock model of issue 18.2)."""
+    usage = subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "resolve", "--help"], capture_output=True, text=True, check=False
+    ).stdout
+    return "--uv-lock" in usage and "--pylock" in usage
