@@ -1,5 +1,9 @@
-"""The hub repository: fetches every wheel of a lock once, patches/splits some, serves them all from a
-local PEP 503 index, and writes the lock that points rules_python's pip_parse / pip.parse at it."""
+"""The hub repository: patches/splits some wheels of a lock, serves them from a local PEP 503 index, and
+writes the locks that point rules_python's pip_parse / pip.parse at them.
+
+Starlark keeps what Bazel needs at load time (the attributes) and the I/O (downloads, running the
+helper); every decision is the helper's plan (python/patched_wheels/hubplan.py), which this file only
+feeds (`hub_request`) and follows."""
 
 load(":helper.bzl", "add_patchelf", "prepare_helper", "run_helper")
 load(":rules_python_version.bzl", "INDEX_OPTIONS", "rules_python_version")
