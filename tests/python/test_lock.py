@@ -11,7 +11,8 @@ import pytest
 from indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index import build_index
-from patched_wheels.lock import INDEX_OPTIONS, LockResult, WheelEnvironments, lock
+from patched_wheels.lock import INDEX_OPTIONS, LockResult, lock
+from patched_wheels.markers import WheelEnvironments
 from patched_wheels.requirements import read_pins
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")
@@ -277,7 +278,7 @@ def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> N
     pins = read_pins(source)
     index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
-    assert [(str(pin.project), str(pin.version), pin.line_number) for pin in pins] == [("tritonfake", "2.1.0", 3)]
+    assert [(str(pin.project), str(pin.version), pin.span.start + 1) for pin in pins] == [("tritonfake", "2.1.0", 3)]
     triton = _hash(index_dir, "tritonfake-2.1.0-0-py3-none-any.whl")
     uri = (index_dir / "simple").as_uri()
     assert out.read_text() == f"--extra-index-url={uri}\n{direct[0]}tritonfake==2.1.0 --hash={triton}\n{direct[1]}"
@@ -347,7 +348,8 @@ def test_cli_prints_changes(index_dir: Path, tmp_path: Path) -> None:
     result = run_cli("lock", "--requirements", str(source), "--index", str(index_dir), "--out", str(out))
     assert result.returncode == 0, result.stderr
     wheel = index_dir / "torchfake-2.1.0+stripe.5-py3-none-any.whl"
-    assert result.stdout.splitlines()[0] == f"torchfake==2.1.0 -> torchfake @ file://{wheel}"
+    # an unhashed lock stays unhashed: the sha256 rides in the URL, which pip checks without hash-checking mode
+    assert result.stdout.splitlines()[0] == f"torchfake==2.1.0 -> torchfake @ file://{wheel}#sha256={sha256_of(wheel)}"
     assert result.stdout.splitlines()[-1] == f"wrote {out}"
 
 
@@ -523,14 +525,14 @@ def test_byte_order_mark_and_crlf_are_read_as_pip_reads_them(index_dir: Path, tm
     source.write_bytes(b"\xef\xbb\xbf" + body.encode())
     out = tmp_path / "out.txt"
 
-    assert [str(pin.requirement) for pin in read_pins(source)] == [body.splitlines()[-1]]
+    assert [pin.text for pin in read_pins(source)] == [body.splitlines()[-1]]
     index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
     data = out.read_bytes()
     assert data.startswith(b"\xef\xbb\xbf") and data.count(b"\xef\xbb\xbf") == 1  # still first (before an added option line)
     text = data.decode("utf-8-sig")
     assert f"\r\n{patched}\r\n" in text and "\n" not in text.replace("\r\n", "")
-    assert str(read_pins(out)[0].requirement) == patched
+    assert read_pins(out)[0].text == patched
 
 
 @pytest.mark.parametrize(
