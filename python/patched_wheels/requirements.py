@@ -56,10 +56,7 @@ def comment_start(line: str) -> int | None:
         position = line.find("#", position + 1)
     if position <= 0:
         return position if position == 0 else None
-    start = position - 1
-    while start > 0 and line[start - 1].isspace():
-        start -= 1
-    return start
+    return len(line[:position].rstrip())  # str.rstrip strips what \s matches
 
 
 def split_comment(physical: str) -> tuple[str, str]:
@@ -71,12 +68,10 @@ def split_comment(physical: str) -> tuple[str, str]:
 
 def hash_options(code: str) -> list[tuple[int, int, str]]:
     """The ``--hash`` options of ``code`` as (start of the blanks before it, end, value), in order."""
-    found = []
+    found: list[tuple[int, int, str]] = []
     for match in _HASH_OPTION.finditer(code):
-        lead = match.start()
-        while lead > 0 and code[lead - 1] in " \t":
-            lead -= 1
-        found.append((lead, match.end(), match.group("value")))
+        previous = found[-1][1] if found else 0  # the blanks are looked at once, whatever their number
+        found.append((previous + len(code[previous : match.start()].rstrip(" \t")), match.end(), match.group("value")))
     return found
 
 
