@@ -8,20 +8,47 @@ are the plan's (see its docstring); everything else in the file is kept byte for
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Mapping
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.errors import InvalidLockError
+from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.fsutil import write_atomic
 from patched_wheels.index import IndexResult
 from patched_wheels.lockplan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
-from patched_wheels.pipwriter import render_requirements
-from patched_wheels.requirements import read_requirements
+from patched_wheels.pins import FORMATS, Lock, Pin
+from patched_wheels.pipwriter import export_requirements, render_requirements
+from patched_wheels.requirements import RequirementsText, parse_requirements, read_requirements
 
-__all__ = ["DEFAULT_INDEX_OPTION", "INDEX_OPTIONS", "LockResult", "lock"]
+__all__ = ["DEFAULT_INDEX_OPTION", "FORMATS", "INDEX_OPTIONS", "LockResult", "lock", "read_lock", "served_pins"]
+
+
+def read_lock(path: Path | str, lock_format: str = "requirements", environment: Mapping[str, str] | None = None) -> Lock:
+    """The lock model of ``path``, read as ``lock_format`` (one of ``FORMATS``); the TOML formats are read for
+    ``environment`` (default: the running interpreter), a requirements file keeps its markers."""
+    if lock_format == "requirements":
+        return read_requirements(path).lock
+    if lock_format == "uv-lock":
+        from patched_wheels.uvlock import read_uv_lock
+
+        return read_uv_lock(path, environment).lock
+    if lock_format == "pylock":
+        from patched_wheels.pylock import read_pylock
+
+        return read_pylock(path, environment)
+    raise UsageError(f"lock format {lock_format!r}: expected one of {', '.join(FORMATS)}")
+
+
+def served_pins(path: Path | str, lock_format: str = "requirements") -> list[Pin]:
+    """The pins of a lock that an index (or the lock's own file list) serves: every pin but direct
+    references (pip installs those from their URL), each pinned to one version (else an error)."""
+    pins = [pin for pin in read_lock(path, lock_format).pins if not pin.url]
+    for pin in pins:
+        pin.pinned_version()
+    return pins
 
 
 @dataclass(frozen=True)
@@ -41,12 +68,16 @@ def lock(
     upstream_index_url: str | None = None,
     replaced: Mapping[str, Collection[str]] | None = None,
     references: Mapping[str, tuple[str, str]] | None = None,
+    lock_format: str = "requirements",
+    out_uv_lock: Path | str | None = None,
 ) -> LockResult:
     """Write ``out``: ``requirements`` pointed at ``index``, what ``index.build_index`` returned.
 
     The caller indexes the directory first (``build_index`` is incremental, so that is cheap when
     nothing changed): the hashes written to the lock are then those of the index's files, and a
     result whose pages were since rewritten for other files is refused rather than written from.
+    ``lock_format``: what ``requirements`` is (``FORMATS``); ``out`` is a requirements lock whatever it is,
+    and ``out_uv_lock`` (a ``uv-lock`` input only) the same uv.lock pointing at the patched wheels.
     The other arguments are :class:`~patched_wheels.lockplan.LockOptions`'.
     """
     out = Path(out)
@@ -60,7 +91,24 @@ def lock(
     unserved = index.unserved_pages()
     if unserved:
         raise InvalidLockError(f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again")
-    text = read_requirements(requirements)
+    text = _requirements_text(requirements, lock_format)
     plan = plan_lock(text.lock, index.files, options)
-    write_atomic(out, render_requirements(text, plan).encode("utf-8"))
+    outputs = {out: render_requirements(text, plan)}
+    if out_uv_lock is not None:
+        if lock_format != "uv-lock":
+            raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
+        from patched_wheels.uvlock import read_uv_lock, render_uv_lock
+
+        uv = read_uv_lock(requirements)
+        uv_plan = plan_lock(uv.lock, index.files, dataclasses.replace(options, replaced={}))  # one wheel per package
+        outputs[Path(out_uv_lock)] = render_uv_lock(uv, uv_plan, options.index_dir)
+    for path, content in outputs.items():  # written once every output is known: no partial result
+        write_atomic(path, content.encode("utf-8"))
     return LockResult(out=out, changes=plan.changes)
+
+
+def _requirements_text(path: Path | str, lock_format: str) -> RequirementsText:
+    """The requirements file to rewrite: the lock itself, or the pins of a TOML lock written as one."""
+    if lock_format == "requirements":
+        return read_requirements(path)
+    return parse_requirements(export_requirements(read_lock(path, lock_format)), f"{path} (as requirements)")

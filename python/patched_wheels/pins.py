@@ -13,7 +13,10 @@ option or token there.
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
 
 from packaging.markers import InvalidMarker, Marker
@@ -24,6 +27,26 @@ from patched_wheels.errors import InvalidLockError, UsageError
 
 #: Lock formats, as the CLI flags name them (``--requirements``, ``--uv-lock``, ``--pylock``).
 FORMATS = ("requirements", "uv-lock", "pylock")
+#: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
+MAX_LOCK_BYTES = 64 << 20
+
+
+def read_lock_text(path: Path) -> str:
+    """The UTF-8 text of the lock file ``path``: a regular file (a FIFO would block, a device never end)
+    of at most ``MAX_LOCK_BYTES``; anything else is one error line naming the file."""
+    try:
+        with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise InvalidLockError(f"{path}: not a regular file")
+            data = file.read(MAX_LOCK_BYTES + 1)
+    except OSError as error:
+        raise InvalidLockError(f"{path}: cannot read: {error.strerror}") from None
+    if len(data) > MAX_LOCK_BYTES:
+        raise InvalidLockError(f"{path}: larger than {MAX_LOCK_BYTES >> 20} MiB; not a lock we read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidLockError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
 
 
 def check_lock_value(value: str, what: str) -> str:

@@ -30,7 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import InvalidLockError, InvalidWheelError
-from patched_wheels.pins import Lock, LockOption, Pin, Span
+from patched_wheels.pins import Lock, LockOption, Pin, Span, read_lock_text
 from patched_wheels.wheelfile.filename import WheelFilename
 
 BOM = "\ufeff"
@@ -128,14 +128,7 @@ def parse_requirements(text: str, source: str) -> RequirementsText:
 
 def read_requirements(path: Path | str) -> RequirementsText:
     """Read and split the requirements file ``path``; pip reads it as UTF-8 too (absent a BOM saying otherwise)."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise InvalidLockError(f"{path}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise InvalidLockError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
-    return parse_requirements(text, str(path))
+    return parse_requirements(read_lock_text(Path(path)), str(path))
 
 
 def _without_comment(line: str) -> str:
@@ -224,15 +217,3 @@ def _version(requirement: Requirement, span: Span) -> tuple[Version | None, str 
         return Version(specifiers[0].version), None
     except InvalidVersion:
         return None, f"{specifiers[0].version!r} is not a PEP 440 version"
-
-
-def read_pins(path: Path | str) -> list[Pin]:
-    """The pins of a requirements lock that an index serves, in file order, each pinned to one version.
-
-    Direct references (``pkg @ https://...``) are left out: pip installs them from their URL,
-    so there is no index page to resolve them from. Any other pin that is not ``==`` is an error.
-    """
-    pins = [pin for pin in read_requirements(path).lock.pins if not pin.url]
-    for pin in pins:
-        pin.pinned_version()
-    return pins

@@ -19,8 +19,8 @@ from packaging.tags import Tag, sys_tags
 from packaging.utils import NormalizedName
 
 from patched_wheels.errors import InvalidLockError, InvalidWheelError
+from patched_wheels.lock import served_pins
 from patched_wheels.pins import Pin
-from patched_wheels.requirements import read_pins
 from patched_wheels.wheelfile.filename import WheelFilename
 
 
@@ -73,7 +73,7 @@ def parse_project_page(page: str, page_url: str) -> list[_Link]:
 
 def projects_to_resolve(pins: Sequence[Pin], explicit: Mapping[NormalizedName, object]) -> list[NormalizedName]:
     """Projects whose page must be downloaded: every applicable pin without an explicit URL."""
-    return sorted({pin.project for pin in pins if pin.applies() and pin.project not in explicit})
+    return sorted({pin.project for pin in pins if pin.applies() and pin.project not in explicit and not pin.files})
 
 
 def page_url(index_url: str, project: NormalizedName) -> str:
@@ -88,6 +88,7 @@ def resolve(
     index_url: str,
     explicit: Mapping[NormalizedName, tuple[Sequence[str], str]] | None = None,
     tags: Iterable[Tag] | None = None,
+    lock_format: str = "requirements",
 ) -> list[ResolvedWheel]:
     """One ``ResolvedWheel`` per applicable pin of ``lock_path``.
 
@@ -97,12 +98,16 @@ def resolve(
     explicit = explicit or {}
     ranking = {tag: rank for rank, tag in enumerate(tags if tags is not None else sys_tags())}
     resolved = []
-    for pin in read_pins(lock_path):
+    for pin in served_pins(lock_path, lock_format):
         if not pin.applies():
             continue
         if pin.project in explicit:
             urls, sha256 = explicit[pin.project]
             resolved.append(ResolvedWheel(pin.project, _filename_of(urls[0]), tuple(urls), sha256))
+            continue
+        if pin.files:  # the lock names its files (uv.lock, pylock.toml): no page needed
+            links = [_Link(f.filename, f.url, f.sha256) for f in pin.files]
+            resolved.append(_choose(pin, links, ranking, str(lock_path)))
             continue
         page_path = pages_dir / f"{pin.project}.html"
         try:

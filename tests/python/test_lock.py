@@ -19,7 +19,8 @@ from patched_wheels.lock import INDEX_OPTIONS, LockResult, lock
 from patched_wheels import requirements
 from patched_wheels.lockplan import file_url
 from patched_wheels.markers import WheelEnvironments
-from patched_wheels.requirements import comment_start, parse_requirements, read_pins
+from patched_wheels.lock import served_pins as read_pins
+from patched_wheels.requirements import comment_start, parse_requirements
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")
 # What installing the lock below must give: the patched versions, the sibling, the originals,
@@ -270,7 +271,7 @@ def test_hashes_in_comments_are_kept(index_dir: Path, tmp_path: Path) -> None:
 
 
 def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> None:
-    """A ``pkg @ URL`` line names its own file: read_pins skips it, lock keeps it byte for byte
+    """A ``pkg @ URL`` line names its own file: served_pins skips it, lock keeps it byte for byte
     (even when the index has the project, which is then not appended as a second pin)."""
     _keep_only(index_dir, "tritonfake", "filelockfake")
     direct = [
