@@ -230,34 +230,44 @@ CHECKS: dict[str, Callable[[Path, Path, str], None]] = {
 }
 
 
-def test_mutated_wheels_keep_the_promises(samples: dict[str, _Sample], tmp_path: Path) -> None:
-    (tmp_path / "init.patch").write_bytes(INIT_PATCH)
-    build_wheel(tmp_path, "other", "1.0", {"other/__init__.py": b""})
+def _run_cases(tmp_path: Path, count: int, seed_prefix: str, prepare: Callable[[int, random.Random, Path], tuple[str, Callable[[], None]]]) -> None:
+    """Run ``count`` seeded cases (``prepare`` makes one in its directory and says what it is) until the deadline;
+    collect every broken promise, then fail naming the seed and the first few."""
     deadline = time.monotonic() + SECONDS
     failures: list[str] = []
     ran = 0
-    for case in range(CASES):
+    for case in range(count):
         if time.monotonic() > deadline:
             break
-        rng = random.Random(f"{SEED}-{case}")
-        sample_name = rng.choice(sorted(samples))
-        command = COMMANDS[case % len(COMMANDS)]
-        mutation, data = _mutate(rng, samples[sample_name])
-        case_dir = tmp_path / f"case{case}"
+        case_dir = tmp_path / f"case{seed_prefix}{case}"
         case_dir.mkdir()
-        wheel = case_dir / samples[sample_name].wheel.name
-        wheel.write_bytes(data)
+        description, check = prepare(case, random.Random(f"{SEED}-{seed_prefix}{case}"), case_dir)
         try:
-            CHECKS[command](case_dir, wheel, sample_name)
+            check()
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # a traceback of the CLI (or SystemExit) is exactly what is looked for
             detail = traceback.format_exc(limit=-6)
-            failures.append(f"case {case}: {command} {sample_name} ({mutation}): {error!r}\n{detail}")
+            failures.append(f"case {case}: {description}: {error!r}\n{detail}")
         shutil.rmtree(case_dir, ignore_errors=True)
         ran += 1
-    assert ran >= min(CASES, 40), f"only {ran} cases ran in {SECONDS} s"
+    assert ran >= min(count, 40), f"only {ran} cases ran in {SECONDS} s"
     assert not failures, f"RPW_FUZZ_SEED={SEED}: {len(failures)} of {ran} cases broke a promise:\n" + "\n".join(failures[:5])
+
+
+def test_mutated_wheels_keep_the_promises(samples: dict[str, _Sample], tmp_path: Path) -> None:
+    (tmp_path / "init.patch").write_bytes(INIT_PATCH)
+    build_wheel(tmp_path, "other", "1.0", {"other/__init__.py": b""})
+
+    def prepare(case: int, rng: random.Random, case_dir: Path) -> tuple[str, Callable[[], None]]:
+        sample_name = rng.choice(sorted(samples))
+        command = COMMANDS[case % len(COMMANDS)]
+        mutation, data = _mutate(rng, samples[sample_name])
+        wheel = case_dir / samples[sample_name].wheel.name
+        wheel.write_bytes(data)
+        return f"{command} {sample_name} ({mutation})", lambda: CHECKS[command](case_dir, wheel, sample_name)
+
+    _run_cases(tmp_path, CASES, "", prepare)
 
 
 # --- Mutated locks through `lock` and `resolve`: a result (which reads back as a lock) or one error line ---
@@ -358,28 +368,12 @@ def test_mutated_locks_keep_the_promises(tmp_path: Path) -> None:
         assert (tmp_path / "out.txt").exists()
         (tmp_path / "out.txt").unlink()
         (tmp_path / "out.uv.lock").unlink(missing_ok=True)
-    deadline = time.monotonic() + SECONDS
-    failures: list[str] = []
-    ran = 0
-    for case in range(LOCK_CASES):
-        if time.monotonic() > deadline:
-            break
-        rng = random.Random(f"{SEED}-lock-{case}")
+    def prepare(case: int, rng: random.Random, case_dir: Path) -> tuple[str, Callable[[], None]]:
         lock_format = rng.choice(sorted(samples))
         option = rng.choice(INDEX_OPTIONS)
         mutation, data = _mutate_text(rng, samples[lock_format])
-        case_dir = tmp_path / f"lock{case}"
-        case_dir.mkdir()
         lock_file = case_dir / ("uv.lock" if lock_format == "uv-lock" else "requirements.txt")
         lock_file.write_bytes(data)
-        try:
-            _check_lock(case_dir, lock_file, lock_format, index, option)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # a traceback of the CLI (or SystemExit) is exactly what is looked for
-            detail = traceback.format_exc(limit=-6)
-            failures.append(f"case {case}: {lock_format} {option} ({mutation}): {error!r}\n{detail}")
-        shutil.rmtree(case_dir, ignore_errors=True)
-        ran += 1
-    assert ran >= min(LOCK_CASES, 40), f"only {ran} cases ran in {SECONDS} s"
-    assert not failures, f"RPW_FUZZ_SEED={SEED}: {len(failures)} of {ran} cases broke a promise:\n" + "\n".join(failures[:5])
+        return f"{lock_format} {option} ({mutation})", lambda: _check_lock(case_dir, lock_file, lock_format, index, option)
+
+    _run_cases(tmp_path, LOCK_CASES, "lock-", prepare)
