@@ -181,9 +181,129 @@ def test_special_and_huge_lock_files_are_refused_unread(tmp_path: Path, monkeypa
     os.mkfifo(fifo)
     with pytest.raises(pins_module.InvalidLockError, match="not a regular file"):
         read_lock(fifo, "uv-lock")
+    zero = tmp_path / "requirements_lock.txt"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(pins_module.InvalidLockError, match="not a regular file"):
+        read_lock(zero)
     monkeypatch.setattr(pins_module, "MAX_LOCK_BYTES", 1 << 20)
     huge = tmp_path / "requirements.txt"
     with huge.open("wb") as file:
         file.truncate(2 << 20)
     with pytest.raises(pins_module.InvalidLockError, match="larger than 1 MiB"):
         read_lock(huge)
+
+
+FORKS = """version = 1
+revision = 3
+requires-python = ">=3.11"
+resolution-markers = [
+    "sys_platform == 'win32'",
+    "sys_platform != 'win32'",
+]
+
+[[package]]
+name = "app"
+version = "0.1"
+source = { editable = "." }
+dependencies = [
+    { name = "numpy", version = "1.0", source = { registry = "https://pypi.example/simple" }, marker = "sys_platform == 'win32'" },
+    { name = "numpy", version = "2.0", source = { registry = "https://pypi.example/simple" }, marker = "sys_platform != 'win32'" },
+    { name = "torch", extra = ["cuda"], marker = "sys_platform == 'linux'" },
+]
+
+[package.dev-dependencies]
+test = [
+    { name = "pytest" },
+]
+
+[[package]]
+name = "numpy"
+version = "1.0"
+source = { registry = "https://pypi.example/simple" }
+resolution-markers = [
+    "sys_platform == 'win32'",
+]
+wheels = [
+    { url = "https://files.example/numpy-1.0-cp311-cp311-win_amd64.whl", hash = "sha256:%(a)s" },
+]
+
+[[package]]
+name = "numpy"
+version = "2.0"
+source = { registry = "https://pypi.example/simple" }
+resolution-markers = [
+    "sys_platform != 'win32'",
+]
+sdist = { url = "https://files.example/numpy-2.0.tar.gz", hash = "sha256:%(b)s" }
+wheels = [
+    { url = "https://files.example/numpy-2.0-cp311-cp311-manylinux_2_17_x86_64.whl", hash = "sha256:%(c)s" },
+    { url = "https://files.example/numpy-2.0-cp311-cp311-macosx_11_0_arm64.whl", hash = "sha256:%(d)s" },
+]
+
+[[package]]
+name = "nvidia-cublas"
+version = "12.1"
+source = { registry = "https://pypi.example/simple" }
+wheels = [
+    { url = "https://files.example/nvidia_cublas-12.1-py3-none-manylinux1_x86_64.whl", hash = "sha256:%(e)s" },
+]
+
+[[package]]
+name = "pytest"
+version = "8.0"
+source = { registry = "https://pypi.example/simple" }
+wheels = [
+    { url = "https://files.example/pytest-8.0-py3-none-any.whl", hash = "sha256:%(f)s" },
+]
+
+[[package]]
+name = "torch"
+version = "2.1.0"
+source = { registry = "https://pypi.example/simple" }
+wheels = [
+    { url = "https://files.example/torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl", hash = "sha256:%(a)s" },
+]
+
+[package.optional-dependencies]
+cuda = [
+    { name = "nvidia-cublas", marker = "platform_machine == 'x86_64'" },
+]
+""" % {letter: letter * 64 for letter in "abcdef"}  # noqa: UP031
+
+
+@pytest.mark.parametrize(
+    "environment, expected",
+    [
+        (LINUX, ["numpy==2.0", "nvidia-cublas==12.1", "pytest==8.0", "torch[cuda]==2.1.0"]),
+        (WINDOWS, ["numpy==1.0", "pytest==8.0"]),
+        ({**LINUX, "sys_platform": "darwin", "platform_system": "Darwin"}, ["numpy==2.0", "pytest==8.0"]),
+        ({**LINUX, "platform_machine": "aarch64"}, ["numpy==2.0", "pytest==8.0", "torch[cuda]==2.1.0"]),
+    ],
+    ids=["linux", "windows", "macos", "linux-arm"],
+)
+def test_a_uv_lock_for_several_platforms_gives_each_its_pins(tmp_path: Path, environment: dict, expected: list[str]) -> None:
+    """Forks picked by the edge's version and marker, extras asked by an edge followed, dev groups of the
+    workspace member included, the member itself no pin."""
+    path = tmp_path / "uv.lock"
+    path.write_text(FORKS)
+    lock = read_lock(path, "uv-lock", environment)
+    assert [pin.text for pin in lock.pins] == expected
+    numpy = next(pin for pin in lock.pins if pin.name == "numpy")
+    assert len(numpy.hashes) == (3 if numpy.version.major == 2 else 1)  # the sdist's too
+
+
+def test_uv_refuses_the_written_lock_when_the_wheel_is_not_the_one_we_wrote(world: dict, tmp_path: Path) -> None:
+    """The sha256 written into the uv.lock is checked by uv: a wheel replaced after locking is refused."""
+    written = tmp_path / "uv.lock"
+    result = run_cli("lock", "--uv-lock", str(world["project"] / "uv.lock"), "--index", str(world["index"]),
+                     "--out", str(tmp_path / "r.txt"), "--out-uv-lock", str(written))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    sha = sha256_of(world["index"] / "foo-1.0+s.1-py3-none-any.whl")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(PYPROJECT)
+    (project / "uv.lock").write_text(written.read_text().replace(sha, "0" * 64))
+    env = {**pip_env(), "UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(tmp_path / "cache"), "UV_PYTHON_DOWNLOADS": "never"}
+    refused = subprocess.run([UV, "sync", "--frozen", "--python", sys.executable], cwd=project, env=env,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert refused.returncode != 0 and "hash" in refused.stderr.lower(), refused.stderr
