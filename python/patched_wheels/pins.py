@@ -24,6 +24,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from patched_wheels.errors import InvalidLockError, UsageError
+from patched_wheels.fsutil import NotRegularFileError, read_descriptor
 
 #: Lock formats, as the CLI flags name them (``--requirements``, ``--uv-lock``, ``--pylock``).
 FORMATS = ("requirements", "uv-lock", "pylock")
@@ -33,16 +34,21 @@ MAX_LOCK_BYTES = 64 << 20
 
 def read_lock_text(path: Path) -> str:
     """The UTF-8 text of the lock file ``path``: a regular file (a FIFO would block, a device never end)
-    of at most ``MAX_LOCK_BYTES``; anything else is one error line naming the file."""
+    of at most ``MAX_LOCK_BYTES``; anything else is one error line naming the file. Unlike a cache file,
+    a lock may be a symbolic link (Bazel hands a label's file to a repository rule as one)."""
     try:
-        with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                raise InvalidLockError(f"{path}: not a regular file")
-            data = file.read(MAX_LOCK_BYTES + 1)
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            status = os.fstat(handle)
+            if not stat.S_ISREG(status.st_mode):
+                raise NotRegularFileError("not a regular file (a FIFO, device, socket or directory)")
+            data = read_descriptor(handle, max_bytes=MAX_LOCK_BYTES, size=status.st_size)
+        finally:
+            os.close(handle)
+    except NotRegularFileError as error:
+        raise InvalidLockError(f"{path}: {error}; not a lock we read") from None
     except OSError as error:
         raise InvalidLockError(f"{path}: cannot read: {error.strerror}") from None
-    if len(data) > MAX_LOCK_BYTES:
-        raise InvalidLockError(f"{path}: larger than {MAX_LOCK_BYTES >> 20} MiB; not a lock we read")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
