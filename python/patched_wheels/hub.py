@@ -212,9 +212,9 @@ def patch_into_index(
     )
     if not spec.split_into:
         return [patch_wheel(spec.wheel, index_dir, **options).requirement]
-    from patched_wheels.split import SplitRequest
+    from patched_wheels.split import BAZEL_NAMES, SplitRequest
 
-    split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None)
+    split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES)
     return list(patch_wheel(spec.wheel, index_dir, **options, split=split, graph=graph).requirements)
 
 

@@ -40,6 +40,7 @@ from packaging.utils import parse_wheel_filename
 from patched_wheels import cache
 from patched_wheels.elfgraph import LibraryGraph, WheelRef
 from patched_wheels.elfread import ElfLibrary
+from patched_wheels.syslibs import ld_so_cache
 from patched_wheels.errors import warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.layout import FLAT
@@ -203,8 +204,6 @@ class _SystemSymbols:
 
     def _cache_paths(self) -> dict[str, str]:
         if self._paths is None:
-            from patched_wheels.doctor import ld_so_cache  # the loader's cache, read as doctor reads it
-
             self._paths = {name: path for name, path in ld_so_cache().items() if os.path.exists(path)}
         return self._paths
 
