@@ -35,15 +35,15 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from packaging.tags import sys_tags
-from packaging.utils import parse_wheel_filename
 
 from patched_wheels import cache
 from patched_wheels.elfgraph import LibraryGraph, WheelRef
 from patched_wheels.elfread import ElfLibrary
-from patched_wheels.syslibs import ld_so_cache
 from patched_wheels.errors import warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.layout import FLAT
+from patched_wheels.syslibs import ld_so_cache
+from patched_wheels.wheelfile import WheelFilename
 
 _SCHEMA = 1
 _MAX_ENTRY = 16 << 20
@@ -72,7 +72,7 @@ def tag_mismatch(wheels: Iterable[str]) -> str | None:
     """The first of ``wheels`` (file names) this interpreter cannot install, or None when all match."""
     supported = set(sys_tags())
     for wheel in wheels:
-        if not set(parse_wheel_filename(wheel)[3]) & supported:
+        if not set(WheelFilename.parse(wheel).tags) & supported:
             return wheel
     return None
 
