@@ -26,9 +26,6 @@ written by hand in the package's code is not seen.  All of this is a prediction:
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
@@ -38,6 +35,7 @@ from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.packages import find_package, module_name
+from patched_wheels.syslibs import system_library_names
 from patched_wheels.preload import (
     PreloadList,
     installed_preload,
@@ -66,20 +64,6 @@ _STATUS_TEXT = {
     SKIPPED: "skipped by the preload (optional); fails if {package} loads it itself",
     NOT_LOADED: "{package} does not load it",
 }
-
-# Installed with the GPU driver on the machine that runs the code, never shipped in wheels:
-# a build host without a GPU lacking them says nothing about the target.
-DRIVER_LIBRARIES = frozenset({"libcuda.so.1", "libnvidia-ml.so.1"})
-_SYSTEM_DIRECTORIES = (
-    "/lib",
-    "/lib64",
-    "/usr/lib",
-    "/usr/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-)
 
 
 @dataclass(frozen=True)
@@ -136,33 +120,6 @@ class Diagnosis:
     @property
     def fails(self) -> bool:
         return self.as_is.fails
-
-
-def ld_so_cache() -> dict[str, str]:
-    """File name -> path of the libraries ``ldconfig -p`` lists (the loader's cache), first entry of a name winning."""
-    ldconfig = shutil.which("ldconfig") or next(
-        (path for path in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(path)), None
-    )
-    if not ldconfig:
-        return {}
-    listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
-    found: dict[str, str] = {}
-    for line in listing.splitlines()[1:]:
-        name, _, path = line.strip().partition(" => ")
-        if name:
-            found.setdefault(name.split()[0], path)
-    return found
-
-
-def system_library_names() -> frozenset[str]:
-    """File names the loader finds without any RPATH: ld.so.cache, the default directories, GPU driver libraries."""
-    names: set[str] = set(DRIVER_LIBRARIES) | set(ld_so_cache())
-    for directory in _SYSTEM_DIRECTORIES:
-        try:
-            names.update(os.listdir(directory))
-        except OSError:
-            continue
-    return frozenset(names)
 
 
 _SIMULATED = Layout(PER_WHEEL, PurePosixPath("/"))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from patched_wheels.elfgraph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.errors import UsageError
-from patched_wheels.hubplan import HubConfig, PatchedWheelSpec
+from patched_wheels.hubplan import LOCK_FORMATS, HubConfig, PatchedWheelSpec
 from patched_wheels.index import build_index
 from patched_wheels.lock import lock
 from patched_wheels.surgery import MemberEdit, patch_wheel
@@ -34,9 +34,6 @@ def build_hub(config: HubConfig) -> list[str]:
     graph = read_graph(config.wheels, cache_dir=config.elf_cache) if needs_graph else None
     for spec in config.patched:
         pins.extend(patch_into_index(spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None))
-    if config.lock_attribute != "requirements_lock":
-        # The uv.lock / pylock.toml readers and the uv.lock writer come with the lock model (issue 18.2).
-        raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": this helper reads only requirements_lock yet")
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
     lock(
         config.lock,
@@ -46,6 +43,8 @@ def build_hub(config: HubConfig) -> list[str]:
         upstream_index_url=config.index_url or None,
         replaced=config.replaced,
         references={project: (url, sha256) for project, (url, sha256) in config.references.items()},
+        lock_format=LOCK_FORMATS[config.lock_attribute],
+        out_uv_lock=config.out_uv_lock,
     )
     return pins
 
@@ -106,7 +105,7 @@ def patch_into_index(
     )
     if not spec.split_into:
         return [patch_wheel(spec.wheel, index_dir, **options).requirement]
-    from patched_wheels.split import SplitRequest
+    from patched_wheels.split import BAZEL_NAMES, SplitRequest
 
-    split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None)
+    split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES)
     return list(patch_wheel(spec.wheel, index_dir, **options, split=split, graph=graph).requirements)

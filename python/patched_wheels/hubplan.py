@@ -27,13 +27,13 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from patched_wheels.elfgraph import WheelRef
 from patched_wheels.errors import UsageError
-from patched_wheels.lock import INDEX_OPTIONS
+from patched_wheels.lockplan import INDEX_OPTIONS
 from patched_wheels.resolve import ResolvedWheel
 from patched_wheels.version import with_local_suffix
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
-#: ``patched-wheels resolve`` flag that reads each.
-LOCK_ATTRIBUTES = {"requirements_lock": "--requirements", "uv_lock": "--uv-lock", "pylock": "--pylock"}
+#: lock format (``pins.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
+LOCK_FORMATS = {"requirements_lock": "requirements", "uv_lock": "uv-lock", "pylock": "pylock"}
 
 #: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
 #: deleted after the build; ``index`` is served.
@@ -115,7 +115,7 @@ class HubRequest:
     hub: str
     bzlmod: bool
     locks: Mapping[str, str]
-    """Every lock attribute (LOCK_ATTRIBUTES) -> its path, "" when not given."""
+    """Every lock attribute (LOCK_FORMATS) -> its path, "" when not given."""
     index_url: str
     index_option: str
     rules_python_version: str
@@ -126,11 +126,11 @@ class HubRequest:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
-        _same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_ATTRIBUTES}, "hub request")
+        _same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_FORMATS}, "hub request")
         return cls(
             hub=raw["hub"],
             bzlmod=raw["bzlmod"],
-            locks={attribute: raw[attribute] for attribute in LOCK_ATTRIBUTES},
+            locks={attribute: raw[attribute] for attribute in LOCK_FORMATS},
             index_url=raw["index_url"],
             index_option=raw["index_option"],
             rules_python_version=raw["rules_python_version"],
@@ -162,7 +162,7 @@ class HubConfig:
     ``patched-wheels hub build``."""
 
     lock_attribute: str
-    """Which of LOCK_ATTRIBUTES the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
+    """Which of LOCK_FORMATS the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
     lock: Path
     index_dir: Path
     out: Path
@@ -265,7 +265,7 @@ def check_request(request: HubRequest) -> None:
     given = [attribute for attribute, path in request.locks.items() if path]
     if len(given) != 1:
         raise UsageError(
-            f"{request.index_call}: give exactly one of {', '.join(LOCK_ATTRIBUTES)}"
+            f"{request.index_call}: give exactly one of {', '.join(LOCK_FORMATS)}"
             + (f", not {' and '.join(given)}" if given else "")
         )
     allowed = index_options_for(request.rules_python_version)
@@ -352,7 +352,7 @@ def resolution(request: HubRequest) -> dict[str, Any]:
     explicit = {
         canonicalize_name(spec.name): {"urls": list(spec.urls), "sha256": spec.sha256} for spec in request.patched if spec.urls
     }
-    return {"lock_args": [LOCK_ATTRIBUTES[attribute], path], "explicit": explicit}
+    return {"lock_args": [f"--{LOCK_FORMATS[attribute]}", path], "explicit": explicit}
 
 
 def needs_graph(request: HubRequest) -> bool:

@@ -43,10 +43,8 @@ from urllib.parse import quote
 from packaging.tags import Tag
 from packaging.utils import (
     InvalidSdistFilename,
-    InvalidWheelFilename,
     NormalizedName,
     parse_sdist_filename,
-    parse_wheel_filename,
 )
 from packaging.version import Version
 
@@ -54,6 +52,7 @@ from patched_wheels.cache import read_json
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.fsutil import hash_file, holds, read_regular_file, stage_tree, switch_tree, write_temp
 from patched_wheels.names import is_valid_project_name
+from patched_wheels.wheelfile import WheelFilename
 
 SIMPLE_DIR = "simple"
 CACHE_FILE = ".patched-wheels-cache.json"
@@ -158,9 +157,10 @@ def _find_distributions(directory: Path) -> list[_Candidate]:
             raise InvalidWheelError(f"{path}: not a regular file ({_file_kind(status.st_mode)}); a distribution must be one")
         if entry.name.endswith(".whl"):
             try:
-                name, version, _build, tags = parse_wheel_filename(entry.name)
-            except InvalidWheelFilename as error:
-                raise InvalidWheelError(f"{path}: {error}") from None
+                parsed = WheelFilename.parse(entry.name)
+            except InvalidWheelError as error:
+                raise InvalidWheelError(f"{path.parent}/{error}") from None
+            name, version, tags = parsed.name, parsed.version, parsed.tags
             written_name = entry.name.split("-", 1)[0]
         else:
             try:

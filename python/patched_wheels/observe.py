@@ -35,7 +35,6 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from packaging.tags import sys_tags
-from packaging.utils import parse_wheel_filename
 
 from patched_wheels import cache
 from patched_wheels.elfgraph import LibraryGraph, WheelRef
@@ -43,6 +42,8 @@ from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.layout import FLAT
+from patched_wheels.syslibs import ld_so_cache
+from patched_wheels.wheelfile import WheelFilename
 
 _SCHEMA = 1
 _MAX_ENTRY = 16 << 20
@@ -71,7 +72,7 @@ def tag_mismatch(wheels: Iterable[str]) -> str | None:
     """The first of ``wheels`` (file names) this interpreter cannot install, or None when all match."""
     supported = set(sys_tags())
     for wheel in wheels:
-        if not set(parse_wheel_filename(wheel)[3]) & supported:
+        if not set(WheelFilename.parse(wheel).tags) & supported:
             return wheel
     return None
 
@@ -203,8 +204,6 @@ class _SystemSymbols:
 
     def _cache_paths(self) -> dict[str, str]:
         if self._paths is None:
-            from patched_wheels.doctor import ld_so_cache  # the loader's cache, read as doctor reads it
-
             self._paths = {name: path for name, path in ld_so_cache().items() if os.path.exists(path)}
         return self._paths
 

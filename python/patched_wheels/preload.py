@@ -28,15 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 
 from patched_wheels.elfgraph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.elfread import ElfLibrary, data_scheme
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
-from patched_wheels.metadata import field_values
+from patched_wheels.metadata import required_projects
 from patched_wheels.packages import find_package, package_libraries
-from patched_wheels.wheelfile import WheelReader, is_safe_member_path
+from patched_wheels.wheelfile import WheelFilename, WheelReader, is_safe_member_path
 
 if TYPE_CHECKING:
     from patched_wheels.observe import Observation
@@ -246,10 +245,7 @@ def preload_module_member(init_member: str) -> str:
 
 def project_name(wheel: str) -> str:
     """The normalised project name of a wheel file name (``nvidia_cublas-13.1-….whl`` -> ``nvidia-cublas``)."""
-    try:
-        return parse_wheel_filename(wheel)[0]
-    except InvalidWheelFilename as error:
-        raise InvalidWheelError(f"{wheel}: not a valid wheel filename ({error})") from None
+    return WheelFilename.parse(wheel).name
 
 
 def wheels_matching(graph: LibraryGraph, globs: Sequence[str], *, exclude: str) -> dict[str, list[ElfLibrary]]:
@@ -336,12 +332,7 @@ def runtime_candidates(graph: LibraryGraph, package_wheel: Path) -> list[str]:
     """
     with WheelReader(package_wheel) as reader:
         metadata = reader.metadata()
-    required: set[str] = set()
-    for value in field_values(metadata, "Requires-Dist"):
-        try:
-            required.add(canonicalize_name(Requirement(value).name))
-        except InvalidRequirement:
-            continue  # a malformed line names nothing we could match
+    required = required_projects(metadata)
     return sorted(
         {project_name(library.wheel) for library in graph.libraries if library.wheel != package_wheel.name}
         & required

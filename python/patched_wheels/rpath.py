@@ -4,22 +4,21 @@ A library that cannot find a companion shipped in the same wheel (auditwheel mov
 ``<pkg>.libs/`` and left no path to it) is fixed by pointing its search path there.  Only
 ``$ORIGIN``-relative entries are accepted: the loader resolves an absolute entry on the machine
 that installs the wheel, where it points outside the wheel, and a plain relative one against the
-process's working directory.  The edited bytes go back through :mod:`patched_wheels.surgery`'s
-member edits, so RECORD, renames and reproducibility are handled in one place.
+process's working directory.  The edited members go back into the patch's
+:class:`patched_wheels.rewrite.WheelEdits`, so RECORD, renames and reproducibility are handled
+in one place; a library is streamed, never held whole (see :mod:`patched_wheels.patchelf`).
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 from patched_wheels.elfread import parse_elf
 from patched_wheels.errors import ElfError, UsageError
-from patched_wheels.patchelf import run_patchelf, search_path_arguments
+from patched_wheels.patchelf import find_patchelf, find_search_path, overwrite_search_path, run_patchelf, search_path_arguments
+from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits, content_chunks, spill
 
 MODES = ("set", "prepend", "append")
 """``set`` replaces the search path; ``prepend``/``append`` add entries before/after the existing ones."""
@@ -82,14 +81,55 @@ def edited_search_path(current: Sequence[str], edit: RpathEdit) -> list[str]:
     return list(dict.fromkeys(combined))
 
 
-def edit_library(content: bytes, edit: RpathEdit, *, patchelf: str, wheel: str, member: str) -> bytes:
-    """``content`` (one ELF member) with ``edit`` applied by patchelf, its RUNPATH/RPATH kind kept."""
-    if not content.startswith(_ELF_MAGIC):
-        raise ElfError(f"{edit.origin}: {wheel}: {member} is not an ELF file; only ELF members have an RPATH")
-    library = parse_elf(content, wheel=wheel, path=member)
-    arguments = search_path_arguments(library, edited_search_path(library.search_path, edit))
-    with tempfile.TemporaryDirectory(prefix="patched-wheels-rpath-") as scratch:
-        file = Path(scratch) / posixpath.basename(member)
-        file.write_bytes(content)
-        run_patchelf(patchelf, arguments, file, where=f"{wheel}: {member}")
-        return file.read_bytes()
+def apply_rpath_edits(edits: WheelEdits, rpath_edits: Sequence[RpathEdit], scratch: Scratch) -> None:
+    """Apply each RPATH edit to every member its glob matches, in order; a glob matching nothing is an error.
+
+    A library several globs match is edited once, to the search path all of them make in turn.
+    """
+    wheel = edits.reader.path.name
+    matched: dict[str, list[RpathEdit]] = {}
+    for rpath_edit in rpath_edits:
+        names = edits.matching(rpath_edit.glob)
+        if not names:
+            raise UsageError(f"{rpath_edit.origin}: matches no member of {wheel}")
+        for name in names:
+            matched.setdefault(name, []).append(rpath_edit)
+    for name, applied in matched.items():
+        content = edits.contents.get(name)  # None: the input member, unchanged so far
+        edited = _edit_library(edits, name, content, applied, scratch)
+        if edited is not None:
+            edits.set(name, edited)
+
+
+def _edit_library(edits: WheelEdits, name: str, content: Content | None, applied: Sequence[RpathEdit], scratch: Scratch) -> Content | None:
+    """``name`` with the search path ``applied`` make, its RUNPATH/RPATH kind kept: overwritten in place
+    when it fits (streamed), else by patchelf on a temp file; None when nothing changes (it stays as it is)."""
+    reader, wheel = edits.reader, edits.reader.path.name
+    source: Content = Overwritten(name, ()) if content is None else content
+    open_chunks: Callable[[], Iterator[bytes]] = lambda: content_chunks(reader, source)  # noqa: E731
+    if not next(open_chunks(), b"").startswith(_ELF_MAGIC):
+        raise ElfError(f"{applied[0].origin}: {wheel}: {name} is not an ELF file; only ELF members have an RPATH")
+    found = find_search_path(open_chunks)
+    if found is not None:
+        old = found.value.decode("utf-8", "surrogateescape")
+        search_path = _after(applied, [entry for entry in old.split(":") if entry])
+        if ":".join(search_path) == old:
+            return None
+        patch = overwrite_search_path(found, search_path)
+        if patch is not None and isinstance(source, Overwritten):
+            return Overwritten(source.source, (*source.patches, patch))
+        if patch is not None and isinstance(source, bytes):
+            offset, data = patch
+            return source[:offset] + data + source[offset + len(data) :]
+    file = spill(reader, content, name, scratch)
+    with open(file, "rb") as handle:
+        library = parse_elf(handle, wheel=wheel, path=name)
+    run_patchelf(find_patchelf(), search_path_arguments(library, _after(applied, library.search_path)), file, where=f"{wheel}: {name}")
+    return Spilled(file)
+
+
+def _after(applied: Sequence[RpathEdit], search_path: Sequence[str]) -> list[str]:
+    current = list(search_path)
+    for rpath_edit in applied:
+        current = edited_search_path(current, rpath_edit)
+    return current

@@ -2,44 +2,47 @@
 
 Package indexes cap file sizes (and some caches choke on 700 MB members); moving the
 biggest libraries into ``NAME-VERSION-<same tags>.whl`` keeps each wheel small.  A
-moved library ``<pkg>/lib/libx.so`` lands at ``<name>/lib/libx.so``.  Its RPATH is
-rewritten with patchelf to ``$ORIGIN``, then its old entries re-based to the new
-directory (so ``$ORIGIN`` itself becomes the way back, e.g. ``$ORIGIN/../../torch/lib``):
-that keeps a single site-packages working.  For one directory per wheel, the main
-wheel's package preloads the moved libraries, after everything they need, in graph
-order -- the same plan and generated preloader as ``patch --preload-for``
-(:func:`patched_wheels.preload.plan_preload`), extended if the wheel already has
-one.
+moved library ``<pkg>/lib/libx.so`` lands at ``<name>/lib/libx.so``: the same depth
+under site-packages, so its ``$ORIGIN/../../nvidia/...`` entries still resolve in one
+site-packages.  What it needs from its old directory is loaded first by the main
+package's preload (imported first by ``<pkg>/__init__.py``): the moved libraries and
+everything they need, in graph order -- the same plan and generated preloader as
+``patch --preload-for`` (:func:`patched_wheels.preload.plan_preload`), extended if the
+wheel already has one.  Once a library is loaded, the loader satisfies every later
+DT_NEEDED of its SONAME with it, whatever the search paths say; so the same preload
+makes one directory per wheel work too.
+
+So a moved library keeps its bytes and is copied raw (its compressed bytes, like every
+unchanged member of a patch): a split costs about a copy of the wheel.  Only a library
+without a SONAME is rewritten (patchelf ``--set-soname``, on a temp file), since the
+loader matches what the preload loaded by SONAME.  A library that a moved one opens with
+``dlopen`` by bare name from its old directory, outside its DT_NEEDED closure, is not
+found through ``$ORIGIN`` any more: do not move such a library.
 
 A split is part of :func:`patched_wheels.surgery.patch_wheel` (``split=``), so a
 wheel that is patched and split is read and written once: the split plans against
 the patch's edits (a library deleted by ``delete`` or a patch does not move; one whose
-RPATH an ``rpath_edits`` entry changed is relocated from its edited search path, and
-both wheels get the patch's version), writes the sibling itself, streaming each moved
-library through a temp file for patchelf, and hands the main wheel's edits (moved
-members dropped, ``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the
-preload module) to the patch's own rewrite.  Both wheels are renamed into the
-destination only once both are complete.
+RPATH an ``rpath_edits`` entry changed moves with that edit, and both wheels get the
+patch's version) and hands back the main wheel's edits (moved members dropped,
+``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the preload module)
+and the sibling's members; both wheels go through :func:`patched_wheels.rewrite.write_wheel`
+and are renamed into the destination only once both are complete.
 """
 
 from __future__ import annotations
 
-import os
-import posixpath
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.elfgraph import ORIGIN_TOKEN, LibraryGraph, expand_origin, install_path, read_graph
-from patched_wheels.elfread import ElfLibrary, data_scheme, parse_elf
+from patched_wheels.elfgraph import LibraryGraph, install_path, read_graph
+from patched_wheels.elfread import ElfLibrary, data_scheme
 from patched_wheels.errors import UsageError
-from patched_wheels.fsutil import create_temp_file
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.packages import package_init_members
-from patched_wheels.patchelf import find_patchelf, run_patchelf, search_path_arguments
+from patched_wheels.patchelf import find_patchelf, run_patchelf
 from patched_wheels.preload import (
     PreloadList,
     add_preload_import,
@@ -48,11 +51,9 @@ from patched_wheels.preload import (
     read_preload_module,
     render_preload_module,
 )
+from patched_wheels.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits, spill
 from patched_wheels.surgery import PatchResult, patch_wheel
-from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter
-
-if TYPE_CHECKING:
-    from patched_wheels.surgery import MemberEdit, WheelEdits
+from patched_wheels.wheelfile import WheelReader
 
 # Zip bookkeeping per member, beyond its name and data: local header (30) + central header (46).
 _ZIP_OVERHEAD = 76
@@ -61,15 +62,26 @@ _GROWTH_SLACK = 4096
 
 
 @dataclass(frozen=True)
+class SplitOptionNames:
+    """How the user spelled the split's options, so errors name them: flags on the command line, the
+    ``patched_wheel`` attributes in Bazel (:data:`BAZEL_NAMES`)."""
+
+    into: str = "--into"
+    move: str = "--move"
+    max_size: str = "--max-size"
+
+
+BAZEL_NAMES = SplitOptionNames("split_into", "split_move", "split_max_size")
+
+
+@dataclass(frozen=True)
 class _Move:
     member: str
     """Archive path in the main wheel."""
     library: ElfLibrary
     """The library as the graph knows it (the unedited wheel's): the node the preload is planned on."""
-    current: ElfLibrary
-    """The library as it will be relocated: after the RPATH edits of the same patch."""
-    content: bytes | None
-    """Its edited bytes, already in memory (an RPATH edit); None: streamed from the wheel."""
+    content: Content | None
+    """What the patch's other edits made of it (an RPATH edit); None: the input member as is."""
     target: str
     """Archive (and install) path in the sibling wheel."""
 
@@ -86,23 +98,35 @@ class SplitRequest:
     """Project name of the sibling wheel."""
     move: Sequence[str] = ()
     max_size: int | None = None
+    names: SplitOptionNames = SplitOptionNames()
+
+    def check_options(self) -> None:
+        """The checks that need no wheel: a hub runs them before it downloads anything."""
+        names = self.names
+        if bool(self.move) == (self.max_size is not None):
+            raise UsageError(f"give either {names.move} or {names.max_size}, not both or neither")
+        if not is_valid_project_name(self.into):
+            raise UsageError(f"{names.into} {self.into!r} is not a valid project name")
 
     def check(self, reader: WheelReader) -> None:
         """Refuse a request that no edit can make valid, before the patch does any work."""
         wheel = reader.path.name
-        if bool(self.move) == (self.max_size is not None):
-            raise UsageError(f"{wheel}: give either --move globs or --max-size, not both or neither")
-        if not is_valid_project_name(self.into):
-            raise UsageError(f"{wheel}: --into {self.into!r} is not a valid project name")
+        try:
+            self.check_options()
+        except UsageError as error:
+            raise UsageError(f"{wheel}: {error}") from None
         if canonicalize_name(self.into) == reader.filename.name:
-            raise UsageError(f"{wheel}: --into {self.into} names the wheel being split")
+            raise UsageError(f"{wheel}: {self.names.into} {self.into} names the wheel being split")
 
-    def plan(self, edits: WheelEdits, *, version: str, main_name: str, graph: LibraryGraph | None) -> SplitPlan:
+    def plan(
+        self, edits: WheelEdits, *, version: str, main_name: str, graph: LibraryGraph | None, scratch: Scratch
+    ) -> PlannedSplit:
         """What moves and what the main wheel becomes, given the patch's other ``edits``.
 
         ``version`` is the output version (both wheels carry it), ``main_name`` the main
         output's file name (the sibling's takes its version and tags), ``graph`` one that
-        holds the wheel under its input file name (None: read from the wheel alone).
+        holds the wheel under its input file name (None: read from the wheel alone),
+        ``scratch`` where a library patchelf must rewrite is written.
         """
         reader = edits.reader
         wheel = reader.path.name
@@ -119,9 +143,9 @@ class SplitRequest:
         every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
         preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
         selected = (
-            _select_by_globs(edits, libraries, self.move)
+            self._select_by_globs(edits, libraries)
             if self.move
-            else _select_by_size(edits, members, libraries, self.max_size or 0, preload_estimate)
+            else self._select_by_size(edits, members, libraries, preload_estimate)
         )
         packages = sorted({libraries[name].path.split("/", 1)[0] for name in selected})
         if len(packages) > 1 or any("/" not in libraries[name].path for name in selected):
@@ -133,7 +157,10 @@ class SplitRequest:
         if init_member is None:
             raise UsageError(f"{wheel}: no {package}/__init__.py to import the preload from")
         sibling_top = canonicalize_name(self.into).replace("-", "_")
-        moves = tuple(_move(edits, name, libraries[name], sibling_top) for name in selected)
+        moves = tuple(
+            _Move(name, libraries[name], edits.contents.get(name), f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}")
+            for name in selected
+        )
         module_member = preload_module_member(init_member)
         module = edits.current(module_member)
         existing = PreloadList() if module is None else read_preload_module(module, where=f"{wheel}: {module_member}")
@@ -142,9 +169,9 @@ class SplitRequest:
         sibling_dist_info = f"{sibling_top}-{version}.dist-info"
         summary = f"Shared libraries split out of {reader.filename.name} {version} by patched-wheels"
         sibling_metadata = f"Metadata-Version: 2.1\nName: {self.into}\nVersion: {version}\nSummary: {summary}\n"
-        return SplitPlan(
-            wheel=wheel,
-            moves=moves,
+        moved = [_moved_member(edits, move, scratch) for move in sorted(moves, key=lambda move: move.target)]
+        return PlannedSplit(
+            removed=tuple(move.member for move in moves),
             member_edits={
                 init_member: lambda current: add_preload_import(current, where=init_where),
                 module_member: lambda _current: preload,
@@ -152,67 +179,66 @@ class SplitRequest:
             requirement=f"{self.into}=={version}",
             sibling_name=f"{sibling_top}-{main_name.split('-', 1)[1]}",  # same version, build and tags
             sibling_dist_info=sibling_dist_info,
-            sibling_files={
-                f"{sibling_dist_info}/METADATA": sibling_metadata.encode("utf-8"),
-                f"{sibling_dist_info}/WHEEL": _sibling_wheel_file(edits),
-            },
+            sibling_members=(
+                *moved,
+                OutputMember(f"{sibling_dist_info}/METADATA", None, sibling_metadata.encode("utf-8")),
+                OutputMember(f"{sibling_dist_info}/WHEEL", None, _sibling_wheel_file(edits)),
+            ),
             max_size=self.max_size,
+            max_size_option=self.names.max_size,
         )
 
+    def _select_by_globs(self, edits: WheelEdits, libraries: Mapping[str, ElfLibrary]) -> list[str]:
+        wheel = edits.reader.path.name
+        option = self.names.move
+        selected: list[str] = []
+        for pattern in self.move:
+            matched = edits.matching(pattern)
+            if not matched:
+                raise UsageError(f"{wheel}: {option} {pattern} matches no member")
+            for name in matched:
+                if name not in libraries:
+                    raise UsageError(
+                        f"{wheel}: {name} (matched by {option} {pattern}) is not a shared library; "
+                        "only libraries can move, since the main wheel preloads them"
+                    )
+                if name not in selected:
+                    selected.append(name)
+        return selected
 
-@dataclass(frozen=True)
-class SplitPlan:
-    """A planned split: the sibling wheel it writes, and the main wheel's edits, which the patch applies."""
+    def _select_by_size(
+        self, edits: WheelEdits, members: Sequence[str], libraries: Mapping[str, ElfLibrary], preload_growth: int
+    ) -> list[str]:
+        """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
+        wheel, option, max_size = edits.reader.path.name, self.names.max_size, self.max_size or 0
+        sizes = {name: _stored_size(edits, name) for name in members}
+        estimate = sum(sizes.values()) + preload_growth + _GROWTH_SLACK
+        if estimate <= max_size:
+            raise UsageError(f"{wheel}: already fits in {option} {max_size}; nothing to split")
+        selected: list[str] = []
+        for name in sorted(libraries, key=lambda name: (-sizes[name], name)):
+            if estimate <= max_size:
+                break
+            selected.append(name)
+            estimate -= sizes[name]
+        if estimate > max_size:
+            raise UsageError(
+                f"{wheel}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
+                f"cannot fit {option} {max_size}"
+            )
+        return selected
 
-    wheel: str
-    """The input's file name, to name it in errors."""
-    moves: tuple[_Move, ...]
-    member_edits: Mapping[str, MemberEdit]
-    """For the main wheel: the ``__init__.py`` import and the preload module."""
-    requirement: str
-    """``NAME==VERSION`` of the sibling: the main wheel's new Requires-Dist, and the sibling's pin."""
-    sibling_name: str
-    sibling_dist_info: str
-    sibling_files: Mapping[str, bytes]
-    """The sibling's METADATA and WHEEL."""
-    max_size: int | None
 
-    @property
-    def moved_members(self) -> tuple[str, ...]:
-        """What the main wheel drops."""
-        return tuple(move.member for move in self.moves)
-
-    def write_sibling(self, reader: WheelReader, path: Path) -> None:
-        """Write the sibling wheel to ``path``.
-
-        Each moved library goes through a temp file next to ``path`` (patchelf edits
-        files in place, and a 1 GB library must not sit in memory) and is deflated from
-        there in chunks.
-        """
-        patchelf = find_patchelf()
-        with WheelWriter(path, dist_info=self.sibling_dist_info) as writer:
-            for move in sorted(self.moves, key=lambda move: move.target):
-                handle, file = create_temp_file(path.parent, posixpath.basename(move.target))
-                try:
-                    with os.fdopen(handle, "wb") as target:
-                        if move.content is None:
-                            with reader.open(move.member) as source:
-                                shutil.copyfileobj(source, target, CHUNK_SIZE)
-                        else:
-                            target.write(move.content)
-                    search_path = relocated_search_path(move.current, move.target)
-                    _patch_library(patchelf, file, move.current, search_path, f"{self.wheel}: {move.member}")
-                    writer.write_file(move.target, file, mode=reader.mode(move.member) or 0o755)
-                finally:
-                    file.unlink(missing_ok=True)
-            for name, content in self.sibling_files.items():
-                writer.write_bytes(name, content)
-
-    def check_size(self, main: Path) -> None:
-        """The main wheel as written must fit ``max_size`` (the selection only estimated it)."""
-        size = main.stat().st_size
-        if self.max_size is not None and size > self.max_size:
-            raise UsageError(f"{self.wheel}: the main wheel is {size} bytes after the split, over --max-size {self.max_size}")
+def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMember:
+    """The sibling's copy of a moved library: its bytes as they are (copied raw when unedited), unless it has
+    no SONAME, which the preload needs: other libraries' DT_NEEDED then match the one it loaded."""
+    if move.library.soname:
+        return OutputMember(move.target, move.member, move.content)
+    reader = edits.reader
+    file = spill(reader, move.content, move.member, scratch)
+    where = f"{reader.path.name}: {move.member}"
+    run_patchelf(find_patchelf(), ["--set-soname", move.library.filename], file, where=where)
+    return OutputMember(move.target, move.member, Spilled(file))
 
 
 def split_wheel(
@@ -235,86 +261,16 @@ def split_wheel(
     return patch_wheel(wheel, dest_dir, split=SplitRequest(into, move, max_size), graph=graph)
 
 
-def relocated_search_path(library: ElfLibrary, target: str) -> list[str]:
-    """``$ORIGIN`` first, then each old entry re-based from the library's old directory to ``target``'s."""
-    old_directory = posixpath.dirname(library.path)
-    new_directory = posixpath.dirname(target)
-
-    def rebase(directory: str) -> str:
-        relative = posixpath.relpath(directory, new_directory)
-        return "$ORIGIN" if relative == "." else f"$ORIGIN/{relative}"
-
-    entries = ["$ORIGIN"]
-    for entry in [*library.search_path, "$ORIGIN"]:
-        if ORIGIN_TOKEN.match(entry):
-            entry = rebase(expand_origin(entry, old_directory))
-        if entry not in entries:
-            entries.append(entry)
-    return entries
-
-
-def _move(edits: WheelEdits, member: str, library: ElfLibrary, sibling_top: str) -> _Move:
-    """How ``member`` moves: an edited library is relocated from what the edit made of it, not from the graph's."""
-    content = edits.contents.get(member)
-    current = library if content is None else parse_elf(content, wheel=library.wheel, path=library.path)
-    return _Move(member, library, current, content, f"{sibling_top}/{library.path.split('/', 1)[1]}")
-
-
-def _patch_library(patchelf: str, file: Path, library: ElfLibrary, search_path: Sequence[str], where: str) -> None:
-    arguments = search_path_arguments(library, search_path)
-    if not library.soname:
-        # The preload satisfies other libraries' DT_NEEDED by SONAME; without one, only the file path would match.
-        arguments += ["--set-soname", library.filename]
-    run_patchelf(patchelf, arguments, file, where=where)
-
-
-def _select_by_globs(edits: WheelEdits, libraries: Mapping[str, ElfLibrary], patterns: Sequence[str]) -> list[str]:
-    wheel = edits.reader.path.name
-    selected: list[str] = []
-    for pattern in patterns:
-        matched = edits.matching(pattern)
-        if not matched:
-            raise UsageError(f"{wheel}: --move {pattern} matches no member")
-        for name in matched:
-            if name not in libraries:
-                raise UsageError(
-                    f"{wheel}: {name} (matched by --move {pattern}) is not a shared library; "
-                    "only libraries can move, since the main wheel preloads them"
-                )
-            if name not in selected:
-                selected.append(name)
-    return selected
-
-
-def _select_by_size(
-    edits: WheelEdits, members: Sequence[str], libraries: Mapping[str, ElfLibrary], max_size: int, preload_growth: int
-) -> list[str]:
-    """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
-    wheel = edits.reader.path.name
-    sizes = {name: _stored_size(edits, name) for name in members}
-    estimate = sum(sizes.values()) + preload_growth + _GROWTH_SLACK
-    if estimate <= max_size:
-        raise UsageError(f"{wheel}: already fits in --max-size {max_size}; nothing to split")
-    selected: list[str] = []
-    for name in sorted(libraries, key=lambda name: (-sizes[name], name)):
-        if estimate <= max_size:
-            break
-        selected.append(name)
-        estimate -= sizes[name]
-    if estimate > max_size:
-        raise UsageError(
-            f"{wheel}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
-            f"cannot fit --max-size {max_size}"
-        )
-    return selected
-
-
 def _stored_size(edits: WheelEdits, name: str) -> int:
     """About what ``name`` takes in the main wheel: its compressed bytes (for an edited member, its
     size: deflate's bound) plus headers and the name twice (local and central)."""
     content = edits.contents.get(name)
-    if content is not None:
+    if isinstance(content, bytes):
         data = len(content)
+    elif isinstance(content, Overwritten):
+        data = edits.reader.file_size(content.source)
+    elif isinstance(content, Spilled):
+        data = content.path.stat().st_size
     else:
         info = edits.reader.info(name)
         data = info.compress_size + len(info.extra)

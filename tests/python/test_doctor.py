@@ -27,9 +27,9 @@ from patched_wheels.doctor import (
     NOT_LOADED,
     SKIPPED,
     diagnose,
-    system_library_names,
 )
 from patched_wheels.preload import preload_member_edits
+from patched_wheels.syslibs import system_library_names
 from patched_wheels.surgery import patch_wheel
 
 FOREIGN = ("jit", "sparse", "solver", "blas")

@@ -14,7 +14,7 @@ import pytest
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
 from patched_wheels.hubplan import (
-    LOCK_ATTRIBUTES,
+    LOCK_FORMATS,
     HubConfig,
     HubRequest,
     PatchedWheelSpec,
@@ -22,7 +22,8 @@ from patched_wheels.hubplan import (
     plan_hub,
     resolution,
 )
-from patched_wheels.lock import INDEX_OPTIONS
+from patched_wheels.lockplan import INDEX_OPTIONS
+from patched_wheels.pins import FORMATS
 from patched_wheels.resolve import ResolvedWheel
 
 PRIVATE = Path(__file__).resolve().parents[2] / "python" / "private"
@@ -97,7 +98,8 @@ def test_the_attribute_values_the_schema_allows_are_the_ones_the_helper_knows() 
     assert schema["preload"]["values"] == ["auto", "off"]  # the plan and the build test `preload == "auto"`
     index_options = ast.literal_eval(starlark_constants(PRIVATE / "rules_python_version.bzl")["INDEX_OPTIONS"])
     assert tuple(index_options) == INDEX_OPTIONS
-    assert ast.literal_eval(starlark_constants(PRIVATE / "hub.bzl")["LOCK_ATTRIBUTES"]) == list(LOCK_ATTRIBUTES)
+    assert ast.literal_eval(starlark_constants(PRIVATE / "hub.bzl")["LOCK_ATTRIBUTES"]) == list(LOCK_FORMATS)
+    assert sorted(LOCK_FORMATS.values()) == sorted(FORMATS), "each lock attribute is read as one of the lock model's formats"
 
 
 def spec_json(**values: object) -> dict[str, object]:

@@ -1,7 +1,7 @@
 """Memory stays bounded by a constant plus the largest member edited in memory, whatever the input.
 
-Each case runs the CLI in a fresh interpreter and reads its peak RSS, on inputs a few hundred
-kilobytes big that would need hundreds of megabytes if read naively.
+Each case runs the CLI in a fresh interpreter and reads its peak RSS and its children's (patchelf),
+on inputs a few hundred kilobytes big that would need hundreds of megabytes if read naively.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import resource, sys
 from patched_wheels.cli import main
 status = main(sys.argv[1:])
 sys.stdout.flush()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) * 1024)
 sys.exit(status)
 """
 
 
 def _run(*args: object) -> tuple[int, str, str, int]:
-    """(exit status, stdout without the last line, stderr, peak RSS in bytes) of the CLI."""
+    """(exit status, stdout without the last line, stderr, peak RSS in bytes of it or a child) of the CLI."""
     result = subprocess.run(
         [sys.executable, "-c", _MEASURE, *map(str, args)], capture_output=True, text=True, timeout=300, check=False
     )
@@ -81,18 +81,15 @@ def test_a_member_inflating_past_its_declared_size_is_not_held(tmp_path: Path) -
     assert peak < BOUND, f"peak RSS {peak >> 20} MiB"
 
 
-def test_graph_keeps_windows_not_the_member_when_dynamic_is_near_the_start(tmp_path: Path) -> None:
-    """A small library followed by 200 MiB: PT_DYNAMIC is in the first kilobytes, the file ends far later."""
-    library = compile_shared(
-        tmp_path, "libpad.so", "int pad(void) { return 1; }\n", "-Wl,-soname,libpad.so", "-Wl,-rpath,$ORIGIN/x"
-    )
-    data = library.read_bytes()
-    wheel = tmp_path / "pad-1.0-py3-none-linux_x86_64.whl"
+def _padded_library_wheel(directory: Path, data: bytes, *, init: bool = False) -> Path:
+    """``pad-1.0`` holding ``pad/libpad.so``: ``data`` followed by PADDING zero bytes (a few hundred KB zipped)."""
+    wheel = directory / "pad-1.0-py3-none-linux_x86_64.whl"
     rows = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
         hash_, size = _stream_member(archive, "pad/libpad.so", data, PADDING)
         rows.append(f"pad/libpad.so,{hash_},{size}")
         for name, content in {
+            **({"pad/__init__.py": b""} if init else {}),
             "pad-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pad\nVersion: 1.0\n",
             "pad-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n",
         }.items():
@@ -101,6 +98,16 @@ def test_graph_keeps_windows_not_the_member_when_dynamic_is_near_the_start(tmp_p
             rows.append(f"{name},sha256={encoded},{len(content)}")
         archive.writestr("pad-1.0.dist-info/RECORD", "\n".join([*rows, "pad-1.0.dist-info/RECORD,,", ""]))
     assert wheel.stat().st_size < 1 << 20
+    return wheel
+
+
+def test_graph_keeps_windows_not_the_member_when_dynamic_is_near_the_start(tmp_path: Path) -> None:
+    """A small library followed by 200 MiB: PT_DYNAMIC is in the first kilobytes, the file ends far later."""
+    library = compile_shared(
+        tmp_path, "libpad.so", "int pad(void) { return 1; }\n", "-Wl,-soname,libpad.so", "-Wl,-rpath,$ORIGIN/x"
+    )
+    data = library.read_bytes()
+    wheel = _padded_library_wheel(tmp_path, data)
 
     status, out, err, peak = _run("graph", "--no-cache", "--json", wheel)
 
@@ -108,3 +115,36 @@ def test_graph_keeps_windows_not_the_member_when_dynamic_is_near_the_start(tmp_p
     expected = parse_elf(data, wheel=wheel.name, path="pad/libpad.so")
     assert f'"soname": "{expected.soname}"' in out and '"$ORIGIN/x"' in out
     assert peak < BOUND, f"peak RSS {peak >> 20} MiB"
+
+
+LONG_RPATH = "$ORIGIN:$ORIGIN/../../nvidia/cublas/lib:$ORIGIN/../../nvidia/cudnn/lib"
+
+
+def test_rpath_edit_and_split_of_a_200_mib_library_stay_bounded(tmp_path: Path) -> None:
+    """An RPATH edit that fits streams the member (inflate, overwrite, deflate); a split copies it raw."""
+    library = compile_shared(
+        tmp_path, "libpad.so", "int pad(void) { return 1; }\n", "-Wl,-soname,libpad.so", f"-Wl,-rpath,{LONG_RPATH}"
+    )
+    wheel = _padded_library_wheel(tmp_path, library.read_bytes(), init=True)
+    new = "$ORIGIN/../../nvidia/cublas/lib"
+
+    status, out, err, peak = _run(
+        "patch", "--wheel", wheel, "--dest-dir", tmp_path / "patched", "--suffix", "e.1", "--set-rpath", f"pad/*.so={new}"
+    )
+    assert status == 0, err
+    assert peak < BOUND, f"patch --set-rpath: peak RSS {peak >> 20} MiB"
+    patched = tmp_path / "patched" / "pad-1.0+e.1-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(patched) as archive:
+        info = archive.getinfo("pad/libpad.so")
+        with archive.open(info) as member:
+            head = member.read(len(library.read_bytes()))
+    assert info.file_size == len(library.read_bytes()) + PADDING
+    assert parse_elf(head, wheel=patched.name, path="pad/libpad.so").runpath == (new,)
+
+    status, out, err, peak = _run(
+        "split", "--no-cache", "--wheel", patched, "--move", "pad/*.so", "--into", "pad-libs", "--dest-dir", tmp_path / "split"
+    )
+    assert status == 0, err
+    assert peak < BOUND, f"split: peak RSS {peak >> 20} MiB"
+    with zipfile.ZipFile(tmp_path / "split" / "pad_libs-1.0+e.1-py3-none-linux_x86_64.whl") as sibling:
+        assert sibling.getinfo("pad_libs/libpad.so").CRC == info.CRC

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,15 +19,14 @@ from fakecuda import (
     per_wheel_layout,
     run_import,
 )
-from patched_wheels import elfgraph, split, surgery
+from patched_wheels import elfgraph, rewrite, split, surgery
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import read_graph
-from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub import PatchedWheelSpec, patch_into_index
 from patched_wheels.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
 from patched_wheels.rpath import rpath_edit
-from patched_wheels.split import SplitRequest, relocated_search_path, split_wheel
+from patched_wheels.split import SplitRequest, split_wheel
 from patched_wheels.surgery import patch_wheel
 from patched_wheels.wheelfile import WheelReader
 
@@ -64,14 +64,35 @@ def test_split_pair_imports_in_both_layouts(wheels, split_pair, tmp_path):
         assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), (layout.__name__, result.stderr)
 
 
-def test_moved_library_rpath_is_origin_plus_the_way_back(split_pair):
+def _raw(wheel: Path, member: str) -> tuple[int, int, bytes]:
+    """A member's CRC, size and compressed bytes as stored."""
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo(member)
+        with open(wheel, "rb") as handle:
+            handle.seek(info.header_offset + 26)
+            name_length, extra_length = int.from_bytes(handle.read(2), "little"), int.from_bytes(handle.read(2), "little")
+            handle.seek(info.header_offset + 30 + name_length + extra_length)
+            return info.CRC, info.file_size, handle.read(info.compress_size)
+
+
+def test_a_moved_library_keeps_its_compressed_bytes(wheels, split_pair):
+    """Copied raw, like cp: its RPATH still reaches the nvidia wheels from the same depth; the preload does the rest."""
+    assert _raw(split_pair.sibling, MOVED) == _raw(wheels.torch, LIBRARY_PATHS["faketorch"])
     with WheelReader(split_pair.sibling, verify=True) as reader:
         assert reader.members()[0] == MOVED
         dynamic = _dynamic(reader.read(MOVED))
     nvidia = [f"$ORIGIN/../../fake_nvidia/{name}/lib" for name in ("jit", "sparse", "solver", "blas")]
-    assert dynamic["DT_RPATH"].split(":") == ["$ORIGIN", *nvidia, "$ORIGIN/../../faketorch/lib"]
-    assert "DT_RUNPATH" not in dynamic  # it was DT_RPATH, like torch's
+    assert dynamic["DT_RPATH"].split(":") == [*nvidia, "$ORIGIN"]
     assert dynamic["DT_SONAME"] == "libfaketorch.so"
+
+
+def test_a_moved_library_without_soname_gets_one_and_keeps_its_search_path(wheels, tmp_path):
+    pair = split_wheel(wheels.torch, tmp_path, into="faketorch-libs", move=["faketorch/_core.so"])
+    with WheelReader(pair.sibling, verify=True) as reader:
+        dynamic = _dynamic(reader.read("faketorch_libs/_core.so"))
+    assert dynamic["DT_SONAME"] == "_core.so" and dynamic["DT_RPATH"] == "$ORIGIN/lib"
+    again = split_wheel(wheels.torch, tmp_path / "again", into="faketorch-libs", move=["faketorch/_core.so"])
+    assert again.sibling.read_bytes() == pair.sibling.read_bytes()
 
 
 def test_outputs_have_same_version_and_tags_valid_record_requirement_and_preload(wheels, split_pair):
@@ -150,8 +171,7 @@ def test_max_size_moves_the_largest_libraries_until_the_wheel_fits(sized_wheel, 
     assert pair.path.stat().st_size <= limit
     with zipfile.ZipFile(pair.sibling) as archive:
         assert [name for name in archive.namelist() if name.endswith(".so")] == ["bigpkg_libs/lib/liba.so"]
-        dynamic = _dynamic(archive.read("bigpkg_libs/lib/liba.so"))
-    assert dynamic["DT_RUNPATH"] == "$ORIGIN:$ORIGIN/../../bigpkg/lib"  # RUNPATH stays RUNPATH
+    assert _raw(pair.sibling, "bigpkg_libs/lib/liba.so") == _raw(sized_wheel, "bigpkg/lib/liba.so")
     tighter = split_wheel(sized_wheel, tmp_path / "tighter", into="bigpkg-libs", max_size=limit - (200 << 10))
     with zipfile.ZipFile(tighter.sibling) as archive:
         assert sorted(name for name in archive.namelist() if name.endswith(".so")) == [
@@ -160,36 +180,13 @@ def test_max_size_moves_the_largest_libraries_until_the_wheel_fits(sized_wheel, 
         ]
 
 
-def test_relocated_search_path_rebases_origin_entries():
-    library = ElfLibrary(
-        "torch.whl", "torch/lib/libx.so", "libx.so", (), (), ("$ORIGIN", "${ORIGIN}/../../nvidia/cublas/lib", "/usr/local/cuda/lib64")
-    )
-    assert relocated_search_path(library, "torch_libs/libx.so") == [
-        "$ORIGIN",
-        "$ORIGIN/../torch/lib",
-        "$ORIGIN/../nvidia/cublas/lib",
-        "/usr/local/cuda/lib64",
-    ]
-
-
-def test_relocated_search_path_follows_the_loaders_origin_rule():
-    # ld.so: "$ORIGIN" ends at the first character that cannot continue a name; "$ORIGIN_X" is another token.
-    library = ElfLibrary("torch.whl", "torch/lib/libx.so", "libx.so", (), (), ("$ORIGIN_X/lib", "$ORIGIN.d"))
-    assert relocated_search_path(library, "torch_libs/libx.so") == [
-        "$ORIGIN",
-        "$ORIGIN_X/lib",
-        "$ORIGIN/../torch/lib.d",
-        "$ORIGIN/../torch/lib",
-    ]
-
-
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         (dict(move=["nothing/*"]), r"--move nothing/\* matches no member"),
         (dict(move=["faketorch/__init__.py"]), r"faketorch/__init__.py \(matched by --move faketorch/__init__.py\) is not a shared library"),
-        (dict(move=["faketorch/*.so"], max_size=10), "give either --move globs or --max-size"),
-        (dict(), "give either --move globs or --max-size"),
+        (dict(move=["faketorch/*.so"], max_size=10), "give either --move or --max-size, not both or neither"),
+        (dict(), "give either --move or --max-size, not both or neither"),
         (dict(move=["faketorch/*.so"], into="bad name!"), "--into 'bad name!' is not a valid project name"),
         (dict(move=["faketorch/*.so"], into="FakeTorch"), "--into FakeTorch names the wheel being split"),
         (dict(max_size=10**9), r"already fits in --max-size 1000000000"),
@@ -205,10 +202,21 @@ def test_bad_requests_are_one_line_errors_and_leave_nothing(wheels, tmp_path, op
 
 
 def test_patchelf_failure_leaves_no_output(wheels, tmp_path, monkeypatch):
-    monkeypatch.setattr(split, "find_patchelf", lambda: "/bin/false")
-    with pytest.raises(ElfError, match=r"faketorch/lib/libfaketorch.so: patchelf failed"):
-        split_wheel(wheels.torch, tmp_path, into="faketorch-libs", move=["faketorch/lib/*.so"])
-    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(split, "find_patchelf", lambda: "/bin/false")  # run for _core.so, which has no SONAME
+    with pytest.raises(ElfError, match=r"faketorch/_core.so: patchelf failed"):
+        split_wheel(wheels.torch, tmp_path / "out", into="faketorch-libs", move=["faketorch/*.so"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_hub_names_the_attributes_a_bazel_user_wrote(wheels, tmp_path):
+    spec = PatchedWheelSpec(
+        name="faketorch", wheel=wheels.torch, suffix="t.1", split_into="faketorch-libs", split_move=["faketorch/*.so"], split_max_size=10
+    )
+    with pytest.raises(UsageError, match=r"give either split_move or split_max_size, not both or neither"):
+        patch_into_index(spec, wheels.all, tmp_path / "index")
+    with pytest.raises(UsageError, match=r"split_move faketorch/nothing matches no member"):
+        patch_into_index(replace(spec, split_move=["faketorch/nothing"], split_max_size=0), wheels.all, tmp_path / "index")
+    assert not (tmp_path / "index").exists() or not any((tmp_path / "index").iterdir())
 
 
 def test_output_must_not_replace_the_input(wheels):
@@ -267,7 +275,7 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
     written: list[str] = []
     scanned: list[str] = []
 
-    class CountingWriter(surgery.WheelWriter):
+    class CountingWriter(rewrite.WheelWriter):
         def __init__(self, dest, **kwargs):
             written.append(Path(dest).name)
             super().__init__(dest, **kwargs)
@@ -278,8 +286,7 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
         scanned.extend(Path(path).name for path in paths)
         return real_scan(paths, **kwargs)
 
-    monkeypatch.setattr(surgery, "WheelWriter", CountingWriter)
-    monkeypatch.setattr(split, "WheelWriter", CountingWriter)
+    monkeypatch.setattr(rewrite, "WheelWriter", CountingWriter)
     monkeypatch.setattr(elfgraph, "scan_wheels", recording_scan)
     spec = PatchedWheelSpec(
         name="faketorch", wheel=wheels.torch, suffix="t.1", preload="auto", preload_package="faketorch",
@@ -294,16 +301,20 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
 
 
-def test_a_library_whose_rpath_the_patch_edits_is_relocated_from_the_edited_rpath(wheels, tmp_path):
-    edit = rpath_edit(LIBRARY_PATHS["faketorch"], "$ORIGIN/../extra", "prepend")
+@pytest.mark.parametrize("mode", ["prepend", "set"])  # longer: patchelf on a temp file; shorter: overwritten in place
+def test_a_library_whose_rpath_the_patch_edits_moves_with_the_edit(wheels, tmp_path, mode):
+    edit = rpath_edit(LIBRARY_PATHS["faketorch"], "$ORIGIN/../extra", mode)
     result = patch_wheel(wheels.torch, tmp_path, rpath_edits=[edit], split=SPLIT, graph=read_graph(wheels.all))
     with WheelReader(result.sibling, verify=True) as reader:
         dynamic = _dynamic(reader.read(MOVED))
     nvidia = [f"$ORIGIN/../../fake_nvidia/{name}/lib" for name in ("jit", "sparse", "solver", "blas")]
-    assert dynamic["DT_RPATH"].split(":") == ["$ORIGIN", "$ORIGIN/../../faketorch/extra", *nvidia, "$ORIGIN/../../faketorch/lib"]
+    expected = ["$ORIGIN/../extra", *nvidia, "$ORIGIN"] if mode == "prepend" else ["$ORIGIN/../extra"]
+    assert dynamic["DT_RPATH"].split(":") == expected
     assert "DT_RUNPATH" not in dynamic
     with zipfile.ZipFile(result.path) as archive:
         assert LIBRARY_PATHS["faketorch"] not in archive.namelist()
+    result = run_import(per_wheel_layout([*wheels.nvidia.values(), result.path, result.sibling], tmp_path / "site"))
+    assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
 
 
 def test_a_library_the_patch_deletes_does_not_move(wheels, tmp_path):
@@ -316,17 +327,43 @@ def test_a_library_the_patch_deletes_does_not_move(wheels, tmp_path):
 
 
 def test_a_failure_after_the_sibling_is_written_leaves_neither_wheel(wheels, tmp_path, monkeypatch):
-    siblings: list[Path] = []
-    write_sibling = split.SplitPlan.write_sibling
+    written: list[Path] = []
+    write_wheel = surgery.write_wheel
 
-    def recording_write_sibling(plan, reader, path):
-        write_sibling(plan, reader, path)
-        siblings.append(path)
+    def recording_write_wheel(reader, path, **kwargs):
+        write_wheel(reader, path, **kwargs)
+        written.append(path)
 
-    monkeypatch.setattr(split.SplitPlan, "write_sibling", recording_write_sibling)
+    monkeypatch.setattr(surgery, "write_wheel", recording_write_wheel)
     # A member under a file's path: only the main wheel's final check refuses it, after the sibling is complete.
     under_a_file = {"faketorch/__init__.py/x.py": lambda _current: b""}
     with pytest.raises(InvalidWheelError, match=r"faketorch/__init__.py is a file, not a directory"):
         patch_wheel(wheels.torch, tmp_path / "out", member_edits=under_a_file, split=SPLIT)
-    assert len(siblings) == 1
-    assert list((tmp_path / "out").iterdir()) == []
+    assert [path.name for path in written] == ["faketorch_libs-2.1.0-py3-none-linux_x86_64.whl"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_both_wheels_install_with_pip_uv_and_installer(wheels, split_pair, tmp_path):
+    """RECORD checked by pypa installer (every hash); pip and uv install them with the nvidia-like wheels into one
+    site-packages, where the package imports."""
+    import subprocess
+    import sys
+
+    from installer.sources import WheelFile as InstallerWheel
+
+    uv = pytest.importorskip("uv").find_uv_bin()
+    pair = [split_pair.path, split_pair.sibling]
+    everything = [*wheels.nvidia.values(), *pair]
+    for wheel in pair:
+        with InstallerWheel.open(wheel) as source:
+            source.validate_record(validate_contents=True)
+    clients = {
+        "pip": [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", "--quiet"],
+        "uv": [uv, "pip", "install", "--no-deps", "--no-index", "--quiet", "--python", sys.executable],
+    }
+    for client, command in clients.items():
+        target = tmp_path / client
+        subprocess.run([*command, "--target", str(target), *map(str, everything)], check=True)
+        assert (target / MOVED).is_file() and not (target / LIBRARY_PATHS["faketorch"]).exists(), client
+        result = run_import([target])
+        assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), (client, result.stderr)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import PatchedWheelsError, UsageError
 
 
 def command_names() -> list[str]:
@@ -26,6 +26,22 @@ def command_names() -> list[str]:
 def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
     """``--no-cache`` for the commands that read the ELF graph (graph, doctor, split, patch --preload-for)."""
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel ELF result cache")
+
+
+def add_lock_input(parser: argparse.ArgumentParser) -> None:
+    """``--requirements`` / ``--uv-lock`` / ``--pylock``: exactly one lock to read (``lock`` and ``resolve``)."""
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--requirements", type=Path, metavar="IN", help="a pip requirements lock")
+    group.add_argument("--uv-lock", type=Path, metavar="IN", help="a uv.lock, read for this interpreter")
+    group.add_argument("--pylock", type=Path, metavar="IN", help="a PEP 751 pylock.toml, read for this interpreter")
+
+
+def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
+    """The lock given and its format (one of ``pins.FORMATS``)."""
+    for flag, lock_format in (("requirements", "requirements"), ("uv_lock", "uv-lock"), ("pylock", "pylock")):
+        if getattr(args, flag) is not None:
+            return getattr(args, flag), lock_format
+    raise UsageError("give one of --requirements, --uv-lock, --pylock")
 
 
 def elf_cache_dir(args: argparse.Namespace) -> Path | None:

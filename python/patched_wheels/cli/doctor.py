@@ -26,7 +26,8 @@ import argparse
 from pathlib import Path
 
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
-from patched_wheels.doctor import diagnose, format_diagnosis, format_run, system_library_names
+from patched_wheels.doctor import diagnose, format_diagnosis, format_run
+from patched_wheels.syslibs import system_library_names
 from patched_wheels.errors import UsageError
 from patched_wheels.packages import find_package
 

@@ -2,9 +2,9 @@
 
 ``--move GLOB...`` names the libraries (fnmatch on archive paths); ``--max-size BYTES``
 moves the largest ones until the main wheel fits.  The sibling ``--into NAME`` gets
-the same version and tags; the moved libraries' RPATH is rewritten to ``$ORIGIN``
-plus the way back to their old directory; the main wheel gains
-``Requires-Dist: NAME==VERSION`` and preloads the moved libraries in graph order.
+the same version and tags and the moved libraries, bytes unchanged, at the same depth;
+the main wheel gains ``Requires-Dist: NAME==VERSION`` and preloads the moved libraries
+after everything they need, in graph order.
 ``--graph-wheels`` adds the other wheels of the environment (e.g. nvidia-*) so the
 preload also loads what the moved libraries need from them.  Prints both output
 paths, then both requirements, one per line.
