@@ -3,19 +3,16 @@ local index (loopback only), read as pins, rewritten, and read back by the real 
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from indexfixtures import pip_env, run_cli, run_pip, sha256_of
+from uvfixture import serve_over_http
 from wheelbuilder import build_wheel
 
 from patched_wheels import pins as pins_module
@@ -42,21 +39,6 @@ def _foo(directory: Path, version: str, *requires: str) -> Path:
                        requires=['extradep==1.0 ; extra == "bar"', "bar>=2", *requires], metadata_extra="Provides-Extra: bar\n")  # fmt: skip
 
 
-@contextlib.contextmanager
-def _serve(directory: Path) -> Iterator[str]:
-    """``directory`` over HTTP on the loopback interface, as an index URL."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
-    handler.log_message = lambda *args: None  # type: ignore[method-assign]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _uv(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**pip_env(), "UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(cwd.parent / "uv-cache"), "UV_PYTHON_DOWNLOADS": "never"}
     env.pop("VIRTUAL_ENV", None)
@@ -80,7 +62,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path |
     _foo(index, "1.0+s.1", "foo-libs==1.0+s.1")
     build_wheel(index, "foo-libs", "1.0+s.1", {"foo_libs/__init__.py": b""})
     (project / "pyproject.toml").write_text(PYPROJECT)
-    with _serve(orig) as url:
+    with serve_over_http(orig) as base:
+        url = f"{base}/simple"
         _uv("lock", "--default-index", url, "--python", sys.executable, cwd=project)
         yield {"root": root, "orig": orig, "index": index, "project": project, "url": url}
 
