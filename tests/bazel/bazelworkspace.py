@@ -27,7 +27,7 @@ import fakecuda  # noqa: E402
 import rpathfixture  # noqa: E402
 import stackshapes  # noqa: E402
 from indexfixtures import sha256_of  # noqa: E402  (re-exported to the Bazel tests)
-from uvfixture import helper_reads_uv_locks, serve_over_http, uv_locks  # noqa: E402  (re-exported to the Bazel tests)
+from uvfixture import serve_over_http, uv_locks  # noqa: E402  (re-exported to the Bazel tests)
 
 # Must match the `suffix` / `split_into` the templates give the patched wheels.
 SUFFIX = "test.1"
@@ -225,9 +225,9 @@ def fixture_uv_locks(root: Path, pypi: FakePypi, http_url: str) -> None:
         (root / made.name).write_bytes(made.read_bytes())
 
 
-def make_workspace_mode_workspace(root: Path, http_url: str, *, uv: bool) -> Setup:
+def make_workspace_mode_workspace(root: Path, http_url: str) -> Setup:
     """The legacy WORKSPACE workspace: hubs `fixed` and `runtime` made by the `patched_index` macro, and
-    `uvfixed` (from a uv.lock locked against ``http_url``) if ``uv``."""
+    `uvfixed` (from a uv.lock locked against ``http_url``)."""
     pypi = common_files(root)
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
     render("WORKSPACE.tmpl", root / "WORKSPACE", **values)
@@ -236,10 +236,9 @@ def make_workspace_mode_workspace(root: Path, http_url: str, *, uv: bool) -> Set
         root / "BUILD.bazel",
         expected=str(fakecuda.EXPECTED_ANSWER),
         runtime_expected=str(fakecuda.RUNTIME_ANSWER),
-        uv_load='load("@pypi_uvfixed//:requirements.bzl", uv_requirement = "requirement")\n' if uv else "",
+        uv_load='load("@pypi_uvfixed//:requirements.bzl", uv_requirement = "requirement")\n',
     )
-    if uv:
-        fixture_uv_locks(root, pypi, http_url)
-        _append_template(root / "WORKSPACE", "uv.WORKSPACE.tmpl", values)
-        _append_template(root / "BUILD.bazel", "uv.BUILD.bazel.workspace.tmpl", dict(expected=str(fakecuda.EXPECTED_ANSWER)))
+    fixture_uv_locks(root, pypi, http_url)
+    _append_template(root / "WORKSPACE", "uv.WORKSPACE.tmpl", values)
+    _append_template(root / "BUILD.bazel", "uv.BUILD.bazel.workspace.tmpl", dict(expected=str(fakecuda.EXPECTED_ANSWER)))
     return Setup(BazelWorkspace(root, root / "logs", config=["--config=workspace"]), pypi)

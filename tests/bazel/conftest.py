@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from bazelworkspace import BAZEL, Setup, helper_reads_uv_locks, make_bzlmod_workspace, make_workspace_mode_workspace, serve_over_http
+from bazelworkspace import BAZEL, Setup, make_bzlmod_workspace, make_workspace_mode_workspace, serve_over_http
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,6 +38,6 @@ def workspace_mode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     _skip_without_bazel_launcher()
     root = tmp_path_factory.mktemp("workspace")
     with serve_over_http(root / "pypi") as http_url:
-        setup = make_workspace_mode_workspace(root, http_url, uv=helper_reads_uv_locks())
+        setup = make_workspace_mode_workspace(root, http_url)
         yield setup
         setup.workspace.shutdown()

@@ -3,8 +3,8 @@
 
 Each configuration gets the same hubs (faketorch patched with `preload = "auto"`, and split) in the
 default `index_option = "direct"`, over the fake PyPI of `file://` pages, which rules_python 2.x's
-downloader cannot read (a directory listing to it): direct references spare it every page. Where the
-helper reads them, the same patch also comes from a `uv.lock` and a `pylock.toml` made by the real
+downloader cannot read (a directory listing to it): direct references spare it every page. The
+same patch also comes from a `uv.lock` and a `pylock.toml` made by the real
 `uv`, against the same pages served over HTTP (rules_python's uv.lock reader takes wheel URLs, not the
 local paths uv records for a `file://` index): 2.3.2 reads the hub's `uv.lock`
 (`pip.parse(uv_lock = ...)`), the others its `requirements_lock.txt`. Offline, tools/bazel serves the
@@ -35,7 +35,6 @@ from bazelworkspace import (
     common_files,
     fakecuda,
     fixture_uv_locks,
-    helper_reads_uv_locks,
     render,
     serve_over_http,
     summary_statuses,
@@ -90,21 +89,20 @@ CONFIGURATIONS = {
 }
 
 
-def _hubs(configuration: Configuration, uv: bool) -> list[str]:
+def _hubs(configuration: Configuration) -> list[str]:
     """The hubs (and so py_test targets) of a configuration: split's check looks for the sibling in its
     own sys.path entry, which one site-packages does not have; the control hub shows what that layout
     fixes on its own."""
     hubs = ["fixed"]
     hubs.append("original" if configuration.one_site_packages else "split")
-    return hubs + (["uvfixed", "pylockfixed"] if uv else [])
+    return hubs + ["uvfixed", "pylockfixed"]
 
 
-def _workspace(root: Path, configuration: Configuration, http_url: str, uv: bool) -> tuple[BazelWorkspace, list[str]]:
-    """The workspace of ``configuration``; its ``uv.lock`` and ``pylock.toml`` are locked against
-    ``http_url``, and hubs read them if ``uv``."""
+def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple[BazelWorkspace, list[str]]:
+    """The workspace of ``configuration``; its ``uv.lock`` and ``pylock.toml`` are locked against ``http_url``."""
     pypi = common_files(root)
     fixture_uv_locks(root, pypi, http_url)
-    hubs = _hubs(configuration, uv)
+    hubs = _hubs(configuration)
     values = dict(index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
     extra_hubs = {"split": "split", "original": "original", "uvfixed": "uv"}
     hub_text = "".join(
@@ -169,7 +167,7 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     configuration = CONFIGURATIONS[request.param]
     root = tmp_path_factory.mktemp(request.param) / "ws"
     with serve_over_http(root / "pypi") as http_url:
-        workspace, hubs = _workspace(root, configuration, http_url, helper_reads_uv_locks())
+        workspace, hubs = _workspace(root, configuration, http_url)
         result = workspace.run("test", "--keep_going", *configuration.flags, *(f"//:{hub}_test" for hub in hubs))
         yield Matrix(configuration, workspace, hubs, result)
         workspace.shutdown()
@@ -228,8 +226,6 @@ def test_hub_holds_only_the_wheels_it_wrote(matrix: Matrix) -> None:
 
 
 def test_uv_lock_hub_writes_a_uv_lock_pointing_at_the_patched_wheel(matrix: Matrix) -> None:
-    if "uvfixed" not in matrix.hubs:
-        pytest.skip("the helper does not read uv.lock / pylock.toml yet (issue 18.2's lock model)")
     hub = matrix.workspace.hub("uvfixed")
     (patched,) = (hub / "index").glob(f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-*.whl")
     text = (hub / "uv.lock").read_text(encoding="utf-8")

@@ -11,8 +11,7 @@ pytestmark = pytest.mark.bazel
 
 def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
     workspace = workspace_mode.workspace
-    uv = (workspace.root / "uv.lock").is_file()
-    result = workspace.run("test", *workspace.config, "//:fixed_test", "//:runtime_test", *(["//:uvfixed_test"] if uv else []))
+    result = workspace.run("test", *workspace.config, "//:fixed_test", "//:runtime_test", "//:uvfixed_test")
     assert result.returncode == 0, result.tail()
     assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in workspace.test_log("fixed_test")
     assert f"fakejax.answer() == {fakecuda.RUNTIME_ANSWER}" in workspace.test_log("runtime_test")
@@ -32,8 +31,6 @@ def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
 def test_workspace_macro_reads_a_uv_lock(workspace_mode: Setup) -> None:
     """`patched_index(uv_lock = ...)`: pip_parse gets the requirements lock written from it."""
     workspace = workspace_mode.workspace
-    if not (workspace.root / "uv.lock").is_file():
-        pytest.skip("the helper does not read uv.lock yet (issue 18.2's lock model)")
     assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in workspace.test_log("uvfixed_test")
     hub = workspace.hub("uvfixed")
     (patched,) = (hub / "index").glob(f"faketorch-2.1.0+{SUFFIX}-*.whl")

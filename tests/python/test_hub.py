@@ -16,7 +16,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 import fakecuda
-from uvfixture import helper_reads_uv_locks, run_uv, serve_over_http, uv_locks
+from uvfixture import run_uv, serve_over_http, uv_locks
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
@@ -273,7 +273,6 @@ def run_cli(*args: str) -> str:
     return out.getvalue()
 
 
-@pytest.mark.skipif(not helper_reads_uv_locks(), reason="the helper does not read uv.lock yet (issue 18.2's lock model)")
 def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
     """The rule's steps on a uv.lock made by the real `uv lock`: check, resolve, plan, download (over HTTP,
     as the rule does), build; then the real uv installs the hub's uv.lock, the patched faketorch included."""

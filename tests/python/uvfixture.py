@@ -81,11 +81,3 @@ def run_uv(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run([uv.find_uv_bin(), *args], cwd=project, env=environment, capture_output=True, text=True, check=False)
     assert result.returncode == 0, f"uv {' '.join(args)} failed:\n{result.stderr}"
     return result
-
-
-def helper_reads_uv_locks() -> bool:
-    """Whether `patched-wheels resolve` reads uv.lock and pylock.toml (the lock model of issue 18.2)."""
-    usage = subprocess.run(
-        [sys.executable, "-m", "patched_wheels", "resolve", "--help"], capture_output=True, text=True, check=False
-    ).stdout
-    return "--uv-lock" in usage and "--pylock" in usage
