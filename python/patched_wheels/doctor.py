@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, expand_origin, read_graph
+from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, data_scheme, expand_origin, read_graph
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.packages import find_package, module_name
@@ -61,7 +61,7 @@ _FAILING = frozenset({FAILS, NOT_COVERED, MAY_FAIL})
 _STATUS_TEXT = {
     COVERED: "covered by the preload",
     NOT_COVERED: "NOT covered by the preload",
-    MAY_FAIL: "fails if {package} loads it at run time (it requires its wheel); NOT covered by the preload",
+    MAY_FAIL: "fails if {package} loads it itself at run time (its wheel is required, or its own data file); NOT covered by the preload",
     SKIPPED: "skipped by the preload (optional); fails if {package} loads it itself",
     NOT_LOADED: "{package} does not load it",
 }
@@ -264,6 +264,8 @@ def diagnose(
     if plan.unmatched:
         raise UsageError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")
     runtime = list(plan.optional)  # what the observation or preload_wheels names: the package loads it at run time
+    # Libraries the package's wheel installs outside site-packages (CyFES's libcufes.so) are there for it to load.
+    runtime += [library for library in graph.libraries if library.wheel == package_wheel.name and data_scheme(library.path)]
     hint = None
     if not plan.required:
         candidates = runtime_candidates(graph, package_wheel)

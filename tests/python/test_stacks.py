@@ -170,3 +170,16 @@ def test_run_installs_data_files_where_pip_and_rules_python_put_them(tmp_path, c
             assert out.count("    mapped: 3 of the set's 3 libraries") == 2 and "    stdout: 43" in out, out
         else:  # _ext.so fails to load in both layouts: the same as in one site-packages, not the layout's fault
             assert "(same as in one site-packages, not caused by the layout: OSError: libdep.so.1" in out, out
+
+
+def test_doctor_counts_the_packages_own_data_scheme_library(tmp_path, capsys):
+    """CyFES: the package loads its data-scheme library itself; doctor --package fails before the RPATH fix, not after."""
+    original = build_rpath_wheel(tmp_path / "wheels")
+    entries = f"$ORIGIN/../{SITE_PACKAGES}/pkg.libs:$ORIGIN/../../site-packages/pkg.libs"
+    edits = [rpath_edit("pkg/*.so", FIX), rpath_edit(DATA_MEMBER, entries, "append")]  # append: auditwheel's entries stay
+    fixed = patch_wheel(original, tmp_path / "fixed", suffix="fix.1", rpath_edits=edits).path
+    assert main(["doctor", "--no-cache", str(original), "--package", "pkg"]) == 1
+    out = capsys.readouterr().out
+    assert f"{DATA_MEMBER} ({original.name}): needs libdep.so.1" in out and "fails if pkg loads it itself at run time" in out
+    assert main(["doctor", "--no-cache", str(fixed), "--package", "pkg"]) == 0
+    assert "as is: every library loads with one directory per wheel" in capsys.readouterr().out
