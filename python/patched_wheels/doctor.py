@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
@@ -36,6 +34,7 @@ from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, data_scheme, expand_origin, read_graph
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import LAYOUT_TEXT, PER_WHEEL, Layout
+from patched_wheels.observe import ld_so_cache, observe
 from patched_wheels.packages import find_package, module_name
 from patched_wheels.preload import (
     PreloadList,
@@ -135,22 +134,6 @@ class Diagnosis:
     @property
     def fails(self) -> bool:
         return self.as_is.fails
-
-
-def ld_so_cache() -> dict[str, str]:
-    """File name -> path of the libraries ``ldconfig -p`` lists (the loader's cache), first entry of a name winning."""
-    ldconfig = shutil.which("ldconfig") or next(
-        (path for path in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(path)), None
-    )
-    if not ldconfig:
-        return {}
-    listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
-    found: dict[str, str] = {}
-    for line in listing.splitlines()[1:]:
-        name, _, path = line.strip().partition(" => ")
-        if name:
-            found.setdefault(name.split()[0], path)
-    return found
 
 
 def system_library_names() -> frozenset[str]:
@@ -257,8 +240,6 @@ def diagnose(
     installed = installed_preload(package_wheel, location.init_members[0])
     observed = None
     if probe is not None:
-        from patched_wheels.observe import observe  # imported here: observing installs and runs the set
-
         observed = observe(wheels, probe, graph, use_cache=use_cache)
     plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     if plan.unmatched:

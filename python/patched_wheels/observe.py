@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -193,6 +195,22 @@ def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(defined), frozenset(undefined)
 
 
+def ld_so_cache() -> dict[str, str]:
+    """File name -> path of the libraries ``ldconfig -p`` lists (the loader's cache), first entry of a name winning."""
+    ldconfig = shutil.which("ldconfig") or next(
+        (path for path in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(path)), None
+    )
+    if not ldconfig:
+        return {}
+    listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
+    found: dict[str, str] = {}
+    for line in listing.splitlines()[1:]:
+        name, _, path = line.strip().partition(" => ")
+        if name:
+            found.setdefault(name.split()[0], path)
+    return found
+
+
 class _SystemSymbols:
     """Defined names of system libraries (found as the loader would, through ld.so.cache) and of this interpreter."""
 
@@ -202,8 +220,6 @@ class _SystemSymbols:
 
     def _cache_paths(self) -> dict[str, str]:
         if self._paths is None:
-            from patched_wheels.doctor import ld_so_cache  # the loader's cache, read as doctor reads it
-
             self._paths = {name: path for name, path in ld_so_cache().items() if os.path.exists(path)}
         return self._paths
 
