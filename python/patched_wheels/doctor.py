@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, data_scheme, expand_origin, read_graph
+from patched_wheels.elfgraph import LibraryGraph, data_scheme, expand_origin, read_graph
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.observe import ld_so_cache, observe

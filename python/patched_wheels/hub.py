@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from patched_wheels.elfgraph import LibraryGraph, WheelRef, cached_digests, read_graph
+from patched_wheels.elfcache import cached_digests
+from patched_wheels.elfgraph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.errors import UsageError
 from patched_wheels.index import build_index
 from patched_wheels.lock import DEFAULT_INDEX_OPTION, lock

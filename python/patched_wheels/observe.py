@@ -40,7 +40,8 @@ from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
 from patched_wheels import cache
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, WheelRef
+from patched_wheels.elfgraph import LibraryGraph, WheelRef
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.layout import FLAT

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path
+from patched_wheels.elfgraph import LibraryGraph, install_path
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.wheelfile import WheelReader
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from patched_wheels.elfgraph import ElfLibrary
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import ElfError, UsageError
 
 

@@ -21,6 +21,7 @@ locates the ``nvidia-*`` packages and dlopens their libraries), which no ELF edg
 from __future__ import annotations
 
 import ast
+import codecs
 import fnmatch
 import re
 from dataclasses import dataclass
@@ -30,11 +31,12 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, WheelRef, data_scheme, read_graph
+from patched_wheels.elfgraph import LibraryGraph, WheelRef, data_scheme, read_graph
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.metadata import field_values
 from patched_wheels.packages import find_package, package_libraries
-from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile import WheelReader, is_safe_member_path
 
 if TYPE_CHECKING:
     from patched_wheels.observe import Observation
@@ -58,6 +60,11 @@ Libraries not found on sys.path are skipped: they are optional in this
 environment.  OPTIONAL ones are loaded for code that opens them itself at run
 time (what one site-packages maps, preload_wheels); one that fails to load is
 skipped, and {debug}=1 reports it on stderr.
+
+Only what lies inside a sys.path entry is loaded: an entry that is not a plain
+relative path is refused, and so is a file whose real path (links resolved) is
+neither under the entry's real path nor the same relative path under another
+directory (a tree of links to files kept elsewhere, as in Bazel's runfiles).
 """
 import os
 import sys
@@ -72,6 +79,27 @@ GLOBAL = (
 {global_})
 
 
+def _is_relative(path):
+    # wheelfile.is_safe_member_path's rule, restated: this module runs where patched_wheels is not installed.
+    parts = path.split("/")
+    return (
+        "\\\\" not in path and "\\0" not in path and ":" not in parts[0]
+        and all(part not in ("", ".", "..") for part in parts)
+    )
+
+
+def _found(parts, entry):
+    """The library's path under one sys.path entry (loaded as found), or None."""
+    candidate = os.path.join(entry or os.curdir, *parts)
+    root, real = os.path.realpath(entry or os.curdir), os.path.realpath(candidate)
+    if not os.path.isfile(real):
+        return None
+    if real.startswith(os.path.join(root, "")) or real.endswith(os.sep + os.path.join(*parts)):
+        return candidate
+    sys.stderr.write("patched-wheels preload: refused %s: a link out of %s\\n" % (candidate, root))
+    return None
+
+
 def _preload():
     if not sys.platform.startswith("linux"):
         return
@@ -79,9 +107,12 @@ def _preload():
 
     debug = os.environ.get("{debug}")
     for relative in LIBRARIES:
+        if not _is_relative(relative):
+            sys.stderr.write("patched-wheels preload: refused %r: not a relative path\\n" % (relative,))
+            continue
         for entry in sys.path:
-            candidate = os.path.join(entry or os.curdir, *relative.split("/"))
-            if os.path.isfile(candidate):
+            candidate = _found(relative.split("/"), entry)
+            if candidate is not None:
                 try:
                     ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL if relative in GLOBAL else ctypes.RTLD_LOCAL)
                 except OSError as error:
@@ -162,6 +193,9 @@ def read_preload_module(source: bytes, *, where: str) -> PreloadList:
     libraries, optional = values.get("LIBRARIES"), values.get("OPTIONAL", ())
     if not (isinstance(libraries, tuple) and all(isinstance(path, str) for path in libraries)):
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module (no LIBRARIES tuple)")
+    unsafe = [path for path in libraries if not is_safe_member_path(path) or path.endswith("/")]
+    if unsafe:
+        raise InvalidWheelError(f"{where}: LIBRARIES entry {unsafe[0]!r} is not a relative path inside a sys.path entry")
     if not (isinstance(optional, tuple) and set(optional) <= set(libraries)):
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module (OPTIONAL is not a subset of LIBRARIES)")
     global_ = values.get("GLOBAL")
@@ -185,7 +219,9 @@ def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
         tree = ast.parse(init_source)
     except (SyntaxError, ValueError) as error:
         raise InvalidWheelError(f"{where}: cannot parse ({error})") from error
-    lines = init_source.splitlines(keepends=True)
+    # A UTF-8 byte order mark must stay the file's first bytes: the line goes after it, not before.
+    bom = codecs.BOM_UTF8 if init_source.startswith(codecs.BOM_UTF8) else b""
+    lines = init_source[len(bom) :].splitlines(keepends=True)
     insert_at = 0
     for number, line in enumerate(lines[:2], start=1):
         if _CODING_COOKIE.match(line):
@@ -200,7 +236,7 @@ def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
     if insert_at and not lines[insert_at - 1].endswith((b"\n", b"\r")):
         lines[insert_at - 1] += newline
     lines.insert(insert_at, _IMPORT_LINE.encode() + newline)
-    return b"".join(lines)
+    return bom + b"".join(lines)
 
 
 def preload_module_member(init_member: str) -> str:

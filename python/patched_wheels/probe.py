@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Sequence
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path
+from patched_wheels.elfgraph import LibraryGraph, install_path
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout, install
 from patched_wheels.wheelfile import WheelReader

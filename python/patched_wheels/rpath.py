@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from patched_wheels.elfgraph import parse_elf
+from patched_wheels.elfread import parse_elf
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.patchelf import run_patchelf, search_path_arguments
 

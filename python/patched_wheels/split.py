@@ -33,16 +33,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.elfgraph import (
-    ORIGIN_TOKEN,
-    ElfLibrary,
-    LibraryGraph,
-    data_scheme,
-    expand_origin,
-    install_path,
-    parse_elf,
-    read_graph,
-)
+from patched_wheels.elfgraph import ORIGIN_TOKEN, LibraryGraph, data_scheme, expand_origin, install_path, read_graph
+from patched_wheels.elfread import ElfLibrary, parse_elf
 from patched_wheels.errors import UsageError
 from patched_wheels.fsutil import create_temp_file
 from patched_wheels.names import is_valid_project_name

@@ -11,7 +11,8 @@ import stackshapes
 from fakecuda import build_runtime_loaded_wheels, build_wheel, RUNTIME_LIBRARY_PATHS
 from patched_wheels import observe as observe_module
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import ElfLibrary, build_graph, read_graph
+from patched_wheels.elfgraph import build_graph, read_graph
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.hub import PatchedWheelSpec, patch_into_index
 from patched_wheels.observe import libraries_needing_global, observe

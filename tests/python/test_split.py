@@ -20,7 +20,8 @@ from fakecuda import (
 )
 from patched_wheels import elfgraph, split, surgery
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import ElfLibrary, read_graph
+from patched_wheels.elfgraph import read_graph
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub import PatchedWheelSpec, patch_into_index
 from patched_wheels.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module

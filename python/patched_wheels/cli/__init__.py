@@ -29,9 +29,10 @@ def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
 
 
 def elf_cache_dir(args: argparse.Namespace) -> Path | None:
-    from patched_wheels.elfgraph import default_cache_dir
+    """The ELF cache the command reads and fills (see :mod:`patched_wheels.cache`), or None with ``--no-cache``."""
+    from patched_wheels.cache import cache_dir
 
-    return None if args.no_cache else default_cache_dir()
+    return None if args.no_cache else cache_dir("elfgraph")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
