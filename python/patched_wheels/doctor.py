@@ -48,7 +48,7 @@ from patched_wheels.preload import (
 )
 
 if TYPE_CHECKING:
-    from patched_wheels.probe import Comparison, RunResult
+    from patched_wheels.probe import Comparison, Installation, RunResult
 
 # What a dependency missing from the per-wheel layout means for the package asked about.
 FAILS = "fails"  # no package given: it fails whenever the library is loaded
@@ -220,6 +220,7 @@ def diagnose(
     system_names: Collection[str] | None = None,
     probe: str | None = None,
     use_cache: bool = False,
+    installation: Installation | None = None,
 ) -> Diagnosis:
     """Simulate one directory per wheel for ``wheels`` and report what would not load.
 
@@ -228,6 +229,7 @@ def diagnose(
     project names whose libraries ``package`` loads at run time (see ``patch --preload-wheels``).
     ``probe``: code run with every wheel in one site-packages, whose mapped libraries the generated
     preload adds (as ``preload = "auto"`` does); None: the ELF graph alone (nothing is run).
+    ``installation``: the wheels already installed (``doctor --run``), for the probe to run in.
     """
     wheels = [Path(wheel) for wheel in wheels]
     graph = read_graph(wheels, cache_dir=cache_dir)
@@ -241,7 +243,7 @@ def diagnose(
     installed = installed_preload(package_wheel, location.init_members[0])
     observed = None
     if probe is not None:
-        observed = observe(wheels, probe, graph, use_cache=use_cache)
+        observed = observe(wheels, probe, graph, use_cache=use_cache, installation=installation)
     plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     if plan.unmatched:
         raise UsageError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")

@@ -32,7 +32,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Sequence
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -45,6 +45,9 @@ from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.layout import FLAT
+
+if TYPE_CHECKING:
+    from patched_wheels.probe import Installation
 
 _SCHEMA = 1
 # Elf_Sym fields: binding (st_info >> 4) and the section index of an undefined symbol.
@@ -81,10 +84,17 @@ def tag_mismatch(wheels: Iterable[str]) -> str | None:
 
 
 def observe(
-    wheels: Sequence[Path | WheelRef], probe: str, graph: LibraryGraph, *, use_cache: bool = False
+    wheels: Sequence[Path | WheelRef],
+    probe: str,
+    graph: LibraryGraph,
+    *,
+    use_cache: bool = False,
+    installation: Installation | None = None,
 ) -> Observation | None:
     """Run ``probe`` with ``wheels`` in one site-packages (or take the cached observation); None, with one
-    warning, where that cannot be done here (tags of another interpreter, a wheel that was not fetched)."""
+    warning, where that cannot be done here (tags of another interpreter, a wheel that was not fetched).
+    ``installation``: the wheels already installed with a flat layout (``doctor --run``), used instead of
+    a new one."""
     refs = [WheelRef.of(wheel) for wheel in wheels]
     mismatch = tag_mismatch(ref.filename for ref in refs)
     if mismatch is not None:
@@ -106,7 +116,7 @@ def observe(
     if unfetched:
         warn(f"{unfetched[0]}: not fetched, so the probe cannot run; the preload comes from the ELF graph only")
         return None
-    observation = _run(refs, probe, graph)
+    observation = _run(refs, probe, graph, installation)
     if entry is not None:
         cache.write_json(entry, _to_json(observation, digests))
     return _warn_if_failed(observation)
@@ -127,14 +137,15 @@ def _key(digests: Sequence[str], probe: str) -> str:
     return hashlib.sha256(json.dumps([_SCHEMA, list(digests), probe, interpreter]).encode()).hexdigest()
 
 
-def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph) -> Observation:
-    from patched_wheels.probe import installed  # imported here: installing is what observing costs
+def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation: Installation | None) -> Observation:
+    if installation is None:
+        from patched_wheels.probe import installed  # imported here: installing is what observing costs
 
-    paths = [ref.path for ref in refs if ref.path is not None]
-    with installed(paths, (FLAT,)) as installation:
-        result = installation.run(FLAT, probe, graph)
-        mapped = result.mapped or ()
-        symbols = {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
+        with installed([ref.path for ref in refs if ref.path is not None], (FLAT,)) as installation:
+            return _run(refs, probe, graph, installation)
+    result = installation.run(FLAT, probe, graph)
+    mapped = result.mapped or ()
+    symbols = {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
     system = _SystemSymbols()
     extensions = {library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)}
     needs_global = libraries_needing_global(graph, symbols, system.defined_by, system.interpreter())
