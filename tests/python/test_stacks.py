@@ -183,3 +183,29 @@ def test_doctor_counts_the_packages_own_data_scheme_library(tmp_path, capsys):
     assert f"{DATA_MEMBER} ({original.name}): needs libdep.so.1" in out and "fails if pkg loads it itself at run time" in out
     assert main(["doctor", "--no-cache", str(fixed), "--package", "pkg"]) == 0
     assert "as is: every library loads with one directory per wheel" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_doctor_run_fails_each_stack_as_is_and_passes_it_patched(stacks, name, tmp_path, capsys):
+    """The harness's question, asked by doctor: does one directory per wheel do what one site-packages does?"""
+    stack = stacks[name]
+    argv = ["doctor", "--no-cache", "--package", stack.package, f"--run={stack.code}"]
+    assert main([*argv, *map(str, stack.wheels)]) == 1
+    out = capsys.readouterr().out
+    assert "run: fails: one directory per wheel differs from one site-packages" in out
+    assert "prediction (static, as is): " in out  # the static verdict stays, as a prediction
+    _, wheel_set = _patched(stack, tmp_path)
+    assert main([*argv, *map(str, wheel_set)]) == 0
+    out = capsys.readouterr().out
+    assert "run: passes: one directory per wheel does what one site-packages does" in out
+    assert f"    stdout: {stack.expected}" in out
+    assert _works(run_import(per_wheel_layout(wheel_set, tmp_path / "per-wheel"), stack.code), stack)
+
+
+def test_a_self_preloading_package_patched_still_works(tmp_path):
+    wheels = build_fake_cuda_wheels(tmp_path / "wheels", broken_order=False)
+    edits = preload_member_edits("faketorch", wheels.all)
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    for layout in (flat_layout, per_wheel_layout):
+        result = run_import(layout([*wheels.nvidia.values(), patched], tmp_path / layout.__name__))
+        assert result.returncode == 0 and result.stdout.strip() == "122", result.stderr
