@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Seque
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from packaging.tags import sys_tags
-from packaging.utils import parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from patched_wheels import cache
 from patched_wheels.elfgraph import LibraryGraph, WheelRef
 from patched_wheels.elfread import ElfLibrary
-from patched_wheels.errors import warn
+from patched_wheels.errors import UsageError, warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.layout import FLAT
 
@@ -78,7 +78,11 @@ def tag_mismatch(wheels: Iterable[str]) -> str | None:
     """The first of ``wheels`` (file names) this interpreter cannot install, or None when all match."""
     supported = set(sys_tags())
     for wheel in wheels:
-        if not set(parse_wheel_filename(wheel)[3]) & supported:
+        try:
+            tags = parse_wheel_filename(wheel)[3]
+        except InvalidWheelFilename as error:
+            raise UsageError(f"{wheel}: not a valid wheel filename ({error})") from None
+        if not set(tags) & supported:
             return wheel
     return None
 
@@ -101,8 +105,8 @@ def observe(
         warn(f"{mismatch}: its tags do not match this interpreter, so the probe cannot run here; the preload "
              "comes from the ELF graph only (libraries the package opens itself at run time are not in it)")
         return None
-    digests = {ref.filename: ref.sha256 or (hash_file(ref.path) if ref.path else "") for ref in refs}
     directory = cache.cache_dir("observed") if use_cache else None
+    digests = {ref.filename: ref.sha256 or (hash_file(ref.path) if ref.path else "") for ref in refs} if directory else {}
     entry = None
     if directory is not None and all(digests.values()):
         entry = directory / f"{_key(sorted(digests.values()), probe)}.json"
