@@ -26,7 +26,9 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from patched_wheels.elfgraph import INFLATER_NAME, build_graph, install_path, is_shared_library_name, scan_wheels
+from patched_wheels.elfgraph import build_graph, install_path, scan_wheels
+from patched_wheels.elfread import is_shared_library_name
+from patched_wheels.wheelfile import INFLATER_NAME
 
 from torch_wheels import NVIDIA, TORCH, ensure_wheels
 

@@ -1,5 +1,6 @@
 """Whole-file and whole-tree writes that a concurrent reader never sees half done, the
-temporary files behind them, and the streamed sha256 of a file (the index's links, the ELF cache's key).
+temporary files behind them, bounded reads of files that must be regular, and the streamed sha256
+of a file (the index's links, the ELF cache's key).
 
 Every temporary file or directory patched-wheels creates next to an output is named
 ``.<name>.pw-<pid>-<random>.tmp``.  A run that is killed cannot remove its own (a killed
@@ -11,30 +12,34 @@ run's files are left alone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
 _FILE_MODE = 0o644
-"""Temp files are created 0600; what is published (index pages, caches) must stay world-readable."""
+"""Temp files are created 0600; what is published (index pages, the index's hash cache) must stay world-readable."""
+_DIRECTORY_MODE = 0o755
 _TEMP_SUFFIX = ".tmp"
+_CHUNK = 1 << 20
 _TEMP_NAME = re.compile(r"\..+\.pw-(?P<pid>[0-9]+)-[^/]*\.tmp")
 _STARTED = time.time()
 _swept: set[str] = set()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` via a temp file in the same directory, so a reader sees
-    the old or the new file, never a part, and a failure leaves no temp file behind; equal
-    content is not rewritten, so a warm run writes nothing (and mtimes stay put)."""
-    if holds(path, data):
+def write_atomic(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` (permission bits ``mode``) via a temp file in the same directory,
+    so a reader sees the old or the new file, never a part, and a failure leaves no temp file behind;
+    equal content is not rewritten, so a warm run writes nothing (and mtimes stay put)."""
+    if holds(path, data, mode=mode):
         return
-    temp = write_temp(path, data)
+    temp = write_temp(path, data, mode=mode)
     try:
         os.replace(temp, path)
     except BaseException:
@@ -42,22 +47,88 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def holds(path: Path, data: bytes) -> bool:
-    """Whether ``path`` is a readable file holding exactly ``data``."""
+def holds(path: Path, data: bytes, *, mode: int | None = None) -> bool:
+    """Whether ``path`` is a readable regular file holding exactly ``data`` (a FIFO, a device or a
+    longer file is not read: it does not hold ``data``) and, given ``mode``, one of ours with those
+    permission bits (a cache file someone made group-writable is replaced, not kept for its content)."""
     try:
-        return path.read_bytes() == data
-    except OSError:
+        handle = open_regular_file(path)
+    except (OSError, ValueError):
         return False
+    try:
+        status = os.fstat(handle)
+        if mode is not None and (stat.S_IMODE(status.st_mode) != mode or status.st_uid != os.geteuid()):
+            return False
+        return read_descriptor(handle, max_bytes=len(data), size=status.st_size) == data
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(handle)
 
 
-def write_temp(path: Path, data: bytes) -> Path:
-    """``data`` in a new temp file next to ``path``, world-readable, for the caller to rename onto
-    ``path`` (or remove); nothing is left behind when writing fails."""
+class NotRegularFileError(ValueError):
+    """A path that must be a regular file of bounded size is something else; the message says what."""
+
+
+def open_regular_file(path: Path | str, *, dir_fd: int | None = None) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file, else :class:`NotRegularFileError`.
+
+    Opened without following a final symbolic link (``O_NOFOLLOW``: a link is refused, not read
+    through) and without blocking (``O_NONBLOCK``: opening a FIFO with no writer would wait
+    forever), and checked with ``fstat`` on what was opened, so a device or socket is not read.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        handle = os.open(path, flags, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise NotRegularFileError("a symbolic link") from None
+        if error.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing elsewhere
+            raise NotRegularFileError("not a regular file") from None
+        raise
+    mode = os.fstat(handle).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(handle)
+        raise NotRegularFileError("not a regular file (a FIFO, device, socket or directory)")
+    return handle
+
+
+def read_descriptor(handle: int, *, max_bytes: int, size: int) -> bytes:
+    """At most ``max_bytes`` from the open regular file ``handle`` of ``size`` bytes (its ``fstat``);
+    a larger file, or one growing past the cap while read, is :class:`NotRegularFileError`."""
+    if size > max_bytes:
+        raise NotRegularFileError(f"larger than {max_bytes} bytes")
+    chunks = []
+    remaining = max_bytes + 1  # one byte more than allowed tells a file that grew since fstat
+    while remaining:
+        chunk = os.read(handle, min(remaining, _CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    if not remaining:
+        raise NotRegularFileError(f"larger than {max_bytes} bytes")
+    return b"".join(chunks)
+
+
+def read_regular_file(path: Path | str, *, max_bytes: int) -> bytes:
+    """The content of ``path``, which must be a regular file (not a link) of at most ``max_bytes``:
+    else :class:`NotRegularFileError` (or ``OSError``), never a hang or an unbounded read."""
+    handle = open_regular_file(path)
+    try:
+        return read_descriptor(handle, max_bytes=max_bytes, size=os.fstat(handle).st_size)
+    finally:
+        os.close(handle)
+
+
+def write_temp(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> Path:
+    """``data`` in a new temp file next to ``path`` (world-readable unless ``mode`` says otherwise),
+    for the caller to rename onto ``path`` (or remove); nothing is left behind when writing fails."""
     handle, temp = create_temp_file(path.parent, path.name)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
-        os.chmod(temp, _FILE_MODE)
+        os.chmod(temp, mode)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -77,7 +148,9 @@ def stage_tree(target: Path, files: Mapping[str, bytes]) -> Path:
     remove_stale_temps(target.parent)
     staged = Path(tempfile.mkdtemp(dir=target.parent, prefix=_temp_prefix(target.name), suffix=_TEMP_SUFFIX))
     try:
-        os.chmod(staged, 0o777 & ~current_umask())  # mkdtemp makes it private; it is published as is
+        # mkdtemp makes it private; it is published like its files, whatever the umask: readable by all,
+        # writable by us only (the index's hash cache in it is not believed otherwise, see cache.py).
+        os.chmod(staged, _DIRECTORY_MODE)
         for name, data in files.items():
             path = staged / name
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,13 +243,11 @@ def _is_alive(pid: int) -> bool:
     return True
 
 
-_HASH_CHUNK = 1 << 20
-
 
 def hash_file(path: Path) -> str:
     """sha256 hex digest of a file, streamed (hashlib releases the GIL, so threads scale)."""
     digest = hashlib.sha256()
-    buffer = bytearray(_HASH_CHUNK)
+    buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
     with open(path, "rb") as stream:
         while True:

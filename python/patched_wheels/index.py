@@ -16,11 +16,14 @@ wheel. What pip needs from an index, and what pip2pi gets wrong, is spelled out 
   written aside first, then renamed into place, so a failure midway leaves the old index;
 * hashing dominates the cost (gigabytes of CUDA wheels), so results are cached in
   ``DIR/simple/.patched-wheels-cache.json`` keyed by file name, size and ``mtime_ns`` and the
-  remaining files are hashed on all cores; a file whose size or mtime changed is rehashed.
+  remaining files are hashed on all cores; a file whose size or mtime changed is rehashed.  That
+  cache is read like every persistent cache (:mod:`patched_wheels.cache`): bounded, a regular file
+  owned by us and written by no one else, anything wrong a miss with one warning.
 
 Every input is read and checked before anything is written: on bad input (a ``.whl`` that is
 not a wheel we accept, an invalid file or project name, a link to a file outside the directory,
-two files for the same project, version and tags) the existing index is left as it was.
+a distribution name that is not a regular file -- a FIFO, device, socket, directory, or a link
+loop -- two files for the same project, version and tags) the existing index is left as it was.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -39,21 +43,23 @@ from urllib.parse import quote
 from packaging.tags import Tag
 from packaging.utils import (
     InvalidSdistFilename,
-    InvalidWheelFilename,
     NormalizedName,
     parse_sdist_filename,
-    parse_wheel_filename,
 )
 from packaging.version import Version
 
-from patched_wheels.errors import InvalidWheelError, UsageError
-from patched_wheels.fsutil import hash_file, holds, stage_tree, switch_tree, write_temp
+from patched_wheels.cache import read_json
+from patched_wheels.errors import InvalidWheelError, UsageError, warn
+from patched_wheels.fsutil import hash_file, holds, read_regular_file, stage_tree, switch_tree, write_temp
 from patched_wheels.names import is_valid_project_name
+from patched_wheels.wheelfile import WheelFilename
 
 SIMPLE_DIR = "simple"
 CACHE_FILE = ".patched-wheels-cache.json"
 METADATA_SUFFIX = ".metadata"
 _CACHE_FORMAT = 1
+_MAX_CACHE_BYTES = 16 << 20  # the hash cache: about 60,000 files' entries
+_MAX_METADATA_BYTES = 64 << 20  # a .metadata file we wrote, compared with the wheel's METADATA
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -141,15 +147,20 @@ def _find_distributions(directory: Path) -> list[_Candidate]:
         if entry.name.startswith(".") or not entry.name.endswith((".whl", *_SDIST_SUFFIXES)):
             continue
         path = Path(entry.path)
-        if entry.is_symlink() and not path.resolve().is_relative_to(root):
-            raise InvalidWheelError(f"{path}: a link to {path.resolve()}, outside {directory}; copy the file in")
-        if not entry.is_file():
-            continue
+        try:
+            status = os.stat(path)  # through links: a loop or a dangling one fails here
+        except OSError as error:
+            raise InvalidWheelError(f"{path}: cannot be read ({error.strerror or error})") from None
+        if entry.is_symlink() and not Path(os.path.realpath(path)).is_relative_to(root):
+            raise InvalidWheelError(f"{path}: a link to {os.path.realpath(path)}, outside {directory}; copy the file in")
+        if not stat.S_ISREG(status.st_mode):
+            raise InvalidWheelError(f"{path}: not a regular file ({_file_kind(status.st_mode)}); a distribution must be one")
         if entry.name.endswith(".whl"):
             try:
-                name, version, _build, tags = parse_wheel_filename(entry.name)
-            except InvalidWheelFilename as error:
-                raise InvalidWheelError(f"{path}: {error}") from None
+                parsed = WheelFilename.parse(entry.name)
+            except InvalidWheelError as error:
+                raise InvalidWheelError(f"{path.parent}/{error}") from None
+            name, version, tags = parsed.name, parsed.version, parsed.tags
             written_name = entry.name.split("-", 1)[0]
         else:
             try:
@@ -160,7 +171,7 @@ def _find_distributions(directory: Path) -> list[_Candidate]:
             written_name = entry.name.rpartition("-")[0]
         if not is_valid_project_name(written_name):
             raise InvalidWheelError(f"{path}: invalid project name {written_name!r}")
-        candidates.append(_Candidate(path, name, version, tags, entry.stat()))
+        candidates.append(_Candidate(path, name, version, tags, status))
     return candidates
 
 
@@ -247,9 +258,9 @@ def _from_cache(candidate: _Candidate, entry: object) -> IndexedFile | None:
         return None
     metadata = None
     if candidate.is_wheel:
-        try:
-            metadata = _metadata_path(candidate.path).read_bytes()
-        except OSError:
+        try:  # a FIFO or a link in its place is a miss (and then in the way of the index), never a hang
+            metadata = read_regular_file(_metadata_path(candidate.path), max_bytes=_MAX_METADATA_BYTES)
+        except (OSError, ValueError):
             return None
         if hashlib.sha256(metadata).hexdigest() != entry.get("metadata_sha256"):
             return None
@@ -396,15 +407,29 @@ def _page(title: str, body: str) -> bytes:
 
 
 def _load_cache(directory: Path) -> dict[str, dict]:
-    """The previous run's hashes; an unreadable or foreign cache just means hashing again."""
-    try:
-        data = json.loads((directory / SIMPLE_DIR / CACHE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." nested too deep
+    """The previous run's hashes, read through the one cache reader (:func:`patched_wheels.cache.read_json`:
+    bounded, regular files we own only); anything unreadable or of another shape just means hashing again."""
+    path = directory / SIMPLE_DIR / CACHE_FILE
+    data = read_json(path, max_bytes=_MAX_CACHE_BYTES)
+    if data is None:
         return {}
-    if not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT:
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == _CACHE_FORMAT else None
+    if not isinstance(files, dict):
+        warn(f"{path}: cache file ignored (not a format {_CACHE_FORMAT} hash cache)")
         return {}
-    files = data.get("files")
-    return files if isinstance(files, dict) else {}
+    return files
+
+
+def _file_kind(mode: int) -> str:
+    """What a non-regular file is, for an error line."""
+    kinds = {
+        stat.S_ISDIR: "a directory",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISSOCK: "a socket",
+        stat.S_ISCHR: "a device",
+        stat.S_ISBLK: "a device",
+    }
+    return next((kind for test, kind in kinds.items() if test(mode)), "a special file")
 
 
 def _cache_payload(candidates: list[_Candidate], files: tuple[IndexedFile, ...]) -> bytes:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidWheelError, UsageError
 
-__all__ = ["add_requires", "field_values", "remove_requires", "set_version"]
+__all__ = ["add_requires", "field_values", "remove_requires", "required_projects", "set_version"]
 
 _FIELD_NAME = re.compile(rb"([A-Za-z0-9][A-Za-z0-9-]*):")
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
@@ -72,6 +72,16 @@ def field_values(metadata: bytes, name: str) -> list[str]:
     """All (unfolded) values of the header ``name``, case-insensitively."""
     fields, _ = _split(metadata)
     return [field.value for field in fields if field.name == name.lower()]
+
+
+def required_projects(metadata: bytes) -> set[NormalizedName]:
+    """The projects named by ``Requires-Dist`` headers (any marker or extra): the one place their names are read."""
+    names = set()
+    for value in field_values(metadata, "Requires-Dist"):
+        match = _REQUIREMENT_NAME.match(value)
+        if match:
+            names.add(canonicalize_name(match.group(1)))
+    return names
 
 
 def set_version(metadata: bytes, version: str, *, origin: str) -> bytes:

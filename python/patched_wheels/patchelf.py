@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from patched_wheels.elfgraph import ElfLibrary
+from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import ElfError, UsageError
 
 

@@ -1,8 +1,8 @@
-"""Read a pip requirements file (a hashed lock) the way pip reads it, keeping where each piece is written.
+"""Read a pip requirements file (a lock) the way pip reads it, keeping where each piece is written.
 
-Both ``resolve`` (which wheel each pin installs) and ``lock`` (rewriting the pins for the patched
-wheels) need the same reading, and ``lock`` must change a pin without disturbing the bytes around it,
-so every logical line keeps the span of physical lines it came from. Names, versions and markers are
+The reader turns the file into the lock model (:class:`~patched_wheels.pins.Lock`) and keeps the text
+split into lines, because the pip writer must change a pin without disturbing the bytes around it:
+every logical line keeps the span of physical lines it came from. Names, versions and markers are
 ``packaging``'s; only pip's line format is tokenized here, after ``pip/_internal/req/req_file.py``:
 
 * a comment starts at a ``#`` at the start of a line or after whitespace;
@@ -10,6 +10,10 @@ so every logical line keeps the span of physical lines it came from. Names, vers
 * a requirement line is a PEP 508 requirement followed by options (``--hash=sha256:...``), split at
   the first space-separated token starting with ``-``; other lines starting with ``-`` are options;
 * the text is UTF-8, and a UTF-8 byte order mark before it is no part of the first line.
+
+pip finds comments with the pattern ``(^|\\s+)#.*$``, which backtracks quadratically on a run of
+blanks (minutes for 200,000 spaces). A lock is an input anyone can hand a CI job, so the same cut is
+made here by :func:`comment_start` in one pass, and no pattern is searched across unbounded blanks.
 
 Included files (``-r``/``-c``) are refused rather than followed: their pins would keep the old hashes
 while the rewritten lock pins the patched wheel, and pip would fail on the mismatch far from the cause.
@@ -23,86 +27,82 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from patched_wheels.errors import InvalidLockError
+from patched_wheels.errors import InvalidLockError, InvalidWheelError
+from patched_wheels.pins import Lock, LockOption, Pin, Span, read_lock_text
+from patched_wheels.wheelfile.filename import WheelFilename
 
 BOM = "\ufeff"
 EOL = re.compile(r"(\r\n|\n|\r)$")
-#: One ``--hash`` option of a requirement line, with the blanks before it (``lead``).
-HASH_OPTION = re.compile(r"(?P<lead>[ \t]*)(?<!\S)--hash(?:=|[ \t]+)(?P<value>[^\s\\]+)")
-_COMMENT = re.compile(r"(^|\s+)#.*$")
+#: One ``--hash`` option, from its first character (the blanks before it are found by walking back).
+_HASH_OPTION = re.compile(r"(?<!\S)--hash(?:=|[ \t]+)(?P<value>[^\s\\]+)")
 # An option line naming an index: pip's long options take "=value" or " value", its short ones
 # (single letters, parsed by optparse) also take the value glued on ("-fDIR").
-_INDEX_OPTION = re.compile(r"--(?:index-url|extra-index-url|find-links)(?:=|\s|$)|-[if]")
+_INDEX_OPTIONS = {"--index-url": "index-url", "-i": "index-url", "--extra-index-url": "extra-index-url",
+                  "--find-links": "find-links", "-f": "find-links", "--no-index": "no-index"}  # fmt: skip
+_INDEX_OPTION = re.compile(r"(--(?:index-url|extra-index-url|find-links|no-index)(?==|\s|$)|-[if])")
 # An option line including another file: -r/--requirement, -c/--constraint.
 _INCLUDE_OPTION = re.compile(r"--(?:requirement|constraint)(?:=|\s|$)|-[rc]")
+# The name and extras a requirement starts with, as written.
+_HEAD = re.compile(r"[ \t]*([A-Za-z0-9][A-Za-z0-9._-]*[ \t]*(?:\[[^\]]*\])?)")
+
+
+def comment_start(line: str) -> int | None:
+    """Where pip's comment pattern ``(^|\\s+)#.*$`` would match ``line`` first, in linear time: at the
+    first ``#`` that starts the line or follows whitespace, extended back over that whitespace."""
+    position = line.find("#")
+    while position > 0 and not line[position - 1].isspace():
+        position = line.find("#", position + 1)
+    if position <= 0:
+        return position if position == 0 else None
+    return len(line[:position].rstrip())  # str.rstrip strips what \s matches
+
+
+def split_comment(physical: str) -> tuple[str, str]:
+    """``physical`` cut where pip's comment begins: ``--hash=`` in a comment is no option, and
+    the comment (with the line's ending) must come out byte for byte."""
+    start = comment_start(physical)
+    return (physical, "") if start is None else (physical[:start], physical[start:])
+
+
+def hash_options(code: str) -> list[tuple[int, int, str]]:
+    """The ``--hash`` options of ``code`` as (start of the blanks before it, end, value), in order."""
+    found: list[tuple[int, int, str]] = []
+    for match in _HASH_OPTION.finditer(code):
+        previous = found[-1][1] if found else 0  # the blanks are looked at once, whatever their number
+        found.append((previous + len(code[previous : match.start()].rstrip(" \t")), match.end(), match.group("value")))
+    return found
 
 
 @dataclass(frozen=True)
 class LogicalLine:
     """One logical line: physical lines [start, end) joined as pip joins them."""
 
-    source: str
-    start: int
-    end: int
+    span: Span
     content: str  # joined, comments removed, stripped
-
-    @property
-    def where(self) -> str:
-        """``FILE:LINE`` of the first physical line, to start a one-line error."""
-        return f"{self.source}:{self.start + 1}"
 
     @property
     def is_option(self) -> bool:
         return self.content.startswith("-")
 
     @property
-    def names_index(self) -> bool:
-        """Whether this is an index option (``-i``, ``--index-url``, ``--extra-index-url``, ``-f``, ``--find-links``)."""
-        return bool(_INDEX_OPTION.match(self.content))
-
-
-@dataclass(frozen=True)
-class PinLine:
-    """A requirement line: the requirement and the ``--hash`` values after it."""
-
-    line: LogicalLine
-    requirement: Requirement
-    hashes: tuple[str, ...]  # "sha256:<hex>" values of the --hash options, as written
-
-    @property
-    def project(self) -> NormalizedName:
-        return canonicalize_name(self.requirement.name)
-
-    @property
-    def marker(self) -> str | None:
-        """The environment marker as ``packaging`` writes it, or None."""
-        return str(self.requirement.marker) if self.requirement.marker else None
-
-    def pinned_version(self) -> Version:
-        """The version of an ``==`` pin; any other specifier is an error, since a lock pins one file."""
-        specifiers = list(self.requirement.specifier)
-        if len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
-            raise InvalidLockError(
-                f"{self.line.where}: {self.requirement.name} must be pinned with == (found {self.requirement})"
-            )
-        try:
-            return Version(specifiers[0].version)
-        except InvalidVersion:
-            raise InvalidLockError(f"{self.line.where}: {specifiers[0].version!r} is not a PEP 440 version") from None
+    def index_option(self) -> str | None:
+        """The kind of index option this line is (``index-url``, ``extra-index-url``, ``find-links``,
+        ``no-index``), or None."""
+        match = _INDEX_OPTION.match(self.content)
+        return _INDEX_OPTIONS[match.group(1)] if match else None
 
 
 @dataclass(frozen=True)
 class RequirementsText:
-    """A requirements file split into physical lines, logical lines and pins, losing no byte."""
+    """A requirements file split into physical and logical lines, losing no byte, and its lock model."""
 
     source: str
     bom: str  # the byte order mark the text started with ("" if none), not part of ``lines``
     lines: tuple[str, ...]  # physical lines, each with its line ending
     logical: tuple[LogicalLine, ...]
-    pins: tuple[PinLine, ...]
+    lock: Lock
 
     @property
     def eol(self) -> str:
@@ -119,29 +119,21 @@ def parse_requirements(text: str, source: str) -> RequirementsText:
     for line in logical:
         if line.is_option and _INCLUDE_OPTION.match(line.content):
             raise InvalidLockError(
-                f"{line.where}: {line.content}: included files are not followed; put their lines into this lock"
+                f"{line.span.where}: {line.content}: included files are not followed; put their lines into this lock"
             )
     pins = tuple(_parse_pin(line) for line in logical if line.content and not line.is_option)
-    return RequirementsText(source, bom, lines, logical, pins)
+    options = tuple(LockOption(line.index_option, line.span, line.content) for line in logical if line.index_option)
+    return RequirementsText(source, bom, lines, logical, Lock(source, "requirements", pins, options))
 
 
 def read_requirements(path: Path | str) -> RequirementsText:
     """Read and split the requirements file ``path``; pip reads it as UTF-8 too (absent a BOM saying otherwise)."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise InvalidLockError(f"{path}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise InvalidLockError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
-    return parse_requirements(text, str(path))
+    return parse_requirements(read_lock_text(Path(path)), str(path))
 
 
-def split_comment(physical: str) -> tuple[str, str]:
-    """``physical`` cut where pip's comment begins: ``--hash=`` in a comment is no option, and
-    the comment (with the line's ending) must come out byte for byte."""
-    match = _COMMENT.search(physical)
-    return (physical[: match.start()], physical[match.start() :]) if match else (physical, "")
+def _without_comment(line: str) -> str:
+    start = comment_start(line)
+    return line if start is None else line[:start]
 
 
 def _logical_lines(lines: Sequence[str], source: str) -> Iterator[LogicalLine]:
@@ -150,24 +142,25 @@ def _logical_lines(lines: Sequence[str], source: str) -> Iterator[LogicalLine]:
     joined: list[str] = []
     for number, physical in enumerate(lines):
         line = EOL.sub("", physical)
-        if not line.endswith("\\") or _COMMENT.match(line):
-            if _COMMENT.match(line):
+        is_comment = line.lstrip().startswith("#")  # pip: COMMENT_RE.match(line)
+        if not line.endswith("\\") or is_comment:
+            if is_comment:
                 line = " " + line
             if joined:
                 joined.append(line)
-                yield LogicalLine(source, start, number + 1, _COMMENT.sub("", "".join(joined)).strip())
+                yield LogicalLine(Span(source, start, number + 1), _without_comment("".join(joined)).strip())
                 joined = []
             else:
-                yield LogicalLine(source, number, number + 1, _COMMENT.sub("", line).strip())
+                yield LogicalLine(Span(source, number, number + 1), _without_comment(line).strip())
         else:
             if not joined:
                 start = number
             joined.append(line.strip("\\"))
     if joined:
-        yield LogicalLine(source, start, len(lines), _COMMENT.sub("", "".join(joined)).strip())
+        yield LogicalLine(Span(source, start, len(lines)), _without_comment("".join(joined)).strip())
 
 
-def _parse_pin(line: LogicalLine) -> PinLine:
+def _parse_pin(line: LogicalLine) -> Pin:
     """Split a requirement line like pip's ``break_args_options``: the requirement is every
     space-separated token before the first one starting with '-'."""
     tokens = line.content.split(" ")
@@ -177,41 +170,50 @@ def _parse_pin(line: LogicalLine) -> PinLine:
         requirement = Requirement(requirement_text)
     except InvalidRequirement as error:
         reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
-        raise InvalidLockError(f"{line.where}: {requirement_text!r}: {reason}") from None
-    options = " ".join(tokens[first_option:])
-    hashes = tuple(match.group("value") for match in HASH_OPTION.finditer(options))
-    return PinLine(line, requirement, hashes)
+        raise InvalidLockError(f"{line.span.where}: {requirement_text!r}: {reason}") from None
+    hashes = tuple(value for _, _, value in hash_options(" ".join(tokens[first_option:])))
+    head = _HEAD.match(requirement_text)
+    assert head is not None  # packaging accepted the requirement, so it starts with a name
+    version, error = _version(requirement, line.span)
+    return Pin(
+        name=requirement.name,
+        extras=tuple(sorted(requirement.extras)),
+        head=head.group(1).rstrip(),
+        version=version,
+        marker=_marker_text(requirement, requirement_text),
+        hashes=hashes,
+        url=requirement.url,
+        span=line.span,
+        text=str(requirement),
+        pin_error=error,
+        version_text=None if requirement.url or version is None else next(iter(requirement.specifier)).version,
+    )
 
 
-@dataclass(frozen=True)
-class LockedPin:
-    """A pin of a hashed lock, as the Bazel rules need it to fetch the pinned wheel."""
-
-    project: NormalizedName
-    version: Version
-    hashes: frozenset[str]  # hex sha256 digests of the --hash options
-    requirement: Requirement
-    line_number: int  # 1-based, of the pin's first physical line
-
-    def applies(self) -> bool:
-        """Whether the pin's environment marker holds for the running interpreter."""
-        return self.requirement.marker is None or self.requirement.marker.evaluate()
+def _marker_text(requirement: Requirement, text: str) -> str | None:
+    """The marker as the user wrote it (after the ``;``; after whitespace and ``;`` behind a URL)."""
+    if requirement.marker is None:
+        return None
+    if requirement.url:
+        cut = re.search(r"\s;", text)
+        assert cut is not None  # packaging requires the blank before a URL's marker
+        return text[cut.end() :].strip()
+    return text.partition(";")[2].strip()
 
 
-def read_pins(path: Path | str) -> list[LockedPin]:
-    """The ``==`` pins of a lock with their sha256 hashes, in file order.
-
-    Direct references (``pkg @ https://...``) are left out: pip installs them from their URL,
-    so there is no index page to resolve them from. Any other pin that is not ``==`` is an error.
-    """
-    return [
-        LockedPin(
-            project=pin.project,
-            version=pin.pinned_version(),
-            hashes=frozenset(h.partition(":")[2].lower() for h in pin.hashes if h.startswith("sha256:")),
-            requirement=pin.requirement,
-            line_number=pin.line.start + 1,
-        )
-        for pin in read_requirements(path).pins
-        if not pin.requirement.url
-    ]
+def _version(requirement: Requirement, span: Span) -> tuple[Version | None, str | None]:
+    """The one version a pin admits, or why there is none: an ``==`` pin, or a direct reference to a wheel
+    (its file name says the version)."""
+    if requirement.url:
+        filename = requirement.url.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1]
+        try:
+            return WheelFilename.parse(filename).version, None
+        except InvalidWheelError:
+            return None, f"{requirement.name} @ {requirement.url}: names no wheel file, so its version is unknown"
+    specifiers = list(requirement.specifier)
+    if len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
+        return None, f"{requirement.name} must be pinned with == (found {requirement})"
+    try:
+        return Version(specifiers[0].version), None
+    except InvalidVersion:
+        return None, f"{specifiers[0].version!r} is not a PEP 440 version"

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from packaging.tags import Tag, sys_tags
-from packaging.utils import InvalidWheelFilename, NormalizedName, parse_wheel_filename
+from packaging.utils import NormalizedName
 
-from patched_wheels.errors import InvalidLockError
-from patched_wheels.requirements import LockedPin, read_pins
+from patched_wheels.errors import InvalidLockError, InvalidWheelError
+from patched_wheels.lock import served_pins
+from patched_wheels.pins import Pin
+from patched_wheels.wheelfile.filename import WheelFilename
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,9 @@ def parse_project_page(page: str, page_url: str) -> list[_Link]:
     return links
 
 
-def projects_to_resolve(pins: Sequence[LockedPin], explicit: Mapping[NormalizedName, object]) -> list[NormalizedName]:
+def projects_to_resolve(pins: Sequence[Pin], explicit: Mapping[NormalizedName, object]) -> list[NormalizedName]:
     """Projects whose page must be downloaded: every applicable pin without an explicit URL."""
-    return sorted({pin.project for pin in pins if pin.applies() and pin.project not in explicit})
+    return sorted({pin.project for pin in pins if pin.applies() and pin.project not in explicit and not pin.files})
 
 
 def page_url(index_url: str, project: NormalizedName) -> str:
@@ -86,6 +88,7 @@ def resolve(
     index_url: str,
     explicit: Mapping[NormalizedName, tuple[Sequence[str], str]] | None = None,
     tags: Iterable[Tag] | None = None,
+    lock_format: str = "requirements",
 ) -> list[ResolvedWheel]:
     """One ``ResolvedWheel`` per applicable pin of ``lock_path``.
 
@@ -95,12 +98,16 @@ def resolve(
     explicit = explicit or {}
     ranking = {tag: rank for rank, tag in enumerate(tags if tags is not None else sys_tags())}
     resolved = []
-    for pin in read_pins(lock_path):
+    for pin in served_pins(lock_path, lock_format):
         if not pin.applies():
             continue
         if pin.project in explicit:
             urls, sha256 = explicit[pin.project]
             resolved.append(ResolvedWheel(pin.project, _filename_of(urls[0]), tuple(urls), sha256))
+            continue
+        if pin.files:  # the lock names its files (uv.lock, pylock.toml): no page needed
+            links = [_Link(f.filename, f.url, f.sha256) for f in pin.files]
+            resolved.append(_choose(pin, links, ranking, str(lock_path)))
             continue
         page_path = pages_dir / f"{pin.project}.html"
         try:
@@ -108,7 +115,7 @@ def resolve(
         except OSError as error:
             raise InvalidLockError(f"{page_path}: cannot read the index page of {pin.project}: {error.strerror}") from None
         links = parse_project_page(page, page_url(index_url, pin.project))
-        resolved.append(_choose(pin, links, ranking, lock_path, page_url(index_url, pin.project)))
+        resolved.append(_choose(pin, links, ranking, page_url(index_url, pin.project)))
     return resolved
 
 
@@ -118,25 +125,25 @@ def _filename_of(url: str) -> str:
 
 
 def _choose(
-    pin: LockedPin, links: Sequence[_Link], ranking: Mapping[Tag, int], lock_path: Path, url: str
+    pin: Pin, links: Sequence[_Link], ranking: Mapping[Tag, int], url: str
 ) -> ResolvedWheel:
-    version = pin.version
+    version = pin.pinned_version()
     best: tuple[int, _Link] | None = None
     for link in links:
-        if pin.hashes and link.sha256 not in pin.hashes:
+        if pin.sha256s and link.sha256 not in pin.sha256s:
             continue
         try:
-            name, link_version, _, link_tags = parse_wheel_filename(link.filename)
-        except InvalidWheelFilename:
+            wheel = WheelFilename.parse(link.filename)
+        except InvalidWheelError:
             continue  # an sdist or other file: pip would build it, we only patch wheels
-        if name != pin.project or link_version != version or link.sha256 is None:
+        if wheel.name != pin.project or wheel.version != version or link.sha256 is None:
             continue
-        rank = min((ranking[tag] for tag in link_tags if tag in ranking), default=None)
+        rank = min((ranking[tag] for tag in wheel.tags if tag in ranking), default=None)
         if rank is not None and (best is None or rank < best[0]):
             best = (rank, link)
     if best is None:
         raise InvalidLockError(
-            f"{lock_path}:{pin.line_number}: no wheel of {pin.project}=={version} on {url} matches "
+            f"{pin.span.where}: no wheel of {pin.project}=={version} on {url} matches "
             f"the lock's {len(pin.hashes)} hash(es) and this interpreter's tags (best: {next(iter(ranking), 'none')})"
         )
     link = best[1]

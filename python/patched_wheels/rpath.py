@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from patched_wheels.elfgraph import parse_elf
+from patched_wheels.elfread import parse_elf
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.patchelf import find_patchelf, find_search_path, overwrite_search_path, run_patchelf, search_path_arguments
 from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits, content_chunks, spill

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import zipfile
@@ -18,10 +19,13 @@ import pytest
 import wheelbuilder
 from elftools.elf.elffile import ELFFile
 
+from hostile import count_read_bytes, make_special_file
 from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
-from patched_wheels import elfgraph
+from patched_wheels import elfcache, elfread
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import WheelRef, cached_digests, expand_origin, parse_elf, read_graph, read_library, scan_wheels
+from patched_wheels.elfcache import cached_digests
+from patched_wheels.elfgraph import WheelRef, expand_origin, read_graph, scan_wheels
+from patched_wheels.elfread import parse_elf, read_library
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.patchelf import find_patchelf
 
@@ -203,11 +207,11 @@ def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monke
     wheel = build_wheel(tmp_path, "small", "1.0", {"small/libsmall.so": data})
     with zipfile.ZipFile(wheel) as archive:
         info = archive.getinfo("small/libsmall.so")
-    monkeypatch.setattr(elfgraph, "_plan", lambda head, size: elfgraph._Plan([(0, 64)]))
+    monkeypatch.setattr(elfread, "_plan", lambda head, size: elfread._Plan([(0, 64)]))
     passes = _count_passes(monkeypatch)
     assert read_library(wheel, info, "small/libsmall.so") == parse_elf(data, wheel=wheel.name, path="small/libsmall.so")
     assert passes == [2]
-    monkeypatch.setattr(elfgraph, "_MAX_PASSES", 1)
+    monkeypatch.setattr(elfread, "_MAX_PASSES", 1)
     with pytest.raises(ElfError, match=r"small/libsmall\.so: its dynamic section refers to data spread over more than"):
         read_library(wheel, info, "small/libsmall.so")
 
@@ -215,13 +219,13 @@ def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monke
 def _count_passes(monkeypatch) -> list[int]:
     """Count the streamed passes of read_library (one inflate of the member each)."""
     passes = [0]
-    real = elfgraph._inflate_kept_ranges
+    real = elfread._inflate_kept_ranges
 
     def counting(*args):
         passes[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(elfgraph, "_inflate_kept_ranges", counting)
+    monkeypatch.setattr(elfread, "_inflate_kept_ranges", counting)
     return passes
 
 
@@ -269,7 +273,7 @@ def test_a_corrupt_cache_entry_is_read_again_and_rewritten(tmp_path, wheels, ent
     cache = tmp_path / "cache"
     first = scan_wheels([wheels.torch], cache_dir=cache)
     (stored,) = cache.iterdir()
-    assert stored.name == f"{_digest(wheels.torch)}.v{elfgraph._CACHE_SCHEMA}.json"
+    assert stored.name == f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
     assert "wheel" not in json.loads(stored.read_text(encoding="utf-8"))[0]
     stored.write_bytes(entry)
     assert cached_digests([_digest(wheels.torch)], cache) == []
@@ -338,8 +342,211 @@ def test_string_windows_follow_dt_strtab_through_the_load_segments():
         entry.pack(tag, value)
         for tag, value in [(1, 0x10), (5, 0x9000), (10, 0x800), (14, 0x20), (15, 0x900), (29, 0x30), (0, 0), (1, 0x40)]
     )
-    plan = elfgraph._Plan([(0, 64)], (0x100, 0x180), loads=((0, 0, 0x1000), (0x7000, 0x9000, 0x1000)), entry=entry)
-    window = elfgraph._STRING_WINDOW
+    plan = elfread._Plan([(0, 64)], (0x100, 0x180), loads=((0, 0, 0x1000), (0x7000, 0x9000, 0x1000)), entry=entry)
+    window = elfread._STRING_WINDOW
     # DT_NEEDED, DT_SONAME and DT_RUNPATH at 0x7000 + value; DT_RPATH's 0x900 is past DT_STRSZ; nothing after DT_NULL.
     assert plan.string_windows(dynamic) == [(0x7010, 0x7010 + window), (0x7020, 0x7020 + window), (0x7030, 0x7030 + window)]
-    assert elfgraph._Plan([(0, 64)], (0x100, 0x180), loads=(), entry=entry).string_windows(dynamic) == []
+    assert elfread._Plan([(0, 64)], (0x100, 0x180), loads=(), entry=entry).string_windows(dynamic) == []
+
+
+# --- the cache is an input: rows validated like wheel members, checked against the wheel at hand -----
+
+
+def _row(**changes):
+    row = {"path": "pkg/lib/libx.so.1", "soname": "libx.so.1", "needed": ["libc.so.6"], "rpath": [], "runpath": ["$ORIGIN"]}
+    row.update(changes)
+    return row
+
+
+@pytest.mark.parametrize(
+    ("rows", "problem"),
+    [
+        ({"path": "a.so"}, "not a list of rows"),
+        ([_row()] * 2, "row 2: a path listed twice"),
+        ([_row(), {**_row(), "wheel": "x.whl"}], "row 2: not an object with exactly the keys"),
+        ([{k: v for k, v in _row().items() if k != "soname"}], "row 1: not an object with exactly the keys"),
+        ([["pkg/lib/libx.so.1"]], "row 1: not an object"),
+        ([_row(path=7)], "row 1: path is not a string"),
+        ([_row(path="../../../../../tmp/evil.so")], "row 1: path '../../../../../tmp/evil.so' is not a safe relative path"),
+        ([_row(path="/tmp/evil.so")], "is not a safe relative path"),
+        ([_row(path="pkg\\..\\evil.so")], "is not a safe relative path"),
+        ([_row(path="pkg/./libx.so")], "is not a safe relative path"),
+        ([_row(path="pkg//libx.so")], "is not a safe relative path"),
+        ([_row(path="pkg/lib\0x.so")], "is not a safe relative path"),
+        ([_row(path="C:/evil.so")], "is not a safe relative path"),
+        ([_row(path="pkg/lib/")], "is not a safe relative path"),
+        ([_row(path="pkg/evil.py")], "of a shared library"),
+        ([_row(path="p/" * 2100 + "x.so")], "path is not a string of at most 4096"),
+        ([_row(soname="../libx.so")], "soname '../libx.so' is not a plain file name"),
+        ([_row(soname="")], "soname '' is not a plain file name"),
+        ([_row(soname="..")], "is not a plain file name"),
+        ([_row(soname=["libx.so"])], "is not a plain file name"),
+        ([_row(soname="l" * 256)], "is not a plain file name"),
+        ([_row(needed="libc.so.6")], "row 1: needed is not a list"),
+        ([_row(needed=["/tmp/evil.so"])], "needed '/tmp/evil.so' is not a plain file name"),
+        ([_row(needed=["lib\0c.so"])], "is not a plain file name"),
+        ([_row(needed=[None])], "needed None is not a plain file name"),
+        ([_row(needed=["libc.so.6"] * 4097)], "needed is not a list of at most 4096 entries"),
+        ([_row(rpath=[1])], "rpath entry 1 is not a search path entry"),
+        ([_row(runpath=["$ORIGIN:/tmp"])], "runpath entry '$ORIGIN:/tmp' is not a search path entry"),
+        ([_row(runpath=[""])], "runpath entry '' is not a search path entry"),
+        ([_row(rpath={"a": 1})], "rpath is not a list"),
+        (lambda: [_row(path=f"pkg/lib{index}.so") for index in range((1 << 16) + 1)], "more than 65536 rows"),
+    ],
+)
+def test_each_kind_of_bad_row_is_named(rows, problem):
+    # Too many rows are built here, not at collection: tens of megabytes held by pytest all session would
+    # show in the peak RSS that test_memory_bound's subprocesses inherit from the forked parent.
+    found = elfcache.rows_problem(rows() if callable(rows) else rows)
+    assert found is not None and problem in found
+
+
+def test_rows_as_the_cache_writes_them_pass():
+    assert elfcache.rows_problem([]) is None
+    assert elfcache.rows_problem([_row(), _row(path="pkg/lib/liby.so", soname=None, needed=[], runpath=[])]) is None
+
+
+def _poison(cache: Path, wheel: Path, edit) -> Path:
+    """The cache entry of ``wheel`` with its rows changed by ``edit`` (as an attacker with write access would)."""
+    entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
+    rows = json.loads(entry.read_text(encoding="utf-8"))
+    entry.write_text(json.dumps(edit(rows)), encoding="utf-8")
+    return entry
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda rows: [*rows, _row(path="../../../../../tmp/evil.so", soname="libevil.so", needed=[], runpath=[])], "is not a safe relative path"),
+        (lambda rows: [{**rows[0], "needed": ["../evil.so"]}, *rows[1:]], "is not a plain file name"),
+        (lambda rows: "[" * 200_000, "RecursionError"),
+    ],
+)
+def test_a_bad_row_is_a_miss_with_one_warning_and_is_rewritten(tmp_path, wheels, capsys, edit, problem):
+    cache = tmp_path / "cache"
+    first = scan_wheels([wheels.torch], cache_dir=cache)
+    capsys.readouterr()
+    entry = _poison(cache, wheels.torch, edit)
+    if problem == "RecursionError":
+        entry.write_text("[" * 200_000, encoding="utf-8")
+    assert cached_digests([_digest(wheels.torch)], cache) == [], "--list-cached reports only valid entries"
+    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert again.cached_wheels == 0 and again.libraries == first.libraries
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 2 and all(line.startswith(f"patched-wheels: warning: {entry}: cache ") and problem in line for line in warnings)
+    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1, "the entry was rewritten from the wheel"
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda rows: [*rows, _row(path="faketorch/lib/libevil.so", soname="libevil.so", needed=[], runpath=[])],
+         "faketorch/lib/libevil.so: no shared library of faketorch-2.1.0-py3-none-linux_x86_64.whl has this path"),
+        (lambda rows: rows[1:], ": shipped by faketorch-2.1.0-py3-none-linux_x86_64.whl, but no row lists it"),
+        (lambda rows: [{**rows[0], "path": "faketorch/__init__.so"}, *rows[1:]], "no shared library of"),
+    ],
+)
+def test_rows_that_do_not_describe_the_wheel_at_hand_are_read_again(tmp_path, wheels, capsys, edit, problem):
+    """Valid rows, but not this wheel's: a cache hit is believed without the wheel only (the hub's unfetched wheels)."""
+    cache = tmp_path / "cache"
+    first = scan_wheels([wheels.torch], cache_dir=cache)
+    capsys.readouterr()
+    entry = _poison(cache, wheels.torch, edit)
+    assert cached_digests([_digest(wheels.torch)], cache) == [_digest(wheels.torch)]
+    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert again.cached_wheels == 0 and again.libraries == first.libraries
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"patched-wheels: warning: {entry}: cache entry ignored (") and problem in warning
+    assert warning.endswith("; read again from the wheel")
+    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1
+
+
+def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused(tmp_path, capsys):
+    wheel = build_wheel(tmp_path, "textlib", "1.0", {"textlib/libx.so": b"not an ELF file at all"})
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
+    entry.write_text(json.dumps([_row(path="textlib/libx.so")]), encoding="utf-8")
+    with pytest.raises(ElfError, match="textlib/libx.so: not an ELF file"):
+        scan_wheels([wheel], cache_dir=cache)
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning == f"patched-wheels: warning: {entry}: cache entry ignored (textlib/libx.so: not an ELF file in {wheel.name}); read again from the wheel"
+
+
+def test_a_data_scheme_file_named_like_a_library_but_not_elf_keeps_its_cache_entry(tmp_path, capsys):
+    """A ``.so``-named data file outside site-packages is no library (no row): the entry still describes the wheel."""
+    library = blob_library(tmp_path, "libdata.so", 4096).read_bytes()
+    wheel = build_wheel(
+        tmp_path,
+        "datalib",
+        "1.0",
+        {"datalib-1.0.data/data/share/notes.so": b"plain text", "datalib-1.0.data/data/lib/libdata.so": library},
+    )
+    cache = tmp_path / "cache"
+    first = scan_wheels([wheel], cache_dir=cache)
+    assert [library.path for library in first.libraries] == ["datalib-1.0.data/data/lib/libdata.so"]
+    second = scan_wheels([wheel], cache_dir=cache)
+    assert (second.cached_wheels, second.libraries) == (1, first.libraries)
+    assert capsys.readouterr().err == ""
+
+
+def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypatch):
+    data = blob_library(tmp_path, "libbig.so", 8 << 20).read_bytes()
+    wheel = build_wheel(tmp_path, "big", "1.0", {"big/libbig.so": data})
+    cache = tmp_path / "cache"
+    scan_wheels([wheel], cache_dir=cache)
+    inflated = []
+    real = elfread.inflated_chunks
+
+    def counting(path, info):
+        for piece in real(path, info):
+            inflated.append(len(piece))
+            yield piece
+
+    monkeypatch.setattr(elfread, "inflated_chunks", counting)
+    assert scan_wheels([wheel], cache_dir=cache).cached_wheels == 1
+    assert 4 <= sum(inflated) <= 1 << 20
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "link-loop", "socket", "device", "huge", "group-writable"])
+def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(tmp_path, wheels, capsys, monkeypatch, kind):
+    cache = tmp_path / "cache"
+    first = scan_wheels([wheels.torch], cache_dir=cache)
+    entry = cache / f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
+    if kind == "group-writable":
+        entry.chmod(0o660)
+    else:
+        entry.unlink()
+        if kind == "huge":
+            with open(entry, "wb") as stream:
+                stream.truncate(150 << 20)  # sparse
+        else:
+            make_special_file(kind, entry)
+    read_bytes = count_read_bytes(monkeypatch)
+    capsys.readouterr()
+    assert cached_digests([_digest(wheels.torch)], cache) == []
+    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert again.cached_wheels == 0 and again.libraries == first.libraries
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 2 and all(line.startswith(f"patched-wheels: warning: {entry}: cache file ignored (") for line in warnings)
+    assert sum(read_bytes) < 1 << 20  # the 150 MB file was refused by its size, not read
+    assert entry.is_file() and not entry.is_symlink() and stat.S_IMODE(entry.stat().st_mode) == 0o600
+    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1
+
+
+def test_the_graph_command_never_caches_into_the_working_directory(tmp_path, wheels, monkeypatch, capsys):
+    """Issue 22: a relative XDG_CACHE_HOME is ignored (XDG spec); a relative RULES_PATCHED_WHEELS_CACHE is one error."""
+    monkeypatch.delenv("RULES_PATCHED_WHEELS_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relcache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["graph", *map(str, wheels.all)]) == 0
+    assert not (tmp_path / "relcache").exists()
+    entries = list((tmp_path / "home" / ".cache" / "rules_patched_wheels" / "elfgraph").iterdir())
+    assert len(entries) == len(wheels.all)
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "relcache")
+    capsys.readouterr()
+    assert main(["graph", *map(str, wheels.all)]) == 1
+    assert capsys.readouterr().err == "patched-wheels: error: RULES_PATCHED_WHEELS_CACHE=relcache: expected an absolute directory or off\n"
+    assert not (tmp_path / "relcache").exists()

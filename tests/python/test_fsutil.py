@@ -6,9 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hostile import make_special_file
 from wheelbuilder import build_wheel
 
-from patched_wheels.fsutil import remove_stale_temps, write_atomic
+from patched_wheels.fsutil import holds, remove_stale_temps, write_atomic
 
 
 def test_writes_readable_file_and_skips_equal_content(tmp_path: Path) -> None:
@@ -80,3 +81,18 @@ def test_the_temp_file_of_a_killed_patch_is_removed_by_the_next_run(tmp_path: Pa
 
     assert result.returncode == 0, result.stderr
     assert [path.name for path in out.iterdir()] == ["demo-1.0+s-py3-none-any.whl"]
+
+
+def test_equal_content_with_other_permissions_is_rewritten(tmp_path: Path) -> None:
+    target = tmp_path / "entry.json"
+    write_atomic(target, b"rows", mode=0o600)
+    target.chmod(0o660)
+    write_atomic(target, b"rows", mode=0o600)
+    assert target.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "socket", "directory"])
+def test_holds_reads_no_special_file_and_waits_for_none(tmp_path: Path, kind: str) -> None:
+    make_special_file(kind, tmp_path / "page.html")
+    assert not holds(tmp_path / "page.html", b"")
+    assert not holds(tmp_path / "page.html", b"\0" * 10)

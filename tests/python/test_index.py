@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 import html.parser
 import json
+import os
+import stat
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
+from hostile import count_read_bytes, make_special_file
 from indexfixtures import make_wheel, run_cli, run_pip, sha256_of, wheel_metadata
 from patched_wheels import index as index_module
 from patched_wheels.errors import InvalidWheelError
@@ -357,3 +360,82 @@ def test_cli_reports_what_it_did(tmp_path: Path) -> None:
     assert first.returncode == second.returncode == 0
     assert first.stdout.strip().endswith(f"{len(WHEELS)} files of {len(WHEELS)} projects ({len(WHEELS)} hashed)")
     assert second.stdout.strip().endswith("(0 hashed)")
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("link-loop", "cannot be read (Too many levels of symbolic links)"),
+        ("dangling-link", "cannot be read (No such file or directory)"),
+        ("dev-zero-link", "a link to /dev/zero, outside {directory}; copy the file in"),
+        ("fifo", "not a regular file (a FIFO); a distribution must be one"),
+        ("socket", "not a regular file (a socket); a distribution must be one"),
+        ("directory", "not a regular file (a directory); a distribution must be one"),
+        ("device", "not a regular file (a device); a distribution must be one"),
+    ],
+)
+def test_a_distribution_name_that_is_no_regular_file_is_one_error(tmp_path: Path, kind: str, reason: str) -> None:
+    directory = _make_index_dir(tmp_path / "wheels")
+    build_index(directory)
+    before = _snapshot(directory)
+    path = directory / "x-1.0-py3-none-any.whl"
+    make_special_file(kind, path)
+
+    result = run_cli("index", str(directory))
+
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [f"patched-wheels: error: {path}: {reason.format(directory=directory)}"]
+    assert _snapshot(directory) == before
+
+
+@pytest.mark.parametrize(
+    "kind", ["link-loop", "dev-zero-link", "fifo", "socket", "directory", "nested", "huge", "group-writable", "foreign-owner"]
+)
+def test_a_hostile_hash_cache_is_a_miss_with_one_warning(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = _make_index_dir(tmp_path / "wheels")
+    build_index(directory)
+    expected = _snapshot(directory / "simple")
+    cache_file = directory / "simple" / index_module.CACHE_FILE
+    cache_file.unlink()
+    if kind == "nested":
+        cache_file.write_bytes(b"[" * 200_000)
+    elif kind == "huge":
+        with open(cache_file, "wb") as stream:
+            stream.truncate(150 << 20)  # sparse
+    elif kind == "group-writable":
+        cache_file.write_bytes(expected[index_module.CACHE_FILE])
+        cache_file.chmod(0o664)
+    elif kind == "foreign-owner":
+        cache_file.write_bytes(expected[index_module.CACHE_FILE])
+        if os.geteuid() != 0:
+            pytest.skip("chown to another uid needs root; cache.py's test of the decision covers the rest")
+        os.chown(cache_file, 12345, -1)
+    else:
+        make_special_file(kind, cache_file)
+    read_bytes = count_read_bytes(monkeypatch)
+    capsys.readouterr()
+
+    result = build_index(directory)
+
+    assert result.hashed == len(WHEELS)  # nothing trusted
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"patched-wheels: warning: {cache_file}: cache file ignored (")
+    assert sum(read_bytes) < 1 << 20  # the 150 MB file was refused by its size, not read
+    assert _snapshot(directory / "simple") == expected  # rewritten, regular and ours
+    assert build_index(directory).hashed == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_hash_cache_in_a_world_writable_directory_is_not_believed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = _make_index_dir(tmp_path / "wheels")
+    build_index(directory)
+    (directory / "simple").chmod(0o777)
+    capsys.readouterr()
+    assert build_index(directory).hashed == len(WHEELS)
+    assert capsys.readouterr().err.splitlines() == [
+        f"patched-wheels: warning: {directory / 'simple'}: cache directory not read (the directory is writable by group or others (mode 0777))"
+    ]
+    assert stat.S_IMODE((directory / "simple").stat().st_mode) == 0o755  # published as the index publishes it
+    assert build_index(directory).hashed == 0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,10 +12,15 @@ from pathlib import Path
 import pytest
 
 from indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
+from wheelbuilder import build_wheel
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index import build_index
-from patched_wheels.lock import INDEX_OPTIONS, LockResult, WheelEnvironments, lock
-from patched_wheels.requirements import read_pins
+from patched_wheels.lock import INDEX_OPTIONS, LockResult, lock
+from patched_wheels import requirements
+from patched_wheels.lockplan import file_url
+from patched_wheels.markers import WheelEnvironments
+from patched_wheels.lock import served_pins as read_pins
+from patched_wheels.requirements import comment_start, parse_requirements
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")
 # What installing the lock below must give: the patched versions, the sibling, the originals,
@@ -263,7 +271,7 @@ def test_hashes_in_comments_are_kept(index_dir: Path, tmp_path: Path) -> None:
 
 
 def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> None:
-    """A ``pkg @ URL`` line names its own file: read_pins skips it, lock keeps it byte for byte
+    """A ``pkg @ URL`` line names its own file: served_pins skips it, lock keeps it byte for byte
     (even when the index has the project, which is then not appended as a second pin)."""
     _keep_only(index_dir, "tritonfake", "filelockfake")
     direct = [
@@ -277,7 +285,7 @@ def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> N
     pins = read_pins(source)
     index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
-    assert [(str(pin.project), str(pin.version), pin.line_number) for pin in pins] == [("tritonfake", "2.1.0", 3)]
+    assert [(str(pin.project), str(pin.version), pin.span.start + 1) for pin in pins] == [("tritonfake", "2.1.0", 3)]
     triton = _hash(index_dir, "tritonfake-2.1.0-0-py3-none-any.whl")
     uri = (index_dir / "simple").as_uri()
     assert out.read_text() == f"--extra-index-url={uri}\n{direct[0]}tritonfake==2.1.0 --hash={triton}\n{direct[1]}"
@@ -347,7 +355,8 @@ def test_cli_prints_changes(index_dir: Path, tmp_path: Path) -> None:
     result = run_cli("lock", "--requirements", str(source), "--index", str(index_dir), "--out", str(out))
     assert result.returncode == 0, result.stderr
     wheel = index_dir / "torchfake-2.1.0+stripe.5-py3-none-any.whl"
-    assert result.stdout.splitlines()[0] == f"torchfake==2.1.0 -> torchfake @ file://{wheel}"
+    # an unhashed lock stays unhashed: the sha256 rides in the URL, which pip checks without hash-checking mode
+    assert result.stdout.splitlines()[0] == f"torchfake==2.1.0 -> torchfake @ file://{wheel}#sha256={sha256_of(wheel)}"
     assert result.stdout.splitlines()[-1] == f"wrote {out}"
 
 
@@ -523,14 +532,14 @@ def test_byte_order_mark_and_crlf_are_read_as_pip_reads_them(index_dir: Path, tm
     source.write_bytes(b"\xef\xbb\xbf" + body.encode())
     out = tmp_path / "out.txt"
 
-    assert [str(pin.requirement) for pin in read_pins(source)] == [body.splitlines()[-1]]
+    assert [pin.text for pin in read_pins(source)] == [body.splitlines()[-1]]
     index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
     data = out.read_bytes()
     assert data.startswith(b"\xef\xbb\xbf") and data.count(b"\xef\xbb\xbf") == 1  # still first (before an added option line)
     text = data.decode("utf-8-sig")
     assert f"\r\n{patched}\r\n" in text and "\n" not in text.replace("\r\n", "")
-    assert str(read_pins(out)[0].requirement) == patched
+    assert read_pins(out)[0].text == patched
 
 
 @pytest.mark.parametrize(
@@ -621,3 +630,194 @@ def test_a_huge_bad_line_is_one_bounded_error_line(tmp_path: Path) -> None:
     assert "characters left out" in line and line.endswith("or end")
     assert len(line) < 2100
     assert not (tmp_path / "out.txt").exists()
+
+
+# --- Locks as users write them (issues 21 and 22): real pip on what `lock` writes, in every index option ---
+
+
+def _pip_would_install(out: Path, *args: str) -> dict[str, str]:
+    """What real pip would install from the lock ``out`` (``--dry-run --report``), name -> version."""
+    report = out.with_suffix(".report.json")
+    result = run_pip("install", "--dry-run", "--quiet", "--report", str(report), "-r", str(out), *args)
+    assert result.returncode == 0, result.stderr
+    return {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+
+
+@pytest.fixture
+def user_locks(tmp_path: Path) -> dict[str, Path]:
+    """Upstream wheels in ``orig``, the patched foo and baz in ``index``; foo's extra ``bar`` needs extradep."""
+    orig, index = tmp_path / "orig", tmp_path / "index"
+    orig.mkdir()
+    index.mkdir()
+    wheels = {
+        "foo": _wheel_with_extra(orig, "1.0"),
+        "extradep": make_wheel(orig, "extradep-1.0-py3-none-any.whl"),
+        "bar": make_wheel(orig, "bar-2.0-py3-none-any.whl"),
+        "baz": make_wheel(orig, "baz-1.0-py3-none-any.whl"),
+        "qux": make_wheel(orig, "qux-1.0-py3-none-any.whl"),
+    }
+    _wheel_with_extra(index, "1.0+s.1")
+    make_wheel(index, "baz-1.0+s.1-py3-none-any.whl")
+    return {"orig": orig, "index": index, **wheels}
+
+
+def _wheel_with_extra(directory: Path, version: str) -> Path:
+    """foo, whose extra ``bar`` requires extradep (pip needs the Provides-Extra to honour it)."""
+    requires = ['extradep==1.0 ; extra == "bar"']
+    return build_wheel(directory, "foo", version, {"foo/__init__.py": b""}, requires=requires, metadata_extra="Provides-Extra: bar\n")
+
+
+def _user_lock(paths: dict[str, Path], *, hashed: bool, head: str = "") -> str:
+    """A lock as pip-compile or uv writes it: extras and a marker, a plain pin, and direct references
+    to a patched (baz) and an unpatched (qux) project's local wheels."""
+    h = (lambda name: f" \\\n    --hash=sha256:{sha256_of(paths[name])}") if hashed else (lambda name: "")
+    lines = [
+        f'Foo[bar]==1.0 ; python_version >= "3"{h("foo")}',
+        f"bar==2.0{h('bar')}",
+        f"baz @ {paths['baz'].as_uri()}{h('baz')}",
+        f"qux @ {paths['qux'].as_uri()}{h('qux')}",
+    ]
+    if hashed:  # pip's hash-checking mode installs nothing unpinned: the extra's dependency is locked too
+        lines.append(f"extradep==1.0{h('extradep')}")
+    return head + "\n".join(lines) + "\n"
+
+
+USER_INSTALL = {"foo": "1.0+s.1", "extradep": "1.0", "bar": "2.0", "baz": "1.0+s.1", "qux": "1.0"}
+
+
+@pytest.mark.parametrize("option", INDEX_OPTIONS)
+@pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "hashed"])
+def test_users_locks_install_the_patched_wheels_with_real_pip(user_locks: dict[str, Path], tmp_path: Path, option: str, hashed: bool) -> None:
+    """Issue 21.1, 21.3, 22.1: without hashes (pip-compile's default) or with them, a lock stays
+    installable; extras, marker and name spelling survive; a patched project pinned as a direct
+    reference is rewritten, an unpatched one left alone."""
+    source = tmp_path / "in.txt"
+    source.write_text(_user_lock(user_locks, hashed=hashed))
+    out = tmp_path / "out.txt"
+    index_and_lock(source, user_locks["index"], out, index_option=option)
+
+    text = out.read_text()
+    assert ("--hash" in text) == hashed
+    assert f"qux @ {user_locks['qux'].as_uri()}" in text  # unpatched direct reference: byte for byte
+    assert "Foo[bar]" in text and 'python_version >= "3"' in text
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _pip_would_install(out, "--index-url", empty.as_uri(), "--find-links", str(user_locks["orig"])) == USER_INSTALL
+
+
+@pytest.mark.parametrize("option", INDEX_OPTIONS)
+def test_a_lock_with_no_index_and_find_links_stays_installable(user_locks: dict[str, Path], tmp_path: Path, option: str) -> None:
+    """Issue 21.2: under the lock's own --no-index pip reads no index URL, so the index is named as
+    --find-links in every option (index-url drops the lock's other indexes; the user's command names orig)."""
+    source = tmp_path / "in.txt"
+    source.write_text(_user_lock(user_locks, hashed=False, head=f"--no-index\n--find-links {user_locks['orig']}\n"))
+    out = tmp_path / "out.txt"
+    index_and_lock(source, user_locks["index"], out, index_option=option)
+    assert "--no-index" in out.read_text()
+    assert _pip_would_install(out, "--no-index", "--find-links", str(user_locks["orig"])) == USER_INSTALL
+
+
+def test_a_lock_with_some_pins_hashed_gets_hashes_on_every_line_it_writes(user_locks: dict[str, Path], tmp_path: Path) -> None:
+    """pip's hash-checking mode is all or nothing: one hashed pin turns it on, so what we write is hashed.
+    Real pip then names the user's own unhashed pin, not ours, exactly as it does for the input."""
+    source = tmp_path / "in.txt"
+    source.write_text(f"foo==1.0 --hash=sha256:{sha256_of(user_locks['foo'])}\nbar==2.0\n")
+    out = tmp_path / "out.txt"
+    index_and_lock(source, user_locks["index"], out)
+    foo, baz = (user_locks["index"] / f"{name}-1.0+s.1-py3-none-any.whl" for name in ("foo", "baz"))
+    assert out.read_text() == (
+        f"foo @ {file_url(foo)} \\\n    --hash=sha256:{sha256_of(foo)}\nbar==2.0\n"
+        f"baz @ {file_url(baz)} \\\n    --hash=sha256:{sha256_of(baz)}\n"  # a project only the index has: added
+    )
+    for lock_file in (source, out):
+        result = run_pip("install", "--dry-run", "--no-index", "--find-links", str(user_locks["orig"]), "-r", str(lock_file))
+        assert result.returncode != 0 and "bar==2.0" in result.stderr and "foo" not in result.stderr.split("Hashes are required")[-1]
+
+
+def test_the_extras_dependencies_are_installed_only_because_the_extra_is_kept(user_locks: dict[str, Path], tmp_path: Path) -> None:
+    """The control for the tests above: the same lock without the extra installs no extradep."""
+    source = tmp_path / "in.txt"
+    source.write_text(_user_lock(user_locks, hashed=False).replace("Foo[bar]", "Foo"))
+    out = tmp_path / "out.txt"
+    index_and_lock(source, user_locks["index"], out)
+    assert "extradep" not in _pip_would_install(out, "--no-index", "--find-links", str(user_locks["orig"]))
+
+
+@pytest.mark.parametrize("value", ["https://x.example/simple\n--trusted-host=evil.example", "https://x\r", "a\tb", "https://x y", "https://x\u2028y"])
+def test_option_values_are_checked_before_anything_is_written(user_locks: dict[str, Path], tmp_path: Path, value: str) -> None:
+    """Issue 21.4: one error line naming the flag, no traceback, no output."""
+    source = tmp_path / "in.txt"
+    source.write_text("foo==1.0\n")
+    out = tmp_path / "out.txt"
+    result = run_cli("lock", "--requirements", str(source), "--index", str(user_locks["index"]), "--out", str(out),
+                     "--upstream-index-url", value)  # fmt: skip
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("patched-wheels: error: --upstream-index-url ")
+    assert not out.exists()
+
+
+def test_an_index_path_that_cannot_be_written_into_a_lock_names_the_flag(tmp_path: Path) -> None:
+    index = tmp_path / "in dex"
+    index.mkdir()
+    make_wheel(index, "foo-1.0+s.1-py3-none-any.whl")
+    source = tmp_path / "in.txt"
+    source.write_text("foo==1.0\n")
+    result = run_cli("lock", "--requirements", str(source), "--index", str(index), "--out", str(tmp_path / "out.txt"))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"patched-wheels: error: --index '{index.resolve()}': holds ' '")
+
+
+# --- Issue 22.2: reading a lock is linear in its size ---
+
+_PIP_COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's own pattern, quadratic on runs of blanks
+
+
+def test_comment_start_cuts_where_pips_pattern_does() -> None:
+    """The linear scan agrees with pip's pattern on every short string over the characters that matter."""
+    alphabet = [" ", "\t", "#", "x", "\\", "\u3000", "\x0c"]
+    rng = random.Random(22)
+    for _ in range(20000):
+        line = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9)))
+        match = _PIP_COMMENT.search(line)
+        assert comment_start(line) == (match.start() if match else None), repr(line)
+
+
+def _steps(text: str) -> int:
+    """Lines executed in ``requirements`` while it reads ``text``: a count of the reader's work, not a clock."""
+    count = 0
+    module = requirements.__file__
+
+    def trace(frame, event, arg):  # noqa: ANN001, ANN202
+        nonlocal count
+        if frame.f_code.co_filename != module:
+            return None
+        count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        parse_requirements(text, "in.txt")
+    finally:
+        sys.settrace(None)
+    return count
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        lambda n: "foo==1.0" + " " * n + "\n",  # issue 22: 200,000 spaces took 155 s
+        lambda n: "foo==1.0 \\\n" + " \t" * (n // 2) + "\\\n; python_version >= '3'\n",  # on a continuation line
+        lambda n: "foo==1.0 \\\n" + (" " * 60 + "\t\\\n") * (n // 64) + "\n",  # many continuations
+        lambda n: "foo==1.0 --hash=sha256:" + "a" * 64 + "\t" * n + " --hash=sha256:" + "b" * 64 + "\n",
+        lambda n: "foo==1.0 --hash=sha256:" + "x#" * (n // 2) + "\n",  # '#'s that start no comment
+        lambda n: "\t" * n + "# comment\n",
+    ],
+    ids=["spaces", "continuation", "continuations", "between-hashes", "hashes", "comment"],
+)
+def test_a_megabyte_of_blanks_is_read_in_linear_work(hostile) -> None:
+    """Work (lines executed here) grows at most linearly from 256 KB to 1 MB; a quadratic scan done in C
+    (pip's pattern, kept here before) cannot hide behind the count: at 1 MB it takes hours, not a second."""
+    small, large = _steps(hostile(1 << 18)), _steps(hostile(1 << 20))
+    assert large <= 4.5 * small + 100
+    assert large <= 3 * (1 << 20)

@@ -16,7 +16,7 @@ from pathlib import Path
 from fakecuda import compile_shared
 from wheelbuilder import build_wheel, edit_headers
 
-from patched_wheels.elfgraph import parse_elf
+from patched_wheels.elfread import parse_elf
 
 PADDING = 200 << 20  # what each hostile member inflates to
 BOUND = 100 << 20  # peak RSS allowed: the interpreter and imports take about 40 MiB

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from fakecuda import (
     RUNTIME_PACKAGE,
     build_fake_cuda_wheels,
     build_runtime_loaded_wheels,
+    compile_shared,
     flat_layout,
     per_wheel_layout,
     run_import,
@@ -41,6 +44,7 @@ from patched_wheels.preload import (
     render_preload_module,
 )
 from patched_wheels.surgery import patch_wheel
+from patched_wheels.wheelfile import is_safe_member_path
 
 
 @pytest.fixture(scope="module")
@@ -219,16 +223,26 @@ def test_globbed_libraries_the_package_needs_anyway_stay_required(wheels):
 
 
 def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_the_hub(runtime, capsys):
+    # The probe maps nothing of the other wheels (fakejax opens them only when asked): nothing to preload.
     with pytest.raises(UsageError) as error:
-        preload_member_edits(RUNTIME_PACKAGE, runtime.all)
+        preload_member_edits(RUNTIME_PACKAGE, runtime.all, probe="pass")
     message = str(error.value)
-    assert message.startswith(f"{runtime.package.name}: fakejax needs no shared library from the other wheels given")
+    assert message.startswith(
+        f"{runtime.package.name}: fakejax needs no shared library from the other wheels given, and 'pass' maps none in one "
+        "site-packages; nothing to preload"
+    )
     assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message and "\n" not in message
-    assert "preload_wheels = [\"fakert-*\"] (patched_wheel) or --preload-wheels 'fakert-*'" in message
-    assert preload_member_edits(RUNTIME_PACKAGE, runtime.all, strict=False) == {}
+    assert "give a probe that makes it do so" in message and "fakert-*" not in message  # no list nobody checked
+    assert preload_member_edits(RUNTIME_PACKAGE, runtime.all, strict=False, probe="pass") == {}
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
-    # Nothing required and nothing to hint at (a pure package, a platform without those wheels): silent.
+    # Nothing required and nothing to hint at (a pure package without the wheels it requires): no edit, and only
+    # the probe's failure in one site-packages is reported.
     assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False) == {}
+    assert capsys.readouterr().err == (
+        "patched-wheels: warning: probe 'import fakejax' exits with status 1 in one site-packages (AttributeError: "
+        "'NoneType' object has no attribute 'origin'); the preload includes what it mapped until then\n"
+    )
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False, probe="pass") == {}
     assert capsys.readouterr().err == ""
 
 
@@ -236,15 +250,15 @@ def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hu
     message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
     with pytest.raises(UsageError, match=re.escape(message)):
         preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
-    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False) == {}
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, probe="pass") == {}
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
 
 
 def test_patch_command_takes_preload_wheels(runtime, tmp_path, capsys):
     argv = ["patch", "--no-cache", "--wheel", str(runtime.package), "--dest-dir", str(tmp_path), "--suffix", "pw.1"]
-    assert main([*argv, "--preload-for", RUNTIME_PACKAGE, "--preload-from", str(runtime.foo), str(runtime.bar)]) == 1
-    assert "--preload-wheels 'fakert-*'" in capsys.readouterr().err
     preload_from = ["--preload-from", str(runtime.foo), str(runtime.bar)]
+    assert main([*argv, "--preload-for", RUNTIME_PACKAGE, *preload_from, "--probe", "import fakert_foo"]) == 1
+    assert "'import fakert_foo' maps none in one site-packages; nothing to preload" in capsys.readouterr().err
     assert main([*argv, "--preload-for", RUNTIME_PACKAGE, *preload_from, "--preload-wheels", RUNTIME_GLOB]) == 0
     patched = Path(capsys.readouterr().out.splitlines()[0])
     with zipfile.ZipFile(patched) as archive:
@@ -266,3 +280,117 @@ def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_p
     assert str(caught.value) == (
         f"{wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': unsafe path (absolute, '..' or empty component)"
     )
+
+
+@pytest.mark.parametrize("evil", ["../../../../../tmp/evil.so", "fakert_foo/lib/libevil.so"])
+def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, capsys, monkeypatch, evil):
+    """Issue 20's attack: ``graph`` fills the cache, a row is added to fakert-foo's entry, then ``patch`` with the
+    cache: the preload is what the wheels justify, and one warning names the cache file. An unsafe path fails the
+    row check; a safe one that the wheel lacks fails the check against the wheel at hand."""
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
+    assert main(["graph", *map(str, runtime.all)]) == 0
+    digest = hashlib.sha256(runtime.foo.read_bytes()).hexdigest()
+    (entry,) = (tmp_path / "cache" / "elfgraph").glob(f"{digest}.*.json")
+    rows = json.loads(entry.read_text(encoding="utf-8"))
+    rows.insert(0, {"path": evil, "soname": "libevil.so", "needed": [], "rpath": [], "runpath": []})
+    entry.write_text(json.dumps(rows), encoding="utf-8")
+    capsys.readouterr()
+
+    def patched_preload(*options: str) -> PreloadList:
+        dest = tmp_path / f"out{len(options)}"
+        argv = ["patch", *options, "--wheel", str(runtime.package), "--dest-dir", str(dest), "--suffix", "p.1"]
+        assert main([*argv, "--preload-for", RUNTIME_PACKAGE, "--preload-from", *map(str, runtime.all), "--preload-wheels", "fakert-foo"]) == 0
+        (wheel,) = dest.glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            return read_preload_module(archive.read(f"{RUNTIME_PACKAGE}/{PRELOAD_MODULE}.py"), where="test")
+
+    poisoned = patched_preload()
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(f"patched-wheels: warning: {entry}: cache entry ignored (")
+    assert not any("evil" in path for path in poisoned.libraries)
+    assert RUNTIME_LIBRARY_PATHS["foo"] in poisoned.libraries
+    assert poisoned == patched_preload("--no-cache")
+
+
+def _announcing_library(directory: Path, name: str) -> Path:
+    """A library whose constructor writes ``LOADED <name>`` on stdout: what the loader ran is visible."""
+    source = (
+        "#include <unistd.h>\n"
+        f'__attribute__((constructor)) static void announce(void) {{ write(1, "LOADED {name}\\n", {len(name) + 8}); }}\n'
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    return compile_shared(directory, name, source, f"-Wl,-soname,{name}")
+
+
+def test_the_generated_module_loads_nothing_outside_its_sys_path_entry(tmp_path):
+    """Hostile LIBRARIES entries (a module edited after the fact) and links out of the sys.path entry load nothing;
+    a library inside the entry, and a tree of links to files at the same relative path (Bazel's runfiles), load."""
+    outside = tmp_path / "outside"
+    evil = _announcing_library(outside, "libevil.so")
+    site = tmp_path / "site"
+    _announcing_library(site / "good" / "lib", "libgood.so")
+    (site / "filelink" / "lib").mkdir(parents=True)
+    (site / "filelink" / "lib" / "libx.so").symlink_to(evil)  # a file link out of the entry
+    (site / "dirlink").symlink_to(outside)  # a directory link out of the entry
+    stored = _announcing_library(tmp_path / "store" / "runfiles" / "lib", "librunfiles.so")
+    (site / "runfiles" / "lib").mkdir(parents=True)
+    (site / "runfiles" / "lib" / "librunfiles.so").symlink_to(stored)  # the same relative path elsewhere
+    hostile = ("../outside/libevil.so", str(evil), "good/../../outside/libevil.so", "good/lib/./../../../outside/libevil.so")
+    linked = ("filelink/lib/libx.so", "dirlink/libevil.so")
+    entries = (*hostile, *linked, "good/lib/libgood.so", "runfiles/lib/librunfiles.so")
+    module = site / "probe.py"
+    module.write_bytes(render_preload_module("probe", PreloadList(entries)))
+
+    result = subprocess.run(
+        [sys.executable, "-s", "-c", "import probe"],
+        env={"PYTHONPATH": str(site), DEBUG_VARIABLE: "1"},
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["LOADED libgood.so", "LOADED librunfiles.so"]
+    refused = [line for line in result.stderr.splitlines() if "refused" in line]
+    assert refused[: len(hostile)] == [f"patched-wheels preload: refused {entry!r}: not a relative path" for entry in hostile]
+    assert refused[len(hostile) :] == [f"patched-wheels preload: refused {site / entry}: a link out of {site}" for entry in linked]
+    assert len(refused) == len(hostile) + len(linked), result.stderr
+
+
+def test_the_module_and_the_wheel_check_agree_on_what_a_relative_path_is():
+    namespace: dict[str, object] = {}
+    exec(render_preload_module("probe", PreloadList()).replace(b"\n_preload()\n", b"\n"), namespace)
+    is_relative = namespace["_is_relative"]
+    paths = ["a/b.so", "a", "../x.so", "a/../b.so", "/abs.so", "a\\b.so", "a/\0.so", "C:/x.so", "c:x.so", "a//b.so",
+             "./a.so", "a/./b.so", "a/b/", "", ".", "..", "a:b/c.so", "a/b:c.so", "...", "a/..b.so"]
+    assert [is_relative(path) for path in paths] == [is_safe_member_path(path) and not path.endswith("/") for path in paths]
+    assert is_relative("a/b.so") and not is_relative("../x.so")
+
+
+def test_reading_a_preload_module_with_an_unsafe_entry_is_an_error():
+    module = render_preload_module("probe", PreloadList(("ok/libok.so", "../../../../tmp/evil.so")))
+    with pytest.raises(InvalidWheelError, match=r"^x: LIBRARIES entry '\.\./\.\./\.\./\.\./tmp/evil\.so' is not a relative path"):
+        read_preload_module(module, where="x")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"import os\n",
+        b'"""Doc."""\nimport os\n',
+        b"# -*- coding: utf-8 -*-\nimport os\n",
+        b"#!/usr/bin/env python\n# coding=utf-8\n\"\"\"Doc.\"\"\"\nimport os\n",
+        b'"""Doc."""\nfrom __future__ import annotations\nfrom __future__ import division\nimport os\n',
+        b"from __future__ import annotations\r\nimport os\r\n",
+        b"",
+        b'"""No newline at the end."""',
+    ],
+    ids=["plain", "docstring", "cookie", "shebang-cookie-docstring", "future", "crlf-future", "empty", "no-final-newline"],
+)
+def test_import_into_an_init_starting_with_a_utf8_bom_still_compiles(body):
+    edited = add_preload_import(b"\xef\xbb\xbf" + body, where="pkg/__init__.py")
+    assert edited.startswith(b"\xef\xbb\xbf") and edited.count(b"\xef\xbb\xbf") == 1
+    compile(edited, "pkg/__init__.py", "exec")  # a misplaced BOM is "invalid non-printable character U+FEFF"
+    assert edited[3:] == add_preload_import(body, where="pkg/__init__.py")  # the same place as without the BOM
+    assert add_preload_import(edited, where="pkg/__init__.py") == edited

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from patched_wheels.errors import PatchedWheelsError
+from patched_wheels.errors import PatchedWheelsError, UsageError
 
 
 def command_names() -> list[str]:
@@ -28,10 +28,27 @@ def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel ELF result cache")
 
 
-def elf_cache_dir(args: argparse.Namespace) -> Path | None:
-    from patched_wheels.elfgraph import default_cache_dir
+def add_lock_input(parser: argparse.ArgumentParser) -> None:
+    """``--requirements`` / ``--uv-lock`` / ``--pylock``: exactly one lock to read (``lock`` and ``resolve``)."""
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--requirements", type=Path, metavar="IN", help="a pip requirements lock")
+    group.add_argument("--uv-lock", type=Path, metavar="IN", help="a uv.lock, read for this interpreter")
+    group.add_argument("--pylock", type=Path, metavar="IN", help="a PEP 751 pylock.toml, read for this interpreter")
 
-    return None if args.no_cache else default_cache_dir()
+
+def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
+    """The lock given and its format (one of ``pins.FORMATS``)."""
+    for flag, lock_format in (("requirements", "requirements"), ("uv_lock", "uv-lock"), ("pylock", "pylock")):
+        if getattr(args, flag) is not None:
+            return getattr(args, flag), lock_format
+    raise UsageError("give one of --requirements, --uv-lock, --pylock")
+
+
+def elf_cache_dir(args: argparse.Namespace) -> Path | None:
+    """The ELF cache the command reads and fills (see :mod:`patched_wheels.cache`), or None with ``--no-cache``."""
+    from patched_wheels.cache import cache_dir
+
+    return None if args.no_cache else cache_dir("elfgraph")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.cli import add_lock_input, lock_input
 from patched_wheels.index import build_index
 from patched_wheels.lock import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock
 
@@ -14,13 +15,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lock",
         help="rewrite a requirements lock to install the patched wheels of an index",
         description=(
-            "Copy IN to OUT, pointing patched projects at the wheels of the index DIR (direct "
+            "Copy IN (a requirements lock, or the pins a uv.lock or pylock.toml installs here) to OUT, pointing patched projects at the wheels of the index DIR (direct "
             "references, or the patched versions and hashes plus one --option=file://... line) and "
             "adding pins for projects only the index has (split siblings). Everything else is kept "
             "byte for byte. DIR is (re)indexed first, incrementally."
         ),
     )
-    parser.add_argument("--requirements", required=True, type=Path, metavar="IN", help="input lock file")
+    add_lock_input(parser)
     parser.add_argument("--index", required=True, type=Path, metavar="DIR", help="directory of the index (wheels + simple/)")
     parser.add_argument("--out", required=True, type=Path, metavar="OUT", help="lock file to write (may equal IN)")
     parser.add_argument(
@@ -38,13 +39,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="with --index-option direct: written as --index-url=URL when the lock names no index of its own",
     )
+    parser.add_argument(
+        "--out-uv-lock",
+        type=Path,
+        metavar="PATH",
+        help="with --uv-lock: also write that uv.lock, each patched package pointing at its wheel in DIR",
+    )
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    path, lock_format = lock_input(args)
     index = build_index(args.index)  # the hashes the lock pins are then those the pages serve
     result = lock(
-        args.requirements, index, args.out, index_option=args.index_option, upstream_index_url=args.upstream_index_url
+        path,
+        index,
+        args.out,
+        index_option=args.index_option,
+        upstream_index_url=args.upstream_index_url,
+        lock_format=lock_format,
+        out_uv_lock=args.out_uv_lock,
     )
     for change in result.changes:
         print(change)

@@ -2,6 +2,7 @@
 
 Two calls: ``--list-projects`` prints (JSON) which project pages to download; then, given the
 downloaded pages, it prints the JSON list of wheels (project, filename, urls, sha256) to fetch.
+A uv.lock or pylock.toml names its wheels itself, so its projects need no page.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from patched_wheels.cli import add_lock_input, lock_input
 from patched_wheels.errors import UsageError
-from patched_wheels.requirements import read_pins
+from patched_wheels.lock import served_pins
 from patched_wheels.resolve import projects_to_resolve, resolve
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("resolve", help="choose the wheel (URL, sha256) of every pin of a hashed lock")
-    parser.add_argument("--requirements", required=True, type=Path, help="the hashed lock")
+    parser = subparsers.add_parser("resolve", help="choose the wheel (URL, sha256) of every pin of a lock")
+    add_lock_input(parser)
     parser.add_argument("--explicit", type=Path, help='JSON {"project": {"urls": [...], "sha256": "..."}} given by the user')
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--list-projects", action="store_true", help="print the projects whose index page is needed")
@@ -30,12 +32,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     explicit = _load_explicit(args.explicit) if args.explicit else {}
+    path, lock_format = lock_input(args)
     if args.list_projects:
-        print(json.dumps(projects_to_resolve(read_pins(args.requirements), explicit)))
+        print(json.dumps(projects_to_resolve(served_pins(path, lock_format), explicit)))
         return 0
     if not args.index_url:
         raise UsageError("resolve --pages needs --index-url")
-    wheels = resolve(args.requirements, pages_dir=args.pages, index_url=args.index_url, explicit=explicit)
+    wheels = resolve(path, pages_dir=args.pages, index_url=args.index_url, explicit=explicit, lock_format=lock_format)
     print(json.dumps([wheel.as_json() for wheel in wheels], indent=1))
     return 0
 

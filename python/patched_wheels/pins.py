@@ -1,0 +1,166 @@
+"""The lock model: what every lock reader produces and every lock writer and ``resolve`` consume.
+
+A lock comes as a pip requirements file, a ``uv.lock`` or a PEP 751 ``pylock.toml``; each reader turns
+it into one :class:`Lock` of :class:`Pin` s, so the decision of what changes for the patched wheels
+(:mod:`patched_wheels.lockplan`) and the choice of each pin's wheel (:mod:`patched_wheels.resolve`)
+are written once. A pin keeps what the user wrote (the name's spelling, the extras, the marker text)
+and the span of lines it came from, so a writer can change that pin and leave every other byte alone.
+
+Every value we write into a lock goes through :func:`check_lock_value`: a lock is line-based (pip)
+or quoted (TOML), so a line break, a NUL or a blank inside a value would become another line,
+option or token there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
+
+from patched_wheels.errors import InvalidLockError, UsageError
+from patched_wheels.fsutil import NotRegularFileError, read_descriptor
+
+#: Lock formats, as the CLI flags name them (``--requirements``, ``--uv-lock``, ``--pylock``).
+FORMATS = ("requirements", "uv-lock", "pylock")
+#: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
+MAX_LOCK_BYTES = 64 << 20
+
+
+def read_lock_text(path: Path) -> str:
+    """The UTF-8 text of the lock file ``path``: a regular file (a FIFO would block, a device never end)
+    of at most ``MAX_LOCK_BYTES``; anything else is one error line naming the file. Unlike a cache file,
+    a lock may be a symbolic link (Bazel hands a label's file to a repository rule as one)."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            status = os.fstat(handle)
+            if not stat.S_ISREG(status.st_mode):
+                raise NotRegularFileError("not a regular file (a FIFO, device, socket or directory)")
+            data = read_descriptor(handle, max_bytes=MAX_LOCK_BYTES, size=status.st_size)
+        finally:
+            os.close(handle)
+    except NotRegularFileError as error:
+        raise InvalidLockError(f"{path}: {error}; not a lock we read") from None
+    except OSError as error:
+        raise InvalidLockError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidLockError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
+
+
+def check_lock_value(value: str, what: str) -> str:
+    """``value`` if it can be written into a lock as one token; else one error line naming ``what``
+    (the flag or attribute the value came from).
+
+    Refused: blanks, control characters and every other character Python's ``str.splitlines`` (and
+    so pip's reader) or TOML would treat as a line break or separator (``isprintable`` is false for
+    them all but the ASCII space).
+    """
+    bad = next((c for c in value if c == " " or not c.isprintable()), None)
+    if bad is not None or not value:
+        reason = "is empty" if bad is None else f"holds {bad!r}"
+        raise UsageError(f"{what} {value!r}: {reason}, which cannot be written into a lock")
+    return value
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a pin or option is written: physical lines [start, end) of ``source`` (0-based)."""
+
+    source: str
+    start: int
+    end: int
+
+    @property
+    def where(self) -> str:
+        """``FILE:LINE`` of the first line, to start a one-line error."""
+        return f"{self.source}:{self.start + 1}"
+
+
+@dataclass(frozen=True)
+class PinFile:
+    """A file the lock itself names for a pin (uv.lock, pylock.toml), so no index page is needed."""
+
+    filename: str
+    url: str
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One locked project.
+
+    ``head`` is the name and extras exactly as written (``Foo.Bar[x, y]``), ``marker`` the marker text
+    as written; a writer that respells the pin (a direct reference, a split by platform) keeps both.
+    """
+
+    name: str
+    extras: tuple[str, ...]
+    head: str
+    version: Version | None  # None: not pinned to one version (see ``pin_error``)
+    marker: str | None
+    hashes: tuple[str, ...]  # "<algorithm>:<hex>", as written
+    url: str | None  # a direct reference's URL
+    span: Span
+    text: str  # the requirement as packaging writes it, for messages
+    pin_error: str | None = None  # why ``version`` is None
+    version_text: str | None = None  # the version of an ``==`` pin as written, for a writer to find it
+    files: tuple[PinFile, ...] = ()
+
+    @property
+    def project(self) -> NormalizedName:
+        return canonicalize_name(self.name)
+
+    @property
+    def sha256s(self) -> frozenset[str]:
+        """The lower-case hex digests of the pin's sha256 hashes."""
+        return frozenset(h.partition(":")[2].lower() for h in self.hashes if h.lower().startswith("sha256:"))
+
+    def pinned_version(self) -> Version:
+        """The one version the pin admits; a pin that admits several is an error, since a lock pins one file."""
+        if self.version is None:
+            raise InvalidLockError(f"{self.span.where}: {self.pin_error or f'{self.name} is not pinned'}")
+        return self.version
+
+    def applies(self, environment: Mapping[str, str] | None = None) -> bool:
+        """Whether the pin's marker holds in ``environment`` (default: the running interpreter)."""
+        return self.marker is None or marker_holds(self.marker, environment, where=self.span.where)
+
+
+def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: str) -> bool:
+    """Evaluate a PEP 508 marker; an invalid one is an error naming ``where``."""
+    try:
+        return Marker(marker).evaluate(dict(environment) if environment is not None else None)
+    except InvalidMarker as error:
+        raise InvalidLockError(f"{where}: marker {marker!r}: {str(error).splitlines()[0]}") from None
+
+
+@dataclass(frozen=True)
+class LockOption:
+    """An index option line of a requirements lock (``--index-url``, ``--extra-index-url``,
+    ``--find-links``, ``--no-index``, with their short forms), as ``kind``."""
+
+    kind: str
+    span: Span
+    text: str  # the logical line, comments removed (``--find-links=/wheels``)
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A lock as its reader understood it: pins and index options, in file order."""
+
+    source: str
+    format: str  # one of FORMATS
+    pins: tuple[Pin, ...]
+    options: tuple[LockOption, ...] = ()
+
+    @property
+    def uses_hashes(self) -> bool:
+        return any(pin.hashes for pin in self.pins)

@@ -1,0 +1,74 @@
+"""Read a PEP 751 ``pylock.toml`` (written by ``pip lock`` and ``uv export --format pylock.toml``) as pins.
+
+Each ``[[packages]]`` entry whose ``marker`` holds for the environment (default: the running
+interpreter) is a pin of its ``version`` with the hashes of its wheels and sdist; its wheels are the
+pin's files, so ``resolve`` needs no index page. An ``archive``, ``vcs`` or ``directory`` entry is a
+direct reference. The lock is read only: the hub writes a requirements lock (and a uv.lock) from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from packaging.markers import default_environment
+from packaging.version import InvalidVersion, Version
+
+from patched_wheels.errors import InvalidLockError
+from patched_wheels.lockplan import file_url
+from patched_wheels.pins import Lock, Pin, PinFile, Span, marker_holds
+from patched_wheels.tomlread import get, load_toml, tables
+
+
+def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) -> Lock:
+    """The pins of ``path`` that apply in ``environment``."""
+    path = Path(path)
+    source = str(path)
+    text, document = load_toml(path)
+    get(document, "lock-version", str, source)
+    headers = [number for number, line in enumerate(text.splitlines()) if line.strip() == "[[packages]]"]
+    env = dict(environment) if environment is not None else dict(default_environment())
+    pins = []
+    for number, package in enumerate(tables(document, "packages", source)):
+        line = headers[number] if len(headers) == len(document["packages"]) else 0
+        span = Span(source, line, line + 1)
+        where = f"{span.where}: package {package.get('name')!r}"
+        marker = get(package, "marker", str, where, "")
+        if marker and not marker_holds(marker, env, where=where):
+            continue
+        pins.append(_pin(package, span, where, path.parent))
+    return Lock(source, "pylock", tuple(pins))
+
+
+def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
+    name = get(package, "name", str, where)
+    written = get(package, "version", str, where, "")
+    try:
+        version = Version(written) if written else None
+    except InvalidVersion:
+        raise InvalidLockError(f"{where}: version {written!r} is not a PEP 440 version") from None
+    files, hashes = [], []
+    for wheel in tables(package, "wheels", where):
+        url = _location(wheel, root, f"{where}: wheel")
+        digests = get(wheel, "hashes", dict, f"{where}: wheel")
+        sha256 = digests.get("sha256")
+        hashes += [f"{algorithm}:{digest}" for algorithm, digest in sorted(digests.items()) if isinstance(digest, str)]
+        filename = get(wheel, "name", str, where, "") or url.split("?", 1)[0].rsplit("/", 1)[-1]
+        files.append(PinFile(filename, url, sha256.lower() if isinstance(sha256, str) else None))
+    sdist = get(package, "sdist", dict, where, {})
+    hashes += [f"{a}:{d}" for a, d in sorted(get(sdist, "hashes", dict, f"{where}: sdist", {}).items()) if isinstance(d, str)]
+    url = None
+    for kind in ("archive", "vcs", "directory"):
+        if kind in package:
+            url = _location(get(package, kind, dict, where), root, f"{where}: {kind}")
+    error = None if version else f"{name} has no version in the lock"
+    return Pin(name, (), name, version, None, tuple(hashes), url, span, f"{name}=={written}", error, written or None, tuple(files))
+
+
+def _location(table: dict[str, Any], root: Path, where: str) -> str:
+    """A file's URL as written, or a ``file://`` URL of its path (relative to the lock's directory)."""
+    if "url" in table:
+        return get(table, "url", str, where)
+    if "path" in table:
+        return file_url((root / get(table, "path", str, where)).resolve())
+    raise InvalidLockError(f"{where}: neither url nor path")
