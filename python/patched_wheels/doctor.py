@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
-from patched_wheels.elfgraph import LibraryGraph, expand_origin, read_graph
+from patched_wheels.elfgraph import LibraryGraph, data_scheme, expand_origin, read_graph
 from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import LAYOUT_TEXT, PER_WHEEL, Layout
+from patched_wheels.observe import observe
 from patched_wheels.packages import find_package, module_name
 from patched_wheels.syslibs import system_library_names
 from patched_wheels.preload import (
@@ -47,7 +48,7 @@ from patched_wheels.preload import (
 )
 
 if TYPE_CHECKING:
-    from patched_wheels.probe import Comparison, RunResult
+    from patched_wheels.probe import Comparison, Installation, RunResult
 
 # What a dependency missing from the per-wheel layout means for the package asked about.
 FAILS = "fails"  # no package given: it fails whenever the library is loaded
@@ -60,7 +61,7 @@ _FAILING = frozenset({FAILS, NOT_COVERED, MAY_FAIL})
 _STATUS_TEXT = {
     COVERED: "covered by the preload",
     NOT_COVERED: "NOT covered by the preload",
-    MAY_FAIL: "fails if {package} loads it at run time (it requires its wheel); NOT covered by the preload",
+    MAY_FAIL: "fails if {package} loads it itself at run time (its wheel is required, or its own data file); NOT covered by the preload",
     SKIPPED: "skipped by the preload (optional); fails if {package} loads it itself",
     NOT_LOADED: "{package} does not load it",
 }
@@ -194,6 +195,7 @@ def diagnose(
     system_names: Collection[str] | None = None,
     probe: str | None = None,
     use_cache: bool = False,
+    installation: Installation | None = None,
 ) -> Diagnosis:
     """Simulate one directory per wheel for ``wheels`` and report what would not load.
 
@@ -202,6 +204,7 @@ def diagnose(
     project names whose libraries ``package`` loads at run time (see ``patch --preload-wheels``).
     ``probe``: code run with every wheel in one site-packages, whose mapped libraries the generated
     preload adds (as ``preload = "auto"`` does); None: the ELF graph alone (nothing is run).
+    ``installation``: the wheels already installed (``doctor --run``), for the probe to run in.
     """
     wheels = [Path(wheel) for wheel in wheels]
     graph = read_graph(wheels, cache_dir=cache_dir)
@@ -215,13 +218,13 @@ def diagnose(
     installed = installed_preload(package_wheel, location.init_members[0])
     observed = None
     if probe is not None:
-        from patched_wheels.observe import observe  # imported here: observing installs and runs the set
-
-        observed = observe(wheels, probe, graph, use_cache=use_cache)
+        observed = observe(wheels, probe, graph, use_cache=use_cache, installation=installation)
     plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     if plan.unmatched:
         raise UsageError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")
     runtime = list(plan.optional)  # what the observation or preload_wheels names: the package loads it at run time
+    # Libraries the package's wheel installs outside site-packages (CyFES's libcufes.so) are there for it to load.
+    runtime += [library for library in graph.libraries if library.wheel == package_wheel.name and data_scheme(library.path)]
     hint = None
     if not plan.required:
         candidates = runtime_candidates(graph, package_wheel)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from patched_wheels.elfcache import SHA256, ElfCache, wheel_problem
-from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library
+from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
 from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.wheelfile import WheelReader
@@ -118,13 +118,18 @@ def expand_origin(entry: str, directory: str) -> str:
 
 def _library_members(wheel: Path) -> list[tuple[zipfile.ZipInfo, str]]:
     """The shared libraries of ``wheel`` with their install paths, once the wheel passed the checks
-    of a wheel we accept (safe member paths, RECORD, names and versions)."""
+    of a wheel we accept (safe member paths, RECORD, names and versions).  Outside site-packages (data
+    scheme) only ELF files count: a ``.so``-named data file need not be a library."""
     with WheelReader(wheel) as reader:
         members = []
         for name in reader.members():
             path = install_path(name)
-            if path is not None and not name.endswith("/") and is_shared_library_name(path):
-                members.append((reader.info(name), path))
+            if path is None or name.endswith("/") or not is_shared_library_name(path):
+                continue
+            info = reader.info(name)
+            if data_scheme(path) and not starts_as_elf(wheel, info):
+                continue
+            members.append((info, path))
     return members
 
 
@@ -170,8 +175,7 @@ def scan_wheels(
             jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
         jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
         for library in pool.map(lambda job: read_library(*job), jobs):
-            if library is not None:
-                found[library.wheel].append(library)
+            found[library.wheel].append(library)
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
         if cache is not None:

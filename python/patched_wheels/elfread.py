@@ -67,7 +67,7 @@ class ElfLibrary:
     """File name of the wheel that ships it."""
     path: str
     """Path relative to site-packages once installed, e.g. ``nvidia/cusparse/lib/libcusparse.so.12``; for a
-    data-scheme library its archive path, ``<dist>.data/data/...`` (see ``elfgraph.install_path``)."""
+    data-scheme library its archive path, ``<dist>.data/data/...`` (see :func:`patched_wheels.elfgraph.install_path`)."""
     soname: str | None
     needed: tuple[str, ...]
     rpath: tuple[str, ...]

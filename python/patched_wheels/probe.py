@@ -126,6 +126,10 @@ class Installation:
         """Where ``library`` was installed in the layout ``kind``."""
         return Path(self.layouts[kind].target(library.wheel, library.path))
 
+    def compare(self, code: str, graph: LibraryGraph) -> Comparison:
+        """Run ``code`` in both layouts (both must be installed)."""
+        return Comparison(self.run(FLAT, code, graph), self.run(PER_WHEEL, code, graph))
+
     def run(self, kind: str, code: str, graph: LibraryGraph) -> RunResult:
         """Run ``code`` with this interpreter in the layout ``kind``; report what it did and mapped."""
         layout = self.layouts[kind]
@@ -189,7 +193,7 @@ def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) 
 def compare(wheels: Sequence[Path], code: str, graph: LibraryGraph) -> Comparison:
     """Run ``code`` with every wheel in one site-packages and with one directory per wheel."""
     with installed(wheels) as installation:
-        return Comparison(installation.run(FLAT, code, graph), installation.run(PER_WHEEL, code, graph))
+        return installation.compare(code, graph)
 
 
 def _link_install(wheel: Path, source: Layout, target: Layout) -> None:

@@ -8,14 +8,14 @@ import re
 import pytest
 
 import stackshapes
-from fakecuda import build_runtime_loaded_wheels, build_wheel, RUNTIME_LIBRARY_PATHS
+from fakecuda import RUNTIME_LIBRARY_PATHS, build_runtime_loaded_wheels, build_wheel, compile_shared
 from patched_wheels import observe as observe_module
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import build_graph, read_graph
 from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.hub import PatchedWheelSpec, patch_into_index
-from patched_wheels.observe import libraries_needing_global, observe
+from patched_wheels.observe import libraries_needing_global, observe, read_symbols
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +158,15 @@ def test_a_probe_that_is_not_a_string_is_one_error(runtime, tmp_path):
     spec = PatchedWheelSpec(name="fakejax", wheel=runtime.package, suffix="t.1", preload="auto", preload_package="fakejax", probe=["import x"])
     with pytest.raises(UsageError, match=r"^probe \['import x'\]: not Python code \(a string\)$"):
         patch_into_index(spec, runtime.all, tmp_path)
+
+
+def test_symbols_of_real_libraries_and_of_truncated_or_foreign_files(tmp_path):
+    library = compile_shared(tmp_path, "libs.so.1", "int used(void);\nint defined(void) { return used(); }\n", "-Wl,-soname,libs.so.1")
+    defined, undefined = read_symbols(library)
+    assert "defined" in defined and "used" in undefined and "used" not in defined
+    data = library.read_bytes()
+    for cut in (64, len(data) // 2, len(data) - 100):
+        (tmp_path / "cut.so").write_bytes(data[:cut])
+        assert read_symbols(tmp_path / "cut.so") in ((frozenset(), frozenset()), read_symbols(library))
+    (tmp_path / "text.so").write_bytes(b"not an ELF file")
+    assert read_symbols(tmp_path / "text.so") == (frozenset(), frozenset())

@@ -170,3 +170,42 @@ def test_run_installs_data_files_where_pip_and_rules_python_put_them(tmp_path, c
             assert out.count("    mapped: 3 of the set's 3 libraries") == 2 and "    stdout: 43" in out, out
         else:  # _ext.so fails to load in both layouts: the same as in one site-packages, not the layout's fault
             assert "(same as in one site-packages, not caused by the layout: OSError: libdep.so.1" in out, out
+
+
+def test_doctor_counts_the_packages_own_data_scheme_library(tmp_path, capsys):
+    """CyFES: the package loads its data-scheme library itself; doctor --package fails before the RPATH fix, not after."""
+    original = build_rpath_wheel(tmp_path / "wheels")
+    entries = f"$ORIGIN/../{SITE_PACKAGES}/pkg.libs:$ORIGIN/../../site-packages/pkg.libs"
+    edits = [rpath_edit("pkg/*.so", FIX), rpath_edit(DATA_MEMBER, entries, "append")]  # append: auditwheel's entries stay
+    fixed = patch_wheel(original, tmp_path / "fixed", suffix="fix.1", rpath_edits=edits).path
+    assert main(["doctor", "--no-cache", str(original), "--package", "pkg"]) == 1
+    out = capsys.readouterr().out
+    assert f"{DATA_MEMBER} ({original.name}): needs libdep.so.1" in out and "fails if pkg loads it itself at run time" in out
+    assert main(["doctor", "--no-cache", str(fixed), "--package", "pkg"]) == 0
+    assert "as is: every library loads with one directory per wheel" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_doctor_run_fails_each_stack_as_is_and_passes_it_patched(stacks, name, tmp_path, capsys):
+    """The harness's question, asked by doctor: does one directory per wheel do what one site-packages does?"""
+    stack = stacks[name]
+    argv = ["doctor", "--no-cache", "--package", stack.package, f"--run={stack.code}"]
+    assert main([*argv, *map(str, stack.wheels)]) == 1
+    out = capsys.readouterr().out
+    assert "run: fails: one directory per wheel differs from one site-packages" in out
+    assert "prediction (static, as is): " in out  # the static verdict stays, as a prediction
+    _, wheel_set = _patched(stack, tmp_path)
+    assert main([*argv, *map(str, wheel_set)]) == 0
+    out = capsys.readouterr().out
+    assert "run: passes: one directory per wheel does what one site-packages does" in out
+    assert f"    stdout: {stack.expected}" in out
+    assert _works(run_import(per_wheel_layout(wheel_set, tmp_path / "per-wheel"), stack.code), stack)
+
+
+def test_a_self_preloading_package_patched_still_works(tmp_path):
+    wheels = build_fake_cuda_wheels(tmp_path / "wheels", broken_order=False)
+    edits = preload_member_edits("faketorch", wheels.all)
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    for layout in (flat_layout, per_wheel_layout):
+        result = run_import(layout([*wheels.nvidia.values(), patched], tmp_path / layout.__name__))
+        assert result.returncode == 0 and result.stdout.strip() == "122", result.stderr

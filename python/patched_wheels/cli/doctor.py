@@ -88,8 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     default_code = find_package(args.package, args.wheels).import_code if args.package else ""
     if probe is None and code is not None and args.package:
         probe = default_code  # what preload = "auto" runs by default
-    diagnosis = diagnose(
-        args.wheels,
+    options = dict(
         package=args.package,
         preload_wheels=args.preload_wheels,
         cache_dir=elf_cache_dir(args),
@@ -97,11 +96,15 @@ def _run(args: argparse.Namespace) -> int:
         probe=probe,
         use_cache=not args.no_cache,
     )
-    print(format_diagnosis(diagnosis))
     if code is None:
+        diagnosis = diagnose(args.wheels, **options)
+        print(format_diagnosis(diagnosis))
         return 1 if diagnosis.fails else 0
-    from patched_wheels.probe import compare  # imported here: only --run installs and runs anything
+    from patched_wheels.probe import installed  # imported here: only --run installs and runs anything
 
-    comparison = compare(args.wheels, code or default_code, diagnosis.graph)
+    with installed(args.wheels) as installation:  # one install of each layout, the probe's run included
+        diagnosis = diagnose(args.wheels, **options, installation=installation)
+        print(format_diagnosis(diagnosis))
+        comparison = installation.compare(code or default_code, diagnosis.graph)
     print(format_run(comparison, diagnosis))
     return 0 if comparison.matches else 1

@@ -158,7 +158,9 @@ class WheelWriter:
 
         The members written this way are the big ones (libraries an RPATH edit or patchelf
         rewrote, hundreds of MB), so they are deflated at zlib's fastest level: on torch 2.1.0's
-        libtorch_cuda.so that is 2.3x less CPU than the default level for 5 % more bytes.
+        libtorch_cuda.so that is 2.3x less CPU than the default level for 5 % more bytes.  Storing
+        it instead was measured too (inflate + store 3.1 s CPU against 20.8 s), but the member
+        grows from 456 to 705 MiB: wheels are split because of their size, so it stays deflated.
         """
         self._write_deflated(arcname, chunks, size, mode, level=zlib.Z_BEST_SPEED)
 
