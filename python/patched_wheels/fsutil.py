@@ -21,7 +21,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import BinaryIO, Iterator, Mapping
 
 _FILE_MODE = 0o644
 """Temp files are created 0600; what is published (index pages, the index's hash cache) must stay world-readable."""
@@ -246,13 +246,18 @@ def _is_alive(pid: int) -> bool:
 
 def hash_file(path: Path) -> str:
     """sha256 hex digest of a file, streamed (hashlib releases the GIL, so threads scale)."""
+    with open(path, "rb") as stream:
+        return hash_stream(stream)
+
+
+def hash_stream(stream: BinaryIO) -> str:
+    """sha256 hex digest of what is left in ``stream``, read in chunks into one buffer."""
     digest = hashlib.sha256()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
-    with open(path, "rb") as stream:
-        while True:
-            size = stream.readinto(buffer)
-            if not size:
-                break
-            digest.update(view[:size])
+    while True:
+        size = stream.readinto(buffer)
+        if not size:
+            break
+        digest.update(view[:size])
     return digest.hexdigest()
