@@ -261,3 +261,25 @@ def hash_stream(stream: BinaryIO) -> str:
             break
         digest.update(view[:size])
     return digest.hexdigest()
+
+
+SETTLED_NS = 2_000_000_000
+"""How old a file's ctime must be before its status is trusted to change with its content (see settled_stamp)."""
+
+FileStamp = tuple[int, int, int, int, int]
+
+
+def settled_stamp(status: os.stat_result) -> FileStamp | None:
+    """(device, inode, size, mtime_ns, ctime_ns) of a file: equal stamps mean the same content, so what was
+    derived from the content may be reused; None when the file is too new for that.
+
+    Any write moves mtime and ctime, and ctime cannot be set by a user (``utime`` sets mtime and moves
+    ctime to now), so a rewritten, truncated or replaced file (a new inode, or the old inode reused with
+    a new ctime) gets another stamp.  Timestamps are only as fine as the kernel's clock tick, though: a
+    file written in the tick it is read in could change again unseen (git's "racy" index entries).  So
+    a file whose ctime is less than :data:`SETTLED_NS` old has no stamp: a wheel being downloaded or
+    written now is always read again, a wheel downloaded earlier is not.
+    """
+    if time.time_ns() - status.st_ctime_ns < SETTLED_NS:
+        return None
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)

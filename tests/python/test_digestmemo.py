@@ -22,7 +22,7 @@ WRONG = "0" * 64  # a well-formed digest no test file has
 @pytest.fixture
 def settled(monkeypatch):
     """Files made by a test are only milliseconds old: treat them as settled, as a downloaded wheel is."""
-    monkeypatch.setattr(digestmemo, "SETTLED_NS", 0)
+    monkeypatch.setattr(fsutil, "SETTLED_NS", 0)
 
 
 @pytest.fixture
