@@ -6,8 +6,8 @@ In alternating rounds on the same files (page cache warmed once), each step a fr
 
 * ``cp`` of the wheel: the floor, since a split writes as many bytes as the wheel holds;
 * ``patch --suffix bench.1 --remove-requires triton``: the rewrite every patched wheel gets;
-* ``split --max-size 300000000 --into torch-cuda-libs`` with a warm ELF cache (primed once, untimed:
-  the repeat run, and the hub's case, whose graph is read once for the whole set);
+* ``split --max-size 300000000 --into torch-cuda-libs`` with a warm ELF cache and digest memo (primed
+  once, untimed: the repeat run, and the hub's case, whose graph is read once for the whole set);
 * the same with ``--no-cache`` (the graph scan inflates every library: the first run on a machine).
 * ``split (sha256 known)``: the same split through the library, as the Bazel hub runs it: the wheel's
   sha256 comes from the lock, so the ELF cache is read without hashing the 670 MB first.

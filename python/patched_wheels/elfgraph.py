@@ -22,7 +22,7 @@ from typing import Iterable, Mapping, Sequence
 from patched_wheels.elfcache import SHA256, ElfCache, wheel_problem
 from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
 from patched_wheels.errors import ElfError, UsageError, warn
-from patched_wheels.fsutil import hash_file
+from patched_wheels.digestmemo import sha256_of
 from patched_wheels.wheelfile import WheelReader
 
 # Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
@@ -133,20 +133,25 @@ def _library_members(wheel: Path) -> list[tuple[zipfile.ZipInfo, str]]:
     return members
 
 
-def _digest(wheel: WheelRef) -> str:
+def _digest(wheel: WheelRef, digest_dir: Path | None) -> str:
     if wheel.sha256 or wheel.path is None:
         return wheel.sha256
-    return hash_file(wheel.path)
+    return sha256_of(wheel.path, digest_dir)
 
 
 def scan_wheels(
-    wheels: Sequence[Path | str | WheelRef], *, cache_dir: Path | None = None, workers: int | None = None
+    wheels: Sequence[Path | str | WheelRef],
+    *,
+    cache_dir: Path | None = None,
+    workers: int | None = None,
+    digest_dir: Path | None = None,
 ) -> WheelScan:
     """Read the dynamic section of every shared library in ``wheels``.
 
     With ``cache_dir``, a wheel whose rows are cached (by sha256) is not inflated (nor needed: the hub
     names wheels it did not fetch by their sha256; when the file is at hand, the rows are checked against
-    it); the others are read and their rows stored.  Members are inflated largest first on ``workers`` threads (default: one
+    it); the others are read and their rows stored.  A wheel given by its file alone is hashed for that
+    key, unless ``digest_dir`` (:mod:`patched_wheels.digestmemo`) remembers the file's digest.  Members are inflated largest first on ``workers`` threads (default: one
     per core), so the biggest library never starts last and leaves a core idle.
     """
     refs = list({(ref.path.resolve() if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values())
@@ -162,7 +167,7 @@ def scan_wheels(
     jobs: list[tuple[Path, zipfile.ZipInfo, str]] = []
     scanned: list[tuple[WheelRef, str]] = []
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        digests = list(pool.map(_digest, refs)) if cache is not None else [ref.sha256 for ref in refs]
+        digests = list(pool.map(lambda ref: _digest(ref, digest_dir), refs)) if cache is not None else [ref.sha256 for ref in refs]
         for ref, digest in zip(refs, digests):
             cached = None if cache is None or not digest else _cached_libraries(cache, ref, digest)
             if cached is not None:
@@ -281,10 +286,14 @@ def _find_cycle(
 
 
 def read_graph(
-    wheels: Sequence[Path | str | WheelRef], *, cache_dir: Path | None = None, workers: int | None = None
+    wheels: Sequence[Path | str | WheelRef],
+    *,
+    cache_dir: Path | None = None,
+    workers: int | None = None,
+    digest_dir: Path | None = None,
 ) -> LibraryGraph:
     """Scan ``wheels`` and build their library graph."""
-    return build_graph(scan_wheels(wheels, cache_dir=cache_dir, workers=workers).libraries)
+    return build_graph(scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir).libraries)
 
 
 def format_graph(graph: LibraryGraph) -> str:

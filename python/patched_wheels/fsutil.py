@@ -21,7 +21,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import BinaryIO, Iterator, Mapping
 
 _FILE_MODE = 0o644
 """Temp files are created 0600; what is published (index pages, the index's hash cache) must stay world-readable."""
@@ -246,13 +246,40 @@ def _is_alive(pid: int) -> bool:
 
 def hash_file(path: Path) -> str:
     """sha256 hex digest of a file, streamed (hashlib releases the GIL, so threads scale)."""
+    with open(path, "rb") as stream:
+        return hash_stream(stream)
+
+
+def hash_stream(stream: BinaryIO) -> str:
+    """sha256 hex digest of what is left in ``stream``, read in chunks into one buffer."""
     digest = hashlib.sha256()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
-    with open(path, "rb") as stream:
-        while True:
-            size = stream.readinto(buffer)
-            if not size:
-                break
-            digest.update(view[:size])
+    while True:
+        size = stream.readinto(buffer)
+        if not size:
+            break
+        digest.update(view[:size])
     return digest.hexdigest()
+
+
+SETTLED_NS = 2_000_000_000
+"""How old a file's ctime must be before its status is trusted to change with its content (see settled_stamp)."""
+
+FileStamp = tuple[int, int, int, int, int]
+
+
+def settled_stamp(status: os.stat_result) -> FileStamp | None:
+    """(device, inode, size, mtime_ns, ctime_ns) of a file: equal stamps mean the same content, so what was
+    derived from the content may be reused; None when the file is too new for that.
+
+    Any write moves mtime and ctime, and ctime cannot be set by a user (``utime`` sets mtime and moves
+    ctime to now), so a rewritten, truncated or replaced file (a new inode, or the old inode reused with
+    a new ctime) gets another stamp.  Timestamps are only as fine as the kernel's clock tick, though: a
+    file written in the tick it is read in could change again unseen (git's "racy" index entries).  So
+    a file whose ctime is less than :data:`SETTLED_NS` old has no stamp: a wheel being downloaded or
+    written now is always read again, a wheel downloaded earlier is not.
+    """
+    if time.time_ns() - status.st_ctime_ns < SETTLED_NS:
+        return None
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)

@@ -250,14 +250,16 @@ def split_wheel(
     max_size: int | None = None,
     graph_wheels: Sequence[Path] = (),
     cache_dir: Path | None = None,
+    digest_dir: Path | None = None,
 ) -> PatchResult:
     """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
 
     ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
     with them, the preload also loads what the moved libraries need from those wheels,
-    so the pair works with one directory per wheel on its own.
+    so the pair works with one directory per wheel on its own.  ``cache_dir`` and ``digest_dir``: the ELF
+    cache and the memo of the wheels' digests that key it (see :func:`patched_wheels.elfgraph.scan_wheels`).
     """
-    graph = read_graph([Path(wheel), *graph_wheels], cache_dir=cache_dir)
+    graph = read_graph([Path(wheel), *graph_wheels], cache_dir=cache_dir, digest_dir=digest_dir)
     return patch_wheel(wheel, dest_dir, split=SplitRequest(into, move, max_size), graph=graph)
 
 

@@ -25,7 +25,7 @@ def command_names() -> list[str]:
 
 def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
     """``--no-cache`` for the commands that read the ELF graph (graph, doctor, split, patch --preload-for)."""
-    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel ELF result cache")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel ELF result cache (nor the memo of wheel digests that keys it)")
 
 
 def add_lock_input(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +49,13 @@ def elf_cache_dir(args: argparse.Namespace) -> Path | None:
     from patched_wheels.cache import cache_dir
 
     return None if args.no_cache else cache_dir("elfgraph")
+
+
+def digest_memo_dir(args: argparse.Namespace) -> Path | None:
+    """Where the wheels' digests (the ELF cache's keys) are remembered by file status; None with ``--no-cache``."""
+    from patched_wheels.cache import cache_dir
+
+    return None if args.no_cache else cache_dir("digests")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

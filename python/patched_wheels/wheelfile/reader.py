@@ -19,13 +19,14 @@ import threading
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO, Iterator, NamedTuple, Sequence
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels import metadata as core_metadata
 from patched_wheels.errors import InvalidWheelError
+from patched_wheels.fsutil import settled_stamp
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
 from patched_wheels.wheelfile.zipcontainer import (
@@ -41,6 +42,23 @@ __all__ = ["WheelReader"]
 
 _REQUIRED_FILES = ("METADATA", "WHEEL")
 _SUPPORTED_WHEEL_VERSION = 1  # major Wheel-Version pip installs
+
+
+class _Checked(NamedTuple):
+    """What opening a wheel found, once its checks passed: never changed after (readers share it)."""
+
+    infos: dict[str, zipfile.ZipInfo]
+    dist_info: str
+    record: dict[str, RecordEntry]
+    metadata: bytes
+
+
+_CHECKED: dict[tuple[object, ...], _Checked] = {}
+"""The checks' findings by (file name, :func:`settled_stamp`): a file opened again in the same process with
+the same name and stamp holds the same bytes, so it passes the same checks (``split`` reads its graph, then
+patches: two opens of the 10,600 members of torch's wheel).  A file written in the last seconds, such as
+every output the writer re-checks, has no stamp and is always checked."""
+_CHECKED_LIMIT = 4  # the wheels one command re-opens; each entry holds a wheel's directory and RECORD
 
 
 class WheelReader:
@@ -68,17 +86,32 @@ class WheelReader:
         except OSError as error:
             raise InvalidWheelError(f"{self.path}: cannot read ({error.strerror or error})") from None
         try:
-            self._infos = self._index_members(read_directory(self._fd, path=self.path), os.fstat(self._fd).st_size)
-            self.dist_info = self._find_dist_info()
+            status = os.fstat(self._fd)
+            stamp = settled_stamp(status)
+            key = None if stamp is None else (self.name, *stamp)
+            checked = _CHECKED.get(key) if key is not None else None
+            if checked is None:
+                checked = self._check(status.st_size)
+                if key is not None:
+                    if len(_CHECKED) >= _CHECKED_LIMIT:
+                        del _CHECKED[next(iter(_CHECKED))]  # the oldest
+                    _CHECKED[key] = checked
+            self._infos, self.dist_info, self._record, self._metadata = checked
             self.data_dir = self.dist_info[: -len(".dist-info")] + ".data"
-            self._record = self._load_record()
-            self._metadata = self._check_metadata()
-            self._check_wheel_file()
             if verify:
                 self.verify()
         except BaseException:
             os.close(self._fd)
             raise
+
+    def _check(self, file_size: int) -> _Checked:
+        """The structural checks, METADATA's and WHEEL's (the module docstring): what they found."""
+        self._infos = self._index_members(read_directory(self._fd, path=self.path), file_size)
+        self.dist_info = self._find_dist_info()
+        self._record = self._load_record()
+        metadata = self._check_metadata()
+        self._check_wheel_file()
+        return _Checked(self._infos, self.dist_info, self._record, metadata)
 
     # -- context management
 
