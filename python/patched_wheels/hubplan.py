@@ -28,6 +28,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from patched_wheels.elfgraph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.lockplan import INDEX_OPTIONS
+from patched_wheels.packages import module_name
 from patched_wheels.resolve import ResolvedWheel
 from patched_wheels.version import with_local_suffix
 
@@ -358,6 +359,13 @@ def resolution(request: HubRequest) -> dict[str, Any]:
 def needs_graph(request: HubRequest) -> bool:
     """Whether the build reads the ELF graph of the whole wheel set (then the cache is worth asking)."""
     return any(spec.needs_graph for spec in request.patched)
+
+
+def default_probes(request: HubRequest) -> list[str]:
+    """The probe of each ``preload = "auto"`` spec, as the build will run it: ``probe``, else the import of
+    ``package`` (for a namespace package the build imports its regular packages instead, so its
+    observation is never found cached here and every wheel is fetched: slower, never wrong)."""
+    return [spec.probe or f"import {module_name(spec.package)}" for spec in request.patched if spec.preload == "auto"]
 
 
 def plan_hub(

@@ -121,6 +121,18 @@ def observe(
     return _warn_if_failed(observation)
 
 
+def is_observed(digests: Sequence[str], probe: str) -> bool:
+    """Whether the cache holds a readable observation of ``probe`` on the wheel set of these sha256s.
+
+    For the hub's plan, before any download: a wheel it would fetch only for the observation need not be
+    fetched when this holds.  Its rows are still checked against the graph when the build reads them.
+    """
+    directory = cache.cache_dir("observed")
+    if directory is None or not digests:
+        return False
+    return cache.read_json(directory / f"{_key(sorted(digests), probe)}.json", max_bytes=_MAX_ENTRY) is not None
+
+
 def _warn_if_failed(observation: Observation) -> Observation:
     """A probe that fails in one site-packages still shows what it mapped up to there; say it failed."""
     if observation.returncode != 0:

@@ -19,7 +19,6 @@ import fakecuda
 from uvfixture import run_uv, serve_over_http, uv_locks
 from patched_wheels import elfgraph
 from patched_wheels.cli import main
-from patched_wheels.errors import UsageError
 from patched_wheels.hub import build_hub
 from patched_wheels.hubplan import HubConfig, PatchedWheelSpec
 from patched_wheels.preload import read_preload_module
@@ -246,6 +245,14 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     assert served == sorted(path.name for path in (tmp_path / "second" / "index").glob("*.whl")) and len(served) == 2
     for name in served:
         assert sha256(tmp_path / "first" / "index" / name) == sha256(tmp_path / "second" / "index" / name)
+
+    # The probes' observations gone, the ELF rows kept: the probes must run on the files, so all are fetched.
+    shutil.rmtree(tmp_path / "user-cache" / "observed")
+    third = write_config(tmp_path / "third", others, patched, index_option="direct")
+    assert len(list((tmp_path / "third" / "_graph").glob("*.whl"))) == len(others), "every wheel fetched for the probes"
+    assert main(["hub", "build", "--config", str(third)]) == 0
+    for name in served:
+        assert sha256(tmp_path / "first" / "index" / name) == sha256(tmp_path / "third" / "index" / name)
 
 
 def test_a_cache_emptied_between_plan_and_build_is_one_error_line(

@@ -32,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from patched_wheels.cache import cache_dir
     from patched_wheels.elfcache import cached_digests
-    from patched_wheels.hubplan import HubRequest, needs_graph, plan_hub, resolution, resolved_wheel
+    from patched_wheels.hubplan import HubRequest, default_probes, needs_graph, plan_hub, resolution, resolved_wheel
+    from patched_wheels.observe import is_observed
 
     request = _load(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
@@ -44,6 +45,8 @@ def _plan(args: argparse.Namespace) -> int:
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
     elf_cache = cache_dir("elfgraph") if needs_graph(request) else None
     cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
+    if cached and not all(is_observed([wheel.sha256 for wheel in wheels], probe) for probe in default_probes(request)):
+        cached = []  # a probe must run on the files: fetch every wheel of the set
     plan = plan_hub(request, wheels, elf_cache=elf_cache, cached=frozenset(cached))
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
     print(json.dumps(plan.to_json(), indent=1))
