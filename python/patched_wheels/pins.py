@@ -61,13 +61,19 @@ def check_lock_value(value: str, what: str) -> str:
 
     Refused: blanks, control characters and every other character Python's ``str.splitlines`` (and
     so pip's reader) or TOML would treat as a line break or separator (``isprintable`` is false for
-    them all but the ASCII space).
+    them all but the ASCII space), and a final backslash, which pip reads as a line continuation that
+    would join the next line (a pin) into the value.
     """
     bad = next((c for c in value if c == " " or not c.isprintable()), None)
-    if bad is not None or not value:
-        reason = "is empty" if bad is None else f"holds {bad!r}"
-        raise UsageError(f"{what} {value!r}: {reason}, which cannot be written into a lock")
-    return value
+    if bad is not None:
+        reason = f"holds {bad!r}"
+    elif not value:
+        reason = "is empty"
+    elif value.endswith("\\"):
+        reason = "ends with '\\', pip's line continuation"
+    else:
+        return value
+    raise UsageError(f"{what} {value!r}: {reason}, which cannot be written into a lock")
 
 
 @dataclass(frozen=True)
