@@ -229,7 +229,7 @@ def _check_requirement(spec: PatchedWheelSpec) -> None:
         return
     try:
         requirement = Requirement(spec.requirement)
-    except InvalidRequirement as error:
+    except (InvalidRequirement, RecursionError) as error:  # packaging's parser recurses per "("
         raise UsageError(f"patched_wheel {spec.name}: requirement {spec.requirement!r}: {error}") from None
     with WheelReader(spec.wheel) as reader:
         name, version = reader.filename.name, reader.filename.version

@@ -144,7 +144,7 @@ def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: s
     """Evaluate a PEP 508 marker; an invalid one is an error naming ``where``."""
     try:
         return Marker(marker).evaluate(dict(environment) if environment is not None else None)
-    except InvalidMarker as error:
+    except (InvalidMarker, RecursionError) as error:  # packaging's parser recurses per "("
         raise InvalidLockError(f"{where}: marker {marker!r}: {str(error).splitlines()[0]}") from None
 
 
