@@ -324,3 +324,18 @@ def test_uv_refuses_the_written_lock_when_the_wheel_is_not_the_one_we_wrote(worl
     refused = subprocess.run([UV, "sync", "--frozen", "--python", sys.executable], cwd=project, env=env,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert refused.returncode != 0 and "hash" in refused.stderr.lower(), refused.stderr
+
+
+@pytest.mark.parametrize("second", ["same-as-out", "directory", "missing-directory"])
+def test_two_outputs_are_written_both_or_neither(world: dict, tmp_path: Path, second: str) -> None:
+    """--out-uv-lock that cannot be written (or is --out itself, which one output would silently
+    overwrite) is one error line naming the flag, and --out is not written either."""
+    out = tmp_path / "requirements.txt"
+    target = {"same-as-out": out, "directory": tmp_path, "missing-directory": tmp_path / "gone" / "uv.lock"}[second]
+    result = run_cli("lock", "--uv-lock", str(world["project"] / "uv.lock"), "--index", str(world["index"]),
+                     "--out", str(out), "--out-uv-lock", str(target))  # fmt: skip
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"patched-wheels: error: --out-uv-lock {target}: ")
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
