@@ -135,6 +135,15 @@ def test_requirement_guard_rejects_another_release(tmp_path: Path, fake_set: fak
     assert not (tmp_path / "out_lock.txt").exists()
 
 
+def test_a_deeply_nested_requirement_is_one_error_naming_the_spec(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
+    """packaging's marker parser recurses once per parenthesis: RecursionError, not InvalidRequirement."""
+    requirement = "faketorch==2.1.0 ; " + "(" * 2000 + 'python_version > "3"' + ")" * 2000
+    config = HubConfig.load(hub_config(tmp_path, fake_set, requirement=requirement))
+    with pytest.raises(UsageError, match=r"^patched_wheel faketorch: requirement 'faketorch==2\.1\.0 ; \(+") as caught:
+        build_hub(config)
+    assert len(str(caught.value).splitlines()) == 1
+
+
 def test_unreadable_config_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "hub.json").write_text("{not json", encoding="utf-8")
     assert main(["hub", "--config", str(tmp_path / "hub.json")]) == 1
