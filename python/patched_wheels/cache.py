@@ -31,6 +31,8 @@ _FILE_MODE = 0o600
 _MAX_REASON = 200  # characters of an exception's text quoted in a warning
 _warned_directories: set[str] = set()
 """Directories already reported in this run: a scan of 30 wheels says it once, not 60 times."""
+_warned_files: set[str] = set()
+"""Files whose read was reported in this run: the rewrite after that miss does not report them again."""
 
 
 def cache_root() -> Path | None:
@@ -76,6 +78,7 @@ def read_json(path: Path, *, max_bytes: int) -> object | None:
         data = _read_trusted(path, max_bytes)
         return None if data is None else json.loads(data)
     except Exception as error:  # any failure at all is a miss: RecursionError, MemoryError, ...
+        _warned_files.add(os.path.abspath(path))
         warn(f"{path}: cache file ignored ({_reason(error)})")
         return None
 
@@ -98,7 +101,7 @@ def write_json(path: Path, value: object) -> None:
     except OSError as error:
         if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):  # a read-only cache, shared on purpose
             _warn_directory(directory, f"not writable, results not cached ({_reason(error)})")
-        else:
+        elif os.path.abspath(path) not in _warned_files:  # e.g. the directory already reported as ignored
             warn(f"{path}: cache file not written ({_reason(error)})")
     except Exception as error:
         warn(f"{path}: cache file not written ({_reason(error)})")

@@ -326,8 +326,8 @@ def _spec_problem(spec: PatchedWheelSpec) -> str | None:
     if spec.requirement:
         try:
             requirement = Requirement(spec.requirement)
-        except InvalidRequirement as error:
-            return f'requirement = "{spec.requirement}": {error}'
+        except (InvalidRequirement, RecursionError) as error:  # packaging's marker parser recurses per "("
+            return f'requirement = "{spec.requirement[:200]}": {error}'
         if canonicalize_name(requirement.name) != canonicalize_name(spec.name):
             return f'requirement = "{spec.requirement}" names another project than name = "{spec.name}"'
     return None

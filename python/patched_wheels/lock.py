@@ -9,6 +9,7 @@ are the plan's (see its docstring); everything else in the file is kept byte for
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Mapping
@@ -16,7 +17,7 @@ from typing import Collection, Mapping
 from packaging.utils import canonicalize_name
 
 from patched_wheels.errors import InvalidLockError, UsageError
-from patched_wheels.fsutil import write_atomic
+from patched_wheels.fsutil import holds, write_temp
 from patched_wheels.index import IndexResult
 from patched_wheels.lockplan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
 from patched_wheels.pins import FORMATS, Lock, Pin
@@ -93,18 +94,41 @@ def lock(
         raise InvalidLockError(f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again")
     text = _requirements_text(requirements, lock_format)
     plan = plan_lock(text.lock, index.files, options)
-    outputs = {out: render_requirements(text, plan)}
+    outputs = {out: ("--out", render_requirements(text, plan))}
     if out_uv_lock is not None:
         if lock_format != "uv-lock":
             raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
+        if Path(out_uv_lock).resolve() == out.resolve():
+            raise UsageError(f"--out-uv-lock {out_uv_lock}: the same file as --out")
         from patched_wheels.uvlock import read_uv_lock, render_uv_lock
 
         uv = read_uv_lock(requirements)
         uv_plan = plan_lock(uv.lock, index.files, dataclasses.replace(options, replaced={}))  # one wheel per package
-        outputs[Path(out_uv_lock)] = render_uv_lock(uv, uv_plan, options.index_dir)
-    for path, content in outputs.items():  # written once every output is known: no partial result
-        write_atomic(path, content.encode("utf-8"))
+        outputs[Path(out_uv_lock)] = ("--out-uv-lock", render_uv_lock(uv, uv_plan, options.index_dir))
+    _write_all(outputs)
     return LockResult(out=out, changes=plan.changes)
+
+
+def _write_all(outputs: Mapping[Path, tuple[str, str]]) -> None:
+    """Write every output (path: flag, content) or none: each is staged beside its target, then all are
+    renamed; an output that cannot be written is one error naming its flag."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, (flag, content) in outputs.items():
+            data = content.encode("utf-8")
+            if holds(path, data):
+                continue
+            if os.path.exists(path) and not os.path.isfile(path):
+                raise UsageError(f"{flag} {path}: not a regular file")  # a directory, or a device renaming would replace
+            try:
+                staged.append((write_temp(path, data), path))
+            except OSError as error:
+                raise UsageError(f"{flag} {path}: cannot be written ({error.strerror or error})") from None
+        for temp, path in staged:
+            os.replace(temp, path)
+    finally:
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)
 
 
 def _requirements_text(path: Path | str, lock_format: str) -> RequirementsText:

@@ -129,7 +129,7 @@ def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str) -> bytes
     for spec in specs:
         try:
             Requirement(spec)
-        except InvalidRequirement as error:
+        except (InvalidRequirement, RecursionError) as error:  # packaging's parser recurses per "("
             reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
             raise UsageError(f"{origin}: cannot add requirement {spec!r}: {reason}") from None
         new_fields.append(_Field("requires-dist", b"Requires-Dist: " + spec.strip().encode("utf-8") + eol))

@@ -14,6 +14,7 @@ option or token there.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,13 +62,19 @@ def check_lock_value(value: str, what: str) -> str:
 
     Refused: blanks, control characters and every other character Python's ``str.splitlines`` (and
     so pip's reader) or TOML would treat as a line break or separator (``isprintable`` is false for
-    them all but the ASCII space).
+    them all but the ASCII space), and a final backslash, which pip reads as a line continuation that
+    would join the next line (a pin) into the value.
     """
     bad = next((c for c in value if c == " " or not c.isprintable()), None)
-    if bad is not None or not value:
-        reason = "is empty" if bad is None else f"holds {bad!r}"
-        raise UsageError(f"{what} {value!r}: {reason}, which cannot be written into a lock")
-    return value
+    if bad is not None:
+        reason = f"holds {bad!r}"
+    elif not value:
+        reason = "is empty"
+    elif value.endswith("\\"):
+        reason = "ends with '\\', pip's line continuation"
+    else:
+        return value
+    raise UsageError(f"{what} {value!r}: {reason}, which cannot be written into a lock")
 
 
 @dataclass(frozen=True)
@@ -134,11 +141,26 @@ class Pin:
         return self.marker is None or marker_holds(self.marker, environment, where=self.span.where)
 
 
+_HASH = re.compile(r"([a-z0-9_]+):([0-9a-fA-F]+)")
+_DIGEST_LENGTHS = {"md5": 32, "sha1": 40, "sha224": 56, "sha256": 64, "sha384": 96, "sha512": 128}
+
+
+def checked_hash(algorithm: object, digest: object, where: str) -> str:
+    """``algorithm:digest`` if it is a hash a lock can carry (a hex digest of the algorithm's length);
+    else one error naming ``where``.  A uv.lock's or pylock.toml's hashes are written into the
+    requirements lock, where a line break or blank would add an option line (``--index-url=...``)."""
+    text = f"{algorithm}:{digest}"
+    match = _HASH.fullmatch(text) if isinstance(algorithm, str) and isinstance(digest, str) else None
+    if match is None or len(match[2]) != _DIGEST_LENGTHS.get(match[1], len(match[2])):
+        raise InvalidLockError(f"{where}: hash {text!r} is not <algorithm>:<hex digest>")
+    return text
+
+
 def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: str) -> bool:
     """Evaluate a PEP 508 marker; an invalid one is an error naming ``where``."""
     try:
         return Marker(marker).evaluate(dict(environment) if environment is not None else None)
-    except InvalidMarker as error:
+    except (InvalidMarker, RecursionError) as error:  # packaging's parser recurses per "("
         raise InvalidLockError(f"{where}: marker {marker!r}: {str(error).splitlines()[0]}") from None
 
 

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lockplan import LockPlan, NewPin
-from patched_wheels.pins import Lock, Pin
+from patched_wheels.pins import Lock, Pin, check_lock_value
 from patched_wheels.requirements import EOL, RequirementsText, hash_options, split_comment
 
 # A physical line holding one --hash option and nothing else (pip-compile's layout).
@@ -63,9 +63,15 @@ def render_requirements(requirements: RequirementsText, plan: LockPlan) -> str:
 
 
 def export_requirements(lock: Lock) -> str:
-    """A requirements lock with the pins of ``lock`` (read from another format), one per project."""
+    """A requirements lock with the pins of ``lock`` (read from another format), one per project.
+
+    The name, extras and URL come from the TOML as written: each must be one token, or a line break
+    in it would add an option line (``--index-url=...``) to the lock pip reads.
+    """
     lines = []
     for pin in lock.pins:
+        for value in (pin.head, pin.url) if pin.url else (pin.head,):
+            check_lock_value(value, f"{pin.span.where}: package {pin.name!r}:")
         line = NewPin(pin.head, pin.pinned_version(), pin.url, pin.marker, tuple(sorted(pin.hashes)))
         lines.extend(pin_block(line, "\n"))
     return f"# from {lock.source}\n" + "".join(lines)

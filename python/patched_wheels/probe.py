@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -143,24 +144,37 @@ class Installation:
         if "\0" in code:
             raise UsageError(f"code {code!r}: contains a NUL character")
         stdout, stderr = self.root / f"stdout-{kind}", self.root / f"stderr-{kind}"
-        try:
-            with open(stdout, "wb") as out, open(stderr, "wb") as err:  # files: output of any size, bounded memory
-                completed = subprocess.run(
-                    [sys.executable, "-S", "-c", _CHILD, str(maps), code],
-                    env=environment,
-                    cwd=workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    check=False,
-                    timeout=timeout,
-                )
-        except subprocess.TimeoutExpired:
-            raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT[kind]}; stopped") from None
+        with open(stdout, "wb") as out, open(stderr, "wb") as err:  # files: output of any size, bounded memory
+            child = subprocess.Popen(
+                [sys.executable, "-S", "-c", _CHILD, str(maps), code],
+                env=environment,
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # its own process group: whatever the code starts is stopped with it
+            )
+            try:
+                returncode = child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                returncode = None
+            finally:
+                _stop_group(child)
+        if returncode is None:
+            raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT[kind]}; stopped")
         mapped = _mapped(maps.read_bytes(), by_file) if maps.is_file() else None
         places = (*entries, str(layout.root))
-        error = _first_error(stderr, failed=completed.returncode != 0)
-        return RunResult(kind, code, completed.returncode, _tail(stdout), error, len(entries), mapped, places)
+        error = _first_error(stderr, failed=returncode != 0)
+        return RunResult(kind, code, returncode, _tail(stdout), error, len(entries), mapped, places)
+
+
+def _stop_group(child: subprocess.Popen[bytes]) -> None:
+    """Kill the run's process group (the code may have started processes that outlive it) and reap it."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the child and everything it started have ended
+        pass
+    child.wait()
 
 
 def run_timeout() -> int:

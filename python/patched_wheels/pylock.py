@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lockplan import file_url
-from patched_wheels.pins import Lock, Pin, PinFile, Span, marker_holds
+from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, marker_holds
 from patched_wheels.tomlread import get, load_toml, tables
 
 
@@ -28,7 +28,7 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
     get(document, "lock-version", str, source)
     headers = [number for number, line in enumerate(text.splitlines()) if line.strip() == "[[packages]]"]
     env = dict(environment) if environment is not None else dict(default_environment())
-    pins = []
+    pins, projects = [], set()
     for number, package in enumerate(tables(document, "packages", source)):
         line = headers[number] if len(headers) == len(document["packages"]) else 0
         span = Span(source, line, line + 1)
@@ -36,7 +36,11 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
         marker = get(package, "marker", str, where, "")
         if marker and not marker_holds(marker, env, where=where):
             continue
-        pins.append(_pin(package, span, where, path.parent))
+        pin = _pin(package, span, where, path.parent)
+        if pin.project in projects:  # PEP 751: at most one entry of a package applies
+            raise InvalidLockError(f"{where}: a second entry of {pin.project} for this environment")
+        projects.add(pin.project)
+        pins.append(pin)
     return Lock(source, "pylock", tuple(pins))
 
 
@@ -52,11 +56,11 @@ def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
         url = _location(wheel, root, f"{where}: wheel")
         digests = get(wheel, "hashes", dict, f"{where}: wheel")
         sha256 = digests.get("sha256")
-        hashes += [f"{algorithm}:{digest}" for algorithm, digest in sorted(digests.items()) if isinstance(digest, str)]
+        hashes += [checked_hash(algorithm, digest, f"{where}: wheel") for algorithm, digest in sorted(digests.items())]
         filename = get(wheel, "name", str, where, "") or url.split("?", 1)[0].rsplit("/", 1)[-1]
         files.append(PinFile(filename, url, sha256.lower() if isinstance(sha256, str) else None))
     sdist = get(package, "sdist", dict, where, {})
-    hashes += [f"{a}:{d}" for a, d in sorted(get(sdist, "hashes", dict, f"{where}: sdist", {}).items()) if isinstance(d, str)]
+    hashes += [checked_hash(a, d, f"{where}: sdist") for a, d in sorted(get(sdist, "hashes", dict, f"{where}: sdist", {}).items())]
     url = None
     for kind in ("archive", "vcs", "directory"):
         if kind in package:

@@ -168,7 +168,7 @@ def _parse_pin(line: LogicalLine) -> Pin:
     requirement_text = " ".join(tokens[:first_option])
     try:
         requirement = Requirement(requirement_text)
-    except InvalidRequirement as error:
+    except (InvalidRequirement, RecursionError) as error:  # packaging's parser recurses per "("
         reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
         raise InvalidLockError(f"{line.span.where}: {requirement_text!r}: {reason}") from None
     hashes = tuple(value for _, _, value in hash_options(" ".join(tokens[first_option:])))

@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.index import SIMPLE_DIR, IndexedFile
 from patched_wheels.lockplan import LockPlan, file_url
-from patched_wheels.pins import Lock, Pin, PinFile, Span, marker_holds
+from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, marker_holds
 from patched_wheels.tomlread import get, load_toml, tables
 
 _HEADER = "[[package]]"
@@ -180,17 +180,23 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
     files, hashes = [], []
     for wheel in tables(package, "wheels", where):
         digest = get(wheel, "hash", str, f"{where}: wheel", "")
-        hashes += [digest] if digest else []
+        hashes += [_hash(digest, f"{where}: wheel")] if digest else []
         url = _file_location(wheel, base, root, source, where)
         filename = get(wheel, "filename", str, where, "") or url.split("?", 1)[0].rsplit("/", 1)[-1]
         files.append(PinFile(filename, url, digest.partition(":")[2].lower() if digest.startswith("sha256:") else None))
     sdist = get(package, "sdist", dict, where, {})
-    hashes += [get(sdist, "hash", str, f"{where}: sdist")] if "hash" in sdist else []
+    hashes += [_hash(get(sdist, "hash", str, f"{where}: sdist"), f"{where}: sdist")] if "hash" in sdist else []
     url = {"registry": None, "url": source.get("url"), "git": f"git+{source.get('git')}"}.get(kind)
     if kind == "path":
         url = file_url((root / source["path"]).resolve())
     head = name + (f"[{','.join(extras)}]" if extras else "")
     return Pin(name, tuple(extras), head, version, None, tuple(hashes), url, span, f"{head}=={version}", None, written, tuple(files))
+
+
+def _hash(written: str, where: str) -> str:
+    """A uv.lock hash (``sha256:<hex>``), checked like every hash a lock gives us."""
+    algorithm, _, digest = written.partition(":")
+    return checked_hash(algorithm, digest, where)
 
 
 def _file_location(wheel: dict[str, Any], base: Path, root: Path, source: dict[str, Any], where: str) -> str:

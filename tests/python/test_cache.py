@@ -19,6 +19,7 @@ CAP = 1 << 20
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache, "_warned_directories", set())
+    monkeypatch.setattr(cache, "_warned_files", set())
 
 
 @pytest.fixture
@@ -240,3 +241,12 @@ def test_untrusted_decides_by_owner_and_mode(monkeypatch: pytest.MonkeyPatch) ->
     assert "owned by uid 1001" in cache._untrusted(_status(1001, stat.S_IFREG | 0o600), "file")
     assert "writable by group" in cache._untrusted(_status(1000, stat.S_IFDIR | 0o770), "directory")
     assert "writable by group" in cache._untrusted(_status(1000, stat.S_IFDIR | 0o1777), "directory")
+
+
+def test_a_miss_and_the_rewrite_that_follows_it_say_one_warning(private: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory where the entry should be: the read misses and the write after it cannot replace it;
+    the user hears about the file once."""
+    make_special_file("directory", private / "entry.json")
+    assert read_json(private / "entry.json", max_bytes=CAP) is None
+    write_json(private / "entry.json", [1])
+    _one_warning(capsys, private / "entry.json", "not a regular file")

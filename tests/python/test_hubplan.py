@@ -148,6 +148,7 @@ CALL = 'patched.patched_wheel(name = "faketorch", hub = "fixed")'
         ({"strip": -1}, "strip = -1 is negative"),
         ({"suffix": "not a label!"}, "suffix 'not a label!' is not a valid PEP 440 local version label"),
         ({"requirement": "faketorch=="}, 'requirement = "faketorch==": '),
+        ({"requirement": "faketorch ; " + "(" * 2000 + 'python_version > "3"' + ")" * 2000}, 'requirement = "faketorch ; ((('),
         ({"requirement": "torch==2.1.0"}, 'requirement = "torch==2.1.0" names another project than name = "faketorch"'),
     ],
 )

@@ -743,7 +743,7 @@ def test_the_extras_dependencies_are_installed_only_because_the_extra_is_kept(us
     assert "extradep" not in _pip_would_install(out, "--no-index", "--find-links", str(user_locks["orig"]))
 
 
-@pytest.mark.parametrize("value", ["https://x.example/simple\n--trusted-host=evil.example", "https://x\r", "a\tb", "https://x y", "https://x\u2028y"])
+@pytest.mark.parametrize("value", ["https://x.example/simple\n--trusted-host=evil.example", "https://x\r", "a\tb", "https://x y", "https://x\u2028y", "https://x\\"])
 def test_option_values_are_checked_before_anything_is_written(user_locks: dict[str, Path], tmp_path: Path, value: str) -> None:
     """Issue 21.4: one error line naming the flag, no traceback, no output."""
     source = tmp_path / "in.txt"

@@ -14,6 +14,7 @@ from packaging.version import Version
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index import IndexedFile
 from patched_wheels.lockplan import LockOptions, plan_lock
+from patched_wheels.pins import marker_holds
 from patched_wheels.requirements import parse_requirements
 
 INDEX = Path("/idx")
@@ -117,9 +118,9 @@ def test_plan_index_option(options: str, mode: str, added: str | None, dropped: 
     assert [option.kind for option in result.dropped] == dropped
 
 
-@pytest.mark.parametrize("value", ["https://x\n--trusted-host=evil", "https://x\r", "https://x\0", "https://x y", "https://x\u2028y", ""])
+@pytest.mark.parametrize("value", ["https://x\n--trusted-host=evil", "https://x\r", "https://x\0", "https://x y", "https://x\u2028y", "", "https://x\\"])
 def test_values_written_into_a_lock_are_one_token(value: str) -> None:
-    with pytest.raises(UsageError, match=r"^--upstream-index-url '.*': (holds|is empty)") as caught:
+    with pytest.raises(UsageError, match=r"^--upstream-index-url '.*': (holds|is empty|ends with)") as caught:
         plan("foo==1.0\n", upstream_index_url=value)
     assert len(str(caught.value).splitlines()) == 1
     with pytest.raises(UsageError, match=r"^--index '/i\\ndx'"):
@@ -142,3 +143,19 @@ def test_plan_errors_name_the_pin(text: str, files, message: str) -> None:
 def test_unpatched_non_pins_pass_through() -> None:
     """A project the index does not have is not ours to judge: ``bar>=1`` stays as written."""
     assert plan("bar>=1\nfoo==1.0\n").edits[0].pin.name == "foo"
+
+
+DEEP_MARKER = "(" * 2000 + 'python_version > "3"' + ")" * 2000
+"""packaging's marker parser recurses once per parenthesis: this depth ends in RecursionError."""
+
+
+def test_a_deeply_nested_marker_in_a_lock_is_one_error_line() -> None:
+    with pytest.raises(InvalidLockError, match=r"^in\.txt:2: 'foo==1\.0 ; \(+") as caught:
+        parse_requirements(f"bar==2.0\nfoo==1.0 ; {DEEP_MARKER}\n", "in.txt")
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_a_deeply_nested_marker_of_a_uv_lock_or_pylock_is_one_error_line() -> None:
+    with pytest.raises(InvalidLockError, match=r"^uv\.lock: foo: marker '\(+") as caught:
+        marker_holds(DEEP_MARKER, None, where="uv.lock: foo")
+    assert len(str(caught.value).splitlines()) == 1

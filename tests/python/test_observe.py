@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +134,30 @@ def test_a_run_that_does_not_end_is_stopped_with_one_error_line(runtime, monkeyp
     assert capsys.readouterr().err == (
         "patched-wheels: error: RULES_PATCHED_WHEELS_RUN_TIMEOUT='soon': not a positive whole number of seconds\n"
     )
+
+
+def test_a_stopped_run_leaves_no_process_behind(runtime, monkeypatch, capsys, tmp_path):
+    """A run that starts a child of its own and hangs: stopping it stops the child too (it would live on,
+    holding the temporary installation, after the command has returned)."""
+    pid_file = tmp_path / "pid"
+    code = f"import subprocess, time; open({str(pid_file)!r}, 'w').write(str(subprocess.Popen(['sleep', '60']).pid)); time.sleep(30)"
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_RUN_TIMEOUT", "2")
+    assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) == 1
+    assert "still running after 2 s" in capsys.readouterr().err
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # the kill is sent before the command returns; the zombie is reaped by init
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and waiting for init to reap it, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_namespace_package_with_no_regular_package_is_one_error_line(tmp_path, capsys):

