@@ -147,6 +147,11 @@ class Doctor:
     verdict: str
     """doctor's last output lines, joined: its verdicts."""
 
+    @property
+    def refused(self) -> bool:
+        """doctor gave no verdict: it refused the input (the package name, a flag) with an error line."""
+        return self.verdict.startswith("patched-wheels: error")
+
 
 def cache_dir(stack: str) -> Path:
     """Where a stack's wheels live; read at call time so ``XDG_CACHE_HOME`` set by a caller counts."""
@@ -262,7 +267,8 @@ class Result:
 
     def agrees(self, key: str) -> bool:
         per_wheel = self.before if key.endswith("before") else self.after
-        return per_wheel is not None and (self.doctors[key].returncode == 0) == layout_ok(self.flat, per_wheel)
+        found = self.doctors[key]
+        return per_wheel is not None and not found.refused and (found.returncode == 0) == layout_ok(self.flat, per_wheel)
 
     @property
     def failed(self) -> bool:
@@ -317,6 +323,8 @@ def _doctor_cell(result: Result, key: str) -> str:
     found = result.doctors.get(key)
     if found is None:
         return "-"
+    if found.refused:
+        return "refused"
     return f"exit {found.returncode} ({'agrees' if result.agrees(key) else 'DISAGREES'})"
 
 
