@@ -36,6 +36,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -369,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each stack's downloaded wheels")
     parser.add_argument("--no-probe", action="store_true", help="patch without --probe (the static graph only)")
     args = parser.parse_args(argv)
+    # A stopped run still removes what it installed (gigabytes): SIGTERM unwinds like an exception.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     results = []
     for name in args.stacks:
         stack, directory = STACKS[name], cache_dir(name)
