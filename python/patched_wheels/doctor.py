@@ -13,29 +13,32 @@ or none; the exit status follows this one, since it is what runs today.  *With
 the generated preload*: judged against what ``preload = "auto"`` (and
 ``preload_wheels``) would write, i.e. :func:`patched_wheels.preload.plan_preload`.
 Libraries a package opens itself at run time are invisible in the ELF graph: those
-of the wheels matching ``preload_wheels``, and -- for a package with no DT_NEEDED
-edge to other wheels -- those of the wheels it requires, count as possibly loaded.
+a probe maps in one site-packages (when one is given), of the wheels matching
+``preload_wheels``, and -- for a package with no DT_NEEDED edge to other wheels --
+those of the wheels it requires, count as possibly loaded.  Data-scheme libraries
+are judged where rules_python puts them (:mod:`patched_wheels.layout`).
 Simplifications: DT_RPATH inherited from the loading object and LD_LIBRARY_PATH
 are ignored, since neither reaches across wheel directories under Bazel; a preload
-written by hand in the package's code is not seen (``doctor --run`` sees it).
+written by hand in the package's code is not seen.  All of this is a prediction:
+``doctor --run`` (:func:`format_run`) judges by the difference from one site-packages.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import posixpath
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
-from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, expand_origin, read_graph
+from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, data_scheme, expand_origin, read_graph
 from patched_wheels.errors import UsageError
+from patched_wheels.layout import LAYOUT_TEXT, PER_WHEEL, Layout
+from patched_wheels.packages import find_package, module_name
 from patched_wheels.preload import (
     PreloadList,
-    find_package_wheel,
     installed_preload,
     package_libraries,
     plan_preload,
@@ -45,7 +48,7 @@ from patched_wheels.preload import (
 )
 
 if TYPE_CHECKING:
-    from patched_wheels.probe import RunResult
+    from patched_wheels.probe import Comparison, RunResult
 
 # What a dependency missing from the per-wheel layout means for the package asked about.
 FAILS = "fails"  # no package given: it fails whenever the library is loaded
@@ -58,7 +61,7 @@ _FAILING = frozenset({FAILS, NOT_COVERED, MAY_FAIL})
 _STATUS_TEXT = {
     COVERED: "covered by the preload",
     NOT_COVERED: "NOT covered by the preload",
-    MAY_FAIL: "fails if {package} loads it at run time (it requires its wheel); NOT covered by the preload",
+    MAY_FAIL: "fails if {package} loads it itself at run time (its wheel is required, or its own data file); NOT covered by the preload",
     SKIPPED: "skipped by the preload (optional); fails if {package} loads it itself",
     NOT_LOADED: "{package} does not load it",
 }
@@ -122,6 +125,8 @@ class Diagnosis:
     preload_wheels: tuple[str, ...] = ()
     hint: str | None = None
     """How to preload libraries the package may load at run time, when nothing asks for them yet."""
+    probe: str | None = None
+    """The code whose run in one site-packages the generated preload includes; None: ELF graph only."""
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -132,15 +137,25 @@ class Diagnosis:
         return self.as_is.fails
 
 
-def system_library_names() -> frozenset[str]:
-    """File names the loader finds without any RPATH: ld.so.cache, the default directories, GPU driver libraries."""
-    names: set[str] = set(DRIVER_LIBRARIES)
+def ld_so_cache() -> dict[str, str]:
+    """File name -> path of the libraries ``ldconfig -p`` lists (the loader's cache), first entry of a name winning."""
     ldconfig = shutil.which("ldconfig") or next(
         (path for path in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(path)), None
     )
-    if ldconfig:
-        listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
-        names.update(line.split()[0] for line in listing.splitlines()[1:] if line.strip())
+    if not ldconfig:
+        return {}
+    listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
+    found: dict[str, str] = {}
+    for line in listing.splitlines()[1:]:
+        name, _, path = line.strip().partition(" => ")
+        if name:
+            found.setdefault(name.split()[0], path)
+    return found
+
+
+def system_library_names() -> frozenset[str]:
+    """File names the loader finds without any RPATH: ld.so.cache, the default directories, GPU driver libraries."""
+    names: set[str] = set(DRIVER_LIBRARIES) | set(ld_so_cache())
     for directory in _SYSTEM_DIRECTORIES:
         try:
             names.update(os.listdir(directory))
@@ -149,8 +164,12 @@ def system_library_names() -> frozenset[str]:
     return frozenset(names)
 
 
+_SIMULATED = Layout(PER_WHEEL, PurePosixPath("/"))
+
+
 def _layout_directory(library: ElfLibrary) -> str:
-    return posixpath.join("/", library.wheel, posixpath.dirname(library.path))
+    """The directory ``library`` lands in with one directory per wheel (data-scheme ones outside site-packages)."""
+    return str(_SIMULATED.target(library.wheel, library.path).parent)
 
 
 def _search_directories(library: ElfLibrary) -> list[str]:
@@ -215,12 +234,16 @@ def diagnose(
     preload_wheels: Sequence[str] = (),
     cache_dir: Path | None = None,
     system_names: Collection[str] | None = None,
+    probe: str | None = None,
+    use_cache: bool = False,
 ) -> Diagnosis:
     """Simulate one directory per wheel for ``wheels`` and report what would not load.
 
     ``system_names``: the library file names the target system provides (default:
     :func:`system_library_names` of this machine).  ``preload_wheels``: globs of the
     project names whose libraries ``package`` loads at run time (see ``patch --preload-wheels``).
+    ``probe``: code run with every wheel in one site-packages, whose mapped libraries the generated
+    preload adds (as ``preload = "auto"`` does); None: the ELF graph alone (nothing is run).
     """
     wheels = [Path(wheel) for wheel in wheels]
     graph = read_graph(wheels, cache_dir=cache_dir)
@@ -229,12 +252,20 @@ def diagnose(
         if preload_wheels:
             raise UsageError("preload wheels globs are judged against a package's preload: give the package")
         return Diagnosis(Verdict(PreloadList(), tuple(diagnose_graph(graph, system_names=names))), graph)
-    package_wheel, init_member = find_package_wheel(package, wheels)
-    installed = installed_preload(package_wheel, init_member)
-    plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels)
+    location = find_package(package, wheels)
+    package_wheel, package = location.wheel, location.path
+    installed = installed_preload(package_wheel, location.init_members[0])
+    observed = None
+    if probe is not None:
+        from patched_wheels.observe import observe  # imported here: observing installs and runs the set
+
+        observed = observe(wheels, probe, graph, use_cache=use_cache)
+    plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     if plan.unmatched:
         raise UsageError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")
-    runtime = list(plan.optional)  # what preload_wheels names: the package loads it at run time
+    runtime = list(plan.optional)  # what the observation or preload_wheels names: the package loads it at run time
+    # Libraries the package's wheel installs outside site-packages (CyFES's libcufes.so) are there for it to load.
+    runtime += [library for library in graph.libraries if library.wheel == package_wheel.name and data_scheme(library.path)]
     hint = None
     if not plan.required:
         candidates = runtime_candidates(graph, package_wheel)
@@ -243,8 +274,8 @@ def diagnose(
             for library in graph.libraries
             if library.wheel != package_wheel.name and project_name(library.wheel) in candidates
         ]
-        if candidates and not preload_wheels and not (installed and installed.optional):
-            hint = runtime_hint(package, candidates)
+        if candidates and not plan.optional and not (installed and installed.optional):
+            hint = runtime_hint(module_name(package), candidates, observed)
 
     def judge(preload: PreloadList) -> Verdict:
         findings = diagnose_graph(
@@ -260,6 +291,7 @@ def diagnose(
         generated=judge(plan.as_list()),
         preload_wheels=tuple(preload_wheels),
         hint=hint,
+        probe=probe,
     )
 
 
@@ -316,7 +348,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         lines = [f"as is: {package}'s wheel has no preload generated by patched-wheels"]
     lines += [_finding_line(finding, package) for finding in as_is.findings]
     lines.append(_summary("as is", as_is))
-    settings = 'preload = "auto"'
+    settings = 'preload = "auto"' + (f", probe = {json.dumps(diagnosis.probe)}" if diagnosis.probe else ", ELF graph only: no probe run")
     if diagnosis.preload_wheels:
         settings += f", preload_wheels = {json.dumps(list(diagnosis.preload_wheels))}"
     lines.append(f"with the generated preload ({settings}): {_plural(len(generated.preload.libraries), 'library')}")
@@ -330,32 +362,50 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     return "\n".join(lines)
 
 
-def format_run(result: RunResult, diagnosis: Diagnosis) -> str:
-    """What ``doctor --run`` saw, and whether it agrees with the prediction the exit status would follow."""
-    lines = [
-        f"run: {result.code} (python -S, PYTHONPATH = one directory for each of {result.entries} wheels)",
-        f"  exit status: {result.returncode}",
-    ]
+def _run_lines(result: RunResult, total: int) -> list[str]:
+    lines = [f"  {LAYOUT_TEXT[result.layout]} ({_plural(result.entries, 'directory')} on PYTHONPATH):"]
+    lines.append(f"    exit status: {result.returncode}")
     if result.error_line:
-        lines.append(f"  first error: {result.error_line}")
-    lines += [f"  stdout: {line}" for line in result.stdout.splitlines()[-10:]]
+        lines.append(f"    first error: {result.error_line}")
     if result.mapped is None:
-        lines.append("  mapped: unknown (the process ended without running its exit hooks)")
+        lines.append("    mapped: unknown (the process ended without running its exit hooks)")
     else:
-        total = len(diagnosis.graph.libraries)
-        lines.append(f"  mapped: {len(result.mapped)} of the set's {_plural(total, 'library')}")
-        lines += [f"    {library}" for library in result.mapped]
-    failed = result.returncode != 0
-    prediction = "fails" if diagnosis.fails else "loads"
-    if failed == diagnosis.fails:
-        lines.append(f"run: {'fails' if failed else 'passes'}, as predicted (as is: {prediction})")
+        lines.append(f"    mapped: {len(result.mapped)} of the set's {_plural(total, 'library')}")
+    return lines
+
+
+def format_run(comparison: Comparison, diagnosis: Diagnosis) -> str:
+    """What ``doctor --run`` saw in both layouts, its verdict (the difference), and whether the static
+    prediction agrees with it."""
+    flat, per_wheel = comparison.flat, comparison.per_wheel
+    total = len(diagnosis.graph.libraries)
+    lines = [f"run: {flat.code} (python -S, this interpreter)"]
+    lines += _run_lines(flat, total)
+    lines += _run_lines(per_wheel, total)
+    lines += [f"    stdout: {line}" for line in per_wheel.stdout.splitlines()[-10:]]
+    lines += [f"    mapped: {library}" for library in per_wheel.mapped or ()]
+    if comparison.missing:
+        lines.append("  mapped in one site-packages, NOT with one directory per wheel:")
+        lines += [f"    {library}" for library in comparison.missing]
+    if comparison.matches:
+        verdict = "run: passes: one directory per wheel does what one site-packages does"
+        if flat.returncode != 0 or flat.error_line:
+            verdict += f" (same as in one site-packages, not caused by the layout: {flat.error_line or 'exit status ' + str(flat.returncode)})"
+        lines.append(verdict)
+    else:
+        lines.append("run: fails: one directory per wheel differs from one site-packages: " + "; ".join(comparison.differences))
+    predicted_failure = diagnosis.fails
+    prediction = f"prediction (static, as is): {'fails' if predicted_failure else 'loads'}"
+    if predicted_failure != comparison.matches:
+        lines.append(f"{prediction}, as the run shows")
+    elif predicted_failure:
+        lines.append(
+            f"{prediction}, unlike the run: the code preloads those libraries itself, never loads them, "
+            "or they fail the same way in one site-packages"
+        )
     else:
         lines.append(
-            f"run: {'fails' if failed else 'passes'}, unlike the prediction (as is: {prediction}): "
-            + (
-                "the code may preload the libraries itself, or never load them"
-                if not failed
-                else "the failure is not one of a library's DT_NEEDED (see the first error)"
-            )
+            f"{prediction}, unlike the run: the difference is not a library's DT_NEEDED (a library the code opens "
+            "itself at run time: see the libraries not mapped and the first error)"
         )
     return "\n".join(lines)

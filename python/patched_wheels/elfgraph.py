@@ -55,10 +55,14 @@ from patched_wheels.wheelfile import WheelReader, inflated_chunks
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 # Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
 _DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
+# Members under <dist>.data/data|scripts|headers/ install outside site-packages (pip: the prefix; rules_python:
+# the wheel's repository), so their install path keeps the prefix.
+_OTHER_SCHEME = re.compile(r"^(?P<dist>[^/]+)\.data/(?P<scheme>data|scripts|headers)/(?P<rest>.+)$")
 # $ORIGIN as ld.so reads it in DT_RPATH/DT_RUNPATH: "${ORIGIN}", or "$ORIGIN" not followed by a name character.
 ORIGIN_TOKEN = re.compile(r"\$(?:ORIGIN(?![A-Za-z0-9_])|\{ORIGIN\})")
-# In every cache file name: rows of another layout are never read (2: keyed by sha256, rows without the file name).
-_CACHE_SCHEMA = 2
+# In every cache file name: rows of another layout are never read (2: keyed by sha256, rows without the file name;
+# 3: data-scheme libraries included).
+_CACHE_SCHEMA = 3
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
 _HEAD_SIZE = 1 << 20
@@ -82,7 +86,8 @@ class ElfLibrary:
     wheel: str
     """File name of the wheel that ships it."""
     path: str
-    """Path relative to site-packages once installed, e.g. ``nvidia/cusparse/lib/libcusparse.so.12``."""
+    """Path relative to site-packages once installed, e.g. ``nvidia/cusparse/lib/libcusparse.so.12``; for a
+    data-scheme library its archive path, ``<dist>.data/data/...`` (see :func:`install_path`)."""
     soname: str | None
     needed: tuple[str, ...]
     rpath: tuple[str, ...]
@@ -171,13 +176,21 @@ class LibraryGraph:
 
 
 def install_path(member: str) -> str | None:
-    """Where an archive member lands relative to site-packages; None for scripts, headers and data."""
+    """Where an archive member lands: relative to site-packages, or, for the ``data``, ``scripts`` and
+    ``headers`` schemes, the member's own path (its ``<dist>.data/<scheme>/`` prefix says where an
+    installer puts it: see :func:`data_scheme`); None for a scheme no installer knows."""
     if _DATA_TO_SITE_PACKAGES.match(member):
         return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
-    first = member.split("/", 1)[0]
-    if first.endswith(".data"):
-        return None
+    if member.split("/", 1)[0].endswith(".data"):
+        return member if data_scheme(member) else None
     return member
+
+
+def data_scheme(path: str) -> tuple[str, str, str] | None:
+    """``(dist, scheme, rest)`` of an install path outside site-packages (``CyFES-2.7.data/data/cyfes/x.so`` ->
+    ``("CyFES-2.7", "data", "cyfes/x.so")``); None for a site-packages path."""
+    match = _OTHER_SCHEME.match(path)
+    return (match["dist"], match["scheme"], match["rest"]) if match else None
 
 
 def is_shared_library_name(path: str) -> bool:
@@ -433,8 +446,9 @@ def _inflate_kept_ranges(
     return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs], keep)
 
 
-def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
-    """The dynamic section of one archive member, streamed, in bounded memory.
+def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary | None:
+    """The dynamic section of one archive member, streamed, in bounded memory; None for a data-scheme
+    member that is not an ELF file (a ``.so``-named file outside site-packages need not be a library).
 
     A read outside the kept ranges adds a window around it and streams the member
     again, at most ``_MAX_PASSES`` times and ``_MAX_KEPT`` bytes: a library whose
@@ -444,6 +458,8 @@ def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary:
     ranges = None
     for _ in range(_MAX_PASSES):
         kept = _inflate_kept_ranges(wheel, info, ranges)
+        if isinstance(kept, bytes) and not kept.startswith(b"\x7fELF") and data_scheme(path):
+            return None
         try:
             return parse_elf(kept, wheel=wheel.name, path=path)
         except _NotRetained as missed:
@@ -569,7 +585,8 @@ def scan_wheels(
             jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
         jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
         for library in pool.map(lambda job: read_library(*job), jobs):
-            found[library.wheel].append(library)
+            if library is not None:
+                found[library.wheel].append(library)
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
         if cache is not None:

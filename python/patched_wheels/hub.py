@@ -49,6 +49,9 @@ class PatchedWheelSpec:
     preload: str = "off"
     preload_package: str = ""
     preload_wheels: Sequence[str] = ()
+    probe: str | None = None
+    """With ``preload = "auto"``: the code run in one site-packages whose mapped libraries are preloaded too
+    (None: ``import <preload_package>``); run only where the wheels' tags match the hub's interpreter."""
     split_into: str = ""
     split_max_size: int = 0
     split_move: Sequence[str] = ()
@@ -126,7 +129,7 @@ def build_hub(config: HubConfig) -> list[str]:
     needs_graph = any(map(_needs_graph, config.patched))
     graph = read_graph(config.wheels, cache_dir=config.elf_cache) if needs_graph else None
     for spec in config.patched:
-        pins.extend(patch_into_index(spec, config.wheels, config.index_dir, graph=graph))
+        pins.extend(patch_into_index(spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None))
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
     lock(
         config.requirements,
@@ -154,11 +157,13 @@ def patch_into_index(
     index_dir: Path,
     *,
     graph: LibraryGraph | None = None,
+    use_cache: bool = False,
 ) -> list[str]:
     """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins.
 
     ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), read
-    here (without a cache) if the spec needs it and none is given.
+    here (without a cache) if the spec needs it and none is given.  ``use_cache``: keep the preload
+    probe's observation in the persistent cache.
     """
     _check_requirement(spec)
     if graph is None and _needs_graph(spec):
@@ -169,11 +174,22 @@ def patch_into_index(
 
         assert graph is not None  # read above
         # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
-        member_edits = preload_edits(graph, spec.preload_package, spec.wheel, preload_wheels=spec.preload_wheels, strict=False)
+        member_edits = preload_edits(
+            graph,
+            spec.preload_package,
+            spec.wheel,
+            preload_wheels=spec.preload_wheels,
+            strict=False,
+            wheels=wheel_set,
+            probe=spec.probe,
+            use_cache=use_cache,
+        )
     elif spec.preload != "off":
         raise UsageError(f"patched_wheel {spec.name}: preload must be 'auto' or 'off', not {spec.preload!r}")
     elif spec.preload_wheels:
         raise UsageError(f"patched_wheel {spec.name}: preload_wheels needs preload = 'auto'")
+    elif spec.probe is not None:
+        raise UsageError(f"patched_wheel {spec.name}: probe needs preload = 'auto'")
     rpath_edits: list[RpathEdit] = []
     if spec.rpath:
         from patched_wheels.rpath import rpath_edit

@@ -1,15 +1,16 @@
-"""Ground truth for ``doctor --run``: install each wheel into its own directory and run code there.
+"""Ground truth: install the wheels in both layouts and run code there, with this interpreter.
 
-rules_python gives every wheel its own directory on ``sys.path``; so does this, under
-a temporary root, with each wheel's files unpacked as an installer would (members
-under ``<dist>.data/purelib`` and ``platlib`` into the directory itself; scripts,
-headers and data left out, since imports never see them), every member checked
-against RECORD as it is read.  The code runs in a fresh interpreter -- this one,
-with ``-S``: no site-packages, no ``.pth`` files -- whose ``PYTHONPATH`` holds those
-directories only, without ``LD_LIBRARY_PATH`` and ``LD_PRELOAD``, so the outcome
-depends on the wheels alone (a CUDA toolkit on this machine's LD_LIBRARY_PATH would
-hide a failure that the next machine sees).  At exit the child copies ``/proc/self/maps``, so the
-report names the libraries of the set that were really mapped.
+The oracle is the layout every upstream tests: **every wheel in one site-packages**.  The same wheels
+are installed a second time **one directory per wheel**, as rules_python lays them out (data, scripts
+and headers included: see :mod:`patched_wheels.layout`), every member checked against RECORD as it is
+read and streamed to disk (the flat copy is hard-linked from the first, so each member is inflated
+once).  The code runs in a fresh interpreter -- this one, with ``-S``: no site-packages, no ``.pth``
+files -- whose ``PYTHONPATH`` holds the layout's directories only, without ``LD_LIBRARY_PATH`` and
+``LD_PRELOAD``, so the outcome depends on the wheels alone (a CUDA toolkit on this machine's
+LD_LIBRARY_PATH would hide a failure that the next machine sees).  At exit the child copies
+``/proc/self/maps``, so a run names the libraries of the set that were really mapped.
+
+:class:`Comparison` is ``doctor --run``'s verdict: what the per-wheel run does differently.
 """
 
 from __future__ import annotations
@@ -21,15 +22,22 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Iterator, Sequence
 
 from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, install_path
-from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader
+from patched_wheels.errors import UsageError
+from patched_wheels.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout, install
+from patched_wheels.wheelfile import WheelReader
 
+TIMEOUT_VARIABLE = "RULES_PATCHED_WHEELS_RUN_TIMEOUT"
 # Environment variables that would let the child's loader find libraries outside the wheel directories.
 _DROPPED_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
+# What a run's report keeps of its output: the end of stdout, and of stderr a line at most this long.
+_KEPT_OUTPUT = 64 << 10
+_KEPT_LINE = 8 << 10
 # A Python exception line ("OSError: libx.so: cannot open ..."), also inside a logged message.
 _ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
 # Runs in the child: record the mapped files at exit (also after an uncaught exception), then run the code.
@@ -52,75 +60,184 @@ exec(compile(_code, "<string>", "exec"), {"__name__": "__main__"})
 
 @dataclass(frozen=True)
 class RunResult:
+    layout: str
     code: str
     returncode: int
     stdout: str
-    stderr: str
+    """The last lines of its standard output (at most ``_KEPT_OUTPUT`` bytes)."""
+    error_line: str | None
+    """The first exception line of stderr (a logged one too); for a failure without one, the last line."""
     entries: int
-    """How many directories (one per wheel) were on PYTHONPATH."""
+    """How many directories were on PYTHONPATH."""
     mapped: tuple[ElfLibrary, ...] | None
     """The set's libraries mapped at exit; None when the process ended without its exit hook (killed, os._exit)."""
+    places: tuple[str, ...] = ()
+    """The layout's directories (root first), replaced by placeholders when errors are compared."""
 
     @property
-    def error_line(self) -> str | None:
-        """The first exception line of stderr (a logged one too); for a failure without one, the last line."""
-        lines = [line.strip() for line in self.stderr.splitlines() if line.strip()]
-        found = next((line for line in lines if _ERROR_LINE.search(line)), None)
-        if found is None and self.returncode != 0 and lines:
-            return lines[-1]
+    def comparable_error(self) -> str | None:
+        """:attr:`error_line` with the layout's own directories left out, to compare across layouts."""
+        line = self.error_line
+        for place in sorted(self.places, key=len, reverse=True):
+            line = line.replace(place, "<installed>") if line else line
+        return line
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The same code run in both layouts: the per-wheel run is right when it does what the flat one does."""
+
+    flat: RunResult
+    per_wheel: RunResult
+
+    @property
+    def missing(self) -> tuple[ElfLibrary, ...]:
+        """The set's libraries the flat run maps and the per-wheel run does not."""
+        if self.flat.mapped is None:
+            return ()
+        seen = {(library.wheel, library.path) for library in self.per_wheel.mapped or ()}
+        return tuple(library for library in self.flat.mapped if (library.wheel, library.path) not in seen)
+
+    @property
+    def differences(self) -> list[str]:
+        """What the per-wheel run does differently, one line each; empty when it matches."""
+        found = []
+        if (self.flat.returncode == 0) != (self.per_wheel.returncode == 0):
+            found.append(f"exit status {self.per_wheel.returncode}, {self.flat.returncode} in one site-packages")
+        if self.flat.comparable_error != self.per_wheel.comparable_error:
+            found.append(f"first error {self.per_wheel.error_line!r}, {self.flat.error_line!r} in one site-packages")
+        if self.missing:
+            found.append(f"{len(self.missing)} of the set's libraries mapped in one site-packages are not mapped")
         return found
 
+    @property
+    def matches(self) -> bool:
+        return not self.differences
 
-def install_wheel(wheel: Path, directory: Path) -> None:
-    """Unpack what ``wheel`` installs into site-packages into ``directory``, keeping permission bits."""
+
+class Installation:
+    """Wheels installed under a temporary root in the layouts asked for; see :func:`installed`."""
+
+    def __init__(self, root: Path, wheels: Sequence[Path], layouts: dict[str, Layout]) -> None:
+        self.root, self.wheels, self.layouts = root, wheels, layouts
+
+    def file(self, kind: str, library: ElfLibrary) -> Path:
+        """Where ``library`` was installed in the layout ``kind``."""
+        return Path(self.layouts[kind].target(library.wheel, library.path))
+
+    def run(self, kind: str, code: str, graph: LibraryGraph) -> RunResult:
+        """Run ``code`` with this interpreter in the layout ``kind``; report what it did and mapped."""
+        layout = self.layouts[kind]
+        entries = layout.sys_path(wheel.name for wheel in self.wheels)
+        by_file = {os.path.realpath(self.file(kind, library)): library for library in graph.load_order}
+        environment = {key: value for key, value in os.environ.items() if key not in _DROPPED_VARIABLES}
+        environment["PYTHONPATH"] = os.pathsep.join(entries)
+        maps, workdir = self.root / f"maps-{kind}", self.root / "cwd"
+        workdir.mkdir(exist_ok=True)  # the child's current directory (sys.path[0] for -c): empty
+        timeout = run_timeout()
+        if "\0" in code:
+            raise UsageError(f"code {code!r}: contains a NUL character")
+        stdout, stderr = self.root / f"stdout-{kind}", self.root / f"stderr-{kind}"
+        try:
+            with open(stdout, "wb") as out, open(stderr, "wb") as err:  # files: output of any size, bounded memory
+                completed = subprocess.run(
+                    [sys.executable, "-S", "-c", _CHILD, str(maps), code],
+                    env=environment,
+                    cwd=workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    check=False,
+                    timeout=timeout,
+                )
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT[kind]}; stopped") from None
+        mapped = _mapped(maps.read_bytes(), by_file) if maps.is_file() else None
+        places = (*entries, str(layout.root))
+        error = _first_error(stderr, failed=completed.returncode != 0)
+        return RunResult(kind, code, completed.returncode, _tail(stdout), error, len(entries), mapped, places)
+
+
+def run_timeout() -> int:
+    """Seconds a run (``doctor --run``, a preload probe) may take: $RULES_PATCHED_WHEELS_RUN_TIMEOUT, else 900."""
+    value = os.environ.get(TIMEOUT_VARIABLE, "900")
+    if not (value.isascii() and value.isdigit() and 0 < int(value)):
+        raise UsageError(f"{TIMEOUT_VARIABLE}={value!r}: not a positive whole number of seconds")
+    return int(value)
+
+
+@contextmanager
+def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) -> Iterator[Installation]:
+    """``wheels`` installed under a temporary root in each layout of ``kinds``, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="patched-wheels-run-") as temp:
+        root = Path(temp).resolve()
+        layouts = {kind: Layout(kind, PurePosixPath(root / kind)) for kind in kinds}
+        first = layouts[kinds[0]]
+        if first.kind == PER_WHEEL:
+            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+                list(pool.map(install, wheels, [first] * len(wheels)))
+        else:
+            for wheel in wheels:  # in order: a later wheel's copy of a shared file wins, as with pip
+                install(wheel, first)
+        for layout in list(layouts.values())[1:]:
+            for wheel in wheels:
+                _link_install(wheel, first, layout)
+        yield Installation(root, wheels, layouts)
+
+
+def compare(wheels: Sequence[Path], code: str, graph: LibraryGraph) -> Comparison:
+    """Run ``code`` with every wheel in one site-packages and with one directory per wheel."""
+    with installed(wheels) as installation:
+        return Comparison(installation.run(FLAT, code, graph), installation.run(PER_WHEEL, code, graph))
+
+
+def _link_install(wheel: Path, source: Layout, target: Layout) -> None:
+    """Install ``wheel`` into ``target`` from its files in ``source``: hard links where possible (no second inflate)."""
     with WheelReader(wheel) as reader:
-        for member in reader.members():
-            path = install_path(member)
-            if path is None or member.endswith("/"):
-                continue
-            target = directory.joinpath(*path.split("/"))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with reader.open(member) as source, open(target, "wb") as out:
-                shutil.copyfileobj(source, out, CHUNK_SIZE)
-            mode = reader.mode(member)
-            if mode:
-                target.chmod(mode & 0o777)
+        members = reader.members()
+    for member in members:
+        path = install_path(member)
+        if path is None or member.endswith("/"):
+            continue
+        origin, destination = Path(source.target(wheel.name, path)), Path(target.target(wheel.name, path))
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.unlink(missing_ok=True)
+        try:
+            os.link(origin, destination)
+        except OSError:
+            shutil.copy2(origin, destination)
 
 
-def _mapped(maps: bytes, installed: dict[str, ElfLibrary]) -> tuple[ElfLibrary, ...]:
-    """The libraries of ``installed`` (by real path) that a /proc/<pid>/maps listing names."""
+def _tail(path: Path) -> str:
+    """The last ``_KEPT_OUTPUT`` bytes of a file, decoded (a cut first line dropped)."""
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(0, size - _KEPT_OUTPUT))
+        data = file.read()
+    text = data.decode("utf-8", "replace")
+    return text.split("\n", 1)[-1] if size > _KEPT_OUTPUT else text
+
+
+def _first_error(path: Path, *, failed: bool) -> str | None:
+    """The first exception line of a stderr file (a logged one too); for a failure without one, its last line.
+
+    Read line by line, each cut at ``_KEPT_LINE`` bytes, so any output fits in bounded memory.
+    """
+    last = None
+    with open(path, "rb") as file:
+        while line := file.readline(_KEPT_LINE):
+            text = line.decode("utf-8", "replace").strip()
+            if text and _ERROR_LINE.search(text):
+                return text
+            last = text or last
+    return last if failed else None
+
+
+def _mapped(maps: bytes, installed_files: dict[str, ElfLibrary]) -> tuple[ElfLibrary, ...]:
+    """The libraries of ``installed_files`` (by real path) that a /proc/<pid>/maps listing names."""
     paths = set()
     for line in maps.decode("utf-8", "replace").splitlines():
         fields = line.split(maxsplit=5)  # address, permissions, offset, device, inode, path
         if len(fields) == 6:
             paths.add(fields[5])
-    return tuple(library for path, library in installed.items() if path in paths)
-
-
-def run_per_wheel(wheels: Sequence[Path], code: str, graph: LibraryGraph) -> RunResult:
-    """Install ``wheels`` one directory each under a temporary root, run ``code`` there, and report."""
-    with tempfile.TemporaryDirectory(prefix="patched-wheels-run-") as temp:
-        root = Path(temp).resolve()
-        entries = {wheel.name: root / "site" / wheel.name[: -len(".whl")] for wheel in wheels}
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            list(pool.map(install_wheel, wheels, [entries[wheel.name] for wheel in wheels]))
-        installed = {
-            os.path.realpath(entries[library.wheel].joinpath(*library.path.split("/"))): library
-            for library in graph.load_order
-            if library.wheel in entries
-        }
-        environment = {key: value for key, value in os.environ.items() if key not in _DROPPED_VARIABLES}
-        environment["PYTHONPATH"] = os.pathsep.join(str(entries[wheel.name]) for wheel in wheels)
-        maps, workdir = root / "maps", root / "cwd"
-        workdir.mkdir()  # the child's current directory (sys.path[0] for -c): empty
-        completed = subprocess.run(
-            [sys.executable, "-S", "-c", _CHILD, str(maps), code],
-            env=environment,
-            cwd=workdir,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            check=False,
-        )
-        mapped = _mapped(maps.read_bytes(), installed) if maps.is_file() else None
-    return RunResult(code, completed.returncode, completed.stdout, completed.stderr, len(entries), mapped)
+    return tuple(library for path, library in installed_files.items() if path in paths)

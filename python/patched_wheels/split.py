@@ -33,15 +33,24 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.elfgraph import ORIGIN_TOKEN, ElfLibrary, LibraryGraph, expand_origin, install_path, parse_elf, read_graph
+from patched_wheels.elfgraph import (
+    ORIGIN_TOKEN,
+    ElfLibrary,
+    LibraryGraph,
+    data_scheme,
+    expand_origin,
+    install_path,
+    parse_elf,
+    read_graph,
+)
 from patched_wheels.errors import UsageError
 from patched_wheels.fsutil import create_temp_file
 from patched_wheels.names import is_valid_project_name
+from patched_wheels.packages import package_init_members
 from patched_wheels.patchelf import find_patchelf, run_patchelf, search_path_arguments
 from patched_wheels.preload import (
     PreloadList,
     add_preload_import,
-    package_init_members,
     plan_preload,
     preload_module_member,
     read_preload_module,
@@ -109,7 +118,12 @@ class SplitRequest:
             graph = read_graph([reader.path])
         by_path = {library.path: library for library in graph.libraries if library.wheel == wheel}
         members = edits.existing()
-        libraries = {member: by_path[path] for member in members if (path := install_path(member)) in by_path}
+        # Libraries outside site-packages (data scheme) stay: the preload finds libraries on sys.path only.
+        libraries = {
+            member: by_path[path]
+            for member in members
+            if (path := install_path(member)) in by_path and not data_scheme(path)
+        }
         every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
         preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
         selected = (

@@ -25,6 +25,7 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
 import fakecuda  # noqa: E402
 import rpathfixture  # noqa: E402
+import stackshapes  # noqa: E402
 from indexfixtures import sha256_of  # noqa: E402  (re-exported to the Bazel tests)
 
 # Must match the `suffix` / `split_into` the templates give the patched wheels.
@@ -111,6 +112,8 @@ class FakePypi:
     rpath_wheel: Path
     """``pkg``, whose ``_ext.so`` cannot find ``pkg.libs/libdep.so.1`` until the hub edits its RPATH."""
     runtime: fakecuda.RuntimeLoadedWheels
+    plugin: stackshapes.Stack
+    """A CUDA plugin in a namespace package that opens other wheels' libraries itself (JAX's shape)."""
 
     @property
     def index_url(self) -> str:
@@ -123,10 +126,11 @@ def build_fake_pypi(directory: Path) -> FakePypi:
     wheels = fakecuda.build_fake_cuda_wheels(directory)
     rpath_wheel = rpathfixture.build_rpath_wheel(directory)
     runtime = fakecuda.build_runtime_loaded_wheels(directory)
+    plugin = stackshapes.build_plugin_stack(directory)
     subprocess.run(
         [sys.executable, "-m", "patched_wheels", "index", str(directory)], check=True, capture_output=True, text=True
     )
-    return FakePypi(directory, wheels, rpath_wheel, runtime)
+    return FakePypi(directory, wheels, rpath_wheel, runtime, plugin)
 
 
 def write_lock(wheels: Sequence[Path], path: Path) -> None:
@@ -174,8 +178,8 @@ class Setup:
 
 
 def make_bzlmod_workspace(root: Path) -> Setup:
-    """The MODULE.bazel workspace: hubs `fixed`, `original` (control), `split`, `rpath`, `bad`, `runtime` and
-    `runtime_original`."""
+    """The MODULE.bazel workspace: hubs `fixed`, `original` (control), `split`, `rpath`, `bad`, `runtime`,
+    `runtime_original` and `plugin`."""
     pypi = common_files(root)
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
     render("MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
@@ -194,6 +198,12 @@ def make_bzlmod_workspace(root: Path) -> Setup:
     write_lock([pypi.rpath_wheel], root / "rpath_requirements_lock.txt")
     _append_template(root / "MODULE.bazel", "rpath.MODULE.bazel.tmpl", {**values, "rpath": rpathfixture.FIX})
     _append_template(root / "BUILD.bazel", "rpath.BUILD.bazel.tmpl", dict(expected=str(rpathfixture.EXPECTED_ANSWER)))
+    # The plugin hub: preload = "auto" alone preloads what the plugin opens itself (the probe's observation).
+    write_lock(pypi.plugin.wheels, root / "plugin_requirements_lock.txt")
+    _append_template(root / "MODULE.bazel", "plugin.MODULE.bazel.tmpl", {**values, "package": pypi.plugin.package})
+    _append_template(
+        root / "BUILD.bazel", "plugin.BUILD.bazel.tmpl", dict(package=pypi.plugin.package, expected=str(stackshapes.PLUGIN_ANSWER))
+    )
     (root / "does-not-apply.patch").write_text(
         "--- a/faketorch/__init__.py\n"
         "+++ b/faketorch/__init__.py\n"

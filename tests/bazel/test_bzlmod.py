@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from bazelworkspace import SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, summary_statuses
+from bazelworkspace import SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, stackshapes, summary_statuses
+from patched_wheels.preload import read_preload_module
 
 pytestmark = pytest.mark.bazel
 
@@ -25,7 +26,15 @@ RUNTIME_BUG = "libbar.so.1: cannot open shared object file"
 
 
 def targets(setup: Setup) -> list[str]:
-    return ["//:fixed_test", "//:original_test", "//:split_test", "//:rpath_test", "//:runtime_test", "//:runtime_original_test"]
+    return [
+        "//:fixed_test",
+        "//:original_test",
+        "//:split_test",
+        "//:rpath_test",
+        "//:runtime_test",
+        "//:runtime_original_test",
+        "//:plugin_test",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +82,18 @@ def test_preload_wheels_cover_libraries_loaded_at_run_time(bzlmod: Setup, first_
     assert statuses.get("//:runtime_original_test") == "FAILED", first_run.tail()
     log = bzlmod.workspace.test_log("runtime_original_test")
     assert RUNTIME_BUG in log, log[-3000:]
+
+
+def test_preload_auto_alone_covers_what_a_plugin_opens_itself(bzlmod: Setup, first_run: BazelResult) -> None:
+    """A JAX-shaped plugin: no DT_NEEDED edge, a namespace package; the hub's probe observed what it maps."""
+    assert summary_statuses(first_run.output).get("//:plugin_test") == "PASSED", first_run.tail()
+    package = bzlmod.pypi.plugin.package
+    assert f"{package}.answer() == {stackshapes.PLUGIN_ANSWER}" in bzlmod.workspace.test_log("plugin_test")
+    (served,) = (bzlmod.workspace.hub("plugin") / "index").glob(f"fakeplug_cuda-1.0+{SUFFIX}-*.whl")
+    with zipfile.ZipFile(served) as archive:
+        module = archive.read(f"{package.replace('.', '/')}/_patched_wheels_preload.py")
+    preload = read_preload_module(module, where=served.name)
+    assert preload.libraries == (stackshapes.PLUGIN_LIBRARIES["cudep"], stackshapes.PLUGIN_LIBRARIES["cu"])
 
 
 def test_generated_lock_pins_the_patched_wheel_of_the_local_index(bzlmod: Setup, first_run: BazelResult) -> None:
@@ -128,7 +149,7 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     """Runs last: it expunges the output base. The fake PyPI's wheels are hidden during the rebuild,
     so any wheel not served from the repository cache fails the build."""
     workspace = bzlmod.workspace
-    hubs = ["fixed", "split", "rpath", "runtime"]
+    hubs = ["fixed", "split", "rpath", "runtime", "plugin"]
     before = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
     assert any("+" + SUFFIX in name for _, name in before), before
 

@@ -16,6 +16,7 @@ from patched_wheels import elfgraph
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
 from patched_wheels.hub import HubConfig, build_hub
+from patched_wheels.preload import read_preload_module
 
 
 def sha256(path: Path) -> str:
@@ -173,15 +174,24 @@ def test_preload_wheels_make_runtime_loads_work_per_wheel(tmp_path: Path, runtim
     assert result.returncode == 0 and result.stdout.strip() == str(fakecuda.RUNTIME_ANSWER), result.stderr
 
 
-def test_preload_auto_with_nothing_to_preload_is_a_no_op_with_a_hint(
+def test_preload_auto_preloads_what_the_probe_maps_and_a_probe_mapping_nothing_is_a_no_op_with_a_hint(
     tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax")
+    """fakejax needs nothing through DT_NEEDED: what `import fakejax` maps in one site-packages is preloaded (wt-cuda)."""
+    config = set_config(tmp_path / "default", [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax")
+    assert main(["hub", "--config", str(config)]) == 0
+    assert capsys.readouterr().err == ""
+    with zipfile.ZipFile(tmp_path / "default" / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
+        preload = read_preload_module(archive.read("fakejax/_patched_wheels_preload.py"), where="test")
+    assert preload.libraries == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"], fakecuda.RUNTIME_LIBRARY_PATHS["foo"]) and preload.optional
+    config = set_config(
+        tmp_path / "idle", [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax", probe="pass"
+    )
     assert main(["hub", "--config", str(config)]) == 0
     captured = capsys.readouterr()
     assert captured.out == "fakejax==1.0+test.1\n"
-    assert captured.err.startswith("patched-wheels: warning: ") and "preload_wheels = [\"fakert-*\"]" in captured.err
-    with zipfile.ZipFile(tmp_path / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
+    assert captured.err.startswith("patched-wheels: warning: ") and "'pass' maps none in one site-packages" in captured.err
+    with zipfile.ZipFile(tmp_path / "idle" / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
         assert not [name for name in archive.namelist() if "_patched_wheels_preload" in name]
 
 

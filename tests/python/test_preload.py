@@ -219,16 +219,26 @@ def test_globbed_libraries_the_package_needs_anyway_stay_required(wheels):
 
 
 def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_the_hub(runtime, capsys):
+    # The probe maps nothing of the other wheels (fakejax opens them only when asked): nothing to preload.
     with pytest.raises(UsageError) as error:
-        preload_member_edits(RUNTIME_PACKAGE, runtime.all)
+        preload_member_edits(RUNTIME_PACKAGE, runtime.all, probe="pass")
     message = str(error.value)
-    assert message.startswith(f"{runtime.package.name}: fakejax needs no shared library from the other wheels given")
+    assert message.startswith(
+        f"{runtime.package.name}: fakejax needs no shared library from the other wheels given, and 'pass' maps none in one "
+        "site-packages; nothing to preload"
+    )
     assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message and "\n" not in message
-    assert "preload_wheels = [\"fakert-*\"] (patched_wheel) or --preload-wheels 'fakert-*'" in message
-    assert preload_member_edits(RUNTIME_PACKAGE, runtime.all, strict=False) == {}
+    assert "give a probe that makes it do so" in message and "fakert-*" not in message  # no list nobody checked
+    assert preload_member_edits(RUNTIME_PACKAGE, runtime.all, strict=False, probe="pass") == {}
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
-    # Nothing required and nothing to hint at (a pure package, a platform without those wheels): silent.
+    # Nothing required and nothing to hint at (a pure package without the wheels it requires): no edit, and only
+    # the probe's failure in one site-packages is reported.
     assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False) == {}
+    assert capsys.readouterr().err == (
+        "patched-wheels: warning: probe 'import fakejax' exits with status 1 in one site-packages (AttributeError: "
+        "'NoneType' object has no attribute 'origin'); the preload includes what it mapped until then\n"
+    )
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False, probe="pass") == {}
     assert capsys.readouterr().err == ""
 
 
@@ -236,15 +246,15 @@ def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hu
     message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
     with pytest.raises(UsageError, match=re.escape(message)):
         preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
-    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False) == {}
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, probe="pass") == {}
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
 
 
 def test_patch_command_takes_preload_wheels(runtime, tmp_path, capsys):
     argv = ["patch", "--no-cache", "--wheel", str(runtime.package), "--dest-dir", str(tmp_path), "--suffix", "pw.1"]
-    assert main([*argv, "--preload-for", RUNTIME_PACKAGE, "--preload-from", str(runtime.foo), str(runtime.bar)]) == 1
-    assert "--preload-wheels 'fakert-*'" in capsys.readouterr().err
     preload_from = ["--preload-from", str(runtime.foo), str(runtime.bar)]
+    assert main([*argv, "--preload-for", RUNTIME_PACKAGE, *preload_from, "--probe", "import fakert_foo"]) == 1
+    assert "'import fakert_foo' maps none in one site-packages; nothing to preload" in capsys.readouterr().err
     assert main([*argv, "--preload-for", RUNTIME_PACKAGE, *preload_from, "--preload-wheels", RUNTIME_GLOB]) == 0
     patched = Path(capsys.readouterr().out.splitlines()[0])
     with zipfile.ZipFile(patched) as archive:

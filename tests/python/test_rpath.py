@@ -26,6 +26,9 @@ from patched_wheels.surgery import patch_wheel
 from patched_wheels.wheelfile import WheelReader
 from rpathfixture import DATA_MEMBER, EXT_MEMBER, FIX
 
+# The data-scheme library's way to pkg.libs: pip's prefix layout, then rules_python's repository layout.
+DATA_FIX = f"$ORIGIN/../lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages/pkg.libs:$ORIGIN/../../site-packages/pkg.libs"
+
 MISSING = "libdep.so.1: cannot open shared object file"
 LAYOUTS = (flat_layout, per_wheel_layout)
 
@@ -150,10 +153,23 @@ def test_doctor_and_graph_see_the_edited_rpath(wheels: dict[str, Path], tmp_path
     assert f"{EXT_MEMBER} ({original.name}): needs libdep.so.1 from {rpathfixture.DEP_MEMBER}" in report, report
     assert "not on its RUNPATH ($ORIGIN)" in report
 
+    # The data-scheme library is judged where rules_python puts it (the wheel's data/, beside site-packages/).
+    assert f"{DATA_MEMBER} ({original.name}): needs libdep.so.1 from {rpathfixture.DEP_MEMBER}" in report, report
+
     patched = _patch(original, tmp_path / "out", "--set-rpath", f"pkg/*.so={FIX}")
     capsys.readouterr()
-    assert _cli("doctor", "--no-cache", patched) == 0
+    assert _cli("doctor", "--no-cache", patched) == 1
+    assert capsys.readouterr().out.strip().splitlines() == [
+        f"{DATA_MEMBER} ({patched.name}): needs libdep.so.1 from {rpathfixture.DEP_MEMBER} ({patched.name}), "
+        "not on its RUNPATH ($ORIGIN) in a per-wheel layout",
+        "as is: 1 library fails to load with one directory per wheel",
+    ]
+    both = _patch(original, tmp_path / "both", "--set-rpath", f"pkg/*.so={FIX}", "--set-rpath", f"{DATA_MEMBER}=$ORIGIN:{DATA_FIX}")
+    capsys.readouterr()
+    assert _cli("doctor", "--no-cache", both) == 0
     assert capsys.readouterr().out.strip() == "as is: every library loads with one directory per wheel"
+    assert _cli("graph", "--no-cache", both) == 0
+    assert f"{DATA_MEMBER} ({both.name})\n  runpath: $ORIGIN:{DATA_FIX}\n" in capsys.readouterr().out
     assert _cli("graph", "--no-cache", patched) == 0
     assert f"{EXT_MEMBER} ({patched.name})\n  runpath: {FIX}\n" in capsys.readouterr().out
 

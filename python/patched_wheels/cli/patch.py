@@ -81,6 +81,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also preload every library of the --preload-from wheels whose project names match (e.g. 'nvidia-*'), "
         "for code that loads them at run time; one that fails to load is skipped",
     )
+    parser.add_argument(
+        "--probe",
+        metavar="CODE",
+        help="with --preload-for: the code run with every wheel in one site-packages whose mapped libraries of other "
+        "wheels are preloaded too (default: import PKG; for a plugin that loads lazily, e.g. 'import jax; jax.devices()')",
+    )
     add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
@@ -90,6 +96,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--preload-for and --preload-from must be given together")
     if args.preload_wheels and not args.preload_for:
         raise UsageError("--preload-wheels needs --preload-for and --preload-from")
+    if args.probe is not None and not args.preload_for:
+        raise UsageError("--probe needs --preload-for and --preload-from")
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
     result = patch_wheel(
         args.wheel,
@@ -118,6 +126,8 @@ def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, Me
         list(dict.fromkeys(wheels)),
         preload_wheels=args.preload_wheels,
         cache_dir=elf_cache_dir(args),
+        probe=args.probe,
+        use_cache=not args.no_cache,
     )
 
 

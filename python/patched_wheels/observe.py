@@ -1,0 +1,268 @@
+"""What a package loads in one site-packages: the observation ``preload = "auto"`` adds to the ELF graph.
+
+The ELF graph cannot see a library a package opens itself at run time (JAX's plugin, TensorFlow's
+``dlopen("libcudart.so.12")``).  The layout every upstream tests can: the wheels are installed into one
+site-packages (:mod:`patched_wheels.probe`), a probe (default ``import PKG``) runs there, and the set's
+libraries its process maps are the observation.  Two facts are read from the mapped files' dynamic
+symbol tables, so that a preload never makes an import crash that works in one site-packages:
+
+* **extension modules** (a library defining ``PyInit_*``) are never preloaded: importing them is
+  Python's business, and loading one early runs nothing but its hazards;
+* **needs RTLD_GLOBAL**: a mapped library whose symbols another mapped library uses *without linking
+  to it* -- an undefined symbol of that library which neither its own DT_NEEDED closure, its system
+  libraries nor the interpreter defines, and which only this one library of the set defines (the
+  package loaded it with RTLD_GLOBAL for a module that is underlinked).  Every other preloaded
+  library is loaded RTLD_LOCAL: a later DT_NEEDED or ``dlopen`` by SONAME still finds it, and its
+  symbols cannot take the place of another library's in what later libraries bind to.
+
+The observation is cached persistently (kind ``observed``; key: the wheels' sha256s, the probe and
+the interpreter's cache tag and platform), and is only made where every wheel's tags match this
+interpreter: elsewhere the preload falls back to the static graph, with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Collection, Iterable, Mapping, Sequence
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+from packaging.tags import sys_tags
+from packaging.utils import parse_wheel_filename
+
+from patched_wheels import cache
+from patched_wheels.elfgraph import ElfLibrary, LibraryGraph, WheelRef
+from patched_wheels.errors import warn
+from patched_wheels.fsutil import hash_file
+from patched_wheels.layout import FLAT
+
+_SCHEMA = 1
+_MAX_ENTRY = 16 << 20
+Key = tuple[str, str]
+"""(wheel file name, install path): one library of the set."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a probe mapped in one site-packages, and what the dynamic symbol tables say about it."""
+
+    probe: str
+    mapped: frozenset[Key]
+    extensions: frozenset[Key] = frozenset()
+    """Mapped Python extension modules (they define ``PyInit_*``): never preloaded."""
+    needs_global: frozenset[Key] = frozenset()
+    """Mapped libraries another mapped library uses without linking to them: preloaded RTLD_GLOBAL."""
+    returncode: int = 0
+    error_line: str | None = None
+
+    def has(self, library: ElfLibrary, of: Collection[Key]) -> bool:
+        return (library.wheel, library.path) in of
+
+
+def tag_mismatch(wheels: Iterable[str]) -> str | None:
+    """The first of ``wheels`` (file names) this interpreter cannot install, or None when all match."""
+    supported = set(sys_tags())
+    for wheel in wheels:
+        if not set(parse_wheel_filename(wheel)[3]) & supported:
+            return wheel
+    return None
+
+
+def observe(
+    wheels: Sequence[Path | WheelRef], probe: str, graph: LibraryGraph, *, use_cache: bool = False
+) -> Observation | None:
+    """Run ``probe`` with ``wheels`` in one site-packages (or take the cached observation); None, with one
+    warning, where that cannot be done here (tags of another interpreter, a wheel that was not fetched)."""
+    refs = [WheelRef.of(wheel) for wheel in wheels]
+    mismatch = tag_mismatch(ref.filename for ref in refs)
+    if mismatch is not None:
+        warn(f"{mismatch}: its tags do not match this interpreter, so the probe cannot run here; the preload "
+             "comes from the ELF graph only (libraries the package opens itself at run time are not in it)")
+        return None
+    digests = {ref.filename: ref.sha256 or (hash_file(ref.path) if ref.path else "") for ref in refs}
+    directory = cache.cache_dir("observed") if use_cache else None
+    entry = None
+    if directory is not None and all(digests.values()):
+        entry = directory / f"{_key(sorted(digests.values()), probe)}.json"
+        cached = cache.read_json(entry, max_bytes=_MAX_ENTRY)
+        if cached is not None:
+            observation = _from_json(cached, probe, digests, graph)
+            if observation is not None:
+                return _warn_if_failed(observation)
+            warn(f"{entry}: not an observation of this wheel set; running the probe again")
+    unfetched = [ref.filename for ref in refs if ref.path is None]
+    if unfetched:
+        warn(f"{unfetched[0]}: not fetched, so the probe cannot run; the preload comes from the ELF graph only")
+        return None
+    observation = _run(refs, probe, graph)
+    if entry is not None:
+        cache.write_json(entry, _to_json(observation, digests))
+    return _warn_if_failed(observation)
+
+
+def _warn_if_failed(observation: Observation) -> Observation:
+    """A probe that fails in one site-packages still shows what it mapped up to there; say it failed."""
+    if observation.returncode != 0:
+        warn(
+            f"probe {observation.probe!r} exits with status {observation.returncode} in one site-packages "
+            f"({observation.error_line or 'no error line'}); the preload includes what it mapped until then"
+        )
+    return observation
+
+
+def _key(digests: Sequence[str], probe: str) -> str:
+    interpreter = [sys.implementation.cache_tag, sysconfig.get_platform()]
+    return hashlib.sha256(json.dumps([_SCHEMA, list(digests), probe, interpreter]).encode()).hexdigest()
+
+
+def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph) -> Observation:
+    from patched_wheels.probe import installed  # imported here: installing is what observing costs
+
+    paths = [ref.path for ref in refs if ref.path is not None]
+    with installed(paths, (FLAT,)) as installation:
+        result = installation.run(FLAT, probe, graph)
+        mapped = result.mapped or ()
+        symbols = {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
+    system = _SystemSymbols()
+    extensions = {library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)}
+    needs_global = libraries_needing_global(graph, symbols, system.defined_by, system.interpreter())
+    return Observation(
+        probe,
+        frozenset((library.wheel, library.path) for library in mapped),
+        frozenset((library.wheel, library.path) for library in extensions),
+        frozenset((library.wheel, library.path) for library in needs_global),
+        result.returncode,
+        result.error_line,
+    )
+
+
+def libraries_needing_global(
+    graph: LibraryGraph,
+    symbols: Mapping[ElfLibrary, tuple[frozenset[str], frozenset[str]]],
+    system_defined: Callable[[str], frozenset[str]],
+    interpreter: frozenset[str],
+) -> set[ElfLibrary]:
+    """The libraries of ``symbols`` (defined, undefined names of each mapped library) that another one uses
+    without linking to them: see the module docstring.  ``system_defined``: the names a system library
+    (by DT_NEEDED name) defines; ``interpreter``: the names the interpreter exports."""
+    providers: dict[str, list[ElfLibrary]] = {}
+    for library, (defined, _) in symbols.items():
+        for name in defined:
+            providers.setdefault(name, []).append(library)
+    needed: set[ElfLibrary] = set()
+    for library, (_, undefined) in symbols.items():
+        closure = graph.closure([library])
+        reachable: set[str] = set(interpreter)
+        for member in closure:
+            reachable |= symbols.get(member, (frozenset(), frozenset()))[0]
+            for name in graph.system[member]:
+                reachable |= system_defined(name)
+        for name in undefined - reachable:
+            candidates = [provider for provider in providers.get(name, ()) if provider != library]
+            if len(candidates) == 1:
+                needed.add(candidates[0])
+    return needed
+
+
+def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
+    """The names ``path``'s dynamic symbol table defines and those it needs (undefined, not weak); empty for
+    a file pyelftools cannot read (the observation then only misses a reason to load it globally)."""
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    try:
+        with open(path, "rb") as file:
+            for section in ELFFile(file).iter_sections():
+                if not isinstance(section, SymbolTableSection) or section["sh_type"] != "SHT_DYNSYM":
+                    continue
+                for symbol in section.iter_symbols():
+                    if not symbol.name or symbol["st_info"]["bind"] not in ("STB_GLOBAL", "STB_WEAK"):
+                        continue
+                    if symbol["st_shndx"] != "SHN_UNDEF":
+                        defined.add(symbol.name)
+                    elif symbol["st_info"]["bind"] == "STB_GLOBAL":
+                        undefined.add(symbol.name)
+    except (OSError, ELFError, ValueError, AssertionError):
+        return frozenset(), frozenset()
+    return frozenset(defined), frozenset(undefined)
+
+
+class _SystemSymbols:
+    """Defined names of system libraries (found as the loader would, through ld.so.cache) and of this interpreter."""
+
+    def __init__(self) -> None:
+        self._paths: dict[str, str] | None = None
+        self._defined: dict[str, frozenset[str]] = {}
+
+    def _cache_paths(self) -> dict[str, str]:
+        if self._paths is None:
+            from patched_wheels.doctor import ld_so_cache  # the loader's cache, read as doctor reads it
+
+            self._paths = {name: path for name, path in ld_so_cache().items() if os.path.exists(path)}
+        return self._paths
+
+    def defined_by(self, name: str) -> frozenset[str]:
+        if name not in self._defined:
+            path = self._cache_paths().get(name)
+            self._defined[name] = read_symbols(path)[0] if path else frozenset()
+        return self._defined[name]
+
+    def interpreter(self) -> frozenset[str]:
+        """What the interpreter exports to every extension module (its executable, and libpython if shared)."""
+        names = set(read_symbols(sys.executable)[0])
+        library = sysconfig.get_config_var("LDLIBRARY") or ""
+        directory = sysconfig.get_config_var("LIBDIR") or ""
+        if sysconfig.get_config_var("Py_ENABLE_SHARED") and library and os.path.exists(os.path.join(directory, library)):
+            names |= read_symbols(os.path.join(directory, library))[0]
+        return frozenset(names)
+
+
+def _to_json(observation: Observation, digests: Mapping[str, str]) -> dict[str, object]:
+    """Rows name wheels by sha256, so a renamed copy of the set hits."""
+
+    def rows(keys: Iterable[Key]) -> list[list[str]]:
+        return sorted([digests[wheel], path] for wheel, path in keys)
+
+    return {
+        "schema": _SCHEMA,
+        "probe": observation.probe,
+        "mapped": rows(observation.mapped),
+        "extensions": rows(observation.extensions),
+        "global": rows(observation.needs_global),
+        "returncode": observation.returncode,
+        "error": observation.error_line,
+    }
+
+
+def _from_json(value: object, probe: str, digests: Mapping[str, str], graph: LibraryGraph) -> Observation | None:
+    """A cached observation, if it has the shape :func:`_to_json` writes and names only libraries of this set."""
+    by_digest = {digest: wheel for wheel, digest in digests.items()}
+    known = {(library.wheel, library.path) for library in graph.libraries}
+    if not isinstance(value, dict) or value.get("schema") != _SCHEMA or value.get("probe") != probe:
+        return None
+    returncode, error = value.get("returncode"), value.get("error")
+    if not isinstance(returncode, int) or not isinstance(error, (str, type(None))):
+        return None
+    sets: dict[str, frozenset[Key]] = {}
+    for field in ("mapped", "extensions", "global"):
+        rows = value.get(field)
+        if not isinstance(rows, list):
+            return None
+        keys = set()
+        for row in rows:
+            if not (isinstance(row, list) and len(row) == 2 and row[0] in by_digest and isinstance(row[1], str)):
+                return None
+            key = (by_digest[row[0]], row[1])
+            if key not in known:
+                return None
+            keys.add(key)
+        sets[field] = frozenset(keys)
+    if not (sets["extensions"] | sets["global"]) <= sets["mapped"]:
+        return None
+    return Observation(probe, sets["mapped"], sets["extensions"], sets["global"], returncode, error)
