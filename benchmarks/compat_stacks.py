@@ -134,6 +134,10 @@ _ERROR_LINES = (
 )
 
 
+# doctor's verdict lines: the static ones ("as is: 3 libraries fail ..."), the run's, the comparison, an error.
+_DOCTOR_VERDICT = re.compile(r"as is: \d|as is: every|with the generated preload:|run: (?!.*\(python -S)|prediction|patched-wheels: error")
+
+
 @dataclass(frozen=True)
 class Run:
     returncode: int
@@ -247,8 +251,8 @@ def doctor(wheels: list[Path], stack: Stack, *, run: bool) -> Doctor:
     arguments = ["doctor", *map(str, wheels), "--package", stack.package]
     completed = patched_wheels(*arguments, *([f"--run={stack.probe}"] if run else []))
     lines = [line.strip() for line in (completed.stdout + completed.stderr).splitlines() if line.strip()]
-    verdicts = [line for line in lines if re.match(r"(as is|with the generated|run|patched-wheels: error)", line)]
-    return Doctor(completed.returncode, " / ".join(verdicts or lines[-2:])[:400])
+    verdicts = [line for line in lines if _DOCTOR_VERDICT.match(line)]
+    return Doctor(completed.returncode, " / ".join(verdicts or lines[-2:])[:1000])
 
 
 def layout_ok(flat: Run, per_wheel: Run) -> bool:
