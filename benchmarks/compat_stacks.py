@@ -104,8 +104,8 @@ STACKS = {
             ("cupy-cuda12x[ctk]==14.2.0",),
             "cupy",
             "cupy-cuda12x",
-            "import cupy, cupy.cuda.cufft, cupy.cuda.curand, cupy_backends.cuda.libs.cublas,"
-            " cupy_backends.cuda.libs.cusolver, cupy_backends.cuda.libs.cusparse",
+            # cupy.cuda's attributes (not `import cupy.cuda.cufft`) first load the library with cuda-pathfinder.
+            "import cupy\nfor name in ('cufft', 'curand', 'cublas', 'cusolver', 'cusparse'): getattr(cupy.cuda, name)",
         ),
         Stack(
             "onnxruntime-1.31.1",
