@@ -4,8 +4,10 @@ The oracle is the layout every upstream tests: **every wheel in one site-package
 are installed a second time **one directory per wheel**, as rules_python lays them out (data, scripts
 and headers included: see :mod:`patched_wheels.layout`), every member checked against RECORD as it is
 read and streamed to disk (the flat copy is hard-linked from the first, so each member is inflated
-once).  The code runs in a fresh interpreter -- this one, with ``-S``: no site-packages, no ``.pth``
-files -- whose ``PYTHONPATH`` holds the layout's directories only, without ``LD_LIBRARY_PATH`` and
+once).  The code runs in a fresh interpreter -- this one: in one site-packages, the python of a
+virtual environment around it (no other site-packages; ``site.getsitepackages()`` names it, as code
+such as cuda-pathfinder expects); one directory per wheel, with ``-S`` (no site-packages, no ``.pth``
+files) and a ``PYTHONPATH`` of the layout's directories only -- without ``LD_LIBRARY_PATH`` and
 ``LD_PRELOAD``, so the outcome depends on the wheels alone (a CUDA toolkit on this machine's
 LD_LIBRARY_PATH would hide a failure that the next machine sees).  At exit the child copies
 ``/proc/self/maps``, so a run names the libraries of the set that were really mapped.
@@ -22,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import venv
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -70,7 +73,7 @@ class RunResult:
     error_line: str | None
     """The first exception line of stderr (a logged one too); for a failure without one, the last line."""
     entries: int
-    """How many directories were on PYTHONPATH."""
+    """How many directories held the wheels' importable files (one site-packages, or one per wheel)."""
     mapped: tuple[ElfLibrary, ...] | None
     """The set's libraries mapped at exit; None when the process ended without its exit hook (killed, os._exit)."""
     places: tuple[str, ...] = ()
@@ -137,7 +140,11 @@ class Installation:
         entries = layout.sys_path(wheel.name for wheel in self.wheels)
         by_file = {os.path.realpath(self.file(kind, library)): library for library in graph.load_order}
         environment = {key: value for key, value in os.environ.items() if key not in _DROPPED_VARIABLES}
-        environment["PYTHONPATH"] = os.pathsep.join(entries)
+        if kind == FLAT:  # a virtual environment: its site-packages is site.getsitepackages(), as after pip
+            command = [str(Path(layout.root) / "bin" / "python"), "-c"]
+        else:  # rules_python: the interpreter with the wheels' directories on sys.path, no site-packages
+            command = [sys.executable, "-S", "-c"]
+            environment["PYTHONPATH"] = os.pathsep.join(entries)
         maps, workdir = self.root / f"maps-{kind}", self.root / "cwd"
         workdir.mkdir(exist_ok=True)  # the child's current directory (sys.path[0] for -c): empty
         timeout = run_timeout()
@@ -146,7 +153,7 @@ class Installation:
         stdout, stderr = self.root / f"stdout-{kind}", self.root / f"stderr-{kind}"
         with open(stdout, "wb") as out, open(stderr, "wb") as err:  # files: output of any size, bounded memory
             child = subprocess.Popen(
-                [sys.executable, "-S", "-c", _CHILD, str(maps), code],
+                [*command, _CHILD, str(maps), code],
                 env=environment,
                 cwd=workdir,
                 stdin=subprocess.DEVNULL,
@@ -201,6 +208,11 @@ def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) 
         for layout in list(layouts.values())[1:]:
             for wheel in wheels:
                 _link_install(wheel, first, layout)
+        if FLAT in layouts:
+            # pip's target is a virtual environment: code that looks for libraries through
+            # site.getsitepackages() (cuda-pathfinder, as CuPy does) finds them there, never in this
+            # interpreter's own site-packages, which the environment does not include.
+            venv.EnvBuilder(symlinks=True, with_pip=False).create(str(layouts[FLAT].root))
         yield Installation(root, wheels, layouts)
 
 

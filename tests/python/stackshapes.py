@@ -289,3 +289,38 @@ def build_framework_stack(dest: Path) -> Stack:
         ),
     )
     return Stack(wheels, "faketf", package, "import faketf; print(faketf.answer())", "12:7", FRAMEWORK_LIBRARIES)
+
+
+PATHFINDER_LIBRARY = "fake_cufft/lib/libcufftx.so.1"
+_PATHFINDER_INIT = '''"""fakecupy: finds its library as cuda-pathfinder does, under site.getsitepackages(), else by SONAME."""
+import ctypes
+import os
+import site
+
+_path = next(
+    (os.path.join(d, "fake_cufft", "lib", "libcufftx.so.1") for d in site.getsitepackages()
+     if os.path.isfile(os.path.join(d, "fake_cufft", "lib", "libcufftx.so.1"))),
+    None,
+)
+try:
+    _fft = ctypes.CDLL(_path or "libcufftx.so.1")  # by SONAME: found when a preload loaded it already
+except OSError:
+    _fft = None
+
+
+def answer():
+    return _fft.fft_value() if _fft is not None else 0
+'''
+
+
+def build_pathfinder_stack(dest: Path) -> Stack:
+    """CuPy's shape: the package finds another wheel's library under ``site.getsitepackages()`` (which
+    names a virtual environment's site-packages, never a ``PYTHONPATH`` entry), else by SONAME."""
+    build = dest / "build-pathfinder"
+    build.mkdir(parents=True, exist_ok=True)
+    fft = _shared(build, "libcufftx.so.1", "int fft_value(void) { return 42; }\n")
+    wheels = (
+        _wheel(dest, "fake-cufft", {"fake_cufft/__init__.py": b"", PATHFINDER_LIBRARY: fft}),
+        package := _wheel(dest, "fakecupy", {"fakecupy/__init__.py": _PATHFINDER_INIT.encode()}, requires=["fake-cufft"]),
+    )
+    return Stack(wheels, "fakecupy", package, "import fakecupy; print(fakecupy.answer())", "42", {"fft": PATHFINDER_LIBRARY})

@@ -10,7 +10,9 @@ import pytest
 import stackshapes
 from fakecuda import build_fake_cuda_wheels, flat_layout, per_wheel_layout, run_import
 from patched_wheels.cli import main
+from patched_wheels.elfgraph import read_graph
 from patched_wheels.layout import SITE_PACKAGES
+from patched_wheels.probe import compare
 from patched_wheels.preload import PRELOAD_MODULE, PreloadList, preload_member_edits, read_preload_module, render_preload_module
 from patched_wheels.rpath import rpath_edit
 from patched_wheels.surgery import patch_wheel
@@ -209,3 +211,18 @@ def test_a_self_preloading_package_patched_still_works(tmp_path):
     for layout in (flat_layout, per_wheel_layout):
         result = run_import(layout([*wheels.nvidia.values(), patched], tmp_path / layout.__name__))
         assert result.returncode == 0 and result.stdout.strip() == "122", result.stderr
+
+
+def test_a_package_searching_site_getsitepackages_is_judged_against_a_real_environment(tmp_path):
+    """The one-site-packages run is a virtual environment, so cuda-pathfinder's search finds the set's
+    libraries there (with PYTHONPATH it searched this interpreter's site-packages and failed in both
+    layouts: doctor called that "same as in one site-packages", and the probe saw nothing to preload)."""
+    stack = stackshapes.build_pathfinder_stack(tmp_path / "stack")
+    graph = read_graph(list(stack.wheels))
+    before = compare(list(stack.wheels), stack.code, graph)
+    assert before.flat.stdout.strip() == stack.expected and before.per_wheel.stdout.strip() == "0"
+    assert [library.path for library in before.missing] == [stack.libraries["fft"]]
+    patched, wheel_set = _patched(stack, tmp_path)
+    assert _preload_of(patched, f"fakecupy/{PRELOAD_MODULE}.py").libraries == (stack.libraries["fft"],)
+    after = compare(wheel_set, stack.code, read_graph(wheel_set))
+    assert after.per_wheel.stdout.strip() == stack.expected and not after.missing, after.differences
