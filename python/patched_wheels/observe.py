@@ -48,7 +48,7 @@ from patched_wheels.wheelfile import WheelFilename
 if TYPE_CHECKING:
     from patched_wheels.probe import Installation
 
-_SCHEMA = 1
+_SCHEMA = 2  # 2: one site-packages is a virtual environment (observations of the PYTHONPATH run missed libraries)
 # Elf_Sym fields: binding (st_info >> 4) and the section index of an undefined symbol.
 _STB_GLOBAL, _STB_WEAK, _SHN_UNDEF = 1, 2, 0
 _MAX_ENTRY = 16 << 20
