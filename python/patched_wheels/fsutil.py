@@ -70,14 +70,15 @@ class NotRegularFileError(ValueError):
     """A path that must be a regular file of bounded size is something else; the message says what."""
 
 
-def open_regular_file(path: Path | str, *, dir_fd: int | None = None) -> int:
+def open_regular_file(path: Path | str, *, dir_fd: int | None = None, follow_links: bool = False) -> int:
     """A read-only descriptor of ``path`` if it is a regular file, else :class:`NotRegularFileError`.
 
     Opened without following a final symbolic link (``O_NOFOLLOW``: a link is refused, not read
-    through) and without blocking (``O_NONBLOCK``: opening a FIFO with no writer would wait
-    forever), and checked with ``fstat`` on what was opened, so a device or socket is not read.
+    through; ``follow_links`` for an input that may be one, as Bazel hands a label's file) and without
+    blocking (``O_NONBLOCK``: opening a FIFO with no writer would wait forever), and checked with
+    ``fstat`` on what was opened, so a device or socket is not read.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
         handle = os.open(path, flags, dir_fd=dir_fd)
     except OSError as error:
@@ -111,10 +112,10 @@ def read_descriptor(handle: int, *, max_bytes: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_regular_file(path: Path | str, *, max_bytes: int) -> bytes:
-    """The content of ``path``, which must be a regular file (not a link) of at most ``max_bytes``:
-    else :class:`NotRegularFileError` (or ``OSError``), never a hang or an unbounded read."""
-    handle = open_regular_file(path)
+def read_regular_file(path: Path | str, *, max_bytes: int, follow_links: bool = False) -> bytes:
+    """The content of ``path``, which must be a regular file (not a link, unless ``follow_links``) of at
+    most ``max_bytes``: else :class:`NotRegularFileError` (or ``OSError``), never a hang or an unbounded read."""
+    handle = open_regular_file(path, follow_links=follow_links)
     try:
         return read_descriptor(handle, max_bytes=max_bytes, size=os.fstat(handle).st_size)
     finally:

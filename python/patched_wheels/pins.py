@@ -13,9 +13,7 @@ option or token there.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -25,7 +23,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from patched_wheels.errors import InvalidLockError, UsageError
-from patched_wheels.fsutil import NotRegularFileError, read_descriptor
+from patched_wheels.fsutil import NotRegularFileError, read_regular_file
 
 #: Lock formats, as the CLI flags name them (``--requirements``, ``--uv-lock``, ``--pylock``).
 FORMATS = ("requirements", "uv-lock", "pylock")
@@ -38,14 +36,7 @@ def read_lock_text(path: Path) -> str:
     of at most ``MAX_LOCK_BYTES``; anything else is one error line naming the file. Unlike a cache file,
     a lock may be a symbolic link (Bazel hands a label's file to a repository rule as one)."""
     try:
-        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            status = os.fstat(handle)
-            if not stat.S_ISREG(status.st_mode):
-                raise NotRegularFileError("not a regular file (a FIFO, device, socket or directory)")
-            data = read_descriptor(handle, max_bytes=MAX_LOCK_BYTES, size=status.st_size)
-        finally:
-            os.close(handle)
+        data = read_regular_file(path, max_bytes=MAX_LOCK_BYTES, follow_links=True)
     except NotRegularFileError as error:
         raise InvalidLockError(f"{path}: {error}; not a lock we read") from None
     except OSError as error:

@@ -70,11 +70,9 @@ def _load(path: Path, parse: Any, what: str) -> Any:
     """``parse`` of the JSON in ``path``; any flaw is one error naming the file (the rule wrote it, so a
     flaw means the Starlark and Python sides of a schema disagree). Only a regular file of bounded size
     is read: a FIFO or a device (``/dev/zero``) never is."""
+    from patched_wheels.fsutil import read_regular_file
+
     try:
-        if not path.is_file():
-            raise ValueError("not a regular file")
-        if path.stat().st_size > _MAX_JSON_BYTES:
-            raise ValueError(f"over {_MAX_JSON_BYTES} bytes")
-        return parse(json.loads(path.read_text(encoding="utf-8")))
+        return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{path}: cannot read the {what}: {error}") from None
