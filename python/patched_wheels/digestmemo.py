@@ -16,9 +16,8 @@ import stat
 from pathlib import Path
 
 from patched_wheels.cache import read_json, write_json
-from patched_wheels.elfcache import SHA256
 from patched_wheels.errors import warn
-from patched_wheels.fsutil import FileStamp, hash_stream, settled_stamp
+from patched_wheels.fsutil import SHA256_HEX, FileStamp, hash_stream, settled_stamp
 
 __all__ = ["memo_file", "sha256_of"]
 
@@ -64,7 +63,7 @@ def _lookup(file: Path, key: dict[str, int]) -> str | None:
         or set(value) != {*_FIELDS, "sha256"}
         or not all(type(value[field]) is int for field in _FIELDS)
         or not isinstance(value["sha256"], str)
-        or not SHA256.fullmatch(value["sha256"])
+        or not SHA256_HEX.fullmatch(value["sha256"])
     ):
         warn(f"{file}: cache entry ignored (not a file digest entry)")
         return None

@@ -10,7 +10,6 @@ through :mod:`patched_wheels.cache` (trust, bounds, a miss for anything wrong).
 
 from __future__ import annotations
 
-import re
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
@@ -19,13 +18,12 @@ from typing import Iterable, Mapping, Sequence
 from patched_wheels.cache import read_json, write_json
 from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, starts_as_elf
 from patched_wheels.errors import warn
+from patched_wheels.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import is_safe_member_path
 
 # In every cache file name: rows of another layout are never read (2: keyed by sha256, rows without the file name;
 # 3: data-scheme libraries included).
 CACHE_SCHEMA = 3
-SHA256 = re.compile(r"[0-9a-f]{64}")
-"""A cache key: a sha256 as hex digits."""
 _ROW_FIELDS = frozenset(field for field in ElfLibrary.__dataclass_fields__ if field != "wheel")
 # Bounds on what a cache file may hold, whatever it claims (a row is a few hundred bytes).
 _MAX_CACHE_BYTES = 16 << 20
@@ -166,4 +164,4 @@ def wheel_problem(wheel: Path, members: Mapping[str, zipfile.ZipInfo], libraries
 def cached_digests(digests: Iterable[str], cache_dir: Path) -> list[str]:
     """Those of ``digests`` whose rows ``cache_dir`` holds, valid: such wheels need no file to be scanned."""
     cache = ElfCache(cache_dir)
-    return [digest for digest in dict.fromkeys(digests) if SHA256.fullmatch(digest) and cache.load(digest, "") is not None]
+    return [digest for digest in dict.fromkeys(digests) if SHA256_HEX.fullmatch(digest) and cache.load(digest, "") is not None]

@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from patched_wheels.elfcache import SHA256, ElfCache, wheel_problem
+from patched_wheels.elfcache import ElfCache, wheel_problem
 from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
-from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.digestmemo import sha256_of
+from patched_wheels.errors import ElfError, UsageError, warn
+from patched_wheels.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import WheelReader
 
 # Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
@@ -45,7 +46,7 @@ class WheelRef:
     path: Path | None = None
 
     def __post_init__(self) -> None:
-        if self.sha256 and not SHA256.fullmatch(self.sha256):
+        if self.sha256 and not SHA256_HEX.fullmatch(self.sha256):
             raise UsageError(f"{self.filename}: sha256 {self.sha256!r} is not 64 lowercase hex digits")
         if self.path is not None and self.path.name != self.filename:
             raise UsageError(f"{self.path}: named {self.filename} in the wheel set; the file must have that name")

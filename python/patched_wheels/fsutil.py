@@ -28,6 +28,8 @@ _FILE_MODE = 0o644
 _DIRECTORY_MODE = 0o755
 _TEMP_SUFFIX = ".tmp"
 _CHUNK = 1 << 20
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+"""A sha256 as :func:`hash_file` gives it (and locks, caches and Bazel name it): 64 lowercase hex digits."""
 _TEMP_NAME = re.compile(r"\..+\.pw-(?P<pid>[0-9]+)-[^/]*\.tmp")
 _STARTED = time.time()
 _swept: set[str] = set()

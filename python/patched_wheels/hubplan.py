@@ -17,7 +17,6 @@ WORKSPACE mode the rule runs both.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
@@ -27,6 +26,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from patched_wheels.elfgraph import WheelRef
 from patched_wheels.errors import UsageError
+from patched_wheels.fsutil import SHA256_HEX
 from patched_wheels.lockplan import INDEX_OPTIONS
 from patched_wheels.packages import module_name
 from patched_wheels.resolve import ResolvedWheel
@@ -40,7 +40,6 @@ LOCK_FORMATS = {"requirements_lock": "requirements", "uv_lock": "uv-lock", "pylo
 #: deleted after the build; ``index`` is served.
 ORIGINALS, GRAPH_ONLY, INDEX = "originals", "_graph", "index"
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -298,7 +297,7 @@ def _spec_problem(spec: PatchedWheelSpec) -> str | None:
     """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is."""
     if bool(spec.urls) != bool(spec.sha256):
         return "urls and sha256 go together: give both or neither"
-    if spec.sha256 and not _SHA256.fullmatch(spec.sha256):
+    if spec.sha256 and not SHA256_HEX.fullmatch(spec.sha256):
         return f'sha256 = "{spec.sha256}" is not 64 lower-case hex digits'
     if spec.preload != "auto":
         for attribute in ("preload_wheels", "preload_package", "probe"):
@@ -441,7 +440,7 @@ def _check_filename(wheel: ResolvedWheel, request: HubRequest) -> None:
         valid = "/" not in wheel.filename and "\0" not in wheel.filename
     except InvalidWheelFilename:
         valid = False
-    if not valid or not _SHA256.fullmatch(wheel.sha256):
+    if not valid or not SHA256_HEX.fullmatch(wheel.sha256):
         attribute, path = request.lock
         raise UsageError(
             f'{request.index_call}: {attribute} = "{path}": {wheel.project} resolves to {wheel.filename!r} '

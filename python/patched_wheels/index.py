@@ -32,7 +32,6 @@ import hashlib
 import html
 import json
 import os
-import re
 import shutil
 import stat
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from packaging.version import Version
 
 from patched_wheels.cache import read_json
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
-from patched_wheels.fsutil import hash_file, holds, read_regular_file, stage_tree, switch_tree, write_temp
+from patched_wheels.fsutil import SHA256_HEX, hash_file, holds, read_regular_file, stage_tree, switch_tree, write_temp
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.wheelfile import WheelFilename
 
@@ -61,7 +60,6 @@ _CACHE_FORMAT = 1
 _MAX_CACHE_BYTES = 16 << 20  # the hash cache: about 60,000 files' entries
 _MAX_METADATA_BYTES = 64 << 20  # a .metadata file we wrote, compared with the wheel's METADATA
 _SDIST_SUFFIXES = (".tar.gz", ".zip")
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -250,7 +248,7 @@ def _from_cache(candidate: _Candidate, entry: object) -> IndexedFile | None:
     if (
         not isinstance(entry, dict)
         or not isinstance(entry.get("sha256"), str)
-        or not _SHA256_HEX.fullmatch(entry["sha256"])
+        or not SHA256_HEX.fullmatch(entry["sha256"])
         or not isinstance(entry.get("requires_python"), (str, type(None)))
         or entry.get("size") != candidate.stat.st_size
         or entry.get("mtime_ns") != candidate.stat.st_mtime_ns
