@@ -5,7 +5,7 @@ Starlark keeps what Bazel needs at load time (the attributes) and the I/O (downl
 helper); every decision is the helper's plan (python/patched_wheels/hubplan.py), which this file only
 feeds (`hub_request`) and follows."""
 
-load(":helper.bzl", "add_patchelf", "prepare_helper", "run_helper")
+load(":helper.bzl", "prepare_helper", "run_helper")
 load(":rules_python_version.bzl", "INDEX_OPTIONS", "rules_python_version")
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
@@ -119,8 +119,6 @@ def _patched_hub_impl(rctx):
         ["hub", "plan", "--request", request.path, "--resolved", str(rctx.path("_plan/resolved.json")), "--config-out", config],
         progress = "planning the hub",
     ))
-    if plan["needs_patchelf"]:
-        helper = add_patchelf(rctx, helper)
     for number, fetch in enumerate(plan["fetch"]):
         rctx.report_progress("fetching %s (%d of %d)" % (fetch["output"], number + 1, len(plan["fetch"])))
         rctx.download(url = fetch["urls"], output = fetch["output"], sha256 = fetch["sha256"])

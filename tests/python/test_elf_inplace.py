@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fakecuda import build_wheel, compile_shared
-from patched_wheels import elfgrow
+from patched_wheels import elfgrow, rpath
 from patched_wheels.elfedit import DT_RPATH, DT_RUNPATH, overwrite_in_place, read_dynamic
 from patched_wheels.errors import ElfError
 from rpathfixture import patchelf_binary
@@ -50,7 +50,7 @@ def test_a_fitting_edit_is_patchelfs_bytes_without_patchelf(tmp_path, monkeypatc
     force = ["--force-rpath"] if kind == "DT_RPATH" else []
     expected = _by_patchelf(library, ["--set-rpath", entries, *force], tmp_path)
     assert expected != library.read_bytes() and len(expected) == len(library.read_bytes())  # patchelf too edited in place
-    monkeypatch.setattr(elfgrow, "grow_dynamic", None)  # growing the table would fail the patch
+    monkeypatch.setattr(rpath, "grow_dynamic", None)  # growing the table would fail the patch
     result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=[rpath_edit(MEMBER, entries)])
     with zipfile.ZipFile(result.path) as archive:
         assert archive.read(MEMBER) == expected
