@@ -12,9 +12,10 @@ and the children it reaped (``os.wait4``: patchelf counts), medians, ratios to `
 
 Untimed checks of this tree's output: ``readelf -d`` and patchelf ``--print-rpath`` (and pyelftools)
 read the new search path of ``libtorch_cuda.so``; and, since that library cannot load without the CUDA
-wheels, a second patch grows ``libtorch_cpu.so`` (467 MB, no CUDA dependency) and ``libc10.so`` the
-same way, and the real loader opens the grown ``libtorch_cpu.so`` (``ctypes.CDLL`` in a subprocess)
-from a directory that holds only what it needs from the wheel, found through the edited search path.
+wheels, a second patch grows ``libtorch_cpu.so`` (467 MB) and ``libc10.so`` the same way: the real
+loader (``ld.so --list``) resolves the grown ``libtorch_cpu.so``'s ``libc10.so`` and ``libgomp`` from a
+directory only the new search path reaches (its CUDA ones stay missing: no nvidia wheels here), and
+loads the grown ``libc10.so`` (``ctypes.CDLL`` in a subprocess; it needs only system libraries).
 
 Target (issue 19): peak RSS <= 200 MiB.  Exit 1 when this tree misses it or a check fails.
 """
@@ -37,6 +38,7 @@ from torch_wheels import TORCH, ensure_wheels
 CUDA = "torch/lib/libtorch_cuda.so"
 CPU = ("torch/lib/libtorch_cpu.so", "torch/lib/libc10.so")
 PREPEND = "$ORIGIN/../../nvidia/cusparselt/lib:$ORIGIN/../../a/directory/that/makes/the/search/path/longer"
+LOADER = "/lib64/ld-linux-x86-64.so.2"
 RSS_TARGET = 200 << 20
 MIB = 1 << 20
 
@@ -96,12 +98,19 @@ def check(output: Path, wheel: Path, work: Path, env: dict[str, str]) -> list[st
         cpu = _extract(cpu_wheel, CPU[0], lib)
         for member in (CPU[1], "torch/lib/libgomp-a34b3233.so.1"):
             _extract(cpu_wheel, member, hidden)
-        code = f"import ctypes; ctypes.CDLL({str(cpu)!r}); print('loaded')"
+        listed = subprocess.run([LOADER, "--list", str(cpu)], capture_output=True, text=True).stdout
+        for member in (CPU[1], "torch/lib/libgomp-a34b3233.so.1"):
+            name = Path(member).name
+            if f"{name} => {hidden / name}" not in listed:
+                failures.append(f"{CPU[0]} grown: the loader does not find {name} through the new search path:\n{listed}")
+        if not failures:
+            print(f"{CPU[0]} grown ({cpu.stat().st_size} bytes): the loader finds libc10.so, libgomp through the new search path", flush=True)
+        code = f"import ctypes; ctypes.CDLL({str(hidden / Path(CPU[1]).name)!r}); print('loaded')"
         loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if loaded.stdout.strip() != "loaded":
-            failures.append(f"{CPU[0]} grown does not load: {loaded.stderr.strip()[-300:]}")
+            failures.append(f"{CPU[1]} grown does not load: {loaded.stderr.strip()[-300:]}")
         else:
-            print(f"{CPU[0]} grown ({cpu.stat().st_size} bytes): loaded by the real loader through the new search path", flush=True)
+            print(f"{CPU[1]} grown: loaded by the real loader (ctypes.CDLL)", flush=True)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(work / "a", ignore_errors=True)

@@ -245,3 +245,69 @@ def test_read_dynamic_refuses_what_it_cannot_stream(tmp_path):
     data = _chain(tmp_path, "runpath").read_bytes()
     with pytest.raises(ElfError, match=r"^w.whl: m.so: not an ELF file"):
         read_dynamic(lambda: iter([b"\x7fELF\x09" + data[5:]]), "w.whl: m.so")
+
+
+def _synthetic_library(wide: bool, order: str) -> bytes:
+    """A minimal shared library of any class and byte order (gcc here builds only 64-bit little-endian):
+    one PT_LOAD with a .bss, PT_DYNAMIC (DT_NEEDED, DT_RUNPATH ``$ORIGIN``, DT_STRTAB, DT_STRSZ), sections."""
+    word = "Q" if wide else "I"
+    ehsize, phentsize, shentsize, dynsize = (64, 56, 64, 16) if wide else (52, 32, 40, 8)
+    base = 0x10000
+    dynstr = b"\0libfoo.so\0$ORIGIN\0"
+    shstrtab = b"\0.dynstr\0.dynamic\0.bss\0.shstrtab\0"
+    dynstr_offset = ehsize + 2 * phentsize
+    dynamic_offset = -(-(dynstr_offset + len(dynstr)) // 8) * 8
+    entries = [(1, 1), (29, 11), (5, base + dynstr_offset), (10, len(dynstr)), (0, 0)]
+    dynamic = b"".join(struct.pack(order + ("qQ" if wide else "iI"), *entry) for entry in entries)
+    end = dynamic_offset + len(dynamic)
+    shstrtab_offset = end
+    shoff = -(-(shstrtab_offset + len(shstrtab)) // 8) * 8
+    program = (
+        (lambda kind, flags, offset, vaddr, filesz, memsz, align: struct.pack(order + "IIQQQQQQ", kind, flags, offset, vaddr, vaddr, filesz, memsz, align))
+        if wide
+        else (lambda kind, flags, offset, vaddr, filesz, memsz, align: struct.pack(order + "IIIIIIII", kind, offset, vaddr, vaddr, filesz, memsz, flags, align))
+    )
+    programs = program(1, 6, 0, base, end, end + 0x40, 0x1000) + program(2, 6, dynamic_offset, base + dynamic_offset, len(dynamic), len(dynamic), 8)
+    section = struct.Struct(order + ("IIQQQQIIQQ" if wide else "IIIIIIIIII"))
+    sections = b"".join(
+        section.pack(*fields)
+        for fields in (
+            (0,) * 10,
+            (1, 3, 2, base + dynstr_offset, dynstr_offset, len(dynstr), 0, 0, 1, 0),
+            (9, 6, 3, base + dynamic_offset, dynamic_offset, len(dynamic), 1, 0, 8, dynsize),
+            (18, 8, 3, base + end, end, 0x40, 0, 0, 8, 0),
+            (23, 3, 0, 0, shstrtab_offset, len(shstrtab), 0, 0, 1, 0),
+        )
+    )
+    ident = b"\x7fELF" + bytes([2 if wide else 1, 1 if order == "<" else 2, 1]) + bytes(9)
+    header = ident + struct.pack(order + f"HHI{word}{word}{word}IHHHHHH", 3, 62 if wide else 20, 1, 0, ehsize, shoff, 0, ehsize, phentsize, 2, shentsize, 5, 4)
+    image = bytearray(shoff + len(sections))
+    image[: len(header)] = header
+    image[ehsize : ehsize + len(programs)] = programs
+    image[dynstr_offset : dynstr_offset + len(dynstr)] = dynstr
+    image[dynamic_offset:end] = dynamic
+    image[shstrtab_offset : shstrtab_offset + len(shstrtab)] = shstrtab
+    image[shoff:] = sections
+    return bytes(image)
+
+
+@pytest.mark.parametrize(("wide", "order"), [(True, "<"), (True, ">"), (False, "<"), (False, ">")], ids=["64le", "64be", "32le", "32be"])
+def test_every_class_and_byte_order_grows_and_pyelftools_reads_it(tmp_path, wide, order):
+    library = tmp_path / "lib.so"
+    library.write_bytes(_synthetic_library(wide, order))
+    assert _pyelftools_tags(library) == {"DT_RUNPATH": "$ORIGIN"}
+    before = read_dynamic(_chunks(library), "x").dynamic["offset"]
+    _grow(library)
+    assert read_dynamic(_chunks(library), "x").dynamic["offset"] == before  # DT_RUNPATH there: rewritten in place
+    _grow(library, {DT_RUNPATH: (NEW + ":$ORIGIN").encode(), DT_SONAME: b"libsynthetic.so"})  # a tag added: .dynamic moves
+    layout = read_dynamic(_chunks(library), "x")
+    assert layout.search_path() == NEW + ":$ORIGIN" and layout.string(DT_SONAME) == b"libsynthetic.so"
+    assert layout.dynamic["offset"] > before
+    assert _pyelftools_tags(library) == {"DT_RUNPATH": NEW + ":$ORIGIN", "DT_SONAME": "libsynthetic.so"}
+    with open(library, "rb") as handle:
+        elf = ELFFile(handle)
+        assert elf.get_section_by_name(".bss")["sh_type"] == "SHT_PROGBITS"
+        assert [tag.needed for tag in elf.get_section_by_name(".dynamic").iter_tags() if tag.entry.d_tag == "DT_NEEDED"] == ["libfoo.so"]
+        (load,) = [segment for segment in elf.iter_segments() if segment["p_type"] == "PT_LOAD"]
+        dynamic = next(segment for segment in elf.iter_segments() if segment["p_type"] == "PT_DYNAMIC")
+        assert load["p_filesz"] == load["p_memsz"] and dynamic["p_offset"] + dynamic["p_filesz"] <= load["p_offset"] + load["p_filesz"]

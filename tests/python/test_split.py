@@ -19,7 +19,7 @@ from fakecuda import (
     per_wheel_layout,
     run_import,
 )
-from patched_wheels import elfgraph, elfgrow, rewrite, split, surgery
+from patched_wheels import elfgraph, elfgrow, rewrite, surgery
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import read_graph
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
