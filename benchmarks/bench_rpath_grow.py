@@ -13,7 +13,7 @@ and the children it reaped (``os.wait4``: patchelf counts), medians, ratios to `
 Untimed checks of this tree's output: ``readelf -d`` and patchelf ``--print-rpath`` (and pyelftools)
 read the new search path of ``libtorch_cuda.so``; and, since that library cannot load without the CUDA
 wheels, a second patch grows ``libtorch_cpu.so`` (467 MB) and ``libc10.so`` the same way: the real
-loader (``ld.so --list``) resolves the grown ``libtorch_cpu.so``'s ``libc10.so`` and ``libgomp`` from a
+loader (``LD_DEBUG=libs`` of a ``ctypes.CDLL``) resolves the grown ``libtorch_cpu.so``'s ``libc10.so`` and ``libgomp`` from a
 directory only the new search path reaches (its CUDA ones stay missing: no nvidia wheels here), and
 loads the grown ``libc10.so`` (``ctypes.CDLL`` in a subprocess; it needs only system libraries).
 
@@ -38,7 +38,6 @@ from torch_wheels import TORCH, ensure_wheels
 CUDA = "torch/lib/libtorch_cuda.so"
 CPU = ("torch/lib/libtorch_cpu.so", "torch/lib/libc10.so")
 PREPEND = "$ORIGIN/../../nvidia/cusparselt/lib:$ORIGIN/../../a/directory/that/makes/the/search/path/longer"
-LOADER = "/lib64/ld-linux-x86-64.so.2"
 RSS_TARGET = 200 << 20
 MIB = 1 << 20
 
@@ -72,6 +71,21 @@ def _search_path(library: Path) -> tuple[str, str, str]:
     return line.split("[", 1)[1].rstrip("]"), printed.strip(), parsed
 
 
+def _found_at(debug: str, name: str) -> str | None:
+    """Where ``LD_DEBUG=libs`` output says the loader found ``name``: the last file it tried in that search."""
+    tried: str | None = None
+    searching = False
+    for line in debug.splitlines():
+        text = line.split(":", 1)[-1].strip()
+        if text.startswith("find library="):
+            if searching:
+                return tried
+            searching = text.startswith(f"find library={name} ")
+        elif searching and text.startswith("trying file="):
+            tried = text.removeprefix("trying file=")
+    return tried if searching else None
+
+
 def check(output: Path, wheel: Path, work: Path, env: dict[str, str]) -> list[str]:
     """The untimed checks (see the module docstring); each failure is a line."""
     failures: list[str] = []
@@ -98,11 +112,13 @@ def check(output: Path, wheel: Path, work: Path, env: dict[str, str]) -> list[st
         cpu = _extract(cpu_wheel, CPU[0], lib)
         for member in (CPU[1], "torch/lib/libgomp-a34b3233.so.1"):
             _extract(cpu_wheel, member, hidden)
-        listed = subprocess.run([LOADER, "--list", str(cpu)], capture_output=True, text=True).stdout
+        code = f"import ctypes; ctypes.CDLL({str(cpu)!r})"  # fails later, on the CUDA libraries; LD_DEBUG shows where
+        debug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "LD_DEBUG": "libs"}).stderr
         for member in (CPU[1], "torch/lib/libgomp-a34b3233.so.1"):
             name = Path(member).name
-            if f"{name} => {hidden / name}" not in listed:
-                failures.append(f"{CPU[0]} grown: the loader does not find {name} through the new search path:\n{listed}")
+            found = _found_at(debug, name)
+            if found is None or os.path.normpath(found) != str(hidden / name):
+                failures.append(f"{CPU[0]} grown: the loader found {name} at {found}, not through the new search path")
         if not failures:
             print(f"{CPU[0]} grown ({cpu.stat().st_size} bytes): the loader finds libc10.so, libgomp through the new search path", flush=True)
         code = f"import ctypes; ctypes.CDLL({str(hidden / Path(CPU[1]).name)!r}); print('loaded')"

@@ -26,7 +26,6 @@ from patched_wheels.errors import ElfError
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 5, 10, 14, 15, 29
 _STRING_TAGS = (DT_SONAME, DT_RPATH, DT_RUNPATH)
-_TAG_NAMES = {DT_SONAME: "DT_SONAME", DT_RPATH: "DT_RPATH", DT_RUNPATH: "DT_RUNPATH"}
 _MAX_TABLE = 1 << 20  # program headers, dynamic section: a few kilobytes in any real library
 _MAX_SECTION_TABLE = 8 << 20  # 65535 section headers of 64 bytes, and room
 _MAX_STRING = 1 << 16  # a search path or SONAME longer than this is not one a linker wrote
@@ -198,7 +197,7 @@ def read_dynamic(open_chunks: OpenChunks, where: str) -> DynamicLayout:
     if len(found[DT_STRTAB]) != 1 or len(found[DT_STRSZ]) != 1:
         raise ElfError(f"{where}: expected one DT_STRTAB and one DT_STRSZ in the dynamic section")
     strtab, strsz = found[DT_STRTAB][0], found[DT_STRSZ][0]
-    strtab_offset = file_offset(programs, strtab, strsz)
+    strtab_offset = _file_offset(programs, strtab, strsz)
     if strtab_offset is None:
         raise ElfError(f"{where}: the dynamic string table (DT_STRTAB, DT_STRSZ) lies outside every PT_LOAD's file bytes")
     strings: dict[int, bytes] = {}
@@ -214,16 +213,12 @@ def read_dynamic(open_chunks: OpenChunks, where: str) -> DynamicLayout:
     )
 
 
-def file_offset(programs: tuple[dict[str, int], ...], address: int, size: int) -> int | None:
+def _file_offset(programs: tuple[dict[str, int], ...], address: int, size: int) -> int | None:
     """The file offset of ``size`` bytes at ``address``, if one PT_LOAD maps them all from the file."""
     for program in programs:
         if program["type"] == PT_LOAD and program["vaddr"] <= address and address + size <= program["vaddr"] + program["filesz"]:
             return program["offset"] + address - program["vaddr"]
     return None
-
-
-def tag_name(tag: int) -> str:
-    return _TAG_NAMES[tag]
 
 
 def overwrite_in_place(layout: DynamicLayout, tags: tuple[int, ...], new: bytes) -> tuple[int, bytes] | None:
