@@ -12,9 +12,9 @@ every wheel in one site-packages (pip's layout: a virtual environment of this
 interpreter) and one directory per wheel (rules_python's: this interpreter with
 ``-S`` and PYTHONPATH = those directories only), data files included, runs CODE
 (default ``import PKG``) in both and reports each run's exit status, first error
-line and the set's libraries it mapped.  The verdict, and the exit status, is the difference: it passes when one
-directory per wheel does what one site-packages does (a failure in both is not
-the layout's).  PKG is written as Python imports it (``jax_plugins.xla_cuda12``).
+line and the set's libraries it mapped.  The verdict, and the exit status, is the
+difference: it passes when one directory per wheel does what one site-packages
+does (a failure in both is not the layout's).  PKG is written as Python imports it (``jax_plugins.xla_cuda12``).
 ``--probe CODE`` (default with ``--run``: the import of PKG) adds what it maps in
 one site-packages to the generated preload, as ``preload = "auto"`` does.
 Put ``--run`` after the wheels, or write ``--run=CODE``.
