@@ -63,6 +63,7 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
     environment = {
         "PYTHONPATH": ":".join(paths),
         "PYTHONPYCACHEPREFIX": str(ctx.path("_helper/pycache")),
+        "PYTHONDONTWRITEBYTECODE": "",  # empty is unset: a shell's PYTHONDONTWRITEBYTECODE=1 must not undo the above
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH,
     }
