@@ -3,7 +3,10 @@
 Both `repository_ctx` and `module_ctx` offer download/execute/path/which, so every function here takes
 either. The helper's own dependencies are pinned wheels fetched by Bazel's downloader (so they live in
 the repository cache) and put on PYTHONPATH: nothing is assumed about the interpreter's site-packages.
-Pure-Python wheels import straight from the `.whl` (zipimport).
+Pure-Python wheels are extracted (a zip import compiles every module again in every process), and
+bytecode goes to `_helper/pycache` (PYTHONPYCACHEPREFIX), never beside the helper's sources, a tree
+Bazel watches: each later run of the helper in the same repository rule or extension imports compiled
+modules.
 """
 
 _PURE_WHEELS = [
@@ -48,12 +51,13 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
         ctx.watch_tree(package_dir)
     paths = [str(package_dir.dirname)]
     for wheel in _PURE_WHEELS:
-        output = "_helper/" + wheel.filename
-        ctx.download(url = wheel.url, output = output, sha256 = wheel.sha256)
+        output = "_helper/" + wheel.filename.removesuffix(".whl")
+        ctx.download_and_extract(url = wheel.url, output = output, sha256 = wheel.sha256, type = "zip")
         paths.append(str(ctx.path(output)))
     environment = {
         "PYTHONPATH": ":".join(paths),
-        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPYCACHEPREFIX": str(ctx.path("_helper/pycache")),
+        "PYTHONDONTWRITEBYTECODE": "",  # empty is unset: a shell's PYTHONDONTWRITEBYTECODE=1 must not undo the above
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH,
     }
