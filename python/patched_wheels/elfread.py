@@ -22,7 +22,6 @@ import os
 import posixpath
 import re
 import struct
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Sequence
@@ -36,7 +35,7 @@ from elftools.elf.sections import Section, StringTableSection
 from elftools.elf.structs import ELFStructs
 
 from patched_wheels.errors import ElfError
-from patched_wheels.wheelfile import inflated_chunks
+from patched_wheels.wheelfile import ZipMember, inflated_chunks
 
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
@@ -97,7 +96,7 @@ def is_shared_library_name(path: str) -> bool:
     return bool(_SHARED_LIBRARY_NAME.search(posixpath.basename(path)))
 
 
-def starts_as_elf(wheel: Path, info: zipfile.ZipInfo) -> bool:
+def starts_as_elf(wheel: Path, info: ZipMember) -> bool:
     """Whether a member begins with the ELF magic, inflating only its first piece (not the member)."""
     pieces = inflated_chunks(wheel, info)
     head = b""
@@ -313,7 +312,7 @@ def _plan(head: bytes, size: int) -> _Plan:
 
 
 def _inflate_kept_ranges(
-    wheel: Path, info: zipfile.ZipInfo, ranges: Sequence[tuple[int, int]] | None = None
+    wheel: Path, info: ZipMember, ranges: Sequence[tuple[int, int]] | None = None
 ) -> _SparseFile | bytes:
     """Inflate a member in 1 MiB steps, keeping only ``ranges`` (default: what :func:`_plan` names).
 
@@ -355,7 +354,7 @@ def _inflate_kept_ranges(
     return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs], keep)
 
 
-def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary | None:
+def read_library(wheel: Path, info: ZipMember, path: str) -> ElfLibrary | None:
     """The dynamic section of one archive member, streamed, in bounded memory; None for a data-scheme
     member that is not an ELF file (a ``.so``-named file outside site-packages need not be a library).
 

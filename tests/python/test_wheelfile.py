@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import stat
 import struct
 import time
@@ -27,6 +28,7 @@ from patched_wheels.wheelfile import (
     parse_record,
     serialize_record,
     zipcontainer,
+    zipdirectory,
 )
 
 FILES = {
@@ -412,6 +414,76 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     assert fields[7:9] == (0xFFFFFFFF, 0xFFFFFFFF)
     extra = local[30 + fields[9] :]
     assert struct.unpack("<HHQQ", extra) == (1, 16, size, compressed)
+
+    with open(path, "rb") as handle:
+        [member] = zipdirectory.read_directory(handle.fileno(), path=path)
+    assert (member.filename, member.file_size, member.compress_size, member.header_offset) == (
+        "big/huge.bin", size, compressed, offset
+    )  # fmt: skip
+
+
+_FIELDS = ("filename", "create_system", "flag_bits", "compress_type", "CRC", "compress_size", "file_size",
+           "header_offset", "external_attr", "extra")  # fmt: skip
+
+
+def _directories(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """The central directory as our parser reads it, and as zipfile does."""
+    with open(path, "rb") as handle:
+        ours = [tuple(getattr(member, field) for field in _FIELDS) for member in zipdirectory.read_directory(handle.fileno(), path=path)]
+    with zipfile.ZipFile(path) as archive:
+        theirs = [tuple(getattr(info, field) for field in _FIELDS) for info in archive.infolist()]
+    return ours, theirs
+
+
+def test_the_central_directory_reads_as_zipfile_reads_it(tmp_path: Path) -> None:
+    """Comment, prepended data, ZIP64 extra fields and end records, other extra fields, cp437 and UTF-8 names."""
+    path = tmp_path / "mixed.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.comment = b"a comment " * 100
+        archive.writestr("plain.txt", b"plain")
+        with archive.open("zip64.bin", "w", force_zip64=True) as handle:
+            handle.write(b"x" * 1000)
+        info = zipfile.ZipInfo("caf\u00e9/\u00fcber.txt")
+        info.extra = struct.pack("<HH4s", 0x5455, 4, b"time")
+        archive.writestr(info, b"utf-8 name, extended timestamp extra field")
+        for index in range(3):
+            archive.writestr(f"many/{index}", b"%d" % index)
+    cp437 = bytearray(path.read_bytes())
+    position = cp437.index(b"plain.txt", cp437.index(struct.pack("<I", 0x02014B50)))
+    cp437[position : position + 1] = b"\x81"  # "\u00fc" in cp437, no UTF-8 flag
+    path.write_bytes(b"#!/bin/sh\nprepended data\n" + cp437)
+    ours, theirs = _directories(path)
+    assert ours == theirs and ours[0][0] == "\u00fclain.txt" and ours[2][0] == "caf\u00e9/\u00fcber.txt"
+    assert ours[0][7] > 0  # offsets shifted by the prepended data
+
+    many = tmp_path / "many.zip"
+    with zipfile.ZipFile(many, "w") as archive:
+        for index in range(0x10000):  # more than the end record can count: ZIP64 end records
+            archive.writestr(f"{index}", b"")
+    ours, theirs = _directories(many)
+    assert ours == theirs and len(ours) == 0x10000
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda data: data[:-30], "File is not a zip file"),
+        (lambda data: data.replace(b"PK\x01\x02", b"PK\x01\x03", 1), "Bad magic number for central directory"),
+        (lambda data: b"UT\x09\x00".join(data.rsplit(b"UT\x04\x00", 1)), "Corrupt extra field 5455 (size=9)"),  # the central one
+    ],
+)
+def test_a_damaged_central_directory_fails_like_zipfile(tmp_path: Path, damage, message) -> None:
+    path = tmp_path / "x-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        info = zipfile.ZipInfo("x/a.txt")
+        info.extra = struct.pack("<HH4s", 0x5455, 4, b"time")
+        archive.writestr(info, b"a")
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(zipfile.BadZipFile, match=re.escape(message)):
+        zipfile.ZipFile(path)
+    with pytest.raises(InvalidWheelError) as caught:
+        WheelReader(path)
+    assert _one_line_error(caught) == f"{path}: not a zip archive or truncated ({message})"
 
 
 def test_small_entries_need_no_zip64() -> None:

@@ -16,7 +16,6 @@ import io
 import os
 import stat
 import threading
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterator, NamedTuple, Sequence
@@ -34,9 +33,9 @@ from patched_wheels.wheelfile.zipcontainer import (
     RawMember,
     check_member,
     member_content,
-    read_directory,
     unix_mode,
 )
+from patched_wheels.wheelfile.zipdirectory import ZipMember, read_directory
 
 __all__ = ["WheelReader"]
 
@@ -47,7 +46,7 @@ _SUPPORTED_WHEEL_VERSION = 1  # major Wheel-Version pip installs
 class _Checked(NamedTuple):
     """What opening a wheel found, once its checks passed: never changed after (readers share it)."""
 
-    infos: dict[str, zipfile.ZipInfo]
+    infos: dict[str, ZipMember]
     dist_info: str
     record: dict[str, RecordEntry]
     metadata: bytes
@@ -134,7 +133,7 @@ class WheelReader:
     def __contains__(self, name: str) -> bool:
         return name in self._infos
 
-    def info(self, name: str) -> zipfile.ZipInfo:
+    def info(self, name: str) -> ZipMember:
         """The central directory entry of ``name`` (checked: sizes, offsets, method)."""
         try:
             return self._infos[name]
@@ -228,8 +227,8 @@ class WheelReader:
 
     # -- structural checks
 
-    def _index_members(self, infos: Sequence[zipfile.ZipInfo], file_size: int) -> dict[str, zipfile.ZipInfo]:
-        indexed: dict[str, zipfile.ZipInfo] = {}
+    def _index_members(self, infos: Sequence[ZipMember], file_size: int) -> dict[str, ZipMember]:
+        indexed: dict[str, ZipMember] = {}
         layout = _MemberLayout()
         for info in infos:
             name = info.filename

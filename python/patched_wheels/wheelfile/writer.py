@@ -14,7 +14,6 @@ import os
 import stat
 import struct
 import time
-import zipfile
 import zlib
 from pathlib import Path
 from typing import Iterable
@@ -26,6 +25,7 @@ from patched_wheels.wheelfile.reader import WheelReader
 from patched_wheels.wheelfile.record import RecordEntry, record_hash, serialize_record
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
+    DEFLATED,
     FLAG_DATA_DESCRIPTOR,
     FLAG_DEFLATE_OPTIONS,
     LOCAL_TIMESTAMP_OFFSET,
@@ -34,7 +34,6 @@ from patched_wheels.wheelfile.zipcontainer import (
     ZipEntry,
     central_header,
     encode_name,
-    encoded_name,
     end_records,
     local_header,
 )
@@ -121,7 +120,7 @@ class WheelWriter:
         raw = reader.raw_member(name)
         verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
         entry = ZipEntry(
-            name=encoded_name(info) if verbatim else encoded,
+            name=info.raw_name if verbatim else encoded,
             flags=info.flag_bits if verbatim else (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag,
             method=info.compress_type,
             crc=info.CRC,
@@ -223,7 +222,7 @@ class WheelWriter:
         entry = ZipEntry(
             name=encoded,
             flags=utf8_flag,
-            method=zipfile.ZIP_DEFLATED,
+            method=DEFLATED,
             crc=0,
             compress_size=0,
             file_size=0,
