@@ -736,6 +736,36 @@ def test_writer_refuses_to_finish_what_a_reader_would_refuse(tmp_path: Path, mem
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_writer_checks_what_a_reader_would_parse(wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's check is handed the records and rows it encoded: exactly what parsing the file gives."""
+    from patched_wheels.wheelfile import writer as writer_module
+
+    handed: list[wheelfile.reader.WrittenArchive] = []
+    real = writer_module.WrittenArchive
+    monkeypatch.setattr(writer_module, "WrittenArchive", lambda *args: handed.append(real(*args)) or handed[-1])
+    monkeypatch.setattr(zipcontainer, "ZIP64_LIMIT", 1000)  # the big member gets ZIP64 extra fields
+    monkeypatch.setattr(writer_module, "ZIP64_LIMIT", 1000)
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader, WheelWriter(dest, dist_info=reader.dist_info) as writer:
+        for name in reader.members():
+            if name.endswith(".py"):
+                writer.copy_raw(reader, name, arcname=name.replace("demo/", "demo/renamed/"))
+            elif name != f"{reader.dist_info}/RECORD":
+                writer.copy_raw(reader, name)
+        writer.write_bytes("demo/caf\u00e9.txt", b"a UTF-8 name", mode=0o600)
+    [written] = handed
+    with open(dest, "rb") as handle:
+        parsed = zipdirectory.read_directory(handle.fileno(), path=dest)
+    fields = [*_FIELDS, "raw_name"]
+    assert [[getattr(member, field) for field in fields] for member in written.members] == [
+        [getattr(member, field) for field in fields] for member in parsed
+    ]
+    assert any(member.extra for member in parsed) and "demo/caf\u00e9.txt" in {member.filename for member in parsed}
+    with zipfile.ZipFile(dest) as archive:
+        assert written.record == parse_record(archive.read("demo-1.0.dist-info/RECORD"), origin="RECORD")
+
+
 @pytest.mark.parametrize(
     ("fields", "local_only", "message"),
     [

@@ -21,7 +21,7 @@ from typing import Iterable
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.fsutil import create_temp_file, current_umask
 from patched_wheels.wheelfile.filename import is_safe_member_path
-from patched_wheels.wheelfile.reader import WheelReader
+from patched_wheels.wheelfile.reader import WheelReader, WrittenArchive
 from patched_wheels.wheelfile.record import RecordEntry, record_hash, serialize_record
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
@@ -37,6 +37,7 @@ from patched_wheels.wheelfile.zipcontainer import (
     end_records,
     local_header,
 )
+from patched_wheels.wheelfile.zipdirectory import CENTRAL_HEADER, ZipMember
 
 __all__ = ["WheelWriter"]
 
@@ -66,6 +67,15 @@ def _deflate_bound(size: int) -> int:
     return size + (size >> 12) + (size >> 14) + (size >> 25) + 13
 
 
+def _as_read(entry: ZipEntry, central: bytes) -> ZipMember:
+    """The record a reader parses from ``central``, the central directory header written for ``entry``."""
+    extra = central[CENTRAL_HEADER.size + len(entry.name) :]
+    return ZipMember(
+        entry.filename, entry.name, entry.create_system, entry.flags, entry.method, entry.crc,
+        entry.compress_size, entry.file_size, entry.offset, entry.external_attr, extra,
+    )  # fmt: skip
+
+
 _COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
 
 
@@ -76,9 +86,10 @@ class WheelWriter:
     same timestamp, and central directory records no extra field but ZIP64 (a raw copy
     that keeps its name keeps the input's local header, extra fields included), so the
     output depends only on the input bytes and the order of calls.  Before the rename the
-    file is opened as a :class:`WheelReader` under its final name: what we write passes the
-    checks of what we read (one ``.dist-info`` with METADATA and WHEEL, names and versions
-    that agree, no file where a directory is).
+    file is opened as a :class:`WheelReader` under its final name, given the records and
+    RECORD rows just encoded (:class:`WrittenArchive`): what we write passes the checks of
+    what we read (one ``.dist-info`` with METADATA and WHEEL, names and versions that
+    agree, no file where a directory is).
     """
 
     def __init__(self, dest: Path | str, *, dist_info: str) -> None:
@@ -131,6 +142,7 @@ class WheelWriter:
             external_attr=info.external_attr,
             local_zip64=info.file_size > ZIP64_LIMIT or info.compress_size > ZIP64_LIMIT,
             verbatim=verbatim,
+            filename=arcname,
         )
         if verbatim:
             self._copy_range(raw.fd, info.header_offset, raw.data_end - info.header_offset)
@@ -178,13 +190,16 @@ class WheelWriter:
                 if entry.verbatim:
                     os.pwrite(self._file.fileno(), timestamp, entry.offset + LOCAL_TIMESTAMP_OFFSET)
             directory_offset = self._offset
+            members = []
             for entry in self._entries:
-                self._write(central_header(entry, self._dos_date, self._dos_time))
+                header = central_header(entry, self._dos_date, self._dos_time)
+                self._write(header)
+                members.append(_as_read(entry, header))
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._drain()
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
-            WheelReader(self._temp, filename=self.dest.name).close()
+            WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(members, rows)).close()
             os.replace(self._temp, self.dest)
         except BaseException:
             self.abort()
@@ -230,6 +245,7 @@ class WheelWriter:
             create_system=UNIX,
             external_attr=(stat.S_IFREG | mode) << 16,
             local_zip64=size_hint is not None and _deflate_bound(size_hint) > ZIP64_LIMIT,
+            filename=arcname,
         )
         header_length = len(local_header(entry, self._dos_date, self._dos_time))
         self._write(b"\0" * header_length)

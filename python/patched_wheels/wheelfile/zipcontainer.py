@@ -249,6 +249,8 @@ class ZipEntry:
     external_attr: int
     local_zip64: bool
     verbatim: bool = False  # local header copied from the input; only its timestamp is rewritten
+    filename: str = ""
+    """``name`` decoded (as a reader decodes it)."""
 
 
 def encode_name(arcname: str) -> tuple[bytes, int]:
