@@ -272,7 +272,7 @@ def test_raw_member_is_the_compressed_stream_copy_raw_keeps(wheel: Path, tmp_pat
     dest.parent.mkdir()
     with WheelReader(wheel) as reader:
         raw = reader.raw_member("demo/lib.so")
-        with pytest.raises(dataclasses.FrozenInstanceError):
+        with pytest.raises(AttributeError):  # immutable
             raw.data_offset = 0  # type: ignore[misc]
         compressed = b"".join(raw.chunks())
         assert raw.info == reader.info("demo/lib.so") and raw.data_end - raw.data_offset == len(compressed)

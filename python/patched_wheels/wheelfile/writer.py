@@ -152,7 +152,7 @@ class WheelWriter:
         self._entries.append(entry)
         row = reader.record_entry(name)
         if row is not None:
-            self._record.append(RecordEntry(arcname, row.hash, row.size))
+            self._record.append(row if arcname == name else RecordEntry(arcname, row.hash, row.size))
 
     def write_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644) -> None:
         self._write_deflated(arcname, (data,), len(data), mode)

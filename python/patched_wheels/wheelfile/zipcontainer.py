@@ -16,7 +16,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.wheelfile.zipdirectory import (
@@ -118,8 +118,7 @@ def check_member(info: ZipMember, archive_size: int, *, where: str) -> None:
 # --------------------------------------------------------------------------- member data
 
 
-@dataclass(frozen=True)
-class RawMember:
+class RawMember(NamedTuple):
     """Where one member's compressed bytes lie in an open archive: all a copy without inflating needs.
 
     ``fd`` is the archive's descriptor, owned by whoever opened it and valid while it stays
@@ -144,11 +143,12 @@ class RawMember:
         """
         name = info.raw_name
         header = os.pread(fd, _LOCAL_HEADER.size + len(name), info.header_offset)
-        if len(header) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack_from(header)[0] != _LOCAL_SIG:
+        if len(header) < _LOCAL_HEADER.size:
             raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
         fields = _LOCAL_HEADER.unpack_from(header)
-        flags, method = fields[2:4]
-        crc, compress_size, file_size, name_length, extra_length = fields[6:]
+        signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = fields
+        if signature != _LOCAL_SIG:
+            raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
         if header[_LOCAL_HEADER.size :] != name:
             raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
         if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
@@ -234,7 +234,7 @@ def inflated_chunks(path: Path, info: ZipMember) -> Iterator[bytes]:
 # --------------------------------------------------------------------------- encoding
 
 
-@dataclass
+@dataclass(slots=True)
 class ZipEntry:
     """What the headers need to know about one written member."""
 
