@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
+import csv
 import hashlib
+import io
 import os
 import re
 import stat
@@ -191,6 +192,25 @@ def test_malformed_record_row(tmp_path: Path) -> None:
     with pytest.raises(InvalidWheelError, match="md5 is not allowed"):
         parse_record(b"a,md5=abc,1\n", origin="w")
 
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"a,{SHA256_X},1\n\nb/c.py,,\nd.dist-info/RECORD,,\n",  # no quotes: read as lines split at commas
+        f"a,{SHA256_X},1\r\nb,,\r\n",
+        f'"a,b",{SHA256_X},1\n"q""q",,\n',
+        f"a,{SHA256_X},01\n,,\n",
+    ],
+)
+def test_record_rows_are_what_csv_reads(text: str) -> None:
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
+    assert parse_record(text.encode(), origin="r") == [RecordEntry.from_elements(row) for row in rows]
+
+
+def test_a_bad_row_after_blank_lines_is_named_by_its_line() -> None:
+    with pytest.raises(InvalidRecordEntry, match="^w: row 4: bad size 'x' for b$"):
+        parse_record(f"a,{SHA256_X},1\n\n\nb,{SHA256_X},x\n".encode(), origin="w")
 
 @pytest.mark.parametrize(
     ("row", "message"),

@@ -31,8 +31,8 @@ from patched_wheels.wheelfile.record import RecordEntry, generated_members, pars
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
     RawMember,
-    check_member,
     member_content,
+    member_problem,
     unix_mode,
 )
 from patched_wheels.wheelfile.zipdirectory import ZipMember, read_directory
@@ -249,16 +249,14 @@ class WheelReader:
         layout = _MemberLayout()
         for info in infos:
             name = info.filename
-            where = f"{self.name}: member {name!r}"
             if not is_safe_member_path(name):
-                raise InvalidWheelError(f"{where}: unsafe path (absolute, '..' or empty component)")
-            if name in indexed:
-                raise InvalidWheelError(f"{where}: duplicate member name")
-            conflict = layout.conflict(name)
-            if conflict:
-                raise InvalidWheelError(f"{where}: {conflict}")
-            check_member(info, file_size, where=where)
-            layout.add(name)
+                problem: str | None = "unsafe path (absolute, '..' or empty component)"
+            elif name in indexed:
+                problem = "duplicate member name"
+            else:
+                problem = layout.add(name) or member_problem(info, file_size)
+            if problem:
+                raise InvalidWheelError(f"{self.name}: member {name!r}: {problem}")
             indexed[name] = info
         return indexed
 
@@ -369,25 +367,22 @@ class _MemberLayout:
         self._files: set[str] = set()
         self._directories: set[str] = set()
 
-    def conflict(self, name: str) -> str | None:
-        """Why ``name`` cannot be added, or None."""
+    def add(self, name: str) -> str | None:
+        """Add ``name``; or, when it cannot be added, why not (and add nothing)."""
         path = name.rstrip("/")
-        if path in (self._files if name.endswith("/") else self._directories):
-            return f"{path} is a file, not a directory" if name.endswith("/") else f"{path} is a directory of other members"
+        is_directory = name.endswith("/")
+        if path in (self._files if is_directory else self._directories):
+            return f"{path} is a file, not a directory" if is_directory else f"{path} is a directory of other members"
+        new_parents = []
         parent = path.rpartition("/")[0]
         while parent and parent not in self._directories:  # a known directory's parents are known too
             if parent in self._files:
                 return f"{parent} is a file, not a directory"
+            new_parents.append(parent)
             parent = parent.rpartition("/")[0]
+        (self._directories if is_directory else self._files).add(path)
+        self._directories.update(new_parents)
         return None
-
-    def add(self, name: str) -> None:
-        path = name.rstrip("/")
-        (self._directories if name.endswith("/") else self._files).add(path)
-        parent = path.rpartition("/")[0]
-        while parent and parent not in self._directories:
-            self._directories.add(parent)
-            parent = parent.rpartition("/")[0]
 
 
 class _ChunkStream(io.RawIOBase):

@@ -57,12 +57,12 @@ __all__ = [
     "ZIP64_LIMIT",
     "ZipEntry",
     "central_header",
-    "check_member",
     "encode_name",
     "end_records",
     "inflated_chunks",
     "local_header",
     "member_content",
+    "member_problem",
     "unix_mode",
 ]
 
@@ -74,6 +74,8 @@ FLAG_DEFLATE_OPTIONS = 0x6  # informational "compression level" bits, kept on ra
 # headers) make readers refuse the member, and a raw copy would carry them into the output.
 _FLAGS_UNDERSTOOD = FLAG_DEFLATE_OPTIONS | FLAG_DATA_DESCRIPTOR | FLAG_UTF8
 UNIX = 3  # "version made by" host system whose external_attr carries st_mode
+_S_IFMT = 0o170000  # the file type bits of st_mode
+_PLAIN_KINDS = frozenset((0, stat.S_IFREG, stat.S_IFDIR))  # unknown, regular file, directory
 
 # Conservative like zipfile: some readers treat 32-bit fields as signed.
 ZIP64_LIMIT = (1 << 31) - 1
@@ -93,26 +95,27 @@ def unix_mode(info: ZipMember) -> int:
     return info.external_attr >> 16 if info.create_system == UNIX else 0
 
 
-def check_member(info: ZipMember, archive_size: int, *, where: str) -> None:
-    """Refuse a central directory record whose member cannot be read, or copied raw, as a plain file.
+def member_problem(info: ZipMember, archive_size: int) -> str | None:
+    """Why a central directory record's member cannot be read, or copied raw, as a plain file (None: it can).
 
     Checked without reading the data: encryption, flags and methods other readers would
     treat differently, sizes that disagree or run past the archive's ``archive_size`` bytes,
-    and links or special files.  ``where`` names the member in errors.
+    and links or special files.
     """
-    if info.flag_bits & _FLAG_ENCRYPTED:
-        raise InvalidWheelError(f"{where}: encrypted members are not supported")
-    if info.flag_bits & ~_FLAGS_UNDERSTOOD:
-        raise InvalidWheelError(f"{where}: zip flags {info.flag_bits:#06x} are not supported")
-    if info.compress_type not in (STORED, DEFLATED):
-        raise InvalidWheelError(f"{where}: compression method {info.compress_type} is not supported")
-    if info.compress_type == STORED and info.compress_size != info.file_size:
-        raise InvalidWheelError(f"{where}: stored with {info.compress_size} bytes but {info.file_size} declared")
+    flags, method = info.flag_bits, info.compress_type
+    if flags & _FLAG_ENCRYPTED:
+        return "encrypted members are not supported"
+    if flags & ~_FLAGS_UNDERSTOOD:
+        return f"zip flags {flags:#06x} are not supported"
+    if method != DEFLATED and method != STORED:
+        return f"compression method {method} is not supported"
+    if method == STORED and info.compress_size != info.file_size:
+        return f"stored with {info.compress_size} bytes but {info.file_size} declared"
     if info.header_offset < 0 or info.header_offset + _LOCAL_HEADER.size + info.compress_size > archive_size:
-        raise InvalidWheelError(f"{where}: data extends past the end of the file (truncated?)")
-    kind = stat.S_IFMT(unix_mode(info))
-    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):  # archivers disagree on directories' bits, not on links
-        raise InvalidWheelError(f"{where}: not a regular file (a symbolic link or special file)")
+        return "data extends past the end of the file (truncated?)"
+    if info.create_system == UNIX and (info.external_attr >> 16) & _S_IFMT not in _PLAIN_KINDS:
+        return "not a regular file (a symbolic link or special file)"  # archivers disagree on directories' bits
+    return None
 
 
 # --------------------------------------------------------------------------- member data
