@@ -104,11 +104,11 @@ def install_path(member: str) -> str | None:
     """Where an archive member lands: relative to site-packages, or, for the ``data``, ``scripts`` and
     ``headers`` schemes, the member's own path (its ``<dist>.data/<scheme>/`` prefix says where an
     installer puts it: see :func:`data_scheme`); None for a scheme no installer knows."""
+    if not member.partition("/")[0].endswith(".data"):  # nearly every member, and every member is asked
+        return member
     if _DATA_TO_SITE_PACKAGES.match(member):
         return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
-    if member.split("/", 1)[0].endswith(".data"):
-        return member if data_scheme(member) else None
-    return member
+    return member if data_scheme(member) else None
 
 
 def expand_origin(entry: str, directory: str) -> str:

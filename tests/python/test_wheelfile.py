@@ -208,6 +208,14 @@ def test_record_rows_are_what_csv_reads(text: str) -> None:
     assert parse_record(text.encode(), origin="r") == [RecordEntry.from_elements(row) for row in rows]
 
 
+@pytest.mark.parametrize("path", ["a b/c.py", " x\t\u00e9", "a,b.py", 'q"q.py', "a\nb", "a\rb"])
+def test_record_is_written_as_csv_writes_it(path: str) -> None:
+    entries = [RecordEntry(path, SHA256_X, 3), RecordEntry("x.dist-info/RECORD", "", None)]
+    expected = io.StringIO()
+    writer = csv.writer(expected, lineterminator="\n")
+    writer.writerows([(path, SHA256_X, 3), ("x.dist-info/RECORD", "", "")])
+    assert serialize_record(entries) == expected.getvalue().encode("utf-8")
+
 def test_a_bad_row_after_blank_lines_is_named_by_its_line() -> None:
     with pytest.raises(InvalidRecordEntry, match="^w: row 4: bad size 'x' for b$"):
         parse_record(f"a,{SHA256_X},1\n\n\nb,{SHA256_X},x\n".encode(), origin="w")

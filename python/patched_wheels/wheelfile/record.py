@@ -37,6 +37,7 @@ _ENCODED_DIGEST_LENGTH = {
 _URLSAFE_BASE64 = re.compile(r"[A-Za-z0-9_-]*")
 # What makes csv.reader's rows more than lines split at commas: quoting, other line ends, NUL.
 _CSV_SPECIAL = ('"', "\r", "\0")
+_CSV_QUOTED = ('"', ",", "\r", "\n")  # what csv.writer quotes a field for (hashes and sizes never hold them)
 
 
 class InvalidRecordEntry(InvalidWheelError):
@@ -135,6 +136,12 @@ def _all_valid(rows: list[list[str]]) -> bool:
 
 
 def serialize_record(entries: Iterable[RecordEntry]) -> bytes:
+    """RECORD's bytes, as :func:`csv.writer` writes them (fields quoted only where they must be)."""
+    entries = list(entries)
+    if not any(special in entry.path for entry in entries for special in _CSV_QUOTED):  # nothing to quote
+        return "".join(
+            f"{entry.path},{entry.hash},{'' if entry.size is None else entry.size}\n" for entry in entries
+        ).encode("utf-8")
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     for entry in entries:
