@@ -58,7 +58,7 @@ class RecordEntry(NamedTuple):
     """One RECORD row: ``path,algorithm=urlsafe-b64-digest,size`` (hash/size may be empty).
 
     A named tuple: RECORDs of 10,000 rows are parsed on every open, and a frozen dataclass
-    costs 4x as much to build.
+    costs 3x as much to build.
     """
 
     path: str
