@@ -93,7 +93,7 @@ def data_scheme(path: str) -> tuple[str, str, str] | None:
 
 
 def is_shared_library_name(path: str) -> bool:
-    return bool(_SHARED_LIBRARY_NAME.search(posixpath.basename(path)))
+    return bool(_SHARED_LIBRARY_NAME.search(path))  # the pattern holds no "/": it matches in the file name
 
 
 def starts_as_elf(wheel: Path, info: ZipMember) -> bool:

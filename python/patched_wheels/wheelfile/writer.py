@@ -127,7 +127,7 @@ class WheelWriter:
         """
         info = reader.info(name)
         arcname = name if arcname is None else arcname
-        encoded, utf8_flag = self._claim(arcname)
+        encoded, utf8_flag = self._claim(arcname, checked=arcname == name)  # the reader checked its names
         raw = reader.raw_member(name)
         verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
         entry = ZipEntry(
@@ -212,8 +212,9 @@ class WheelWriter:
 
     # -- internals
 
-    def _claim(self, arcname: str) -> tuple[bytes, int]:
-        if not is_safe_member_path(arcname):
+    def _claim(self, arcname: str, *, checked: bool = False) -> tuple[bytes, int]:
+        """``arcname`` encoded for the headers, once it is known to be safe (``checked``: already) and new."""
+        if not checked and not is_safe_member_path(arcname):
             raise InvalidWheelError(f"{self.dest.name}: unsafe member path {arcname!r}")
         if arcname in self._names:
             raise InvalidWheelError(f"{self.dest.name}: member {arcname} written twice")
