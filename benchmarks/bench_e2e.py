@@ -10,8 +10,9 @@ runs `clean --expunge`, `shutdown`, then the timed `bazel test`, then `info` and
     evaluates its extension for the whole lock (one `whl_library` declared per pin) and fetches the hub
     `@pypi` plus the `whl_library` of torch and of every pin torch requires, transitively: all 22 pins of
     the lock, triton included (the nvidia-* wheels' markers hold on Linux x86_64), each installed by pip.
-    The test finds torch and nvidia-nvjitlink-cu12 on its path but does not import torch: unpatched, that
-    fails under Bazel (libnvJitLink, see MODULE.bazel), which is the bug the hubs fix.
+    Unpatched, `import torch` fails under Bazel (libnvJitLink, see MODULE.bazel), which is the bug the hubs
+    fix; the test does what a user does by hand instead (loads libnvJitLink and libcusparse by path), then imports
+    torch and adds two tensors like //calculator:calc_test, so every configuration runs the same test work.
 (b) flat: the example's `patched_pypi` hub and `pip.parse(name = "pypi")` on its lock, testing
     `//calculator:calc_test` (imports the patched torch and adds tensors). The hub downloads all 22 wheels
     by sha256 (the ELF graph of `preload = "auto"` reads them), patches torch and keeps it in `index/`;
@@ -21,7 +22,7 @@ runs `clean --expunge`, `shutdown`, then the timed `bazel test`, then `info` and
 
 (b) and (c) are copies of the example (example_workspace.make_workspace) reduced to their one hub:
 rules_python 0.22.1's `pip` extension reads every `pip.parse` lock, so with both hubs declared either test
-would fetch both hubs. (b)/(c) pay for their tests importing torch; (a) does not.
+would fetch both hubs.
 
 Measured per configuration: wall time of `bazel test`; CPU of the processes it waited for (the launcher
 and the Bazel client); CPU of the Bazel server read from /proc/<server_pid>/stat just before `shutdown`
@@ -83,13 +84,27 @@ py_test(
 )
 """
 PLAIN_TEST = '''\
-"""torch and its CUDA wheels are on the path; not imported: unpatched, `import torch` fails under Bazel."""
+"""The by-hand workaround a plain rules_python user writes: two CUDA libraries loaded by path, then torch.
 
-import importlib.metadata
-import importlib.util
+Unpatched, `import torch` fails under Bazel (one site-packages per wheel): torch's own fallback loads
+libcusolver before the libcusparse it needs, and libcusparse finds no libnvJitLink through its RUNPATH.
+Loading those two first by path lets the loader match their SONAMEs. The test then does what
+//calculator:calc_test does, so the configurations differ only in how the wheels get there.
+"""
 
-assert importlib.util.find_spec("torch") is not None
-print("torch", importlib.metadata.version("torch"), "nvidia-nvjitlink-cu12", importlib.metadata.version("nvidia-nvjitlink-cu12"))
+import ctypes
+import os
+import sys
+
+for package, soname in (("nvjitlink", "libnvJitLink.so.12"), ("cusparse", "libcusparse.so.12")):
+    found = [path for path in (os.path.join(entry, "nvidia", package, "lib", soname) for entry in sys.path) if os.path.exists(path)]
+    assert found, f"{soname} is not on sys.path"
+    ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
+
+import torch  # noqa: E402
+
+assert (torch.tensor([1.0, 2.0]) + torch.tensor([3.0, 4.0])).tolist() == [4.0, 6.0]
+print("torch", torch.__version__, "imported")
 '''
 
 
@@ -107,7 +122,8 @@ class Config:
 class Measurement:
     wall: float
     client_cpu: float
-    server_cpu: float
+    server_cpu: float  # the JVM and the children it reaped
+    children_cpu: float  # the reaped children alone: pip, the hub's helper, the test
     received: int
     output_base_disk: int
     wheel_repos: int
@@ -194,10 +210,11 @@ def received_bytes() -> int:
     return sum(int(row.split(":", 1)[1].split()[0]) for row in rows if row.split(":", 1)[0].strip() != "lo")
 
 
-def process_cpu(pid: int) -> float:
-    """utime + stime of ``pid`` and cutime + cstime of the children it has reaped, in seconds."""
+def process_cpu(pid: int) -> tuple[float, float]:
+    """(utime + stime of ``pid``, cutime + cstime of the children it has reaped), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(int(value) for value in fields[11:13]) / ticks, sum(int(value) for value in fields[13:15]) / ticks
 
 
 def disk_used(paths: list[Path]) -> int:
@@ -216,7 +233,7 @@ def measure(config: Config) -> tuple[Measurement, Path]:
     test = bazel(config, "test", config.target)
     received = received_bytes() - received
     info = dict(line.split(": ", 1) for line in bazel(config, "info", "server_pid", "output_base", "repository_cache").output.splitlines() if ": " in line)
-    server_cpu = process_cpu(int(info["server_pid"]))
+    server_cpu, children_cpu = process_cpu(int(info["server_pid"]))
     bazel(config, "shutdown")
     external = Path(info["output_base"]) / "external"
     wheel_repos = [path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]pip[~+]{config.pip_hub}_[a-z0-9_]+$", path.name)]
@@ -228,7 +245,8 @@ def measure(config: Config) -> tuple[Measurement, Path]:
     measurement = Measurement(
         wall=test.wall,
         client_cpu=test.cpu,
-        server_cpu=server_cpu,
+        server_cpu=server_cpu + children_cpu,
+        children_cpu=children_cpu,
         received=received,
         output_base_disk=disk_used([Path(info["output_base"])]),
         wheel_repos=len(wheel_repos),
@@ -245,7 +263,7 @@ def mb(size: int) -> str:
 
 def describe(config: Config, m: Measurement) -> str:
     text = (f"  {config.name:5} {config.target}: {m.wall:.1f} s wall, CPU {m.client_cpu:.1f} s client + {m.server_cpu:.1f} s server "
-            f"(with its children) = {m.cpu:.1f} s, {mb(m.received)} received (host-wide)\n"
+            f"(its children {m.children_cpu:.1f} s) = {m.cpu:.1f} s, {mb(m.received)} received (host-wide)\n"
             f"        disk: output base {mb(m.output_base_disk)}, {m.wheel_repos} rules_python wheel repositories {mb(m.wheel_repos_disk)}")  # fmt: skip
     if m.hub_disk is not None and m.hub_wheels is not None:
         text += f", hub {config.patched_hub} {mb(m.hub_disk)} (its index/*.whl {mb(m.hub_wheels)}, the rest {mb(m.hub_disk - m.hub_wheels)})"

@@ -5,7 +5,7 @@ time, and the I/O: it writes what the user declared to a request file, runs ``pa
 downloads what the plan lists to where it says, and runs ``patched-wheels hub build``. Everything in
 between is decided here, once, in pure functions: the cross-field checks (named by the attributes the
 user wrote, and made before the first download), which wheels are fetched and into which folder,
-whether the ELF graph and patchelf are needed, and the build step's configuration (``_hub.json``),
+whether the ELF graph is needed, and the build step's configuration (``_hub.json``),
 whose one schema is :class:`HubConfig` (written by :meth:`HubConfig.to_json`, read by
 :meth:`HubConfig.from_json`; a missing or unknown key is an error, never a default).
 
@@ -83,11 +83,6 @@ class PatchedWheelSpec:
     def needs_graph(self) -> bool:
         """Whether the spec's preload or split reads the library graph of the whole wheel set."""
         return self.preload == "auto" or bool(self.split_into)
-
-    @property
-    def needs_patchelf(self) -> bool:
-        """Whether the spec edits ELF files (a split relocates libraries; an RPATH edit)."""
-        return bool(self.split_into or self.rpath)
 
     def to_json(self) -> dict[str, Any]:
         raw = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -234,11 +229,9 @@ class Fetch:
 
 @dataclass(frozen=True)
 class HubPlan:
-    """What the rule does: download ``fetch``, fetch patchelf if ``needs_patchelf``, build ``config``,
-    delete ``scratch``, export ``exports``."""
+    """What the rule does: download ``fetch``, build ``config``, delete ``scratch``, export ``exports``."""
 
     fetch: tuple[Fetch, ...]
-    needs_patchelf: bool
     config: HubConfig
     scratch: tuple[str, ...] = (ORIGINALS, GRAPH_ONLY)
     exports: tuple[str, ...] = ()
@@ -247,7 +240,6 @@ class HubPlan:
         """What the rule reads (the config goes to ``_hub.json``, not to the rule)."""
         return {
             "fetch": [{"urls": list(f.urls), "sha256": f.sha256, "output": f.output} for f in self.fetch],
-            "needs_patchelf": self.needs_patchelf,
             "scratch": list(self.scratch),
             "exports": list(self.exports),
         }
@@ -426,7 +418,6 @@ def plan_hub(
     exports = ("requirements_lock.txt",) + (("uv.lock",) if config.out_uv_lock else ())
     return HubPlan(
         fetch=tuple(fetch),
-        needs_patchelf=any(spec.needs_patchelf for spec in patched),
         config=config,
         exports=exports,
     )

@@ -10,7 +10,7 @@ written by :func:`write_wheel`.  A member is one of:
 * new bytes (a patched text file, METADATA, the preload module);
 * :class:`Overwritten`: an input member streamed with a few bytes replaced (an RPATH edit that
   fits in the old string), deflated on the fly;
-* :class:`Spilled`: a temp file (a library patchelf rewrote), deflated from there.
+* :class:`Spilled`: a temp file (a library whose dynamic string table grew), deflated from there.
 
 So no member is ever held in memory whole unless it is a small file we rewrote.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
 import tempfile
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
@@ -67,7 +66,7 @@ class Overwritten:
 
 @dataclass(frozen=True)
 class Spilled:
-    """New content in a temp file of the run's :class:`Scratch` (what patchelf wrote)."""
+    """New content in a temp file of the run's :class:`Scratch` (a library :mod:`patched_wheels.elfgrow` wrote)."""
 
     path: Path
 
@@ -90,7 +89,7 @@ class Scratch:
     """A temp directory in the destination, made on first use and removed on exit: temp files, unfinished outputs.
 
     In the destination, so outputs are renamed into place on the same file system, and a large
-    library patchelf needs on disk is written where the wheel goes, not to a small ``/tmp``.
+    library edited into a temp file is written where the wheel goes, not to a small ``/tmp``.
     """
 
     def __init__(self, directory: Path, name: str) -> None:
@@ -145,18 +144,6 @@ def content_chunks(reader: WheelReader, content: Content) -> Iterator[bytes]:
                     chunk = bytes(piece)
                 yield chunk
                 position = end
-
-
-def spill(reader: WheelReader, content: Content | None, source: str, scratch: Scratch) -> Path:
-    """``content`` (None: input member ``source``) as a file of its own, copied in chunks, for patchelf."""
-    path = scratch.new_file()
-    if isinstance(content, Spilled):
-        shutil.copyfile(content.path, path)
-        return path
-    with open(path, "wb") as handle:
-        for chunk in content_chunks(reader, Overwritten(source, ()) if content is None else content):
-            handle.write(chunk)
-    return path
 
 
 def write_wheel(reader: WheelReader, path: Path, *, dist_info: str, members: Sequence[OutputMember]) -> None:

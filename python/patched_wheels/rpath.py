@@ -6,19 +6,19 @@ A library that cannot find a companion shipped in the same wheel (auditwheel mov
 that installs the wheel, where it points outside the wheel, and a plain relative one against the
 process's working directory.  The edited members go back into the patch's
 :class:`patched_wheels.rewrite.WheelEdits`, so RECORD, renames and reproducibility are handled
-in one place; a library is streamed, never held whole (see :mod:`patched_wheels.patchelf`).
+in one place; a library is streamed, never held whole (see :mod:`patched_wheels.elfedit`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Sequence
 
-from patched_wheels.elfread import parse_elf
+from patched_wheels.elfedit import overwrite_in_place, read_dynamic
+from patched_wheels.elfgrow import grow_dynamic, member_chunks
 from patched_wheels.errors import ElfError, UsageError
-from patched_wheels.patchelf import find_patchelf, find_search_path, overwrite_search_path, run_patchelf, search_path_arguments
-from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits, content_chunks, spill
+from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits
 
 MODES = ("set", "prepend", "append")
 """``set`` replaces the search path; ``prepend``/``append`` add entries before/after the existing ones."""
@@ -103,28 +103,30 @@ def apply_rpath_edits(edits: WheelEdits, rpath_edits: Sequence[RpathEdit], scrat
 
 def _edit_library(edits: WheelEdits, name: str, content: Content | None, applied: Sequence[RpathEdit], scratch: Scratch) -> Content | None:
     """``name`` with the search path ``applied`` make, its RUNPATH/RPATH kind kept: overwritten in place
-    when it fits (streamed), else by patchelf on a temp file; None when nothing changes (it stays as it is)."""
+    when it fits, else with its string table grown into a temp file (both streamed); None when nothing
+    changes (it stays as it is)."""
     reader, wheel = edits.reader, edits.reader.path.name
-    source: Content = Overwritten(name, ()) if content is None else content
-    open_chunks: Callable[[], Iterator[bytes]] = lambda: content_chunks(reader, source)  # noqa: E731
+    open_chunks = member_chunks(reader, name, content)
     if not next(open_chunks(), b"").startswith(_ELF_MAGIC):
         raise ElfError(f"{applied[0].origin}: {wheel}: {name} is not an ELF file; only ELF members have an RPATH")
-    found = find_search_path(open_chunks)
-    if found is not None:
-        old = found.value.decode("utf-8", "surrogateescape")
-        search_path = _after(applied, [entry for entry in old.split(":") if entry])
-        if ":".join(search_path) == old:
-            return None
-        patch = overwrite_search_path(found, search_path)
-        if patch is not None and isinstance(source, Overwritten):
-            return Overwritten(source.source, (*source.patches, patch))
-        if patch is not None and isinstance(source, bytes):
-            offset, data = patch
-            return source[:offset] + data + source[offset + len(data) :]
-    file = spill(reader, content, name, scratch)
-    with open(file, "rb") as handle:
-        library = parse_elf(handle, wheel=wheel, path=name)
-    run_patchelf(find_patchelf(), search_path_arguments(library, _after(applied, library.search_path)), file, where=f"{wheel}: {name}")
+    where = f"{wheel}: {name}"
+    layout = read_dynamic(open_chunks, where)
+    old = layout.search_path()
+    search_path = ":".join(_after(applied, [entry for entry in old.split(":") if entry]))
+    if search_path == old:
+        return None
+    tags = layout.search_path_tags()
+    new = search_path.encode("utf-8", "surrogateescape")
+    patch = overwrite_in_place(layout, tags, new)
+    if patch is not None and content is None:
+        return Overwritten(name, (patch,))
+    if patch is not None and isinstance(content, Overwritten):
+        return Overwritten(content.source, (*content.patches, patch))
+    if patch is not None and isinstance(content, bytes):
+        offset, data = patch
+        return content[:offset] + data + content[offset + len(data) :]
+    file = scratch.new_file()
+    grow_dynamic(open_chunks, layout, dict.fromkeys(tags, new), file, where)
     return Spilled(file)
 
 

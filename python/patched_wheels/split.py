@@ -14,7 +14,7 @@ makes one directory per wheel work too.
 
 So a moved library keeps its bytes and is copied raw (its compressed bytes, like every
 unchanged member of a patch): a split costs about a copy of the wheel.  Only a library
-without a SONAME is rewritten (patchelf ``--set-soname``, on a temp file), since the
+without a SONAME is rewritten (one added, streamed into a temp file: :mod:`patched_wheels.elfgrow`), since the
 loader matches what the preload loaded by SONAME.  A library that a moved one opens with
 ``dlopen`` by bare name from its old directory, outside its DT_NEEDED closure, is not
 found through ``$ORIGIN`` any more: do not move such a library.
@@ -42,7 +42,8 @@ from patched_wheels.elfread import ElfLibrary, data_scheme
 from patched_wheels.errors import UsageError
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.packages import package_init_members
-from patched_wheels.patchelf import find_patchelf, run_patchelf
+from patched_wheels.elfedit import DT_SONAME, read_dynamic
+from patched_wheels.elfgrow import grow_dynamic, member_chunks
 from patched_wheels.preload import (
     PreloadList,
     add_preload_import,
@@ -51,7 +52,7 @@ from patched_wheels.preload import (
     read_preload_module,
     render_preload_module,
 )
-from patched_wheels.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits, spill
+from patched_wheels.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits
 from patched_wheels.surgery import PatchResult, patch_wheel
 from patched_wheels.wheelfile import WheelReader
 
@@ -126,7 +127,7 @@ class SplitRequest:
         ``version`` is the output version (both wheels carry it), ``main_name`` the main
         output's file name (the sibling's takes its version and tags), ``graph`` one that
         holds the wheel under its input file name (None: read from the wheel alone),
-        ``scratch`` where a library patchelf must rewrite is written.
+        ``scratch`` where a library given a SONAME is written.
         """
         reader = edits.reader
         wheel = reader.path.name
@@ -234,10 +235,10 @@ def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMem
     no SONAME, which the preload needs: other libraries' DT_NEEDED then match the one it loaded."""
     if move.library.soname:
         return OutputMember(move.target, move.member, move.content)
-    reader = edits.reader
-    file = spill(reader, move.content, move.member, scratch)
-    where = f"{reader.path.name}: {move.member}"
-    run_patchelf(find_patchelf(), ["--set-soname", move.library.filename], file, where=where)
+    open_chunks = member_chunks(edits.reader, move.member, move.content)
+    where = f"{edits.reader.path.name}: {move.member}"
+    file = scratch.new_file()
+    grow_dynamic(open_chunks, read_dynamic(open_chunks, where), {DT_SONAME: move.library.filename.encode()}, file, where)
     return OutputMember(move.target, move.member, Spilled(file))
 
 

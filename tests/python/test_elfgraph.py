@@ -20,6 +20,7 @@ import wheelbuilder
 from elftools.elf.elffile import ELFFile
 
 from hostile import count_read_bytes, make_special_file
+from rpathfixture import patchelf_binary
 from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from patched_wheels import elfcache, elfread
 from patched_wheels.cli import main
@@ -27,7 +28,6 @@ from patched_wheels.elfcache import cached_digests
 from patched_wheels.elfgraph import WheelRef, expand_origin, read_graph, scan_wheels
 from patched_wheels.elfread import parse_elf, read_library
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
-from patched_wheels.patchelf import find_patchelf
 from patched_wheels.wheelfile import WheelReader
 
 REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
@@ -100,7 +100,7 @@ def test_a_missing_provider_becomes_a_system_dependency(wheels):
 def test_cycle_is_an_error_naming_the_cycle(tmp_path):
     liba = compile_shared(tmp_path, "liba.so", "int a(void) { return 1; }\n", "-Wl,-soname,liba.so")
     libb = compile_shared(tmp_path, "libb.so", "int a(void);\nint b(void) { return a(); }\n", "-Wl,-soname,libb.so", "-l:liba.so")
-    subprocess.run([find_patchelf(), "--add-needed", "libb.so", str(liba)], check=True)
+    subprocess.run([patchelf_binary(), "--add-needed", "libb.so", str(liba)], check=True)
     wheel = build_wheel(tmp_path, "cyclic", "1.0", {"cyclic/liba.so": liba.read_bytes(), "cyclic/libb.so": libb.read_bytes()})
     with pytest.raises(ElfError) as error:
         read_graph([wheel])
@@ -170,7 +170,7 @@ def _big_library(directory: Path, name: str, *, patch_rpath: bool) -> Path:
     library = blob_library(directory, name, 3 << 20, "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", "-lm")
     if patch_rpath:
         long_path = ":".join(f"$ORIGIN/../../nvidia/lib{index}/lib" for index in range(40))
-        subprocess.run([find_patchelf(), "--set-rpath", long_path, str(library)], check=True)
+        subprocess.run([patchelf_binary(), "--set-rpath", long_path, str(library)], check=True)
     return library
 
 

@@ -213,7 +213,7 @@ WHEELS = [wheel("faketorch", "2.1.0"), wheel("fake-nvidia-jit"), wheel("fake-nvi
 def test_direct_without_a_graph_fetches_only_the_patched_original() -> None:
     plan = plan_hub(request(), WHEELS, elf_cache=None, cached=())
     assert [f.output for f in plan.fetch] == ["originals/faketorch-2.1.0-py3-none-linux_x86_64.whl"]
-    assert not plan.needs_patchelf and plan.exports == ("requirements_lock.txt",)
+    assert plan.exports == ("requirements_lock.txt",) and "needs_patchelf" not in plan.to_json()
     config = plan.config
     assert [w.filename for w in config.wheels] == [WHEELS[0].filename]
     assert config.patched[0].wheel == Path("/out/external/fixed/originals") / WHEELS[0].filename
@@ -235,12 +235,11 @@ def test_an_index_option_serves_every_wheel_from_the_hub() -> None:
     assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [f"index/{w.filename}" for w in WHEELS[1:]]
 
 
-def test_split_and_rpath_need_patchelf_a_uv_lock_input_exports_a_uv_lock() -> None:
+def test_a_uv_lock_input_exports_a_uv_lock() -> None:
     split = spec_json(preload="auto", split_into="faketorch-libs", split_move=["*.so"])
     plan = plan_hub(request(split, requirements_lock="", uv_lock="/ws/uv.lock"), WHEELS, elf_cache=None, cached=())
-    assert plan.needs_patchelf and plan.exports == ("requirements_lock.txt", "uv.lock")
+    assert plan.exports == ("requirements_lock.txt", "uv.lock")
     assert plan.config.out_uv_lock == Path("/out/external/fixed/uv.lock") and plan.config.lock_attribute == "uv_lock"
-    assert plan_hub(request(spec_json(rpath={"*.so": "$ORIGIN"})), WHEELS, elf_cache=None, cached=()).needs_patchelf
 
 
 def test_a_release_the_requirement_refuses_fails_before_any_download() -> None:

@@ -1,6 +1,6 @@
 """Memory stays bounded by a constant plus the largest member edited in memory, whatever the input.
 
-Each case runs the CLI in a fresh interpreter and reads its peak RSS and its children's (patchelf),
+Each case runs the CLI in a fresh interpreter and reads its peak RSS and its children's (it runs none),
 on inputs a few hundred kilobytes big that would need hundreds of megabytes if read naively.
 """
 
@@ -148,3 +148,32 @@ def test_rpath_edit_and_split_of_a_200_mib_library_stay_bounded(tmp_path: Path) 
     assert peak < BOUND, f"split: peak RSS {peak >> 20} MiB"
     with zipfile.ZipFile(tmp_path / "split" / "pad_libs-1.0+e.1-py3-none-linux_x86_64.whl") as sibling:
         assert sibling.getinfo("pad_libs/libpad.so").CRC == info.CRC
+
+
+def test_an_rpath_edit_that_grows_the_table_and_an_added_soname_of_a_200_mib_library_stay_bounded(tmp_path: Path) -> None:
+    """A longer search path and a SONAME added (the string table grows, into a temp file) stream the member too."""
+    library = compile_shared(tmp_path, "libpad.so", "int pad(void) { return 1; }\n", "-Wl,-rpath,$ORIGIN")  # no SONAME
+    data = library.read_bytes()
+    wheel = _padded_library_wheel(tmp_path, data, init=True)
+
+    status, out, err, peak = _run(
+        "patch", "--wheel", wheel, "--dest-dir", tmp_path / "patched", "--suffix", "g.1", "--prepend-rpath", f"pad/*.so={LONG_RPATH}"
+    )
+    assert status == 0, err
+    assert peak < BOUND, f"patch --prepend-rpath: peak RSS {peak >> 20} MiB"
+    patched = tmp_path / "patched" / "pad-1.0+g.1-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(patched) as archive, archive.open("pad/libpad.so") as member:
+        grown = archive.getinfo("pad/libpad.so").file_size
+        head = member.read(len(data) + 8192)
+    assert len(data) + PADDING < grown <= len(data) + PADDING + 8192  # the padding moved back by at most a few pages
+    assert parse_elf(head, wheel=patched.name, path="pad/libpad.so").runpath == tuple(LONG_RPATH.split(":"))
+
+    status, out, err, peak = _run(
+        "split", "--no-cache", "--wheel", patched, "--move", "pad/*.so", "--into", "pad-libs", "--dest-dir", tmp_path / "split"
+    )
+    assert status == 0, err
+    assert peak < BOUND, f"split --set-soname: peak RSS {peak >> 20} MiB"
+    with zipfile.ZipFile(tmp_path / "split" / "pad_libs-1.0+g.1-py3-none-linux_x86_64.whl") as sibling:
+        with sibling.open("pad_libs/libpad.so") as member:
+            head = member.read(len(data) + 16384)
+    assert parse_elf(head, wheel="pad_libs", path="pad_libs/libpad.so").soname == "libpad.so"

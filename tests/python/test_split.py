@@ -19,7 +19,7 @@ from fakecuda import (
     per_wheel_layout,
     run_import,
 )
-from patched_wheels import elfgraph, rewrite, split, surgery
+from patched_wheels import elfgraph, elfgrow, rewrite, surgery
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import read_graph
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
@@ -201,9 +201,9 @@ def test_bad_requests_are_one_line_errors_and_leave_nothing(wheels, tmp_path, op
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-def test_patchelf_failure_leaves_no_output(wheels, tmp_path, monkeypatch):
-    monkeypatch.setattr(split, "find_patchelf", lambda: "/bin/false")  # run for _core.so, which has no SONAME
-    with pytest.raises(ElfError, match=r"faketorch/_core.so: patchelf failed"):
+def test_a_soname_the_editor_cannot_add_leaves_no_output(wheels, tmp_path, monkeypatch):
+    monkeypatch.setattr(elfgrow, "_MAX_BSS", 0)  # _core.so, which has no SONAME, then cannot grow
+    with pytest.raises(ElfError, match=r"faketorch/_core.so: the last PT_LOAD's .bss"):
         split_wheel(wheels.torch, tmp_path / "out", into="faketorch-libs", move=["faketorch/*.so"])
     assert not (tmp_path / "out").exists()
 
@@ -301,7 +301,7 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
 
 
-@pytest.mark.parametrize("mode", ["prepend", "set"])  # longer: patchelf on a temp file; shorter: overwritten in place
+@pytest.mark.parametrize("mode", ["prepend", "set"])  # longer: the string table grows; shorter: overwritten in place
 def test_a_library_whose_rpath_the_patch_edits_moves_with_the_edit(wheels, tmp_path, mode):
     edit = rpath_edit(LIBRARY_PATHS["faketorch"], "$ORIGIN/../extra", mode)
     result = patch_wheel(wheels.torch, tmp_path, rpath_edits=[edit], split=SPLIT, graph=read_graph(wheels.all))
