@@ -10,7 +10,6 @@ through :mod:`patched_wheels.cache` (trust, bounds, a miss for anything wrong).
 
 from __future__ import annotations
 
-import zipfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -19,7 +18,7 @@ from patched_wheels.cache import read_json, write_json
 from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, starts_as_elf
 from patched_wheels.errors import warn
 from patched_wheels.fsutil import SHA256_HEX
-from patched_wheels.wheelfile import is_safe_member_path
+from patched_wheels.wheelfile import ZipMember, is_safe_member_path
 
 # In every cache file name: rows of another layout are never read (2: keyed by sha256, rows without the file name;
 # 3: data-scheme libraries included).
@@ -136,7 +135,7 @@ def _library_from_row(row: Mapping[str, object], wheel: str) -> ElfLibrary:
     return ElfLibrary(wheel, row["path"], row["soname"], *lists)  # type: ignore[arg-type]
 
 
-def wheel_problem(wheel: Path, members: Mapping[str, zipfile.ZipInfo], libraries: Sequence[ElfLibrary]) -> str | None:
+def wheel_problem(wheel: Path, members: Mapping[str, ZipMember], libraries: Sequence[ElfLibrary]) -> str | None:
     """Why cached rows do not describe ``wheel`` (at hand), or None.
 
     ``members``: the wheel's shared libraries by install path.  The rows must list exactly those (but a

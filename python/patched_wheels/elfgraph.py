@@ -13,7 +13,6 @@ import heapq
 import os
 import posixpath
 import re
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_na
 from patched_wheels.digestmemo import sha256_of
 from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.fsutil import SHA256_HEX
-from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile import WheelReader, ZipMember
 
 # Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
 _DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
@@ -105,11 +104,11 @@ def install_path(member: str) -> str | None:
     """Where an archive member lands: relative to site-packages, or, for the ``data``, ``scripts`` and
     ``headers`` schemes, the member's own path (its ``<dist>.data/<scheme>/`` prefix says where an
     installer puts it: see :func:`data_scheme`); None for a scheme no installer knows."""
+    if not member.partition("/")[0].endswith(".data"):  # nearly every member, and every member is asked
+        return member
     if _DATA_TO_SITE_PACKAGES.match(member):
         return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
-    if member.split("/", 1)[0].endswith(".data"):
-        return member if data_scheme(member) else None
-    return member
+    return member if data_scheme(member) else None
 
 
 def expand_origin(entry: str, directory: str) -> str:
@@ -117,7 +116,7 @@ def expand_origin(entry: str, directory: str) -> str:
     return posixpath.normpath(ORIGIN_TOKEN.sub(lambda _: directory or ".", entry))
 
 
-def _library_members(wheel: Path) -> list[tuple[zipfile.ZipInfo, str]]:
+def _library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
     """The shared libraries of ``wheel`` with their install paths, once the wheel passed the checks
     of a wheel we accept (safe member paths, RECORD, names and versions).  Outside site-packages (data
     scheme) only ELF files count: a ``.so``-named data file need not be a library."""
@@ -165,7 +164,7 @@ def scan_wheels(
             raise UsageError(f"{ref.path}: no such wheel")
     cache = None if cache_dir is None else ElfCache(cache_dir)
     found: dict[str, list[ElfLibrary]] = {}
-    jobs: list[tuple[Path, zipfile.ZipInfo, str]] = []
+    jobs: list[tuple[Path, ZipMember, str]] = []
     scanned: list[tuple[WheelRef, str]] = []
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         digests = list(pool.map(lambda ref: _digest(ref, digest_dir), refs)) if cache is not None else [ref.sha256 for ref in refs]

@@ -1,7 +1,8 @@
 """Reading shared libraries straight out of wheels: the dynamic section of an ELF file, streamed.
 
 Every ``*.so`` / ``*.so.N`` member that installs into site-packages is read with
-pyelftools for its SONAME, DT_NEEDED, DT_RPATH and DT_RUNPATH (:class:`ElfLibrary`).
+pyelftools for its SONAME, DT_NEEDED, DT_RPATH and DT_RUNPATH (:class:`ElfLibrary`), through
+:mod:`patched_wheels.elfdynamic`, imported only once a library is read.
 
 Why the members are inflated in full: ``.dynamic`` sits at ~97 % of these files
 and deflate has no random access, so the whole member has to be inflated
@@ -22,21 +23,12 @@ import os
 import posixpath
 import re
 import struct
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Sequence
 
-from elftools.common.exceptions import ELFError
-from elftools.common.utils import struct_parse
-from elftools.construct.lib.container import Container
-from elftools.elf.dynamic import DynamicSection, DynamicSegment
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import Section, StringTableSection
-from elftools.elf.structs import ELFStructs
-
 from patched_wheels.errors import ElfError
-from patched_wheels.wheelfile import inflated_chunks
+from patched_wheels.wheelfile import ZipMember, inflated_chunks
 
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
@@ -94,10 +86,10 @@ def data_scheme(path: str) -> tuple[str, str, str] | None:
 
 
 def is_shared_library_name(path: str) -> bool:
-    return bool(_SHARED_LIBRARY_NAME.search(posixpath.basename(path)))
+    return bool(_SHARED_LIBRARY_NAME.search(path))  # the pattern holds no "/": it matches in the file name
 
 
-def starts_as_elf(wheel: Path, info: zipfile.ZipInfo) -> bool:
+def starts_as_elf(wheel: Path, info: ZipMember) -> bool:
     """Whether a member begins with the ELF magic, inflating only its first piece (not the member)."""
     pieces = inflated_chunks(wheel, info)
     head = b""
@@ -111,22 +103,6 @@ def starts_as_elf(wheel: Path, info: zipfile.ZipInfo) -> bool:
     return head.startswith(_ELF_MAGIC)
 
 
-class _DynamicOnlyELFFile(ELFFile):
-    """pyelftools' ELFFile building only the sections the dynamic segment reads (DYNAMIC and the
-    string tables), unnamed.
-
-    Its other section classes read their tables as they are built (``.gnu.hash``, every name
-    from ``.shstrtab``): bytes a streamed member need not keep, each miss costing a pass.
-    """
-
-    def _make_section(self, section_header: Container) -> Section:  # pyelftools' one section factory
-        if section_header["sh_type"] == "SHT_DYNAMIC":
-            return DynamicSection(section_header, "", self)
-        if section_header["sh_type"] == "SHT_STRTAB":
-            return StringTableSection(section_header, "", self)
-        return Section(section_header, "", self)
-
-
 def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
     """Read the dynamic section of one ELF file (bytes or a seekable stream) with pyelftools."""
     where = f"{wheel}: {path}"
@@ -135,29 +111,12 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
     magic = stream.read(4)
     if magic != _ELF_MAGIC:
         raise ElfError(f"{where}: not an ELF file (starts with {magic!r})")
-    soname: str | None = None
-    needed: list[str] = []
-    rpath: list[str] = []
-    runpath: list[str] = []
     stream.seek(0, os.SEEK_END)
     size = stream.tell()
+    from patched_wheels.elfdynamic import read_dynamic  # pyelftools: only once a library is read
+
     try:
-        elf = _DynamicOnlyELFFile(stream)
-        for kind in ("ph", "sh"):  # pyelftools reads only the entries it needs: a cut table would go unseen
-            if elf[f"e_{kind}off"] + elf[f"e_{kind}num"] * elf[f"e_{kind}entsize"] > size:
-                raise ElfError(f"{where}: truncated or corrupt ELF file (its {kind} table ends past its end)")
-        for segment in elf.iter_segments():
-            if not isinstance(segment, DynamicSegment):
-                continue
-            for tag in segment.iter_tags():
-                if tag.entry.d_tag == "DT_SONAME":
-                    soname = tag.soname
-                elif tag.entry.d_tag == "DT_NEEDED":
-                    needed.append(tag.needed)
-                elif tag.entry.d_tag == "DT_RPATH":
-                    rpath.extend(entry for entry in tag.rpath.split(":") if entry)
-                elif tag.entry.d_tag == "DT_RUNPATH":
-                    runpath.extend(entry for entry in tag.runpath.split(":") if entry)
+        entries = read_dynamic(stream, size, where=where)
     except ElfError:
         raise
     except Exception as error:  # on hostile input pyelftools raises ELFError, struct.error, OverflowError, AssertionError, ...
@@ -165,7 +124,7 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
         if missed is not None:  # pyelftools wraps what the stream raises in its own errors
             raise missed from None
         raise ElfError(f"{where}: truncated or corrupt ELF file ({type(error).__name__}: {error})") from error
-    return ElfLibrary(wheel, path, soname, tuple(needed), tuple(rpath), tuple(runpath))
+    return ElfLibrary(wheel, path, *entries)
 
 
 class _NotRetained(Exception):
@@ -286,34 +245,31 @@ def _plan(head: bytes, size: int) -> _Plan:
     wrong answer.
     """
     keep = [(0, len(head))]
-    try:
-        stream = io.BytesIO(head)
-        little, wide = head[5] == 1, head[4] == 2
-        structs = ELFStructs(little_endian=little, elfclass=64 if wide else 32)
-        structs.create_basic_structs()
-        header = struct_parse(structs.Elf_Ehdr, stream, 0)
-        structs.create_advanced_structs(header["e_type"], header["e_machine"], header["e_ident"]["EI_OSABI"])
-        table = min(header["e_shnum"] * header["e_shentsize"], _MAX_TABLE)
-        keep.append((header["e_shoff"], header["e_shoff"] + table))
-        dynamic = None
-        loads = []
-        for index in range(header["e_phnum"]):
-            segment = struct_parse(structs.Elf_Phdr, stream, header["e_phoff"] + index * header["e_phentsize"])
-            if segment["p_type"] == "PT_LOAD":
-                loads.append((segment["p_offset"], segment["p_vaddr"], segment["p_filesz"]))
-            elif segment["p_type"] == "PT_DYNAMIC":
-                start = segment["p_offset"]
-                dynamic = (start, min(start + segment["p_filesz"], start + _WINDOW, size))
-                tail = dynamic[0] - _WINDOW
-                keep.append((tail, size) if size - tail <= _TAIL else (tail, dynamic[1] + _WINDOW))
-    except (ELFError, struct.error, ValueError, IndexError):
+    little, wide = head[5:6] == b"\x01", head[4:5] == b"\x02"
+    from patched_wheels.elfdynamic import read_headers  # pyelftools: only once a library is read
+
+    headers = read_headers(io.BytesIO(head), little=little, wide=wide, max_table=_MAX_TABLE)
+    if headers is None:
         return _Plan(_merged(keep, size))  # not parseable from the head alone: parsing the kept head reports the real problem
+    table_offset, table_length = headers.section_table
+    keep.append((table_offset, table_offset + table_length))
+    dynamic = None
+    loads = []
+    for kind, start, address, length in headers.segments:
+        if kind == "PT_LOAD":
+            loads.append((start, address, length))
+        elif kind == "PT_DYNAMIC":
+            dynamic = (start, min(start + length, start + _WINDOW, size))
+            tail = dynamic[0] - _WINDOW
+            keep.append((tail, size) if size - tail <= _TAIL else (tail, dynamic[1] + _WINDOW))
+    if not headers.complete:
+        return _Plan(_merged(keep, size))
     entry = struct.Struct(("<" if little else ">") + ("qQ" if wide else "iI"))
     return _Plan(_merged(keep, size), dynamic, tuple(loads), entry)
 
 
 def _inflate_kept_ranges(
-    wheel: Path, info: zipfile.ZipInfo, ranges: Sequence[tuple[int, int]] | None = None
+    wheel: Path, info: ZipMember, ranges: Sequence[tuple[int, int]] | None = None
 ) -> _SparseFile | bytes:
     """Inflate a member in 1 MiB steps, keeping only ``ranges`` (default: what :func:`_plan` names).
 
@@ -355,7 +311,7 @@ def _inflate_kept_ranges(
     return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs], keep)
 
 
-def read_library(wheel: Path, info: zipfile.ZipInfo, path: str) -> ElfLibrary | None:
+def read_library(wheel: Path, info: ZipMember, path: str) -> ElfLibrary | None:
     """The dynamic section of one archive member, streamed, in bounded memory; None for a data-scheme
     member that is not an ELF file (a ``.so``-named file outside site-packages need not be a library).
 

@@ -28,6 +28,7 @@ from patched_wheels.elfcache import cached_digests
 from patched_wheels.elfgraph import WheelRef, expand_origin, read_graph, scan_wheels
 from patched_wheels.elfread import parse_elf, read_library
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
+from patched_wheels.wheelfile import WheelReader
 
 REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
 real_torch = pytest.mark.skipif(os.environ.get("RPW_REAL_TORCH") != "1", reason="set RPW_REAL_TORCH=1 (needs ~2.6 GB of wheels)")
@@ -179,8 +180,8 @@ def test_streamed_read_of_a_large_member_equals_a_full_parse(tmp_path, monkeypat
     data = library.read_bytes()
     assert len(data) > 3 << 20
     wheel = build_wheel(tmp_path, "big", "1.0", {"big/libbig.so": data})
-    with zipfile.ZipFile(wheel) as archive:
-        info = archive.getinfo("big/libbig.so")
+    with WheelReader(wheel) as reader:
+        info = reader.info("big/libbig.so")
     passes = _count_passes(monkeypatch)
     streamed = read_library(wheel, info, "big/libbig.so")
     assert passes == [1]  # the first streamed pass alone answers
@@ -192,8 +193,8 @@ def test_streamed_read_of_a_large_member_equals_a_full_parse(tmp_path, monkeypat
 def test_corrupt_large_member_fails_from_the_streamed_pass_alone(tmp_path, monkeypatch):
     data = _big_library(tmp_path, "libbig.so", patch_rpath=False).read_bytes()
     wheel = build_wheel(tmp_path, "cut", "1.0", {"cut/libbig.so": data[: len(data) * 2 // 3]})
-    with zipfile.ZipFile(wheel) as archive:
-        info = archive.getinfo("cut/libbig.so")
+    with WheelReader(wheel) as reader:
+        info = reader.info("cut/libbig.so")
     passes = _count_passes(monkeypatch)
     with pytest.raises(ElfError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libbig\.so: truncated or corrupt ELF"):
         read_library(wheel, info, "cut/libbig.so")
@@ -205,8 +206,8 @@ def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monke
     library = compile_shared(tmp_path, "libsmall.so", "int f(void) { return 1; }\n", "-Wl,-soname,libsmall.so")
     data = library.read_bytes()
     wheel = build_wheel(tmp_path, "small", "1.0", {"small/libsmall.so": data})
-    with zipfile.ZipFile(wheel) as archive:
-        info = archive.getinfo("small/libsmall.so")
+    with WheelReader(wheel) as reader:
+        info = reader.info("small/libsmall.so")
     monkeypatch.setattr(elfread, "_plan", lambda head, size: elfread._Plan([(0, 64)]))
     passes = _count_passes(monkeypatch)
     assert read_library(wheel, info, "small/libsmall.so") == parse_elf(data, wheel=wheel.name, path="small/libsmall.so")

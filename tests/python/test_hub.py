@@ -22,6 +22,7 @@ from patched_wheels.cli import main
 from patched_wheels.hub import build_hub
 from patched_wheels.hubplan import HubConfig, PatchedWheelSpec
 from patched_wheels.preload import read_preload_module
+from patched_wheels.wheelfile import ZipMember
 
 
 def sha256(path: Path) -> str:
@@ -223,7 +224,7 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     reads: Counter[tuple[str, str]] = Counter()
     read_library = elfgraph.read_library
 
-    def counting(wheel: Path, info: zipfile.ZipInfo, path: str) -> elfgraph.ElfLibrary:
+    def counting(wheel: Path, info: ZipMember, path: str) -> elfgraph.ElfLibrary:
         reads[wheel.name, path] += 1
         return read_library(wheel, info, path)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
+import csv
 import hashlib
+import io
 import os
+import re
 import stat
 import struct
 import time
@@ -27,6 +29,7 @@ from patched_wheels.wheelfile import (
     parse_record,
     serialize_record,
     zipcontainer,
+    zipdirectory,
 )
 
 FILES = {
@@ -190,6 +193,33 @@ def test_malformed_record_row(tmp_path: Path) -> None:
         parse_record(b"a,md5=abc,1\n", origin="w")
 
 
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"a,{SHA256_X},1\n\nb/c.py,,\nd.dist-info/RECORD,,\n",  # no quotes: read as lines split at commas
+        f"a,{SHA256_X},1\r\nb,,\r\n",
+        f'"a,b",{SHA256_X},1\n"q""q",,\n',
+        f"a,{SHA256_X},01\n,,\n",
+    ],
+)
+def test_record_rows_are_what_csv_reads(text: str) -> None:
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
+    assert parse_record(text.encode(), origin="r") == [RecordEntry.from_elements(row) for row in rows]
+
+
+@pytest.mark.parametrize("path", ["a b/c.py", " x\t\u00e9", "a,b.py", 'q"q.py', "a\nb", "a\rb"])
+def test_record_is_written_as_csv_writes_it(path: str) -> None:
+    entries = [RecordEntry(path, SHA256_X, 3), RecordEntry("x.dist-info/RECORD", "", None)]
+    expected = io.StringIO()
+    writer = csv.writer(expected, lineterminator="\n")
+    writer.writerows([(path, SHA256_X, 3), ("x.dist-info/RECORD", "", "")])
+    assert serialize_record(entries) == expected.getvalue().encode("utf-8")
+
+def test_a_bad_row_after_blank_lines_is_named_by_its_line() -> None:
+    with pytest.raises(InvalidRecordEntry, match="^w: row 4: bad size 'x' for b$"):
+        parse_record(f"a,{SHA256_X},1\n\n\nb,{SHA256_X},x\n".encode(), origin="w")
+
 @pytest.mark.parametrize(
     ("row", "message"),
     [
@@ -270,7 +300,7 @@ def test_raw_member_is_the_compressed_stream_copy_raw_keeps(wheel: Path, tmp_pat
     dest.parent.mkdir()
     with WheelReader(wheel) as reader:
         raw = reader.raw_member("demo/lib.so")
-        with pytest.raises(dataclasses.FrozenInstanceError):
+        with pytest.raises(AttributeError):  # immutable
             raw.data_offset = 0  # type: ignore[misc]
         compressed = b"".join(raw.chunks())
         assert raw.info == reader.info("demo/lib.so") and raw.data_end - raw.data_offset == len(compressed)
@@ -412,6 +442,76 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     assert fields[7:9] == (0xFFFFFFFF, 0xFFFFFFFF)
     extra = local[30 + fields[9] :]
     assert struct.unpack("<HHQQ", extra) == (1, 16, size, compressed)
+
+    with open(path, "rb") as handle:
+        [member] = zipdirectory.read_directory(handle.fileno(), path=path)
+    assert (member.filename, member.file_size, member.compress_size, member.header_offset) == (
+        "big/huge.bin", size, compressed, offset
+    )  # fmt: skip
+
+
+_FIELDS = ("filename", "create_system", "flag_bits", "compress_type", "CRC", "compress_size", "file_size",
+           "header_offset", "external_attr", "extra")  # fmt: skip
+
+
+def _directories(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """The central directory as our parser reads it, and as zipfile does."""
+    with open(path, "rb") as handle:
+        ours = [tuple(getattr(member, field) for field in _FIELDS) for member in zipdirectory.read_directory(handle.fileno(), path=path)]
+    with zipfile.ZipFile(path) as archive:
+        theirs = [tuple(getattr(info, field) for field in _FIELDS) for info in archive.infolist()]
+    return ours, theirs
+
+
+def test_the_central_directory_reads_as_zipfile_reads_it(tmp_path: Path) -> None:
+    """Comment, prepended data, ZIP64 extra fields and end records, other extra fields, cp437 and UTF-8 names."""
+    path = tmp_path / "mixed.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.comment = b"a comment " * 100
+        archive.writestr("plain.txt", b"plain")
+        with archive.open("zip64.bin", "w", force_zip64=True) as handle:
+            handle.write(b"x" * 1000)
+        info = zipfile.ZipInfo("caf\u00e9/\u00fcber.txt")
+        info.extra = struct.pack("<HH4s", 0x5455, 4, b"time")
+        archive.writestr(info, b"utf-8 name, extended timestamp extra field")
+        for index in range(3):
+            archive.writestr(f"many/{index}", b"%d" % index)
+    cp437 = bytearray(path.read_bytes())
+    position = cp437.index(b"plain.txt", cp437.index(struct.pack("<I", 0x02014B50)))
+    cp437[position : position + 1] = b"\x81"  # "\u00fc" in cp437, no UTF-8 flag
+    path.write_bytes(b"#!/bin/sh\nprepended data\n" + cp437)
+    ours, theirs = _directories(path)
+    assert ours == theirs and ours[0][0] == "\u00fclain.txt" and ours[2][0] == "caf\u00e9/\u00fcber.txt"
+    assert ours[0][7] > 0  # offsets shifted by the prepended data
+
+    many = tmp_path / "many.zip"
+    with zipfile.ZipFile(many, "w") as archive:
+        for index in range(0x10000):  # more than the end record can count: ZIP64 end records
+            archive.writestr(f"{index}", b"")
+    ours, theirs = _directories(many)
+    assert ours == theirs and len(ours) == 0x10000
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda data: data[:-30], "File is not a zip file"),
+        (lambda data: data.replace(b"PK\x01\x02", b"PK\x01\x03", 1), "Bad magic number for central directory"),
+        (lambda data: b"UT\x09\x00".join(data.rsplit(b"UT\x04\x00", 1)), "Corrupt extra field 5455 (size=9)"),  # the central one
+    ],
+)
+def test_a_damaged_central_directory_fails_like_zipfile(tmp_path: Path, damage, message) -> None:
+    path = tmp_path / "x-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        info = zipfile.ZipInfo("x/a.txt")
+        info.extra = struct.pack("<HH4s", 0x5455, 4, b"time")
+        archive.writestr(info, b"a")
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(zipfile.BadZipFile, match=re.escape(message)):
+        zipfile.ZipFile(path)
+    with pytest.raises(InvalidWheelError) as caught:
+        WheelReader(path)
+    assert _one_line_error(caught) == f"{path}: not a zip archive or truncated ({message})"
 
 
 def test_small_entries_need_no_zip64() -> None:
@@ -662,6 +762,36 @@ def test_writer_refuses_to_finish_what_a_reader_would_refuse(tmp_path: Path, mem
                     writer.write_bytes(name, data)
     assert message in _one_line_error(caught)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_writer_checks_what_a_reader_would_parse(wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's check is handed the records and rows it encoded: exactly what parsing the file gives."""
+    from patched_wheels.wheelfile import writer as writer_module
+
+    handed: list[wheelfile.reader.WrittenArchive] = []
+    real = writer_module.WrittenArchive
+    monkeypatch.setattr(writer_module, "WrittenArchive", lambda *args: handed.append(real(*args)) or handed[-1])
+    monkeypatch.setattr(zipcontainer, "ZIP64_LIMIT", 1000)  # the big member gets ZIP64 extra fields
+    monkeypatch.setattr(writer_module, "ZIP64_LIMIT", 1000)
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader, WheelWriter(dest, dist_info=reader.dist_info) as writer:
+        for name in reader.members():
+            if name.endswith(".py"):
+                writer.copy_raw(reader, name, arcname=name.replace("demo/", "demo/renamed/"))
+            elif name != f"{reader.dist_info}/RECORD":
+                writer.copy_raw(reader, name)
+        writer.write_bytes("demo/caf\u00e9.txt", b"a UTF-8 name", mode=0o600)
+    [written] = handed
+    with open(dest, "rb") as handle:
+        parsed = zipdirectory.read_directory(handle.fileno(), path=dest)
+    fields = [*_FIELDS, "raw_name"]
+    assert [[getattr(member, field) for field in fields] for member in written.members] == [
+        [getattr(member, field) for field in fields] for member in parsed
+    ]
+    assert any(member.extra for member in parsed) and "demo/caf\u00e9.txt" in {member.filename for member in parsed}
+    with zipfile.ZipFile(dest) as archive:
+        assert written.record == parse_record(archive.read("demo-1.0.dist-info/RECORD"), origin="RECORD")
 
 
 @pytest.mark.parametrize(

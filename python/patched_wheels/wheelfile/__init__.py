@@ -5,6 +5,7 @@ with its sha256 and size.  One spec concept per module, re-exported here:
 
 - :mod:`.filename`: the wheel's file name and its members' paths;
 - :mod:`.record`: RECORD rows, parsed, checked and written;
+- :mod:`.zipdirectory`: the zip's central directory, read as zipfile reads it, faster;
 - :mod:`.zipcontainer`: the zip under it, member by member: locating, streaming and
   inflating a member's data (bounded by the size the zip declares), and encoding headers;
 - :mod:`.reader`: :class:`WheelReader`, what a wheel we accept is, checked once when a
@@ -25,6 +26,7 @@ from patched_wheels.wheelfile.record import (
 )
 from patched_wheels.wheelfile.writer import WheelWriter
 from patched_wheels.wheelfile.zipcontainer import CHUNK_SIZE, INFLATER_NAME, RawMember, inflated_chunks
+from patched_wheels.wheelfile.zipdirectory import ZipMember
 
 __all__ = [
     "CHUNK_SIZE",
@@ -35,6 +37,7 @@ __all__ = [
     "WheelFilename",
     "WheelReader",
     "WheelWriter",
+    "ZipMember",
     "generated_members",
     "inflated_chunks",
     "is_safe_member_path",

@@ -16,7 +16,6 @@ import io
 import os
 import stat
 import threading
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterator, NamedTuple, Sequence
@@ -32,22 +31,35 @@ from patched_wheels.wheelfile.record import RecordEntry, generated_members, pars
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
     RawMember,
-    check_member,
     member_content,
-    read_directory,
+    member_problem,
     unix_mode,
 )
+from patched_wheels.wheelfile.zipdirectory import ZipMember, read_directory
 
-__all__ = ["WheelReader"]
+__all__ = ["WheelReader", "WrittenArchive"]
 
 _REQUIRED_FILES = ("METADATA", "WHEEL")
 _SUPPORTED_WHEEL_VERSION = 1  # major Wheel-Version pip installs
 
 
+class WrittenArchive(NamedTuple):
+    """What :class:`~patched_wheels.wheelfile.WheelWriter` wrote, known without parsing it back.
+
+    The central directory's records and RECORD's rows, as the writer encoded them into the
+    file: a reader given them checks them exactly as if it had parsed them (every check of
+    the module docstring; METADATA and WHEEL are still read from the file and hash-checked),
+    and skips only decoding what was just encoded.
+    """
+
+    members: list[ZipMember]
+    record: list[RecordEntry]
+
+
 class _Checked(NamedTuple):
     """What opening a wheel found, once its checks passed: never changed after (readers share it)."""
 
-    infos: dict[str, zipfile.ZipInfo]
+    infos: dict[str, ZipMember]
     dist_info: str
     record: dict[str, RecordEntry]
     metadata: bytes
@@ -67,7 +79,8 @@ class WheelReader:
     Member data is read with ``os.pread`` on one descriptor, so threads can inflate
     different members at the same time without sharing a file position.
     ``filename`` is the name the file stands for when it differs from the path's
-    (the writer checks its temporary file under the final name).
+    (the writer checks its temporary file under the final name), ``written`` what the
+    writer knows it wrote (:class:`WrittenArchive`).
     """
 
     path: Path
@@ -77,7 +90,9 @@ class WheelReader:
     dist_info: str
     data_dir: str
 
-    def __init__(self, path: Path | str, *, verify: bool = False, filename: str | None = None) -> None:
+    def __init__(
+        self, path: Path | str, *, verify: bool = False, filename: str | None = None, written: WrittenArchive | None = None
+    ) -> None:
         self.path = Path(path)
         self.name = filename or self.path.name
         self.filename = WheelFilename.parse(self.name)
@@ -88,10 +103,10 @@ class WheelReader:
         try:
             status = os.fstat(self._fd)
             stamp = settled_stamp(status)
-            key = None if stamp is None else (self.name, *stamp)
+            key = None if stamp is None or written is not None else (self.name, *stamp)
             checked = _CHECKED.get(key) if key is not None else None
             if checked is None:
-                checked = self._check(status.st_size)
+                checked = self._check(status.st_size, written)
                 if key is not None:
                     if len(_CHECKED) >= _CHECKED_LIMIT:
                         del _CHECKED[next(iter(_CHECKED))]  # the oldest
@@ -104,11 +119,12 @@ class WheelReader:
             os.close(self._fd)
             raise
 
-    def _check(self, file_size: int) -> _Checked:
+    def _check(self, file_size: int, written: WrittenArchive | None) -> _Checked:
         """The structural checks, METADATA's and WHEEL's (the module docstring): what they found."""
-        self._infos = self._index_members(read_directory(self._fd, path=self.path), file_size)
+        members = read_directory(self._fd, path=self.path) if written is None else written.members
+        self._infos = self._index_members(members, file_size)
         self.dist_info = self._find_dist_info()
-        self._record = self._load_record()
+        self._record = self._load_record(None if written is None else written.record)
         metadata = self._check_metadata()
         self._check_wheel_file()
         return _Checked(self._infos, self.dist_info, self._record, metadata)
@@ -134,7 +150,7 @@ class WheelReader:
     def __contains__(self, name: str) -> bool:
         return name in self._infos
 
-    def info(self, name: str) -> zipfile.ZipInfo:
+    def info(self, name: str) -> ZipMember:
         """The central directory entry of ``name`` (checked: sizes, offsets, method)."""
         try:
             return self._infos[name]
@@ -228,21 +244,19 @@ class WheelReader:
 
     # -- structural checks
 
-    def _index_members(self, infos: Sequence[zipfile.ZipInfo], file_size: int) -> dict[str, zipfile.ZipInfo]:
-        indexed: dict[str, zipfile.ZipInfo] = {}
+    def _index_members(self, infos: Sequence[ZipMember], file_size: int) -> dict[str, ZipMember]:
+        indexed: dict[str, ZipMember] = {}
         layout = _MemberLayout()
         for info in infos:
             name = info.filename
-            where = f"{self.name}: member {name!r}"
             if not is_safe_member_path(name):
-                raise InvalidWheelError(f"{where}: unsafe path (absolute, '..' or empty component)")
-            if name in indexed:
-                raise InvalidWheelError(f"{where}: duplicate member name")
-            conflict = layout.conflict(name)
-            if conflict:
-                raise InvalidWheelError(f"{where}: {conflict}")
-            check_member(info, file_size, where=where)
-            layout.add(name)
+                problem: str | None = "unsafe path (absolute, '..' or empty component)"
+            elif name in indexed:
+                problem = "duplicate member name"
+            else:
+                problem = layout.add(name) or member_problem(info, file_size)
+            if problem:
+                raise InvalidWheelError(f"{self.name}: member {name!r}: {problem}")
             indexed[name] = info
         return indexed
 
@@ -263,14 +277,17 @@ class WheelReader:
             )
         return directory
 
-    def _load_record(self) -> dict[str, RecordEntry]:
+    def _load_record(self, rows: Sequence[RecordEntry] | None) -> dict[str, RecordEntry]:
+        """RECORD's rows (``rows``: those the writer wrote), checked against the zip's members."""
         record_name = f"{self.dist_info}/RECORD"
         origin = f"{self.name}: {record_name}"
         if record_name not in self._infos:
             raise InvalidWheelError(f"{origin}: missing")
+        if rows is None:
+            rows = parse_record(b"".join(member_content(self.raw_member(record_name))), origin=origin)
         record: dict[str, RecordEntry] = {}
         unhashed_allowed = generated_members(self.dist_info)
-        for entry in parse_record(b"".join(member_content(self.raw_member(record_name))), origin=origin):
+        for entry in rows:
             if entry.path in record:
                 raise InvalidWheelError(f"{origin}: {entry.path} is listed twice")
             info = self._infos.get(entry.path)
@@ -350,25 +367,22 @@ class _MemberLayout:
         self._files: set[str] = set()
         self._directories: set[str] = set()
 
-    def conflict(self, name: str) -> str | None:
-        """Why ``name`` cannot be added, or None."""
+    def add(self, name: str) -> str | None:
+        """Add ``name``; or, when it cannot be added, why not (and add nothing)."""
         path = name.rstrip("/")
-        if path in (self._files if name.endswith("/") else self._directories):
-            return f"{path} is a file, not a directory" if name.endswith("/") else f"{path} is a directory of other members"
+        is_directory = name.endswith("/")
+        if path in (self._files if is_directory else self._directories):
+            return f"{path} is a file, not a directory" if is_directory else f"{path} is a directory of other members"
+        new_parents = []
         parent = path.rpartition("/")[0]
         while parent and parent not in self._directories:  # a known directory's parents are known too
             if parent in self._files:
                 return f"{parent} is a file, not a directory"
+            new_parents.append(parent)
             parent = parent.rpartition("/")[0]
+        (self._directories if is_directory else self._files).add(path)
+        self._directories.update(new_parents)
         return None
-
-    def add(self, name: str) -> None:
-        path = name.rstrip("/")
-        (self._directories if name.endswith("/") else self._files).add(path)
-        parent = path.rpartition("/")[0]
-        while parent and parent not in self._directories:
-            self._directories.add(parent)
-            parent = parent.rpartition("/")[0]
 
 
 class _ChunkStream(io.RawIOBase):

@@ -14,7 +14,6 @@ import os
 import stat
 import struct
 import time
-import zipfile
 import zlib
 from pathlib import Path
 from typing import Iterable
@@ -22,10 +21,11 @@ from typing import Iterable
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.fsutil import create_temp_file, current_umask
 from patched_wheels.wheelfile.filename import is_safe_member_path
-from patched_wheels.wheelfile.reader import WheelReader
+from patched_wheels.wheelfile.reader import WheelReader, WrittenArchive
 from patched_wheels.wheelfile.record import RecordEntry, record_hash, serialize_record
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
+    DEFLATED,
     FLAG_DATA_DESCRIPTOR,
     FLAG_DEFLATE_OPTIONS,
     LOCAL_TIMESTAMP_OFFSET,
@@ -34,10 +34,10 @@ from patched_wheels.wheelfile.zipcontainer import (
     ZipEntry,
     central_header,
     encode_name,
-    encoded_name,
     end_records,
     local_header,
 )
+from patched_wheels.wheelfile.zipdirectory import CENTRAL_HEADER, ZipMember
 
 __all__ = ["WheelWriter"]
 
@@ -67,6 +67,15 @@ def _deflate_bound(size: int) -> int:
     return size + (size >> 12) + (size >> 14) + (size >> 25) + 13
 
 
+def _as_read(entry: ZipEntry, central: bytes) -> ZipMember:
+    """The record a reader parses from ``central``, the central directory header written for ``entry``."""
+    extra = central[CENTRAL_HEADER.size + len(entry.name) :]
+    return ZipMember(
+        entry.filename, entry.name, entry.create_system, entry.flags, entry.method, entry.crc,
+        entry.compress_size, entry.file_size, entry.offset, entry.external_attr, extra,
+    )  # fmt: skip
+
+
 _COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
 
 
@@ -77,9 +86,10 @@ class WheelWriter:
     same timestamp, and central directory records no extra field but ZIP64 (a raw copy
     that keeps its name keeps the input's local header, extra fields included), so the
     output depends only on the input bytes and the order of calls.  Before the rename the
-    file is opened as a :class:`WheelReader` under its final name: what we write passes the
-    checks of what we read (one ``.dist-info`` with METADATA and WHEEL, names and versions
-    that agree, no file where a directory is).
+    file is opened as a :class:`WheelReader` under its final name, given the records and
+    RECORD rows just encoded (:class:`WrittenArchive`): what we write passes the checks of
+    what we read (one ``.dist-info`` with METADATA and WHEEL, names and versions that
+    agree, no file where a directory is).
     """
 
     def __init__(self, dest: Path | str, *, dist_info: str) -> None:
@@ -117,11 +127,11 @@ class WheelWriter:
         """
         info = reader.info(name)
         arcname = name if arcname is None else arcname
-        encoded, utf8_flag = self._claim(arcname)
+        encoded, utf8_flag = self._claim(arcname, checked=arcname == name)  # the reader checked its names
         raw = reader.raw_member(name)
         verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
         entry = ZipEntry(
-            name=encoded_name(info) if verbatim else encoded,
+            name=info.raw_name if verbatim else encoded,
             flags=info.flag_bits if verbatim else (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag,
             method=info.compress_type,
             crc=info.CRC,
@@ -132,6 +142,7 @@ class WheelWriter:
             external_attr=info.external_attr,
             local_zip64=info.file_size > ZIP64_LIMIT or info.compress_size > ZIP64_LIMIT,
             verbatim=verbatim,
+            filename=arcname,
         )
         if verbatim:
             self._copy_range(raw.fd, info.header_offset, raw.data_end - info.header_offset)
@@ -141,7 +152,7 @@ class WheelWriter:
         self._entries.append(entry)
         row = reader.record_entry(name)
         if row is not None:
-            self._record.append(RecordEntry(arcname, row.hash, row.size))
+            self._record.append(row if arcname == name else RecordEntry(arcname, row.hash, row.size))
 
     def write_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644) -> None:
         self._write_deflated(arcname, (data,), len(data), mode)
@@ -179,13 +190,16 @@ class WheelWriter:
                 if entry.verbatim:
                     os.pwrite(self._file.fileno(), timestamp, entry.offset + LOCAL_TIMESTAMP_OFFSET)
             directory_offset = self._offset
+            members = []
             for entry in self._entries:
-                self._write(central_header(entry, self._dos_date, self._dos_time))
+                header = central_header(entry, self._dos_date, self._dos_time)
+                self._write(header)
+                members.append(_as_read(entry, header))
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._drain()
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
-            WheelReader(self._temp, filename=self.dest.name).close()
+            WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(members, rows)).close()
             os.replace(self._temp, self.dest)
         except BaseException:
             self.abort()
@@ -198,8 +212,9 @@ class WheelWriter:
 
     # -- internals
 
-    def _claim(self, arcname: str) -> tuple[bytes, int]:
-        if not is_safe_member_path(arcname):
+    def _claim(self, arcname: str, *, checked: bool = False) -> tuple[bytes, int]:
+        """``arcname`` encoded for the headers, once it is known to be safe (``checked``: already) and new."""
+        if not checked and not is_safe_member_path(arcname):
             raise InvalidWheelError(f"{self.dest.name}: unsafe member path {arcname!r}")
         if arcname in self._names:
             raise InvalidWheelError(f"{self.dest.name}: member {arcname} written twice")
@@ -223,7 +238,7 @@ class WheelWriter:
         entry = ZipEntry(
             name=encoded,
             flags=utf8_flag,
-            method=zipfile.ZIP_DEFLATED,
+            method=DEFLATED,
             crc=0,
             compress_size=0,
             file_size=0,
@@ -231,6 +246,7 @@ class WheelWriter:
             create_system=UNIX,
             external_attr=(stat.S_IFREG | mode) << 16,
             local_zip64=size_hint is not None and _deflate_bound(size_hint) > ZIP64_LIMIT,
+            filename=arcname,
         )
         header_length = len(local_header(entry, self._dos_date, self._dos_time))
         self._write(b"\0" * header_length)

@@ -1,11 +1,11 @@
 """The zip container under a wheel, at the level of raw members: what :mod:`zipfile` does not offer.
 
-:mod:`zipfile` parses the central directory, but it cannot hand out a member's compressed
-bytes to copy them elsewhere unchanged, nor stop inflating at the size the directory
-declares.  So this module locates members' data itself (checking each local header against
-the central directory, since raw copies keep it), streams and inflates it with positional
-reads, and encodes the headers and end records :class:`~patched_wheels.wheelfile.WheelWriter`
-writes.  Nothing here knows what a wheel is.
+:mod:`zipfile` cannot hand out a member's compressed bytes to copy them elsewhere unchanged,
+nor stop inflating at the size the directory declares.  So this module checks the records
+:mod:`~patched_wheels.wheelfile.zipdirectory` reads, locates members' data itself (checking
+each local header against the central directory, since raw copies keep it), streams and
+inflates it with positional reads, and encodes the headers and end records
+:class:`~patched_wheels.wheelfile.WheelWriter` writes.  Nothing here knows what a wheel is.
 """
 
 from __future__ import annotations
@@ -13,13 +13,25 @@ from __future__ import annotations
 import os
 import stat
 import struct
-import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from patched_wheels.errors import InvalidWheelError
+from patched_wheels.wheelfile.zipdirectory import (
+    CENTRAL_HEADER,
+    CENTRAL_SIG,
+    END,
+    END64,
+    END64_LOCATOR,
+    END64_LOCATOR_SIG,
+    END64_SIG,
+    END_SIG,
+    FLAG_UTF8,
+    ZIP64_EXTRA_ID,
+    ZipMember,
+)
 
 try:  # Inflating is the cost floor of --verify and of the ELF scan; ISA-L does it ~2-3x faster than zlib.
     from isal import isal_zlib as _inflate_zlib
@@ -34,35 +46,36 @@ CHUNK_SIZE = 1 << 20
 
 __all__ = [
     "CHUNK_SIZE",
+    "DEFLATED",
     "FLAG_DATA_DESCRIPTOR",
     "FLAG_DEFLATE_OPTIONS",
     "INFLATER_NAME",
     "LOCAL_TIMESTAMP_OFFSET",
     "RawMember",
+    "STORED",
     "UNIX",
     "ZIP64_LIMIT",
     "ZipEntry",
     "central_header",
-    "check_member",
     "encode_name",
-    "encoded_name",
     "end_records",
     "inflated_chunks",
     "local_header",
     "member_content",
-    "read_directory",
+    "member_problem",
     "unix_mode",
 ]
 
-_STORED, _DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
+STORED, DEFLATED = 0, 8  # compression methods
 _FLAG_ENCRYPTED = 0x1
 FLAG_DATA_DESCRIPTOR = 0x8
 FLAG_DEFLATE_OPTIONS = 0x6  # informational "compression level" bits, kept on raw copies
-_FLAG_UTF8 = 0x800
 # Flags whose meaning is known and harmless; others (strong encryption, patched data, masked
 # headers) make readers refuse the member, and a raw copy would carry them into the output.
-_FLAGS_UNDERSTOOD = FLAG_DEFLATE_OPTIONS | FLAG_DATA_DESCRIPTOR | _FLAG_UTF8
+_FLAGS_UNDERSTOOD = FLAG_DEFLATE_OPTIONS | FLAG_DATA_DESCRIPTOR | FLAG_UTF8
 UNIX = 3  # "version made by" host system whose external_attr carries st_mode
+_S_IFMT = 0o170000  # the file type bits of st_mode
+_PLAIN_KINDS = frozenset((0, stat.S_IFREG, stat.S_IFDIR))  # unknown, regular file, directory
 
 # Conservative like zipfile: some readers treat 32-bit fields as signed.
 ZIP64_LIMIT = (1 << 31) - 1
@@ -72,79 +85,43 @@ _VERSION_DEFAULT, _VERSION_ZIP64 = 20, 45
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_SIG = 0x04034B50
 LOCAL_TIMESTAMP_OFFSET = 10  # (time, date) inside a local header
-_CENTRAL_HEADER = struct.Struct("<IHHHHHHIIIHHHHHII")
-_CENTRAL_SIG = 0x02014B50
-_END = struct.Struct("<IHHHHIIH")
-_END_SIG = 0x06054B50
-_END64 = struct.Struct("<IQHHIIQQQQ")
-_END64_SIG = 0x06064B50
-_END64_LOCATOR = struct.Struct("<IIQI")
-_END64_LOCATOR_SIG = 0x07064B50
-_ZIP64_EXTRA_ID = 0x0001
 
 
-# --------------------------------------------------------------------------- the central directory
+# --------------------------------------------------------------------------- the central directory's records
 
 
-def read_directory(fd: int, *, path: Path) -> list[zipfile.ZipInfo]:
-    """The central directory of the archive open as ``fd``, parsed by :mod:`zipfile`.
-
-    This moves ``fd``'s file position (zipfile seeks); member data is read with positional
-    reads only.  ``path`` names the archive in errors.
-    """
-    try:
-        with zipfile.ZipFile(open(fd, "rb", closefd=False)) as archive:
-            return archive.infolist()
-    except OSError as error:
-        raise InvalidWheelError(f"{path}: cannot read ({error.strerror or error})") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, struct.error, IndexError) as error:
-        raise InvalidWheelError(f"{path}: not a zip archive or truncated ({error})") from None
-    except NotImplementedError as error:  # "zip file version 6.3": a feature zipfile lacks
-        raise InvalidWheelError(f"{path}: unsupported zip archive ({error})") from None
-
-
-def unix_mode(info: zipfile.ZipInfo) -> int:
+def unix_mode(info: ZipMember) -> int:
     """The member's ``st_mode`` (type and permission bits), or 0 when the archiver recorded none."""
     return info.external_attr >> 16 if info.create_system == UNIX else 0
 
 
-def check_member(info: zipfile.ZipInfo, archive_size: int, *, where: str) -> None:
-    """Refuse a central directory record whose member cannot be read, or copied raw, as a plain file.
+def member_problem(info: ZipMember, archive_size: int) -> str | None:
+    """Why a central directory record's member cannot be read, or copied raw, as a plain file (None: it can).
 
     Checked without reading the data: encryption, flags and methods other readers would
     treat differently, sizes that disagree or run past the archive's ``archive_size`` bytes,
-    and links or special files.  ``where`` names the member in errors.
+    and links or special files.
     """
-    if info.flag_bits & _FLAG_ENCRYPTED:
-        raise InvalidWheelError(f"{where}: encrypted members are not supported")
-    if info.flag_bits & ~_FLAGS_UNDERSTOOD:
-        raise InvalidWheelError(f"{where}: zip flags {info.flag_bits:#06x} are not supported")
-    if info.compress_type not in (_STORED, _DEFLATED):
-        raise InvalidWheelError(f"{where}: compression method {info.compress_type} is not supported")
-    if info.compress_type == _STORED and info.compress_size != info.file_size:
-        raise InvalidWheelError(f"{where}: stored with {info.compress_size} bytes but {info.file_size} declared")
+    flags, method = info.flag_bits, info.compress_type
+    if flags & _FLAG_ENCRYPTED:
+        return "encrypted members are not supported"
+    if flags & ~_FLAGS_UNDERSTOOD:
+        return f"zip flags {flags:#06x} are not supported"
+    if method != DEFLATED and method != STORED:
+        return f"compression method {method} is not supported"
+    if method == STORED and info.compress_size != info.file_size:
+        return f"stored with {info.compress_size} bytes but {info.file_size} declared"
     if info.header_offset < 0 or info.header_offset + _LOCAL_HEADER.size + info.compress_size > archive_size:
-        raise InvalidWheelError(f"{where}: data extends past the end of the file (truncated?)")
-    kind = stat.S_IFMT(unix_mode(info))
-    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):  # archivers disagree on directories' bits, not on links
-        raise InvalidWheelError(f"{where}: not a regular file (a symbolic link or special file)")
-
-
-def encoded_name(info: zipfile.ZipInfo) -> bytes:
-    """The member's name as its headers spell it (UTF-8 when flagged, else ASCII or cp437)."""
-    if info.flag_bits & _FLAG_UTF8:
-        return info.filename.encode("utf-8")
-    try:
-        return info.filename.encode("ascii")  # the common case, and much faster than cp437
-    except UnicodeEncodeError:
-        return info.filename.encode("cp437")
+        return "data extends past the end of the file (truncated?)"
+    if info.create_system == UNIX and (info.external_attr >> 16) & _S_IFMT not in _PLAIN_KINDS:
+        return "not a regular file (a symbolic link or special file)"  # archivers disagree on directories' bits
+    return None
 
 
 # --------------------------------------------------------------------------- member data
 
 
-@dataclass(frozen=True)
-class RawMember:
+class RawMember(NamedTuple):
     """Where one member's compressed bytes lie in an open archive: all a copy without inflating needs.
 
     ``fd`` is the archive's descriptor, owned by whoever opened it and valid while it stays
@@ -153,7 +130,7 @@ class RawMember:
     ``info.header_offset`` agrees with the central directory, so it may be copied verbatim.
     """
 
-    info: zipfile.ZipInfo
+    info: ZipMember
     fd: int
     data_offset: int
     """Where the compressed bytes start: after the local header, whose own name/extra lengths count."""
@@ -161,19 +138,20 @@ class RawMember:
     """The archive's name, as errors name it."""
 
     @classmethod
-    def locate(cls, fd: int, info: zipfile.ZipInfo, *, archive: str) -> RawMember:
+    def locate(cls, fd: int, info: ZipMember, *, archive: str) -> RawMember:
         """Read and check the local header of ``info`` in the archive open as ``fd``.
 
         The header must name the same file and agree with the central directory, since local
         headers are copied verbatim into patched wheels.
         """
-        name = encoded_name(info)
+        name = info.raw_name
         header = os.pread(fd, _LOCAL_HEADER.size + len(name), info.header_offset)
-        if len(header) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack_from(header)[0] != _LOCAL_SIG:
+        if len(header) < _LOCAL_HEADER.size:
             raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
         fields = _LOCAL_HEADER.unpack_from(header)
-        flags, method = fields[2:4]
-        crc, compress_size, file_size, name_length, extra_length = fields[6:]
+        signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = fields
+        if signature != _LOCAL_SIG:
+            raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
         if header[_LOCAL_HEADER.size :] != name:
             raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
         if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
@@ -210,7 +188,7 @@ def member_content(raw: RawMember) -> Iterator[bytes]:
     gigabytes); whether the result is complete is up to the caller.
     """
     info, archive = raw.info, raw.archive
-    if info.compress_type == _STORED:
+    if info.compress_type == STORED:
         yield from raw.chunks()
         return
     inflater = _inflate_zlib.decompressobj(wbits=-15)
@@ -239,7 +217,7 @@ def member_content(raw: RawMember) -> Iterator[bytes]:
         raise InvalidWheelError(f"{archive}: {info.filename}: truncated deflate data")
 
 
-def inflated_chunks(path: Path, info: zipfile.ZipInfo) -> Iterator[bytes]:
+def inflated_chunks(path: Path, info: ZipMember) -> Iterator[bytes]:
     """One member of the archive at ``path``, in pieces, checked against the zip directory's size and CRC-32.
 
     For readers that want a few members fast, with ``info`` from :meth:`WheelReader.info` (so the
@@ -259,7 +237,7 @@ def inflated_chunks(path: Path, info: zipfile.ZipInfo) -> Iterator[bytes]:
 # --------------------------------------------------------------------------- encoding
 
 
-@dataclass
+@dataclass(slots=True)
 class ZipEntry:
     """What the headers need to know about one written member."""
 
@@ -274,6 +252,8 @@ class ZipEntry:
     external_attr: int
     local_zip64: bool
     verbatim: bool = False  # local header copied from the input; only its timestamp is rewritten
+    filename: str = ""
+    """``name`` decoded (as a reader decodes it)."""
 
 
 def encode_name(arcname: str) -> tuple[bytes, int]:
@@ -281,13 +261,13 @@ def encode_name(arcname: str) -> tuple[bytes, int]:
     try:
         return arcname.encode("ascii"), 0
     except UnicodeEncodeError:
-        return arcname.encode("utf-8"), _FLAG_UTF8
+        return arcname.encode("utf-8"), FLAG_UTF8
 
 
 def local_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
     """Local file header; ZIP64 puts both sizes in the extra field (a requirement of the spec)."""
     if entry.local_zip64:
-        extra = struct.pack("<HHQQ", _ZIP64_EXTRA_ID, 16, entry.file_size, entry.compress_size)
+        extra = struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, entry.file_size, entry.compress_size)
         sizes = (0xFFFFFFFF, 0xFFFFFFFF)
     else:
         extra = b""
@@ -310,10 +290,10 @@ def central_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
     if entry.offset > ZIP64_LIMIT:
         values.append(entry.offset)
     offset = 0xFFFFFFFF if entry.offset > ZIP64_LIMIT else entry.offset
-    extra = struct.pack(f"<HH{len(values)}Q", _ZIP64_EXTRA_ID, 8 * len(values), *values) if values else b""
+    extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values) if values else b""
     version = _VERSION_ZIP64 if values or entry.local_zip64 else _VERSION_DEFAULT
-    header = _CENTRAL_HEADER.pack(
-        _CENTRAL_SIG,
+    header = CENTRAL_HEADER.pack(
+        CENTRAL_SIG,
         entry.create_system << 8 | version,
         version,
         entry.flags,
@@ -339,12 +319,12 @@ def end_records(count: int, directory_offset: int, directory_size: int) -> bytes
     records = b""
     if needs_zip64:
         end64_offset = directory_offset + directory_size
-        records += _END64.pack(
-            _END64_SIG, _END64.size - 12, UNIX << 8 | _VERSION_ZIP64, _VERSION_ZIP64,
+        records += END64.pack(
+            END64_SIG, END64.size - 12, UNIX << 8 | _VERSION_ZIP64, _VERSION_ZIP64,
             0, 0, count, count, directory_size, directory_offset,
         )
-        records += _END64_LOCATOR.pack(_END64_LOCATOR_SIG, 0, end64_offset, 1)
+        records += END64_LOCATOR.pack(END64_LOCATOR_SIG, 0, end64_offset, 1)
         count = min(count, 0xFFFF)
         directory_offset = min(directory_offset, 0xFFFFFFFF)
         directory_size = min(directory_size, 0xFFFFFFFF)
-    return records + _END.pack(_END_SIG, 0, 0, count, count, directory_size, directory_offset, 0)
+    return records + END.pack(END_SIG, 0, 0, count, count, directory_size, directory_offset, 0)
