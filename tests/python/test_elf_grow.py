@@ -201,6 +201,10 @@ def _hostile(data: bytes) -> dict[str, bytes]:
     strtab_index = next(index for index, section in enumerate(elf.iter_sections()) if section.name == ".strtab")
     _set(straddling, shoff + strtab_index * 64 + 24, "<Q", 0x100)  # .strtab's sh_offset inside the first segment...
     _set(straddling, shoff + strtab_index * 64 + 32, "<Q", len(data))  # ... and running past the last one
+    decoy = bytearray(data)  # PT_DYNAMIC's p_offset at a copy in the padding after the first segment: the loader
+    decoy[0x800 : 0x800 + dynamic_size] = data[dynamic : dynamic + dynamic_size]  # reads p_vaddr, never the copy
+    dynamic_header = next(index for index, segment in enumerate(elf.iter_segments()) if segment["p_type"] == "PT_DYNAMIC")
+    _set(decoy, elf["e_phoff"] + dynamic_header * 56 + 8, "<Q", 0x800)
     return {
         "truncated in the dynamic section": data[: dynamic + 8],
         "truncated after the dynamic section": data[: dynamic + dynamic_size + 8],
@@ -211,6 +215,7 @@ def _hostile(data: bytes) -> dict[str, bytes]:
         "huge section header count": bytes(_set(bytearray(data), 60, "<H", 0xFFFF)),
         "no DT_NULL": bytes(no_null),
         "a section across the insertion": bytes(straddling),
+        "PT_DYNAMIC's offset not where its address is mapped": bytes(decoy),
     }
 
 
@@ -224,6 +229,7 @@ HOSTILE_CASES = (
     "huge section header count",
     "no DT_NULL",
     "a section across the insertion",
+    "PT_DYNAMIC's offset not where its address is mapped",
 )
 
 
