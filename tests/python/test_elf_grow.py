@@ -32,13 +32,13 @@ ANSWER = 42
 HAS_BINUTILS = shutil.which("readelf") is not None and shutil.which("strip") is not None
 
 
-def _chain(directory: Path, kind: str) -> Path:
-    """``directory/liba.so`` (search path ``$ORIGIN`` as ``kind``, or none) needing ``B_DIR/libb.so``."""
+def _chain(directory: Path, kind: str, *flags: str) -> Path:
+    """``directory/liba.so`` (search path ``$ORIGIN`` as ``kind``, or none, linked with ``flags``) needing ``B_DIR/libb.so``."""
     build = directory / "build"
     build.mkdir(parents=True)
     compile_shared(build, "libb.so", "int b(void) { return 41; }\n", "-Wl,-soname,libb.so")
     search = [] if kind == "none" else ["-Wl,-rpath,$ORIGIN", f"-Wl,--{'enable' if kind == 'runpath' else 'disable'}-new-dtags"]
-    a = compile_shared(build, "liba.so", "int b(void);\nint a(void) { return b() + 1; }\n", "-l:libb.so", *search)
+    a = compile_shared(build, "liba.so", "int b(void);\nint a(void) { return b() + 1; }\n", "-l:libb.so", *search, *flags)
     (directory / B_DIR).mkdir(parents=True)
     shutil.copyfile(build / "libb.so", directory / B_DIR / "libb.so")
     shutil.copyfile(a, directory / "liba.so")
@@ -136,6 +136,21 @@ def test_a_grown_library_grows_again(tmp_path):
     assert _loads(library).stdout.strip() == str(ANSWER)
     if HAS_BINUTILS:
         assert f"[{second}]" in _readelf(library)
+
+
+@pytest.mark.parametrize("linker", ["bfd", "gold"])
+def test_every_allocated_section_stays_where_its_segment_maps_its_address(tmp_path, linker):
+    """gold ends the data segment with an empty ``.tm_clone_table`` at the end of its file bytes: it stays there."""
+    if shutil.which(f"ld.{linker}") is None:
+        pytest.skip(f"ld.{linker} is not installed")
+    library = _chain(tmp_path, "runpath", f"-fuse-ld={linker}")
+    _grow(library)
+    assert _loads(library).stdout.strip() == str(ANSWER)
+    with open(library, "rb") as handle:
+        elf = ELFFile(handle)
+        for section in elf.iter_sections():
+            if section["sh_flags"] & 2 and section["sh_type"] not in ("SHT_NOBITS", "SHT_NULL"):  # SHF_ALLOC
+                assert list(elf.address_offsets(section["sh_addr"])) == [section["sh_offset"]], section.name
 
 
 @pytest.mark.parametrize("spare", [True, False], ids=["spare-slot", "moved-dynamic"])
