@@ -185,6 +185,8 @@ def read_dynamic(open_chunks: OpenChunks, where: str) -> DynamicLayout:
     entry = elf.dynamic
     if dynamic["filesz"] > _MAX_TABLE or dynamic["filesz"] < entry.size:
         raise ElfError(f"{where}: PT_DYNAMIC of {dynamic['filesz']} bytes")
+    if _file_offset(programs, dynamic["vaddr"], dynamic["filesz"]) != dynamic["offset"]:  # the loader reads p_vaddr
+        raise ElfError(f"{where}: PT_DYNAMIC's file offset is not where a PT_LOAD maps its address")
     section = reader.read(dynamic["offset"], dynamic["filesz"], "the dynamic section")
     slots = len(section) // entry.size
     all_entries = [entry.unpack_from(section, index * entry.size) for index in range(slots)]

@@ -164,9 +164,11 @@ def grown_sections(layout: DynamicLayout, plan: GrowPlan, table: bytes, where: s
         elif section["type"] == _SHT_DYNAMIC and plan.dynamic_bytes and section["addr"] == layout.dynamic["vaddr"]:
             address = plan.dynamic_offset - segment["offset"] + segment["vaddr"]
             section.update(addr=address, offset=plan.dynamic_offset, size=len(plan.dynamic_bytes))
-        elif start >= plan.kept:
-            if not nobits and section["size"] and section["flags"] & _SHF_ALLOC:
+        elif start >= plan.kept and section["flags"] & _SHF_ALLOC:
+            # Empty or NOBITS (gold ends the data segment with an empty .tm_clone_table): it stays where its address maps.
+            if not nobits and section["size"]:
                 raise ElfError(f"{where}: allocated section {index} lies after the last PT_LOAD's file bytes")
+        elif start >= plan.kept:
             if section["addralign"] > 1 and plan.shift % section["addralign"]:
                 raise ElfError(f"{where}: section {index} is aligned to {section['addralign']} bytes, beyond a page")
             section["offset"] = start + plan.shift

@@ -32,13 +32,13 @@ ANSWER = 42
 HAS_BINUTILS = shutil.which("readelf") is not None and shutil.which("strip") is not None
 
 
-def _chain(directory: Path, kind: str) -> Path:
-    """``directory/liba.so`` (search path ``$ORIGIN`` as ``kind``, or none) needing ``B_DIR/libb.so``."""
+def _chain(directory: Path, kind: str, *flags: str) -> Path:
+    """``directory/liba.so`` (search path ``$ORIGIN`` as ``kind``, or none, linked with ``flags``) needing ``B_DIR/libb.so``."""
     build = directory / "build"
     build.mkdir(parents=True)
     compile_shared(build, "libb.so", "int b(void) { return 41; }\n", "-Wl,-soname,libb.so")
     search = [] if kind == "none" else ["-Wl,-rpath,$ORIGIN", f"-Wl,--{'enable' if kind == 'runpath' else 'disable'}-new-dtags"]
-    a = compile_shared(build, "liba.so", "int b(void);\nint a(void) { return b() + 1; }\n", "-l:libb.so", *search)
+    a = compile_shared(build, "liba.so", "int b(void);\nint a(void) { return b() + 1; }\n", "-l:libb.so", *search, *flags)
     (directory / B_DIR).mkdir(parents=True)
     shutil.copyfile(build / "libb.so", directory / B_DIR / "libb.so")
     shutil.copyfile(a, directory / "liba.so")
@@ -138,6 +138,21 @@ def test_a_grown_library_grows_again(tmp_path):
         assert f"[{second}]" in _readelf(library)
 
 
+@pytest.mark.parametrize("linker", ["bfd", "gold"])
+def test_every_allocated_section_stays_where_its_segment_maps_its_address(tmp_path, linker):
+    """gold ends the data segment with an empty ``.tm_clone_table`` at the end of its file bytes: it stays there."""
+    if shutil.which(f"ld.{linker}") is None:
+        pytest.skip(f"ld.{linker} is not installed")
+    library = _chain(tmp_path, "runpath", f"-fuse-ld={linker}")
+    _grow(library)
+    assert _loads(library).stdout.strip() == str(ANSWER)
+    with open(library, "rb") as handle:
+        elf = ELFFile(handle)
+        for section in elf.iter_sections():
+            if section["sh_flags"] & 2 and section["sh_type"] not in ("SHT_NOBITS", "SHT_NULL"):  # SHF_ALLOC
+                assert list(elf.address_offsets(section["sh_addr"])) == [section["sh_offset"]], section.name
+
+
 @pytest.mark.parametrize("spare", [True, False], ids=["spare-slot", "moved-dynamic"])
 def test_an_added_soname_is_what_the_loader_matches(tmp_path, spare):
     """``libx`` has no SONAME; once it has one, ``liby`` (needing ``libx.so.1``, with no search path to it)
@@ -201,6 +216,10 @@ def _hostile(data: bytes) -> dict[str, bytes]:
     strtab_index = next(index for index, section in enumerate(elf.iter_sections()) if section.name == ".strtab")
     _set(straddling, shoff + strtab_index * 64 + 24, "<Q", 0x100)  # .strtab's sh_offset inside the first segment...
     _set(straddling, shoff + strtab_index * 64 + 32, "<Q", len(data))  # ... and running past the last one
+    decoy = bytearray(data)  # PT_DYNAMIC's p_offset at a copy in the padding after the first segment: the loader
+    decoy[0x800 : 0x800 + dynamic_size] = data[dynamic : dynamic + dynamic_size]  # reads p_vaddr, never the copy
+    dynamic_header = next(index for index, segment in enumerate(elf.iter_segments()) if segment["p_type"] == "PT_DYNAMIC")
+    _set(decoy, elf["e_phoff"] + dynamic_header * 56 + 8, "<Q", 0x800)
     return {
         "truncated in the dynamic section": data[: dynamic + 8],
         "truncated after the dynamic section": data[: dynamic + dynamic_size + 8],
@@ -211,6 +230,7 @@ def _hostile(data: bytes) -> dict[str, bytes]:
         "huge section header count": bytes(_set(bytearray(data), 60, "<H", 0xFFFF)),
         "no DT_NULL": bytes(no_null),
         "a section across the insertion": bytes(straddling),
+        "PT_DYNAMIC's offset not where its address is mapped": bytes(decoy),
     }
 
 
@@ -224,6 +244,7 @@ HOSTILE_CASES = (
     "huge section header count",
     "no DT_NULL",
     "a section across the insertion",
+    "PT_DYNAMIC's offset not where its address is mapped",
 )
 
 

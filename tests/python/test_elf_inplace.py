@@ -105,3 +105,16 @@ def test_the_stream_reader_fails_only_with_an_elf_error_on_cut_or_damaged_librar
         for index, value in result.strings.items():
             start = result.strtab_offset + index
             assert damaged[start : start + len(value) + 1] == value + b"\0"
+
+
+@pytest.mark.xfail(strict=True, reason="in place, as patchelf (NixOS/patchelf#162): a symbol GNU ld suffix-merged into the old string is overwritten")
+def test_a_symbol_sharing_the_old_strings_tail_keeps_its_name(tmp_path):
+    """GNU ld stores the symbol ``lib`` as the tail of ``$ORIGIN/../lib`` in .dynstr; the edit must not rename it."""
+    library = compile_shared(tmp_path, "libx.so", "int lib(void) { return 1; }\n", "-Wl,-rpath,$ORIGIN/../lib")
+    wheel = _wheel(tmp_path / "in", library)
+    result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")])
+    edited = tmp_path / "edited.so"
+    with zipfile.ZipFile(result.path) as archive:
+        edited.write_bytes(archive.read(MEMBER))
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(edited)], capture_output=True, text=True, check=True).stdout.split()
+    assert "lib" in symbols, symbols
