@@ -33,14 +33,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Mapping, Sequence
 
-from patched_wheels.elfedit import DT_NULL, DT_STRSZ, DT_STRTAB, PT_LOAD, DynamicLayout, OpenChunks
+from patched_wheels.elfedit import (
+    DT_NULL,
+    DT_STRSZ,
+    DT_STRTAB,
+    PT_LOAD,
+    SECTION_FIELDS,
+    SHF_ALLOC,
+    SHF_TLS,
+    SHT_DYNAMIC,
+    SHT_NOBITS,
+    SHT_PROGBITS,
+    SHT_STRTAB,
+    DynamicLayout,
+    OpenChunks,
+)
 from patched_wheels.errors import ElfError
 from patched_wheels.rewrite import Content, Overwritten, content_chunks
 from patched_wheels.wheelfile import WheelReader
 
-_SHT_PROGBITS, _SHT_STRTAB, _SHT_DYNAMIC, _SHT_NOBITS = 1, 3, 6, 8
-_SHF_ALLOC, _SHF_TLS = 0x2, 0x400
-_SECTION_FIELDS = ("name", "type", "flags", "addr", "offset", "size", "link", "info", "addralign", "entsize")
 _TAIL_ALIGN = 4096
 """What follows the grown segment moves by a multiple of this: every section alignment up to a page holds."""
 _MAX_BSS = 64 << 20
@@ -152,19 +163,19 @@ def grown_sections(layout: DynamicLayout, plan: GrowPlan, table: bytes, where: s
     bss_start, bss_end = segment["vaddr"] + segment["filesz"], segment["vaddr"] + segment["memsz"]
     out = bytearray(table)
     for index in range(layout.shnum):
-        section = dict(zip(_SECTION_FIELDS, elf.section.unpack_from(table, index * layout.shentsize)))
+        section = dict(zip(SECTION_FIELDS, elf.section.unpack_from(table, index * layout.shentsize)))
         original = dict(section)
-        nobits, start = section["type"] == _SHT_NOBITS, section["offset"]
-        if nobits and not section["flags"] & _SHF_TLS and bss_start <= section["addr"] < bss_end:
+        nobits, start = section["type"] == SHT_NOBITS, section["offset"]
+        if nobits and not section["flags"] & SHF_TLS and bss_start <= section["addr"] < bss_end:
             if section["addr"] + section["size"] > bss_end:
                 raise ElfError(f"{where}: section {index} runs past the end of the last PT_LOAD")
-            section.update(type=_SHT_PROGBITS, offset=segment["offset"] + section["addr"] - segment["vaddr"])
-        elif section["type"] == _SHT_STRTAB and section["flags"] & _SHF_ALLOC and section["addr"] == layout.strtab:
+            section.update(type=SHT_PROGBITS, offset=segment["offset"] + section["addr"] - segment["vaddr"])
+        elif section["type"] == SHT_STRTAB and section["flags"] & SHF_ALLOC and section["addr"] == layout.strtab:
             section.update(addr=plan.table_address, offset=plan.table_offset, size=plan.strsz)
-        elif section["type"] == _SHT_DYNAMIC and plan.dynamic_bytes and section["addr"] == layout.dynamic["vaddr"]:
+        elif section["type"] == SHT_DYNAMIC and plan.dynamic_bytes and section["addr"] == layout.dynamic["vaddr"]:
             address = plan.dynamic_offset - segment["offset"] + segment["vaddr"]
             section.update(addr=address, offset=plan.dynamic_offset, size=len(plan.dynamic_bytes))
-        elif start >= plan.kept and section["flags"] & _SHF_ALLOC:
+        elif start >= plan.kept and section["flags"] & SHF_ALLOC:
             # Empty or NOBITS (gold ends the data segment with an empty .tm_clone_table): it stays where its address maps.
             if not nobits and section["size"]:
                 raise ElfError(f"{where}: allocated section {index} lies after the last PT_LOAD's file bytes")
@@ -175,7 +186,7 @@ def grown_sections(layout: DynamicLayout, plan: GrowPlan, table: bytes, where: s
         elif not nobits and start + section["size"] > plan.kept:
             raise ElfError(f"{where}: section {index} lies across the end of the last PT_LOAD's file bytes")
         if section != original:
-            fields = [section[name] for name in _SECTION_FIELDS]
+            fields = [section[name] for name in SECTION_FIELDS]
             out[index * layout.shentsize : index * layout.shentsize + elf.section.size] = _pack(elf.section, fields, where)
     return bytes(out)
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from patched_wheels.elfedit import overwrite_in_place, read_dynamic
+from patched_wheels.elfedit import names_inside, overwrite_in_place, read_dynamic
 from patched_wheels.elfgrow import grow_dynamic, member_chunks
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits
@@ -103,8 +103,8 @@ def apply_rpath_edits(edits: WheelEdits, rpath_edits: Sequence[RpathEdit], scrat
 
 def _edit_library(edits: WheelEdits, name: str, content: Content | None, applied: Sequence[RpathEdit], scratch: Scratch) -> Content | None:
     """``name`` with the search path ``applied`` make, its RUNPATH/RPATH kind kept: overwritten in place
-    when it fits, else with its string table grown into a temp file (both streamed); None when nothing
-    changes (it stays as it is)."""
+    when it fits and no other name shares the old string, else with its string table grown into a temp
+    file (both streamed); None when nothing changes (it stays as it is)."""
     reader, wheel = edits.reader, edits.reader.path.name
     open_chunks = member_chunks(reader, name, content)
     if not next(open_chunks(), b"").startswith(_ELF_MAGIC):
@@ -118,6 +118,8 @@ def _edit_library(edits: WheelEdits, name: str, content: Content | None, applied
     tags = layout.search_path_tags()
     new = search_path.encode("utf-8", "surrogateescape")
     patch = overwrite_in_place(layout, tags, new)
+    if patch is not None and names_inside(open_chunks, layout, tags, where):
+        patch = None  # writing over the string would rename what shares it: the table grows instead
     if patch is not None and content is None:
         return Overwritten(name, (patch,))
     if patch is not None and isinstance(content, Overwritten):

