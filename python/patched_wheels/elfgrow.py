@@ -110,7 +110,10 @@ def plan_growth(layout: DynamicLayout, values: Mapping[int, bytes], where: str) 
     kept = last["offset"] + last["filesz"]
     bss = last["memsz"] - last["filesz"]
     if not 0 <= bss <= _MAX_BSS:
-        raise ElfError(f"{where}: the last PT_LOAD's .bss ({bss} bytes) cannot be written out to grow the segment")
+        raise ElfError(
+            f"{where}: the last PT_LOAD's .bss ({bss} bytes) cannot be written out to grow the segment "
+            f"(at most {_MAX_BSS >> 20} MiB: the file would grow by it)"
+        )
     for program in layout.programs:
         if program["filesz"] and program["offset"] + program["filesz"] > kept:
             raise ElfError(f"{where}: a segment's file bytes end after the last PT_LOAD's; cannot grow it")
