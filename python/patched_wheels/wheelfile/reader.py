@@ -31,6 +31,7 @@ from patched_wheels.wheelfile.record import RecordEntry, generated_members, pars
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
     RawMember,
+    ReadAhead,
     member_content,
     member_problem,
     unix_mode,
@@ -169,12 +170,17 @@ class WheelReader:
         """The RECORD row of ``name`` (None for directory entries)."""
         return self._record.get(name)
 
-    def raw_member(self, name: str) -> RawMember:
+    def raw_member(self, name: str, source: ReadAhead | None = None) -> RawMember:
         """Where ``name``'s compressed bytes lie, its local header checked: for copying them without inflating.
 
-        Valid while this reader is open; :meth:`WheelWriter.copy_raw` is built on it.
+        Valid while this reader is open; :meth:`WheelWriter.copy_raw` is built on it, reading
+        through ``source`` (from :meth:`read_ahead`).
         """
-        return RawMember.locate(self._fd, self.info(name), archive=self.name)
+        return RawMember.locate(self._fd, self.info(name), archive=self.name, source=source)
+
+    def read_ahead(self) -> ReadAhead:
+        """A window over this wheel's bytes for reading members in the order they lie (one per sequential reader)."""
+        return ReadAhead(self._fd)
 
     def open(self, name: str) -> BinaryIO:
         """Stream a member's content; reading it to the end checks it against RECORD."""

@@ -31,6 +31,7 @@ from patched_wheels.wheelfile.zipcontainer import (
     LOCAL_TIMESTAMP_OFFSET,
     UNIX,
     ZIP64_LIMIT,
+    ReadAhead,
     ZipEntry,
     central_header,
     encode_name,
@@ -97,6 +98,8 @@ class WheelWriter:
         self.dist_info = dist_info
         self._record_name = f"{dist_info}/RECORD"
         self._dos_date, self._dos_time = _dos_timestamp()
+        self._timestamp = struct.pack("<HH", self._dos_time, self._dos_date)  # as local headers hold it
+        self._source: tuple[WheelReader, ReadAhead] | None = None  # the reader copy_raw reads, and its window
         fd, self._temp = create_temp_file(self.dest.parent, self.dest.name)
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._buffer = bytearray()
@@ -121,14 +124,19 @@ class WheelWriter:
     def copy_raw(self, reader: WheelReader, name: str, *, arcname: str | None = None) -> None:
         """Copy a member's compressed bytes unchanged; its RECORD row is reused under the new name.
 
-        A member that keeps its name keeps its local header too (its timestamp is
-        normalised at the end), so runs of unchanged members are contiguous in input and
-        output and go out in one kernel copy each, like ``cp``.
+        A member that keeps its name keeps its local header too, with the writer's timestamp in
+        it.  Small members (all but a few) are read with their header in one window of the input
+        (:class:`ReadAhead`) and go out through the buffer, their timestamp replaced there; the
+        data of large ones goes out in kernel copies, like ``cp``.
         """
         info = reader.info(name)
         arcname = name if arcname is None else arcname
         encoded, utf8_flag = self._claim(arcname, checked=arcname == name)  # the reader checked its names
-        raw = reader.raw_member(name)
+        source = self._source
+        if source is None or source[0] is not reader:
+            source = self._source = (reader, reader.read_ahead())
+        window = source[1]
+        raw = reader.raw_member(name, window)
         verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
         entry = ZipEntry(
             name=info.raw_name if verbatim else encoded,
@@ -141,13 +149,20 @@ class WheelWriter:
             create_system=info.create_system,
             external_attr=info.external_attr,
             local_zip64=info.file_size > ZIP64_LIMIT or info.compress_size > ZIP64_LIMIT,
-            verbatim=verbatim,
             filename=arcname,
         )
+        small = info.compress_size < CHUNK_SIZE
+        start = info.header_offset if verbatim else raw.data_offset  # the input header, if kept, then small data
+        end = raw.data_end if small else raw.data_offset
+        copied = window.read(start, end - start) if end > start else b""
+        if len(copied) != end - start:
+            raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
         if verbatim:
-            self._copy_range(raw.fd, info.header_offset, raw.data_end - info.header_offset)
+            self._write(copied[:LOCAL_TIMESTAMP_OFFSET] + self._timestamp + copied[LOCAL_TIMESTAMP_OFFSET + 4 :])
         else:
             self._write(local_header(entry, self._dos_date, self._dos_time))
+            self._write(copied)
+        if not small:
             self._copy_range(raw.fd, raw.data_offset, info.compress_size)
         self._entries.append(entry)
         row = reader.record_entry(name)
@@ -184,11 +199,6 @@ class WheelWriter:
         try:
             rows = [*self._record, RecordEntry(self._record_name, "", None)]
             self._write_deflated(self._record_name, (serialize_record(rows),), None, 0o644, reserved_ok=True)
-            self._drain()
-            timestamp = struct.pack("<HH", self._dos_time, self._dos_date)
-            for entry in self._entries:
-                if entry.verbatim:
-                    os.pwrite(self._file.fileno(), timestamp, entry.offset + LOCAL_TIMESTAMP_OFFSET)
             directory_offset = self._offset
             members = []
             for entry in self._entries:
