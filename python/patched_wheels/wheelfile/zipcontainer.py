@@ -307,6 +307,13 @@ def local_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
 
 def central_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
     """Central directory record; only fields that overflow go to the ZIP64 extra, in spec order."""
+    if max(entry.offset, entry.compress_size, entry.file_size) <= ZIP64_LIMIT and not entry.local_zip64:
+        # Every member of nearly every wheel: no extra field, default version (what the general case below gives).
+        return CENTRAL_HEADER.pack(
+            CENTRAL_SIG, entry.create_system << 8 | _VERSION_DEFAULT, _VERSION_DEFAULT, entry.flags, entry.method,
+            dos_time, dos_date, entry.crc, entry.compress_size, entry.file_size, len(entry.name), 0, 0, 0, 0,
+            entry.external_attr, entry.offset,
+        ) + entry.name  # fmt: skip
     values: list[int] = []
     if entry.file_size > ZIP64_LIMIT or entry.compress_size > ZIP64_LIMIT:
         values += [entry.file_size, entry.compress_size]
