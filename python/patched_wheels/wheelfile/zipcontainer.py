@@ -307,24 +307,17 @@ def local_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
 
 def central_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
     """Central directory record; only fields that overflow go to the ZIP64 extra, in spec order."""
-    if max(entry.offset, entry.compress_size, entry.file_size) <= ZIP64_LIMIT and not entry.local_zip64:
-        # Every member of nearly every wheel: no extra field, default version (what the general case below gives).
-        return CENTRAL_HEADER.pack(
-            CENTRAL_SIG, entry.create_system << 8 | _VERSION_DEFAULT, _VERSION_DEFAULT, entry.flags, entry.method,
-            dos_time, dos_date, entry.crc, entry.compress_size, entry.file_size, len(entry.name), 0, 0, 0, 0,
-            entry.external_attr, entry.offset,
-        ) + entry.name  # fmt: skip
-    values: list[int] = []
-    if entry.file_size > ZIP64_LIMIT or entry.compress_size > ZIP64_LIMIT:
-        values += [entry.file_size, entry.compress_size]
-        sizes = (0xFFFFFFFF, 0xFFFFFFFF)
-    else:
-        sizes = (entry.compress_size, entry.file_size)
-    if entry.offset > ZIP64_LIMIT:
-        values.append(entry.offset)
-    offset = 0xFFFFFFFF if entry.offset > ZIP64_LIMIT else entry.offset
-    extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values) if values else b""
-    version = _VERSION_ZIP64 if values or entry.local_zip64 else _VERSION_DEFAULT
+    compress_size, file_size, offset, extra = entry.compress_size, entry.file_size, entry.offset, b""
+    if max(compress_size, file_size, offset) > ZIP64_LIMIT:  # rare: the plain record is one pack
+        values: list[int] = []
+        if file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT:
+            values += [file_size, compress_size]
+            compress_size = file_size = 0xFFFFFFFF
+        if offset > ZIP64_LIMIT:
+            values.append(offset)
+            offset = 0xFFFFFFFF
+        extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values)
+    version = _VERSION_ZIP64 if extra or entry.local_zip64 else _VERSION_DEFAULT
     header = CENTRAL_HEADER.pack(
         CENTRAL_SIG,
         entry.create_system << 8 | version,
@@ -334,7 +327,8 @@ def central_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
         dos_time,
         dos_date,
         entry.crc,
-        *sizes,
+        compress_size,
+        file_size,
         len(entry.name),
         len(extra),
         0,  # comment length
