@@ -206,8 +206,9 @@ class WheelWriter:
             return
         try:
             rows = [*self._record, RecordEntry(self._record_name, "", None)]
-            record = serialize_record(rows)
-            self._write_deflated(self._record_name, (record,), None, 0o644, level=_RECORD_LEVEL, reserved_ok=True)
+            self._write_deflated(
+                self._record_name, (serialize_record(rows),), None, 0o644, level=_RECORD_LEVEL, reserved_ok=True
+            )
             directory_offset = self._offset
             headers = [central_header(entry, self._dos_date, self._dos_time) for entry in self._entries]
             self._write(b"".join(headers))
