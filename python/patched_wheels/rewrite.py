@@ -229,7 +229,12 @@ class WheelEdits:
     def existing(self) -> list[str]:
         """Every member the output will hold (generated ones included), originals in input order, then new ones."""
         created = sorted(name for name in self.contents if name not in self.reader and self.exists(name))
-        return [name for name in self.reader.members() if self.exists(name)] + created
+        return self._originals_kept() + created
+
+    def _originals_kept(self) -> list[str]:
+        """The input's members that are not deleted, in input order (:meth:`exists` for each, in one pass)."""
+        deleted = {name for name, content in self.contents.items() if content is None}
+        return [name for name in self.reader.members() if name not in deleted]
 
     def set(self, name: str, content: Content | None) -> None:
         self.contents[name] = content
@@ -312,7 +317,7 @@ class WheelEdits:
         """The main wheel: input order, new files after the originals of their part, .dist-info last (as the
         spec recommends); ``renames`` maps a top-level directory to its new name (``.dist-info``, ``.data``)."""
         dist_info = self.reader.dist_info + "/"
-        kept = [name for name in self.reader.members() if name not in self._generated and self.exists(name)]
+        kept = [name for name in self._originals_kept() if name not in self._generated]
         created = sorted(name for name, content in self.contents.items() if content is not None and name not in self.reader)
         ordered = [name for name in kept if not name.startswith(dist_info)]
         ordered += [name for name in created if not name.startswith(dist_info)]

@@ -212,7 +212,7 @@ class SplitRequest:
     ) -> list[str]:
         """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
         wheel, option, max_size = edits.reader.path.name, self.names.max_size, self.max_size or 0
-        sizes = {name: _stored_size(edits, name) for name in members}
+        sizes = _stored_sizes(edits, members)
         estimate = sum(sizes.values()) + preload_growth + _GROWTH_SLACK
         if estimate <= max_size:
             raise UsageError(f"{wheel}: already fits in {option} {max_size}; nothing to split")
@@ -264,20 +264,24 @@ def split_wheel(
     return patch_wheel(wheel, dest_dir, split=SplitRequest(into, move, max_size), graph=graph)
 
 
-def _stored_size(edits: WheelEdits, name: str) -> int:
-    """About what ``name`` takes in the main wheel: its compressed bytes (for an edited member, its
-    size: deflate's bound) plus headers and the name twice (local and central)."""
-    content = edits.contents.get(name)
-    if isinstance(content, bytes):
-        data = len(content)
-    elif isinstance(content, Overwritten):
-        data = edits.reader.file_size(content.source)
-    elif isinstance(content, Spilled):
-        data = content.path.stat().st_size
-    else:
-        info = edits.reader.info(name)
-        data = info.compress_size + len(info.extra)
-    return data + _ZIP_OVERHEAD + 2 * len(name.encode())
+def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
+    """About what each of ``members`` takes in the main wheel: its compressed bytes (for an edited member,
+    its size: deflate's bound) plus headers and the name twice (local and central)."""
+    contents, reader = edits.contents, edits.reader
+    sizes = {}
+    for name in members:  # a loop, not a call per member: torch's wheel has 10,600
+        content = contents.get(name)
+        if content is None:  # unedited (members holds no deleted one)
+            info = reader.info(name)
+            data = info.compress_size + len(info.extra)
+        elif isinstance(content, bytes):
+            data = len(content)
+        elif isinstance(content, Overwritten):
+            data = reader.file_size(content.source)
+        else:
+            data = content.path.stat().st_size
+        sizes[name] = data + _ZIP_OVERHEAD + 2 * len(name.encode())
+    return sizes
 
 
 def _preload_after_split(

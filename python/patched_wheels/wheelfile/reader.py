@@ -31,6 +31,7 @@ from patched_wheels.wheelfile.record import RecordEntry, generated_members, pars
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
     RawMember,
+    ReadAhead,
     member_content,
     member_problem,
     unix_mode,
@@ -122,8 +123,9 @@ class WheelReader:
     def _check(self, file_size: int, written: WrittenArchive | None) -> _Checked:
         """The structural checks, METADATA's and WHEEL's (the module docstring): what they found."""
         members = read_directory(self._fd, path=self.path) if written is None else written.members
-        self._infos = self._index_members(members, file_size)
-        self.dist_info = self._find_dist_info()
+        # The writer refused every unsafe name it wrote (WheelWriter._claim): the same check, not run twice.
+        self._infos, top_level = self._index_members(members, file_size, names_checked=written is not None)
+        self.dist_info = self._find_dist_info(top_level)
         self._record = self._load_record(None if written is None else written.record)
         metadata = self._check_metadata()
         self._check_wheel_file()
@@ -169,12 +171,17 @@ class WheelReader:
         """The RECORD row of ``name`` (None for directory entries)."""
         return self._record.get(name)
 
-    def raw_member(self, name: str) -> RawMember:
+    def raw_member(self, name: str, source: ReadAhead | None = None) -> RawMember:
         """Where ``name``'s compressed bytes lie, its local header checked: for copying them without inflating.
 
-        Valid while this reader is open; :meth:`WheelWriter.copy_raw` is built on it.
+        Valid while this reader is open; :meth:`WheelWriter.copy_raw` is built on it, reading
+        through ``source`` (from :meth:`read_ahead`).
         """
-        return RawMember.locate(self._fd, self.info(name), archive=self.name)
+        return RawMember.locate(self._fd, self.info(name), archive=self.name, source=source)
+
+    def read_ahead(self) -> ReadAhead:
+        """A window over this wheel's bytes for reading members in the order they lie (one per sequential reader)."""
+        return ReadAhead(self._fd)
 
     def open(self, name: str) -> BinaryIO:
         """Stream a member's content; reading it to the end checks it against RECORD."""
@@ -244,12 +251,16 @@ class WheelReader:
 
     # -- structural checks
 
-    def _index_members(self, infos: Sequence[ZipMember], file_size: int) -> dict[str, ZipMember]:
+    def _index_members(
+        self, infos: Sequence[ZipMember], file_size: int, *, names_checked: bool
+    ) -> tuple[dict[str, ZipMember], set[str]]:
+        """The members by name, once each passed its checks (``names_checked``: the paths' safety is known),
+        and the top-level directories."""
         indexed: dict[str, ZipMember] = {}
         layout = _MemberLayout()
         for info in infos:
             name = info.filename
-            if not is_safe_member_path(name):
+            if not names_checked and not is_safe_member_path(name):
                 problem: str | None = "unsafe path (absolute, '..' or empty component)"
             elif name in indexed:
                 problem = "duplicate member name"
@@ -258,11 +269,10 @@ class WheelReader:
             if problem:
                 raise InvalidWheelError(f"{self.name}: member {name!r}: {problem}")
             indexed[name] = info
-        return indexed
+        return indexed, layout.top_level()
 
-    def _find_dist_info(self) -> str:
+    def _find_dist_info(self, top_level: set[str]) -> str:
         """The one ``<name>-<version>.dist-info`` directory, agreeing with the file name (pip's rule)."""
-        top_level = {name.split("/", 1)[0] for name in self._infos if "/" in name}
         found = sorted(directory for directory in top_level if directory.endswith(".dist-info"))
         expected = f"expected one {self.filename.name}-<version>.dist-info directory"
         if len(found) != 1:
@@ -383,6 +393,10 @@ class _MemberLayout:
         (self._directories if is_directory else self._files).add(path)
         self._directories.update(new_parents)
         return None
+
+    def top_level(self) -> set[str]:
+        """The directories at the top (those of every member's first component, when it has more than one)."""
+        return {directory for directory in self._directories if "/" not in directory}
 
 
 class _ChunkStream(io.RawIOBase):

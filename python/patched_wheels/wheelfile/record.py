@@ -138,7 +138,8 @@ def _all_valid(rows: list[list[str]]) -> bool:
 def serialize_record(entries: Iterable[RecordEntry]) -> bytes:
     """RECORD's bytes, as :func:`csv.writer` writes them (fields quoted only where they must be)."""
     entries = list(entries)
-    if not any(special in entry.path for entry in entries for special in _CSV_QUOTED):  # nothing to quote
+    paths = "".join(entry.path for entry in entries)  # the special characters are single ones: none in any path
+    if not any(special in paths for special in _CSV_QUOTED):  # nothing to quote
         return "".join(
             f"{entry.path},{entry.hash},{'' if entry.size is None else entry.size}\n" for entry in entries
         ).encode("utf-8")
