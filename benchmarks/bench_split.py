@@ -13,7 +13,7 @@ In alternating rounds on the same files (page cache warmed once), each step a fr
   sha256 comes from the lock, so the ELF cache is read without hashing the 670 MB first.
 
 Per step: wall time, CPU time and peak RSS of the process *and the children it reaped* (``os.wait4``
-returns the kernel's RUSAGE_BOTH of the child: patchelf's CPU and memory count), median over the rounds,
+returns the kernel's RUSAGE_BOTH of the child: a baseline tree's patchelf counts), median over the rounds,
 and the ratio to ``cp``'s median.  ``--baseline-tree DIR`` runs the ``patch``/``split`` steps a second
 time with ``DIR/python`` first on ``PYTHONPATH`` (e.g. ``git worktree add --detach /tmp/split-base main``),
 alternating with this tree's, so a change is measured against the code before it in the same run.
