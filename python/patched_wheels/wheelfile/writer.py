@@ -190,9 +190,10 @@ class WheelWriter:
     def write_stream(self, arcname: str, chunks: Iterable[bytes], *, size: int, mode: int) -> None:
         """Deflate ``size`` bytes arriving in ``chunks``: never the whole member in memory.
 
-        The members written this way are the big ones (libraries whose dynamic section an RPATH
-        edit or a split's SONAME rewrote, hundreds of MB), so they are deflated at zlib's fastest level: on torch 2.1.0's
-        libtorch_cuda.so that is 2.3x less CPU than the default level for 5 % more bytes.  Storing
+        The members written this way are the big ones (libraries whose dynamic section an
+        RPATH edit or a split's SONAME rewrote, hundreds of MB), so they are deflated at zlib's
+        fastest level: on torch 2.1.0's libtorch_cuda.so that is 2.3x less CPU than the default
+        level for 5 % more bytes.  Storing
         it instead was measured too (inflate + store 3.1 s CPU against 20.8 s), but the member
         grows from 456 to 705 MiB: wheels are split because of their size, so it stays deflated.
         """
