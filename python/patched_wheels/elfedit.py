@@ -23,6 +23,7 @@ from typing import Callable, Iterator, Mapping
 
 from patched_wheels.errors import ElfError
 
+ELF_MAGIC = b"\x7fELF"
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 _STRING_TAGS = (DT_SONAME, DT_RPATH, DT_RUNPATH)
@@ -175,7 +176,7 @@ def read_dynamic(open_chunks: OpenChunks, where: str) -> DynamicLayout:
     (a cut or lying header, no PT_DYNAMIC, no DT_NULL, tables of absurd size) is an ElfError naming ``where``."""
     reader = _ForwardReader(open_chunks, where)
     ident = reader.read(0, 16, "the ELF header")
-    if not ident.startswith(b"\x7fELF") or ident[4] not in (1, 2) or ident[5] not in (1, 2):
+    if not ident.startswith(ELF_MAGIC) or ident[4] not in (1, 2) or ident[5] not in (1, 2):
         raise ElfError(f"{where}: not an ELF file of a known class and byte order")
     elf = ElfFormat(wide=ident[4] == 2, order="<" if ident[5] == 1 else ">")
     header = reader.read(0, 64 if elf.wide else 52, "the ELF header")

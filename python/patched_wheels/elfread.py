@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Sequence
 
+from patched_wheels.elfedit import DT_NEEDED, DT_NULL, DT_RPATH, DT_RUNPATH, DT_SONAME, DT_STRSZ, DT_STRTAB, ELF_MAGIC
 from patched_wheels.errors import ElfError
 from patched_wheels.wheelfile import ZipMember, inflated_chunks
 
@@ -35,7 +36,6 @@ _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 # Members under <dist>.data/data|scripts|headers/ install outside site-packages (pip: the prefix; rules_python:
 # the wheel's repository), so their install path keeps the prefix.
 _OTHER_SCHEME = re.compile(r"^(?P<dist>[^/]+)\.data/(?P<scheme>data|scripts|headers)/(?P<rest>.+)$")
-_ELF_MAGIC = b"\x7fELF"
 # Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
 _HEAD_SIZE = 1 << 20
 # Kept around PT_DYNAMIC, and after a missed read (the rest of a string table).
@@ -47,8 +47,7 @@ _STRING_WINDOW = 4096  # kept at each string PT_DYNAMIC names: a longer one cost
 _MAX_PASSES = 4
 _MAX_KEPT = 64 << 20
 # Elf_Dyn tags: the end of the table, the string table and its size, and the entries naming strings.
-_DT_NULL, _DT_STRTAB, _DT_STRSZ = 0, 5, 10
-_DT_STRING_TAGS = frozenset({1, 14, 15, 29})  # DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH
+_DT_STRING_TAGS = frozenset({DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH})  # what ElfLibrary holds
 
 
 @dataclass(frozen=True)
@@ -96,11 +95,11 @@ def starts_as_elf(wheel: Path, info: ZipMember) -> bool:
     try:
         for piece in pieces:
             head += piece
-            if len(head) >= len(_ELF_MAGIC):
+            if len(head) >= len(ELF_MAGIC):
                 break
     finally:
         pieces.close()
-    return head.startswith(_ELF_MAGIC)
+    return head.startswith(ELF_MAGIC)
 
 
 def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
@@ -109,7 +108,7 @@ def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     stream.seek(0)
     magic = stream.read(4)
-    if magic != _ELF_MAGIC:
+    if magic != ELF_MAGIC:
         raise ElfError(f"{where}: not an ELF file (starts with {magic!r})")
     stream.seek(0, os.SEEK_END)
     size = stream.tell()
@@ -216,13 +215,13 @@ class _Plan:
         values: list[int] = []
         table = size = None
         for tag, value in self.entry.iter_unpack(dynamic[: len(dynamic) - len(dynamic) % self.entry.size]):
-            if tag == _DT_NULL:
+            if tag == DT_NULL:
                 break
             if tag in _DT_STRING_TAGS:
                 values.append(value)
-            elif tag == _DT_STRTAB:
+            elif tag == DT_STRTAB:
                 table = value
-            elif tag == _DT_STRSZ:
+            elif tag == DT_STRSZ:
                 size = value
         if table is None or size is None:
             return []
@@ -284,7 +283,7 @@ def _inflate_kept_ranges(
         head += piece
         if len(head) >= _HEAD_SIZE:
             break
-    if head[:4] != _ELF_MAGIC:
+    if head[:4] != ELF_MAGIC:
         pieces.close()
         return bytes(head[:_HEAD_SIZE])
     plan = _plan(bytes(head[:_HEAD_SIZE]), info.file_size) if ranges is None else _Plan(list(ranges))
@@ -323,7 +322,7 @@ def read_library(wheel: Path, info: ZipMember, path: str) -> ElfLibrary | None:
     ranges = None
     for _ in range(_MAX_PASSES):
         kept = _inflate_kept_ranges(wheel, info, ranges)
-        if isinstance(kept, bytes) and not kept.startswith(b"\x7fELF") and data_scheme(path):
+        if isinstance(kept, bytes) and not kept.startswith(ELF_MAGIC) and data_scheme(path):
             return None
         try:
             return parse_elf(kept, wheel=wheel.name, path=path)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from patched_wheels.elfedit import names_inside, overwrite_in_place, read_dynamic
+from patched_wheels.elfedit import ELF_MAGIC, names_inside, overwrite_in_place, read_dynamic
 from patched_wheels.elfgrow import grow_dynamic, member_chunks
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits
@@ -25,7 +25,6 @@ MODES = ("set", "prepend", "append")
 
 # "$ORIGIN" or "${ORIGIN}", alone or followed by a path ("$ORIGINAL" is another token).
 _ORIGIN_ENTRY = re.compile(r"\$(?:ORIGIN|\{ORIGIN\})(?:/|$)")
-_ELF_MAGIC = b"\x7fELF"
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ def _edit_library(edits: WheelEdits, name: str, content: Content | None, applied
     file (both streamed); None when nothing changes (it stays as it is)."""
     reader, wheel = edits.reader, edits.reader.path.name
     open_chunks = member_chunks(reader, name, content)
-    if not next(open_chunks(), b"").startswith(_ELF_MAGIC):
+    if not next(open_chunks(), b"").startswith(ELF_MAGIC):
         raise ElfError(f"{applied[0].origin}: {wheel}: {name} is not an ELF file; only ELF members have an RPATH")
     where = f"{wheel}: {name}"
     layout = read_dynamic(open_chunks, where)
