@@ -49,8 +49,6 @@ from patched_wheels.elfedit import (
     OpenChunks,
 )
 from patched_wheels.errors import ElfError
-from patched_wheels.rewrite import Content, Overwritten, content_chunks
-from patched_wheels.wheelfile import WheelReader
 
 _TAIL_ALIGN = 4096
 """What follows the grown segment moves by a multiple of this: every section alignment up to a page holds."""
@@ -192,12 +190,6 @@ def grown_sections(layout: DynamicLayout, plan: GrowPlan, table: bytes, where: s
             fields = [section[name] for name in SECTION_FIELDS]
             out[index * layout.shentsize : index * layout.shentsize + elf.section.size] = _pack(elf.section, fields, where)
     return bytes(out)
-
-
-def member_chunks(reader: WheelReader, name: str, content: Content | None) -> OpenChunks:
-    """Passes over member ``name``'s current bytes: ``content``, or the input member's when None."""
-    source: Content = Overwritten(name, ()) if content is None else content
-    return lambda: content_chunks(reader, source)
 
 
 def grow_dynamic(open_chunks: OpenChunks, layout: DynamicLayout, values: Mapping[int, bytes], path: Path, where: str) -> None:

@@ -122,6 +122,13 @@ class Scratch:
         return Path(name)
 
 
+def member_chunks(reader: WheelReader, name: str, content: Content | None) -> Callable[[], Iterator[bytes]]:
+    """Passes over member ``name``'s current bytes (``content``, or the input member's when None), each
+    from the start: what a streamed ELF edit reads (:mod:`patched_wheels.elfedit`)."""
+    source: Content = Overwritten(name, ()) if content is None else content
+    return lambda: content_chunks(reader, source)
+
+
 def content_chunks(reader: WheelReader, content: Content) -> Iterator[bytes]:
     """``content``'s bytes in pieces of at most CHUNK_SIZE (an input member's checked against RECORD)."""
     if isinstance(content, bytes):

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from patched_wheels.elfedit import ELF_MAGIC, names_inside, overwrite_in_place, read_dynamic
-from patched_wheels.elfgrow import grow_dynamic, member_chunks
+from patched_wheels.elfgrow import grow_dynamic
 from patched_wheels.errors import ElfError, UsageError
-from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits
+from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
 
 MODES = ("set", "prepend", "append")
 """``set`` replaces the search path; ``prepend``/``append`` add entries before/after the existing ones."""

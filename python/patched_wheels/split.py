@@ -43,7 +43,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.packages import package_init_members
 from patched_wheels.elfedit import DT_SONAME, read_dynamic
-from patched_wheels.elfgrow import grow_dynamic, member_chunks
+from patched_wheels.elfgrow import grow_dynamic
 from patched_wheels.preload import (
     PreloadList,
     add_preload_import,
@@ -52,7 +52,7 @@ from patched_wheels.preload import (
     read_preload_module,
     render_preload_module,
 )
-from patched_wheels.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits
+from patched_wheels.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits, member_chunks
 from patched_wheels.surgery import PatchResult, patch_wheel
 from patched_wheels.wheelfile import WheelReader
 
