@@ -92,7 +92,7 @@ def write_json(path: Path, value: object) -> None:
     directory = path.parent
     try:
         data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        _make_private_directories(directory)
+        make_private_directories(directory)
         problem = _untrusted(os.stat(directory), "directory")
         if problem:
             _warn_directory(directory, f"not written ({problem})")
@@ -145,7 +145,7 @@ def _untrusted(status: os.stat_result, what: str) -> str | None:
     return None
 
 
-def _make_private_directories(directory: Path) -> None:
+def make_private_directories(directory: Path) -> None:
     """Create ``directory`` and its missing parents ``0700`` (the umask could only narrow that)."""
     missing = []
     while not os.path.lexists(directory) and directory != directory.parent:

@@ -4,9 +4,11 @@ Both `repository_ctx` and `module_ctx` offer download/execute/path/which, so eve
 either. The helper's own dependencies are pinned wheels fetched by Bazel's downloader (so they live in
 the repository cache) and put on PYTHONPATH: nothing is assumed about the interpreter's site-packages.
 Pure-Python wheels are extracted (a zip import compiles every module again in every process), and
-bytecode goes to `_helper/pycache` (PYTHONPYCACHEPREFIX), never beside the helper's sources, a tree
-Bazel watches: each later run of the helper in the same repository rule or extension imports compiled
-modules.
+bytecode never goes beside the helper's sources, a tree Bazel watches: PYTHONPYCACHEPREFIX names the
+persistent directory `python -m patched_wheels.bytecode` prints (under the helper's cache root, so a
+cold fetch after `bazel clean --expunge` compiles nothing; why and how it is trusted: that module), or
+`_helper/pycache` when it prints none, so at least each later run in the same repository rule or
+extension imports compiled modules.
 """
 
 _PURE_WHEELS = [
@@ -56,18 +58,32 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
         paths.append(str(ctx.path(output)))
     environment = {
         "PYTHONPATH": ":".join(paths),
-        "PYTHONPYCACHEPREFIX": str(ctx.path("_helper/pycache")),
-        "PYTHONDONTWRITEBYTECODE": "",  # empty is unset: a shell's PYTHONDONTWRITEBYTECODE=1 must not undo the above
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH,
     }
     for name in _CACHE_ENVIRONMENT:
         if name in ctx.os.environ:
             environment[name] = ctx.os.environ[name]
-    return struct(
-        python = _interpreter(ctx, python_interpreter, python_interpreter_target),
-        environment = environment,
+    python = _interpreter(ctx, python_interpreter, python_interpreter_target)
+
+    # Where bytecode goes, asked with no prefix (the interpreter's own compiled stdlib is used) and
+    # nothing written (the few helper modules this imports compile in memory).
+    found = ctx.execute(
+        [python, "-m", "patched_wheels.bytecode"],
+        environment = dict(environment, PYTHONDONTWRITEBYTECODE = "1", PYTHONPYCACHEPREFIX = ""),
+        quiet = True,
     )
+    _print_warnings(found.stderr, "preparing the helper")
+    persistent = found.stdout.strip() if found.return_code == 0 else ""  # else the helper's first run says why
+    environment["PYTHONPYCACHEPREFIX"] = persistent or str(ctx.path("_helper/pycache"))
+    environment["PYTHONDONTWRITEBYTECODE"] = ""  # empty is unset: a shell's PYTHONDONTWRITEBYTECODE=1 must not undo the prefix
+    return struct(python = python, environment = environment)
+
+def _print_warnings(stderr, progress):
+    """Shows the helper's warning lines (a successful run's stderr is otherwise dropped)."""
+    for line in stderr.splitlines():
+        if line.startswith("patched-wheels: warning:"):
+            print("rules_patched_wheels: %s: %s" % (progress, line))
 
 def run_helper(ctx, helper, args, *, progress, timeout = 3600):
     """Runs `python -m patched_wheels ARGS`; on failure, fails with the helper's own error line."""
@@ -84,7 +100,5 @@ def run_helper(ctx, helper, args, *, progress, timeout = 3600):
         errors = [line for line in lines if line.startswith("patched-wheels: error:")]
         message = errors[-1] if errors else "\n".join(lines[-20:])
         fail("rules_patched_wheels: %s failed: %s" % (progress, message))
-    for line in result.stderr.splitlines():
-        if line.startswith("patched-wheels: warning:"):
-            print("rules_patched_wheels: %s: %s" % (progress, line))
+    _print_warnings(result.stderr, progress)
     return result.stdout

@@ -31,6 +31,7 @@ from uvfixture import serve_over_http, uv_locks  # noqa: E402  (re-exported to t
 
 # Must match the `suffix` / `split_into` the templates give the patched wheels.
 SUFFIX = "test.1"
+CACHE_DIR = "rpw-cache"  # RULES_PATCHED_WHEELS_CACHE of every test workspace, below its root
 SPLIT_SIBLING = "faketorch-libs"
 SPLIT_MOVED_FROM = fakecuda.LIBRARY_PATHS["faketorch"]
 # split.py's layout: a moved `<pkg>/lib/libx.so` lands at `<sibling distribution>/lib/libx.so`.
@@ -152,9 +153,12 @@ def common_files(root: Path) -> FakePypi:
     root.mkdir(parents=True, exist_ok=True)
     pypi = build_fake_pypi(root / "pypi")
     # The fake PyPI lives inside the workspace so the offline launcher's chroot sees it; not a package.
-    (root / ".bazelignore").write_text("pypi\nlogs\nhidden-wheels\n", encoding="utf-8")
+    # So do the helper's persistent caches (CACHE_DIR): a test starts from none of the user's, and can
+    # look at them at the path the helper used, inside the launcher's chroot or not.
+    (root / ".bazelignore").write_text(f"pypi\nlogs\nhidden-wheels\n{CACHE_DIR}\n", encoding="utf-8")
     (root / ".bazelrc").write_text(
         "startup --max_idle_secs=900\n"
+        f"common --repo_env=RULES_PATCHED_WHEELS_CACHE={root / CACHE_DIR}\n"
         "common:workspace --noenable_bzlmod --enable_workspace\n"
         "test --test_output=errors\n",
         encoding="utf-8",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from bazelworkspace import SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, stackshapes, summary_statuses
+from bazelworkspace import CACHE_DIR, SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, stackshapes, summary_statuses
 from patched_wheels.preload import read_preload_module
 
 pytestmark = pytest.mark.bazel
@@ -153,6 +153,10 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     before = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
     assert any("+" + SUFFIX in name for _, name in before), before
 
+    # The helper's bytecode outlives the output base (bytecode.py): the rebuild compiles nothing again.
+    compiled = _bytecode_stamps(workspace.root / CACHE_DIR / "bytecode")
+    assert any(path.name.startswith("hubplan.") for path in compiled), sorted(compiled)[:10]
+
     workspace.ok("clean", "--expunge")
     assert not any((workspace.output_base / "external").glob("*fixed")), "clean --expunge left the hub behind"
     hidden = workspace.root / "hidden-wheels"
@@ -170,3 +174,10 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     assert rebuilt.returncode == 0, rebuilt.tail()
     after = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
     assert after == before
+    recompiled = sorted(str(path) for path, stamp in _bytecode_stamps(workspace.root / CACHE_DIR / "bytecode").items() if compiled.get(path) != stamp)
+    assert not recompiled, recompiled[:10]
+
+
+def _bytecode_stamps(directory: Path) -> dict[Path, int]:
+    """Every .pyc under the helper's persistent bytecode directory, with its mtime."""
+    return {path: path.stat().st_mtime_ns for path in directory.rglob("*.pyc")}
