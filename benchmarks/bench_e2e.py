@@ -1,9 +1,10 @@
 """End to end on the example's torch 2.1.0 lock: plain rules_python against the flat and the split hub.
 
-    python benchmarks/bench_e2e.py [--rounds 2] [--keep]
+    python benchmarks/bench_e2e.py [--rounds 2] [--hub-rounds 3] [--keep]
 
-Three configurations, each in its own workspace and output base, run in alternating rounds; each round
-runs `clean --expunge`, `shutdown`, then the timed `bazel test`, then `info` and `shutdown`:
+Three configurations, each in its own workspace and output base, run in rounds whose order alternates
+(plain, flat, split, then split, flat, plain, ...); each run is `clean --expunge`, `shutdown`, then the
+timed `bazel test`, then `info` and `shutdown`:
 
 (a) plain: rules_python's own `pip.parse(name = "pypi")` of third_party/requirements_lock.txt as is, no
     rules_patched_wheels at all; `//:plain_test` depends on `requirement("torch")`. rules_python 0.22.1
@@ -35,6 +36,15 @@ share Bazel's repository cache (the default under the output user root, checked 
 hub's wheel downloads come from it after the first run; rules_python 0.22.1 installs with pip, which
 downloads from PyPI in every configuration (`pip --isolated wheel` in the repository rule left ~/.cache/pip
 empty here): about 2.7 GB for (a) and 1.9 GB for (b)/(c), whose torch comes from the hub's `index/`.
+
+The end-to-end CPU of one configuration varies by ~10 % between runs on the 2-core machine (pip's
+downloads from PyPI, the JVM), more than the 2 % the flat target allows. So the hub's own cost is also
+measured alone, with far less noise (`--hub-rounds`, alternating): in each hub's workspace, `clean --expunge`,
+`shutdown`, then `build --nobuild @HUB//:all` (the `patched` extension and the hub repository: resolving,
+fetching from the repository cache, the helper's runs) against `build --nobuild //:nothing` (the server's
+start and module resolution), CPU of client, JVM and children as above. Their difference is what the hub
+adds to a cold build; printed beside plain's median CPU. What it leaves out is what rules_python then does
+differently (the hub's torch installed from a local file instead of downloaded, no triton).
 
 Printed per round and as medians: each hub's CPU, wall and output-base disk against plain's; targets (issue 19):
 CPU flat <= 1.02x and split <= 1.05x plain, and each hub's repository no bigger than 1.01x the wheels it wrote.
@@ -225,6 +235,29 @@ def disk_used(paths: list[Path]) -> int:
     return int(output.splitlines()[-1].split()[0])
 
 
+def fetch_cpu(config: Config, target: str) -> float:
+    """CPU seconds (client, JVM, the JVM's reaped children) of a cold `build --nobuild target`."""
+    bazel(config, "clean", "--expunge")
+    bazel(config, "shutdown")
+    build = bazel(config, "build", "--nobuild", target)
+    info = dict(line.split(": ", 1) for line in bazel(config, "info", "server_pid", "output_base").output.splitlines() if ": " in line)
+    jvm, children = process_cpu(int(info["server_pid"]))
+    bazel(config, "shutdown")
+    return build.cpu + jvm + children
+
+
+def hub_alone(config: Config, rounds: int) -> tuple[float, float]:
+    """Medians over ``rounds`` alternating runs: (CPU of fetching the hub, CPU of an empty build)."""
+    assert config.patched_hub is not None
+    (config.root / "BUILD.bazel").write_text('filegroup(name = "nothing")\n', encoding="utf-8")
+    runs: dict[str, list[float]] = {f"@{config.patched_hub}//:all": [], "//:nothing": []}
+    for number in range(rounds):
+        for target in runs if number % 2 == 0 else reversed(runs):
+            runs[target].append(fetch_cpu(config, target))
+    hub, empty = (statistics.median(values) for values in runs.values())
+    return hub, empty
+
+
 def measure(config: Config) -> tuple[Measurement, Path]:
     """One cold `bazel test` of ``config``; also returns the repository cache it used."""
     bazel(config, "clean", "--expunge")
@@ -302,6 +335,7 @@ def summary(rounds: list[dict[str, Measurement]]) -> tuple[list[str], bool]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--hub-rounds", type=int, default=3, help="runs of each hub fetched alone, and of an empty build (0: skip)")
     parser.add_argument("--keep", action="store_true", help="keep the workspaces and their output bases")
     args = parser.parse_args()
     use_offline_modules()
@@ -314,12 +348,17 @@ def main() -> int:
         for number in range(1, args.rounds + 1):
             print(f"round {number}/{args.rounds}", flush=True)
             results: dict[str, Measurement] = {}
-            for config in configs:
+            for config in configs if number % 2 == 1 else configs[::-1]:
                 results[config.name], cache = measure(config)
                 caches.add(cache)
                 print(describe(config, results[config.name]), flush=True)
             print(f"  round {number}: {ratios(results)}", flush=True)
             rounds.append(results)
+        plain_cpu = statistics.median(results["plain"].cpu for results in rounds)
+        for config in configs[1:] if args.hub_rounds else ():
+            hub, empty = hub_alone(config, args.hub_rounds)
+            print(f"hub {config.patched_hub} alone (median of {args.hub_rounds}): {hub:.1f} s CPU against {empty:.1f} s for an empty "
+                  f"build: it adds {hub - empty:.1f} s, {100 * (hub - empty) / plain_cpu:.1f} % of plain's median {plain_cpu:.1f} s", flush=True)  # fmt: skip
     except BazelFailed as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 1
