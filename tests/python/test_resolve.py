@@ -73,6 +73,15 @@ def test_relative_links_are_resolved_against_the_page(torch_page: Path) -> None:
     assert sdist[0].sha256 == digest("sdist")
 
 
+def test_only_the_wanted_hashes_are_kept_and_joined(torch_page: Path) -> None:
+    page = (torch_page / "torch.html").read_text()
+    every = parse_project_page(page, f"{INDEX}/torch/")
+    wanted = parse_project_page(page, f"{INDEX}/torch/", sha256s={digest("sdist"), digest("linux"), "0" * 64})
+    assert len(every) > 2
+    assert wanted == [link for link in every if link.sha256 in {digest("sdist"), digest("linux")}]
+    assert {link.sha256 for link in wanted} == {digest("sdist"), digest("linux")}
+
+
 def test_percent_encoded_local_versions_are_decoded(tmp_path: Path) -> None:
     write_page(tmp_path / "pages", "torch", {"torch-2.1.0%2Bstripe.5-py3-none-any.whl": digest("local")})
     requirements = lock(tmp_path, f"torch==2.1.0+stripe.5 --hash=sha256:{digest('local')}\n")
