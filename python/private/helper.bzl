@@ -2,7 +2,9 @@
 
 Both `repository_ctx` and `module_ctx` offer download/execute/path/which, so every function here takes
 either. The helper's own dependencies are pinned wheels fetched by Bazel's downloader (so they live in
-the repository cache) and put on PYTHONPATH: nothing is assumed about the interpreter's site-packages.
+the repository cache) and put on PYTHONPATH: nothing is assumed about the interpreter's site-packages,
+which the helper does not even see (`python -S`: no `site` import, so no `.pth` file of the
+interpreter's runs in each of the helper's processes, nor can break it).
 Pure-Python wheels are extracted (a zip import compiles every module again in every process), and
 bytecode never goes beside the helper's sources, a tree Bazel watches: PYTHONPYCACHEPREFIX names the
 persistent directory `python -m patched_wheels.bytecode` prints (under the helper's cache root, so a
@@ -69,7 +71,7 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
     # Where bytecode goes, asked with no prefix (the interpreter's own compiled stdlib is used) and
     # nothing written (the few helper modules this imports compile in memory).
     found = ctx.execute(
-        [python, "-m", "patched_wheels.bytecode"],
+        [python, "-S", "-m", "patched_wheels.bytecode"],
         environment = dict(environment, PYTHONDONTWRITEBYTECODE = "1", PYTHONPYCACHEPREFIX = ""),
         quiet = True,
     )
@@ -90,7 +92,7 @@ def run_helper(ctx, helper, args, *, progress, timeout = 3600):
     if hasattr(ctx, "report_progress"):
         ctx.report_progress(progress)
     result = ctx.execute(
-        [helper.python, "-m", "patched_wheels"] + args,
+        [helper.python, "-S", "-m", "patched_wheels"] + args,
         environment = helper.environment,
         timeout = timeout,
         quiet = True,
