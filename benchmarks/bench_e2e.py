@@ -1,6 +1,6 @@
 """End to end on the example's torch 2.1.0 lock: plain rules_python against the flat and the split hub.
 
-    python benchmarks/bench_e2e.py [--rounds 2] [--hub-rounds 3] [--keep]
+    python benchmarks/bench_e2e.py [--rounds 2] [--parts-rounds 3] [--keep]
 
 Three configurations, each in its own workspace and output base, run in rounds whose order alternates
 (plain, flat, split, then split, flat, plain, ...); each run is `clean --expunge`, `shutdown`, then the
@@ -38,13 +38,19 @@ downloads from PyPI in every configuration (`pip --isolated wheel` in the reposi
 empty here): about 2.7 GB for (a) and 1.9 GB for (b)/(c), whose torch comes from the hub's `index/`.
 
 The end-to-end CPU of one configuration varies by ~10 % between runs on the 2-core machine (pip's
-downloads from PyPI, the JVM), more than the 2 % the flat target allows. So the hub's own cost is also
-measured alone, with far less noise (`--hub-rounds`, alternating): in each hub's workspace, `clean --expunge`,
-`shutdown`, then `build --nobuild @HUB//:all` (the `patched` extension and the hub repository: resolving,
-fetching from the repository cache, the helper's runs) against `build --nobuild //:nothing` (the server's
-start and module resolution), CPU of client, JVM and children as above. Their difference is what the hub
-adds to a cold build; printed beside plain's median CPU. What it leaves out is what rules_python then does
-differently (the hub's torch installed from a local file instead of downloaded, no triton).
+downloads from PyPI, the JVM, other jobs), more than the 2 % the flat target allows. So the work that
+differs between the configurations is also measured on its own (`--parts-rounds`, alternating): every
+other repository is the same pin installed from the same file by the same rules_python. Per workspace, a
+cold `bazel query` (after `clean --expunge` and `shutdown`; client, JVM and children CPU as above) of
+
+* plain: `pypi_torch` (torch downloaded from PyPI and installed) and `pypi_triton` together;
+* flat: `patched_pypi` (the hub alone: the `patched` extension, the repository cache, the helper), and
+  `pypi_torch`, which with the hub's lock means the hub, then torch installed from the hub's index;
+* split: `patched_pypi_split` alone, and `pypi_split_torch` with `pypi_split_torch_cuda_libs`;
+
+each minus a cold empty query in the same workspace (the server's start and module resolution). The
+hub's net cost is its configuration's part minus plain's: printed beside plain's median CPU. What it
+leaves out is the build and the test (the same files but triton's, which plain's runfiles also hold).
 
 Printed per round and as medians: each hub's CPU, wall and output-base disk against plain's; targets (issue 19):
 CPU flat <= 1.02x and split <= 1.05x plain, and each hub's repository no bigger than 1.01x the wheels it wrote.
@@ -65,6 +71,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from example_workspace import REPO, Timed, make_workspace, run, use_offline_modules
 
@@ -235,27 +242,40 @@ def disk_used(paths: list[Path]) -> int:
     return int(output.splitlines()[-1].split()[0])
 
 
-def fetch_cpu(config: Config, target: str) -> float:
-    """CPU seconds (client, JVM, the JVM's reaped children) of a cold `build --nobuild target`."""
+#: What differs between the configurations (see the module docstring): label -> rules_python or hub
+#: repositories fetched together, by canonical name (Bazel 7's `~` separators).
+PARTS = {
+    "plain": {"torch and triton": ("rules_python~~pip~pypi_torch", "rules_python~~pip~pypi_triton")},
+    "flat": {"hub": ("rules_patched_wheels~~patched~patched_pypi",), "hub and torch": ("rules_python~~pip~pypi_torch",)},
+    "split": {
+        "hub": ("rules_patched_wheels~~patched~patched_pypi_split",),
+        "hub, torch and torch-cuda-libs": ("rules_python~~pip~pypi_split_torch", "rules_python~~pip~pypi_split_torch_cuda_libs"),
+    },
+}
+EMPTY = "nothing"
+
+
+def query_cpu(config: Config, repositories: Sequence[str]) -> float:
+    """CPU seconds (client, JVM, the JVM's reaped children) of a cold `bazel query` of ``repositories``
+    (their root packages: loading one fetches its repository, not its dependencies')."""
     bazel(config, "clean", "--expunge")
     bazel(config, "shutdown")
-    build = bazel(config, "build", "--nobuild", target)
+    query = bazel(config, "query", " + ".join(f"@@{name}//:all" if name != EMPTY else "//:all" for name in repositories))
     info = dict(line.split(": ", 1) for line in bazel(config, "info", "server_pid", "output_base").output.splitlines() if ": " in line)
     jvm, children = process_cpu(int(info["server_pid"]))
     bazel(config, "shutdown")
-    return build.cpu + jvm + children
+    return query.cpu + jvm + children
 
 
-def hub_alone(config: Config, rounds: int) -> tuple[float, float]:
-    """Medians over ``rounds`` alternating runs: (CPU of fetching the hub, CPU of an empty build)."""
-    assert config.patched_hub is not None
-    (config.root / "BUILD.bazel").write_text('filegroup(name = "nothing")\n', encoding="utf-8")
-    runs: dict[str, list[float]] = {f"@{config.patched_hub}//:all": [], "//:nothing": []}
+def parts_cpu(config: Config, rounds: int) -> dict[str, float]:
+    """Each of ``config``'s PARTS, minus an empty query: medians over ``rounds`` alternating runs."""
+    (config.root / "BUILD.bazel").write_text(f'filegroup(name = "{EMPTY}")\n', encoding="utf-8")
+    runs: dict[str, list[float]] = {label: [] for label in [EMPTY, *PARTS[config.name]]}
     for number in range(rounds):
-        for target in runs if number % 2 == 0 else reversed(runs):
-            runs[target].append(fetch_cpu(config, target))
-    hub, empty = (statistics.median(values) for values in runs.values())
-    return hub, empty
+        for label in runs if number % 2 == 0 else reversed(runs):
+            runs[label].append(query_cpu(config, PARTS[config.name].get(label, (EMPTY,))))
+    empty = statistics.median(runs.pop(EMPTY))
+    return {label: statistics.median(values) - empty for label, values in runs.items()}
 
 
 def measure(config: Config) -> tuple[Measurement, Path]:
@@ -332,10 +352,23 @@ def summary(rounds: list[dict[str, Measurement]]) -> tuple[list[str], bool]:
     return lines, met
 
 
+def parts_summary(configs: Sequence[Config], rounds: int, plain_cpu: float) -> str:
+    """The differing parts of every configuration, and each hub's net cost against plain's median CPU."""
+    parts = {config.name: parts_cpu(config, rounds) for config in configs}
+    lines = [f"what differs, each alone (CPU above an empty query, medians of {rounds} alternating runs):"]
+    lines += [f"  {name}: " + ", ".join(f"{label} {cpu:.1f} s" for label, cpu in measured.items()) for name, measured in parts.items()]
+    (plain,) = parts["plain"].values()
+    for name in TARGETS:
+        total = list(parts[name].values())[-1]
+        lines.append(f"  {name} hub net: {total:.1f} - {plain:.1f} = {total - plain:+.1f} s, {100 * (total - plain) / plain_cpu:+.1f} % "
+                     f"of plain's median {plain_cpu:.1f} s")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--hub-rounds", type=int, default=3, help="runs of each hub fetched alone, and of an empty build (0: skip)")
+    parser.add_argument("--parts-rounds", type=int, default=3, help="runs of each differing part alone, and of an empty query (0: skip)")
     parser.add_argument("--keep", action="store_true", help="keep the workspaces and their output bases")
     args = parser.parse_args()
     use_offline_modules()
@@ -354,11 +387,8 @@ def main() -> int:
                 print(describe(config, results[config.name]), flush=True)
             print(f"  round {number}: {ratios(results)}", flush=True)
             rounds.append(results)
-        plain_cpu = statistics.median(results["plain"].cpu for results in rounds)
-        for config in configs[1:] if args.hub_rounds else ():
-            hub, empty = hub_alone(config, args.hub_rounds)
-            print(f"hub {config.patched_hub} alone (median of {args.hub_rounds}): {hub:.1f} s CPU against {empty:.1f} s for an empty "
-                  f"build: it adds {hub - empty:.1f} s, {100 * (hub - empty) / plain_cpu:.1f} % of plain's median {plain_cpu:.1f} s", flush=True)  # fmt: skip
+        if args.parts_rounds:
+            print(parts_summary(configs, args.parts_rounds, statistics.median(results["plain"].cpu for results in rounds)), flush=True)
     except BazelFailed as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 1
