@@ -28,12 +28,14 @@ from patched_wheels.wheelfile.zipcontainer import (
     DEFLATED,
     FLAG_DATA_DESCRIPTOR,
     FLAG_DEFLATE_OPTIONS,
+    LOCAL_HEADER_SIZE,
     LOCAL_TIMESTAMP_OFFSET,
     UNIX,
     ZIP64_LIMIT,
     ReadAhead,
     ZipEntry,
     central_header,
+    data_offset,
     encode_name,
     end_records,
     local_header,
@@ -136,29 +138,23 @@ class WheelWriter:
         if source is None or source[0] is not reader:
             source = self._source = (reader, reader.read_ahead())
         window = source[1]
-        raw = reader.raw_member(name, window)
+        header_offset, compress_size, raw_name = info.header_offset, info.compress_size, info.raw_name
+        # The local header checked from the window (what RawMember.locate does, without building one per member).
+        data_start = data_offset(window.read(header_offset, LOCAL_HEADER_SIZE + len(raw_name)), info, reader.name)
         verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
         if verbatim:
-            encoded, flags = info.raw_name, info.flag_bits
+            encoded, flags = raw_name, info.flag_bits
         else:
             encoded, utf8_flag = encode_name(arcname)
             flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
+        file_size = info.file_size
         entry = ZipEntry(
-            name=encoded,
-            flags=flags,
-            method=info.compress_type,
-            crc=info.CRC,
-            compress_size=info.compress_size,
-            file_size=info.file_size,
-            offset=self._offset,
-            create_system=info.create_system,
-            external_attr=info.external_attr,
-            local_zip64=info.file_size > ZIP64_LIMIT or info.compress_size > ZIP64_LIMIT,
-            filename=arcname,
-        )
-        small = info.compress_size < CHUNK_SIZE
-        start = info.header_offset if verbatim else raw.data_offset  # the input header, if kept, then small data
-        end = raw.data_end if small else raw.data_offset
+            encoded, flags, info.compress_type, info.CRC, compress_size, file_size, self._offset, info.create_system,
+            info.external_attr, file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT, arcname,
+        )  # fmt: skip
+        small = compress_size < CHUNK_SIZE
+        start = header_offset if verbatim else data_start  # the input header, if kept, then small data
+        end = data_start + compress_size if small else data_start
         copied = window.read(start, end - start) if end > start else b""
         if len(copied) != end - start:
             raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
@@ -168,7 +164,7 @@ class WheelWriter:
             self._write(local_header(entry, self._dos_date, self._dos_time))
             self._write(copied)
         if not small:
-            self._copy_range(raw.fd, raw.data_offset, info.compress_size)
+            self._copy_range(window.fd, data_start, compress_size)
         self._entries.append(entry)
         row = reader.record_entry(name)
         if row is not None:
@@ -285,7 +281,8 @@ class WheelWriter:
             self._record.append(RecordEntry(arcname, record_hash(hasher.digest()), entry.file_size))
 
     def _write(self, data: bytes) -> None:
-        self._flush_run()
+        if self._run is not None:  # a call per member saved: most members queue no run
+            self._flush_run()
         self._offset += len(data)
         self._buffer_bytes(data)
 

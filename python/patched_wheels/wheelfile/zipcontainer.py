@@ -50,6 +50,7 @@ __all__ = [
     "FLAG_DATA_DESCRIPTOR",
     "FLAG_DEFLATE_OPTIONS",
     "INFLATER_NAME",
+    "LOCAL_HEADER_SIZE",
     "LOCAL_TIMESTAMP_OFFSET",
     "RawMember",
     "ReadAhead",
@@ -58,6 +59,7 @@ __all__ = [
     "ZIP64_LIMIT",
     "ZipEntry",
     "central_header",
+    "data_offset",
     "encode_name",
     "end_records",
     "inflated_chunks",
@@ -85,6 +87,7 @@ _VERSION_DEFAULT, _VERSION_ZIP64 = 20, 45
 
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_SIG = 0x04034B50
+LOCAL_HEADER_SIZE = _LOCAL_HEADER.size  # then the name and the extra field
 LOCAL_TIMESTAMP_OFFSET = 10  # (time, date) inside a local header
 
 
@@ -122,6 +125,30 @@ def member_problem(info: ZipMember, archive_size: int) -> str | None:
 # --------------------------------------------------------------------------- member data
 
 
+def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
+    """Where ``info``'s compressed bytes start, once ``header`` (the bytes at its local header, at least
+    through the name) is checked: it names the same file and agrees with the central directory, since
+    local headers are copied verbatim into patched wheels.  ``archive`` names the archive in errors."""
+    name = info.raw_name
+    fixed = _LOCAL_HEADER.size
+    if len(header) < fixed:
+        raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
+    signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = _LOCAL_HEADER.unpack_from(header)
+    if signature != _LOCAL_SIG:
+        raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
+    if header[fixed : fixed + len(name)] != name:
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
+    if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
+    if not info.flag_bits & FLAG_DATA_DESCRIPTOR and (
+        crc != info.CRC
+        or (compress_size != 0xFFFFFFFF and compress_size != info.compress_size)
+        or (file_size != 0xFFFFFFFF and file_size != info.file_size)
+    ):
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
+    return info.header_offset + fixed + name_length + extra_length
+
+
 class RawMember(NamedTuple):
     """Where one member's compressed bytes lie in an open archive: all a copy without inflating needs.
 
@@ -145,26 +172,9 @@ class RawMember(NamedTuple):
         The header must name the same file and agree with the central directory, since local
         headers are copied verbatim into patched wheels.
         """
-        name = info.raw_name
-        length = _LOCAL_HEADER.size + len(name)
+        length = _LOCAL_HEADER.size + len(info.raw_name)
         header = os.pread(fd, length, info.header_offset) if source is None else source.read(info.header_offset, length)
-        if len(header) < _LOCAL_HEADER.size:
-            raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
-        fields = _LOCAL_HEADER.unpack_from(header)
-        signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = fields
-        if signature != _LOCAL_SIG:
-            raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
-        if header[_LOCAL_HEADER.size :] != name:
-            raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
-        if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
-            raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
-        if not info.flag_bits & FLAG_DATA_DESCRIPTOR and (
-            crc != info.CRC
-            or (compress_size != 0xFFFFFFFF and compress_size != info.compress_size)
-            or (file_size != 0xFFFFFFFF and file_size != info.file_size)
-        ):
-            raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
-        return cls(info, fd, info.header_offset + _LOCAL_HEADER.size + name_length + extra_length, archive)
+        return cls(info, fd, data_offset(header, info, archive), archive)
 
     @property
     def data_end(self) -> int:
