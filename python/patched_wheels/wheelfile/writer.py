@@ -33,14 +33,13 @@ from patched_wheels.wheelfile.zipcontainer import (
     UNIX,
     ZIP64_LIMIT,
     ReadAhead,
-    ZipEntry,
     central_header,
     data_offset,
     encode_name,
     end_records,
     local_header,
 )
-from patched_wheels.wheelfile.zipdirectory import CENTRAL_HEADER, ZipMember
+from patched_wheels.wheelfile.zipdirectory import ZipMember
 
 __all__ = ["WheelWriter"]
 
@@ -68,15 +67,6 @@ def _dos_timestamp() -> tuple[int, int]:
 def _deflate_bound(size: int) -> int:
     """zlib's compressBound: the most deflate can expand ``size`` bytes."""
     return size + (size >> 12) + (size >> 14) + (size >> 25) + 13
-
-
-def _as_read(entry: ZipEntry, central: bytes) -> ZipMember:
-    """The record a reader parses from ``central``, the central directory header written for ``entry``."""
-    extra = central[CENTRAL_HEADER.size + len(entry.name) :]
-    return ZipMember(
-        entry.filename, entry.name, entry.create_system, entry.flags, entry.method, entry.crc,
-        entry.compress_size, entry.file_size, entry.offset, entry.external_attr, extra,
-    )  # fmt: skip
 
 
 _COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
@@ -107,7 +97,10 @@ class WheelWriter:
         self._buffer = bytearray()
         self._run: tuple[int, int, int] | None = None  # (input fd, offset, length) not yet written
         self._offset = 0
-        self._entries: list[ZipEntry] = []
+        self._entries: list[ZipMember] = []
+        """Each member written, as a reader will parse it from the central directory."""
+        self._zip64_local: set[str] = set()
+        """Members whose local header has the ZIP64 extra: the central record says so in its version."""
         self._record: list[RecordEntry] = []
         self._names: set[str] = set()
         self._copy_file_range = hasattr(os, "copy_file_range")
@@ -147,11 +140,11 @@ class WheelWriter:
         else:
             encoded, utf8_flag = encode_name(arcname)
             flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
-        file_size = info.file_size
-        entry = ZipEntry(
-            encoded, flags, info.compress_type, info.CRC, compress_size, file_size, self._offset, info.create_system,
-            info.external_attr, file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT, arcname,
+        entry = ZipMember(
+            arcname, encoded, info.create_system, flags, info.compress_type, info.CRC, compress_size, info.file_size,
+            self._offset, info.external_attr, b"",
         )  # fmt: skip
+        zip64 = self._zip64(entry)
         small = compress_size < CHUNK_SIZE
         start = header_offset if verbatim else data_start  # the input header, if kept, then small data
         end = data_start + compress_size if small else data_start
@@ -161,7 +154,7 @@ class WheelWriter:
         if verbatim:
             self._write(copied[:LOCAL_TIMESTAMP_OFFSET] + self._timestamp + copied[LOCAL_TIMESTAMP_OFFSET + 4 :])
         else:
-            self._write(local_header(entry, self._dos_date, self._dos_time))
+            self._write(local_header(entry, zip64, self._dos_date, self._dos_time))
             self._write(copied)
         if not small:
             self._copy_range(window.fd, data_start, compress_size)
@@ -202,14 +195,14 @@ class WheelWriter:
             rows = [*self._record, RecordEntry(self._record_name, "", None)]
             self._write_deflated(self._record_name, (serialize_record(rows),), None, 0o644, reserved_ok=True)
             directory_offset = self._offset
-            headers = [central_header(entry, self._dos_date, self._dos_time) for entry in self._entries]
-            self._write(b"".join(headers))
-            members = list(map(_as_read, self._entries, headers))
+            zip64_local, date, time_ = self._zip64_local, self._dos_date, self._dos_time
+            # Each record also becomes the member as a reader parses it back (its ZIP64 extra, if any, set).
+            self._write(b"".join([central_header(entry, entry.filename in zip64_local, date, time_) for entry in self._entries]))
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._drain()
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
-            WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(members, rows)).close()
+            WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(self._entries, rows)).close()
             os.replace(self._temp, self.dest)
         except BaseException:
             self.abort()
@@ -221,6 +214,14 @@ class WheelWriter:
         self._temp.unlink(missing_ok=True)
 
     # -- internals
+
+    def _zip64(self, entry: ZipMember) -> bool:
+        """Whether a raw copy's local header has the ZIP64 extra (a verbatim one has it where its sizes need it),
+        noted for its central record."""
+        if entry.file_size > ZIP64_LIMIT or entry.compress_size > ZIP64_LIMIT:
+            self._zip64_local.add(entry.filename)
+            return True
+        return False
 
     def _claim(self, arcname: str, *, checked: bool = False) -> None:
         """Reserve ``arcname``, once it is known to be safe (``checked``: already) and new."""
@@ -245,26 +246,17 @@ class WheelWriter:
             raise InvalidWheelError(f"{self.dest.name}: {arcname} is generated, it cannot be written directly")
         self._claim(arcname)
         encoded, utf8_flag = encode_name(arcname)
-        entry = ZipEntry(
-            name=encoded,
-            flags=utf8_flag,
-            method=DEFLATED,
-            crc=0,
-            compress_size=0,
-            file_size=0,
-            offset=self._offset,
-            create_system=UNIX,
-            external_attr=(stat.S_IFREG | mode) << 16,
-            local_zip64=size_hint is not None and _deflate_bound(size_hint) > ZIP64_LIMIT,
-            filename=arcname,
-        )
-        header_length = len(local_header(entry, self._dos_date, self._dos_time))
+        entry = ZipMember(arcname, encoded, UNIX, utf8_flag, DEFLATED, 0, 0, 0, self._offset, (stat.S_IFREG | mode) << 16, b"")
+        zip64 = size_hint is not None and _deflate_bound(size_hint) > ZIP64_LIMIT
+        if zip64:
+            self._zip64_local.add(arcname)
+        header_length = len(local_header(entry, zip64, self._dos_date, self._dos_time))
         self._write(b"\0" * header_length)
         deflater = zlib.compressobj(level, zlib.DEFLATED, -15)
         hasher = hashlib.sha256()
         for chunk in chunks:
             hasher.update(chunk)
-            entry.crc = zlib.crc32(chunk, entry.crc)
+            entry.CRC = zlib.crc32(chunk, entry.CRC)
             entry.file_size += len(chunk)
             compressed = deflater.compress(chunk)
             entry.compress_size += len(compressed)
@@ -272,10 +264,10 @@ class WheelWriter:
         tail = deflater.flush()
         entry.compress_size += len(tail)
         self._write(tail)
-        if not entry.local_zip64 and max(entry.file_size, entry.compress_size) > ZIP64_LIMIT:
+        if not zip64 and max(entry.file_size, entry.compress_size) > ZIP64_LIMIT:
             raise InvalidWheelError(f"{self.dest.name}: {arcname} grew past 2 GiB while being written")
         self._drain()
-        os.pwrite(self._file.fileno(), local_header(entry, self._dos_date, self._dos_time), entry.offset)
+        os.pwrite(self._file.fileno(), local_header(entry, zip64, self._dos_date, self._dos_time), entry.header_offset)
         self._entries.append(entry)
         if arcname != self._record_name:
             self._record.append(RecordEntry(arcname, record_hash(hasher.digest()), entry.file_size))

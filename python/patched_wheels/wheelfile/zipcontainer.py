@@ -14,7 +14,6 @@ import os
 import stat
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
@@ -57,7 +56,6 @@ __all__ = [
     "STORED",
     "UNIX",
     "ZIP64_LIMIT",
-    "ZipEntry",
     "central_header",
     "data_offset",
     "encode_name",
@@ -274,24 +272,6 @@ def inflated_chunks(path: Path, info: ZipMember) -> Iterator[bytes]:
 # --------------------------------------------------------------------------- encoding
 
 
-@dataclass(slots=True)
-class ZipEntry:
-    """What the headers need to know about one written member."""
-
-    name: bytes
-    flags: int
-    method: int
-    crc: int
-    compress_size: int
-    file_size: int
-    offset: int
-    create_system: int
-    external_attr: int
-    local_zip64: bool
-    filename: str = ""
-    """``name`` decoded (as a reader decodes it)."""
-
-
 def encode_name(arcname: str) -> tuple[bytes, int]:
     """A new member's name as headers spell it, and the flag that says it is UTF-8 (if it is not ASCII)."""
     try:
@@ -300,24 +280,28 @@ def encode_name(arcname: str) -> tuple[bytes, int]:
         return arcname.encode("utf-8"), FLAG_UTF8
 
 
-def local_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
-    """Local file header; ZIP64 puts both sizes in the extra field (a requirement of the spec)."""
-    if entry.local_zip64:
-        extra = struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, entry.file_size, entry.compress_size)
+def local_header(member: ZipMember, zip64: bool, dos_date: int, dos_time: int) -> bytes:
+    """Local file header of a written ``member``; ``zip64`` puts both sizes in the extra field (a requirement
+    of the spec when either may pass :data:`ZIP64_LIMIT`)."""
+    if zip64:
+        extra = struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, member.file_size, member.compress_size)
         sizes = (0xFFFFFFFF, 0xFFFFFFFF)
     else:
         extra = b""
-        sizes = (entry.compress_size, entry.file_size)
-    version = _VERSION_ZIP64 if entry.local_zip64 else _VERSION_DEFAULT
+        sizes = (member.compress_size, member.file_size)
+    version = _VERSION_ZIP64 if zip64 else _VERSION_DEFAULT
+    name = member.raw_name
     header = _LOCAL_HEADER.pack(
-        _LOCAL_SIG, version, entry.flags, entry.method, dos_time, dos_date, entry.crc, *sizes, len(entry.name), len(extra)
+        _LOCAL_SIG, version, member.flag_bits, member.compress_type, dos_time, dos_date, member.CRC, *sizes, len(name), len(extra)
     )
-    return header + entry.name + extra
+    return header + name + extra
 
 
-def central_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
-    """Central directory record; only fields that overflow go to the ZIP64 extra, in spec order."""
-    compress_size, file_size, offset, extra = entry.compress_size, entry.file_size, entry.offset, b""
+def central_header(member: ZipMember, local_zip64: bool, dos_date: int, dos_time: int) -> bytes:
+    """Central directory record of a written ``member`` (``local_zip64``: its local header has the ZIP64
+    extra); only fields that overflow go to the ZIP64 extra, in spec order, which becomes ``member.extra``:
+    the member is then the record a reader parses back."""
+    compress_size, file_size, offset, extra = member.compress_size, member.file_size, member.header_offset, b""
     if max(compress_size, file_size, offset) > ZIP64_LIMIT:  # rare: the plain record is one pack
         values: list[int] = []
         if file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT:
@@ -326,28 +310,29 @@ def central_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
         if offset > ZIP64_LIMIT:
             values.append(offset)
             offset = 0xFFFFFFFF
-        extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values)
-    version = _VERSION_ZIP64 if extra or entry.local_zip64 else _VERSION_DEFAULT
+        extra = member.extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values)
+    version = _VERSION_ZIP64 if extra or local_zip64 else _VERSION_DEFAULT
+    name = member.raw_name
     header = CENTRAL_HEADER.pack(
         CENTRAL_SIG,
-        entry.create_system << 8 | version,
+        member.create_system << 8 | version,
         version,
-        entry.flags,
-        entry.method,
+        member.flag_bits,
+        member.compress_type,
         dos_time,
         dos_date,
-        entry.crc,
+        member.CRC,
         compress_size,
         file_size,
-        len(entry.name),
+        len(name),
         len(extra),
         0,  # comment length
         0,  # disk number
         0,  # internal attributes
-        entry.external_attr,
+        member.external_attr,
         offset,
     )
-    return header + entry.name + extra
+    return header + name + extra
 
 
 def end_records(count: int, directory_offset: int, directory_size: int) -> bytes:
