@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.rewrite import MemberEdit, Scratch, Split, WheelEdits, write_wheel
-from patched_wheels.unidiff import apply_file_patch, read_patch
 from patched_wheels.wheelfile import WheelReader
 
 if TYPE_CHECKING:
@@ -90,6 +89,8 @@ def patch_wheel(
         if split is not None:
             split.check(reader)  # before any edit: a wrong option should not wait for the patches
         edits = WheelEdits(reader)
+        if patches:
+            from patched_wheels.unidiff import apply_file_patch, read_patch  # imported here: only a patch needs the diff reader
         for patch in patches:
             for file_patch in read_patch(Path(patch), strip=strip):
                 source = f"patch {file_patch.patch}"

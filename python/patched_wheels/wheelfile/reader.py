@@ -15,8 +15,6 @@ import hashlib
 import io
 import os
 import stat
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterator, NamedTuple, Sequence
 
@@ -200,6 +198,9 @@ class WheelReader:
         Largest members are started first so that one huge library (torch's
         libtorch_cuda.so is half the wheel) runs beside all the small ones.
         """
+        import threading  # imported here, as the pool: only --verify inflates every member
+        from concurrent.futures import ThreadPoolExecutor
+
         names = sorted(
             (name for name in self._infos if name in self._record and self._record[name].hash),
             key=lambda name: -self._infos[name].compress_size,
