@@ -22,6 +22,7 @@ import os
 import tempfile
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
 
@@ -156,19 +157,25 @@ def content_chunks(reader: WheelReader, content: Content) -> Iterator[bytes]:
 def write_wheel(reader: WheelReader, path: Path, *, dist_info: str, members: Sequence[OutputMember]) -> None:
     """Write ``members`` (from ``reader``'s wheel) as the wheel ``path``: the one writer loop of every output."""
     with WheelWriter(path, dist_info=dist_info) as writer:
-        for member in members:
-            if member.content is None:
-                assert member.source is not None  # a raw copy has an input member
-                writer.copy_raw(reader, member.source, arcname=member.arcname)
-                continue
-            mode = (reader.mode(member.source) if member.source in reader else None) or 0o644
-            if isinstance(member.content, bytes):
-                writer.write_bytes(member.arcname, member.content, mode=mode)
-            elif isinstance(member.content, Spilled):
-                writer.write_file(member.arcname, member.content.path, mode=mode)
+        for raw, run in groupby(members, key=lambda member: member.content is None):
+            if raw:  # runs of raw copies (nearly every member) in one call each
+                writer.copy_raw_members(reader, ((member.source, member.arcname) for member in run))  # type: ignore[misc]
             else:
-                size = reader.file_size(member.content.source)
-                writer.write_stream(member.arcname, content_chunks(reader, member.content), size=size, mode=mode)
+                for member in run:
+                    _write_new(writer, reader, member)
+
+
+def _write_new(writer: WheelWriter, reader: WheelReader, member: OutputMember) -> None:
+    """Write an output member with content of its own (not the input's compressed bytes)."""
+    mode = (reader.mode(member.source) if member.source in reader else None) or 0o644
+    if isinstance(member.content, bytes):
+        writer.write_bytes(member.arcname, member.content, mode=mode)
+    elif isinstance(member.content, Spilled):
+        writer.write_file(member.arcname, member.content.path, mode=mode)
+    else:
+        assert member.content is not None  # raw copies are write_wheel's
+        size = reader.file_size(member.content.source)
+        writer.write_stream(member.arcname, content_chunks(reader, member.content), size=size, mode=mode)
 
 
 @dataclass(frozen=True)

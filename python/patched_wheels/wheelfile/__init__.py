@@ -11,7 +11,7 @@ with its sha256 and size.  One spec concept per module, re-exported here:
 - :mod:`.reader`: :class:`WheelReader`, what a wheel we accept is, checked once when a
   wheel is opened, for every command;
 - :mod:`.writer`: :class:`WheelWriter`, which copies unchanged members' compressed bytes
-  (through :meth:`WheelReader.raw_member`) and checks what it wrote as a reader would.
+  (their local headers checked as they are copied) and checks what it wrote as a reader would.
 """
 
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path

@@ -169,16 +169,16 @@ class WheelReader:
         """The RECORD row of ``name`` (None for directory entries)."""
         return self._record.get(name)
 
-    def raw_member(self, name: str, source: ReadAhead | None = None) -> RawMember:
-        """Where ``name``'s compressed bytes lie, its local header checked: for copying them without inflating.
+    def raw_member(self, name: str) -> RawMember:
+        """Where ``name``'s compressed bytes lie, its local header checked: for reading them without inflating.
 
-        Valid while this reader is open; :meth:`WheelWriter.copy_raw` is built on it, reading
-        through ``source`` (from :meth:`read_ahead`).
+        Valid while this reader is open.
         """
-        return RawMember.locate(self._fd, self.info(name), archive=self.name, source=source)
+        return RawMember.locate(self._fd, self.info(name), archive=self.name)
 
     def read_ahead(self) -> ReadAhead:
-        """A window over this wheel's bytes for reading members in the order they lie (one per sequential reader)."""
+        """A window over this wheel's bytes for reading members in the order they lie (one per sequential reader):
+        what :meth:`WheelWriter.copy_raw_members` reads local headers and small members through."""
         return ReadAhead(self._fd)
 
     def open(self, name: str) -> BinaryIO:

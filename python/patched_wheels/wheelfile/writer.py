@@ -117,51 +117,62 @@ class WheelWriter:
     # -- members
 
     def copy_raw(self, reader: WheelReader, name: str, *, arcname: str | None = None) -> None:
-        """Copy a member's compressed bytes unchanged; its RECORD row is reused under the new name.
+        """Copy one member's compressed bytes unchanged (:meth:`copy_raw_members`), under ``arcname`` if given."""
+        self.copy_raw_members(reader, ((name, name if arcname is None else arcname),))
+
+    def copy_raw_members(self, reader: WheelReader, members: Iterable[tuple[str, str]]) -> None:
+        """Copy members' compressed bytes unchanged, each ``(name in the input, arcname)``, in that order;
+        their RECORD rows are reused under the new names.
 
         A member that keeps its name keeps its local header too, with the writer's timestamp in
         it.  Small members (all but a few) are read with their header in one window of the input
         (:class:`ReadAhead`) and go out through the buffer, their timestamp replaced there; the
-        data of large ones goes out in kernel copies, like ``cp``.
+        data of large ones goes out in kernel copies, like ``cp``.  One call for a run of members,
+        with what every member needs looked up once: a patch copies 10,600 of torch's.
         """
-        info = reader.info(name)
-        arcname = name if arcname is None else arcname
-        self._claim(arcname, checked=arcname == name)  # the reader checked its names
         source = self._source
         if source is None or source[0] is not reader:
             source = self._source = (reader, reader.read_ahead())
         window = source[1]
-        header_offset, compress_size, raw_name = info.header_offset, info.compress_size, info.raw_name
-        # The local header checked from the window (what RawMember.locate does, without building one per member).
-        data_start = data_offset(window.read(header_offset, LOCAL_HEADER_SIZE + len(raw_name)), info, reader.name)
-        verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
-        if verbatim:
-            encoded, flags = raw_name, info.flag_bits
-        else:
-            encoded, utf8_flag = encode_name(arcname)
-            flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
-        entry = ZipMember(
-            arcname, encoded, info.create_system, flags, info.compress_type, info.CRC, compress_size, info.file_size,
-            self._offset, info.external_attr, b"",
-        )  # fmt: skip
-        zip64 = self._zip64(entry)
-        small = compress_size < CHUNK_SIZE
-        start = header_offset if verbatim else data_start  # the input header, if kept, then small data
-        end = data_start + compress_size if small else data_start
-        copied = window.read(start, end - start) if end > start else b""
-        if len(copied) != end - start:
-            raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
-        if verbatim:
-            self._write(copied[:LOCAL_TIMESTAMP_OFFSET] + self._timestamp + copied[LOCAL_TIMESTAMP_OFFSET + 4 :])
-        else:
-            self._write(local_header(entry, zip64, self._dos_date, self._dos_time))
-            self._write(copied)
-        if not small:
-            self._copy_range(window.fd, data_start, compress_size)
-        self._entries.append(entry)
-        row = reader.record_entry(name)
-        if row is not None:
-            self._record.append(row if arcname == name else RecordEntry(arcname, row.hash, row.size))
+        read, info_of, row_of, archive = window.read, reader.info, reader.record_entry, reader.name
+        claim, write, entries, record, timestamp = self._claim, self._write, self._entries, self._record, self._timestamp
+        for name, arcname in members:
+            info = info_of(name)
+            renamed = arcname != name
+            claim(arcname, checked=not renamed)  # the reader checked its names
+            header_offset, compress_size, file_size, raw_name = info.header_offset, info.compress_size, info.file_size, info.raw_name
+            # The local header checked in the window (RawMember.locate's check, without a RawMember per member).
+            data_start = data_offset(read(header_offset, LOCAL_HEADER_SIZE + len(raw_name)), info, archive)
+            verbatim = not renamed and not info.flag_bits & FLAG_DATA_DESCRIPTOR
+            if verbatim:
+                encoded, flags = raw_name, info.flag_bits
+            else:
+                encoded, utf8_flag = encode_name(arcname)
+                flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
+            entry = ZipMember(
+                arcname, encoded, info.create_system, flags, info.compress_type, info.CRC, compress_size, file_size,
+                self._offset, info.external_attr, b"",
+            )  # fmt: skip
+            zip64 = file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT  # a verbatim header has the extra then
+            if zip64:
+                self._zip64_local.add(arcname)
+            small = compress_size < CHUNK_SIZE
+            start = header_offset if verbatim else data_start  # the input header, if kept, then small data
+            end = data_start + compress_size if small else data_start
+            copied = read(start, end - start) if end > start else b""
+            if len(copied) != end - start:
+                raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
+            if verbatim:
+                write(copied[:LOCAL_TIMESTAMP_OFFSET] + timestamp + copied[LOCAL_TIMESTAMP_OFFSET + 4 :])
+            else:
+                write(local_header(entry, zip64, self._dos_date, self._dos_time))
+                write(copied)
+            if not small:
+                self._copy_range(window.fd, data_start, compress_size)
+            entries.append(entry)
+            row = row_of(name)
+            if row is not None:
+                record.append(RecordEntry(arcname, row.hash, row.size) if renamed else row)
 
     def write_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644) -> None:
         self._write_deflated(arcname, (data,), len(data), mode)
@@ -214,14 +225,6 @@ class WheelWriter:
         self._temp.unlink(missing_ok=True)
 
     # -- internals
-
-    def _zip64(self, entry: ZipMember) -> bool:
-        """Whether a raw copy's local header has the ZIP64 extra (a verbatim one has it where its sizes need it),
-        noted for its central record."""
-        if entry.file_size > ZIP64_LIMIT or entry.compress_size > ZIP64_LIMIT:
-            self._zip64_local.add(entry.filename)
-            return True
-        return False
 
     def _claim(self, arcname: str, *, checked: bool = False) -> None:
         """Reserve ``arcname``, once it is known to be safe (``checked``: already) and new."""

@@ -164,14 +164,9 @@ class RawMember(NamedTuple):
     """The archive's name, as errors name it."""
 
     @classmethod
-    def locate(cls, fd: int, info: ZipMember, *, archive: str, source: ReadAhead | None = None) -> RawMember:
-        """Read and check the local header of ``info`` in the archive open as ``fd`` (through ``source``, if given).
-
-        The header must name the same file and agree with the central directory, since local
-        headers are copied verbatim into patched wheels.
-        """
-        length = _LOCAL_HEADER.size + len(info.raw_name)
-        header = os.pread(fd, length, info.header_offset) if source is None else source.read(info.header_offset, length)
+    def locate(cls, fd: int, info: ZipMember, *, archive: str) -> RawMember:
+        """Read and check the local header of ``info`` in the archive open as ``fd`` (:func:`data_offset`)."""
+        header = os.pread(fd, _LOCAL_HEADER.size + len(info.raw_name), info.header_offset)
         return cls(info, fd, data_offset(header, info, archive), archive)
 
     @property
