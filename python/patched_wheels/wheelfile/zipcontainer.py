@@ -42,6 +42,10 @@ INFLATER_NAME = "isal" if _inflate_zlib is not zlib else "zlib"
 
 CHUNK_SIZE = 1 << 20
 """Bytes per read/inflate step: large enough to amortise syscalls, small enough for RSS."""
+_FIRST_PIECE = 1 << 16
+"""A member's first read and inflate step; each next one is 4x larger, up to CHUNK_SIZE.  A reader that
+wants only a member's head (the ELF magic of each cached library checked against its wheel, ELF headers)
+stops after it: a first step of CHUNK_SIZE inflated a megabyte of each to look at 4 bytes."""
 
 __all__ = [
     "CHUNK_SIZE",
@@ -175,10 +179,11 @@ class RawMember(NamedTuple):
         return self.data_offset + self.info.compress_size
 
     def chunks(self) -> Iterator[bytes]:
-        """The compressed bytes, in pieces of at most CHUNK_SIZE."""
-        offset, remaining = self.data_offset, self.info.compress_size
+        """The compressed bytes, in pieces of at most CHUNK_SIZE (smaller first: :data:`_FIRST_PIECE`)."""
+        offset, remaining, size = self.data_offset, self.info.compress_size, _FIRST_PIECE
         while remaining:
-            chunk = os.pread(self.fd, min(CHUNK_SIZE, remaining), offset)
+            chunk = os.pread(self.fd, min(size, remaining), offset)
+            size = min(4 * size, CHUNK_SIZE)
             if not chunk:
                 raise InvalidWheelError(f"{self.archive}: {self.info.filename}: truncated member data")
             offset += len(chunk)
@@ -212,7 +217,7 @@ class ReadAhead:
 
 
 def member_content(raw: RawMember) -> Iterator[bytes]:
-    """A stored or deflated member's content in pieces of at most CHUNK_SIZE.
+    """A stored or deflated member's content in pieces of at most CHUNK_SIZE (smaller first: :data:`_FIRST_PIECE`).
 
     Inflating stops one byte past the size the zip declares (a small archive can inflate to
     gigabytes); whether the result is complete is up to the caller.
@@ -223,6 +228,7 @@ def member_content(raw: RawMember) -> Iterator[bytes]:
         return
     inflater = _inflate_zlib.decompressobj(wbits=-15)
     allowed = info.file_size  # bytes still expected
+    size = _FIRST_PIECE
 
     def bounded(out: bytes) -> bytes:
         nonlocal allowed
@@ -234,7 +240,8 @@ def member_content(raw: RawMember) -> Iterator[bytes]:
     try:
         for chunk in raw.chunks():
             while chunk:
-                out = inflater.decompress(chunk, min(CHUNK_SIZE, allowed + 1))
+                out = inflater.decompress(chunk, min(size, allowed + 1))
+                size = min(4 * size, CHUNK_SIZE)
                 chunk = inflater.unconsumed_tail
                 if out:
                     yield bounded(out)
