@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import hashlib
 import io
 import os
@@ -858,3 +859,16 @@ def test_a_wheel_written_moments_ago_is_always_checked(wheel, directory_reads, m
     WheelReader(wheel).close()
     WheelReader(wheel).close()
     assert directory_reads == [wheel.name, wheel.name]
+
+
+def test_cycle_collection_paused_nests_and_comes_back_on_errors() -> None:
+    assert gc.isenabled()
+    with wheelfile.cycle_collection_paused():
+        assert not gc.isenabled()
+        with wheelfile.cycle_collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pause leaves it to the outer one
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), wheelfile.cycle_collection_paused():
+        raise RuntimeError("fails inside")
+    assert gc.isenabled()

@@ -25,6 +25,7 @@ from patched_wheels import metadata as core_metadata
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.fsutil import settled_stamp
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
+from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
@@ -105,7 +106,8 @@ class WheelReader:
             key = None if stamp is None or written is not None else (self.name, *stamp)
             checked = _CHECKED.get(key) if key is not None else None
             if checked is None:
-                checked = self._check(status.st_size, written)
+                with cycle_collection_paused():
+                    checked = self._check(status.st_size, written)
                 if key is not None:
                     if len(_CHECKED) >= _CHECKED_LIMIT:
                         del _CHECKED[next(iter(_CHECKED))]  # the oldest
