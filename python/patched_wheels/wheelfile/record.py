@@ -8,7 +8,6 @@ as a content mismatch later.
 from __future__ import annotations
 
 import base64
-import csv
 import hashlib
 import io
 import re
@@ -108,6 +107,8 @@ def parse_record(data: bytes, *, origin: str) -> list[RecordEntry]:
         rows = [line.split(",") for line in text.split("\n") if line]  # csv.reader's rows, 3x faster
         if _all_valid(rows):
             return [RecordEntry(path, hash_, int(size) if size else None) for path, hash_, size in rows]
+    import csv  # imported here, as below: only a RECORD that needs quoting is read or written with it
+
     entries = []
     for line_number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):  # row by row
         if not row:
@@ -143,6 +144,8 @@ def serialize_record(entries: Iterable[RecordEntry]) -> bytes:
         return "".join(
             f"{entry.path},{entry.hash},{'' if entry.size is None else entry.size}\n" for entry in entries
         ).encode("utf-8")
+    import csv
+
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     for entry in entries:
