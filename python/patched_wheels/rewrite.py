@@ -157,12 +157,18 @@ def content_chunks(reader: WheelReader, content: Content) -> Iterator[bytes]:
 def write_wheel(reader: WheelReader, path: Path, *, dist_info: str, members: Sequence[OutputMember]) -> None:
     """Write ``members`` (from ``reader``'s wheel) as the wheel ``path``: the one writer loop of every output."""
     with WheelWriter(path, dist_info=dist_info) as writer:
-        for raw, run in groupby(members, key=lambda member: member.content is None):
+        for raw, run in groupby(members, key=_is_raw_copy):
             if raw:  # runs of raw copies (nearly every member) in one call each
-                writer.copy_raw_members(reader, ((member.source, member.arcname) for member in run))  # type: ignore[misc]
+                writer.copy_raw_members(reader, ((source, arcname) for arcname, source, _ in run))  # type: ignore[misc]
             else:
                 for member in run:
                     _write_new(writer, reader, member)
+
+
+def _is_raw_copy(member: OutputMember) -> bool:
+    """Whether ``member`` is its source's compressed bytes (no content of its own)."""
+    _, _, content = member  # unpacked: cheaper than a named tuple's attribute, once per member
+    return content is None
 
 
 def _write_new(writer: WheelWriter, reader: WheelReader, member: OutputMember) -> None:

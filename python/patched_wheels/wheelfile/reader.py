@@ -300,21 +300,21 @@ class WheelReader:
             rows = parse_record(b"".join(member_content(self.raw_member(record_name))), origin=origin)
         record: dict[str, RecordEntry] = {}
         unhashed_allowed = generated_members(self.dist_info)
+        infos = self._infos
         for entry in rows:
-            if entry.path in record:
-                raise InvalidWheelError(f"{origin}: {entry.path} is listed twice")
-            info = self._infos.get(entry.path)
-            if info is None or entry.path.endswith("/"):
-                raise InvalidWheelError(f"{origin}: lists {entry.path}, which is not in the wheel")
-            if not entry.hash and entry.path not in unhashed_allowed:
-                raise InvalidWheelError(f"{origin}: {entry.path} has no hash")
-            if entry.size is not None and entry.size != info.file_size:
-                raise InvalidWheelError(
-                    f"{origin}: {entry.path} has size {entry.size} in RECORD but {info.file_size} in the zip"
-                )
-            if entry.hash and entry.size is None:
-                raise InvalidWheelError(f"{origin}: {entry.path} has no size")
-            record[entry.path] = entry
+            path, hash_, size = entry  # unpacked: a named tuple's attributes cost a lookup each, 10,600 rows
+            if path in record:
+                raise InvalidWheelError(f"{origin}: {path} is listed twice")
+            info = infos.get(path)
+            if info is None or path.endswith("/"):
+                raise InvalidWheelError(f"{origin}: lists {path}, which is not in the wheel")
+            if not hash_ and path not in unhashed_allowed:
+                raise InvalidWheelError(f"{origin}: {path} has no hash")
+            if size is not None and size != info.file_size:
+                raise InvalidWheelError(f"{origin}: {path} has size {size} in RECORD but {info.file_size} in the zip")
+            if hash_ and size is None:
+                raise InvalidWheelError(f"{origin}: {path} has no size")
+            record[path] = entry
         for name in self._infos:
             if not name.endswith("/") and name not in record and name not in unhashed_allowed:
                 raise InvalidWheelError(f"{origin}: does not list {name}")
