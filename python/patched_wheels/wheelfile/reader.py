@@ -382,19 +382,25 @@ class _MemberLayout:
 
     def add(self, name: str) -> str | None:
         """Add ``name``; or, when it cannot be added, why not (and add nothing)."""
+        files, directories = self._files, self._directories
+        if not name.endswith("/") and name not in directories:  # a file (nearly every member): its parent is
+            parent = name.rpartition("/")[0]  # most often known already, then only the file is new
+            if not parent or parent in directories:
+                files.add(name)
+                return None
         path = name.rstrip("/")
         is_directory = name.endswith("/")
-        if path in (self._files if is_directory else self._directories):
+        if path in (files if is_directory else directories):
             return f"{path} is a file, not a directory" if is_directory else f"{path} is a directory of other members"
         new_parents = []
         parent = path.rpartition("/")[0]
-        while parent and parent not in self._directories:  # a known directory's parents are known too
-            if parent in self._files:
+        while parent and parent not in directories:  # a known directory's parents are known too
+            if parent in files:
                 return f"{parent} is a file, not a directory"
             new_parents.append(parent)
             parent = parent.rpartition("/")[0]
-        (self._directories if is_directory else self._files).add(path)
-        self._directories.update(new_parents)
+        (directories if is_directory else files).add(path)
+        directories.update(new_parents)
         return None
 
     def top_level(self) -> set[str]:
