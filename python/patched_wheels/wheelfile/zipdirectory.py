@@ -32,6 +32,9 @@ __all__ = [
 FLAG_UTF8 = 0x800  # the name is UTF-8 (else cp437)
 CENTRAL_HEADER = struct.Struct("<IHHHHHHIIIHHHHHII")
 CENTRAL_SIG = 0x02014B50
+# CENTRAL_HEADER as the parser reads it: the fields it does not use (time, date, disk, internal attributes)
+# skipped as padding, a smaller tuple per record.
+_CENTRAL_READ = struct.Struct("<IHHHH4xIIIHHH4xII")
 END = struct.Struct("<IHHHHIIH")
 END_SIG = 0x06054B50
 _END_SIG_BYTES = struct.pack("<I", END_SIG)
@@ -145,14 +148,14 @@ def _directory_extent(fd: int, file_size: int) -> tuple[int, int, int]:
 def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
     """The records of a central directory of ``size`` bytes (``data``: those the file holds)."""
     members = []
-    unpack = CENTRAL_HEADER.unpack_from
-    header_size = CENTRAL_HEADER.size
+    unpack = _CENTRAL_READ.unpack_from
+    header_size = _CENTRAL_READ.size
     position = 0
     while position < size:
         if position + header_size > len(data):
             raise _NotZip("Truncated central directory")
-        (signature, made_by, version, flags, method, _, _, crc, compress_size, file_size,
-         name_length, extra_length, comment_length, _, _, external_attr, offset) = unpack(data, position)  # fmt: skip
+        (signature, made_by, version, flags, method, crc, compress_size, file_size,
+         name_length, extra_length, comment_length, external_attr, offset) = unpack(data, position)  # fmt: skip
         if signature != CENTRAL_SIG:
             raise _NotZip("Bad magic number for central directory")
         if version & 0xFF > _VERSION_MAX:
