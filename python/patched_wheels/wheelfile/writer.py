@@ -153,7 +153,7 @@ class WheelWriter:
                 arcname, encoded, info.create_system, flags, info.compress_type, info.CRC, compress_size, file_size,
                 self._offset, info.external_attr, b"",
             )  # fmt: skip
-            zip64 = file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT  # a verbatim header has the extra then
+            zip64 = file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT  # noted for the central record's version
             if zip64:
                 self._zip64_local.add(arcname)
             small = compress_size < CHUNK_SIZE
