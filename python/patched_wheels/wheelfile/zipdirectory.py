@@ -151,6 +151,7 @@ def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
     unpack = _CENTRAL_READ.unpack_from
     header_size = _CENTRAL_READ.size
     position = 0
+    walked: set[bytes] = set()  # extra fields already decoded that hold no ZIP64 block: nothing in them to read
     while position < size:
         if position + header_size > len(data):
             raise _NotZip("Truncated central directory")
@@ -171,8 +172,12 @@ def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
         else:
             name = raw_name.decode("ascii" if raw_name.isascii() else "cp437")
         extra = data[extra_start : extra_start + extra_length]
-        if extra:
-            file_size, compress_size, offset = _decode_extra(extra, file_size, compress_size, offset)
+        # Archivers repeat the same extra field (torch's 10,600 members have 35): one without a ZIP64 block
+        # decodes to nothing, once it passed _decode_extra's checks.
+        if extra and extra not in walked:
+            file_size, compress_size, offset, zip64 = _decode_extra(extra, file_size, compress_size, offset)
+            if not zip64:
+                walked.add(extra)
         members.append(
             ZipMember(name, raw_name, made_by >> 8, flags, method, crc, compress_size, file_size, offset + shift,
                       external_attr, extra)  # fmt: skip
@@ -180,11 +185,13 @@ def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
     return members
 
 
-def _decode_extra(extra: bytes, file_size: int, compress_size: int, offset: int) -> tuple[int, int, int]:
-    """The sizes and offset a ZIP64 extra field holds in place of the 0xFFFFFFFF placeholders.
+def _decode_extra(extra: bytes, file_size: int, compress_size: int, offset: int) -> tuple[int, int, int, bool]:
+    """The sizes and offset a ZIP64 extra field holds in place of the 0xFFFFFFFF placeholders, and whether
+    ``extra`` has a ZIP64 block at all.
 
     As :mod:`zipfile` decodes it: every block must fit, each ZIP64 block read in turn.
     """
+    zip64 = False
     position, end = 0, len(extra)
     while end - position >= 4:
         kind, length = _EXTRA_BLOCK.unpack_from(extra, position)
@@ -192,6 +199,7 @@ def _decode_extra(extra: bytes, file_size: int, compress_size: int, offset: int)
         if block_end > end:
             raise _NotZip(f"Corrupt extra field {kind:04x} (size={length})")
         if kind == ZIP64_EXTRA_ID:
+            zip64 = True
             values = extra[position + 4 : block_end]
             field = "File size"
             try:
@@ -206,4 +214,4 @@ def _decode_extra(extra: bytes, file_size: int, compress_size: int, offset: int)
             except struct.error:
                 raise _NotZip(f"Corrupt zip64 extra field. {field} not found.") from None
         position = block_end
-    return file_size, compress_size, offset
+    return file_size, compress_size, offset, zip64
