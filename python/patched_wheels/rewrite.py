@@ -86,6 +86,9 @@ class OutputMember(NamedTuple):
     """None: ``source``'s compressed bytes, copied raw."""
 
 
+_new_member = tuple.__new__
+
+
 class Scratch:
     """A temp directory in the destination, made on first use and removed on exit: temp files, unfinished outputs.
 
@@ -343,12 +346,13 @@ class WheelEdits:
         ordered += [name for name in created if not name.startswith(dist_info)]
         ordered += [name for name in kept if name.startswith(dist_info)]
         ordered += [name for name in created if name.startswith(dist_info)]
-        new = set(created)
+        new, contents = set(created), self.contents
         members = []
         for name in ordered:
             arcname = name
             if renames:
                 top, slash, rest = name.partition("/")
                 arcname = renames.get(top, top) + slash + rest
-            members.append(OutputMember(arcname, None if name in new else name, self.contents.get(name)))
+            # tuple.__new__: built in C, without the named tuple's Python-level __new__ (one per member).
+            members.append(_new_member(OutputMember, (arcname, None if name in new else name, contents.get(name))))
         return members
