@@ -13,10 +13,9 @@ import heapq
 import os
 import posixpath
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from patched_wheels.elfcache import ElfCache, wheel_problem
 from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
@@ -166,27 +165,42 @@ def scan_wheels(
     found: dict[str, list[ElfLibrary]] = {}
     jobs: list[tuple[Path, ZipMember, str]] = []
     scanned: list[tuple[WheelRef, str]] = []
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        digests = list(pool.map(lambda ref: _digest(ref, digest_dir), refs)) if cache is not None else [ref.sha256 for ref in refs]
-        for ref, digest in zip(refs, digests):
-            cached = None if cache is None or not digest else _cached_libraries(cache, ref, digest)
-            if cached is not None:
-                found[ref.filename] = cached
-                continue
-            if ref.path is None:
-                raise UsageError(f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}")
-            found[ref.filename] = []
-            scanned.append((ref, digest))
-            jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
-        jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
-        for library in pool.map(lambda job: read_library(*job), jobs):
-            found[library.wheel].append(library)
+    workers = workers or os.cpu_count() or 1
+    digests = _map_on_threads(lambda ref: _digest(ref, digest_dir), refs, workers) if cache is not None else [ref.sha256 for ref in refs]
+    for ref, digest in zip(refs, digests):
+        cached = None if cache is None or not digest else _cached_libraries(cache, ref, digest)
+        if cached is not None:
+            found[ref.filename] = cached
+            continue
+        if ref.path is None:
+            raise UsageError(f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}")
+        found[ref.filename] = []
+        scanned.append((ref, digest))
+        jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
+    jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
+    for library in _map_on_threads(lambda job: read_library(*job), jobs, workers):
+        found[library.wheel].append(library)
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
         if cache is not None:
             cache.store(digest, found[ref.filename])
     libraries = tuple(library for ref in refs for library in found[ref.filename])
     return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned))
+
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+def _map_on_threads(function: Callable[[_Item], _Result], items: Sequence[_Item], workers: int) -> list[_Result]:
+    """``function`` of each item, in order, on up to ``workers`` threads; in this one for a single item (a
+    split's own wheel, answered by the cache: no pool, nor the import of the thread pool's module)."""
+    if len(items) <= 1:
+        return [function(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(function, items))
 
 
 def _cached_libraries(cache: ElfCache, ref: WheelRef, digest: str) -> list[ElfLibrary] | None:

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidWheelError, UsageError
@@ -123,6 +122,8 @@ def remove_requires(metadata: bytes, names: Sequence[str], *, origin: str) -> by
 
 def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str) -> bytes:
     """Append ``Requires-Dist`` headers after the existing ones (or at the end of the headers)."""
+    from packaging.requirements import InvalidRequirement, Requirement  # imported here: only adding one parses it
+
     fields, rest = _split(metadata)
     eol = _line_ending(fields)
     new_fields = []

@@ -22,6 +22,7 @@ import os
 import tempfile
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
 
@@ -83,6 +84,9 @@ class OutputMember(NamedTuple):
     """The input member it comes from (its mode is kept); None for a new file."""
     content: Content | None = None
     """None: ``source``'s compressed bytes, copied raw."""
+
+
+_new_member = tuple.__new__
 
 
 class Scratch:
@@ -156,19 +160,31 @@ def content_chunks(reader: WheelReader, content: Content) -> Iterator[bytes]:
 def write_wheel(reader: WheelReader, path: Path, *, dist_info: str, members: Sequence[OutputMember]) -> None:
     """Write ``members`` (from ``reader``'s wheel) as the wheel ``path``: the one writer loop of every output."""
     with WheelWriter(path, dist_info=dist_info) as writer:
-        for member in members:
-            if member.content is None:
-                assert member.source is not None  # a raw copy has an input member
-                writer.copy_raw(reader, member.source, arcname=member.arcname)
-                continue
-            mode = (reader.mode(member.source) if member.source in reader else None) or 0o644
-            if isinstance(member.content, bytes):
-                writer.write_bytes(member.arcname, member.content, mode=mode)
-            elif isinstance(member.content, Spilled):
-                writer.write_file(member.arcname, member.content.path, mode=mode)
+        for raw, run in groupby(members, key=_is_raw_copy):
+            if raw:  # runs of raw copies (nearly every member) in one call each
+                writer.copy_raw_members(reader, ((source, arcname) for arcname, source, _ in run))  # type: ignore[misc]
             else:
-                size = reader.file_size(member.content.source)
-                writer.write_stream(member.arcname, content_chunks(reader, member.content), size=size, mode=mode)
+                for member in run:
+                    _write_new(writer, reader, member)
+
+
+def _is_raw_copy(member: OutputMember) -> bool:
+    """Whether ``member`` is its source's compressed bytes (no content of its own)."""
+    _, _, content = member  # unpacked: cheaper than a named tuple's attribute, once per member
+    return content is None
+
+
+def _write_new(writer: WheelWriter, reader: WheelReader, member: OutputMember) -> None:
+    """Write an output member with content of its own (not the input's compressed bytes)."""
+    mode = (reader.mode(member.source) if member.source in reader else None) or 0o644
+    if isinstance(member.content, bytes):
+        writer.write_bytes(member.arcname, member.content, mode=mode)
+    elif isinstance(member.content, Spilled):
+        writer.write_file(member.arcname, member.content.path, mode=mode)
+    else:
+        assert member.content is not None  # raw copies are write_wheel's
+        size = reader.file_size(member.content.source)
+        writer.write_stream(member.arcname, content_chunks(reader, member.content), size=size, mode=mode)
 
 
 @dataclass(frozen=True)
@@ -330,12 +346,13 @@ class WheelEdits:
         ordered += [name for name in created if not name.startswith(dist_info)]
         ordered += [name for name in kept if name.startswith(dist_info)]
         ordered += [name for name in created if name.startswith(dist_info)]
-        new = set(created)
+        new, contents = set(created), self.contents
         members = []
         for name in ordered:
             arcname = name
             if renames:
                 top, slash, rest = name.partition("/")
                 arcname = renames.get(top, top) + slash + rest
-            members.append(OutputMember(arcname, None if name in new else name, self.contents.get(name)))
+            # tuple.__new__: built in C, without the named tuple's Python-level __new__ (one per member).
+            members.append(_new_member(OutputMember, (arcname, None if name in new else name, contents.get(name))))
         return members

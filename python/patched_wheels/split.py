@@ -43,7 +43,6 @@ from patched_wheels.errors import UsageError
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.packages import package_init_members
 from patched_wheels.elfedit import DT_SONAME, read_dynamic
-from patched_wheels.elfgrow import grow_dynamic
 from patched_wheels.preload import (
     PreloadList,
     add_preload_import,
@@ -235,6 +234,8 @@ def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMem
     no SONAME, which the preload needs: other libraries' DT_NEEDED then match the one it loaded."""
     if move.library.soname:
         return OutputMember(move.target, move.member, move.content)
+    from patched_wheels.elfgrow import grow_dynamic  # imported here: only a library without a SONAME grows
+
     open_chunks = member_chunks(edits.reader, move.member, move.content)
     where = f"{edits.reader.path.name}: {move.member}"
     file = scratch.new_file()

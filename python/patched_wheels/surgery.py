@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.rewrite import MemberEdit, Scratch, Split, WheelEdits, write_wheel
-from patched_wheels.unidiff import apply_file_patch, read_patch
-from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile import WheelReader, cycle_collection_paused
 
 if TYPE_CHECKING:
     from patched_wheels.elfgraph import LibraryGraph
@@ -86,10 +85,13 @@ def patch_wheel(
     other wheels); without it, the split reads ``wheel``'s alone.
     """
     wheel, dest_dir = Path(wheel), Path(dest_dir)
-    with WheelReader(wheel, verify=verify) as reader, Scratch(dest_dir, wheel.name) as scratch:
+    # Paused: the outputs' members and RECORD rows are tens of thousands of objects without cycles.
+    with cycle_collection_paused(), WheelReader(wheel, verify=verify) as reader, Scratch(dest_dir, wheel.name) as scratch:
         if split is not None:
             split.check(reader)  # before any edit: a wrong option should not wait for the patches
         edits = WheelEdits(reader)
+        if patches:
+            from patched_wheels.unidiff import apply_file_patch, read_patch  # imported here: only a patch needs the diff reader
         for patch in patches:
             for file_patch in read_patch(Path(patch), strip=strip):
                 source = f"patch {file_patch.patch}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import hashlib
 import io
 import os
@@ -407,24 +408,15 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     The data region is a sparse hole, so the test writes only the directory.
     """
     size, compressed, offset = 5 << 30, (5 << 30) - 7, 6 << 30
-    entry = zipcontainer.ZipEntry(
-        name=b"big/huge.bin",
-        flags=0,
-        method=zipfile.ZIP_DEFLATED,
-        crc=0x12345678,
-        compress_size=compressed,
-        file_size=size,
-        offset=offset,
-        create_system=3,
-        external_attr=0o100755 << 16,
-        local_zip64=True,
+    entry = zipdirectory.ZipMember(
+        "big/huge.bin", b"big/huge.bin", 3, 0, zipfile.ZIP_DEFLATED, 0x12345678, compressed, size, offset, 0o100755 << 16, b""
     )
     directory_offset = offset + (7 << 30)
     path = tmp_path / "sparse.zip"
     with open(path, "wb") as handle:
         handle.truncate(directory_offset)
         handle.seek(directory_offset)
-        central = zipcontainer.central_header(entry, 0x21, 0)
+        central = zipcontainer.central_header(entry, True, 0x21, 0)
         handle.write(central + zipcontainer.end_records(1, directory_offset, len(central)))
     with zipfile.ZipFile(path) as archive:
         [info] = archive.infolist()
@@ -436,7 +428,7 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     )
     assert (info.CRC, info.external_attr >> 16, info.extract_version) == (0x12345678, 0o100755, 45)
 
-    local = zipcontainer.local_header(entry, 0x21, 0)
+    local = zipcontainer.local_header(entry, True, 0x21, 0)
     fields = struct.unpack_from("<IHHHHHIIIHH", local)
     assert fields[0] == 0x04034B50 and fields[1] == 45
     assert fields[7:9] == (0xFFFFFFFF, 0xFFFFFFFF)
@@ -448,6 +440,7 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     assert (member.filename, member.file_size, member.compress_size, member.header_offset) == (
         "big/huge.bin", size, compressed, offset
     )  # fmt: skip
+    assert member.extra == entry.extra != b""  # the record as written is the record as read
 
 
 _FIELDS = ("filename", "create_system", "flag_bits", "compress_type", "CRC", "compress_size", "file_size",
@@ -515,9 +508,10 @@ def test_a_damaged_central_directory_fails_like_zipfile(tmp_path: Path, damage, 
 
 
 def test_small_entries_need_no_zip64() -> None:
-    entry = zipcontainer.ZipEntry(b"a", 0, 8, 0, 10, 20, 30, 3, 0, False)
-    assert len(zipcontainer.central_header(entry, 0, 0)) == 46 + 1
-    assert len(zipcontainer.local_header(entry, 0, 0)) == 30 + 1
+    entry = zipdirectory.ZipMember("a", b"a", 3, 0, 8, 0, 10, 20, 30, 0, b"")
+    assert len(zipcontainer.central_header(entry, False, 0, 0)) == 46 + 1
+    assert entry.extra == b""
+    assert len(zipcontainer.local_header(entry, False, 0, 0)) == 30 + 1
     assert len(zipcontainer.end_records(0xFFFE, 100, 100)) == 22
     assert len(zipcontainer.end_records(0xFFFF, 100, 100)) == 22 + 56 + 20
 
@@ -865,3 +859,16 @@ def test_a_wheel_written_moments_ago_is_always_checked(wheel, directory_reads, m
     WheelReader(wheel).close()
     WheelReader(wheel).close()
     assert directory_reads == [wheel.name, wheel.name]
+
+
+def test_cycle_collection_paused_nests_and_comes_back_on_errors() -> None:
+    assert gc.isenabled()
+    with wheelfile.cycle_collection_paused():
+        assert not gc.isenabled()
+        with wheelfile.cycle_collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pause leaves it to the outer one
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), wheelfile.cycle_collection_paused():
+        raise RuntimeError("fails inside")
+    assert gc.isenabled()

@@ -10,11 +10,13 @@ with its sha256 and size.  One spec concept per module, re-exported here:
   inflating a member's data (bounded by the size the zip declares), and encoding headers;
 - :mod:`.reader`: :class:`WheelReader`, what a wheel we accept is, checked once when a
   wheel is opened, for every command;
+- :mod:`.gcpause`: the cycle collector paused while members are read or written;
 - :mod:`.writer`: :class:`WheelWriter`, which copies unchanged members' compressed bytes
-  (through :meth:`WheelReader.raw_member`) and checks what it wrote as a reader would.
+  (their local headers checked as they are copied) and checks what it wrote as a reader would.
 """
 
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
+from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.reader import WheelReader
 from patched_wheels.wheelfile.record import (
     InvalidRecordEntry,
@@ -38,6 +40,7 @@ __all__ = [
     "WheelReader",
     "WheelWriter",
     "ZipMember",
+    "cycle_collection_paused",
     "generated_members",
     "inflated_chunks",
     "is_safe_member_path",

@@ -11,12 +11,11 @@ member, inflating on all cores.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import io
 import os
 import stat
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterator, NamedTuple, Sequence
 
@@ -27,6 +26,7 @@ from patched_wheels import metadata as core_metadata
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.fsutil import settled_stamp
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
+from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
@@ -72,6 +72,9 @@ the same name and stamp holds the same bytes, so it passes the same checks (``sp
 patches: two opens of the 10,600 members of torch's wheel).  A file written in the last seconds, such as
 every output the writer re-checks, has no stamp and is always checked."""
 _CHECKED_LIMIT = 4  # the wheels one command re-opens; each entry holds a wheel's directory and RECORD
+# Dropped at exit, before the interpreter's final collections would traverse each entry's records (10,600
+# of torch's, about 3 % of a split's instructions); freeing them costs the same either way.
+atexit.register(_CHECKED.clear)
 
 
 class WheelReader:
@@ -107,7 +110,8 @@ class WheelReader:
             key = None if stamp is None or written is not None else (self.name, *stamp)
             checked = _CHECKED.get(key) if key is not None else None
             if checked is None:
-                checked = self._check(status.st_size, written)
+                with cycle_collection_paused():
+                    checked = self._check(status.st_size, written)
                 if key is not None:
                     if len(_CHECKED) >= _CHECKED_LIMIT:
                         del _CHECKED[next(iter(_CHECKED))]  # the oldest
@@ -171,16 +175,16 @@ class WheelReader:
         """The RECORD row of ``name`` (None for directory entries)."""
         return self._record.get(name)
 
-    def raw_member(self, name: str, source: ReadAhead | None = None) -> RawMember:
-        """Where ``name``'s compressed bytes lie, its local header checked: for copying them without inflating.
+    def raw_member(self, name: str) -> RawMember:
+        """Where ``name``'s compressed bytes lie, its local header checked: for reading them without inflating.
 
-        Valid while this reader is open; :meth:`WheelWriter.copy_raw` is built on it, reading
-        through ``source`` (from :meth:`read_ahead`).
+        Valid while this reader is open.
         """
-        return RawMember.locate(self._fd, self.info(name), archive=self.name, source=source)
+        return RawMember.locate(self._fd, self.info(name), archive=self.name)
 
     def read_ahead(self) -> ReadAhead:
-        """A window over this wheel's bytes for reading members in the order they lie (one per sequential reader)."""
+        """A window over this wheel's bytes for reading members in the order they lie (one per sequential reader):
+        what :meth:`WheelWriter.copy_raw_members` reads local headers and small members through."""
         return ReadAhead(self._fd)
 
     def open(self, name: str) -> BinaryIO:
@@ -200,6 +204,9 @@ class WheelReader:
         Largest members are started first so that one huge library (torch's
         libtorch_cuda.so is half the wheel) runs beside all the small ones.
         """
+        import threading  # imported here, as the pool: only --verify inflates every member
+        from concurrent.futures import ThreadPoolExecutor
+
         names = sorted(
             (name for name in self._infos if name in self._record and self._record[name].hash),
             key=lambda name: -self._infos[name].compress_size,
@@ -297,21 +304,21 @@ class WheelReader:
             rows = parse_record(b"".join(member_content(self.raw_member(record_name))), origin=origin)
         record: dict[str, RecordEntry] = {}
         unhashed_allowed = generated_members(self.dist_info)
+        infos = self._infos
         for entry in rows:
-            if entry.path in record:
-                raise InvalidWheelError(f"{origin}: {entry.path} is listed twice")
-            info = self._infos.get(entry.path)
-            if info is None or entry.path.endswith("/"):
-                raise InvalidWheelError(f"{origin}: lists {entry.path}, which is not in the wheel")
-            if not entry.hash and entry.path not in unhashed_allowed:
-                raise InvalidWheelError(f"{origin}: {entry.path} has no hash")
-            if entry.size is not None and entry.size != info.file_size:
-                raise InvalidWheelError(
-                    f"{origin}: {entry.path} has size {entry.size} in RECORD but {info.file_size} in the zip"
-                )
-            if entry.hash and entry.size is None:
-                raise InvalidWheelError(f"{origin}: {entry.path} has no size")
-            record[entry.path] = entry
+            path, hash_, size = entry  # unpacked: a named tuple's attributes cost a lookup each, 10,600 rows
+            if path in record:
+                raise InvalidWheelError(f"{origin}: {path} is listed twice")
+            info = infos.get(path)
+            if info is None or path.endswith("/"):
+                raise InvalidWheelError(f"{origin}: lists {path}, which is not in the wheel")
+            if not hash_ and path not in unhashed_allowed:
+                raise InvalidWheelError(f"{origin}: {path} has no hash")
+            if size is not None and size != info.file_size:
+                raise InvalidWheelError(f"{origin}: {path} has size {size} in RECORD but {info.file_size} in the zip")
+            if hash_ and size is None:
+                raise InvalidWheelError(f"{origin}: {path} has no size")
+            record[path] = entry
         for name in self._infos:
             if not name.endswith("/") and name not in record and name not in unhashed_allowed:
                 raise InvalidWheelError(f"{origin}: does not list {name}")
@@ -379,19 +386,25 @@ class _MemberLayout:
 
     def add(self, name: str) -> str | None:
         """Add ``name``; or, when it cannot be added, why not (and add nothing)."""
+        files, directories = self._files, self._directories
+        if not name.endswith("/") and name not in directories:  # a file (nearly every member): its parent is
+            parent = name.rpartition("/")[0]  # most often known already, then only the file is new
+            if not parent or parent in directories:
+                files.add(name)
+                return None
         path = name.rstrip("/")
         is_directory = name.endswith("/")
-        if path in (self._files if is_directory else self._directories):
+        if path in (files if is_directory else directories):
             return f"{path} is a file, not a directory" if is_directory else f"{path} is a directory of other members"
         new_parents = []
         parent = path.rpartition("/")[0]
-        while parent and parent not in self._directories:  # a known directory's parents are known too
-            if parent in self._files:
+        while parent and parent not in directories:  # a known directory's parents are known too
+            if parent in files:
                 return f"{parent} is a file, not a directory"
             new_parents.append(parent)
             parent = parent.rpartition("/")[0]
-        (self._directories if is_directory else self._files).add(path)
-        self._directories.update(new_parents)
+        (directories if is_directory else files).add(path)
+        directories.update(new_parents)
         return None
 
     def top_level(self) -> set[str]:

@@ -14,7 +14,6 @@ import os
 import stat
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
@@ -43,6 +42,10 @@ INFLATER_NAME = "isal" if _inflate_zlib is not zlib else "zlib"
 
 CHUNK_SIZE = 1 << 20
 """Bytes per read/inflate step: large enough to amortise syscalls, small enough for RSS."""
+_FIRST_PIECE = 1 << 16
+"""A member's first read and inflate step; each next one is 4x larger, up to CHUNK_SIZE.  A reader that
+wants only a member's head (the ELF magic of each cached library checked against its wheel, ELF headers)
+stops after it: a first step of CHUNK_SIZE inflated a megabyte of each to look at 4 bytes."""
 
 __all__ = [
     "CHUNK_SIZE",
@@ -50,14 +53,15 @@ __all__ = [
     "FLAG_DATA_DESCRIPTOR",
     "FLAG_DEFLATE_OPTIONS",
     "INFLATER_NAME",
+    "LOCAL_HEADER_SIZE",
     "LOCAL_TIMESTAMP_OFFSET",
     "RawMember",
     "ReadAhead",
     "STORED",
     "UNIX",
     "ZIP64_LIMIT",
-    "ZipEntry",
     "central_header",
+    "data_offset",
     "encode_name",
     "end_records",
     "inflated_chunks",
@@ -85,6 +89,7 @@ _VERSION_DEFAULT, _VERSION_ZIP64 = 20, 45
 
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_SIG = 0x04034B50
+LOCAL_HEADER_SIZE = _LOCAL_HEADER.size  # then the name and the extra field
 LOCAL_TIMESTAMP_OFFSET = 10  # (time, date) inside a local header
 
 
@@ -122,6 +127,30 @@ def member_problem(info: ZipMember, archive_size: int) -> str | None:
 # --------------------------------------------------------------------------- member data
 
 
+def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
+    """Where ``info``'s compressed bytes start, once ``header`` (the bytes at its local header, at least
+    through the name) is checked: it names the same file and agrees with the central directory, since
+    local headers are copied verbatim into patched wheels.  ``archive`` names the archive in errors."""
+    name = info.raw_name
+    fixed = _LOCAL_HEADER.size
+    if len(header) < fixed:
+        raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
+    signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = _LOCAL_HEADER.unpack_from(header)
+    if signature != _LOCAL_SIG:
+        raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
+    if header[fixed : fixed + len(name)] != name:
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
+    if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
+    if not info.flag_bits & FLAG_DATA_DESCRIPTOR and (
+        crc != info.CRC
+        or (compress_size != 0xFFFFFFFF and compress_size != info.compress_size)
+        or (file_size != 0xFFFFFFFF and file_size != info.file_size)
+    ):
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
+    return info.header_offset + fixed + name_length + extra_length
+
+
 class RawMember(NamedTuple):
     """Where one member's compressed bytes lie in an open archive: all a copy without inflating needs.
 
@@ -139,32 +168,10 @@ class RawMember(NamedTuple):
     """The archive's name, as errors name it."""
 
     @classmethod
-    def locate(cls, fd: int, info: ZipMember, *, archive: str, source: ReadAhead | None = None) -> RawMember:
-        """Read and check the local header of ``info`` in the archive open as ``fd`` (through ``source``, if given).
-
-        The header must name the same file and agree with the central directory, since local
-        headers are copied verbatim into patched wheels.
-        """
-        name = info.raw_name
-        length = _LOCAL_HEADER.size + len(name)
-        header = os.pread(fd, length, info.header_offset) if source is None else source.read(info.header_offset, length)
-        if len(header) < _LOCAL_HEADER.size:
-            raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
-        fields = _LOCAL_HEADER.unpack_from(header)
-        signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = fields
-        if signature != _LOCAL_SIG:
-            raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
-        if header[_LOCAL_HEADER.size :] != name:
-            raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
-        if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
-            raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
-        if not info.flag_bits & FLAG_DATA_DESCRIPTOR and (
-            crc != info.CRC
-            or (compress_size != 0xFFFFFFFF and compress_size != info.compress_size)
-            or (file_size != 0xFFFFFFFF and file_size != info.file_size)
-        ):
-            raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
-        return cls(info, fd, info.header_offset + _LOCAL_HEADER.size + name_length + extra_length, archive)
+    def locate(cls, fd: int, info: ZipMember, *, archive: str) -> RawMember:
+        """Read and check the local header of ``info`` in the archive open as ``fd`` (:func:`data_offset`)."""
+        header = os.pread(fd, _LOCAL_HEADER.size + len(info.raw_name), info.header_offset)
+        return cls(info, fd, data_offset(header, info, archive), archive)
 
     @property
     def data_end(self) -> int:
@@ -172,10 +179,11 @@ class RawMember(NamedTuple):
         return self.data_offset + self.info.compress_size
 
     def chunks(self) -> Iterator[bytes]:
-        """The compressed bytes, in pieces of at most CHUNK_SIZE."""
-        offset, remaining = self.data_offset, self.info.compress_size
+        """The compressed bytes, in pieces of at most CHUNK_SIZE (smaller first: :data:`_FIRST_PIECE`)."""
+        offset, remaining, size = self.data_offset, self.info.compress_size, _FIRST_PIECE
         while remaining:
-            chunk = os.pread(self.fd, min(CHUNK_SIZE, remaining), offset)
+            chunk = os.pread(self.fd, min(size, remaining), offset)
+            size = min(4 * size, CHUNK_SIZE)
             if not chunk:
                 raise InvalidWheelError(f"{self.archive}: {self.info.filename}: truncated member data")
             offset += len(chunk)
@@ -209,7 +217,7 @@ class ReadAhead:
 
 
 def member_content(raw: RawMember) -> Iterator[bytes]:
-    """A stored or deflated member's content in pieces of at most CHUNK_SIZE.
+    """A stored or deflated member's content in pieces of at most CHUNK_SIZE (smaller first: :data:`_FIRST_PIECE`).
 
     Inflating stops one byte past the size the zip declares (a small archive can inflate to
     gigabytes); whether the result is complete is up to the caller.
@@ -220,6 +228,7 @@ def member_content(raw: RawMember) -> Iterator[bytes]:
         return
     inflater = _inflate_zlib.decompressobj(wbits=-15)
     allowed = info.file_size  # bytes still expected
+    size = _FIRST_PIECE
 
     def bounded(out: bytes) -> bytes:
         nonlocal allowed
@@ -231,7 +240,8 @@ def member_content(raw: RawMember) -> Iterator[bytes]:
     try:
         for chunk in raw.chunks():
             while chunk:
-                out = inflater.decompress(chunk, min(CHUNK_SIZE, allowed + 1))
+                out = inflater.decompress(chunk, min(size, allowed + 1))
+                size = min(4 * size, CHUNK_SIZE)
                 chunk = inflater.unconsumed_tail
                 if out:
                     yield bounded(out)
@@ -264,24 +274,6 @@ def inflated_chunks(path: Path, info: ZipMember) -> Iterator[bytes]:
 # --------------------------------------------------------------------------- encoding
 
 
-@dataclass(slots=True)
-class ZipEntry:
-    """What the headers need to know about one written member."""
-
-    name: bytes
-    flags: int
-    method: int
-    crc: int
-    compress_size: int
-    file_size: int
-    offset: int
-    create_system: int
-    external_attr: int
-    local_zip64: bool
-    filename: str = ""
-    """``name`` decoded (as a reader decodes it)."""
-
-
 def encode_name(arcname: str) -> tuple[bytes, int]:
     """A new member's name as headers spell it, and the flag that says it is UTF-8 (if it is not ASCII)."""
     try:
@@ -290,24 +282,28 @@ def encode_name(arcname: str) -> tuple[bytes, int]:
         return arcname.encode("utf-8"), FLAG_UTF8
 
 
-def local_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
-    """Local file header; ZIP64 puts both sizes in the extra field (a requirement of the spec)."""
-    if entry.local_zip64:
-        extra = struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, entry.file_size, entry.compress_size)
+def local_header(member: ZipMember, zip64: bool, dos_date: int, dos_time: int) -> bytes:
+    """Local file header of a written ``member``; ``zip64`` puts both sizes in the extra field (a requirement
+    of the spec when either may pass :data:`ZIP64_LIMIT`)."""
+    if zip64:
+        extra = struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, member.file_size, member.compress_size)
         sizes = (0xFFFFFFFF, 0xFFFFFFFF)
     else:
         extra = b""
-        sizes = (entry.compress_size, entry.file_size)
-    version = _VERSION_ZIP64 if entry.local_zip64 else _VERSION_DEFAULT
+        sizes = (member.compress_size, member.file_size)
+    version = _VERSION_ZIP64 if zip64 else _VERSION_DEFAULT
+    name = member.raw_name
     header = _LOCAL_HEADER.pack(
-        _LOCAL_SIG, version, entry.flags, entry.method, dos_time, dos_date, entry.crc, *sizes, len(entry.name), len(extra)
+        _LOCAL_SIG, version, member.flag_bits, member.compress_type, dos_time, dos_date, member.CRC, *sizes, len(name), len(extra)
     )
-    return header + entry.name + extra
+    return header + name + extra
 
 
-def central_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
-    """Central directory record; only fields that overflow go to the ZIP64 extra, in spec order."""
-    compress_size, file_size, offset, extra = entry.compress_size, entry.file_size, entry.offset, b""
+def central_header(member: ZipMember, local_zip64: bool, dos_date: int, dos_time: int) -> bytes:
+    """Central directory record of a written ``member`` (``local_zip64``: its local header has the ZIP64
+    extra); only fields that overflow go to the ZIP64 extra, in spec order, which becomes ``member.extra``:
+    the member is then the record a reader parses back."""
+    compress_size, file_size, offset, extra = member.compress_size, member.file_size, member.header_offset, b""
     if max(compress_size, file_size, offset) > ZIP64_LIMIT:  # rare: the plain record is one pack
         values: list[int] = []
         if file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT:
@@ -316,28 +312,29 @@ def central_header(entry: ZipEntry, dos_date: int, dos_time: int) -> bytes:
         if offset > ZIP64_LIMIT:
             values.append(offset)
             offset = 0xFFFFFFFF
-        extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values)
-    version = _VERSION_ZIP64 if extra or entry.local_zip64 else _VERSION_DEFAULT
+        extra = member.extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values)
+    version = _VERSION_ZIP64 if extra or local_zip64 else _VERSION_DEFAULT
+    name = member.raw_name
     header = CENTRAL_HEADER.pack(
         CENTRAL_SIG,
-        entry.create_system << 8 | version,
+        member.create_system << 8 | version,
         version,
-        entry.flags,
-        entry.method,
+        member.flag_bits,
+        member.compress_type,
         dos_time,
         dos_date,
-        entry.crc,
+        member.CRC,
         compress_size,
         file_size,
-        len(entry.name),
+        len(name),
         len(extra),
         0,  # comment length
         0,  # disk number
         0,  # internal attributes
-        entry.external_attr,
+        member.external_attr,
         offset,
     )
-    return header + entry.name + extra
+    return header + name + extra
 
 
 def end_records(count: int, directory_offset: int, directory_size: int) -> bytes:

@@ -32,6 +32,9 @@ __all__ = [
 FLAG_UTF8 = 0x800  # the name is UTF-8 (else cp437)
 CENTRAL_HEADER = struct.Struct("<IHHHHHHIIIHHHHHII")
 CENTRAL_SIG = 0x02014B50
+# CENTRAL_HEADER as the parser reads it: the fields it does not use (time, date, disk, internal attributes)
+# skipped as padding, a smaller tuple per record.
+_CENTRAL_READ = struct.Struct("<IHHHH4xIIIHHH4xII")
 END = struct.Struct("<IHHHHIIH")
 END_SIG = 0x06054B50
 _END_SIG_BYTES = struct.pack("<I", END_SIG)
@@ -145,14 +148,15 @@ def _directory_extent(fd: int, file_size: int) -> tuple[int, int, int]:
 def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
     """The records of a central directory of ``size`` bytes (``data``: those the file holds)."""
     members = []
-    unpack = CENTRAL_HEADER.unpack_from
-    header_size = CENTRAL_HEADER.size
+    unpack = _CENTRAL_READ.unpack_from
+    header_size = _CENTRAL_READ.size
     position = 0
+    walked: set[bytes] = set()  # extra fields already decoded that hold no ZIP64 block: nothing in them to read
     while position < size:
         if position + header_size > len(data):
             raise _NotZip("Truncated central directory")
-        (signature, made_by, version, flags, method, _, _, crc, compress_size, file_size,
-         name_length, extra_length, comment_length, _, _, external_attr, offset) = unpack(data, position)  # fmt: skip
+        (signature, made_by, version, flags, method, crc, compress_size, file_size,
+         name_length, extra_length, comment_length, external_attr, offset) = unpack(data, position)  # fmt: skip
         if signature != CENTRAL_SIG:
             raise _NotZip("Bad magic number for central directory")
         if version & 0xFF > _VERSION_MAX:
@@ -168,8 +172,12 @@ def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
         else:
             name = raw_name.decode("ascii" if raw_name.isascii() else "cp437")
         extra = data[extra_start : extra_start + extra_length]
-        if extra:
-            file_size, compress_size, offset = _decode_extra(extra, file_size, compress_size, offset)
+        # Archivers repeat the same extra field (torch's 10,600 members have 35): one without a ZIP64 block
+        # decodes to nothing, once it passed _decode_extra's checks.
+        if extra and extra not in walked:
+            file_size, compress_size, offset, zip64 = _decode_extra(extra, file_size, compress_size, offset)
+            if not zip64:
+                walked.add(extra)
         members.append(
             ZipMember(name, raw_name, made_by >> 8, flags, method, crc, compress_size, file_size, offset + shift,
                       external_attr, extra)  # fmt: skip
@@ -177,11 +185,13 @@ def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
     return members
 
 
-def _decode_extra(extra: bytes, file_size: int, compress_size: int, offset: int) -> tuple[int, int, int]:
-    """The sizes and offset a ZIP64 extra field holds in place of the 0xFFFFFFFF placeholders.
+def _decode_extra(extra: bytes, file_size: int, compress_size: int, offset: int) -> tuple[int, int, int, bool]:
+    """The sizes and offset a ZIP64 extra field holds in place of the 0xFFFFFFFF placeholders, and whether
+    ``extra`` has a ZIP64 block at all.
 
     As :mod:`zipfile` decodes it: every block must fit, each ZIP64 block read in turn.
     """
+    zip64 = False
     position, end = 0, len(extra)
     while end - position >= 4:
         kind, length = _EXTRA_BLOCK.unpack_from(extra, position)
@@ -189,6 +199,7 @@ def _decode_extra(extra: bytes, file_size: int, compress_size: int, offset: int)
         if block_end > end:
             raise _NotZip(f"Corrupt extra field {kind:04x} (size={length})")
         if kind == ZIP64_EXTRA_ID:
+            zip64 = True
             values = extra[position + 4 : block_end]
             field = "File size"
             try:
@@ -203,4 +214,4 @@ def _decode_extra(extra: bytes, file_size: int, compress_size: int, offset: int)
             except struct.error:
                 raise _NotZip(f"Corrupt zip64 extra field. {field} not found.") from None
         position = block_end
-    return file_size, compress_size, offset
+    return file_size, compress_size, offset, zip64
