@@ -54,6 +54,7 @@ from patched_wheels.preload import (
 from patched_wheels.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits, member_chunks
 from patched_wheels.surgery import PatchResult, patch_wheel
 from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile.zipcontainer import MAX_ALIGNMENT_PADDING, kernel_copied
 
 # Zip bookkeeping per member, beyond its name and data: local header (30) + central header (46).
 _ZIP_OVERHEAD = 76
@@ -267,14 +268,16 @@ def split_wheel(
 
 def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
     """About what each of ``members`` takes in the main wheel: its compressed bytes (for an edited member,
-    its size: deflate's bound) plus headers and the name twice (local and central)."""
+    its size: deflate's bound) plus headers and the name twice (local and central), and for a large one
+    copied raw the most its local header is padded by (at most 64 KiB, so its data keeps a cheap place
+    for the kernel's copy)."""
     contents, reader = edits.contents, edits.reader
     sizes = {}
     for name in members:  # a loop, not a call per member: torch's wheel has 10,600
         content = contents.get(name)
         if content is None:  # unedited (members holds no deleted one)
             info = reader.info(name)
-            data = info.compress_size + len(info.extra)
+            data = info.compress_size + len(info.extra) + (MAX_ALIGNMENT_PADDING if kernel_copied(info.compress_size) else 0)
         elif isinstance(content, bytes):
             data = len(content)
         elif isinstance(content, Overwritten):

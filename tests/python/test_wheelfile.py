@@ -872,3 +872,73 @@ def test_cycle_collection_paused_nests_and_comes_back_on_errors() -> None:
     with pytest.raises(RuntimeError), wheelfile.cycle_collection_paused():
         raise RuntimeError("fails inside")
     assert gc.isenabled()
+
+
+# ---------------------------------------------------------------- large members: aligned kernel copies
+
+
+def _data_offset(path: Path, name: str) -> tuple[int, bytes]:
+    """Where ``name``'s data starts in the archive at ``path``, and its local header's extra field."""
+    with zipfile.ZipFile(path) as archive, open(path, "rb") as handle:
+        info = archive.getinfo(name)
+        handle.seek(info.header_offset)
+        header = handle.read(30)
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        handle.seek(info.header_offset + 30 + name_length)
+        return info.header_offset + 30 + name_length + extra_length, handle.read(extra_length)
+
+
+@pytest.mark.parametrize("prefix", [1, 4093, 70_001])
+def test_a_large_member_keeps_a_cheap_place_for_the_kernel_copy(tmp_path: Path, prefix: int) -> None:
+    """A member copied by the kernel is put at its input offset within a page, in the first page of a 64 KiB
+    block (zipalign's extra field pads its local header); every client still reads the same wheel."""
+    import subprocess
+    import sys
+
+    files = {"big/a.txt": os.urandom(prefix), "big/lib.so": os.urandom(3 << 20), "big/__init__.py": b"ANSWER = 42\n"}
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", "big", "1.0", files, compression=zipfile.ZIP_STORED)
+    source, _ = _data_offset(wheel, "big/lib.so")
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader:
+        with WheelWriter(dest, dist_info=reader.dist_info) as writer:
+            writer.copy_raw(reader, "big/__init__.py")  # first: lib.so lands at another offset than in the input
+            writer.copy_raw(reader, "big/lib.so", arcname="big/moved.so")
+            for name in reader.members():
+                if name not in {"big/__init__.py", "big/lib.so", f"{reader.dist_info}/RECORD"}:
+                    writer.copy_raw(reader, name)
+    offset, extra = _data_offset(dest, "big/moved.so")
+    assert offset % 65536 == source % 4096, (offset, source)
+    kind, length, alignment = struct.unpack_from("<HHH", extra)
+    assert (kind, alignment, length + 4) == (0xD935, 4096, len(extra)) and not extra[6:].strip(b"\0")
+
+    with zipfile.ZipFile(dest) as archive:
+        assert archive.read("big/moved.so") == files["big/lib.so"] and archive.testzip() is None
+    with WheelReader(dest, verify=True) as reader:
+        assert reader.read("big/moved.so") == files["big/lib.so"]
+    with InstallerWheel.open(dest) as installer_source:
+        installer_source.validate_record(validate_contents=True)
+    uv = pytest.importorskip("uv").find_uv_bin()
+    for client, command in {
+        "pip": [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", "--quiet"],
+        "uv": [uv, "pip", "install", "--no-deps", "--no-index", "--quiet", "--python", sys.executable],
+    }.items():
+        target = tmp_path / client
+        subprocess.run([*command, "--target", str(target), str(dest)], check=True)
+        assert (target / "big" / "moved.so").read_bytes() == files["big/lib.so"], client
+
+
+def test_alignment_padding_lands_where_the_copy_is_cheap_and_fits() -> None:
+    """Every start and source: nothing, or an extra field (6 bytes at least) that ends at the source's offset
+    within a page, in the first page of a 64 KiB block unless the extra field has no room for that."""
+    import random
+
+    pick = random.Random(19)
+    for _ in range(20_000):
+        start, source, room = pick.randrange(1 << 40), pick.randrange(1 << 40), pick.choice([0xFFFF, 0xFFFF - 20, 5000])
+        padding = zipcontainer._alignment_padding(start, source, room)
+        assert padding == 0 or 6 <= padding <= room
+        assert (start + padding) % 4096 == source % 4096
+        if room == 0xFFFF and not 0 < (source % 4096 - start) % 65536 < 6:  # else 64 KiB more would not fit
+            assert (start + padding) % 65536 == source % 4096

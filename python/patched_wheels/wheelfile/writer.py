@@ -37,6 +37,7 @@ from patched_wheels.wheelfile.zipcontainer import (
     data_offset,
     encode_name,
     end_records,
+    kernel_copied,
     local_header,
 )
 from patched_wheels.wheelfile.zipdirectory import ZipMember
@@ -124,10 +125,11 @@ class WheelWriter:
         """Copy members' compressed bytes unchanged, each ``(name in the input, arcname)``, in that order;
         their RECORD rows are reused under the new names.
 
-        A member that keeps its name keeps its local header too, with the writer's timestamp in
-        it.  Small members (all but a few) are read with their header in one window of the input
-        (:class:`ReadAhead`) and go out through the buffer, their timestamp replaced there; the
-        data of large ones goes out in kernel copies, like ``cp``.  One call for a run of members,
+        A small member (all but a few) that keeps its name keeps its local header too, with the
+        writer's timestamp in it: small members are read with their header in one window of the
+        input (:class:`ReadAhead`) and go out through the buffer.  The data of large ones goes out
+        in kernel copies, like ``cp``, after a header of ours padded so that the data keeps its
+        place within a page (:func:`local_header`).  One call for a run of members,
         with what every member needs looked up once: a patch copies 10,600 of torch's.
         """
         source = self._source
@@ -156,18 +158,18 @@ class WheelWriter:
             zip64 = file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT  # noted for the central record's version
             if zip64:
                 self._zip64_local.add(arcname)
-            small = compress_size < CHUNK_SIZE
-            start = header_offset if verbatim else data_start  # the input header, if kept, then small data
-            end = data_start + compress_size if small else data_start
-            copied = read(start, end - start) if end > start else b""
-            if len(copied) != end - start:
-                raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
-            if verbatim:
-                write(copied[:LOCAL_TIMESTAMP_OFFSET] + timestamp + copied[LOCAL_TIMESTAMP_OFFSET + 4 :])
-            else:
-                write(local_header(entry, zip64, self._dos_date, self._dos_time))
-                write(copied)
-            if not small:
+            if not kernel_copied(compress_size):
+                start = header_offset if verbatim else data_start  # the input header, if kept, then the data
+                copied = read(start, data_start + compress_size - start)
+                if len(copied) != data_start + compress_size - start:
+                    raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
+                if verbatim:
+                    write(copied[:LOCAL_TIMESTAMP_OFFSET] + timestamp + copied[LOCAL_TIMESTAMP_OFFSET + 4 :])
+                else:
+                    write(local_header(entry, zip64, self._dos_date, self._dos_time))
+                    write(copied)
+            else:  # a kernel copy, its data at the same place within a page as in the input
+                write(local_header(entry, zip64, self._dos_date, self._dos_time, data_like=data_start))
                 self._copy_range(window.fd, data_start, compress_size)
             entries.append(entry)
             row = row_of(name)

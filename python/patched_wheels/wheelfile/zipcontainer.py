@@ -282,9 +282,50 @@ def encode_name(arcname: str) -> tuple[bytes, int]:
         return arcname.encode("utf-8"), FLAG_UTF8
 
 
-def local_header(member: ZipMember, zip64: bool, dos_date: int, dos_time: int) -> bytes:
+#: Android's zipalign extra field (an unsigned 16-bit alignment, then zero bytes): readers skip an extra
+#: field they do not know, so it can pad a local header without changing what the member holds.
+ALIGNMENT_EXTRA_ID = 0xD935
+_ALIGNMENT_EXTRA = struct.Struct("<HHH")
+PAGE_SIZE = 4096
+_COPY_BLOCK = 1 << 16
+
+
+def kernel_copied(compress_size: int) -> bool:
+    """Whether a raw copy of a member this large goes out in kernel copies (WheelWriter.copy_raw_members),
+    after a local header padded for them (:func:`local_header`'s ``data_like``)."""
+    return compress_size >= CHUNK_SIZE
+
+
+#: The most a padded local header grows by (:func:`_alignment_padding`), for estimates of a wheel's size.
+MAX_ALIGNMENT_PADDING = _COPY_BLOCK + _ALIGNMENT_EXTRA.size - 1
+
+
+def _alignment_padding(start: int, source: int, room: int) -> int:
+    """Bytes of extra field that move data written at ``start`` to where a kernel copy from ``source`` is
+    cheapest, within ``room``: 0, or at least an empty alignment field.
+
+    Measured on Linux 6.x/ext4 (copy_file_range of 459 MB from a page cache, system time): 0.17-0.19 s
+    when the destination lies at the source's offset within a page *and* in the first page of a 64 KiB
+    block, 0.24-0.28 s at the same offset within a page but another page of the block, or at another
+    offset within the page.  The same place within a page is what any page cache copy needs; a padding
+    the first choice cannot get (it would overflow the extra field) falls back to it."""
+    for block in (_COPY_BLOCK, PAGE_SIZE):
+        padding = (source % PAGE_SIZE - start) % block
+        if padding and padding < _ALIGNMENT_EXTRA.size:
+            padding += block
+        if padding <= room:
+            return padding
+    raise AssertionError("a page of padding always fits in an extra field")
+
+
+def local_header(member: ZipMember, zip64: bool, dos_date: int, dos_time: int, *, data_like: int | None = None) -> bytes:
     """Local file header of a written ``member``; ``zip64`` puts both sizes in the extra field (a requirement
-    of the spec when either may pass :data:`ZIP64_LIMIT`)."""
+    of the spec when either may pass :data:`ZIP64_LIMIT`).
+
+    ``data_like``: the offset the member's data had in the input, for a member whose data is then copied
+    by the kernel: an alignment extra field pads the header to put the data where that copy is cheapest
+    (:func:`_alignment_padding`).
+    """
     if zip64:
         extra = struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, member.file_size, member.compress_size)
         sizes = (0xFFFFFFFF, 0xFFFFFFFF)
@@ -293,6 +334,11 @@ def local_header(member: ZipMember, zip64: bool, dos_date: int, dos_time: int) -
         sizes = (member.compress_size, member.file_size)
     version = _VERSION_ZIP64 if zip64 else _VERSION_DEFAULT
     name = member.raw_name
+    if data_like is not None:
+        start = member.header_offset + _LOCAL_HEADER.size + len(name) + len(extra)
+        padding = _alignment_padding(start, data_like, 0xFFFF - len(extra))
+        if padding:
+            extra += _ALIGNMENT_EXTRA.pack(ALIGNMENT_EXTRA_ID, padding - 4, PAGE_SIZE) + bytes(padding - _ALIGNMENT_EXTRA.size)
     header = _LOCAL_HEADER.pack(
         _LOCAL_SIG, version, member.flag_bits, member.compress_type, dos_time, dos_date, member.CRC, *sizes, len(name), len(extra)
     )
