@@ -120,9 +120,12 @@ def remove_requires(metadata: bytes, names: Sequence[str], *, origin: str) -> by
     return _join(kept, rest)
 
 
-def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str) -> bytes:
-    """Append ``Requires-Dist`` headers after the existing ones (or at the end of the headers)."""
-    from packaging.requirements import InvalidRequirement, Requirement  # imported here: only adding one parses it
+def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str, generated: Sequence[str] = ()) -> bytes:
+    """Append ``Requires-Dist`` headers after the existing ones (or at the end of the headers): the user's
+    ``specs``, each parsed first, then ``generated``, requirements this program built from checked parts
+    (a split's pin on its sibling: a project name and the wheel's version), not parsed again."""
+    if specs:
+        from packaging.requirements import InvalidRequirement, Requirement  # imported here: only a user's needs it
 
     fields, rest = _split(metadata)
     eol = _line_ending(fields)
@@ -133,6 +136,7 @@ def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str) -> bytes
         except (InvalidRequirement, RecursionError) as error:  # packaging's parser recurses per "("
             reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
             raise UsageError(f"{origin}: cannot add requirement {spec!r}: {reason}") from None
+    for spec in [*specs, *generated]:
         new_fields.append(_Field("requires-dist", b"Requires-Dist: " + spec.strip().encode("utf-8") + eol))
     existing = [index for index, field in enumerate(fields) if field.name == "requires-dist"]
     insert_at = existing[-1] + 1 if existing else len(fields)

@@ -306,16 +306,22 @@ class WheelEdits:
         return with_local_suffix(versions[0], suffix) if suffix is not None else versions[0]
 
     def edit_metadata(
-        self, version: str, suffix: str | None, remove_requires: Sequence[str], add_requires: Sequence[str]
+        self,
+        version: str,
+        suffix: str | None,
+        remove_requires: Sequence[str],
+        add_requires: Sequence[str],
+        generated_requires: Sequence[str] = (),
     ) -> str:
-        """Apply the METADATA edits (``version`` is set when a ``suffix`` changed it); return the project name to pin."""
+        """Apply the METADATA edits (``version`` is set when a ``suffix`` changed it); return the project name to pin.
+        ``generated_requires``: requirements built here, valid by construction (:func:`metadata.add_requires`)."""
         origin = self._metadata_origin
         content = self._metadata()
         edited = content
         if remove_requires:
             edited = metadata_edits.remove_requires(edited, remove_requires, origin=origin)
-        if add_requires:
-            edited = metadata_edits.add_requires(edited, add_requires, origin=origin)
+        if add_requires or generated_requires:
+            edited = metadata_edits.add_requires(edited, add_requires, origin=origin, generated=generated_requires)
         if suffix is not None:
             edited = metadata_edits.set_version(edited, version, origin=origin)
         if edited != content:

@@ -117,8 +117,9 @@ def patch_wheel(
             for name in planned.removed:
                 edits.set(name, None)
             edits.apply_member_edits(planned.member_edits, "split")
-            add_requires = [*add_requires, planned.requirement]
-        project = edits.edit_metadata(version, suffix, remove_requires, add_requires)
+        project = edits.edit_metadata(
+            version, suffix, remove_requires, add_requires, generated_requires=[planned.requirement] if planned else []
+        )
 
         renames: dict[str, str] = {}
         if suffix is not None:

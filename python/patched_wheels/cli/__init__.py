@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -20,7 +20,9 @@ from patched_wheels.errors import PatchedWheelsError, UsageError
 
 
 def command_names() -> list[str]:
-    return sorted(module.name for module in pkgutil.iter_modules(__path__))
+    """This package's modules, one per command, listed from its directory (``pkgutil.iter_modules``
+    imports ``inspect``: 13 ms, a twentieth of a split's CPU time)."""
+    return sorted(name[: -len(".py")] for name in os.listdir(os.path.dirname(__file__)) if name.endswith(".py") and name != "__init__.py")
 
 
 def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
