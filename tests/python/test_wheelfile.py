@@ -281,11 +281,9 @@ def test_raw_copy_round_trip_keeps_compressed_bytes(wheel: Path, tmp_path: Path)
         assert after.namelist() == before.namelist()  # RECORD was last in both
         for info in before.infolist():
             copied = after.getinfo(info.filename)
-            assert (copied.CRC, copied.compress_size, copied.external_attr) == (
-                info.CRC,
-                info.compress_size,
-                info.external_attr,
-            )
+            assert (copied.CRC, copied.external_attr) == (info.CRC, info.external_attr)
+            if info.filename != "demo-1.0.dist-info/RECORD":  # written again from the same rows, not copied
+                assert copied.compress_size == info.compress_size
             assert copied.date_time == (1980, 1, 1, 0, 0, 0)
         assert after.read("demo-1.0.dist-info/RECORD").splitlines() == before.read(
             "demo-1.0.dist-info/RECORD"

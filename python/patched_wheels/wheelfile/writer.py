@@ -206,7 +206,8 @@ class WheelWriter:
             return
         try:
             rows = [*self._record, RecordEntry(self._record_name, "", None)]
-            self._write_deflated(self._record_name, (serialize_record(rows),), None, 0o644, reserved_ok=True)
+            # Fastest level: torch's 1 MB RECORD deflates in a third of the default level's time, 20 % larger.
+            self._write_deflated(self._record_name, (serialize_record(rows),), None, 0o644, level=zlib.Z_BEST_SPEED, reserved_ok=True)
             directory_offset = self._offset
             zip64_local, date, time_ = self._zip64_local, self._dos_date, self._dos_time
             # Each record also becomes the member as a reader parses it back (its ZIP64 extra, if any, set).
