@@ -940,3 +940,27 @@ def test_alignment_padding_lands_where_the_copy_is_cheap_and_fits() -> None:
         assert (start + padding) % 4096 == source % 4096
         if room == 0xFFFF and not 0 < (source % 4096 - start) % 65536 < 6:  # else 64 KiB more would not fit
             assert (start + padding) % 65536 == source % 4096
+
+
+def test_without_kernel_copies_the_large_member_goes_through_the_buffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system that cannot copy_file_range between the two files (EXDEV, ENOSYS, ...) gets the same bytes."""
+    import errno
+
+    files = {"big/a.txt": os.urandom(1000), "big/lib.so": os.urandom(3 << 20)}
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", "big", "1.0", files, compression=zipfile.ZIP_STORED)
+    outputs = []
+    for kind in ("kernel", "buffer"):
+        dest = tmp_path / kind / wheel.name
+        dest.parent.mkdir()
+        with WheelReader(wheel) as reader:
+            _copy_all(reader, dest)
+        outputs.append(dest.read_bytes())
+
+        def unsupported(*args: object) -> int:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(os, "copy_file_range", unsupported)
+    assert outputs[0] == outputs[1]
+    with zipfile.ZipFile(tmp_path / "buffer" / wheel.name) as archive:
+        assert archive.read("big/lib.so") == files["big/lib.so"]

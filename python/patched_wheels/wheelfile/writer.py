@@ -96,7 +96,6 @@ class WheelWriter:
         fd, self._temp = create_temp_file(self.dest.parent, self.dest.name)
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._buffer = bytearray()
-        self._run: tuple[int, int, int] | None = None  # (input fd, offset, length) not yet written
         self._offset = 0
         self._entries: list[ZipMember] = []
         """Each member written, as a reader will parse it from the central directory."""
@@ -213,7 +212,7 @@ class WheelWriter:
             # Each record also becomes the member as a reader parses it back (its ZIP64 extra, if any, set).
             self._write(b"".join([central_header(entry, entry.filename in zip64_local, date, time_) for entry in self._entries]))
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
-            self._drain()
+            self._flush()  # the buffer's tail
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
             WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(self._entries, rows)).close()
@@ -272,40 +271,23 @@ class WheelWriter:
         self._write(tail)
         if not zip64 and max(entry.file_size, entry.compress_size) > ZIP64_LIMIT:
             raise InvalidWheelError(f"{self.dest.name}: {arcname} grew past 2 GiB while being written")
-        self._drain()
+        self._flush()  # before the header is written over its placeholder
         os.pwrite(self._file.fileno(), local_header(entry, zip64, self._dos_date, self._dos_time), entry.header_offset)
         self._entries.append(entry)
         if arcname != self._record_name:
             self._record.append(RecordEntry(arcname, record_hash(hasher.digest()), entry.file_size))
 
     def _write(self, data: bytes) -> None:
-        if self._run is not None:  # a call per member saved: most members queue no run
-            self._flush_run()
         self._offset += len(data)
         self._buffer_bytes(data)
 
     def _copy_range(self, source_fd: int, offset: int, count: int) -> None:
-        """Queue ``count`` input bytes at ``offset`` for output, merged with the queued run if adjacent."""
-        run = self._run
-        if run is not None and run[0] == source_fd and run[1] + run[2] == offset:
-            self._run = (source_fd, run[1], run[2] + count)
-        else:
-            self._flush_run()
-            self._run = (source_fd, offset, count)
+        """Write ``count`` input bytes at ``offset`` (a large member's data): in kernel copies, like ``cp``,
+        or through the buffer where the file system cannot copy between these files."""
         self._offset += count
-
-    def _flush_run(self) -> None:
-        """Write the queued input range: in the kernel when large, through the buffer when small.
-
-        A syscall per small member would dominate on wheels with thousands of files.
-        """
-        if self._run is None:
-            return
-        source_fd, offset, count = self._run
-        self._run = None
-        if count >= CHUNK_SIZE and self._copy_file_range:
+        if self._copy_file_range:
             self._flush()
-        while count >= CHUNK_SIZE and self._copy_file_range:
+        while count and self._copy_file_range:
             try:
                 copied = os.copy_file_range(source_fd, self._file.fileno(), count, offset)
             except OSError as error:
@@ -337,7 +319,3 @@ class WheelWriter:
         view.release()
         self._buffer.clear()
 
-    def _drain(self) -> None:
-        """Everything queued goes to the file: needed before any pwrite."""
-        self._flush_run()
-        self._flush()
