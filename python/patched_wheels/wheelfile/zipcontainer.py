@@ -129,8 +129,8 @@ def member_problem(info: ZipMember, archive_size: int) -> str | None:
 
 def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
     """Where ``info``'s compressed bytes start, once ``header`` (the bytes at its local header, at least
-    through the name) is checked: it names the same file and agrees with the central directory, since
-    local headers are copied verbatim into patched wheels.  ``archive`` names the archive in errors."""
+    through the name) is checked: it names the same file and agrees with the central directory, since a
+    small member's local header is copied verbatim into patched wheels.  ``archive`` names the archive in errors."""
     name = info.raw_name
     fixed = _LOCAL_HEADER.size
     if len(header) < fixed:
