@@ -32,15 +32,21 @@ MAX_LOCK_BYTES = 64 << 20
 
 
 def read_lock_text(path: Path) -> str:
-    """The UTF-8 text of the lock file ``path``: a regular file (a FIFO would block, a device never end)
-    of at most ``MAX_LOCK_BYTES``; anything else is one error line naming the file. Unlike a cache file,
-    a lock may be a symbolic link (Bazel hands a label's file to a repository rule as one)."""
+    """The UTF-8 text of the lock file ``path``, of at most ``MAX_LOCK_BYTES`` (:func:`read_lock_input`)."""
+    return read_lock_input(path, max_bytes=MAX_LOCK_BYTES, what="a lock")
+
+
+def read_lock_input(path: Path, *, max_bytes: int, what: str) -> str:
+    """The UTF-8 text of ``path``, a lock or a file read to resolve one (an index page), ``what`` in errors:
+    a regular file (a FIFO would block, a device never end) of at most ``max_bytes``; anything else is
+    one error line naming the file. Unlike a cache file, it may be a symbolic link (Bazel hands a label's
+    file to a repository rule as one)."""
     try:
-        data = read_regular_file(path, max_bytes=MAX_LOCK_BYTES, follow_links=True)
+        data = read_regular_file(path, max_bytes=max_bytes, follow_links=True)
     except NotRegularFileError as error:
-        raise InvalidLockError(f"{path}: {error}; not a lock we read") from None
+        raise InvalidLockError(f"{path}: {error}; not {what} we read") from None
     except OSError as error:
-        raise InvalidLockError(f"{path}: cannot read: {error.strerror}") from None
+        raise InvalidLockError(f"{path}: cannot read {what}: {error.strerror}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -20,7 +20,7 @@ from packaging.utils import NormalizedName
 
 from patched_wheels.errors import InvalidLockError, InvalidWheelError
 from patched_wheels.lock import served_pins
-from patched_wheels.pins import Pin
+from patched_wheels.pins import Pin, read_lock_input
 from patched_wheels.wheelfile.filename import WheelFilename
 
 
@@ -56,6 +56,10 @@ class _LinkCollector(html.parser.HTMLParser):
             href = dict(attrs).get("href")
             if href:
                 self.hrefs.append(href)
+
+
+#: The largest index page read: torch's on PyPI is 320 KB for 4,000 files; a page is what an index sends.
+MAX_PAGE_BYTES = 32 << 20
 
 
 def parse_project_page(page: str, page_url: str, *, sha256s: Collection[str] = ()) -> list[_Link]:
@@ -113,11 +117,7 @@ def resolve(
             links = [_Link(f.filename, f.url, f.sha256) for f in pin.files]
             resolved.append(_choose(pin, links, ranking, str(lock_path)))
             continue
-        page_path = pages_dir / f"{pin.project}.html"
-        try:
-            page = page_path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise InvalidLockError(f"{page_path}: cannot read the index page of {pin.project}: {error.strerror}") from None
+        page = read_lock_input(pages_dir / f"{pin.project}.html", max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}")
         links = parse_project_page(page, page_url(index_url, pin.project), sha256s=pin.sha256s)
         resolved.append(_choose(pin, links, ranking, page_url(index_url, pin.project)))
     return resolved

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import hashlib
 import json
 from pathlib import Path
@@ -131,6 +133,32 @@ def test_missing_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFi
     error = capsys.readouterr().err
     assert code == 1
     assert error.count("\n") == 1 and "six.html" in error and "cannot read the index page of six" in error
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("not UTF-8", "six.html: not UTF-8 (invalid start byte at byte 8)"),
+        ("oversized", f"six.html: larger than {32 << 20} bytes; not the index page of six we read"),
+        ("a FIFO", "six.html: not a regular file (a FIFO, device, socket or directory); not the index page of six we read"),
+    ],
+)
+def test_a_hostile_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, expected: str) -> None:
+    """Pages are what an index sent: read bounded (no 300 MB page in memory), decoded strictly, never a traceback."""
+    requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
+    page = tmp_path / "pages" / "six.html"
+    page.parent.mkdir()
+    if kind == "not UTF-8":
+        page.write_bytes(b"<a href=\xff></a>")
+    elif kind == "oversized":
+        with page.open("wb") as handle:
+            handle.truncate((32 << 20) + 1)  # sparse: the size is refused before anything is read
+    else:
+        os.mkfifo(page)
+    code = main(["resolve", "--requirements", str(requirements), "--pages", str(page.parent), "--index-url", INDEX])
+    error = capsys.readouterr().err
+    assert code == 1 and error.count("\n") == 1 and "Traceback" not in error, error
+    assert error.startswith("patched-wheels: error: ") and error.rstrip().endswith(expected), error
 
 
 def test_a_query_string_is_not_part_of_the_filename(tmp_path: Path) -> None:
