@@ -19,14 +19,22 @@ else may enter it (mode ``0700``, which is how it is created). Below it, one dir
 (``sys.implementation.cache_tag``) and helper source digest: Python checks a ``.pyc`` only against its
 source's mtime and size, and a release of this module extracted at the same path with normalised
 mtimes must not run another release's bytecode.
+
+Each release (or edit) of the helper thus gets a new directory, of about 1 MB per path the rules extract
+the helper to (one per hub and output base). The one in use is touched each time it is chosen, and its
+siblings untouched for :data:`STALE_AFTER` are removed then, so the cache holds the releases in use. A
+process of an old release that loses its directory that way only compiles again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import stat
 import sys
+import time
 from pathlib import Path
 
 from patched_wheels.cache import cache_dir, make_private_directories
@@ -34,6 +42,11 @@ from patched_wheels.errors import UsageError, warn
 
 PACKAGE = Path(__file__).resolve().parent
 """The helper's sources, whose digest keys the bytecode (the pure wheels' files are pinned by sha256)."""
+
+STALE_AFTER = 30 * 24 * 3600
+"""Seconds since a release's directory was last chosen after which another release's run removes it."""
+
+_RELEASE_DIRECTORY = re.compile(r"[a-z0-9_.-]+-[0-9a-f]{16}")  # cache_tag-digest, any interpreter
 
 
 def source_digest(package: Path = PACKAGE) -> str:
@@ -67,10 +80,24 @@ def bytecode_dir(package: Path = PACKAGE) -> Path | None:
             return None
         directory = root / f"{sys.implementation.cache_tag}-{source_digest(package)[:16]}"
         make_private_directories(directory)
+        os.utime(directory)
+        _remove_stale(root, keep=directory.name)
         return directory
     except OSError as error:
         warn(f"{root}: bytecode directory not usable ({error.strerror or error}); the helper compiles its modules")
         return None
+
+
+def _remove_stale(root: Path, *, keep: str) -> None:
+    """Remove ``root``'s release directories (only names this module makes; never through a symlink)
+    not chosen for :data:`STALE_AFTER`; one that cannot be removed now is tried again next time."""
+    oldest = time.time() - STALE_AFTER
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name == keep or not _RELEASE_DIRECTORY.fullmatch(entry.name):
+                continue
+            if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < oldest:
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def main() -> int:

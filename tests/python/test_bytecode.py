@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,34 @@ def test_created_private_and_keyed_by_interpreter_and_sources(tmp_path: Path, ca
     os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     assert bytecode_dir(package) != first
     assert capsys.readouterr().err == ""
+
+
+def test_releases_not_chosen_for_a_month_are_removed(tmp_path: Path) -> None:
+    """Each release gets its own directory; choosing one touches it and removes siblings stale for STALE_AFTER."""
+    root = tmp_path / "root" / "bytecode"
+    tag = sys.implementation.cache_tag
+    stale, recent = root / f"{tag}-{'a' * 16}", root / f"{tag}-{'b' * 16}"
+    foreign, outside = root / "notes", tmp_path / "outside"
+    linked = root / f"{tag}-{'c' * 16}"
+    for directory in (stale / "x", recent / "x", foreign, outside):
+        directory.mkdir(parents=True)
+    linked.symlink_to(outside)
+    for directory in (root, root.parent):
+        directory.chmod(0o700)
+    old = time.time() - bytecode.STALE_AFTER - 60
+    for path in (stale, foreign, outside):
+        os.utime(path, (old, old))
+    os.utime(linked, (old, old), follow_symlinks=False)
+    chosen = bytecode_dir(_package(tmp_path, "A = 1\n"))
+    assert chosen is not None and chosen.exists()
+    assert not stale.exists()
+    assert recent.exists() and foreign.exists() and outside.exists() and linked.is_symlink()
+
+    # Choosing a directory again refreshes it: it is not the next release's stale sibling.
+    os.utime(chosen, (old, old))
+    assert bytecode_dir(_package(tmp_path, "A = 1\n")) == chosen
+    assert chosen.stat().st_mtime > old + 60
+    assert bytecode_dir(_package(tmp_path, "A = 2\n")) != chosen and chosen.exists()
 
 
 def test_a_renamed_source_changes_the_digest(tmp_path: Path) -> None:
