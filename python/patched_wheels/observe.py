@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Sequence
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
 from packaging.tags import sys_tags
 
 from patched_wheels import cache
@@ -205,6 +203,11 @@ def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
     pyelftools finds ``.dynsym`` and its string table; the entries are unpacked with :mod:`struct`, which is
     17 times faster than pyelftools' per-symbol objects on a library with 46,000 symbols (libLLVM).
     """
+    # Imported here: the hub's plan asks this module only whether an observation is cached, and
+    # pyelftools' import was a sixth of that process's start-up.
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     defined: set[str] = set()
     undefined: set[str] = set()
     try:

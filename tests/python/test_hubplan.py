@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
@@ -287,6 +290,34 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
     assert printed["fetch"] == [{"urls": list(WHEELS[0].urls), "sha256": WHEELS[0].sha256, "output": f"originals/{WHEELS[0].filename}"}]
     config = HubConfig.from_json(json.loads((tmp_path / "_hub.json").read_text(encoding="utf-8")))
     assert config.patched[0].wheel == tmp_path / "repo" / "originals" / WHEELS[0].filename
+
+
+_IMPORTED = """
+import json, sys
+from patched_wheels.cli import main
+status = main(sys.argv[1:])
+print(json.dumps(sorted(name for name in sys.modules if name.startswith(("elftools", "patched_wheels.observe")))))
+sys.exit(status)
+"""
+
+
+def test_the_plan_imports_no_elf_reader(tmp_path: Path) -> None:
+    """Both phases run in every cold fetch of a hub (phase one in the extension), and pyelftools was a sixth
+    of their start-up: phase one reads no cache, phase two reads the observation cache, no ELF file."""
+    raw = {
+        "hub": "fixed", "bzlmod": True, "requirements_lock": "/ws/req.txt", "uv_lock": "", "pylock": "",
+        "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
+        "repository": str(tmp_path / "repo"), "patched": [spec_json(preload="auto")],
+    }
+    (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
+    (tmp_path / "resolved.json").write_text(json.dumps([w.as_json() for w in WHEELS]), encoding="utf-8")
+    phase_one = ["hub", "plan", "--request", str(tmp_path / "request.json")]
+    phase_two = [*phase_one, "--resolved", str(tmp_path / "resolved.json"), "--config-out", str(tmp_path / "_hub.json")]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "RULES_PATCHED_WHEELS_CACHE": str(tmp_path / "cache")}
+    for args, expected in ((phase_one, []), (phase_two, ["patched_wheels.observe"])):
+        result = subprocess.run([sys.executable, "-S", "-c", _IMPORTED, *args], capture_output=True, text=True, env=environment, check=False)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout.splitlines()[-1]) == expected, args
 
 
 def test_a_request_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

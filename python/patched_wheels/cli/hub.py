@@ -30,15 +30,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from patched_wheels.cache import cache_dir
-    from patched_wheels.elfcache import cached_digests
     from patched_wheels.hubplan import HubRequest, default_probes, needs_graph, plan_hub, resolution, resolved_wheel
-    from patched_wheels.observe import is_observed
 
     request = _load(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
         print(json.dumps(resolution(request)))
         return 0
+    # The caches are read by phase two only: phase one (the extension's check) does not import them.
+    from patched_wheels.cache import cache_dir
+    from patched_wheels.elfcache import cached_digests
+    from patched_wheels.observe import is_observed
+
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
     wheels = _load(args.resolved, lambda raw: [resolved_wheel(wheel) for wheel in raw], "resolved wheels")
