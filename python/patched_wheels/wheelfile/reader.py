@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from patched_wheels import metadata as core_metadata
 from patched_wheels.errors import InvalidWheelError
-from patched_wheels.fsutil import settled_stamp
+from patched_wheels.fsutil import NotRegularFileError, open_regular_file, settled_stamp
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
 from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
@@ -100,8 +100,10 @@ class WheelReader:
         self.path = Path(path)
         self.name = filename or self.path.name
         self.filename = WheelFilename.parse(self.name)
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:  # a link is read through (Bazel hands wheels as links); a FIFO is refused, not waited on
+            self._fd = open_regular_file(self.path, follow_links=True)
+        except NotRegularFileError as error:
+            raise InvalidWheelError(f"{self.path}: {error}") from None
         except OSError as error:
             raise InvalidWheelError(f"{self.path}: cannot read ({error.strerror or error})") from None
         try:

@@ -1,0 +1,55 @@
+"""Hostile inputs and destinations for the wheel-writing commands (``patch``, ``split``), through the CLI: one
+error line naming the input (or destination) at fault, exit 1, no partial output; or a valid, readable output."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from fakecuda import build_fake_cuda_wheels
+from hostile import make_special_file
+from wheelbuilder import build_wheel, edit_headers
+
+from patched_wheels.cli import main
+
+FILES = {"demo/__init__.py": b"x = 1\n", "demo/big.bin": random.Random(7).randbytes(2 << 20), "demo/caf\u00e9.txt": b"hi\n"}
+"""big.bin: over 1 MiB compressed, so it is copied by the kernel after a padded local header of ours."""
+
+
+@pytest.fixture
+def wheel(tmp_path: Path) -> Path:
+    (tmp_path / "in").mkdir()
+    return build_wheel(tmp_path / "in", "demo", "1.0", FILES, compression=zipfile.ZIP_STORED)
+
+
+def _patch(capsys: pytest.CaptureFixture[str], wheel: Path, dest: Path, *extra: str) -> tuple[int, str]:
+    status = main(["patch", "--wheel", str(wheel), "--dest-dir", str(dest), "--suffix", "x.1", *extra])
+    captured = capsys.readouterr()
+    return status, captured.err
+
+
+def _one_error(status: int, err: str, dest: Path) -> str:
+    """The error line, once the promises hold: exit 1, one line, nothing written into ``dest``."""
+    assert status == 1 and err.count("\n") == 1 and err.startswith("patched-wheels: error: "), (status, err)
+    assert not dest.exists() or not any(dest.iterdir()), sorted(dest.iterdir())
+    return err.strip()
+
+
+def _header_offset(wheel: Path, member: str) -> int:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.getinfo(member).header_offset
+
+
+def test_a_wheel_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "demo-1.0-py3-none-any.whl"
+    make_special_file("fifo", fifo)
+    command = [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(fifo), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)  # opening it for reading blocked forever
+    assert (result.returncode, result.stderr) == (1, f"patched-wheels: error: {fifo}: not a regular file (a FIFO, device, socket or directory)\n")
+    assert not (tmp_path / "out").exists()
