@@ -53,3 +53,15 @@ def test_a_wheel_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None
     result = subprocess.run(command, capture_output=True, text=True, timeout=30)  # opening it for reading blocked forever
     assert (result.returncode, result.stderr) == (1, f"patched-wheels: error: {fifo}: not a regular file (a FIFO, device, socket or directory)\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("member", "flags"), [("demo/caf\u00e9.txt", 0), ("demo/__init__.py", 0x8), ("demo/big.bin", 0x8)])
+def test_local_flags_that_read_differently_are_refused(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str, flags: int) -> None:
+    """A local header without the central record's UTF-8 flag names another file for zipfile (which refuses the member),
+    one with a data descriptor flag the central record lacks promises a descriptor after the data: copied verbatim,
+    both went into the output (zipfile could not read the first)."""
+    edit_headers(wheel, member, local_only=True, flags=flags)
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == (
+        f"patched-wheels: error: {wheel.name}: {member}: local header disagrees with the central directory"
+    )

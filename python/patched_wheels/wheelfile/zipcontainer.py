@@ -140,6 +140,11 @@ def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
         raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
     if header[fixed : fixed + len(name)] != name:
         raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
+    # Flags that change how the member reads must be the central record's: a data descriptor flag promises
+    # a descriptor after the data, and zipfile decodes a local name that is not ASCII by its own UTF-8 flag.
+    differ = flags ^ info.flag_bits
+    if differ & FLAG_DATA_DESCRIPTOR or (differ & FLAG_UTF8 and not name.isascii()):
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
     if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
         raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
     if not info.flag_bits & FLAG_DATA_DESCRIPTOR and (
