@@ -65,3 +65,15 @@ def test_local_flags_that_read_differently_are_refused(capsys: pytest.CaptureFix
     assert _one_error(status, err, tmp_path / "out") == (
         f"patched-wheels: error: {wheel.name}: {member}: local header disagrees with the central directory"
     )
+
+
+def test_local_extra_field_reaching_past_the_file_names_the_input_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
+    """Members near the end of the input, whose data then ends past it: the error named the output."""
+    for member in ("demo/big.bin", "demo/caf\u00e9.txt"):  # copied by the kernel, through the read-ahead window
+        lying = tmp_path / str(len(member)) / wheel.name
+        lying.parent.mkdir()
+        data = bytearray(wheel.read_bytes())
+        struct.pack_into("<H", data, _header_offset(wheel, member) + 28, 0xFFFF)  # extra field length
+        lying.write_bytes(bytes(data))
+        status, err = _patch(capsys, lying, lying.parent / "out")
+        assert _one_error(status, err, lying.parent / "out") == f"patched-wheels: error: {wheel.name}: {member}: truncated member data"
