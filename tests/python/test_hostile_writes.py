@@ -77,3 +77,12 @@ def test_local_extra_field_reaching_past_the_file_names_the_input_member(capsys:
         lying.write_bytes(bytes(data))
         status, err = _patch(capsys, lying, lying.parent / "out")
         assert _one_error(status, err, lying.parent / "out") == f"patched-wheels: error: {wheel.name}: {member}: truncated member data"
+
+
+def test_verify_refuses_a_crc_that_lies_for_a_raw_copied_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
+    """The content matches RECORD, the CRC-32 of both headers does not: copied raw, zipfile (so pip) refused the output."""
+    edit_headers(wheel, "demo/big.bin", crc=0x12345678)
+    status, err = _patch(capsys, wheel, tmp_path / "out", "--verify")
+    assert _one_error(status, err, tmp_path / "out") == (
+        f"patched-wheels: error: {wheel.name}: demo/big.bin: content does not match the zip directory's CRC-32"
+    )

@@ -32,6 +32,7 @@ from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
     RawMember,
     ReadAhead,
+    crc32,
     member_content,
     member_problem,
     unix_mode,
@@ -243,9 +244,10 @@ class WheelReader:
         info = self.info(name)
         entry = self._record.get(name)
         hasher = hashlib.new(entry.algorithm) if entry is not None and entry.hash else None
-        size = 0
+        size = crc = 0
         for chunk in member_content(self.raw_member(name)):
             size += len(chunk)
+            crc = crc32(chunk, crc)
             if hasher is not None:
                 hasher.update(chunk)
             yield chunk
@@ -253,6 +255,8 @@ class WheelReader:
             raise InvalidWheelError(f"{self.name}: {name}: inflated to {size} bytes, zip says {info.file_size}")
         if hasher is not None and entry is not None and hasher.digest() != entry.digest:
             raise InvalidWheelError(f"{self.name}: {name}: content does not match its RECORD hash")
+        if crc != info.CRC:  # the content is right, the CRC a raw copy keeps is not: zipfile (pip) refuses it
+            raise InvalidWheelError(f"{self.name}: {name}: content does not match the zip directory's CRC-32")
 
     def _drain(self, name: str) -> None:
         for _ in self._checked_chunks(name):
