@@ -86,3 +86,45 @@ def test_verify_refuses_a_crc_that_lies_for_a_raw_copied_member(capsys: pytest.C
     assert _one_error(status, err, tmp_path / "out") == (
         f"patched-wheels: error: {wheel.name}: demo/big.bin: content does not match the zip directory's CRC-32"
     )
+
+
+def _data_start(wheel: Path, member: str) -> int:
+    """Where ``member``'s data starts: after its local header, whose own extra field length counts."""
+    offset = _header_offset(wheel, member)
+    with open(wheel, "rb") as handle:
+        handle.seek(offset + 26)
+        name_length, extra_length = struct.unpack("<HH", handle.read(4))
+    return offset + 30 + name_length + extra_length
+
+
+def test_an_existing_alignment_field_and_other_extra_fields_give_a_valid_aligned_output(tmp_path: Path) -> None:
+    """Input local headers already padded (zipalign's 0xD935, as our outputs are) or with a timestamp field."""
+    padding = struct.pack("<HHH", 0xD935, 102, 4096) + bytes(100)
+    timestamp = struct.pack("<HHBI", 0x5455, 5, 1, 12345)
+    source = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(build_wheel(tmp_path, "demo", "1.0", FILES)) as built, zipfile.ZipFile(tmp_path / "x.zip", "w") as archive:
+        for info in built.infolist():
+            info.extra = {"demo/big.bin": padding + timestamp, "demo/__init__.py": timestamp + padding}.get(info.filename, b"")
+            archive.writestr(info, built.read(info))
+    os.replace(tmp_path / "x.zip", source)
+    assert main(["patch", "--wheel", str(source), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1", "--verify"]) == 0
+    (output,) = (tmp_path / "out").iterdir()
+    with zipfile.ZipFile(output) as archive:
+        assert archive.testzip() is None and archive.read("demo/big.bin") == FILES["demo/big.bin"]
+    assert _data_start(output, "demo/big.bin") % 4096 == _data_start(source, "demo/big.bin") % 4096
+
+
+@pytest.fixture(scope="module")
+def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda")).torch
+
+
+def test_split_publishes_both_wheels_or_neither(capsys: pytest.CaptureFixture[str], torch_wheel: Path, tmp_path: Path) -> None:
+    """The main output's name is taken by a directory: the sibling, renamed first, was left behind, and the
+    error named a temp file that no longer exists."""
+    main_output = tmp_path / torch_wheel.name
+    main_output.mkdir()
+    status = main(["split", "--no-cache", "--wheel", str(torch_wheel), "--dest-dir", str(tmp_path), "--into", "faketorch-libs", "--move", "faketorch/lib/*.so"])
+    err = capsys.readouterr().err
+    assert (status, err) == (1, f"patched-wheels: error: {main_output}: Is a directory\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == [torch_wheel.name] and not any(main_output.iterdir())
