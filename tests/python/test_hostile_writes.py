@@ -67,6 +67,17 @@ def test_local_flags_that_read_differently_are_refused(capsys: pytest.CaptureFix
     )
 
 
+@pytest.mark.parametrize("member", ["demo/__init__.py", "demo/big.bin"])
+def test_a_local_name_that_only_starts_with_the_central_one_is_refused(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str) -> None:
+    """The local name one byte longer (its data's first byte): zipfile refuses the member; it was copied,
+    verbatim or from one byte too far."""
+    data = bytearray(wheel.read_bytes())
+    struct.pack_into("<H", data, _header_offset(wheel, member) + 26, len(member) + 1)
+    wheel.write_bytes(bytes(data))
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: {member}: local header names another file"
+
+
 def test_local_extra_field_reaching_past_the_file_names_the_input_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
     """Members near the end of the input, whose data then ends past it: the error named the output."""
     for member in ("demo/big.bin", "demo/caf\u00e9.txt"):  # copied by the kernel, through the read-ahead window

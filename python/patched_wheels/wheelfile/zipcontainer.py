@@ -141,7 +141,7 @@ def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
     signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = _LOCAL_HEADER.unpack_from(header)
     if signature != _LOCAL_SIG:
         raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
-    if header[fixed : fixed + len(name)] != name:
+    if name_length != len(name) or header[fixed : fixed + len(name)] != name:  # not a longer name it starts
         raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
     # Flags that change how the member reads must be the central record's: a data descriptor flag promises
     # a descriptor after the data, and zipfile decodes a local name that is not ASCII by its own UTF-8 flag.
