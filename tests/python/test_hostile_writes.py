@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,29 @@ def test_a_local_name_that_only_starts_with_the_central_one_is_refused(capsys: p
     assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: {member}: local header names another file"
 
 
+def _data_start(wheel: Path, member: str) -> int:
+    """Where ``member``'s data starts: after its local header, whose own extra field length counts."""
+    offset = _header_offset(wheel, member)
+    with open(wheel, "rb") as handle:
+        handle.seek(offset + 26)
+        name_length, extra_length = struct.unpack("<HH", handle.read(4))
+    return offset + 30 + name_length + extra_length
+
+
+@pytest.mark.parametrize("into", ["data", "header"])
+def test_members_that_overlap_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, into: str) -> None:
+    """inner.bin's entry points at a local header of its own planted in big.bin's data (a zip bomb's nesting:
+    each copied whole), or at big.bin's own header: zipfile refuses both since Python 3.11.8."""
+    inner = FILES["demo/big.bin"][: 3 << 19]
+    planted = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, zlib.crc32(inner), len(inner), len(inner), 14, 0)
+    files = {"demo/big.bin": planted + b"demo/inner.bin" + inner, "demo/inner.bin": inner}  # the real inner.bin, orphaned
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", "demo", "1.0", files, compression=zipfile.ZIP_STORED)
+    edit_headers(wheel, "demo/inner.bin", header_offset=_data_start(wheel, "demo/big.bin") if into == "data" else 0)
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: member 'demo/big.bin': overlaps member 'demo/inner.bin'"
+
+
 def test_local_extra_field_reaching_past_the_file_names_the_input_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
     """Members near the end of the input, whose data then ends past it: the error named the output."""
     for member in ("demo/big.bin", "demo/caf\u00e9.txt"):  # copied by the kernel, through the read-ahead window
@@ -97,15 +121,6 @@ def test_verify_refuses_a_crc_that_lies_for_a_raw_copied_member(capsys: pytest.C
     assert _one_error(status, err, tmp_path / "out") == (
         f"patched-wheels: error: {wheel.name}: demo/big.bin: content does not match the zip directory's CRC-32"
     )
-
-
-def _data_start(wheel: Path, member: str) -> int:
-    """Where ``member``'s data starts: after its local header, whose own extra field length counts."""
-    offset = _header_offset(wheel, member)
-    with open(wheel, "rb") as handle:
-        handle.seek(offset + 26)
-        name_length, extra_length = struct.unpack("<HH", handle.read(4))
-    return offset + 30 + name_length + extra_length
 
 
 def test_an_existing_alignment_field_and_other_extra_fields_give_a_valid_aligned_output(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from patched_wheels.wheelfile.zipcontainer import (
     crc32,
     member_content,
     member_problem,
+    overlapping_members,
     unix_mode,
 )
 from patched_wheels.wheelfile.zipdirectory import ZipMember, read_directory
@@ -132,6 +133,9 @@ class WheelReader:
         members = read_directory(self._fd, path=self.path) if written is None else written.members
         # The writer refused every unsafe name it wrote (WheelWriter._claim): the same check, not run twice.
         self._infos, top_level = self._index_members(members, file_size, names_checked=written is not None)
+        overlap = overlapping_members(members) if written is None else None  # the writer wrote each once
+        if overlap is not None:
+            raise InvalidWheelError(f"{self.name}: member {overlap[0].filename!r}: overlaps member {overlap[1].filename!r}")
         self.dist_info = self._find_dist_info(top_level)
         self._record = self._load_record(None if written is None else written.record)
         metadata = self._check_metadata()

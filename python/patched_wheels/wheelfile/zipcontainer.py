@@ -14,8 +14,9 @@ import os
 import stat
 import struct
 import zlib
+from operator import attrgetter
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.wheelfile.zipdirectory import (
@@ -71,6 +72,7 @@ __all__ = [
     "local_header",
     "member_content",
     "member_problem",
+    "overlapping_members",
     "unix_mode",
 ]
 
@@ -124,6 +126,17 @@ def member_problem(info: ZipMember, archive_size: int) -> str | None:
         return "data extends past the end of the file (truncated?)"
     if info.create_system == UNIX and (info.external_attr >> 16) & _S_IFMT not in _PLAIN_KINDS:
         return "not a regular file (a symbolic link or special file)"  # archivers disagree on directories' bits
+    return None
+
+
+def overlapping_members(members: Sequence[ZipMember]) -> tuple[ZipMember, ZipMember] | None:
+    """Two members whose bytes overlap (the first one's local header and data run into the second's local
+    header), or None.  A zip bomb's trick (entries nested in another's data, or sharing it), refused by
+    zipfile since Python 3.11.8 and 3.12.2: each member would be copied out whole."""
+    ordered = sorted(members, key=attrgetter("header_offset"))
+    for first, second in zip(ordered, ordered[1:]):
+        if first.header_offset + _LOCAL_HEADER.size + len(first.raw_name) + first.compress_size > second.header_offset:
+            return first, second
     return None
 
 
