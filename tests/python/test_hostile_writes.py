@@ -56,6 +56,17 @@ def test_a_wheel_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None
     assert not (tmp_path / "out").exists()
 
 
+def test_a_name_flagged_utf8_that_is_not_is_named(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
+    """The error named the codec's complaint and no member."""
+    data = bytearray(wheel.read_bytes())
+    data[data.rindex("demo/caf\u00e9.txt".encode()) + 8] = 0xFF  # the central name's \u00e9 (the local one comes first)
+    wheel.write_bytes(bytes(data))
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == (
+        f"patched-wheels: error: {wheel}: member b'demo/caf\\xff\\xa9.txt': flagged UTF-8, not UTF-8 (byte 8)"
+    )
+
+
 @pytest.mark.parametrize(("member", "flags"), [("demo/caf\u00e9.txt", 0), ("demo/__init__.py", 0x8), ("demo/big.bin", 0x8)])
 def test_local_flags_that_read_differently_are_refused(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str, flags: int) -> None:
     """A local header without the central record's UTF-8 flag names another file for zipfile (which refuses the member),
