@@ -135,8 +135,29 @@ def patch_wheel(
         write_wheel(reader, scratch.path / dest.name, dist_info=dist_info, members=edits.output_members(renames))
         if planned is not None:
             planned.check_size(wheel.name, scratch.path / dest.name)
-        for name in outputs:
-            os.replace(scratch.path / name, dest_dir / name)
+        _publish(scratch.path, dest_dir, outputs)
     if planned is None:
         return PatchResult(dest, f"{project}=={version}")
     return PatchResult(dest, f"{project}=={version}", dest_dir / planned.sibling_name, planned.requirement)
+
+
+def _publish(scratch: Path, dest_dir: Path, names: Sequence[str]) -> None:
+    """Rename the finished outputs ``names`` from ``scratch`` into ``dest_dir``, in that order: all or none.
+
+    One that cannot be renamed (its name is a directory there) fails with an error naming its destination,
+    not the scratch file; those renamed before it are removed again, so a sibling never stays without its
+    main wheel.
+    """
+    published: list[Path] = []
+    try:
+        for name in names:
+            target = dest_dir / name
+            try:
+                os.replace(scratch / name, target)
+            except OSError as error:
+                raise OSError(error.errno, error.strerror, str(target)) from None
+            published.append(target)
+    except BaseException:
+        for target in published:
+            target.unlink(missing_ok=True)
+        raise

@@ -120,12 +120,13 @@ _CENTRAL_FIELDS = {
     "compress_size": (20, "<I"),
     "file_size": (24, "<I"),
     "external_attr": (38, "<I"),
+    "header_offset": (42, "<I"),
 }
 
 
 def edit_headers(wheel: Path, member: str, *, local_only: bool = False, **fields: int) -> None:
     """Overwrite ``fields`` of ``member``'s local header and central directory entry, or of its local
-    header only (32-bit zips only)."""
+    header only (32-bit zips only); ``header_offset`` is the central entry's only."""
     data = bytearray(wheel.read_bytes())
     end = data.rfind(b"PK\x05\x06")
     count, _size, position = struct.unpack_from("<HII", data, end + 10)

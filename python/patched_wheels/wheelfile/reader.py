@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from patched_wheels import metadata as core_metadata
 from patched_wheels.errors import InvalidWheelError
-from patched_wheels.fsutil import settled_stamp
+from patched_wheels.fsutil import NotRegularFileError, open_regular_file, settled_stamp
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
 from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
@@ -32,8 +32,10 @@ from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
     RawMember,
     ReadAhead,
+    crc32,
     member_content,
     member_problem,
+    overlapping_members,
     unix_mode,
 )
 from patched_wheels.wheelfile.zipdirectory import ZipMember, read_directory
@@ -100,8 +102,10 @@ class WheelReader:
         self.path = Path(path)
         self.name = filename or self.path.name
         self.filename = WheelFilename.parse(self.name)
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:  # a link is read through (Bazel hands wheels as links); a FIFO is refused, not waited on
+            self._fd = open_regular_file(self.path, follow_links=True)
+        except NotRegularFileError as error:
+            raise InvalidWheelError(f"{self.path}: {error}") from None
         except OSError as error:
             raise InvalidWheelError(f"{self.path}: cannot read ({error.strerror or error})") from None
         try:
@@ -129,6 +133,9 @@ class WheelReader:
         members = read_directory(self._fd, path=self.path) if written is None else written.members
         # The writer refused every unsafe name it wrote (WheelWriter._claim): the same check, not run twice.
         self._infos, top_level = self._index_members(members, file_size, names_checked=written is not None)
+        overlap = overlapping_members(members) if written is None else None  # the writer wrote each once
+        if overlap is not None:
+            raise InvalidWheelError(f"{self.name}: member {overlap[0].filename!r}: overlaps member {overlap[1].filename!r}")
         self.dist_info = self._find_dist_info(top_level)
         self._record = self._load_record(None if written is None else written.record)
         metadata = self._check_metadata()
@@ -241,9 +248,10 @@ class WheelReader:
         info = self.info(name)
         entry = self._record.get(name)
         hasher = hashlib.new(entry.algorithm) if entry is not None and entry.hash else None
-        size = 0
+        size = crc = 0
         for chunk in member_content(self.raw_member(name)):
             size += len(chunk)
+            crc = crc32(chunk, crc)
             if hasher is not None:
                 hasher.update(chunk)
             yield chunk
@@ -251,6 +259,8 @@ class WheelReader:
             raise InvalidWheelError(f"{self.name}: {name}: inflated to {size} bytes, zip says {info.file_size}")
         if hasher is not None and entry is not None and hasher.digest() != entry.digest:
             raise InvalidWheelError(f"{self.name}: {name}: content does not match its RECORD hash")
+        if crc != info.CRC:  # the content is right, the CRC a raw copy keeps is not: zipfile (pip) refuses it
+            raise InvalidWheelError(f"{self.name}: {name}: content does not match the zip directory's CRC-32")
 
     def _drain(self, name: str) -> None:
         for _ in self._checked_chunks(name):

@@ -161,7 +161,7 @@ class WheelWriter:
                 start = header_offset if verbatim else data_start  # the input header, if kept, then the data
                 copied = read(start, data_start + compress_size - start)
                 if len(copied) != data_start + compress_size - start:
-                    raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
+                    raise InvalidWheelError(f"{archive}: {name}: truncated member data")
                 if verbatim:
                     write(copied[:LOCAL_TIMESTAMP_OFFSET] + timestamp + copied[LOCAL_TIMESTAMP_OFFSET + 4 :])
                 else:
@@ -169,7 +169,7 @@ class WheelWriter:
                     write(copied)
             else:  # a kernel copy, its data at the same place within a page as in the input
                 write(local_header(entry, zip64, self._dos_date, self._dos_time, data_like=data_start))
-                self._copy_range(window.fd, data_start, compress_size)
+                self._copy_range(window.fd, data_start, compress_size, f"{archive}: {name}")
             entries.append(entry)
             row = row_of(name)
             if row is not None:
@@ -281,9 +281,9 @@ class WheelWriter:
         self._offset += len(data)
         self._buffer_bytes(data)
 
-    def _copy_range(self, source_fd: int, offset: int, count: int) -> None:
-        """Write ``count`` input bytes at ``offset`` (a large member's data): in kernel copies, like ``cp``,
-        or through the buffer where the file system cannot copy between these files."""
+    def _copy_range(self, source_fd: int, offset: int, count: int, member: str) -> None:
+        """Write ``count`` input bytes at ``offset`` (the data of ``member``, as errors name it, a large one):
+        in kernel copies, like ``cp``, or through the buffer where the file system cannot copy between these files."""
         self._offset += count
         if self._copy_file_range:
             self._flush()
@@ -296,13 +296,13 @@ class WheelWriter:
                 self._copy_file_range = False
                 break
             if not copied:
-                raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
+                raise InvalidWheelError(f"{member}: truncated member data")
             offset += copied
             count -= copied
         while count:
             chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
             if not chunk:
-                raise InvalidWheelError(f"{self.dest.name}: input ended while copying member data")
+                raise InvalidWheelError(f"{member}: truncated member data")
             self._buffer_bytes(chunk)
             offset += len(chunk)
             count -= len(chunk)

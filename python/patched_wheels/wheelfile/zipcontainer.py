@@ -14,8 +14,9 @@ import os
 import stat
 import struct
 import zlib
+from operator import attrgetter
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.wheelfile.zipdirectory import (
@@ -39,6 +40,8 @@ except ImportError:  # pragma: no cover - depends on the optional "fast" extra
 
 INFLATER_NAME = "isal" if _inflate_zlib is not zlib else "zlib"
 """Which inflater members are read with, for benchmarks to report."""
+crc32 = _inflate_zlib.crc32
+"""The zip's CRC-32, ISA-L's where installed (several times zlib's speed: every member --verify reads pays it)."""
 
 CHUNK_SIZE = 1 << 20
 """Bytes per read/inflate step: large enough to amortise syscalls, small enough for RSS."""
@@ -61,6 +64,7 @@ __all__ = [
     "UNIX",
     "ZIP64_LIMIT",
     "central_header",
+    "crc32",
     "data_offset",
     "encode_name",
     "end_records",
@@ -68,6 +72,7 @@ __all__ = [
     "local_header",
     "member_content",
     "member_problem",
+    "overlapping_members",
     "unix_mode",
 ]
 
@@ -124,6 +129,17 @@ def member_problem(info: ZipMember, archive_size: int) -> str | None:
     return None
 
 
+def overlapping_members(members: Sequence[ZipMember]) -> tuple[ZipMember, ZipMember] | None:
+    """Two members whose bytes overlap (the first one's local header and data run into the second's local
+    header), or None.  A zip bomb's trick (entries nested in another's data, or sharing it), refused by
+    zipfile since Python 3.11.8 and 3.12.2: each member would be copied out whole."""
+    ordered = sorted(members, key=attrgetter("header_offset"))
+    for first, second in zip(ordered, ordered[1:]):
+        if first.header_offset + _LOCAL_HEADER.size + len(first.raw_name) + first.compress_size > second.header_offset:
+            return first, second
+    return None
+
+
 # --------------------------------------------------------------------------- member data
 
 
@@ -138,8 +154,13 @@ def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
     signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = _LOCAL_HEADER.unpack_from(header)
     if signature != _LOCAL_SIG:
         raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
-    if header[fixed : fixed + len(name)] != name:
+    if name_length != len(name) or header[fixed : fixed + len(name)] != name:  # not a longer name it starts
         raise InvalidWheelError(f"{archive}: {info.filename}: local header names another file")
+    # Flags that change how the member reads must be the central record's: a data descriptor flag promises
+    # a descriptor after the data, and zipfile decodes a local name that is not ASCII by its own UTF-8 flag.
+    differ = flags ^ info.flag_bits
+    if differ & FLAG_DATA_DESCRIPTOR or (differ & FLAG_UTF8 and not name.isascii()):
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
     if flags & ~_FLAGS_UNDERSTOOD or method != info.compress_type:
         raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
     if not info.flag_bits & FLAG_DATA_DESCRIPTOR and (
@@ -265,7 +286,7 @@ def inflated_chunks(path: Path, info: ZipMember) -> Iterator[bytes]:
     with open(path, "rb") as handle:
         for chunk in member_content(RawMember.locate(handle.fileno(), info, archive=path.name)):
             size += len(chunk)
-            crc = _inflate_zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
             yield chunk
     if size != info.file_size or crc != info.CRC:
         raise InvalidWheelError(f"{where}: inflated data does not match the zip directory")

@@ -107,7 +107,9 @@ def read_directory(fd: int, *, path: Path) -> list[ZipMember]:
         return _parse_directory(data, size, shift)
     except OSError as error:
         raise InvalidWheelError(f"{path}: cannot read ({error.strerror or error})") from None
-    except (_NotZip, UnicodeDecodeError) as error:  # a name flagged UTF-8 that is not
+    except UnicodeDecodeError as error:  # a name flagged UTF-8 that is not: error.object is the name
+        raise InvalidWheelError(f"{path}: member {error.object!r}: flagged UTF-8, not UTF-8 (byte {error.start})") from None
+    except _NotZip as error:
         raise InvalidWheelError(f"{path}: not a zip archive or truncated ({error})") from None
     except _Unsupported as error:
         raise InvalidWheelError(f"{path}: unsupported zip archive ({error})") from None

@@ -1,0 +1,167 @@
+"""Hostile inputs and destinations for the wheel-writing commands (``patch``, ``split``), through the CLI: one
+error line naming the input (or destination) at fault, exit 1, no partial output; or a valid, readable output."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import subprocess
+import sys
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+from fakecuda import build_fake_cuda_wheels
+from hostile import make_special_file
+from wheelbuilder import build_wheel, edit_headers
+
+from patched_wheels.cli import main
+
+FILES = {"demo/__init__.py": b"x = 1\n", "demo/big.bin": random.Random(7).randbytes(2 << 20), "demo/caf\u00e9.txt": b"hi\n"}
+"""big.bin: over 1 MiB compressed, so it is copied by the kernel after a padded local header of ours."""
+
+
+@pytest.fixture
+def wheel(tmp_path: Path) -> Path:
+    (tmp_path / "in").mkdir()
+    return build_wheel(tmp_path / "in", "demo", "1.0", FILES, compression=zipfile.ZIP_STORED)
+
+
+def _patch(capsys: pytest.CaptureFixture[str], wheel: Path, dest: Path, *extra: str) -> tuple[int, str]:
+    status = main(["patch", "--wheel", str(wheel), "--dest-dir", str(dest), "--suffix", "x.1", *extra])
+    captured = capsys.readouterr()
+    return status, captured.err
+
+
+def _one_error(status: int, err: str, dest: Path) -> str:
+    """The error line, once the promises hold: exit 1, one line, nothing written into ``dest``."""
+    assert status == 1 and err.count("\n") == 1 and err.startswith("patched-wheels: error: "), (status, err)
+    assert not dest.exists() or not any(dest.iterdir()), sorted(dest.iterdir())
+    return err.strip()
+
+
+def _header_offset(wheel: Path, member: str) -> int:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.getinfo(member).header_offset
+
+
+def test_a_wheel_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "demo-1.0-py3-none-any.whl"
+    make_special_file("fifo", fifo)
+    command = [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(fifo), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)  # opening it for reading blocked forever
+    assert (result.returncode, result.stderr) == (1, f"patched-wheels: error: {fifo}: not a regular file (a FIFO, device, socket or directory)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_name_flagged_utf8_that_is_not_is_named(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
+    """The error named the codec's complaint and no member."""
+    data = bytearray(wheel.read_bytes())
+    data[data.rindex("demo/caf\u00e9.txt".encode()) + 8] = 0xFF  # the central name's \u00e9 (the local one comes first)
+    wheel.write_bytes(bytes(data))
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == (
+        f"patched-wheels: error: {wheel}: member b'demo/caf\\xff\\xa9.txt': flagged UTF-8, not UTF-8 (byte 8)"
+    )
+
+
+@pytest.mark.parametrize(("member", "flags"), [("demo/caf\u00e9.txt", 0), ("demo/__init__.py", 0x8), ("demo/big.bin", 0x8)])
+def test_local_flags_that_read_differently_are_refused(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str, flags: int) -> None:
+    """A local header without the central record's UTF-8 flag names another file for zipfile (which refuses the member),
+    one with a data descriptor flag the central record lacks promises a descriptor after the data: copied verbatim,
+    both went into the output (zipfile could not read the first)."""
+    edit_headers(wheel, member, local_only=True, flags=flags)
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == (
+        f"patched-wheels: error: {wheel.name}: {member}: local header disagrees with the central directory"
+    )
+
+
+@pytest.mark.parametrize("member", ["demo/__init__.py", "demo/big.bin"])
+def test_a_local_name_that_only_starts_with_the_central_one_is_refused(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str) -> None:
+    """The local name one byte longer (its data's first byte): zipfile refuses the member; it was copied,
+    verbatim or from one byte too far."""
+    data = bytearray(wheel.read_bytes())
+    struct.pack_into("<H", data, _header_offset(wheel, member) + 26, len(member) + 1)
+    wheel.write_bytes(bytes(data))
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: {member}: local header names another file"
+
+
+def _data_start(wheel: Path, member: str) -> int:
+    """Where ``member``'s data starts: after its local header, whose own extra field length counts."""
+    offset = _header_offset(wheel, member)
+    with open(wheel, "rb") as handle:
+        handle.seek(offset + 26)
+        name_length, extra_length = struct.unpack("<HH", handle.read(4))
+    return offset + 30 + name_length + extra_length
+
+
+@pytest.mark.parametrize("into", ["data", "header"])
+def test_members_that_overlap_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, into: str) -> None:
+    """inner.bin's entry points at a local header of its own planted in big.bin's data (a zip bomb's nesting:
+    each copied whole), or at big.bin's own header: zipfile refuses both since Python 3.11.8."""
+    inner = FILES["demo/big.bin"][: 3 << 19]
+    planted = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, zlib.crc32(inner), len(inner), len(inner), 14, 0)
+    files = {"demo/big.bin": planted + b"demo/inner.bin" + inner, "demo/inner.bin": inner}  # the real inner.bin, orphaned
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", "demo", "1.0", files, compression=zipfile.ZIP_STORED)
+    edit_headers(wheel, "demo/inner.bin", header_offset=_data_start(wheel, "demo/big.bin") if into == "data" else 0)
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: member 'demo/big.bin': overlaps member 'demo/inner.bin'"
+
+
+def test_local_extra_field_reaching_past_the_file_names_the_input_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
+    """Members near the end of the input, whose data then ends past it: the error named the output."""
+    for member in ("demo/big.bin", "demo/caf\u00e9.txt"):  # copied by the kernel, through the read-ahead window
+        lying = tmp_path / str(len(member)) / wheel.name
+        lying.parent.mkdir()
+        data = bytearray(wheel.read_bytes())
+        struct.pack_into("<H", data, _header_offset(wheel, member) + 28, 0xFFFF)  # extra field length
+        lying.write_bytes(bytes(data))
+        status, err = _patch(capsys, lying, lying.parent / "out")
+        assert _one_error(status, err, lying.parent / "out") == f"patched-wheels: error: {wheel.name}: {member}: truncated member data"
+
+
+def test_verify_refuses_a_crc_that_lies_for_a_raw_copied_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
+    """The content matches RECORD, the CRC-32 of both headers does not: copied raw, zipfile (so pip) refused the output."""
+    edit_headers(wheel, "demo/big.bin", crc=0x12345678)
+    status, err = _patch(capsys, wheel, tmp_path / "out", "--verify")
+    assert _one_error(status, err, tmp_path / "out") == (
+        f"patched-wheels: error: {wheel.name}: demo/big.bin: content does not match the zip directory's CRC-32"
+    )
+
+
+def test_an_existing_alignment_field_and_other_extra_fields_give_a_valid_aligned_output(tmp_path: Path) -> None:
+    """Input local headers already padded (zipalign's 0xD935, as our outputs are) or with a timestamp field."""
+    padding = struct.pack("<HHH", 0xD935, 102, 4096) + bytes(100)
+    timestamp = struct.pack("<HHBI", 0x5455, 5, 1, 12345)
+    source = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(build_wheel(tmp_path, "demo", "1.0", FILES)) as built, zipfile.ZipFile(tmp_path / "x.zip", "w") as archive:
+        for info in built.infolist():
+            info.extra = {"demo/big.bin": padding + timestamp, "demo/__init__.py": timestamp + padding}.get(info.filename, b"")
+            archive.writestr(info, built.read(info))
+    os.replace(tmp_path / "x.zip", source)
+    assert main(["patch", "--wheel", str(source), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1", "--verify"]) == 0
+    (output,) = (tmp_path / "out").iterdir()
+    with zipfile.ZipFile(output) as archive:
+        assert archive.testzip() is None and archive.read("demo/big.bin") == FILES["demo/big.bin"]
+    assert _data_start(output, "demo/big.bin") % 4096 == _data_start(source, "demo/big.bin") % 4096
+
+
+@pytest.fixture(scope="module")
+def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda")).torch
+
+
+def test_split_publishes_both_wheels_or_neither(capsys: pytest.CaptureFixture[str], torch_wheel: Path, tmp_path: Path) -> None:
+    """The main output's name is taken by a directory: the sibling, renamed first, was left behind, and the
+    error named a temp file that no longer exists."""
+    main_output = tmp_path / torch_wheel.name
+    main_output.mkdir()
+    status = main(["split", "--no-cache", "--wheel", str(torch_wheel), "--dest-dir", str(tmp_path), "--into", "faketorch-libs", "--move", "faketorch/lib/*.so"])
+    err = capsys.readouterr().err
+    assert (status, err) == (1, f"patched-wheels: error: {main_output}: Is a directory\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == [torch_wheel.name] and not any(main_output.iterdir())
