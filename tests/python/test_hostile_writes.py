@@ -113,16 +113,29 @@ def test_members_that_overlap_are_refused(capsys: pytest.CaptureFixture[str], tm
     assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: member 'demo/big.bin': overlaps member 'demo/inner.bin'"
 
 
-def test_local_extra_field_reaching_past_the_file_names_the_input_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
-    """Members near the end of the input, whose data then ends past it: the error named the output."""
-    for member in ("demo/big.bin", "demo/caf\u00e9.txt"):  # copied by the kernel, through the read-ahead window
-        lying = tmp_path / str(len(member)) / wheel.name
-        lying.parent.mkdir()
-        data = bytearray(wheel.read_bytes())
-        struct.pack_into("<H", data, _header_offset(wheel, member) + 28, 0xFFFF)  # extra field length
-        lying.write_bytes(bytes(data))
-        status, err = _patch(capsys, lying, lying.parent / "out")
-        assert _one_error(status, err, lying.parent / "out") == f"patched-wheels: error: {wheel.name}: {member}: truncated member data"
+@pytest.mark.parametrize(
+    ("member", "lie"),
+    [
+        ("demo/big.bin", 0xFFFF),  # copied by the kernel: ran past the end of the file ('truncated', naming the output)
+        ("demo/caf\u00e9.txt", 60),  # through the read-ahead window: copied 60 bytes of the next header as its data
+        ("demo-1.0.dist-info/RECORD", 40),  # the last member: its data read from the central directory
+    ],
+)
+def test_a_local_extra_field_running_the_data_into_what_follows_is_refused(
+    capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str, lie: int
+) -> None:
+    """A local extra field longer than the member's room (zipfile refuses it since 3.11.8: each member
+    could copy up to 64 KiB of the archive's other bytes as its own)."""
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.infolist()[-1].filename == "demo-1.0.dist-info/RECORD"
+    data = bytearray(wheel.read_bytes())
+    offset = _header_offset(wheel, member) + 28
+    struct.pack_into("<H", data, offset, struct.unpack_from("<H", data, offset)[0] + lie)  # extra field length
+    wheel.write_bytes(bytes(data))
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    assert _one_error(status, err, tmp_path / "out") == (
+        f"patched-wheels: error: {wheel.name}: {member}: local header and data run into the next member or the central directory"
+    )
 
 
 def test_verify_refuses_a_crc_that_lies_for_a_raw_copied_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:

@@ -434,7 +434,7 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     assert struct.unpack("<HHQQ", extra) == (1, 16, size, compressed)
 
     with open(path, "rb") as handle:
-        [member] = zipdirectory.read_directory(handle.fileno(), path=path)
+        [member], _ = zipdirectory.read_directory(handle.fileno(), path=path)
     assert (member.filename, member.file_size, member.compress_size, member.header_offset) == (
         "big/huge.bin", size, compressed, offset
     )  # fmt: skip
@@ -448,7 +448,7 @@ _FIELDS = ("filename", "create_system", "flag_bits", "compress_type", "CRC", "co
 def _directories(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """The central directory as our parser reads it, and as zipfile does."""
     with open(path, "rb") as handle:
-        ours = [tuple(getattr(member, field) for field in _FIELDS) for member in zipdirectory.read_directory(handle.fileno(), path=path)]
+        ours = [tuple(getattr(member, field) for field in _FIELDS) for member in zipdirectory.read_directory(handle.fileno(), path=path)[0]]
     with zipfile.ZipFile(path) as archive:
         theirs = [tuple(getattr(info, field) for field in _FIELDS) for info in archive.infolist()]
     return ours, theirs
@@ -776,7 +776,8 @@ def test_the_writer_checks_what_a_reader_would_parse(wheel: Path, tmp_path: Path
         writer.write_bytes("demo/caf\u00e9.txt", b"a UTF-8 name", mode=0o600)
     [written] = handed
     with open(dest, "rb") as handle:
-        parsed = zipdirectory.read_directory(handle.fileno(), path=dest)
+        parsed, directory_offset = zipdirectory.read_directory(handle.fileno(), path=dest)
+    assert written.directory_offset == directory_offset
     fields = [*_FIELDS, "raw_name"]
     assert [[getattr(member, field) for field in fields] for member in written.members] == [
         [getattr(member, field) for field in fields] for member in parsed

@@ -32,10 +32,10 @@ from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,
     RawMember,
     ReadAhead,
+    bound_members,
     crc32,
     member_content,
     member_problem,
-    overlapping_members,
     unix_mode,
 )
 from patched_wheels.wheelfile.zipdirectory import ZipMember, read_directory
@@ -57,6 +57,8 @@ class WrittenArchive(NamedTuple):
 
     members: list[ZipMember]
     record: list[RecordEntry]
+    directory_offset: int
+    """Where the central directory starts."""
 
 
 class _Checked(NamedTuple):
@@ -130,12 +132,17 @@ class WheelReader:
 
     def _check(self, file_size: int, written: WrittenArchive | None) -> _Checked:
         """The structural checks, METADATA's and WHEEL's (the module docstring): what they found."""
-        members = read_directory(self._fd, path=self.path) if written is None else written.members
+        if written is None:
+            members, directory_offset = read_directory(self._fd, path=self.path)
+        else:
+            members, _, directory_offset = written
         # The writer refused every unsafe name it wrote (WheelWriter._claim): the same check, not run twice.
         self._infos, top_level = self._index_members(members, file_size, names_checked=written is not None)
-        overlap = overlapping_members(members) if written is None else None  # the writer wrote each once
+        overlap = bound_members(members, directory_offset)
         if overlap is not None:
-            raise InvalidWheelError(f"{self.name}: member {overlap[0].filename!r}: overlaps member {overlap[1].filename!r}")
+            member, next_member = overlap
+            into = "the central directory" if next_member is None else f"member {next_member.filename!r}"
+            raise InvalidWheelError(f"{self.name}: member {member.filename!r}: overlaps {into}")
         self.dist_info = self._find_dist_info(top_level)
         self._record = self._load_record(None if written is None else written.record)
         metadata = self._check_metadata()

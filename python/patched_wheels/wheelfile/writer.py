@@ -215,7 +215,7 @@ class WheelWriter:
             self._flush()  # the buffer's tail
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
-            WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(self._entries, rows)).close()
+            WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(self._entries, rows, directory_offset)).close()
             os.replace(self._temp, self.dest)
         except BaseException:
             self.abort()

@@ -63,6 +63,7 @@ __all__ = [
     "STORED",
     "UNIX",
     "ZIP64_LIMIT",
+    "bound_members",
     "central_header",
     "crc32",
     "data_offset",
@@ -72,7 +73,6 @@ __all__ = [
     "local_header",
     "member_content",
     "member_problem",
-    "overlapping_members",
     "unix_mode",
 ]
 
@@ -129,14 +129,23 @@ def member_problem(info: ZipMember, archive_size: int) -> str | None:
     return None
 
 
-def overlapping_members(members: Sequence[ZipMember]) -> tuple[ZipMember, ZipMember] | None:
-    """Two members whose bytes overlap (the first one's local header and data run into the second's local
-    header), or None.  A zip bomb's trick (entries nested in another's data, or sharing it), refused by
-    zipfile since Python 3.11.8 and 3.12.2: each member would be copied out whole."""
+def bound_members(members: Sequence[ZipMember], directory_offset: int) -> tuple[ZipMember, ZipMember | None] | None:
+    """Set each member's ``end_offset`` (the next member's local header, the last one's the central
+    directory at ``directory_offset``), and return the first member that already runs past it with the
+    smallest local header possible, beside the member it runs into (None: the central directory), or None.
+
+    A zip bomb's trick (entries nested in another's data, or sharing it), refused by zipfile since
+    Python 3.11.8 and 3.12.2: each member would be copied out whole.  The local extra field, whose
+    length only the local header tells, is counted where that header is read (:func:`data_offset`).
+    """
     ordered = sorted(members, key=attrgetter("header_offset"))
-    for first, second in zip(ordered, ordered[1:]):
-        if first.header_offset + _LOCAL_HEADER.size + len(first.raw_name) + first.compress_size > second.header_offset:
-            return first, second
+    ends = [member.header_offset for member in ordered[1:]]
+    ends.append(directory_offset)
+    fixed = _LOCAL_HEADER.size
+    for index, (member, end) in enumerate(zip(ordered, ends)):
+        member.end_offset = end
+        if member.header_offset + fixed + len(member.raw_name) + member.compress_size > end:
+            return member, ordered[index + 1] if index + 1 < len(ordered) else None
     return None
 
 
@@ -146,7 +155,8 @@ def overlapping_members(members: Sequence[ZipMember]) -> tuple[ZipMember, ZipMem
 def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
     """Where ``info``'s compressed bytes start, once ``header`` (the bytes at its local header, at least
     through the name) is checked: it names the same file and agrees with the central directory, since a
-    small member's local header is copied verbatim into patched wheels.  ``archive`` names the archive in errors."""
+    small member's local header is copied verbatim into patched wheels, and with its extra field the data
+    ends by ``info.end_offset`` (:func:`bound_members`).  ``archive`` names the archive in errors."""
     name = info.raw_name
     fixed = _LOCAL_HEADER.size
     if len(header) < fixed:
@@ -169,7 +179,10 @@ def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
         or (file_size != 0xFFFFFFFF and file_size != info.file_size)
     ):
         raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
-    return info.header_offset + fixed + name_length + extra_length
+    start = info.header_offset + fixed + name_length + extra_length
+    if start + info.compress_size > info.end_offset:  # a lying extra length: the copy would take what follows
+        raise InvalidWheelError(f"{archive}: {info.filename}: local header and data run into the next member or the central directory")
+    return start
 
 
 class RawMember(NamedTuple):

@@ -50,15 +50,19 @@ _EXTRA_BLOCK = struct.Struct("<HH")
 class ZipMember:
     """One central directory record: what checking, reading and raw-copying a member needs.
 
-    Attributes are named like :class:`ZipMember`'s; ``raw_name`` is the name as the headers
+    Attributes are named like :class:`zipfile.ZipInfo`'s; ``raw_name`` is the name as the headers
     spell it (a local header copied verbatim must repeat it byte for byte).  A plain class with
     slots, filled from one ``struct`` unpack per record: torch's wheel has 10,600 of them, and
     every command parses a wheel's directory (zipfile's ZipInfo cost 3x as much).
+
+    ``end_offset``, where the member's local header and data must end (the next member's local
+    header, or the central directory), is not a record's field: ``zipcontainer.bound_members``
+    sets it once the whole directory is known, before any member is read.
     """
 
     __slots__ = (
         "filename", "raw_name", "create_system", "flag_bits", "compress_type", "CRC",
-        "compress_size", "file_size", "header_offset", "external_attr", "extra",
+        "compress_size", "file_size", "header_offset", "external_attr", "extra", "end_offset",
     )  # fmt: skip
 
     def __init__(
@@ -89,8 +93,9 @@ class _Unsupported(Exception):
     """A zip feature :mod:`zipfile` refuses too (a format version newer than it reads)."""
 
 
-def read_directory(fd: int, *, path: Path) -> list[ZipMember]:
-    """The central directory of the archive open as ``fd``, read with positional reads.
+def read_directory(fd: int, *, path: Path) -> tuple[list[ZipMember], int]:
+    """The central directory of the archive open as ``fd``, read with positional reads: its records,
+    and where it starts in the file (where the last member's bytes must end).
 
     Read as :mod:`zipfile` reads it (what pip and installer use): the end record at the end or
     before a comment, the ZIP64 records when present, data prepended to the archive allowed
@@ -104,7 +109,7 @@ def read_directory(fd: int, *, path: Path) -> list[ZipMember]:
         start, size, shift = _directory_extent(fd, file_size)
         # Never more than the file holds: a lying size must not allocate gigabytes.
         data = os.pread(fd, min(size, file_size - start), start) if start < file_size else b""
-        return _parse_directory(data, size, shift)
+        return _parse_directory(data, size, shift), start
     except OSError as error:
         raise InvalidWheelError(f"{path}: cannot read ({error.strerror or error})") from None
     except UnicodeDecodeError as error:  # a name flagged UTF-8 that is not: error.object is the name
