@@ -23,11 +23,13 @@ mtimes must not run another release's bytecode.
 Each release (or edit) of the helper thus gets a new directory, of about 1 MB per path the rules extract
 the helper to (one per hub and output base). The one in use is touched each time it is chosen, and its
 siblings untouched for :data:`STALE_AFTER` are removed then, so the cache holds the releases in use. A
-process of an old release that loses its directory that way only compiles again.
+process of an old release that loses its directory that way only compiles again (Python creates the
+directories it writes into again, below the private root).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -80,12 +82,14 @@ def bytecode_dir(package: Path = PACKAGE) -> Path | None:
             return None
         directory = root / f"{sys.implementation.cache_tag}-{source_digest(package)[:16]}"
         make_private_directories(directory)
-        os.utime(directory)
-        _remove_stale(root, keep=directory.name)
-        return directory
     except OSError as error:
         warn(f"{root}: bytecode directory not usable ({error.strerror or error}); the helper compiles its modules")
         return None
+    # Housekeeping, never a reason to give up the directory: a cache filled in advance may be read-only.
+    with contextlib.suppress(OSError):
+        os.utime(directory)
+        _remove_stale(root, keep=directory.name)
+    return directory
 
 
 def _remove_stale(root: Path, *, keep: str) -> None:
@@ -96,7 +100,11 @@ def _remove_stale(root: Path, *, keep: str) -> None:
         for entry in entries:
             if entry.name == keep or not _RELEASE_DIRECTORY.fullmatch(entry.name):
                 continue
-            if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < oldest:
+            try:
+                stale = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < oldest
+            except OSError:  # removed meanwhile by another helper process choosing its own directory
+                continue
+            if stale:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 

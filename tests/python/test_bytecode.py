@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ContextManager, Iterator
 
 import pytest
 
@@ -48,8 +52,11 @@ def test_created_private_and_keyed_by_interpreter_and_sources(tmp_path: Path, ca
     assert capsys.readouterr().err == ""
 
 
-def test_releases_not_chosen_for_a_month_are_removed(tmp_path: Path) -> None:
+def test_releases_not_chosen_for_a_month_are_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each release gets its own directory; choosing one touches it and removes siblings stale for STALE_AFTER."""
+    removed: list[str] = []
+    rmtree = shutil.rmtree
+    monkeypatch.setattr(bytecode.shutil, "rmtree", lambda path, **kwargs: (removed.append(os.fspath(path)), rmtree(path, **kwargs)))
     root = tmp_path / "root" / "bytecode"
     tag = sys.implementation.cache_tag
     stale, recent = root / f"{tag}-{'a' * 16}", root / f"{tag}-{'b' * 16}"
@@ -66,7 +73,7 @@ def test_releases_not_chosen_for_a_month_are_removed(tmp_path: Path) -> None:
     os.utime(linked, (old, old), follow_symlinks=False)
     chosen = bytecode_dir(_package(tmp_path, "A = 1\n"))
     assert chosen is not None and chosen.exists()
-    assert not stale.exists()
+    assert not stale.exists() and removed == [os.fspath(stale)]  # not the link (rmtree would refuse it, silently)
     assert recent.exists() and foreign.exists() and outside.exists() and linked.is_symlink()
 
     # Choosing a directory again refreshes it: it is not the next release's stale sibling.
@@ -136,3 +143,37 @@ def test_the_command_prints_the_directory_and_a_second_process_compiles_nothing(
     assert any(path.name.startswith("hubplan.") for path in compiled), sorted(compiled)[:5]
     _helper(str(directory))  # warm: reads them, writes none
     assert {path: path.stat().st_mtime_ns for path in directory.rglob("*.pyc")} == compiled
+
+
+def test_housekeeping_that_fails_keeps_the_chosen_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stale sibling removed by another helper process between the listing and its stat, or a read-only
+    cache: the chosen directory was given up with a warning, so the helper compiled every module again."""
+    root = tmp_path / "root" / "bytecode"
+    tag = sys.implementation.cache_tag
+    vanished, stale = root / f"{tag}-{'a' * 16}", root / f"{tag}-{'b' * 16}"
+    for directory in (vanished, stale):
+        directory.mkdir(parents=True)
+        old = time.time() - bytecode.STALE_AFTER - 60
+        os.utime(directory, (old, old))
+    for directory in (root, root.parent):
+        directory.chmod(0o700)
+    scandir = os.scandir
+
+    def listing_then_removal(path: object) -> ContextManager[Iterator[os.DirEntry[str]]]:
+        if path != root:  # rmtree's own listings
+            return scandir(path)  # type: ignore[call-overload]
+        entries = sorted(scandir(path), key=lambda entry: entry.name)
+        shutil.rmtree(vanished)  # by the other process, after the listing
+        return contextlib.nullcontext(iter(entries))
+
+    monkeypatch.setattr(bytecode.os, "scandir", listing_then_removal)
+    chosen = bytecode_dir(_package(tmp_path, "A = 1\n"))
+    assert chosen is not None and chosen.exists() and not stale.exists()
+    monkeypatch.setattr(bytecode.os, "scandir", scandir)
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(bytecode.os, "utime", read_only)
+    assert bytecode_dir(_package(tmp_path, "A = 1\n")) == chosen
+    assert capsys.readouterr().err == ""
