@@ -16,6 +16,7 @@ behind.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,10 +145,15 @@ def patch_wheel(
 def _publish(scratch: Path, dest_dir: Path, names: Sequence[str]) -> None:
     """Rename the finished outputs ``names`` from ``scratch`` into ``dest_dir``, in that order: all or none.
 
-    One that cannot be renamed (its name is a directory there) fails with an error naming its destination,
-    not the scratch file; those renamed before it are removed again, so a sibling never stays without its
-    main wheel.
+    A name taken there by a directory (what a rename cannot replace) fails before anything is renamed,
+    with an error naming the destination, not the scratch file: a sibling never stays without its main
+    wheel, and the outputs of an earlier run stay as they were.  Should a rename still fail, those renamed
+    before it are removed again.
     """
+    for name in names:
+        target = dest_dir / name
+        if target.is_dir() and not target.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
     published: list[Path] = []
     try:
         for name in names:

@@ -171,10 +171,17 @@ def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_split_publishes_both_wheels_or_neither(capsys: pytest.CaptureFixture[str], torch_wheel: Path, tmp_path: Path) -> None:
     """The main output's name is taken by a directory: the sibling, renamed first, was left behind, and the
-    error named a temp file that no longer exists."""
+    error named a temp file that no longer exists; then a sibling of an earlier run was replaced and removed."""
+    command = ["split", "--no-cache", "--wheel", str(torch_wheel), "--dest-dir", str(tmp_path), "--into", "faketorch-libs", "--move", "faketorch/lib/*.so"]
+    assert main(command) == 0
+    sibling = next(path for path in tmp_path.iterdir() if path.name.startswith("faketorch_libs-"))
+    earlier = sibling.read_bytes()
     main_output = tmp_path / torch_wheel.name
+    main_output.unlink()
     main_output.mkdir()
-    status = main(["split", "--no-cache", "--wheel", str(torch_wheel), "--dest-dir", str(tmp_path), "--into", "faketorch-libs", "--move", "faketorch/lib/*.so"])
+    capsys.readouterr()
+    status = main(command)
     err = capsys.readouterr().err
     assert (status, err) == (1, f"patched-wheels: error: {main_output}: Is a directory\n")
-    assert sorted(path.name for path in tmp_path.iterdir()) == [torch_wheel.name] and not any(main_output.iterdir())
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([torch_wheel.name, sibling.name]) and not any(main_output.iterdir())
+    assert sibling.read_bytes() == earlier
