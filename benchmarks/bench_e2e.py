@@ -44,7 +44,7 @@ kernel time: per-process accounting (acct(2)) of four cold builds here showed th
 0.8 s and 16.5 s of system time (build-runfiles making the runfiles symlinks) and pip's processes 26 to
 53 s of system time for the same installs, while their user time stayed within 8 %. So the kernel part
 of the server's CPU is printed beside it, and the median ratio of user-space CPU (total minus kernel)
-beside the target's, as a reading aid; the targets stay on total CPU. So the work that
+beside the target's, as a reading aid; the targets stay on total CPU. For the same reason the work that
 differs between the configurations is also measured on its own (`--parts-rounds`, alternating): every
 other repository is the same pin installed from the same file by the same rules_python. Per workspace, a
 cold `bazel query` (after `clean --expunge` and `shutdown`; client, JVM and children CPU as above) of

@@ -266,7 +266,7 @@ class WheelReader:
             raise InvalidWheelError(f"{self.name}: {name}: inflated to {size} bytes, zip says {info.file_size}")
         if hasher is not None and entry is not None and hasher.digest() != entry.digest:
             raise InvalidWheelError(f"{self.name}: {name}: content does not match its RECORD hash")
-        if crc != info.CRC:  # the content is right, the CRC a raw copy keeps is not: zipfile (pip) refuses it
+        if crc != info.CRC:  # whatever RECORD says, a raw copy keeps this CRC, and zipfile (so pip) would refuse it
             raise InvalidWheelError(f"{self.name}: {name}: content does not match the zip directory's CRC-32")
 
     def _drain(self, name: str) -> None:
