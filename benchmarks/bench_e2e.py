@@ -29,7 +29,9 @@ Measured per configuration: wall time of `bazel test`; CPU of the processes it w
 and the Bazel client); CPU of the Bazel server read from /proc/<server_pid>/stat just before `shutdown`
 (utime + stime of the JVM and cutime + cstime of the children it reaped: pip, the hub's helper, the test;
 the server starts with the `bazel test`, so this covers it and the small `bazel info` after it), and how
-much of the server's CPU was kernel time (stime + cstime); bytes
+much of the server's CPU was kernel time (stime + cstime); the kernel's
+memory work during the test (host-wide /proc/vmstat counters: pages scanned by kswapd and in direct
+reclaim, file pages read again after eviction, compaction stalls); bytes
 received on the host's network interfaces during the test (host-wide, so other jobs' traffic counts:
 an upper bound on what was downloaded); disk used under the output base, by the hub's repository (beside
 the size of the wheels it wrote into `index/`) and by rules_python's wheel repositories. The configurations
@@ -154,6 +156,7 @@ class Measurement:
     wheel_repos_disk: int
     hub_disk: int | None
     hub_wheels: int | None  # bytes of the hub's index/*.whl
+    memory: dict[str, int]  # MEMORY_COUNTERS' increase during the test (host-wide)
 
     @property
     def cpu(self) -> float:
@@ -239,6 +242,25 @@ def received_bytes() -> int:
     return sum(int(row.split(":", 1)[1].split()[0]) for row in rows if row.split(":", 1)[0].strip() != "lo")
 
 
+MEMORY_COUNTERS = {
+    "pgscan_kswapd": "pages kswapd scanned",
+    "pgscan_direct": "scanned in direct reclaim",
+    "workingset_refault_file": "file pages read again after eviction",
+    "compact_stall": "compaction stalls",
+}
+"""/proc/vmstat counters printed per run: the kernel's memory work that a run's kernel time may include."""
+
+
+def memory_counters() -> dict[str, int]:
+    """MEMORY_COUNTERS' values now (host-wide; absent ones 0)."""
+    values = dict.fromkeys(MEMORY_COUNTERS, 0)
+    for line in Path("/proc/vmstat").read_text(encoding="ascii").splitlines():
+        name, _, value = line.partition(" ")
+        if name in values:
+            values[name] = int(value)
+    return values
+
+
 def process_cpu(pid: int) -> tuple[float, float, float]:
     """(utime + stime of ``pid``, cutime + cstime of the children it has reaped, stime + cstime), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
@@ -294,9 +316,10 @@ def measure(config: Config) -> tuple[Measurement, Path]:
     """One cold `bazel test` of ``config``; also returns the repository cache it used."""
     bazel(config, "clean", "--expunge")
     bazel(config, "shutdown")
-    received = received_bytes()
+    received, memory = received_bytes(), memory_counters()
     test = bazel(config, "test", config.target)
     received = received_bytes() - received
+    memory = {name: value - memory[name] for name, value in memory_counters().items()}
     info = dict(line.split(": ", 1) for line in bazel(config, "info", "server_pid", "output_base", "repository_cache").output.splitlines() if ": " in line)
     server_cpu, children_cpu, kernel_cpu = process_cpu(int(info["server_pid"]))
     bazel(config, "shutdown")
@@ -319,6 +342,7 @@ def measure(config: Config) -> tuple[Measurement, Path]:
         wheel_repos_disk=disk_used(wheel_repos),
         hub_disk=hub_disk,
         hub_wheels=hub_wheels,
+        memory=memory,
     )
     return measurement, Path(info["repository_cache"])
 
@@ -333,6 +357,7 @@ def describe(config: Config, m: Measurement) -> str:
             f"        disk: output base {mb(m.output_base_disk)}, {m.wheel_repos} rules_python wheel repositories {mb(m.wheel_repos_disk)}")  # fmt: skip
     if m.hub_disk is not None and m.hub_wheels is not None:
         text += f", hub {config.patched_hub} {mb(m.hub_disk)} (its index/*.whl {mb(m.hub_wheels)}, the rest {mb(m.hub_disk - m.hub_wheels)})"
+    text += "\n        memory (host-wide): " + ", ".join(f"{m.memory[name]:,} {label}" for name, label in MEMORY_COUNTERS.items())
     return text
 
 
