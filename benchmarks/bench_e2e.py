@@ -2,9 +2,11 @@
 
     python benchmarks/bench_e2e.py [--rounds 2] [--parts-rounds 3] [--keep]
 
-Three configurations, each in its own workspace and output base, run in rounds whose order alternates
-(plain, flat, split, then split, flat, plain, ...); each run is `clean --expunge`, `shutdown`, then the
-timed `bazel test`, then `info` and `shutdown`:
+Three configurations, each in its own workspace and output base, run in rounds whose order rotates
+(plain, flat, split, then flat, split, plain, then split, plain, flat, ...: every three rounds, each
+configuration runs once in each position; with the order only reversed, flat always ran in the middle,
+and the middle run had the most kernel time in 6 of 7 rounds); each run is `clean --expunge`,
+`shutdown`, then the timed `bazel test`, then `info` and `shutdown`:
 
 (a) plain: rules_python's own `pip.parse(name = "pypi")` of third_party/requirements_lock.txt as is, no
     rules_patched_wheels at all; `//:plain_test` depends on `requirement("torch")`. rules_python 0.22.1
@@ -421,7 +423,8 @@ def main() -> int:
         for number in range(1, args.rounds + 1):
             print(f"round {number}/{args.rounds}", flush=True)
             results: dict[str, Measurement] = {}
-            for config in configs if number % 2 == 1 else configs[::-1]:
+            start = (number - 1) % len(configs)
+            for config in configs[start:] + configs[:start]:
                 results[config.name], cache = measure(config)
                 caches.add(cache)
                 print(describe(config, results[config.name]), flush=True)
