@@ -135,7 +135,7 @@ class WheelReader:
         if written is None:
             members, directory_offset = read_directory(self._fd, path=self.path)
         else:
-            members, _, directory_offset = written
+            members, directory_offset = written.members, written.directory_offset
         # The writer refused every unsafe name it wrote (WheelWriter._claim): the same check, not run twice.
         self._infos, top_level = self._index_members(members, file_size, names_checked=written is not None)
         overlap = bound_members(members, directory_offset)

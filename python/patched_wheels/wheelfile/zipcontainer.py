@@ -139,13 +139,11 @@ def bound_members(members: Sequence[ZipMember], directory_offset: int) -> tuple[
     length only the local header tells, is counted where that header is read (:func:`data_offset`).
     """
     ordered = sorted(members, key=attrgetter("header_offset"))
-    ends = [member.header_offset for member in ordered[1:]]
-    ends.append(directory_offset)
     fixed = _LOCAL_HEADER.size
-    for index, (member, end) in enumerate(zip(ordered, ends)):
-        member.end_offset = end
-        if member.header_offset + fixed + len(member.raw_name) + member.compress_size > end:
-            return member, ordered[index + 1] if index + 1 < len(ordered) else None
+    for member, following in zip(ordered, [*ordered[1:], None]):
+        member.end_offset = directory_offset if following is None else following.header_offset
+        if member.header_offset + fixed + len(member.raw_name) + member.compress_size > member.end_offset:
+            return member, following
     return None
 
 
