@@ -26,8 +26,8 @@ ran in the middle, and the middle run had the most kernel time in 6 of 7 rounds)
 (d) with --control, plain-again: (a) once more, a copy of its workspace in an output base of its own,
     placed in the rotation like the others. Its ratio to (a) is what two runs of the same work differ
     by on this machine in the same run, printed per round and as a median and range beside the targets
-    (it has none). On the 2-core VM (a nested guest) an identical fork-heavy shell loop took 29.0 s and
-    36.8 s of CPU back to back, so a single ratio can be off by more than the targets' 2 and 5 %.
+    (it has none). On the 2-core VM (a nested guest) the same shell loop of 30,000 `ln -s` processes took
+    28.8 s and 36.5 s of CPU (user + system) back to back: one ratio can be off by more than 2 or 5 %.
 
 (b) and (c) are copies of the example (example_workspace.make_workspace) reduced to their one hub:
 rules_python 0.22.1's `pip` extension reads every `pip.parse` lock, so with both hubs declared either test
