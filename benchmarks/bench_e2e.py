@@ -1,6 +1,6 @@
 """End to end on the example's torch 2.1.0 lock: plain rules_python against the flat and the split hub.
 
-    python benchmarks/bench_e2e.py [--rounds 2] [--parts-rounds 3] [--control] [--keep]
+    python benchmarks/bench_e2e.py [--rounds 2] [--warmup 1] [--parts-rounds 3] [--control] [--keep]
 
 Three configurations (four with --control), each in its own workspace and output base, run in rounds
 whose order rotates (plain, flat, split, then flat, split, plain, then split, plain, flat, ...: every
@@ -28,6 +28,12 @@ ran in the middle, and the middle run had the most kernel time in 6 of 7 rounds)
     by on this machine in the same run, printed per round and as a median and range beside the targets
     (it has none). On the 2-core VM (a nested guest) the same shell loop of 30,000 `ln -s` processes took
     28.8 s and 36.5 s of CPU (user + system) back to back: one ratio can be off by more than 2 or 5 %.
+
+Before the rounds, --warmup rounds (default one) run every configuration once and are not counted. In
+the two --control runs that had none (2026-11-26, started right after a CI run or an expunge of the
+example's output base), the first two rounds' kernel times ran from 17 to 49 s and the ratios, the
+control's too, from 0.80 to 1.32; in the rounds after them every run's kernel time stayed within
+16-23 s and every ratio within 0.94-1.06.
 
 (b) and (c) are copies of the example (example_workspace.make_workspace) reduced to their one hub:
 rules_python 0.22.1's `pip` extension reads every `pip.parse` lock, so with both hubs declared either test
@@ -429,6 +435,7 @@ def parts_summary(configs: Sequence[Config], rounds: int, plain_cpu: float) -> s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (0: none)")
     parser.add_argument("--parts-rounds", type=int, default=3, help="runs of each differing part alone, and of an empty query (0: skip)")
     parser.add_argument("--keep", action="store_true", help="keep the workspaces and their output bases")
     parser.add_argument("--control", action="store_true", help=f"measure plain twice in every round ({CONTROL}): the ratio of two runs of the same work")
@@ -440,6 +447,12 @@ def main() -> int:
     caches: set[Path] = set()
     print(f"workspaces under {work}, output bases under {configs[0].output_base.parent}, rules_python {RULES_PYTHON}")
     try:
+        for number in range(1, args.warmup + 1):
+            print(f"warm-up round {number}/{args.warmup} (not counted)", flush=True)
+            for config in configs:
+                warm, cache = measure(config)
+                caches.add(cache)
+                print(describe(config, warm), flush=True)
         for number in range(1, args.rounds + 1):
             print(f"round {number}/{args.rounds}", flush=True)
             results: dict[str, Measurement] = {}
