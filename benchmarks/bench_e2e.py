@@ -33,7 +33,8 @@ Before the rounds, --warmup rounds (default one) run every configuration once an
 the two --control runs that had none (2026-11-26, started right after a CI run or an expunge of the
 example's output base), the first two rounds' kernel times ran from 17 to 49 s and the ratios, the
 control's too, from 0.80 to 1.32; in the rounds after them every run's kernel time stayed within
-16-23 s and every ratio within 0.94-1.06.
+16-23 s and every ratio within 0.94-1.06. Swings that come later stay: a run with a warm-up round saw
+kernel times of 18-52 s, over 40 s in at least one run of every round.
 
 (b) and (c) are copies of the example (example_workspace.make_workspace) reduced to their one hub:
 rules_python 0.22.1's `pip` extension reads every `pip.parse` lock, so with both hubs declared either test
