@@ -223,19 +223,23 @@ def drop_statements(text: str, names: set[str]) -> str:
     return "".join(lines)
 
 
+def make_plain(name: str, work: Path, output_bases: Path) -> Config:
+    """A plain rules_python workspace ``work/name`` (no rules_patched_wheels) and its configuration."""
+    root = work / name
+    root.mkdir()
+    (root / "MODULE.bazel").write_text(PLAIN_MODULE, encoding="utf-8")
+    (root / "BUILD.bazel").write_text(PLAIN_BUILD, encoding="utf-8")
+    (root / "plain_test.py").write_text(PLAIN_TEST, encoding="utf-8")
+    shutil.copyfile(REPO / "third_party" / "requirements_lock.txt", root / "requirements_lock.txt")
+    shutil.copyfile(REPO / ".bazelrc", root / ".bazelrc")
+    return Config(name, "//:plain_test", None, "pypi", root, output_bases / name)
+
+
 def make_configs(work: Path, control: bool) -> list[Config]:
     """The workspaces under ``work`` (with ``control``, plain's twice); output bases beside Bazel's own
     (bound into the offline root)."""
     output_bases = Path.home() / ".cache" / "bazel" / work.name
-    for name in ["plain", CONTROL] if control else ["plain"]:
-        plain = work / name
-        plain.mkdir()
-        (plain / "MODULE.bazel").write_text(PLAIN_MODULE, encoding="utf-8")
-        (plain / "BUILD.bazel").write_text(PLAIN_BUILD, encoding="utf-8")
-        (plain / "plain_test.py").write_text(PLAIN_TEST, encoding="utf-8")
-        shutil.copyfile(REPO / "third_party" / "requirements_lock.txt", plain / "requirements_lock.txt")
-        shutil.copyfile(REPO / ".bazelrc", plain / ".bazelrc")
-    configs = [Config("plain", "//:plain_test", None, "pypi", work / "plain", output_bases / "plain")]
+    configs = [make_plain("plain", work, output_bases)]
     hubs = {"flat": ("//calculator:calc_test", "patched_pypi", "pypi"), "split": ("//calculator:calc_split_test", "patched_pypi_split", "pypi_split")}
     for name, (target, patched_hub, pip_hub) in hubs.items():
         root = work / name
@@ -246,7 +250,7 @@ def make_configs(work: Path, control: bool) -> list[Config]:
             path.write_text(drop_statements(path.read_text(encoding="utf-8"), others), encoding="utf-8")
         configs.append(Config(name, target, patched_hub, pip_hub, root, output_bases / name))
     if control:  # last in the list, so that it follows plain in the rotation only once in four rounds
-        configs.append(Config(CONTROL, "//:plain_test", None, "pypi", work / CONTROL, output_bases / CONTROL))
+        configs.append(make_plain(CONTROL, work, output_bases))
     return configs
 
 
@@ -369,6 +373,17 @@ def measure(config: Config) -> tuple[Measurement, Path]:
     return measurement, Path(info["repository_cache"])
 
 
+def measure_round(configs: Sequence[Config], caches: set[Path]) -> dict[str, Measurement]:
+    """One `measure` of each of ``configs`` in that order, each printed; adds the repository caches
+    they used to ``caches``."""
+    results: dict[str, Measurement] = {}
+    for config in configs:
+        results[config.name], cache = measure(config)
+        caches.add(cache)
+        print(describe(config, results[config.name]), flush=True)
+    return results
+
+
 def mb(size: int) -> str:
     return f"{size / 1e6:,.0f} MB"
 
@@ -407,10 +422,10 @@ def summary(rounds: list[dict[str, Measurement]]) -> tuple[list[str], bool]:
                      f"{'met' if cpu <= target else 'MISSED'}; user-space CPU {user:.2f}), wall {wall:.2f}, output base disk {disk:.2f}")  # fmt: skip
     if CONTROL in rounds[0]:
         control = [measured[CONTROL].cpu / measured["plain"].cpu for measured in rounds]
-        user = [measured[CONTROL].user_cpu / measured["plain"].user_cpu for measured in rounds]
+        control_user = [measured[CONTROL].user_cpu / measured["plain"].user_cpu for measured in rounds]
         lines.append(f"control, the same work as plain: {CONTROL}/plain CPU median {statistics.median(control):.2f}, "
-                     f"from {min(control):.2f} to {max(control):.2f} (user-space: median {statistics.median(user):.2f}, "
-                     f"from {min(user):.2f} to {max(user):.2f}); no target")  # fmt: skip
+                     f"from {min(control):.2f} to {max(control):.2f} (user-space: median {statistics.median(control_user):.2f}, "
+                     f"from {min(control_user):.2f} to {max(control_user):.2f}); no target")  # fmt: skip
     for name in TARGETS:
         hub_disk, hub_wheels = rounds[-1][name].hub_disk or 0, rounds[-1][name].hub_wheels or 0
         fits = hub_disk <= HUB_DISK_SLACK * hub_wheels
@@ -450,18 +465,11 @@ def main() -> int:
     try:
         for number in range(1, args.warmup + 1):
             print(f"warm-up round {number}/{args.warmup} (not counted)", flush=True)
-            for config in configs:
-                warm, cache = measure(config)
-                caches.add(cache)
-                print(describe(config, warm), flush=True)
+            measure_round(configs, caches)
         for number in range(1, args.rounds + 1):
             print(f"round {number}/{args.rounds}", flush=True)
-            results: dict[str, Measurement] = {}
             start = (number - 1) % len(configs)
-            for config in configs[start:] + configs[:start]:
-                results[config.name], cache = measure(config)
-                caches.add(cache)
-                print(describe(config, results[config.name]), flush=True)
+            results = measure_round(configs[start:] + configs[:start], caches)
             print(f"  round {number}: {ratios(results)}", flush=True)
             rounds.append(results)
         if args.parts_rounds:
