@@ -21,8 +21,8 @@ INDEX_ATTRS = {
     "pylock": attr.label(allow_single_file = [".toml"], doc = "A PEP 751 `pylock.toml` (pip lock, uv export --format pylock.toml)."),
     "index_url": attr.string(default = DEFAULT_INDEX_URL, doc = "PEP 503 index the lock's wheels are resolved from."),
     "index_option": attr.string(default = "direct", values = INDEX_OPTIONS, doc = "How the generated lock names the patched wheels: `direct` references (every rules_python release), or `index-url` / `extra-index-url` / `find-links` to the hub's index (rules_python < 2 only)."),
-    "python_interpreter": attr.string(default = "python3", doc = "Interpreter whose tags select the wheels and that runs the helper."),
-    "python_interpreter_target": attr.label(allow_single_file = True),
+    "python_interpreter": attr.string(default = "python3", doc = "Interpreter (a name on `PATH` or an absolute path) whose tags select the wheels, that runs the helper, and that runs the `probe` of a `preload = \"auto\"` wheel; use the Python your targets run with."),
+    "python_interpreter_target": attr.label(allow_single_file = True, doc = "The interpreter as a label (e.g. a rules_python toolchain's `python3` file); overrides `python_interpreter`."),
 }
 
 def project_page_url(index_url, project):
