@@ -58,8 +58,24 @@ class Rule:
     kwargs: dict[str, Any]
 
 
+def _external(label: str, name: str) -> Callable[..., Rule]:
+    """Stand-in for a symbol loaded from another repository."""
+    return lambda *args, **kwargs: Rule(f"{label}%{name}", kwargs)
+
+
+class _Native:
+    """Stand-in for `native`: load-time calls such as `native.bazel_version` or a macro's `native.X(...)`."""
+
+    bazel_version = ""
+
+    def __getattr__(self, name: str) -> Callable[..., Rule]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: Rule(f"native.{name}", kwargs)
+
+
 class StarlarkError(Exception):
-    """A .bzl file called `fail()` at load time, or loaded something this evaluator cannot provide."""
+    """A .bzl file called `fail()` at load time."""
 
 
 def _fail(*args: object) -> None:
@@ -73,13 +89,15 @@ class Loader:
         self.root = root
         self.modules: dict[Path, dict[str, Any]] = {}
 
-    def path(self, label: str, relative_to: Path) -> Path:
-        if label.startswith("//"):
-            package, _, name = label[2:].partition(":")
-            return self.root / package / name
+    def path(self, label: str, relative_to: Path) -> Path | None:
+        """The file a label names in this repository; None for another repository's (not evaluated)."""
+        for own in ("@rules_patched_wheels//", "@//", "//"):
+            if label.startswith(own):
+                package, _, name = label[len(own):].partition(":")
+                return self.root / package / name
         if label.startswith(":"):
             return relative_to.parent / label[1:]
-        raise StarlarkError(f"{relative_to}: load({label!r}): only labels of this repository are evaluated")
+        return None
 
     def globals(self, path: Path) -> dict[str, Any]:
         path = path.resolve()
@@ -91,9 +109,11 @@ class Loader:
         namespace: dict[str, Any] = {}
 
         def load(label: str, *names: str, **aliases: str) -> None:
-            loaded = self.globals(self.path(label, path))
+            target = self.path(label, path)
             for local, exported in [(name, name) for name in names] + list(aliases.items()):
-                namespace[local] = loaded[exported]
+                # Another repository's symbol (rules_python's, ...) is only called at load time, never
+                # documented here: a stand-in that records the call is enough.
+                namespace[local] = _external(label, exported) if target is None else self.globals(target)[exported]
 
         namespace.update(
             __builtins__=__builtins__,
@@ -106,6 +126,10 @@ class Loader:
             tag_class=lambda **kwargs: Rule("tag_class", kwargs),
             module_extension=lambda **kwargs: Rule("module_extension", kwargs),
             repository_rule=lambda **kwargs: Rule("repository_rule", kwargs),
+            rule=lambda **kwargs: Rule("rule", kwargs),
+            provider=lambda *args, **kwargs: Rule("provider", kwargs),
+            native=_Native(),
+            select=lambda conditions, **kwargs: conditions,
         )
         source = path.read_text(encoding="utf-8")
         exec(compile(source, str(path), "exec"), namespace)

@@ -100,3 +100,18 @@ def test_load_time_fail_is_reported(tmp_path: Path) -> None:
     bzl.write_text('fail("boom")\n')
     with pytest.raises(gen_reference.StarlarkError, match="boom"):
         gen_reference.Loader(tmp_path).globals(bzl)
+
+
+def test_loads_of_other_repositories_are_stand_ins(tmp_path: Path) -> None:
+    """A .bzl of this repository may load rules_python's symbols: they are recorded, not evaluated, so the
+    generator keeps working when the public files load another repository."""
+    (tmp_path / "python").mkdir()
+    (tmp_path / "python" / "a.bzl").write_text(
+        'load("@rules_python//python:defs.bzl", "py_test")\n'
+        'load("//python:b.bzl", "B")\n'
+        'X = py_test(name = "t", deps = B)\n'
+    )
+    (tmp_path / "python" / "b.bzl").write_text('B = ["x"]\n')
+    namespace = gen_reference.Loader(tmp_path).globals(tmp_path / "python" / "a.bzl")
+    assert namespace["X"].kind == "@rules_python//python:defs.bzl%py_test"
+    assert namespace["X"].kwargs == {"name": "t", "deps": ["x"]}
