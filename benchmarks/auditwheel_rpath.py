@@ -1,10 +1,10 @@
-"""The README's RPATH example against the real ``auditwheel repair``: an opt-in check, not CI.
+"""The RPATH example of docs/rpath.md against the real ``auditwheel repair``: an opt-in check, not CI.
 
 Builds with gcc a wheel shaped like CyFES 2.7 -- ``CyFES-2.7.data/data/cyfes/libcufes.so`` (a
 data-scheme library with ``$ORIGIN`` as DT_RUNPATH) needing ``libfakecudart.so.12`` from outside
 the wheel and ``libgomp.so.1`` -- and repairs it with the ``auditwheel`` on ``PATH`` (or
-``--auditwheel``), which grafts both into ``CyFES.libs/``.  Then it applies the README's fix three
-ways (``--set-rpath``, ``--prepend-rpath``, ``--add-rpath``, with the two entries the README gives)
+``--auditwheel``), which grafts both into ``CyFES.libs/``.  Then it applies docs/rpath.md's fix three
+ways (``--set-rpath``, ``--prepend-rpath``, ``--add-rpath``, with the two entries docs/rpath.md gives)
 and prints for the repaired wheel and each patched one: the library's DT_RUNPATH, the policy
 ``auditwheel show`` reports, and whether the library loads where pip puts it (``<prefix>/cyfes/``,
 ``CyFES.libs/`` in site-packages) and where rules_python's ``whl_library`` does (``data/cyfes/``
@@ -39,10 +39,10 @@ from wheelbuilder import build_wheel  # noqa: E402
 MEMBER = "cyfes/libcufes.so"
 """The library's path below the data scheme (``CyFES-<version>.data/data/``)."""
 ANSWER = 42
-# The README's two entries: pip's prefix layout, then rules_python's repository layout.
+# docs/rpath.md's two entries: pip's prefix layout, then rules_python's repository layout.
 FIX_ENTRIES = "$ORIGIN/../lib/python3.11/site-packages/CyFES.libs:$ORIGIN/../../site-packages/CyFES.libs"
 FLAGS = {
-    "--set-rpath": f"$ORIGIN:{FIX_ENTRIES}",  # the README's example, word for word
+    "--set-rpath": f"$ORIGIN:{FIX_ENTRIES}",  # docs/rpath.md's example, word for word
     "--prepend-rpath": FIX_ENTRIES,
     "--add-rpath": FIX_ENTRIES,
 }

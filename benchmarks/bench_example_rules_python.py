@@ -3,7 +3,7 @@
     python benchmarks/bench_example_rules_python.py [--releases 0.22.1 2.3.2] [--keep]
 
 For each release a copy of the example (MODULE.bazel, calculator/, patches/, third_party/) is made in a
-temporary directory, its MODULE.bazel adapted the way the README shows for that release (1.x and 2.x:
+temporary directory, its MODULE.bazel adapted the way docs/rules-python.md shows for that release (1.x and 2.x:
 `pip.parse(hub_name = ..., python_version = "3.11")` and the host's Python as a local toolchain), and
 `tools/bazel clean --expunge` + `tools/bazel test //calculator/...` is timed (wall and the CPU time of the
 Bazel client and its children; Bazel's server is counted in the wall time only). It fails when a test fails

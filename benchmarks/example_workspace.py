@@ -1,7 +1,7 @@
 """The root torch example as a throwaway workspace, and a timed `tools/bazel` command in it.
 
 Shared by the benchmarks that drive Bazel on the example (bench_example_rules_python.py, bench_e2e.py), so
-both build exactly what README's "Usage (bzlmod)" tells users to write, from the same copy of the example.
+both build exactly what the README's bzlmod example tells users to write, from the same copy of the example.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def use_offline_modules() -> None:
 
 
 def adapt_module(text: str, release: str) -> str:
-    """The example's MODULE.bazel for ``release`` (only what the README's table says differs)."""
+    """The example's MODULE.bazel for ``release`` (only what docs/rules-python.md's table says differs)."""
     text = text.replace('bazel_dep(name = "rules_python", version = "0.22.1")', f'bazel_dep(name = "rules_python", version = "{release}")')
     text = text.replace('module(name = "rules_patched_wheels", version = "0.1.0")', 'module(name = "rpw_example")\n\nbazel_dep(name = "rules_patched_wheels", version = "0.1.0")\n'
                         f'local_path_override(module_name = "rules_patched_wheels", path = "{REPO}")')  # fmt: skip

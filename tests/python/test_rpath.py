@@ -112,7 +112,7 @@ def test_an_entry_already_there_is_kept_once_in_its_place(wheels: dict[str, Path
 
 
 def test_data_member_for_pip_and_rules_python_layouts(wheels: dict[str, Path], tmp_path: Path) -> None:
-    """The worked example of the README: a library under ``.data/data/`` (installed outside
+    """The worked example of docs/rpath.md: a library under ``.data/data/`` (installed outside
     site-packages) pointed at ``<pkg>.libs`` for pip's prefix layout and rules_python's."""
     site_packages = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     entries = f"$ORIGIN:$ORIGIN/../{site_packages}/pkg.libs:$ORIGIN/../../site-packages/pkg.libs"

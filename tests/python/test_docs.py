@@ -1,0 +1,72 @@
+"""The documentation's links resolve, and the README keeps what CI and issue 33 rely on.
+
+Files move (the helper's modules are being regrouped into subpackages); a link to a page or a heading
+that is gone is caught here rather than by a reader.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def documentation() -> list[Path]:
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md"]
+    return pages + sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "benchmarks" / "results").glob("*.md"))
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation other than `-` and `_` dropped, blanks as `-`."""
+    found = set()
+    fenced = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        match = None if fenced else re.match(r"#{1,6} (.*)", line)
+        if match:
+            found.add(re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-"))
+    return found
+
+
+def links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)  # code spans are not links
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+@pytest.mark.parametrize("page", documentation(), ids=lambda page: str(page.relative_to(ROOT)))
+def test_links_resolve(page: Path) -> None:
+    broken = []
+    for link in links(page):
+        if re.match(r"[a-z]+:", link):
+            continue  # an external URL
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        if not target.exists():
+            broken.append(f"{link}: no such file")
+        elif anchor and target.suffix == ".md" and anchor not in anchors(target):
+            broken.append(f"{link}: no heading with that anchor")
+    assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_anchor_rule(tmp_path: Path) -> None:
+    """The anchor rule itself, on headings of the kinds the pages use (code fences are not headings)."""
+    page = tmp_path / "page.md"
+    page.write_text("# A\n## 7. The preload (`preload = \"auto\"`)\n```\n# not a heading\n```\n### compat_stacks.py\n")
+    assert anchors(page) == {"a", "7-the-preload-preload--auto", "compat_stackspy"}
+
+
+def test_readme_is_a_page_with_the_ci_command() -> None:
+    """Issue 33: the README is a page (at most 200 lines; the rest lives in docs/), and it shows the
+    command CI runs (.ci/run calls tools/test and says it runs the README's test command)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"^tools/test\b", ci, flags=re.M)
+    blocks = "\n".join(re.findall(r"```sh\n(.*?)```", readme, flags=re.S))
+    assert re.search(r"^tools/test\s", blocks, flags=re.M)
+    assert re.search(r"^tools/bazel test //calculator/\.\.\.\s", blocks, flags=re.M)
