@@ -73,7 +73,9 @@ def lazy_warning(wheel: str, package: str, probe: str, unprobed: Unprobed, phras
     return (
         f"{wheel}: the probe {probe!r} never maps {package}'s own {unprobed.own[0].path}"
         + (f" (nor its {len(unprobed.own) - 1} other libraries)" if len(unprobed.own) > 1 else "")
-        + f", so what it opens once loaded is not seen: {len(unprobed.others)} libraries of {listed} stay neither mapped "
+        + f", so what it opens once loaded is not seen: {len(unprobed.others)} "
+        + ("library" if len(unprobed.others) == 1 else "libraries")
+        + f" of {listed} stay neither mapped "
         f"nor preloaded; if {package} loads lazily (a plugin its host initialises later), give a probe that makes it "
         f"load, e.g. {phrasing.probe('import jax; jax.devices()')} for a JAX plugin"
     )

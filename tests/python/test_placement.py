@@ -1,0 +1,147 @@
+"""Where a preload goes when the project users name is not the one shipping the package (JAX 0.7's
+``jax-cuda12-plugin`` / ``jax-cuda12-pjrt`` split), and the warning when the default probe never reaches a
+plugin's lazily loaded libraries: through the hub's build step (its JSON) and through ``patch``.
+
+The fixture is :func:`stackshapes.build_split_plugin_stack`: real gcc libraries, the plugin loaded by its
+host through an ``entry_points.txt`` entry."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import stackshapes
+from fakecuda import flat_layout, per_wheel_layout, run_import
+from patched_wheels.cli import main
+from patched_wheels.preload import PRELOAD_MODULE, read_preload_module
+from test_hub import set_config
+
+PJRT_INIT = "jaxlike_plugins/xla_fake/__init__.py"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> stackshapes.Stack:
+    return stackshapes.build_split_plugin_stack(tmp_path_factory.mktemp("split-plugin"))
+
+
+@pytest.fixture(autouse=True)
+def no_user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "off")
+
+
+def wheel(stack: stackshapes.Stack, project: str) -> Path:
+    (found,) = [w for w in stack.wheels if w.name.startswith(project.replace("-", "_") + "-")]
+    return found
+
+
+def others(stack: stackshapes.Stack, project: str) -> list[Path]:
+    return [w for w in stack.wheels if w != wheel(stack, project)]
+
+
+def one_error(captured: pytest.CaptureResult[str]) -> str:
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("patched-wheels: error: ") and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+def test_the_stack_runs_on_the_gpu_in_one_site_packages_and_silently_on_the_cpu_per_wheel(stack, tmp_path):
+    assert run_import(flat_layout(stack.wheels, tmp_path / "flat"), stack.code).stdout.strip() == stack.expected
+    per_wheel = run_import(per_wheel_layout(stack.wheels, tmp_path / "per-wheel"), stack.code)
+    assert per_wheel.returncode == 0 and per_wheel.stdout.strip() == "['cpu']", per_wheel.stderr
+
+
+def test_hub_names_the_project_that_ships_preload_package(stack, tmp_path, capsys):
+    config = set_config(
+        tmp_path, others(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-plugin"), "jaxlike-cuda-plugin",
+        preload="auto", preload_package="jaxlike_plugins.xla_fake",
+    )
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    assert one_error(capsys.readouterr()) == (
+        'patched-wheels: error: patched.patched_wheel(name = "jaxlike-cuda-plugin", hub = "test"): '
+        'preload_package = "jaxlike_plugins.xla_fake": jaxlike_plugins.xla_fake is shipped by jaxlike-cuda-pjrt, '
+        "which its entry point jaxlike_plugins:xla_fake loads, not by jaxlike-cuda-plugin: write "
+        'patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "test", preload = "auto", '
+        'preload_package = "jaxlike_plugins.xla_fake", …)'
+    )
+    assert not list((tmp_path / "index").glob("*+test.1-*.whl"))  # no patched wheel written
+
+
+def test_hub_says_which_plugin_imports_a_namespace_package_without_code(stack, tmp_path, capsys):
+    """The default package of jaxlike-cuda-plugin is its namespace of libraries: the error names the plugin
+    module (and its entry point) that imports it, and the stanza to write, keeping the user's probe."""
+    config = set_config(
+        tmp_path, others(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-plugin"), "jaxlike-cuda-plugin",
+        preload="auto", probe="import jaxlike",
+    )
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    assert one_error(capsys.readouterr()) == (
+        'patched-wheels: error: patched.patched_wheel(name = "jaxlike-cuda-plugin", hub = "test"): preload_package '
+        '(not given: "jaxlike_cuda_plugin", from name): jaxlike_cuda_plugin is a namespace package (no __init__.py) in '
+        "jaxlike-cuda-plugin: none of its code runs at import to load a preload; jaxlike_plugins.xla_fake (of "
+        "jaxlike-cuda-pjrt, the plugin its entry point jaxlike_plugins:xla_fake loads) imports it: write "
+        'patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "test", preload = "auto", '
+        'preload_package = "jaxlike_plugins.xla_fake", probe = "import jaxlike", …)'
+    )
+
+
+def _hub_preload(stack, tmp_path, capsys, **spec):
+    config = set_config(tmp_path, others(stack, "jaxlike-cuda-pjrt"), stack.package_wheel, "jaxlike-cuda-pjrt", preload="auto", **spec)
+    assert main(["hub", "build", "--config", str(config)]) == 0
+    (patched,) = (tmp_path / "index").glob("jaxlike_cuda_pjrt-*.whl")
+    return patched, capsys.readouterr().err
+
+
+def test_hub_warns_once_when_the_default_probe_never_maps_the_plugins_own_library(stack, tmp_path, capsys):
+    patched, err = _hub_preload(stack, tmp_path / "default", capsys, preload_package="jaxlike_plugins.xla_fake")
+    (line,) = err.splitlines()
+    assert line.startswith("patched-wheels: warning: jaxlike_cuda_pjrt-1.0-")
+    assert "'import jaxlike_plugins.xla_fake' never maps jaxlike_plugins.xla_fake's own jaxlike_plugins/xla_fake/xla_fake_plugin.so" in line
+    assert "2 libraries of fake-cudart, jaxlike-cuda-plugin stay neither mapped nor preloaded" in line
+    assert 'probe = "import jax; jax.devices()" on patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "test")' in line
+    with zipfile.ZipFile(patched) as archive:
+        assert not [name for name in archive.namelist() if PRELOAD_MODULE in name]  # nothing seen, nothing preloaded
+
+
+def test_hub_with_a_probe_that_initialises_the_plugin_warns_nothing_and_works_per_wheel(stack, tmp_path, capsys):
+    patched, err = _hub_preload(
+        stack, tmp_path, capsys, preload_package="jaxlike_plugins.xla_fake", probe=stackshapes.SPLIT_PLUGIN_PROBE
+    )
+    assert err == ""
+    with zipfile.ZipFile(patched) as archive:
+        preload = read_preload_module(archive.read(f"jaxlike_plugins/xla_fake/{PRELOAD_MODULE}.py"), where="test")
+    assert preload.libraries == (stack.libraries["cudart"],)
+    wheel_set = [patched, *others(stack, "jaxlike-cuda-pjrt")]
+    result = run_import(per_wheel_layout(wheel_set, tmp_path / "per-wheel"), stack.code)
+    assert result.stdout.strip() == stack.expected, result.stderr
+
+
+def test_patch_names_the_preload_from_wheel_that_ships_the_package(stack, tmp_path, capsys):
+    """Was: "jaxlike_cuda_pjrt-1.0-….whl: jaxlike_plugins/xla_fake/__init__.py: missing", which is false."""
+    plugin, pjrt = wheel(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-pjrt")
+    rest = [str(w) for w in others(stack, "jaxlike-cuda-plugin")]
+    code = main(["patch", "--wheel", str(plugin), "--dest-dir", str(tmp_path / "out"), "--preload-for", "jaxlike_plugins.xla_fake", "--preload-from", *rest])
+    assert code == 1
+    line = one_error(capsys.readouterr())
+    assert line.startswith(
+        f"patched-wheels: error: --preload-for jaxlike_plugins.xla_fake: jaxlike_plugins.xla_fake is shipped by {pjrt.name}, "
+        f"which its entry point jaxlike_plugins:xla_fake loads, not by {plugin.name}: write --wheel {pjrt} "
+        "--preload-for jaxlike_plugins.xla_fake --preload-from "
+    )
+    assert str(plugin) in line and "missing" not in line
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_patch_warns_with_the_probe_flag_when_the_default_probe_never_maps_the_plugin(stack, tmp_path, capsys):
+    pjrt = wheel(stack, "jaxlike-cuda-pjrt")
+    rest = [str(w) for w in others(stack, "jaxlike-cuda-pjrt")]
+    arguments = ["patch", "--wheel", str(pjrt), "--dest-dir", str(tmp_path / "out"), "--preload-for", "jaxlike_plugins.xla_fake", "--preload-from", *rest]
+    assert main(arguments) == 1  # strict: nothing to preload is an error, and the warning says why
+    captured = capsys.readouterr()
+    warning, error = captured.err.splitlines()
+    assert warning.startswith(f"patched-wheels: warning: {pjrt.name}: the probe 'import jaxlike_plugins.xla_fake' never maps")
+    assert warning.endswith("--probe 'import jax; jax.devices()' for a JAX plugin")
+    assert error.startswith("patched-wheels: error: ")
+    assert main([*arguments, "--probe", stackshapes.SPLIT_PLUGIN_PROBE]) == 0
+    assert "warning" not in capsys.readouterr().err
