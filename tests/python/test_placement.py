@@ -46,12 +46,6 @@ def one_error(captured: pytest.CaptureResult[str]) -> str:
     return lines[0]
 
 
-def test_the_stack_runs_on_the_gpu_in_one_site_packages_and_silently_on_the_cpu_per_wheel(stack, tmp_path):
-    assert run_import(flat_layout(stack.wheels, tmp_path / "flat"), stack.code).stdout.strip() == stack.expected
-    per_wheel = run_import(per_wheel_layout(stack.wheels, tmp_path / "per-wheel"), stack.code)
-    assert per_wheel.returncode == 0 and per_wheel.stdout.strip() == "['cpu']", per_wheel.stderr
-
-
 def test_hub_names_the_project_that_ships_preload_package(stack, tmp_path, capsys):
     config = set_config(
         tmp_path, others(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-plugin"), "jaxlike-cuda-plugin",
@@ -93,7 +87,14 @@ def _hub_preload(stack, tmp_path, capsys, **spec):
     return patched, capsys.readouterr().err
 
 
-def test_hub_warns_once_when_the_default_probe_never_maps_the_plugins_own_library(stack, tmp_path, capsys):
+def test_hub_warns_once_when_the_default_probe_never_maps_the_plugins_own_library_and_not_with_a_probe_that_does(
+    stack, tmp_path, capsys
+):
+    # The shape itself: the plugin works in one site-packages and falls back to the "cpu" per wheel, silently.
+    assert run_import(flat_layout(stack.wheels, tmp_path / "flat"), stack.code).stdout.strip() == stack.expected
+    per_wheel = run_import(per_wheel_layout(stack.wheels, tmp_path / "plain"), stack.code)
+    assert per_wheel.returncode == 0 and per_wheel.stdout.strip() == "['cpu']", per_wheel.stderr
+
     patched, err = _hub_preload(stack, tmp_path / "default", capsys, preload_package="jaxlike_plugins.xla_fake")
     (line,) = err.splitlines()
     assert line.startswith("patched-wheels: warning: jaxlike_cuda_pjrt-1.0-")
@@ -103,10 +104,8 @@ def test_hub_warns_once_when_the_default_probe_never_maps_the_plugins_own_librar
     with zipfile.ZipFile(patched) as archive:
         assert not [name for name in archive.namelist() if PRELOAD_MODULE in name]  # nothing seen, nothing preloaded
 
-
-def test_hub_with_a_probe_that_initialises_the_plugin_warns_nothing_and_works_per_wheel(stack, tmp_path, capsys):
     patched, err = _hub_preload(
-        stack, tmp_path, capsys, preload_package="jaxlike_plugins.xla_fake", probe=stackshapes.SPLIT_PLUGIN_PROBE
+        stack, tmp_path / "probe", capsys, preload_package="jaxlike_plugins.xla_fake", probe=stackshapes.SPLIT_PLUGIN_PROBE
     )
     assert err == ""
     with zipfile.ZipFile(patched) as archive:
@@ -145,3 +144,19 @@ def test_patch_warns_with_the_probe_flag_when_the_default_probe_never_maps_the_p
     assert error.startswith("patched-wheels: error: ")
     assert main([*arguments, "--probe", stackshapes.SPLIT_PLUGIN_PROBE]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_wheel_the_hub_did_not_fetch_is_found_by_its_cached_libraries(stack):
+    """With its ELF rows cached, the hub fetches no unpatched wheel (direct references): the package's home
+    is then found by the graph's rows under the package's directory."""
+    from patched_wheels.elfgraph import WheelRef, read_graph
+    from patched_wheels.errors import UsageError
+    from patched_wheels.packages import Phrasing, locate_package
+
+    plugin = wheel(stack, "jaxlike-cuda-plugin")
+    graph = read_graph(stack.wheels)
+    refs = [plugin, *(WheelRef(w.name) for w in others(stack, "jaxlike-cuda-plugin"))]
+    with pytest.raises(UsageError, match=r"jaxlike_plugins\.xla_fake is shipped by jaxlike_cuda_pjrt-1\.0-py3-none-linux_x86_64\.whl, not by "):
+        locate_package("jaxlike_plugins.xla_fake", plugin, refs, Phrasing.plain("jaxlike_plugins.xla_fake"), graph)
+    with pytest.raises(UsageError, match="no wheel in the set ships jaxlike_plugins/xla_fake/__init__.py"):
+        locate_package("jaxlike_plugins.xla_fake", plugin, refs, Phrasing.plain("jaxlike_plugins.xla_fake"))
