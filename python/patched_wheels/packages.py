@@ -199,7 +199,8 @@ def _importers(module: str, wheels: Sequence[Path]) -> list[_Importer]:
                 if not init.endswith("/__init__.py") or reader.file_size(member) > _MAX_SOURCE_BYTES:
                     continue
                 importer = init[: -len("/__init__.py")].replace("/", ".")
-                if importer.split(".")[0] != module.split(".")[0] and word.search(reader.read(member)):
+                inner = importer == module or importer.startswith(f"{module}.")
+                if not inner and word.search(reader.read(member)):
                     found.append(_Importer(wheel.name, importer, loaded.get(importer)))
     return sorted(found, key=lambda importer: (importer.entry_point is None, importer.module.count("."), importer.module))
 
@@ -226,15 +227,12 @@ def locate_package(
     are cached) is judged by ``graph``: its libraries under the package's directory.
     """
     path, module = package_path(package), module_name(package)
-    with WheelReader(patched) as reader:
-        names = reader.members()
-    regular = package_init_members(path, names)
-    inside = [name for name in names if (install_path(name) or "").startswith(f"{path}/")]
-    if regular or _outermost_packages(inside):
-        return PackageLocation(patched, path, tuple(regular) or _outermost_packages(inside))
+    inside, code = _members_of(path, patched)
+    if code:
+        return PackageLocation(patched, path, code)
     refs = [WheelRef.of(wheel) for wheel in wheels]
     readable = [ref.path for ref in refs if ref.path is not None and ref.filename != patched.name]
-    homes = [wheel.name for wheel in readable if _ships_code(path, wheel)]
+    homes = [wheel.name for wheel in readable if _members_of(path, wheel)[1]]
     homes += [
         ref.filename
         for ref in refs
@@ -269,10 +267,10 @@ def locate_package(
     )
 
 
-def _ships_code(path: str, wheel: Path) -> bool:
-    """Whether ``wheel`` ships the package at ``path`` with code that runs at import (a regular package,
-    or a namespace portion with regular packages inside)."""
+def _members_of(path: str, wheel: Path) -> tuple[list[str], tuple[str, ...]]:
+    """The members of ``wheel`` under the package at ``path``, and the ``__init__.py`` members that run when
+    it is imported: its own, or, for a namespace portion, those of the outermost regular packages inside."""
     with WheelReader(wheel) as reader:
         names = reader.members()
     inside = [name for name in names if (install_path(name) or "").startswith(f"{path}/")]
-    return bool(package_init_members(path, names) or _outermost_packages(inside))
+    return inside, tuple(package_init_members(path, names)) or _outermost_packages(inside)

@@ -16,7 +16,7 @@ import stackshapes
 from fakecuda import flat_layout, per_wheel_layout, run_import
 from patched_wheels.cli import main
 from patched_wheels.preload import PRELOAD_MODULE, read_preload_module
-from test_hub import set_config
+from test_hub import no_user_cache, set_config  # noqa: F401  (no_user_cache: autouse, the user's caches stay out)
 
 PJRT_INIT = "jaxlike_plugins/xla_fake/__init__.py"
 
@@ -24,11 +24,6 @@ PJRT_INIT = "jaxlike_plugins/xla_fake/__init__.py"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> stackshapes.Stack:
     return stackshapes.build_split_plugin_stack(tmp_path_factory.mktemp("split-plugin"))
-
-
-@pytest.fixture(autouse=True)
-def no_user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "off")
 
 
 def wheel(stack: stackshapes.Stack, project: str) -> Path:
@@ -46,13 +41,16 @@ def one_error(captured: pytest.CaptureResult[str]) -> str:
     return lines[0]
 
 
-def test_hub_names_the_project_that_ships_preload_package(stack, tmp_path, capsys):
-    config = set_config(
-        tmp_path, others(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-plugin"), "jaxlike-cuda-plugin",
-        preload="auto", preload_package="jaxlike_plugins.xla_fake",
-    )
+def misplaced_hub_error(stack, tmp_path, capsys, **spec) -> str:
+    """The one error line of a hub that patches jaxlike-cuda-plugin, the project users guess, with ``spec``."""
+    plugin = wheel(stack, "jaxlike-cuda-plugin")
+    config = set_config(tmp_path, others(stack, "jaxlike-cuda-plugin"), plugin, "jaxlike-cuda-plugin", preload="auto", **spec)
     assert main(["hub", "build", "--config", str(config)]) == 1
-    assert one_error(capsys.readouterr()) == (
+    return one_error(capsys.readouterr())
+
+
+def test_hub_names_the_project_that_ships_preload_package(stack, tmp_path, capsys):
+    assert misplaced_hub_error(stack, tmp_path, capsys, preload_package="jaxlike_plugins.xla_fake") == (
         'patched-wheels: error: patched.patched_wheel(name = "jaxlike-cuda-plugin", hub = "test"): '
         'preload_package = "jaxlike_plugins.xla_fake": jaxlike_plugins.xla_fake is shipped by jaxlike-cuda-pjrt, '
         "which its entry point jaxlike_plugins:xla_fake loads, not by jaxlike-cuda-plugin: write "
@@ -65,12 +63,7 @@ def test_hub_names_the_project_that_ships_preload_package(stack, tmp_path, capsy
 def test_hub_says_which_plugin_imports_a_namespace_package_without_code(stack, tmp_path, capsys):
     """The default package of jaxlike-cuda-plugin is its namespace of libraries: the error names the plugin
     module (and its entry point) that imports it, and the stanza to write, keeping the user's probe."""
-    config = set_config(
-        tmp_path, others(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-plugin"), "jaxlike-cuda-plugin",
-        preload="auto", probe="import jaxlike",
-    )
-    assert main(["hub", "build", "--config", str(config)]) == 1
-    assert one_error(capsys.readouterr()) == (
+    assert misplaced_hub_error(stack, tmp_path, capsys, probe="import jaxlike") == (
         'patched-wheels: error: patched.patched_wheel(name = "jaxlike-cuda-plugin", hub = "test"): preload_package '
         '(not given: "jaxlike_cuda_plugin", from name): jaxlike_cuda_plugin is a namespace package (no __init__.py) in '
         "jaxlike-cuda-plugin: none of its code runs at import to load a preload; jaxlike_plugins.xla_fake (of "
