@@ -250,7 +250,10 @@ def locate_package(
             f"{phrasing.wheel(patched.name)}: write {phrasing.write(homes[0], module)}"
         )
     if not inside:
-        raise UsageError(f"{phrasing.option}: no wheel in the set ships {path}/__init__.py or any file under {path}/")
+        raise UsageError(
+            f"{phrasing.option}: no wheel in the set ships {path}/__init__.py or any file under {path}/"
+            + _what_it_ships(patched, phrasing)
+        )
     importers = _importers(module, [patched, *readable])
     if not importers:
         raise UsageError(
@@ -274,3 +277,21 @@ def _members_of(path: str, wheel: Path) -> tuple[list[str], tuple[str, ...]]:
         names = reader.members()
     inside = [name for name in names if (install_path(name) or "").startswith(f"{path}/")]
     return inside, tuple(package_init_members(path, names)) or _outermost_packages(inside)
+
+
+def _what_it_ships(wheel: Path, phrasing: Phrasing) -> str:
+    """What to write for a package ``wheel`` does not ship (a default one, from the project name: ``jax-cuda12-pjrt``
+    ships ``jax_plugins.xla_cuda12``, ``onnxruntime-gpu`` ships ``onnxruntime``): the module its first entry point
+    loads, else its one top-level regular package, else its top-level packages listed; "" when it ships none."""
+    with WheelReader(wheel) as reader:
+        names = reader.members()
+        points = [point for point in entry_points(reader) if package_init_members(package_path(point.module), names)]
+    if points:
+        return (
+            f"; {phrasing.wheel(wheel.name)} ships {points[0].module}, which its entry point {points[0]} loads: "
+            f"write {phrasing.write(wheel.name, points[0].module)}"
+        )
+    top = sorted({init.split("/")[0] for init in map(install_path, names) if init and init.count("/") == 1 and init.endswith("/__init__.py")})
+    if len(top) == 1:
+        return f"; {phrasing.wheel(wheel.name)} ships {top[0]}: write {phrasing.write(wheel.name, top[0])}"
+    return f"; {phrasing.wheel(wheel.name)} ships {', '.join(top)}" if top else ""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import stackshapes
-from fakecuda import flat_layout, per_wheel_layout, run_import
+from fakecuda import build_wheel, flat_layout, per_wheel_layout, run_import
 from patched_wheels.cli import main
 from patched_wheels.preload import PRELOAD_MODULE, read_preload_module
 from test_hub import no_user_cache, set_config  # noqa: F401  (no_user_cache: autouse, the user's caches stay out)
@@ -70,6 +70,30 @@ def test_hub_says_which_plugin_imports_a_namespace_package_without_code(stack, t
         "jaxlike-cuda-pjrt, the plugin its entry point jaxlike_plugins:xla_fake loads) imports it: write "
         'patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "test", preload = "auto", '
         'preload_package = "jaxlike_plugins.xla_fake", probe = "import jaxlike", …)'
+    )
+
+
+def test_hub_names_the_plugin_module_of_the_right_project_when_its_default_package_does_not_exist(stack, tmp_path, capsys):
+    pjrt = wheel(stack, "jaxlike-cuda-pjrt")
+    config = set_config(tmp_path, others(stack, "jaxlike-cuda-pjrt"), pjrt, "jaxlike-cuda-pjrt", preload="auto")
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    assert one_error(capsys.readouterr()) == (
+        'patched-wheels: error: patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "test"): preload_package '
+        '(not given: "jaxlike_cuda_pjrt", from name): no wheel in the set ships jaxlike_cuda_pjrt/__init__.py or any '
+        "file under jaxlike_cuda_pjrt/; jaxlike-cuda-pjrt ships jaxlike_plugins.xla_fake, which its entry point "
+        'jaxlike_plugins:xla_fake loads: write patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "test", '
+        'preload = "auto", preload_package = "jaxlike_plugins.xla_fake", …)'
+    )
+
+
+def test_hub_names_the_one_package_a_project_ships_when_its_name_differs(tmp_path, capsys):
+    """onnxruntime-gpu ships onnxruntime: the default package (from the project name) is not there."""
+    gpu = build_wheel(tmp_path / "wheels", "onnxlike-gpu", "1.0", {"onnxlike/__init__.py": b"", "onnxlike/capi/__init__.py": b""})
+    config = set_config(tmp_path / "hub", [], gpu, "onnxlike-gpu", preload="auto")
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    assert one_error(capsys.readouterr()).endswith(
+        "no wheel in the set ships onnxlike_gpu/__init__.py or any file under onnxlike_gpu/; onnxlike-gpu ships onnxlike: "
+        'write patched.patched_wheel(name = "onnxlike-gpu", hub = "test", preload = "auto", preload_package = "onnxlike", …)'
     )
 
 
