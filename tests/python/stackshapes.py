@@ -23,6 +23,11 @@ stack works in one site-packages; what happens with one directory per wheel is t
   dlopens ``libcudartx.so.12`` of another wheel through its RUNPATH) and imports ``fakegrpc``, a
   real Python extension module of an unrelated wheel.  Both define ``helper_value``: the package's
   own library or the extension loaded with RTLD_GLOBAL first makes the extension answer wrong.
+* :func:`build_split_plugin_stack` (JAX 0.7): the plugin module ``jaxlike_plugins/xla_fake`` is shipped by
+  ``jaxlike-cuda-pjrt`` (an ``entry_points.txt`` entry), not by ``jaxlike-cuda-plugin``, the project users
+  name, whose ``jaxlike_cuda_plugin/`` is a namespace of libraries without ``__init__.py``.  Importing the
+  plugin loads nothing: its host ``jaxlike.devices()`` initialises it, which maps its own library and opens
+  ``libcudartz.so.12`` of a third wheel (found beside the namespace, else by SONAME): per wheel, silently "cpu".
 * The self-preloading package (torch >= 2.5) is ``fakecuda.build_fake_cuda_wheels(broken_order=False)``,
   the data-scheme library (CyFES) ``rpathfixture.build_rpath_wheel``.
 """
