@@ -177,3 +177,18 @@ def test_a_wheel_the_hub_did_not_fetch_is_found_by_its_cached_libraries(stack):
         locate_package("jaxlike_plugins.xla_fake", plugin, refs, Phrasing.plain("jaxlike_plugins.xla_fake"), graph)
     with pytest.raises(UsageError, match="no wheel in the set ships jaxlike_plugins/xla_fake/__init__.py"):
         locate_package("jaxlike_plugins.xla_fake", plugin, refs, Phrasing.plain("jaxlike_plugins.xla_fake"))
+
+
+def test_patch_names_the_plugin_that_imports_a_namespace_package_in_flags(stack, tmp_path, capsys):
+    plugin, pjrt = wheel(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-pjrt")
+    rest = [str(w) for w in others(stack, "jaxlike-cuda-plugin")]
+    arguments = ["patch", "--wheel", str(plugin), "--dest-dir", str(tmp_path / "out"), "--preload-for", "jaxlike_cuda_plugin"]
+    assert main([*arguments, "--preload-from", *rest, "--probe", "import jaxlike"]) == 1
+    line = one_error(capsys.readouterr())
+    assert line.startswith(
+        f"patched-wheels: error: --preload-for jaxlike_cuda_plugin: jaxlike_cuda_plugin is a namespace package (no __init__.py) "
+        f"in {plugin.name}: none of its code runs at import to load a preload; jaxlike_plugins.xla_fake (of {pjrt.name}, "
+        f"the plugin its entry point jaxlike_plugins:xla_fake loads) imports it: write --wheel {pjrt} "
+        "--preload-for jaxlike_plugins.xla_fake --preload-from "
+    )
+    assert line.endswith(" --probe 'import jaxlike' …") and str(plugin) in line
