@@ -10,14 +10,16 @@ a cache keyed by each wheel's sha256 that outlives the hub (``bazel clean --expu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from patched_wheels.elfgraph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.errors import UsageError
-from patched_wheels.hubplan import LOCK_FORMATS, HubConfig, PatchedWheelSpec
+from patched_wheels.hubplan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, wheel_call
 from patched_wheels.index import build_index
 from patched_wheels.lock import lock
+from patched_wheels.packages import Phrasing
 from patched_wheels.surgery import MemberEdit, patch_wheel
 
 if TYPE_CHECKING:
@@ -33,7 +35,11 @@ def build_hub(config: HubConfig) -> list[str]:
     needs_graph = any(spec.needs_graph for spec in config.patched)
     graph = read_graph(config.wheels, cache_dir=config.elf_cache) if needs_graph else None
     for spec in config.patched:
-        pins.extend(patch_into_index(spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None))
+        pins.extend(
+            patch_into_index(
+                spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None, phrasing=phrasing(config, spec)
+            )
+        )
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
     lock(
         config.lock,
@@ -56,12 +62,14 @@ def patch_into_index(
     *,
     graph: LibraryGraph | None = None,
     use_cache: bool = False,
+    phrasing: Phrasing | None = None,
 ) -> list[str]:
     """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins.
 
     ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), read
     here (without a cache) if the spec needs it and none is given.  ``use_cache``: keep the preload
-    probe's observation in the persistent cache. The spec was checked by the plan
+    probe's observation in the persistent cache.  ``phrasing``: how errors name the spec's attributes
+    (:func:`phrasing`; default: by the spec's name alone). The spec was checked by the plan
     (:func:`patched_wheels.hubplan.check_request`).
     """
     if spec.wheel is None:
@@ -78,6 +86,7 @@ def patch_into_index(
             graph,
             spec.package,
             spec.wheel,
+            phrasing=phrasing,
             preload_wheels=spec.preload_wheels,
             strict=False,
             wheels=wheel_set,
@@ -109,3 +118,24 @@ def patch_into_index(
 
     split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES)
     return list(patch_wheel(spec.wheel, index_dir, **options, split=split, graph=graph).requirements)
+
+
+def phrasing(config: HubConfig, spec: PatchedWheelSpec) -> Phrasing:
+    """How the build step's placement errors and probe warnings name ``spec``: by the ``patched_wheel`` the user
+    wrote, its ``preload_package`` and ``probe`` attributes, and the one to write instead."""
+    from patched_wheels.preload import project_name
+
+    call = wheel_call(config.hub, config.bzlmod, spec.name)
+    if spec.preload_package:
+        option = f"{call}: preload_package = {json.dumps(spec.preload_package)}"
+    else:
+        option = f"{call}: preload_package (not given: {json.dumps(spec.package)}, from name)"
+    probe = f", probe = {json.dumps(spec.probe)}" if spec.probe else ""
+    return Phrasing(
+        option=option,
+        wheel=project_name,
+        write=lambda filename, module: wheel_call(
+            config.hub, config.bzlmod, project_name(filename), f'preload = "auto", preload_package = {json.dumps(module)}{probe}, …'
+        ),
+        probe=lambda code: f"probe = {json.dumps(code)} on {call}",
+    )

@@ -102,6 +102,15 @@ class PatchedWheelSpec:
         return cls(**values)
 
 
+def wheel_call(hub: str, bzlmod: bool, name: str, attributes: str = "") -> str:
+    """A ``patched_wheel`` of ``hub`` as the user writes it, with ``attributes`` (``preload = "auto", …``) if
+    given: what an error names, or tells the user to write."""
+    more = f", {attributes}" if attributes else ""
+    if bzlmod:
+        return f'patched.patched_wheel(name = "{name}", hub = "{hub}"{more})'
+    return f'patched_wheel(name = "{name}"{more}) of patched_index(name = "{hub}")'
+
+
 @dataclass(frozen=True)
 class HubRequest:
     """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
@@ -140,9 +149,7 @@ class HubRequest:
 
     def wheel_call(self, spec: PatchedWheelSpec) -> str:
         """A ``patched_wheel`` as the user wrote it, to name it in errors."""
-        if self.bzlmod:
-            return f'patched.patched_wheel(name = "{spec.name}", hub = "{self.hub}")'
-        return f'patched_wheel(name = "{spec.name}") of patched_index(name = "{self.hub}")'
+        return wheel_call(self.hub, self.bzlmod, spec.name)
 
     @property
     def lock(self) -> tuple[str, str]:
@@ -156,6 +163,9 @@ class HubConfig:
     """The build step's input (``_hub.json``): the one schema of it, written by the plan and read by
     ``patched-wheels hub build``."""
 
+    hub: str
+    bzlmod: bool
+    """The hub's name and how it was declared: the build step's errors name the ``patched_wheel`` as written."""
     lock_attribute: str
     """Which of LOCK_FORMATS the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
     lock: Path
@@ -181,6 +191,8 @@ class HubConfig:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "hub": self.hub,
+            "bzlmod": self.bzlmod,
             "lock_attribute": self.lock_attribute,
             "lock": str(self.lock),
             "index_dir": str(self.index_dir),
@@ -204,6 +216,8 @@ class HubConfig:
             _same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
         optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache")}
         return cls(
+            hub=raw["hub"],
+            bzlmod=raw["bzlmod"],
             lock_attribute=raw["lock_attribute"],
             lock=Path(raw["lock"]),
             index_dir=Path(raw["index_dir"]),
@@ -400,6 +414,8 @@ def plan_hub(
         refs.append(WheelRef(wheel.filename, wheel.sha256, root / output))
 
     config = HubConfig(
+        hub=request.hub,
+        bzlmod=request.bzlmod,
         lock_attribute=attribute,
         lock=Path(lock_path),
         index_dir=root / INDEX,

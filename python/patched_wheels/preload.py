@@ -33,8 +33,9 @@ from packaging.utils import canonicalize_name
 from patched_wheels.elfgraph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.elfread import ElfLibrary, data_scheme
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
+from patched_wheels.lazyload import is_extension_module, lazy_warning, unprobed_libraries
 from patched_wheels.metadata import required_projects
-from patched_wheels.packages import find_package, package_libraries
+from patched_wheels.packages import Phrasing, find_package, locate_package, package_libraries
 from patched_wheels.wheelfile import WheelFilename, WheelReader, is_safe_member_path
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ PRELOAD_MODULE = "_patched_wheels_preload"
 DEBUG_VARIABLE = "PATCHED_WHEELS_PRELOAD_DEBUG"
 _IMPORT_LINE = f"from . import {PRELOAD_MODULE}  # patched-wheels: load shared libraries from other wheels first"
 _CODING_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]")
-# The tags an extension module's file name carries (PEP 3149): _C.cpython-311-x86_64-linux-gnu.so, _x.abi3.so.
-_EXTENSION_SUFFIX = re.compile(r"\.(?:cpython-\d+[^.]*|abi3|cp\d+[^.]*|pypy[^.]*)\.so$")
 
 _TEMPLATE = '''"""Preload the shared libraries {package} needs from other wheels, dependencies first.
 
@@ -317,14 +316,6 @@ def plan_preload(
     )
 
 
-def is_extension_module(library: ElfLibrary, observed: Observation | None) -> bool:
-    """A Python extension module: tagged so (``.cpython-311-x86_64-linux-gnu.so``, ``.abi3.so``), or found
-    defining ``PyInit_*`` by an observation."""
-    return bool(_EXTENSION_SUFFIX.search(library.filename)) or (
-        observed is not None and observed.has(library, observed.extensions)
-    )
-
-
 def runtime_candidates(graph: LibraryGraph, package_wheel: Path) -> list[str]:
     """Projects ``package_wheel`` requires (Requires-Dist, any marker or extra) whose wheels here ship shared libraries.
 
@@ -368,6 +359,8 @@ def preload_member_edits(
     package: str,
     wheels: Sequence[Path],
     *,
+    patched: Path | None = None,
+    phrasing: Phrasing | None = None,
     preload_wheels: Sequence[str] = (),
     cache_dir: Path | None = None,
     strict: bool = True,
@@ -376,15 +369,18 @@ def preload_member_edits(
 ) -> dict[str, Callable[[bytes | None], bytes]]:
     """Member edits that make ``package`` preload what it needs from the other ``wheels``, read here.
 
-    ``wheels`` includes the wheel being patched, the one that ships ``package``; see :func:`preload_edits`.
+    ``wheels`` includes ``patched``, the wheel being patched, which must ship ``package`` (else the error
+    names the wheel that does, in ``phrasing``'s words); without ``patched``, the wheel of ``wheels`` that
+    ships it.  See :func:`preload_edits`.
     """
     wheels = [Path(wheel) for wheel in wheels]
-    location = find_package(package, wheels)
+    package_wheel = patched if patched is not None else find_package(package, wheels).wheel
     graph = read_graph(wheels, cache_dir=cache_dir)
     return preload_edits(
         graph,
         package,
-        location.wheel,
+        package_wheel,
+        phrasing=phrasing,
         preload_wheels=preload_wheels,
         strict=strict,
         wheels=wheels,
@@ -398,6 +394,7 @@ def preload_edits(
     package: str,
     package_wheel: Path,
     *,
+    phrasing: Phrasing | None = None,
     preload_wheels: Sequence[str] = (),
     strict: bool = True,
     wheels: Sequence[Path | WheelRef] = (),
@@ -420,7 +417,8 @@ def preload_edits(
     glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for
     a platform without those wheels, e.g. macOS) it is a warning at most and no edit.
     """
-    location = find_package(package, [package_wheel])
+    phrasing = phrasing or Phrasing.plain(package)
+    location = locate_package(package, package_wheel, wheels, phrasing, graph)
     if probe is not None and not isinstance(probe, str):
         raise UsageError(f"probe {probe!r}: not Python code (a string)")
     observed = None
@@ -430,6 +428,10 @@ def preload_edits(
 
         observed = observe(wheels, code, graph, use_cache=use_cache)
     plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
+    if observed is not None:
+        lazy = unprobed_libraries(graph, location.path, package_wheel.name, plan.libraries, observed)
+        if lazy is not None:
+            warn(lazy_warning(package_wheel.name, package, observed.probe, lazy, phrasing))
     for glob in plan.unmatched:
         message = f"{package_wheel.name}: preload wheels glob {glob!r} matches no other wheel with shared libraries"
         if strict:

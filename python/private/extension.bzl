@@ -68,6 +68,7 @@ def _patched_impl(module_ctx):
             python_interpreter = index.python_interpreter,
             python_interpreter_target = index.python_interpreter_target,
             bzlmod = True,
+            hub_name = index.name,
             **hub.locks
         )
 

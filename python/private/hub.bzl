@@ -98,7 +98,7 @@ def _patched_hub_impl(rctx):
     helper = prepare_helper(rctx, python_interpreter = rctx.attr.python_interpreter, python_interpreter_target = rctx.attr.python_interpreter_target)
     request = hub_request(
         rctx,
-        hub = rctx.attr.name,
+        hub = rctx.attr.hub_name or rctx.attr.name,
         bzlmod = rctx.attr.bzlmod,
         locks = {attribute: getattr(rctx.attr, attribute) for attribute in LOCK_ATTRIBUTES},
         index_url = rctx.attr.index_url,
@@ -146,5 +146,6 @@ patched_hub = repository_rule(
         patched = attr.string(default = "[]", doc = "JSON list of patched wheel specs (see specs.bzl)."),
         patches = attr.label_list(allow_files = True),
         bzlmod = attr.bool(doc = "Made by the module extension (errors then name `patched.index`)."),
+        hub_name = attr.string(doc = "The hub's name as the user wrote it, for errors: under bzlmod, `name` is the canonical repository name."),
     ),
 )

@@ -116,6 +116,8 @@ class FakePypi:
     runtime: fakecuda.RuntimeLoadedWheels
     plugin: stackshapes.Stack
     """A CUDA plugin in a namespace package that opens other wheels' libraries itself (JAX's shape)."""
+    split_plugin: stackshapes.Stack
+    """JAX 0.7's shape: the plugin module shipped by another project than the one users name."""
 
     @property
     def index_url(self) -> str:
@@ -129,10 +131,11 @@ def build_fake_pypi(directory: Path) -> FakePypi:
     rpath_wheel = rpathfixture.build_rpath_wheel(directory)
     runtime = fakecuda.build_runtime_loaded_wheels(directory)
     plugin = stackshapes.build_plugin_stack(directory)
+    split_plugin = stackshapes.build_split_plugin_stack(directory)
     subprocess.run(
         [sys.executable, "-m", "patched_wheels", "index", str(directory)], check=True, capture_output=True, text=True
     )
-    return FakePypi(directory, wheels, rpath_wheel, runtime, plugin)
+    return FakePypi(directory, wheels, rpath_wheel, runtime, plugin, split_plugin)
 
 
 def write_lock(wheels: Sequence[Path], path: Path) -> None:
@@ -184,7 +187,7 @@ class Setup:
 
 def make_bzlmod_workspace(root: Path) -> Setup:
     """The MODULE.bazel workspace: hubs `fixed`, `original` (control), `split`, `rpath`, `bad`, `runtime`,
-    `runtime_original` and `plugin`."""
+    `runtime_original`, `plugin` and `misplaced`."""
     pypi = common_files(root)
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX, sibling=SPLIT_SIBLING)
     render("MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
@@ -209,6 +212,9 @@ def make_bzlmod_workspace(root: Path) -> Setup:
     _append_template(
         root / "BUILD.bazel", "plugin.BUILD.bazel.tmpl", dict(package=pypi.plugin.package, expected=str(stackshapes.PLUGIN_ANSWER))
     )
+    # Never used by pip.parse: the hub that names the wrong JAX-like project fails, telling the right one.
+    write_lock(pypi.split_plugin.wheels, root / "misplaced_requirements_lock.txt")
+    _append_template(root / "MODULE.bazel", "misplaced.MODULE.bazel.tmpl", {**values, "package": pypi.split_plugin.package})
     (root / "does-not-apply.patch").write_text(
         "--- a/faketorch/__init__.py\n"
         "+++ b/faketorch/__init__.py\n"

@@ -127,6 +127,20 @@ def test_patch_that_does_not_apply_fails_with_the_helpers_error_line(bzlmod: Set
     assert all(str(patch) in line and "faketorch/__init__.py" in line for line in errors), errors
 
 
+def test_a_preload_package_of_another_project_fails_naming_the_project_to_write(bzlmod: Setup) -> None:
+    result = bzlmod.workspace.run("build", "@misplaced//:requirements_lock.txt")
+    assert result.returncode != 0, result.tail()
+    errors = [line for line in result.output.splitlines() if "patched-wheels: error:" in line]
+    assert errors, result.tail()
+    expected = (
+        'patched.patched_wheel(name = "jaxlike-cuda-plugin", hub = "misplaced"): preload_package = "jaxlike_plugins.xla_fake": '
+        "jaxlike_plugins.xla_fake is shipped by jaxlike-cuda-pjrt, which its entry point jaxlike_plugins:xla_fake loads, "
+        'not by jaxlike-cuda-plugin: write patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "misplaced", '
+        'preload = "auto", preload_package = "jaxlike_plugins.xla_fake", …)'
+    )
+    assert all(line.endswith(expected) for line in errors), errors
+
+
 def _lockfile_records_resolution(workspace: BazelWorkspace, pypi_dir: Path) -> bool:
     """Whether MODULE.bazel.lock keeps the extension's resolved wheel URLs.
 

@@ -23,6 +23,11 @@ stack works in one site-packages; what happens with one directory per wheel is t
   dlopens ``libcudartx.so.12`` of another wheel through its RUNPATH) and imports ``fakegrpc``, a
   real Python extension module of an unrelated wheel.  Both define ``helper_value``: the package's
   own library or the extension loaded with RTLD_GLOBAL first makes the extension answer wrong.
+* :func:`build_split_plugin_stack` (JAX 0.7): the plugin module ``jaxlike_plugins/xla_fake`` is shipped by
+  ``jaxlike-cuda-pjrt`` (an ``entry_points.txt`` entry), not by ``jaxlike-cuda-plugin``, the project users
+  name, whose ``jaxlike_cuda_plugin/`` is a namespace of libraries without ``__init__.py``.  Importing the
+  plugin loads nothing: its host ``jaxlike.devices()`` initialises it, which maps its own library and opens
+  ``libcudartz.so.12`` of a third wheel (found beside the namespace, else by SONAME): per wheel, silently "cpu".
 * The self-preloading package (torch >= 2.5) is ``fakecuda.build_fake_cuda_wheels(broken_order=False)``,
   the data-scheme library (CyFES) ``rpathfixture.build_rpath_wheel``.
 """
@@ -324,3 +329,72 @@ def build_pathfinder_stack(dest: Path) -> Stack:
         package := _wheel(dest, "fakecupy", {"fakecupy/__init__.py": _PATHFINDER_INIT.encode()}, requires=["fake-cufft"]),
     )
     return Stack(wheels, "fakecupy", package, "import fakecupy; print(fakecupy.answer())", "42", {"fft": PATHFINDER_LIBRARY})
+
+
+SPLIT_PLUGIN_LIBRARIES = {
+    "cudart": "fake_cudart/lib/libcudartz.so.12",
+    "pjrt": "jaxlike_plugins/xla_fake/xla_fake_plugin.so",
+    "kernels": "jaxlike_cuda_plugin/_kernels.so",
+}
+SPLIT_PLUGIN_PROBE = "import jaxlike; jaxlike.devices()"
+_HOST_INIT = '''"""jaxlike: a host that finds its plugins by entry point (group jaxlike_plugins) and initialises them lazily."""
+from importlib.metadata import entry_points
+
+
+def devices():
+    found = []
+    for point in entry_points(group="jaxlike_plugins"):
+        found.append(point.load().initialize())
+    return found or ["cpu"]
+'''
+_PJRT_INIT = '''"""xla_fake: JAX 0.7's PJRT plugin: importing it loads nothing; initialize() maps its own library and
+dlopens the CUDA runtime of another wheel beside its namespace (by SONAME when it is not there), else "cpu"."""
+import ctypes
+import importlib
+import logging
+import os
+import sys
+''' + _FIND + '''
+
+def initialize():
+    try:
+        importlib.import_module("jaxlike_cuda_plugin")  # the kernels' namespace package, as JAX imports it
+        ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "xla_fake_plugin.so"))
+        cudart = ctypes.CDLL(_beside("jaxlike_plugins", "fake_cudart/lib/libcudartz.so.12") or "libcudartz.so.12")
+    except OSError as error:
+        logging.getLogger("jaxlike").error("Unable to load CUDA. Is it installed? (OSError: %s)", error)
+        return "cpu"
+    return "gpu:%d" % cudart.cudart_value()
+'''
+
+
+def build_split_plugin_stack(dest: Path) -> Stack:
+    """JAX 0.7's shape: ``jaxlike-cuda-plugin`` (the project users name) ships only ``jaxlike_cuda_plugin/``, a
+    namespace package of libraries without ``__init__.py``; the plugin module ``jaxlike_plugins/xla_fake``
+    (inside the namespace package ``jaxlike_plugins``) comes from ``jaxlike-cuda-pjrt``, which declares it as
+    the entry point ``jaxlike_plugins:xla_fake``.  The host ``jaxlike`` loads and initialises it in
+    ``devices()``: only then are the plugin's own library and the CUDA runtime (another wheel) mapped."""
+    build = dest / "build-split-plugin"
+    build.mkdir(parents=True, exist_ok=True)
+    entry_points = b"[jaxlike_plugins]\nxla_fake = jaxlike_plugins.xla_fake\n"
+    wheels = (
+        _wheel(dest, "jaxlike", {"jaxlike/__init__.py": _HOST_INIT.encode()}),
+        _wheel(dest, "fake-cudart", {SPLIT_PLUGIN_LIBRARIES["cudart"]: _shared(build, "libcudartz.so.12", "int cudart_value(void) { return 12; }\n")}),
+        pjrt := _wheel(
+            dest,
+            "jaxlike-cuda-pjrt",
+            {
+                "jaxlike_plugins/xla_fake/__init__.py": _PJRT_INIT.encode(),
+                SPLIT_PLUGIN_LIBRARIES["pjrt"]: _shared(build, "xla_fake_plugin.so", "int plugin_value(void) { return 1; }\n", soname=False),
+                ".dist-info/entry_points.txt": entry_points,
+            },
+        ),
+        _wheel(
+            dest,
+            "jaxlike-cuda-plugin",
+            {SPLIT_PLUGIN_LIBRARIES["kernels"]: _shared(build, "_kernels.so", "int kernels_value(void) { return 3; }\n", soname=False)},
+            requires=["jaxlike-cuda-pjrt==1.0", 'fake-cudart; extra == "with-cuda"'],
+        ),
+    )
+    code = f"{SPLIT_PLUGIN_PROBE.replace('jaxlike.devices()', 'print(jaxlike.devices())')}"
+    return Stack(wheels, "jaxlike_plugins.xla_fake", pjrt, code, "['gpu:12']", SPLIT_PLUGIN_LIBRARIES)

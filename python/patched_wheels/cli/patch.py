@@ -13,6 +13,7 @@ given; ENTRIES are ``:``-separated and each starts with ``$ORIGIN``.  They are t
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.surgery import MemberEdit, find_patches, patch_wheel
 
 if TYPE_CHECKING:
+    from patched_wheels.packages import Phrasing
     from patched_wheels.rpath import RpathEdit
 
 # Flag -> RPATH edit mode (the Starlark `rpath_mode` value).
@@ -124,10 +126,30 @@ def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, Me
     return preload_member_edits(
         args.preload_for,
         list(dict.fromkeys(wheels)),
+        patched=args.wheel,
+        phrasing=_phrasing(args),
         preload_wheels=args.preload_wheels,
         cache_dir=elf_cache_dir(args),
         probe=args.probe,
         use_cache=not args.no_cache,
+    )
+
+
+def _phrasing(args: argparse.Namespace) -> Phrasing:
+    """How placement errors and probe warnings name this command's flags, and the command to run instead."""
+    from patched_wheels.packages import Phrasing
+
+    def write(filename: str, module: str) -> str:
+        home = next(wheel for wheel in [args.wheel, *args.preload_from] if wheel.name == filename)
+        others = [str(wheel) for wheel in dict.fromkeys([args.wheel, *args.preload_from]) if wheel != home]
+        probe = f" --probe {shlex.quote(args.probe)}" if args.probe is not None else ""
+        return f"--wheel {shlex.quote(str(home))} --preload-for {module} --preload-from {' '.join(map(shlex.quote, others))}{probe} …"
+
+    return Phrasing(
+        option=f"--preload-for {args.preload_for}",
+        wheel=lambda filename: filename,
+        write=write,
+        probe=lambda code: f"--probe {shlex.quote(code)}",
     )
 
 
