@@ -160,14 +160,14 @@ def test_doctor_and_graph_see_the_edited_rpath(wheels: dict[str, Path], tmp_path
     capsys.readouterr()
     assert _cli("doctor", "--no-cache", patched) == 1
     assert capsys.readouterr().out.strip().splitlines() == [
-        f"{DATA_MEMBER} ({patched.name}): needs libdep.so.1 from {rpathfixture.DEP_MEMBER} ({patched.name}), "
+        f"predicted: {DATA_MEMBER} ({patched.name}): needs libdep.so.1 from {rpathfixture.DEP_MEMBER} ({patched.name}), "
         "not on its RUNPATH ($ORIGIN) in a per-wheel layout",
-        "as is: 1 library fails to load with one directory per wheel",
+        "predicted, as is: 1 library fails to load with one directory per wheel",
     ]
     both = _patch(original, tmp_path / "both", "--set-rpath", f"pkg/*.so={FIX}", "--set-rpath", f"{DATA_MEMBER}=$ORIGIN:{DATA_FIX}")
     capsys.readouterr()
     assert _cli("doctor", "--no-cache", both) == 0
-    assert capsys.readouterr().out.strip() == "as is: every library loads with one directory per wheel"
+    assert capsys.readouterr().out.strip() == "predicted, as is: every library loads with one directory per wheel"
     assert _cli("graph", "--no-cache", both) == 0
     assert f"{DATA_MEMBER} ({both.name})\n  runpath: $ORIGIN:{DATA_FIX}\n" in capsys.readouterr().out
     assert _cli("graph", "--no-cache", patched) == 0
