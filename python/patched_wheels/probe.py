@@ -202,11 +202,35 @@ def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) 
             for wheel in wheels:
                 _link_install(wheel, first, layout)
         if FLAT in layouts:
+            _refuse_venv_paths(wheels, layouts[FLAT])
             # pip's target is a virtual environment: code that looks for libraries through
             # site.getsitepackages() (cuda-pathfinder, as CuPy does) finds them there, never in this
             # interpreter's own site-packages, which the environment does not include.
             venv.EnvBuilder(symlinks=True, with_pip=False).create(str(layouts[FLAT].root))
         yield Installation(root, wheels, layouts)
+
+
+# What the virtual environment of one site-packages keeps at its root for its interpreter.
+_VENV_OWN = ("pyvenv.cfg", "bin/python", "bin/python3", f"bin/python{sys.version_info[0]}.{sys.version_info[1]}")
+
+
+def _refuse_venv_paths(wheels: Sequence[Path], layout: Layout) -> None:
+    """Refuse a wheel whose files (data or scripts) install where the virtual environment puts its
+    interpreter: creating it would fail on, or run, the wheel's file."""
+    root = Path(layout.root)
+    for wheel in wheels:
+        with WheelReader(wheel) as reader:
+            members = reader.members()
+        for member in members:
+            path = install_path(member)
+            if path is None:
+                continue
+            relative = Path(layout.target(wheel.name, path)).relative_to(root).as_posix()
+            if any(relative == own or relative.startswith(own + "/") for own in _VENV_OWN):
+                raise UsageError(
+                    f"{wheel.name}: {member}: installs {relative}, where the virtual environment of "
+                    f"{LAYOUT_TEXT[FLAT]} keeps its interpreter, so the run cannot install it"
+                )
 
 
 def compare(wheels: Sequence[Path], code: str, graph: LibraryGraph) -> Comparison:

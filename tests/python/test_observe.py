@@ -106,6 +106,9 @@ def test_global_only_for_a_symbol_nothing_linked_defines():
     [
         (["doctor", "--no-cache", "{wheels}", "--package", "fake-jax"], "package 'fake-jax': not a module name"),
         (["doctor", "--no-cache", "{wheels}", "--probe", "import x"], "--probe needs --package"),
+        (["doctor", "--no-cache", "{wheels}", "--package", "fakejax", "--preload-wheels", "fake[rt" + "x" * 900],
+         "xxx': an unclosed '['"),
+        (["patch", "--wheel", "{package}", "--dest-dir", "{out}", "--delete", "fakejax/[!" + "a" * 1000], "an unclosed '['"),
         (["doctor", "--no-cache", "{wheels}", "--package", "nothing.here"], "nothing.here: no wheel in the set ships nothing/here/__init__.py"),
         (["patch", "--no-cache", "--wheel", "{package}", "--dest-dir", "{out}", "--probe", "import x"], "--probe needs --preload-for"),
         (["patch", "--no-cache", "--wheel", "{package}", "--dest-dir", "{out}", "--preload-for", "fakejax", "--preload-from", "{wheels}",
@@ -275,3 +278,12 @@ def test_a_process_that_leaves_the_session_is_stopped_with_the_run(runtime, tmp_
             break
         time.sleep(0.1)
     assert not _alive(pid)
+
+
+def test_a_wheel_installing_where_the_venv_keeps_its_interpreter_is_named(tmp_path, capsys):
+    wheel = build_wheel(tmp_path, "binpy", "1.0", {"binpy/__init__.py": b"", "binpy-1.0.data/data/bin/python/x": b"hi"})
+    assert main(["doctor", "--no-cache", str(wheel), "--package", "binpy", "--run"]) == 1
+    assert capsys.readouterr().err == (
+        f"patched-wheels: error: {wheel.name}: binpy-1.0.data/data/bin/python/x: installs bin/python/x, where the "
+        "virtual environment of every wheel in one site-packages keeps its interpreter, so the run cannot install it\n"
+    )
