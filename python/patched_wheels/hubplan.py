@@ -17,9 +17,11 @@ WORKSPACE mode the rule runs both.
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -28,13 +30,55 @@ from patched_wheels.elfgraph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.fsutil import SHA256_HEX
 from patched_wheels.lockplan import INDEX_OPTIONS
-from patched_wheels.packages import module_name
+from patched_wheels.names import glob_problem
+from patched_wheels.packages import module_name, package_path
 from patched_wheels.resolve import ResolvedWheel
 from patched_wheels.version import with_local_suffix
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
 #: lock format (``pins.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
 LOCK_FORMATS = {"requirements_lock": "requirements", "uv_lock": "uv-lock", "pylock": "pylock"}
+
+#: The values of ``preload`` (PRELOAD_VALUES in specs.bzl; a test holds the two equal).
+PRELOAD_VALUES = ("auto", "off")
+
+#: Each annotation the JSON schemas here use -> whether a JSON value has that type, and its name in errors.
+#: The request is written by the rule from what the user declared (a WORKSPACE macro's values are not typed
+#: by Bazel), so every value is checked against its field before it is used.
+_JSON_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
+    "str": (lambda value: isinstance(value, str), "a string"),
+    "int": (lambda value: type(value) is int, "an integer"),
+    "bool": (lambda value: type(value) is bool, "true or false"),
+    "Sequence[str]": (lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value), "a list of strings"),
+    "Sequence[Path]": (lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value), "a list of paths"),
+    "Mapping[str, str]": (
+        lambda value: isinstance(value, dict) and all(isinstance(item, str) for item in value.values()),
+        "a dict of strings",
+    ),
+    "Path": (lambda value: isinstance(value, str) and bool(value), "a path"),
+    "Path | None": (lambda value: value is None or isinstance(value, str) and bool(value), "a path or null"),
+    "list": (lambda value: isinstance(value, list), "a list"),
+    "dict": (lambda value: isinstance(value, dict), "an object"),
+}
+
+
+@functools.cache
+def spec_values() -> dict[str, Sequence[str]]:
+    """The attributes of ``patched_wheel`` with a fixed set of values (``values`` in specs.bzl), and those values."""
+    from patched_wheels.rpath import MODES  # imported here: the RPATH editor is the build's, the plan needs its modes
+
+    return {"preload": PRELOAD_VALUES, "rpath_mode": MODES}
+
+
+def _type_problem(attribute: str, value: object, annotation: str) -> str | None:
+    """Why ``value`` is not of ``annotation`` (see :data:`_JSON_TYPES`), in the attribute's words; None when it is."""
+    accepts, text = _JSON_TYPES[annotation]
+    if accepts(value):
+        return None
+    shown = json.dumps(value)
+    shown = shown if len(shown) <= 80 else shown[:60] + "..."
+    return f"{attribute} = {shown}: expected {text}"
+
 
 #: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
 #: deleted after the build; ``index`` is served.
@@ -90,15 +134,28 @@ class PatchedWheelSpec:
         return {**raw, **lists, "patches": [str(p) for p in self.patches], "wheel": str(self.wheel) if self.wheel else None}
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any], *, placed: bool) -> "PatchedWheelSpec":
-        """A spec from JSON with every key (``wheel`` only when ``placed``): the two sides of the schema
-        changed apart if a key is missing or unknown, so say which, never drop or default one."""
+    def from_json(cls, raw: Mapping[str, Any], *, placed: bool, call: str | None = None) -> "PatchedWheelSpec":
+        """A spec from JSON with every key (``wheel`` only when ``placed``), each of its field's type and allowed
+        values: the two sides of the schema changed apart if a key is missing or unknown, so say which, never
+        drop or default one.  ``call``: the ``patched_wheel`` as the user wrote it, to name it in errors."""
+        if call is None:
+            call = f"patched_wheel {raw.get('name')!r}" if isinstance(raw, Mapping) else "patched_wheel"
+        if not isinstance(raw, Mapping):
+            raise UsageError(f"{call}: expected an object, got {json.dumps(raw)[:80]}")
         names = {f.name for f in fields(cls)} - (set() if placed else {"wheel"})
-        _same_keys(raw, names, f"patched_wheel {raw.get('name')!r}")
+        _same_keys(raw, names, call)
+        for spec_field in fields(cls):
+            if spec_field.name in raw:
+                problem = _type_problem(spec_field.name, raw[spec_field.name], str(spec_field.type))
+                allowed = spec_values().get(spec_field.name)
+                if problem is None and allowed is not None and raw[spec_field.name] not in allowed:
+                    problem = f"{spec_field.name} = {json.dumps(raw[spec_field.name])[:80]}: must be one of {', '.join(allowed)}"
+                if problem:
+                    raise UsageError(f"{call}: {problem}")
         values = dict(raw)
         values["patches"] = [Path(p) for p in raw["patches"]]
         if placed:
-            values["wheel"] = Path(raw["wheel"])
+            values["wheel"] = Path(raw["wheel"]) if raw["wheel"] else None
         return cls(**values)
 
 
@@ -121,7 +178,20 @@ class HubRequest:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
+        """The request, every value checked against its type before any is used (the specs' too: the
+        :class:`PatchedWheelSpec` schema), each error naming the attribute as the user wrote it."""
         _same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_FORMATS}, "hub request")
+        types = {"hub": "str", "bzlmod": "bool", "index_url": "str", "index_option": "str", "rules_python_version": "str",
+                 "repository": "str", "patched": "list", **dict.fromkeys(LOCK_FORMATS, "str")}
+        for key, annotation in types.items():
+            if problem := _type_problem(key, raw[key], annotation):
+                raise UsageError(f"hub request: {problem}")
+        shell = cls(raw["hub"], raw["bzlmod"], {}, "", "", "", "", ())  # names the calls in errors
+        patched = []
+        for index, spec in enumerate(raw["patched"]):
+            name = spec.get("name") if isinstance(spec, Mapping) else None
+            call = shell.wheel_call(PatchedWheelSpec(name, "")) if isinstance(name, str) else f"{shell.index_call}: patched[{index}]"
+            patched.append(PatchedWheelSpec.from_json(spec, placed=False, call=call))
         return cls(
             hub=raw["hub"],
             bzlmod=raw["bzlmod"],
@@ -130,7 +200,7 @@ class HubRequest:
             index_option=raw["index_option"],
             rules_python_version=raw["rules_python_version"],
             repository=raw["repository"],
-            patched=[PatchedWheelSpec.from_json(spec, placed=False) for spec in raw["patched"]],
+            patched=patched,
         )
 
     @property
@@ -200,8 +270,27 @@ class HubConfig:
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubConfig":
         _same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
+        types = {"lock_attribute": "str", "lock": "Path", "index_dir": "Path", "out": "Path", "out_uv_lock": "Path | None",
+                 "wheels": "list", "elf_cache": "Path | None", "patched": "list", "index_option": "str", "index_url": "str",
+                 "replaced": "dict", "references": "dict"}
+        for key, annotation in types.items():
+            if problem := _type_problem(key, raw[key], annotation):
+                raise UsageError(f"hub configuration: {problem}")
+        if raw["lock_attribute"] not in LOCK_FORMATS:
+            raise UsageError(f"hub configuration: lock_attribute = {json.dumps(raw['lock_attribute'])[:80]}: must be one of {', '.join(LOCK_FORMATS)}")
+        if raw["index_option"] not in INDEX_OPTIONS:
+            raise UsageError(f"hub configuration: index_option = {json.dumps(raw['index_option'])[:80]}: must be one of {', '.join(INDEX_OPTIONS)}")
         for wheel in raw["wheels"]:
             _same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
+            for key, annotation in (("filename", "str"), ("sha256", "str"), ("path", "Path | None")):
+                if problem := _type_problem(key, wheel[key], annotation):
+                    raise UsageError(f"hub configuration wheel: {problem}")
+        for project, value in raw["replaced"].items():
+            if problem := _type_problem(f"replaced[{project!r}]", value, "Sequence[str]"):
+                raise UsageError(f"hub configuration: {problem}")
+        for project, value in raw["references"].items():
+            if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
+                raise UsageError(f"hub configuration: references[{project!r}]: expected [url, sha256]")
         optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache")}
         return cls(
             lock_attribute=raw["lock_attribute"],
@@ -209,7 +298,7 @@ class HubConfig:
             index_dir=Path(raw["index_dir"]),
             out=Path(raw["out"]),
             wheels=[WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]],
-            patched=[PatchedWheelSpec.from_json(spec, placed=True) for spec in raw["patched"]],
+            patched=[_checked(PatchedWheelSpec.from_json(spec, placed=True)) for spec in raw["patched"]],
             index_option=raw["index_option"],
             index_url=raw["index_url"],
             replaced=dict(raw["replaced"]),
@@ -279,6 +368,13 @@ def check_request(request: HubRequest) -> None:
         _check_spec(spec, request.wheel_call(spec))
 
 
+def _checked(spec: PatchedWheelSpec) -> PatchedWheelSpec:
+    """``spec``, once the checks that need no wheel pass (the build's configuration is checked whole before
+    anything is written)."""
+    _check_spec(spec, f"patched_wheel {spec.name}")
+    return spec
+
+
 def _check_spec(spec: PatchedWheelSpec, call: str) -> None:
     problem = _spec_problem(spec)
     if problem:
@@ -308,6 +404,31 @@ def _spec_problem(spec: PatchedWheelSpec) -> str | None:
                 return f"{attribute} needs split_into"
     if spec.rpath_mode != "set" and not spec.rpath:
         return f'rpath_mode = "{spec.rpath_mode}" needs rpath'
+    for attribute in ("delete", "split_move", "preload_wheels"):
+        for glob in getattr(spec, attribute):
+            if problem := glob_problem(glob):
+                return f"{attribute} = {json.dumps(glob)[:80]}: {problem}"
+    if spec.split_into:
+        from patched_wheels.split import BAZEL_NAMES, SplitRequest  # imported here: splitting is the build's
+
+        try:
+            SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES).check_options()
+        except UsageError as error:
+            return str(error)
+    if spec.rpath:
+        from patched_wheels.rpath import rpath_edit  # imported here: the RPATH editor is the build's
+
+        for glob, entries in sorted(spec.rpath.items()):
+            try:
+                rpath_edit(glob, entries, spec.rpath_mode, origin=f"rpath = {{{json.dumps(glob)[:80]}: {json.dumps(entries)[:80]}}}")
+            except UsageError as error:
+                return str(error)
+    if spec.preload == "auto":
+        try:
+            package_path(spec.package)
+        except UsageError:
+            written = f'preload_package = "{spec.preload_package}"' if spec.preload_package else f'name = "{spec.name}" (the default preload_package, {spec.package!r})'
+            return f"{written} is not a module name: write the package as Python imports it, e.g. jax_plugins.xla_cuda12"
     if spec.strip < 0:
         return f"strip = {spec.strip} is negative"
     try:

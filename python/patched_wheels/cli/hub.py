@@ -77,5 +77,7 @@ def _load(path: Path, parse: Any, what: str) -> Any:
 
     try:
         return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))
+    except RecursionError:  # json nests a Python call per "[" or "{"
+        raise UsageError(f"{path}: cannot read the {what}: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{path}: cannot read the {what}: {error}") from None
