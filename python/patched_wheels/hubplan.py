@@ -334,9 +334,21 @@ class HubPlan:
         }
 
 
+def resolved_wheels(raw: object) -> list[ResolvedWheel]:
+    """The wheels ``patched-wheels resolve`` printed (a list of :func:`resolved_wheel`), read strictly."""
+    if problem := _type_problem("resolved wheels", raw, "list"):
+        raise UsageError(problem)
+    return [resolved_wheel(wheel) for wheel in raw]  # type: ignore[attr-defined]
+
+
 def resolved_wheel(raw: Mapping[str, Any]) -> ResolvedWheel:
     """One wheel as ``patched-wheels resolve`` prints it (:meth:`ResolvedWheel.as_json`), read strictly."""
     _same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
+    for key, annotation in (("project", "str"), ("filename", "str"), ("urls", "Sequence[str]"), ("sha256", "str")):
+        if problem := _type_problem(key, raw[key], annotation):
+            raise UsageError(f"resolved wheel: {problem}")
+    if not raw["urls"]:
+        raise UsageError(f"resolved wheel {raw['filename']!r}: no URL to fetch it from")
     return ResolvedWheel(canonicalize_name(raw["project"]), raw["filename"], tuple(raw["urls"]), raw["sha256"])
 
 
