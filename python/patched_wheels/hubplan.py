@@ -17,146 +17,28 @@ WORKSPACE mode the rule runs both.
 
 from __future__ import annotations
 
-import functools
-import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from patched_wheels.elfgraph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.fsutil import SHA256_HEX
+from patched_wheels.hubspec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
 from patched_wheels.lockplan import INDEX_OPTIONS
-from patched_wheels.names import glob_problem
-from patched_wheels.packages import module_name, package_path
+from patched_wheels.packages import module_name
 from patched_wheels.resolve import ResolvedWheel
-from patched_wheels.version import with_local_suffix
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
 #: lock format (``pins.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
 LOCK_FORMATS = {"requirements_lock": "requirements", "uv_lock": "uv-lock", "pylock": "pylock"}
 
-#: The values of ``preload`` (PRELOAD_VALUES in specs.bzl; a test holds the two equal).
-PRELOAD_VALUES = ("auto", "off")
-
-#: Each annotation the JSON schemas here use -> whether a JSON value has that type, and its name in errors.
-#: The request is written by the rule from what the user declared (a WORKSPACE macro's values are not typed
-#: by Bazel), so every value is checked against its field before it is used.
-_JSON_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
-    "str": (lambda value: isinstance(value, str), "a string"),
-    "int": (lambda value: type(value) is int, "an integer"),
-    "bool": (lambda value: type(value) is bool, "true or false"),
-    "Sequence[str]": (lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value), "a list of strings"),
-    "Sequence[Path]": (lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value), "a list of paths"),
-    "Mapping[str, str]": (
-        lambda value: isinstance(value, dict) and all(isinstance(item, str) for item in value.values()),
-        "a dict of strings",
-    ),
-    "Path": (lambda value: isinstance(value, str) and bool(value), "a path"),
-    "Path | None": (lambda value: value is None or isinstance(value, str) and bool(value), "a path or null"),
-    "list": (lambda value: isinstance(value, list), "a list"),
-    "dict": (lambda value: isinstance(value, dict), "an object"),
-}
-
-
-@functools.cache
-def spec_values() -> dict[str, Sequence[str]]:
-    """The attributes of ``patched_wheel`` with a fixed set of values (``values`` in specs.bzl), and those values."""
-    from patched_wheels.rpath import MODES  # imported here: the RPATH editor is the build's, the plan needs its modes
-
-    return {"preload": PRELOAD_VALUES, "rpath_mode": MODES}
-
-
-def _type_problem(attribute: str, value: object, annotation: str) -> str | None:
-    """Why ``value`` is not of ``annotation`` (see :data:`_JSON_TYPES`), in the attribute's words; None when it is."""
-    accepts, text = _JSON_TYPES[annotation]
-    if accepts(value):
-        return None
-    shown = json.dumps(value)
-    shown = shown if len(shown) <= 80 else shown[:60] + "..."
-    return f"{attribute} = {shown}: expected {text}"
-
-
 #: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
 #: deleted after the build; ``index`` is served.
 ORIGINALS, GRAPH_ONLY, INDEX = "originals", "_graph", "index"
-
-
-
-@dataclass(frozen=True)
-class PatchedWheelSpec:
-    """What to do to one project's wheel: exactly the attributes of the Starlark ``patched_wheel``
-    (PATCHED_WHEEL_SCHEMA in python/private/specs.bzl; a test holds the two to the same names, kinds and
-    defaults), with ``patches`` as paths, and ``wheel``, the original once the plan has placed it."""
-
-    name: str
-    suffix: str
-    requirement: str = ""
-    urls: Sequence[str] = ()
-    sha256: str = ""
-    patches: Sequence[Path] = ()
-    strip: int = 1
-    remove_requires: Sequence[str] = ()
-    add_requires: Sequence[str] = ()
-    delete: Sequence[str] = ()
-    preload: str = "off"
-    preload_package: str = ""
-    preload_wheels: Sequence[str] = ()
-    probe: str = ""
-    """With ``preload = "auto"``: the code run in one site-packages whose mapped libraries are preloaded too
-    ("": ``import <preload_package>``); run only where the wheels' tags match the hub's interpreter."""
-    split_into: str = ""
-    split_max_size: int = 0
-    split_move: Sequence[str] = ()
-    rpath: Mapping[str, str] = field(default_factory=dict)
-    """GLOB -> ``:``-separated ``$ORIGIN`` entries for the matching ELF members."""
-    rpath_mode: str = "set"
-    wheel: Path | None = None
-    """Not an attribute: where the hub put the original wheel (set by :func:`plan_hub`)."""
-
-    @property
-    def package(self) -> str:
-        """The import package that gets the preload: ``preload_package``, by default the project name,
-        lower case, with ``-`` and ``.`` as ``_``."""
-        return self.preload_package or self.name.replace("-", "_").replace(".", "_").lower()
-
-    @property
-    def needs_graph(self) -> bool:
-        """Whether the spec's preload or split reads the library graph of the whole wheel set."""
-        return self.preload == "auto" or bool(self.split_into)
-
-    def to_json(self) -> dict[str, Any]:
-        raw = {f.name: getattr(self, f.name) for f in fields(self)}
-        lists = {name: list(value) for name, value in raw.items() if isinstance(value, (tuple, list))}
-        return {**raw, **lists, "patches": [str(p) for p in self.patches], "wheel": str(self.wheel) if self.wheel else None}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any], *, placed: bool, call: str | None = None) -> "PatchedWheelSpec":
-        """A spec from JSON with every key (``wheel`` only when ``placed``), each of its field's type and allowed
-        values: the two sides of the schema changed apart if a key is missing or unknown, so say which, never
-        drop or default one.  ``call``: the ``patched_wheel`` as the user wrote it, to name it in errors."""
-        if call is None:
-            call = f"patched_wheel {raw.get('name')!r}" if isinstance(raw, Mapping) else "patched_wheel"
-        if not isinstance(raw, Mapping):
-            raise UsageError(f"{call}: expected an object, got {json.dumps(raw)[:80]}")
-        names = {f.name for f in fields(cls)} - (set() if placed else {"wheel"})
-        _same_keys(raw, names, call)
-        for spec_field in fields(cls):
-            if spec_field.name in raw:
-                problem = _type_problem(spec_field.name, raw[spec_field.name], str(spec_field.type))
-                allowed = spec_values().get(spec_field.name)
-                if problem is None and allowed is not None and raw[spec_field.name] not in allowed:
-                    problem = f"{spec_field.name} = {json.dumps(raw[spec_field.name])[:80]}: must be one of {', '.join(allowed)}"
-                if problem:
-                    raise UsageError(f"{call}: {problem}")
-        values = dict(raw)
-        values["patches"] = [Path(p) for p in raw["patches"]]
-        if placed:
-            values["wheel"] = Path(raw["wheel"]) if raw["wheel"] else None
-        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -180,11 +62,11 @@ class HubRequest:
     def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
         """The request, every value checked against its type before any is used (the specs' too: the
         :class:`PatchedWheelSpec` schema), each error naming the attribute as the user wrote it."""
-        _same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_FORMATS}, "hub request")
+        same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_FORMATS}, "hub request")
         types = {"hub": "str", "bzlmod": "bool", "index_url": "str", "index_option": "str", "rules_python_version": "str",
                  "repository": "str", "patched": "list", **dict.fromkeys(LOCK_FORMATS, "str")}
         for key, annotation in types.items():
-            if problem := _type_problem(key, raw[key], annotation):
+            if problem := type_problem(key, raw[key], annotation):
                 raise UsageError(f"hub request: {problem}")
         shell = cls(raw["hub"], raw["bzlmod"], {}, "", "", "", "", ())  # names the calls in errors
         patched = []
@@ -269,24 +151,24 @@ class HubConfig:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubConfig":
-        _same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
+        same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
         types = {"lock_attribute": "str", "lock": "Path", "index_dir": "Path", "out": "Path", "out_uv_lock": "Path | None",
                  "wheels": "list", "elf_cache": "Path | None", "patched": "list", "index_option": "str", "index_url": "str",
                  "replaced": "dict", "references": "dict"}
         for key, annotation in types.items():
-            if problem := _type_problem(key, raw[key], annotation):
+            if problem := type_problem(key, raw[key], annotation):
                 raise UsageError(f"hub configuration: {problem}")
-        if raw["lock_attribute"] not in LOCK_FORMATS:
-            raise UsageError(f"hub configuration: lock_attribute = {json.dumps(raw['lock_attribute'])[:80]}: must be one of {', '.join(LOCK_FORMATS)}")
-        if raw["index_option"] not in INDEX_OPTIONS:
-            raise UsageError(f"hub configuration: index_option = {json.dumps(raw['index_option'])[:80]}: must be one of {', '.join(INDEX_OPTIONS)}")
+        for problem in (choice_problem("lock_attribute", raw["lock_attribute"], LOCK_FORMATS),
+                        choice_problem("index_option", raw["index_option"], INDEX_OPTIONS)):
+            if problem:
+                raise UsageError(f"hub configuration: {problem}")
         for wheel in raw["wheels"]:
-            _same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
+            same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
             for key, annotation in (("filename", "str"), ("sha256", "str"), ("path", "Path | None")):
-                if problem := _type_problem(key, wheel[key], annotation):
+                if problem := type_problem(key, wheel[key], annotation):
                     raise UsageError(f"hub configuration wheel: {problem}")
         for project, value in raw["replaced"].items():
-            if problem := _type_problem(f"replaced[{project!r}]", value, "Sequence[str]"):
+            if problem := type_problem(f"replaced[{project!r}]", value, "Sequence[str]"):
                 raise UsageError(f"hub configuration: {problem}")
         for project, value in raw["references"].items():
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
@@ -336,16 +218,16 @@ class HubPlan:
 
 def resolved_wheels(raw: object) -> list[ResolvedWheel]:
     """The wheels ``patched-wheels resolve`` printed (a list of :func:`resolved_wheel`), read strictly."""
-    if problem := _type_problem("resolved wheels", raw, "list"):
+    if problem := type_problem("resolved wheels", raw, "list"):
         raise UsageError(problem)
     return [resolved_wheel(wheel) for wheel in raw]  # type: ignore[attr-defined]
 
 
 def resolved_wheel(raw: Mapping[str, Any]) -> ResolvedWheel:
     """One wheel as ``patched-wheels resolve`` prints it (:meth:`ResolvedWheel.as_json`), read strictly."""
-    _same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
+    same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
     for key, annotation in (("project", "str"), ("filename", "str"), ("urls", "Sequence[str]"), ("sha256", "str")):
-        if problem := _type_problem(key, raw[key], annotation):
+        if problem := type_problem(key, raw[key], annotation):
             raise UsageError(f"resolved wheel: {problem}")
     if not raw["urls"]:
         raise UsageError(f"resolved wheel {raw['filename']!r}: no URL to fetch it from")
@@ -377,84 +259,14 @@ def check_request(request: HubRequest) -> None:
         if name in seen:
             raise UsageError(f"{request.wheel_call(spec)}: given twice for one hub; merge them")
         seen.add(name)
-        _check_spec(spec, request.wheel_call(spec))
+        check_spec(spec, request.wheel_call(spec))
 
 
 def _checked(spec: PatchedWheelSpec) -> PatchedWheelSpec:
     """``spec``, once the checks that need no wheel pass (the build's configuration is checked whole before
     anything is written)."""
-    _check_spec(spec, f"patched_wheel {spec.name}")
+    check_spec(spec, f"patched_wheel {spec.name}")
     return spec
-
-
-def _check_spec(spec: PatchedWheelSpec, call: str) -> None:
-    problem = _spec_problem(spec)
-    if problem:
-        raise UsageError(f"{call}: {problem}")
-
-
-def _spec_problem(spec: PatchedWheelSpec) -> str | None:
-    """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is."""
-    if bool(spec.urls) != bool(spec.sha256):
-        return "urls and sha256 go together: give both or neither"
-    if spec.sha256 and not SHA256_HEX.fullmatch(spec.sha256):
-        return f'sha256 = "{spec.sha256}" is not 64 lower-case hex digits'
-    if spec.preload != "auto":
-        for attribute in ("preload_wheels", "preload_package", "probe"):
-            if getattr(spec, attribute):
-                return f'{attribute} needs preload = "auto"'
-    if spec.split_into:
-        if bool(spec.split_max_size) == bool(spec.split_move):
-            return "split_into needs exactly one of split_max_size and split_move" + (
-                ", not both" if spec.split_move else ""
-            )
-        if spec.split_max_size < 0:
-            return f"split_max_size = {spec.split_max_size} is negative"
-    else:
-        for attribute in ("split_max_size", "split_move"):
-            if getattr(spec, attribute):
-                return f"{attribute} needs split_into"
-    if spec.rpath_mode != "set" and not spec.rpath:
-        return f'rpath_mode = "{spec.rpath_mode}" needs rpath'
-    for attribute in ("delete", "split_move", "preload_wheels"):
-        for glob in getattr(spec, attribute):
-            if problem := glob_problem(glob):
-                return f"{attribute} = {json.dumps(glob)[:80]}: {problem}"
-    if spec.split_into:
-        from patched_wheels.split import BAZEL_NAMES, SplitRequest  # imported here: splitting is the build's
-
-        try:
-            SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES).check_options()
-        except UsageError as error:
-            return str(error)
-    if spec.rpath:
-        from patched_wheels.rpath import rpath_edit  # imported here: the RPATH editor is the build's
-
-        for glob, entries in sorted(spec.rpath.items()):
-            try:
-                rpath_edit(glob, entries, spec.rpath_mode, origin=f"rpath = {{{json.dumps(glob)[:80]}: {json.dumps(entries)[:80]}}}")
-            except UsageError as error:
-                return str(error)
-    if spec.preload == "auto":
-        try:
-            package_path(spec.package)
-        except UsageError:
-            written = f'preload_package = "{spec.preload_package}"' if spec.preload_package else f'name = "{spec.name}" (the default preload_package, {spec.package!r})'
-            return f"{written} is not a module name: write the package as Python imports it, e.g. jax_plugins.xla_cuda12"
-    if spec.strip < 0:
-        return f"strip = {spec.strip} is negative"
-    try:
-        with_local_suffix("0", spec.suffix)
-    except UsageError as error:
-        return str(error)
-    if spec.requirement:
-        try:
-            requirement = Requirement(spec.requirement)
-        except (InvalidRequirement, RecursionError) as error:  # packaging's marker parser recurses per "("
-            return f'requirement = "{spec.requirement[:200]}": {error}'
-        if canonicalize_name(requirement.name) != canonicalize_name(spec.name):
-            return f'requirement = "{spec.requirement}" names another project than name = "{spec.name}"'
-    return None
 
 
 def index_options_for(rules_python_version: str) -> tuple[str, ...]:
@@ -595,14 +407,3 @@ def _check_requirement(spec: PatchedWheelSpec, wheel: ResolvedWheel, call: str) 
         raise UsageError(
             f'{call}: the lock pins {wheel.filename}, version {version}, which does not satisfy requirement = "{spec.requirement}"'
         )
-
-
-def _same_keys(raw: Mapping[str, Any], expected: Collection[str], what: str) -> None:
-    """Refuse a JSON object whose keys are not exactly ``expected``: one schema, no silent defaults."""
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{what}: expected an object, got {type(raw).__name__}")
-    missing, unknown = sorted(set(expected) - set(raw)), sorted(set(raw) - set(expected))
-    if missing or unknown:
-        raise ValueError(f"{what}: " + "; ".join(
-            part for part in (f"missing keys {missing}" if missing else "", f"unknown keys {unknown}" if unknown else "") if part
-        ))

@@ -433,6 +433,6 @@ def test_a_malformed_request_is_one_error_line(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_python_preload_values_are_the_starlark_ones() -> None:
-    from patched_wheels.hubplan import PRELOAD_VALUES
+    from patched_wheels.hubspec import PRELOAD_VALUES
 
     assert list(PRELOAD_VALUES) == starlark_schema()["preload"]["values"]
