@@ -55,8 +55,8 @@ _MAPS_END = b"\0"
 _CHILD = """\
 import atexit, os, sys
 
-def _record_maps(fd=int(sys.argv[1]), _done=[]):
-    if _done:
+def _record_maps(fd=int(sys.argv[1]), _done=[], _pid=os.getpid()):
+    if _done or os.getpid() != _pid:  # once, and only this process's maps (a fork inherits the hooks)
         return
     _done.append(True)
     try:

@@ -287,3 +287,31 @@ def test_a_wheel_installing_where_the_venv_keeps_its_interpreter_is_named(tmp_pa
         f"patched-wheels: error: {wheel.name}: binpy-1.0.data/data/bin/python/x: installs bin/python/x, where the "
         "virtual environment of every wheel in one site-packages keeps its interpreter, so the run cannot install it\n"
     )
+
+
+def test_what_a_child_writes_where_its_maps_go_is_read_in_bounded_memory(runtime, capsys):
+    """100 MiB of junk where the maps go (the maps pipe; the maps file of earlier code, sparse), then os._exit:
+    the tool reads it as a stream, never whole."""
+    import tracemalloc
+
+    code = (
+        "import os, stat\n"
+        "for name in os.listdir('/proc/self/fd'):\n"
+        "    fd = int(name)\n"
+        "    if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "        chunk = b'x' * (1 << 20)\n"
+        "        for _ in range(100): os.write(fd, chunk)\n"
+        "for path in [os.path.join('..', entry) for entry in os.listdir('..') if entry.startswith('maps-')]:\n"
+        "    os.truncate(path, 100 << 20)\n"
+        "for kind in ('flat', 'per-wheel'):\n"
+        "    open(os.path.join('..', 'maps-' + kind), 'ab').truncate(100 << 20)\n"
+        "os._exit(0)"
+    )
+    tracemalloc.start()
+    try:
+        assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) in (0, 1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    capsys.readouterr()
+    assert peak < 32 << 20, f"peak {peak >> 20} MiB"
