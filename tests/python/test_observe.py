@@ -298,7 +298,11 @@ def test_what_a_child_writes_where_its_maps_go_is_read_in_bounded_memory(runtime
         "import os, stat\n"
         "for name in os.listdir('/proc/self/fd'):\n"
         "    fd = int(name)\n"
-        "    if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "    try:\n"
+        "        fifo = fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode)\n"
+        "    except OSError:  # the descriptor listdir read /proc/self/fd with\n"
+        "        continue\n"
+        "    if fifo:\n"
         "        chunk = b'x' * (1 << 20)\n"
         "        for _ in range(100): os.write(fd, chunk)\n"
         "for path in [os.path.join('..', entry) for entry in os.listdir('..') if entry.startswith('maps-')]:\n"
@@ -309,9 +313,10 @@ def test_what_a_child_writes_where_its_maps_go_is_read_in_bounded_memory(runtime
     )
     tracemalloc.start()
     try:
-        assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) in (0, 1)
+        assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) == 0  # the same in both layouts
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "first error" not in out  # the junk was written: the code ran to its end
     assert peak < 32 << 20, f"peak {peak >> 20} MiB"
