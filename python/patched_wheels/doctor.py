@@ -269,7 +269,7 @@ def _finding_line(finding: Finding, package: str | None) -> str:
             f"not on its {'RUNPATH' if library.runpath else 'RPATH'} ({search}) in a per-wheel layout"
         )
     suffix = "" if finding.status == FAILS else " -- " + _STATUS_TEXT[finding.status].format(package=package)
-    return f"{library.path} ({library.wheel}): {problem}{suffix}"
+    return f"predicted: {library.path} ({library.wheel}): {problem}{suffix}"
 
 
 def _preload_lines(preload: PreloadList) -> list[str]:
@@ -280,6 +280,8 @@ def _preload_lines(preload: PreloadList) -> list[str]:
 
 
 def _summary(label: str, verdict: Verdict) -> str:
+    """The verdict's line, labelled a prediction: it replays the loader's search over the ELF graph, it runs nothing."""
+    label = f"predicted, {label}"
     failing = verdict.libraries(*_FAILING)
     verb = "fails" if len(failing) == 1 else "fail"
     text = (

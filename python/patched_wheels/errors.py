@@ -5,7 +5,13 @@ the subclasses say *which* input is at fault, so callers (the hub, tests, a user
 a wheel we refuse from a patch that does not apply without reading the message.
 """
 
+import re
 import sys
+
+# A message quotes its input (a lock line, a patch header, a probe's error line, a cached observation), which
+# may be megabytes long or hold line breaks and terminal controls that would forge another line.
+MAX_LINE = 2000
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class PatchedWheelsError(Exception):
@@ -37,9 +43,19 @@ class UsageError(PatchedWheelsError):
     """Options or a hub configuration that contradict each other or the wheels they name."""
 
 
+def one_line(message: str) -> str:
+    """``message`` as one printable line of bounded length, whatever it quotes (a third-party reason, a name with a
+    newline, a 200 MB logical line): its start names what is at fault and its end says why, so the middle goes."""
+    line = _CONTROL.sub(lambda match: repr(match.group())[1:-1], " ".join(message.splitlines()))
+    if len(line) <= MAX_LINE:
+        return line
+    head, tail = MAX_LINE * 2 // 3, MAX_LINE // 3
+    return f"{line[:head]} [... {len(line) - head - tail} characters left out ...] {line[-tail:]}"
+
+
 def warn(message: str) -> None:
     """Report something the user should know that is not an error, as one ``patched-wheels: warning:`` line.
 
     The Bazel repository rules show these lines of a successful helper run (see ``python/private/helper.bzl``).
     """
-    print(f"patched-wheels: warning: {message}", file=sys.stderr)
+    print(f"patched-wheels: warning: {one_line(message)}", file=sys.stderr)

@@ -165,6 +165,24 @@ def stage_tree(target: Path, files: Mapping[str, bytes]) -> Path:
     return staged
 
 
+def tree_holds(target: Path, files: Mapping[str, bytes]) -> bool:
+    """Whether ``target`` is what :func:`stage_tree` would make of ``files``: exactly those files (no other file
+    or directory), with that content, ours and with its permissions; then a warm run need not write it again."""
+    try:
+        status = os.lstat(target)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(status.st_mode) or stat.S_IMODE(status.st_mode) != _DIRECTORY_MODE or status.st_uid != os.geteuid():
+        return False
+    found: set[str] = set()
+    for root, directories, names in os.walk(target):
+        relative = Path(root).relative_to(target).as_posix()
+        prefix = "" if relative == "." else relative + "/"  # keyed as ``files`` is: "pwi/index.html"
+        found.update([*(prefix + name for name in names), *(prefix + name + "/" for name in directories)])
+    expected = set(files) | {name[: at + 1] for name in files for at, char in enumerate(name) if char == "/"}
+    return found == expected and all(holds(target / name, data, mode=_FILE_MODE) for name, data in files.items())
+
+
 def switch_tree(staged: Path, target: Path) -> None:
     """Put the directory ``staged`` at ``target`` and remove the tree that was there.
 
@@ -182,6 +200,20 @@ def switch_tree(staged: Path, target: Path) -> None:
         os.rename(old, target)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def locked_directory(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` itself (flock on its descriptor: no file is added to it) for
+    the block, so that two processes writing the same tree (two ``index`` or ``lock`` runs) take turns."""
+    import fcntl
+
+    handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
 
 
 def current_umask() -> int:

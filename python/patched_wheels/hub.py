@@ -27,7 +27,12 @@ if TYPE_CHECKING:
 
 
 def build_hub(config: HubConfig) -> list[str]:
-    """Patch every spec into ``config.index_dir``, index it, write ``config.out``; return the pins made."""
+    """Patch every spec into ``config.index_dir``, index it, write ``config.out``; return the pins made.
+
+    ``config`` was checked whole when it was read (:meth:`HubConfig.from_json`); the lock is looked at
+    here, before anything is written, so a bad one leaves no patched wheel and no ``simple/`` behind."""
+    if not config.lock.is_file():
+        raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": not a file")
     config.index_dir.mkdir(parents=True, exist_ok=True)
     pins = []
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and

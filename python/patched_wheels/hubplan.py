@@ -17,20 +17,20 @@ WORKSPACE mode the rule runs both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from patched_wheels.elfgraph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.fsutil import SHA256_HEX
+from patched_wheels.hubspec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
 from patched_wheels.lockplan import INDEX_OPTIONS
 from patched_wheels.packages import module_name
 from patched_wheels.resolve import ResolvedWheel
-from patched_wheels.version import with_local_suffix
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
 #: lock format (``pins.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
@@ -39,67 +39,6 @@ LOCK_FORMATS = {"requirements_lock": "requirements", "uv_lock": "uv-lock", "pylo
 #: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
 #: deleted after the build; ``index`` is served.
 ORIGINALS, GRAPH_ONLY, INDEX = "originals", "_graph", "index"
-
-
-
-@dataclass(frozen=True)
-class PatchedWheelSpec:
-    """What to do to one project's wheel: exactly the attributes of the Starlark ``patched_wheel``
-    (PATCHED_WHEEL_SCHEMA in python/private/specs.bzl; a test holds the two to the same names, kinds and
-    defaults), with ``patches`` as paths, and ``wheel``, the original once the plan has placed it."""
-
-    name: str
-    suffix: str
-    requirement: str = ""
-    urls: Sequence[str] = ()
-    sha256: str = ""
-    patches: Sequence[Path] = ()
-    strip: int = 1
-    remove_requires: Sequence[str] = ()
-    add_requires: Sequence[str] = ()
-    delete: Sequence[str] = ()
-    preload: str = "off"
-    preload_package: str = ""
-    preload_wheels: Sequence[str] = ()
-    probe: str = ""
-    """With ``preload = "auto"``: the code run in one site-packages whose mapped libraries are preloaded too
-    ("": ``import <preload_package>``); run only where the wheels' tags match the hub's interpreter."""
-    split_into: str = ""
-    split_max_size: int = 0
-    split_move: Sequence[str] = ()
-    rpath: Mapping[str, str] = field(default_factory=dict)
-    """GLOB -> ``:``-separated ``$ORIGIN`` entries for the matching ELF members."""
-    rpath_mode: str = "set"
-    wheel: Path | None = None
-    """Not an attribute: where the hub put the original wheel (set by :func:`plan_hub`)."""
-
-    @property
-    def package(self) -> str:
-        """The import package that gets the preload: ``preload_package``, by default the project name,
-        lower case, with ``-`` and ``.`` as ``_``."""
-        return self.preload_package or self.name.replace("-", "_").replace(".", "_").lower()
-
-    @property
-    def needs_graph(self) -> bool:
-        """Whether the spec's preload or split reads the library graph of the whole wheel set."""
-        return self.preload == "auto" or bool(self.split_into)
-
-    def to_json(self) -> dict[str, Any]:
-        raw = {f.name: getattr(self, f.name) for f in fields(self)}
-        lists = {name: list(value) for name, value in raw.items() if isinstance(value, (tuple, list))}
-        return {**raw, **lists, "patches": [str(p) for p in self.patches], "wheel": str(self.wheel) if self.wheel else None}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any], *, placed: bool) -> "PatchedWheelSpec":
-        """A spec from JSON with every key (``wheel`` only when ``placed``): the two sides of the schema
-        changed apart if a key is missing or unknown, so say which, never drop or default one."""
-        names = {f.name for f in fields(cls)} - (set() if placed else {"wheel"})
-        _same_keys(raw, names, f"patched_wheel {raw.get('name')!r}")
-        values = dict(raw)
-        values["patches"] = [Path(p) for p in raw["patches"]]
-        if placed:
-            values["wheel"] = Path(raw["wheel"])
-        return cls(**values)
 
 
 def wheel_call(hub: str, bzlmod: bool, name: str, attributes: str = "") -> str:
@@ -130,7 +69,20 @@ class HubRequest:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
-        _same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_FORMATS}, "hub request")
+        """The request, every value checked against its type before any is used (the specs' too: the
+        :class:`PatchedWheelSpec` schema), each error naming the attribute as the user wrote it."""
+        same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_FORMATS}, "hub request")
+        types = {"hub": "str", "bzlmod": "bool", "index_url": "str", "index_option": "str", "rules_python_version": "str",
+                 "repository": "str", "patched": "list", **dict.fromkeys(LOCK_FORMATS, "str")}
+        for key, annotation in types.items():
+            if problem := type_problem(key, raw[key], annotation):
+                raise UsageError(f"hub request: {problem}")
+        shell = cls(raw["hub"], raw["bzlmod"], {}, "", "", "", "", ())  # names the calls in errors
+        patched = []
+        for index, spec in enumerate(raw["patched"]):
+            name = spec.get("name") if isinstance(spec, Mapping) else None
+            call = shell.wheel_call(PatchedWheelSpec(name, "")) if isinstance(name, str) else f"{shell.index_call}: patched[{index}]"
+            patched.append(PatchedWheelSpec.from_json(spec, placed=False, call=call))
         return cls(
             hub=raw["hub"],
             bzlmod=raw["bzlmod"],
@@ -139,7 +91,7 @@ class HubRequest:
             index_option=raw["index_option"],
             rules_python_version=raw["rules_python_version"],
             repository=raw["repository"],
-            patched=[PatchedWheelSpec.from_json(spec, placed=False) for spec in raw["patched"]],
+            patched=patched,
         )
 
     @property
@@ -211,9 +163,28 @@ class HubConfig:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubConfig":
-        _same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
+        same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
+        types = {"hub": "str", "bzlmod": "bool", "lock_attribute": "str", "lock": "Path", "index_dir": "Path", "out": "Path", "out_uv_lock": "Path | None",
+                 "wheels": "list", "elf_cache": "Path | None", "patched": "list", "index_option": "str", "index_url": "str",
+                 "replaced": "dict", "references": "dict"}
+        for key, annotation in types.items():
+            if problem := type_problem(key, raw[key], annotation):
+                raise UsageError(f"hub configuration: {problem}")
+        for problem in (choice_problem("lock_attribute", raw["lock_attribute"], LOCK_FORMATS),
+                        choice_problem("index_option", raw["index_option"], INDEX_OPTIONS)):
+            if problem:
+                raise UsageError(f"hub configuration: {problem}")
         for wheel in raw["wheels"]:
-            _same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
+            same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
+            for key, annotation in (("filename", "str"), ("sha256", "str"), ("path", "Path | None")):
+                if problem := type_problem(key, wheel[key], annotation):
+                    raise UsageError(f"hub configuration wheel: {problem}")
+        for project, value in raw["replaced"].items():
+            if problem := type_problem(f"replaced[{project!r}]", value, "Sequence[str]"):
+                raise UsageError(f"hub configuration: {problem}")
+        for project, value in raw["references"].items():
+            if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
+                raise UsageError(f"hub configuration: references[{project!r}]: expected [url, sha256]")
         optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache")}
         return cls(
             hub=raw["hub"],
@@ -223,7 +194,7 @@ class HubConfig:
             index_dir=Path(raw["index_dir"]),
             out=Path(raw["out"]),
             wheels=[WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]],
-            patched=[PatchedWheelSpec.from_json(spec, placed=True) for spec in raw["patched"]],
+            patched=[_checked(PatchedWheelSpec.from_json(spec, placed=True)) for spec in raw["patched"]],
             index_option=raw["index_option"],
             index_url=raw["index_url"],
             replaced=dict(raw["replaced"]),
@@ -259,9 +230,21 @@ class HubPlan:
         }
 
 
+def resolved_wheels(raw: object) -> list[ResolvedWheel]:
+    """The wheels ``patched-wheels resolve`` printed (a list of :func:`resolved_wheel`), read strictly."""
+    if problem := type_problem("resolved wheels", raw, "list"):
+        raise UsageError(problem)
+    return [resolved_wheel(wheel) for wheel in raw]  # type: ignore[attr-defined]
+
+
 def resolved_wheel(raw: Mapping[str, Any]) -> ResolvedWheel:
     """One wheel as ``patched-wheels resolve`` prints it (:meth:`ResolvedWheel.as_json`), read strictly."""
-    _same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
+    same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
+    for key, annotation in (("project", "str"), ("filename", "str"), ("urls", "Sequence[str]"), ("sha256", "str")):
+        if problem := type_problem(key, raw[key], annotation):
+            raise UsageError(f"resolved wheel: {problem}")
+    if not raw["urls"]:
+        raise UsageError(f"resolved wheel {raw['filename']!r}: no URL to fetch it from")
     return ResolvedWheel(canonicalize_name(raw["project"]), raw["filename"], tuple(raw["urls"]), raw["sha256"])
 
 
@@ -290,52 +273,14 @@ def check_request(request: HubRequest) -> None:
         if name in seen:
             raise UsageError(f"{request.wheel_call(spec)}: given twice for one hub; merge them")
         seen.add(name)
-        _check_spec(spec, request.wheel_call(spec))
+        check_spec(spec, request.wheel_call(spec))
 
 
-def _check_spec(spec: PatchedWheelSpec, call: str) -> None:
-    problem = _spec_problem(spec)
-    if problem:
-        raise UsageError(f"{call}: {problem}")
-
-
-def _spec_problem(spec: PatchedWheelSpec) -> str | None:
-    """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is."""
-    if bool(spec.urls) != bool(spec.sha256):
-        return "urls and sha256 go together: give both or neither"
-    if spec.sha256 and not SHA256_HEX.fullmatch(spec.sha256):
-        return f'sha256 = "{spec.sha256}" is not 64 lower-case hex digits'
-    if spec.preload != "auto":
-        for attribute in ("preload_wheels", "preload_package", "probe"):
-            if getattr(spec, attribute):
-                return f'{attribute} needs preload = "auto"'
-    if spec.split_into:
-        if bool(spec.split_max_size) == bool(spec.split_move):
-            return "split_into needs exactly one of split_max_size and split_move" + (
-                ", not both" if spec.split_move else ""
-            )
-        if spec.split_max_size < 0:
-            return f"split_max_size = {spec.split_max_size} is negative"
-    else:
-        for attribute in ("split_max_size", "split_move"):
-            if getattr(spec, attribute):
-                return f"{attribute} needs split_into"
-    if spec.rpath_mode != "set" and not spec.rpath:
-        return f'rpath_mode = "{spec.rpath_mode}" needs rpath'
-    if spec.strip < 0:
-        return f"strip = {spec.strip} is negative"
-    try:
-        with_local_suffix("0", spec.suffix)
-    except UsageError as error:
-        return str(error)
-    if spec.requirement:
-        try:
-            requirement = Requirement(spec.requirement)
-        except (InvalidRequirement, RecursionError) as error:  # packaging's marker parser recurses per "("
-            return f'requirement = "{spec.requirement[:200]}": {error}'
-        if canonicalize_name(requirement.name) != canonicalize_name(spec.name):
-            return f'requirement = "{spec.requirement}" names another project than name = "{spec.name}"'
-    return None
+def _checked(spec: PatchedWheelSpec) -> PatchedWheelSpec:
+    """``spec``, once the checks that need no wheel pass (the build's configuration is checked whole before
+    anything is written)."""
+    check_spec(spec, f"patched_wheel {spec.name}")
+    return spec
 
 
 def index_options_for(rules_python_version: str) -> tuple[str, ...]:
@@ -478,14 +423,3 @@ def _check_requirement(spec: PatchedWheelSpec, wheel: ResolvedWheel, call: str) 
         raise UsageError(
             f'{call}: the lock pins {wheel.filename}, version {version}, which does not satisfy requirement = "{spec.requirement}"'
         )
-
-
-def _same_keys(raw: Mapping[str, Any], expected: Collection[str], what: str) -> None:
-    """Refuse a JSON object whose keys are not exactly ``expected``: one schema, no silent defaults."""
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{what}: expected an object, got {type(raw).__name__}")
-    missing, unknown = sorted(set(expected) - set(raw)), sorted(set(raw) - set(expected))
-    if missing or unknown:
-        raise ValueError(f"{what}: " + "; ".join(
-            part for part in (f"missing keys {missing}" if missing else "", f"unknown keys {unknown}" if unknown else "") if part
-        ))

@@ -49,7 +49,7 @@ from packaging.version import Version
 
 from patched_wheels.cache import read_json
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
-from patched_wheels.fsutil import SHA256_HEX, hash_file, holds, read_regular_file, stage_tree, switch_tree, write_temp
+from patched_wheels.fsutil import SHA256_HEX, hash_file, holds, locked_directory, read_regular_file, stage_tree, switch_tree, tree_holds, write_temp
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.wheelfile import WheelFilename
 
@@ -128,11 +128,12 @@ def build_index(directory: Path | str) -> IndexResult:
     directory = Path(directory)
     if not directory.is_dir():
         raise UsageError(f"{directory}: not a directory")
-    candidates = _find_distributions(directory)
-    _reject_duplicates(candidates)
-    cache = _load_cache(directory)
-    files, hashed = _describe(candidates, cache)
-    _write_index(directory, files, _cache_payload(candidates, files))
+    with locked_directory(directory):  # a concurrent index or lock of this directory waits its turn
+        candidates = _find_distributions(directory)
+        _reject_duplicates(candidates)
+        cache = _load_cache(directory)
+        files, hashed = _describe(candidates, cache)
+        _write_index(directory, files, _cache_payload(candidates, files))
     return IndexResult(directory=directory, files=files, hashed=hashed)
 
 
@@ -317,7 +318,7 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
         for entry in os.scandir(directory)
         if entry.name.endswith(".whl" + METADATA_SUFFIX) and Path(entry.path) not in metadata
     ]
-    if not changed and not stale and _tree_holds(simple, pages):
+    if not changed and not stale and tree_holds(simple, pages):
         return
     for path, kind, is_kind in [(simple, "directory", Path.is_dir), *((path, "file", Path.is_file) for path in changed)]:
         if os.path.islink(path) or (os.path.lexists(path) and not is_kind(path)):
@@ -352,18 +353,6 @@ def _pages(files: Iterable[IndexedFile]) -> dict[str, bytes]:
     for project, project_files in by_project.items():
         pages[f"{project}/index.html"] = render_project_page(project, project_files)
     return pages
-
-
-def _tree_holds(simple: Path, pages: Mapping[str, bytes]) -> bool:
-    """Whether ``simple`` holds exactly ``pages`` (no other file or directory)."""
-    if os.path.islink(simple) or not simple.is_dir():
-        return False
-    found: set[str] = set()
-    for root, directories, names in os.walk(simple):
-        relative = Path(root).relative_to(simple)
-        found.update((relative / name).as_posix() for name in [*names, *(d + "/" for d in directories)])
-    expected = set(pages) | {name.rsplit("/", 1)[0] + "/" for name in pages if "/" in name}
-    return found == expected and all(holds(simple / name, data) for name, data in pages.items())
 
 
 def render_root_page(projects: Iterable[NormalizedName]) -> bytes:

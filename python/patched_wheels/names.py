@@ -4,13 +4,15 @@
 character, ``parse_sdist_filename`` anything before the last ``-``), and its own
 validation matches some non-ASCII letters case-insensitively.  pip refuses such
 names at install time, far from the cause, so they are refused where a name enters.
+The globs users write over names (archive paths, project names) are checked here too, before
+``fnmatch`` compiles them.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["is_valid_project_name"]
+__all__ = ["CONTROL_CHARACTER", "glob_problem", "is_valid_project_name"]
 
 _PROJECT_NAME = re.compile(r"[A-Z0-9](?:[A-Z0-9._-]*[A-Z0-9])?", re.IGNORECASE | re.ASCII)
 
@@ -18,3 +20,28 @@ _PROJECT_NAME = re.compile(r"[A-Z0-9](?:[A-Z0-9._-]*[A-Z0-9])?", re.IGNORECASE |
 def is_valid_project_name(name: str) -> bool:
     """ASCII letters and digits, with ``.``, ``_`` or ``-`` inside only."""
     return _PROJECT_NAME.fullmatch(name) is not None
+
+
+MAX_GLOB = 1024
+"""Longer than any archive path a glob needs to match; fnmatch's compile time grows faster than its length."""
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+"""A character no name, glob or search-path entry holds: a NUL cuts a C string, a line break forges a line."""
+
+
+def glob_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is no glob fnmatch should get, or None.  An unclosed ``[`` makes fnmatch's translation
+    quadratic (25 s for 30 KB) before it falls back to a literal, and never matches what was meant."""
+    if not pattern:
+        return "empty"
+    if len(pattern) > MAX_GLOB:
+        return f"longer than {MAX_GLOB} characters"
+    if CONTROL_CHARACTER.search(pattern):
+        return "holds a control character"
+    at = 0
+    while (at := pattern.find("[", at)) >= 0:
+        end = at + 1
+        end += pattern.startswith("!", end)
+        end += pattern.startswith("]", end)  # a first "]" is a member of the set, as fnmatch reads it
+        if (at := pattern.find("]", end)) < 0:
+            return "an unclosed '[' (write [[] for a literal '[')"
+    return None

@@ -50,6 +50,8 @@ _SCHEMA = 2  # 2: one site-packages is a virtual environment (observations of th
 # Elf_Sym fields: binding (st_info >> 4) and the section index of an undefined symbol.
 _STB_GLOBAL, _STB_WEAK, _SHN_UNDEF = 1, 2, 0
 _MAX_ENTRY = 16 << 20
+# A run keeps an error line of at most 8 KiB (see probe.py); a longer cached one is not a row this module wrote.
+_MAX_ERROR = 8 << 10
 Key = tuple[str, str]
 """(wheel file name, install path): one library of the set."""
 
@@ -114,6 +116,8 @@ def observe(
         warn(f"{unfetched[0]}: not fetched, so the probe cannot run; the preload comes from the ELF graph only")
         return None
     observation = _run(refs, probe, graph, installation)
+    if observation is None:
+        return None
     if entry is not None:
         cache.write_json(entry, _to_json(observation, digests))
     return _warn_if_failed(observation)
@@ -146,14 +150,23 @@ def _key(digests: Sequence[str], probe: str) -> str:
     return hashlib.sha256(json.dumps([_SCHEMA, list(digests), probe, interpreter]).encode()).hexdigest()
 
 
-def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation: Installation | None) -> Observation:
+def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation: Installation | None) -> Observation | None:
+    """The observation of one run of ``probe``; None, with one warning, when the run ended without recording
+    what it mapped (a crash: what an earlier run recorded is never taken for it)."""
     if installation is None:
         from patched_wheels.probe import installed  # imported here: installing is what observing costs
 
         with installed([ref.path for ref in refs if ref.path is not None], (FLAT,)) as installation:
             return _run(refs, probe, graph, installation)
     result = installation.run(FLAT, probe, graph)
-    mapped = result.mapped or ()
+    if result.mapped is None:
+        warn(
+            f"probe {probe!r} ended with status {result.returncode} in one site-packages without running its exit "
+            f"hooks ({result.error_line or 'no error line'}): what it mapped cannot be known, so the preload comes "
+            "from the ELF graph only"
+        )
+        return None
+    mapped = result.mapped
     symbols = {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
     system = _SystemSymbols()
     extensions = {library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)}
@@ -287,7 +300,7 @@ def _from_json(value: object, probe: str, digests: Mapping[str, str], graph: Lib
     if not isinstance(value, dict) or value.get("schema") != _SCHEMA or value.get("probe") != probe:
         return None
     returncode, error = value.get("returncode"), value.get("error")
-    if not isinstance(returncode, int) or not isinstance(error, (str, type(None))):
+    if not isinstance(returncode, int) or not (error is None or isinstance(error, str) and len(error) <= _MAX_ERROR):
         return None
     sets: dict[str, frozenset[Key]] = {}
     for field in ("mapped", "extensions", "global"):
@@ -296,7 +309,9 @@ def _from_json(value: object, probe: str, digests: Mapping[str, str], graph: Lib
             return None
         keys = set()
         for row in rows:
-            if not (isinstance(row, list) and len(row) == 2 and row[0] in by_digest and isinstance(row[1], str)):
+            if not (isinstance(row, list) and len(row) == 2 and all(isinstance(item, str) for item in row)):
+                return None
+            if row[0] not in by_digest:
                 return None
             key = (by_digest[row[0]], row[1])
             if key not in known:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from packaging.utils import canonicalize_name
 
+from patched_wheels.names import glob_problem
 from patched_wheels.elfgraph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.elfread import ElfLibrary, data_scheme
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
@@ -249,6 +250,9 @@ def project_name(wheel: str) -> str:
 
 def wheels_matching(graph: LibraryGraph, globs: Sequence[str], *, exclude: str) -> dict[str, list[ElfLibrary]]:
     """For each glob (fnmatch on normalised project names), the libraries of the matching wheels but ``exclude``."""
+    for glob in globs:
+        if problem := glob_problem(glob):
+            raise UsageError(f"preload wheels glob {glob!r}: {problem}")
     matched: dict[str, list[ElfLibrary]] = {glob: [] for glob in globs}
     for library in graph.libraries:
         if library.wheel == exclude:

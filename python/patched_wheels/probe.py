@@ -21,12 +21,14 @@ import os
 import re
 import shutil
 import signal
+import selectors
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Sequence
@@ -45,18 +47,33 @@ _KEPT_OUTPUT = 64 << 10
 _KEPT_LINE = 8 << 10
 # A Python exception line ("OSError: libx.so: cannot open ..."), also inside a logged message.
 _ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
-# Runs in the child: record the mapped files at exit (also after an uncaught exception), then run the code.
+# The end of a complete maps record on the maps pipe (a maps line never holds a NUL).
+_MAPS_END = b"\0"
+# Runs in the child: write the mapped files to the pipe the tool holds (argv[1]: its descriptor) at exit, also
+# after an uncaught exception and through os._exit; then run the code.  A crash (a signal) runs no hook: then
+# what it mapped is unknown, never taken from an earlier run.
 _CHILD = """\
-import atexit, sys
+import atexit, os, sys
 
-def _record_maps(target=sys.argv[1]):
+def _record_maps(fd=int(sys.argv[1]), _done=[], _pid=os.getpid()):
+    if _done or os.getpid() != _pid:  # once, and only this process's maps (a fork inherits the hooks)
+        return
+    _done.append(True)
     try:
-        with open("/proc/self/maps", "rb") as maps, open(target, "wb") as out:
-            out.write(maps.read())
+        with open("/proc/self/maps", "rb") as maps:
+            data = memoryview(maps.read() + b"\\0")
+        while data:
+            data = data[os.write(fd, data):]
+        os.close(fd)
     except OSError:
         pass
 
+def _exit(status, _exit=os._exit):
+    _record_maps()
+    _exit(status)
+
 atexit.register(_record_maps)
+os._exit = _exit
 _code = sys.argv[2]
 del sys.argv[1:]
 exec(compile(_code, "<string>", "exec"), {"__name__": "__main__"})
@@ -97,8 +114,9 @@ class Comparison:
 
     @property
     def missing(self) -> tuple[ElfLibrary, ...]:
-        """The set's libraries the flat run maps and the per-wheel run does not."""
-        if self.flat.mapped is None:
+        """The set's libraries the flat run maps and the per-wheel run does not; none is known when either run
+        ended without recording what it mapped (a crash)."""
+        if self.flat.mapped is None or self.per_wheel.mapped is None:
             return ()
         seen = {(library.wheel, library.path) for library in self.per_wheel.mapped or ()}
         return tuple(library for library in self.flat.mapped if (library.wheel, library.path) not in seen)
@@ -145,43 +163,18 @@ class Installation:
         else:  # rules_python: the interpreter with the wheels' directories on sys.path, no site-packages
             command = [sys.executable, "-S", "-c"]
             environment["PYTHONPATH"] = os.pathsep.join(entries)
-        maps, workdir = self.root / f"maps-{kind}", self.root / "cwd"
-        workdir.mkdir(exist_ok=True)  # the child's current directory (sys.path[0] for -c): empty
-        timeout = run_timeout()
         if "\0" in code:
             raise UsageError(f"code {code!r}: contains a NUL character")
-        stdout, stderr = self.root / f"stdout-{kind}", self.root / f"stderr-{kind}"
-        with open(stdout, "wb") as out, open(stderr, "wb") as err:  # files: output of any size, bounded memory
-            child = subprocess.Popen(
-                [*command, _CHILD, str(maps), code],
-                env=environment,
-                cwd=workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,  # its own process group: whatever the code starts is stopped with it
-            )
-            try:
-                returncode = child.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                returncode = None
-            finally:
-                _stop_group(child)
-        if returncode is None:
+        timeout = run_timeout()
+        # A fresh current directory (sys.path[0] for -c) for each run: nothing an earlier run left is seen.
+        with tempfile.TemporaryDirectory(prefix=f"cwd-{kind}-", dir=self.root) as workdir:
+            captured = supervise([*command, _CHILD], code, environment, Path(workdir), timeout, wanted=set(by_file))
+        if captured is None:
             raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT[kind]}; stopped")
-        mapped = _mapped(maps.read_bytes(), by_file) if maps.is_file() else None
+        mapped = None if captured.mapped is None else tuple(by_file[path] for path in by_file if path in captured.mapped)
         places = (*entries, str(layout.root))
-        error = _first_error(stderr, failed=returncode != 0)
-        return RunResult(kind, code, returncode, _tail(stdout), error, len(entries), mapped, places)
-
-
-def _stop_group(child: subprocess.Popen[bytes]) -> None:
-    """Kill the run's process group (the code may have started processes that outlive it) and reap it."""
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:  # the child and everything it started have ended
-        pass
-    child.wait()
+        error = captured.stderr.first_error or (captured.stderr.last if captured.returncode != 0 else None)
+        return RunResult(kind, code, captured.returncode, captured.stdout.text(), error, len(entries), mapped, places)
 
 
 def run_timeout() -> int:
@@ -209,11 +202,35 @@ def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) 
             for wheel in wheels:
                 _link_install(wheel, first, layout)
         if FLAT in layouts:
+            _refuse_venv_paths(wheels, layouts[FLAT])
             # pip's target is a virtual environment: code that looks for libraries through
             # site.getsitepackages() (cuda-pathfinder, as CuPy does) finds them there, never in this
             # interpreter's own site-packages, which the environment does not include.
             venv.EnvBuilder(symlinks=True, with_pip=False).create(str(layouts[FLAT].root))
         yield Installation(root, wheels, layouts)
+
+
+# What the virtual environment of one site-packages keeps at its root for its interpreter.
+_VENV_OWN = ("pyvenv.cfg", "bin/python", "bin/python3", f"bin/python{sys.version_info[0]}.{sys.version_info[1]}")
+
+
+def _refuse_venv_paths(wheels: Sequence[Path], layout: Layout) -> None:
+    """Refuse a wheel whose files (data or scripts) install where the virtual environment puts its
+    interpreter: creating it would fail on, or run, the wheel's file."""
+    root = Path(layout.root)
+    for wheel in wheels:
+        with WheelReader(wheel) as reader:
+            members = reader.members()
+        for member in members:
+            path = install_path(member)
+            if path is None:
+                continue
+            relative = Path(layout.target(wheel.name, path)).relative_to(root).as_posix()
+            if any(relative == own or relative.startswith(own + "/") for own in _VENV_OWN):
+                raise UsageError(
+                    f"{wheel.name}: {member}: installs {relative}, where the virtual environment of "
+                    f"{LAYOUT_TEXT[FLAT]} keeps its interpreter, so the run cannot install it"
+                )
 
 
 def compare(wheels: Sequence[Path], code: str, graph: LibraryGraph) -> Comparison:
@@ -239,36 +256,214 @@ def _link_install(wheel: Path, source: Layout, target: Layout) -> None:
             shutil.copy2(origin, destination)
 
 
-def _tail(path: Path) -> str:
-    """The last ``_KEPT_OUTPUT`` bytes of a file, decoded (a cut first line dropped)."""
-    with open(path, "rb") as file:
-        size = file.seek(0, os.SEEK_END)
-        file.seek(max(0, size - _KEPT_OUTPUT))
-        data = file.read()
-    text = data.decode("utf-8", "replace")
-    return text.split("\n", 1)[-1] if size > _KEPT_OUTPUT else text
+class _Lines:
+    """A stream cut into lines as it arrives, each at most ``limit`` bytes (the rest of a longer one dropped):
+    any output fits in bounded memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.partial, self.cut = limit, bytearray(), False
+
+    def feed(self, data: bytes) -> None:
+        *lines, rest = data.split(b"\n")
+        for line in lines:
+            self._take(bytes(self.partial) + line if not self.cut else bytes(self.partial))
+            self.partial, self.cut = bytearray(), False
+        if not self.cut:
+            self.partial += rest
+            if len(self.partial) > self.limit:
+                del self.partial[self.limit :]
+                self.cut = True
+
+    def close(self) -> None:
+        if self.partial:
+            self._take(bytes(self.partial[: self.limit]))
+        self.partial = bytearray()
+
+    def _take(self, line: bytes) -> None:
+        raise NotImplementedError
 
 
-def _first_error(path: Path, *, failed: bool) -> str | None:
-    """The first exception line of a stderr file (a logged one too); for a failure without one, its last line.
+class _Errors(_Lines):
+    """Of a stderr stream: its first exception line (a logged one too) and its last line."""
 
-    Read line by line, each cut at ``_KEPT_LINE`` bytes, so any output fits in bounded memory.
-    """
-    last = None
-    with open(path, "rb") as file:
-        while line := file.readline(_KEPT_LINE):
-            text = line.decode("utf-8", "replace").strip()
-            if text and _ERROR_LINE.search(text):
-                return text
-            last = text or last
-    return last if failed else None
+    def __init__(self) -> None:
+        super().__init__(_KEPT_LINE)
+        self.first_error: str | None = None
+        self.last: str | None = None
+
+    def _take(self, line: bytes) -> None:
+        text = line[: self.limit].decode("utf-8", "replace").strip()
+        if text and self.first_error is None and _ERROR_LINE.search(text):
+            self.first_error = text
+        self.last = text or self.last
 
 
-def _mapped(maps: bytes, installed_files: dict[str, ElfLibrary]) -> tuple[ElfLibrary, ...]:
-    """The libraries of ``installed_files`` (by real path) that a /proc/<pid>/maps listing names."""
-    paths = set()
-    for line in maps.decode("utf-8", "replace").splitlines():
-        fields = line.split(maxsplit=5)  # address, permissions, offset, device, inode, path
-        if len(fields) == 6:
-            paths.add(fields[5])
-    return tuple(library for path, library in installed_files.items() if path in paths)
+class _Maps(_Lines):
+    """Of the maps pipe: the mapped paths among ``wanted``, and whether the record arrived whole."""
+
+    def __init__(self, wanted: set[str]) -> None:
+        super().__init__(_KEPT_LINE)
+        self.wanted, self.paths, self.ended, self.size = wanted, set[str](), False, 0
+
+    def feed(self, data: bytes) -> None:
+        self.size += len(data)
+        self.ended = data.endswith(_MAPS_END) if data else self.ended
+        super().feed(data)
+
+    def _take(self, line: bytes) -> None:
+        fields = line.rstrip(_MAPS_END).decode("utf-8", "replace").split(maxsplit=5)  # address, perms, offset, dev, inode, path
+        if len(fields) == 6 and fields[5] in self.wanted:
+            self.paths.add(fields[5])
+
+
+class _Tail:
+    """The last ``_KEPT_OUTPUT`` bytes of a stream."""
+
+    def __init__(self) -> None:
+        self.data, self.cut = bytearray(), False
+
+    def feed(self, data: bytes) -> None:
+        self.data += data
+        if len(self.data) > 2 * _KEPT_OUTPUT:
+            del self.data[:-_KEPT_OUTPUT]
+            self.cut = True
+
+    def text(self) -> str:
+        """Decoded, a cut first line dropped."""
+        cut = self.cut or len(self.data) > _KEPT_OUTPUT
+        text = bytes(self.data[-_KEPT_OUTPUT:]).decode("utf-8", "replace")
+        return text.split("\n", 1)[-1] if cut else text
+
+
+@dataclass
+class Captured:
+    """What one supervised run returned, read from the pipes the tool held."""
+
+    returncode: int
+    stdout: _Tail
+    stderr: _Errors
+    maps: _Maps
+
+    @property
+    def mapped(self) -> set[str] | None:
+        """The wanted paths the child mapped at exit; None when it recorded no whole maps (a crash, a kill)."""
+        return self.maps.paths if self.maps.ended else None
+
+
+def supervise(
+    command: Sequence[str], code: str, environment: dict[str, str], cwd: Path, timeout: float, *, wanted: set[str]
+) -> Captured | None:
+    """Run ``command`` (a :data:`_CHILD` interpreter; it gets the maps descriptor and ``code``) in its own
+    session, reading its stdout, stderr and maps through pipes this process holds, in bounded memory; when it
+    ends (or at the deadline), every process it started is killed, those that left its session too.  None when
+    it ran (or its output was still open) past ``timeout`` seconds, reading included."""
+    deadline = time.monotonic() + timeout
+    _become_subreaper()
+    before = _descendants()
+    maps_read, maps_write = os.pipe()
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    sinks: dict[int, _Tail | _Lines] = {out_read: _Tail(), err_read: _Errors(), maps_read: _Maps(wanted)}
+    try:
+        child = subprocess.Popen(
+            [*command, str(maps_write), code],
+            env=environment,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out_write,
+            stderr=err_write,
+            pass_fds=(maps_write,),
+            start_new_session=True,  # its own session and process group
+        )
+    finally:
+        for fd in (maps_write, out_write, err_write):
+            os.close(fd)
+    returncode = None
+    try:
+        with selectors.DefaultSelector() as selector:
+            for fd in sinks:
+                os.set_blocking(fd, False)
+                selector.register(fd, selectors.EVENT_READ)
+            while (remaining := deadline - time.monotonic()) > 0:
+                if returncode is None and (returncode := child.poll()) is not None:
+                    _stop(child, before)  # what it left behind holds no pipe open past this point
+                if not selector.get_map():
+                    if returncode is not None:
+                        break
+                    with suppress(subprocess.TimeoutExpired):
+                        child.wait(timeout=min(0.1, remaining))
+                    continue
+                for key, _ in selector.select(timeout=min(0.1, remaining)):
+                    if data := os.read(key.fd, 1 << 16):
+                        sinks[key.fd].feed(data)
+                    else:
+                        selector.unregister(key.fd)
+            unfinished = returncode is None or bool(selector.get_map())
+    finally:
+        _stop(child, before)
+        for fd in sinks:
+            os.close(fd)
+    if unfinished:
+        return None
+    for sink in sinks.values():
+        if isinstance(sink, _Lines):
+            sink.close()
+    return Captured(returncode, sinks[out_read], sinks[err_read], sinks[maps_read])  # type: ignore[arg-type]
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    """Make this process the parent of every orphan among its descendants (Linux 3.4+), so that a process a run
+    started in a new session (a daemon's double fork) is still found below this one and killed."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _descendants() -> set[int]:
+    """This process's descendants now, from /proc (with this process a subreaper, orphans stay among them)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read(4096).rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, pending = set(), [os.getpid()]
+    while pending:
+        for pid in children.get(pending.pop(), ()):
+            if pid not in found:
+                found.add(pid)
+                pending.append(pid)
+    return found
+
+
+def _stop(child: subprocess.Popen[bytes], before: set[int]) -> None:
+    """Kill the run's session and every process below this one that the run started (they hold its pipes and
+    its directories), and reap them.  Processes that were below this one before the run are left alone."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the child's group has ended
+        pass
+    child.wait()
+    for _ in range(1000):  # each round kills what the last one's kills orphaned; a fork bomb ends with the rounds
+        strays = _descendants() - before
+        if not strays:
+            return
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not this process's child (yet): reaped by its own parent, or next round
+                pass
+        time.sleep(0.01)  # the kills take effect

@@ -31,6 +31,7 @@ from packaging.utils import canonicalize_name
 from patched_wheels import metadata as metadata_edits
 from patched_wheels.errors import PatchedWheelsError, PatchError, UsageError
 from patched_wheels.fsutil import temp_directory
+from patched_wheels.names import glob_problem
 from patched_wheels.version import with_local_suffix
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter, generated_members, is_safe_member_path
 
@@ -278,6 +279,8 @@ class WheelEdits:
 
     def matching(self, pattern: str) -> list[str]:
         """Existing members matching ``pattern`` (fnmatch: ``*`` also crosses ``/``), in name order."""
+        if problem := glob_problem(pattern):
+            raise UsageError(f"GLOB {pattern!r}: {problem}")
         candidates = {*self.reader.members(), *self.contents}
         return sorted(name for name in candidates if fnmatch.fnmatchcase(name, pattern) and self.exists(name))
 

@@ -18,6 +18,7 @@ from typing import Sequence
 from patched_wheels.elfedit import ELF_MAGIC, names_inside, overwrite_in_place, read_dynamic
 from patched_wheels.elfgrow import grow_dynamic
 from patched_wheels.errors import ElfError, UsageError
+from patched_wheels.names import CONTROL_CHARACTER, glob_problem
 from patched_wheels.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
 
 MODES = ("set", "prepend", "append")
@@ -25,6 +26,7 @@ MODES = ("set", "prepend", "append")
 
 # "$ORIGIN" or "${ORIGIN}", alone or followed by a path ("$ORIGINAL" is another token).
 _ORIGIN_ENTRY = re.compile(r"\$(?:ORIGIN|\{ORIGIN\})(?:/|$)")
+_MAX_ENTRIES = 4096
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,15 @@ def rpath_edit(glob: str, entries: str, mode: str = "set", *, origin: str | None
         raise UsageError(f"{origin}: rpath mode must be one of {', '.join(MODES)}, not {mode!r}")
     if not glob:
         raise UsageError(f"{origin}: empty GLOB; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
+    if problem := glob_problem(glob):
+        raise UsageError(f"{origin}: GLOB {glob!r}: {problem}")
     if not entries:
         raise UsageError(f"{origin}: no entries; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
+    if len(entries) > _MAX_ENTRIES:
+        raise UsageError(f"{origin}: entries longer than {_MAX_ENTRIES} characters")
+    if bad := CONTROL_CHARACTER.search(entries):
+        # Written as a C string into the library: a NUL would silently cut the search path there.
+        raise UsageError(f"{origin}: entries {entries!r} hold the control character {bad.group()!r}")
     split = entries.split(":")
     for entry in split:
         if not entry:

@@ -334,3 +334,32 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_pa
         run_uv(project, "sync", "--frozen")
         installed = run_uv(project, "pip", "list", "--format", "json", "--python", str(project / ".venv" / "bin" / "python")).stdout
         assert {"name": "faketorch", "version": "2.1.0+test.1"} in json.loads(installed), installed
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"lock_attribute": "bogus"}, 'hub configuration: lock_attribute = "bogus": must be one of requirements_lock, uv_lock, pylock'),
+        ({"index_option": 3}, "hub configuration: index_option = 3: expected a string"),
+        ({"lock": "MISSING"}, '/MISSING": not a file'),
+        ({"patched": [{"strip": "1"}]}, 'strip = "1": expected an integer'),
+        ({"patched": [{"rpath": {"a/*.so": "$ORIGIN/a\u0000b"}}]}, "hold the control character"),
+    ],
+)
+def test_the_build_checks_its_configuration_before_writing_anything(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str], change: dict[str, object], message: str
+) -> None:
+    config = hub_config(tmp_path / "hub", fake_set)
+    raw = json.loads(config.read_text(encoding="utf-8"))
+    if "patched" in change:
+        raw["patched"][0].update(change["patched"][0])  # type: ignore[index]
+    elif change.get("lock") == "MISSING":
+        raw["lock"] = str(tmp_path / "MISSING")
+    else:
+        raw.update(change)
+    config.write_text(json.dumps(raw), encoding="utf-8")
+    before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and message in error and "Traceback" not in error, error
+    assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before  # nothing written

@@ -372,3 +372,67 @@ def test_a_hostile_request_file_is_one_error_line(tmp_path: Path, capsys: pytest
     assert main(["hub", "plan", "--request", str(path)]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and f"{path}: cannot read the hub request" in error, error
+
+
+def _raw_request(**spec: object) -> dict[str, object]:
+    return {
+        "hub": "fixed", "bzlmod": True, "requirements_lock": "/ws/req.txt", "uv_lock": "", "pylock": "",
+        "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "2.3.2",
+        "repository": "/out/external/fixed", "patched": [spec_json(**spec)],
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"strip": "1"}, f'{CALL}: strip = "1": expected an integer'),
+        ({"strip": True}, f"{CALL}: strip = true: expected an integer"),
+        ({"suffix": 5}, f"{CALL}: suffix = 5: expected a string"),
+        ({"sha256": 123, "urls": ["https://x/a.whl"]}, f"{CALL}: sha256 = 123: expected a string"),
+        # One URL, not one per character.
+        ({"urls": "https://x/faketorch-2.1.0-py3-none-any.whl", "sha256": "ab" * 32}, f'{CALL}: urls = "https://x/faketorch-'),
+        ({"rpath": ["pkg/*.so", "$ORIGIN"]}, f'{CALL}: rpath = ["pkg/*.so", "$ORIGIN"]: expected a dict of strings'),
+        ({"rpath": {"pkg/*.so": 1}}, f"{CALL}: rpath = "),
+        ({"patches": [1]}, f"{CALL}: patches = [1]: expected a list of paths"),
+        ({"preload": "yes"}, f'{CALL}: preload = "yes": must be one of auto, off'),
+        ({"rpath_mode": "replace", "rpath": {"a/*.so": "$ORIGIN"}}, f'{CALL}: rpath_mode = "replace": must be one of set, prepend, append'),
+        # The checks that need no wheel, made by the plan before any download, in the attributes' words.
+        ({"split_into": "bad name!", "split_max_size": 10}, f"{CALL}: split_into 'bad name!' is not a valid project name"),
+        ({"rpath": {"pkg/*.so": "/usr/lib"}}, f"{CALL}: rpath = {{\"pkg/*.so\": \"/usr/lib\"}}: entry '/usr/lib' must start with $ORIGIN"),
+        ({"rpath": {"[" * 50: "$ORIGIN"}}, f"{CALL}: rpath = {{\"{'[' * 50}\": \"$ORIGIN\"}}: GLOB"),
+        ({"preload": "auto", "preload_package": "jax-plugins.x"}, f'{CALL}: preload_package = "jax-plugins.x" is not a module name'),
+        ({"delete": ["a[b"]}, f"{CALL}: delete = \"a[b\": an unclosed '['"),
+        ({"split_into": "libs", "split_move": ["x[" + "y" * 2000]}, f"{CALL}: split_move = \"x[yyy"),
+    ],
+)
+def test_the_request_is_checked_against_one_schema_before_any_download(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], message: str
+) -> None:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(_raw_request(**change)), encoding="utf-8")
+    assert main(["hub", "plan", "--request", str(path)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith(f"patched-wheels: error: {message}"), error
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"hub": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        (json.dumps({**_raw_request(), "patched": ["x"]}), 'patched.index(name = "fixed"): patched[0]: expected an object, got "x"'),
+        (json.dumps({**_raw_request(), "bzlmod": "yes"}), 'hub request: bzlmod = "yes": expected true or false'),
+        (json.dumps({**_raw_request(), "patched": {"name": "x"}}), "hub request: patched = "),
+    ],
+)
+def test_a_malformed_request_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
+    path = tmp_path / "request.json"
+    path.write_text(text, encoding="utf-8")
+    assert main(["hub", "plan", "--request", str(path)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and message in error and "Traceback" not in error, error
+
+
+def test_python_preload_values_are_the_starlark_ones() -> None:
+    from patched_wheels.hubspec import PRELOAD_VALUES
+
+    assert list(PRELOAD_VALUES) == starlark_schema()["preload"]["values"]

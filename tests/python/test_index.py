@@ -439,3 +439,33 @@ def test_a_hash_cache_in_a_world_writable_directory_is_not_believed(tmp_path: Pa
     ]
     assert stat.S_IMODE((directory / "simple").stat().st_mode) == 0o755  # published as the index publishes it
     assert build_index(directory).hashed == 0
+
+
+def _stamps(directory: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of every file and directory under ``directory`` and of itself: a rewrite changes one."""
+    paths = [directory, *sorted(directory.rglob("*"))]
+    return {str(path.relative_to(directory)): (path.stat().st_ino, path.stat().st_mtime_ns) for path in paths}
+
+
+def test_a_warm_run_writes_nothing(tmp_path: Path) -> None:
+    directory = _make_index_dir(tmp_path / "wheels")
+    build_index(directory)
+    before = _stamps(directory)
+    build_index(directory)
+    assert _stamps(directory) == before
+
+
+def test_concurrent_runs_on_one_directory_succeed(tmp_path: Path) -> None:
+    """Each run switches simple/ by renames: two at once took turns renaming one tree and failed."""
+    import subprocess
+    import sys
+
+    directory = _make_index_dir(tmp_path / "wheels")
+    for round_ in range(3):
+        make_wheel(directory, f"extra{round_}-1.0-py3-none-any.whl")  # every run has pages to write
+        command = [sys.executable, "-m", "patched_wheels", "index", str(directory)]
+        runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        for run in runs:
+            _, err = run.communicate(timeout=120)
+            assert run.returncode == 0, err
+        assert f"extra{round_}/" in (directory / "simple" / "index.html").read_text()

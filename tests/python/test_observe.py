@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -52,7 +55,9 @@ def test_an_observation_is_cached_by_content_and_a_bad_entry_is_a_miss(runtime, 
     value = json.loads(entry.read_text())
     for lie in ({**value, "mapped": [["0" * 64, RUNTIME_LIBRARY_PATHS["foo"]]]},  # a wheel not in the set
                 {**value, "mapped": [[value["mapped"][0][0], "../../etc/libx.so"]]},  # a library not of the set
-                {**value, "global": [["x"]]}, [1, 2]):
+                {**value, "global": [["x"]]}, [1, 2],
+                {**value, "mapped": [[["a digest"], RUNTIME_LIBRARY_PATHS["foo"]]]},  # an array for a digest
+                {**value, "error": "e" * (10 << 20)}):  # longer than any error line a run keeps
         entry.write_text(json.dumps(lie))
         assert observe(runtime.all, "import fakejax", graph, use_cache=True) == first  # ran again
         warning = capsys.readouterr().err
@@ -101,6 +106,9 @@ def test_global_only_for_a_symbol_nothing_linked_defines():
     [
         (["doctor", "--no-cache", "{wheels}", "--package", "fake-jax"], "package 'fake-jax': not a module name"),
         (["doctor", "--no-cache", "{wheels}", "--probe", "import x"], "--probe needs --package"),
+        (["doctor", "--no-cache", "{wheels}", "--package", "fakejax", "--preload-wheels", "fake[rt" + "x" * 900],
+         "xxx': an unclosed '['"),
+        (["patch", "--wheel", "{package}", "--dest-dir", "{out}", "--delete", "fakejax/[!" + "a" * 1000], "an unclosed '['"),
         (["doctor", "--no-cache", "{wheels}", "--package", "nothing.here"], "nothing.here: no wheel in the set ships nothing/here/__init__.py"),
         (["patch", "--no-cache", "--wheel", "{package}", "--dest-dir", "{out}", "--probe", "import x"], "--probe needs --preload-for"),
         (["patch", "--no-cache", "--wheel", "{package}", "--dest-dir", "{out}", "--preload-for", "fakejax", "--preload-from", "{wheels}",
@@ -196,3 +204,119 @@ def test_symbols_of_real_libraries_and_of_truncated_or_foreign_files(tmp_path):
         assert read_symbols(tmp_path / "cut.so") in ((frozenset(), frozenset()), read_symbols(library))
     (tmp_path / "text.so").write_bytes(b"not an ELF file")
     assert read_symbols(tmp_path / "text.so") == (frozenset(), frozenset())
+
+
+_CRASH = "import ctypes; ctypes.string_at(0)"  # a segfault: no exit hook runs
+
+
+def test_a_crash_in_both_layouts_has_the_same_verdict_on_a_cold_and_a_warm_cache(runtime, cache_root, capsys):
+    """Nothing an earlier run left (the probe's record of what it mapped) is read as the crashed run's."""
+    argv = ["doctor", *map(str, runtime.all), "--package", "fakejax", f"--run={_CRASH}"]
+    outputs = []
+    for _ in range(2):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "run: passes: one directory per wheel does what one site-packages does (same as in one site-packages" in out
+        outputs.append(out)
+    assert outputs[0] == outputs[1]
+    assert outputs[0].count("    mapped: unknown (the process ended without running its exit hooks)") == 2
+
+
+def test_a_probe_that_crashes_claims_nothing_it_did_not_record(runtime, tmp_path, capsys):
+    graph = read_graph(runtime.all)
+    assert observe(runtime.all, f"import fakejax; {_CRASH}", graph) is None
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "what it mapped cannot be known" in warning and "until then" not in warning
+    # os._exit runs no exit hook either, but the probe records what it mapped on its way out.
+    observation = observe(runtime.all, "import fakejax, os; os._exit(3)", graph)
+    assert observation is not None and observation.returncode == 3 and len(observation.mapped) == 2
+    assert "the preload includes what it mapped until then" in capsys.readouterr().err
+
+
+def test_a_probe_error_cannot_forge_a_line(runtime, capsys):
+    observe(runtime.all, "import fakejax; raise ValueError('x\\rpatched-wheels: error: forged\\x1b[2K')", read_graph(runtime.all))
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "\r" not in warning and "\x1b" not in warning
+    assert "(ValueError: x patched-wheels: error: forged\\x1b[2K)" in warning
+
+
+def test_a_child_cannot_hang_the_tool_through_its_output_files(runtime, tmp_path):
+    """The run's output travels through pipes the tool holds: replacing files beside its directory with FIFOs
+    (where the output was once written, then read back by path) changes nothing."""
+    code = (
+        "import glob, os\n"
+        "for path in glob.glob(os.path.join(os.getcwd(), '..', '*')):\n"
+        "    if not os.path.isdir(path):\n"
+        "        os.unlink(path); os.mkfifo(path)\n"
+        "print('replaced')"
+    )
+    command = [sys.executable, "-m", "patched_wheels", "doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]
+    environment = {**os.environ, "RULES_PATCHED_WHEELS_RUN_TIMEOUT": "20"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 0, result.stderr
+    assert "    stdout: replaced" in result.stdout
+
+
+def test_a_process_that_leaves_the_session_is_stopped_with_the_run(runtime, tmp_path, capsys):
+    """A daemon (double fork, new session) outlives the run's process group: it is found and killed anyway."""
+    pid_file = tmp_path / "pid"
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)\n"
+        "    os._exit(0)\n"
+        f"while not os.path.exists({str(pid_file)!r}): time.sleep(0.01)\n"
+        "time.sleep(0.2)"
+    )
+    assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) == 0
+    capsys.readouterr()
+    pid = int(pid_file.read_text())
+    for _ in range(50):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def test_a_wheel_installing_where_the_venv_keeps_its_interpreter_is_named(tmp_path, capsys):
+    wheel = build_wheel(tmp_path, "binpy", "1.0", {"binpy/__init__.py": b"", "binpy-1.0.data/data/bin/python/x": b"hi"})
+    assert main(["doctor", "--no-cache", str(wheel), "--package", "binpy", "--run"]) == 1
+    assert capsys.readouterr().err == (
+        f"patched-wheels: error: {wheel.name}: binpy-1.0.data/data/bin/python/x: installs bin/python/x, where the "
+        "virtual environment of every wheel in one site-packages keeps its interpreter, so the run cannot install it\n"
+    )
+
+
+def test_what_a_child_writes_where_its_maps_go_is_read_in_bounded_memory(runtime, capsys):
+    """100 MiB of junk where the maps go (the maps pipe; the maps file of earlier code, sparse), then os._exit:
+    the tool reads it as a stream, never whole."""
+    import tracemalloc
+
+    code = (
+        "import os, stat\n"
+        "for name in os.listdir('/proc/self/fd'):\n"
+        "    fd = int(name)\n"
+        "    try:\n"
+        "        fifo = fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode)\n"
+        "    except OSError:  # the descriptor listdir read /proc/self/fd with\n"
+        "        continue\n"
+        "    if fifo:\n"
+        "        chunk = b'x' * (1 << 20)\n"
+        "        for _ in range(100): os.write(fd, chunk)\n"
+        "for path in [os.path.join('..', entry) for entry in os.listdir('..') if entry.startswith('maps-')]:\n"
+        "    os.truncate(path, 100 << 20)\n"
+        "for kind in ('flat', 'per-wheel'):\n"
+        "    open(os.path.join('..', 'maps-' + kind), 'ab').truncate(100 << 20)\n"
+        "os._exit(0)"
+    )
+    tracemalloc.start()
+    try:
+        assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) == 0  # the same in both layouts
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    out = capsys.readouterr().out
+    assert "first error" not in out  # the junk was written: the code ran to its end
+    assert peak < 32 << 20, f"peak {peak >> 20} MiB"

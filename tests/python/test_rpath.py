@@ -160,14 +160,14 @@ def test_doctor_and_graph_see_the_edited_rpath(wheels: dict[str, Path], tmp_path
     capsys.readouterr()
     assert _cli("doctor", "--no-cache", patched) == 1
     assert capsys.readouterr().out.strip().splitlines() == [
-        f"{DATA_MEMBER} ({patched.name}): needs libdep.so.1 from {rpathfixture.DEP_MEMBER} ({patched.name}), "
+        f"predicted: {DATA_MEMBER} ({patched.name}): needs libdep.so.1 from {rpathfixture.DEP_MEMBER} ({patched.name}), "
         "not on its RUNPATH ($ORIGIN) in a per-wheel layout",
-        "as is: 1 library fails to load with one directory per wheel",
+        "predicted, as is: 1 library fails to load with one directory per wheel",
     ]
     both = _patch(original, tmp_path / "both", "--set-rpath", f"pkg/*.so={FIX}", "--set-rpath", f"{DATA_MEMBER}=$ORIGIN:{DATA_FIX}")
     capsys.readouterr()
     assert _cli("doctor", "--no-cache", both) == 0
-    assert capsys.readouterr().out.strip() == "as is: every library loads with one directory per wheel"
+    assert capsys.readouterr().out.strip() == "predicted, as is: every library loads with one directory per wheel"
     assert _cli("graph", "--no-cache", both) == 0
     assert f"{DATA_MEMBER} ({both.name})\n  runpath: $ORIGIN:{DATA_FIX}\n" in capsys.readouterr().out
     assert _cli("graph", "--no-cache", patched) == 0
@@ -218,6 +218,11 @@ BAD_EDITS = {
     "no entries": (["--set-rpath", "pkg/*.so="], "--set-rpath 'pkg/*.so=': no entries"),
     "no equals": (["--set-rpath", "pkg/*.so"], "--set-rpath 'pkg/*.so': expected GLOB=ENTRIES"),
     "empty glob": (["--add-rpath", "=$ORIGIN"], "--add-rpath '=$ORIGIN': empty GLOB"),
+    # Written as a C string, a NUL cut the search path: $ORIGIN/a\0b became $ORIGIN/a.
+    "NUL": (["--set-rpath", "pkg/*.so=$ORIGIN/a\0b"], "entries '$ORIGIN/a\\x00b' hold the control character '\\x00'"),
+    "line break": (["--set-rpath", "pkg/*.so=$ORIGIN/a\nb"], "hold the control character '\\n'"),
+    "unclosed bracket": (["--set-rpath", "[" * 1000 + "=$ORIGIN"], "GLOB '[[[["),
+    "long glob": (["--set-rpath", "*" * 2000 + "=$ORIGIN"], "longer than 1024 characters"),
 }
 
 
@@ -232,6 +237,7 @@ def test_bad_edits_are_one_error_line_and_leave_nothing(
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and captured.err.startswith("patched-wheels: error: "), captured.err
     assert message in captured.err, captured.err
+    assert case != "unclosed bracket" or "an unclosed '['" in captured.err
     assert not out.exists() or list(out.iterdir()) == []
 
 

@@ -139,7 +139,7 @@ def test_provider_failing_in_both_layouts_is_not_counted_against_the_layout(stac
         f"by the layout: EP Error: OSError: {stackshapes.MISSING_PROVIDER_LIBRARY}: cannot open shared object file" in out
     )
     # The static verdict stays, as a prediction, and says where it disagrees.
-    assert "as is: 1 library fails to load with one directory per wheel" in out
+    assert "predicted, as is: 1 library fails to load with one directory per wheel" in out
     assert "prediction (static, as is): fails, unlike the run" in out
 
 
@@ -149,7 +149,7 @@ def test_a_package_that_preloads_its_dependencies_itself_passes_the_run(tmp_path
     argv = ["doctor", "--no-cache", *map(str, wheels.all), "--package", "faketorch"]
     assert main([*argv, "--run=import faketorch; print(faketorch.answer())"]) == 0
     out = capsys.readouterr().out
-    assert "as is: 3 libraries fail to load with one directory per wheel" in out
+    assert "predicted, as is: 3 libraries fail to load with one directory per wheel" in out
     assert "run: passes: one directory per wheel does what one site-packages does\n" in out
     assert "prediction (static, as is): fails, unlike the run: the code preloads those libraries itself" in out
 
@@ -184,7 +184,7 @@ def test_doctor_counts_the_packages_own_data_scheme_library(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"{DATA_MEMBER} ({original.name}): needs libdep.so.1" in out and "fails if pkg loads it itself at run time" in out
     assert main(["doctor", "--no-cache", str(fixed), "--package", "pkg"]) == 0
-    assert "as is: every library loads with one directory per wheel" in capsys.readouterr().out
+    assert "predicted, as is: every library loads with one directory per wheel" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", BUILDERS)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from patched_wheels.errors import PatchedWheelsError, UsageError
+from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
 
 
 def command_names() -> list[str]:
@@ -73,20 +73,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-# An error line quotes its input (a lock line, a patch header, a member name), which may be megabytes long.
-_MAX_ERROR_LINE = 2000
-
-
-def _one_line(message: str) -> str:
-    """``message`` as one line of bounded length, whatever it quotes (a third-party reason, a name with a
-    newline, a 200 MB logical line): its start names what is at fault and its end says why, so the middle goes."""
-    line = " ".join(message.splitlines())
-    if len(line) <= _MAX_ERROR_LINE:
-        return line
-    head, tail = _MAX_ERROR_LINE * 2 // 3, _MAX_ERROR_LINE // 3
-    return f"{line[:head]} [... {len(line) - head - tail} characters left out ...] {line[-tail:]}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
@@ -94,11 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except PatchedWheelsError as error:
-        print(f"patched-wheels: error: {_one_line(str(error))}", file=sys.stderr)
+        print(f"patched-wheels: error: {one_line(str(error))}", file=sys.stderr)
         return 1
     except OSError as error:  # a destination that cannot be written, a file that vanished, ...
         where = f"{error.filename}: " if error.filename else ""
-        print(f"patched-wheels: error: {where}{error.strerror or error}", file=sys.stderr)
+        print(f"patched-wheels: error: {one_line(f'{where}{error.strerror or error}')}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from patched_wheels.hubplan import HubRequest, default_probes, needs_graph, plan_hub, resolution, resolved_wheel
+    from patched_wheels.hubplan import HubRequest, default_probes, needs_graph, plan_hub, resolution, resolved_wheels
 
     request = _load(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
@@ -44,7 +44,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
-    wheels = _load(args.resolved, lambda raw: [resolved_wheel(wheel) for wheel in raw], "resolved wheels")
+    wheels = _load(args.resolved, resolved_wheels, "resolved wheels")
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
     elf_cache = cache_dir("elfgraph") if needs_graph(request) else None
     cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
@@ -77,5 +77,7 @@ def _load(path: Path, parse: Any, what: str) -> Any:
 
     try:
         return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))
+    except RecursionError:  # json nests a Python call per "[" or "{"
+        raise UsageError(f"{path}: cannot read the {what}: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{path}: cannot read the {what}: {error}") from None
