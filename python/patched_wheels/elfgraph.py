@@ -4,7 +4,9 @@ Each wheel's libraries are read by :mod:`patched_wheels.elfread` (or answered by
 ELF cache, :mod:`patched_wheels.elfcache`, keyed by the wheel's sha256).  Each
 DT_NEEDED name is resolved to a library of the set (by SONAME first, then by file
 name); names no wheel provides are "system" dependencies: reported, never followed.
-The libraries are then ordered dependencies first, which is what a preload needs.
+The libraries are then ordered dependencies first, which is what a preload needs; libraries that need
+each other (a cycle, such as pillow 13's ``libfreetype`` and ``libharfbuzz``) are legal, as they are
+to the dynamic loader, and are ordered as one (see :func:`_cycle_order`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 from patched_wheels.elfcache import ElfCache, wheel_problem
 from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
 from patched_wheels.digestmemo import sha256_of
-from patched_wheels.errors import ElfError, UsageError, warn
+from patched_wheels.errors import UsageError, warn
 from patched_wheels.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import WheelReader, ZipMember
 
@@ -80,7 +82,11 @@ class LibraryGraph:
     providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
     """For each library, the library of the set each resolved DT_NEEDED name stands for."""
     load_order: tuple[ElfLibrary, ...]
-    """Every library after all of its dependencies; ties broken by (path, wheel)."""
+    """Every library after all of its dependencies, but for the members of a cycle (libraries that need
+    each other, which the dynamic loader accepts): each cycle after everything it needs, its members
+    together in the order of :func:`_cycle_order`; ties broken by (path, wheel)."""
+    cycles: tuple[tuple[ElfLibrary, ...], ...] = ()
+    """The libraries that need each other (strongly connected components of two or more), each in load order."""
 
     def closure(self, roots: Iterable[ElfLibrary]) -> set[ElfLibrary]:
         """``roots`` plus everything they need, transitively."""
@@ -233,7 +239,7 @@ def _order_key(library: ElfLibrary) -> tuple[str, str]:
 
 
 def build_graph(libraries: Sequence[ElfLibrary]) -> LibraryGraph:
-    """Resolve DT_NEEDED edges and order the libraries deps first; a cycle is an error naming it."""
+    """Resolve DT_NEEDED edges and order the libraries deps first, each cycle as one (see :attr:`LibraryGraph.load_order`)."""
     by_soname: dict[str, list[ElfLibrary]] = {}
     by_filename: dict[str, list[ElfLibrary]] = {}
     for library in libraries:
@@ -252,51 +258,136 @@ def build_graph(libraries: Sequence[ElfLibrary]) -> LibraryGraph:
         system[library] = tuple(name for name in library.needed if name not in resolved)
     dependencies = {library: tuple(dict.fromkeys(providers[library].values())) for library in libraries}
     ordered = tuple(sorted(libraries, key=_order_key))
-    return LibraryGraph(ordered, dependencies, system, providers, _topological_order(ordered, dependencies))
+    components = _components(ordered, dependencies)
+    load_order = _load_order(components, dependencies, providers)
+    position = {library: number for number, library in enumerate(load_order)}
+    cycles = sorted(
+        (tuple(sorted(members, key=position.__getitem__)) for members in components if len(members) > 1),
+        key=lambda members: position[members[0]],
+    )
+    return LibraryGraph(ordered, dependencies, system, providers, load_order, tuple(cycles))
 
 
-def _topological_order(
+def _components(
     libraries: Sequence[ElfLibrary], dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]]
+) -> list[list[ElfLibrary]]:
+    """The strongly connected components of the graph (Tarjan's algorithm, iterative: a lock's graph has
+    thousands of libraries, more than Python's recursion allows), each listed by (path, wheel), in the
+    order Tarjan closes them: every component after the components it needs."""
+    index: dict[ElfLibrary, int] = {}
+    low: dict[ElfLibrary, int] = {}
+    on_stack: set[ElfLibrary] = set()
+    stack: list[ElfLibrary] = []
+    found: list[list[ElfLibrary]] = []
+    for root in libraries:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(dependencies[root]))]
+        while work:
+            library, pending = work[-1]
+            following = next((d for d in pending if d not in index or d in on_stack), None)
+            if following is not None:
+                if following in index:
+                    low[library] = min(low[library], index[following])
+                else:
+                    index[following] = low[following] = len(index)
+                    stack.append(following)
+                    on_stack.add(following)
+                    work.append((following, iter(dependencies[following])))
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[library])
+            if low[library] == index[library]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == library:
+                        break
+                found.append(sorted(component, key=_order_key))
+    return found
+
+
+def _loads_the_cycle(
+    entry: ElfLibrary, members: Sequence[ElfLibrary], providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
+) -> bool:
+    """Whether loading ``entry`` by its path maps every other member of its cycle with one directory per wheel.
+
+    What the dynamic loader does (breadth first, each DT_NEEDED name matched to an object already mapped,
+    else looked up along the needing library's DT_RUNPATH, or its DT_RPATH when it has none), with the
+    libraries outside the cycle already loaded (they come earlier in the load order) and only the paths
+    inside the needing library's own wheel to be found: a ``$ORIGIN/../../other_wheel/lib`` entry leads
+    nowhere when every wheel has its own ``sys.path`` entry.
+    """
+    in_cycle = set(members)
+    mapped = {entry}
+    queue = [entry]
+    for library in queue:
+        directory = posixpath.dirname(library.path)
+        search = {expand_origin(path, directory) for path in library.search_path if ORIGIN_TOKEN.search(path)}
+        for name in library.needed:
+            provider = providers[library].get(name)
+            if provider is None or provider not in in_cycle or provider in mapped:
+                continue
+            if provider.wheel != library.wheel or posixpath.dirname(provider.path) not in search:
+                return False
+            mapped.add(provider)
+            queue.append(provider)
+    return True
+
+
+def _cycle_order(
+    members: Sequence[ElfLibrary], providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
+) -> list[ElfLibrary]:
+    """The load order inside one cycle: by (path, wheel), but starting with the first member that loads the
+    whole cycle (see :func:`_loads_the_cycle`).
+
+    A library cannot be loaded before what it needs, and every member of a cycle needs another: loading
+    the first one by its path makes the dynamic loader find the rest itself, along the search paths of the
+    libraries that need them.  Once it has, loading the others by path maps nothing new (the loader knows
+    each file).  So only the first member matters, and it must be one whose search paths reach the others;
+    auditwheel's ``pkg.libs`` often give that ``$ORIGIN`` to some members only.  Where none does, the order
+    stays by (path, wheel): the cycle then loads only where its RPATHs resolve (one site-packages).
+    """
+    entry = next((member for member in members if _loads_the_cycle(member, members, providers)), members[0])
+    return [entry, *(member for member in members if member != entry)]
+
+
+def _load_order(
+    components: Sequence[Sequence[ElfLibrary]],
+    dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]],
+    providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]],
 ) -> tuple[ElfLibrary, ...]:
-    """Kahn's algorithm with a heap, so equal-rank libraries come out in (path, wheel) order."""
-    waiting_on = {library: len(dependencies[library]) for library in libraries}
-    dependents: dict[ElfLibrary, list[ElfLibrary]] = {library: [] for library in libraries}
-    for library in libraries:
-        for dependency in dependencies[library]:
-            dependents[dependency].append(library)
-    ready = [(_order_key(library), library) for library, count in waiting_on.items() if count == 0]
+    """Kahn's algorithm on the components with a heap, so equal-rank ones come out by their first member's
+    (path, wheel); a cycle's members stay together, in :func:`_cycle_order`."""
+    component_of = {library: number for number, members in enumerate(components) for library in members}
+    waiting_on: list[set[int]] = [set() for _ in components]
+    dependents: list[list[int]] = [[] for _ in components]
+    for number, members in enumerate(components):
+        for library in members:
+            for dependency in dependencies[library]:
+                needed = component_of[dependency]
+                if needed != number and needed not in waiting_on[number]:
+                    waiting_on[number].add(needed)
+                    dependents[needed].append(number)
+    ready = [(_order_key(members[0]), number) for number, members in enumerate(components) if not waiting_on[number]]
     heapq.heapify(ready)
     order: list[ElfLibrary] = []
     while ready:
-        _, library = heapq.heappop(ready)
-        order.append(library)
-        for dependent in dependents[library]:
-            waiting_on[dependent] -= 1
-            if waiting_on[dependent] == 0:
-                heapq.heappush(ready, (_order_key(dependent), dependent))
-    if len(order) != len(libraries):
-        stuck = {library for library, count in waiting_on.items() if count > 0}
-        cycle = _find_cycle(dependencies, stuck)
-        raise ElfError("dependency cycle between shared libraries: " + " -> ".join(map(str, cycle)))
+        _, number = heapq.heappop(ready)
+        members = components[number]
+        order.extend(_cycle_order(members, providers) if len(members) > 1 else members)
+        for dependent in dependents[number]:
+            waiting_on[dependent].discard(number)
+            if not waiting_on[dependent]:
+                heapq.heappush(ready, (_order_key(components[dependent][0]), dependent))
     return tuple(order)
-
-
-def _find_cycle(
-    dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]], stuck: set[ElfLibrary]
-) -> list[ElfLibrary]:
-    """Walk from the first stuck library along stuck dependencies until a library repeats.
-
-    Every stuck library has at least one stuck dependency (that is why it is
-    stuck), so the walk cannot end before it closes a cycle.
-    """
-    walk = [min(stuck, key=_order_key)]
-    position = {walk[0]: 0}
-    while True:
-        following = min((d for d in dependencies[walk[-1]] if d in stuck), key=_order_key)
-        if following in position:
-            return walk[position[following] :] + [following]
-        position[following] = len(walk)
-        walk.append(following)
 
 
 def read_graph(
@@ -327,8 +418,15 @@ def format_graph(graph: LibraryGraph) -> str:
             lines.append(f"  needs    {name} (system, not followed)")
     lines.append("load order (dependencies first):")
     width = len(str(len(graph.load_order)))
+    cycle_of = {library: number for number, members in enumerate(graph.cycles, start=1) for library in members}
     for index, library in enumerate(graph.load_order, start=1):
-        lines.append(f"  {index:>{width}}. {library}")
+        mark = f"  (cycle {cycle_of[library]})" if library in cycle_of else ""
+        lines.append(f"  {index:>{width}}. {library}{mark}")
+    if graph.cycles:
+        # Only when there are any: the listing of an acyclic set stays as it was.
+        lines.append("cycles (libraries that need each other; each loads as one, first member first):")
+        for number, members in enumerate(graph.cycles, start=1):
+            lines.append(f"  cycle {number}: " + " <-> ".join(map(str, members)))
     return "\n".join(lines)
 
 
@@ -346,4 +444,5 @@ def graph_as_json(graph: LibraryGraph) -> dict[str, object]:
             for library in graph.libraries
         ],
         "load_order": [{"wheel": library.wheel, "path": library.path} for library in graph.load_order],
+        "cycles": [[{"wheel": library.wheel, "path": library.path} for library in members] for members in graph.cycles],
     }

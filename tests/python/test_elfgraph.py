@@ -97,20 +97,6 @@ def test_a_missing_provider_becomes_a_system_dependency(wheels):
     assert graph.dependencies[sparse] == ()
 
 
-def test_cycle_is_an_error_naming_the_cycle(tmp_path):
-    liba = compile_shared(tmp_path, "liba.so", "int a(void) { return 1; }\n", "-Wl,-soname,liba.so")
-    libb = compile_shared(tmp_path, "libb.so", "int a(void);\nint b(void) { return a(); }\n", "-Wl,-soname,libb.so", "-l:liba.so")
-    subprocess.run([patchelf_binary(), "--add-needed", "libb.so", str(liba)], check=True)
-    wheel = build_wheel(tmp_path, "cyclic", "1.0", {"cyclic/liba.so": liba.read_bytes(), "cyclic/libb.so": libb.read_bytes()})
-    with pytest.raises(ElfError) as error:
-        read_graph([wheel])
-    message = str(error.value)
-    assert "\n" not in message
-    assert "cycle" in message
-    assert "cyclic/liba.so (cyclic-1.0-py3-none-linux_x86_64.whl) -> cyclic/libb.so" in message
-    assert message.endswith("-> cyclic/liba.so (cyclic-1.0-py3-none-linux_x86_64.whl)")
-
-
 def test_non_elf_shared_library_is_an_error_naming_wheel_and_member(tmp_path):
     wheel = build_wheel(tmp_path, "broken", "1.0", {"broken/libfoo.so.1": b"INPUT(-lbar)\n"})
     with pytest.raises(ElfError, match=r"^broken-1\.0-py3-none-linux_x86_64\.whl: broken/libfoo\.so\.1: not an ELF file"):

@@ -1,0 +1,179 @@
+"""Libraries that need each other (issue 30): legal in the graph, loaded by the preload, harmless beside a package."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from cyclefixture import (
+    CYC_ANSWER,
+    CYC_CODE,
+    CYC_LIBRARIES,
+    CYC_PACKAGE,
+    PIL_ANSWER,
+    PIL_CODE,
+    PIL_LIBRARIES,
+    build_own_cycle,
+    build_pillow_shape,
+)
+from fakecuda import EXPECTED_ANSWER, LIBRARY_PATHS, build_fake_cuda_wheels, flat_layout, per_wheel_layout, run_import
+from patched_wheels.cli import main
+from patched_wheels.elfgraph import build_graph, format_graph, read_graph
+from patched_wheels.elfread import ElfLibrary
+from patched_wheels.preload import PRELOAD_MODULE, PreloadList, plan_preload, preload_member_edits, read_preload_module, render_preload_module
+from patched_wheels.surgery import patch_wheel
+
+
+@pytest.fixture(scope="module")
+def pil(tmp_path_factory):
+    return build_pillow_shape(tmp_path_factory.mktemp("pil"))
+
+
+@pytest.fixture(scope="module")
+def cyc(tmp_path_factory):
+    return build_own_cycle(tmp_path_factory.mktemp("cyc"))
+
+
+@pytest.fixture(scope="module")
+def torch(tmp_path_factory):
+    return build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda"))
+
+
+def _paths(libraries):
+    return [library.path for library in libraries]
+
+
+def test_a_cycle_is_ordered_as_one_starting_with_the_member_that_loads_the_others(pil, cyc):
+    graph = read_graph([*pil.all, *cyc.all])
+    order = _paths(graph.load_order)
+    # libcycb has $ORIGIN, libcyca does not: loading libcyca first cannot find libcycb.
+    assert order.index(CYC_LIBRARIES["b"]) == order.index(CYC_LIBRARIES["a"]) - 1
+    assert order.index(CYC_LIBRARIES["a"]) < order.index(CYC_LIBRARIES["core"])
+    assert order.index(PIL_LIBRARIES["harfbuzz"]) == order.index(PIL_LIBRARIES["freetype"]) - 1
+    assert order.index(PIL_LIBRARIES["freetype"]) < order.index(PIL_LIBRARIES["imaging"])
+    assert [_paths(members) for members in graph.cycles] == [
+        [CYC_LIBRARIES["b"], CYC_LIBRARIES["a"]],
+        [PIL_LIBRARIES["harfbuzz"], PIL_LIBRARIES["freetype"]],
+    ]
+    assert _paths(read_graph([*reversed(cyc.all), *pil.all], workers=1).load_order) == order
+
+
+def _library(name, *needed, runpath=(), wheel="w-1.0-py3-none-any.whl", directory="lib"):
+    return ElfLibrary(wheel, f"{directory}/{name}", name, tuple(needed), (), tuple(runpath))
+
+
+def test_without_a_member_that_loads_the_others_a_cycle_keeps_path_order_after_its_dependencies():
+    base = _library("libbase.so")
+    a = _library("liba.so", "libb.so", "libbase.so")
+    b = _library("libb.so", "libc.so")
+    c = _library("libc.so", "liba.so", runpath=["$ORIGIN/../../elsewhere"])  # leads nowhere in its wheel
+    top = _library("libtop.so", "liba.so")
+    graph = build_graph([top, c, b, a, base])
+    assert graph.load_order == (base, a, b, c, top)
+    assert graph.cycles == ((a, b, c),)
+
+
+def test_a_graph_of_thousands_of_libraries_in_one_cycle_orders_without_recursion():
+    count = 5000
+    names = [f"lib{index:05d}.so" for index in range(count)]
+    libraries = [_library(name, names[(index + 1) % count]) for index, name in enumerate(names)]
+    libraries.append(_library("libuser.so", names[0]))
+    graph = build_graph(libraries)
+    assert _paths(graph.load_order) == [f"lib/{name}" for name in names] + ["lib/libuser.so"]
+    assert len(graph.cycles) == 1 and len(graph.cycles[0]) == count
+
+
+def test_graph_command_exits_0_on_a_cycle_and_prints_it(pil, capsys):
+    assert main(["graph", "--no-cache", str(pil.package_wheel)]) == 0
+    out = capsys.readouterr().out
+    wheel = pil.package_wheel.name
+    order = out.split("load order (dependencies first):\n")[1].splitlines()
+    assert order[:3] == [
+        f"  1. {PIL_LIBRARIES['harfbuzz']} ({wheel})  (cycle 1)",
+        f"  2. {PIL_LIBRARIES['freetype']} ({wheel})  (cycle 1)",
+        f"  3. {PIL_LIBRARIES['imaging']} ({wheel})",
+    ]
+    assert order[3:] == [
+        "cycles (libraries that need each other; each loads as one, first member first):",
+        f"  cycle 1: {PIL_LIBRARIES['harfbuzz']} ({wheel}) <-> {PIL_LIBRARIES['freetype']} ({wheel})",
+    ]
+    assert main(["graph", "--no-cache", "--json", str(pil.package_wheel)]) == 0
+    cycles = json.loads(capsys.readouterr().out)["cycles"]
+    assert cycles == [[{"wheel": wheel, "path": PIL_LIBRARIES["harfbuzz"]}, {"wheel": wheel, "path": PIL_LIBRARIES["freetype"]}]]
+
+
+def test_graph_output_of_an_acyclic_set_names_no_cycle(torch):
+    graph = read_graph(torch.all)
+    text = format_graph(graph)
+    assert "cycle" not in text
+    # The listing ends as it always did: the load order, one numbered library per line.
+    assert text.split("load order (dependencies first):\n")[1].splitlines() == [
+        f"  {index}. {library}" for index, library in enumerate(graph.load_order, start=1)
+    ]
+    assert _paths(graph.load_order)[-2:] == [LIBRARY_PATHS["faketorch"], LIBRARY_PATHS["core"]]
+
+
+def test_a_cycle_beside_the_patched_package_changes_nothing(pil, torch, tmp_path, capsys):
+    """The pillow 13 shape: faketorch needs neither bundled library; patching it works, silently."""
+    alone = preload_member_edits("faketorch", torch.all)
+    beside = preload_member_edits("faketorch", [*torch.all, *pil.all])
+    module = f"faketorch/{PRELOAD_MODULE}.py"
+    assert beside[module](None) == alone[module](None)
+    code = main(
+        ["patch", "--no-cache", "--wheel", str(torch.torch), "--dest-dir", str(tmp_path / "out"), "--suffix", "pw.1",
+         "--preload-for", "faketorch", "--preload-from", *map(str, [*torch.all, *pil.all])]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "patched-wheels:" not in captured.err
+    (patched,) = (tmp_path / "out").glob("faketorch-*.whl")
+    result = run_import(per_wheel_layout([*torch.nvidia.values(), patched, *pil.all], tmp_path / "site"))
+    assert result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
+    # doctor's verdict on faketorch is the one without the bystander (which it only lists as not loaded).
+    verdicts = []
+    for wheels in (torch.all, [*torch.all, *pil.all]):
+        code = main(["doctor", "--no-cache", "--package", "faketorch", *map(str, wheels)])
+        captured = capsys.readouterr()
+        assert captured.err == ""
+        verdicts.append((code, [line for line in captured.out.splitlines() if "fakepil" not in line]))
+    assert verdicts[0] == verdicts[1]
+
+
+def test_the_bystander_itself_works_in_both_layouts(pil, tmp_path):
+    for layout in (flat_layout, per_wheel_layout):
+        result = run_import(layout(pil.all, tmp_path / layout.__name__), PIL_CODE)
+        assert result.stdout.strip() == str(PIL_ANSWER), result.stderr
+
+
+def test_a_cycle_the_package_needs_is_preloaded_and_imports_with_one_directory_per_wheel(cyc, tmp_path):
+    without = run_import(per_wheel_layout(cyc.all, tmp_path / "without"), CYC_CODE)
+    assert "libcyca.so.1: cannot open shared object file" in without.stderr
+    assert run_import(flat_layout(cyc.all, tmp_path / "flat"), CYC_CODE).stdout.strip() == str(CYC_ANSWER)
+
+    edits = preload_member_edits(CYC_PACKAGE, cyc.all)
+    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    with zipfile.ZipFile(patched) as archive:
+        preload = read_preload_module(archive.read(f"{CYC_PACKAGE}/{PRELOAD_MODULE}.py"), where=patched.name)
+    assert preload.libraries == (CYC_LIBRARIES["b"], CYC_LIBRARIES["a"])
+    for layout in (per_wheel_layout, flat_layout):
+        result = run_import(layout([cyc.libraries_wheel, patched], tmp_path / f"with-{layout.__name__}"), CYC_CODE)
+        assert result.stdout.strip() == str(CYC_ANSWER), result.stderr
+
+
+def test_the_cycle_order_is_what_makes_the_preload_load(cyc, tmp_path):
+    """The same two libraries in path order (libcyca first) fail: the order inside the cycle matters."""
+    sites = per_wheel_layout([cyc.libraries_wheel], tmp_path / "site")
+    module = tmp_path / "path_order.py"
+    module.write_bytes(render_preload_module("x", PreloadList((CYC_LIBRARIES["a"], CYC_LIBRARIES["b"]))))
+    code = f"exec(compile(open({str(module)!r}).read(), 'path_order', 'exec'), {{}})"
+    result = run_import(sites, code)
+    assert result.returncode != 0 and "libcycb.so.1: cannot open shared object file" in result.stderr
+
+
+def test_a_plan_holds_a_whole_cycle(cyc):
+    graph = read_graph(cyc.all)
+    plan = plan_preload(graph, CYC_PACKAGE, cyc.package_wheel.name)
+    assert _paths(plan.libraries) == [CYC_LIBRARIES["b"], CYC_LIBRARIES["a"]]
+    assert plan.optional == frozenset()
