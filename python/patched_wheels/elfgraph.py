@@ -6,30 +6,28 @@ DT_NEEDED name is resolved to a library of the set (by SONAME first, then by fil
 name); names no wheel provides are "system" dependencies: reported, never followed.
 The libraries are then ordered dependencies first, which is what a preload needs; libraries that need
 each other (a cycle, such as pillow 13's ``libfreetype`` and ``libharfbuzz``) are legal, as they are
-to the dynamic loader, and are ordered as one (see :func:`_cycle_order`).
+to the dynamic loader, and are ordered as one (see :mod:`patched_wheels.elforder`).
 """
 
 from __future__ import annotations
 
-import heapq
 import os
 import posixpath
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from patched_wheels.elfcache import ElfCache, wheel_problem
 from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
 from patched_wheels.digestmemo import sha256_of
-from patched_wheels.errors import UsageError, warn
+from patched_wheels.elforder import components_load_order, order_key, strong_components
+from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import WheelReader, ZipMember
 
 # Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
 _DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
-# $ORIGIN as ld.so reads it in DT_RPATH/DT_RUNPATH: "${ORIGIN}", or "$ORIGIN" not followed by a name character.
-ORIGIN_TOKEN = re.compile(r"\$(?:ORIGIN(?![A-Za-z0-9_])|\{ORIGIN\})")
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,18 @@ class WheelScan:
     inflated_bytes: int
     """Bytes inflated in this run (0 for wheels answered from the cache)."""
     cached_wheels: int
+    problems: Mapping[str, LibraryProblem] = field(default_factory=dict)
+    """Per wheel file name, its first library (by path) that cannot be read; its other libraries are listed."""
+
+
+@dataclass(frozen=True)
+class LibraryProblem:
+    """A library of a wheel that cannot be read (not ELF, truncated, ...): left out of the graph."""
+
+    path: str
+    """Its install path."""
+    message: str
+    """The error, one line naming the wheel and the member."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +94,13 @@ class LibraryGraph:
     load_order: tuple[ElfLibrary, ...]
     """Every library after all of its dependencies, but for the members of a cycle (libraries that need
     each other, which the dynamic loader accepts): each cycle after everything it needs, its members
-    together in the order of :func:`_cycle_order`; ties broken by (path, wheel)."""
+    together in the order of :func:`patched_wheels.elforder.cycle_order`; ties broken by (path, wheel)."""
     cycles: tuple[tuple[ElfLibrary, ...], ...] = ()
     """The libraries that need each other (strongly connected components of two or more), each in load order."""
+    problems: Mapping[str, LibraryProblem] = field(default_factory=dict)
+    """Wheels with a library that cannot be read (see :func:`read_graph`'s ``lenient``)."""
+    _warned: set[str] = field(default_factory=set, compare=False, repr=False)
+    """Wheels whose problem :meth:`check_problems` has warned about: once per graph (the hub reads one for every spec)."""
 
     def closure(self, roots: Iterable[ElfLibrary]) -> set[ElfLibrary]:
         """``roots`` plus everything they need, transitively."""
@@ -104,6 +118,27 @@ class LibraryGraph:
         wanted = set(libraries)
         return [library for library in self.load_order if library in wanted]
 
+    def check_problems(self, package: str, package_wheel: str, used: Iterable[ElfLibrary], *, warn_others: bool = True) -> None:
+        """Fail on an unreadable library ``package`` may need; one warning for each other wheel with one.
+
+        ``used``: what the package's own libraries and its preload are (their closure is taken).  A wheel
+        is needed when it is the package's, ships one of those libraries (an unreadable one beside them
+        may be what they open), or its unreadable library has the file name of a DT_NEEDED none of them
+        resolved.  Any other wheel's problem cannot change the package's preload: a lock's bystander
+        (a wheel nobody here patches) must not fail the hub, ``patch`` or ``doctor``.  ``warn_others`` false:
+        only fail (a check before a probe runs, whose observation may yet add libraries to ``used``).
+        """
+        closure = self.closure(used)
+        wheels = {package_wheel} | {library.wheel for library in closure}
+        unresolved = {name for library in closure for name in self.system[library]}
+        for wheel, problem in sorted(self.problems.items()):
+            if wheel in wheels or posixpath.basename(problem.path) in unresolved:
+                raise ElfError(problem.message)
+        for wheel, problem in sorted(self.problems.items()) if warn_others else ():
+            if wheel not in self._warned:
+                self._warned.add(wheel)
+                warn(f"{problem.message}; {package} needs nothing of {wheel}: left out of its library graph")
+
 
 def install_path(member: str) -> str | None:
     """Where an archive member lands: relative to site-packages, or, for the ``data``, ``scripts`` and
@@ -114,11 +149,6 @@ def install_path(member: str) -> str | None:
     if _DATA_TO_SITE_PACKAGES.match(member):
         return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
     return member if data_scheme(member) else None
-
-
-def expand_origin(entry: str, directory: str) -> str:
-    """A DT_RPATH/DT_RUNPATH entry with every ``$ORIGIN`` replaced by ``directory`` (the library's own), normalised."""
-    return posixpath.normpath(ORIGIN_TOKEN.sub(lambda _: directory or ".", entry))
 
 
 def _library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
@@ -157,7 +187,8 @@ def scan_wheels(
     names wheels it did not fetch by their sha256; when the file is at hand, the rows are checked against
     it); the others are read and their rows stored.  A wheel given by its file alone is hashed for that
     key, unless ``digest_dir`` (:mod:`patched_wheels.digestmemo`) remembers the file's digest.  Members are inflated largest first on ``workers`` threads (default: one
-    per core), so the biggest library never starts last and leaves a core idle.
+    per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
+    read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
     """
     refs = list({(ref.path.resolve() if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values())
     names = [ref.filename for ref in refs]
@@ -184,14 +215,28 @@ def scan_wheels(
         scanned.append((ref, digest))
         jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
     jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
-    for library in _map_on_threads(lambda job: read_library(*job), jobs, workers):
-        found[library.wheel].append(library)
+    problems: dict[str, LibraryProblem] = {}
+    for (wheel, _, path), library in zip(jobs, _map_on_threads(_read_or_problem, jobs, workers)):
+        if isinstance(library, ElfError):
+            if wheel.name not in problems or path < problems[wheel.name].path:
+                problems[wheel.name] = LibraryProblem(path, str(library))
+        else:
+            found[library.wheel].append(library)
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
-        if cache is not None:
+        # A wheel with an unreadable library is not cached: its rows would list less than the wheel ships.
+        if cache is not None and ref.filename not in problems:
             cache.store(digest, found[ref.filename])
     libraries = tuple(library for ref in refs for library in found[ref.filename])
-    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned))
+    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned), problems)
+
+
+def _read_or_problem(job: tuple[Path, ZipMember, str]) -> ElfLibrary | ElfError:
+    """The library of one member, or the error that says why it cannot be read (kept for its wheel)."""
+    try:
+        return read_library(*job)
+    except ElfError as error:
+        return error
 
 
 _Item = TypeVar("_Item")
@@ -231,14 +276,10 @@ def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary |
     if not others:
         return None
     same_wheel = [candidate for candidate in others if candidate.wheel == library.wheel]
-    return min(same_wheel or others, key=_order_key)
+    return min(same_wheel or others, key=order_key)
 
 
-def _order_key(library: ElfLibrary) -> tuple[str, str]:
-    return (library.path, library.wheel)
-
-
-def build_graph(libraries: Sequence[ElfLibrary]) -> LibraryGraph:
+def build_graph(libraries: Sequence[ElfLibrary], problems: Mapping[str, LibraryProblem] | None = None) -> LibraryGraph:
     """Resolve DT_NEEDED edges and order the libraries deps first, each cycle as one (see :attr:`LibraryGraph.load_order`)."""
     by_soname: dict[str, list[ElfLibrary]] = {}
     by_filename: dict[str, list[ElfLibrary]] = {}
@@ -257,137 +298,15 @@ def build_graph(libraries: Sequence[ElfLibrary]) -> LibraryGraph:
         providers[library] = resolved
         system[library] = tuple(name for name in library.needed if name not in resolved)
     dependencies = {library: tuple(dict.fromkeys(providers[library].values())) for library in libraries}
-    ordered = tuple(sorted(libraries, key=_order_key))
-    components = _components(ordered, dependencies)
-    load_order = _load_order(components, dependencies, providers)
+    ordered = tuple(sorted(libraries, key=order_key))
+    components = strong_components(ordered, dependencies)
+    load_order = components_load_order(components, dependencies, providers)
     position = {library: number for number, library in enumerate(load_order)}
     cycles = sorted(
         (tuple(sorted(members, key=position.__getitem__)) for members in components if len(members) > 1),
         key=lambda members: position[members[0]],
     )
-    return LibraryGraph(ordered, dependencies, system, providers, load_order, tuple(cycles))
-
-
-def _components(
-    libraries: Sequence[ElfLibrary], dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]]
-) -> list[list[ElfLibrary]]:
-    """The strongly connected components of the graph (Tarjan's algorithm, iterative: a lock's graph has
-    thousands of libraries, more than Python's recursion allows), each listed by (path, wheel), in the
-    order Tarjan closes them: every component after the components it needs."""
-    index: dict[ElfLibrary, int] = {}
-    low: dict[ElfLibrary, int] = {}
-    on_stack: set[ElfLibrary] = set()
-    stack: list[ElfLibrary] = []
-    found: list[list[ElfLibrary]] = []
-    for root in libraries:
-        if root in index:
-            continue
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        work = [(root, iter(dependencies[root]))]
-        while work:
-            library, pending = work[-1]
-            following = next((d for d in pending if d not in index or d in on_stack), None)
-            if following is not None:
-                if following in index:
-                    low[library] = min(low[library], index[following])
-                else:
-                    index[following] = low[following] = len(index)
-                    stack.append(following)
-                    on_stack.add(following)
-                    work.append((following, iter(dependencies[following])))
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[library])
-            if low[library] == index[library]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == library:
-                        break
-                found.append(sorted(component, key=_order_key))
-    return found
-
-
-def _loads_the_cycle(
-    entry: ElfLibrary, members: Sequence[ElfLibrary], providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
-) -> bool:
-    """Whether loading ``entry`` by its path maps every other member of its cycle with one directory per wheel.
-
-    What the dynamic loader does (breadth first, each DT_NEEDED name matched to an object already mapped,
-    else looked up along the needing library's DT_RUNPATH, or its DT_RPATH when it has none), with the
-    libraries outside the cycle already loaded (they come earlier in the load order) and only the paths
-    inside the needing library's own wheel to be found: a ``$ORIGIN/../../other_wheel/lib`` entry leads
-    nowhere when every wheel has its own ``sys.path`` entry.
-    """
-    in_cycle = set(members)
-    mapped = {entry}
-    queue = [entry]
-    for library in queue:
-        directory = posixpath.dirname(library.path)
-        search = {expand_origin(path, directory) for path in library.search_path if ORIGIN_TOKEN.search(path)}
-        for name in library.needed:
-            provider = providers[library].get(name)
-            if provider is None or provider not in in_cycle or provider in mapped:
-                continue
-            if provider.wheel != library.wheel or posixpath.dirname(provider.path) not in search:
-                return False
-            mapped.add(provider)
-            queue.append(provider)
-    return True
-
-
-def _cycle_order(
-    members: Sequence[ElfLibrary], providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
-) -> list[ElfLibrary]:
-    """The load order inside one cycle: by (path, wheel), but starting with the first member that loads the
-    whole cycle (see :func:`_loads_the_cycle`).
-
-    A library cannot be loaded before what it needs, and every member of a cycle needs another: loading
-    the first one by its path makes the dynamic loader find the rest itself, along the search paths of the
-    libraries that need them.  Once it has, loading the others by path maps nothing new (the loader knows
-    each file).  So only the first member matters, and it must be one whose search paths reach the others;
-    auditwheel's ``pkg.libs`` often give that ``$ORIGIN`` to some members only.  Where none does, the order
-    stays by (path, wheel): the cycle then loads only where its RPATHs resolve (one site-packages).
-    """
-    entry = next((member for member in members if _loads_the_cycle(member, members, providers)), members[0])
-    return [entry, *(member for member in members if member != entry)]
-
-
-def _load_order(
-    components: Sequence[Sequence[ElfLibrary]],
-    dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]],
-    providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]],
-) -> tuple[ElfLibrary, ...]:
-    """Kahn's algorithm on the components with a heap, so equal-rank ones come out by their first member's
-    (path, wheel); a cycle's members stay together, in :func:`_cycle_order`."""
-    component_of = {library: number for number, members in enumerate(components) for library in members}
-    waiting_on: list[set[int]] = [set() for _ in components]
-    dependents: list[list[int]] = [[] for _ in components]
-    for number, members in enumerate(components):
-        for library in members:
-            for dependency in dependencies[library]:
-                needed = component_of[dependency]
-                if needed != number and needed not in waiting_on[number]:
-                    waiting_on[number].add(needed)
-                    dependents[needed].append(number)
-    ready = [(_order_key(members[0]), number) for number, members in enumerate(components) if not waiting_on[number]]
-    heapq.heapify(ready)
-    order: list[ElfLibrary] = []
-    while ready:
-        _, number = heapq.heappop(ready)
-        members = components[number]
-        order.extend(_cycle_order(members, providers) if len(members) > 1 else members)
-        for dependent in dependents[number]:
-            waiting_on[dependent].discard(number)
-            if not waiting_on[dependent]:
-                heapq.heappush(ready, (_order_key(components[dependent][0]), dependent))
-    return tuple(order)
+    return LibraryGraph(ordered, dependencies, system, providers, load_order, tuple(cycles), dict(problems or {}))
 
 
 def read_graph(
@@ -396,9 +315,19 @@ def read_graph(
     cache_dir: Path | None = None,
     workers: int | None = None,
     digest_dir: Path | None = None,
+    lenient: bool = False,
 ) -> LibraryGraph:
-    """Scan ``wheels`` and build their library graph."""
-    return build_graph(scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir).libraries)
+    """Scan ``wheels`` and build their library graph.
+
+    A library that cannot be read is an :class:`ElfError` naming it, unless ``lenient``: then it is left
+    out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
+    against the package being patched (the whole lock is read, and most of its wheels are bystanders).
+    """
+    scan = scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir)
+    if scan.problems and not lenient:
+        first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
+        raise ElfError(scan.problems[first].message)
+    return build_graph(scan.libraries, scan.problems)
 
 
 def format_graph(graph: LibraryGraph) -> str:

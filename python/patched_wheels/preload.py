@@ -354,6 +354,18 @@ def runtime_hint(package: str, projects: Sequence[str], observed: Observation | 
     )
 
 
+def check_before_probe(
+    graph: LibraryGraph, package: str, path: str, package_wheel: str, preload_wheels: Sequence[str]
+) -> list[ElfLibrary]:
+    """Fail on an unreadable library that the package (``path``, as users write it ``package``) needs by its
+    ELF graph, before a probe installs and runs the set; return the package's own libraries.  What the
+    probe adds is checked with the final plan (:meth:`LibraryGraph.check_problems`), which also warns."""
+    own = package_libraries(graph, path, package_wheel)
+    elf_plan = plan_preload(graph, path, package_wheel, preload_wheels=preload_wheels)
+    graph.check_problems(package, package_wheel, [*own, *elf_plan.libraries], warn_others=False)
+    return own
+
+
 def installed_preload(package_wheel: Path, init_member: str) -> PreloadList | None:
     """The preload a previous ``patch``/``split`` put into the package's wheel, or None."""
     module_member = preload_module_member(init_member)
@@ -380,7 +392,7 @@ def preload_member_edits(
     """
     wheels = [Path(wheel) for wheel in wheels]
     location = find_package(package, wheels)
-    graph = read_graph(wheels, cache_dir=cache_dir)
+    graph = read_graph(wheels, cache_dir=cache_dir, lenient=True)  # preload_edits judges what is unreadable
     return preload_edits(
         graph,
         package,
@@ -408,7 +420,8 @@ def preload_edits(
 
     This is the planning entry point of ``patch --preload-for`` and the hub.  ``graph`` is the library
     graph of the whole set, ``package_wheel`` among it under its file name (the hub reads one graph for
-    all of its specs).  ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the
+    all of its specs), read leniently: an unreadable library fails here only if the package may need it
+    (:meth:`~patched_wheels.elfgraph.LibraryGraph.check_problems`).  ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the
     set's files (or refs with sha256), for the observation: ``probe`` (default ``import PKG``) runs
     with them in one site-packages where their tags match this interpreter (cached persistently unless
     ``use_cache`` is false), and what it maps is preloaded too (see :func:`plan_preload`); without
@@ -425,11 +438,13 @@ def preload_edits(
         raise UsageError(f"probe {probe!r}: not Python code (a string)")
     observed = None
     code = probe or location.import_code
+    own = check_before_probe(graph, package, location.path, package_wheel.name, preload_wheels)
     if wheels:
         from patched_wheels.observe import observe  # imported here: observing installs and runs the set
 
         observed = observe(wheels, code, graph, use_cache=use_cache)
     plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
+    graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     for glob in plan.unmatched:
         message = f"{package_wheel.name}: preload wheels glob {glob!r} matches no other wheel with shared libraries"
         if strict:

@@ -1,4 +1,5 @@
-"""Libraries that need each other (issue 30): legal in the graph, loaded by the preload, harmless beside a package."""
+"""Issue 30's real locks: libraries that need each other (legal in the graph, loaded by the preload, harmless
+beside a package) and unreadable libraries in wheels the patched package does not need (one warning)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from cyclefixture import (
     build_own_cycle,
     build_pillow_shape,
 )
-from fakecuda import EXPECTED_ANSWER, LIBRARY_PATHS, build_fake_cuda_wheels, flat_layout, per_wheel_layout, run_import
+from fakecuda import EXPECTED_ANSWER, LIBRARY_PATHS, build_fake_cuda_wheels, build_wheel, flat_layout, per_wheel_layout, run_import
 from patched_wheels.cli import main
 from patched_wheels.elfgraph import build_graph, format_graph, read_graph
 from patched_wheels.elfread import ElfLibrary
+from patched_wheels.errors import ElfError
 from patched_wheels.preload import PRELOAD_MODULE, PreloadList, plan_preload, preload_member_edits, read_preload_module, render_preload_module
 from patched_wheels.surgery import patch_wheel
 
@@ -177,3 +179,65 @@ def test_a_plan_holds_a_whole_cycle(cyc):
     plan = plan_preload(graph, CYC_PACKAGE, cyc.package_wheel.name)
     assert _paths(plan.libraries) == [CYC_LIBRARIES["b"], CYC_LIBRARIES["a"]]
     assert plan.optional == frozenset()
+
+
+# An unreadable library (a linker script named like a library, as some wheels ship) in a wheel of its own.
+_JUNK = {"junk/__init__.py": b"", "junk/libjunk.so.1": b"INPUT(-lbar)\n"}
+
+
+@pytest.fixture(scope="module")
+def junk(tmp_path_factory):
+    return build_wheel(tmp_path_factory.mktemp("junk"), "junk", "1.0", _JUNK)
+
+
+def _warnings(err):
+    return [line for line in err.splitlines() if line.startswith("patched-wheels: warning:")]
+
+
+def test_an_unreadable_library_the_package_does_not_need_is_one_warning(torch, junk, tmp_path, capsys):
+    alone = preload_member_edits("faketorch", torch.all)
+    capsys.readouterr()
+    beside = preload_member_edits("faketorch", [*torch.all, junk])
+    module = f"faketorch/{PRELOAD_MODULE}.py"
+    assert beside[module](None) == alone[module](None)
+    (warning,) = _warnings(capsys.readouterr().err)
+    assert warning.startswith(f"patched-wheels: warning: {junk.name}: junk/libjunk.so.1: not an ELF file")
+    assert warning.endswith(f"faketorch needs nothing of {junk.name}: left out of its library graph")
+
+    args = ["--wheel", str(torch.torch), "--dest-dir", str(tmp_path / "out"), "--preload-for", "faketorch"]
+    for run in range(2):  # the second run reads the ELF cache: the wheel with a problem was not stored
+        assert main(["patch", *args, "--preload-from", *map(str, [*torch.all, junk])]) == 0
+        err = capsys.readouterr().err
+        assert _warnings(err) == [warning] and "error" not in err, (run, err)
+    code = main(["doctor", "--no-cache", "--package", "faketorch", *map(str, [*torch.all, junk])])
+    captured = capsys.readouterr()
+    assert code == main(["doctor", "--no-cache", "--package", "faketorch", *map(str, torch.all)])
+    assert _warnings(captured.err) == [warning] and "error" not in captured.err
+
+
+def test_a_graph_warns_about_each_wheel_once(torch, junk, capsys):
+    graph = read_graph([*torch.all, junk], lenient=True)
+    assert set(graph.problems) == {junk.name}
+    for _ in range(2):  # the hub checks one graph for each of its specs
+        graph.check_problems("faketorch", torch.torch.name, [])
+    assert len(_warnings(capsys.readouterr().err)) == 1
+
+
+def test_an_unreadable_library_the_package_may_need_is_one_error(torch, tmp_path, capsys):
+    # The same wheel as a needed library: its unreadable sibling may be what that library opens.
+    jit = torch.nvidia["jit"]
+    with zipfile.ZipFile(jit) as archive:
+        files = {name: archive.read(name) for name in archive.namelist() if ".dist-info/" not in name}
+    broken_jit = build_wheel(tmp_path / "jit", "fake-nvidia-jit", "12.1.0", {**files, "fake_nvidia/jit/lib/libextra.so.1": b"junk"})
+    wheels = [*(wheel for wheel in torch.all if wheel != jit), broken_jit]
+    with pytest.raises(ElfError, match=r"fake_nvidia/jit/lib/libextra\.so\.1: not an ELF file"):
+        preload_member_edits("faketorch", wheels)
+    # A library the package needs by name, unreadable: blas's wheel ships nothing else.
+    broken_blas = build_wheel(tmp_path / "blas", "fake-nvidia-blas", "12.1.0", {LIBRARY_PATHS["blas"]: b"junk"})
+    wheels = [*(wheel for wheel in torch.all if wheel != torch.nvidia["blas"]), broken_blas]
+    assert main(["patch", "--no-cache", "--wheel", str(torch.torch), "--dest-dir", str(tmp_path / "out"), "--preload-for", "faketorch", "--preload-from", *map(str, wheels)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"patched-wheels: error: {broken_blas.name}: {LIBRARY_PATHS['blas']}: not an ELF file"), err
+    # The graph command lists what it is given: a library it cannot read is still its error.
+    assert main(["graph", "--no-cache", *map(str, wheels)]) == 1
+    assert capsys.readouterr().err.startswith(f"patched-wheels: error: {broken_blas.name}")

@@ -25,7 +25,8 @@ from fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_
 from patched_wheels import elfcache, elfread
 from patched_wheels.cli import main
 from patched_wheels.elfcache import cached_digests
-from patched_wheels.elfgraph import WheelRef, expand_origin, read_graph, scan_wheels
+from patched_wheels.elfgraph import WheelRef, read_graph, scan_wheels
+from patched_wheels.elforder import expand_origin
 from patched_wheels.elfread import parse_elf, read_library
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.wheelfile import WheelReader
@@ -456,7 +457,7 @@ def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused
     entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
     entry.write_text(json.dumps([_row(path="textlib/libx.so")]), encoding="utf-8")
     with pytest.raises(ElfError, match="textlib/libx.so: not an ELF file"):
-        scan_wheels([wheel], cache_dir=cache)
+        read_graph([wheel], cache_dir=cache)
     (warning,) = capsys.readouterr().err.splitlines()
     assert warning == f"patched-wheels: warning: {entry}: cache entry ignored (textlib/libx.so: not an ELF file in {wheel.name}); read again from the wheel"
 
