@@ -46,7 +46,7 @@ def workspace_mode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
 @pytest.fixture(scope="module")
 def cycles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Setup, Path]]:
-    """The workspace of test_cycles.py and fakepil's wheel (see make_cycles_workspace)."""
+    """The workspace of test_bazel_cycles.py and fakepil's wheel (see make_cycles_workspace)."""
     _skip_without_bazel_launcher()
     setup, pil = make_cycles_workspace(tmp_path_factory.mktemp("cycles"))
     yield setup, pil
