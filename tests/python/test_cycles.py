@@ -24,8 +24,10 @@ from patched_wheels.cli import main
 from patched_wheels.elfgraph import build_graph, format_graph, read_graph
 from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import ElfError
+from patched_wheels.hub import build_hub
 from patched_wheels.preload import PRELOAD_MODULE, PreloadList, plan_preload, preload_member_edits, read_preload_module, render_preload_module
 from patched_wheels.surgery import patch_wheel
+from test_hub import load_config, write_config
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +151,7 @@ def test_the_bystander_itself_works_in_both_layouts(pil, tmp_path):
         assert result.stdout.strip() == str(PIL_ANSWER), result.stderr
 
 
-def test_a_cycle_the_package_needs_is_preloaded_and_imports_with_one_directory_per_wheel(cyc, tmp_path):
+def test_a_cycle_the_package_needs_is_preloaded_and_imports_with_one_directory_per_wheel(cyc, tmp_path, capsys):
     without = run_import(per_wheel_layout(cyc.all, tmp_path / "without"), CYC_CODE)
     assert "libcyca.so.1: cannot open shared object file" in without.stderr
     assert run_import(flat_layout(cyc.all, tmp_path / "flat"), CYC_CODE).stdout.strip() == str(CYC_ANSWER)
@@ -162,6 +164,9 @@ def test_a_cycle_the_package_needs_is_preloaded_and_imports_with_one_directory_p
     for layout in (per_wheel_layout, flat_layout):
         result = run_import(layout([cyc.libraries_wheel, patched], tmp_path / f"with-{layout.__name__}"), CYC_CODE)
         assert result.stdout.strip() == str(CYC_ANSWER), result.stderr
+    # doctor predicts as much: the cycle's first member finds the other through its own $ORIGIN.
+    assert main(["doctor", "--no-cache", "--package", CYC_PACKAGE, *map(str, cyc.all)]) == 1  # as is, it fails
+    assert "every library loads with one directory per wheel" in capsys.readouterr().out
 
 
 def test_the_cycle_order_is_what_makes_the_preload_load(cyc, tmp_path):
@@ -241,3 +246,22 @@ def test_an_unreadable_library_the_package_may_need_is_one_error(torch, tmp_path
     # The graph command lists what it is given: a library it cannot read is still its error.
     assert main(["graph", "--no-cache", *map(str, wheels)]) == 1
     assert capsys.readouterr().err.startswith(f"patched-wheels: error: {broken_blas.name}")
+
+
+def test_a_hub_with_a_cycle_in_one_spec_and_bystanders_beside_builds_with_one_warning(
+    torch, cyc, pil, junk, tmp_path, monkeypatch, capsys
+):
+    """Two specs read one graph: fakecyc needs a cycle, faketorch sits beside fakepil's and junk's wheels."""
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "off")
+    specs = [
+        (torch.torch, {"name": "faketorch", "preload": "auto", "preload_package": "faketorch"}),
+        (cyc.package_wheel, {"name": "fakecyc", "preload": "auto", "preload_package": CYC_PACKAGE}),
+    ]
+    config = write_config(tmp_path, [*torch.nvidia.values(), cyc.libraries_wheel, *pil.all, junk], specs)
+    capsys.readouterr()
+    assert sorted(build_hub(load_config(config))) == ["fakecyc==1.0+test.1", "faketorch==2.1.0+test.1"]
+    warnings = _warnings(capsys.readouterr().err)
+    assert len(warnings) == 1 and junk.name in warnings[0], warnings
+    (patched,) = (tmp_path / "index").glob("fakecyc-1.0+test.1-*.whl")
+    result = run_import(per_wheel_layout([cyc.libraries_wheel, patched], tmp_path / "site"), CYC_CODE)
+    assert result.stdout.strip() == str(CYC_ANSWER), result.stderr
