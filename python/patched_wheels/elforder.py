@@ -76,7 +76,7 @@ def strong_components(
     return found
 
 
-def _loads_the_cycle(
+def loads_the_cycle(
     entry: ElfLibrary, members: Sequence[ElfLibrary], providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
 ) -> bool:
     """Whether loading ``entry`` by its path maps every other member of its cycle with one directory per wheel.
@@ -108,7 +108,7 @@ def cycle_order(
     members: Sequence[ElfLibrary], providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
 ) -> list[ElfLibrary]:
     """The load order inside one cycle: by (path, wheel), but starting with the first member that loads the
-    whole cycle (see :func:`_loads_the_cycle`).
+    whole cycle (see :func:`loads_the_cycle`).
 
     A library cannot be loaded before what it needs, and every member of a cycle needs another: loading
     the first one by its path makes the dynamic loader find the rest itself, along the search paths of the
@@ -117,7 +117,7 @@ def cycle_order(
     auditwheel's ``pkg.libs`` often give that ``$ORIGIN`` to some members only.  Where none does, the order
     stays by (path, wheel): the cycle then loads only where its RPATHs resolve (one site-packages).
     """
-    entry = next((member for member in members if _loads_the_cycle(member, members, providers)), members[0])
+    entry = next((member for member in members if loads_the_cycle(member, members, providers)), members[0])
     return [entry, *(member for member in members if member != entry)]
 
 

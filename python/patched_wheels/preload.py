@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 from packaging.utils import canonicalize_name
 
 from patched_wheels.elfgraph import LibraryGraph, WheelRef, read_graph
+from patched_wheels.elforder import loads_the_cycle
 from patched_wheels.elfread import ElfLibrary, data_scheme
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.metadata import required_projects
@@ -150,8 +151,8 @@ class PreloadPlan:
     libraries: tuple[ElfLibrary, ...]
     """Everything to preload, in load order."""
     optional: frozenset[ElfLibrary]
-    """The libraries only the observation or ``preload_wheels`` asks for (not needed through DT_NEEDED):
-    skipped when they fail."""
+    """The libraries only the observation or ``preload_wheels`` asks for (not needed through DT_NEEDED),
+    and a cycle that cannot load by itself with what needs it (:func:`stuck_cycles`): skipped when they fail."""
     unmatched: tuple[str, ...]
     """``preload_wheels`` globs that match no other wheel shipping shared libraries."""
     global_: frozenset[ElfLibrary] | None = None
@@ -284,6 +285,8 @@ def plan_preload(
     loading it early could change what works in one site-packages: a Python extension module, a
     library outside site-packages (data scheme), or one that needs a library of the package's own
     wheel (the package loads those itself, later).
+    A cycle no member of which loads the others by itself (:func:`stuck_cycles`) is optional too,
+    with everything that needs it.
     RTLD mode: with an observation, RTLD_LOCAL but for the libraries it found needing
     RTLD_GLOBAL; without one (no symbol table read), RTLD_GLOBAL as before.
     """
@@ -308,6 +311,9 @@ def plan_preload(
     safe = [library for library in candidates if not graph.closure([library]) & unsafe]
     optional = graph.closure(safe) - required
     planned = required | optional
+    # A cycle that no member loads alone fails by its path; whatever needs it, too (see stuck_cycles).
+    stuck = {library for members in stuck_cycles(graph) for library in members}
+    optional |= {library for library in required if graph.closure([library]) & stuck}
     global_ = None if observed is None else frozenset(library for library in planned if observed.has(library, observed.needs_global))
     return PreloadPlan(
         tuple(graph.ordered(planned)),
@@ -315,6 +321,17 @@ def plan_preload(
         tuple(glob for glob, libraries in matched.items() if not libraries),
         global_,
     )
+
+
+def stuck_cycles(graph: LibraryGraph) -> list[tuple[ElfLibrary, ...]]:
+    """The cycles of ``graph`` that no member loads by its path alone (none has an ``$ORIGIN`` search path
+    reaching the others inside its wheel; see :func:`patched_wheels.elforder.cycle_order`).
+
+    Loaded by path such a cycle fails, even in one site-packages, where the package itself may load it
+    fine (an extension module's DT_RPATH finds both members): so a preload loads them, and what needs
+    them, as optional: tried, and skipped where they fail.
+    """
+    return [members for members in graph.cycles if not loads_the_cycle(members[0], members, graph.providers)]
 
 
 def is_extension_module(library: ElfLibrary, observed: Observation | None) -> bool:
@@ -445,6 +462,14 @@ def preload_edits(
         observed = observe(wheels, code, graph, use_cache=use_cache)
     plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
+    planned = set(plan.libraries)
+    for members in stuck_cycles(graph):
+        if planned.issuperset(members):
+            warn(
+                f"{package_wheel.name}: {package} needs {' <-> '.join(map(str, members))}, which need each other, and "
+                "none finds the others inside its own wheel (RPATH/RUNPATH $ORIGIN): the preload skips them (and what "
+                "needs them) where they fail to load, as they do with one directory per wheel"
+            )
     for glob in plan.unmatched:
         message = f"{package_wheel.name}: preload wheels glob {glob!r} matches no other wheel with shared libraries"
         if strict:

@@ -57,8 +57,8 @@ class CycleWheels:
         return [wheel for wheel in (self.libraries_wheel, self.package_wheel) if wheel is not None]
 
 
-def _pair(build: Path, first: str, first_value: int, second: str, second_value: int) -> tuple[bytes, bytes]:
-    """``first`` and ``second`` needing each other; only ``second`` has the RUNPATH ``$ORIGIN``.
+def _pair(build: Path, first: str, first_value: int, second: str, second_value: int, *, origin: bool = True) -> tuple[bytes, bytes]:
+    """``first`` and ``second`` needing each other; only ``second`` has the RUNPATH ``$ORIGIN`` (none without ``origin``).
 
     ``first`` defines ``<first>_value() = first_value`` and ``<first>_sum()`` (calls the other),
     ``second`` defines ``<second>_value()`` and calls ``<first>_value()``.
@@ -68,9 +68,8 @@ def _pair(build: Path, first: str, first_value: int, second: str, second_value: 
     second_source = f"int {f}_value(void);\nint {s}_value(void) {{ return {second_value} + 0 * {f}_value(); }}\n"
     # Linked once without its partner to make the partner linkable, then again with it.
     compile_shared(build, first, f"int {f}_value(void) {{ return {first_value}; }}\n", f"-Wl,-soname,{first}")
-    second_bytes = compile_shared(
-        build, second, second_source, f"-Wl,-soname,{second}", f"-l:{first}", "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"
-    ).read_bytes()
+    search = ["-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"] if origin else []
+    second_bytes = compile_shared(build, second, second_source, f"-Wl,-soname,{second}", f"-l:{first}", *search).read_bytes()
     first_bytes = compile_shared(build, first, first_source, f"-Wl,-soname,{first}", f"-l:{second}").read_bytes()
     return first_bytes, second_bytes
 
@@ -100,11 +99,12 @@ def build_pillow_shape(dest: Path) -> CycleWheels:
     return CycleWheels(build_wheel(dest, "fakepil", VERSION, files, executable=executable))
 
 
-def build_own_cycle(dest: Path) -> CycleWheels:
-    """``fakecyc`` (to patch) needing a cycle of the ``fake-cyc-libs`` wheel."""
+def build_own_cycle(dest: Path, *, origin: bool = True) -> CycleWheels:
+    """``fakecyc`` (to patch) needing a cycle of the ``fake-cyc-libs`` wheel; without ``origin``, neither
+    member of the cycle finds the other by itself (only ``_core.so``'s DT_RPATH does, in one site-packages)."""
     build = dest / "build-cyc"
     build.mkdir(parents=True, exist_ok=True)
-    a_bytes, b_bytes = _pair(build, "libcyca.so.1", 7, "libcycb.so.1", 50)
+    a_bytes, b_bytes = _pair(build, "libcyca.so.1", 7, "libcycb.so.1", 50, origin=origin)
     core = compile_shared(
         build, "_core.so", "int cyca_sum(void);\nint core_answer(void) { return cyca_sum(); }\n",
         # A DT_RPATH (torch's kind): the loader also searches it for libcyca's own needs, so one site-packages works.

@@ -265,3 +265,25 @@ def test_a_hub_with_a_cycle_in_one_spec_and_bystanders_beside_builds_with_one_wa
     (patched,) = (tmp_path / "index").glob("fakecyc-1.0+test.1-*.whl")
     result = run_import(per_wheel_layout([cyc.libraries_wheel, patched], tmp_path / "site"), CYC_CODE)
     assert result.stdout.strip() == str(CYC_ANSWER), result.stderr
+
+
+def test_a_cycle_no_member_of_which_loads_the_others_is_optional_in_path_order_with_a_warning(tmp_path, capsys):
+    cyc = build_own_cycle(tmp_path / "wheels", origin=False)
+    edits = preload_member_edits(CYC_PACKAGE, cyc.all)
+    (warning,) = _warnings(capsys.readouterr().err)
+    libraries = cyc.libraries_wheel.name
+    assert warning == (
+        f"patched-wheels: warning: {cyc.package_wheel.name}: {CYC_PACKAGE} needs {CYC_LIBRARIES['a']} ({libraries}) <-> "
+        f"{CYC_LIBRARIES['b']} ({libraries}), which need each other, and none finds the others inside its own wheel "
+        "(RPATH/RUNPATH $ORIGIN): the preload skips them (and what needs them) where they fail to load, as they do "
+        "with one directory per wheel"
+    )
+    preload = read_preload_module(edits[f"{CYC_PACKAGE}/{PRELOAD_MODULE}.py"](None), where="test")
+    assert preload.libraries == (CYC_LIBRARIES["a"], CYC_LIBRARIES["b"])
+    assert preload.optional == set(preload.libraries)
+    # What the warning says: one site-packages still works (the failing preload entries are skipped, and
+    # _core.so's DT_RPATH finds both), one directory per wheel does not.
+    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    assert run_import(flat_layout([cyc.libraries_wheel, patched], tmp_path / "flat"), CYC_CODE).stdout.strip() == str(CYC_ANSWER)
+    per_wheel = run_import(per_wheel_layout([cyc.libraries_wheel, patched], tmp_path / "per-wheel"), CYC_CODE)
+    assert "libcyca.so.1: cannot open shared object file" in per_wheel.stderr  # _core.so's own load fails
