@@ -313,7 +313,8 @@ def plan_preload(
     planned = required | optional
     # A cycle that no member loads alone fails by its path; whatever needs it, too (see stuck_cycles).
     stuck = {library for members in stuck_cycles(graph) for library in members}
-    optional |= {library for library in required if graph.closure([library]) & stuck}
+    if stuck:
+        optional |= {library for library in required if graph.closure([library]) & stuck}
     global_ = None if observed is None else frozenset(library for library in planned if observed.has(library, observed.needs_global))
     return PreloadPlan(
         tuple(graph.ordered(planned)),
@@ -374,8 +375,8 @@ def runtime_hint(package: str, projects: Sequence[str], observed: Observation | 
 def check_before_probe(
     graph: LibraryGraph, package: str, path: str, package_wheel: str, preload_wheels: Sequence[str]
 ) -> list[ElfLibrary]:
-    """Fail on an unreadable library that the package (``path``, as users write it ``package``) needs by its
-    ELF graph, before a probe installs and runs the set; return the package's own libraries.  What the
+    """Fail on an unreadable library that ``package`` (as users write it; ``path``: its directory) needs by
+    its ELF graph, before a probe installs and runs the set; return the package's own libraries.  What the
     probe adds is checked with the final plan (:meth:`LibraryGraph.check_problems`), which also warns."""
     own = package_libraries(graph, path, package_wheel)
     elf_plan = plan_preload(graph, path, package_wheel, preload_wheels=preload_wheels)
