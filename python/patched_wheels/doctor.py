@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
-from patched_wheels.elfgraph import LibraryGraph, data_scheme, expand_origin, read_graph
+from patched_wheels.elfgraph import LibraryGraph, data_scheme, read_graph
+from patched_wheels.elforder import expand_origin
 from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import LAYOUT_TEXT, PER_WHEEL, Layout
@@ -39,6 +40,7 @@ from patched_wheels.packages import find_package, module_name
 from patched_wheels.syslibs import system_library_names
 from patched_wheels.preload import (
     PreloadList,
+    check_before_probe,
     installed_preload,
     package_libraries,
     plan_preload,
@@ -207,7 +209,8 @@ def diagnose(
     ``installation``: the wheels already installed (``doctor --run``), for the probe to run in.
     """
     wheels = [Path(wheel) for wheel in wheels]
-    graph = read_graph(wheels, cache_dir=cache_dir)
+    # With a package, an unreadable library fails only if the package may need it (LibraryGraph.check_problems).
+    graph = read_graph(wheels, cache_dir=cache_dir, lenient=package is not None)
     names = system_library_names() if system_names is None else system_names
     if package is None:
         if preload_wheels:
@@ -216,10 +219,12 @@ def diagnose(
     location = find_package(package, wheels)
     package_wheel, package = location.wheel, location.path
     installed = installed_preload(package_wheel, location.init_members[0])
+    own = check_before_probe(graph, package, package, package_wheel.name, preload_wheels)
     observed = None
     if probe is not None:
         observed = observe(wheels, probe, graph, use_cache=use_cache, installation=installation)
     plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
+    graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     if plan.unmatched:
         raise UsageError(f"preload wheels glob {plan.unmatched[0]!r} matches no other wheel with shared libraries")
     runtime = list(plan.optional)  # what the observation or preload_wheels names: the package loads it at run time

@@ -4,30 +4,30 @@ Each wheel's libraries are read by :mod:`patched_wheels.elfread` (or answered by
 ELF cache, :mod:`patched_wheels.elfcache`, keyed by the wheel's sha256).  Each
 DT_NEEDED name is resolved to a library of the set (by SONAME first, then by file
 name); names no wheel provides are "system" dependencies: reported, never followed.
-The libraries are then ordered dependencies first, which is what a preload needs.
+The libraries are then ordered dependencies first, which is what a preload needs; libraries that need
+each other (a cycle, such as pillow 13's ``libfreetype`` and ``libharfbuzz``) are legal, as they are
+to the dynamic loader, and are ordered as one (see :mod:`patched_wheels.elforder`).
 """
 
 from __future__ import annotations
 
-import heapq
 import os
 import posixpath
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from patched_wheels.elfcache import ElfCache, wheel_problem
 from patched_wheels.elfread import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
 from patched_wheels.digestmemo import sha256_of
+from patched_wheels.elforder import components_load_order, order_key, strong_components
 from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import WheelReader, ZipMember
 
 # Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
 _DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
-# $ORIGIN as ld.so reads it in DT_RPATH/DT_RUNPATH: "${ORIGIN}", or "$ORIGIN" not followed by a name character.
-ORIGIN_TOKEN = re.compile(r"\$(?:ORIGIN(?![A-Za-z0-9_])|\{ORIGIN\})")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,18 @@ class WheelScan:
     inflated_bytes: int
     """Bytes inflated in this run (0 for wheels answered from the cache)."""
     cached_wheels: int
+    problems: Mapping[str, LibraryProblem] = field(default_factory=dict)
+    """Per wheel file name, its first library (by path) that cannot be read; its other libraries are listed."""
+
+
+@dataclass(frozen=True)
+class LibraryProblem:
+    """A library of a wheel that cannot be read (not ELF, truncated, ...): left out of the graph."""
+
+    path: str
+    """Its install path."""
+    message: str
+    """The error, one line naming the wheel and the member."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,15 @@ class LibraryGraph:
     providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
     """For each library, the library of the set each resolved DT_NEEDED name stands for."""
     load_order: tuple[ElfLibrary, ...]
-    """Every library after all of its dependencies; ties broken by (path, wheel)."""
+    """Every library after all of its dependencies, but for the members of a cycle (libraries that need
+    each other, which the dynamic loader accepts): each cycle after everything it needs, its members
+    together in the order of :func:`patched_wheels.elforder.cycle_order`; ties broken by (path, wheel)."""
+    cycles: tuple[tuple[ElfLibrary, ...], ...] = ()
+    """The libraries that need each other (strongly connected components of two or more), each in load order."""
+    problems: Mapping[str, LibraryProblem] = field(default_factory=dict)
+    """Wheels with a library that cannot be read (see :func:`read_graph`'s ``lenient``)."""
+    _warned: set[str] = field(default_factory=set, compare=False, repr=False)
+    """Wheels whose problem :meth:`check_problems` has warned about: once per graph (the hub reads one for every spec)."""
 
     def closure(self, roots: Iterable[ElfLibrary]) -> set[ElfLibrary]:
         """``roots`` plus everything they need, transitively."""
@@ -98,6 +118,27 @@ class LibraryGraph:
         wanted = set(libraries)
         return [library for library in self.load_order if library in wanted]
 
+    def check_problems(self, package: str, package_wheel: str, used: Iterable[ElfLibrary], *, warn_others: bool = True) -> None:
+        """Fail on an unreadable library ``package`` may need; one warning for each other wheel with one.
+
+        ``used``: what the package's own libraries and its preload are (their closure is taken).  A wheel
+        is needed when it is the package's, ships one of those libraries (an unreadable one beside them
+        may be what they open), or its unreadable library has the file name of a DT_NEEDED none of them
+        resolved.  Any other wheel's problem cannot change the package's preload: a lock's bystander
+        (a wheel nobody here patches) must not fail the hub, ``patch`` or ``doctor``.  ``warn_others`` false:
+        only fail (a check before a probe runs, whose observation may yet add libraries to ``used``).
+        """
+        closure = self.closure(used)
+        wheels = {package_wheel} | {library.wheel for library in closure}
+        unresolved = {name for library in closure for name in self.system[library]}
+        for wheel, problem in sorted(self.problems.items()):
+            if wheel in wheels or posixpath.basename(problem.path) in unresolved:
+                raise ElfError(problem.message)
+        for wheel, problem in sorted(self.problems.items()) if warn_others else ():
+            if wheel not in self._warned:
+                self._warned.add(wheel)
+                warn(f"{problem.message}; {package} needs nothing of {wheel}: left out of its library graph")
+
 
 def install_path(member: str) -> str | None:
     """Where an archive member lands: relative to site-packages, or, for the ``data``, ``scripts`` and
@@ -108,11 +149,6 @@ def install_path(member: str) -> str | None:
     if _DATA_TO_SITE_PACKAGES.match(member):
         return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
     return member if data_scheme(member) else None
-
-
-def expand_origin(entry: str, directory: str) -> str:
-    """A DT_RPATH/DT_RUNPATH entry with every ``$ORIGIN`` replaced by ``directory`` (the library's own), normalised."""
-    return posixpath.normpath(ORIGIN_TOKEN.sub(lambda _: directory or ".", entry))
 
 
 def _library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
@@ -151,7 +187,8 @@ def scan_wheels(
     names wheels it did not fetch by their sha256; when the file is at hand, the rows are checked against
     it); the others are read and their rows stored.  A wheel given by its file alone is hashed for that
     key, unless ``digest_dir`` (:mod:`patched_wheels.digestmemo`) remembers the file's digest.  Members are inflated largest first on ``workers`` threads (default: one
-    per core), so the biggest library never starts last and leaves a core idle.
+    per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
+    read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
     """
     refs = list({(ref.path.resolve() if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values())
     names = [ref.filename for ref in refs]
@@ -178,14 +215,28 @@ def scan_wheels(
         scanned.append((ref, digest))
         jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
     jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
-    for library in _map_on_threads(lambda job: read_library(*job), jobs, workers):
-        found[library.wheel].append(library)
+    problems: dict[str, LibraryProblem] = {}
+    for (wheel, _, path), library in zip(jobs, _map_on_threads(_read_or_problem, jobs, workers)):
+        if isinstance(library, ElfError):
+            if wheel.name not in problems or path < problems[wheel.name].path:
+                problems[wheel.name] = LibraryProblem(path, str(library))
+        else:
+            found[library.wheel].append(library)
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
-        if cache is not None:
+        # A wheel with an unreadable library is not cached: its rows would list less than the wheel ships.
+        if cache is not None and ref.filename not in problems:
             cache.store(digest, found[ref.filename])
     libraries = tuple(library for ref in refs for library in found[ref.filename])
-    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned))
+    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned), problems)
+
+
+def _read_or_problem(job: tuple[Path, ZipMember, str]) -> ElfLibrary | ElfError:
+    """The library of one member, or the error that says why it cannot be read (kept for its wheel)."""
+    try:
+        return read_library(*job)
+    except ElfError as error:
+        return error
 
 
 _Item = TypeVar("_Item")
@@ -225,15 +276,11 @@ def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary |
     if not others:
         return None
     same_wheel = [candidate for candidate in others if candidate.wheel == library.wheel]
-    return min(same_wheel or others, key=_order_key)
+    return min(same_wheel or others, key=order_key)
 
 
-def _order_key(library: ElfLibrary) -> tuple[str, str]:
-    return (library.path, library.wheel)
-
-
-def build_graph(libraries: Sequence[ElfLibrary]) -> LibraryGraph:
-    """Resolve DT_NEEDED edges and order the libraries deps first; a cycle is an error naming it."""
+def build_graph(libraries: Sequence[ElfLibrary], problems: Mapping[str, LibraryProblem] | None = None) -> LibraryGraph:
+    """Resolve DT_NEEDED edges and order the libraries deps first, each cycle as one (see :attr:`LibraryGraph.load_order`)."""
     by_soname: dict[str, list[ElfLibrary]] = {}
     by_filename: dict[str, list[ElfLibrary]] = {}
     for library in libraries:
@@ -251,52 +298,15 @@ def build_graph(libraries: Sequence[ElfLibrary]) -> LibraryGraph:
         providers[library] = resolved
         system[library] = tuple(name for name in library.needed if name not in resolved)
     dependencies = {library: tuple(dict.fromkeys(providers[library].values())) for library in libraries}
-    ordered = tuple(sorted(libraries, key=_order_key))
-    return LibraryGraph(ordered, dependencies, system, providers, _topological_order(ordered, dependencies))
-
-
-def _topological_order(
-    libraries: Sequence[ElfLibrary], dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]]
-) -> tuple[ElfLibrary, ...]:
-    """Kahn's algorithm with a heap, so equal-rank libraries come out in (path, wheel) order."""
-    waiting_on = {library: len(dependencies[library]) for library in libraries}
-    dependents: dict[ElfLibrary, list[ElfLibrary]] = {library: [] for library in libraries}
-    for library in libraries:
-        for dependency in dependencies[library]:
-            dependents[dependency].append(library)
-    ready = [(_order_key(library), library) for library, count in waiting_on.items() if count == 0]
-    heapq.heapify(ready)
-    order: list[ElfLibrary] = []
-    while ready:
-        _, library = heapq.heappop(ready)
-        order.append(library)
-        for dependent in dependents[library]:
-            waiting_on[dependent] -= 1
-            if waiting_on[dependent] == 0:
-                heapq.heappush(ready, (_order_key(dependent), dependent))
-    if len(order) != len(libraries):
-        stuck = {library for library, count in waiting_on.items() if count > 0}
-        cycle = _find_cycle(dependencies, stuck)
-        raise ElfError("dependency cycle between shared libraries: " + " -> ".join(map(str, cycle)))
-    return tuple(order)
-
-
-def _find_cycle(
-    dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]], stuck: set[ElfLibrary]
-) -> list[ElfLibrary]:
-    """Walk from the first stuck library along stuck dependencies until a library repeats.
-
-    Every stuck library has at least one stuck dependency (that is why it is
-    stuck), so the walk cannot end before it closes a cycle.
-    """
-    walk = [min(stuck, key=_order_key)]
-    position = {walk[0]: 0}
-    while True:
-        following = min((d for d in dependencies[walk[-1]] if d in stuck), key=_order_key)
-        if following in position:
-            return walk[position[following] :] + [following]
-        position[following] = len(walk)
-        walk.append(following)
+    ordered = tuple(sorted(libraries, key=order_key))
+    components = strong_components(ordered, dependencies)
+    load_order = components_load_order(components, dependencies, providers)
+    position = {library: number for number, library in enumerate(load_order)}
+    cycles = sorted(
+        (tuple(sorted(members, key=position.__getitem__)) for members in components if len(members) > 1),
+        key=lambda members: position[members[0]],
+    )
+    return LibraryGraph(ordered, dependencies, system, providers, load_order, tuple(cycles), dict(problems or {}))
 
 
 def read_graph(
@@ -305,9 +315,19 @@ def read_graph(
     cache_dir: Path | None = None,
     workers: int | None = None,
     digest_dir: Path | None = None,
+    lenient: bool = False,
 ) -> LibraryGraph:
-    """Scan ``wheels`` and build their library graph."""
-    return build_graph(scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir).libraries)
+    """Scan ``wheels`` and build their library graph.
+
+    A library that cannot be read is an :class:`ElfError` naming it, unless ``lenient``: then it is left
+    out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
+    against the package being patched (the whole lock is read, and most of its wheels are bystanders).
+    """
+    scan = scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir)
+    if scan.problems and not lenient:
+        first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
+        raise ElfError(scan.problems[first].message)
+    return build_graph(scan.libraries, scan.problems)
 
 
 def format_graph(graph: LibraryGraph) -> str:
@@ -327,8 +347,15 @@ def format_graph(graph: LibraryGraph) -> str:
             lines.append(f"  needs    {name} (system, not followed)")
     lines.append("load order (dependencies first):")
     width = len(str(len(graph.load_order)))
+    cycle_of = {library: number for number, members in enumerate(graph.cycles, start=1) for library in members}
     for index, library in enumerate(graph.load_order, start=1):
-        lines.append(f"  {index:>{width}}. {library}")
+        mark = f"  (cycle {cycle_of[library]})" if library in cycle_of else ""
+        lines.append(f"  {index:>{width}}. {library}{mark}")
+    if graph.cycles:
+        # Only when there are any: the listing of an acyclic set stays as it was.
+        lines.append("cycles (libraries that need each other; each loads as one, first member first):")
+        for number, members in enumerate(graph.cycles, start=1):
+            lines.append(f"  cycle {number}: " + " <-> ".join(map(str, members)))
     return "\n".join(lines)
 
 
@@ -346,4 +373,5 @@ def graph_as_json(graph: LibraryGraph) -> dict[str, object]:
             for library in graph.libraries
         ],
         "load_order": [{"wheel": library.wheel, "path": library.path} for library in graph.load_order],
+        "cycles": [[{"wheel": library.wheel, "path": library.path} for library in members] for members in graph.cycles],
     }

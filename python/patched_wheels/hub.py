@@ -38,7 +38,8 @@ def build_hub(config: HubConfig) -> list[str]:
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
     # split, read only if some spec needs one.
     needs_graph = any(spec.needs_graph for spec in config.patched)
-    graph = read_graph(config.wheels, cache_dir=config.elf_cache) if needs_graph else None
+    # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
+    graph = read_graph(config.wheels, cache_dir=config.elf_cache, lenient=True) if needs_graph else None
     for spec in config.patched:
         pins.extend(
             patch_into_index(
@@ -80,7 +81,7 @@ def patch_into_index(
     if spec.wheel is None:
         raise UsageError(f"patched_wheel {spec.name}: no original wheel placed")
     if graph is None and spec.needs_graph:
-        graph = read_graph(wheel_set)
+        graph = read_graph(wheel_set, lenient=True)
     member_edits: Mapping[str, MemberEdit] = {}
     if spec.preload == "auto":
         from patched_wheels.preload import preload_edits
@@ -120,6 +121,9 @@ def patch_into_index(
     if not spec.split_into:
         return [patch_wheel(spec.wheel, index_dir, **options).requirement]
     from patched_wheels.split import BAZEL_NAMES, SplitRequest
+
+    assert graph is not None  # a split needs one
+    graph.check_problems(spec.name, spec.wheel.name, [library for library in graph.libraries if library.wheel == spec.wheel.name])
 
     split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES)
     return list(patch_wheel(spec.wheel, index_dir, **options, split=split, graph=graph).requirements)

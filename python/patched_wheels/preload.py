@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.names import glob_problem
 from patched_wheels.elfgraph import LibraryGraph, WheelRef, read_graph
+from patched_wheels.elforder import stuck_cycles
 from patched_wheels.elfread import ElfLibrary, data_scheme
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.lazyload import is_extension_module, lazy_warning, unprobed_libraries
@@ -150,8 +151,8 @@ class PreloadPlan:
     libraries: tuple[ElfLibrary, ...]
     """Everything to preload, in load order."""
     optional: frozenset[ElfLibrary]
-    """The libraries only the observation or ``preload_wheels`` asks for (not needed through DT_NEEDED):
-    skipped when they fail."""
+    """The libraries only the observation or ``preload_wheels`` asks for (not needed through DT_NEEDED),
+    and a cycle that cannot load by itself with what needs it (:func:`~patched_wheels.elforder.stuck_cycles`): skipped when they fail."""
     unmatched: tuple[str, ...]
     """``preload_wheels`` globs that match no other wheel shipping shared libraries."""
     global_: frozenset[ElfLibrary] | None = None
@@ -287,6 +288,8 @@ def plan_preload(
     loading it early could change what works in one site-packages: a Python extension module, a
     library outside site-packages (data scheme), or one that needs a library of the package's own
     wheel (the package loads those itself, later).
+    A cycle no member of which loads the others by itself (:func:`~patched_wheels.elforder.stuck_cycles`) is optional too,
+    with everything that needs it.
     RTLD mode: with an observation, RTLD_LOCAL but for the libraries it found needing
     RTLD_GLOBAL; without one (no symbol table read), RTLD_GLOBAL as before.
     """
@@ -311,6 +314,10 @@ def plan_preload(
     safe = [library for library in candidates if not graph.closure([library]) & unsafe]
     optional = graph.closure(safe) - required
     planned = required | optional
+    # A cycle that no member loads alone fails by its path; whatever needs it, too (see stuck_cycles).
+    stuck = {library for members in stuck_cycles(graph.cycles, graph.providers) for library in members}
+    if stuck:
+        optional |= {library for library in required if graph.closure([library]) & stuck}
     global_ = None if observed is None else frozenset(library for library in planned if observed.has(library, observed.needs_global))
     return PreloadPlan(
         tuple(graph.ordered(planned)),
@@ -349,6 +356,18 @@ def runtime_hint(package: str, projects: Sequence[str], observed: Observation | 
     )
 
 
+def check_before_probe(
+    graph: LibraryGraph, package: str, path: str, package_wheel: str, preload_wheels: Sequence[str]
+) -> list[ElfLibrary]:
+    """Fail on an unreadable library that ``package`` (as users write it; ``path``: its directory) needs by
+    its ELF graph, before a probe installs and runs the set; return the package's own libraries.  What the
+    probe adds is checked with the final plan (:meth:`LibraryGraph.check_problems`), which also warns."""
+    own = package_libraries(graph, path, package_wheel)
+    elf_plan = plan_preload(graph, path, package_wheel, preload_wheels=preload_wheels)
+    graph.check_problems(package, package_wheel, [*own, *elf_plan.libraries], warn_others=False)
+    return own
+
+
 def installed_preload(package_wheel: Path, init_member: str) -> PreloadList | None:
     """The preload a previous ``patch``/``split`` put into the package's wheel, or None."""
     module_member = preload_module_member(init_member)
@@ -379,7 +398,7 @@ def preload_member_edits(
     """
     wheels = [Path(wheel) for wheel in wheels]
     package_wheel = patched if patched is not None else find_package(package, wheels).wheel
-    graph = read_graph(wheels, cache_dir=cache_dir)
+    graph = read_graph(wheels, cache_dir=cache_dir, lenient=True)  # preload_edits judges what is unreadable
     return preload_edits(
         graph,
         package,
@@ -409,7 +428,8 @@ def preload_edits(
 
     This is the planning entry point of ``patch --preload-for`` and the hub.  ``graph`` is the library
     graph of the whole set, ``package_wheel`` among it under its file name (the hub reads one graph for
-    all of its specs).  ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the
+    all of its specs), read leniently: an unreadable library fails here only if the package may need it
+    (:meth:`~patched_wheels.elfgraph.LibraryGraph.check_problems`).  ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the
     set's files (or refs with sha256), for the observation: ``probe`` (default ``import PKG``) runs
     with them in one site-packages where their tags match this interpreter (cached persistently unless
     ``use_cache`` is false), and what it maps is preloaded too (see :func:`plan_preload`); without
@@ -427,15 +447,25 @@ def preload_edits(
         raise UsageError(f"probe {probe!r}: not Python code (a string)")
     observed = None
     code = probe or location.import_code
+    own = check_before_probe(graph, package, location.path, package_wheel.name, preload_wheels)
     if wheels:
         from patched_wheels.observe import observe  # imported here: observing installs and runs the set
 
         observed = observe(wheels, code, graph, use_cache=use_cache)
     plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
+    graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     if observed is not None:
         lazy = unprobed_libraries(graph, location.path, package_wheel.name, plan.libraries, observed)
         if lazy is not None:
             warn(lazy_warning(package_wheel.name, package, observed.probe, lazy, phrasing))
+    planned = set(plan.libraries)
+    for members in stuck_cycles(graph.cycles, graph.providers):
+        if planned.issuperset(members):
+            warn(
+                f"{package_wheel.name}: {package} needs {' <-> '.join(map(str, members))}, which need each other, and "
+                "none finds the others inside its own wheel (RPATH/RUNPATH $ORIGIN): the preload skips them (and what "
+                "needs them) where they fail to load, as they do with one directory per wheel"
+            )
     for glob in plan.unmatched:
         message = f"{package_wheel.name}: preload wheels glob {glob!r} matches no other wheel with shared libraries"
         if strict:

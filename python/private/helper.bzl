@@ -88,7 +88,7 @@ def _print_warnings(stderr, progress):
             print("rules_patched_wheels: %s: %s" % (progress, line))
 
 def run_helper(ctx, helper, args, *, progress, timeout = 3600):
-    """Runs `python -m patched_wheels ARGS`; on failure, fails with the helper's own error line."""
+    """Runs `python -m patched_wheels ARGS`; on failure, prints the helper's own error line once and fails."""
     if hasattr(ctx, "report_progress"):
         ctx.report_progress(progress)
     result = ctx.execute(
@@ -101,6 +101,11 @@ def run_helper(ctx, helper, args, *, progress, timeout = 3600):
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("patched-wheels: error:")]
         message = errors[-1] if errors else "\n".join(lines[-20:])
-        fail("rules_patched_wheels: %s failed: %s" % (progress, message))
+
+        # Printed once, here: Bazel repeats a fail() message in up to three reports (the traceback's
+        # "Error in fail", the fetch's ERROR, and each dependent target's "no such package"), so the
+        # helper's line is printed and fail() only points at it.
+        print("rules_patched_wheels: %s failed: %s" % (progress, message))
+        fail("rules_patched_wheels: %s failed (the helper's error is the line printed above)" % progress)
     _print_warnings(result.stderr, progress)
     return result.stdout

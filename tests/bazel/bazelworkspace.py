@@ -23,6 +23,7 @@ BAZEL = REPO_ROOT / "tools" / "bazel"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
+import cyclefixture  # noqa: E402
 import fakecuda  # noqa: E402
 import rpathfixture  # noqa: E402
 import stackshapes  # noqa: E402
@@ -215,7 +216,13 @@ def make_bzlmod_workspace(root: Path) -> Setup:
     # Never used by pip.parse: the hub that names the wrong JAX-like project fails, telling the right one.
     write_lock(pypi.split_plugin.wheels, root / "misplaced_requirements_lock.txt")
     _append_template(root / "MODULE.bazel", "misplaced.MODULE.bazel.tmpl", {**values, "package": pypi.split_plugin.package})
-    (root / "does-not-apply.patch").write_text(
+    _write_does_not_apply_patch(root / "does-not-apply.patch")
+    return Setup(BazelWorkspace(root, root / "logs"), pypi)
+
+
+def _write_does_not_apply_patch(path: Path) -> None:
+    """A patch of faketorch/__init__.py whose context is not in the file: a hub patching with it fails."""
+    path.write_text(
         "--- a/faketorch/__init__.py\n"
         "+++ b/faketorch/__init__.py\n"
         "@@ -1,3 +1,3 @@\n"
@@ -225,7 +232,24 @@ def make_bzlmod_workspace(root: Path) -> Setup:
         " import os\n",
         encoding="utf-8",
     )
-    return Setup(BazelWorkspace(root, root / "logs"), pypi)
+
+
+def make_cycles_workspace(root: Path) -> tuple[Setup, Path]:
+    """A MODULE.bazel workspace whose lock adds ``fakepil`` (a library cycle, pillow 13's shape) to the fake
+    CUDA set: hub `cycles` (faketorch, preload = "auto") and hub `broken` (a patch that does not apply).
+    Returns the setup and fakepil's wheel."""
+    pypi = common_files(root)
+    pil = cyclefixture.build_pillow_shape(pypi.directory).package_wheel
+    subprocess.run([sys.executable, "-m", "patched_wheels", "index", str(pypi.directory)], check=True, capture_output=True, text=True)
+    write_lock([*pypi.wheels.all, pil], root / "requirements_lock.txt")
+    values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
+    render("cycles.MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
+    render(
+        "cycles.BUILD.bazel.tmpl", root / "BUILD.bazel",
+        torch_expected=str(fakecuda.EXPECTED_ANSWER), pil_expected=str(cyclefixture.PIL_ANSWER),
+    )
+    _write_does_not_apply_patch(root / "does-not-apply.patch")
+    return Setup(BazelWorkspace(root, root / "logs"), pypi), pil
 
 
 def fixture_uv_locks(root: Path, pypi: FakePypi, http_url: str) -> None:

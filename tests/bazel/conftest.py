@@ -7,11 +7,12 @@ each module gets one workspace and shuts its server down (and drops its output b
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from bazelworkspace import BAZEL, Setup, make_bzlmod_workspace, make_workspace_mode_workspace, serve_over_http
+from bazelworkspace import BAZEL, Setup, make_bzlmod_workspace, make_cycles_workspace, make_workspace_mode_workspace, serve_over_http
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,3 +42,12 @@ def workspace_mode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         setup = make_workspace_mode_workspace(root, http_url)
         yield setup
         setup.workspace.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cycles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Setup, Path]]:
+    """The workspace of test_bazel_cycles.py and fakepil's wheel (see make_cycles_workspace)."""
+    _skip_without_bazel_launcher()
+    setup, pil = make_cycles_workspace(tmp_path_factory.mktemp("cycles"))
+    yield setup, pil
+    setup.workspace.shutdown()

@@ -2,7 +2,9 @@
 
 Lists every ELF library with its SONAME, RPATH/RUNPATH and DT_NEEDED (resolved to
 libraries of the set, or marked "system"), then a load order with every library
-after its dependencies.  A dependency cycle is an error naming the cycle.
+after its dependencies.  Libraries that need each other (a cycle: legal, the dynamic loader accepts
+it) are listed together in the load order, marked ``(cycle N)``, and then under ``cycles``, members in
+the order a preload loads them (the first one loads the rest; see patched_wheels.elfgraph).
 """
 
 from __future__ import annotations
