@@ -25,12 +25,11 @@ from typing import Any, Mapping
 
 from packaging.markers import default_environment
 from packaging.utils import NormalizedName, canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.index import SIMPLE_DIR, IndexedFile
 from patched_wheels.lockplan import LockPlan, file_url
-from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, marker_holds
+from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, checked_name, locked_pin, marker_holds
 from patched_wheels.tomlread import get, load_toml, tables
 
 _HEADER = "[[package]]"
@@ -57,7 +56,11 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     lines = tuple(text.splitlines(keepends=True))
     blocks = _blocks(lines, packages, source)
     env = dict(environment) if environment is not None else dict(default_environment())
-    names = tuple(canonicalize_name(get(package, "name", str, f"{source}: package")) for package in packages)
+    names = tuple(
+        canonicalize_name(checked_name(get(package, "name", str, _where(block, package)), _where(block, package)))
+        for package, block in zip(packages, blocks)
+    )
+    _refuse_duplicates(packages, names, blocks)
     extras = _installed(packages, names, blocks, env)
     pins = tuple(
         _pin(packages[number], blocks[number], sorted(extras[number]), path.parent)
@@ -80,6 +83,18 @@ def _blocks(lines: tuple[str, ...], packages: list[dict[str, Any]], source: str)
     ):
         raise InvalidLockError(f"{source}: its [[package]] tables are not written one after another as uv writes them")
     return spans
+
+
+def _refuse_duplicates(packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]) -> None:
+    """One package per name, version and source: a second (``Foo`` beside ``foo``, the same name by
+    PEP 503) cannot be told apart by the dependencies naming it, and would be pinned twice."""
+    seen: dict[tuple[NormalizedName, str, str], Span] = {}
+    for package, name, block in zip(packages, names, blocks):
+        key = (name, repr(package.get("version")), repr(package.get("source")))
+        if key in seen:
+            raise InvalidLockError(f"{_where(block, package)}: a second package {name} {package.get('version')} from the same source "
+                                   f"(the first is at line {seen[key].start + 1})")  # fmt: skip
+        seen[key] = block
 
 
 def _where(span: Span, package: dict[str, Any]) -> str:
@@ -168,12 +183,6 @@ def _forks_hold(package: dict[str, Any], span: Span, env: dict[str, str]) -> boo
 def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> Pin:
     """The pin of an installed package: its version, hashes and files, and its URL when it is no registry's."""
     where = _where(span, package)
-    name = get(package, "name", str, where)
-    written = get(package, "version", str, where)
-    try:
-        version = Version(written)
-    except InvalidVersion:
-        raise InvalidLockError(f"{where}: version {written!r} is not a PEP 440 version") from None
     source = get(package, "source", dict, where)
     kind = _source_kind(package, span)
     base = root / source["registry"] if kind == "registry" and "://" not in source["registry"] else root
@@ -189,8 +198,8 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
     url = {"registry": None, "url": source.get("url"), "git": f"git+{source.get('git')}"}.get(kind)
     if kind == "path":
         url = file_url((root / source["path"]).resolve())
-    head = name + (f"[{','.join(extras)}]" if extras else "")
-    return Pin(name, tuple(extras), head, version, None, tuple(hashes), url, span, f"{head}=={version}", None, written, tuple(files))
+    version = get(package, "version", str, where)
+    return locked_pin(get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=files, span=span, where=where)
 
 
 def _hash(written: str, where: str) -> str:

