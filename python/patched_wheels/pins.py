@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
+from urllib.parse import quote
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.utils import NormalizedName, canonicalize_name
@@ -29,8 +30,6 @@ from packaging.version import InvalidVersion, Version
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.fsutil import NotRegularFileError, read_regular_file
 
-#: Lock formats, as the CLI flags name them (``--requirements``, ``--uv-lock``, ``--pylock``).
-FORMATS = ("requirements", "uv-lock", "pylock")
 #: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
 MAX_LOCK_BYTES = 64 << 20
 
@@ -76,6 +75,13 @@ def check_lock_value(value: str, what: str) -> str:
     else:
         return value
     raise UsageError(f"{what} {value!r}: {reason}, which cannot be written into a lock")
+
+
+def file_url(path: Path, sha256: str | None = None) -> str:
+    """A ``file://`` URL that keeps a local version's ``+`` as it is (``Path.as_uri`` writes ``%2B``):
+    Bazel's downloader opens the path as written, pip and rules_python read both spellings.
+    With ``sha256``, the digest rides along as the ``#sha256=`` fragment pip checks."""
+    return "file://" + quote(str(path), safe="/+") + (f"#sha256={sha256}" if sha256 else "")
 
 
 @dataclass(frozen=True)
@@ -239,9 +245,10 @@ class Lock:
     """A lock as its reader understood it: pins and index options, in file order."""
 
     source: str
-    format: str  # one of FORMATS
+    format: str  # one of lockformats.FORMATS
     pins: tuple[Pin, ...]
     options: tuple[LockOption, ...] = ()
+    members: tuple[NormalizedName, ...] = ()  # projects the lock builds from its own source (uv workspace members)
 
     @property
     def uses_hashes(self) -> bool:

@@ -14,8 +14,7 @@ from typing import Any, Mapping
 from packaging.markers import default_environment
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lockplan import file_url
-from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, locked_pin, marker_holds
+from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, file_url, locked_pin, marker_holds
 from patched_wheels.tomlread import get, load_toml, tables
 
 
