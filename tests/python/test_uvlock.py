@@ -333,3 +333,96 @@ def test_two_outputs_are_written_both_or_neither(world: dict, tmp_path: Path, se
     assert line.startswith(f"patched-wheels: error: --out-uv-lock {target}: ")
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+TWO_PLATFORMS = """[project]
+name = "proj"
+version = "0.1"
+requires-python = ">=3.11"
+dependencies = ["foo==1.0"]
+
+[tool.uv]
+environments = ["sys_platform == 'linux' and platform_machine == 'x86_64'", "sys_platform == 'linux' and platform_machine == 'aarch64'"]
+"""
+
+
+@pytest.fixture(scope="module")
+def two_platforms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path | str]]:
+    """foo 1.0 for x86_64 and aarch64 (each wheel says which it is), locked by the real uv for both
+    platforms; the index holds foo 1.0+s.1 patched for x86_64 only (the jax-cuda12-pjrt shape)."""
+    root = tmp_path_factory.mktemp("twoplatforms")
+    orig, index, project = root / "orig", root / "index", root / "project"
+    for directory in (orig, index, project):
+        directory.mkdir()
+    for machine in ("x86_64", "aarch64"):
+        build_wheel(orig, "foo", "1.0", {"foo/__init__.py": f"BUILT = {machine!r}\n".encode()},
+                    tag=f"py3-none-manylinux_2_17_{machine}", requires=["bar>=2"])  # fmt: skip
+    build_wheel(orig, "bar", "2.0", {"bar/__init__.py": b""})
+    build_index(orig)
+    build_wheel(index, "foo", "1.0+s.1", {"foo/__init__.py": b"BUILT = 'patched'\n"}, tag="py3-none-manylinux_2_17_x86_64", requires=["bar>=2"])
+    (project / "pyproject.toml").write_text(TWO_PLATFORMS)
+    with serve_over_http(orig) as base:
+        url = f"{base}/simple"
+        _uv("lock", "--default-index", url, "--python", sys.executable, cwd=project)
+        yield {"root": root, "orig": orig, "index": index, "project": project, "url": url}
+
+
+def _installs(requirements: Path, platform: str, find_links: Path) -> str:
+    """The foo the real uv installs from the requirements lock on ``platform`` (``==VERSION`` or `` @ URL``):
+    pip evaluates markers for the running machine only, uv for the platform it is given."""
+    result = _uv("pip", "install", "--dry-run", "--python-platform", platform, "--python-version", "3.11", "--no-index",
+                 "--find-links", str(find_links), "--target", str(requirements.parent / platform), "-r", str(requirements),
+                 cwd=requirements.parent)  # fmt: skip
+    (installed,) = re.findall(r"^ \+ foo(==\S+| @ \S+)$", result.stderr, re.MULTILINE)
+    return installed
+
+
+def test_a_uv_lock_for_two_platforms_keeps_the_other_platform_installable(two_platforms: dict, tmp_path: Path) -> None:
+    """The written uv.lock: uv sync --frozen installs the patched wheel here (x86_64); uv export --frozen
+    gives aarch64 the upstream wheel with its hash, which uv pip install takes for aarch64. The
+    requirements lock from the same uv.lock: pip takes the patched wheel on x86_64, upstream on aarch64."""
+    requirements, written = tmp_path / "requirements.txt", tmp_path / "uv.lock"
+    result = run_cli("lock", "--uv-lock", str(two_platforms["project"] / "uv.lock"), "--index", str(two_platforms["index"]),
+                     "--out", str(requirements), "--out-uv-lock", str(written))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    aarch64 = "foo-1.0-py3-none-manylinux_2_17_aarch64.whl"
+    assert aarch64 in written.read_text() and sha256_of(two_platforms["orig"] / aarch64) in written.read_text()
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(TWO_PLATFORMS)
+    (project / "uv.lock").write_text(written.read_text())
+    with serve_over_http(two_platforms["orig"]) as base:  # the lock's upstream URLs: the fixture's server, moved
+        (project / "uv.lock").write_text(written.read_text().replace(two_platforms["url"].removesuffix("/simple"), base))
+        _uv("sync", "--frozen", "--python", sys.executable, cwd=project)
+        site = next((project / ".venv" / "lib").glob("python*/site-packages"))
+        assert (site / "foo" / "__init__.py").read_text() == "BUILT = 'patched'\n"
+        exported = project / "exported.txt"
+        exported.write_text(_uv("export", "--frozen", "--no-header", cwd=project).stdout)
+        assert f"foo==1.0 ; " in exported.read_text() and sha256_of(two_platforms["orig"] / aarch64) in exported.read_text()
+        dry_run = _uv("pip", "install", "--dry-run", "--python-platform", "aarch64-manylinux_2_28", "--python-version", "3.11",
+                      "--target", str(project / "aarch64"), "--index-url", f"{base}/simple", "-r", str(exported), cwd=project)  # fmt: skip
+    assert "+ foo==1.0\n" in dry_run.stderr, dry_run.stderr
+
+    patched = "foo-1.0+s.1-py3-none-manylinux_2_17_x86_64.whl"
+    both = tmp_path / "wheels"
+    both.mkdir()
+    for wheel in (two_platforms["orig"] / aarch64, two_platforms["orig"] / "bar-2.0-py3-none-any.whl", two_platforms["index"] / patched):
+        (both / wheel.name).write_bytes(wheel.read_bytes())
+    assert _installs(requirements, "x86_64-manylinux_2_28", both).endswith(f"/{patched}")
+    assert _installs(requirements, "aarch64-manylinux_2_28", both) == "==1.0"  # --hash: the upstream aarch64 wheel
+
+
+def test_a_pylock_for_two_platforms_keeps_the_other_platform_installable(two_platforms: dict, tmp_path: Path) -> None:
+    pylock = tmp_path / "pylock.toml"
+    pylock.write_text(_uv("export", "--frozen", "--format", "pylock.toml", cwd=two_platforms["project"]).stdout)
+    requirements = tmp_path / "requirements.txt"
+    result = run_cli("lock", "--pylock", str(pylock), "--index", str(two_platforms["index"]), "--out", str(requirements))
+    assert result.returncode == 0, result.stderr
+    aarch64, patched = "foo-1.0-py3-none-manylinux_2_17_aarch64.whl", "foo-1.0+s.1-py3-none-manylinux_2_17_x86_64.whl"
+    both = tmp_path / "wheels"
+    both.mkdir()
+    for wheel in (two_platforms["orig"] / aarch64, two_platforms["orig"] / "bar-2.0-py3-none-any.whl", two_platforms["index"] / patched):
+        (both / wheel.name).write_bytes(wheel.read_bytes())
+    assert _installs(requirements, "x86_64-manylinux_2_28", both).endswith(f"/{patched}")
+    assert _installs(requirements, "aarch64-manylinux_2_28", both) == "==1.0"  # --hash: the upstream aarch64 wheel
