@@ -197,13 +197,14 @@ class _Layout:
                     end += 1
                 end += 1
             expected = _value(package, table)
-            if key is None or key.group(1) not in expected or _parsed("".join(lines[line:end])) != {key.group(1): expected[key.group(1)]}:
+            found = _value_end(lines, line, end, {key.group(1): expected[key.group(1)]}) if key and key.group(1) in expected else None
+            if key is None or found is None:
                 raise InvalidLockError(
                     f"{span.source}:{span.start + line + 1}: not written as uv writes a key (one line, or an array "
                     'closed by a line "]"), so it is not edited'
                 )
-            keys[table][key.group(1)] = (line, end)
-            line = end
+            keys[table][key.group(1)] = (line, found)
+            line = found
         for required in ("version", "source"):
             if required not in keys[""]:
                 raise InvalidLockError(f"{where}: no {required} line in the layout uv writes")
@@ -254,6 +255,20 @@ class _Layout:
             return (start + 1, start + 1, [entry])
         at = self.keys[""]["source"][1]
         return (at, at, ["dependencies = [\n", entry, "]\n"])
+
+
+#: How many lines a key's value may span beyond where uv would end it (a multi-line string): bounds the parses.
+_MAX_VALUE_LINES = 256
+
+
+def _value_end(lines: Sequence[str], start: int, end: int, expected: dict[str, Any]) -> int | None:
+    """Where the key starting at line ``start`` ends: at ``end`` (where uv ends it) or, for a value that
+    spans more lines (a multi-line string holding a ``source =`` line), the first line after which the
+    lines parse to exactly ``expected``; None when no end within ``_MAX_VALUE_LINES`` does."""
+    for candidate in range(end, min(len(lines), end + _MAX_VALUE_LINES) + 1):
+        if _parsed("".join(lines[start:candidate])) == expected:
+            return candidate
+    return None
 
 
 def _fork_of(edge: Any, forks: dict[NormalizedName, tuple[_Fork, ...]]) -> _Fork | None:

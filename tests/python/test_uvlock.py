@@ -426,3 +426,39 @@ def test_a_pylock_for_two_platforms_keeps_the_other_platform_installable(two_pla
         (both / wheel.name).write_bytes(wheel.read_bytes())
     assert _installs(requirements, "x86_64-manylinux_2_28", both).endswith(f"/{patched}")
     assert _installs(requirements, "aarch64-manylinux_2_28", both) == "==1.0"  # --hash: the upstream aarch64 wheel
+
+
+def test_the_uv_lock_writer_edits_keys_not_lines_that_look_like_them(world: dict, tmp_path: Path) -> None:
+    """A ``source =`` and a ``wheels =`` line inside a multi-line string of the patched package are
+    string, not keys: the string comes out as it was, the real source and wheels are ours."""
+    text = (world["project"] / "uv.lock").read_text()
+    string = '"""\nsource = { registry = "https://evil.invalid/simple" }\nwheels = [\n]\n"""'
+    source = tmp_path / "in.lock"
+    assert text.count("]\n\n[package.optional-dependencies]") == 1  # foo's: after its wheels, where uv's keys end
+    source.write_text(text.replace("]\n\n[package.optional-dependencies]", f"]\nnote = {string}\n\n[package.optional-dependencies]"))
+    written = tmp_path / "uv.lock"
+    result = run_cli("lock", "--uv-lock", str(source), "--index", str(world["index"]), "--out", str(tmp_path / "r.txt"),
+                     "--out-uv-lock", str(written))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    import tomllib
+
+    (foo,) = [p for p in tomllib.loads(written.read_text())["package"] if p["name"] == "foo"]
+    assert foo["note"] == tomllib.loads(f"x = {string}")["x"]
+    assert foo["source"] == {"registry": (world["index"] / "simple").as_uri()} and foo["version"] == "1.0+s.1"
+    assert [w["url"].rsplit("/", 1)[-1] for w in foo["wheels"]] == ["foo-1.0+s.1-py3-none-any.whl"]
+
+
+def test_a_workspace_member_in_the_index_is_refused(world: dict, tmp_path: Path) -> None:
+    """proj is the uv.lock's own project (a virtual source): a wheel of it in the index would be a second
+    [[package]] proj, so it is one error line and nothing is written."""
+    index = tmp_path / "index"
+    index.mkdir()
+    for wheel in world["index"].glob("*.whl"):
+        (index / wheel.name).write_bytes(wheel.read_bytes())
+    build_wheel(index, "proj", "0.1+s.1", {"proj/__init__.py": b""})
+    result = run_cli("lock", "--uv-lock", str(world["project"] / "uv.lock"), "--index", str(index), "--out", str(tmp_path / "r.txt"),
+                     "--out-uv-lock", str(tmp_path / "uv.lock"))  # fmt: skip
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"patched-wheels: error: {world['project'] / 'uv.lock'}: proj is a workspace member"), line
+    assert not (tmp_path / "r.txt").exists() and not (tmp_path / "uv.lock").exists()
