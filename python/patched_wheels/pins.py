@@ -168,8 +168,8 @@ def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: s
     packaging's ``UndefinedComparison``) is an error naming ``where``."""
     try:
         return Marker(marker).evaluate(dict(environment) if environment is not None else None)
-    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName, RecursionError) as error:
-        # packaging's parser recurses per "("
+    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName, RecursionError, SyntaxError, ValueError) as error:
+        # packaging's parser recurses per "(" and hands a quoted value to ast.literal_eval (a line break in it: SyntaxError)
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise InvalidLockError(f"{where}: marker {marker[:200]!r}: {reason[:200]}") from None
 
