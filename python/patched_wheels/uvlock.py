@@ -14,6 +14,7 @@ for :mod:`patched_wheels.uvwriter` to edit; it depends on the lock model only.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,7 +26,7 @@ from patched_wheels.errors import InvalidLockError
 from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 from patched_wheels.tomlread import get, load_toml, tables
 
-_HEADER = "[[package]]"
+_HEADER_LINE = re.compile(r"^[ \t]*\[\[package\]\][ \t]*\r?$", re.MULTILINE)
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")
 
 
@@ -34,10 +35,16 @@ class UvLock:
     """A uv.lock read for one environment: its pins, and its text cut into ``[[package]]`` blocks."""
 
     lock: Lock
-    lines: tuple[str, ...]
-    blocks: tuple[Span, ...]  # of each [[package]] table, in file order
+    text: str
+    blocks: tuple[Span, ...]  # the lines of each [[package]] table, in file order
+    offsets: tuple[tuple[int, int], ...]  # the characters [start, end) of each block in ``text``
     names: tuple[NormalizedName, ...]  # each block's package
     packages: tuple[dict[str, Any], ...]  # each block's table, as TOML reads it
+
+    def block_lines(self, number: int) -> list[str]:
+        """The lines of block ``number``, each with its line ending."""
+        start, end = self.offsets[number]
+        return self.text[start:end].splitlines(keepends=True)
 
 
 def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None) -> UvLock:
@@ -46,8 +53,7 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     source = str(path)
     text, document = load_toml(path)
     packages = tables(document, "package", source)
-    lines = tuple(text.splitlines(keepends=True))
-    blocks = _blocks(lines, packages, source)
+    blocks, offsets = _blocks(text, len(packages), source)
     env = dict(environment) if environment is not None else dict(default_environment())
     names = tuple(
         canonicalize_name(checked_name(get(package, "name", str, _where(block, package)), _where(block, package)))
@@ -61,22 +67,24 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
         if _source_kind(packages[number], blocks[number]) not in _WORKSPACE_SOURCES
     )
     members = tuple(sorted({names[n] for n, package in enumerate(packages) if _source_kind(package, blocks[n]) in _WORKSPACE_SOURCES}))
-    return UvLock(Lock(source, "uv-lock", pins, members=members), lines, blocks, names, tuple(packages))
+    return UvLock(Lock(source, "uv-lock", pins, members=members), text, blocks, offsets, names, tuple(packages))
 
 
-def _blocks(lines: tuple[str, ...], packages: list[dict[str, Any]], source: str) -> tuple[Span, ...]:
-    """The line span of each ``[[package]]`` table; each is checked to parse to its package alone, so an
-    edit of a block edits that package and nothing else."""
-    import tomllib
-
-    starts = [number for number, line in enumerate(lines) if line.strip() == _HEADER]
-    spans = tuple(Span(source, start, end) for start, end in zip(starts, starts[1:] + [len(lines)]))
-    if len(spans) != len(packages) or any(
-        tomllib.loads("".join(lines[span.start : span.end])).get("package") != [package]
-        for span, package in zip(spans, packages)
-    ):
+def _blocks(text: str, count: int, source: str) -> tuple[tuple[Span, ...], tuple[tuple[int, int], ...]]:
+    """The lines and characters of each ``[[package]]`` table, found in one pass over ``text`` (a 50 MB
+    lock is not held a second time as lines). The writer checks each block it edits parses to its package
+    alone; here their number must be the packages' number."""
+    starts = [match.start() for match in _HEADER_LINE.finditer(text)]
+    if len(starts) != count:
         raise InvalidLockError(f"{source}: its [[package]] tables are not written one after another as uv writes them")
-    return spans
+    lines, position, total = [], 0, 0
+    for start in starts:
+        total += text.count("\n", position, start)
+        lines.append(total)
+        position = start
+    last = total + text.count("\n", position) + (0 if text.endswith("\n") or not text else 1)
+    spans = tuple(Span(source, line, end) for line, end in zip(lines, [*lines[1:], last]))
+    return spans, tuple(zip(starts, [*starts[1:], len(text)]))
 
 
 def _refuse_duplicates(packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]) -> None:

@@ -92,9 +92,9 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
         for parent in pin.via:
             for number in (n for n, name in enumerate(uv.names) if name == parent):
                 (appended if number in appended else edits).setdefault(number, []).append(layout(number).with_dependency(pin.head))
-    output: list[str] = list(uv.lines[: uv.blocks[0].start]) if uv.blocks else list(uv.lines)
-    for number, span in enumerate(uv.blocks):
-        block = uv.lines[span.start : span.end]
+    output: list[str] = [uv.text[: uv.offsets[0][0]] if uv.blocks else uv.text]
+    for number, (start, end) in enumerate(uv.offsets):
+        block = uv.block_lines(number) if number in edits or number in appended else [uv.text[start:end]]
         output += _check(uv, number, _applied(block, edits[number])) if number in edits else block
         if number in appended:
             if output and not output[-1].endswith("\n"):
@@ -173,7 +173,9 @@ class _Layout:
     @classmethod
     def of(cls, uv: UvLock, number: int) -> "_Layout":
         span, package = uv.blocks[number], uv.packages[number]
-        lines = uv.lines[span.start : span.end]
+        lines = tuple(uv.block_lines(number))
+        if (_parsed("".join(lines)) or {}).get("package") != [package]:  # a header inside a string, a table of another
+            raise InvalidLockError(f"{span.where}: the [[package]] table of {uv.names[number]} is not written as uv writes it")
         where = f"{span.where}: package {uv.names[number]}"
         keys: dict[str, dict[str, tuple[int, int]]] = {"": {}}
         table, line = "", 1
