@@ -92,17 +92,21 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
         for parent in pin.via:
             for number in (n for n, name in enumerate(uv.names) if name == parent):
                 (appended if number in appended else edits).setdefault(number, []).append(layout(number).with_dependency(pin.head))
-    output: list[str] = [uv.text[: uv.offsets[0][0]] if uv.blocks else uv.text]
+    output: list[str] = []
+    position = 0  # the text before it is in ``output``: the blocks left alone go as one slice each run
     for number, (start, end) in enumerate(uv.offsets):
-        block = uv.block_lines(number) if number in edits or number in appended else [uv.text[start:end]]
-        output += _check(uv, number, _applied(block, edits[number])) if number in edits else block
+        if number not in edits and number not in appended:
+            continue
+        block = uv.block_lines(number)
+        output += [uv.text[position:start], *(_check(uv, number, _applied(block, edits[number])) if number in edits else block)]
+        position = end
         if number in appended:
-            if output and not output[-1].endswith("\n"):
+            if not output[-1].endswith("\n"):
                 output[-1] += "\n"
             output += ([] if output[-1] == "\n" else ["\n"]) + _check(uv, number, _applied(block, appended[number]))
-    if added and output and not output[-1].endswith("\n"):
-        output[-1] += "\n"
-    return "".join(output + added)
+    output.append(uv.text[position:])
+    written = "".join(output)
+    return written + ("\n" if added and written and not written.endswith("\n") else "") + "".join(added)
 
 
 def _names_a_fork(package: dict[str, Any], forks: dict[NormalizedName, tuple["_Fork", ...]]) -> bool:
