@@ -27,6 +27,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from patched_wheels.elfgraph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.fsutil import SHA256_HEX
+from patched_wheels import lockformats
 from patched_wheels.hubspec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
 from patched_wheels.lockplan import INDEX_OPTIONS
 from patched_wheels.packages import module_name
@@ -34,7 +35,7 @@ from patched_wheels.resolve import ResolvedWheel
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
 #: lock format (``pins.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
-LOCK_FORMATS = {"requirements_lock": "requirements", "uv_lock": "uv-lock", "pylock": "pylock"}
+LOCK_FORMATS = {entry.attribute: entry.name for entry in lockformats.LOCK_FORMATS}
 
 #: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
 #: deleted after the build; ``index`` is served.

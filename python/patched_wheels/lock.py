@@ -1,14 +1,16 @@
 """Point a lock at the patched wheels of a local index: the I/O around :func:`lockplan.plan_lock`.
 
-``lock(IN, INDEX, OUT)`` reads the lock IN, asks :mod:`patched_wheels.lockplan` what must change for
-INDEX (the files ``index.build_index`` just published) and writes OUT with :mod:`patched_wheels.pipwriter`.
-The rules - which pins change, how they are spelled in each index option, hashed and unhashed locks -
-are the plan's (see its docstring); everything else in the file is kept byte for byte.
+``lock(IN, INDEX, OUT)`` reads the lock IN once (its format's reader, :mod:`patched_wheels.lockformats`),
+asks :mod:`patched_wheels.lockplan` once what must change for INDEX (the files ``index.build_index``
+just published) and hands that plan to every writer: OUT, a requirements lock
+(:mod:`patched_wheels.pipwriter`), and for a format with a writer of its own (uv.lock) the same file.
+The rules - which pins change, how they are spelled in each index option, hashed and unhashed locks,
+which hashes stay for other platforms - are the plan's (see its docstring); everything else in the
+file is kept byte for byte.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,37 +21,13 @@ from packaging.utils import canonicalize_name
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.fsutil import holds, write_temp
 from patched_wheels.index import IndexResult
+from patched_wheels import lockformats
+from patched_wheels.lockformats import FORMATS, lock_model, read_lock, served_pins
 from patched_wheels.lockplan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
-from patched_wheels.pins import FORMATS, Lock, Pin
-from patched_wheels.pipwriter import export_requirements, render_requirements
-from patched_wheels.requirements import RequirementsText, parse_requirements, read_requirements
+from patched_wheels.pipwriter import render_exported, render_requirements
+from patched_wheels.requirements import RequirementsText
 
 __all__ = ["DEFAULT_INDEX_OPTION", "FORMATS", "INDEX_OPTIONS", "LockResult", "lock", "read_lock", "served_pins"]
-
-
-def read_lock(path: Path | str, lock_format: str = "requirements", environment: Mapping[str, str] | None = None) -> Lock:
-    """The lock model of ``path``, read as ``lock_format`` (one of ``FORMATS``); the TOML formats are read for
-    ``environment`` (default: the running interpreter), a requirements file keeps its markers."""
-    if lock_format == "requirements":
-        return read_requirements(path).lock
-    if lock_format == "uv-lock":
-        from patched_wheels.uvlock import read_uv_lock
-
-        return read_uv_lock(path, environment).lock
-    if lock_format == "pylock":
-        from patched_wheels.pylock import read_pylock
-
-        return read_pylock(path, environment)
-    raise UsageError(f"lock format {lock_format!r}: expected one of {', '.join(FORMATS)}")
-
-
-def served_pins(path: Path | str, lock_format: str = "requirements") -> list[Pin]:
-    """The pins of a lock that an index (or the lock's own file list) serves: every pin but direct
-    references (pip installs those from their URL), each pinned to one version (else an error)."""
-    pins = [pin for pin in read_lock(path, lock_format).pins if not pin.url]
-    for pin in pins:
-        pin.pinned_version()
-    return pins
 
 
 @dataclass(frozen=True)
@@ -92,19 +70,18 @@ def lock(
     unserved = index.unserved_pages()
     if unserved:
         raise InvalidLockError(f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again")
-    text = _requirements_text(requirements, lock_format)
-    plan = plan_lock(text.lock, index.files, options)
-    outputs = {out: ("--out", render_requirements(text, plan))}
+    entry = lockformats.lock_format(lock_format)
     if out_uv_lock is not None:
-        if lock_format != "uv-lock":
+        if entry.writer is None:
             raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
         if Path(out_uv_lock).resolve() == out.resolve():
-            raise UsageError(f"--out-uv-lock {out_uv_lock}: the same file as --out")
-        from patched_wheels.uvlock import read_uv_lock, render_uv_lock
-
-        uv = read_uv_lock(requirements)
-        uv_plan = plan_lock(uv.lock, index.files, dataclasses.replace(options, replaced={}))  # one wheel per package
-        outputs[Path(out_uv_lock)] = ("--out-uv-lock", render_uv_lock(uv, uv_plan, options.index_dir))
+            raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
+    document = entry.read(requirements)
+    plan = plan_lock(lock_model(document), index.files, options)
+    text = render_requirements(document, plan) if isinstance(document, RequirementsText) else render_exported(lock_model(document), plan)
+    outputs = {out: ("--out", text)}
+    if out_uv_lock is not None:
+        outputs[Path(out_uv_lock)] = (str(entry.out_flag), entry.write()(document, plan, options.index_dir))
     _write_all(outputs)
     return LockResult(out=out, changes=plan.changes)
 
@@ -129,10 +106,3 @@ def _write_all(outputs: Mapping[Path, tuple[str, str]]) -> None:
     finally:
         for temp, _ in staged:
             temp.unlink(missing_ok=True)
-
-
-def _requirements_text(path: Path | str, lock_format: str) -> RequirementsText:
-    """The requirements file to rewrite: the lock itself, or the pins of a TOML lock written as one."""
-    if lock_format == "requirements":
-        return read_requirements(path)
-    return parse_requirements(export_requirements(read_lock(path, lock_format)), f"{path} (as requirements)")

@@ -14,6 +14,10 @@ Given the lock's pins (any format), the files of our index and the index option,
   its URL, when the caller knows the one file it admits). When the pin keeps other hashes (wheels for
   other platforms, not patched), the reference gets the marker of its wheel's tags and those hashes
   stay usable on a second line with the opposite marker;
+* which of a pin's hashes a patched wheel replaces: those ``replaced`` names for its project; without an
+  entry, for a lock that names its files (uv.lock, pylock.toml), the wheels that install where the
+  patched wheel installs (by their tags: an aarch64 wheel stays beside a patched x86_64 one, with the
+  sdist), and for any other pin every hash. The hashes left are each edit's ``kept``, for every writer;
 * otherwise one option line makes pip look at the index, written ``--option=value`` (rules_python
   0.22.1 passes each option line to pip as one argument). Under the lock's own ``--no-index`` pip reads
   no index URL at all, so the index is then named as ``--find-links=`` (a directory of wheels) in every
@@ -39,16 +43,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
-from urllib.parse import quote
 
 from packaging.utils import NormalizedName
 from packaging.version import Version
 
-from patched_wheels.errors import InvalidLockError, UsageError
+from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.index import SIMPLE_DIR, IndexedFile, group_by_project
 from patched_wheels.markers import WheelEnvironments, and_markers
 from patched_wheels.metadata import required_projects
-from patched_wheels.pins import Lock, LockOption, Pin, check_lock_value
+from patched_wheels.pins import Lock, LockOption, Pin, check_lock_value, file_url
+from patched_wheels.wheelfile.filename import WheelFilename
 
 INDEX_OPTIONS = ("direct", "extra-index-url", "index-url", "find-links")
 #: ``direct``: the only form every rules_python release reads (2.x fetches a lock's index pages with
@@ -114,6 +118,7 @@ class PinEdit:
     hashes: tuple[str, ...] | None
     lines: tuple[NewPin, ...]
     files: tuple[IndexedFile, ...]  # the index's files of the new version ((): not ours)
+    kept: tuple[str, ...] = ()  # the pin's hashes still in use on the platforms ``files`` do not serve
 
 
 @dataclass(frozen=True)
@@ -126,13 +131,6 @@ class LockPlan:
     option: str | None  # an index option line to add, "--find-links=file:///…"
     dropped: tuple[LockOption, ...]  # the lock's index options to drop
     changes: tuple[str, ...]
-
-
-def file_url(path: Path, sha256: str | None = None) -> str:
-    """A ``file://`` URL that keeps a local version's ``+`` as it is (``Path.as_uri`` writes ``%2B``):
-    Bazel's downloader opens the path as written, pip and rules_python read both spellings.
-    With ``sha256``, the digest rides along as the ``#sha256=`` fragment pip checks."""
-    return "file://" + quote(str(path), safe="/+") + (f"#sha256={sha256}" if sha256 else "")
 
 
 def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) -> LockPlan:
@@ -158,12 +156,13 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
         if direct or pin.url:
             if target == pinned:
                 continue  # the index holds the original itself: the lock's own index (or URL) serves it
+            kept = _kept(pin, target_files, options.replaced.get(project))
             if direct:
-                lines = _direct_pin(pin, target_files, options.index_dir, options.replaced.get(project), hashed)
+                lines = _direct_pin(pin, target_files, options.index_dir, kept, hashed)
             else:  # a direct reference to the original, for an index option: a pin by version, from the index
                 new_hashes = tuple(sorted(f"sha256:{f.sha256}" for f in target_files)) if hashed else ()
                 lines = (NewPin(pin.head, target, None, pin.marker, new_hashes),)
-            edits.append(PinEdit(pin, target, None, lines, target_files))
+            edits.append(PinEdit(pin, target, None, lines, target_files, kept))
             changes.append(f"{_spelled(pin, pinned)} -> {lines[0].requirement}")
             continue
         new_hashes = tuple(sorted(f"sha256:{f.sha256}" for f in target_files))
@@ -173,11 +172,17 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
         elif refresh:
             changes.append(f"{pin.name}=={pinned}: hashes replaced")
         if target != pinned or refresh:
-            edits.append(PinEdit(pin, target, new_hashes if refresh else None, (), target_files))
+            edits.append(PinEdit(pin, target, new_hashes if refresh else None, (), target_files, _kept(pin, target_files, options.replaced.get(project))))
 
     option, dropped = _option_line(lock, options)
     if option is not None:
         changes.append(f"added {option}")
+    members = sorted(set(index) & set(lock.members))
+    if members:
+        raise InvalidLockError(
+            f"{lock.source}: {members[0]} is a workspace member of the lock (built from its own source, never "
+            "installed from an index), so no wheel of the index can replace it"
+        )
     added, added_files = _added_pins(index, {pin.project for pin in lock.pins}, parents, hashed, lock.source, options)
     changes.extend(f"added {line.requirement}" for line in added)
     return LockPlan(tuple(edits), added, added_files, option, dropped, tuple(changes))
@@ -205,9 +210,31 @@ def _option_line(lock: Lock, options: LockOptions) -> tuple[str | None, tuple[Lo
     return option, dropped
 
 
-def _direct_pin(
-    pin: Pin, files: Sequence[IndexedFile], directory: Path, replaced: frozenset[str] | None, hashed: bool
-) -> tuple[NewPin, ...]:
+def _kept(pin: Pin, files: Sequence[IndexedFile], replaced: frozenset[str] | None) -> tuple[str, ...]:
+    """The pin's hashes that the patched ``files`` leave in use (module docstring)."""
+    if replaced is None:
+        replaced = _superseded(pin, files)
+    return tuple(sorted(h for h in pin.hashes if h.partition(":")[2].lower() not in replaced))
+
+
+def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
+    """The sha256 of every hash of ``pin`` that ``files`` replace, told by the tags of the files the lock
+    names: each wheel that installs somewhere a patched file installs. Every hash when none stays (so a
+    lone sdist never keeps a second line) or the lock names no files."""
+    ours = [WheelEnvironments.of(f.tags) for f in files]
+    every = frozenset(h.partition(":")[2].lower() for h in pin.hashes)
+    superseded = set()
+    for file in pin.files:
+        try:
+            theirs = WheelEnvironments.of(WheelFilename.parse(file.filename).tags)
+        except (InvalidWheelError, InvalidLockError):  # not a wheel, or a platform we cannot tell apart
+            theirs = WheelEnvironments(None, frozenset())
+        if file.sha256 is None or any(environments.overlaps(theirs) for environments in ours):
+            superseded.add(file.sha256)
+    return every if not pin.files or superseded >= {f.sha256 for f in pin.files} else frozenset(superseded)
+
+
+def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: tuple[str, ...], hashed: bool) -> tuple[NewPin, ...]:
     """The lines that replace a patched pin in ``direct`` mode (module docstring).
 
     A direct reference names one file, so the patched version must have exactly one. If the pin
@@ -223,7 +250,6 @@ def _direct_pin(
     (target,) = files
     url = file_url(directory / target.filename, None if hashed else target.sha256)
     hashes = (f"sha256:{target.sha256}",) if hashed else ()
-    left = tuple(sorted(h for h in pin.hashes if replaced is not None and h.partition(":")[2].lower() not in replaced))
     if not left or pin.url:
         # No other line serves other platforms, so no marker of the wheel's own: a marker makes some
         # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.

@@ -46,6 +46,12 @@ class WheelEnvironments:
                 pythons.add(f"{digits[0]}.{digits[1:]}")
         return cls(pythons.pop() if len(pythons) == 1 else None, frozenset(platforms))
 
+    def overlaps(self, other: "WheelEnvironments") -> bool:
+        """Whether some environment installs both (no platform or Python named: every one)."""
+        if self.python and other.python and self.python != other.python:
+            return False
+        return not self.platforms or not other.platforms or bool(self.platforms & other.platforms)
+
     def marker(self) -> str | None:
         """A PEP 508 marker true exactly in these environments (None: every environment)."""
         alternatives = [

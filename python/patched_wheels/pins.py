@@ -8,7 +8,11 @@ and the span of lines it came from, so a writer can change that pin and leave ev
 
 Every value we write into a lock goes through :func:`check_lock_value`: a lock is line-based (pip)
 or quoted (TOML), so a line break, a NUL or a blank inside a value would become another line,
-option or token there.
+option or token there. Every value a TOML lock (uv.lock, pylock.toml) gives a pin goes through
+:func:`locked_pin`, once for every reader: the name and extras must be PEP 508 names, the version a
+PEP 440 version, each URL one token and each hash a hex digest - a name such as
+``other@https://evil.invalid/x.whl#`` would otherwise become a direct reference in the requirements
+lock. Markers are parsed and evaluated by :func:`marker_holds`, whose every failure is one error line.
 """
 
 from __future__ import annotations
@@ -16,17 +20,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
+from urllib.parse import quote
 
-from packaging.markers import InvalidMarker, Marker
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.utils import NormalizedName, canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.fsutil import NotRegularFileError, read_regular_file
 
-#: Lock formats, as the CLI flags name them (``--requirements``, ``--uv-lock``, ``--pylock``).
-FORMATS = ("requirements", "uv-lock", "pylock")
 #: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
 MAX_LOCK_BYTES = 64 << 20
 
@@ -72,6 +75,13 @@ def check_lock_value(value: str, what: str) -> str:
     else:
         return value
     raise UsageError(f"{what} {value!r}: {reason}, which cannot be written into a lock")
+
+
+def file_url(path: Path, sha256: str | None = None) -> str:
+    """A ``file://`` URL that keeps a local version's ``+`` as it is (``Path.as_uri`` writes ``%2B``):
+    Bazel's downloader opens the path as written, pip and rules_python read both spellings.
+    With ``sha256``, the digest rides along as the ``#sha256=`` fragment pip checks."""
+    return "file://" + quote(str(path), safe="/+") + (f"#sha256={sha256}" if sha256 else "")
 
 
 @dataclass(frozen=True)
@@ -154,11 +164,70 @@ def checked_hash(algorithm: object, digest: object, where: str) -> str:
 
 
 def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: str) -> bool:
-    """Evaluate a PEP 508 marker; an invalid one is an error naming ``where``."""
+    """Evaluate a PEP 508 marker; one that cannot be parsed or evaluated (``python_version ~= "3"`` is
+    packaging's ``UndefinedComparison``) is an error naming ``where``."""
     try:
         return Marker(marker).evaluate(dict(environment) if environment is not None else None)
-    except (InvalidMarker, RecursionError) as error:  # packaging's parser recurses per "("
-        raise InvalidLockError(f"{where}: marker {marker!r}: {str(error).splitlines()[0]}") from None
+    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName, RecursionError, SyntaxError, ValueError) as error:
+        # packaging's parser recurses per "(" and hands a quoted value to ast.literal_eval (a line break in it: SyntaxError)
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InvalidLockError(f"{where}: marker {marker[:200]!r}: {reason[:200]}") from None
+
+
+#: A PEP 508 project name (and extra name, PEP 685): what pip reads as one name and nothing more.
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def checked_name(value: str, where: str, what: str = "name") -> str:
+    """``value`` if it is a PEP 508 name; else one error naming ``where``. A name is written into the
+    requirements lock as the start of a requirement: ``x@https://…#`` would make it a direct reference."""
+    if not _NAME.fullmatch(value):
+        raise InvalidLockError(f"{where}: {what} {value[:200]!r} is not a PEP 508 name")
+    return value
+
+
+def checked_version(written: str, where: str) -> Version:
+    """The PEP 440 version ``written``, which is written back as it is and so must be one token."""
+    try:
+        if written != written.strip():
+            raise InvalidVersion(written)
+        return Version(written)
+    except InvalidVersion:
+        raise InvalidLockError(f"{where}: version {written[:200]!r} is not a PEP 440 version") from None
+
+
+def checked_url(value: str, where: str) -> str:
+    """A file's or direct reference's URL, which the requirements lock and Bazel's downloader take as one token."""
+    try:
+        return check_lock_value(value, f"{where}: url")
+    except UsageError as error:
+        raise InvalidLockError(str(error)) from None
+
+
+def locked_pin(
+    name: str,
+    extras: Sequence[str],
+    version: str | None,
+    *,
+    hashes: Sequence[str],
+    url: str | None,
+    files: Sequence[PinFile],
+    span: Span,
+    where: str,
+) -> Pin:
+    """The pin of a TOML lock's package, every value checked (module docstring); no version: a pin that
+    is an error when its version is needed (a pylock.toml entry may leave it out)."""
+    checked_name(name, where)
+    for extra in extras:
+        checked_name(extra, where, "extra")
+    parsed = checked_version(version, where) if version else None
+    for value in [url] if url else []:
+        checked_url(value, where)
+    for file in files:
+        checked_url(file.url, where)
+    head = name + (f"[{','.join(extras)}]" if extras else "")
+    error = None if parsed else f"{name} has no version in the lock"
+    return Pin(name, tuple(extras), head, parsed, None, tuple(hashes), url, span, f"{head}=={version or ''}", error, version, tuple(files))
 
 
 @dataclass(frozen=True)
@@ -176,9 +245,10 @@ class Lock:
     """A lock as its reader understood it: pins and index options, in file order."""
 
     source: str
-    format: str  # one of FORMATS
+    format: str  # one of lockformats.FORMATS
     pins: tuple[Pin, ...]
     options: tuple[LockOption, ...] = ()
+    members: tuple[NormalizedName, ...] = ()  # projects the lock builds from its own source (uv workspace members)
 
     @property
     def uses_hashes(self) -> bool:

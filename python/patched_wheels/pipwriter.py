@@ -5,8 +5,8 @@ layout (the version text and the ``--hash`` options are replaced where they are 
 rewritten is written in pip-compile's layout over exactly its own lines, and everything else -
 comments, blank lines, markers, continuation lines, other projects' hashes, line endings, a UTF-8 byte
 order mark - is kept byte for byte, so the diff against the input shows exactly the patch.
-A lock of another format (uv.lock, pylock.toml) is first written out as a requirements file by
-:func:`export_requirements`, one pin per project, and then planned and rendered like any other.
+A lock of another format (uv.lock, pylock.toml) is planned on its own pins and written out as a
+requirements file by :func:`render_exported`, one pin per project.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Sequence
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lockplan import LockPlan, NewPin
-from patched_wheels.pins import Lock, Pin, check_lock_value
+from patched_wheels.pins import Lock, Pin
 from patched_wheels.requirements import EOL, RequirementsText, hash_options, split_comment
 
 # A physical line holding one --hash option and nothing else (pip-compile's layout).
@@ -62,19 +62,23 @@ def render_requirements(requirements: RequirementsText, plan: LockPlan) -> str:
     return requirements.bom + "".join(output)
 
 
-def export_requirements(lock: Lock) -> str:
-    """A requirements lock with the pins of ``lock`` (read from another format), one per project.
-
-    The name, extras and URL come from the TOML as written: each must be one token, or a line break
-    in it would add an option line (``--index-url=...``) to the lock pip reads.
-    """
-    lines = []
+def render_exported(lock: Lock, plan: LockPlan) -> str:
+    """A requirements lock with the pins of ``lock`` (read from another format), one per project in the
+    lock's order, and ``plan`` applied: written as :func:`render_requirements` writes a plan onto such a
+    file, from the model (the pins' names, extras and URLs were checked by their reader)."""
+    edits = {id(edit.pin): edit for edit in plan.edits}
+    lines = [f"# from {lock.source}\n", *([f"{plan.option}\n"] if plan.option else [])]
     for pin in lock.pins:
-        for value in (pin.head, pin.url) if pin.url else (pin.head,):
-            check_lock_value(value, f"{pin.span.where}: package {pin.name!r}:")
-        line = NewPin(pin.head, pin.pinned_version(), pin.url, pin.marker, tuple(sorted(pin.hashes)))
-        lines.extend(pin_block(line, "\n"))
-    return f"# from {lock.source}\n" + "".join(lines)
+        edit = edits.get(id(pin))
+        if edit is not None and edit.lines:
+            lines.extend(line for new in edit.lines for line in pin_block(new, "\n"))
+            continue
+        version = edit.version if edit is not None else pin.pinned_version()
+        hashes = edit.hashes if edit is not None and edit.hashes is not None else tuple(sorted(pin.hashes))
+        lines.extend(pin_block(NewPin(pin.head, version, pin.url, pin.marker, hashes), "\n"))
+    for pin in plan.added:
+        lines.extend(pin_block(pin, "\n"))
+    return "".join(lines)
 
 
 def pin_block(pin: NewPin, eol: str) -> list[str]:

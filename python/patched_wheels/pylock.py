@@ -12,11 +12,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from packaging.markers import default_environment
-from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lockplan import file_url
-from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, marker_holds
+from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, file_url, locked_pin, marker_holds
 from patched_wheels.tomlread import get, load_toml, tables
 
 
@@ -45,12 +43,6 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
 
 
 def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
-    name = get(package, "name", str, where)
-    written = get(package, "version", str, where, "")
-    try:
-        version = Version(written) if written else None
-    except InvalidVersion:
-        raise InvalidLockError(f"{where}: version {written!r} is not a PEP 440 version") from None
     files, hashes = [], []
     for wheel in tables(package, "wheels", where):
         url = _location(wheel, root, f"{where}: wheel")
@@ -65,8 +57,8 @@ def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
     for kind in ("archive", "vcs", "directory"):
         if kind in package:
             url = _location(get(package, kind, dict, where), root, f"{where}: {kind}")
-    error = None if version else f"{name} has no version in the lock"
-    return Pin(name, (), name, version, None, tuple(hashes), url, span, f"{name}=={written}", error, written or None, tuple(files))
+    version = get(package, "version", str, where, "") or None
+    return locked_pin(get(package, "name", str, where), (), version, hashes=hashes, url=url, files=files, span=span, where=where)
 
 
 def _location(table: dict[str, Any], root: Path, where: str) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
@@ -126,8 +126,9 @@ def parse_requirements(text: str, source: str) -> RequirementsText:
     return RequirementsText(source, bom, lines, logical, Lock(source, "requirements", pins, options))
 
 
-def read_requirements(path: Path | str) -> RequirementsText:
-    """Read and split the requirements file ``path``; pip reads it as UTF-8 too (absent a BOM saying otherwise)."""
+def read_requirements(path: Path | str, environment: Mapping[str, str] | None = None) -> RequirementsText:
+    """Read and split the requirements file ``path``; pip reads it as UTF-8 too (absent a BOM saying otherwise).
+    It keeps its markers, so ``environment`` (the lock readers' common signature) is not needed."""
     return parse_requirements(read_lock_text(Path(path)), str(path))
 
 

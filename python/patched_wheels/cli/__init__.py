@@ -32,18 +32,21 @@ def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
 
 def add_lock_input(parser: argparse.ArgumentParser) -> None:
     """``--requirements`` / ``--uv-lock`` / ``--pylock``: exactly one lock to read (``lock`` and ``resolve``)."""
+    from patched_wheels.lockformats import LOCK_FORMATS
+
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--requirements", type=Path, metavar="IN", help="a pip requirements lock")
-    group.add_argument("--uv-lock", type=Path, metavar="IN", help="a uv.lock, read for this interpreter")
-    group.add_argument("--pylock", type=Path, metavar="IN", help="a PEP 751 pylock.toml, read for this interpreter")
+    for entry in LOCK_FORMATS:
+        group.add_argument(entry.flag, type=Path, metavar="IN", help=entry.help)
 
 
 def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
-    """The lock given and its format (one of ``pins.FORMATS``)."""
-    for flag, lock_format in (("requirements", "requirements"), ("uv_lock", "uv-lock"), ("pylock", "pylock")):
-        if getattr(args, flag) is not None:
-            return getattr(args, flag), lock_format
-    raise UsageError("give one of --requirements, --uv-lock, --pylock")
+    """The lock given and its format (one of ``lockformats.FORMATS``)."""
+    from patched_wheels.lockformats import LOCK_FORMATS
+
+    for entry in LOCK_FORMATS:
+        if getattr(args, entry.name.replace("-", "_")) is not None:
+            return getattr(args, entry.name.replace("-", "_")), entry.name
+    raise UsageError(f"give one of {', '.join(entry.flag for entry in LOCK_FORMATS)}")
 
 
 def elf_cache_dir(args: argparse.Namespace) -> Path | None:

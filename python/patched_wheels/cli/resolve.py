@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import add_lock_input, lock_input
 from patched_wheels.errors import UsageError
-from patched_wheels.lock import served_pins
+from patched_wheels.lockformats import served_pins
 from patched_wheels.resolve import projects_to_resolve, resolve
 
 

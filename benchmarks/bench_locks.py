@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Benchmark reading big TOML locks: peak memory and time of ``resolve --list-projects`` and ``lock``.
+
+A uv.lock (and a pylock.toml) of N packages with three wheels each is generated (``--megabytes``, default
+50: the size issue 35 measured at 713 MiB and 40-80 s before the reader stopped holding the text a
+second time as lines and parsing every block twice). Each command runs in a fresh interpreter whose
+peak RSS (VmHWM) is read back; the input size is printed beside it, since the goal is a small multiple
+of the input. ``tomllib.loads`` alone on the same text is measured too: the floor of any reader that
+keeps the parsed document.
+
+    python benchmarks/bench_locks.py [--megabytes 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_MEASURE = """
+import sys, time
+start = time.monotonic()
+if sys.argv[1] == "tomllib":
+    import tomllib
+    tomllib.loads(open(sys.argv[2], encoding="utf-8").read())
+    status = 0
+else:
+    from patched_wheels.cli import main
+    status = main(sys.argv[1:])
+with open("/proc/self/status", encoding="ascii") as status_file:
+    peak = next(int(line.split()[1]) for line in status_file if line.startswith("VmHWM:"))
+print(f"{peak * 1024} {time.monotonic() - start:.1f}", file=sys.stderr)
+sys.exit(status)
+"""
+_HASH = "a" * 64
+_MACHINES = ("x86_64", "aarch64", "ppc64le")
+
+
+def uv_lock(packages: int) -> str:
+    """A uv.lock of ``packages`` registry packages, three wheels each (about 630 bytes a package)."""
+    out = ['version = 1\nrevision = 3\nrequires-python = ">=3.11"\n']
+    for number in range(packages):
+        wheels = "".join(
+            f'    {{ url = "https://files.example/pkg{number}-1.0-cp311-cp311-manylinux_2_17_{m}.whl", hash = "sha256:{_HASH}" }},\n'
+            for m in _MACHINES
+        )
+        out.append(f'\n[[package]]\nname = "pkg{number}"\nversion = "1.0"\nsource = {{ registry = "https://pypi.example/simple" }}\nwheels = [\n{wheels}]\n')
+    return "".join(out)
+
+
+def pylock(packages: int) -> str:
+    """The same packages as a pylock.toml."""
+    out = ['lock-version = "1.0"\ncreated-by = "bench"\n']
+    for number in range(packages):
+        wheels = ", ".join(
+            f'{{ url = "https://files.example/pkg{number}-1.0-cp311-cp311-manylinux_2_17_{m}.whl", hashes = {{ sha256 = "{_HASH}" }} }}'
+            for m in _MACHINES
+        )
+        out.append(f'\n[[packages]]\nname = "pkg{number}"\nversion = "1.0"\nwheels = [{wheels}]\n')
+    return "".join(out)
+
+
+def measure(*args: str) -> tuple[int, float]:
+    """(peak RSS in bytes, seconds) of one run in a fresh interpreter."""
+    result = subprocess.run([sys.executable, "-c", _MEASURE, *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{result.stderr}")
+    peak, seconds = result.stderr.splitlines()[-1].split()
+    return int(peak), float(seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=float, default=50)
+    args = parser.parse_args()
+    packages = int(args.megabytes * 1e6 / 630)
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        (root / "index").mkdir()
+        files = {"uv-lock": root / "uv.lock", "pylock": root / "pylock.toml"}
+        files["uv-lock"].write_text(uv_lock(packages))
+        files["pylock"].write_text(pylock(packages))
+        print(f"{packages} packages, three wheels each")
+        for lock_format, path in files.items():
+            size = path.stat().st_size
+            runs = {
+                "tomllib.loads": ("tomllib", str(path)),
+                "resolve --list-projects": ("resolve", f"--{lock_format}", str(path), "--list-projects"),
+                "lock": ("lock", f"--{lock_format}", str(path), "--index", str(root / "index"), "--out", str(root / "out.txt"),
+                         *(("--out-uv-lock", str(root / "out.lock")) if lock_format == "uv-lock" else ())),  # fmt: skip
+            }
+            for name, command in runs.items():
+                started = time.monotonic()
+                peak, seconds = measure(*command)
+                print(f"{lock_format:8} {size / 2**20:6.1f} MiB  {name:24} peak {peak / 2**20:6.0f} MiB "
+                      f"({peak / size:4.1f}x the input)  {seconds:5.1f} s (wall {time.monotonic() - started:.1f} s)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
