@@ -19,14 +19,23 @@ from __future__ import annotations
 
 import struct
 
-from patched_wheels.elfread import SECTION_FIELDS, STRING_TAGS, DynamicLayout, ForwardReader, MAX_TABLE, OpenChunks
+from patched_wheels.elfread import (
+    MAX_TABLE,
+    SHT_DYNAMIC,
+    SHT_DYNSYM,
+    SHT_NOBITS,
+    SHT_STRTAB,
+    STRING_TAGS,
+    DynamicLayout,
+    ForwardReader,
+    OpenChunks,
+    section_headers,
+)
 
 # Every tag whose value is an offset in the dynamic string table (DT_AUXILIARY, DT_FILTER, DT_CONFIG,
 # DT_DEPAUDIT, DT_AUDIT after DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH).
 _NAME_TAGS = frozenset((*STRING_TAGS, 0x7FFFFFFD, 0x7FFFFFFF, 0x6FFFFEFA, 0x6FFFFEFB, 0x6FFFFEFC))
-SHT_PROGBITS, SHT_STRTAB, SHT_DYNAMIC, SHT_NOBITS, SHT_DYNSYM = 1, 3, 6, 8, 11
 _SHT_VERDEF, _SHT_VERNEED = 0x6FFFFFFD, 0x6FFFFFFE
-SHF_ALLOC, SHF_TLS = 0x2, 0x400
 _SYMBOLS_SLICE = 1 << 20  # .dynsym is read this much at a time: C++ libraries have hundreds of thousands of symbols
 
 
@@ -60,8 +69,7 @@ def names_inside(open_chunks: OpenChunks, layout: DynamicLayout, tags: tuple[int
     if not layout.shnum:
         return True
     elf, reader = layout.format, ForwardReader(open_chunks, where)
-    table = reader.read(layout.shoff, layout.shnum * layout.shentsize, "the section headers")
-    sections = [dict(zip(SECTION_FIELDS, elf.section.unpack_from(table, index * layout.shentsize))) for index in range(layout.shnum)]
+    sections = section_headers(reader, elf, layout.shoff, layout.shnum, layout.shentsize)
     strings = [index for index, section in enumerate(sections) if section["type"] == SHT_STRTAB and section["addr"] == layout.strtab]
     if len(strings) != 1:
         return True

@@ -33,8 +33,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Mapping, Sequence
 
-from patched_wheels.elfedit import SHF_ALLOC, SHF_TLS, SHT_DYNAMIC, SHT_NOBITS, SHT_PROGBITS, SHT_STRTAB
-from patched_wheels.elfread import DT_NULL, DT_STRSZ, DT_STRTAB, PT_LOAD, SECTION_FIELDS, DynamicLayout, OpenChunks
+from patched_wheels.elfread import (
+    DT_NULL,
+    DT_STRSZ,
+    DT_STRTAB,
+    PT_LOAD,
+    SECTION_FIELDS,
+    SHF_ALLOC,
+    SHF_TLS,
+    SHT_DYNAMIC,
+    SHT_NOBITS,
+    SHT_PROGBITS,
+    SHT_STRTAB,
+    DynamicLayout,
+    OpenChunks,
+)
 from patched_wheels.errors import ElfError
 
 _TAIL_ALIGN = 4096

@@ -19,12 +19,13 @@ most.  The graph (:mod:`patched_wheels.elfgraph`) opens wheels as
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Protocol
 
 from patched_wheels.errors import ElfError
 from patched_wheels.wheelfile import ZipMember, inflated_chunks
@@ -34,6 +35,8 @@ PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 STRING_TAGS = (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)
 """The entries whose strings are read: what an :class:`ElfLibrary` holds, and what an edit rewrites."""
+SHT_PROGBITS, SHT_STRTAB, SHT_DYNAMIC, SHT_NOBITS, SHT_DYNSYM = 1, 3, 6, 8, 11
+SHF_ALLOC, SHF_TLS = 0x2, 0x400
 SECTION_FIELDS = ("name", "type", "flags", "addr", "offset", "size", "link", "info", "addralign", "entsize")
 """The fields of :attr:`ElfFormat.section`, in order."""
 MAX_TABLE = 1 << 20  # program headers, dynamic section: a few kilobytes in any real library
@@ -197,6 +200,29 @@ class DynamicLayout:
         return found.decode("utf-8", "surrogateescape")
 
 
+class ByteSource(Protocol):
+    """Where the reader's bytes come from: a member streamed from a wheel, or a file on disk."""
+
+    def read(self, offset: int, size: int, what: str, *, exact: bool = True) -> bytes: ...
+
+
+class FileReader:
+    """:class:`ByteSource` over a file on disk (an installed library), read where asked."""
+
+    def __init__(self, fd: int, where: str) -> None:
+        self._fd = fd
+        self._where = where
+        self._size = os.fstat(fd).st_size
+
+    def read(self, offset: int, size: int, what: str, *, exact: bool = True) -> bytes:
+        """``size`` bytes at ``offset``; when the file ends first, an ElfError naming ``what`` (or, not
+        ``exact``, the bytes there are: never more than the file holds, whatever a header claims)."""
+        data = os.pread(self._fd, max(0, min(size, self._size - offset)), offset) if offset >= 0 else b""
+        if exact and len(data) < size:
+            raise ElfError(f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)")
+        return data
+
+
 class ForwardReader:
     """Reads byte ranges of a member that can only be streamed from its start: a range behind the
     stream's position starts another pass, unless it lies in the first megabyte, kept from the first
@@ -254,9 +280,9 @@ def read_dynamic(open_chunks: OpenChunks, where: str) -> DynamicLayout:
     return layout
 
 
-def _read_layout(reader: ForwardReader, where: str) -> tuple[int, DynamicLayout | None]:
-    """Where the section header table ends, and :func:`read_dynamic` on ``reader`` (None for an ELF file
-    with no PT_DYNAMIC: nothing it loads, no name)."""
+def _read_header(reader: ByteSource, where: str) -> tuple[ElfFormat, tuple[int, int, int, int, int, int]]:
+    """The file's class and byte order, and its header's e_phoff, e_shoff, e_phentsize, e_phnum, e_shentsize,
+    e_shnum; an ElfError for a file that is no ELF file or whose header tables are of no size a linker writes."""
     magic = reader.read(0, len(ELF_MAGIC), "the ELF magic", exact=False)
     if magic != ELF_MAGIC:
         raise ElfError(f"{where}: not an ELF file (starts with {magic!r})")
@@ -265,11 +291,30 @@ def _read_layout(reader: ForwardReader, where: str) -> tuple[int, DynamicLayout 
         raise ElfError(f"{where}: not an ELF file of a known class and byte order")
     elf = ElfFormat(wide=ident[4] == 2, order="<" if ident[5] == 1 else ">")
     header = reader.read(0, 64 if elf.wide else 52, "the ELF header")
-    phoff, shoff, phentsize, phnum, shentsize, shnum = elf.header_tables.unpack_from(header)
+    phoff, shoff, phentsize, phnum, shentsize, shnum = tables = elf.header_tables.unpack_from(header)
     if phentsize < elf.program.size or phnum * phentsize > MAX_TABLE or phnum == 0xFFFF:
         raise ElfError(f"{where}: unsupported program header table ({phnum} entries of {phentsize} bytes)")
     if shnum and shentsize < elf.section.size or shnum == 0 and shoff or shnum * shentsize > _MAX_SECTION_TABLE:
         raise ElfError(f"{where}: unsupported section header table ({shnum} entries of {shentsize} bytes)")
+    return elf, tables
+
+
+def read_sections(reader: ByteSource, where: str) -> tuple[ElfFormat, list[dict[str, int]]]:
+    """The file's class and byte order, and its section headers as field name -> value (:data:`SECTION_FIELDS`)."""
+    elf, (_, shoff, _, _, shentsize, shnum) = _read_header(reader, where)
+    return elf, section_headers(reader, elf, shoff, shnum, shentsize)
+
+
+def section_headers(reader: ByteSource, elf: ElfFormat, shoff: int, shnum: int, shentsize: int) -> list[dict[str, int]]:
+    """The ``shnum`` section headers at ``shoff``, as field name -> value (:data:`SECTION_FIELDS`)."""
+    table = reader.read(shoff, shnum * shentsize, "the section headers")
+    return [dict(zip(SECTION_FIELDS, elf.section.unpack_from(table, index * shentsize))) for index in range(shnum)]
+
+
+def _read_layout(reader: ByteSource, where: str) -> tuple[int, DynamicLayout | None]:
+    """Where the section header table ends, and :func:`read_dynamic` on ``reader`` (None for an ELF file
+    with no PT_DYNAMIC: nothing it loads, no name)."""
+    elf, (phoff, shoff, phentsize, phnum, shentsize, shnum) = _read_header(reader, where)
     table = reader.read(phoff, phnum * phentsize, "the program headers")
     names = elf.program_fields
     programs = tuple(dict(zip(names, elf.program.unpack_from(table, index * phentsize))) for index in range(phnum))

@@ -539,10 +539,15 @@ def test_the_graph_command_never_caches_into_the_working_directory(tmp_path, whe
     assert not (tmp_path / "relcache").exists()
 
 
-def test_reading_the_graph_uses_the_one_streaming_reader_not_pyelftools(tmp_path, wheels):
-    """The graph, the edits and the split read libraries with elfread's reader alone: pyelftools, a second
-    parser of the same dynamic section, is not imported by a ``graph`` run that reads every library."""
-    code = "import sys; from patched_wheels.cli import main; status = main(sys.argv[1:]); print(sorted(m for m in sys.modules if m.startswith('elftools'))); sys.exit(status)"
+def test_reading_libraries_uses_the_one_reader_not_pyelftools(tmp_path, wheels):
+    """The graph, the edits, the split and the observation's symbols read libraries with elfread's reader
+    alone: pyelftools, a second parser, is imported neither by a ``graph`` run that reads every library
+    nor by reading an installed library's symbols."""
+    code = (
+        "import sys; from patched_wheels.cli import main; from patched_wheels.observe import read_symbols; "
+        "status = main(sys.argv[1:]); assert read_symbols(sys.executable)[0]; "
+        "print(sorted(m for m in sys.modules if m.startswith('elftools'))); sys.exit(status)"
+    )
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run([sys.executable, "-c", code, "graph", "--no-cache", *map(str, wheels.all)], capture_output=True, text=True, env=environment)
     assert result.returncode == 0, result.stderr
