@@ -4,7 +4,7 @@ The repository rules run the helper from files Bazel puts under its output base 
 depends on are extracted there), with ``PYTHONPYCACHEPREFIX`` sending bytecode away from the helper's
 sources, a tree Bazel watches. A prefix inside the repository goes away with it, so every cold fetch
 (``bazel clean --expunge``, a fresh CI machine with a warm repository cache) compiled the interpreter's
-start-up modules, the stdlib modules the helper imports, ``packaging``, ``pyelftools`` and the helper,
+start-up modules, the stdlib modules the helper imports, ``packaging`` and the helper,
 twice (once for the module extension, once for the hub repository): about 0.9 s of CPU each on the
 2-core reference machine, more than a hub that patches torch spends on the patch.
 

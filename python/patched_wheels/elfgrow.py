@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Mapping, Sequence
 
-from patched_wheels.elfedit import (
+from patched_wheels.elfread import (
     DT_NULL,
     DT_STRSZ,
     DT_STRTAB,

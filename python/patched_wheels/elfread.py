@@ -1,53 +1,57 @@
-"""Reading shared libraries straight out of wheels: the dynamic section of an ELF file, streamed.
+"""The one ELF reader: the dynamic section of a shared library, streamed from its wheel member.
 
-Every ``*.so`` / ``*.so.N`` member that installs into site-packages is read with
-pyelftools for its SONAME, DT_NEEDED, DT_RPATH and DT_RUNPATH (:class:`ElfLibrary`), through
-:mod:`patched_wheels.elfdynamic`, imported only once a library is read.
+Everything that reads a library goes through :func:`read_dynamic`: the graph (:func:`read_library`:
+SONAME, DT_NEEDED, DT_RPATH and DT_RUNPATH as an :class:`ElfLibrary`), and the edits of
+:mod:`patched_wheels.elfedit`, :mod:`patched_wheels.elfgrow` and :mod:`patched_wheels.split`
+(:class:`DynamicLayout`: where each table lies, to rewrite it).  It reads the ELF and program
+headers, the dynamic section and the strings its entries name, with :mod:`struct`: a few kilobytes.
 
-Why the members are inflated in full: ``.dynamic`` sits at ~97 % of these files
-and deflate has no random access, so the whole member has to be inflated
-anyway.  This module therefore streams each member through
-:func:`patched_wheels.wheelfile.inflated_chunks` (python-isal's faster inflater
-when it is installed; each step releases the GIL, so a thread per core really
-runs in parallel), and keeps only windows around the byte ranges pyelftools reads
-(so memory stays bounded whatever the member's size and layout).  The graph
-(:mod:`patched_wheels.elfgraph`) opens wheels as :class:`~patched_wheels.wheelfile.WheelReader`
-first: only a wheel we accept is analysed.
+Why the members are streamed, not opened: ``.dynamic`` sits at ~97 % of these files and deflate has
+no random access, so the member has to be inflated up to there anyway.  :class:`ForwardReader`
+follows :func:`patched_wheels.wheelfile.inflated_chunks` (python-isal's faster inflater when it is
+installed; each step releases the GIL, so a thread per core really runs in parallel), keeping one
+chunk, the file's first megabyte (where a plain linker puts the dynamic string table: read after
+``.dynamic``, it costs no second pass) and what was asked for; memory stays bounded whatever the
+member's size and layout, and a read behind the stream's position starts another pass, a few at
+most.  The graph (:mod:`patched_wheels.elfgraph`) opens wheels as
+:class:`~patched_wheels.wheelfile.WheelReader` first: only a wheel we accept is analysed.
 """
 
 from __future__ import annotations
 
-import io
-import itertools
 import os
 import posixpath
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Sequence
+from typing import Callable, Iterator, Mapping, Protocol
 
-from patched_wheels.elfedit import DT_NEEDED, DT_NULL, DT_RPATH, DT_RUNPATH, DT_SONAME, DT_STRSZ, DT_STRTAB, ELF_MAGIC
 from patched_wheels.errors import ElfError
 from patched_wheels.wheelfile import ZipMember, inflated_chunks
 
+ELF_MAGIC = b"\x7fELF"
+PT_LOAD, PT_DYNAMIC = 1, 2
+DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
+STRING_TAGS = (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)
+"""The entries whose strings are read: what an :class:`ElfLibrary` holds, and what an edit rewrites."""
+SHT_PROGBITS, SHT_STRTAB, SHT_DYNAMIC, SHT_NOBITS, SHT_DYNSYM = 1, 3, 6, 8, 11
+SHF_ALLOC, SHF_TLS = 0x2, 0x400
+SECTION_FIELDS = ("name", "type", "flags", "addr", "offset", "size", "link", "info", "addralign", "entsize")
+"""The fields of :attr:`ElfFormat.section`, in order."""
+MAX_TABLE = 1 << 20  # program headers, dynamic section: a few kilobytes in any real library
+_MAX_SECTION_TABLE = 8 << 20  # 65535 section headers of 64 bytes, and room
+_MAX_STRING = 1 << 16  # a search path or SONAME longer than this is not one a linker wrote
+_MAX_PASSES = 4  # headers, PT_DYNAMIC, strings: in file order that is one or two passes; hostile layouts get no more
+_HEAD_SIZE = 1 << 20  # kept from the first pass: the ELF and program headers, and a plain linker's .dynstr
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 # Members under <dist>.data/data|scripts|headers/ install outside site-packages (pip: the prefix; rules_python:
 # the wheel's repository), so their install path keeps the prefix.
 _OTHER_SCHEME = re.compile(r"^(?P<dist>[^/]+)\.data/(?P<scheme>data|scripts|headers)/(?P<rest>.+)$")
-# Enough for the ELF and program headers, and for the dynamic string table of an unpatched library.
-_HEAD_SIZE = 1 << 20
-# Kept around PT_DYNAMIC, and after a missed read (the rest of a string table).
-_WINDOW = 1 << 20
-_MAX_TABLE = 4 << 20  # 65535 section headers of 64 bytes
-_TAIL = 32 << 20  # kept from before PT_DYNAMIC to the end when the end is this near
-_STRING_WINDOW = 4096  # kept at each string PT_DYNAMIC names: a longer one costs a pass
-# Bounds per member, whatever it claims: passes over the member, and bytes kept from it.
-_MAX_PASSES = 4
-_MAX_KEPT = 64 << 20
-# Elf_Dyn tags: the end of the table, the string table and its size, and the entries naming strings.
-_DT_STRING_TAGS = frozenset({DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH})  # what ElfLibrary holds
+
+OpenChunks = Callable[[], Iterator[bytes]]
+"""Starts a new pass over a member's bytes, from its first byte, in chunks."""
 
 
 @dataclass(frozen=True)
@@ -102,236 +106,293 @@ def starts_as_elf(wheel: Path, info: ZipMember) -> bool:
     return head.startswith(ELF_MAGIC)
 
 
-def parse_elf(data: bytes | BinaryIO, *, wheel: str, path: str) -> ElfLibrary:
-    """Read the dynamic section of one ELF file (bytes or a seekable stream) with pyelftools."""
-    where = f"{wheel}: {path}"
-    stream = io.BytesIO(data) if isinstance(data, bytes) else data
-    stream.seek(0)
-    magic = stream.read(4)
-    if magic != ELF_MAGIC:
-        raise ElfError(f"{where}: not an ELF file (starts with {magic!r})")
-    stream.seek(0, os.SEEK_END)
-    size = stream.tell()
-    from patched_wheels.elfdynamic import read_dynamic  # pyelftools: only once a library is read
+@dataclass(frozen=True)
+class ElfFormat:
+    """The class (32/64-bit) and byte order of one ELF file: the layout of each header it has."""
 
-    try:
-        entries = read_dynamic(stream, size, where=where)
-    except ElfError:
-        raise
-    except Exception as error:  # on hostile input pyelftools raises ELFError, struct.error, OverflowError, AssertionError, ...
-        missed = getattr(stream, "missed", None)
-        if missed is not None:  # pyelftools wraps what the stream raises in its own errors
-            raise missed from None
-        raise ElfError(f"{where}: truncated or corrupt ELF file ({type(error).__name__}: {error})") from error
-    return ElfLibrary(wheel, path, *entries)
+    wide: bool
+    order: str
+    """``<`` or ``>``, for :mod:`struct`."""
 
+    @property
+    def word(self) -> int:
+        """The alignment of an address-sized field (and of a dynamic entry)."""
+        return 8 if self.wide else 4
 
-class _NotRetained(Exception):
-    """pyelftools asked for bytes the streaming pass did not keep; the member is streamed again keeping them."""
+    @property
+    def program(self) -> struct.Struct:
+        """A program header, fields in :attr:`program_fields` order."""
+        return struct.Struct(self.order + ("IIQQQQQQ" if self.wide else "IIIIIIII"))
 
-    def __init__(self, start: int, end: int) -> None:
-        super().__init__(start, end)
-        self.start, self.end = start, end
+    @property
+    def program_fields(self) -> tuple[str, ...]:
+        if self.wide:
+            return ("type", "flags", "offset", "vaddr", "paddr", "filesz", "memsz", "align")
+        return ("type", "offset", "vaddr", "paddr", "filesz", "memsz", "flags", "align")
 
+    @property
+    def section(self) -> struct.Struct:
+        """A section header, fields in :data:`SECTION_FIELDS` order."""
+        return struct.Struct(self.order + ("IIQQQQIIQQ" if self.wide else "IIIIIIIIII"))
 
-class _SparseFile(io.RawIOBase):
-    """A read-only view of an inflated member of which only some byte ranges were kept.
+    @property
+    def dynamic(self) -> struct.Struct:
+        """A dynamic entry: (d_tag, d_val)."""
+        return struct.Struct(self.order + ("qQ" if self.wide else "iI"))
 
-    Reads must fall entirely inside one kept run (or be cut short by the end of
-    the file); anything else raises :class:`_NotRetained` rather than returning
-    short or invented bytes, so a parse that succeeds on this view is exact.
-    """
+    @property
+    def header_tables(self) -> struct.Struct:
+        """From the ELF header: e_phoff, e_shoff, then e_phentsize, e_phnum, e_shentsize, e_shnum."""
+        return struct.Struct(self.order + ("32xQQ6xHHHH" if self.wide else "28xII6xHHHH"))
 
-    def __init__(self, size: int, runs: Sequence[tuple[int, bytes]], wanted: Sequence[tuple[int, int]]) -> None:
-        super().__init__()
-        self._size = size
-        self._runs = runs
-        self._position = 0
-        self.wanted = wanted
-        """The ranges the pass meant to keep: some are learnt only after streaming past them."""
-        self.missed: _NotRetained | None = None
-        """The first read that fell outside the kept runs."""
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
-        self._position = base + offset
-        return self._position
-
-    def tell(self) -> int:
-        return self._position
-
-    def read(self, size: int | None = -1) -> bytes:
-        start = self._position
-        end = self._size if size is None or size < 0 else min(self._size, start + size)
-        if end <= start:
-            return b""
-        for run_start, data in self._runs:
-            if run_start <= start and end <= run_start + len(data):
-                self._position = end
-                return data[start - run_start : end - run_start]
-        self.missed = self.missed or _NotRetained(start, end)
-        raise self.missed
-
-
-def _merged(ranges: Iterable[tuple[int, int]], size: int) -> list[tuple[int, int]]:
-    """``ranges`` clipped to ``[0, size)``, sorted, overlapping and touching ones joined."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted((max(0, start), min(end, size)) for start, end in ranges):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        elif start < end:
-            merged.append((start, end))
-    return merged
+    @property
+    def shoff_field(self) -> tuple[int, struct.Struct]:
+        """Where e_shoff lies in the ELF header, and its format."""
+        return (40, struct.Struct(self.order + "Q")) if self.wide else (32, struct.Struct(self.order + "I"))
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """Where pyelftools will read in one member, as far as its head tells."""
+class DynamicLayout:
+    """What a dynamic-section edit needs to know of a library, read from its stream."""
 
-    ranges: list[tuple[int, int]]
-    """Byte ranges to keep from the start."""
-    dynamic: tuple[int, int] | None = None
-    """PT_DYNAMIC's file range: once streamed, it names the strings read (see :meth:`string_windows`)."""
-    loads: tuple[tuple[int, int, int], ...] = ()
-    """(p_offset, p_vaddr, p_filesz) of each PT_LOAD, to map DT_STRTAB to a file offset."""
-    entry: struct.Struct | None = None
-    """One Elf_Dyn entry (d_tag, d_val) in the file's class and byte order."""
+    format: ElfFormat
+    phoff: int
+    phentsize: int
+    programs: tuple[dict[str, int], ...]
+    """Program headers, as field name -> value (:attr:`ElfFormat.program_fields`)."""
+    shoff: int
+    shentsize: int
+    shnum: int
+    dynamic_index: int
+    """Which program header is PT_DYNAMIC."""
+    entries: tuple[tuple[int, int], ...]
+    """The dynamic entries before the first DT_NULL."""
+    nulls: int
+    """How many DT_NULL entries follow the live ones in a row (1, or more where a tool left spare slots)."""
+    strtab: int
+    """DT_STRTAB, an address."""
+    strtab_offset: int
+    """Its file offset."""
+    strsz: int
+    strings: Mapping[int, bytes]
+    """The string of each :data:`STRING_TAGS` entry, by its offset in the table."""
 
-    def string_windows(self, dynamic: bytes) -> list[tuple[int, int]]:
-        """Windows at the strings of DT_NEEDED, DT_SONAME, DT_RPATH and DT_RUNPATH.
+    @property
+    def dynamic(self) -> dict[str, int]:
+        return self.programs[self.dynamic_index]
 
-        patchelf and auditwheel move the dynamic string table after PT_DYNAMIC, and its
-        strings can be anywhere in megabytes of symbol names: keeping a window at each one
-        costs kilobytes.
-        """
-        if self.entry is None:
-            return []
-        values: list[int] = []
-        table = size = None
-        for tag, value in self.entry.iter_unpack(dynamic[: len(dynamic) - len(dynamic) % self.entry.size]):
-            if tag == DT_NULL:
+    def values(self, tag: int) -> list[int]:
+        return [value for entry_tag, value in self.entries if entry_tag == tag]
+
+    def string(self, tag: int) -> bytes | None:
+        """The string of the first ``tag`` entry, if any."""
+        offsets = self.values(tag)
+        return self.strings[offsets[0]] if offsets else None
+
+    def search_path_tags(self) -> tuple[int, ...]:
+        """The tags a new search path is written to: those the library has (its kind is kept: DT_RPATH is
+        also searched for what the libraries it loads need, and a library may rely on that), else DT_RUNPATH."""
+        return tuple(tag for tag in (DT_RPATH, DT_RUNPATH) if self.values(tag)) or (DT_RUNPATH,)
+
+    def search_path(self) -> str:
+        """The search path the loader uses for this library's own DT_NEEDED (DT_RUNPATH wins), ``""`` if none."""
+        found = self.string(DT_RUNPATH) or self.string(DT_RPATH) or b""
+        return found.decode("utf-8", "surrogateescape")
+
+
+class ByteSource(Protocol):
+    """Where the reader's bytes come from: a member streamed from a wheel, or a file on disk."""
+
+    def read(self, offset: int, size: int, what: str, *, exact: bool = True) -> bytes: ...
+
+
+class FileReader:
+    """:class:`ByteSource` over a file on disk (an installed library), read where asked."""
+
+    def __init__(self, fd: int, where: str) -> None:
+        self._fd = fd
+        self._where = where
+        self._size = os.fstat(fd).st_size
+
+    def read(self, offset: int, size: int, what: str, *, exact: bool = True) -> bytes:
+        """``size`` bytes at ``offset``; when the file ends first, an ElfError naming ``what`` (or, not
+        ``exact``, the bytes there are: never more than the file holds, whatever a header claims)."""
+        data = os.pread(self._fd, max(0, min(size, self._size - offset)), offset) if offset >= 0 else b""
+        if exact and len(data) < size:
+            raise ElfError(f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)")
+        return data
+
+
+class ForwardReader:
+    """Reads byte ranges of a member that can only be streamed from its start: a range behind the
+    stream's position starts another pass, unless it lies in the first megabyte, kept from the first
+    pass.  Holds that, one chunk and what was asked for, nothing more."""
+
+    def __init__(self, open_chunks: OpenChunks, where: str) -> None:
+        self._open = open_chunks
+        self._where = where
+        self._chunks: Iterator[bytes] = iter(())
+        self._start = 0  # file offset of self._chunk
+        self._chunk = b""
+        self._head = bytearray()  # the file's first bytes, up to _HEAD_SIZE
+        self._passes = 0
+
+    def read(self, offset: int, size: int, what: str, *, exact: bool = True) -> bytes:
+        """``size`` bytes at ``offset``; when the file ends first, an ElfError naming ``what`` (or, not
+        ``exact``, the bytes there are)."""
+        if offset + size <= len(self._head):
+            return bytes(self._head[offset : offset + size])
+        if offset < self._start or self._passes == 0:
+            if self._passes == _MAX_PASSES:
+                raise ElfError(f"{self._where}: {what} is out of file order too often to be read as a stream")
+            self._passes += 1
+            self._chunks, self._start, self._chunk = self._open(), 0, b""
+        out = bytearray()
+        while len(out) < size:
+            end = self._start + len(self._chunk)
+            if offset + len(out) < end:
+                begin = offset + len(out) - self._start
+                out += self._chunk[begin : begin + size - len(out)]
+                continue
+            self._start, self._chunk = end, next(self._chunks, b"")
+            if self._start == len(self._head) < _HEAD_SIZE:
+                self._head += self._chunk[: _HEAD_SIZE - len(self._head)]
+            if not self._chunk and not exact:
                 break
-            if tag in _DT_STRING_TAGS:
-                values.append(value)
-            elif tag == DT_STRTAB:
-                table = value
-            elif tag == DT_STRSZ:
-                size = value
-        if table is None or size is None:
-            return []
-        offset = next((start + table - vaddr for start, vaddr, length in self.loads if vaddr <= table < vaddr + length), None)
-        if offset is None:
-            return []
-        # Not cut at the table's end: pyelftools reads strings in 64-byte steps, past a last short one.
-        return [(offset + value, offset + value + _STRING_WINDOW) for value in values if value < size]
+            if not self._chunk:
+                raise ElfError(f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)")
+        return bytes(out)
+
+    def finish(self) -> int:
+        """Stream the current pass to its end and return the file's size: :func:`~patched_wheels.wheelfile.inflated_chunks`
+        checks the member's size and CRC-32 there, so what was read is known to be the member's bytes."""
+        for chunk in self._chunks:
+            self._start, self._chunk = self._start + len(self._chunk), chunk
+        return self._start + len(self._chunk)
 
 
-def _plan(head: bytes, size: int) -> _Plan:
-    """The byte ranges pyelftools reads for the dynamic section, as far as the head tells.
-
-    The ELF and program headers, the section header table, and everything from
-    shortly before PT_DYNAMIC to the end when that is at most ``_TAIL`` bytes (the
-    usual layout: a plain linker's dynamic string table is near the start, patchelf
-    and auditwheel append what they move near the end), else windows around
-    PT_DYNAMIC; the strings PT_DYNAMIC names are added once it has streamed past.  Every range is bounded, whatever the headers
-    claim; a guess that misses costs another pass (see :func:`read_library`), never a
-    wrong answer.
-    """
-    keep = [(0, len(head))]
-    little, wide = head[5:6] == b"\x01", head[4:5] == b"\x02"
-    from patched_wheels.elfdynamic import read_headers  # pyelftools: only once a library is read
-
-    headers = read_headers(io.BytesIO(head), little=little, wide=wide, max_table=_MAX_TABLE)
-    if headers is None:
-        return _Plan(_merged(keep, size))  # not parseable from the head alone: parsing the kept head reports the real problem
-    table_offset, table_length = headers.section_table
-    keep.append((table_offset, table_offset + table_length))
-    dynamic = None
-    loads = []
-    for kind, start, address, length in headers.segments:
-        if kind == "PT_LOAD":
-            loads.append((start, address, length))
-        elif kind == "PT_DYNAMIC":
-            dynamic = (start, min(start + length, start + _WINDOW, size))
-            tail = dynamic[0] - _WINDOW
-            keep.append((tail, size) if size - tail <= _TAIL else (tail, dynamic[1] + _WINDOW))
-    if not headers.complete:
-        return _Plan(_merged(keep, size))
-    entry = struct.Struct(("<" if little else ">") + ("qQ" if wide else "iI"))
-    return _Plan(_merged(keep, size), dynamic, tuple(loads), entry)
+def read_dynamic(open_chunks: OpenChunks, where: str) -> DynamicLayout:
+    """The dynamic section of the ELF file ``open_chunks()`` streams, for an edit; anything this reader cannot
+    follow (a cut or lying header, no PT_DYNAMIC, no DT_NULL, tables of absurd size) is an ElfError naming ``where``."""
+    _, layout = _read_layout(ForwardReader(open_chunks, where), where)
+    if layout is None:
+        raise ElfError(f"{where}: expected one PT_DYNAMIC program header, found 0")
+    return layout
 
 
-def _inflate_kept_ranges(
-    wheel: Path, info: ZipMember, ranges: Sequence[tuple[int, int]] | None = None
-) -> _SparseFile | bytes:
-    """Inflate a member in 1 MiB steps, keeping only ``ranges`` (default: what :func:`_plan` names).
+def _read_header(reader: ByteSource, where: str) -> tuple[ElfFormat, tuple[int, int, int, int, int, int]]:
+    """The file's class and byte order, and its header's e_phoff, e_shoff, e_phentsize, e_phnum, e_shentsize,
+    e_shnum; an ElfError for a file that is no ELF file or whose header tables are of no size a linker writes."""
+    magic = reader.read(0, len(ELF_MAGIC), "the ELF magic", exact=False)
+    if magic != ELF_MAGIC:
+        raise ElfError(f"{where}: not an ELF file (starts with {magic!r})")
+    ident = reader.read(0, 16, "the ELF header")
+    if ident[4] not in (1, 2) or ident[5] not in (1, 2):
+        raise ElfError(f"{where}: not an ELF file of a known class and byte order")
+    elf = ElfFormat(wide=ident[4] == 2, order="<" if ident[5] == 1 else ">")
+    header = reader.read(0, 64 if elf.wide else 52, "the ELF header")
+    phoff, shoff, phentsize, phnum, shentsize, shnum = tables = elf.header_tables.unpack_from(header)
+    if phentsize < elf.program.size or phnum * phentsize > MAX_TABLE or phnum == 0xFFFF:
+        raise ElfError(f"{where}: unsupported program header table ({phnum} entries of {phentsize} bytes)")
+    if shnum and shentsize < elf.section.size or shnum == 0 and shoff or shnum * shentsize > _MAX_SECTION_TABLE:
+        raise ElfError(f"{where}: unsupported section header table ({shnum} entries of {shentsize} bytes)")
+    return elf, tables
 
-    Streaming through small, reused buffers avoids faulting in gigabytes of fresh
-    pages (the single-call inflate spends more time in the kernel than inflating);
-    each step still releases the GIL, so threads inflate in parallel.
-    A member that is not an ELF file is returned as its first bytes only.
-    """
-    pieces = inflated_chunks(wheel, info)
-    head = bytearray()
-    for piece in pieces:
-        head += piece
-        if len(head) >= _HEAD_SIZE:
-            break
-    if head[:4] != ELF_MAGIC:
-        pieces.close()
-        return bytes(head[:_HEAD_SIZE])
-    plan = _plan(bytes(head[:_HEAD_SIZE]), info.file_size) if ranges is None else _Plan(list(ranges))
-    keep, dynamic = plan.ranges, plan.dynamic
-    runs: list[tuple[int, bytearray]] = []
-    produced = 0
-    for piece in itertools.chain([bytes(head)], pieces):
-        for start, end in keep:
-            low, high = max(start, produced), min(end, produced + len(piece))
-            if low < high:
-                if runs and runs[-1][0] + len(runs[-1][1]) == low:
-                    runs[-1][1].extend(piece[low - produced : high - produced])
-                else:
-                    runs.append((low, bytearray(piece[low - produced : high - produced])))
-        produced += len(piece)
-        if dynamic is not None and produced >= dynamic[1]:
-            run = next((run for run in runs if run[0] <= dynamic[0] and dynamic[1] <= run[0] + len(run[1])), None)
-            if run is not None:
-                entries = bytes(run[1][dynamic[0] - run[0] : dynamic[1] - run[0]])
-                extended = _merged([*keep, *plan.string_windows(entries)], info.file_size)
-                if sum(end - start for start, end in extended) <= _MAX_KEPT:
-                    keep = extended
-            dynamic = None
-    return _SparseFile(info.file_size, [(start, bytes(data)) for start, data in runs], keep)
+
+def read_sections(reader: ByteSource, where: str) -> tuple[ElfFormat, list[dict[str, int]]]:
+    """The file's class and byte order, and its section headers as field name -> value (:data:`SECTION_FIELDS`)."""
+    elf, (_, shoff, _, _, shentsize, shnum) = _read_header(reader, where)
+    return elf, section_headers(reader, elf, shoff, shnum, shentsize)
+
+
+def section_headers(reader: ByteSource, elf: ElfFormat, shoff: int, shnum: int, shentsize: int) -> list[dict[str, int]]:
+    """The ``shnum`` section headers at ``shoff``, as field name -> value (:data:`SECTION_FIELDS`)."""
+    table = reader.read(shoff, shnum * shentsize, "the section headers")
+    return [dict(zip(SECTION_FIELDS, elf.section.unpack_from(table, index * shentsize))) for index in range(shnum)]
+
+
+def _read_layout(reader: ByteSource, where: str) -> tuple[int, DynamicLayout | None]:
+    """Where the section header table ends, and :func:`read_dynamic` on ``reader`` (None for an ELF file
+    with no PT_DYNAMIC: nothing it loads, no name)."""
+    elf, (phoff, shoff, phentsize, phnum, shentsize, shnum) = _read_header(reader, where)
+    table = reader.read(phoff, phnum * phentsize, "the program headers")
+    names = elf.program_fields
+    programs = tuple(dict(zip(names, elf.program.unpack_from(table, index * phentsize))) for index in range(phnum))
+    dynamic_indices = [index for index, program in enumerate(programs) if program["type"] == PT_DYNAMIC]
+    if not dynamic_indices:
+        return shoff + shnum * shentsize, None
+    if len(dynamic_indices) != 1:
+        raise ElfError(f"{where}: expected one PT_DYNAMIC program header, found {len(dynamic_indices)}")
+    dynamic = programs[dynamic_indices[0]]
+    entry = elf.dynamic
+    if dynamic["filesz"] > MAX_TABLE or dynamic["filesz"] < entry.size:
+        raise ElfError(f"{where}: PT_DYNAMIC of {dynamic['filesz']} bytes")
+    if _file_offset(programs, dynamic["vaddr"], dynamic["filesz"]) != dynamic["offset"]:  # the loader reads p_vaddr
+        raise ElfError(f"{where}: PT_DYNAMIC's file offset is not where a PT_LOAD maps its address")
+    section = reader.read(dynamic["offset"], dynamic["filesz"], "the dynamic section")
+    slots = len(section) // entry.size
+    all_entries = [entry.unpack_from(section, index * entry.size) for index in range(slots)]
+    end = next((index for index, (tag, _) in enumerate(all_entries) if tag == DT_NULL), None)
+    if end is None:
+        raise ElfError(f"{where}: the dynamic section has no DT_NULL entry")
+    entries = tuple(all_entries[:end])
+    nulls = next((index for index in range(end, slots) if all_entries[index][0] != DT_NULL), slots) - end
+    found = {tag: [value for entry_tag, value in entries if entry_tag == tag] for tag in (DT_STRTAB, DT_STRSZ)}
+    if len(found[DT_STRTAB]) != 1 or len(found[DT_STRSZ]) != 1:
+        raise ElfError(f"{where}: expected one DT_STRTAB and one DT_STRSZ in the dynamic section")
+    strtab, strsz = found[DT_STRTAB][0], found[DT_STRSZ][0]
+    strtab_offset = _file_offset(programs, strtab, strsz)
+    if strtab_offset is None:
+        raise ElfError(f"{where}: the dynamic string table (DT_STRTAB, DT_STRSZ) lies outside every PT_LOAD's file bytes")
+    strings: dict[int, bytes] = {}
+    for offset in sorted({value for tag, value in entries if tag in STRING_TAGS}):
+        if offset >= strsz:
+            raise ElfError(f"{where}: a dynamic string offset ({offset}) past the string table's end ({strsz})")
+        text = reader.read(strtab_offset + offset, min(_MAX_STRING, strsz - offset), "a dynamic string")
+        if b"\0" not in text:
+            raise ElfError(f"{where}: a dynamic string at {offset} has no NUL within {len(text)} bytes")
+        strings[offset] = text.split(b"\0", 1)[0]
+    return shoff + shnum * shentsize, DynamicLayout(
+        elf, phoff, phentsize, programs, shoff, shentsize, shnum, dynamic_indices[0], entries, nulls, strtab, strtab_offset, strsz, strings
+    )
+
+
+def _file_offset(programs: tuple[dict[str, int], ...], address: int, size: int) -> int | None:
+    """The file offset of ``size`` bytes at ``address``, if one PT_LOAD maps them all from the file."""
+    for program in programs:
+        if program["type"] == PT_LOAD and program["vaddr"] <= address and address + size <= program["vaddr"] + program["filesz"]:
+            return program["offset"] + address - program["vaddr"]
+    return None
 
 
 def read_library(wheel: Path, info: ZipMember, path: str) -> ElfLibrary | None:
     """The dynamic section of one archive member, streamed, in bounded memory; None for a data-scheme
-    member that is not an ELF file (a ``.so``-named file outside site-packages need not be a library).
+    member that is not an ELF file (a ``.so``-named file outside site-packages need not be a library)."""
+    reader = ForwardReader(lambda: inflated_chunks(wheel, info), f"{wheel.name}: {path}")
+    if data_scheme(path) and reader.read(0, len(ELF_MAGIC), "the ELF magic", exact=False) != ELF_MAGIC:
+        return None
+    return _library(reader, wheel=wheel.name, path=path)
 
-    A read outside the kept ranges adds a window around it and streams the member
-    again, at most ``_MAX_PASSES`` times and ``_MAX_KEPT`` bytes: a library whose
-    dynamic section points all over the file is refused rather than held whole.
-    A corrupt file fails on the kept ranges already (they are exact), so it is not inflated twice.
-    """
-    ranges = None
-    for _ in range(_MAX_PASSES):
-        kept = _inflate_kept_ranges(wheel, info, ranges)
-        if isinstance(kept, bytes) and not kept.startswith(ELF_MAGIC) and data_scheme(path):
-            return None
-        try:
-            return parse_elf(kept, wheel=wheel.name, path=path)
-        except _NotRetained as missed:
-            assert isinstance(kept, _SparseFile)  # bytes never raise it
-            ranges = _merged([*kept.wanted, (missed.start - _WINDOW // 16, missed.end + _WINDOW)], info.file_size)
-            if sum(end - start for start, end in ranges) > _MAX_KEPT:
-                break
-    raise ElfError(
-        f"{wheel.name}: {path}: its dynamic section refers to data spread over more than "
-        f"{_MAX_KEPT >> 20} MiB or {_MAX_PASSES} places; not read"
-    )
+
+def parse_elf(data: bytes, *, wheel: str, path: str) -> ElfLibrary:
+    """:func:`read_library` on a library's bytes."""
+    return _library(ForwardReader(lambda: iter([data]), f"{wheel}: {path}"), wheel=wheel, path=path)
+
+
+def _library(reader: ForwardReader, *, wheel: str, path: str) -> ElfLibrary:
+    """The :class:`ElfLibrary` ``reader`` streams, its member read to the end (checked whole)."""
+    where = f"{wheel}: {path}"
+    section_table_end, layout = _read_layout(reader, where)
+    if section_table_end > reader.finish():  # nothing here reads it, but a cut file is one to refuse
+        raise ElfError(f"{where}: truncated or corrupt ELF file (its sh table ends past its end)")
+    if layout is None:
+        return ElfLibrary(wheel, path, None, (), (), ())
+
+    def text(tag: int) -> list[str]:
+        # Latin-1, as pyelftools decoded them (the graph's names before this reader): any bytes round-trip.
+        return [layout.strings[value].decode("latin-1") for value in layout.values(tag)]
+
+    sonames = text(DT_SONAME)
+    rpath = tuple(entry for value in text(DT_RPATH) for entry in value.split(":") if entry)
+    runpath = tuple(entry for value in text(DT_RUNPATH) for entry in value.split(":") if entry)
+    return ElfLibrary(wheel, path, sonames[-1] if sonames else None, tuple(text(DT_NEEDED)), rpath, runpath)

@@ -36,8 +36,8 @@ from packaging.tags import sys_tags
 
 from patched_wheels import cache
 from patched_wheels.elfgraph import LibraryGraph, WheelRef
-from patched_wheels.elfread import ElfLibrary
-from patched_wheels.errors import warn
+from patched_wheels.elfread import SHT_DYNSYM, SHT_NOBITS, ElfLibrary, FileReader, read_sections
+from patched_wheels.errors import ElfError, warn
 from patched_wheels.fsutil import hash_file
 from patched_wheels.layout import FLAT
 from patched_wheels.syslibs import ld_so_cache
@@ -211,30 +211,25 @@ def libraries_needing_global(
 
 def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
     """The names ``path``'s dynamic symbol table defines and those it needs (undefined, not weak); empty for
-    a file pyelftools cannot read (the observation then only misses a reason to load it globally).
+    a file the ELF reader cannot follow (the observation then only misses a reason to load it globally).
 
-    pyelftools finds ``.dynsym`` and its string table; the entries are unpacked with :mod:`struct`, which is
-    17 times faster than pyelftools' per-symbol objects on a library with 46,000 symbols (libLLVM).
+    :func:`patched_wheels.elfread.read_sections` finds ``.dynsym`` and its string table, read where they
+    lie; the entries are unpacked with :mod:`struct` (a library such as libLLVM has 46,000 symbols).
     """
-    # Imported here: the hub's plan asks this module only whether an observation is cached, and
-    # pyelftools' import was a sixth of that process's start-up.
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
     defined: set[str] = set()
     undefined: set[str] = set()
     try:
         with open(path, "rb") as file:
-            elf = ELFFile(file)
-            is64 = elf.elfclass == 64
-            entry = struct.Struct(("<" if elf.little_endian else ">") + ("IBBHQQ" if is64 else "IIIBBH"))
-            for section in elf.iter_sections():
-                if section["sh_type"] != "SHT_DYNSYM":
+            reader = FileReader(file.fileno(), str(path))
+            elf, sections = read_sections(reader, str(path))
+            entry = struct.Struct(elf.order + ("IBBHQQ" if elf.wide else "IIIBBH"))
+            for section in sections:
+                if section["type"] != SHT_DYNSYM:
                     continue
-                strings = elf.get_section(section["sh_link"]).data()
-                table = section.data()
+                strings = _section_data(reader, sections[section["link"]])
+                table = _section_data(reader, section)
                 for fields in entry.iter_unpack(table[: len(table) - len(table) % entry.size]):
-                    name_at, info, shndx = (fields[0], fields[1], fields[3]) if is64 else (fields[0], fields[3], fields[5])
+                    name_at, info, shndx = (fields[0], fields[1], fields[3]) if elf.wide else (fields[0], fields[3], fields[5])
                     bind = info >> 4
                     if not name_at or bind not in (_STB_GLOBAL, _STB_WEAK):
                         continue
@@ -243,9 +238,14 @@ def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
                         defined.add(name)
                     elif bind == _STB_GLOBAL:
                         undefined.add(name)
-    except (OSError, ELFError, ValueError, AssertionError, IndexError, struct.error):
+    except (OSError, ElfError, ValueError, IndexError, struct.error):
         return frozenset(), frozenset()
     return frozenset(defined), frozenset(undefined)
+
+
+def _section_data(reader: FileReader, section: dict[str, int]) -> bytes:
+    """A section's bytes as far as the file holds them; none for SHT_NOBITS (it has none in the file)."""
+    return b"" if section["type"] == SHT_NOBITS else reader.read(section["offset"], section["size"], "a section", exact=False)
 
 
 class _SystemSymbols:

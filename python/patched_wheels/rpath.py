@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from patched_wheels.elfedit import ELF_MAGIC, names_inside, overwrite_in_place, read_dynamic
+from patched_wheels.elfedit import names_inside, overwrite_in_place
+from patched_wheels.elfread import ELF_MAGIC, read_dynamic
 from patched_wheels.elfgrow import grow_dynamic
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.names import CONTROL_CHARACTER, glob_problem

@@ -38,11 +38,10 @@ from typing import Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from patched_wheels.elfgraph import LibraryGraph, install_path, read_graph
-from patched_wheels.elfread import ElfLibrary, data_scheme
+from patched_wheels.elfread import DT_SONAME, ElfLibrary, data_scheme, read_dynamic
 from patched_wheels.errors import UsageError
 from patched_wheels.names import is_valid_project_name
 from patched_wheels.packages import package_init_members
-from patched_wheels.elfedit import DT_SONAME, read_dynamic
 from patched_wheels.preload import (
     PreloadList,
     add_preload_import,

@@ -19,11 +19,6 @@ _PURE_WHEELS = [
         url = "https://files.pythonhosted.org/packages/df/b2/87e62e8c3e2f4b32e5fe99e0b86d576da1312593b39f47d8ceef365e95ed/packaging-26.2-py3-none-any.whl",
         sha256 = "5fc45236b9446107ff2415ce77c807cee2862cb6fac22b8a73826d0693b0980e",
     ),
-    struct(
-        filename = "pyelftools-0.33-py3-none-any.whl",
-        url = "https://files.pythonhosted.org/packages/46/2a/f9697576603dae937727827505a6126a066affb227034e77e6f9068910da/pyelftools-0.33-py3-none-any.whl",
-        sha256 = "f215ad5f47d3f1373a21496a6c9e0707c622840d0622f23ff7ce08678b020036",
-    ),
 ]
 
 # Fixed timestamps inside every wheel the helper writes: same inputs, same bytes, same sha256.

@@ -21,7 +21,7 @@ from elftools.elf.elffile import ELFFile
 
 from fakecuda import build_wheel, compile_shared
 from patched_wheels.cli import main
-from patched_wheels.elfedit import DT_RPATH, DT_RUNPATH, DT_SONAME, read_dynamic
+from patched_wheels.elfread import DT_RPATH, DT_RUNPATH, DT_SONAME, read_dynamic
 from patched_wheels.elfgrow import grow_dynamic
 from patched_wheels.errors import ElfError
 from rpathfixture import patchelf_binary

@@ -18,7 +18,8 @@ import pytest
 
 from fakecuda import build_wheel, compile_shared
 from patched_wheels import elfgrow, rpath
-from patched_wheels.elfedit import DT_RPATH, DT_RUNPATH, _version_names, names_inside, overwrite_in_place, read_dynamic
+from patched_wheels.elfedit import _version_names, names_inside, overwrite_in_place
+from patched_wheels.elfread import DT_RPATH, DT_RUNPATH, read_dynamic
 from patched_wheels.errors import ElfError
 from rpathfixture import patchelf_binary
 from patched_wheels.rpath import rpath_edit

@@ -11,6 +11,7 @@ import shutil
 import stat
 import struct
 import subprocess
+import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -188,32 +189,32 @@ def test_corrupt_large_member_fails_from_the_streamed_pass_alone(tmp_path, monke
     assert passes == [1]  # a corrupt member is not inflated a second time
 
 
-def test_a_read_outside_the_kept_ranges_streams_again_keeping_it(tmp_path, monkeypatch):
-    """With only the ELF header kept, the first read elsewhere costs a pass (whose window covers this small file)."""
-    library = compile_shared(tmp_path, "libsmall.so", "int f(void) { return 1; }\n", "-Wl,-soname,libsmall.so")
-    data = library.read_bytes()
-    wheel = build_wheel(tmp_path, "small", "1.0", {"small/libsmall.so": data})
+def test_a_read_behind_the_stream_and_past_the_kept_head_streams_again(tmp_path, monkeypatch):
+    """With no head kept, the string table (before PT_DYNAMIC) costs a second pass; with too few passes
+    allowed, the member is refused rather than held."""
+    data = _big_library(tmp_path, "libbig.so", patch_rpath=False).read_bytes()  # 3 MiB: more than one inflated piece
+    wheel = build_wheel(tmp_path, "big", "1.0", {"big/libbig.so": data})
     with WheelReader(wheel) as reader:
-        info = reader.info("small/libsmall.so")
-    monkeypatch.setattr(elfread, "_plan", lambda head, size: elfread._Plan([(0, 64)]))
+        info = reader.info("big/libbig.so")
+    monkeypatch.setattr(elfread, "_HEAD_SIZE", 0)
     passes = _count_passes(monkeypatch)
-    assert read_library(wheel, info, "small/libsmall.so") == parse_elf(data, wheel=wheel.name, path="small/libsmall.so")
+    assert read_library(wheel, info, "big/libbig.so") == parse_elf(data, wheel=wheel.name, path="big/libbig.so")
     assert passes == [2]
     monkeypatch.setattr(elfread, "_MAX_PASSES", 1)
-    with pytest.raises(ElfError, match=r"small/libsmall\.so: its dynamic section refers to data spread over more than"):
-        read_library(wheel, info, "small/libsmall.so")
+    with pytest.raises(ElfError, match=r"big/libbig\.so: a dynamic string is out of file order too often to be read as a stream"):
+        read_library(wheel, info, "big/libbig.so")
 
 
 def _count_passes(monkeypatch) -> list[int]:
     """Count the streamed passes of read_library (one inflate of the member each)."""
     passes = [0]
-    real = elfread._inflate_kept_ranges
+    real = elfread.inflated_chunks
 
     def counting(*args):
         passes[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(elfread, "_inflate_kept_ranges", counting)
+    monkeypatch.setattr(elfread, "inflated_chunks", counting)
     return passes
 
 
@@ -320,21 +321,6 @@ def test_real_torch_order_loads_nvjitlink_before_cusparse_and_cusolver():
 )
 def test_expand_origin_follows_the_dynamic_loader(entry, expanded):
     assert expand_origin(entry, "/w/torch/lib") == expanded
-
-
-def test_string_windows_follow_dt_strtab_through_the_load_segments():
-    """patchelf can leave PT_DYNAMIC in place and move megabytes of .dynstr past it: the strings it
-    names get windows once PT_DYNAMIC has streamed by, found through DT_STRTAB's segment."""
-    entry = struct.Struct("<qQ")
-    dynamic = b"".join(
-        entry.pack(tag, value)
-        for tag, value in [(1, 0x10), (5, 0x9000), (10, 0x800), (14, 0x20), (15, 0x900), (29, 0x30), (0, 0), (1, 0x40)]
-    )
-    plan = elfread._Plan([(0, 64)], (0x100, 0x180), loads=((0, 0, 0x1000), (0x7000, 0x9000, 0x1000)), entry=entry)
-    window = elfread._STRING_WINDOW
-    # DT_NEEDED, DT_SONAME and DT_RUNPATH at 0x7000 + value; DT_RPATH's 0x900 is past DT_STRSZ; nothing after DT_NULL.
-    assert plan.string_windows(dynamic) == [(0x7010, 0x7010 + window), (0x7020, 0x7020 + window), (0x7030, 0x7030 + window)]
-    assert elfread._Plan([(0, 64)], (0x100, 0x180), loads=(), entry=entry).string_windows(dynamic) == []
 
 
 # --- the cache is an input: rows validated like wheel members, checked against the wheel at hand -----
@@ -538,3 +524,18 @@ def test_the_graph_command_never_caches_into_the_working_directory(tmp_path, whe
     assert main(["graph", *map(str, wheels.all)]) == 1
     assert capsys.readouterr().err == "patched-wheels: error: RULES_PATCHED_WHEELS_CACHE=relcache: expected an absolute directory or off\n"
     assert not (tmp_path / "relcache").exists()
+
+
+def test_reading_libraries_uses_the_one_reader_not_pyelftools(tmp_path, wheels):
+    """The graph, the edits, the split and the observation's symbols read libraries with elfread's reader
+    alone: pyelftools, a second parser, is imported neither by a ``graph`` run that reads every library
+    nor by reading an installed library's symbols."""
+    code = (
+        "import sys; from patched_wheels.cli import main; from patched_wheels.observe import read_symbols; "
+        "status = main(sys.argv[1:]); assert read_symbols(sys.executable)[0]; "
+        "print(sorted(m for m in sys.modules if m.startswith('elftools'))); sys.exit(status)"
+    )
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-c", code, "graph", "--no-cache", *map(str, wheels.all)], capture_output=True, text=True, env=environment)
+    assert result.returncode == 0, result.stderr
+    assert "libjit.so.12" in result.stdout and result.stdout.splitlines()[-1] == "[]"

@@ -1,17 +1,16 @@
 """Command line: ``patched-wheels <command> ...``.
 
-Every module in this package (other than this one) defines one subcommand, named like the
-module, through ``register(subparsers)``, which adds its parser and sets
-``run=<callable(args) -> int>``. Discovering them keeps each command next to nothing but its own
-argument handling. Only the module of the command being run is imported (the others pull in
-pyelftools, concurrent executors and more): start-up is most of a warm ``index`` run.
+Each command in :data:`COMMANDS` is a module of this package, named like the command, defining
+``register(subparsers)``, which adds its parser and sets ``run=<callable(args) -> int>``. The list
+is explicit: a helper module put in this folder does not become a command by being there. Only the
+module of the command being run is imported (the others pull in concurrent executors, the lock
+readers and more): start-up is most of a warm ``index`` run.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -19,10 +18,8 @@ from typing import Sequence
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
 
 
-def command_names() -> list[str]:
-    """This package's modules, one per command, listed from its directory (``pkgutil.iter_modules``
-    imports ``inspect``: 13 ms, a twentieth of a split's CPU time)."""
-    return sorted(name[: -len(".py")] for name in os.listdir(os.path.dirname(__file__)) if name.endswith(".py") and name != "__init__.py")
+COMMANDS = ("doctor", "graph", "hub", "index", "lock", "mirror", "patch", "resolve", "split")
+"""The subcommands, in ``--help`` order; each is the module of this package of that name, imported only when run."""
 
 
 def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
@@ -70,8 +67,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Patch, split, analyse and index Python wheels.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    names = command_names()
-    for name in [only] if only in names else names:
+    for name in [only] if only in COMMANDS else COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
     return parser
 

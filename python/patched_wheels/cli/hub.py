@@ -37,7 +37,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(json.dumps(resolution(request)))
         return 0
     # The caches are read by phase two only. Phase one (the extension's check) still imports the cache modules,
-    # through hubplan's imports (elfgraph, index), but not observe, which imports pyelftools to read symbols.
+    # through hubplan's imports (elfgraph, index), but not observe and what only it imports.
     from patched_wheels.cache import cache_dir
     from patched_wheels.elfcache import cached_digests
     from patched_wheels.observe import is_observed

@@ -1,0 +1,51 @@
+"""The command list: explicit, each entry one module of ``patched_wheels.cli`` registering its parser."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import patched_wheels.cli as cli
+
+CLI_DIR = Path(cli.__file__).parent
+
+
+def _registering_modules() -> set[str]:
+    """The modules of cli/ that define ``register`` (read from the source: nothing is imported)."""
+    found = set()
+    for path in CLI_DIR.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.FunctionDef) and node.name == "register" for node in tree.body):
+            found.add(path.stem)
+    return found
+
+
+def test_every_command_module_is_listed_and_every_listed_command_is_a_module():
+    assert set(cli.COMMANDS) == _registering_modules()
+    assert len(cli.COMMANDS) == len(set(cli.COMMANDS))
+
+
+def test_the_parser_offers_exactly_the_listed_commands():
+    parser = cli.build_parser()
+    (subparsers,) = [action for action in parser._actions if action.dest == "command"]
+    assert tuple(subparsers.choices) == cli.COMMANDS
+
+
+def test_a_module_in_cli_that_is_not_listed_is_no_command(tmp_path):
+    """A file dropped into cli/ (a shared helper, a stray module) is not imported nor offered."""
+    copy = tmp_path / "patched_wheels"
+    shutil.copytree(CLI_DIR.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "cli" / "zz_not_a_command.py").write_text("raise SystemExit('imported')\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "patched_wheels", "zz_not_a_command"], capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and "invalid choice: 'zz_not_a_command'" in result.stderr
+
+
+def test_only_the_command_run_is_imported():
+    code = "import sys; from patched_wheels.cli import build_parser; build_parser('index'); print(sorted(m for m in sys.modules if m.startswith('patched_wheels.cli.')))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "['patched_wheels.cli.index']"
