@@ -31,7 +31,7 @@ from patched_wheels.errors import InvalidLockError
 from patched_wheels.index import SIMPLE_DIR, IndexedFile
 from patched_wheels.lockplan import LockPlan, file_url
 from patched_wheels.pins import Lock, Pin, PinFile, Span, checked_hash, marker_holds
-from patched_wheels.tomlread import get, load_toml, tables
+from patched_wheels.tomlread import get, load_toml, tables, toml_parser
 
 _HEADER = "[[package]]"
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")
@@ -70,8 +70,7 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
 def _blocks(lines: tuple[str, ...], packages: list[dict[str, Any]], source: str) -> tuple[Span, ...]:
     """The line span of each ``[[package]]`` table; each is checked to parse to its package alone, so an
     edit of a block edits that package and nothing else."""
-    import tomllib
-
+    tomllib = toml_parser(source)
     starts = [number for number, line in enumerate(lines) if line.strip() == _HEADER]
     spans = tuple(Span(source, start, end) for start, end in zip(starts, starts[1:] + [len(lines)]))
     if len(spans) != len(packages) or any(
@@ -252,8 +251,7 @@ def _patched_block(uv: UvLock, number: int, version: str, files: tuple[IndexedFi
     for key in sorted((k for k in new if k in keys), key=lambda k: keys[k][0], reverse=True):
         start, end = keys[key]
         lines[start:end] = new[key]
-    import tomllib
-
+    tomllib = toml_parser(span.where)
     written = tomllib.loads("".join(lines))["package"][0]
     if written.get("version") != version or len(written.get("wheels", [])) != len(files):
         raise InvalidLockError(f"{span.where}: package {uv.names[number]} is not written in a layout we can edit")

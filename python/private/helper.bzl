@@ -19,10 +19,17 @@ _PURE_WHEELS = [
         url = "https://files.pythonhosted.org/packages/df/b2/87e62e8c3e2f4b32e5fe99e0b86d576da1312593b39f47d8ceef365e95ed/packaging-26.2-py3-none-any.whl",
         sha256 = "5fc45236b9446107ff2415ce77c807cee2862cb6fac22b8a73826d0693b0980e",
     ),
+    # 0.32: the last release that runs on Python 3.9 (0.33 uses `match`), the oldest python_interpreter we support.
     struct(
-        filename = "pyelftools-0.33-py3-none-any.whl",
-        url = "https://files.pythonhosted.org/packages/46/2a/f9697576603dae937727827505a6126a066affb227034e77e6f9068910da/pyelftools-0.33-py3-none-any.whl",
-        sha256 = "f215ad5f47d3f1373a21496a6c9e0707c622840d0622f23ff7ce08678b020036",
+        filename = "pyelftools-0.32-py3-none-any.whl",
+        url = "https://files.pythonhosted.org/packages/af/43/700932c4f0638c3421177144a2e86448c0d75dbaee2c7936bda3f9fd0878/pyelftools-0.32-py3-none-any.whl",
+        sha256 = "013df952a006db5e138b1edf6d8a68ecc50630adbd0d83a2d41e7f846163d738",
+    ),
+    # TOML locks (uv.lock, pylock.toml) below Python 3.11, which has no tomllib (patched_wheels/tomlread.py).
+    struct(
+        filename = "tomli-2.2.1-py3-none-any.whl",
+        url = "https://files.pythonhosted.org/packages/6e/c2/61d3e0f47e2b74ef40a68b9e6ad5984f6241a942f7cd3bbfbdbd03861ea9/tomli-2.2.1-py3-none-any.whl",
+        sha256 = "cb55c73c5f4408779d0cf3eef9f762b9c9f147a77de7b258bef0a5628adc85cc",
     ),
 ]
 
