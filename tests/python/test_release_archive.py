@@ -5,29 +5,17 @@ The Bazel test that consumes the archive through a registry is tests/bazel/test_
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import io
 import json
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from releasetool import RELEASE, load_release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-RELEASE = REPO_ROOT / "tools" / "release"
-
-
-def load_release() -> ModuleType:
-    """tools/release as a module (a script without a .py suffix)."""
-    loader = importlib.machinery.SourceFileLoader("rpw_release", str(RELEASE))
-    spec = importlib.util.spec_from_loader("rpw_release", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 release = load_release()
