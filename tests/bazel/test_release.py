@@ -72,6 +72,14 @@ def write_registry(registry: Path, archive: Path) -> str:
     return version
 
 
+def registry_flags(root: Path) -> str:
+    """The .bazelrc lines that add the registry at ``root/registry`` (after the launcher's own, offline)."""
+    lines = [f"common --registry={(root / 'registry').as_uri()}\n"]
+    if _host_bazel():
+        lines.append("common --registry=https://bcr.bazel.build/\n")
+    return "".join(lines)
+
+
 def _host_bazel() -> bool:
     """Whether tools/bazel runs a Bazel of the host (which then needs the BCR for rules_python) rather
     than its offline one (whose registry, in its own bazelrc, serves rules_python)."""
@@ -96,11 +104,8 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Released]:
         pypi = common_files(root)
         archive = load_release().write_release(REPO_ROOT, root / "archives")
         version = write_registry(root / "registry", archive)
-        registries = [f"common --registry={(root / 'registry').as_uri()}\n"]
-        if _host_bazel():
-            registries.append("common --registry=https://bcr.bazel.build/\n")
         with (root / ".bazelrc").open("a", encoding="utf-8") as rc:
-            rc.writelines(registries)
+            rc.write(registry_flags(root))
         (root / ".bazelignore").write_text((root / ".bazelignore").read_text() + "archives\nregistry\nuvproject\n")
         values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
         module_file = (TEMPLATES / "MODULE.bazel.tmpl").read_text(encoding="utf-8")
@@ -161,3 +166,30 @@ def test_a_hub_under_python_3_10_reads_a_uv_lock(released: Released) -> None:
     compiled = sorted(str(path) for path in (released.workspace.root / "rpw-cache").rglob(f"*.{tag}.pyc"))
     assert [path for path in compiled if path.endswith(f"/python/patched_wheels/uvlock.{tag}.pyc")], compiled[:20]
     assert [path for path in compiled if f"/tomli/_parser.{tag}.pyc" in path], compiled[:20]
+
+
+@pytest.fixture(scope="module")
+def bcr_test_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BazelResult]:
+    """.bcr/presubmit.yml's test module, as the BCR runs it: from the release archive, the module under
+    test from the registry (its local_path_override, for runs inside this repository, dropped). It
+    installs six from PyPI."""
+    root = tmp_path_factory.mktemp("bcr")
+    archive = load_release().write_release(REPO_ROOT, root / "archives")
+    version = write_registry(root / "registry", archive)
+    with tarfile.open(archive) as tar:
+        tar.extractall(root / "source", filter="data")
+    module = root / "source" / archive.name.removesuffix(".tar.gz") / "e2e" / "bzlmod"
+    module_file = (module / "MODULE.bazel").read_text(encoding="utf-8")
+    override = 'local_path_override(module_name = "rules_patched_wheels", path = "../..")\n'
+    assert override in module_file and 'version = "")' in module_file
+    (module / "MODULE.bazel").write_text(module_file.replace(override, "").replace('version = "")', f'version = "{version}")'))
+    (module / ".bazelrc").write_text("startup --max_idle_secs=300\ntest --test_output=errors\n" + registry_flags(root))
+    (module / "logs").mkdir()
+    workspace = BazelWorkspace(module, module / "logs")
+    yield workspace.run("test", "//...")
+    workspace.shutdown()
+
+
+def test_the_bcr_test_module_passes(bcr_test_module: BazelResult) -> None:
+    assert summary_statuses(bcr_test_module.output) == {"//:patched_six_test": "PASSED"}, bcr_test_module.tail()
+    assert "host_javabase" not in bcr_test_module.output
