@@ -186,8 +186,11 @@ def bcr_test_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BazelR
     (module / ".bazelrc").write_text("startup --max_idle_secs=300\ntest --test_output=errors\n" + registry_flags(root))
     (module / "logs").mkdir()
     workspace = BazelWorkspace(module, module / "logs")
-    yield workspace.run("test", "//...")
-    workspace.shutdown()
+    with pytest.MonkeyPatch.context() as env:
+        # The offline launcher binds the workspace (the module's folder); the registry lies beside it.
+        env.setenv("RPW_BIND_DIRS", " ".join(filter(None, [os.environ.get("RPW_BIND_DIRS"), str(root)])))
+        yield workspace.run("test", "//...")
+        workspace.shutdown()
 
 
 def test_the_bcr_test_module_passes(bcr_test_module: BazelResult) -> None:
