@@ -174,23 +174,26 @@ def bcr_test_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BazelR
     test from the registry (its local_path_override, for runs inside this repository, dropped). It
     installs six from PyPI."""
     root = tmp_path_factory.mktemp("bcr")
-    archive = load_release().write_release(REPO_ROOT, root / "archives")
-    version = write_registry(root / "registry", archive)
+    archive = load_release().write_release(REPO_ROOT, root / "dist")
     with tarfile.open(archive) as tar:
         tar.extractall(root / "source", filter="data")
     module = root / "source" / archive.name.removesuffix(".tar.gz") / "e2e" / "bzlmod"
+    # The registry and the archive it serves lie inside the module's folder, the workspace the offline
+    # launcher binds into its root.
+    served = module / "archives" / archive.name
+    served.parent.mkdir()
+    shutil.copyfile(archive, served)
+    version = write_registry(module / "registry", served)
     module_file = (module / "MODULE.bazel").read_text(encoding="utf-8")
     override = 'local_path_override(module_name = "rules_patched_wheels", path = "../..")\n'
     assert override in module_file and 'version = "")' in module_file
     (module / "MODULE.bazel").write_text(module_file.replace(override, "").replace('version = "")', f'version = "{version}")'))
-    (module / ".bazelrc").write_text("startup --max_idle_secs=300\ntest --test_output=errors\n" + registry_flags(root))
+    (module / ".bazelrc").write_text("startup --max_idle_secs=300\ntest --test_output=errors\n" + registry_flags(module))
+    (module / ".bazelignore").write_text("archives\nregistry\nlogs\n")
     (module / "logs").mkdir()
     workspace = BazelWorkspace(module, module / "logs")
-    with pytest.MonkeyPatch.context() as env:
-        # The offline launcher binds the workspace (the module's folder); the registry lies beside it.
-        env.setenv("RPW_BIND_DIRS", " ".join(filter(None, [os.environ.get("RPW_BIND_DIRS"), str(root)])))
-        yield workspace.run("test", "//...")
-        workspace.shutdown()
+    yield workspace.run("test", "//...")
+    workspace.shutdown()
 
 
 def test_the_bcr_test_module_passes(bcr_test_module: BazelResult) -> None:
