@@ -8,6 +8,7 @@ type where the format says what it is - becomes one :class:`InvalidLockError` na
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 from patched_wheels.errors import InvalidLockError
@@ -16,12 +17,26 @@ from patched_wheels.pins import read_lock_text
 T = TypeVar("T")
 
 
-def load_toml(path: Path) -> tuple[str, dict[str, Any]]:
-    """The text of ``path`` and its TOML document."""
+def toml_parser(path: Path | str) -> ModuleType:
+    """``tomllib``, or below Python 3.11 ``tomli``: its upstream, the same API. The CLI depends on tomli
+    there and the hub puts a pinned wheel of it on PYTHONPATH, so a missing one is an install fault."""
     try:
         import tomllib
-    except ImportError:  # Python < 3.11
-        raise InvalidLockError(f"{path}: reading a TOML lock needs Python 3.11 or later (tomllib)") from None
+
+        return tomllib
+    except ImportError:
+        pass
+    try:
+        import tomli
+
+        return tomli
+    except ImportError:
+        raise InvalidLockError(f"{path}: reading a TOML lock below Python 3.11 needs tomli (pip install tomli)") from None
+
+
+def load_toml(path: Path) -> tuple[str, dict[str, Any]]:
+    """The text of ``path`` and its TOML document."""
+    tomllib = toml_parser(path)
     text = read_lock_text(path)
     try:
         return text, tomllib.loads(text)

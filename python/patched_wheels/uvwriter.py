@@ -32,6 +32,7 @@ from patched_wheels.index import SIMPLE_DIR, IndexedFile
 from patched_wheels.lockplan import LockPlan, PinEdit
 from patched_wheels.markers import WheelEnvironments, and_markers
 from patched_wheels.pins import file_url
+from patched_wheels.tomlread import toml_parser
 from patched_wheels.uvlock import UvLock
 
 _HEADER = "[[package]]"
@@ -333,7 +334,7 @@ def _applied(lines: Sequence[str], edits: list[Edit]) -> list[str]:
 
 def _parsed(text: str) -> dict[str, Any] | None:
     """The TOML document ``text``, or None when it is none."""
-    import tomllib
+    tomllib = toml_parser("uv.lock")
 
     try:
         return tomllib.loads(text)

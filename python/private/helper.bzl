@@ -19,6 +19,12 @@ _PURE_WHEELS = [
         url = "https://files.pythonhosted.org/packages/df/b2/87e62e8c3e2f4b32e5fe99e0b86d576da1312593b39f47d8ceef365e95ed/packaging-26.2-py3-none-any.whl",
         sha256 = "5fc45236b9446107ff2415ce77c807cee2862cb6fac22b8a73826d0693b0980e",
     ),
+    # TOML locks (uv.lock, pylock.toml) below Python 3.11, which has no tomllib (patched_wheels/tomlread.py).
+    struct(
+        filename = "tomli-2.2.1-py3-none-any.whl",
+        url = "https://files.pythonhosted.org/packages/6e/c2/61d3e0f47e2b74ef40a68b9e6ad5984f6241a942f7cd3bbfbdbd03861ea9/tomli-2.2.1-py3-none-any.whl",
+        sha256 = "cb55c73c5f4408779d0cf3eef9f762b9c9f147a77de7b258bef0a5628adc85cc",
+    ),
 ]
 
 # Fixed timestamps inside every wheel the helper writes: same inputs, same bytes, same sha256.

@@ -26,7 +26,7 @@ WHEELS = {
     "odd_name": ("Odd_Name.Pkg-3.0-py3-none-any.whl", "odd-name-pkg", "ODD.name-pkg==3.0"),
     "requires_python": ("pyreq-1.0-py3-none-any.whl", "pyreq", "pyreq==1.0"),
 }
-REQUIRES_PYTHON = ">=3.8, <4, !=3.9.*"
+REQUIRES_PYTHON = ">=3.8, <4, !=3.7.*"
 
 
 class _Anchors(html.parser.HTMLParser):
@@ -98,7 +98,7 @@ def test_pages_follow_pep_503_629_658_714(tmp_path: Path) -> None:
         if key == "requires_python":
             # the parser unescaped it: the raw page must hold the escaped form
             assert anchor["data-requires-python"] == REQUIRES_PYTHON
-            assert 'data-requires-python="&gt;=3.8, &lt;4, !=3.9.*"' in page.read_text()
+            assert 'data-requires-python="&gt;=3.8, &lt;4, !=3.7.*"' in page.read_text()
         else:
             assert "data-requires-python" not in anchor
     (sdist,) = _parse(simple / "sdistfake" / "index.html").anchors

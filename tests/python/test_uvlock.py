@@ -30,7 +30,7 @@ WINDOWS = {**LINUX, "sys_platform": "win32", "platform_system": "Windows", "os_n
 PYPROJECT = """[project]
 name = "proj"
 version = "0.1"
-requires-python = ">=3.11"
+requires-python = ">=3.9"
 dependencies = ["Foo[bar]==1.0", "winonly ; sys_platform == 'win32'"]
 """
 
@@ -206,7 +206,7 @@ def test_special_and_huge_lock_files_are_refused_unread(tmp_path: Path, monkeypa
 
 FORKS = """version = 1
 revision = 3
-requires-python = ">=3.11"
+requires-python = ">=3.9"
 resolution-markers = [
     "sys_platform == 'win32'",
     "sys_platform != 'win32'",

@@ -47,7 +47,7 @@ def uv_locks(project: Path, index_url: str, requirements: Sequence[str]) -> tupl
         f"""[project]
 name = "rpw-fixture"
 version = "0"
-requires-python = ">=3.11"
+requires-python = ">=3.9"
 dependencies = [{dependencies}]
 
 [tool.uv]

@@ -49,7 +49,8 @@ class RegistryError(Exception):
     """One line for tools/bazel to print."""
 
 
-def _integrity(path: Path) -> str:
+def integrity(path: Path) -> str:
+    """The Subresource Integrity string (sha256) a registry's source.json gives an archive."""
     return "sha256-" + base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
 
 
@@ -70,12 +71,17 @@ def _archive_module_file(archive: Path, top: str) -> str:
         return member.read().decode("utf-8")
 
 
-def module_name(module_file: str) -> str:
+def module_attribute(module_file: str, key: str) -> str:
+    """The ``name`` or ``version`` string given to ``module(...)`` in a MODULE.bazel."""
     call = _MODULE_CALL.search(module_file)
-    name = next((m["value"] for m in _STRING_ARG.finditer(call["args"]) if m["key"] == "name"), None) if call else None
-    if not name:
-        raise RegistryError("a MODULE.bazel without module(name = ...)")
-    return name
+    value = next((m["value"] for m in _STRING_ARG.finditer(call["args"]) if m["key"] == key), None) if call else None
+    if not value:
+        raise RegistryError(f"a MODULE.bazel without module({key} = ...)")
+    return value
+
+
+def module_name(module_file: str) -> str:
+    return module_attribute(module_file, "name")
 
 
 def with_version(module_file: str, version: str) -> str:
@@ -143,7 +149,7 @@ def build(root: Path, archive_dir: Path | None) -> None:
             shutil.copyfile(archive, staging / "archives" / archive.name)
             source = {
                 "url": f"file://{CHROOT_PATH}/archives/{archive.name}",
-                "integrity": _integrity(archive),
+                "integrity": integrity(archive),
                 "strip_prefix": top,
             }
             name = module_name(module_file)

@@ -114,13 +114,17 @@ def parse_record(data: bytes, *, origin: str) -> list[RecordEntry]:
     import csv  # imported here, as below: only a RECORD that needs quoting is read or written with it
 
     entries = []
-    for line_number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):  # row by row
-        if not row:
-            continue
-        try:
-            entries.append(RecordEntry.from_elements(row))
-        except InvalidRecordEntry as error:
-            raise InvalidRecordEntry(error.elements, error.issue, where=f"{origin}: row {line_number}") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        for line_number, row in enumerate(reader, start=1):  # row by row
+            if not row:
+                continue
+            try:
+                entries.append(RecordEntry.from_elements(row))
+            except InvalidRecordEntry as error:
+                raise InvalidRecordEntry(error.elements, error.issue, where=f"{origin}: row {line_number}") from None
+    except csv.Error as error:  # Python < 3.11 refuses a NUL byte (3.11 reads it, and the row check refuses the path)
+        raise InvalidWheelError(f"{origin}: row {reader.line_num}: not CSV: {error}") from None
     return entries
 
 
