@@ -142,6 +142,8 @@ CALL = 'patched.patched_wheel(name = "faketorch", hub = "fixed")'
         ({"preload_wheels": ["nvidia-*"]}, 'preload_wheels needs preload = "auto"'),
         ({"preload_package": "torch"}, 'preload_package needs preload = "auto"'),
         ({"probe": "import jax; jax.devices()"}, 'probe needs preload = "auto"'),
+        ({"preload": "elf", "probe": "import jax; jax.devices()"}, 'probe needs preload = "auto" (preload = "elf" runs no package code)'),
+        ({"preload": "elf", "preload_package": "not a module"}, 'preload_package = "not a module" is not a module name'),
         ({"split_into": "libs"}, "split_into needs exactly one of split_max_size and split_move"),
         ({"split_into": "libs", "split_max_size": 10, "split_move": ["*.so"]}, "split_into needs exactly one of split_max_size and split_move, not both"),
         ({"split_into": "libs", "split_max_size": -1}, "split_max_size = -1 is negative"),
@@ -164,6 +166,7 @@ def test_contradictory_attributes_are_named(attributes: dict[str, object], messa
 def test_consistent_attributes_pass() -> None:
     check_request(request(spec_json(preload="auto", preload_wheels=["nvidia-*"], probe="import x", split_into="libs", split_move=["*.so"])))
     check_request(request(spec_json(split_into="libs", split_max_size=10, rpath={"a/*.so": "$ORIGIN"}, rpath_mode="append")))
+    check_request(request(spec_json(preload="elf", preload_package="faketorch", preload_wheels=["nvidia-*"])))
 
 
 def test_workspace_errors_name_the_macros() -> None:
