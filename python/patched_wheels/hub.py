@@ -83,7 +83,7 @@ def patch_into_index(
     if graph is None and spec.needs_graph:
         graph = read_graph(wheel_set, lenient=True)
     member_edits: Mapping[str, MemberEdit] = {}
-    if spec.preload == "auto":
+    if spec.preloads:
         from patched_wheels.preload import preload_edits
 
         assert graph is not None  # read above
@@ -97,6 +97,7 @@ def patch_into_index(
             strict=False,
             wheels=wheel_set,
             probe=spec.probe,
+            run_probe=spec.runs_probe,
             use_cache=use_cache,
         )
     rpath_edits: list[RpathEdit] = []
@@ -144,7 +145,7 @@ def phrasing(config: HubConfig, spec: PatchedWheelSpec) -> Phrasing:
         option=option,
         wheel=project_name,
         write=lambda filename, module: wheel_call(
-            config.hub, config.bzlmod, project_name(filename), f'preload = "auto", preload_package = {json.dumps(module)}{probe}, …'
+            config.hub, config.bzlmod, project_name(filename), f'preload = "{spec.preload}", preload_package = {json.dumps(module)}{probe}, …'
         ),
         probe=lambda code: f"probe = {json.dumps(code)} on {call}",
     )

@@ -26,7 +26,7 @@ from patched_wheels.packages import package_path
 from patched_wheels.version import with_local_suffix
 
 #: The values of ``preload`` (PRELOAD_VALUES in specs.bzl; a test holds the two equal).
-PRELOAD_VALUES = ("auto", "off")
+PRELOAD_VALUES = ("auto", "elf", "off")
 
 #: Each annotation the JSON schemas here use -> whether a JSON value has that type, and its name in errors.
 #: The request is written by the rule from what the user declared (a WORKSPACE macro's values are not typed
@@ -94,7 +94,8 @@ class PatchedWheelSpec:
     preload_wheels: Sequence[str] = ()
     probe: str = ""
     """With ``preload = "auto"``: the code run in one site-packages whose mapped libraries are preloaded too
-    ("": ``import <preload_package>``); run only where the wheels' tags match the hub's interpreter."""
+    ("": ``import <preload_package>``); run only where the wheels' tags match the hub's interpreter.
+    ``preload = "elf"`` runs none: the preload comes from the ELF graph alone."""
     split_into: str = ""
     split_max_size: int = 0
     split_move: Sequence[str] = ()
@@ -111,9 +112,19 @@ class PatchedWheelSpec:
         return self.preload_package or self.name.replace("-", "_").replace(".", "_").lower()
 
     @property
+    def preloads(self) -> bool:
+        """Whether the patched wheel gets a preload module (``auto`` and ``elf``; only ``auto`` runs the probe)."""
+        return self.preload != "off"
+
+    @property
+    def runs_probe(self) -> bool:
+        """Whether the build runs package code (the probe) at fetch time: ``elf`` reads the ELF graph alone."""
+        return self.preload == "auto"
+
+    @property
     def needs_graph(self) -> bool:
         """Whether the spec's preload or split reads the library graph of the whole wheel set."""
-        return self.preload == "auto" or bool(self.split_into)
+        return self.preloads or bool(self.split_into)
 
     def to_json(self) -> dict[str, Any]:
         raw = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -158,10 +169,12 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
         return "urls and sha256 go together: give both or neither"
     if spec.sha256 and not SHA256_HEX.fullmatch(spec.sha256):
         return f'sha256 = "{spec.sha256}" is not 64 lower-case hex digits'
-    if spec.preload != "auto":
-        for attribute in ("preload_wheels", "preload_package", "probe"):
+    if not spec.preloads:
+        for attribute in ("preload_wheels", "preload_package"):
             if getattr(spec, attribute):
-                return f'{attribute} needs preload = "auto"'
+                return f'{attribute} needs preload = "auto" or "elf"'
+    if spec.probe and not spec.runs_probe:
+        return f'probe needs preload = "auto" (preload = "{spec.preload}" runs no package code)'
     if spec.split_into:
         if bool(spec.split_max_size) == bool(spec.split_move):
             return "split_into needs exactly one of split_max_size and split_move" + (
@@ -194,7 +207,7 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
                 rpath_edit(glob, entries, spec.rpath_mode, origin=f"rpath = {{{shown(glob)}: {shown(entries)}}}")
             except UsageError as error:
                 return str(error)
-    if spec.preload == "auto":
+    if spec.preloads:
         try:
             package_path(spec.package)
         except UsageError:

@@ -388,6 +388,7 @@ def preload_member_edits(
     cache_dir: Path | None = None,
     strict: bool = True,
     probe: str | None = None,
+    run_probe: bool = True,
     use_cache: bool = False,
 ) -> dict[str, Callable[[bytes | None], bytes]]:
     """Member edits that make ``package`` preload what it needs from the other ``wheels``, read here.
@@ -408,6 +409,7 @@ def preload_member_edits(
         strict=strict,
         wheels=wheels,
         probe=probe,
+        run_probe=run_probe,
         use_cache=use_cache,
     )
 
@@ -422,6 +424,7 @@ def preload_edits(
     strict: bool = True,
     wheels: Sequence[Path | WheelRef] = (),
     probe: str | None = None,
+    run_probe: bool = True,
     use_cache: bool = False,
 ) -> dict[str, Callable[[bytes | None], bytes]]:
     """Member edits of ``package_wheel`` that make ``package`` preload what it needs, from a graph read once.
@@ -433,7 +436,9 @@ def preload_edits(
     set's files (or refs with sha256), for the observation: ``probe`` (default ``import PKG``) runs
     with them in one site-packages where their tags match this interpreter (cached persistently unless
     ``use_cache`` is false), and what it maps is preloaded too (see :func:`plan_preload`); without
-    ``wheels``, or where the tags do not match (one warning), the ELF graph alone decides.
+    ``wheels``, or where the tags do not match (one warning), the ELF graph alone decides.  ``run_probe``
+    false (``preload = "elf"``, ``--no-probe``): no package code runs, the ELF graph alone decides, and
+    ``wheels`` still locate the package across the set (a wrong ``package`` names the wheel that ships it).
     Returns, keyed by archive path: the generated ``_patched_wheels_preload.py`` and the
     ``__init__.py`` that imports it first (each of them, for a namespace package), as
     :func:`patched_wheels.surgery.patch_wheel` expects.
@@ -448,7 +453,7 @@ def preload_edits(
     observed = None
     code = probe or location.import_code
     own = check_before_probe(graph, package, location.path, package_wheel.name, preload_wheels)
-    if wheels:
+    if wheels and run_probe:
         from patched_wheels.observe import observe  # imported here: observing installs and runs the set
 
         observed = observe(wheels, code, graph, use_cache=use_cache)

@@ -363,3 +363,93 @@ def test_the_build_checks_its_configuration_before_writing_anything(
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and message in error and "Traceback" not in error, error
     assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before  # nothing written
+
+
+# The libraries faketorch needs through DT_NEEDED (the ELF graph): what preload = "elf" preloads.
+ELF_NEEDED = sorted(fakecuda.LIBRARY_PATHS[name] for name in ("jit", "sparse", "solver", "blas"))
+
+
+def marked_torch(fake_set: fakecuda.FakeCudaWheels, dest: Path, marker: Path) -> Path:
+    """faketorch whose import also appends to ``marker`` (package code ran) and opens libfoo.so.1 of
+    fakert-foo by its path: a load no DT_NEEDED shows, which only a probe adds to the preload."""
+    with zipfile.ZipFile(fake_set.torch) as archive:
+        files = {name: archive.read(name) for name in archive.namelist() if ".dist-info/" not in name}
+    files["faketorch/__init__.py"] = (
+        f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+        "import ctypes as _ctypes, importlib.util as _util, os as _os\n"
+        "_ctypes.CDLL(_os.path.join(_os.path.dirname(_util.find_spec('fakert_foo').origin), 'lib', 'libfoo.so.1'))\n"
+    ).encode() + files["faketorch/__init__.py"]
+    return fakecuda.build_wheel(
+        dest,
+        "faketorch",
+        fakecuda.TORCH_VERSION,
+        files,
+        requires=[f"fake-nvidia-{name}=={fakecuda.NVIDIA_VERSION}" for name in fake_set.nvidia],
+        executable=[fakecuda.LIBRARY_PATHS["faketorch"], fakecuda.LIBRARY_PATHS["core"]],
+    )
+
+
+def preloaded(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return sorted(read_preload_module(archive.read("faketorch/_patched_wheels_preload.py"), where="test").libraries)
+
+
+def test_preload_elf_runs_no_package_code_and_preloads_the_elf_graph_alone(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """preload = "auto" runs `import faketorch` (the marker is written, libfoo/libbar are preloaded too);
+    "elf" runs nothing, warns nothing, and preloads exactly the DT_NEEDED libraries (issue 33)."""
+    marker = tmp_path / "ran"
+    torch = marked_torch(fake_set, tmp_path / "wheels", marker)
+    others = [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]
+    patched = "index/faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl"
+
+    assert main(["hub", "build", "--config", str(set_config(tmp_path / "auto", others, torch, "faketorch", preload="auto"))]) == 0
+    assert marker.read_text() == "ran\n", "the control: auto runs the package's code"
+    runtime = sorted(fakecuda.RUNTIME_LIBRARY_PATHS[name] for name in ("foo", "bar"))
+    assert preloaded(tmp_path / "auto" / patched) == sorted([*ELF_NEEDED, *runtime])
+    marker.unlink()
+    capsys.readouterr()
+
+    assert main(["hub", "build", "--config", str(set_config(tmp_path / "elf", others, torch, "faketorch", preload="elf"))]) == 0
+    assert capsys.readouterr().err == "", "no probe ran, so no lazy-load warning"
+    assert not marker.exists(), "preload = elf ran package code"
+    assert preloaded(tmp_path / "elf" / patched) == ELF_NEEDED
+
+
+def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1").to_json(), "preload": "elf", "probe": "import faketorch"}
+    del spec["wheel"]
+    request = {
+        "hub": "test", "bzlmod": True, "requirements_lock": str(tmp_path / "lock.txt"), "uv_lock": "", "pylock": "",
+        "index_url": "", "index_option": "index-url", "rules_python_version": "1.6.0", "repository": str(tmp_path), "patched": [spec],
+    }
+    (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
+    assert main(["hub", "plan", "--request", str(tmp_path / "request.json")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    assert captured.err.startswith("patched-wheels: error: ") and 'probe needs preload = "auto" (preload = "elf" runs no package code)' in captured.err
+
+
+def test_patch_no_probe_runs_no_package_code(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "ran"
+    torch = marked_torch(fake_set, tmp_path / "wheels", marker)
+    others = [str(wheel) for wheel in [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]]
+    args = ["patch", "--wheel", str(torch), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1", "--no-cache", "--preload-for", "faketorch", "--preload-from", *others]
+    assert main([*args, "--no-probe"]) == 0
+    assert capsys.readouterr().err == ""
+    assert not marker.exists(), "patch --no-probe ran package code"
+    assert preloaded(tmp_path / "out" / "faketorch-2.1.0+x.1-py3-none-linux_x86_64.whl") == ELF_NEEDED
+
+    assert main([*args, "--no-probe", "--probe", "import faketorch"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "--probe and --no-probe" in captured.err, captured.err
+    assert not marker.exists() and len(list((tmp_path / "out").iterdir())) == 1
+
+
+def test_doctor_no_probe_and_probe_together_are_one_error_line(fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["doctor", *map(str, fake_set.all), "--package", "faketorch", "--probe", "import faketorch", "--no-probe"])
+    error = capsys.readouterr().err
+    assert code == 1 and error.count("\n") == 1 and "--probe and --no-probe" in error, error

@@ -98,7 +98,8 @@ def test_the_attribute_values_the_schema_allows_are_the_ones_the_helper_knows() 
 
     schema = starlark_schema()
     assert sorted(schema["rpath_mode"]["values"]) == sorted(MODES)
-    assert schema["preload"]["values"] == ["auto", "off"]  # the plan and the build test `preload == "auto"`
+    # A new value must be reviewed where the plan and the build decide: PatchedWheelSpec.preloads and runs_probe.
+    assert schema["preload"]["values"] == ["auto", "elf", "off"]
     index_options = ast.literal_eval(starlark_constants(PRIVATE / "rules_python_version.bzl")["INDEX_OPTIONS"])
     assert tuple(index_options) == INDEX_OPTIONS
     assert ast.literal_eval(starlark_constants(PRIVATE / "hub.bzl")["LOCK_ATTRIBUTES"]) == list(LOCK_FORMATS)
@@ -142,6 +143,8 @@ CALL = 'patched.patched_wheel(name = "faketorch", hub = "fixed")'
         ({"preload_wheels": ["nvidia-*"]}, 'preload_wheels needs preload = "auto"'),
         ({"preload_package": "torch"}, 'preload_package needs preload = "auto"'),
         ({"probe": "import jax; jax.devices()"}, 'probe needs preload = "auto"'),
+        ({"preload": "elf", "probe": "import jax; jax.devices()"}, 'probe needs preload = "auto" (preload = "elf" runs no package code)'),
+        ({"preload": "elf", "preload_package": "not a module"}, 'preload_package = "not a module" is not a module name'),
         ({"split_into": "libs"}, "split_into needs exactly one of split_max_size and split_move"),
         ({"split_into": "libs", "split_max_size": 10, "split_move": ["*.so"]}, "split_into needs exactly one of split_max_size and split_move, not both"),
         ({"split_into": "libs", "split_max_size": -1}, "split_max_size = -1 is negative"),
@@ -164,6 +167,7 @@ def test_contradictory_attributes_are_named(attributes: dict[str, object], messa
 def test_consistent_attributes_pass() -> None:
     check_request(request(spec_json(preload="auto", preload_wheels=["nvidia-*"], probe="import x", split_into="libs", split_move=["*.so"])))
     check_request(request(spec_json(split_into="libs", split_max_size=10, rpath={"a/*.so": "$ORIGIN"}, rpath_mode="append")))
+    check_request(request(spec_json(preload="elf", preload_package="faketorch", preload_wheels=["nvidia-*"])))
 
 
 def test_workspace_errors_name_the_macros() -> None:
@@ -394,7 +398,7 @@ def _raw_request(**spec: object) -> dict[str, object]:
         ({"rpath": ["pkg/*.so", "$ORIGIN"]}, f'{CALL}: rpath = ["pkg/*.so", "$ORIGIN"]: expected a dict of strings'),
         ({"rpath": {"pkg/*.so": 1}}, f"{CALL}: rpath = "),
         ({"patches": [1]}, f"{CALL}: patches = [1]: expected a list of paths"),
-        ({"preload": "yes"}, f'{CALL}: preload = "yes": must be one of auto, off'),
+        ({"preload": "yes"}, f'{CALL}: preload = "yes": must be one of auto, elf, off'),
         ({"rpath_mode": "replace", "rpath": {"a/*.so": "$ORIGIN"}}, f'{CALL}: rpath_mode = "replace": must be one of set, prepend, append'),
         # The checks that need no wheel, made by the plan before any download, in the attributes' words.
         ({"split_into": "bad name!", "split_max_size": 10}, f"{CALL}: split_into 'bad name!' is not a valid project name"),

@@ -17,6 +17,8 @@ difference: it passes when one directory per wheel does what one site-packages
 does (a failure in both is not the layout's).  PKG is written as Python imports it (``jax_plugins.xla_cuda12``).
 ``--probe CODE`` (default with ``--run``: the import of PKG) adds what it maps in
 one site-packages to the generated preload, as ``preload = "auto"`` does.
+``--no-probe`` judges the preload of the ELF graph alone, as ``preload = "elf"``
+writes it (with ``--run``, CODE still runs for the comparison).
 Put ``--run`` after the wheels, or write ``--run=CODE``.
 """
 
@@ -64,6 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default with --run: import PKG); without it and --run, the ELF graph alone",
     )
     parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="judge the preload the ELF graph alone generates (preload = \"elf\"), even with --run",
+    )
+    parser.add_argument(
         "--assume-system",
         action="append",
         default=[],
@@ -84,9 +91,11 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--run {code}: a wheel, not code; put --run after the wheels or write --run=CODE")
     if args.probe is not None and not args.package:
         raise UsageError("--probe needs --package")
+    if args.no_probe and args.probe is not None:
+        raise UsageError("--probe and --no-probe: give one or neither (--no-probe judges the ELF graph alone)")
     probe = args.probe
     default_code = find_package(args.package, args.wheels).import_code if args.package else ""
-    if probe is None and code is not None and args.package:
+    if probe is None and code is not None and args.package and not args.no_probe:
         probe = default_code  # what preload = "auto" runs by default
     options = dict(
         package=args.package,

@@ -89,6 +89,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --preload-for: the code run with every wheel in one site-packages whose mapped libraries of other "
         "wheels are preloaded too (default: import PKG; for a plugin that loads lazily, e.g. 'import jax; jax.devices()')",
     )
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="with --preload-for: run no package code; the preload comes from the ELF graph alone (preload = \"elf\")",
+    )
     add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
@@ -100,6 +105,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--preload-wheels needs --preload-for and --preload-from")
     if args.probe is not None and not args.preload_for:
         raise UsageError("--probe needs --preload-for and --preload-from")
+    if args.no_probe and not args.preload_for:
+        raise UsageError("--no-probe needs --preload-for and --preload-from")
+    if args.no_probe and args.probe is not None:
+        raise UsageError("--probe and --no-probe: give one or neither (--no-probe runs no code)")
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
     result = patch_wheel(
         args.wheel,
@@ -131,6 +140,7 @@ def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, Me
         preload_wheels=args.preload_wheels,
         cache_dir=elf_cache_dir(args),
         probe=args.probe,
+        run_probe=not args.no_probe,
         use_cache=not args.no_cache,
     )
 
