@@ -45,8 +45,8 @@ _KEPT_OUTPUT = 64 << 10
 _KEPT_LINE = 8 << 10
 # A Python exception line ("OSError: libx.so: cannot open ..."), also inside a logged message.
 _ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
-# Runs in the child: record the mapped files at exit (also after an uncaught exception), then run the code.
-_CHILD = """\
+# Runs in the child (`python -c CHILD MAPS CODE`): record the mapped files at exit (also after an uncaught exception), then run the code.
+CHILD = """\
 import atexit, sys
 
 def _record_maps(target=sys.argv[1]):
@@ -139,40 +139,62 @@ class Installation:
         layout = self.layouts[kind]
         entries = layout.sys_path(wheel.name for wheel in self.wheels)
         by_file = {os.path.realpath(self.file(kind, library)): library for library in graph.load_order}
-        environment = {key: value for key, value in os.environ.items() if key not in _DROPPED_VARIABLES}
+        environment = dict(os.environ)
         if kind == FLAT:  # a virtual environment: its site-packages is site.getsitepackages(), as after pip
-            command = [str(Path(layout.root) / "bin" / "python"), "-c"]
+            command = [str(Path(layout.root) / "bin" / "python"), "-c", CHILD]  # see create_flat_environment
         else:  # rules_python: the interpreter with the wheels' directories on sys.path, no site-packages
-            command = [sys.executable, "-S", "-c"]
+            command = [sys.executable, "-S", "-c", CHILD]
             environment["PYTHONPATH"] = os.pathsep.join(entries)
-        maps, workdir = self.root / f"maps-{kind}", self.root / "cwd"
-        workdir.mkdir(exist_ok=True)  # the child's current directory (sys.path[0] for -c): empty
-        timeout = run_timeout()
-        if "\0" in code:
-            raise UsageError(f"code {code!r}: contains a NUL character")
-        stdout, stderr = self.root / f"stdout-{kind}", self.root / f"stderr-{kind}"
-        with open(stdout, "wb") as out, open(stderr, "wb") as err:  # files: output of any size, bounded memory
-            child = subprocess.Popen(
-                [*command, _CHILD, str(maps), code],
-                env=environment,
-                cwd=workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,  # its own process group: whatever the code starts is stopped with it
-            )
-            try:
-                returncode = child.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                returncode = None
-            finally:
-                _stop_group(child)
-        if returncode is None:
-            raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT[kind]}; stopped")
-        mapped = _mapped(maps.read_bytes(), by_file) if maps.is_file() else None
-        places = (*entries, str(layout.root))
-        error = _first_error(stderr, failed=returncode != 0)
-        return RunResult(kind, code, returncode, _tail(stdout), error, len(entries), mapped, places)
+        return run_child(
+            kind, command, code, root=self.root, environment=environment, by_file=by_file, entries=entries,
+            places=(*entries, str(layout.root)),
+        )
+
+
+def run_child(
+    kind: str,
+    command: Sequence[str],
+    code: str,
+    *,
+    root: Path,
+    environment: dict[str, str],
+    by_file: dict[str, ElfLibrary],
+    entries: Sequence[str],
+    places: Sequence[str],
+) -> RunResult:
+    """Run ``[*command, MAPS, code]``, where ``command`` runs :data:`CHILD` (with ``python -c``, or a program
+    that runs its first argument as code: ``layout_test``'s), in ``root`` (a directory of its own per
+    ``kind``), without the variables that would let the loader look outside the wheels; ``by_file``: the
+    set's libraries by real path, ``entries``: the layout's ``sys.path`` directories, ``places``: the
+    directories an error line names that differ between layouts."""
+    environment = {key: value for key, value in environment.items() if key not in _DROPPED_VARIABLES}
+    maps, workdir = root / f"maps-{kind}", root / "cwd"
+    workdir.mkdir(exist_ok=True)  # the child's current directory (sys.path[0] for -c): empty
+    timeout = run_timeout()
+    if "\0" in code:
+        raise UsageError(f"code {code!r}: contains a NUL character")
+    stdout, stderr = root / f"stdout-{kind}", root / f"stderr-{kind}"
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:  # files: output of any size, bounded memory
+        child = subprocess.Popen(
+            [*command, str(maps), code],
+            env=environment,
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,  # its own process group: whatever the code starts is stopped with it
+        )
+        try:
+            returncode = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            _stop_group(child)
+    if returncode is None:
+        raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT.get(kind, kind)}; stopped")
+    mapped = _mapped(maps.read_bytes(), by_file) if maps.is_file() else None
+    error = _first_error(stderr, failed=returncode != 0)
+    return RunResult(kind, code, returncode, _tail(stdout), error, len(entries), mapped, tuple(places))
 
 
 def _stop_group(child: subprocess.Popen[bytes]) -> None:
@@ -192,6 +214,17 @@ def run_timeout() -> int:
     return int(value)
 
 
+def create_flat_environment(root: Path) -> Path:
+    """A virtual environment at ``root`` (the flat layout's prefix) of this interpreter; its python.
+
+    pip's target is a virtual environment: code that looks for libraries through
+    site.getsitepackages() (cuda-pathfinder, as CuPy does) finds them there, never in this
+    interpreter's own site-packages, which the environment does not include.
+    """
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(str(root))
+    return root / "bin" / "python"
+
+
 @contextmanager
 def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) -> Iterator[Installation]:
     """``wheels`` installed under a temporary root in each layout of ``kinds``, removed afterwards."""
@@ -209,10 +242,7 @@ def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) 
             for wheel in wheels:
                 _link_install(wheel, first, layout)
         if FLAT in layouts:
-            # pip's target is a virtual environment: code that looks for libraries through
-            # site.getsitepackages() (cuda-pathfinder, as CuPy does) finds them there, never in this
-            # interpreter's own site-packages, which the environment does not include.
-            venv.EnvBuilder(symlinks=True, with_pip=False).create(str(layouts[FLAT].root))
+            create_flat_environment(Path(layouts[FLAT].root))
         yield Installation(root, wheels, layouts)
 
 
