@@ -115,10 +115,26 @@ def _top_level_names(entry: str) -> Iterator[str]:
         yield name.split(".")[0]
 
 
-def is_wheel_entry(entry: str) -> bool:
-    """Whether a ``sys.path`` entry holds installed wheels (a ``*.dist-info`` directory)."""
+def runfiles_root(main_file: str) -> str:
+    """The test's runfiles directory: $RUNFILES_DIR or $TEST_SRCDIR (Bazel's), else the ``*.runfiles`` above its main."""
+    for variable in ("RUNFILES_DIR", "TEST_SRCDIR"):
+        if os.environ.get(variable):
+            return os.path.abspath(os.environ[variable])
+    parent = os.path.dirname(os.path.abspath(main_file))
+    while parent != os.path.dirname(parent) and not parent.endswith(".runfiles"):
+        parent = os.path.dirname(parent)
+    if not parent.endswith(".runfiles"):
+        raise UsageError(f"{main_file}: not in a runfiles directory, and neither RUNFILES_DIR nor TEST_SRCDIR is set")
+    return parent
+
+
+def is_wheel_entry(entry: str, runfiles: str) -> bool:
+    """Whether a ``sys.path`` entry holds installed wheels of the deps: it is in the runfiles (the interpreter's
+    own site-packages is not) and holds a ``*.dist-info`` directory."""
+    if not os.path.abspath(entry or os.curdir).startswith(runfiles.rstrip("/") + "/"):
+        return False
     try:
-        return any(name.endswith(".dist-info") for name in os.listdir(entry or os.curdir))
+        return any(name.endswith(".dist-info") for name in os.listdir(entry))
     except OSError:  # a zip file, a directory that does not exist
         return False
 
@@ -213,12 +229,12 @@ def _child_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
-def run_layouts(config: Config, work: Path) -> tuple[Comparison, Merged]:
+def run_layouts(config: Config, work: Path, runfiles: str) -> tuple[Comparison, Merged]:
     """Both runs of ``config``'s probe: in the test's layout and in one site-packages (``work``: a new directory)."""
     modules = check_probe(config.test, config.probe)
     environment = _child_environment()
     entries = real_sys_path(config.program, environment, config.test)
-    wheel_entries = [entry for entry in entries[1:] if is_wheel_entry(entry)]
+    wheel_entries = [entry for entry in entries[1:] if is_wheel_entry(entry, runfiles)]
     check_imports(config.test, modules, entries, wheel_entries)
     if not wheel_entries:
         raise UsageError(f"layout_test {config.test}: no installed wheel on the probe's sys.path: give deps from a pip hub (requirement(...))")
@@ -307,8 +323,9 @@ def main(main_file: str) -> int:
     """Run the test whose main is ``main_file``; 0 when its layout does what one site-packages does."""
     try:
         config = read_config(main_file)
+        runfiles = runfiles_root(main_file)
         with tempfile.TemporaryDirectory(prefix="layout-test-", dir=os.environ.get("TEST_TMPDIR")) as temp:
-            comparison, merged = run_layouts(config, Path(temp).resolve())
+            comparison, merged = run_layouts(config, Path(temp).resolve(), runfiles)
             print(format_verdict(config, comparison, merged, check_probe(config.test, config.probe)))
     except PatchedWheelsError as error:
         print(f"patched-wheels: error: {error}", file=sys.stderr)

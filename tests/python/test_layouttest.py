@@ -19,7 +19,7 @@ import pytest
 
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import FLAT, PER_WHEEL, Layout, install
-from patched_wheels.layouttest import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, check_probe, flat_path, main
+from patched_wheels.layouttest import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, check_probe, flat_path, is_wheel_entry, main
 from stackshapes import PLUGIN_LIBRARIES, build_plugin_stack
 
 PROBE_PROGRAM = Path(__file__).resolve().parents[2] / "python" / "private" / "layout_test_probe.py"
@@ -50,7 +50,12 @@ def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = 
 
 
 def run_main(main_file: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(main_file)
+    """The runner on the test of ``make_test`` (its directory standing in for the runfiles)."""
+    os.environ["RUNFILES_DIR"] = str(Path(main_file).parents[1])
+    try:
+        code = main(main_file)
+    finally:
+        del os.environ["RUNFILES_DIR"]
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -123,3 +128,14 @@ def test_the_merged_tree_is_links(plugin, tmp_path, capsys) -> None:
     assert code == 1, out + err
     assert "first error: AssertionError" in out and "exit status: 0\n" in out, out
     assert os.listdir(tmp_path / "pkg")  # the test's files stay; the merged tree is gone with its temporary directory
+
+
+def test_only_entries_in_the_runfiles_hold_the_deps_wheels(tmp_path) -> None:
+    """The interpreter's own site-packages (on sys.path without -S, as under rules_python 0.22.1) is not a dep."""
+    inside, outside = tmp_path / "t.runfiles" / "pypi_a" / "site-packages", tmp_path / "python" / "site-packages"
+    for entry in (inside, outside):
+        (entry / "a-1.0.dist-info").mkdir(parents=True)
+    (tmp_path / "t.runfiles" / "_main").mkdir()
+    runfiles = str(tmp_path / "t.runfiles")
+    assert is_wheel_entry(str(inside), runfiles) and not is_wheel_entry(str(outside), runfiles)
+    assert not is_wheel_entry(str(tmp_path / "t.runfiles" / "_main"), runfiles)
