@@ -139,3 +139,14 @@ def test_only_entries_in_the_runfiles_hold_the_deps_wheels(tmp_path) -> None:
     runfiles = str(tmp_path / "t.runfiles")
     assert is_wheel_entry(str(inside), runfiles) and not is_wheel_entry(str(outside), runfiles)
     assert not is_wheel_entry(str(tmp_path / "t.runfiles" / "_main"), runfiles)
+
+
+def test_a_preload_that_misses_libraries_asks_for_the_probe(plugin, tmp_path, capsys) -> None:
+    """The package's wheel already has a generated preload (the hub's probe was `import PKG`, say): the fix
+    is the same patched_wheel, now with this test's probe."""
+    main_file = make_test(tmp_path, plugin.wheels, plugin.code)
+    (package,) = (tmp_path / "installed").glob("fakeplug_cuda-*/site-packages/fakeplugins/xla_fake")
+    (package / "_patched_wheels_preload.py").write_text('"""Generated, and preloading nothing."""\n', encoding="utf-8")
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1, out + err
+    assert "fakeplugins.xla_fake has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: patched_wheel(" in out, out
