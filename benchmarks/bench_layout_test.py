@@ -9,8 +9,8 @@ is generated in a temporary directory with two layout_tests of the patched plugi
 ``import torch``), and removed afterwards (``clean --expunge``).  The target is built once; then, in
 alternating rounds, each a fresh process run outside ``bazel test`` (no Bazel overhead counted):
 
-* **probe once**: ``bazel-bin/PKG/NAME_layout_probe CODE``, the probe program (a py_binary with the
-  test's deps, launched by rules_python as a py_test is) running the probe code once;
+* **probe once**: the probe program in the test's runfiles (a py_binary with the test's deps, launched
+  by rules_python as a py_test is) running the probe code once;
 * **test**: ``bazel-bin/PKG/NAME``, the test itself (its sys.path run, the links, the virtual
   environment, and both runs of the probe, which it starts at once).
 
@@ -65,10 +65,12 @@ def measure(workspace: Path, target: str, rounds: int) -> bool:
     subprocess.run([bazel, "build", target], cwd=workspace, check=True, capture_output=True)
     bin_dir = workspace / "bazel-bin" / package
     probe = json.loads((bin_dir / f"{name}_layout_test.json").read_text(encoding="utf-8"))["probe"]
-    steps = {"probe once": [str(bin_dir / f"{name}_layout_probe"), probe], "test": [str(bin_dir / name)]}
+    runfiles = bin_dir / f"{name}.runfiles"
+    (program,) = runfiles.glob(f"*/{package}/{name}_layout_probe".replace("//", "/"))  # as the test runs it
+    steps = {"probe once": [str(program), probe], "test": [str(bin_dir / name)]}
     with tempfile.TemporaryDirectory(prefix="bench-layout-test-") as temp:
         environment = {key: value for key, value in os.environ.items() if not key.startswith(("RUNFILES", "PYTHON"))}
-        environment.update(TEST_TMPDIR=temp, TMPDIR=temp)
+        environment.update(TEST_TMPDIR=temp, TMPDIR=temp, RUNFILES_DIR=str(runfiles))
         results: dict[str, list[tuple[float, float]]] = {step: [] for step in steps}
         for index in range(rounds + 1):  # the first round warms the page cache and is not counted
             for step in steps if index % 2 == 0 else reversed(list(steps)):
