@@ -82,11 +82,14 @@ def check_probe(test: str, probe: str) -> list[str]:
     try:
         tree = ast.parse(probe, "<probe>")
         compile(tree, "<probe>", "exec")
-    except (SyntaxError, ValueError) as error:
-        where = f" (line {error.lineno})" if isinstance(error, SyntaxError) and error.lineno else ""
-        raise UsageError(f"layout_test {test}: probe = {json.dumps(probe)} does not compile: {error.msg if isinstance(error, SyntaxError) else error}{where}") from None
+    except SyntaxError as error:
+        where = f" (line {error.lineno})" if error.lineno else ""
+        raise UsageError(f"layout_test {test}: probe = {json.dumps(probe)} does not compile: {error.msg}{where}") from None
+    except ValueError as error:  # a NUL character
+        raise UsageError(f"layout_test {test}: probe = {json.dumps(probe)} does not compile: {error}") from None
+    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
     names: list[str] = []
-    for node in sorted((node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))), key=lambda node: (node.lineno, node.col_offset)):
+    for node in sorted(imports, key=lambda node: (node.lineno, node.col_offset)):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif node.level == 0 and node.module:
@@ -139,6 +142,11 @@ def is_wheel_entry(entry: str, runfiles: str) -> bool:
         return False
 
 
+def _dists(entry: str) -> list[str]:
+    """The distributions (``name-version``) installed in a ``sys.path`` entry, by their ``*.dist-info`` directories."""
+    return [name[: -len(".dist-info")] for name in sorted(os.listdir(entry)) if name.endswith(".dist-info")]
+
+
 def _owners(entry: str) -> dict[str, str]:
     """Install path -> distribution (``name-version``) for an entry holding several wheels, from their RECORDs."""
     owners = {}
@@ -173,7 +181,7 @@ def merge(wheel_entries: Sequence[str], root: Path) -> Merged:
     layout = Layout(FLAT, PurePosixPath(root))
     libraries: dict[str, ElfLibrary] = {}
     for entry in wheel_entries:
-        dists = [name[: -len(".dist-info")] for name in sorted(os.listdir(entry)) if name.endswith(".dist-info")]
+        dists = _dists(entry)
         owners = _owners(entry) if len(dists) > 1 else {}
         sources = [(path, path, full) for path, full in _files(entry)]
         if os.path.basename(entry) == PER_WHEEL_SCHEMES["site-packages"] and len(dists) == 1:
@@ -229,9 +237,9 @@ def _child_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
-def run_layouts(config: Config, work: Path, runfiles: str) -> tuple[Comparison, Merged]:
-    """Both runs of ``config``'s probe: in the test's layout and in one site-packages (``work``: a new directory)."""
-    modules = check_probe(config.test, config.probe)
+def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: str) -> tuple[Comparison, Merged]:
+    """Both runs of ``config``'s probe (which imports ``modules``): in the test's layout and in one site-packages
+    (``work``: a new directory)."""
     environment = _child_environment()
     entries = real_sys_path(config.program, environment, config.test)
     wheel_entries = [entry for entry in entries[1:] if is_wheel_entry(entry, runfiles)]
@@ -282,7 +290,7 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
         for entry in wheel_entries:
             if not os.path.isdir(os.path.join(entry, relative)):
                 continue
-            dists = [name[: -len(".dist-info")] for name in os.listdir(entry) if name.endswith(".dist-info")]
+            dists = _dists(entry)
             owner = _owners(entry).get(f"{relative}/__init__.py") if len(dists) > 1 else dists[0]
             if owner is None:
                 continue
@@ -320,13 +328,15 @@ def format_verdict(config: Config, comparison: Comparison, merged: Merged, modul
 
 
 def main(main_file: str) -> int:
-    """Run the test whose main is ``main_file``; 0 when its layout does what one site-packages does."""
+    """Run the test whose main is ``main_file``: 0 when its layout does what one site-packages does, 1 when not,
+    2 with one ``patched-wheels: error:`` line when the test itself is wrong (its probe, its deps)."""
     try:
         config = read_config(main_file)
+        modules = check_probe(config.test, config.probe)
         runfiles = runfiles_root(main_file)
         with tempfile.TemporaryDirectory(prefix="layout-test-", dir=os.environ.get("TEST_TMPDIR")) as temp:
-            comparison, merged = run_layouts(config, Path(temp).resolve(), runfiles)
-            print(format_verdict(config, comparison, merged, check_probe(config.test, config.probe)))
+            comparison, merged = run_layouts(config, modules, Path(temp).resolve(), runfiles)
+            print(format_verdict(config, comparison, merged, modules))
     except PatchedWheelsError as error:
         print(f"patched-wheels: error: {error}", file=sys.stderr)
         return 2
