@@ -20,6 +20,7 @@ import pytest
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import FLAT, PER_WHEEL, Layout, install
 from patched_wheels.layouttest import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, check_probe, flat_path, is_wheel_entry, main
+import rpathfixture
 from stackshapes import PLUGIN_LIBRARIES, build_plugin_stack
 
 PROBE_PROGRAM = Path(__file__).resolve().parents[2] / "python" / "private" / "layout_test_probe.py"
@@ -150,3 +151,14 @@ def test_a_preload_that_misses_libraries_asks_for_the_probe(plugin, tmp_path, ca
     code, out, err = run_main(main_file, capsys)
     assert code == 1, out + err
     assert "fakeplugins.xla_fake has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: patched_wheel(" in out, out
+
+
+def test_data_scheme_libraries_are_linked_where_pip_puts_them(tmp_path, capsys) -> None:
+    """A library of the wheel's data scheme (CyFES's): rules_python installs it beside site-packages, in the
+    wheel's ``data/``; one site-packages gets it under the environment's prefix, as pip does."""
+    wheel = rpathfixture.build_rpath_wheel(tmp_path / "wheels")
+    probe = "import os, sys; assert os.path.isfile(os.path.join(sys.prefix, 'pkgdata', 'libdata.so')), sys.prefix"
+    code, out, err = run_main(make_test(tmp_path / "test", [wheel], probe), capsys)
+    assert code == 1, out + err  # the test's layout has no prefix holding it: only the flat run passes
+    assert out.count("of the wheels' 3 libraries") == 2, out  # _ext.so, libdep.so.1 and the data-scheme libdata.so
+    assert "first error: AssertionError" in out and "exit status: 0\n" in out, out
