@@ -195,10 +195,9 @@ def merge(wheel_entries: Sequence[str], root: Path) -> Merged:
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink() or target.exists():
                 target.unlink()
-            real = os.path.realpath(full)
-            os.symlink(real, target)
-            if is_shared_library_name(install_path) and _is_elf(real):
-                libraries[real] = ElfLibrary(dist, install_path, None, (), (), ())
+            os.symlink(full, target)  # to the test's own file: resolving every runfiles link costs more than the run
+            if is_shared_library_name(install_path) and _is_elf(full):
+                libraries[os.path.realpath(full)] = ElfLibrary(dist, install_path, None, (), (), ())
     return Merged(root, Path(layout.site_packages("")), libraries, tuple(wheel_entries))
 
 
