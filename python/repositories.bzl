@@ -16,8 +16,15 @@ itself (index pages are fetched again after `clean --expunge`; the wheels still 
 cache).
 """
 
+load("//python/private:helper.bzl", "HELPER_DEPS_REPOSITORY", "helper_deps_repository")
 load("//python/private:hub.bzl", "DEFAULT_INDEX_URL", "patched_hub")
 load("//python/private:specs.bzl", "PATCHED_WHEEL_DEFAULTS", "hub_specs", "patched_wheel_problems")
+
+def patched_wheels_dependencies():
+    """The repositories `layout_test` (//python:defs.bzl) needs: the helper's pinned dependencies. `patched_index`
+    calls it; a WORKSPACE with no `patched_index` calls it once itself."""
+    if not native.existing_rule(HELPER_DEPS_REPOSITORY):
+        helper_deps_repository(name = HELPER_DEPS_REPOSITORY)
 
 def patched_wheel(**kwargs):
     """Describes one patched wheel for `patched_index(wheels = [...])`; takes the attributes of the
@@ -40,6 +47,7 @@ def patched_index(
     """A hub repository `name` with `requirements_lock.txt` for pip_parse (and `uv.lock` for a `uv_lock`),
     serving the lock's wheels (those in `wheels` patched) from a local index."""
     specs, patches = hub_specs(wheels)
+    patched_wheels_dependencies()
     patched_hub(
         name = name,
         requirements_lock = requirements_lock,

@@ -32,7 +32,7 @@ PER_WHEEL = "per-wheel"
 LAYOUT_TEXT = {FLAT: "every wheel in one site-packages", PER_WHEEL: "one directory per wheel"}
 SITE_PACKAGES = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 # rules_python's whl_library installs with these schemes (0.22.1 through 2.x), relative to the wheel's repository.
-_PER_WHEEL_SCHEMES = {"site-packages": "site-packages", "data": "data", "scripts": "bin", "headers": "include"}
+PER_WHEEL_SCHEMES = {"site-packages": "site-packages", "data": "data", "scripts": "bin", "headers": "include"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Layout:
 
     def site_packages(self, wheel: str) -> PurePosixPath:
         """The ``sys.path`` entry ``wheel``'s importable files land in."""
-        return self.base(wheel) / (SITE_PACKAGES if self.kind == FLAT else _PER_WHEEL_SCHEMES["site-packages"])
+        return self.base(wheel) / (SITE_PACKAGES if self.kind == FLAT else PER_WHEEL_SCHEMES["site-packages"])
 
     def target(self, wheel: str, path: str) -> PurePosixPath:
         """Where the file with install path ``path`` of ``wheel`` lands."""
@@ -57,7 +57,7 @@ class Layout:
             return self.site_packages(wheel) / path
         dist, kind, rest = scheme
         if self.kind == PER_WHEEL:
-            return self.base(wheel) / _PER_WHEEL_SCHEMES[kind] / rest
+            return self.base(wheel) / PER_WHEEL_SCHEMES[kind] / rest
         if kind == "data":
             return self.root / rest
         if kind == "scripts":

@@ -18,17 +18,12 @@ LD_LIBRARY_PATH would hide a failure that the next machine sees).  At exit the c
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
-import selectors
-import subprocess
 import sys
 import tempfile
-import time
 import venv
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Sequence
@@ -37,22 +32,17 @@ from patched_wheels.elfgraph import LibraryGraph, install_path
 from patched_wheels.elfread import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout, install
+from patched_wheels.supervise import supervise
 from patched_wheels.wheelfile import WheelReader
 
 TIMEOUT_VARIABLE = "RULES_PATCHED_WHEELS_RUN_TIMEOUT"
 # Environment variables that would let the child's loader find libraries outside the wheel directories.
 _DROPPED_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
-# What a run's report keeps of its output: the end of stdout, and of stderr a line at most this long.
-_KEPT_OUTPUT = 64 << 10
-_KEPT_LINE = 8 << 10
-# A Python exception line ("OSError: libx.so: cannot open ..."), also inside a logged message.
-_ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
-# The end of a complete maps record on the maps pipe (a maps line never holds a NUL).
-_MAPS_END = b"\0"
-# Runs in the child: write the mapped files to the pipe the tool holds (argv[1]: its descriptor) at exit, also
+# Runs in the child (`python -c CHILD FD CODE`, or layout_test's probe program, which runs its first
+# argument as code): write the mapped files to the pipe the tool holds (argv[1]: its descriptor) at exit, also
 # after an uncaught exception and through os._exit; then run the code.  A crash (a signal) runs no hook: then
 # what it mapped is unknown, never taken from an earlier run.
-_CHILD = """\
+CHILD = """\
 import atexit, os, sys
 
 def _record_maps(fd=int(sys.argv[1]), _done=[], _pid=os.getpid()):
@@ -86,7 +76,7 @@ class RunResult:
     code: str
     returncode: int
     stdout: str
-    """The last lines of its standard output (at most ``_KEPT_OUTPUT`` bytes)."""
+    """The last lines of its standard output (at most 64 KiB (:class:`~patched_wheels.supervise.Tail`))."""
     error_line: str | None
     """The first exception line of stderr (a logged one too); for a failure without one, the last line."""
     entries: int
@@ -157,24 +147,46 @@ class Installation:
         layout = self.layouts[kind]
         entries = layout.sys_path(wheel.name for wheel in self.wheels)
         by_file = {os.path.realpath(self.file(kind, library)): library for library in graph.load_order}
-        environment = {key: value for key, value in os.environ.items() if key not in _DROPPED_VARIABLES}
+        environment = dict(os.environ)
         if kind == FLAT:  # a virtual environment: its site-packages is site.getsitepackages(), as after pip
-            command = [str(Path(layout.root) / "bin" / "python"), "-c"]
+            command = [str(Path(layout.root) / "bin" / "python"), "-c", CHILD]  # see create_flat_environment
         else:  # rules_python: the interpreter with the wheels' directories on sys.path, no site-packages
-            command = [sys.executable, "-S", "-c"]
+            command = [sys.executable, "-S", "-c", CHILD]
             environment["PYTHONPATH"] = os.pathsep.join(entries)
-        if "\0" in code:
-            raise UsageError(f"code {code!r}: contains a NUL character")
-        timeout = run_timeout()
-        # A fresh current directory (sys.path[0] for -c) for each run: nothing an earlier run left is seen.
-        with tempfile.TemporaryDirectory(prefix=f"cwd-{kind}-", dir=self.root) as workdir:
-            captured = supervise([*command, _CHILD], code, environment, Path(workdir), timeout, wanted=set(by_file))
-        if captured is None:
-            raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT[kind]}; stopped")
-        mapped = None if captured.mapped is None else tuple(by_file[path] for path in by_file if path in captured.mapped)
-        places = (*entries, str(layout.root))
-        error = captured.stderr.first_error or (captured.stderr.last if captured.returncode != 0 else None)
-        return RunResult(kind, code, captured.returncode, captured.stdout.text(), error, len(entries), mapped, places)
+        return run_child(
+            kind, command, code, root=self.root, environment=environment, by_file=by_file, entries=entries,
+            places=(*entries, str(layout.root)),
+        )
+
+
+def run_child(
+    kind: str,
+    command: Sequence[str],
+    code: str,
+    *,
+    root: Path,
+    environment: dict[str, str],
+    by_file: dict[str, ElfLibrary],
+    entries: Sequence[str],
+    places: Sequence[str],
+) -> RunResult:
+    """Run ``[*command, FD, code]``, where ``command`` runs :data:`CHILD` (with ``python -c``, or a program
+    that runs its first argument as code: ``layout_test``'s), under :func:`supervise`, in a new directory
+    under ``root``, without the variables that would let the loader look outside the wheels; ``by_file``: the
+    set's libraries by real path, ``entries``: the layout's ``sys.path`` directories, ``places``: the
+    directories an error line names that differ between layouts."""
+    environment = {key: value for key, value in environment.items() if key not in _DROPPED_VARIABLES}
+    if "\0" in code:
+        raise UsageError(f"code {code!r}: contains a NUL character")
+    timeout = run_timeout()
+    # A fresh current directory (sys.path[0] for -c) for each run: nothing an earlier run left is seen.
+    with tempfile.TemporaryDirectory(prefix=f"cwd-{kind}-", dir=root) as workdir:
+        captured = supervise(command, code, environment, Path(workdir), timeout, wanted=set(by_file))
+    if captured is None:
+        raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT.get(kind, kind)}; stopped")
+    mapped = None if captured.mapped is None else tuple(by_file[path] for path in by_file if path in captured.mapped)
+    error = captured.stderr.first_error or (captured.stderr.last if captured.returncode != 0 else None)
+    return RunResult(kind, code, captured.returncode, captured.stdout.text(), error, len(entries), mapped, tuple(places))
 
 
 def run_timeout() -> int:
@@ -183,6 +195,17 @@ def run_timeout() -> int:
     if not (value.isascii() and value.isdigit() and 0 < int(value)):
         raise UsageError(f"{TIMEOUT_VARIABLE}={value!r}: not a positive whole number of seconds")
     return int(value)
+
+
+def create_flat_environment(root: Path) -> Path:
+    """A virtual environment at ``root`` (the flat layout's prefix) of this interpreter; its python.
+
+    pip's target is a virtual environment: code that looks for libraries through
+    site.getsitepackages() (cuda-pathfinder, as CuPy does) finds them there, never in this
+    interpreter's own site-packages, which the environment does not include.
+    """
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(str(root))
+    return root / "bin" / "python"
 
 
 @contextmanager
@@ -203,10 +226,7 @@ def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) 
                 _link_install(wheel, first, layout)
         if FLAT in layouts:
             _refuse_venv_paths(wheels, layouts[FLAT])
-            # pip's target is a virtual environment: code that looks for libraries through
-            # site.getsitepackages() (cuda-pathfinder, as CuPy does) finds them there, never in this
-            # interpreter's own site-packages, which the environment does not include.
-            venv.EnvBuilder(symlinks=True, with_pip=False).create(str(layouts[FLAT].root))
+            create_flat_environment(Path(layouts[FLAT].root))
         yield Installation(root, wheels, layouts)
 
 
@@ -254,216 +274,3 @@ def _link_install(wheel: Path, source: Layout, target: Layout) -> None:
             os.link(origin, destination)
         except OSError:
             shutil.copy2(origin, destination)
-
-
-class _Lines:
-    """A stream cut into lines as it arrives, each at most ``limit`` bytes (the rest of a longer one dropped):
-    any output fits in bounded memory."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.partial, self.cut = limit, bytearray(), False
-
-    def feed(self, data: bytes) -> None:
-        *lines, rest = data.split(b"\n")
-        for line in lines:
-            self._take(bytes(self.partial) + line if not self.cut else bytes(self.partial))
-            self.partial, self.cut = bytearray(), False
-        if not self.cut:
-            self.partial += rest
-            if len(self.partial) > self.limit:
-                del self.partial[self.limit :]
-                self.cut = True
-
-    def close(self) -> None:
-        if self.partial:
-            self._take(bytes(self.partial[: self.limit]))
-        self.partial = bytearray()
-
-    def _take(self, line: bytes) -> None:
-        raise NotImplementedError
-
-
-class _Errors(_Lines):
-    """Of a stderr stream: its first exception line (a logged one too) and its last line."""
-
-    def __init__(self) -> None:
-        super().__init__(_KEPT_LINE)
-        self.first_error: str | None = None
-        self.last: str | None = None
-
-    def _take(self, line: bytes) -> None:
-        text = line[: self.limit].decode("utf-8", "replace").strip()
-        if text and self.first_error is None and _ERROR_LINE.search(text):
-            self.first_error = text
-        self.last = text or self.last
-
-
-class _Maps(_Lines):
-    """Of the maps pipe: the mapped paths among ``wanted``, and whether the record arrived whole."""
-
-    def __init__(self, wanted: set[str]) -> None:
-        super().__init__(_KEPT_LINE)
-        self.wanted, self.paths, self.ended, self.size = wanted, set[str](), False, 0
-
-    def feed(self, data: bytes) -> None:
-        self.size += len(data)
-        self.ended = data.endswith(_MAPS_END) if data else self.ended
-        super().feed(data)
-
-    def _take(self, line: bytes) -> None:
-        fields = line.rstrip(_MAPS_END).decode("utf-8", "replace").split(maxsplit=5)  # address, perms, offset, dev, inode, path
-        if len(fields) == 6 and fields[5] in self.wanted:
-            self.paths.add(fields[5])
-
-
-class _Tail:
-    """The last ``_KEPT_OUTPUT`` bytes of a stream."""
-
-    def __init__(self) -> None:
-        self.data, self.cut = bytearray(), False
-
-    def feed(self, data: bytes) -> None:
-        self.data += data
-        if len(self.data) > 2 * _KEPT_OUTPUT:
-            del self.data[:-_KEPT_OUTPUT]
-            self.cut = True
-
-    def text(self) -> str:
-        """Decoded, a cut first line dropped."""
-        cut = self.cut or len(self.data) > _KEPT_OUTPUT
-        text = bytes(self.data[-_KEPT_OUTPUT:]).decode("utf-8", "replace")
-        return text.split("\n", 1)[-1] if cut else text
-
-
-@dataclass
-class Captured:
-    """What one supervised run returned, read from the pipes the tool held."""
-
-    returncode: int
-    stdout: _Tail
-    stderr: _Errors
-    maps: _Maps
-
-    @property
-    def mapped(self) -> set[str] | None:
-        """The wanted paths the child mapped at exit; None when it recorded no whole maps (a crash, a kill)."""
-        return self.maps.paths if self.maps.ended else None
-
-
-def supervise(
-    command: Sequence[str], code: str, environment: dict[str, str], cwd: Path, timeout: float, *, wanted: set[str]
-) -> Captured | None:
-    """Run ``command`` (a :data:`_CHILD` interpreter; it gets the maps descriptor and ``code``) in its own
-    session, reading its stdout, stderr and maps through pipes this process holds, in bounded memory; when it
-    ends (or at the deadline), every process it started is killed, those that left its session too.  None when
-    it ran (or its output was still open) past ``timeout`` seconds, reading included."""
-    deadline = time.monotonic() + timeout
-    _become_subreaper()
-    before = _descendants()
-    maps_read, maps_write = os.pipe()
-    out_read, out_write = os.pipe()
-    err_read, err_write = os.pipe()
-    sinks: dict[int, _Tail | _Lines] = {out_read: _Tail(), err_read: _Errors(), maps_read: _Maps(wanted)}
-    try:
-        child = subprocess.Popen(
-            [*command, str(maps_write), code],
-            env=environment,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out_write,
-            stderr=err_write,
-            pass_fds=(maps_write,),
-            start_new_session=True,  # its own session and process group
-        )
-    finally:
-        for fd in (maps_write, out_write, err_write):
-            os.close(fd)
-    returncode = None
-    try:
-        with selectors.DefaultSelector() as selector:
-            for fd in sinks:
-                os.set_blocking(fd, False)
-                selector.register(fd, selectors.EVENT_READ)
-            while (remaining := deadline - time.monotonic()) > 0:
-                if returncode is None and (returncode := child.poll()) is not None:
-                    _stop(child, before)  # what it left behind holds no pipe open past this point
-                if not selector.get_map():
-                    if returncode is not None:
-                        break
-                    with suppress(subprocess.TimeoutExpired):
-                        child.wait(timeout=min(0.1, remaining))
-                    continue
-                for key, _ in selector.select(timeout=min(0.1, remaining)):
-                    if data := os.read(key.fd, 1 << 16):
-                        sinks[key.fd].feed(data)
-                    else:
-                        selector.unregister(key.fd)
-            unfinished = returncode is None or bool(selector.get_map())
-    finally:
-        _stop(child, before)
-        for fd in sinks:
-            os.close(fd)
-    if unfinished:
-        return None
-    for sink in sinks.values():
-        if isinstance(sink, _Lines):
-            sink.close()
-    return Captured(returncode, sinks[out_read], sinks[err_read], sinks[maps_read])  # type: ignore[arg-type]
-
-
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def _become_subreaper() -> None:
-    """Make this process the parent of every orphan among its descendants (Linux 3.4+), so that a process a run
-    started in a new session (a daemon's double fork) is still found below this one and killed."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def _descendants() -> set[int]:
-    """This process's descendants now, from /proc (with this process a subreaper, orphans stay among them)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read(4096).rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, pending = set(), [os.getpid()]
-    while pending:
-        for pid in children.get(pending.pop(), ()):
-            if pid not in found:
-                found.add(pid)
-                pending.append(pid)
-    return found
-
-
-def _stop(child: subprocess.Popen[bytes], before: set[int]) -> None:
-    """Kill the run's session and every process below this one that the run started (they hold its pipes and
-    its directories), and reap them.  Processes that were below this one before the run are left alone."""
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):  # the child's group has ended
-        pass
-    child.wait()
-    for _ in range(1000):  # each round kills what the last one's kills orphaned; a fork bomb ends with the rounds
-        strays = _descendants() - before
-        if not strays:
-            return
-        for pid in strays:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for pid in strays:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:  # not this process's child (yet): reaped by its own parent, or next round
-                pass
-        time.sleep(0.01)  # the kills take effect

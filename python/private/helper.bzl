@@ -27,6 +27,15 @@ _PURE_WHEELS = [
     ),
 ]
 
+def _fetch_helper_wheels(ctx, prefix):
+    """Extracts each pinned wheel of the helper into `PREFIX<wheel name>`; returns those directories."""
+    outputs = []
+    for wheel in _PURE_WHEELS:
+        output = prefix + wheel.filename.removesuffix(".whl")
+        ctx.download_and_extract(url = wheel.url, output = output, sha256 = wheel.sha256, type = "zip")
+        outputs.append(output)
+    return outputs
+
 # Fixed timestamps inside every wheel the helper writes: same inputs, same bytes, same sha256.
 _SOURCE_DATE_EPOCH = "315532800"
 
@@ -54,11 +63,7 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
     if hasattr(ctx, "watch_tree"):
         # Editing the helper re-runs the hub, as editing a .bzl file would.
         ctx.watch_tree(package_dir)
-    paths = [str(package_dir.dirname)]
-    for wheel in _PURE_WHEELS:
-        output = "_helper/" + wheel.filename.removesuffix(".whl")
-        ctx.download_and_extract(url = wheel.url, output = output, sha256 = wheel.sha256, type = "zip")
-        paths.append(str(ctx.path(output)))
+    paths = [str(package_dir.dirname)] + [str(ctx.path(output)) for output in _fetch_helper_wheels(ctx, "_helper/")]
     environment = {
         "PYTHONPATH": ":".join(paths),
         "PYTHONNOUSERSITE": "1",
@@ -110,3 +115,33 @@ def run_helper(ctx, helper, args, *, progress, timeout = 3600):
         fail("rules_patched_wheels: %s failed (the helper's error is the line printed above)" % progress)
     _print_warnings(result.stderr, progress)
     return result.stdout
+
+# The repository of the helper's dependencies for code that runs in a build or test (layout_test's runner):
+# the same pinned wheels, as one py_library. Labels name it `@patched_wheels_helper_deps`.
+HELPER_DEPS_REPOSITORY = "patched_wheels_helper_deps"
+
+def _helper_deps_impl(repository_ctx):
+    outputs = _fetch_helper_wheels(repository_ctx, "")
+    repository_ctx.file("BUILD.bazel", """load("@rules_python//python:defs.bzl", "py_library")
+
+py_library(
+    name = "helper_deps",
+    srcs = glob(["**/*.py"]),
+    data = glob(["**/*"], exclude = ["**/*.py", "BUILD.bazel", "WORKSPACE", "REPO.bazel"]),
+    imports = {imports},
+    visibility = ["//visibility:public"],
+)
+""".format(imports = json.encode(outputs)))
+
+helper_deps_repository = repository_rule(
+    implementation = _helper_deps_impl,
+    doc = "The helper's pinned pure-Python dependencies (packaging, tomli) as `//:helper_deps`.",
+)
+
+def _helper_deps_extension_impl(module_ctx):
+    helper_deps_repository(name = HELPER_DEPS_REPOSITORY)
+
+helper_deps = module_extension(
+    implementation = _helper_deps_extension_impl,
+    doc = "Makes `@patched_wheels_helper_deps` (rules_patched_wheels' own MODULE.bazel uses it).",
+)

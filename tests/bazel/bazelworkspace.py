@@ -37,6 +37,8 @@ SPLIT_SIBLING = "faketorch-libs"
 SPLIT_MOVED_FROM = fakecuda.LIBRARY_PATHS["faketorch"]
 # split.py's layout: a moved `<pkg>/lib/libx.so` lands at `<sibling distribution>/lib/libx.so`.
 SPLIT_MOVED_TO = "faketorch_libs/lib/libfaketorch.so"
+# A library no layout has (a GPU driver on a machine without one): layout_test's probe that fails alike in both.
+ABSENT_DRIVER = "libfake_driver_absent.so.1"
 
 
 def summary_statuses(output: str) -> dict[str, str]:
@@ -211,7 +213,9 @@ def make_bzlmod_workspace(root: Path) -> Setup:
     write_lock(pypi.plugin.wheels, root / "plugin_requirements_lock.txt")
     _append_template(root / "MODULE.bazel", "plugin.MODULE.bazel.tmpl", {**values, "package": pypi.plugin.package})
     _append_template(
-        root / "BUILD.bazel", "plugin.BUILD.bazel.tmpl", dict(package=pypi.plugin.package, expected=str(stackshapes.PLUGIN_ANSWER))
+        root / "BUILD.bazel",
+        "plugin.BUILD.bazel.tmpl",
+        dict(package=pypi.plugin.package, expected=str(stackshapes.PLUGIN_ANSWER), probe=pypi.plugin.code, absent_driver=ABSENT_DRIVER),
     )
     # Never used by pip.parse: the hub that names the wrong JAX-like project fails, telling the right one.
     write_lock(pypi.split_plugin.wheels, root / "misplaced_requirements_lock.txt")

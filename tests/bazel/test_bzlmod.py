@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from bazelworkspace import CACHE_DIR, SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, stackshapes, summary_statuses
+from bazelworkspace import ABSENT_DRIVER, CACHE_DIR, SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, stackshapes, summary_statuses
 from patched_wheels.preload import read_preload_module
 
 pytestmark = pytest.mark.bazel
@@ -157,6 +157,46 @@ def test_module_lock_records_resolved_wheels(bzlmod: Setup, first_run: BazelResu
     if json.loads(lockfile.read_text(encoding="utf-8")) == {}:
         pytest.skip("this Bazel writes an empty MODULE.bazel.lock (Debian bazel-bootstrap); nothing to check")
     assert _lockfile_records_resolution(bzlmod.workspace, bzlmod.pypi.directory), lockfile.read_text()[:3000]
+
+
+def test_layout_test_fails_on_the_unpatched_plugin_and_passes_on_the_patched_one(bzlmod: Setup) -> None:
+    """JAX's silent failure: per wheel the unpatched plugin logs and exits 0; layout_test fails it by what one
+    site-packages maps and the test's layout does not, and passes the hub's preload = "auto" and a probe that
+    fails alike in both layouts (no driver)."""
+    workspace = bzlmod.workspace
+    result = workspace.run("test", "--keep_going", "//:plugin_layout_test", "//:plugin_original_layout_test", "//:nodriver_layout_test")
+    assert result.returncode == 3, result.tail()  # 3: built, and a test failed
+    statuses = summary_statuses(result.output)
+    assert statuses == {
+        "//:plugin_layout_test": "PASSED",
+        "//:plugin_original_layout_test": "FAILED",
+        "//:nodriver_layout_test": "PASSED",
+    }, result.tail()
+    log = workspace.test_log("plugin_original_layout_test")
+    assert "layout_test: FAILED" in log and "Unable to load CUDA" in log, log[-3000:]
+    missing = log.split("NOT in the test's layout:", 1)[1].split("layout_test:", 1)[0]
+    assert all(library in missing for library in stackshapes.PLUGIN_LIBRARIES.values()), log[-3000:]
+    assert 'has no generated preload: patch its wheel in the hub the deps come from: patched_wheel(name = "fakeplug-cuda", preload = "auto", probe = ' in log, log[-3000:]
+    log = workspace.test_log("plugin_layout_test")
+    assert log.count("mapped: 2 of the wheels' 2 libraries") == 2 and "layout_test: PASSED" in log, log[-3000:]
+    log = workspace.test_log("nodriver_layout_test")
+    assert "both fail alike" in log and ABSENT_DRIVER in log, log[-3000:]
+
+
+def test_layout_test_without_deps_fails_when_the_build_file_loads(bzlmod: Setup) -> None:
+    package = bzlmod.workspace.root / "misuse"
+    package.mkdir()
+    (package / "BUILD.bazel").write_text(
+        'load("@rules_patched_wheels//python:defs.bzl", "layout_test")\n'
+        'layout_test(name = "empty", deps = [], probe = "import fakeplugins.xla_fake")\n',
+        encoding="utf-8",
+    )
+    try:
+        result = bzlmod.workspace.run("build", "//misuse:empty")
+    finally:
+        shutil.rmtree(package)
+    assert result.returncode != 0
+    assert 'layout_test(name = "empty"): deps is empty' in result.output, result.tail()
 
 
 def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: Setup, first_run: BazelResult) -> None:

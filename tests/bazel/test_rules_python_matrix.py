@@ -81,6 +81,9 @@ BAZEL_8_FLAGS = (
     "--incompatible_no_implicit_file_export",
     "--nolegacy_external_runfiles",
 )
+# The hubs that also get a layout_test (patched_wheels.layouttest): the patched ones pass in every layout, the
+# control passes in one site-packages (it only exists in that configuration).
+LAYOUT_TEST_HUBS = ("fixed", "split", "original")
 CONFIGURATIONS = {
     "rules_python-0.22.1": Configuration("0.22.1"),
     "rules_python-1.6.0": Configuration("1.6.0"),
@@ -141,6 +144,8 @@ def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple
         if hub == "split":
             args += [f"--moved-from={SPLIT_MOVED_FROM}", f"--moved-to={SPLIT_MOVED_TO}", f"--sibling-repo={SPLIT_SIBLING.replace('-', '_')}"]
         tests.append(string_template("matrix/test.BUILD.bazel.tmpl", dict(hub=hub, args=json.dumps(args))))
+        if hub in LAYOUT_TEST_HUBS:
+            tests.append(string_template("matrix/layout_test.BUILD.bazel.tmpl", dict(hub=hub)))
     render(
         "matrix/BUILD.bazel.tmpl",
         root / "BUILD.bazel",
@@ -148,6 +153,10 @@ def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple
         tests="".join(tests),
     )
     return BazelWorkspace(root, root / "logs"), hubs
+
+
+def layout_tests(hubs: list[str]) -> list[str]:
+    return [f"//:{hub}_layout_test" for hub in hubs if hub in LAYOUT_TEST_HUBS]
 
 
 def string_template(template: str, values: dict[str, str]) -> str:
@@ -168,7 +177,8 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     root = tmp_path_factory.mktemp(request.param) / "ws"
     with serve_over_http(root / "pypi") as http_url:
         workspace, hubs = _workspace(root, configuration, http_url)
-        result = workspace.run("test", "--keep_going", *configuration.flags, *(f"//:{hub}_test" for hub in hubs))
+        targets = [*(f"//:{hub}_test" for hub in hubs), *layout_tests(hubs)]
+        result = workspace.run("test", "--keep_going", *configuration.flags, *targets)
         yield Matrix(configuration, workspace, hubs, result)
         workspace.shutdown()
 
@@ -197,6 +207,21 @@ def test_one_site_packages_needs_no_preload(matrix: Matrix) -> None:
     assert PRELOAD_BUG not in log and f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in log, log
     for hub in matrix.hubs:  # what check_faketorch.py checks with --one-site-packages
         assert "faketorch and fake_nvidia share one site-packages" in matrix.workspace.test_log(f"{hub}_test")
+
+
+def test_layout_test_runs_in_the_configurations_layout(matrix: Matrix) -> None:
+    """layout_test under each rules_python release and layout: its probe program sees what a py_test sees
+    (one directory per wheel, or one site-packages), and one site-packages made of links maps the same."""
+    statuses = summary_statuses(matrix.result.output)
+    targets = layout_tests(matrix.hubs)
+    assert {target: statuses.get(target) for target in targets} == dict.fromkeys(targets, "PASSED"), matrix.result.tail()
+    for target in targets:
+        log = matrix.workspace.test_log(target.removeprefix("//:"))
+        mapped = re.findall(r"mapped: (\d+) of the wheels' (\d+) libraries", log)
+        assert len(mapped) == 2 and mapped[0] == mapped[1] and int(mapped[0][0]) > 0, log[-3000:]
+        entries = int(re.search(r"the test's layout \((\d+) director", log)[1])
+        assert (entries == 1) == matrix.configuration.one_site_packages, log[-3000:]
+        assert "layout_test: PASSED" in log, log[-3000:]
 
 
 def test_hub_holds_only_the_wheels_it_wrote(matrix: Matrix) -> None:

@@ -320,3 +320,31 @@ def test_what_a_child_writes_where_its_maps_go_is_read_in_bounded_memory(runtime
     out = capsys.readouterr().out
     assert "first error" not in out  # the junk was written: the code ran to its end
     assert peak < 32 << 20, f"peak {peak >> 20} MiB"
+
+
+def test_two_runs_at_once_leave_each_other_alone(tmp_path):
+    """layout_test runs both layouts at once: the run that ends first stops its own processes, not those of the
+    run still under way (the later one's child and the process it started in its session)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from patched_wheels.probe import CHILD
+    from patched_wheels.supervise import supervise
+
+    done = tmp_path / "done"
+    short = "import time; time.sleep(0.3)"
+    late = tmp_path / "late.py"
+    late.write_text(f"import time\ntime.sleep(1.5)\nopen({str(done)!r}, 'w').write('ok')\n", encoding="utf-8")
+    long = f"import subprocess, sys\nsubprocess.run([sys.executable, {str(late)!r}], check=True)"
+    command = [sys.executable, "-c", CHILD]
+
+    def run(code: str, delay: float):
+        time.sleep(delay)
+        return supervise(command, code, dict(os.environ), tmp_path, 30, wanted=set())
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(run, short, 0.0)
+        second = pool.submit(run, long, 0.1)  # starts after the first took its list of processes
+        assert first.result().returncode == 0
+        captured = second.result()
+    assert captured is not None and captured.returncode == 0, captured and captured.stderr.last
+    assert done.read_text() == "ok"
