@@ -20,9 +20,10 @@ from patched_wheels.errors import warn
 from patched_wheels.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import ZipMember, is_safe_member_path
 
-# In every cache file name: rows of another layout are never read (2: keyed by sha256, rows without the file name;
-# 3: data-scheme libraries included).
-CACHE_SCHEMA = 3
+# In every cache file name: rows of another layout or reader are never read (2: keyed by sha256, rows without
+# the file name; 3: data-scheme libraries included; 4: read by the helper's own ELF reader, which refuses what
+# pyelftools read on, so rows it wrote are not believed).
+CACHE_SCHEMA = 4
 _ROW_FIELDS = frozenset(field for field in ElfLibrary.__dataclass_fields__ if field != "wheel")
 # Bounds on what a cache file may hold, whatever it claims (a row is a few hundred bytes).
 _MAX_CACHE_BYTES = 16 << 20
