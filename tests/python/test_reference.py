@@ -72,7 +72,7 @@ def test_api_as_bazel_sees_it() -> None:
 def test_stale_reference_fails(tmp_path: Path) -> None:
     """A changed doc string makes the check fail, naming the command that fixes it."""
     copy = tmp_path / "repo"
-    for part in ("python/extensions.bzl", "python/repositories.bzl", "python/private", "tools/gen_reference.py", "docs/reference.md"):
+    for part in ("python/extensions.bzl", "python/repositories.bzl", "python/defs.bzl", "python/private", "tools/gen_reference.py", "docs/reference.md"):
         source = ROOT / part
         target = copy / part
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -115,3 +115,15 @@ def test_loads_of_other_repositories_are_stand_ins(tmp_path: Path) -> None:
     namespace = gen_reference.Loader(tmp_path).globals(tmp_path / "python" / "a.bzl")
     assert namespace["X"].kind == "@rules_python//python:defs.bzl%py_test"
     assert namespace["X"].kwargs == {"name": "t", "deps": ["x"]}
+
+
+def test_layout_test_parameters_are_documented() -> None:
+    """Every parameter of the `layout_test` macro as Bazel calls it has a row with a doc from its `Args:`."""
+    generator = load_generator()
+    api = generator.reference(generator.Loader())
+    macro = api["layout_test"]
+    documented = generator.macro_arguments(macro)
+    for name, parameter in inspect.signature(macro).parameters.items():
+        shown = f"**{name}" if parameter.kind is inspect.Parameter.VAR_KEYWORD else name
+        assert documented.get(shown), f"layout_test: {shown} has no doc in its Args:"
+    assert generator.macro_arguments(generator.macro_summary) == {}  # no Args: section, no rows
