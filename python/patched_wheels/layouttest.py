@@ -175,29 +175,109 @@ def _is_elf(path: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class _File:
+    """A file of the merged tree: the test's own file it links to, and whose it is."""
+
+    full: str
+    owner: tuple[str, str]
+    """(the directory it was found under, its distribution): one wheel's files in one place share it."""
+    library: bool
+
+
+_Tree = dict[str, "_Tree | _File"]
+"""A directory of the merged tree: its entries by name, directories and files."""
+
+
+@dataclass(frozen=True)
+class _Whole:
+    """What decides whether a directory of the merged tree can be one link to the test's own directory."""
+
+    owner: tuple[str, str] | None
+    """The one owner of every file under it; None when several wheels (or places) share it."""
+    library: bool
+    """Whether a shared library is under it (it must then be a real directory: see :func:`merge`)."""
+    source: str | None
+    """The test's directory holding exactly its files at the same relative paths; None when there is none."""
+
+
+def _whole(tree: _Tree, wholes: dict[int, _Whole]) -> _Whole:
+    """Summarise every directory of ``tree`` into ``wholes`` (by ``id`` of its dict), bottom-up."""
+    owners, library, sources = set(), False, set()
+    for name, node in tree.items():
+        part = _whole(node, wholes) if isinstance(node, dict) else _Whole(node.owner, node.library, node.full)
+        owners.add(part.owner)
+        library = library or part.library
+        sources.add(os.path.dirname(part.source) if part.source and os.path.basename(part.source) == name else None)
+    whole = _Whole(owners.pop() if len(owners) == 1 else None, library, sources.pop() if len(sources) == 1 else None)
+    wholes[id(tree)] = whole
+    return whole
+
+
+def _may_be_one_link(parts: tuple[str, ...], site_packages: tuple[str, ...]) -> bool:
+    """Whether the merged tree's directory at ``parts`` (below the prefix) may be a link at all.
+
+    Never the prefix's own directories (``bin``, ``lib``, ``include``: the virtual environment is made in
+    them afterwards) nor site-packages and its parents; and no top-level package: code that reaches its
+    siblings as ``dirname(__file__)/..`` must find the merged site-packages, not its wheel's directory."""
+    if parts[: len(site_packages)] == site_packages:
+        return len(parts) >= len(site_packages) + 2
+    return len(parts) >= 2 and site_packages[: len(parts)] != parts
+
+
+def _make(tree: _Tree, directory: str, parts: tuple[str, ...], site_packages: tuple[str, ...], wholes: dict[int, _Whole]) -> None:
+    """Make ``tree`` at ``directory`` (a real directory made here): files and whole directories as links."""
+    os.makedirs(directory, exist_ok=True)
+    for name, node in tree.items():
+        target = os.path.join(directory, name)
+        if not isinstance(node, dict):
+            os.symlink(node.full, target)  # to the test's own file: resolving every runfiles link costs more than the run
+            continue
+        whole, child = wholes[id(node)], parts + (name,)
+        if whole.owner is not None and not whole.library and whole.source and _may_be_one_link(child, site_packages):
+            os.symlink(whole.source, target)  # one wheel's directory without a library: one link for all its files
+        else:
+            _make(node, target, child, site_packages, wholes)
+
+
 def merge(wheel_entries: Sequence[str], root: Path) -> Merged:
     """Link the wheels of ``wheel_entries`` into the flat layout at ``root`` (a later wheel's file wins, as with
-    pip) and find their shared libraries; ``root`` gets its virtual environment afterwards."""
+    pip) and find their shared libraries; ``root`` gets its virtual environment afterwards.
+
+    A shared library is a link to the test's own file inside real directories up to ``root``, so that the
+    ``$ORIGIN/..`` of its RUNPATH (``nvidia/*/lib``'s, torch's) resolves in the merged tree, not in its own
+    wheel's.  A directory only one wheel installs files into, with no shared library under it (torch's
+    10,000 headers), is one link to the test's own directory: one call instead of one per file."""
     layout = Layout(FLAT, PurePosixPath(root))
     libraries: dict[str, ElfLibrary] = {}
+    tree: _Tree = {}
+    prefix = str(root).rstrip("/") + "/"
     for entry in wheel_entries:
         dists = _dists(entry)
         owners = _owners(entry) if len(dists) > 1 else {}
-        sources = [(path, path, full) for path, full in _files(entry)]
+        sources = [(path, path, full, entry) for path, full in _files(entry)]
         if os.path.basename(entry) == PER_WHEEL_SCHEMES["site-packages"] and len(dists) == 1:
             for scheme, directory in PER_WHEEL_SCHEMES.items():  # rules_python's repository: the other schemes beside it
                 sibling = os.path.join(os.path.dirname(entry), directory)
                 if scheme != "site-packages" and os.path.isdir(sibling):
-                    sources += [(f"{dists[0]}.data/{scheme}/{path}", os.path.join(directory, path), full) for path, full in _files(sibling)]
-        for install_path, record_path, full in sources:
+                    sources += [(f"{dists[0]}.data/{scheme}/{path}", os.path.join(directory, path), full, sibling) for path, full in _files(sibling)]
+        for install_path, record_path, full, place in sources:
             dist = owners.get(record_path, dists[0] if dists else os.path.basename(entry))
-            target = Path(layout.target(dist, install_path))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink() or target.exists():
-                target.unlink()
-            os.symlink(full, target)  # to the test's own file: resolving every runfiles link costs more than the run
-            if is_shared_library_name(install_path) and _is_elf(full):
+            library = is_shared_library_name(install_path) and _is_elf(full)
+            if library:
                 libraries[os.path.realpath(full)] = ElfLibrary(dist, install_path, None, (), (), ())
+            *parents, name = str(layout.target(dist, install_path))[len(prefix) :].split("/")
+            node = tree
+            for part in parents:
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    child = node[part] = {}
+                node = child
+            node[name] = _File(full, (place, dist), library)  # a later wheel's file wins, as with pip
+    wholes: dict[int, _Whole] = {}
+    _whole(tree, wholes)
+    site_packages = PurePosixPath(layout.site_packages("")).relative_to(root).parts
+    _make(tree, str(root), (), site_packages, wholes)
     return Merged(root, Path(layout.site_packages("")), libraries, tuple(wheel_entries))
 
 

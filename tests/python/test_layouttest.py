@@ -21,10 +21,73 @@ from patched_wheels.errors import UsageError
 from patched_wheels.layout import FLAT, PER_WHEEL, Layout, install
 from patched_wheels.layouttest import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, check_probe, flat_path, is_wheel_entry, main
 import rpathfixture
+from fakecuda import build_wheel, compile_shared
 from stackshapes import PLUGIN_LIBRARIES, build_plugin_stack
 
 PROBE_PROGRAM = Path(__file__).resolve().parents[2] / "python" / "private" / "layout_test_probe.py"
 LABEL = "//pkg:plugin_layout_test"
+
+
+@pytest.fixture(scope="module")
+def headers(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """torch's shape, small: a package with a deep directory of headers beside its libraries (one of them in a
+    subdirectory of headers), and two wheels sharing a namespace directory."""
+    directory = tmp_path_factory.mktemp("headers")
+    library = compile_shared(directory, "libhdr.so", "int hdr(void) { return 1; }\n").read_bytes()
+    files = {f"hdr/include/deep/level{depth}/h{index}.h": b"#pragma once\n" for depth in range(4) for index in range(30)}
+    files |= {"hdr/__init__.py": b"", "hdr/lib/libhdr.so": library, "hdr/lib/cmake/hdr.cmake": b"",
+              "hdr/share/docs/readme.txt": b"", "hdr/share/bin/libtool.so": library}
+    wheels = [build_wheel(directory, "hdr", "1.0", files, executable=["hdr/lib/libhdr.so", "hdr/share/bin/libtool.so"])]
+    for name in ("nsa", "nsb"):
+        wheels.append(build_wheel(directory, name, "1.0", {f"ns/shared/pkg/{name}.py": b"", f"ns/{name}/__init__.py": b""}))
+    return wheels
+
+
+# Run in both layouts; only one site-packages (links) passes: the test's layout has no such tree.
+_TREE_PROBE = """import os, site, hdr
+sp = site.getsitepackages()[0]
+link, real = os.path.islink, lambda path: os.path.isdir(path) and not os.path.islink(path)
+assert link(os.path.join(sp, 'hdr/include')), 'headers: one link'
+assert os.path.isfile(os.path.join(sp, 'hdr/include/deep/level3/h29.h'))
+assert real(os.path.join(sp, 'hdr')) and real(os.path.join(sp, 'hdr/lib')), 'a top-level package, a library: real'
+assert link(os.path.join(sp, 'hdr/lib/libhdr.so')) and link(os.path.join(sp, 'hdr/lib/cmake'))
+assert real(os.path.join(sp, 'hdr/share')) and link(os.path.join(sp, 'hdr/share/docs')), 'a library deeper: real'
+assert real(os.path.join(sp, 'hdr/share/bin')) and link(os.path.join(sp, 'hdr/share/bin/libtool.so'))
+assert real(os.path.join(sp, 'ns/shared/pkg')), 'shared by two wheels: file by file'
+assert link(os.path.join(sp, 'ns/shared/pkg/nsa.py')) and link(os.path.join(sp, 'ns/shared/pkg/nsb.py'))
+"""
+
+
+def _snapshot(directory: Path) -> dict[str, str]:
+    """Every path under ``directory`` (links not followed) with what it is: a link's target, a file's bytes."""
+    found = {}
+    for parent, directories, files in os.walk(directory):
+        for name in directories + files:
+            path = os.path.join(parent, name)
+            found[os.path.relpath(path, directory)] = (
+                "-> " + os.readlink(path) if os.path.islink(path) else "dir" if os.path.isdir(path) else Path(path).read_text("latin-1")
+            )
+    return found
+
+
+def test_a_directory_of_one_wheel_without_libraries_is_one_link(headers, tmp_path, capsys) -> None:
+    """torch/include's 10,000 headers are one link; a directory holding a library, however deep, and one two
+    wheels install into stay real directories of links (checked while the flat run runs)."""
+    code, out, err = run_main(make_test(tmp_path, headers, _TREE_PROBE), capsys)
+    assert code == 1, out + err
+    assert out.count("first error: AssertionError") == 1 and "exit status: 0\n" in out, out
+    assert out.count("of the wheels' 2 libraries") == 2, out
+
+
+def test_the_cleanup_leaves_the_test_s_own_files_as_they_were(headers, tmp_path, capsys, monkeypatch) -> None:
+    """Removing the merged tree unlinks its directory links; it never removes (or changes) what they link to."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # both runs import from the test's own directories
+    main_file = make_test(tmp_path, headers, _TREE_PROBE)
+    before = _snapshot(tmp_path)
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1 and "first error: AssertionError" in out, out + err  # the flat run had its links
+    assert _snapshot(tmp_path) == before
+    assert len(before) > 120
 
 
 @pytest.fixture(scope="module")
