@@ -49,7 +49,7 @@ def timed(command: list[str], environment: dict[str, str]) -> tuple[float, float
 
 
 def generated_workspace(directory: Path) -> tuple[Path, list[str]]:
-    from bazelworkspace import make_bzlmod_workspace
+    from support.bazelworkspace import make_bzlmod_workspace
 
     setup = make_bzlmod_workspace(directory)
     with (setup.workspace.root / "BUILD.bazel").open("a", encoding="utf-8") as build:

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from bazelworkspace import (
+from support.bazelworkspace import (
     REPO_ROOT,
     SUFFIX,
     TEMPLATES,
@@ -35,8 +35,7 @@ from bazelworkspace import (
     summary_statuses,
 )
 
-sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
-from releasetool import load_release  # noqa: E402
+from support.releasetool import load_release  # noqa: E402
 
 pytestmark = pytest.mark.bazel
 

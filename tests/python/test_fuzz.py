@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from fakecuda import compile_shared
+from support.fakecuda import compile_shared
 from installer.sources import WheelFile as InstallerWheel
-from wheelbuilder import build_wheel
+from support.wheelbuilder import build_wheel
 
 from patched_wheels.cli import main
-from patched_wheels.index import build_index
-from patched_wheels.lock import INDEX_OPTIONS, read_lock
+from patched_wheels.index.simple import build_index
+from patched_wheels.lock.apply import INDEX_OPTIONS, read_lock
 from patched_wheels.wheelfile import WheelReader
 
 _SEED_SETTING = os.environ.get("RPW_FUZZ_SEED", "20261122")

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from patched_wheels.cli import main
-from patched_wheels.hubplan import PatchedWheelSpec
+from patched_wheels.hub.plan import PatchedWheelSpec
 
 _SEED_SETTING = os.environ.get("RPW_FUZZ_SEED", "20261126")
 SEED = time.time_ns() % 1_000_000_007 if _SEED_SETTING == "random" else int(_SEED_SETTING)

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Callable
 
 from test_fuzz import _one_error_line, _run, _run_cases
-from wheelbuilder import build_wheel
+from support.wheelbuilder import build_wheel
 
-from patched_wheels.index import build_index
-from patched_wheels.lock import INDEX_OPTIONS, read_lock
+from patched_wheels.index.simple import build_index
+from patched_wheels.lock.apply import INDEX_OPTIONS, read_lock
 
 TOML_CASES = int(os.environ.get("RPW_FUZZ_TOML_CASES") or 200)
 EVIL = "evil.invalid"

@@ -1,4 +1,4 @@
-"""The package's structure: no import cycle between its modules, no module too long to read.
+"""The package's structure: stages that import only earlier stages, no import cycle, no module too long to read.
 
 The import graph is read from the source (ast), every import counted: absolute and relative, at module
 level, inside functions and under ``if TYPE_CHECKING:`` -- a cycle that only typing or a late import
@@ -15,6 +15,41 @@ import pytest
 PACKAGE = "patched_wheels"
 ROOT = Path(__file__).resolve().parents[2] / "python" / PACKAGE
 MAX_LINES = 500
+
+STAGES: tuple[tuple[str, ...], ...] = (
+    ("base", "errors", ""),  # shared infrastructure; "" is the package's own __init__
+    ("wheelfile",),
+    ("elf",),
+    ("index",),
+    ("loading",),
+    ("patch",),
+    ("lock",),
+    ("hub",),
+    ("cli", "__main__"),
+)
+"""The helper's stages in the order data flows, each a subpackage (or top-level module) of ``patched_wheels``:
+a module may import its own stage's modules and those of earlier stages, never a later stage's."""
+
+
+def stage_of(module: str) -> int:
+    """The index in :data:`STAGES` of ``module`` (dotted, ``patched_wheels...``); a ValueError for a
+    module in no stage, so a new top-level module or subpackage must be placed."""
+    top = module.split(".")[1] if "." in module else ""
+    for index, stage in enumerate(STAGES):
+        if top in stage:
+            return index
+    raise ValueError(f"{module}: in no stage of STAGES; add its subpackage there")
+
+
+def stage_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a later stage, as ``importer -> imported (stage -> stage)``."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            own, theirs = stage_of(module), stage_of(target)
+            if theirs > own:
+                found.append(f"{module} -> {target} ({'/'.join(STAGES[own])} -> {'/'.join(STAGES[theirs])})")
+    return found
 
 
 def module_name(path: Path, root: Path, package: str) -> str:
@@ -92,6 +127,37 @@ def test_the_package_has_no_import_cycle():
     graph = import_graph(ROOT, PACKAGE)
     assert len(graph) > 20 and f"{PACKAGE}.wheelfile.writer" in graph  # the walk saw the whole tree
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_no_module_imports_a_later_stage():
+    graph = import_graph(ROOT, PACKAGE)
+    assert stage_violations(graph) == []
+
+
+def test_every_folder_of_the_package_is_a_stage():
+    folders = {path.name for path in ROOT.iterdir() if path.is_dir() and path.name != "__pycache__"}
+    modules = {path.stem for path in ROOT.glob("*.py")} - {"__init__"}
+    assert folders | modules <= {name for stage in STAGES for name in stage}, "place each new folder or top-level module in STAGES"
+
+
+@pytest.mark.parametrize(
+    ("files", "violations"),
+    [
+        ({"elf/__init__.py": "", "elf/read.py": "from pkg.patch import rewrite\n", "patch/__init__.py": "", "patch/rewrite.py": ""},
+         ["pkg.elf.read -> pkg.patch.rewrite (elf -> patch)"]),
+        ({"index/__init__.py": "", "index/simple.py": "def f():\n    from pkg.loading import probe\n", "loading/__init__.py": "", "loading/probe.py": ""},
+         ["pkg.index.simple -> pkg.loading.probe (index -> loading)"]),
+        ({"errors.py": "from pkg.cli import main\n", "cli/__init__.py": ""}, ["pkg.errors -> pkg.cli (base/errors/ -> cli/__main__)"]),
+        ({"patch/__init__.py": "", "patch/rpath.py": "from pkg.elf import read\nfrom pkg import errors\n", "elf/__init__.py": "", "elf/read.py": "", "errors.py": ""}, []),
+        ({"lock/__init__.py": "", "lock/plan.py": "", "lock/formats/__init__.py": "", "lock/formats/uv.py": "from pkg.lock import plan\n"}, []),
+    ],
+)
+def test_an_import_of_a_later_stage_is_found(tmp_path, files, violations):
+    root = tmp_path / "pkg"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+    assert stage_violations(import_graph(root, "pkg")) == violations
 
 
 def test_no_module_is_over_500_lines():
