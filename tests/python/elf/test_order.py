@@ -27,7 +27,7 @@ from patched_wheels.errors import ElfError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, plan_preload, preload_member_edits, read_preload_module, render_preload_module
 from patched_wheels.patch.surgery import patch_wheel
-from test_hub import load_config, write_config
+from support.hubconfig import load_config, write_config
 
 
 @pytest.fixture(scope="module")

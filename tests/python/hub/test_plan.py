@@ -16,6 +16,8 @@ import pytest
 
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
+from support.starlark import PRIVATE, starlark_constants
+
 from patched_wheels.hub.plan import (
     LOCK_FORMATS,
     HubConfig,
@@ -28,20 +30,6 @@ from patched_wheels.hub.plan import (
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.formats.registry import FORMATS
 from patched_wheels.lock.resolve import ResolvedWheel
-
-PRIVATE = Path(__file__).resolve().parents[3] / "python" / "private"
-
-
-def starlark_constants(path: Path) -> dict[str, ast.expr]:
-    """The top-level assignments of a .bzl file, parsed by Python's own parser (Starlark's syntax is a
-    subset of Python's), so the test reads the values Bazel loads, not a regex's guess at them."""
-    module = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    return {
-        node.targets[0].id: node.value
-        for node in module.body
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-    }
-
 
 def starlark_schema() -> dict[str, dict[str, Any]]:
     """PATCHED_WHEEL_SCHEMA of specs.bzl: attribute -> {kind, default, mandatory, values}."""

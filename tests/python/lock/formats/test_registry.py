@@ -8,15 +8,15 @@ import importlib
 import inspect
 from pathlib import Path
 
-from test_hubplan import PRIVATE, starlark_constants
-from test_imports import PACKAGE, ROOT, import_graph
+from support.importgraph import PACKAGE, ROOT, import_graph
+from support.starlark import PRIVATE, starlark_constants
 
 from patched_wheels.cli import build_parser, lock_input
 from patched_wheels.hub.plan import LOCK_FORMATS as HUB_LOCK_FORMATS
 from patched_wheels.lock.formats.registry import LOCK_FORMATS
 
-READERS = ("uvlock", "pylock", "requirements")
-LATER = ("lockplan", "lock", "index", "pipwriter", "uvwriter", "resolve", "hubplan", "hub")
+READERS = ("lock.formats.uvlock", "lock.formats.pylock", "lock.formats.requirements")
+LATER = ("lock.plan", "lock.apply", "index.simple", "lock.formats.pipwriter", "lock.formats.uvwriter", "lock.resolve", "hub.plan", "hub.build")
 
 
 def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -33,7 +33,7 @@ def test_readers_depend_on_the_lock_model_only_and_resolve_not_on_lock() -> None
     for reader in READERS:
         later = sorted(_reached(graph, f"{PACKAGE}.{reader}") & {f"{PACKAGE}.{name}" for name in LATER})
         assert not later, f"the reader {reader} imports {later}"
-    assert f"{PACKAGE}.lock" not in _reached(graph, f"{PACKAGE}.resolve"), "resolve comes before lock"
+    assert f"{PACKAGE}.lock.apply" not in _reached(graph, f"{PACKAGE}.lock.resolve"), "resolve comes before lock"
 
 
 def test_every_format_names_a_reader_writer_flag_and_attribute_that_exist() -> None:
