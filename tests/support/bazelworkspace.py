@@ -1,6 +1,6 @@
 """Synthetic Bazel workspaces that use the rules on the fake CUDA wheels, and a way to drive them.
 
-Each workspace gets its own "PyPI": the wheels of ``tests/python/fakecuda.py`` indexed by the real
+Each workspace gets its own "PyPI": the wheels of ``tests/support/fakecuda.py`` indexed by the real
 ``patched-wheels index`` and served as ``file://`` URLs, so the rules resolve every pin through the
 index's simple pages exactly as they do against pypi.org. Starting Bazel (a server, rules_python,
 pip installs) costs far more than any single assertion, so there are only two workspaces, one per
