@@ -7,6 +7,7 @@ hides is still two modules that cannot be understood one without the other.
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
 from support.importgraph import PACKAGE, ROOT, import_graph
@@ -93,6 +94,15 @@ def test_every_folder_of_the_package_is_a_stage():
     assert folders | modules <= {name for stage in STAGES for name in stage}, "place each new folder or top-level module in STAGES"
 
 
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    """The package ``pkg`` under ``tmp_path`` holding ``files`` (path -> text; its ``__init__.py`` empty unless given)."""
+    root = tmp_path / "pkg"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
 @pytest.mark.parametrize(
     ("files", "violations"),
     [
@@ -106,11 +116,7 @@ def test_every_folder_of_the_package_is_a_stage():
     ],
 )
 def test_an_import_of_a_later_stage_is_found(tmp_path, files, violations):
-    root = tmp_path / "pkg"
-    for name, text in {"__init__.py": "", **files}.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text, encoding="utf-8")
-    assert stage_violations(import_graph(root, "pkg")) == violations
+    assert stage_violations(import_graph(_package(tmp_path, files), "pkg")) == violations
 
 
 def test_no_module_is_over_500_lines():
@@ -132,8 +138,4 @@ def test_no_module_is_over_500_lines():
     ],
 )
 def test_cycles_are_found_however_the_import_is_spelled(tmp_path, files, cycle):
-    root = tmp_path / "pkg"
-    for name, text in {"__init__.py": "", **files}.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text, encoding="utf-8")
-    assert find_cycle(import_graph(root, "pkg")) == cycle
+    assert find_cycle(import_graph(_package(tmp_path, files), "pkg")) == cycle
