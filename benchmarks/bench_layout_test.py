@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "bazel"))
+sys.path.insert(0, str(REPO / "tests"))  # support.bazelworkspace: the Bazel tests' workspace builder
 TARGET = 2.0
 _SLOW_PROBE = "; ".join(["import fakeplugins.xla_fake as plugin", "plugin.backend()", "sum(i * i for i in range(12_000_000))"])
 
