@@ -31,10 +31,10 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests" / "python"), str(REPO / "python")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "python")]  # a script: support.* and the helper
 
-from fakecuda import compile_shared  # noqa: E402  (the test fixtures' gcc helper)
-from wheelbuilder import build_wheel  # noqa: E402
+from support.fakecuda import compile_shared  # noqa: E402  (the test fixtures' gcc helper)
+from support.wheelbuilder import build_wheel  # noqa: E402
 
 MEMBER = "cyfes/libcufes.so"
 """The library's path below the data scheme (``CyFES-<version>.data/data/``)."""

@@ -4,7 +4,7 @@ Downloads the wheels (pinned in ``torch_wheels.py``, ~2.6 GB) into
 ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/`` when absent, then in
 one run measures:
 
-* ``graph``: :func:`patched_wheels.elfgraph.scan_wheels` + ``build_graph`` with no
+* ``graph``: :func:`patched_wheels.elf.graph.scan_wheels` + ``build_graph`` with no
   result cache (every ELF member inflated), on all cores -- target <= 10 s on 2 cores;
 * ``floor``: inflating the very same members with zlib on one core, output discarded
   (what the naive approach costs before any ELF parsing);
@@ -26,8 +26,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from patched_wheels.elfgraph import build_graph, install_path, scan_wheels
-from patched_wheels.elfread import is_shared_library_name
+from patched_wheels.elf.graph import build_graph, install_path, scan_wheels
+from patched_wheels.elf.read import is_shared_library_name
 from patched_wheels.wheelfile import INFLATER_NAME
 
 from torch_wheels import NVIDIA, TORCH, ensure_wheels

@@ -74,9 +74,9 @@ def main() -> int:
         # What a warm run costs beyond starting Python and importing the CLI (the index command).
         startup = timed([sys.executable, "-c", "import patched_wheels.cli as c; c.build_parser(only='index')"], repeat=5)
         # The floor: the index module called directly, without the CLI's argument parsing.
-        alone = [sys.executable, "-c", "import sys; from patched_wheels.index import build_index; build_index(sys.argv[1])"]
+        alone = [sys.executable, "-c", "import sys; from patched_wheels.index.simple import build_index; build_index(sys.argv[1])"]
         warm_alone = timed([*alone, str(work)], repeat=5)
-        from patched_wheels.index import build_index
+        from patched_wheels.index.simple import build_index
 
         start = time.perf_counter()
         build_index(work)

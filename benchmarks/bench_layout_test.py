@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "bazel"))
+sys.path.insert(0, str(REPO / "tests"))  # support.bazelworkspace: the Bazel tests' workspace builder
 TARGET = 2.0
 _SLOW_PROBE = "; ".join(["import fakeplugins.xla_fake as plugin", "plugin.backend()", "sum(i * i for i in range(12_000_000))"])
 
@@ -49,7 +49,7 @@ def timed(command: list[str], environment: dict[str, str]) -> tuple[float, float
 
 
 def generated_workspace(directory: Path) -> tuple[Path, list[str]]:
-    from bazelworkspace import make_bzlmod_workspace
+    from support.bazelworkspace import make_bzlmod_workspace
 
     setup = make_bzlmod_workspace(directory)
     with (setup.workspace.root / "BUILD.bazel").open("a", encoding="utf-8") as build:

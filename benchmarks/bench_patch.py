@@ -76,7 +76,7 @@ def baseline(wheel: Path, patch: Path, work: Path) -> float:
     subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(work), str(wheel)], check=True, stdout=subprocess.DEVNULL)
     tree = work / "torch-2.1.0"
     subprocess.run(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from patched_wheels.unidiff import read_patch, apply_file_patch;"
+        [sys.executable, "-c", "import sys; from pathlib import Path; from patched_wheels.patch.unidiff import read_patch, apply_file_patch;"
          "[Path(sys.argv[2], p.path).write_bytes(apply_file_patch(p, Path(sys.argv[2], p.path).read_bytes())) for p in read_patch(Path(sys.argv[1]))]",
          str(patch), str(tree)],
         check=True,

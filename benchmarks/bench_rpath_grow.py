@@ -4,7 +4,7 @@
 
 ``patch --prepend-rpath 'torch/lib/libtorch_cuda.so=$ORIGIN/...'`` makes the 739 MB library's
 search path longer than its old string, so the dynamic string table must grow (before: patchelf on a
-temp file, holding the library in memory; now: :mod:`patched_wheels.elfgrow`, streamed).  In
+temp file, holding the library in memory; now: :mod:`patched_wheels.elf.grow`, streamed).  In
 alternating rounds, each step a fresh process: ``cp`` of the wheel, this tree's ``patch``, and with
 ``--baseline-tree DIR`` the same ``patch`` with ``DIR/python`` first on ``PYTHONPATH`` (e.g.
 ``git worktree add --detach /tmp/grow-base main``).  Per step: wall, CPU and peak RSS of the process

@@ -1,7 +1,7 @@
 """patched_wheels: fix broken PyPI wheels without forking them.
 
-One module per concern: wheel I/O, patching, ELF graph, preload, split, index, lock,
-and the command line (``patched_wheels.cli``).
+One subpackage per stage, in the order data flows: ``base`` (shared infrastructure), ``wheelfile``,
+``elf``, ``index`` and ``loading``, ``patch``, ``lock``, ``hub``, ``cli``; ``errors`` serves them all.
 """
 
 __version__ = "0.1.0"

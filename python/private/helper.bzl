@@ -7,7 +7,7 @@ which the helper does not even see (`python -S`: no `site` import, so no `.pth` 
 interpreter's runs in each of the helper's processes, nor can break it).
 Pure-Python wheels are extracted (a zip import compiles every module again in every process), and
 bytecode never goes beside the helper's sources, a tree Bazel watches: PYTHONPYCACHEPREFIX names the
-persistent directory `python -m patched_wheels.bytecode` prints (under the helper's cache root, so a
+persistent directory `python -m patched_wheels.base.bytecode` prints (under the helper's cache root, so a
 cold fetch after `bazel clean --expunge` compiles nothing; why and how it is trusted: that module), or
 `_helper/pycache` when it prints none, so at least each later run in the same repository rule or
 extension imports compiled modules.
@@ -19,7 +19,7 @@ _PURE_WHEELS = [
         url = "https://files.pythonhosted.org/packages/df/b2/87e62e8c3e2f4b32e5fe99e0b86d576da1312593b39f47d8ceef365e95ed/packaging-26.2-py3-none-any.whl",
         sha256 = "5fc45236b9446107ff2415ce77c807cee2862cb6fac22b8a73826d0693b0980e",
     ),
-    # TOML locks (uv.lock, pylock.toml) below Python 3.11, which has no tomllib (patched_wheels/tomlread.py).
+    # TOML locks (uv.lock, pylock.toml) below Python 3.11, which has no tomllib (patched_wheels/lock/formats/tomlread.py).
     struct(
         filename = "tomli-2.2.1-py3-none-any.whl",
         url = "https://files.pythonhosted.org/packages/6e/c2/61d3e0f47e2b74ef40a68b9e6ad5984f6241a942f7cd3bbfbdbd03861ea9/tomli-2.2.1-py3-none-any.whl",
@@ -77,7 +77,7 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
     # Where bytecode goes, asked with no prefix (the interpreter's own compiled stdlib is used) and
     # nothing written (the few helper modules this imports compile in memory).
     found = ctx.execute(
-        [python, "-S", "-m", "patched_wheels.bytecode"],
+        [python, "-S", "-m", "patched_wheels.base.bytecode"],
         environment = dict(environment, PYTHONDONTWRITEBYTECODE = "1", PYTHONPYCACHEPREFIX = ""),
         quiet = True,
     )

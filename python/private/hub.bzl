@@ -2,7 +2,7 @@
 writes the locks that point rules_python's pip_parse / pip.parse at them.
 
 Starlark keeps what Bazel needs at load time (the attributes) and the I/O (downloads, running the
-helper); every decision is the helper's plan (python/patched_wheels/hubplan.py), which this file only
+helper); every decision is the helper's plan (python/patched_wheels/hub/plan.py), which this file only
 feeds (`hub_request`) and follows."""
 
 load(":helper.bzl", "prepare_helper", "run_helper")

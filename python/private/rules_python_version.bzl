@@ -4,7 +4,7 @@ Which `index_option` a release can read is the helper's plan's decision (hubplan
 the rule reads the release here and passes it on.
 """
 
-# The attribute's values; the same tuple as the helper's lock.INDEX_OPTIONS (tests/python/test_hubplan.py).
+# The attribute's values; the same tuple as the helper's lock.plan.INDEX_OPTIONS (tests/python/hub/test_plan.py).
 INDEX_OPTIONS = ["direct", "extra-index-url", "index-url", "find-links"]
 
 # rules_python's own marker: `git archive` expands it to the release (features.bzl, since 0.38.0).

@@ -11,7 +11,7 @@ def _field(kind, doc, default = None, mandatory = False, values = None, allow_fi
 
 # The one schema of `patched_wheel`: the bzlmod tag (PATCHED_WHEEL_ATTRS), the WORKSPACE macro
 # (PATCHED_WHEEL_DEFAULTS, patched_wheel_problems) and the helper's spec (patched_wheel_spec, read by
-# hubplan.PatchedWheelSpec, which refuses a missing or unknown key; tests/python/test_hubplan.py holds the
+# hub.spec.PatchedWheelSpec, which refuses a missing or unknown key; tests/python/hub/test_plan.py holds the
 # two to the same names, kinds, defaults and values).
 PATCHED_WHEEL_SCHEMA = {
     "name": _field("string", "Project name as in the lock, e.g. `torch`.", mandatory = True),

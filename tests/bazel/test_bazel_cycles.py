@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bazelworkspace import Setup, cyclefixture, fakecuda, summary_statuses
+from support.bazelworkspace import Setup, cyclefixture, fakecuda, summary_statuses
 
 pytestmark = pytest.mark.bazel
 

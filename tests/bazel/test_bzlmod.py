@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from bazelworkspace import ABSENT_DRIVER, CACHE_DIR, SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, stackshapes, summary_statuses
-from patched_wheels.preload import read_preload_module
+from support.bazelworkspace import ABSENT_DRIVER, CACHE_DIR, SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, stackshapes, summary_statuses
+from patched_wheels.loading.preload import read_preload_module
 
 pytestmark = pytest.mark.bazel
 
@@ -209,7 +209,7 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
 
     # The helper's bytecode outlives the output base (bytecode.py): the rebuild compiles nothing again.
     compiled = _bytecode_stamps(workspace.root / CACHE_DIR / "bytecode")
-    assert any(path.name.startswith("hubplan.") for path in compiled), sorted(compiled)[:10]
+    assert any(path.parent.name == "hub" and path.name.startswith("plan.") for path in compiled), sorted(compiled)[:10]
 
     workspace.ok("clean", "--expunge")
     assert not any((workspace.output_base / "external").glob("*fixed")), "clean --expunge left the hub behind"

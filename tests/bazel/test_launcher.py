@@ -1,6 +1,6 @@
 """tools/bazel's offline path puts the helper's caches where they are without it.
 
-A repository rule runs the helper's own `cache_root()` (patched_wheels/cache.py) inside the launcher and
+A repository rule runs the helper's own `cache_root()` (patched_wheels/base/cache.py) inside the launcher and
 writes a marker there; the marker must appear at that path on the host: under $RULES_PATCHED_WHEELS_CACHE
 exported in the shell (not only through --repo_env), and by default under ~/.cache/rules_patched_wheels.
 With a host Bazel (no chroot) the same holds trivially.
@@ -16,14 +16,14 @@ from typing import Iterator
 
 import pytest
 
-from bazelworkspace import BAZEL, REPO_ROOT
+from support.bazelworkspace import BAZEL, REPO_ROOT
 
 pytestmark = pytest.mark.bazel
 
 PROBE_BZL = '''
 def _probe_impl(rctx):
     script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from patched_wheels.cache import cache_root; "
+        "import sys; sys.path.insert(0, sys.argv[1]); from patched_wheels.base.cache import cache_root; "
         + "root = cache_root(); root.mkdir(parents=True, exist_ok=True); (root / sys.argv[2]).write_text(sys.argv[2])"
     )
     result = rctx.execute(["python3", "-S", "-c", script, rctx.attr.python_dir, rctx.attr.marker])

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from bazelworkspace import (
+from support.bazelworkspace import (
     REPO_ROOT,
     SUFFIX,
     TEMPLATES,
@@ -35,8 +35,7 @@ from bazelworkspace import (
     summary_statuses,
 )
 
-sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
-from releasetool import load_release  # noqa: E402
+from support.releasetool import load_release  # noqa: E402
 
 pytestmark = pytest.mark.bazel
 
@@ -164,7 +163,7 @@ def test_a_hub_under_python_3_10_reads_a_uv_lock(released: Released) -> None:
     # interpreter tag) holds the fetched module's uvlock and the hub's tomli.
     tag = "cpython-" + OLD_PYTHON_VERSION.replace(".", "")
     compiled = sorted(str(path) for path in (released.workspace.root / "rpw-cache").rglob(f"*.{tag}.pyc"))
-    assert [path for path in compiled if path.endswith(f"/python/patched_wheels/uvlock.{tag}.pyc")], compiled[:20]
+    assert [path for path in compiled if path.endswith(f"/python/patched_wheels/lock/formats/uvlock.{tag}.pyc")], compiled[:20]
     assert [path for path in compiled if f"/tomli/_parser.{tag}.pyc" in path], compiled[:20]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bazelworkspace import SUFFIX, Setup, fakecuda, sha256_of
+from support.bazelworkspace import SUFFIX, Setup, fakecuda, sha256_of
 
 pytestmark = pytest.mark.bazel
 

@@ -19,34 +19,28 @@ here), and the run stops early after ``RPW_FUZZ_SECONDS`` (default 40) so CI sta
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import io
 import os
 import random
 import shutil
 import struct
-import time
-import traceback
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pytest
-from fakecuda import compile_shared
+from support.fakecuda import compile_shared
 from installer.sources import WheelFile as InstallerWheel
-from wheelbuilder import build_wheel
+from support.wheelbuilder import build_wheel
 
-from patched_wheels.cli import main
-from patched_wheels.index import build_index
-from patched_wheels.lock import INDEX_OPTIONS, read_lock
+from support.fuzzing import one_error_line, run_cases, run_cli
+from patched_wheels.index.simple import build_index
+from patched_wheels.lock.apply import INDEX_OPTIONS, read_lock
 from patched_wheels.wheelfile import WheelReader
 
-_SEED_SETTING = os.environ.get("RPW_FUZZ_SEED", "20261122")
-SEED = time.time_ns() % 1_000_000_007 if _SEED_SETTING == "random" else int(_SEED_SETTING)
 CASES = int(os.environ.get("RPW_FUZZ_CASES") or 240)
-SECONDS = float(os.environ.get("RPW_FUZZ_SECONDS") or 40)
 COMMANDS = ("patch", "graph", "doctor", "index")
 
 INIT = b"".join(b"line = %d\n" % number for number in range(1, 11))
@@ -156,27 +150,14 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, _Sample]:
     return {"demo": _sample(demo), "elfy": _sample(elf)}
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
-
-
 def _snapshot(directory: Path) -> dict[str, bytes]:
     return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()}
-
-
-def _one_error_line(status: int, out: str, err: str) -> None:
-    assert status == 1, f"exit {status}"
-    assert out == "", f"stdout {out!r}"
-    assert err.count("\n") == 1 and err.startswith("patched-wheels: error: "), f"stderr {err!r}"
 
 
 def _check_patch(case_dir: Path, wheel: Path, sample: str) -> None:
     out_dir = case_dir / "out"
     extra = ["--patch", str(case_dir.parent / "init.patch"), "--remove-requires", "triton"] if sample == "demo" else []
-    status, out, err = _run(["patch", "--wheel", str(wheel), "--dest-dir", str(out_dir), "--suffix", "fz.1", "--verify", *extra])
+    status, out, err = run_cli(["patch", "--wheel", str(wheel), "--dest-dir", str(out_dir), "--suffix", "fz.1", "--verify", *extra])
     if status == 0:
         (written,) = out_dir.iterdir()
         assert out.splitlines()[0] == str(written)
@@ -185,21 +166,21 @@ def _check_patch(case_dir: Path, wheel: Path, sample: str) -> None:
         with InstallerWheel.open(written) as source:
             source.validate_record(validate_contents=True)
     else:
-        _one_error_line(status, out, err)
+        one_error_line(status, out, err)
         assert not out_dir.exists() or not any(out_dir.iterdir()), sorted(out_dir.iterdir())
 
 
 def _check_graph(case_dir: Path, wheel: Path, sample: str) -> None:
-    status, out, err = _run(["graph", "--no-cache", str(wheel)])
+    status, out, err = run_cli(["graph", "--no-cache", str(wheel)])
     if status != 0:
-        _one_error_line(status, out, err)
+        one_error_line(status, out, err)
     assert sorted(path.name for path in case_dir.iterdir()) == [wheel.name]
 
 
 def _check_doctor(case_dir: Path, wheel: Path, sample: str) -> None:
-    status, out, err = _run(["doctor", "--no-cache", str(wheel)])
+    status, out, err = run_cli(["doctor", "--no-cache", str(wheel)])
     if err or status not in (0, 1) or not out:  # exit 1 with a report (and no error) is a prediction, not an error
-        _one_error_line(status, out, err)
+        one_error_line(status, out, err)
     assert sorted(path.name for path in case_dir.iterdir()) == [wheel.name]
 
 
@@ -210,12 +191,12 @@ def _check_index(case_dir: Path, wheel: Path, sample: str) -> None:
     build_index(directory)
     before = _snapshot(directory)
     wheel.rename(directory / wheel.name)
-    status, out, err = _run(["index", str(directory)])
+    status, out, err = run_cli(["index", str(directory)])
     if status == 0:
         page = (directory / "simple" / sample / "index.html").read_text()
         assert f"#sha256={hashlib.sha256((directory / wheel.name).read_bytes()).hexdigest()}" in page
     else:
-        _one_error_line(status, out, err)
+        one_error_line(status, out, err)
         after = _snapshot(directory)
         after.pop(wheel.name)
         assert after == before, "the index changed"
@@ -230,31 +211,6 @@ CHECKS: dict[str, Callable[[Path, Path, str], None]] = {
 }
 
 
-def _run_cases(tmp_path: Path, count: int, seed_prefix: str, prepare: Callable[[int, random.Random, Path], tuple[str, Callable[[], None]]]) -> None:
-    """Run ``count`` seeded cases (``prepare`` makes one in its directory and says what it is) until the deadline;
-    collect every broken promise, then fail naming the seed and the first few."""
-    deadline = time.monotonic() + SECONDS
-    failures: list[str] = []
-    ran = 0
-    for case in range(count):
-        if time.monotonic() > deadline:
-            break
-        case_dir = tmp_path / f"case{seed_prefix}{case}"
-        case_dir.mkdir()
-        description, check = prepare(case, random.Random(f"{SEED}-{seed_prefix}{case}"), case_dir)
-        try:
-            check()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # a traceback of the CLI (or SystemExit) is exactly what is looked for
-            detail = traceback.format_exc(limit=-6)
-            failures.append(f"case {case}: {description}: {error!r}\n{detail}")
-        shutil.rmtree(case_dir, ignore_errors=True)
-        ran += 1
-    assert ran >= min(count, 40), f"only {ran} cases ran in {SECONDS} s"
-    assert not failures, f"RPW_FUZZ_SEED={SEED}: {len(failures)} of {ran} cases broke a promise:\n" + "\n".join(failures[:5])
-
-
 def test_mutated_wheels_keep_the_promises(samples: dict[str, _Sample], tmp_path: Path) -> None:
     (tmp_path / "init.patch").write_bytes(INIT_PATCH)
     build_wheel(tmp_path, "other", "1.0", {"other/__init__.py": b""})
@@ -267,7 +223,7 @@ def test_mutated_wheels_keep_the_promises(samples: dict[str, _Sample], tmp_path:
         wheel.write_bytes(data)
         return f"{command} {sample_name} ({mutation})", lambda: CHECKS[command](case_dir, wheel, sample_name)
 
-    _run_cases(tmp_path, CASES, "", prepare)
+    run_cases(tmp_path, CASES, "", prepare)
 
 
 # --- Mutated locks through `lock` and `resolve`: a result (which reads back as a lock) or one error line ---
@@ -339,17 +295,17 @@ def _check_lock(case_dir: Path, lock_file: Path, lock_format: str, index: Path, 
     out, uv_out = case_dir / "out.txt", case_dir / "out.uv.lock"
     flag = {"requirements": "--requirements", "uv-lock": "--uv-lock"}[lock_format]
     extra = ["--out-uv-lock", str(uv_out)] if lock_format == "uv-lock" else []
-    status, stdout, err = _run(["lock", flag, str(lock_file), "--index", str(index), "--out", str(out), "--index-option", option, *extra])
+    status, stdout, err = run_cli(["lock", flag, str(lock_file), "--index", str(index), "--out", str(out), "--index-option", option, *extra])
     if status == 0:
         read_lock(out)  # what we wrote reads back as a lock
         if extra:
             read_lock(uv_out, "uv-lock")
     else:
-        _one_error_line(status, stdout, err)
+        one_error_line(status, stdout, err)
         assert not out.exists() and not uv_out.exists(), "partial output"
-    status, stdout, err = _run(["resolve", flag, str(lock_file), "--list-projects"])
+    status, stdout, err = run_cli(["resolve", flag, str(lock_file), "--list-projects"])
     if status != 0:
-        _one_error_line(status, stdout, err)
+        one_error_line(status, stdout, err)
 
 
 def test_mutated_locks_keep_the_promises(tmp_path: Path) -> None:
@@ -376,4 +332,4 @@ def test_mutated_locks_keep_the_promises(tmp_path: Path) -> None:
         lock_file.write_bytes(data)
         return f"{lock_format} {option} ({mutation})", lambda: _check_lock(case_dir, lock_file, lock_format, index, option)
 
-    _run_cases(tmp_path, LOCK_CASES, "lock-", prepare)
+    run_cases(tmp_path, LOCK_CASES, "lock-", prepare)

@@ -13,9 +13,7 @@ Seeded like ``test_fuzz.py``: ``RPW_FUZZ_SEED`` (default fixed), ``RPW_FUZZ_CASE
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
 import os
 import random
@@ -26,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from patched_wheels.cli import main
-from patched_wheels.hubplan import PatchedWheelSpec
+from support.fuzzing import run_cli
+from patched_wheels.hub.plan import PatchedWheelSpec
 
 _SEED_SETTING = os.environ.get("RPW_FUZZ_SEED", "20261126")
 SEED = time.time_ns() % 1_000_000_007 if _SEED_SETTING == "random" else int(_SEED_SETTING)
@@ -105,13 +103,6 @@ def _mutate(rng: random.Random, document: Any) -> tuple[str, str]:
     return f"{path} = {json.dumps(value)[:60]}", json.dumps(document)
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
-
-
 def _check(status: int, out: str, err: str) -> None:
     """The promise: one error line and no output, or success and the plan as JSON."""
     if status == 0:
@@ -132,7 +123,7 @@ def test_mutated_hub_json_keeps_the_promises(target: str, tmp_path: Path, monkey
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
     (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
     phase_two = ["--resolved", str(tmp_path / "resolved.json"), "--config-out", str(tmp_path / "_hub.json")]
-    status, out, err = _run(["hub", "plan", "--request", str(tmp_path / "request.json"), *phase_two])
+    status, out, err = run_cli(["hub", "plan", "--request", str(tmp_path / "request.json"), *phase_two])
     assert status == 0, err
     # The build's configuration as the plan wrote it; its wheels were never fetched, so a build fails, but only
     # after reading the whole configuration: the cases reach every check of it.
@@ -150,7 +141,7 @@ def test_mutated_hub_json_keeps_the_promises(target: str, tmp_path: Path, monkey
         else:
             argv = ["hub", "plan", "--request", str(tmp_path / "request.json"), *(phase_two if target == "resolved" or case % 2 else [])]
         try:
-            _check(*_run(argv))
+            _check(*run_cli(argv))
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # a traceback of the CLI (or SystemExit) is exactly what is looked for

@@ -20,11 +20,11 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from test_fuzz import _one_error_line, _run, _run_cases
-from wheelbuilder import build_wheel
+from support.fuzzing import one_error_line, run_cases, run_cli
+from support.wheelbuilder import build_wheel
 
-from patched_wheels.index import build_index
-from patched_wheels.lock import INDEX_OPTIONS, read_lock
+from patched_wheels.index.simple import build_index
+from patched_wheels.lock.apply import INDEX_OPTIONS, read_lock
 
 TOML_CASES = int(os.environ.get("RPW_FUZZ_TOML_CASES") or 200)
 EVIL = "evil.invalid"
@@ -124,18 +124,18 @@ def _mutate(rng: random.Random, text: str) -> tuple[str, str]:
 def _check(case_dir: Path, lock_file: Path, lock_format: str, index: Path, option: str) -> None:
     out, uv_out = case_dir / "out.txt", case_dir / "out.uv.lock"
     extra = ["--out-uv-lock", str(uv_out)] if lock_format == "uv-lock" else []
-    status, stdout, err = _run(["lock", f"--{lock_format}", str(lock_file), "--index", str(index), "--out", str(out), "--index-option", option, *extra])
+    status, stdout, err = run_cli(["lock", f"--{lock_format}", str(lock_file), "--index", str(index), "--out", str(out), "--index-option", option, *extra])
     if status == 0:
         assert EVIL not in out.read_text(encoding="utf-8"), "a smuggled URL reached the requirements lock"
         read_lock(out)  # what we wrote reads back as a lock
         if extra:
             read_lock(uv_out, "uv-lock")
     else:
-        _one_error_line(status, stdout, err)
+        one_error_line(status, stdout, err)
         assert not out.exists() and not uv_out.exists(), "partial output"
-    status, stdout, err = _run(["resolve", f"--{lock_format}", str(lock_file), "--list-projects"])
+    status, stdout, err = run_cli(["resolve", f"--{lock_format}", str(lock_file), "--list-projects"])
     if status != 0:
-        _one_error_line(status, stdout, err)
+        one_error_line(status, stdout, err)
 
 
 def test_mutated_lock_values_keep_the_promises(tmp_path: Path) -> None:
@@ -158,4 +158,4 @@ def test_mutated_lock_values_keep_the_promises(tmp_path: Path) -> None:
         lock_file.write_text(text, encoding="utf-8")
         return f"{lock_format} {option} ({mutation})", lambda: _check(case_dir, lock_file, lock_format, index, option)
 
-    _run_cases(tmp_path, TOML_CASES, "toml-", prepare)
+    run_cases(tmp_path, TOML_CASES, "toml-", prepare)

@@ -13,9 +13,9 @@ import zlib
 from pathlib import Path
 
 import pytest
-from fakecuda import build_fake_cuda_wheels
-from hostile import make_special_file
-from wheelbuilder import build_wheel, edit_headers
+from support.fakecuda import build_fake_cuda_wheels
+from support.hostile import make_special_file
+from support.wheelbuilder import build_wheel, edit_headers
 
 from patched_wheels.cli import main
 

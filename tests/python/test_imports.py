@@ -1,4 +1,4 @@
-"""The package's structure: no import cycle between its modules, no module too long to read.
+"""The package's structure: stages that import only earlier stages, no import cycle, no module too long to read.
 
 The import graph is read from the source (ast), every import counted: absolute and relative, at module
 level, inside functions and under ``if TYPE_CHECKING:`` -- a cycle that only typing or a late import
@@ -7,58 +7,47 @@ hides is still two modules that cannot be understood one without the other.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+from support.importgraph import PACKAGE, ROOT, import_graph
 
-PACKAGE = "patched_wheels"
-ROOT = Path(__file__).resolve().parents[2] / "python" / PACKAGE
 MAX_LINES = 500
 
-
-def module_name(path: Path, root: Path, package: str) -> str:
-    parts = [package, *path.relative_to(root).with_suffix("").parts]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported_modules(source: str, module: str, *, is_package: bool, known: set[str]) -> set[str]:
-    """The modules of ``known`` that ``source`` (the text of ``module``) imports, however it spells it.
-
-    ``from X import y`` counts ``X.y`` when that is a module, else ``X``; a relative import is
-    resolved against ``module``'s package (``module`` itself when it is a package's ``__init__``).
-    """
-    package = module if is_package else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join([*parts[: len(parts) - (node.level - 1)], *([node.module] if node.module else [])])
-            for alias in node.names:
-                # "from X import y": the module X.y when there is one, else a name defined by X.
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
-    targets = set()
-    for name in found:
-        # "import a.b.c" names a.b.c; its parents run too, but only a cycle through their own imports
-        # counts, and those are edges of their own.
-        while name and name not in known:
-            name = name.rpartition(".")[0]
-        if name and name != module:
-            targets.add(name)
-    return targets
+STAGES: tuple[tuple[str, ...], ...] = (
+    ("base", "errors", ""),  # shared infrastructure; "" is the package's own __init__
+    ("wheelfile",),
+    ("elf",),
+    ("index",),
+    ("loading",),
+    ("patch",),
+    ("lock",),
+    ("hub",),
+    ("cli", "__main__"),
+)
+"""The helper's stages in the order data flows, each a subpackage (or top-level module) of ``patched_wheels``:
+a module may import its own stage's modules and those of earlier stages, never a later stage's."""
 
 
-def import_graph(root: Path, package: str) -> dict[str, set[str]]:
-    paths = {module_name(path, root, package): path for path in sorted(root.rglob("*.py"))}
-    known = set(paths)
-    return {
-        name: imported_modules(path.read_text(encoding="utf-8"), name, is_package=path.name == "__init__.py", known=known)
-        for name, path in paths.items()
-    }
+def stage_of(module: str) -> int:
+    """The index in :data:`STAGES` of ``module`` (dotted, ``patched_wheels...``); a ValueError for a
+    module in no stage, so a new top-level module or subpackage must be placed."""
+    top = module.split(".")[1] if "." in module else ""
+    for index, stage in enumerate(STAGES):
+        if top in stage:
+            return index
+    raise ValueError(f"{module}: in no stage of STAGES; add its subpackage there")
+
+
+def stage_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a later stage, as ``importer -> imported (stage -> stage)``."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            own, theirs = stage_of(module), stage_of(target)
+            if theirs > own:
+                found.append(f"{module} -> {target} ({'/'.join(STAGES[own])} -> {'/'.join(STAGES[theirs])})")
+    return found
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -94,6 +83,42 @@ def test_the_package_has_no_import_cycle():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
+def test_no_module_imports_a_later_stage():
+    graph = import_graph(ROOT, PACKAGE)
+    assert stage_violations(graph) == []
+
+
+def test_every_folder_of_the_package_is_a_stage():
+    folders = {path.name for path in ROOT.iterdir() if path.is_dir() and path.name != "__pycache__"}
+    modules = {path.stem for path in ROOT.glob("*.py")} - {"__init__"}
+    assert folders | modules <= {name for stage in STAGES for name in stage}, "place each new folder or top-level module in STAGES"
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    """The package ``pkg`` under ``tmp_path`` holding ``files`` (path -> text; its ``__init__.py`` empty unless given)."""
+    root = tmp_path / "pkg"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("files", "violations"),
+    [
+        ({"elf/__init__.py": "", "elf/read.py": "from pkg.patch import rewrite\n", "patch/__init__.py": "", "patch/rewrite.py": ""},
+         ["pkg.elf.read -> pkg.patch.rewrite (elf -> patch)"]),
+        ({"index/__init__.py": "", "index/simple.py": "def f():\n    from pkg.loading import probe\n", "loading/__init__.py": "", "loading/probe.py": ""},
+         ["pkg.index.simple -> pkg.loading.probe (index -> loading)"]),
+        ({"errors.py": "from pkg.cli import main\n", "cli/__init__.py": ""}, ["pkg.errors -> pkg.cli (base/errors/ -> cli/__main__)"]),
+        ({"patch/__init__.py": "", "patch/rpath.py": "from pkg.elf import read\nfrom pkg import errors\n", "elf/__init__.py": "", "elf/read.py": "", "errors.py": ""}, []),
+        ({"lock/__init__.py": "", "lock/plan.py": "", "lock/formats/__init__.py": "", "lock/formats/uv.py": "from pkg.lock import plan\n"}, []),
+    ],
+)
+def test_an_import_of_a_later_stage_is_found(tmp_path, files, violations):
+    assert stage_violations(import_graph(_package(tmp_path, files), "pkg")) == violations
+
+
 def test_no_module_is_over_500_lines():
     lengths = {str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines()) for path in ROOT.rglob("*.py")}
     too_long = {name: lines for name, lines in lengths.items() if lines > MAX_LINES}
@@ -113,8 +138,4 @@ def test_no_module_is_over_500_lines():
     ],
 )
 def test_cycles_are_found_however_the_import_is_spelled(tmp_path, files, cycle):
-    root = tmp_path / "pkg"
-    for name, text in {"__init__.py": "", **files}.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text, encoding="utf-8")
-    assert find_cycle(import_graph(root, "pkg")) == cycle
+    assert find_cycle(import_graph(_package(tmp_path, files), "pkg")) == cycle

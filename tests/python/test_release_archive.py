@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from releasetool import RELEASE, load_release
+from support.releasetool import RELEASE, load_release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,16 +7,16 @@ import zipfile
 
 import pytest
 
-import stackshapes
-from fakecuda import build_fake_cuda_wheels, flat_layout, per_wheel_layout, run_import
+from support import stackshapes
+from support.fakecuda import build_fake_cuda_wheels, flat_layout, per_wheel_layout, run_import
 from patched_wheels.cli import main
-from patched_wheels.elfgraph import read_graph
-from patched_wheels.layout import SITE_PACKAGES
-from patched_wheels.probe import compare
-from patched_wheels.preload import PRELOAD_MODULE, PreloadList, preload_member_edits, read_preload_module, render_preload_module
-from patched_wheels.rpath import rpath_edit
-from patched_wheels.surgery import patch_wheel
-from rpathfixture import DATA_MEMBER, FIX, build_rpath_wheel
+from patched_wheels.elf.graph import read_graph
+from patched_wheels.loading.layout import SITE_PACKAGES
+from patched_wheels.loading.probe import compare
+from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, preload_member_edits, read_preload_module, render_preload_module
+from patched_wheels.patch.rpath import rpath_edit
+from patched_wheels.patch.surgery import patch_wheel
+from support.rpathfixture import DATA_MEMBER, FIX, build_rpath_wheel
 
 BUILDERS = {
     "plugin": stackshapes.build_plugin_stack,

@@ -29,7 +29,7 @@ def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
 
 def add_lock_input(parser: argparse.ArgumentParser) -> None:
     """``--requirements`` / ``--uv-lock`` / ``--pylock``: exactly one lock to read (``lock`` and ``resolve``)."""
-    from patched_wheels.lockformats import LOCK_FORMATS
+    from patched_wheels.lock.formats.registry import LOCK_FORMATS
 
     group = parser.add_mutually_exclusive_group(required=True)
     for entry in LOCK_FORMATS:
@@ -38,7 +38,7 @@ def add_lock_input(parser: argparse.ArgumentParser) -> None:
 
 def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
     """The lock given and its format (one of ``lockformats.FORMATS``)."""
-    from patched_wheels.lockformats import LOCK_FORMATS
+    from patched_wheels.lock.formats.registry import LOCK_FORMATS
 
     for entry in LOCK_FORMATS:
         if getattr(args, entry.name.replace("-", "_")) is not None:
@@ -47,15 +47,15 @@ def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
 
 
 def elf_cache_dir(args: argparse.Namespace) -> Path | None:
-    """The ELF cache the command reads and fills (see :mod:`patched_wheels.cache`), or None with ``--no-cache``."""
-    from patched_wheels.cache import cache_dir
+    """The ELF cache the command reads and fills (see :mod:`patched_wheels.base.cache`), or None with ``--no-cache``."""
+    from patched_wheels.base.cache import cache_dir
 
     return None if args.no_cache else cache_dir("elfgraph")
 
 
 def digest_memo_dir(args: argparse.Namespace) -> Path | None:
     """Where the wheels' digests (the ELF cache's keys) are remembered by file status; None with ``--no-cache``."""
-    from patched_wheels.cache import cache_dir
+    from patched_wheels.base.cache import cache_dir
 
     return None if args.no_cache else cache_dir("digests")
 

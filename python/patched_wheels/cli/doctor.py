@@ -28,10 +28,10 @@ import argparse
 from pathlib import Path
 
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
-from patched_wheels.doctor import diagnose, format_diagnosis, format_run
-from patched_wheels.syslibs import system_library_names
+from patched_wheels.loading.doctor import diagnose, format_diagnosis, format_run
+from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
-from patched_wheels.packages import find_package
+from patched_wheels.loading.packages import find_package
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -109,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
         diagnosis = diagnose(args.wheels, **options)
         print(format_diagnosis(diagnosis))
         return 1 if diagnosis.fails else 0
-    from patched_wheels.probe import installed  # imported here: only --run installs and runs anything
+    from patched_wheels.loading.probe import installed  # imported here: only --run installs and runs anything
 
     with installed(args.wheels) as installation:  # one install of each layout, the probe's run included
         diagnosis = diagnose(args.wheels, **options, installation=installation)

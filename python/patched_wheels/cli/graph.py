@@ -4,7 +4,7 @@ Lists every ELF library with its SONAME, RPATH/RUNPATH and DT_NEEDED (resolved t
 libraries of the set, or marked "system"), then a load order with every library
 after its dependencies.  Libraries that need each other (a cycle: legal, the dynamic loader accepts
 it) are listed together in the load order, marked ``(cycle N)``, and then under ``cycles``, members in
-the order a preload loads them (the first one loads the rest; see patched_wheels.elfgraph).
+the order a preload loads them (the first one loads the rest; see patched_wheels.elf.graph).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from patched_wheels.cli import add_elf_cache_option, digest_memo_dir, elf_cache_dir
-from patched_wheels.elfgraph import format_graph, graph_as_json, read_graph
+from patched_wheels.elf.graph import format_graph, graph_as_json, read_graph
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -3,7 +3,7 @@
 ``plan --request R`` checks what the user declared and says how to resolve the lock; with
 ``--resolved W`` it also says what to download where (and writes the build step's ``_hub.json``);
 ``build --config C`` patches, indexes and writes the locks. The decisions are
-:mod:`patched_wheels.hubplan`'s; this module reads the files, the environment and the ELF cache.
+:mod:`patched_wheels.hub.plan`'s; this module reads the files, the environment and the ELF cache.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from patched_wheels.hubplan import HubRequest, default_probes, needs_graph, plan_hub, resolution, resolved_wheels
+    from patched_wheels.hub.plan import HubRequest, default_probes, needs_graph, plan_hub, resolution, resolved_wheels
 
     request = _load(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
@@ -38,9 +38,9 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     # The caches are read by phase two only. Phase one (the extension's check) still imports the cache modules,
     # through hubplan's imports (elfgraph, index), but not observe and what only it imports.
-    from patched_wheels.cache import cache_dir
-    from patched_wheels.elfcache import cached_digests
-    from patched_wheels.observe import is_observed
+    from patched_wheels.base.cache import cache_dir
+    from patched_wheels.elf.cache import cached_digests
+    from patched_wheels.loading.observe import is_observed
 
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
@@ -57,8 +57,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from patched_wheels.hub import build_hub
-    from patched_wheels.hubplan import HubConfig
+    from patched_wheels.hub.build import build_hub
+    from patched_wheels.hub.plan import HubConfig
 
     for pin in build_hub(_load(args.config, HubConfig.from_json, "hub configuration")):
         print(pin)
@@ -73,7 +73,7 @@ def _load(path: Path, parse: Any, what: str) -> Any:
     """``parse`` of the JSON in ``path``; any flaw is one error naming the file (the rule wrote it, so a
     flaw means the Starlark and Python sides of a schema disagree). Only a regular file of bounded size
     is read: a FIFO or a device (``/dev/zero``) never is."""
-    from patched_wheels.fsutil import read_regular_file
+    from patched_wheels.base.fsutil import read_regular_file
 
     try:
         return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))

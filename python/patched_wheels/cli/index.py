@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.index import build_index
+from patched_wheels.index.simple import build_index
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from patched_wheels.cli import add_lock_input, lock_input
-from patched_wheels.index import build_index
-from patched_wheels.lock import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock
+from patched_wheels.index.simple import build_index
+from patched_wheels.lock.apply import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.mirror import mirror
+from patched_wheels.index.mirror import mirror
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.errors import UsageError
-from patched_wheels.surgery import MemberEdit, find_patches, patch_wheel
+from patched_wheels.patch.surgery import MemberEdit, find_patches, patch_wheel
 
 if TYPE_CHECKING:
-    from patched_wheels.packages import Phrasing
-    from patched_wheels.rpath import RpathEdit
+    from patched_wheels.loading.packages import Phrasing
+    from patched_wheels.patch.rpath import RpathEdit
 
 # Flag -> RPATH edit mode (the Starlark `rpath_mode` value).
 RPATH_FLAGS = {"--set-rpath": "set", "--prepend-rpath": "prepend", "--add-rpath": "append"}
@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, MemberEdit]:
     # Imported here: the ELF analysis is only needed for --preload-for.
-    from patched_wheels.preload import preload_member_edits
+    from patched_wheels.loading.preload import preload_member_edits
 
     return preload_member_edits(
         args.preload_for,
@@ -147,7 +147,7 @@ def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, Me
 
 def _phrasing(args: argparse.Namespace) -> Phrasing:
     """How placement errors and probe warnings name this command's flags, and the command to run instead."""
-    from patched_wheels.packages import Phrasing
+    from patched_wheels.loading.packages import Phrasing
 
     def write(filename: str, module: str) -> str:
         home = next(wheel for wheel in [args.wheel, *args.preload_from] if wheel.name == filename)
@@ -167,6 +167,6 @@ def _rpath_edits(options: list[tuple[str, str]]) -> list[RpathEdit]:
     if not options:
         return []
     # Imported here, like the preload: the ELF reading is only needed when RPATHs change.
-    from patched_wheels.rpath import parse_rpath_option
+    from patched_wheels.patch.rpath import parse_rpath_option
 
     return [parse_rpath_option(value, RPATH_FLAGS[flag], origin=f"{flag} {value!r}") for flag, value in options]

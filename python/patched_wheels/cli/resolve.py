@@ -15,8 +15,8 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import add_lock_input, lock_input
 from patched_wheels.errors import UsageError
-from patched_wheels.lockformats import served_pins
-from patched_wheels.resolve import projects_to_resolve, resolve
+from patched_wheels.lock.formats.registry import served_pins
+from patched_wheels.lock.resolve import projects_to_resolve, resolve
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, pars
 from packaging.version import Version
 
 from patched_wheels.errors import InvalidWheelError
-from patched_wheels.names import is_valid_project_name
+from patched_wheels.base.names import is_valid_project_name
 
 __all__ = ["WheelFilename", "is_safe_member_path"]
 

@@ -1,0 +1,258 @@
+"""Run a child in its own session and read what it says, whatever it does.
+
+The probe and ``doctor --run`` run package code, which may write anything, fork daemons, replace the files
+it was given or never end.  So the child's stdout, stderr and its record of mapped files (the maps, see
+:data:`patched_wheels.loading.probe.CHILD`) come through pipes this process holds, read as they arrive in bounded
+memory, and the whole run, reading included, ends at a deadline; then every process the run started is
+killed, those that left its session too (this process is their subreaper).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Collection, Sequence
+
+# What a run's report keeps of its output: the end of stdout, and of stderr a line at most this long.
+_KEPT_OUTPUT = 64 << 10
+_KEPT_LINE = 8 << 10
+# A Python exception line ("OSError: libx.so: cannot open ..."), also inside a logged message.
+_ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
+# The end of a complete maps record on the maps pipe (a maps line never holds a NUL).
+_MAPS_END = b"\0"
+
+
+class Lines:
+    """A stream cut into lines as it arrives, each at most ``limit`` bytes (the rest of a longer one dropped):
+    any output fits in bounded memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.partial, self.cut = limit, bytearray(), False
+
+    def feed(self, data: bytes) -> None:
+        *lines, rest = data.split(b"\n")
+        for line in lines:
+            self._take(bytes(self.partial) + line if not self.cut else bytes(self.partial))
+            self.partial, self.cut = bytearray(), False
+        if not self.cut:
+            self.partial += rest
+            if len(self.partial) > self.limit:
+                del self.partial[self.limit :]
+                self.cut = True
+
+    def close(self) -> None:
+        if self.partial:
+            self._take(bytes(self.partial[: self.limit]))
+        self.partial = bytearray()
+
+    def _take(self, line: bytes) -> None:
+        raise NotImplementedError
+
+
+class Errors(Lines):
+    """Of a stderr stream: its first exception line (a logged one too) and its last line."""
+
+    def __init__(self) -> None:
+        super().__init__(_KEPT_LINE)
+        self.first_error: str | None = None
+        self.last: str | None = None
+
+    def _take(self, line: bytes) -> None:
+        text = line[: self.limit].decode("utf-8", "replace").strip()
+        if text and self.first_error is None and _ERROR_LINE.search(text):
+            self.first_error = text
+        self.last = text or self.last
+
+
+class Maps(Lines):
+    """Of the maps pipe: the mapped paths among ``wanted``, and whether the record arrived whole."""
+
+    def __init__(self, wanted: set[str]) -> None:
+        super().__init__(_KEPT_LINE)
+        self.wanted, self.paths, self.ended, self.size = wanted, set[str](), False, 0
+
+    def feed(self, data: bytes) -> None:
+        self.size += len(data)
+        self.ended = data.endswith(_MAPS_END) if data else self.ended
+        super().feed(data)
+
+    def _take(self, line: bytes) -> None:
+        fields = line.rstrip(_MAPS_END).decode("utf-8", "replace").split(maxsplit=5)  # address, perms, offset, dev, inode, path
+        if len(fields) == 6 and fields[5] in self.wanted:
+            self.paths.add(fields[5])
+
+
+class Tail:
+    """The last ``_KEPT_OUTPUT`` bytes of a stream."""
+
+    def __init__(self) -> None:
+        self.data, self.cut = bytearray(), False
+
+    def feed(self, data: bytes) -> None:
+        self.data += data
+        if len(self.data) > 2 * _KEPT_OUTPUT:
+            del self.data[:-_KEPT_OUTPUT]
+            self.cut = True
+
+    def text(self) -> str:
+        """Decoded, a cut first line dropped."""
+        cut = self.cut or len(self.data) > _KEPT_OUTPUT
+        text = bytes(self.data[-_KEPT_OUTPUT:]).decode("utf-8", "replace")
+        return text.split("\n", 1)[-1] if cut else text
+
+
+@dataclass
+class Captured:
+    """What one supervised run returned, read from the pipes the tool held."""
+
+    returncode: int
+    stdout: Tail
+    stderr: Errors
+    maps: Maps
+
+    @property
+    def mapped(self) -> set[str] | None:
+        """The wanted paths the child mapped at exit; None when it recorded no whole maps (a crash, a kill)."""
+        return self.maps.paths if self.maps.ended else None
+
+
+def supervise(
+    command: Sequence[str], code: str, environment: dict[str, str], cwd: Path, timeout: float, *, wanted: set[str]
+) -> Captured | None:
+    """Run ``command`` (a :data:`patched_wheels.loading.probe.CHILD` interpreter; it gets the maps descriptor and ``code``) in its own
+    session, reading its stdout, stderr and maps through pipes this process holds, in bounded memory; when it
+    ends (or at the deadline), every process it started is killed, those that left its session too.  None when
+    it ran (or its output was still open) past ``timeout`` seconds, reading included."""
+    deadline = time.monotonic() + timeout
+    _become_subreaper()
+    before = _descendants()
+    maps_read, maps_write = os.pipe()
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    sinks: dict[int, Tail | Lines] = {out_read: Tail(), err_read: Errors(), maps_read: Maps(wanted)}
+    try:
+        child = subprocess.Popen(
+            [*command, str(maps_write), code],
+            env=environment,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out_write,
+            stderr=err_write,
+            pass_fds=(maps_write,),
+            start_new_session=True,  # its own session and process group
+        )
+    finally:
+        for fd in (maps_write, out_write, err_write):
+            os.close(fd)
+    with _RUNNING_LOCK:
+        _RUNNING.add(child.pid)
+    returncode = None
+    try:
+        with selectors.DefaultSelector() as selector:
+            for fd in sinks:
+                os.set_blocking(fd, False)
+                selector.register(fd, selectors.EVENT_READ)
+            while (remaining := deadline - time.monotonic()) > 0:
+                if returncode is None and (returncode := child.poll()) is not None:
+                    _stop(child, before)  # what it left behind holds no pipe open past this point
+                if not selector.get_map():
+                    if returncode is not None:
+                        break
+                    with suppress(subprocess.TimeoutExpired):
+                        child.wait(timeout=min(0.1, remaining))
+                    continue
+                for key, _ in selector.select(timeout=min(0.1, remaining)):
+                    if data := os.read(key.fd, 1 << 16):
+                        sinks[key.fd].feed(data)
+                    else:
+                        selector.unregister(key.fd)
+            unfinished = returncode is None or bool(selector.get_map())
+    finally:
+        _stop(child, before)
+        with _RUNNING_LOCK:
+            _RUNNING.discard(child.pid)
+        for fd in sinks:
+            os.close(fd)
+    if unfinished:
+        return None
+    for sink in sinks.values():
+        if isinstance(sink, Lines):
+            sink.close()
+    return Captured(returncode, sinks[out_read], sinks[err_read], sinks[maps_read])  # type: ignore[arg-type]
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+# The sessions (their leaders' pids) of the runs under way in this process: layout_test runs both layouts at
+# once, and one run's end must not sweep away the other's processes.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def _become_subreaper() -> None:
+    """Make this process the parent of every orphan among its descendants (Linux 3.4+), so that a process a run
+    started in a new session (a daemon's double fork) is still found below this one and killed."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _descendants() -> dict[int, int]:
+    """This process's descendants now, each with its session, from /proc (with this process a subreaper,
+    orphans stay among them)."""
+    children: dict[int, list[int]] = {}
+    sessions: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read(4096).rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        sessions[int(entry.name)] = int(fields[3])
+    found: dict[int, int] = {}
+    pending = [os.getpid()]
+    while pending:
+        for pid in children.get(pending.pop(), ()):
+            if pid not in found:
+                found[pid] = sessions[pid]
+                pending.append(pid)
+    return found
+
+
+def _stop(child: subprocess.Popen[bytes], before: Collection[int]) -> None:
+    """Kill the run's session and every process below this one that the run started (they hold its pipes and
+    its directories), and reap them.  Processes that were below this one before the run, and those in the
+    session of another run under way, are left alone."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the child's group has ended
+        pass
+    child.wait()
+    for _ in range(1000):  # each round kills what the last one's kills orphaned; a fork bomb ends with the rounds
+        with _RUNNING_LOCK:
+            others = _RUNNING - {child.pid}
+        strays = [pid for pid, session in _descendants().items() if pid not in before and session not in others]
+        if not strays:
+            return
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not this process's child (yet): reaped by its own parent, or next round
+                pass
+        time.sleep(0.01)  # the kills take effect

@@ -1,0 +1,167 @@
+"""The ELF cache: each wheel's library rows, keyed by its content, believed only as far as a wheel member is.
+
+Results are cached per wheel *content*: keyed by the wheel's sha256 (and the cache
+schema), holding no file name, so a renamed copy hits and a wheel whose sha256 is
+known (the hub's, pinned by the lock and verified by Bazel) needs no file at all when
+its rows are cached -- the hub then need not even fetch it.  Inflating is what costs:
+hashing a wheel that comes without a digest is far cheaper.  Files are read and written
+through :mod:`patched_wheels.base.cache` (trust, bounds, a miss for anything wrong).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from patched_wheels.base.cache import read_json, write_json
+from patched_wheels.elf.read import ElfLibrary, data_scheme, is_shared_library_name, starts_as_elf
+from patched_wheels.errors import warn
+from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.wheelfile import ZipMember, is_safe_member_path
+
+# In every cache file name: rows of another layout or reader are never read (2: keyed by sha256, rows without
+# the file name; 3: data-scheme libraries included; 4: read by the helper's own ELF reader, which refuses what
+# pyelftools read on, so rows it wrote are not believed).
+CACHE_SCHEMA = 4
+_ROW_FIELDS = frozenset(field for field in ElfLibrary.__dataclass_fields__ if field != "wheel")
+# Bounds on what a cache file may hold, whatever it claims (a row is a few hundred bytes).
+_MAX_CACHE_BYTES = 16 << 20
+_MAX_ROWS = 1 << 16
+_MAX_ENTRIES = 4096  # DT_NEEDED names, or RPATH/RUNPATH entries, of one row
+_MAX_PATH = 4096  # PATH_MAX
+_MAX_NAME = 255  # NAME_MAX: a longer SONAME or DT_NEEDED names no file
+
+
+class ElfCache:
+    """Per-wheel ELF rows on disk, one file per wheel content: ``<sha256>.v<schema>.json``, read and
+    written through :mod:`patched_wheels.base.cache` (trust, bounds, a miss for anything wrong).
+
+    The rows hold no wheel file name (it is filled in on load), so a renamed copy of a wheel hits.
+    A row becomes a path every import of a patched package loads, so it is believed only as a wheel
+    member would be (:func:`rows_problem`); a bad row makes the whole entry a miss, read again.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def file(self, sha256: str) -> Path:
+        return self.directory / f"{sha256}.v{CACHE_SCHEMA}.json"
+
+    def load(self, sha256: str, wheel: str) -> list[ElfLibrary] | None:
+        """The libraries of the wheel with this digest, reported as shipped by ``wheel``; None on a miss."""
+        path = self.file(sha256)
+        rows = read_json(path, max_bytes=_MAX_CACHE_BYTES)
+        if rows is None:
+            return None
+        problem = rows_problem(rows)
+        if problem is not None:
+            warn(f"{path}: cache entry ignored ({problem})")
+            return None
+        assert isinstance(rows, list)  # rows_problem says so
+        return [_library_from_row(row, wheel) for row in rows]
+
+    def store(self, sha256: str, libraries: Sequence[ElfLibrary]) -> None:
+        """Write the rows of one wheel, unless they are rows a later load would refuse (then they are
+        read again each time: a SONAME with a ``/`` is legal ELF, only not one we cache)."""
+        rows = [
+            {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(library).items() if key != "wheel"}
+            for library in libraries
+        ]
+        if rows_problem(rows) is None:
+            write_json(self.file(sha256), rows)
+
+
+def rows_problem(rows: object) -> str | None:
+    """Why decoded cache rows are not rows :meth:`ElfCache.store` writes, or None.
+
+    Each row is checked like a wheel member: a safe relative path (the check ``WheelReader`` applies
+    to member names) naming a shared library, a SONAME and DT_NEEDED names that are plain file names,
+    RPATH/RUNPATH entries that are strings without ``:`` or NUL; every count and length bounded.
+    """
+    if not isinstance(rows, list):
+        return "not a list of rows"
+    if len(rows) > _MAX_ROWS:
+        return f"more than {_MAX_ROWS} rows"
+    paths: set[str] = set()
+    for number, row in enumerate(rows, start=1):
+        problem = _row_problem(row)
+        if problem is None and row["path"] in paths:
+            problem = "a path listed twice"
+        if problem is not None:
+            return f"row {number}: {problem}"
+        paths.add(row["path"])
+    return None
+
+
+def _row_problem(row: object) -> str | None:
+    if not isinstance(row, dict) or set(row) != _ROW_FIELDS:
+        return f"not an object with exactly the keys {', '.join(sorted(_ROW_FIELDS))}"
+    path, soname = row["path"], row["soname"]
+    if not isinstance(path, str) or len(path) > _MAX_PATH:
+        return f"path is not a string of at most {_MAX_PATH} characters"
+    if not is_safe_member_path(path) or path.endswith("/") or not is_shared_library_name(path):
+        return f"path {_quoted(path)} is not a safe relative path of a shared library"
+    if soname is not None and not _is_plain_name(soname):
+        return f"soname {_quoted(soname)} is not a plain file name"
+    for key in ("needed", "rpath", "runpath"):
+        value = row[key]
+        if not isinstance(value, list) or len(value) > _MAX_ENTRIES:
+            return f"{key} is not a list of at most {_MAX_ENTRIES} entries"
+        for item in value:
+            if key == "needed" and not _is_plain_name(item):
+                return f"needed {_quoted(item)} is not a plain file name"
+            if key != "needed" and not (
+                isinstance(item, str) and 0 < len(item) <= _MAX_PATH and ":" not in item and "\0" not in item
+            ):
+                return f"{key} entry {_quoted(item)} is not a search path entry"
+    return None
+
+
+def _is_plain_name(name: object) -> bool:
+    """A file name the loader looks up in its search path: no directory, nothing special."""
+    if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
+        return False
+    return "/" not in name and "\0" not in name and name not in (".", "..")
+
+
+def _quoted(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _library_from_row(row: Mapping[str, object], wheel: str) -> ElfLibrary:
+    """One row that passed :func:`rows_problem` as a library of ``wheel``."""
+    lists = [tuple(row[key]) for key in ("needed", "rpath", "runpath")]  # type: ignore[call-overload]
+    return ElfLibrary(wheel, row["path"], row["soname"], *lists)  # type: ignore[arg-type]
+
+
+def wheel_problem(wheel: Path, members: Mapping[str, ZipMember], libraries: Sequence[ElfLibrary]) -> str | None:
+    """Why cached rows do not describe ``wheel`` (at hand), or None.
+
+    ``members``: the wheel's shared libraries by install path.  The rows must list exactly those (but a
+    data-scheme file that is not ELF), and each must start as an ELF file does (a few bytes inflated each,
+    not the member).
+    """
+    listed = {library.path for library in libraries}
+    absent = sorted(listed - members.keys())
+    # A .so-named data-scheme file that is no ELF file has no row (see elfread.read_library).
+    unlisted = [
+        path
+        for path in sorted(members.keys() - listed)
+        if not data_scheme(path) or starts_as_elf(wheel, members[path])
+    ]
+    if absent:
+        return f"{absent[0]}: no shared library of {wheel.name} has this path"
+    if unlisted:
+        return f"{unlisted[0]}: shipped by {wheel.name}, but no row lists it"
+    for path in sorted(listed):
+        if not starts_as_elf(wheel, members[path]):
+            return f"{path}: not an ELF file in {wheel.name}"
+    return None
+
+
+def cached_digests(digests: Iterable[str], cache_dir: Path) -> list[str]:
+    """Those of ``digests`` whose rows ``cache_dir`` holds, valid: such wheels need no file to be scanned."""
+    cache = ElfCache(cache_dir)
+    return [digest for digest in dict.fromkeys(digests) if SHA256_HEX.fullmatch(digest) and cache.load(digest, "") is not None]

@@ -1,0 +1,377 @@
+"""The shared-library graph of a set of wheels, read straight from the archives.
+
+Each wheel's libraries are read by :mod:`patched_wheels.elf.read` (or answered by the
+ELF cache, :mod:`patched_wheels.elf.cache`, keyed by the wheel's sha256).  Each
+DT_NEEDED name is resolved to a library of the set (by SONAME first, then by file
+name); names no wheel provides are "system" dependencies: reported, never followed.
+The libraries are then ordered dependencies first, which is what a preload needs; libraries that need
+each other (a cycle, such as pillow 13's ``libfreetype`` and ``libharfbuzz``) are legal, as they are
+to the dynamic loader, and are ordered as one (see :mod:`patched_wheels.elf.order`).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+
+from patched_wheels.elf.cache import ElfCache, wheel_problem
+from patched_wheels.elf.read import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
+from patched_wheels.base.digestmemo import sha256_of
+from patched_wheels.elf.order import components_load_order, order_key, strong_components
+from patched_wheels.errors import ElfError, UsageError, warn
+from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.wheelfile import WheelReader, ZipMember
+
+# Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
+_DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
+
+
+@dataclass(frozen=True)
+class WheelRef:
+    """One wheel of a set: the file name the graph reports it under, its sha256 and its file, each when known.
+
+    The sha256 keys the ELF cache, so a wheel whose rows are cached needs no file (the hub does not fetch
+    it); without one, the file is hashed.  A wheel with neither a file nor cached rows cannot be read.
+    """
+
+    filename: str
+    sha256: str = ""
+    """Hex digest of the file; empty: hash ``path`` when a cache is used."""
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.sha256 and not SHA256_HEX.fullmatch(self.sha256):
+            raise UsageError(f"{self.filename}: sha256 {self.sha256!r} is not 64 lowercase hex digits")
+        if self.path is not None and self.path.name != self.filename:
+            raise UsageError(f"{self.path}: named {self.filename} in the wheel set; the file must have that name")
+
+    @classmethod
+    def of(cls, wheel: Path | str | WheelRef) -> WheelRef:
+        """``wheel`` itself, or a file named by its path (its digest computed when needed)."""
+        if isinstance(wheel, WheelRef):
+            return wheel
+        path = Path(wheel)
+        return cls(path.name, path=path)
+
+
+@dataclass(frozen=True)
+class WheelScan:
+    """The libraries of a set of wheels plus what it cost to find them."""
+
+    libraries: tuple[ElfLibrary, ...]
+    inflated_bytes: int
+    """Bytes inflated in this run (0 for wheels answered from the cache)."""
+    cached_wheels: int
+    problems: Mapping[str, LibraryProblem] = field(default_factory=dict)
+    """Per wheel file name, its first library (by path) that cannot be read; its other libraries are listed."""
+
+
+@dataclass(frozen=True)
+class LibraryProblem:
+    """A library of a wheel that cannot be read (not ELF, truncated, ...): left out of the graph."""
+
+    path: str
+    """Its install path."""
+    message: str
+    """The error, one line naming the wheel and the member."""
+
+
+@dataclass(frozen=True)
+class LibraryGraph:
+    """Libraries, their resolved dependency edges and a deps-first load order."""
+
+    libraries: tuple[ElfLibrary, ...]
+    dependencies: Mapping[ElfLibrary, tuple[ElfLibrary, ...]]
+    """Resolved DT_NEEDED of each library, in DT_NEEDED order."""
+    system: Mapping[ElfLibrary, tuple[str, ...]]
+    """DT_NEEDED names no library of the set provides (libc, libcuda, ...)."""
+    providers: Mapping[ElfLibrary, Mapping[str, ElfLibrary]]
+    """For each library, the library of the set each resolved DT_NEEDED name stands for."""
+    load_order: tuple[ElfLibrary, ...]
+    """Every library after all of its dependencies, but for the members of a cycle (libraries that need
+    each other, which the dynamic loader accepts): each cycle after everything it needs, its members
+    together in the order of :func:`patched_wheels.elf.order.cycle_order`; ties broken by (path, wheel)."""
+    cycles: tuple[tuple[ElfLibrary, ...], ...] = ()
+    """The libraries that need each other (strongly connected components of two or more), each in load order."""
+    problems: Mapping[str, LibraryProblem] = field(default_factory=dict)
+    """Wheels with a library that cannot be read (see :func:`read_graph`'s ``lenient``)."""
+    _warned: set[str] = field(default_factory=set, compare=False, repr=False)
+    """Wheels whose problem :meth:`check_problems` has warned about: once per graph (the hub reads one for every spec)."""
+
+    def closure(self, roots: Iterable[ElfLibrary]) -> set[ElfLibrary]:
+        """``roots`` plus everything they need, transitively."""
+        seen: set[ElfLibrary] = set()
+        stack = list(roots)
+        while stack:
+            library = stack.pop()
+            if library not in seen:
+                seen.add(library)
+                stack.extend(self.dependencies[library])
+        return seen
+
+    def ordered(self, libraries: Iterable[ElfLibrary]) -> list[ElfLibrary]:
+        """``libraries`` in load order."""
+        wanted = set(libraries)
+        return [library for library in self.load_order if library in wanted]
+
+    def check_problems(self, package: str, package_wheel: str, used: Iterable[ElfLibrary], *, warn_others: bool = True) -> None:
+        """Fail on an unreadable library ``package`` may need; one warning for each other wheel with one.
+
+        ``used``: what the package's own libraries and its preload are (their closure is taken).  A wheel
+        is needed when it is the package's, ships one of those libraries (an unreadable one beside them
+        may be what they open), or its unreadable library has the file name of a DT_NEEDED none of them
+        resolved.  Any other wheel's problem cannot change the package's preload: a lock's bystander
+        (a wheel nobody here patches) must not fail the hub, ``patch`` or ``doctor``.  ``warn_others`` false:
+        only fail (a check before a probe runs, whose observation may yet add libraries to ``used``).
+        """
+        closure = self.closure(used)
+        wheels = {package_wheel} | {library.wheel for library in closure}
+        unresolved = {name for library in closure for name in self.system[library]}
+        for wheel, problem in sorted(self.problems.items()):
+            if wheel in wheels or posixpath.basename(problem.path) in unresolved:
+                raise ElfError(problem.message)
+        for wheel, problem in sorted(self.problems.items()) if warn_others else ():
+            if wheel not in self._warned:
+                self._warned.add(wheel)
+                warn(f"{problem.message}; {package} needs nothing of {wheel}: left out of its library graph")
+
+
+def install_path(member: str) -> str | None:
+    """Where an archive member lands: relative to site-packages, or, for the ``data``, ``scripts`` and
+    ``headers`` schemes, the member's own path (its ``<dist>.data/<scheme>/`` prefix says where an
+    installer puts it: see :func:`data_scheme`); None for a scheme no installer knows."""
+    if not member.partition("/")[0].endswith(".data"):  # nearly every member, and every member is asked
+        return member
+    if _DATA_TO_SITE_PACKAGES.match(member):
+        return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
+    return member if data_scheme(member) else None
+
+
+def _library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
+    """The shared libraries of ``wheel`` with their install paths, once the wheel passed the checks
+    of a wheel we accept (safe member paths, RECORD, names and versions).  Outside site-packages (data
+    scheme) only ELF files count: a ``.so``-named data file need not be a library."""
+    with WheelReader(wheel) as reader:
+        members = []
+        for name in reader.members():
+            path = install_path(name)
+            if path is None or name.endswith("/") or not is_shared_library_name(path):
+                continue
+            info = reader.info(name)
+            if data_scheme(path) and not starts_as_elf(wheel, info):
+                continue
+            members.append((info, path))
+    return members
+
+
+def _digest(wheel: WheelRef, digest_dir: Path | None) -> str:
+    if wheel.sha256 or wheel.path is None:
+        return wheel.sha256
+    return sha256_of(wheel.path, digest_dir)
+
+
+def scan_wheels(
+    wheels: Sequence[Path | str | WheelRef],
+    *,
+    cache_dir: Path | None = None,
+    workers: int | None = None,
+    digest_dir: Path | None = None,
+) -> WheelScan:
+    """Read the dynamic section of every shared library in ``wheels``.
+
+    With ``cache_dir``, a wheel whose rows are cached (by sha256) is not inflated (nor needed: the hub
+    names wheels it did not fetch by their sha256; when the file is at hand, the rows are checked against
+    it); the others are read and their rows stored.  A wheel given by its file alone is hashed for that
+    key, unless ``digest_dir`` (:mod:`patched_wheels.base.digestmemo`) remembers the file's digest.  Members are inflated largest first on ``workers`` threads (default: one
+    per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
+    read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
+    """
+    refs = list({(ref.path.resolve() if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values())
+    names = [ref.filename for ref in refs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise UsageError(f"{duplicates[0]}: two different files with this name are given")
+    for ref in refs:
+        if ref.path is not None and not ref.path.is_file():
+            raise UsageError(f"{ref.path}: no such wheel")
+    cache = None if cache_dir is None else ElfCache(cache_dir)
+    found: dict[str, list[ElfLibrary]] = {}
+    jobs: list[tuple[Path, ZipMember, str]] = []
+    scanned: list[tuple[WheelRef, str]] = []
+    workers = workers or os.cpu_count() or 1
+    digests = _map_on_threads(lambda ref: _digest(ref, digest_dir), refs, workers) if cache is not None else [ref.sha256 for ref in refs]
+    for ref, digest in zip(refs, digests):
+        cached = None if cache is None or not digest else _cached_libraries(cache, ref, digest)
+        if cached is not None:
+            found[ref.filename] = cached
+            continue
+        if ref.path is None:
+            raise UsageError(f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}")
+        found[ref.filename] = []
+        scanned.append((ref, digest))
+        jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
+    jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
+    problems: dict[str, LibraryProblem] = {}
+    for (wheel, _, path), library in zip(jobs, _map_on_threads(_read_or_problem, jobs, workers)):
+        if isinstance(library, ElfError):
+            if wheel.name not in problems or path < problems[wheel.name].path:
+                problems[wheel.name] = LibraryProblem(path, str(library))
+        else:
+            found[library.wheel].append(library)
+    for ref, digest in scanned:
+        found[ref.filename].sort(key=lambda library: library.path)
+        # A wheel with an unreadable library is not cached: its rows would list less than the wheel ships.
+        if cache is not None and ref.filename not in problems:
+            cache.store(digest, found[ref.filename])
+    libraries = tuple(library for ref in refs for library in found[ref.filename])
+    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned), problems)
+
+
+def _read_or_problem(job: tuple[Path, ZipMember, str]) -> ElfLibrary | ElfError:
+    """The library of one member, or the error that says why it cannot be read (kept for its wheel)."""
+    try:
+        return read_library(*job)
+    except ElfError as error:
+        return error
+
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+def _map_on_threads(function: Callable[[_Item], _Result], items: Sequence[_Item], workers: int) -> list[_Result]:
+    """``function`` of each item, in order, on up to ``workers`` threads; in this one for a single item (a
+    split's own wheel, answered by the cache: no pool, nor the import of the thread pool's module)."""
+    if len(items) <= 1:
+        return [function(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(function, items))
+
+
+def _cached_libraries(cache: ElfCache, ref: WheelRef, digest: str) -> list[ElfLibrary] | None:
+    """The cached libraries of ``ref``, or None on a miss.
+
+    When its file is at hand, the rows must describe it (each becomes a path that every import of a
+    patched package loads): a mismatch is a miss with one warning, and the rows are read again and rewritten.
+    """
+    cached = cache.load(digest, ref.filename)
+    if cached is None or ref.path is None:
+        return cached
+    problem = wheel_problem(ref.path, {install: info for info, install in _library_members(ref.path)}, cached)
+    if problem is None:
+        return cached
+    warn(f"{cache.file(digest)}: cache entry ignored ({problem}); read again from the wheel")
+    return None
+
+
+def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary | None:
+    """The provider of one DT_NEEDED name: one from the same wheel if any, else the first by (path, wheel)."""
+    others = [candidate for candidate in candidates if candidate != library]
+    if not others:
+        return None
+    same_wheel = [candidate for candidate in others if candidate.wheel == library.wheel]
+    return min(same_wheel or others, key=order_key)
+
+
+def build_graph(libraries: Sequence[ElfLibrary], problems: Mapping[str, LibraryProblem] | None = None) -> LibraryGraph:
+    """Resolve DT_NEEDED edges and order the libraries deps first, each cycle as one (see :attr:`LibraryGraph.load_order`)."""
+    by_soname: dict[str, list[ElfLibrary]] = {}
+    by_filename: dict[str, list[ElfLibrary]] = {}
+    for library in libraries:
+        if library.soname:
+            by_soname.setdefault(library.soname, []).append(library)
+        by_filename.setdefault(library.filename, []).append(library)
+    providers: dict[ElfLibrary, dict[str, ElfLibrary]] = {}
+    system: dict[ElfLibrary, tuple[str, ...]] = {}
+    for library in libraries:
+        resolved: dict[str, ElfLibrary] = {}
+        for name in library.needed:
+            provider = _pick(library, by_soname.get(name, ())) or _pick(library, by_filename.get(name, ()))
+            if provider is not None:
+                resolved[name] = provider
+        providers[library] = resolved
+        system[library] = tuple(name for name in library.needed if name not in resolved)
+    dependencies = {library: tuple(dict.fromkeys(providers[library].values())) for library in libraries}
+    ordered = tuple(sorted(libraries, key=order_key))
+    components = strong_components(ordered, dependencies)
+    load_order = components_load_order(components, dependencies, providers)
+    position = {library: number for number, library in enumerate(load_order)}
+    cycles = sorted(
+        (tuple(sorted(members, key=position.__getitem__)) for members in components if len(members) > 1),
+        key=lambda members: position[members[0]],
+    )
+    return LibraryGraph(ordered, dependencies, system, providers, load_order, tuple(cycles), dict(problems or {}))
+
+
+def read_graph(
+    wheels: Sequence[Path | str | WheelRef],
+    *,
+    cache_dir: Path | None = None,
+    workers: int | None = None,
+    digest_dir: Path | None = None,
+    lenient: bool = False,
+) -> LibraryGraph:
+    """Scan ``wheels`` and build their library graph.
+
+    A library that cannot be read is an :class:`ElfError` naming it, unless ``lenient``: then it is left
+    out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
+    against the package being patched (the whole lock is read, and most of its wheels are bystanders).
+    """
+    scan = scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir)
+    if scan.problems and not lenient:
+        first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
+        raise ElfError(scan.problems[first].message)
+    return build_graph(scan.libraries, scan.problems)
+
+
+def format_graph(graph: LibraryGraph) -> str:
+    """Human-readable listing: each library with its edges, then the load order."""
+    lines: list[str] = []
+    for library in graph.libraries:
+        lines.append(str(library))
+        if library.soname:
+            lines.append(f"  soname:  {library.soname}")
+        if library.rpath:
+            lines.append(f"  rpath:   {':'.join(library.rpath)}")
+        if library.runpath:
+            lines.append(f"  runpath: {':'.join(library.runpath)}")
+        for dependency in graph.dependencies[library]:
+            lines.append(f"  needs    {dependency}")
+        for name in graph.system[library]:
+            lines.append(f"  needs    {name} (system, not followed)")
+    lines.append("load order (dependencies first):")
+    width = len(str(len(graph.load_order)))
+    cycle_of = {library: number for number, members in enumerate(graph.cycles, start=1) for library in members}
+    for index, library in enumerate(graph.load_order, start=1):
+        mark = f"  (cycle {cycle_of[library]})" if library in cycle_of else ""
+        lines.append(f"  {index:>{width}}. {library}{mark}")
+    if graph.cycles:
+        # Only when there are any: the listing of an acyclic set stays as it was.
+        lines.append("cycles (libraries that need each other; each loads as one, first member first):")
+        for number, members in enumerate(graph.cycles, start=1):
+            lines.append(f"  cycle {number}: " + " <-> ".join(map(str, members)))
+    return "\n".join(lines)
+
+
+def graph_as_json(graph: LibraryGraph) -> dict[str, object]:
+    """The graph as plain data, for tools that consume ``patched-wheels graph --json``."""
+    return {
+        "libraries": [
+            {
+                **asdict(library),
+                "dependencies": [
+                    {"wheel": dependency.wheel, "path": dependency.path} for dependency in graph.dependencies[library]
+                ],
+                "system": list(graph.system[library]),
+            }
+            for library in graph.libraries
+        ],
+        "load_order": [{"wheel": library.wheel, "path": library.path} for library in graph.load_order],
+        "cycles": [[{"wheel": library.wheel, "path": library.path} for library in members] for members in graph.cycles],
+    }

@@ -1,0 +1,151 @@
+"""Build a hub: the patched wheels, the local index serving them, and the lock for rules_python.
+
+This is the one step the Bazel repository rule runs after fetching what the plan
+(:mod:`patched_wheels.hub.plan`) listed (``patched-wheels hub build --config _hub.json``): patch (and
+optionally split) each patched project, with its preload computed from the whole wheel set, then index
+the directory and rewrite the lock to point at it. Keeping the orchestration here, not in Starlark, lets
+a failure surface as the helper's one error line and lets the ELF graph be read once for the set, from
+a cache keyed by each wheel's sha256 that outlives the hub (``bazel clean --expunge`` included).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
+from patched_wheels.errors import UsageError
+from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, wheel_call
+from patched_wheels.index.simple import build_index
+from patched_wheels.lock.apply import lock
+from patched_wheels.loading.packages import Phrasing
+from patched_wheels.patch.surgery import MemberEdit, patch_wheel
+
+if TYPE_CHECKING:
+    from patched_wheels.patch.rpath import RpathEdit
+
+
+def build_hub(config: HubConfig) -> list[str]:
+    """Patch every spec into ``config.index_dir``, index it, write ``config.out``; return the pins made.
+
+    ``config`` was checked whole when it was read (:meth:`HubConfig.from_json`); the lock is looked at
+    here, before anything is written, so a bad one leaves no patched wheel and no ``simple/`` behind."""
+    if not config.lock.is_file():
+        raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": not a file")
+    config.index_dir.mkdir(parents=True, exist_ok=True)
+    pins = []
+    # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
+    # split, read only if some spec needs one.
+    needs_graph = any(spec.needs_graph for spec in config.patched)
+    # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
+    graph = read_graph(config.wheels, cache_dir=config.elf_cache, lenient=True) if needs_graph else None
+    for spec in config.patched:
+        pins.extend(
+            patch_into_index(
+                spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None, phrasing=phrasing(config, spec)
+            )
+        )
+    # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
+    lock(
+        config.lock,
+        build_index(config.index_dir),
+        config.out,
+        index_option=config.index_option,
+        upstream_index_url=config.index_url or None,
+        replaced=config.replaced,
+        references={project: (url, sha256) for project, (url, sha256) in config.references.items()},
+        lock_format=LOCK_FORMATS[config.lock_attribute],
+        out_uv_lock=config.out_uv_lock,
+    )
+    return pins
+
+
+def patch_into_index(
+    spec: PatchedWheelSpec,
+    wheel_set: Sequence[Path | WheelRef],
+    index_dir: Path,
+    *,
+    graph: LibraryGraph | None = None,
+    use_cache: bool = False,
+    phrasing: Phrasing | None = None,
+) -> list[str]:
+    """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins.
+
+    ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), read
+    here (without a cache) if the spec needs it and none is given.  ``use_cache``: keep the preload
+    probe's observation in the persistent cache.  ``phrasing``: how errors name the spec's attributes
+    (:func:`phrasing`; default: by the spec's name alone). The spec was checked by the plan
+    (:func:`patched_wheels.hub.plan.check_request`).
+    """
+    if spec.wheel is None:
+        raise UsageError(f"patched_wheel {spec.name}: no original wheel placed")
+    if graph is None and spec.needs_graph:
+        graph = read_graph(wheel_set, lenient=True)
+    member_edits: Mapping[str, MemberEdit] = {}
+    if spec.preloads:
+        from patched_wheels.loading.preload import preload_edits
+
+        assert graph is not None  # read above
+        # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
+        member_edits = preload_edits(
+            graph,
+            spec.package,
+            spec.wheel,
+            phrasing=phrasing,
+            preload_wheels=spec.preload_wheels,
+            strict=False,
+            wheels=wheel_set,
+            probe=spec.probe,
+            run_probe=spec.runs_probe,
+            use_cache=use_cache,
+        )
+    rpath_edits: list[RpathEdit] = []
+    if spec.rpath:
+        from patched_wheels.patch.rpath import rpath_edit
+
+        # In glob order, documented, so two globs matching one library do not depend on how the dict travels.
+        rpath_edits = [
+            rpath_edit(glob, entries, spec.rpath_mode, origin=f"patched_wheel {spec.name}: rpath {glob!r}")
+            for glob, entries in sorted(spec.rpath.items())
+        ]
+    options = dict(
+        suffix=spec.suffix,
+        patches=sorted(spec.patches, key=lambda patch: patch.name),  # numbered files apply in order
+        strip=spec.strip,
+        remove_requires=spec.remove_requires,
+        add_requires=spec.add_requires,
+        delete=spec.delete,
+        member_edits=member_edits,
+        rpath_edits=rpath_edits,
+    )
+    if not spec.split_into:
+        return [patch_wheel(spec.wheel, index_dir, **options).requirement]
+    from patched_wheels.patch.split import BAZEL_NAMES, SplitRequest
+
+    assert graph is not None  # a split needs one
+    graph.check_problems(spec.name, spec.wheel.name, [library for library in graph.libraries if library.wheel == spec.wheel.name])
+
+    split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES)
+    return list(patch_wheel(spec.wheel, index_dir, **options, split=split, graph=graph).requirements)
+
+
+def phrasing(config: HubConfig, spec: PatchedWheelSpec) -> Phrasing:
+    """How the build step's placement errors and probe warnings name ``spec``: by the ``patched_wheel`` the user
+    wrote, its ``preload_package`` and ``probe`` attributes, and the one to write instead."""
+    from patched_wheels.loading.preload import project_name
+
+    call = wheel_call(config.hub, config.bzlmod, spec.name)
+    if spec.preload_package:
+        option = f"{call}: preload_package = {json.dumps(spec.preload_package)}"
+    else:
+        option = f"{call}: preload_package (not given: {json.dumps(spec.package)}, from name)"
+    probe = f", probe = {json.dumps(spec.probe)}" if spec.probe else ""
+    return Phrasing(
+        option=option,
+        wheel=project_name,
+        write=lambda filename, module: wheel_call(
+            config.hub, config.bzlmod, project_name(filename), f'preload = "{spec.preload}", preload_package = {json.dumps(module)}{probe}, …'
+        ),
+        probe=lambda code: f"probe = {json.dumps(code)} on {call}",
+    )

@@ -1,0 +1,426 @@
+"""The hub's plan: every decision of the Bazel hub repository, made before it downloads anything.
+
+The repository rule (``python/private/hub.bzl``) keeps the attribute schema, which Bazel needs at load
+time, and the I/O: it writes what the user declared to a request file, runs ``patched-wheels hub plan``,
+downloads what the plan lists to where it says, and runs ``patched-wheels hub build``. Everything in
+between is decided here, once, in pure functions: the cross-field checks (named by the attributes the
+user wrote, and made before the first download), which wheels are fetched and into which folder,
+whether the ELF graph is needed, and the build step's configuration (``_hub.json``),
+whose one schema is :class:`HubConfig` (written by :meth:`HubConfig.to_json`, read by
+:meth:`HubConfig.from_json`; a missing or unknown key is an error, never a default).
+
+The two phases: without resolved wheels, :func:`resolution` checks the request and says how to resolve
+its lock; with them, :func:`plan_hub` places every wheel. The bzlmod extension runs the first (it
+resolves, so ``MODULE.bazel.lock`` records the result) and the repository rule the second; in
+WORKSPACE mode the rule runs both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Collection, Mapping, Sequence
+
+from packaging.requirements import Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from patched_wheels.elf.graph import WheelRef
+from patched_wheels.errors import UsageError
+from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.lock.formats import registry as lockformats
+from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
+from patched_wheels.lock.plan import INDEX_OPTIONS
+from patched_wheels.loading.packages import module_name
+from patched_wheels.lock.resolve import ResolvedWheel
+
+#: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
+#: lock format (``pins.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
+LOCK_FORMATS = {entry.attribute: entry.name for entry in lockformats.LOCK_FORMATS}
+
+#: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
+#: deleted after the build; ``index`` is served.
+ORIGINALS, GRAPH_ONLY, INDEX = "originals", "_graph", "index"
+
+
+def wheel_call(hub: str, bzlmod: bool, name: str, attributes: str = "") -> str:
+    """A ``patched_wheel`` of ``hub`` as the user writes it, with ``attributes`` (``preload = "auto", …``) if
+    given: what an error names, or tells the user to write."""
+    more = f", {attributes}" if attributes else ""
+    if bzlmod:
+        return f'patched.patched_wheel(name = "{name}", hub = "{hub}"{more})'
+    return f'patched_wheel(name = "{name}"{more}) of patched_index(name = "{hub}")'
+
+
+@dataclass(frozen=True)
+class HubRequest:
+    """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
+    WORKSPACE ``patched_index`` macro), as the rule writes it; lock and patch labels are paths."""
+
+    hub: str
+    bzlmod: bool
+    locks: Mapping[str, str]
+    """Every lock attribute (LOCK_FORMATS) -> its path, "" when not given."""
+    index_url: str
+    index_option: str
+    rules_python_version: str
+    """The release in use ("0" before rules_python had features.bzl, "" for an unreleased checkout)."""
+    repository: str
+    """The hub repository's directory ("" in the extension, which places nothing)."""
+    patched: Sequence[PatchedWheelSpec]
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
+        """The request, every value checked against its type before any is used (the specs' too: the
+        :class:`PatchedWheelSpec` schema), each error naming the attribute as the user wrote it."""
+        same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_FORMATS}, "hub request")
+        types = {"hub": "str", "bzlmod": "bool", "index_url": "str", "index_option": "str", "rules_python_version": "str",
+                 "repository": "str", "patched": "list", **dict.fromkeys(LOCK_FORMATS, "str")}
+        for key, annotation in types.items():
+            if problem := type_problem(key, raw[key], annotation):
+                raise UsageError(f"hub request: {problem}")
+        shell = cls(raw["hub"], raw["bzlmod"], {}, "", "", "", "", ())  # names the calls in errors
+        patched = []
+        for index, spec in enumerate(raw["patched"]):
+            name = spec.get("name") if isinstance(spec, Mapping) else None
+            call = shell.wheel_call(PatchedWheelSpec(name, "")) if isinstance(name, str) else f"{shell.index_call}: patched[{index}]"
+            patched.append(PatchedWheelSpec.from_json(spec, placed=False, call=call))
+        return cls(
+            hub=raw["hub"],
+            bzlmod=raw["bzlmod"],
+            locks={attribute: raw[attribute] for attribute in LOCK_FORMATS},
+            index_url=raw["index_url"],
+            index_option=raw["index_option"],
+            rules_python_version=raw["rules_python_version"],
+            repository=raw["repository"],
+            patched=patched,
+        )
+
+    @property
+    def index_call(self) -> str:
+        """The hub as the user wrote it, to name it in errors."""
+        return f'patched.index(name = "{self.hub}")' if self.bzlmod else f'patched_index(name = "{self.hub}")'
+
+    def wheel_call(self, spec: PatchedWheelSpec) -> str:
+        """A ``patched_wheel`` as the user wrote it, to name it in errors."""
+        return wheel_call(self.hub, self.bzlmod, spec.name)
+
+    @property
+    def lock(self) -> tuple[str, str]:
+        """The one lock attribute given and its path (:func:`check_request` made sure there is one)."""
+        (given,) = [(attribute, path) for attribute, path in self.locks.items() if path]
+        return given
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """The build step's input (``_hub.json``): the one schema of it, written by the plan and read by
+    ``patched-wheels hub build``."""
+
+    hub: str
+    bzlmod: bool
+    """The hub's name and how it was declared: the build step's errors name the ``patched_wheel`` as written."""
+    lock_attribute: str
+    """Which of LOCK_FORMATS the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
+    lock: Path
+    index_dir: Path
+    out: Path
+    """The ``requirements_lock.txt`` written (every rules_python release reads it)."""
+    out_uv_lock: Path | None
+    """The ``uv.lock`` written beside it, for a ``uv_lock`` input (rules_python >= 2.2 reads it)."""
+    wheels: Sequence[WheelRef]
+    """The wheel set the ELF graph is read from: a wheel without a path was not fetched, because the
+    ELF cache holds its rows."""
+    elf_cache: Path | None
+    """The persistent ELF cache; None: none (``RULES_PATCHED_WHEELS_CACHE=off``)."""
+    patched: Sequence[PatchedWheelSpec]
+    """Each with ``wheel``, the placed original."""
+    index_option: str
+    index_url: str
+    """Where the lock's unpatched pins come from (direct mode, if the lock names no index)."""
+    replaced: Mapping[str, Sequence[str]]
+    """Project -> sha256 of the originals its patched wheel replaces in the lock."""
+    references: Mapping[str, tuple[str, str]]
+    """Unpatched project -> (url, sha256) of its wheel, so its pin can name the file directly."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hub": self.hub,
+            "bzlmod": self.bzlmod,
+            "lock_attribute": self.lock_attribute,
+            "lock": str(self.lock),
+            "index_dir": str(self.index_dir),
+            "out": str(self.out),
+            "out_uv_lock": str(self.out_uv_lock) if self.out_uv_lock else None,
+            "wheels": [
+                {"filename": w.filename, "sha256": w.sha256, "path": str(w.path) if w.path else None} for w in self.wheels
+            ],
+            "elf_cache": str(self.elf_cache) if self.elf_cache else None,
+            "patched": [spec.to_json() for spec in self.patched],
+            "index_option": self.index_option,
+            "index_url": self.index_url,
+            "replaced": {project: list(digests) for project, digests in self.replaced.items()},
+            "references": {project: list(reference) for project, reference in self.references.items()},
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "HubConfig":
+        same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
+        types = {"hub": "str", "bzlmod": "bool", "lock_attribute": "str", "lock": "Path", "index_dir": "Path", "out": "Path", "out_uv_lock": "Path | None",
+                 "wheels": "list", "elf_cache": "Path | None", "patched": "list", "index_option": "str", "index_url": "str",
+                 "replaced": "dict", "references": "dict"}
+        for key, annotation in types.items():
+            if problem := type_problem(key, raw[key], annotation):
+                raise UsageError(f"hub configuration: {problem}")
+        for problem in (choice_problem("lock_attribute", raw["lock_attribute"], LOCK_FORMATS),
+                        choice_problem("index_option", raw["index_option"], INDEX_OPTIONS)):
+            if problem:
+                raise UsageError(f"hub configuration: {problem}")
+        for wheel in raw["wheels"]:
+            same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
+            for key, annotation in (("filename", "str"), ("sha256", "str"), ("path", "Path | None")):
+                if problem := type_problem(key, wheel[key], annotation):
+                    raise UsageError(f"hub configuration wheel: {problem}")
+        for project, value in raw["replaced"].items():
+            if problem := type_problem(f"replaced[{project!r}]", value, "Sequence[str]"):
+                raise UsageError(f"hub configuration: {problem}")
+        for project, value in raw["references"].items():
+            if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
+                raise UsageError(f"hub configuration: references[{project!r}]: expected [url, sha256]")
+        optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache")}
+        return cls(
+            hub=raw["hub"],
+            bzlmod=raw["bzlmod"],
+            lock_attribute=raw["lock_attribute"],
+            lock=Path(raw["lock"]),
+            index_dir=Path(raw["index_dir"]),
+            out=Path(raw["out"]),
+            wheels=[WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]],
+            patched=[_checked(PatchedWheelSpec.from_json(spec, placed=True)) for spec in raw["patched"]],
+            index_option=raw["index_option"],
+            index_url=raw["index_url"],
+            replaced=dict(raw["replaced"]),
+            references={project: (url, sha256) for project, (url, sha256) in raw["references"].items()},
+            **optional,
+        )
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One download of the rule: ``output`` is relative to the hub repository."""
+
+    urls: tuple[str, ...]
+    sha256: str
+    output: str
+
+
+@dataclass(frozen=True)
+class HubPlan:
+    """What the rule does: download ``fetch``, build ``config``, delete ``scratch``, export ``exports``."""
+
+    fetch: tuple[Fetch, ...]
+    config: HubConfig
+    scratch: tuple[str, ...] = (ORIGINALS, GRAPH_ONLY)
+    exports: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """What the rule reads (the config goes to ``_hub.json``, not to the rule)."""
+        return {
+            "fetch": [{"urls": list(f.urls), "sha256": f.sha256, "output": f.output} for f in self.fetch],
+            "scratch": list(self.scratch),
+            "exports": list(self.exports),
+        }
+
+
+def resolved_wheels(raw: object) -> list[ResolvedWheel]:
+    """The wheels ``patched-wheels resolve`` printed (a list of :func:`resolved_wheel`), read strictly."""
+    if problem := type_problem("resolved wheels", raw, "list"):
+        raise UsageError(problem)
+    return [resolved_wheel(wheel) for wheel in raw]  # type: ignore[attr-defined]
+
+
+def resolved_wheel(raw: Mapping[str, Any]) -> ResolvedWheel:
+    """One wheel as ``patched-wheels resolve`` prints it (:meth:`ResolvedWheel.as_json`), read strictly."""
+    same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
+    for key, annotation in (("project", "str"), ("filename", "str"), ("urls", "Sequence[str]"), ("sha256", "str")):
+        if problem := type_problem(key, raw[key], annotation):
+            raise UsageError(f"resolved wheel: {problem}")
+    if not raw["urls"]:
+        raise UsageError(f"resolved wheel {raw['filename']!r}: no URL to fetch it from")
+    return ResolvedWheel(canonicalize_name(raw["project"]), raw["filename"], tuple(raw["urls"]), raw["sha256"])
+
+
+def check_request(request: HubRequest) -> None:
+    """Every check that needs no wheel, each naming the attributes the user wrote: contradictory
+    attributes fail here, before the first download."""
+    given = [attribute for attribute, path in request.locks.items() if path]
+    if len(given) != 1:
+        raise UsageError(
+            f"{request.index_call}: give exactly one of {', '.join(LOCK_FORMATS)}"
+            + (f", not {' and '.join(given)}" if given else "")
+        )
+    allowed = index_options_for(request.rules_python_version)
+    if request.index_option not in allowed:
+        reason = (
+            f"is not one of {', '.join(INDEX_OPTIONS)}"
+            if request.index_option not in INDEX_OPTIONS
+            else f"cannot be read by rules_python {request.rules_python_version or '(unreleased)'}, whose pip.parse "
+            "fetches index pages with Bazel's downloader (a file:// index page is a directory listing to it); "
+            'use index_option = "direct" (the default)'
+        )
+        raise UsageError(f'{request.index_call}: index_option = "{request.index_option}" {reason}')
+    seen: set[str] = set()
+    for spec in request.patched:
+        name = canonicalize_name(spec.name)
+        if name in seen:
+            raise UsageError(f"{request.wheel_call(spec)}: given twice for one hub; merge them")
+        seen.add(name)
+        check_spec(spec, request.wheel_call(spec))
+
+
+def _checked(spec: PatchedWheelSpec) -> PatchedWheelSpec:
+    """``spec``, once the checks that need no wheel pass (the build's configuration is checked whole before
+    anything is written)."""
+    check_spec(spec, f"patched_wheel {spec.name}")
+    return spec
+
+
+def index_options_for(rules_python_version: str) -> tuple[str, ...]:
+    """The ``index_option`` values a rules_python release reads (an unknown one counts as the newest).
+
+    rules_python 2.x reads a lock's ``--index-url``/``--extra-index-url`` and fetches the pages with
+    Bazel's downloader, which returns a directory listing for a ``file://`` index page: ``index-url``
+    then falls back to pip for every pin and ``extra-index-url`` fails inside rules_python. Direct
+    references are fetched by URL in every release, so they are the one form 2.x gets.
+    """
+    major = rules_python_version.partition(".")[0]
+    return INDEX_OPTIONS if major.isdigit() and int(major) < 2 else ("direct",)
+
+
+def resolution(request: HubRequest) -> dict[str, Any]:
+    """Phase one: the request checked, and how ``patched-wheels resolve`` reads its lock: the lock's
+    flag and path, and the wheels the user named by ``urls`` + ``sha256`` (resolved from no page)."""
+    check_request(request)
+    attribute, path = request.lock
+    explicit = {
+        canonicalize_name(spec.name): {"urls": list(spec.urls), "sha256": spec.sha256} for spec in request.patched if spec.urls
+    }
+    return {"lock_args": [f"--{LOCK_FORMATS[attribute]}", path], "explicit": explicit}
+
+
+def needs_graph(request: HubRequest) -> bool:
+    """Whether the build reads the ELF graph of the whole wheel set (then the cache is worth asking)."""
+    return any(spec.needs_graph for spec in request.patched)
+
+
+def default_probes(request: HubRequest) -> list[str]:
+    """The probe of each ``preload = "auto"`` spec (``elf`` runs none), as the build will run it: ``probe``, else the import of
+    ``package`` (for a namespace package the build imports its regular packages instead, so its
+    observation is never found cached here and every wheel is fetched: slower, never wrong)."""
+    return [spec.probe or f"import {module_name(spec.package)}" for spec in request.patched if spec.runs_probe]
+
+
+def plan_hub(
+    request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache: Path | None, cached: Collection[str]
+) -> HubPlan:
+    """Phase two: where each resolved wheel goes, and the build step's configuration.
+
+    A patched original goes to ``originals/``; with an index option every other wheel goes to the hub's
+    index, which serves them all; with direct references rules_python fetches each unpatched wheel
+    itself (by sha256, from the repository cache), so the hub fetches one into ``_graph/`` only while
+    the ELF graph needs it, and not at all when ``cached`` (the sha256 whose rows ``elf_cache`` holds)
+    has it.
+    """
+    check_request(request)
+    if not request.repository:
+        raise UsageError(f"{request.index_call}: internal: the plan needs the hub repository's directory")
+    attribute, lock_path = request.lock
+    by_project = {wheel.project: wheel for wheel in wheels}
+    root = Path(request.repository)
+    graph = needs_graph(request)
+    patched = []
+    for spec in request.patched:
+        wheel = by_project.get(canonicalize_name(spec.name))
+        if wheel is None:
+            raise UsageError(f'{request.wheel_call(spec)}: {spec.name} is not pinned in {attribute} = "{lock_path}"')
+        _check_requirement(spec, wheel, request.wheel_call(spec))
+        patched.append(replace(spec, wheel=root / ORIGINALS / wheel.filename))
+    patched_projects = {canonicalize_name(spec.name) for spec in patched}
+
+    fetch, refs = [], []
+    for wheel in wheels:
+        _check_filename(wheel, request)
+        folder = _folder(wheel, patched_projects, direct=request.index_option == "direct", graph=graph)
+        if folder is None:
+            continue
+        if folder == GRAPH_ONLY and wheel.sha256 in cached:
+            refs.append(WheelRef(wheel.filename, wheel.sha256, None))
+            continue
+        output = f"{folder}/{wheel.filename}"
+        fetch.append(Fetch(wheel.urls, wheel.sha256, output))
+        refs.append(WheelRef(wheel.filename, wheel.sha256, root / output))
+
+    config = HubConfig(
+        hub=request.hub,
+        bzlmod=request.bzlmod,
+        lock_attribute=attribute,
+        lock=Path(lock_path),
+        index_dir=root / INDEX,
+        out=root / "requirements_lock.txt",
+        out_uv_lock=root / "uv.lock" if attribute == "uv_lock" else None,
+        wheels=refs,
+        elf_cache=elf_cache if graph else None,
+        patched=patched,
+        index_option=request.index_option,
+        index_url=request.index_url,
+        replaced={wheel.project: [wheel.sha256] for wheel in wheels if wheel.project in patched_projects},
+        references={
+            wheel.project: (wheel.urls[0], wheel.sha256) for wheel in wheels if wheel.project not in patched_projects
+        },
+    )
+    exports = ("requirements_lock.txt",) + (("uv.lock",) if config.out_uv_lock else ())
+    return HubPlan(
+        fetch=tuple(fetch),
+        config=config,
+        exports=exports,
+    )
+
+
+def _check_filename(wheel: ResolvedWheel, request: HubRequest) -> None:
+    """The file name becomes a path in the hub repository: a wheel's name, never a path (a lock's or an
+    index page's URL ending in ``..%2F`` must not write outside the repository)."""
+    try:
+        parse_wheel_filename(wheel.filename)
+        valid = "/" not in wheel.filename and "\0" not in wheel.filename
+    except InvalidWheelFilename:
+        valid = False
+    if not valid or not SHA256_HEX.fullmatch(wheel.sha256):
+        attribute, path = request.lock
+        raise UsageError(
+            f'{request.index_call}: {attribute} = "{path}": {wheel.project} resolves to {wheel.filename!r} '
+            f"(sha256 {wheel.sha256!r}), not a wheel file name with a sha256"
+        )
+
+
+def _folder(wheel: ResolvedWheel, patched: Collection[str], *, direct: bool, graph: bool) -> str | None:
+    """Where one resolved wheel is fetched to; None: not fetched by the hub at all."""
+    if wheel.project in patched:
+        return ORIGINALS
+    if not direct:
+        return INDEX
+    return GRAPH_ONLY if graph else None
+
+
+def _check_requirement(spec: PatchedWheelSpec, wheel: ResolvedWheel, call: str) -> None:
+    """The user's optional ``requirement`` guards against patching another release than intended: checked
+    on the resolved file's name (the download is pinned by sha256, and the reader checks the name against
+    the metadata), so a wrong release fails before it is downloaded."""
+    if not spec.requirement:
+        return
+    try:
+        _, version, _, _ = parse_wheel_filename(wheel.filename)
+    except InvalidWheelFilename as error:
+        raise UsageError(f"{call}: {wheel.filename}: {error}") from None
+    if not Requirement(spec.requirement).specifier.contains(version, prereleases=True):
+        raise UsageError(
+            f'{call}: the lock pins {wheel.filename}, version {version}, which does not satisfy requirement = "{spec.requirement}"'
+        )

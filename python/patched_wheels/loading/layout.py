@@ -1,0 +1,89 @@
+"""Where an installed wheel's files land: in one site-packages (pip) or one directory per wheel (rules_python).
+
+Both layouts are defined here once, for ``doctor``'s static simulation (paths only) and for the
+real installs ``doctor --run`` and the preload probe run code in:
+
+* **flat**, pip into a prefix: purelib/platlib into ``<prefix>/lib/pythonX.Y/site-packages``,
+  ``data`` into ``<prefix>/``, ``scripts`` into ``<prefix>/bin``, ``headers`` into
+  ``<prefix>/include/site/pythonX.Y/<dist>`` (pip's locations for a prefix or a venv);
+* **per wheel**, rules_python's ``whl_library``: each wheel into its own repository, with the
+  schemes ``site-packages``, ``data``, ``bin`` and ``include`` beside each other.
+
+An install path is what :func:`patched_wheels.elf.graph.install_path` gives a member: relative to
+site-packages, or ``<dist>.data/<scheme>/...`` for the other schemes.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Iterable
+
+from patched_wheels.elf.graph import install_path
+from patched_wheels.elf.read import data_scheme
+from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader
+
+FLAT = "flat"
+PER_WHEEL = "per-wheel"
+LAYOUT_TEXT = {FLAT: "every wheel in one site-packages", PER_WHEEL: "one directory per wheel"}
+SITE_PACKAGES = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+# rules_python's whl_library installs with these schemes (0.22.1 through 2.x), relative to the wheel's repository.
+PER_WHEEL_SCHEMES = {"site-packages": "site-packages", "data": "data", "scripts": "bin", "headers": "include"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One of the two layouts under ``root`` (a real directory, or ``/`` to simulate paths only)."""
+
+    kind: str
+    root: PurePosixPath
+
+    def base(self, wheel: str) -> PurePosixPath:
+        """The prefix (flat) or the wheel's repository (per wheel)."""
+        return self.root if self.kind == FLAT else self.root / wheel[: -len(".whl")]
+
+    def site_packages(self, wheel: str) -> PurePosixPath:
+        """The ``sys.path`` entry ``wheel``'s importable files land in."""
+        return self.base(wheel) / (SITE_PACKAGES if self.kind == FLAT else PER_WHEEL_SCHEMES["site-packages"])
+
+    def target(self, wheel: str, path: str) -> PurePosixPath:
+        """Where the file with install path ``path`` of ``wheel`` lands."""
+        scheme = data_scheme(path)
+        if scheme is None:
+            return self.site_packages(wheel) / path
+        dist, kind, rest = scheme
+        if self.kind == PER_WHEEL:
+            return self.base(wheel) / PER_WHEEL_SCHEMES[kind] / rest
+        if kind == "data":
+            return self.root / rest
+        if kind == "scripts":
+            return self.root / "bin" / rest
+        return self.root / "include" / "site" / posixpath.basename(posixpath.dirname(SITE_PACKAGES)) / dist.split("-")[0] / rest
+
+    def sys_path(self, wheels: Iterable[str]) -> list[str]:
+        """The ``sys.path`` entries of the layout, one per wheel in order (flat: one in all)."""
+        return list(dict.fromkeys(str(self.site_packages(wheel)) for wheel in wheels))
+
+
+def install(wheel: Path, layout: Layout) -> None:
+    """Install ``wheel``'s files into ``layout`` (a real directory), streamed, permission bits kept.
+
+    Every member is checked against RECORD as it is read.  In the flat layout a file another wheel
+    installed already (a shared namespace ``__init__.py``) is replaced, as pip does.
+    """
+    with WheelReader(wheel) as reader:
+        for member in reader.members():
+            path = install_path(member)
+            if path is None or member.endswith("/"):
+                continue
+            target = Path(layout.target(wheel.name, path))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with reader.open(member) as source, open(target, "wb") as out:
+                shutil.copyfileobj(source, out, CHUNK_SIZE)
+            mode = reader.mode(member)
+            if mode:
+                os.chmod(target, mode & 0o777)

@@ -1,0 +1,108 @@
+"""Point a lock at the patched wheels of a local index: the I/O around :func:`lockplan.plan_lock`.
+
+``lock(IN, INDEX, OUT)`` reads the lock IN once (its format's reader, :mod:`patched_wheels.lock.formats.registry`),
+asks :mod:`patched_wheels.lock.plan` once what must change for INDEX (the files ``index.build_index``
+just published) and hands that plan to every writer: OUT, a requirements lock
+(:mod:`patched_wheels.lock.formats.pipwriter`), and for a format with a writer of its own (uv.lock) the same file.
+The rules - which pins change, how they are spelled in each index option, hashed and unhashed locks,
+which hashes stay for other platforms - are the plan's (see its docstring); everything else in the
+file is kept byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Collection, Mapping
+
+from packaging.utils import canonicalize_name
+
+from patched_wheels.errors import InvalidLockError, UsageError
+from patched_wheels.base.fsutil import holds, write_temp
+from patched_wheels.index.simple import IndexResult
+from patched_wheels.lock.formats import registry as lockformats
+from patched_wheels.lock.formats.registry import FORMATS, lock_model, read_lock, served_pins
+from patched_wheels.lock.plan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
+from patched_wheels.lock.formats.pipwriter import render_exported, render_requirements
+from patched_wheels.lock.formats.requirements import RequirementsText
+
+__all__ = ["DEFAULT_INDEX_OPTION", "FORMATS", "INDEX_OPTIONS", "LockResult", "lock", "read_lock", "served_pins"]
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """The lock written, and what changed in it, for the command to print."""
+
+    out: Path
+    changes: tuple[str, ...]  # human-readable, e.g. "torch==2.1.0 -> torch==2.1.0+stripe.5"
+
+
+def lock(
+    requirements: Path | str,
+    index: IndexResult,
+    out: Path | str,
+    *,
+    index_option: str = DEFAULT_INDEX_OPTION,
+    upstream_index_url: str | None = None,
+    replaced: Mapping[str, Collection[str]] | None = None,
+    references: Mapping[str, tuple[str, str]] | None = None,
+    lock_format: str = "requirements",
+    out_uv_lock: Path | str | None = None,
+) -> LockResult:
+    """Write ``out``: ``requirements`` pointed at ``index``, what ``index.build_index`` returned.
+
+    The caller indexes the directory first (``build_index`` is incremental, so that is cheap when
+    nothing changed): the hashes written to the lock are then those of the index's files, and a
+    result whose pages were since rewritten for other files is refused rather than written from.
+    ``lock_format``: what ``requirements`` is (``FORMATS``); ``out`` is a requirements lock whatever it is,
+    and ``out_uv_lock`` (a ``uv-lock`` input only) the same uv.lock pointing at the patched wheels.
+    The other arguments are :class:`~patched_wheels.lock.plan.LockOptions`'.
+    """
+    out = Path(out)
+    options = LockOptions(
+        index_dir=index.directory.resolve(),
+        index_option=index_option,
+        upstream_index_url=upstream_index_url,
+        replaced={canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in (replaced or {}).items()},
+        references={canonicalize_name(name): (url, sha256) for name, (url, sha256) in (references or {}).items()},
+    )
+    unserved = index.unserved_pages()
+    if unserved:
+        raise InvalidLockError(f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again")
+    entry = lockformats.lock_format(lock_format)
+    if out_uv_lock is not None:
+        if entry.writer is None:
+            raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
+        if Path(out_uv_lock).resolve() == out.resolve():
+            raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
+    document = entry.read(requirements)
+    plan = plan_lock(lock_model(document), index.files, options)
+    text = render_requirements(document, plan) if isinstance(document, RequirementsText) else render_exported(lock_model(document), plan)
+    outputs = {out: ("--out", text)}
+    if out_uv_lock is not None:
+        outputs[Path(out_uv_lock)] = (str(entry.out_flag), entry.write()(document, plan, options.index_dir))
+    _write_all(outputs)
+    return LockResult(out=out, changes=plan.changes)
+
+
+def _write_all(outputs: Mapping[Path, tuple[str, str]]) -> None:
+    """Write every output (path: flag, content) or none: each is staged beside its target, then all are
+    renamed; an output that cannot be written is one error naming its flag."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, (flag, content) in outputs.items():
+            data = content.encode("utf-8")
+            if holds(path, data):
+                continue
+            if os.path.exists(path) and not os.path.isfile(path):
+                raise UsageError(f"{flag} {path}: not a regular file")  # a directory, or a device renaming would replace
+            try:
+                staged.append((write_temp(path, data), path))
+            except OSError as error:
+                raise UsageError(f"{flag} {path}: cannot be written ({error.strerror or error})") from None
+        for temp, path in staged:
+            os.replace(temp, path)
+    finally:
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)

@@ -1,0 +1,70 @@
+"""Read a PEP 751 ``pylock.toml`` (written by ``pip lock`` and ``uv export --format pylock.toml``) as pins.
+
+Each ``[[packages]]`` entry whose ``marker`` holds for the environment (default: the running
+interpreter) is a pin of its ``version`` with the hashes of its wheels and sdist; its wheels are the
+pin's files, so ``resolve`` needs no index page. An ``archive``, ``vcs`` or ``directory`` entry is a
+direct reference. The lock is read only: the hub writes a requirements lock (and a uv.lock) from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from packaging.markers import default_environment
+
+from patched_wheels.errors import InvalidLockError
+from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, file_url, locked_pin, marker_holds
+from patched_wheels.lock.formats.tomlread import get, load_toml, tables
+
+
+def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) -> Lock:
+    """The pins of ``path`` that apply in ``environment``."""
+    path = Path(path)
+    source = str(path)
+    text, document = load_toml(path)
+    get(document, "lock-version", str, source)
+    headers = [number for number, line in enumerate(text.splitlines()) if line.strip() == "[[packages]]"]
+    env = dict(environment) if environment is not None else dict(default_environment())
+    pins, projects = [], set()
+    for number, package in enumerate(tables(document, "packages", source)):
+        line = headers[number] if len(headers) == len(document["packages"]) else 0
+        span = Span(source, line, line + 1)
+        where = f"{span.where}: package {package.get('name')!r}"
+        marker = get(package, "marker", str, where, "")
+        if marker and not marker_holds(marker, env, where=where):
+            continue
+        pin = _pin(package, span, where, path.parent)
+        if pin.project in projects:  # PEP 751: at most one entry of a package applies
+            raise InvalidLockError(f"{where}: a second entry of {pin.project} for this environment")
+        projects.add(pin.project)
+        pins.append(pin)
+    return Lock(source, "pylock", tuple(pins))
+
+
+def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
+    files, hashes = [], []
+    for wheel in tables(package, "wheels", where):
+        url = _location(wheel, root, f"{where}: wheel")
+        digests = get(wheel, "hashes", dict, f"{where}: wheel")
+        sha256 = digests.get("sha256")
+        hashes += [checked_hash(algorithm, digest, f"{where}: wheel") for algorithm, digest in sorted(digests.items())]
+        filename = get(wheel, "name", str, where, "") or url.split("?", 1)[0].rsplit("/", 1)[-1]
+        files.append(PinFile(filename, url, sha256.lower() if isinstance(sha256, str) else None))
+    sdist = get(package, "sdist", dict, where, {})
+    hashes += [checked_hash(a, d, f"{where}: sdist") for a, d in sorted(get(sdist, "hashes", dict, f"{where}: sdist", {}).items())]
+    url = None
+    for kind in ("archive", "vcs", "directory"):
+        if kind in package:
+            url = _location(get(package, kind, dict, where), root, f"{where}: {kind}")
+    version = get(package, "version", str, where, "") or None
+    return locked_pin(get(package, "name", str, where), (), version, hashes=hashes, url=url, files=files, span=span, where=where)
+
+
+def _location(table: dict[str, Any], root: Path, where: str) -> str:
+    """A file's URL as written, or a ``file://`` URL of its path (relative to the lock's directory)."""
+    if "url" in table:
+        return get(table, "url", str, where)
+    if "path" in table:
+        return file_url((root / get(table, "path", str, where)).resolve())
+    raise InvalidLockError(f"{where}: neither url nor path")

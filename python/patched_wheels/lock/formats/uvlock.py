@@ -1,0 +1,222 @@
+"""uv.lock in and out: the pins a ``uv.lock`` installs here, and the same file pointing at our wheels.
+
+Reading (after uv's lock format and rules_python 2.3.2's ``parse_requirements.bzl``): a ``uv.lock`` holds
+every package of every platform and Python version the project supports, so the pins are the packages
+this interpreter installs: from the workspace members (``virtual``/``editable``/``directory`` sources,
+with all their extras and dependency groups) along every dependency whose marker holds here, taking the
+extras each edge asks for; where a name has several versions (forks), the edge's version and source and
+the package's ``resolution-markers`` pick one. A pin's hashes and files are the package's wheels (and
+sdist), so ``resolve`` needs no index page for them.
+
+The reader keeps the text cut into ``[[package]]`` blocks, each checked to parse to its package alone,
+for :mod:`patched_wheels.lock.formats.uvwriter` to edit; it depends on the lock model only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from packaging.markers import default_environment
+from packaging.utils import NormalizedName, canonicalize_name
+
+from patched_wheels.errors import InvalidLockError
+from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
+from patched_wheels.lock.formats.tomlread import get, load_toml, tables
+
+_HEADER_LINE = re.compile(r"^[ \t]*\[\[package\]\][ \t]*\r?$", re.MULTILINE)
+_WORKSPACE_SOURCES = ("virtual", "editable", "directory")
+
+
+@dataclass(frozen=True)
+class UvLock:
+    """A uv.lock read for one environment: its pins, and its text cut into ``[[package]]`` blocks."""
+
+    lock: Lock
+    text: str
+    blocks: tuple[Span, ...]  # the lines of each [[package]] table, in file order
+    offsets: tuple[tuple[int, int], ...]  # the characters [start, end) of each block in ``text``
+    names: tuple[NormalizedName, ...]  # each block's package
+    packages: tuple[dict[str, Any], ...]  # each block's table, as TOML reads it
+
+    def block_lines(self, number: int) -> list[str]:
+        """The lines of block ``number``, each with its line ending."""
+        start, end = self.offsets[number]
+        return self.text[start:end].splitlines(keepends=True)
+
+
+def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None) -> UvLock:
+    """The pins ``path`` installs in ``environment`` (default: the running interpreter)."""
+    path = Path(path)
+    source = str(path)
+    text, document = load_toml(path)
+    packages = tables(document, "package", source)
+    blocks, offsets = _blocks(text, len(packages), source)
+    env = dict(environment) if environment is not None else dict(default_environment())
+    names = tuple(
+        canonicalize_name(checked_name(get(package, "name", str, _where(block, package)), _where(block, package)))
+        for package, block in zip(packages, blocks)
+    )
+    _refuse_duplicates(packages, names, blocks)
+    extras = _installed(packages, names, blocks, env)
+    pins = tuple(
+        _pin(packages[number], blocks[number], sorted(extras[number]), path.parent)
+        for number in sorted(extras)
+        if _source_kind(packages[number], blocks[number]) not in _WORKSPACE_SOURCES
+    )
+    members = tuple(sorted({names[n] for n, package in enumerate(packages) if _source_kind(package, blocks[n]) in _WORKSPACE_SOURCES}))
+    return UvLock(Lock(source, "uv-lock", pins, members=members), text, blocks, offsets, names, tuple(packages))
+
+
+def _blocks(text: str, count: int, source: str) -> tuple[tuple[Span, ...], tuple[tuple[int, int], ...]]:
+    """The lines and characters of each ``[[package]]`` table, found in one pass over ``text`` (a 50 MB
+    lock is not held a second time as lines). The writer checks each block it edits parses to its package
+    alone; here their number must be the packages' number."""
+    starts = [match.start() for match in _HEADER_LINE.finditer(text)]
+    if len(starts) != count:
+        raise InvalidLockError(f"{source}: its [[package]] tables are not written one after another as uv writes them")
+    lines, position, total = [], 0, 0
+    for start in starts:
+        total += text.count("\n", position, start)
+        lines.append(total)
+        position = start
+    last = total + text.count("\n", position) + (0 if text.endswith("\n") or not text else 1)
+    spans = tuple(Span(source, line, end) for line, end in zip(lines, [*lines[1:], last]))
+    return spans, tuple(zip(starts, [*starts[1:], len(text)]))
+
+
+def _refuse_duplicates(packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]) -> None:
+    """One package per name, version and source: a second (``Foo`` beside ``foo``, the same name by
+    PEP 503) cannot be told apart by the dependencies naming it, and would be pinned twice."""
+    seen: dict[tuple[NormalizedName, str, str], Span] = {}
+    for package, name, block in zip(packages, names, blocks):
+        key = (name, repr(package.get("version")), repr(package.get("source")))
+        if key in seen:
+            raise InvalidLockError(f"{_where(block, package)}: a second package {name} {package.get('version')} from the same source "
+                                   f"(the first is at line {seen[key].start + 1})")  # fmt: skip
+        seen[key] = block
+
+
+def _where(span: Span, package: dict[str, Any]) -> str:
+    return f"{span.where}: package {package.get('name')!r}"
+
+
+def _source_kind(package: dict[str, Any], span: Span) -> str:
+    source = get(package, "source", dict, _where(span, package))
+    kinds = [kind for kind in ("registry", "url", "path", "git", *_WORKSPACE_SOURCES) if kind in source]
+    if len(kinds) != 1 or not isinstance(source[kinds[0]], str):
+        raise InvalidLockError(f"{_where(span, package)}: source must name one registry, url, path, git or workspace member")
+    return kinds[0]
+
+
+def _installed(
+    packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...], env: dict[str, str]
+) -> dict[int, set[str]]:
+    """The packages installed in ``env`` (by position) with the extras asked of each (module docstring)."""
+    by_name: dict[NormalizedName, list[int]] = {}
+    for number, name in enumerate(names):
+        by_name.setdefault(name, []).append(number)
+    roots = [n for n, package in enumerate(packages) if _source_kind(package, blocks[n]) in _WORKSPACE_SOURCES]
+    if not roots:  # no workspace member: every package that applies here
+        return {n: set() for n, package in enumerate(packages) if _forks_hold(package, blocks[n], env)}
+    extras: dict[int, set[str]] = {}
+    work: list[tuple[int, frozenset[str]]] = []
+    for root in roots:
+        optional = get(packages[root], "optional-dependencies", dict, _where(blocks[root], packages[root]), {})
+        work.append((root, frozenset(optional)))
+    while work:
+        number, asked = work.pop()
+        if number in extras and asked <= extras[number]:
+            continue
+        extras.setdefault(number, set()).update(asked)
+        for edge in _edges(packages[number], blocks[number], asked, number in roots):
+            where = _where(blocks[number], packages[number])
+            marker = get(edge, "marker", str, where, "")
+            if marker and not marker_holds(marker, env, where=where):
+                continue
+            for target in _targets(edge, by_name, packages, blocks, env, where):
+                work.append((target, frozenset(get(edge, "extra", list, where, []))))
+    return extras
+
+
+def _edges(package: dict[str, Any], span: Span, extras: frozenset[str], root: bool) -> list[dict[str, Any]]:
+    """The dependency tables of ``package`` with ``extras`` (and, for a workspace member, its groups)."""
+    where = _where(span, package)
+    edges = list(tables(package, "dependencies", where))  # a copy: the document stays as read, for the writer
+    optional = get(package, "optional-dependencies", dict, where, {})
+    for extra in sorted(extras & set(optional)):
+        edges += tables(optional, extra, f"{where}: optional-dependencies")
+    if root:
+        groups = get(package, "dev-dependencies", dict, where, {})
+        for group in sorted(groups):
+            edges += tables(groups, group, f"{where}: dev-dependencies")
+    return edges
+
+
+def _targets(
+    edge: dict[str, Any],
+    by_name: Mapping[NormalizedName, list[int]],
+    packages: list[dict[str, Any]],
+    blocks: tuple[Span, ...],
+    env: dict[str, str],
+    where: str,
+) -> list[int]:
+    """The package an edge names: by name, then version and source, then the forks that hold here."""
+    name = canonicalize_name(get(edge, "name", str, where))
+    candidates = by_name.get(name)
+    if not candidates:
+        raise InvalidLockError(f"{where}: depends on {name}, which the lock has no package of")
+    if "version" in edge:
+        candidates = [n for n in candidates if packages[n].get("version") == edge["version"]]
+    if "source" in edge:
+        candidates = [n for n in candidates if packages[n].get("source") == edge["source"]]
+    if len(candidates) > 1:
+        candidates = [n for n in candidates if _forks_hold(packages[n], blocks[n], env)][:1]
+    return candidates
+
+
+def _forks_hold(package: dict[str, Any], span: Span, env: dict[str, str]) -> bool:
+    markers = get(package, "resolution-markers", list, _where(span, package), [])
+    return not markers or any(marker_holds(str(m), env, where=_where(span, package)) for m in markers)
+
+
+def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> Pin:
+    """The pin of an installed package: its version, hashes and files, and its URL when it is no registry's."""
+    where = _where(span, package)
+    source = get(package, "source", dict, where)
+    kind = _source_kind(package, span)
+    base = root / source["registry"] if kind == "registry" and "://" not in source["registry"] else root
+    files, hashes = [], []
+    for wheel in tables(package, "wheels", where):
+        digest = get(wheel, "hash", str, f"{where}: wheel", "")
+        hashes += [_hash(digest, f"{where}: wheel")] if digest else []
+        url = _file_location(wheel, base, root, source, where)
+        filename = get(wheel, "filename", str, where, "") or url.split("?", 1)[0].rsplit("/", 1)[-1]
+        files.append(PinFile(filename, url, digest.partition(":")[2].lower() if digest.startswith("sha256:") else None))
+    sdist = get(package, "sdist", dict, where, {})
+    hashes += [_hash(get(sdist, "hash", str, f"{where}: sdist"), f"{where}: sdist")] if "hash" in sdist else []
+    url = {"registry": None, "url": source.get("url"), "git": f"git+{source.get('git')}"}.get(kind)
+    if kind == "path":
+        url = file_url((root / source["path"]).resolve())
+    version = get(package, "version", str, where)
+    return locked_pin(get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=files, span=span, where=where)
+
+
+def _hash(written: str, where: str) -> str:
+    """A uv.lock hash (``sha256:<hex>``), checked like every hash a lock gives us."""
+    algorithm, _, digest = written.partition(":")
+    return checked_hash(algorithm, digest, where)
+
+
+def _file_location(wheel: dict[str, Any], base: Path, root: Path, source: dict[str, Any], where: str) -> str:
+    """A wheel's URL: as written, or a ``file://`` URL of its path (relative to its registry directory),
+    or of the path source it is the file of."""
+    if "url" in wheel:
+        return get(wheel, "url", str, where)
+    if "path" in wheel:
+        return file_url((base / get(wheel, "path", str, where)).resolve())
+    if "path" in source:
+        return file_url((root / source["path"]).resolve())
+    raise InvalidLockError(f"{where}: a wheel without url or path")

@@ -1,0 +1,255 @@
+"""The lock model: what every lock reader produces and every lock writer and ``resolve`` consume.
+
+A lock comes as a pip requirements file, a ``uv.lock`` or a PEP 751 ``pylock.toml``; each reader turns
+it into one :class:`Lock` of :class:`Pin` s, so the decision of what changes for the patched wheels
+(:mod:`patched_wheels.lock.plan`) and the choice of each pin's wheel (:mod:`patched_wheels.lock.resolve`)
+are written once. A pin keeps what the user wrote (the name's spelling, the extras, the marker text)
+and the span of lines it came from, so a writer can change that pin and leave every other byte alone.
+
+Every value we write into a lock goes through :func:`check_lock_value`: a lock is line-based (pip)
+or quoted (TOML), so a line break, a NUL or a blank inside a value would become another line,
+option or token there. Every value a TOML lock (uv.lock, pylock.toml) gives a pin goes through
+:func:`locked_pin`, once for every reader: the name and extras must be PEP 508 names, the version a
+PEP 440 version, each URL one token and each hash a hex digest - a name such as
+``other@https://evil.invalid/x.whl#`` would otherwise become a direct reference in the requirements
+lock. Markers are parsed and evaluated by :func:`marker_holds`, whose every failure is one error line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+from urllib.parse import quote
+
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from patched_wheels.errors import InvalidLockError, UsageError
+from patched_wheels.base.fsutil import NotRegularFileError, read_regular_file
+
+#: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
+MAX_LOCK_BYTES = 64 << 20
+
+
+def read_lock_text(path: Path) -> str:
+    """The UTF-8 text of the lock file ``path``, of at most ``MAX_LOCK_BYTES`` (:func:`read_lock_input`)."""
+    return read_lock_input(path, max_bytes=MAX_LOCK_BYTES, what="a lock")
+
+
+def read_lock_input(path: Path, *, max_bytes: int, what: str) -> str:
+    """The UTF-8 text of ``path``, a lock or a file read to resolve one (an index page), ``what`` in errors:
+    a regular file (a FIFO would block, a device never end) of at most ``max_bytes``; anything else is
+    one error line naming the file. Unlike a cache file, it may be a symbolic link (Bazel hands a label's
+    file to a repository rule as one)."""
+    try:
+        data = read_regular_file(path, max_bytes=max_bytes, follow_links=True)
+    except NotRegularFileError as error:
+        raise InvalidLockError(f"{path}: {error}; not {what} we read") from None
+    except OSError as error:
+        raise InvalidLockError(f"{path}: cannot read {what}: {error.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidLockError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
+
+
+def check_lock_value(value: str, what: str) -> str:
+    """``value`` if it can be written into a lock as one token; else one error line naming ``what``
+    (the flag or attribute the value came from).
+
+    Refused: blanks, control characters and every other character Python's ``str.splitlines`` (and
+    so pip's reader) or TOML would treat as a line break or separator (``isprintable`` is false for
+    them all but the ASCII space), and a final backslash, which pip reads as a line continuation that
+    would join the next line (a pin) into the value.
+    """
+    bad = next((c for c in value if c == " " or not c.isprintable()), None)
+    if bad is not None:
+        reason = f"holds {bad!r}"
+    elif not value:
+        reason = "is empty"
+    elif value.endswith("\\"):
+        reason = "ends with '\\', pip's line continuation"
+    else:
+        return value
+    raise UsageError(f"{what} {value!r}: {reason}, which cannot be written into a lock")
+
+
+def file_url(path: Path, sha256: str | None = None) -> str:
+    """A ``file://`` URL that keeps a local version's ``+`` as it is (``Path.as_uri`` writes ``%2B``):
+    Bazel's downloader opens the path as written, pip and rules_python read both spellings.
+    With ``sha256``, the digest rides along as the ``#sha256=`` fragment pip checks."""
+    return "file://" + quote(str(path), safe="/+") + (f"#sha256={sha256}" if sha256 else "")
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a pin or option is written: physical lines [start, end) of ``source`` (0-based)."""
+
+    source: str
+    start: int
+    end: int
+
+    @property
+    def where(self) -> str:
+        """``FILE:LINE`` of the first line, to start a one-line error."""
+        return f"{self.source}:{self.start + 1}"
+
+
+@dataclass(frozen=True)
+class PinFile:
+    """A file the lock itself names for a pin (uv.lock, pylock.toml), so no index page is needed."""
+
+    filename: str
+    url: str
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One locked project.
+
+    ``head`` is the name and extras exactly as written (``Foo.Bar[x, y]``), ``marker`` the marker text
+    as written; a writer that respells the pin (a direct reference, a split by platform) keeps both.
+    """
+
+    name: str
+    extras: tuple[str, ...]
+    head: str
+    version: Version | None  # None: not pinned to one version (see ``pin_error``)
+    marker: str | None
+    hashes: tuple[str, ...]  # "<algorithm>:<hex>", as written
+    url: str | None  # a direct reference's URL
+    span: Span
+    text: str  # the requirement as packaging writes it, for messages
+    pin_error: str | None = None  # why ``version`` is None
+    version_text: str | None = None  # the version of an ``==`` pin as written, for a writer to find it
+    files: tuple[PinFile, ...] = ()
+
+    @property
+    def project(self) -> NormalizedName:
+        return canonicalize_name(self.name)
+
+    @property
+    def sha256s(self) -> frozenset[str]:
+        """The lower-case hex digests of the pin's sha256 hashes."""
+        return frozenset(h.partition(":")[2].lower() for h in self.hashes if h.lower().startswith("sha256:"))
+
+    def pinned_version(self) -> Version:
+        """The one version the pin admits; a pin that admits several is an error, since a lock pins one file."""
+        if self.version is None:
+            raise InvalidLockError(f"{self.span.where}: {self.pin_error or f'{self.name} is not pinned'}")
+        return self.version
+
+    def applies(self, environment: Mapping[str, str] | None = None) -> bool:
+        """Whether the pin's marker holds in ``environment`` (default: the running interpreter)."""
+        return self.marker is None or marker_holds(self.marker, environment, where=self.span.where)
+
+
+_HASH = re.compile(r"([a-z0-9_]+):([0-9a-fA-F]+)")
+_DIGEST_LENGTHS = {"md5": 32, "sha1": 40, "sha224": 56, "sha256": 64, "sha384": 96, "sha512": 128}
+
+
+def checked_hash(algorithm: object, digest: object, where: str) -> str:
+    """``algorithm:digest`` if it is a hash a lock can carry (a hex digest of the algorithm's length);
+    else one error naming ``where``.  A uv.lock's or pylock.toml's hashes are written into the
+    requirements lock, where a line break or blank would add an option line (``--index-url=...``)."""
+    text = f"{algorithm}:{digest}"
+    match = _HASH.fullmatch(text) if isinstance(algorithm, str) and isinstance(digest, str) else None
+    if match is None or len(match[2]) != _DIGEST_LENGTHS.get(match[1], len(match[2])):
+        raise InvalidLockError(f"{where}: hash {text!r} is not <algorithm>:<hex digest>")
+    return text
+
+
+def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: str) -> bool:
+    """Evaluate a PEP 508 marker; one that cannot be parsed or evaluated (``python_version ~= "3"`` is
+    packaging's ``UndefinedComparison``) is an error naming ``where``."""
+    try:
+        return Marker(marker).evaluate(dict(environment) if environment is not None else None)
+    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName, RecursionError, SyntaxError, ValueError) as error:
+        # packaging's parser recurses per "(" and hands a quoted value to ast.literal_eval (a line break in it: SyntaxError)
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InvalidLockError(f"{where}: marker {marker[:200]!r}: {reason[:200]}") from None
+
+
+#: A PEP 508 project name (and extra name, PEP 685): what pip reads as one name and nothing more.
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def checked_name(value: str, where: str, what: str = "name") -> str:
+    """``value`` if it is a PEP 508 name; else one error naming ``where``. A name is written into the
+    requirements lock as the start of a requirement: ``x@https://…#`` would make it a direct reference."""
+    if not _NAME.fullmatch(value):
+        raise InvalidLockError(f"{where}: {what} {value[:200]!r} is not a PEP 508 name")
+    return value
+
+
+def checked_version(written: str, where: str) -> Version:
+    """The PEP 440 version ``written``, which is written back as it is and so must be one token."""
+    try:
+        if written != written.strip():
+            raise InvalidVersion(written)
+        return Version(written)
+    except InvalidVersion:
+        raise InvalidLockError(f"{where}: version {written[:200]!r} is not a PEP 440 version") from None
+
+
+def checked_url(value: str, where: str) -> str:
+    """A file's or direct reference's URL, which the requirements lock and Bazel's downloader take as one token."""
+    try:
+        return check_lock_value(value, f"{where}: url")
+    except UsageError as error:
+        raise InvalidLockError(str(error)) from None
+
+
+def locked_pin(
+    name: str,
+    extras: Sequence[str],
+    version: str | None,
+    *,
+    hashes: Sequence[str],
+    url: str | None,
+    files: Sequence[PinFile],
+    span: Span,
+    where: str,
+) -> Pin:
+    """The pin of a TOML lock's package, every value checked (module docstring); no version: a pin that
+    is an error when its version is needed (a pylock.toml entry may leave it out)."""
+    checked_name(name, where)
+    for extra in extras:
+        checked_name(extra, where, "extra")
+    parsed = checked_version(version, where) if version else None
+    for value in [url] if url else []:
+        checked_url(value, where)
+    for file in files:
+        checked_url(file.url, where)
+    head = name + (f"[{','.join(extras)}]" if extras else "")
+    error = None if parsed else f"{name} has no version in the lock"
+    return Pin(name, tuple(extras), head, parsed, None, tuple(hashes), url, span, f"{head}=={version or ''}", error, version, tuple(files))
+
+
+@dataclass(frozen=True)
+class LockOption:
+    """An index option line of a requirements lock (``--index-url``, ``--extra-index-url``,
+    ``--find-links``, ``--no-index``, with their short forms), as ``kind``."""
+
+    kind: str
+    span: Span
+    text: str  # the logical line, comments removed (``--find-links=/wheels``)
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A lock as its reader understood it: pins and index options, in file order."""
+
+    source: str
+    format: str  # one of lockformats.FORMATS
+    pins: tuple[Pin, ...]
+    options: tuple[LockOption, ...] = ()
+    members: tuple[NormalizedName, ...] = ()  # projects the lock builds from its own source (uv workspace members)
+
+    @property
+    def uses_hashes(self) -> bool:
+        return any(pin.hashes for pin in self.pins)

@@ -1,0 +1,339 @@
+"""Decide how a lock changes for the wheels we wrote: one pure function, :func:`plan_lock`.
+
+Given the lock's pins (any format), the files of our index and the index option, it returns a
+:class:`LockPlan`; writers (pip text, uv.lock) render it and do the I/O. The rules:
+
+* the pin of each patched project names the patched version (``torch==2.1.0`` ->
+  ``torch==2.1.0+stripe.5``) with the hashes of the index's files; a pin written as a direct reference
+  (``torch @ https://…/torch-2.1.0-….whl``, as uv and pip-compile write local wheels) counts as a pin of
+  the version its wheel's file name says, so it is rewritten too, never silently left to the original;
+* projects in the index that the lock does not pin (split siblings such as ``torch-libs``) are added,
+  with the marker of the locked projects that require them;
+* ``direct`` (the default): each patched pin becomes a direct reference to its wheel, keeping the name
+  as written, its extras and its marker; every other pin stays, fetched from the lock's own index (or by
+  its URL, when the caller knows the one file it admits). When the pin keeps other hashes (wheels for
+  other platforms, not patched), the reference gets the marker of its wheel's tags and those hashes
+  stay usable on a second line with the opposite marker;
+* which of a pin's hashes a patched wheel replaces: those ``replaced`` names for its project; without an
+  entry, for a lock that names its files (uv.lock, pylock.toml), the wheels that install where the
+  patched wheel installs (by their tags: an aarch64 wheel stays beside a patched x86_64 one, with the
+  sdist), and for any other pin every hash. The hashes left are each edit's ``kept``, for every writer;
+* otherwise one option line makes pip look at the index, written ``--option=value`` (rules_python
+  0.22.1 passes each option line to pip as one argument). Under the lock's own ``--no-index`` pip reads
+  no index URL at all, so the index is then named as ``--find-links=`` (a directory of wheels) in every
+  mode. ``index-url`` drops the lock's other indexes: that mode promises pip looks at ours only.
+
+Hashes: pip's hash-checking mode is all or nothing (one ``--hash`` switches it on for every pin), so a
+lock that has hashes gets ``--hash`` on every line we write, and a lock without any (pip-compile's
+default) gets none: a direct reference then carries its sha256 as the URL's ``#sha256=`` fragment,
+which pip checks without switching the mode on.
+
+Which index version replaces a pin (``2.1.0`` stands for the lock's pin):
+1. the one version that extends the pin's local label (``2.1.0+stripe.5``, or
+   ``2.1.0+cu118.stripe.5`` for ``2.1.0+cu118``): that is how ``patch`` names its output;
+2. otherwise, if the index has the pinned version itself (e.g. a mirrored original), the pin
+   stays; its hashes are replaced only if none of them matches the index's files (a wheel
+   re-patched under the same version);
+3. otherwise the index's only version of the project (the index was made to override it).
+Two candidates at any step is an error naming them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from packaging.utils import NormalizedName
+from packaging.version import Version
+
+from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
+from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile, group_by_project
+from patched_wheels.lock.markers import WheelEnvironments, and_markers
+from patched_wheels.wheelfile.metadata import required_projects
+from patched_wheels.lock.model import Lock, LockOption, Pin, check_lock_value, file_url
+from patched_wheels.wheelfile.filename import WheelFilename
+
+INDEX_OPTIONS = ("direct", "extra-index-url", "index-url", "find-links")
+#: ``direct``: the only form every rules_python release reads (2.x fetches a lock's index pages with
+#: Bazel's downloader, which returns a directory listing for a ``file://`` index page), and the
+#: wheels nobody patched are not served by us at all. ``extra-index-url`` works whether the index
+#: holds every locked wheel or only the patched ones; ``index-url`` when it mirrors the whole lock and
+#: pip must not look anywhere else; ``find-links`` for a plain directory listing (pip only).
+DEFAULT_INDEX_OPTION = "direct"
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    """How the lock should name our index (the ``lock`` command's flags, the hub's configuration).
+
+    ``upstream_index_url``: ``direct`` only, written as ``--index-url`` when the lock names no index of
+    its own. ``replaced``: project -> sha256 of the original wheels its patched wheel replaces (the
+    pin's other hashes stay for other platforms; without an entry every hash is replaced).
+    ``references``: unpatched project -> (url, sha256) of the one file its pin admits here (``direct``).
+    """
+
+    index_dir: Path  # absolute
+    index_option: str = DEFAULT_INDEX_OPTION
+    upstream_index_url: str | None = None
+    replaced: Mapping[NormalizedName, frozenset[str]] = field(default_factory=dict)
+    references: Mapping[NormalizedName, tuple[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.index_option not in INDEX_OPTIONS:
+            raise UsageError(f"--index-option {self.index_option}: expected one of {', '.join(INDEX_OPTIONS)}")
+        check_lock_value(str(self.index_dir), "--index")
+        if self.upstream_index_url is not None:
+            check_lock_value(self.upstream_index_url, "--upstream-index-url")
+        for project, (url, sha256) in self.references.items():
+            check_lock_value(url, f"references: {project}")
+            check_lock_value(sha256, f"references: {project}")
+
+
+@dataclass(frozen=True)
+class NewPin:
+    """A pin line to write: ``head==version`` or ``head @ url``, a marker, hashes, and who requires it."""
+
+    head: str  # name and extras as the user wrote them
+    version: Version
+    url: str | None
+    marker: str | None
+    hashes: tuple[str, ...]
+    via: tuple[str, ...] = ()
+
+    @property
+    def requirement(self) -> str:
+        """The PEP 508 requirement with its marker, as pip reads it."""
+        text = f"{self.head} @ {self.url}" if self.url else f"{self.head}=={self.version}"
+        return text + (f" ; {self.marker}" if self.marker else "")
+
+
+@dataclass(frozen=True)
+class PinEdit:
+    """What happens to one pin: rewritten as ``lines``, or (``lines`` empty) edited where it is written:
+    its version text becomes ``version`` and, unless ``hashes`` is None, its hashes become ``hashes``."""
+
+    pin: Pin
+    version: Version
+    hashes: tuple[str, ...] | None
+    lines: tuple[NewPin, ...]
+    files: tuple[IndexedFile, ...]  # the index's files of the new version ((): not ours)
+    kept: tuple[str, ...] = ()  # the pin's hashes still in use on the platforms ``files`` do not serve
+
+
+@dataclass(frozen=True)
+class LockPlan:
+    """Every change to a lock, in file order, with a human-readable line per change."""
+
+    edits: tuple[PinEdit, ...]
+    added: tuple[NewPin, ...]
+    added_files: tuple[tuple[IndexedFile, ...], ...]  # the index's files of each added pin
+    option: str | None  # an index option line to add, "--find-links=file:///…"
+    dropped: tuple[LockOption, ...]  # the lock's index options to drop
+    changes: tuple[str, ...]
+
+
+def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) -> LockPlan:
+    """The changes that make ``lock`` install ``files`` (our index) as ``options`` say; no I/O."""
+    index = group_by_project(files)
+    direct = options.index_option == "direct"
+    hashed = lock.uses_hashes
+    edits: list[PinEdit] = []
+    changes: list[str] = []
+    parents: dict[NormalizedName, list[tuple[NormalizedName, Pin]]] = {}
+    for pin in lock.pins:
+        project = pin.project
+        if project not in index:
+            reference = options.references.get(project)
+            if direct and reference and not pin.url and {h.lower() for h in pin.hashes} == {f"sha256:{reference[1]}"}:
+                line = NewPin(pin.head, pin.pinned_version(), reference[0], pin.marker, (f"sha256:{reference[1]}",))
+                edits.append(PinEdit(pin, line.version, None, (line,), ()))
+            continue
+        pinned = pin.pinned_version()
+        target = _target_version(pin, pinned, index[project])
+        target_files = tuple(f for f in index[project] if f.version == target)
+        _record_parents(parents, project, pin, target_files)
+        if direct or pin.url:
+            if target == pinned:
+                continue  # the index holds the original itself: the lock's own index (or URL) serves it
+            kept = _kept(pin, target_files, options.replaced.get(project))
+            if direct:
+                lines = _direct_pin(pin, target_files, options.index_dir, kept, hashed)
+            else:  # a direct reference to the original, for an index option: a pin by version, from the index
+                new_hashes = tuple(sorted(f"sha256:{f.sha256}" for f in target_files)) if hashed else ()
+                lines = (NewPin(pin.head, target, None, pin.marker, new_hashes),)
+            edits.append(PinEdit(pin, target, None, lines, target_files, kept))
+            changes.append(f"{_spelled(pin, pinned)} -> {lines[0].requirement}")
+            continue
+        new_hashes = tuple(sorted(f"sha256:{f.sha256}" for f in target_files))
+        refresh = bool(pin.hashes) and (target != pinned or not set(new_hashes) & {h.lower() for h in pin.hashes})
+        if target != pinned:
+            changes.append(f"{pin.name}=={pinned} -> {pin.name}=={target}")
+        elif refresh:
+            changes.append(f"{pin.name}=={pinned}: hashes replaced")
+        if target != pinned or refresh:
+            edits.append(PinEdit(pin, target, new_hashes if refresh else None, (), target_files, _kept(pin, target_files, options.replaced.get(project))))
+
+    option, dropped = _option_line(lock, options)
+    if option is not None:
+        changes.append(f"added {option}")
+    members = sorted(set(index) & set(lock.members))
+    if members:
+        raise InvalidLockError(
+            f"{lock.source}: {members[0]} is a workspace member of the lock (built from its own source, never "
+            "installed from an index), so no wheel of the index can replace it"
+        )
+    added, added_files = _added_pins(index, {pin.project for pin in lock.pins}, parents, hashed, lock.source, options)
+    changes.extend(f"added {line.requirement}" for line in added)
+    return LockPlan(tuple(edits), added, added_files, option, dropped, tuple(changes))
+
+
+def _spelled(pin: Pin, pinned: Version) -> str:
+    return f"{pin.head} @ {pin.url}" if pin.url else f"{pin.name}=={pinned}"
+
+
+def _option_line(lock: Lock, options: LockOptions) -> tuple[str | None, tuple[LockOption, ...]]:
+    """The index option line to add and the lock's option lines to drop (module docstring)."""
+    if options.index_option == "direct":
+        if options.upstream_index_url is None or lock.options:
+            return None, ()
+        option = f"--index-url={options.upstream_index_url}"
+    elif options.index_option == "find-links" or any(o.kind == "no-index" for o in lock.options):
+        option = f"--find-links={options.index_dir.as_uri()}"
+    else:
+        option = f"--{options.index_option}={(options.index_dir / SIMPLE_DIR).as_uri()}"
+    dropped: tuple[LockOption, ...] = ()
+    if options.index_option == "index-url":
+        dropped = tuple(o for o in lock.options if o.kind != "no-index" and o.text != option)
+    if any(o.text == option for o in lock.options):
+        return None, dropped  # already there: locking its own output changes nothing
+    return option, dropped
+
+
+def _kept(pin: Pin, files: Sequence[IndexedFile], replaced: frozenset[str] | None) -> tuple[str, ...]:
+    """The pin's hashes that the patched ``files`` leave in use (module docstring)."""
+    if replaced is None:
+        replaced = _superseded(pin, files)
+    return tuple(sorted(h for h in pin.hashes if h.partition(":")[2].lower() not in replaced))
+
+
+def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
+    """The sha256 of every hash of ``pin`` that ``files`` replace, told by the tags of the files the lock
+    names: each wheel that installs somewhere a patched file installs. Every hash when none stays (so a
+    lone sdist never keeps a second line) or the lock names no files."""
+    ours = [WheelEnvironments.of(f.tags) for f in files]
+    every = frozenset(h.partition(":")[2].lower() for h in pin.hashes)
+    superseded = set()
+    for file in pin.files:
+        try:
+            theirs = WheelEnvironments.of(WheelFilename.parse(file.filename).tags)
+        except (InvalidWheelError, InvalidLockError):  # not a wheel, or a platform we cannot tell apart
+            theirs = WheelEnvironments(None, frozenset())
+        if file.sha256 is None or any(environments.overlaps(theirs) for environments in ours):
+            superseded.add(file.sha256)
+    return every if not pin.files or superseded >= {f.sha256 for f in pin.files} else frozenset(superseded)
+
+
+def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: tuple[str, ...], hashed: bool) -> tuple[NewPin, ...]:
+    """The lines that replace a patched pin in ``direct`` mode (module docstring).
+
+    A direct reference names one file, so the patched version must have exactly one. If the pin
+    keeps hashes of other wheels (a lock for several platforms), those stay on a second line whose
+    marker excludes what the patched wheel's tags cover.
+    """
+    if len(files) != 1:
+        names = ", ".join(sorted(f.filename for f in files))
+        raise UsageError(
+            f"{pin.span.where}: a direct reference names one file, but the index has "
+            f"{names} for {pin.name}; use an index option instead"
+        )
+    (target,) = files
+    url = file_url(directory / target.filename, None if hashed else target.sha256)
+    hashes = (f"sha256:{target.sha256}",) if hashed else ()
+    if not left or pin.url:
+        # No other line serves other platforms, so no marker of the wheel's own: a marker makes some
+        # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.
+        return (NewPin(pin.head, target.version, url, pin.marker, hashes),)
+    environments = WheelEnvironments.of(target.tags)
+    if environments.marker() is None:
+        raise InvalidLockError(
+            f"{pin.span.where}: {target.filename} is for every platform, but the pin of "
+            f"{pin.name} has {len(left)} more hashes; a pure wheel cannot leave other wheels in use"
+        )
+    return (
+        NewPin(pin.head, target.version, url, and_markers(pin.marker, environments.marker()), hashes),
+        NewPin(pin.head, pin.pinned_version(), None, and_markers(pin.marker, environments.complement()), left),
+    )
+
+
+def _target_version(pin: Pin, pinned: Version, files: Iterable[IndexedFile]) -> Version:
+    """Which of the index's versions the pin should name (rules in the module docstring)."""
+    versions = sorted({f.version for f in files})
+    extending = [v for v in versions if _extends(v, pinned)]
+    if len(extending) == 1:
+        return extending[0]
+    candidates = extending if extending else ([] if pinned in versions else versions)
+    if not candidates:
+        return pinned
+    if len(candidates) == 1:
+        return candidates[0]
+    raise InvalidLockError(
+        f"{pin.span.where}: the index has {pin.name} "
+        f"{', '.join(map(str, candidates))} for the pin =={pinned}; keep only one in the index"
+    )
+
+
+def _extends(version: Version, pinned: Version) -> bool:
+    """``2.1.0+stripe.5`` extends ``2.1.0``; ``2.1.0+cu118.stripe.5`` extends ``2.1.0+cu118``."""
+    if version.local is None or Version(version.public) != Version(pinned.public):
+        return False
+    return pinned.local is None or version.local.startswith(pinned.local + ".")
+
+
+def _record_parents(
+    parents: dict[NormalizedName, list[tuple[NormalizedName, Pin]]],
+    project: NormalizedName,
+    pin: Pin,
+    files: Iterable[IndexedFile],
+) -> None:
+    """Note which projects each indexed wheel requires, to place split siblings in the lock."""
+    for indexed in files:
+        if indexed.metadata is not None:
+            for required in required_projects(indexed.metadata):
+                parents.setdefault(required, []).append((project, pin))
+
+
+def _added_pins(
+    index: Mapping[NormalizedName, list[IndexedFile]],
+    locked: set[NormalizedName],
+    parents: Mapping[NormalizedName, list[tuple[NormalizedName, Pin]]],
+    hashed: bool,
+    source: str,
+    options: LockOptions,
+) -> tuple[tuple[NewPin, ...], tuple[tuple[IndexedFile, ...], ...]]:
+    """Pins for index projects the lock lacks, sorted by name, with the index's files of each.
+
+    The marker is copied from the locked projects requiring the new one when they agree, so a
+    Linux-only torch does not drag its sibling onto other platforms.
+    """
+    added, added_files = [], []
+    for project in sorted(set(index) - locked):
+        versions = sorted({f.version for f in index[project]})
+        if len(versions) != 1:
+            raise InvalidLockError(
+                f"{source}: the index has {project} {', '.join(map(str, versions))}, which the lock "
+                "does not pin; keep only one in the index"
+            )
+        requirers = parents.get(project, [])
+        markers = {pin.marker for _, pin in requirers}
+        marker = markers.pop() if len(markers) == 1 and None not in markers else None
+        url = None
+        if options.index_option == "direct":
+            if len(index[project]) != 1:
+                raise UsageError(f"{source}: a direct reference names one file; the index has several of {project}")
+            (single,) = index[project]
+            url = file_url(options.index_dir / single.filename, None if hashed else single.sha256)
+        hashes = tuple(sorted(f"sha256:{f.sha256}" for f in index[project])) if hashed else ()
+        added.append(NewPin(project, versions[0], url, marker, hashes, tuple(sorted({name for name, _ in requirers}))))
+        added_files.append(tuple(index[project]))
+    return tuple(added), tuple(added_files)

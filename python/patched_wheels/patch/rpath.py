@@ -1,0 +1,148 @@
+"""RPATH edits: set, prepend or append the search path (DT_RUNPATH/DT_RPATH) of chosen ELF members.
+
+A library that cannot find a companion shipped in the same wheel (auditwheel moved it into
+``<pkg>.libs/`` and left no path to it) is fixed by pointing its search path there.  Only
+``$ORIGIN``-relative entries are accepted: the loader resolves an absolute entry on the machine
+that installs the wheel, where it points outside the wheel, and a plain relative one against the
+process's working directory.  The edited members go back into the patch's
+:class:`patched_wheels.patch.rewrite.WheelEdits`, so RECORD, renames and reproducibility are handled
+in one place; a library is streamed, never held whole (see :mod:`patched_wheels.elf.edit`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from patched_wheels.elf.edit import names_inside, overwrite_in_place
+from patched_wheels.elf.read import ELF_MAGIC, read_dynamic
+from patched_wheels.elf.grow import grow_dynamic
+from patched_wheels.errors import ElfError, UsageError
+from patched_wheels.base.names import CONTROL_CHARACTER, glob_problem
+from patched_wheels.patch.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
+
+MODES = ("set", "prepend", "append")
+"""``set`` replaces the search path; ``prepend``/``append`` add entries before/after the existing ones."""
+
+# "$ORIGIN" or "${ORIGIN}", alone or followed by a path ("$ORIGINAL" is another token).
+_ORIGIN_ENTRY = re.compile(r"\$(?:ORIGIN|\{ORIGIN\})(?:/|$)")
+_MAX_ENTRIES = 4096
+
+
+@dataclass(frozen=True)
+class RpathEdit:
+    """Search-path entries to give every ELF member matching ``glob`` (fnmatch on archive paths)."""
+
+    glob: str
+    entries: tuple[str, ...]
+    mode: str
+    origin: str
+    """How the user asked for it (``--set-rpath 'pkg/*.so=...'``), to name it in errors."""
+
+
+def rpath_edit(glob: str, entries: str, mode: str = "set", *, origin: str | None = None) -> RpathEdit:
+    """A checked edit from a glob and a ``:``-separated entry list; ``origin`` names it in errors."""
+    origin = origin or f"rpath {glob}={entries}"
+    if mode not in MODES:
+        raise UsageError(f"{origin}: rpath mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if not glob:
+        raise UsageError(f"{origin}: empty GLOB; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
+    if problem := glob_problem(glob):
+        raise UsageError(f"{origin}: GLOB {glob!r}: {problem}")
+    if not entries:
+        raise UsageError(f"{origin}: no entries; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
+    if len(entries) > _MAX_ENTRIES:
+        raise UsageError(f"{origin}: entries longer than {_MAX_ENTRIES} characters")
+    if bad := CONTROL_CHARACTER.search(entries):
+        # Written as a C string into the library: a NUL would silently cut the search path there.
+        raise UsageError(f"{origin}: entries {entries!r} hold the control character {bad.group()!r}")
+    split = entries.split(":")
+    for entry in split:
+        if not entry:
+            raise UsageError(f"{origin}: empty entry in {entries!r} (the loader may read it as the working directory)")
+        if not _ORIGIN_ENTRY.match(entry):
+            why = (
+                "an absolute path points outside the wheel on the machine that installs it"
+                if entry.startswith("/")
+                else "a relative path is resolved against the process's working directory"
+            )
+            raise UsageError(f"{origin}: entry {entry!r} must start with $ORIGIN: {why}")
+    return RpathEdit(glob, tuple(split), mode, origin)
+
+
+def parse_rpath_option(option: str, mode: str, *, origin: str) -> RpathEdit:
+    """An edit from the command line's ``GLOB=ENTRIES`` (split at the first ``=``)."""
+    glob, equals, entries = option.partition("=")
+    if not equals:
+        raise UsageError(f"{origin}: expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
+    return rpath_edit(glob, entries, mode, origin=origin)
+
+
+def edited_search_path(current: Sequence[str], edit: RpathEdit) -> list[str]:
+    """The search path after ``edit``; an entry given twice is kept at its first place."""
+    if edit.mode == "prepend":
+        combined = [*edit.entries, *current]
+    elif edit.mode == "append":
+        combined = [*current, *edit.entries]
+    else:
+        combined = list(edit.entries)
+    return list(dict.fromkeys(combined))
+
+
+def apply_rpath_edits(edits: WheelEdits, rpath_edits: Sequence[RpathEdit], scratch: Scratch) -> None:
+    """Apply each RPATH edit to every member its glob matches, in order; a glob matching nothing is an error.
+
+    A library several globs match is edited once, to the search path all of them make in turn.
+    """
+    wheel = edits.reader.path.name
+    matched: dict[str, list[RpathEdit]] = {}
+    for rpath_edit in rpath_edits:
+        names = edits.matching(rpath_edit.glob)
+        if not names:
+            raise UsageError(f"{rpath_edit.origin}: matches no member of {wheel}")
+        for name in names:
+            matched.setdefault(name, []).append(rpath_edit)
+    for name, applied in matched.items():
+        content = edits.contents.get(name)  # None: the input member, unchanged so far
+        edited = _edit_library(edits, name, content, applied, scratch)
+        if edited is not None:
+            edits.set(name, edited)
+
+
+def _edit_library(edits: WheelEdits, name: str, content: Content | None, applied: Sequence[RpathEdit], scratch: Scratch) -> Content | None:
+    """``name`` with the search path ``applied`` make, its RUNPATH/RPATH kind kept: overwritten in place
+    when it fits and no other name shares the old string, else with its string table grown into a temp
+    file (both streamed); None when nothing changes (it stays as it is)."""
+    reader, wheel = edits.reader, edits.reader.path.name
+    open_chunks = member_chunks(reader, name, content)
+    if not next(open_chunks(), b"").startswith(ELF_MAGIC):
+        raise ElfError(f"{applied[0].origin}: {wheel}: {name} is not an ELF file; only ELF members have an RPATH")
+    where = f"{wheel}: {name}"
+    layout = read_dynamic(open_chunks, where)
+    old = layout.search_path()
+    search_path = ":".join(_after(applied, [entry for entry in old.split(":") if entry]))
+    if search_path == old:
+        return None
+    tags = layout.search_path_tags()
+    new = search_path.encode("utf-8", "surrogateescape")
+    patch = overwrite_in_place(layout, tags, new)
+    if patch is not None and names_inside(open_chunks, layout, tags, where):
+        patch = None  # writing over the string would rename what shares it: the table grows instead
+    if patch is not None and content is None:
+        return Overwritten(name, (patch,))
+    if patch is not None and isinstance(content, Overwritten):
+        return Overwritten(content.source, (*content.patches, patch))
+    if patch is not None and isinstance(content, bytes):
+        offset, data = patch
+        return content[:offset] + data + content[offset + len(data) :]
+    file = scratch.new_file()
+    grow_dynamic(open_chunks, layout, dict.fromkeys(tags, new), file, where)
+    return Spilled(file)
+
+
+def _after(applied: Sequence[RpathEdit], search_path: Sequence[str]) -> list[str]:
+    current = list(search_path)
+    for rpath_edit in applied:
+        current = edited_search_path(current, rpath_edit)
+    return current

@@ -1,0 +1,322 @@
+"""Split shared libraries out of a wheel into a sibling wheel that the main one requires and preloads.
+
+Package indexes cap file sizes (and some caches choke on 700 MB members); moving the
+biggest libraries into ``NAME-VERSION-<same tags>.whl`` keeps each wheel small.  A
+moved library ``<pkg>/lib/libx.so`` lands at ``<name>/lib/libx.so``: the same depth
+under site-packages, so its ``$ORIGIN/../../nvidia/...`` entries still resolve in one
+site-packages.  What it needs from its old directory is loaded first by the main
+package's preload (imported first by ``<pkg>/__init__.py``): the moved libraries and
+everything they need, in graph order -- the same plan and generated preloader as
+``patch --preload-for`` (:func:`patched_wheels.loading.preload.plan_preload`), extended if the
+wheel already has one.  Once a library is loaded, the loader satisfies every later
+DT_NEEDED of its SONAME with it, whatever the search paths say; so the same preload
+makes one directory per wheel work too.
+
+So a moved library keeps its bytes and is copied raw (its compressed bytes, like every
+unchanged member of a patch): a split costs about a copy of the wheel.  Only a library
+without a SONAME is rewritten (one added, streamed into a temp file: :mod:`patched_wheels.elf.grow`), since the
+loader matches what the preload loaded by SONAME.  A library that a moved one opens with
+``dlopen`` by bare name from its old directory, outside its DT_NEEDED closure, is not
+found through ``$ORIGIN`` any more: do not move such a library.
+
+A split is part of :func:`patched_wheels.patch.surgery.patch_wheel` (``split=``), so a
+wheel that is patched and split is read and written once: the split plans against
+the patch's edits (a library deleted by ``delete`` or a patch does not move; one whose
+RPATH an ``rpath_edits`` entry changed moves with that edit, and both wheels get the
+patch's version) and hands back the main wheel's edits (moved members dropped,
+``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the preload module)
+and the sibling's members; both wheels go through :func:`patched_wheels.patch.rewrite.write_wheel`
+and are renamed into the destination only once both are complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from packaging.utils import canonicalize_name
+
+from patched_wheels.elf.graph import LibraryGraph, install_path, read_graph
+from patched_wheels.elf.read import DT_SONAME, ElfLibrary, data_scheme, read_dynamic
+from patched_wheels.errors import UsageError
+from patched_wheels.base.names import is_valid_project_name
+from patched_wheels.loading.packages import package_init_members
+from patched_wheels.loading.preload import (
+    PreloadList,
+    add_preload_import,
+    plan_preload,
+    preload_module_member,
+    read_preload_module,
+    render_preload_module,
+)
+from patched_wheels.patch.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits, member_chunks
+from patched_wheels.patch.surgery import PatchResult, patch_wheel
+from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile.zipcontainer import MAX_ALIGNMENT_PADDING, kernel_copied
+
+# Zip bookkeeping per member, beyond its name and data: local header (30) + central header (46).
+_ZIP_OVERHEAD = 76
+# Upper bound on what the main wheel gains: Requires-Dist, the __init__ import, RECORD rows, headers.
+_GROWTH_SLACK = 4096
+
+
+@dataclass(frozen=True)
+class SplitOptionNames:
+    """How the user spelled the split's options, so errors name them: flags on the command line, the
+    ``patched_wheel`` attributes in Bazel (:data:`BAZEL_NAMES`)."""
+
+    into: str = "--into"
+    move: str = "--move"
+    max_size: str = "--max-size"
+
+
+BAZEL_NAMES = SplitOptionNames("split_into", "split_move", "split_max_size")
+
+
+@dataclass(frozen=True)
+class _Move:
+    member: str
+    """Archive path in the main wheel."""
+    library: ElfLibrary
+    """The library as the graph knows it (the unedited wheel's): the node the preload is planned on."""
+    content: Content | None
+    """What the patch's other edits made of it (an RPATH edit); None: the input member as is."""
+    target: str
+    """Archive (and install) path in the sibling wheel."""
+
+
+@dataclass(frozen=True)
+class SplitRequest:
+    """Which shared libraries to split into which sibling wheel, for :func:`patched_wheels.patch.surgery.patch_wheel`.
+
+    Exactly one of ``move`` (fnmatch globs over archive paths) and ``max_size`` (bytes
+    the main wheel must fit in; the largest libraries move first) is given.
+    """
+
+    into: str
+    """Project name of the sibling wheel."""
+    move: Sequence[str] = ()
+    max_size: int | None = None
+    names: SplitOptionNames = SplitOptionNames()
+
+    def check_options(self) -> None:
+        """The checks that need no wheel: a hub runs them before it downloads anything."""
+        names = self.names
+        if bool(self.move) == (self.max_size is not None):
+            raise UsageError(f"give either {names.move} or {names.max_size}, not both or neither")
+        if not is_valid_project_name(self.into):
+            raise UsageError(f"{names.into} {self.into!r} is not a valid project name")
+
+    def check(self, reader: WheelReader) -> None:
+        """Refuse a request that no edit can make valid, before the patch does any work."""
+        wheel = reader.path.name
+        try:
+            self.check_options()
+        except UsageError as error:
+            raise UsageError(f"{wheel}: {error}") from None
+        if canonicalize_name(self.into) == reader.filename.name:
+            raise UsageError(f"{wheel}: {self.names.into} {self.into} names the wheel being split")
+
+    def plan(
+        self, edits: WheelEdits, *, version: str, main_name: str, graph: LibraryGraph | None, scratch: Scratch
+    ) -> PlannedSplit:
+        """What moves and what the main wheel becomes, given the patch's other ``edits``.
+
+        ``version`` is the output version (both wheels carry it), ``main_name`` the main
+        output's file name (the sibling's takes its version and tags), ``graph`` one that
+        holds the wheel under its input file name (None: read from the wheel alone),
+        ``scratch`` where a library given a SONAME is written.
+        """
+        reader = edits.reader
+        wheel = reader.path.name
+        if graph is None:
+            graph = read_graph([reader.path])
+        by_path = {library.path: library for library in graph.libraries if library.wheel == wheel}
+        members = edits.existing()
+        # Libraries outside site-packages (data scheme) stay: the preload finds libraries on sys.path only.
+        libraries = {
+            member: by_path[path]
+            for member in members
+            if (path := install_path(member)) in by_path and not data_scheme(path)
+        }
+        every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
+        preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
+        selected = (
+            self._select_by_globs(edits, libraries)
+            if self.move
+            else self._select_by_size(edits, members, libraries, preload_estimate)
+        )
+        packages = sorted({libraries[name].path.split("/", 1)[0] for name in selected})
+        if len(packages) > 1 or any("/" not in libraries[name].path for name in selected):
+            raise UsageError(
+                f"{wheel}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
+            )
+        package = packages[0]
+        init_member = next(iter(package_init_members(package, members)), None)
+        if init_member is None:
+            raise UsageError(f"{wheel}: no {package}/__init__.py to import the preload from")
+        sibling_top = canonicalize_name(self.into).replace("-", "_")
+        moves = tuple(
+            _Move(name, libraries[name], edits.contents.get(name), f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}")
+            for name in selected
+        )
+        module_member = preload_module_member(init_member)
+        module = edits.current(module_member)
+        existing = PreloadList() if module is None else read_preload_module(module, where=f"{wheel}: {module_member}")
+        preload = render_preload_module(package, _preload_after_split(graph, package, wheel, moves, existing))
+        init_where = f"{wheel}: {init_member}"
+        sibling_dist_info = f"{sibling_top}-{version}.dist-info"
+        summary = f"Shared libraries split out of {reader.filename.name} {version} by patched-wheels"
+        sibling_metadata = f"Metadata-Version: 2.1\nName: {self.into}\nVersion: {version}\nSummary: {summary}\n"
+        moved = [_moved_member(edits, move, scratch) for move in sorted(moves, key=lambda move: move.target)]
+        return PlannedSplit(
+            removed=tuple(move.member for move in moves),
+            member_edits={
+                init_member: lambda current: add_preload_import(current, where=init_where),
+                module_member: lambda _current: preload,
+            },
+            requirement=f"{self.into}=={version}",
+            sibling_name=f"{sibling_top}-{main_name.split('-', 1)[1]}",  # same version, build and tags
+            sibling_dist_info=sibling_dist_info,
+            sibling_members=(
+                *moved,
+                OutputMember(f"{sibling_dist_info}/METADATA", None, sibling_metadata.encode("utf-8")),
+                OutputMember(f"{sibling_dist_info}/WHEEL", None, _sibling_wheel_file(edits)),
+            ),
+            max_size=self.max_size,
+            max_size_option=self.names.max_size,
+        )
+
+    def _select_by_globs(self, edits: WheelEdits, libraries: Mapping[str, ElfLibrary]) -> list[str]:
+        wheel = edits.reader.path.name
+        option = self.names.move
+        selected: list[str] = []
+        for pattern in self.move:
+            matched = edits.matching(pattern)
+            if not matched:
+                raise UsageError(f"{wheel}: {option} {pattern} matches no member")
+            for name in matched:
+                if name not in libraries:
+                    raise UsageError(
+                        f"{wheel}: {name} (matched by {option} {pattern}) is not a shared library; "
+                        "only libraries can move, since the main wheel preloads them"
+                    )
+                if name not in selected:
+                    selected.append(name)
+        return selected
+
+    def _select_by_size(
+        self, edits: WheelEdits, members: Sequence[str], libraries: Mapping[str, ElfLibrary], preload_growth: int
+    ) -> list[str]:
+        """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
+        wheel, option, max_size = edits.reader.path.name, self.names.max_size, self.max_size or 0
+        sizes = _stored_sizes(edits, members)
+        estimate = sum(sizes.values()) + preload_growth + _GROWTH_SLACK
+        if estimate <= max_size:
+            raise UsageError(f"{wheel}: already fits in {option} {max_size}; nothing to split")
+        selected: list[str] = []
+        for name in sorted(libraries, key=lambda name: (-sizes[name], name)):
+            if estimate <= max_size:
+                break
+            selected.append(name)
+            estimate -= sizes[name]
+        if estimate > max_size:
+            raise UsageError(
+                f"{wheel}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
+                f"cannot fit {option} {max_size}"
+            )
+        return selected
+
+
+def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMember:
+    """The sibling's copy of a moved library: its bytes as they are (copied raw when unedited), unless it has
+    no SONAME, which the preload needs: other libraries' DT_NEEDED then match the one it loaded."""
+    if move.library.soname:
+        return OutputMember(move.target, move.member, move.content)
+    from patched_wheels.elf.grow import grow_dynamic  # imported here: only a library without a SONAME grows
+
+    open_chunks = member_chunks(edits.reader, move.member, move.content)
+    where = f"{edits.reader.path.name}: {move.member}"
+    file = scratch.new_file()
+    grow_dynamic(open_chunks, read_dynamic(open_chunks, where), {DT_SONAME: move.library.filename.encode()}, file, where)
+    return OutputMember(move.target, move.member, Spilled(file))
+
+
+def split_wheel(
+    wheel: Path | str,
+    dest_dir: Path | str,
+    *,
+    into: str,
+    move: Sequence[str] = (),
+    max_size: int | None = None,
+    graph_wheels: Sequence[Path] = (),
+    cache_dir: Path | None = None,
+    digest_dir: Path | None = None,
+) -> PatchResult:
+    """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
+
+    ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
+    with them, the preload also loads what the moved libraries need from those wheels,
+    so the pair works with one directory per wheel on its own.  ``cache_dir`` and ``digest_dir``: the ELF
+    cache and the memo of the wheels' digests that key it (see :func:`patched_wheels.elf.graph.scan_wheels`).
+    """
+    graph = read_graph([Path(wheel), *graph_wheels], cache_dir=cache_dir, digest_dir=digest_dir)
+    return patch_wheel(wheel, dest_dir, split=SplitRequest(into, move, max_size), graph=graph)
+
+
+def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
+    """About what each of ``members`` takes in the main wheel: its compressed bytes (for an edited member,
+    its size: deflate's bound) plus headers and the name twice (local and central), and for a large one
+    copied raw the most its local header is padded by (at most 64 KiB, so its data keeps a cheap place
+    for the kernel's copy)."""
+    contents, reader = edits.contents, edits.reader
+    sizes = {}
+    for name in members:  # a loop, not a call per member: torch's wheel has 10,600
+        content = contents.get(name)
+        if content is None:  # unedited (members holds no deleted one)
+            info = reader.info(name)
+            data = info.compress_size + len(info.extra) + (MAX_ALIGNMENT_PADDING if kernel_copied(info.compress_size) else 0)
+        elif isinstance(content, bytes):
+            data = len(content)
+        elif isinstance(content, Overwritten):
+            data = reader.file_size(content.source)
+        else:
+            data = content.path.stat().st_size
+        sizes[name] = data + _ZIP_OVERHEAD + 2 * len(name.encode())
+    return sizes
+
+
+def _preload_after_split(
+    graph: LibraryGraph, package: str, wheel: str, moves: Sequence[_Move], existing: PreloadList
+) -> PreloadList:
+    """The main package's preload after the split: :func:`plan_preload` with the moved libraries.
+
+    Moved libraries come after everything they need (the main wheel's own
+    libraries included: under one directory per wheel, the moved library's way
+    back to them does not exist).  Entries of an existing preload stay: those
+    this graph does not know (libraries of wheels not given) at the front, the
+    others in graph order, optional ones still optional unless now required.
+    """
+    new_path = {move.library: move.target for move in moves}
+    by_path: dict[str, ElfLibrary] = {}
+    for library in graph.libraries:
+        by_path.setdefault(new_path.get(library, library.path), library)
+    plan = plan_preload(graph, package, wheel, moved=[move.library for move in moves])
+    unknown = [path for path in existing.libraries if path not in by_path]
+    kept = {by_path[path] for path in existing.libraries if path in by_path}
+    libraries = unknown + [new_path.get(library, library.path) for library in graph.ordered(set(plan.libraries) | kept)]
+    required = {new_path.get(library, library.path) for library in plan.required}
+    return PreloadList(tuple(libraries), frozenset(existing.optional - required))
+
+
+def _sibling_wheel_file(edits: WheelEdits) -> bytes:
+    """WHEEL for the sibling: same Build and Tag lines as the main wheel."""
+    lines = ["Wheel-Version: 1.0", "Generator: patched-wheels split", "Root-Is-Purelib: false"]
+    current = edits.current(f"{edits.reader.dist_info}/WHEEL")
+    assert current is not None  # a wheel needs it: no edit may delete it
+    # A patch may have broken its UTF-8: then the main wheel's own check fails it, with the one-line error.
+    for line in current.decode("utf-8", errors="replace").splitlines():
+        if line.startswith(("Tag:", "Build:")):
+            lines.append(line.strip())
+    return ("\n".join(lines) + "\n").encode("utf-8")

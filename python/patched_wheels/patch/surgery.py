@@ -1,0 +1,169 @@
+"""Turn an upstream wheel into a patched one: diffs, METADATA edits, RPATH edits, new local version, split.
+
+All edits are computed first against the *original* member names, in a
+:class:`patched_wheels.patch.rewrite.WheelEdits` (they touch a few small text files, and the
+libraries whose RPATH is edited, which are streamed, never held whole), then every output
+is written by :func:`patched_wheels.patch.rewrite.write_wheel` in one pass: unchanged members
+are copied raw, ``.dist-info`` and ``.data`` are renamed for the new version, and RECORD is
+regenerated.  A split (any :class:`patched_wheels.patch.rewrite.Split`, e.g.
+:class:`patched_wheels.patch.split.SplitRequest`) plans against the same edits and hands back
+the main wheel's part (moved members dropped, ``Requires-Dist`` on the sibling, the
+preload) and the sibling's members, so a patched and split wheel is read once and both
+outputs go through the same writer.  Outputs are written into a temp directory in the
+destination and renamed there only once all are complete, so a failure leaves nothing
+behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from patched_wheels.errors import PatchError, UsageError
+from patched_wheels.patch.rewrite import MemberEdit, Scratch, Split, WheelEdits, write_wheel
+from patched_wheels.wheelfile import WheelReader, cycle_collection_paused
+
+if TYPE_CHECKING:
+    from patched_wheels.elf.graph import LibraryGraph
+    from patched_wheels.patch.rpath import RpathEdit
+
+__all__ = ["MemberEdit", "PatchResult", "find_patches", "patch_wheel"]
+
+PATCH_SUFFIXES = (".patch", ".diff")
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    path: Path
+    requirement: str  # pins exactly the patched wheel, e.g. "torch==2.1.0+stripe.5"
+    sibling: Path | None = None
+    """The wheel a split moved libraries into (None without a split)."""
+    sibling_requirement: str | None = None
+    """Pins the sibling, e.g. "torch-libs==2.1.0+stripe.5": the main wheel requires exactly it."""
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """The pins of every wheel written, the main one first: what a lock must list."""
+        return (self.requirement,) if self.sibling_requirement is None else (self.requirement, self.sibling_requirement)
+
+
+def find_patches(patch_dir: Path) -> list[Path]:
+    """The ``*.patch``/``*.diff`` files of ``patch_dir`` in name order (number them to order them)."""
+    if not patch_dir.is_dir():
+        raise UsageError(f"patch directory {patch_dir} does not exist")
+    return sorted(path for path in patch_dir.iterdir() if path.suffix in PATCH_SUFFIXES and path.is_file())
+
+
+def patch_wheel(
+    wheel: Path | str,
+    dest_dir: Path | str,
+    *,
+    suffix: str | None = None,
+    patches: Sequence[Path] = (),
+    strip: int = 1,
+    remove_requires: Sequence[str] = (),
+    add_requires: Sequence[str] = (),
+    delete: Sequence[str] = (),
+    verify: bool = False,
+    member_edits: Mapping[str, MemberEdit] | None = None,
+    rpath_edits: Sequence[RpathEdit] = (),
+    split: Split | None = None,
+    graph: LibraryGraph | None = None,
+) -> PatchResult:
+    """Write the patched copy of ``wheel`` (and, with ``split``, its sibling) into ``dest_dir``.
+
+    Order of edits: ``patches`` (in the given order), ``delete`` globs, ``member_edits``
+    (archive paths in the *original* naming, e.g. ``torch/__init__.py``), ``rpath_edits``
+    (in the given order, globs over the same names), the ``split`` (planned on the result
+    of those: a deleted library does not move, an RPATH-edited one moves with its edit),
+    then the METADATA edits.  ``suffix`` appends a PEP 440 local
+    label to the version of both wheels (an empty one is an error: the output would be
+    named exactly like the upstream wheel).  ``graph`` is the library graph the split
+    reads (a set holding ``wheel`` under its file name, so the preload also covers the
+    other wheels); without it, the split reads ``wheel``'s alone.
+    """
+    wheel, dest_dir = Path(wheel), Path(dest_dir)
+    # Paused: the outputs' members and RECORD rows are tens of thousands of objects without cycles.
+    with cycle_collection_paused(), WheelReader(wheel, verify=verify) as reader, Scratch(dest_dir, wheel.name) as scratch:
+        if split is not None:
+            split.check(reader)  # before any edit: a wrong option should not wait for the patches
+        edits = WheelEdits(reader)
+        if patches:
+            from patched_wheels.patch.unidiff import apply_file_patch, read_patch  # imported here: only a patch needs the diff reader
+        for patch in patches:
+            for file_patch in read_patch(Path(patch), strip=strip):
+                source = f"patch {file_patch.patch}"
+                edits.check_editable(file_patch.path, source)
+                patched = apply_file_patch(file_patch, edits.current(file_patch.path))
+                if patched is None:
+                    edits.check_deletable(file_patch.path, source, PatchError)
+                edits.set(file_patch.path, patched)
+        for pattern in delete:
+            edits.delete_matching(pattern)
+        edits.apply_member_edits(member_edits or {}, "member edit")
+        if rpath_edits:
+            from patched_wheels.patch.rpath import apply_rpath_edits  # imported here: the ELF reader only when RPATHs change
+
+            apply_rpath_edits(edits, rpath_edits, scratch)
+        version = edits.version(suffix)
+        dest = dest_dir / (wheel.name if suffix is None else reader.filename.with_version(version))
+        if dest.resolve() == wheel.resolve():
+            raise UsageError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
+        planned = None
+        if split is not None:
+            planned = split.plan(edits, version=version, main_name=dest.name, graph=graph, scratch=scratch)
+            for name in planned.removed:
+                edits.set(name, None)
+            edits.apply_member_edits(planned.member_edits, "split")
+        project = edits.edit_metadata(
+            version, suffix, remove_requires, add_requires, generated_requires=[planned.requirement] if planned else []
+        )
+
+        renames: dict[str, str] = {}
+        if suffix is not None:
+            distribution = reader.dist_info[: -len(".dist-info")].rpartition("-")[0]
+            new_prefix = f"{distribution}-{version}"
+            renames = {reader.dist_info: f"{new_prefix}.dist-info", reader.data_dir: f"{new_prefix}.data"}
+
+        outputs = [dest.name]
+        if planned is not None:
+            write_wheel(reader, scratch.path / planned.sibling_name, dist_info=planned.sibling_dist_info, members=planned.sibling_members)
+            outputs.insert(0, planned.sibling_name)  # renamed first: the main wheel never appears without it
+        dist_info = renames.get(reader.dist_info, reader.dist_info)
+        write_wheel(reader, scratch.path / dest.name, dist_info=dist_info, members=edits.output_members(renames))
+        if planned is not None:
+            planned.check_size(wheel.name, scratch.path / dest.name)
+        _publish(scratch.path, dest_dir, outputs)
+    if planned is None:
+        return PatchResult(dest, f"{project}=={version}")
+    return PatchResult(dest, f"{project}=={version}", dest_dir / planned.sibling_name, planned.requirement)
+
+
+def _publish(scratch: Path, dest_dir: Path, names: Sequence[str]) -> None:
+    """Rename the finished outputs ``names`` from ``scratch`` into ``dest_dir``, in that order: all or none.
+
+    A name taken there by a directory (what a rename cannot replace) fails before anything is renamed,
+    with an error naming the destination, not the scratch file: a sibling never stays without its main
+    wheel, and the outputs of an earlier run stay as they were.  Should a rename still fail, those renamed
+    before it are removed again.
+    """
+    for name in names:
+        target = dest_dir / name
+        if target.is_dir() and not target.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+    published: list[Path] = []
+    try:
+        for name in names:
+            target = dest_dir / name
+            try:
+                os.replace(scratch / name, target)
+            except OSError as error:
+                raise OSError(error.errno, error.strerror, str(target)) from None
+            published.append(target)
+    except BaseException:
+        for target in published:
+            target.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,397 @@
+"""The hub build step the Bazel rule runs: patch/split with a generated preload, index, rewrite the lock."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import shutil
+import urllib.request
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from support import fakecuda
+from support.hubconfig import load_config, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
+from support.uvfixture import run_uv, serve_over_http, uv_locks
+from patched_wheels.elf import graph as elfgraph
+from patched_wheels.cli import main
+from patched_wheels.hub.build import build_hub
+from patched_wheels.hub.plan import PatchedWheelSpec
+from patched_wheels.loading.preload import read_preload_module
+from patched_wheels.wheelfile import ZipMember
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def fake_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.FakeCudaWheels:
+    return fakecuda.build_fake_cuda_wheels(tmp_path_factory.mktemp("fake"))
+
+
+def hub_config(tmp_path: Path, wheels: fakecuda.FakeCudaWheels, **spec: object) -> Path:
+    """hub.json for patching faketorch in the fake CUDA set (see :func:`set_config`)."""
+    return set_config(tmp_path, list(wheels.nvidia.values()), wheels.torch, "faketorch", **spec)
+
+
+def test_preload_auto_makes_the_per_wheel_layout_import(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
+    config = load_config(hub_config(tmp_path, fake_set, preload="auto", preload_package="faketorch"))
+    assert build_hub(config) == ["faketorch==2.1.0+test.1"]
+
+    patched = tmp_path / "index" / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl"
+    served = [*fake_set.nvidia.values()]
+    broken = fakecuda.run_import(fakecuda.per_wheel_layout([*served, fake_set.torch], tmp_path / "before"))
+    assert broken.returncode != 0 and "libjit.so.12" in broken.stderr
+    fixed = fakecuda.run_import(fakecuda.per_wheel_layout([*served, patched], tmp_path / "after"))
+    assert fixed.returncode == 0, fixed.stderr
+    assert fixed.stdout.strip() == str(fakecuda.EXPECTED_ANSWER)
+
+    lock = (tmp_path / "requirements_lock.txt").read_text(encoding="utf-8")
+    assert f"faketorch==2.1.0+test.1 \\\n    --hash=sha256:{sha256(patched)}\n" in lock
+    assert f"--index-url={(tmp_path / 'index' / 'simple').as_uri()}\n" in lock
+    assert (tmp_path / "index" / "simple" / "faketorch" / "index.html").is_file()
+    assert not (tmp_path / "index" / fake_set.torch.name).exists(), "the original must not be served beside the patched one"
+
+
+def test_split_serves_both_wheels_and_pins_the_sibling(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
+    config = hub_config(
+        tmp_path, fake_set, preload="auto", preload_package="faketorch",
+        split_into="faketorch-libs", split_move=["faketorch/lib/*.so"],
+    )
+    assert main(["hub", "build", "--config", str(config)]) == 0
+    index = tmp_path / "index"
+    main_wheel = index / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl"
+    sibling = index / "faketorch_libs-2.1.0+test.1-py3-none-linux_x86_64.whl"
+    lock = (tmp_path / "requirements_lock.txt").read_text(encoding="utf-8")
+    assert f"--hash=sha256:{sha256(sibling)}" in lock and "faketorch-libs==2.1.0+test.1" in lock
+    result = fakecuda.run_import(fakecuda.per_wheel_layout([*fake_set.nvidia.values(), main_wheel, sibling], tmp_path / "split"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(fakecuda.EXPECTED_ANSWER)
+
+
+def test_unreadable_config_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "hub.json").write_text("{not json", encoding="utf-8")
+    assert main(["hub", "build", "--config", str(tmp_path / "hub.json")]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "hub.json: cannot read the hub configuration" in error
+
+
+def test_config_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "hub.json").write_text("{}", encoding="utf-8")
+    assert main(["hub", "build", "--config", str(tmp_path / "hub.json")]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "cannot read the hub configuration: hub configuration: missing keys" in error
+    assert "'lock'" in error and "'patched'" in error
+
+
+def test_unwritable_destination_is_one_error_line(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    code = main(["patch", "--wheel", str(fake_set.torch), "--dest-dir", str(blocker / "out"), "--suffix", "x.1"])
+    error = capsys.readouterr().err
+    assert code == 1
+    assert error.startswith("patched-wheels: error: ") and error.count("\n") == 1 and "file" in error
+
+
+@pytest.fixture(scope="module")
+def runtime_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.RuntimeLoadedWheels:
+    return fakecuda.build_runtime_loaded_wheels(tmp_path_factory.mktemp("runtime"))
+
+
+def test_preload_wheels_make_runtime_loads_work_per_wheel(tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels) -> None:
+    spec = dict(preload="auto", preload_package="fakejax", preload_wheels=[fakecuda.RUNTIME_GLOB])
+    config = load_config(set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", **spec))
+    assert build_hub(config) == ["fakejax==1.0+test.1"]
+    patched = tmp_path / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl"
+    result = fakecuda.run_import(
+        fakecuda.per_wheel_layout([runtime_set.foo, runtime_set.bar, patched], tmp_path / "site"), fakecuda.RUNTIME_CODE
+    )
+    assert result.returncode == 0 and result.stdout.strip() == str(fakecuda.RUNTIME_ANSWER), result.stderr
+
+
+def test_preload_auto_preloads_what_the_probe_maps_and_a_probe_mapping_nothing_is_a_no_op_with_a_hint(
+    tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fakejax needs nothing through DT_NEEDED: what `import fakejax` maps in one site-packages is preloaded (wt-cuda)."""
+    config = set_config(tmp_path / "default", [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax")
+    assert main(["hub", "build", "--config", str(config)]) == 0
+    assert capsys.readouterr().err == ""
+    with zipfile.ZipFile(tmp_path / "default" / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
+        preload = read_preload_module(archive.read("fakejax/_patched_wheels_preload.py"), where="test")
+    assert preload.libraries == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"], fakecuda.RUNTIME_LIBRARY_PATHS["foo"]) and preload.optional
+    config = set_config(
+        tmp_path / "idle", [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax", probe="pass"
+    )
+    assert main(["hub", "build", "--config", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "fakejax==1.0+test.1\n"
+    assert captured.err.startswith("patched-wheels: warning: ") and "'pass' maps none in one site-packages" in captured.err
+    with zipfile.ZipFile(tmp_path / "idle" / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
+        assert not [name for name in archive.namelist() if "_patched_wheels_preload" in name]
+
+
+def test_spec_with_an_unknown_key_is_one_error_line(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Starlark schema and PatchedWheelSpec must agree: a key one side does not know is refused, not dropped."""
+    config = hub_config(tmp_path, fake_set)
+    raw = json.loads(config.read_text(encoding="utf-8"))
+    raw["patched"][0]["preload_wheel"] = ["nvidia-*"]  # misspelt preload_wheels
+    config.write_text(json.dumps(raw), encoding="utf-8")
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "unknown keys ['preload_wheel']" in error, error
+
+
+def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
+    tmp_path: Path,
+    fake_set: fakecuda.FakeCudaWheels,
+    runtime_set: fakecuda.RuntimeLoadedWheels,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two specs with preload = "auto" share one graph, and the persistent cache outlives the hub.
+
+    The rebuild is a ``bazel clean --expunge``: a fresh output directory, the same user cache, and the
+    plan fetches none of the wheels only the graph reads, because the cache holds all their rows.
+    """
+    others = [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]
+    patched = [
+        (fake_set.torch, {"name": "faketorch", "preload": "auto", "preload_package": "faketorch"}),
+        (runtime_set.package, {"name": "fakejax", "preload": "auto", "preload_package": "fakejax", "preload_wheels": [fakecuda.RUNTIME_GLOB]}),
+    ]
+    every_library = {(library.wheel, library.path) for library in elfgraph.read_graph([*others, fake_set.torch, runtime_set.package]).libraries}
+    reads: Counter[tuple[str, str]] = Counter()
+    read_library = elfgraph.read_library
+
+    def counting(wheel: Path, info: ZipMember, path: str) -> elfgraph.ElfLibrary:
+        reads[wheel.name, path] += 1
+        return read_library(wheel, info, path)
+
+    monkeypatch.setattr(elfgraph, "read_library", counting)
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "user-cache"))
+    first = write_config(tmp_path / "first", others, patched, index_option="direct")
+    assert len(list((tmp_path / "first" / "_graph").glob("*.whl"))) == len(others)
+    assert main(["hub", "build", "--config", str(first)]) == 0
+    assert reads == Counter(dict.fromkeys(every_library, 1)), "every library of the set read, each once"
+
+    reads.clear()
+    second = write_config(tmp_path / "second", others, patched, index_option="direct")
+    assert not (tmp_path / "second" / "_graph").exists(), "no wheel fetched for the graph"
+    assert main(["hub", "build", "--config", str(second)]) == 0
+    assert not reads, "nothing read again"
+    for run in ("first", "second"):
+        assert "_patched_wheels_preload" in str(zipfile.ZipFile(tmp_path / run / "index" / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl").namelist())
+    served = sorted(path.name for path in (tmp_path / "first" / "index").glob("*.whl"))
+    assert served == sorted(path.name for path in (tmp_path / "second" / "index").glob("*.whl")) and len(served) == 2
+    for name in served:
+        assert sha256(tmp_path / "first" / "index" / name) == sha256(tmp_path / "second" / "index" / name)
+
+    # The probes' observations gone, the ELF rows kept: the probes must run on the files, so all are fetched.
+    shutil.rmtree(tmp_path / "user-cache" / "observed")
+    third = write_config(tmp_path / "third", others, patched, index_option="direct")
+    assert len(list((tmp_path / "third" / "_graph").glob("*.whl"))) == len(others), "every wheel fetched for the probes"
+    assert main(["hub", "build", "--config", str(third)]) == 0
+    for name in served:
+        assert sha256(tmp_path / "first" / "index" / name) == sha256(tmp_path / "third" / "index" / name)
+
+
+def test_a_cache_emptied_between_plan_and_build_is_one_error_line(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plan skipped the wheels whose rows were cached; the cache vanished before the build."""
+    cache = tmp_path / "user-cache"
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(cache))
+    others = list(fake_set.nvidia.values())
+    patched = [(fake_set.torch, {"name": "faketorch", "preload": "auto"})]
+    assert main(["hub", "build", "--config", str(write_config(tmp_path / "fill", others, patched, index_option="direct"))]) == 0
+    config = write_config(tmp_path / "hub", others, patched, index_option="direct")
+    shutil.rmtree(cache)
+    capsys.readouterr()
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no file given, and no ELF rows are cached for its sha256" in error, error
+
+
+def run_cli(*args: str) -> str:
+    """``patched-wheels ARGS`` in process; its stdout (it must succeed)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(list(args)) == 0
+    return out.getvalue()
+
+
+def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
+    """The rule's steps on a uv.lock made by the real `uv lock`: check, resolve, plan, download (over HTTP,
+    as the rule does), build; then the real uv installs the hub's uv.lock, the patched faketorch included."""
+    pypi = tmp_path / "pypi"
+    pypi.mkdir()
+    for wheel in fake_set.all:
+        shutil.copyfile(wheel, pypi / wheel.name)
+    run_cli("index", str(pypi))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with serve_over_http(pypi) as url:
+        uv_lock, _ = uv_locks(tmp_path / "project", url, ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in fake_set.nvidia)])
+        spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1", preload="auto").to_json()}
+        del spec["wheel"]
+        request = {
+            "hub": "uv", "bzlmod": True, "requirements_lock": "", "uv_lock": str(uv_lock), "pylock": "",
+            "index_url": f"{url}/simple", "index_option": "direct", "rules_python_version": "2.3.2",
+            "repository": str(repo), "patched": [spec],
+        }
+        (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
+        resolution = json.loads(run_cli("hub", "plan", "--request", str(tmp_path / "request.json")))
+        assert resolution["lock_args"] == ["--uv-lock", str(uv_lock)]
+        (tmp_path / "explicit.json").write_text(json.dumps(resolution["explicit"]), encoding="utf-8")
+        resolve = ["resolve", *resolution["lock_args"], "--explicit", str(tmp_path / "explicit.json")]
+        assert json.loads(run_cli(*resolve, "--list-projects")) == [], "a uv.lock names its wheels: no page to fetch"
+        (tmp_path / "pages").mkdir()
+        resolved = run_cli(*resolve, "--pages", str(tmp_path / "pages"), "--index-url", f"{url}/simple")
+        (tmp_path / "resolved.json").write_text(resolved, encoding="utf-8")
+        plan = json.loads(run_cli(
+            "hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json"),
+            "--config-out", str(repo / "_hub.json"),
+        ))
+        for fetch in plan["fetch"]:
+            (repo / fetch["output"]).parent.mkdir(parents=True, exist_ok=True)
+            urllib.request.urlretrieve(fetch["urls"][0], repo / fetch["output"])
+            assert sha256(repo / fetch["output"]) == fetch["sha256"]
+        assert plan["exports"] == ["requirements_lock.txt", "uv.lock"]
+        assert run_cli("hub", "build", "--config", str(repo / "_hub.json")) == "faketorch==2.1.0+test.1\n"
+
+        (patched,) = (repo / "index").glob("faketorch-2.1.0+test.1-*.whl")
+        requirements = (repo / "requirements_lock.txt").read_text(encoding="utf-8")
+        assert f"faketorch @ file://{patched} " in requirements, requirements
+        written = (repo / "uv.lock").read_text(encoding="utf-8")
+        assert sha256(patched) in written and fake_set.torch.name not in written, written
+        for wheel in fake_set.nvidia.values():
+            assert f"/{wheel.name}" in written and sha256(wheel) in written, "the unpatched packages stay as locked"
+        # The real uv reads the hub's uv.lock and installs from it, checking every sha256: the patched
+        # wheel from the hub's index, the others from the fake PyPI.
+        project = tmp_path / "project"
+        shutil.copyfile(repo / "uv.lock", project / "uv.lock")
+        run_uv(project, "sync", "--frozen")
+        installed = run_uv(project, "pip", "list", "--format", "json", "--python", str(project / ".venv" / "bin" / "python")).stdout
+        assert {"name": "faketorch", "version": "2.1.0+test.1"} in json.loads(installed), installed
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"lock_attribute": "bogus"}, 'hub configuration: lock_attribute = "bogus": must be one of requirements_lock, uv_lock, pylock'),
+        ({"index_option": 3}, "hub configuration: index_option = 3: expected a string"),
+        ({"lock": "MISSING"}, '/MISSING": not a file'),
+        ({"patched": [{"strip": "1"}]}, 'strip = "1": expected an integer'),
+        ({"patched": [{"rpath": {"a/*.so": "$ORIGIN/a\u0000b"}}]}, "hold the control character"),
+    ],
+)
+def test_the_build_checks_its_configuration_before_writing_anything(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str], change: dict[str, object], message: str
+) -> None:
+    config = hub_config(tmp_path / "hub", fake_set)
+    raw = json.loads(config.read_text(encoding="utf-8"))
+    if "patched" in change:
+        raw["patched"][0].update(change["patched"][0])  # type: ignore[index]
+    elif change.get("lock") == "MISSING":
+        raw["lock"] = str(tmp_path / "MISSING")
+    else:
+        raw.update(change)
+    config.write_text(json.dumps(raw), encoding="utf-8")
+    before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and message in error and "Traceback" not in error, error
+    assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before  # nothing written
+
+
+# The libraries faketorch needs through DT_NEEDED (the ELF graph): what preload = "elf" preloads.
+ELF_NEEDED = sorted(fakecuda.LIBRARY_PATHS[name] for name in ("jit", "sparse", "solver", "blas"))
+
+
+def marked_torch(fake_set: fakecuda.FakeCudaWheels, dest: Path, marker: Path) -> Path:
+    """faketorch whose import also appends to ``marker`` (package code ran) and opens libfoo.so.1 of
+    fakert-foo by its path: a load no DT_NEEDED shows, which only a probe adds to the preload."""
+    with zipfile.ZipFile(fake_set.torch) as archive:
+        files = {name: archive.read(name) for name in archive.namelist() if ".dist-info/" not in name}
+    files["faketorch/__init__.py"] = (
+        f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+        "import ctypes as _ctypes, importlib.util as _util, os as _os\n"
+        "_ctypes.CDLL(_os.path.join(_os.path.dirname(_util.find_spec('fakert_foo').origin), 'lib', 'libfoo.so.1'))\n"
+    ).encode() + files["faketorch/__init__.py"]
+    return fakecuda.build_wheel(
+        dest,
+        "faketorch",
+        fakecuda.TORCH_VERSION,
+        files,
+        requires=[f"fake-nvidia-{name}=={fakecuda.NVIDIA_VERSION}" for name in fake_set.nvidia],
+        executable=[fakecuda.LIBRARY_PATHS["faketorch"], fakecuda.LIBRARY_PATHS["core"]],
+    )
+
+
+def preloaded(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return sorted(read_preload_module(archive.read("faketorch/_patched_wheels_preload.py"), where="test").libraries)
+
+
+def test_preload_elf_runs_no_package_code_and_preloads_the_elf_graph_alone(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """preload = "auto" runs `import faketorch` (the marker is written, libfoo/libbar are preloaded too);
+    "elf" runs nothing, warns nothing, and preloads exactly the DT_NEEDED libraries (issue 33)."""
+    marker = tmp_path / "ran"
+    torch = marked_torch(fake_set, tmp_path / "wheels", marker)
+    others = [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]
+    patched = "index/faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl"
+
+    assert main(["hub", "build", "--config", str(set_config(tmp_path / "auto", others, torch, "faketorch", preload="auto"))]) == 0
+    assert marker.read_text() == "ran\n", "the control: auto runs the package's code"
+    runtime = sorted(fakecuda.RUNTIME_LIBRARY_PATHS[name] for name in ("foo", "bar"))
+    assert preloaded(tmp_path / "auto" / patched) == sorted([*ELF_NEEDED, *runtime])
+    marker.unlink()
+    capsys.readouterr()
+
+    assert main(["hub", "build", "--config", str(set_config(tmp_path / "elf", others, torch, "faketorch", preload="elf"))]) == 0
+    assert capsys.readouterr().err == "", "no probe ran, so no lazy-load warning"
+    assert not marker.exists(), "preload = elf ran package code"
+    assert preloaded(tmp_path / "elf" / patched) == ELF_NEEDED
+
+
+def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1").to_json(), "preload": "elf", "probe": "import faketorch"}
+    del spec["wheel"]
+    request = {
+        "hub": "test", "bzlmod": True, "requirements_lock": str(tmp_path / "lock.txt"), "uv_lock": "", "pylock": "",
+        "index_url": "", "index_option": "index-url", "rules_python_version": "1.6.0", "repository": str(tmp_path), "patched": [spec],
+    }
+    (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
+    assert main(["hub", "plan", "--request", str(tmp_path / "request.json")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    assert captured.err.startswith("patched-wheels: error: ") and 'probe needs preload = "auto" (preload = "elf" runs no package code)' in captured.err
+
+
+def test_patch_no_probe_runs_no_package_code(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "ran"
+    torch = marked_torch(fake_set, tmp_path / "wheels", marker)
+    others = [str(wheel) for wheel in [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]]
+    args = ["patch", "--wheel", str(torch), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1", "--no-cache", "--preload-for", "faketorch", "--preload-from", *others]
+    assert main([*args, "--no-probe"]) == 0
+    assert capsys.readouterr().err == ""
+    assert not marker.exists(), "patch --no-probe ran package code"
+    assert preloaded(tmp_path / "out" / "faketorch-2.1.0+x.1-py3-none-linux_x86_64.whl") == ELF_NEEDED
+
+    assert main([*args, "--no-probe", "--probe", "import faketorch"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "--probe and --no-probe" in captured.err, captured.err
+    assert not marker.exists() and len(list((tmp_path / "out").iterdir())) == 1
+
+
+def test_doctor_no_probe_and_probe_together_are_one_error_line(fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["doctor", *map(str, fake_set.all), "--package", "faketorch", "--probe", "import faketorch", "--no-probe"])
+    error = capsys.readouterr().err
+    assert code == 1 and error.count("\n") == 1 and "--probe and --no-probe" in error, error

@@ -1,0 +1,227 @@
+"""layout_test's runner (patched_wheels.loading.layouttest) outside Bazel, on real ELF fixtures.
+
+A simulated test directory stands in for the runfiles: the files layout_test.bzl writes (the config and
+the probe program beside the main) and the wheels installed as rules_python lays them out -- one
+``<wheel>/site-packages`` per wheel (what Bazel's py_test gets by default), or all of them in one
+directory (rules_python 2.x's ``venvs_site_packages``).  The probe program is the real one of
+``python/private``, launched by a shell script that gives it the layout's ``sys.path``, as a py_binary's
+launcher does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from patched_wheels.errors import UsageError
+from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
+from patched_wheels.loading.layouttest import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, check_probe, flat_path, is_wheel_entry, main
+from support import rpathfixture
+from support.fakecuda import build_wheel, compile_shared
+from support.stackshapes import PLUGIN_LIBRARIES, build_plugin_stack
+
+PROBE_PROGRAM = Path(__file__).resolve().parents[3] / "python" / "private" / "layout_test_probe.py"
+LABEL = "//pkg:plugin_layout_test"
+
+
+@pytest.fixture(scope="module")
+def headers(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """torch's shape, small: a package with a deep directory of headers beside its libraries (one of them in a
+    subdirectory of headers), and two wheels sharing a namespace directory."""
+    directory = tmp_path_factory.mktemp("headers")
+    library = compile_shared(directory, "libhdr.so", "int hdr(void) { return 1; }\n").read_bytes()
+    files = {f"hdr/include/deep/level{depth}/h{index}.h": b"#pragma once\n" for depth in range(4) for index in range(30)}
+    files |= {"hdr/__init__.py": b"", "hdr/lib/libhdr.so": library, "hdr/lib/cmake/hdr.cmake": b"",
+              "hdr/share/docs/readme.txt": b"", "hdr/share/bin/libtool.so": library}
+    wheels = [build_wheel(directory, "hdr", "1.0", files, executable=["hdr/lib/libhdr.so", "hdr/share/bin/libtool.so"])]
+    for name in ("nsa", "nsb"):
+        wheels.append(build_wheel(directory, name, "1.0", {f"ns/shared/pkg/{name}.py": b"", f"ns/{name}/__init__.py": b""}))
+    return wheels
+
+
+# Run in both layouts; only one site-packages (links) passes: the test's layout has no such tree.
+_TREE_PROBE = """import os, site, hdr
+sp = site.getsitepackages()[0]
+link, real = os.path.islink, lambda path: os.path.isdir(path) and not os.path.islink(path)
+assert link(os.path.join(sp, 'hdr/include')), 'headers: one link'
+assert os.path.isfile(os.path.join(sp, 'hdr/include/deep/level3/h29.h'))
+assert real(os.path.join(sp, 'hdr')) and real(os.path.join(sp, 'hdr/lib')), 'a top-level package, a library: real'
+assert link(os.path.join(sp, 'hdr/lib/libhdr.so')) and link(os.path.join(sp, 'hdr/lib/cmake'))
+assert real(os.path.join(sp, 'hdr/share')) and link(os.path.join(sp, 'hdr/share/docs')), 'a library deeper: real'
+assert real(os.path.join(sp, 'hdr/share/bin')) and link(os.path.join(sp, 'hdr/share/bin/libtool.so'))
+assert real(os.path.join(sp, 'ns/shared/pkg')), 'shared by two wheels: file by file'
+assert link(os.path.join(sp, 'ns/shared/pkg/nsa.py')) and link(os.path.join(sp, 'ns/shared/pkg/nsb.py'))
+"""
+
+
+def _snapshot(directory: Path) -> dict[str, str]:
+    """Every path under ``directory`` (links not followed) with what it is: a link's target, a file's bytes."""
+    found = {}
+    for parent, directories, files in os.walk(directory):
+        for name in directories + files:
+            path = os.path.join(parent, name)
+            found[os.path.relpath(path, directory)] = (
+                "-> " + os.readlink(path) if os.path.islink(path) else "dir" if os.path.isdir(path) else Path(path).read_text("latin-1")
+            )
+    return found
+
+
+def test_a_directory_of_one_wheel_without_libraries_is_one_link(headers, tmp_path, capsys) -> None:
+    """torch/include's 10,000 headers are one link; a directory holding a library, however deep, and one two
+    wheels install into stay real directories of links (checked while the flat run runs)."""
+    code, out, err = run_main(make_test(tmp_path, headers, _TREE_PROBE), capsys)
+    assert code == 1, out + err
+    assert out.count("first error: AssertionError") == 1 and "exit status: 0\n" in out, out
+    assert out.count("of the wheels' 2 libraries") == 2, out
+
+
+def test_the_cleanup_leaves_the_test_s_own_files_as_they_were(headers, tmp_path, capsys, monkeypatch) -> None:
+    """Removing the merged tree unlinks its directory links; it never removes (or changes) what they link to."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # both runs import from the test's own directories
+    main_file = make_test(tmp_path, headers, _TREE_PROBE)
+    before = _snapshot(tmp_path)
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1 and "first error: AssertionError" in out, out + err  # the flat run had its links
+    assert _snapshot(tmp_path) == before
+    assert len(before) > 120
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory: pytest.TempPathFactory):
+    return build_plugin_stack(tmp_path_factory.mktemp("plugin"))
+
+
+def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = False) -> str:
+    """The files of one layout_test in ``directory``; returns its main's path."""
+    kind = FLAT if one_site_packages else PER_WHEEL
+    layout = Layout(kind, PurePosixPath(directory / "installed"))
+    for wheel in wheels:
+        install(wheel, layout)
+    entries = layout.sys_path(wheel.name for wheel in wheels)
+    base = directory / "pkg" / "plugin_layout_test"
+    base.parent.mkdir(parents=True)
+    (base.parent / (base.name + CONFIG_SUFFIX)).write_text(json.dumps({"probe": probe, "test": LABEL}), encoding="utf-8")
+    program = base.parent / (base.name + PROBE_SUFFIX)
+    program.write_text(
+        f'#!/bin/sh\nPYTHONPATH={":".join(entries)} exec {sys.executable} -S {PROBE_PROGRAM} "$@"\n', encoding="utf-8"
+    )
+    program.chmod(0o755)
+    return str(base.parent / (base.name + MAIN_SUFFIX))
+
+
+def run_main(main_file: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """The runner on the test of ``make_test`` (its directory standing in for the runfiles)."""
+    os.environ["RUNFILES_DIR"] = str(Path(main_file).parents[1])
+    try:
+        code = main(main_file)
+    finally:
+        del os.environ["RUNFILES_DIR"]
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_fails_where_one_directory_per_wheel_maps_fewer_libraries(plugin, tmp_path, capsys) -> None:
+    """JAX's shape: per wheel the plugin logs and runs on the CPU (exit 0), mapping none of the set."""
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, plugin.code), capsys)
+    assert code == 1, out + err
+    missing = out.split("NOT in the test's layout:\n", 1)[1]
+    for library in PLUGIN_LIBRARIES.values():
+        assert library in missing, out
+    assert "first error: " in out and "Unable to load CUDA" in out, out
+    assert "layout_test: FAILED" in out, out
+    stanza = f'patched_wheel(name = "fakeplug-cuda", preload = "auto", probe = {json.dumps(plugin.code)}, preload_package = "fakeplugins.xla_fake")'
+    assert f"fakeplugins.xla_fake has no generated preload: patch its wheel in the hub the deps come from: {stanza}" in out, out
+
+
+def test_passes_in_one_site_packages(plugin, tmp_path, capsys) -> None:
+    """rules_python 2.x's venvs_site_packages: the test's layout is one site-packages, and maps the same."""
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, plugin.code, one_site_packages=True), capsys)
+    assert code == 0, out + err
+    assert "mapped: 2 of the wheels' 2 libraries" in out and "layout_test: PASSED" in out, out
+
+
+def test_passes_where_both_layouts_fail_alike(plugin, tmp_path, capsys) -> None:
+    """No driver: the probe fails the same way in both layouts, which is not the layout's doing."""
+    probe = "import fakeplugins.xla_fake, ctypes; ctypes.CDLL('libfake_driver_absent.so.1')"
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe, one_site_packages=True), capsys)
+    assert code == 0, out + err
+    assert "both fail alike" in out and "libfake_driver_absent.so.1" in out, out
+
+
+def test_a_probe_that_does_not_compile_is_one_error_line(plugin, tmp_path, capsys) -> None:
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, "import fakeplugins.xla_fake as"), capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"patched-wheels: error: layout_test {LABEL}: probe = ") and "does not compile" in err, err
+    assert err.count("\n") == 1, err
+
+
+def test_a_package_not_among_the_deps_is_one_error_line(plugin, tmp_path, capsys) -> None:
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, "import numpy"), capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"patched-wheels: error: layout_test {LABEL}: probe imports numpy, which none of deps provides"), err
+    assert "fake_cu" in err and err.count("\n") == 1, err
+
+
+def test_check_probe_names_the_imported_modules_in_order() -> None:
+    assert check_probe(LABEL, "import jax, os.path\nfrom jax.lib import xla_bridge\nfrom . import x\njax.devices()") == [
+        "jax", "os.path", "jax.lib",
+    ]
+    with pytest.raises(UsageError, match="imports nothing"):
+        check_probe(LABEL, "print(1)")
+
+
+def test_flat_path_puts_one_site_packages_where_the_first_wheel_was() -> None:
+    entries = ["/main", "/rf/_main", "/rf/a/site-packages", "/rf/lib", "/rf/b/site-packages", "/usr/lib/python3.11"]
+    wheels = ["/rf/a/site-packages", "/rf/b/site-packages"]
+    assert flat_path(entries, wheels, Path("/venv/site")) == ["/rf/_main", "/venv/site", "/rf/lib", "/usr/lib/python3.11"]
+
+
+def test_the_merged_tree_is_links(plugin, tmp_path, capsys) -> None:
+    """No copies: every file of one site-packages is a link to the test's own file (checked while it runs)."""
+    probe = (
+        "import os, site, fakeplugins.xla_fake\n"
+        "lib = os.path.join(site.getsitepackages()[0], 'fake_cu', 'lib', 'libcu.so.1')\n"
+        "assert os.path.islink(lib) and not os.path.islink(os.path.dirname(lib)), lib"
+    )
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe, one_site_packages=True), capsys)
+    # The test's own layout has no link there (the fixture installs real files): only the flat run passes.
+    assert code == 1, out + err
+    assert "first error: AssertionError" in out and "exit status: 0\n" in out, out
+    assert os.listdir(tmp_path / "pkg")  # the test's files stay; the merged tree is gone with its temporary directory
+
+
+def test_only_entries_in_the_runfiles_hold_the_deps_wheels(tmp_path) -> None:
+    """The interpreter's own site-packages (on sys.path without -S, as under rules_python 0.22.1) is not a dep."""
+    inside, outside = tmp_path / "t.runfiles" / "pypi_a" / "site-packages", tmp_path / "python" / "site-packages"
+    for entry in (inside, outside):
+        (entry / "a-1.0.dist-info").mkdir(parents=True)
+    (tmp_path / "t.runfiles" / "_main").mkdir()
+    runfiles = str(tmp_path / "t.runfiles")
+    assert is_wheel_entry(str(inside), runfiles) and not is_wheel_entry(str(outside), runfiles)
+    assert not is_wheel_entry(str(tmp_path / "t.runfiles" / "_main"), runfiles)
+
+
+def test_a_preload_that_misses_libraries_asks_for_the_probe(plugin, tmp_path, capsys) -> None:
+    """The package's wheel already has a generated preload (the hub's probe was `import PKG`, say): the fix
+    is the same patched_wheel, now with this test's probe."""
+    main_file = make_test(tmp_path, plugin.wheels, plugin.code)
+    (package,) = (tmp_path / "installed").glob("fakeplug_cuda-*/site-packages/fakeplugins/xla_fake")
+    (package / "_patched_wheels_preload.py").write_text('"""Generated, and preloading nothing."""\n', encoding="utf-8")
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1, out + err
+    assert "fakeplugins.xla_fake has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: patched_wheel(" in out, out
+
+
+def test_data_scheme_libraries_are_linked_where_pip_puts_them(tmp_path, capsys) -> None:
+    """A library of the wheel's data scheme (CyFES's): rules_python installs it beside site-packages, in the
+    wheel's ``data/``; one site-packages gets it under the environment's prefix, as pip does."""
+    wheel = rpathfixture.build_rpath_wheel(tmp_path / "wheels")
+    probe = "import os, sys; assert os.path.isfile(os.path.join(sys.prefix, 'pkgdata', 'libdata.so')), sys.prefix"
+    code, out, err = run_main(make_test(tmp_path / "test", [wheel], probe), capsys)
+    assert code == 1, out + err  # the test's layout has no prefix holding it: only the flat run passes
+    assert out.count("of the wheels' 3 libraries") == 2, out  # _ext.so, libdep.so.1 and the data-scheme libdata.so
+    assert "first error: AssertionError" in out and "exit status: 0\n" in out, out

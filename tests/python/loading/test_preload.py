@@ -1,0 +1,396 @@
+"""The generated preloader, end to end: real imports in flat and per-wheel layouts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from support.fakecuda import (
+    EXPECTED_ANSWER,
+    LIBRARY_PATHS,
+    MISSING_SYSTEM_LIBRARY,
+    RUNTIME_ANSWER,
+    RUNTIME_CODE,
+    RUNTIME_GLOB,
+    RUNTIME_LIBRARY_PATHS,
+    RUNTIME_PACKAGE,
+    build_fake_cuda_wheels,
+    build_runtime_loaded_wheels,
+    compile_shared,
+    flat_layout,
+    per_wheel_layout,
+    run_import,
+    with_escaping_library,
+)
+from patched_wheels.cli import main
+from patched_wheels.elf.graph import read_graph
+from patched_wheels.errors import InvalidWheelError, UsageError
+from patched_wheels.loading.preload import (
+    DEBUG_VARIABLE,
+    PRELOAD_MODULE,
+    PreloadList,
+    PreloadPlan,
+    add_preload_import,
+    plan_preload,
+    preload_member_edits,
+    read_preload_module,
+    render_preload_module,
+)
+from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.wheelfile import is_safe_member_path
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    return build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture(scope="module")
+def preloaded_torch(wheels, tmp_path_factory):
+    edits = preload_member_edits("faketorch", wheels.all)
+    return patch_wheel(wheels.torch, tmp_path_factory.mktemp("patched"), suffix="pw.1", member_edits=edits).path
+
+
+def _imports(result):
+    return result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER)
+
+
+def test_per_wheel_layout_fails_without_preload_and_works_with_it(wheels, preloaded_torch, tmp_path):
+    without = run_import(per_wheel_layout(wheels.all, tmp_path / "without"))
+    assert without.returncode != 0
+    assert "libjit.so.12: cannot open shared object file" in without.stderr
+    with_preload = run_import(per_wheel_layout([*wheels.nvidia.values(), preloaded_torch], tmp_path / "with"))
+    assert _imports(with_preload), with_preload.stderr
+
+
+def test_flat_layout_works_with_and_without_preload(wheels, preloaded_torch, tmp_path):
+    assert _imports(run_import(flat_layout(wheels.all, tmp_path / "without")))
+    result = run_import(flat_layout([*wheels.nvidia.values(), preloaded_torch], tmp_path / "with"))
+    assert _imports(result), result.stderr
+
+
+def test_the_failure_is_the_preload_order(tmp_path):
+    fixed = build_fake_cuda_wheels(tmp_path / "wheels", broken_order=False)
+    result = run_import(per_wheel_layout(fixed.all, tmp_path / "site"))
+    assert _imports(result), result.stderr
+
+
+def test_generated_module_loads_foreign_libraries_dependencies_first(wheels, preloaded_torch):
+    with zipfile.ZipFile(preloaded_torch) as archive:
+        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+        init = archive.read("faketorch/__init__.py").decode()
+    libraries = preload.libraries
+    assert preload.optional == frozenset()  # all needed through DT_NEEDED: a failure stays an error
+    assert sorted(libraries) == sorted(LIBRARY_PATHS[name] for name in ("jit", "sparse", "solver", "blas"))
+    assert libraries.index(LIBRARY_PATHS["jit"]) < libraries.index(LIBRARY_PATHS["sparse"])
+    assert libraries.index(LIBRARY_PATHS["sparse"]) < libraries.index(LIBRARY_PATHS["solver"])
+    docstring_end = init.index('"""', 3) + 3
+    assert init[docstring_end:].lstrip("\n").startswith(f"from . import {PRELOAD_MODULE}")
+
+
+def test_edits_need_the_package_and_something_to_preload(wheels):
+    with pytest.raises(UsageError, match="nosuchpkg: no wheel in the set ships nosuchpkg/__init__.py"):
+        preload_member_edits("nosuchpkg", wheels.all)
+    with pytest.raises(UsageError, match="faketorch needs no shared library from the other wheels"):
+        preload_member_edits("faketorch", [wheels.torch])
+
+
+def test_generated_module_skips_absent_libraries_and_is_a_no_op_off_linux(tmp_path, wheels):
+    sites = per_wheel_layout([wheels.nvidia["jit"]], tmp_path / "site")
+    module = tmp_path / "probe.py"
+    module.write_bytes(render_preload_module("probe", PreloadList(("no/such/libnothere.so.1", LIBRARY_PATHS["jit"]))))
+    probe = (
+        "import ctypes, sys\n"
+        "loaded = []\n"
+        "ctypes.CDLL = lambda path, mode=0: loaded.append(path)\n"
+        "sys.platform = {platform!r}\n"
+        "exec(compile(open({module!r}).read(), 'probe', 'exec'), {{}})\n"
+        "print(loaded)\n"
+    )
+    for platform, expected in (("linux", [str(sites[0] / LIBRARY_PATHS["jit"])]), ("darwin", [])):
+        result = subprocess.run(
+            [sys.executable, "-c", probe.format(platform=platform, module=str(module))],
+            env={"PYTHONPATH": str(sites[0])},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert result.stdout.strip() == repr(expected)
+
+
+def test_import_goes_after_docstring_and_future_imports_and_only_once():
+    source = b'"""Doc."""\nfrom __future__ import annotations\nimport os\n'
+    edited = add_preload_import(source, where="pkg/__init__.py")
+    lines = edited.decode().splitlines()
+    assert lines[:2] == ['"""Doc."""', "from __future__ import annotations"]
+    assert lines[2].startswith(f"from . import {PRELOAD_MODULE}")
+    assert lines[3] == "import os"
+    assert add_preload_import(edited, where="pkg/__init__.py") == edited
+    compile(edited, "pkg/__init__.py", "exec")
+
+
+def test_import_keeps_crlf_coding_cookie_and_handles_empty_files():
+    source = b"# -*- coding: utf-8 -*-\r\nimport os\r\n"
+    assert add_preload_import(source, where="x").split(b"\r\n")[:3] == [
+        b"# -*- coding: utf-8 -*-",
+        f"from . import {PRELOAD_MODULE}  # patched-wheels: load shared libraries from other wheels first".encode(),
+        b"import os",
+    ]
+    assert add_preload_import(b"", where="x").startswith(f"from . import {PRELOAD_MODULE}".encode())
+
+
+def test_import_into_broken_or_missing_init_is_an_error():
+    with pytest.raises(InvalidWheelError, match="^pkg/__init__.py: cannot parse"):
+        add_preload_import(b"def broken(:\n", where="pkg/__init__.py")
+    with pytest.raises(InvalidWheelError, match="^pkg/__init__.py: missing"):
+        add_preload_import(None, where="pkg/__init__.py")
+
+
+def test_reading_a_module_that_is_not_a_preload_is_an_error():
+    with pytest.raises(InvalidWheelError, match="^w.whl: pkg/_patched_wheels_preload.py: not a patched-wheels preload module"):
+        read_preload_module(b"X = 1\n", where="w.whl: pkg/_patched_wheels_preload.py")
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    return build_runtime_loaded_wheels(tmp_path_factory.mktemp("runtime"))
+
+
+@pytest.fixture(scope="module")
+def preloaded_runtime(runtime, tmp_path_factory):
+    edits = preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=[RUNTIME_GLOB])
+    return patch_wheel(runtime.package, tmp_path_factory.mktemp("patched"), suffix="pw.1", member_edits=edits).path
+
+
+def _runs(result):
+    return result.returncode == 0 and result.stdout.strip() == str(RUNTIME_ANSWER)
+
+
+def test_library_loaded_at_run_time_needs_preload_wheels_per_wheel_only(runtime, preloaded_runtime, tmp_path):
+    with_preload = [runtime.foo, runtime.bar, preloaded_runtime]
+    without = run_import(per_wheel_layout(runtime.all, tmp_path / "without"), RUNTIME_CODE)
+    assert without.returncode != 0 and "libbar.so.1: cannot open shared object file" in without.stderr
+    result = run_import(per_wheel_layout(with_preload, tmp_path / "with"), RUNTIME_CODE)
+    assert _runs(result) and result.stderr == "", result.stderr
+    for wheel_set, name in ((runtime.all, "flat-without"), (with_preload, "flat-with")):
+        result = run_import(flat_layout(wheel_set, tmp_path / name), RUNTIME_CODE)
+        assert _runs(result), (name, result.stderr)
+
+
+def test_preload_wheels_are_optional_and_loaded_in_graph_order(runtime, preloaded_runtime):
+    with zipfile.ZipFile(preloaded_runtime) as archive:
+        preload = read_preload_module(archive.read(f"fakejax/{PRELOAD_MODULE}.py"), where="test")
+    assert set(preload.libraries) == set(RUNTIME_LIBRARY_PATHS.values()) == preload.optional
+    assert preload.libraries.index(RUNTIME_LIBRARY_PATHS["bar"]) < preload.libraries.index(RUNTIME_LIBRARY_PATHS["foo"])
+
+
+def test_a_failing_optional_library_is_skipped_and_reported_when_asked(runtime, preloaded_runtime, tmp_path, monkeypatch):
+    sites = per_wheel_layout([runtime.foo, runtime.bar, preloaded_runtime], tmp_path)
+    monkeypatch.setenv(DEBUG_VARIABLE, "1")
+    result = run_import(sites, RUNTIME_CODE)
+    assert _runs(result), result.stderr
+    skipped = [line for line in result.stderr.splitlines() if "skipped" in line]
+    assert len(skipped) == 1, result.stderr
+    assert skipped[0].startswith("patched-wheels preload: skipped ") and RUNTIME_LIBRARY_PATHS["pmix"] in skipped[0]
+    assert f"{MISSING_SYSTEM_LIBRARY}: cannot open shared object file" in skipped[0]
+    assert f"patched-wheels preload: loaded {sites[1] / RUNTIME_LIBRARY_PATHS['bar']}" in result.stderr
+
+
+def test_a_failing_required_library_stays_an_error(runtime, tmp_path):
+    sites = per_wheel_layout([runtime.bar], tmp_path / "site")
+    module = tmp_path / "probe.py"
+    for optional, fails in ((frozenset(), True), (frozenset({RUNTIME_LIBRARY_PATHS["pmix"]}), False)):
+        module.write_bytes(render_preload_module("probe", PreloadList((RUNTIME_LIBRARY_PATHS["pmix"],), optional)))
+        result = subprocess.run(
+            [sys.executable, str(module)], env={"PYTHONPATH": str(sites[0])}, capture_output=True, text=True, check=False
+        )
+        assert (result.returncode != 0) == fails, result.stderr
+        assert (f"OSError: {MISSING_SYSTEM_LIBRARY}: cannot open shared object file" in result.stderr) == fails
+
+
+def test_globbed_libraries_the_package_needs_anyway_stay_required(wheels):
+    graph = read_graph(wheels.all)
+    plain = plan_preload(graph, "faketorch", wheels.torch.name)
+    globbed = plan_preload(graph, "faketorch", wheels.torch.name, preload_wheels=["fake-nvidia-*", "faketorch"])
+    assert globbed == PreloadPlan(plain.libraries, frozenset(), ("faketorch",))  # its own wheel is never globbed
+
+
+def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_the_hub(runtime, capsys):
+    # The probe maps nothing of the other wheels (fakejax opens them only when asked): nothing to preload.
+    with pytest.raises(UsageError) as error:
+        preload_member_edits(RUNTIME_PACKAGE, runtime.all, probe="pass")
+    message = str(error.value)
+    assert message.startswith(
+        f"{runtime.package.name}: fakejax needs no shared library from the other wheels given, and 'pass' maps none in one "
+        "site-packages; nothing to preload"
+    )
+    assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message and "\n" not in message
+    assert "give a probe that makes it do so" in message and "fakert-*" not in message  # no list nobody checked
+    assert preload_member_edits(RUNTIME_PACKAGE, runtime.all, strict=False, probe="pass") == {}
+    assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
+    # Nothing required and nothing to hint at (a pure package without the wheels it requires): no edit, and only
+    # the probe's failure in one site-packages is reported.
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False) == {}
+    assert capsys.readouterr().err == (
+        "patched-wheels: warning: probe 'import fakejax' exits with status 1 in one site-packages (AttributeError: "
+        "'NoneType' object has no attribute 'origin'); the preload includes what it mapped until then\n"
+    )
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False, probe="pass") == {}
+    assert capsys.readouterr().err == ""
+
+
+def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hub(runtime, capsys):
+    message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
+    with pytest.raises(UsageError, match=re.escape(message)):
+        preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
+    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, probe="pass") == {}
+    assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
+
+
+def test_patch_command_takes_preload_wheels(runtime, tmp_path, capsys):
+    argv = ["patch", "--no-cache", "--wheel", str(runtime.package), "--dest-dir", str(tmp_path), "--suffix", "pw.1"]
+    preload_from = ["--preload-from", str(runtime.foo), str(runtime.bar)]
+    assert main([*argv, "--preload-for", RUNTIME_PACKAGE, *preload_from, "--probe", "import fakert_foo"]) == 1
+    assert "'import fakert_foo' maps none in one site-packages; nothing to preload" in capsys.readouterr().err
+    assert main([*argv, "--preload-for", RUNTIME_PACKAGE, *preload_from, "--preload-wheels", RUNTIME_GLOB]) == 0
+    patched = Path(capsys.readouterr().out.splitlines()[0])
+    with zipfile.ZipFile(patched) as archive:
+        assert read_preload_module(archive.read(f"fakejax/{PRELOAD_MODULE}.py"), where="test").optional
+    assert main([*argv, "--preload-wheels", RUNTIME_GLOB]) == 1
+    assert "--preload-wheels needs --preload-for" in capsys.readouterr().err
+
+
+def test_modules_written_before_optional_entries_read_as_all_required():
+    old = b'"""Preload."""\nLIBRARIES = (\n    "a/lib/liba.so",\n)\n'
+    assert read_preload_module(old, where="x") == PreloadList(("a/lib/liba.so",))
+    with pytest.raises(InvalidWheelError, match="OPTIONAL is not a subset of LIBRARIES"):
+        read_preload_module(old + b'OPTIONAL = ("b/libb.so",)\n', where="x")
+
+
+def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_path):
+    with pytest.raises(InvalidWheelError) as caught:
+        preload_member_edits("faketorch", with_escaping_library(wheels, tmp_path))
+    assert str(caught.value) == (
+        f"{wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': unsafe path (absolute, '..' or empty component)"
+    )
+
+
+@pytest.mark.parametrize("evil", ["../../../../../tmp/evil.so", "fakert_foo/lib/libevil.so"])
+def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, capsys, monkeypatch, evil):
+    """Issue 20's attack: ``graph`` fills the cache, a row is added to fakert-foo's entry, then ``patch`` with the
+    cache: the preload is what the wheels justify, and one warning names the cache file. An unsafe path fails the
+    row check; a safe one that the wheel lacks fails the check against the wheel at hand."""
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
+    assert main(["graph", *map(str, runtime.all)]) == 0
+    digest = hashlib.sha256(runtime.foo.read_bytes()).hexdigest()
+    (entry,) = (tmp_path / "cache" / "elfgraph").glob(f"{digest}.*.json")
+    rows = json.loads(entry.read_text(encoding="utf-8"))
+    rows.insert(0, {"path": evil, "soname": "libevil.so", "needed": [], "rpath": [], "runpath": []})
+    entry.write_text(json.dumps(rows), encoding="utf-8")
+    capsys.readouterr()
+
+    def patched_preload(*options: str) -> PreloadList:
+        dest = tmp_path / f"out{len(options)}"
+        argv = ["patch", *options, "--wheel", str(runtime.package), "--dest-dir", str(dest), "--suffix", "p.1"]
+        assert main([*argv, "--preload-for", RUNTIME_PACKAGE, "--preload-from", *map(str, runtime.all), "--preload-wheels", "fakert-foo"]) == 0
+        (wheel,) = dest.glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            return read_preload_module(archive.read(f"{RUNTIME_PACKAGE}/{PRELOAD_MODULE}.py"), where="test")
+
+    poisoned = patched_preload()
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(f"patched-wheels: warning: {entry}: cache entry ignored (")
+    assert not any("evil" in path for path in poisoned.libraries)
+    assert RUNTIME_LIBRARY_PATHS["foo"] in poisoned.libraries
+    assert poisoned == patched_preload("--no-cache")
+
+
+def _announcing_library(directory: Path, name: str) -> Path:
+    """A library whose constructor writes ``LOADED <name>`` on stdout: what the loader ran is visible."""
+    source = (
+        "#include <unistd.h>\n"
+        f'__attribute__((constructor)) static void announce(void) {{ write(1, "LOADED {name}\\n", {len(name) + 8}); }}\n'
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    return compile_shared(directory, name, source, f"-Wl,-soname,{name}")
+
+
+def test_the_generated_module_loads_nothing_outside_its_sys_path_entry(tmp_path):
+    """Hostile LIBRARIES entries (a module edited after the fact) and links out of the sys.path entry load nothing;
+    a library inside the entry, and a tree of links to files at the same relative path (Bazel's runfiles), load."""
+    outside = tmp_path / "outside"
+    evil = _announcing_library(outside, "libevil.so")
+    site = tmp_path / "site"
+    _announcing_library(site / "good" / "lib", "libgood.so")
+    (site / "filelink" / "lib").mkdir(parents=True)
+    (site / "filelink" / "lib" / "libx.so").symlink_to(evil)  # a file link out of the entry
+    (site / "dirlink").symlink_to(outside)  # a directory link out of the entry
+    stored = _announcing_library(tmp_path / "store" / "runfiles" / "lib", "librunfiles.so")
+    (site / "runfiles" / "lib").mkdir(parents=True)
+    (site / "runfiles" / "lib" / "librunfiles.so").symlink_to(stored)  # the same relative path elsewhere
+    hostile = ("../outside/libevil.so", str(evil), "good/../../outside/libevil.so", "good/lib/./../../../outside/libevil.so")
+    linked = ("filelink/lib/libx.so", "dirlink/libevil.so")
+    entries = (*hostile, *linked, "good/lib/libgood.so", "runfiles/lib/librunfiles.so")
+    module = site / "probe.py"
+    module.write_bytes(render_preload_module("probe", PreloadList(entries)))
+
+    result = subprocess.run(
+        [sys.executable, "-s", "-c", "import probe"],
+        env={"PYTHONPATH": str(site), DEBUG_VARIABLE: "1"},
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["LOADED libgood.so", "LOADED librunfiles.so"]
+    refused = [line for line in result.stderr.splitlines() if "refused" in line]
+    assert refused[: len(hostile)] == [f"patched-wheels preload: refused {entry!r}: not a relative path" for entry in hostile]
+    assert refused[len(hostile) :] == [f"patched-wheels preload: refused {site / entry}: a link out of {site}" for entry in linked]
+    assert len(refused) == len(hostile) + len(linked), result.stderr
+
+
+def test_the_module_and_the_wheel_check_agree_on_what_a_relative_path_is():
+    namespace: dict[str, object] = {}
+    exec(render_preload_module("probe", PreloadList()).replace(b"\n_preload()\n", b"\n"), namespace)
+    is_relative = namespace["_is_relative"]
+    paths = ["a/b.so", "a", "../x.so", "a/../b.so", "/abs.so", "a\\b.so", "a/\0.so", "C:/x.so", "c:x.so", "a//b.so",
+             "./a.so", "a/./b.so", "a/b/", "", ".", "..", "a:b/c.so", "a/b:c.so", "...", "a/..b.so"]
+    assert [is_relative(path) for path in paths] == [is_safe_member_path(path) and not path.endswith("/") for path in paths]
+    assert is_relative("a/b.so") and not is_relative("../x.so")
+
+
+def test_reading_a_preload_module_with_an_unsafe_entry_is_an_error():
+    module = render_preload_module("probe", PreloadList(("ok/libok.so", "../../../../tmp/evil.so")))
+    with pytest.raises(InvalidWheelError, match=r"^x: LIBRARIES entry '\.\./\.\./\.\./\.\./tmp/evil\.so' is not a relative path"):
+        read_preload_module(module, where="x")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"import os\n",
+        b'"""Doc."""\nimport os\n',
+        b"# -*- coding: utf-8 -*-\nimport os\n",
+        b"#!/usr/bin/env python\n# coding=utf-8\n\"\"\"Doc.\"\"\"\nimport os\n",
+        b'"""Doc."""\nfrom __future__ import annotations\nfrom __future__ import division\nimport os\n',
+        b"from __future__ import annotations\r\nimport os\r\n",
+        b"",
+        b'"""No newline at the end."""',
+    ],
+    ids=["plain", "docstring", "cookie", "shebang-cookie-docstring", "future", "crlf-future", "empty", "no-final-newline"],
+)
+def test_import_into_an_init_starting_with_a_utf8_bom_still_compiles(body):
+    edited = add_preload_import(b"\xef\xbb\xbf" + body, where="pkg/__init__.py")
+    assert edited.startswith(b"\xef\xbb\xbf") and edited.count(b"\xef\xbb\xbf") == 1
+    compile(edited, "pkg/__init__.py", "exec")  # a misplaced BOM is "invalid non-printable character U+FEFF"
+    assert edited[3:] == add_preload_import(body, where="pkg/__init__.py")  # the same place as without the BOM
+    assert add_preload_import(edited, where="pkg/__init__.py") == edited

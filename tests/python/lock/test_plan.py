@@ -1,0 +1,161 @@
+"""The lock decision (``lockplan.plan_lock``), table-driven: lock text and index files in memory, no pip,
+no disk. What real pip makes of the rendered result is tested in test_lock.py."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from packaging.markers import Marker
+from packaging.tags import parse_tag
+from packaging.version import Version
+
+from patched_wheels.errors import InvalidLockError, UsageError
+from patched_wheels.index.simple import IndexedFile
+from patched_wheels.lock.plan import LockOptions, plan_lock
+from patched_wheels.lock.model import marker_holds
+from patched_wheels.lock.formats.requirements import parse_requirements
+
+INDEX = Path("/idx")
+A, B = "a" * 64, "b" * 64
+
+
+def indexed(filename: str, requires: tuple[str, ...] = ()) -> IndexedFile:
+    """An index file as build_index describes it, its digest derived from its name."""
+    name, version, *rest = filename[: -len(".whl")].split("-")
+    tags = frozenset(parse_tag("-".join(rest[-3:])))
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    return IndexedFile(filename, name.lower().replace("_", "-"), Version(version), tags, sha(filename), None, metadata.encode())
+
+
+def sha(filename: str) -> str:
+    return hashlib.sha256(filename.encode()).hexdigest()
+
+
+FOO = indexed("foo-1.0+s.1-py3-none-any.whl")
+FOO_LINUX = indexed("foo-1.0+s.1-cp311-cp311-manylinux_2_17_x86_64.whl")
+URL = f"file:///idx/{FOO.filename}"
+LINUX = 'sys_platform == "linux" and platform_machine == "x86_64"'
+
+
+def plan(text: str, files=(FOO,), **options):
+    return plan_lock(parse_requirements(text, "in.txt").lock, list(files), LockOptions(index_dir=INDEX, **options))
+
+
+# (id, lock text, index files, options, the requirements the plan writes, in order)
+CASES = [
+    ("unhashed", "foo==1.0\nbar==2.0\n", (FOO,), {}, [(f"foo @ {URL}#sha256={FOO.sha256}", ())]),
+    ("hashed", f"foo==1.0 --hash=sha256:{A}\n", (FOO,), {}, [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))]),
+    ("name-as-written", f"Foo_==1.0 --hash=sha256:{A}\n".replace("Foo_", "FOO"), (FOO,), {}, [(f"FOO @ {URL}", (f"sha256:{FOO.sha256}",))]),
+    ("extras", "foo[bar,Baz]==1.0\n", (FOO,), {}, [(f"foo[bar,Baz] @ {URL}#sha256={FOO.sha256}", ())]),
+    ("extras-spaced", "foo [ bar ]==1.0\n", (FOO,), {}, [(f"foo [ bar ] @ {URL}#sha256={FOO.sha256}", ())]),
+    ("marker-as-written", "foo==1.0 ; python_version >= '3.8'\n", (FOO,), {},
+     [(f"foo @ {URL}#sha256={FOO.sha256} ; python_version >= '3.8'", ())]),
+    ("extras-marker-hashes", f"foo[bar]==1.0 ; python_version >= '3.8' --hash=sha256:{A} --hash=sha256:{B}\n", (FOO,), {},
+     [(f"foo[bar] @ {URL} ; python_version >= '3.8'", (f"sha256:{FOO.sha256}",))]),
+    ("other-platforms", f"foo[bar]==1.0 ; python_version >= '3.8' --hash=sha256:{A} --hash=sha256:{B}\n", (FOO_LINUX,),
+     {"replaced": {"foo": frozenset({A})}},
+     [(f"foo[bar] @ file:///idx/{FOO_LINUX.filename} ; (python_version >= '3.8') and "
+       f'(python_version == "3.11" and ({LINUX}))', (f"sha256:{FOO_LINUX.sha256}",)),
+      ("foo[bar]==1.0 ; (python_version >= '3.8') and "
+       '(python_version != "3.11" or (sys_platform != "linux" or platform_machine != "x86_64"))', (f"sha256:{B}",))]),
+    ("direct-reference-file", f"foo @ file:///w/foo-1.0-py3-none-any.whl --hash=sha256:{A}\n", (FOO,), {},
+     [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))]),
+    ("direct-reference-https", "Foo[x] @ https://h.example/foo-1.0-py3-none-any.whl ; os_name == 'posix'\n", (FOO,), {},
+     [(f"Foo[x] @ {URL}#sha256={FOO.sha256} ; os_name == 'posix'", ())]),
+    ("direct-reference-index-url", f"foo[x] @ https://h.example/foo-1.0-py3-none-any.whl --hash=sha256:{A}\n", (FOO,),
+     {"index_option": "index-url"}, [("foo[x]==1.0+s.1", (f"sha256:{FOO.sha256}",))]),
+    ("direct-reference-unpatched", "bar @ https://h.example/bar-2.0-py3-none-any.whl\nfoo @ https://h/foo-1.0+s.1-py3-none-any.whl\n",
+     (FOO,), {}, []),
+    ("mirrored-original", f"foo==1.0 --hash=sha256:{sha('foo-1.0-py3-none-any.whl')}\n",
+     (FOO, indexed("foo-1.0-py3-none-any.whl")), {"index_option": "extra-index-url"}, []),
+    ("sibling", "foo==1.0 ; sys_platform == 'linux'\n", (indexed("foo-1.0+s.1-py3-none-any.whl", ("foo-libs==1.0+s.1",)),
+     indexed("foo_libs-1.0+s.1-py3-none-any.whl")), {"index_option": "find-links"},
+     [("foo-libs==1.0+s.1 ; sys_platform == 'linux'", ())]),
+]
+
+
+@pytest.mark.parametrize("text, files, options, expected", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_plan_writes(text, files, options, expected) -> None:
+    result = plan(text, files, **options)
+    written = [(line.requirement, line.hashes) for edit in result.edits for line in edit.lines] + [
+        (line.requirement, line.hashes) for line in result.added
+    ]
+    assert written == expected
+    for requirement, _ in written:  # every line is PEP 508 pip reads, markers included
+        marker = requirement.partition(" ; ")[2]
+        if marker:
+            Marker(marker)
+
+
+def test_split_markers_cover_every_environment_once() -> None:
+    result = plan(f"foo==1.0 --hash=sha256:{A} --hash=sha256:{B}\n", (FOO_LINUX,), replaced={"foo": frozenset({A})})
+    patched, rest = (Marker(line.marker) for line in result.edits[0].lines)
+    for system, machine, python in [("linux", "x86_64", "3.11"), ("linux", "x86_64", "3.12"), ("darwin", "arm64", "3.11")]:
+        env = {"sys_platform": system, "platform_machine": machine, "python_version": python}
+        assert patched.evaluate(env) != rest.evaluate(env), env
+
+
+# (id, options the lock names, index option, the option line added, kinds of the lines dropped)
+OPTION_CASES = [
+    ("direct-no-index", "--no-index\n--find-links ./orig\n", "direct", None, []),
+    ("direct-upstream", "", "direct", "--index-url=https://up.example/simple", []),
+    ("extra-no-index", "--no-index\n--find-links ./orig\n", "extra-index-url", "--find-links=file:///idx", []),
+    ("index-url-no-index", "--no-index\n--find-links ./orig\n", "index-url", "--find-links=file:///idx", ["find-links"]),
+    ("find-links-no-index", "--no-index\n--find-links ./orig\n", "find-links", "--find-links=file:///idx", []),
+    ("index-url", "-i https://pypi.example/simple\n--extra-index-url=https://x.example\n", "index-url",
+     "--index-url=file:///idx/simple", ["index-url", "extra-index-url"]),
+    ("index-url-again", "--index-url=file:///idx/simple\n", "index-url", None, []),
+    ("extra", "-i https://pypi.example/simple\n", "extra-index-url", "--extra-index-url=file:///idx/simple", []),
+]
+
+
+@pytest.mark.parametrize("options, mode, added, dropped", [c[1:] for c in OPTION_CASES], ids=[c[0] for c in OPTION_CASES])
+def test_plan_index_option(options: str, mode: str, added: str | None, dropped: list[str]) -> None:
+    result = plan(options + "foo==1.0\n", index_option=mode, upstream_index_url="https://up.example/simple")
+    assert result.option == added
+    assert [option.kind for option in result.dropped] == dropped
+
+
+@pytest.mark.parametrize("value", ["https://x\n--trusted-host=evil", "https://x\r", "https://x\0", "https://x y", "https://x\u2028y", "", "https://x\\"])
+def test_values_written_into_a_lock_are_one_token(value: str) -> None:
+    with pytest.raises(UsageError, match=r"^--upstream-index-url '.*': (holds|is empty|ends with)") as caught:
+        plan("foo==1.0\n", upstream_index_url=value)
+    assert len(str(caught.value).splitlines()) == 1
+    with pytest.raises(UsageError, match=r"^--index '/i\\ndx'"):
+        plan_lock(parse_requirements("foo==1.0\n", "in.txt").lock, [FOO], LockOptions(index_dir=Path("/i\ndx")))
+
+
+@pytest.mark.parametrize(
+    "text, files, message",
+    [
+        ("foo @ https://h.example/foo-1.0.tar.gz\n", (FOO,), r"in.txt:1: foo @ https://h.example/foo-1.0.tar.gz: names no wheel"),
+        ("foo>=1\n", (FOO,), r"in.txt:1: foo must be pinned with =="),
+        ("foo==1.0\n", (FOO, indexed("foo-1.0+s.2-py3-none-any.whl")), r"in.txt:1: the index has foo 1.0\+s.1, 1.0\+s.2"),
+    ],
+)
+def test_plan_errors_name_the_pin(text: str, files, message: str) -> None:
+    with pytest.raises(InvalidLockError, match=message):
+        plan(text, files)
+
+
+def test_unpatched_non_pins_pass_through() -> None:
+    """A project the index does not have is not ours to judge: ``bar>=1`` stays as written."""
+    assert plan("bar>=1\nfoo==1.0\n").edits[0].pin.name == "foo"
+
+
+DEEP_MARKER = "(" * 2000 + 'python_version > "3"' + ")" * 2000
+"""packaging's marker parser recurses once per parenthesis: this depth ends in RecursionError."""
+
+
+def test_a_deeply_nested_marker_in_a_lock_is_one_error_line() -> None:
+    with pytest.raises(InvalidLockError, match=r"^in\.txt:2: 'foo==1\.0 ; \(+") as caught:
+        parse_requirements(f"bar==2.0\nfoo==1.0 ; {DEEP_MARKER}\n", "in.txt")
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_a_deeply_nested_marker_of_a_uv_lock_or_pylock_is_one_error_line() -> None:
+    with pytest.raises(InvalidLockError, match=r"^uv\.lock: foo: marker '\(+") as caught:
+        marker_holds(DEEP_MARKER, None, where="uv.lock: foo")
+    assert len(str(caught.value).splitlines()) == 1

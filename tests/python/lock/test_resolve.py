@@ -1,0 +1,168 @@
+"""Choosing each pin's wheel (URL, sha256) from PEP 503 pages, as the Bazel rules do before fetching."""
+
+from __future__ import annotations
+
+import os
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from packaging.tags import Tag
+
+from patched_wheels.cli import main
+from patched_wheels.errors import InvalidLockError
+from patched_wheels.lock.resolve import parse_project_page, resolve
+
+INDEX = "https://example.invalid/simple"
+LINUX = [Tag("cp311", "cp311", "manylinux_2_17_x86_64"), Tag("cp311", "cp311", "manylinux1_x86_64"), Tag("py3", "none", "any")]
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_page(pages: Path, project: str, files: dict[str, str]) -> None:
+    """A PyPI-like page: absolute and relative links, each with a #sha256 fragment."""
+    pages.mkdir(exist_ok=True)
+    links = "".join(f'<a href="{href}#sha256={sha}" data-requires-python="&gt;=3.8">{href.rsplit("/", 1)[-1]}</a>\n' for href, sha in files.items())
+    (pages / f"{project}.html").write_text(f"<!DOCTYPE html><html><body>{links}</body></html>", encoding="utf-8")
+
+
+@pytest.fixture
+def torch_page(tmp_path: Path) -> Path:
+    write_page(
+        tmp_path / "pages",
+        "torch",
+        {
+            "https://files.example.invalid/aa/torch-2.1.0-cp311-cp311-win_amd64.whl": digest("win"),
+            "https://files.example.invalid/bb/torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl": digest("linux"),
+            "https://files.example.invalid/cc/torch-2.1.0-cp310-cp310-manylinux1_x86_64.whl": digest("cp310"),
+            "../../files/torch-2.1.0.tar.gz": digest("sdist"),
+        },
+    )
+    return tmp_path / "pages"
+
+
+def lock(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "requirements_lock.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_picks_the_wheel_whose_hash_is_locked_and_whose_tags_match(tmp_path: Path, torch_page: Path) -> None:
+    requirements = lock(
+        tmp_path,
+        f"torch==2.1.0 \\\n    --hash=sha256:{digest('win')} \\\n    --hash=sha256:{digest('linux')} \\\n    --hash=sha256:{digest('cp310')}\n",
+    )
+    [wheel] = resolve(requirements, pages_dir=torch_page, index_url=INDEX, tags=LINUX)
+    assert wheel.filename == "torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl"
+    assert wheel.urls == ("https://files.example.invalid/bb/torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl",)
+    assert wheel.sha256 == digest("linux")
+
+
+def test_a_file_whose_hash_is_not_locked_is_never_chosen(tmp_path: Path, torch_page: Path) -> None:
+    requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('win')}\n")
+    with pytest.raises(InvalidLockError, match=r"requirements_lock.txt:1: no wheel of torch==2.1.0 .* matches"):
+        resolve(requirements, pages_dir=torch_page, index_url=INDEX, tags=LINUX)
+
+
+def test_relative_links_are_resolved_against_the_page(torch_page: Path) -> None:
+    links = parse_project_page((torch_page / "torch.html").read_text(), f"{INDEX}/torch/")
+    sdist = [link for link in links if link.filename.endswith(".tar.gz")]
+    assert sdist[0].url == "https://example.invalid/files/torch-2.1.0.tar.gz"
+    assert sdist[0].sha256 == digest("sdist")
+
+
+def test_only_the_wanted_hashes_are_kept_and_joined(torch_page: Path) -> None:
+    page = (torch_page / "torch.html").read_text()
+    every = parse_project_page(page, f"{INDEX}/torch/")
+    wanted = parse_project_page(page, f"{INDEX}/torch/", sha256s={digest("sdist"), digest("linux"), "0" * 64})
+    assert len(every) > 2
+    assert wanted == [link for link in every if link.sha256 in {digest("sdist"), digest("linux")}]
+    assert {link.sha256 for link in wanted} == {digest("sdist"), digest("linux")}
+
+
+def test_percent_encoded_local_versions_are_decoded(tmp_path: Path) -> None:
+    write_page(tmp_path / "pages", "torch", {"torch-2.1.0%2Bstripe.5-py3-none-any.whl": digest("local")})
+    requirements = lock(tmp_path, f"torch==2.1.0+stripe.5 --hash=sha256:{digest('local')}\n")
+    [wheel] = resolve(requirements, pages_dir=tmp_path / "pages", index_url=INDEX, tags=LINUX)
+    assert wheel.filename == "torch-2.1.0+stripe.5-py3-none-any.whl"
+    assert wheel.urls == (f"{INDEX}/torch/torch-2.1.0%2Bstripe.5-py3-none-any.whl",)
+
+
+def test_pins_whose_marker_is_false_are_skipped(tmp_path: Path, torch_page: Path) -> None:
+    requirements = lock(
+        tmp_path,
+        f'pywin32==306 ; sys_platform == "win32" --hash=sha256:{digest("x")}\n'
+        f"torch==2.1.0 --hash=sha256:{digest('linux')}\n",
+    )
+    wheels = resolve(requirements, pages_dir=torch_page, index_url=INDEX, tags=LINUX)
+    assert [wheel.project for wheel in wheels] == ["torch"]
+
+
+def test_explicit_urls_win_and_need_no_page(tmp_path: Path) -> None:
+    requirements = lock(tmp_path, "torch==2.1.0 --hash=sha256:" + digest("linux") + "\n")
+    url = "https://mirror.example.invalid/torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl"
+    [wheel] = resolve(
+        requirements, pages_dir=tmp_path / "absent", index_url=INDEX, explicit={"torch": ([url], "ab" * 32)}, tags=LINUX
+    )
+    assert (wheel.filename, wheel.urls, wheel.sha256) == ("torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl", (url,), "ab" * 32)
+
+
+def test_cli_lists_projects_then_resolves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_page(tmp_path / "pages", "six", {"six-1.16.0-py2.py3-none-any.whl": digest("six")})
+    requirements = lock(tmp_path, f"Six==1.16.0 --hash=sha256:{digest('six')}\ntorch==2.1.0\n")
+    explicit = tmp_path / "explicit.json"
+    explicit.write_text(json.dumps({"torch": {"urls": ["https://x.invalid/torch-2.1.0-py3-none-any.whl"], "sha256": "cd" * 32}}))
+    common = ["resolve", "--requirements", str(requirements), "--explicit", str(explicit)]
+    assert main([*common, "--list-projects"]) == 0
+    assert json.loads(capsys.readouterr().out) == ["six"]
+    assert main([*common, "--pages", str(tmp_path / "pages"), "--index-url", INDEX]) == 0
+    resolved = json.loads(capsys.readouterr().out)
+    assert [(w["project"], w["filename"]) for w in resolved] == [
+        ("six", "six-1.16.0-py2.py3-none-any.whl"),
+        ("torch", "torch-2.1.0-py3-none-any.whl"),
+    ]
+
+
+def test_missing_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
+    code = main(["resolve", "--requirements", str(requirements), "--pages", str(tmp_path / "none"), "--index-url", INDEX])
+    error = capsys.readouterr().err
+    assert code == 1
+    assert error.count("\n") == 1 and "six.html" in error and "cannot read the index page of six" in error
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("not UTF-8", "six.html: not UTF-8 (invalid start byte at byte 8)"),
+        ("oversized", f"six.html: larger than {32 << 20} bytes; not the index page of six we read"),
+        ("a FIFO", "six.html: not a regular file (a FIFO, device, socket or directory); not the index page of six we read"),
+    ],
+)
+def test_a_hostile_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, expected: str) -> None:
+    """Pages are what an index sent: read bounded (no 300 MB page in memory), decoded strictly, never a traceback."""
+    requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
+    page = tmp_path / "pages" / "six.html"
+    page.parent.mkdir()
+    if kind == "not UTF-8":
+        page.write_bytes(b"<a href=\xff></a>")
+    elif kind == "oversized":
+        with page.open("wb") as handle:
+            handle.truncate((32 << 20) + 1)  # sparse: the size is refused before anything is read
+    else:
+        os.mkfifo(page)
+    code = main(["resolve", "--requirements", str(requirements), "--pages", str(page.parent), "--index-url", INDEX])
+    error = capsys.readouterr().err
+    assert code == 1 and error.count("\n") == 1 and "Traceback" not in error, error
+    assert error.startswith("patched-wheels: error: ") and error.rstrip().endswith(expected), error
+
+
+def test_a_query_string_is_not_part_of_the_filename(tmp_path: Path) -> None:
+    write_page(tmp_path / "pages", "six", {"https://mirror.invalid/six-1.16.0-py2.py3-none-any.whl?token=abc": digest("six")})
+    requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
+    [wheel] = resolve(requirements, pages_dir=tmp_path / "pages", index_url=INDEX, tags=LINUX)
+    assert wheel.filename == "six-1.16.0-py2.py3-none-any.whl"

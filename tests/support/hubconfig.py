@@ -1,0 +1,74 @@
+"""A hub's ``_hub.json`` made as the Bazel rule makes it, for the tests that build a hub without Bazel."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from patched_wheels.cli import main
+from patched_wheels.hub.plan import HubConfig, PatchedWheelSpec
+from support.indexfixtures import sha256_of as sha256
+
+
+@pytest.fixture(autouse=True)
+def no_user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan reads the cache location from the environment, as under Bazel: never the user's here."""
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "off")
+
+
+def set_config(tmp_path: Path, others: list[Path], original: Path, name: str, **spec: object) -> Path:
+    """hub.json for patching one project, the ``others`` served as they are (see :func:`write_config`)."""
+    return write_config(tmp_path, others, [(original, {"name": name, **spec})])
+
+
+def write_config(
+    tmp_path: Path, others: list[Path], patched: list[tuple[Path, dict[str, object]]], *, index_option: str = "index-url"
+) -> Path:
+    """The hub's ``_hub.json`` for patching each ``(original, spec)`` of ``patched``, made as the rule makes
+    it: the request and the resolved wheels go through ``patched-wheels hub plan`` (the one writer of the
+    config), and every file the plan lists is copied where it says, as the rule downloads it."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    originals = [original for original, _ in patched]
+    lock = tmp_path / "user_lock.txt"
+    lock.write_text(
+        "# the user's lock\n"
+        + "".join(
+            f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n"
+            for w in [*others, *originals]
+        ),
+        encoding="utf-8",
+    )
+    specs = [{**PatchedWheelSpec(name=str(spec["name"]), suffix="test.1").to_json(), **spec} for _, spec in patched]
+    for spec in specs:
+        del spec["wheel"]
+    request = {
+        "hub": "test", "bzlmod": True, "requirements_lock": str(lock), "uv_lock": "", "pylock": "",
+        "index_url": "", "index_option": index_option, "rules_python_version": "1.6.0",
+        "repository": str(tmp_path), "patched": specs,
+    }
+    sources = {wheel.name: wheel for wheel in [*others, *originals]}
+    resolved = [
+        {"project": canonicalize_name(name.split("-")[0]), "filename": name, "urls": [wheel.as_uri()], "sha256": sha256(wheel)}
+        for name, wheel in sources.items()
+    ]
+    (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
+    (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
+    config = tmp_path / "_hub.json"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json"), "--config-out", str(config)])
+    assert code == 0
+    for fetch in json.loads(out.getvalue())["fetch"]:
+        (tmp_path / fetch["output"]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sources[fetch["output"].rsplit("/", 1)[1]], tmp_path / fetch["output"])
+    return config
+
+
+def load_config(path: Path) -> HubConfig:
+    return HubConfig.from_json(json.loads(path.read_text(encoding="utf-8")))
