@@ -139,21 +139,21 @@ def supervise(
     err_read, err_write = os.pipe()
     sinks: dict[int, Tail | Lines] = {out_read: Tail(), err_read: Errors(), maps_read: Maps(wanted)}
     try:
-        child = subprocess.Popen(
-            [*command, str(maps_write), code],
-            env=environment,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out_write,
-            stderr=err_write,
-            pass_fds=(maps_write,),
-            start_new_session=True,  # its own session and process group
-        )
+        with _RUNNING_LOCK:  # started and registered at once: another run's sweep never sees it unregistered
+            child = subprocess.Popen(
+                [*command, str(maps_write), code],
+                env=environment,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out_write,
+                stderr=err_write,
+                pass_fds=(maps_write,),
+                start_new_session=True,  # its own session and process group
+            )
+            _RUNNING.add(child.pid)
     finally:
         for fd in (maps_write, out_write, err_write):
             os.close(fd)
-    with _RUNNING_LOCK:
-        _RUNNING.add(child.pid)
     returncode = None
     try:
         with selectors.DefaultSelector() as selector:
@@ -240,16 +240,16 @@ def _stop(child: subprocess.Popen[bytes], before: Collection[int]) -> None:
         pass
     child.wait()
     for _ in range(1000):  # each round kills what the last one's kills orphaned; a fork bomb ends with the rounds
-        with _RUNNING_LOCK:
+        with _RUNNING_LOCK:  # no run starts while the strays are listed and killed
             others = _RUNNING - {child.pid}
-        strays = [pid for pid, session in _descendants().items() if pid not in before and session not in others]
+            strays = [pid for pid, session in _descendants().items() if pid not in before and session not in others]
+            for pid in strays:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         if not strays:
             return
-        for pid in strays:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         for pid in strays:
             try:
                 os.waitpid(pid, os.WNOHANG)
