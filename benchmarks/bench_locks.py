@@ -14,6 +14,7 @@ keeps the parsed document.
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import tempfile
@@ -63,13 +64,16 @@ def pylock(packages: int) -> str:
     return "".join(out)
 
 
-def measure(*args: str) -> tuple[int, float]:
-    """(peak RSS in bytes, seconds) of one run in a fresh interpreter."""
+def measure(*args: str) -> tuple[int, float, float]:
+    """(peak RSS in bytes, seconds, CPU seconds) of one run in a fresh interpreter."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run([sys.executable, "-c", _MEASURE, *args], capture_output=True, text=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{result.stderr}")
     peak, seconds = result.stderr.splitlines()[-1].split()
-    return int(peak), float(seconds)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return int(peak), float(seconds), cpu
 
 
 def main() -> None:
@@ -94,9 +98,9 @@ def main() -> None:
             }
             for name, command in runs.items():
                 started = time.monotonic()
-                peak, seconds = measure(*command)
+                peak, seconds, cpu = measure(*command)
                 print(f"{lock_format:8} {size / 2**20:6.1f} MiB  {name:24} peak {peak / 2**20:6.0f} MiB "
-                      f"({peak / size:4.1f}x the input)  {seconds:5.1f} s (wall {time.monotonic() - started:.1f} s)")  # fmt: skip
+                      f"({peak / size:4.1f}x the input)  {seconds:5.1f} s (wall {time.monotonic() - started:.1f} s, CPU {cpu:.1f} s)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@ hides is still two modules that cannot be understood one without the other.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
-from support.importgraph import PACKAGE, ROOT, import_graph
+from support.importgraph import PACKAGE, ROOT, import_graph, module_name
 
 MAX_LINES = 500
 
@@ -139,3 +140,46 @@ def test_no_module_is_over_500_lines():
 )
 def test_cycles_are_found_however_the_import_is_spelled(tmp_path, files, cycle):
     assert find_cycle(import_graph(_package(tmp_path, files), "pkg")) == cycle
+
+
+def unresolved_imports(root: Path, package: str) -> list[str]:
+    """Every ``import package.X`` / ``from package.X import y`` (inside functions too) whose module does not
+    exist under ``root``, or whose ``y`` is neither a module nor a name ``package.X`` defines at its top level."""
+    paths = {module_name(path, root, package): path for path in sorted(root.rglob("*.py"))}
+    defined: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = set()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+            else:
+                names.update(target.id for target in ast.walk(node) if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store))
+        defined[name] = names
+    problems = []
+    for name, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                problems += [f"{name}: import {alias.name}" for alias in node.names if alias.name.startswith(package + ".") and alias.name not in paths]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == package:
+                if node.module not in paths:
+                    problems.append(f"{name}: from {node.module} import ...")
+                    continue
+                problems += [
+                    f"{name}: from {node.module} import {alias.name}"
+                    for alias in node.names
+                    if f"{node.module}.{alias.name}" not in paths and alias.name not in defined[node.module]
+                ]
+    return problems
+
+
+def test_every_import_of_the_package_resolves():
+    """A module moved or renamed leaves no import behind, not even one inside a function that no test reaches."""
+    assert unresolved_imports(ROOT, PACKAGE) == []
+
+
+def test_an_unresolved_import_is_found(tmp_path):
+    root = _package(tmp_path, {"a.py": "def f():\n    from pkg.gone import x\n", "b.py": "from pkg.a import g\n", "c.py": "from pkg.a import f\n"})
+    assert unresolved_imports(root, "pkg") == ["pkg.a: from pkg.gone import ...", "pkg.b: from pkg.a import g"]

@@ -49,10 +49,11 @@ def write_atomic(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> None:
         raise
 
 
-def holds(path: Path, data: bytes, *, mode: int | None = None) -> bool:
-    """Whether ``path`` is a readable regular file holding exactly ``data`` (a FIFO, a device or a
-    longer file is not read: it does not hold ``data``) and, given ``mode``, one of ours with those
-    permission bits (a cache file someone made group-writable is replaced, not kept for its content)."""
+def holds(path: Path, data: bytes | str, *, mode: int | None = None) -> bool:
+    """Whether ``path`` is a readable regular file holding exactly ``data`` (a text: in UTF-8, compared
+    a chunk at a time; a FIFO, a device or a longer file is not read: it does not hold ``data``) and,
+    given ``mode``, one of ours with those permission bits (a cache file someone made group-writable is
+    replaced, not kept for its content)."""
     try:
         handle = open_regular_file(path)
     except (OSError, ValueError):
@@ -61,11 +62,24 @@ def holds(path: Path, data: bytes, *, mode: int | None = None) -> bool:
         status = os.fstat(handle)
         if mode is not None and (stat.S_IMODE(status.st_mode) != mode or status.st_uid != os.geteuid()):
             return False
-        return read_descriptor(handle, max_bytes=len(data), size=status.st_size) == data
+        if isinstance(data, bytes):
+            return read_descriptor(handle, max_bytes=len(data), size=status.st_size) == data
+        with os.fdopen(os.dup(handle), "rb") as stream:
+            return all(stream.read(len(chunk)) == chunk for chunk in utf8_chunks(data)) and stream.read(1) == b""
     except (OSError, ValueError):
         return False
     finally:
         os.close(handle)
+
+
+_TEXT_CHUNK = 1 << 20
+
+
+def utf8_chunks(text: str) -> Iterator[bytes]:
+    """``text`` in UTF-8, a chunk at a time: an output of tens of megabytes (a uv.lock) is compared and
+    written without being held a second time as bytes."""
+    for start in range(0, len(text), _TEXT_CHUNK):
+        yield text[start : start + _TEXT_CHUNK].encode("utf-8")
 
 
 class NotRegularFileError(ValueError):
@@ -124,13 +138,14 @@ def read_regular_file(path: Path | str, *, max_bytes: int, follow_links: bool = 
         os.close(handle)
 
 
-def write_temp(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> Path:
-    """``data`` in a new temp file next to ``path`` (world-readable unless ``mode`` says otherwise),
-    for the caller to rename onto ``path`` (or remove); nothing is left behind when writing fails."""
+def write_temp(path: Path, data: bytes | str, *, mode: int = _FILE_MODE) -> Path:
+    """``data`` (a text: in UTF-8, :func:`utf8_chunks`) in a new temp file next to ``path``
+    (world-readable unless ``mode`` says otherwise), for the caller to rename onto ``path`` (or remove);
+    nothing is left behind when writing fails."""
     handle, temp = create_temp_file(path.parent, path.name)
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            stream.writelines([data] if isinstance(data, bytes) else utf8_chunks(data))
         os.chmod(temp, mode)
     except BaseException:
         temp.unlink(missing_ok=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Mapping
+from typing import Callable, Collection, Mapping
 
 from packaging.utils import canonicalize_name
 
@@ -78,31 +78,36 @@ def lock(
             raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
     document = entry.read(requirements)
     plan = plan_lock(lock_model(document), index.files, options)
-    text = render_requirements(document, plan) if isinstance(document, RequirementsText) else render_exported(lock_model(document), plan)
-    outputs = {out: ("--out", text)}
+    if isinstance(document, RequirementsText):
+        outputs = {out: ("--out", lambda: render_requirements(document, plan))}
+    else:
+        outputs = {out: ("--out", lambda: render_exported(lock_model(document), plan))}
     if out_uv_lock is not None:
-        outputs[Path(out_uv_lock)] = (str(entry.out_flag), entry.write()(document, plan, options.index_dir))
+        outputs[Path(out_uv_lock)] = (str(entry.out_flag), lambda: entry.write()(document, plan, options.index_dir))
     _write_all(outputs)
     return LockResult(out=out, changes=plan.changes)
 
 
-def _write_all(outputs: Mapping[Path, tuple[str, str]]) -> None:
-    """Write every output (path: flag, content) or none: each is staged beside its target, then all are
+def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], str]]]) -> None:
+    """Write every output (path: flag, its renderer) or none: each is rendered and staged beside its
+    target in turn (one output's text is held at a time, written a chunk at a time), then all are
     renamed; an output that cannot be written is one error naming its flag."""
     staged: list[tuple[Path, Path]] = []
     try:
-        for path, (flag, content) in outputs.items():
-            data = content.encode("utf-8")
-            if holds(path, data):
+        for path, (flag, render) in outputs.items():
+            content = render()
+            if holds(path, content):
                 continue
             if os.path.exists(path) and not os.path.isfile(path):
                 raise UsageError(f"{flag} {path}: not a regular file")  # a directory, or a device renaming would replace
             try:
-                staged.append((write_temp(path, data), path))
+                staged.append((write_temp(path, content), path))
             except OSError as error:
                 raise UsageError(f"{flag} {path}: cannot be written ({error.strerror or error})") from None
+            del content
         for temp, path in staged:
             os.replace(temp, path)
     finally:
         for temp, _ in staged:
             temp.unlink(missing_ok=True)
+

@@ -8,6 +8,7 @@ direct reference. The lock is read only: the hub writes a requirements lock (and
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -24,11 +25,14 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
     source = str(path)
     text, document = load_toml(path)
     get(document, "lock-version", str, source)
-    headers = [number for number, line in enumerate(text.splitlines()) if line.strip() == "[[packages]]"]
+    packages = tables(document, "packages", source)
+    headers = _header_lines(text)
+    del text, document  # each table goes once its pin is built: the pins grow as the document shrinks
     env = dict(environment) if environment is not None else dict(default_environment())
     pins, projects = [], set()
-    for number, package in enumerate(tables(document, "packages", source)):
-        line = headers[number] if len(headers) == len(document["packages"]) else 0
+    for number, package in enumerate(packages):
+        packages[number] = {}
+        line = headers[number] if len(headers) == len(packages) else 0
         span = Span(source, line, line + 1)
         where = f"{span.where}: package {package.get('name')!r}"
         marker = get(package, "marker", str, where, "")
@@ -40,6 +44,20 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
         projects.add(pin.project)
         pins.append(pin)
     return Lock(source, "pylock", tuple(pins))
+
+
+_HEADER_LINE = re.compile(r"^[ \t]*\[\[packages\]\][ \t]*\r?$", re.MULTILINE)
+
+
+def _header_lines(text: str) -> list[int]:
+    """The (0-based) line of each ``[[packages]]`` header, counted in one pass (the text is not held
+    a second time as lines)."""
+    lines, position, total = [], 0, 0
+    for match in _HEADER_LINE.finditer(text):
+        total += text.count("\n", position, match.start())
+        lines.append(total)
+        position = match.start()
+    return lines
 
 
 def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:

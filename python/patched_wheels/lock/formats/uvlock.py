@@ -8,8 +8,9 @@ extras each edge asks for; where a name has several versions (forks), the edge's
 the package's ``resolution-markers`` pick one. A pin's hashes and files are the package's wheels (and
 sdist), so ``resolve`` needs no index page for them.
 
-The reader keeps the text cut into ``[[package]]`` blocks, each checked to parse to its package alone,
-for :mod:`patched_wheels.lock.formats.uvwriter` to edit; it depends on the lock model only.
+The reader keeps the text cut into ``[[package]]`` blocks for :mod:`patched_wheels.lock.formats.uvwriter` to edit,
+not the parsed document: each block the writer edits is parsed again alone and checked to be its package
+(:meth:`UvLock.package`). It depends on the lock model only.
 """
 
 from __future__ import annotations
@@ -28,23 +29,51 @@ from patched_wheels.lock.formats.tomlread import get, load_toml, tables
 
 _HEADER_LINE = re.compile(r"^[ \t]*\[\[package\]\][ \t]*\r?$", re.MULTILINE)
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")
+_NO_EXTRAS: frozenset[str] = frozenset()  # one for every package of a lock without members (an empty set each is 200 bytes)
 
 
 @dataclass(frozen=True)
 class UvLock:
-    """A uv.lock read for one environment: its pins, and its text cut into ``[[package]]`` blocks."""
+    """A uv.lock read for one environment: its pins, and its text cut into ``[[package]]`` blocks.
+
+    The parsed document is not kept (on a big lock it is four times the text): the writer parses again
+    the few blocks it edits, and :meth:`package` checks each such parse against the fingerprint of the
+    table the whole document read there."""
 
     lock: Lock
     text: str
     blocks: tuple[Span, ...]  # the lines of each [[package]] table, in file order
     offsets: tuple[tuple[int, int], ...]  # the characters [start, end) of each block in ``text``
     names: tuple[NormalizedName, ...]  # each block's package
-    packages: tuple[dict[str, Any], ...]  # each block's table, as TOML reads it
+    fingerprints: tuple[int, ...]  # each block's table as the whole document read it (:func:`_fingerprint`)
 
     def block_lines(self, number: int) -> list[str]:
         """The lines of block ``number``, each with its line ending."""
         start, end = self.offsets[number]
         return self.text[start:end].splitlines(keepends=True)
+
+    def package(self, number: int) -> dict[str, Any]:
+        """The table of block ``number``, parsed from the block alone; a block that does not parse to
+        exactly the table the whole document read there (a ``[[package]]`` line inside a string, a header
+        spelt otherwise, a table of another package) is refused with one line, never guessed at."""
+        from patched_wheels.lock.formats.tomlread import toml_parser
+
+        tomllib = toml_parser(self.lock.source)
+        start, end = self.offsets[number]
+        try:
+            packages = tomllib.loads(self.text[start:end]).get("package")
+        except tomllib.TOMLDecodeError:
+            packages = None
+        if not isinstance(packages, list) or len(packages) != 1 or _fingerprint(packages[0]) != self.fingerprints[number]:
+            raise InvalidLockError(f"{self.blocks[number].where}: the [[package]] table of {self.names[number]} is not written as uv writes it")
+        return packages[0]
+
+
+def _fingerprint(package: dict[str, Any]) -> int:
+    """What tells a package table from any other: the hash of its ``repr`` (TOML's values are strings,
+    numbers, booleans, dates, arrays and tables, whose ``repr`` is equal exactly when they are, key order
+    included); ``str`` hashes are salted per process, so no lock can be written to collide."""
+    return hash(repr(package))
 
 
 def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None) -> UvLock:
@@ -61,13 +90,16 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     )
     _refuse_duplicates(packages, names, blocks)
     extras = _installed(packages, names, blocks, env)
-    pins = tuple(
-        _pin(packages[number], blocks[number], sorted(extras[number]), path.parent)
-        for number in sorted(extras)
-        if _source_kind(packages[number], blocks[number]) not in _WORKSPACE_SOURCES
-    )
-    members = tuple(sorted({names[n] for n, package in enumerate(packages) if _source_kind(package, blocks[n]) in _WORKSPACE_SOURCES}))
-    return UvLock(Lock(source, "uv-lock", pins, members=members), text, blocks, offsets, names, tuple(packages))
+    kinds = [_source_kind(package, block) for package, block in zip(packages, blocks)]
+    members = tuple(sorted({names[n] for n, kind in enumerate(kinds) if kind in _WORKSPACE_SOURCES}))
+    del document  # each table goes once its pin is built: the pins grow as the document shrinks
+    pins, fingerprints = [], []
+    for number, package in enumerate(packages):
+        packages[number] = {}
+        fingerprints.append(_fingerprint(package))
+        if number in extras and kinds[number] not in _WORKSPACE_SOURCES:
+            pins.append(_pin(package, blocks[number], sorted(extras[number]), path.parent))
+    return UvLock(Lock(source, "uv-lock", tuple(pins), members=members), text, blocks, offsets, names, tuple(fingerprints))
 
 
 def _blocks(text: str, count: int, source: str) -> tuple[tuple[Span, ...], tuple[tuple[int, int], ...]]:
@@ -113,14 +145,14 @@ def _source_kind(package: dict[str, Any], span: Span) -> str:
 
 def _installed(
     packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...], env: dict[str, str]
-) -> dict[int, set[str]]:
+) -> dict[int, set[str] | frozenset[str]]:
     """The packages installed in ``env`` (by position) with the extras asked of each (module docstring)."""
     by_name: dict[NormalizedName, list[int]] = {}
     for number, name in enumerate(names):
         by_name.setdefault(name, []).append(number)
     roots = [n for n, package in enumerate(packages) if _source_kind(package, blocks[n]) in _WORKSPACE_SOURCES]
     if not roots:  # no workspace member: every package that applies here
-        return {n: set() for n, package in enumerate(packages) if _forks_hold(package, blocks[n], env)}
+        return {n: _NO_EXTRAS for n, package in enumerate(packages) if _forks_hold(package, blocks[n], env)}
     extras: dict[int, set[str]] = {}
     work: list[tuple[int, frozenset[str]]] = []
     for root in roots:
@@ -207,7 +239,8 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
 def _hash(written: str, where: str) -> str:
     """A uv.lock hash (``sha256:<hex>``), checked like every hash a lock gives us."""
     algorithm, _, digest = written.partition(":")
-    return checked_hash(algorithm, digest, where)
+    checked_hash(algorithm, digest, where)
+    return written  # the document's string, equal to the one checked: a 50 MB lock holds 240,000 of them
 
 
 def _file_location(wheel: dict[str, Any], base: Path, root: Path, source: dict[str, Any], where: str) -> str:

@@ -71,7 +71,7 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
     for edit in plan.edits:
         if edit.files and edit.pin.span.start in block_of:
             number = block_of[edit.pin.span.start]
-            fork = _fork(uv, number, edit, registry)
+            fork = _fork(uv, number, layout(number).package, edit, registry)
             ours = _patched(layout(number), str(edit.version), edit.files, registry, index_dir, fork)
             if fork is None:
                 edits[number] = ours
@@ -79,8 +79,8 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
                 edits[number] = _kept(layout(number), edit, fork)
                 appended[number] = ours
                 forks[uv.names[number]] = forks.get(uv.names[number], ()) + (fork,)
-    for number, package in enumerate(uv.packages):
-        if forks and _names_a_fork(package, forks):
+    for number in range(len(uv.names)) if forks else ():
+        if _names_a_fork(uv.package(number), forks):
             edits.setdefault(number, []).extend(layout(number).split_edges(forks))
             if number in appended:
                 appended[number] += layout(number).split_edges(forks)
@@ -118,9 +118,9 @@ def _names_a_fork(package: dict[str, Any], forks: dict[NormalizedName, tuple["_F
     return any(_fork_of(edge, forks) is not None for rows in arrays if isinstance(rows, list) for edge in rows)
 
 
-def _fork(uv: UvLock, number: int, edit: PinEdit, registry: str) -> _Fork | None:
-    """The fork a patched package becomes when the plan keeps some of its wheels; None: replaced whole."""
-    package = uv.packages[number]
+def _fork(uv: UvLock, number: int, package: dict[str, Any], edit: PinEdit, registry: str) -> _Fork | None:
+    """The fork a patched package (``package``, block ``number``'s table) becomes when the plan keeps
+    some of its wheels; None: replaced whole."""
     kept = {h.lower() for h in edit.kept}
     if not any(str(wheel.get("hash", "")).lower() in kept for wheel in package.get("wheels", [])):
         return None
@@ -177,10 +177,8 @@ class _Layout:
 
     @classmethod
     def of(cls, uv: UvLock, number: int) -> "_Layout":
-        span, package = uv.blocks[number], uv.packages[number]
+        span, package = uv.blocks[number], uv.package(number)  # refused: a header inside a string, a table of another
         lines = tuple(uv.block_lines(number))
-        if (_parsed("".join(lines)) or {}).get("package") != [package]:  # a header inside a string, a table of another
-            raise InvalidLockError(f"{span.where}: the [[package]] table of {uv.names[number]} is not written as uv writes it")
         where = f"{span.where}: package {uv.names[number]}"
         keys: dict[str, dict[str, tuple[int, int]]] = {"": {}}
         table, line = "", 1
