@@ -132,7 +132,6 @@ def supervise(
     ends (or at the deadline), every process it started is killed, those that left its session too.  None when
     it ran (or its output was still open) past ``timeout`` seconds, reading included."""
     deadline = time.monotonic() + timeout
-    _become_subreaper()
     before = _descendants()
     maps_read, maps_write = os.pipe()
     out_read, out_write = os.pipe()
@@ -140,6 +139,8 @@ def supervise(
     sinks: dict[int, Tail | Lines] = {out_read: Tail(), err_read: Errors(), maps_read: Maps(wanted)}
     try:
         with _RUNNING_LOCK:  # started and registered at once: another run's sweep never sees it unregistered
+            if not _RUNNING:
+                _subreaper(True)
             child = subprocess.Popen(
                 [*command, str(maps_write), code],
                 env=environment,
@@ -179,6 +180,8 @@ def supervise(
         _stop(child, before)
         with _RUNNING_LOCK:
             _RUNNING.discard(child.pid)
+            if not _RUNNING:
+                _subreaper(False)
         for fd in sinks:
             os.close(fd)
     if unfinished:
@@ -189,20 +192,30 @@ def supervise(
     return Captured(returncode, sinks[out_read], sinks[err_read], sinks[maps_read])  # type: ignore[arg-type]
 
 
-_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 # The sessions (their leaders' pids) of the runs under way in this process: layout_test runs both layouts at
 # once, and one run's end must not sweep away the other's processes.
 _RUNNING: set[int] = set()
 _RUNNING_LOCK = threading.Lock()
+# Whether this process was a subreaper before the first run under way made it one: restored after the last.
+_WAS_SUBREAPER: list[bool] = []
 
 
-def _become_subreaper() -> None:
-    """Make this process the parent of every orphan among its descendants (Linux 3.4+), so that a process a run
-    started in a new session (a daemon's double fork) is still found below this one and killed."""
+def _subreaper(on: bool) -> None:
+    """While runs are under way, make this process the parent of every orphan among its descendants (Linux
+    3.4+), so that a process a run started in a new session (a daemon's double fork) is still found below this
+    one and killed; afterwards, what it was before.  Only while: the caller's own daemons (a Bazel server that
+    a test suite starts) must not become children this process never waits for, zombies that never die."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if on:
+        state = ctypes.c_int(0)
+        libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(state), 0, 0, 0)
+        _WAS_SUBREAPER[:] = [bool(state.value)]
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    elif _WAS_SUBREAPER and not _WAS_SUBREAPER[0]:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
 def _descendants() -> dict[int, int]:

@@ -348,3 +348,23 @@ def test_two_runs_at_once_leave_each_other_alone(tmp_path):
         captured = second.result()
     assert captured is not None and captured.returncode == 0, captured and captured.stderr.last
     assert done.read_text() == "ok"
+
+
+def test_a_run_leaves_the_process_as_it_found_it(tmp_path):
+    """Subreaper only while a run is under way: a test suite's own daemon (a Bazel server, double-forked) must
+    not become a child of the suite's process, which never waits for it (`bazel clean --expunge` then
+    waited for a zombie that never died)."""
+    import ctypes
+
+    from patched_wheels.base.supervise import supervise
+    from patched_wheels.loading.probe import CHILD
+
+    def subreaper() -> int:
+        state = ctypes.c_int(-1)
+        ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(state), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+        return state.value
+
+    assert subreaper() == 0
+    captured = supervise([sys.executable, "-c", CHILD], "pass", dict(os.environ), tmp_path, 30, wanted=set())
+    assert captured is not None and captured.returncode == 0
+    assert subreaper() == 0
