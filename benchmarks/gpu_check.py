@@ -16,7 +16,7 @@ doctor again with the patched wheel.  It prints both reports and a summary, and
 exits 0 when CODE fails before and passes after.  `--requirements`, `--package`,
 `--preload-wheels` and `--code` override the preset; `--work DIR` keeps the wheels.
 
-Needs only `packaging` and `pyelftools` beside this repository's `python/`
+Needs only `packaging` beside this repository's `python/`
 directory (put on the path here); patchelf is not used.
 """
 
