@@ -42,7 +42,7 @@ _X86, _ARM = "foo-1.0-py3-none-manylinux_2_17_x86_64.whl", "foo-1.0-py3-none-man
 
 UV_LOCK = f"""version = 1
 revision = 3
-requires-python = ">=3.11"
+requires-python = ">=3.9"
 resolution-markers = [
     "platform_machine == 'x86_64' and sys_platform == 'linux'",
     "platform_machine == 'aarch64' and sys_platform == 'linux'",
@@ -79,13 +79,13 @@ name = "proj"
 version = "0.1"
 source = {{ virtual = "." }}
 dependencies = [
-    {{ name = "foo", extra = ["extra"], marker = "python_version >= '3.11'" }},
+    {{ name = "foo", extra = ["extra"], marker = "python_version >= '3.9'" }},
 ]
 """
 
 PYLOCK = f"""lock-version = "1.0"
 created-by = "uv"
-requires-python = ">=3.11"
+requires-python = ">=3.9"
 
 [[packages]]
 name = "bar"

@@ -215,6 +215,8 @@ def test_reading_and_rewriting_a_big_uv_lock_stays_a_small_multiple_of_it(tmp_pa
             status, _, err, peaks[name, command] = _run(command, "--uv-lock", path, *args)
             assert status == 0, err
     size = (tmp_path / "big.lock").stat().st_size
+    # Below Python 3.11 the parser is tomli, pure Python, whose document takes more (8.8 times for `lock` on 3.9).
+    bound = 8.5 if sys.version_info >= (3, 11) else 10
     for command in ("resolve", "lock"):
         grown = peaks["big.lock", command] - peaks["tiny.lock", command]
-        assert grown < 8.5 * size, f"{command}: {grown / size:.1f} times the input"
+        assert grown < bound * size, f"{command}: {grown / size:.1f} times the input"

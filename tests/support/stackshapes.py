@@ -343,7 +343,11 @@ from importlib.metadata import entry_points
 
 def devices():
     found = []
-    for point in entry_points(group="jaxlike_plugins"):
+    points = entry_points()
+    # Python 3.10 selects by keyword and counts a distribution once; 3.9 returns a dict of groups, with a
+    # distribution found on two sys.path entries listed twice.
+    points = points.select(group="jaxlike_plugins") if hasattr(points, "select") else points.get("jaxlike_plugins", ())
+    for point in {point.name: point for point in points}.values():
         found.append(point.load().initialize())
     return found or ["cpu"]
 '''
