@@ -44,7 +44,7 @@ def _schema_problems():
     return (
         expect_eq(patched_wheel_problems({"name": "torch", "suffix": "x"}), [], "minimal") +
         expect_eq(patched_wheel_problems({"name": "torch"}), ["`suffix` is mandatory"], "missing suffix") +
-        expect_eq(patched_wheel_problems({"name": "t", "suffix": "x", "preload": "yes"}), ["`preload` must be one of [\"auto\", \"off\"], not \"yes\""], "a value not allowed") +
+        expect_eq(patched_wheel_problems({"name": "t", "suffix": "x", "preload": "yes"}), ["`preload` must be one of [\"auto\", \"elf\", \"off\"], not \"yes\""], "a value not allowed") +
         expect_eq(patched_wheel_problems({"name": "t", "suffix": "x", "rpath_mod": "set"}), ["unknown attribute `rpath_mod`"], "a misspelt attribute")
     )
 
