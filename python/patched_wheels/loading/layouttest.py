@@ -54,6 +54,8 @@ RUNFILES = "runfiles"
 # The probe program's sys.path, written (the program's own sys.path[0] first) to the file named after it.
 _SYS_PATH_CODE = "import json, sys; open({!r}, 'w', encoding='utf-8').write(json.dumps(sys.path))"
 _MAX_SYS_PATH = 1 << 20
+# Linux's MAX_ARG_STRLEN (32 pages), its NUL included: the most one argument of a new program may hold.
+_MAX_ARGUMENT = 32 * 4096
 # Of Bazel's $TEST_TIMEOUT, what the runs leave to the runner to report and clean up before Bazel kills it.
 _TIMEOUT_MARGIN = 0.1
 _MIN_MARGIN_S = 5
@@ -109,7 +111,14 @@ def read_config(main_file: str) -> Config:
 
 
 def check_probe(test: str, probe: str) -> list[str]:
-    """The modules ``probe`` imports (absolute imports, in order); a probe that does not compile is refused."""
+    """The modules ``probe`` imports (absolute imports, in order); a probe that does not compile, or that no
+    command line can carry (each run gets it as one argument), is refused."""
+    size = len(probe.encode("utf-8", "surrogatepass"))
+    if size >= _MAX_ARGUMENT:
+        raise UsageError(
+            f"layout_test {test}: probe = {json.dumps(probe)}: {size} bytes, more than the {_MAX_ARGUMENT - 1} a command-line "
+            "argument holds: put the code in a module of deps and import it"
+        )
     try:
         tree = ast.parse(probe, "<probe>")
         compile(tree, "<probe>", "exec")

@@ -178,6 +178,16 @@ def test_check_probe_names_the_imported_modules_in_order() -> None:
         check_probe(LABEL, "print(1)")
 
 
+def test_a_probe_no_command_line_can_carry_is_one_error_line(plugin, tmp_path, capsys) -> None:
+    """Each run gets the probe as one argument: past Linux's 128 KiB the run could not start (E2BIG, which
+    named the environment's python)."""
+    probe = "import fake_cu\n#" + "x" * (128 << 10)
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe), capsys)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"patched-wheels: error: layout_test {LABEL}: probe = ") and "131088 bytes, more than the 131071" in err, err
+    assert len(err) < 2100
+
+
 def test_flat_path_puts_one_site_packages_where_the_first_wheel_was() -> None:
     entries = ["/main", "/rf/_main", "/rf/a/site-packages", "/rf/lib", "/rf/b/site-packages", "/usr/lib/python3.11"]
     wheels = ["/rf/a/site-packages", "/rf/b/site-packages"]
