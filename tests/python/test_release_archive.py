@@ -284,3 +284,16 @@ def test_a_url_with_quotes_stays_one_starlark_string(tmp_path) -> None:
     archive = release.write_release(make_repository(tmp_path / "repo"), tmp_path / "out")
     printed = release.snippets(archive, "1.2.3", 'https://example.invalid/a"b\\c.tar.gz')
     assert '    urls = ["https://example.invalid/a\\"b\\\\c.tar.gz"],\n' in printed, printed
+
+
+def test_an_outdir_that_takes_no_file_is_named(tmp_path, capsys, monkeypatch) -> None:
+    """An OUTDIR without write permission (as root, permissions do not stop the write: the refusal is the
+    kernel's answer to creating the file, played here)."""
+    repo = make_repository(tmp_path / "repo")
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "out" / ".rules_patched_wheels-1.2.3.tar.gz.x.partial"))
+
+    monkeypatch.setattr(release.tempfile, "mkstemp", refuse)
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert (code, out, err) == (1, "", f"tools/release: error: OUTDIR {tmp_path / 'out'}: Permission denied\n")
