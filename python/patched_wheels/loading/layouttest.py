@@ -322,6 +322,12 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
     return None
 
 
+def _printable(name: str) -> str:
+    """A file name as one printable line: bytes that are not UTF-8 (os.fsdecode's surrogates) escaped, since
+    no stdout can print them."""
+    return one_line(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+
+
 def unrecorded(comparison: Comparison) -> list[str]:
     """The layouts whose run ended without recording what it mapped (killed, a crash, its record descriptor
     closed): the libraries were not compared, so the test cannot pass."""
@@ -341,7 +347,7 @@ def format_verdict(config: Config, comparison: Comparison, merged: Merged, modul
     lines += _run_lines("every wheel in one site-packages (links, in a virtual environment)", comparison.flat, total)
     if comparison.missing:
         lines.append("  mapped in one site-packages, NOT in the test's layout:")
-        lines += [f"    {one_line(str(library))}" for library in comparison.missing]
+        lines += [f"    {_printable(str(library))}" for library in comparison.missing]
     if comparison.matches and unrecorded(comparison):
         lines.append(
             f"layout_test: FAILED: nothing to compare: {' and '.join(unrecorded(comparison))} ended without recording what it mapped "

@@ -382,3 +382,21 @@ def test_a_dep_whose_start_up_code_never_ends_is_stopped(plugin, tmp_path, marke
         "sys.path: still running after 2 s (the test's timeout is 7 s: give it a larger size or timeout); stopped: a dep's start-up code never ends\n"
     ), err
     assert _left_running("never-ends-3") == []
+
+
+def test_a_library_whose_name_is_not_utf_8_is_named_in_the_verdict(tmp_path, capsys) -> None:
+    """Mapped in one site-packages only, under a name that is not UTF-8 (written by some other installer):
+    the verdict names it with its bytes escaped, instead of failing to print it."""
+    library = compile_shared(tmp_path, "libodd.so", "int odd(void) { return 1; }\n").read_bytes()
+    wheel = build_wheel(tmp_path / "wheels", "odd", "1.0", {"odd/__init__.py": b"", "odd/libodd.so": library})
+    probe = (
+        "import ctypes, os, site, odd\n"
+        "flat = os.path.join(site.getsitepackages()[0], 'odd')\n"
+        "if os.path.isdir(flat): ctypes.CDLL(os.path.join(os.fsencode(flat), b'lib\\xff.so'))"
+    )
+    main_file = make_test(tmp_path / "test", [wheel], probe)
+    (installed,) = (tmp_path / "test" / "installed").glob("odd-*/site-packages/odd/libodd.so")
+    os.rename(installed, os.path.join(os.fsencode(installed.parent), b"lib\xff.so"))
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1, out + err
+    assert "  mapped in one site-packages, NOT in the test's layout:\n    odd/lib\\xff.so (odd-1.0)\n" in out, out
