@@ -297,3 +297,9 @@ def test_an_outdir_that_takes_no_file_is_named(tmp_path, capsys, monkeypatch) ->
     monkeypatch.setattr(release.tempfile, "mkstemp", refuse)
     code, out, err = _run(repo, tmp_path / "out", capsys)
     assert (code, out, err) == (1, "", f"tools/release: error: OUTDIR {tmp_path / 'out'}: Permission denied\n")
+
+
+def test_the_version_is_the_module_call_s_not_a_comment_s(tmp_path) -> None:
+    module_file = '"""Docs: module(name = "x", version = "8.8.8")."""\n# module(name = "x", version = "9.9.9")\nmodule(\n    name = "rules_patched_wheels",\n    version = "1.2.3",  # was "1.2.2"\n)\n'
+    repo = make_repository(tmp_path / "repo", files={"MODULE.bazel": module_file.encode()})
+    assert release.write_release(repo, tmp_path / "out").name == "rules_patched_wheels-1.2.3.tar.gz"
