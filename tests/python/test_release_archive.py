@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-from support.releasetool import RELEASE, load_release
+from support.releasetool import RELEASE, load_release, make_repository
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,3 +125,181 @@ def test_gzip_header_has_no_name_or_time(archive: Path) -> None:
     assert header[3] & 0x08 == 0  # FNAME flag: no file name stored
     assert header[4:8] == b"\0\0\0\0"  # MTIME
     assert io.BytesIO(header).read(2) == b"\x1f\x8b"
+
+
+# Attacks on tools/release, each on a small committed checkout (support.releasetool.make_repository).
+
+
+def _names(archive: Path) -> list[str]:
+    with tarfile.open(archive) as tar:
+        return [member.name.split("/", 1)[1] for member in tar.getmembers()]
+
+
+def _run(root: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = release.main([str(out)], root=root)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args], cwd=root, check=True, capture_output=True)
+
+
+def test_untracked_and_ignored_files_stay_out_and_are_no_uncommitted_change(tmp_path, capsys) -> None:
+    repo = make_repository(tmp_path / "repo", files={".gitignore": b"__pycache__/\n"})
+    code, out, err = _run(repo, tmp_path / "a", capsys)
+    assert code == 0 and err == "", err
+    (repo / "python" / "stray.py").write_text("secret = 1\n")
+    (repo / "python" / "__pycache__").mkdir()
+    (repo / "python" / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    code, out, err = _run(repo, repo / "python" / "dist", capsys)  # OUTDIR inside the tree the archive takes
+    assert code == 0 and err == "", err  # nothing tracked changed: no warning
+    again = Path(out.splitlines()[0])
+    assert again.read_bytes() == (tmp_path / "a" / again.name).read_bytes()
+    assert _names(again) == ["BUILD.bazel", "MODULE.bazel", "pyproject.toml", "python/BUILD.bazel", "python/patched_wheels/__init__.py", "python/run.sh"]
+
+
+def test_a_changed_tracked_file_goes_in_with_a_warning(tmp_path, capsys) -> None:
+    repo = make_repository(tmp_path / "repo")
+    (repo / "python" / "BUILD.bazel").write_text("# changed\n")
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert code == 0 and err.startswith("tools/release: warning: the archive holds uncommitted changes"), err
+    with tarfile.open(out.splitlines()[0]) as tar:
+        assert tar.extractfile("rules_patched_wheels-1.2.3/python/BUILD.bazel").read() == b"# changed\n"
+
+
+def test_modes_owners_and_times_come_from_git_not_the_work_tree(tmp_path) -> None:
+    """Another checkout of the same commit (another umask, owner, time, a file made executable by hand with
+    core.fileMode off) gives the same bytes."""
+    repo = make_repository(tmp_path / "repo")
+    first = release.write_release(repo, tmp_path / "a").read_bytes()
+    _git(repo, "config", "core.fileMode", "false")
+    (repo / "python" / "BUILD.bazel").chmod(0o755)
+    (repo / "python" / "run.sh").chmod(0o700)
+    os.utime(repo / "BUILD.bazel", (1e9, 1e9))
+    archive = release.write_release(repo, tmp_path / "b")
+    assert archive.read_bytes() == first
+    with tarfile.open(archive) as tar:
+        modes = {member.name.split("/", 1)[1]: member.mode for member in tar.getmembers()}
+    assert modes["python/run.sh"] == 0o755 and modes["python/BUILD.bazel"] == 0o644
+
+
+@pytest.mark.parametrize("target", ["outside", "inside"])
+def test_a_tracked_symbolic_link_is_refused(tmp_path, capsys, target: str) -> None:
+    """A link's target is not what git tracks: one to a file outside the repository would leak it."""
+    (tmp_path / "secret").write_text("token\n")
+    repo = tmp_path / "repo"
+    (repo / "python").mkdir(parents=True)
+    os.symlink(tmp_path / "secret" if target == "outside" else "BUILD.bazel", repo / "python" / "link.txt")
+    make_repository(repo)
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert (code, out) == (1, "")
+    assert err == "tools/release: error: python/link.txt: a symbolic link; the release archive holds regular files only\n", err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("version", ["../../evil", "1.0/x", ".hidden", "1 2", "1.0\n"])
+def test_a_version_that_is_no_module_version_is_refused(tmp_path, capsys, version: str) -> None:
+    repo = make_repository(tmp_path / "repo", version=version.replace("\n", "\\n"))
+    code, out, err = _run(repo, tmp_path / "out" / "deep", capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith("tools/release: error: MODULE.bazel: version = ") and "is not a module version" in err, err
+    assert err.count("\n") == 1 and list(tmp_path.iterdir()) == [repo]
+
+
+def test_a_tag_of_another_version_is_refused(tmp_path, capsys) -> None:
+    repo = make_repository(tmp_path / "repo")
+    _git(repo, "tag", "v1.2.4")
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert (code, out) == (1, "")
+    assert err == 'tools/release: error: MODULE.bazel: version = "1.2.3", but HEAD is tagged v1.2.4: the release\'s URL and the registry name the tag\'s version\n'
+    _git(repo, "tag", "v1.2.3")
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert code == 0 and err == "", err
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [("pyproject.toml", '[project]\nname = "patched-wheels"\nversion = "1.2.2"\n'), ("python/patched_wheels/__init__.py", '"""Doc."""\n')],
+)
+def test_another_file_stating_another_version_is_refused(tmp_path, capsys, path: str, text: str) -> None:
+    repo = make_repository(tmp_path / "repo", files={path: text.encode()})
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"tools/release: error: {path}: says ") and 'MODULE.bazel version = "1.2.3"' in err, err
+
+
+def test_an_interrupted_run_leaves_nothing_and_keeps_the_earlier_archive(tmp_path, monkeypatch) -> None:
+    repo = make_repository(tmp_path / "repo")
+    out = tmp_path / "out"
+    earlier = release.write_release(repo, out)
+    before = earlier.read_bytes()
+    (repo / "python" / "BUILD.bazel").write_text("# changed: another archive\n")
+    added = []
+
+    def interrupt(self, info, fileobj=None):
+        added.append(info.name)
+        if len(added) == 3:
+            raise KeyboardInterrupt
+        return addfile(self, info, fileobj)
+
+    addfile = tarfile.TarFile.addfile
+    monkeypatch.setattr(tarfile.TarFile, "addfile", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        release.write_release(repo, out)
+    assert len(added) == 3
+    assert os.listdir(out) == [earlier.name] and earlier.read_bytes() == before
+
+
+def test_an_archive_path_taken_by_a_directory_leaves_no_partial_file(tmp_path, capsys) -> None:
+    repo = make_repository(tmp_path / "repo")
+    (tmp_path / "out" / "rules_patched_wheels-1.2.3.tar.gz").mkdir(parents=True)
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert (code, out) == (1, "") and err.count("\n") == 1 and "rules_patched_wheels-1.2.3.tar.gz" in err, err
+    assert os.listdir(tmp_path / "out") == ["rules_patched_wheels-1.2.3.tar.gz"]
+
+
+def test_an_outdir_that_is_a_file_is_one_error_line(tmp_path, capsys) -> None:
+    repo = make_repository(tmp_path / "repo")
+    (tmp_path / "out").write_text("a file\n")
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert (code, out) == (1, "")
+    assert err == f"tools/release: error: OUTDIR {tmp_path / 'out'}: not a directory\n", err
+
+
+def test_no_git_or_no_checkout_is_one_error_line(tmp_path, capsys, monkeypatch) -> None:
+    exported = tmp_path / "exported"  # a tree without .git (an unpacked archive)
+    make_repository(exported)
+    shutil.rmtree(exported / ".git")
+    code, out, err = _run(exported, tmp_path / "out", capsys)
+    assert (code, out) == (1, "") and err.startswith(f"tools/release: error: git ls-files in {exported}: fatal: not a git repository"), err
+    repo = make_repository(tmp_path / "repo")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert err == "tools/release: error: git: not found: the release archive holds the files git tracks\n", err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_url_with_quotes_stays_one_starlark_string(tmp_path) -> None:
+    archive = release.write_release(make_repository(tmp_path / "repo"), tmp_path / "out")
+    printed = release.snippets(archive, "1.2.3", 'https://example.invalid/a"b\\c.tar.gz')
+    assert '    urls = ["https://example.invalid/a\\"b\\\\c.tar.gz"],\n' in printed, printed
+
+
+def test_an_outdir_that_takes_no_file_is_named(tmp_path, capsys, monkeypatch) -> None:
+    """An OUTDIR without write permission (as root, permissions do not stop the write: the refusal is the
+    kernel's answer to creating the file, played here)."""
+    repo = make_repository(tmp_path / "repo")
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "out" / ".rules_patched_wheels-1.2.3.tar.gz.x.partial"))
+
+    monkeypatch.setattr(release.tempfile, "mkstemp", refuse)
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert (code, out, err) == (1, "", f"tools/release: error: OUTDIR {tmp_path / 'out'}: Permission denied\n")
+
+
+def test_the_version_is_the_module_call_s_not_a_comment_s(tmp_path) -> None:
+    module_file = '"""Docs: module(name = "x", version = "8.8.8")."""\n# module(name = "x", version = "9.9.9")\nmodule(\n    name = "rules_patched_wheels",\n    version = "1.2.3",  # was "1.2.2"\n)\n'
+    repo = make_repository(tmp_path / "repo", files={"MODULE.bazel": module_file.encode()})
+    assert release.write_release(repo, tmp_path / "out").name == "rules_patched_wheels-1.2.3.tar.gz"

@@ -85,9 +85,12 @@ class Maps(Lines):
         super().feed(data)
 
     def _take(self, line: bytes) -> None:
-        fields = line.rstrip(_MAPS_END).decode("utf-8", "replace").split(maxsplit=5)  # address, perms, offset, dev, inode, path
-        if len(fields) == 6 and fields[5] in self.wanted:
-            self.paths.add(fields[5])
+        # address, perms, offset, dev, inode, path: a path's bytes as os.fsdecode gives them (a name that is not
+        # UTF-8 still matches), its newlines as the kernel escapes them
+        fields = line.rstrip(_MAPS_END).decode("utf-8", "surrogateescape").split(maxsplit=5)
+        path = fields[5].replace("\\012", "\n") if len(fields) == 6 else None
+        if path in self.wanted:
+            self.paths.add(path)
 
 
 class Tail:
@@ -190,6 +193,14 @@ def supervise(
         if isinstance(sink, Lines):
             sink.close()
     return Captured(returncode, sinks[out_read], sinks[err_read], sinks[maps_read])  # type: ignore[arg-type]
+
+
+def stop_runs() -> None:
+    """Kill the session of every run under way (from a signal handler: no lock taken); each run then ends as
+    after a crash, and its own end sweeps what left its session."""
+    for pid in list(_RUNNING):  # one C call: a consistent copy whatever the other threads do
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37

@@ -10,31 +10,40 @@ wheel, or rules_python 2.x's one site-packages when the user's flags say so.
    directories, whose ``data``/``bin``/``include`` siblings are the other schemes).  Their files are
    linked (symbolic links to the real files, inside real directories, so that ``$ORIGIN/..`` stays in the
    merged tree) into one site-packages of a virtual environment made at test time, where pip would put
-   them (:mod:`patched_wheels.loading.layout`); the other entries stay on ``PYTHONPATH`` where they were.
+   them (:mod:`patched_wheels.loading.mergedtree`); the other entries stay on ``PYTHONPATH`` where they were.
+   The environment is made first: a wheel installing where it keeps its interpreter is refused, never run.
 3. The probe runs in both at once, each with doctor --run's child (:func:`patched_wheels.loading.probe.run_child`),
    and the verdict is doctor --run's :class:`~patched_wheels.loading.probe.Comparison`: the test fails when its
-   own layout maps fewer of the wheels' libraries, exits otherwise or fails with another first error.
+   own layout maps fewer of the wheels' libraries, exits otherwise or fails with another first error -- and
+   when either run ended without recording what it mapped (a crash, a kill): then nothing was compared.
+
+Every child (the sys.path report too) runs under :func:`~patched_wheels.base.supervise.supervise`: bounded
+output, its processes killed at its end, a deadline inside Bazel's own (``$TEST_TIMEOUT``), so a probe that
+never ends is one error line naming it rather than Bazel's kill; when Bazel (or Ctrl-C) stops the test first,
+the runs are killed before the runner exits, never left running without it.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import math
 import os
-import subprocess
+import signal
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from importlib.machinery import PathFinder
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Iterator, Sequence
 
-from patched_wheels.elf.read import ELF_MAGIC
-from patched_wheels.elf.read import ElfLibrary, is_shared_library_name
-from patched_wheels.errors import PatchedWheelsError, UsageError
-from patched_wheels.loading.layout import FLAT, PER_WHEEL_SCHEMES, Layout
-from patched_wheels.loading.probe import CHILD, Comparison, RunResult, create_flat_environment, run_child
+from patched_wheels.base.supervise import stop_runs, supervise
+from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
+from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
+from patched_wheels.loading.mergedtree import Merged, dists, merge, owners
+from patched_wheels.loading.probe import CHILD, TIMEOUT_VARIABLE, Comparison, RunResult, create_flat_environment, run_child, run_timeout
 
 # The files python/private/layout_test.bzl writes for a test NAME, beside each other in the runfiles.
 MAIN_SUFFIX = "_layout_main.py"
@@ -42,8 +51,14 @@ CONFIG_SUFFIX = "_layout_test.json"
 PROBE_SUFFIX = "_layout_probe"
 RUNFILES = "runfiles"
 """The kind of the run in the test's own layout (FLAT is the other)."""
-_SYS_PATH_CODE = "import json, sys; sys.stdout.write(json.dumps(sys.path))"
+# The probe program's sys.path, written (the program's own sys.path[0] first) to the file named after it.
+_SYS_PATH_CODE = "import json, sys; open({!r}, 'w', encoding='utf-8').write(json.dumps(sys.path))"
 _MAX_SYS_PATH = 1 << 20
+# Linux's MAX_ARG_STRLEN (32 pages), its NUL included: the most one argument of a new program may hold.
+_MAX_ARGUMENT = 32 * 4096
+# Of Bazel's $TEST_TIMEOUT, what the runs leave to the runner to report and clean up before Bazel kills it.
+_TIMEOUT_MARGIN = 0.1
+_MIN_MARGIN_S = 5
 
 
 @dataclass(frozen=True)
@@ -54,17 +69,35 @@ class Config:
     program: Path
     """The probe program (a py_binary with the test's deps; its main runs its first argument as code)."""
 
+    @property
+    def subject(self) -> str:
+        """The start of every message about the probe: the test and the attribute as the user wrote them."""
+        return f"layout_test {self.test}: probe = {json.dumps(self.probe)}"
+
 
 @dataclass(frozen=True)
-class Merged:
-    """The wheels of the test's layout linked into one site-packages."""
+class Deadline:
+    """When the runs must have ended: $RULES_PATCHED_WHEELS_RUN_TIMEOUT, and inside Bazel's $TEST_TIMEOUT."""
 
-    root: Path
-    """The virtual environment's prefix."""
-    site_packages: Path
-    libraries: dict[str, ElfLibrary]
-    """The wheels' shared libraries by real path (the same file in both layouts)."""
-    wheel_entries: tuple[str, ...]
+    seconds: int
+    at: float
+    """time.monotonic() at which they are stopped."""
+    why: str
+
+    @classmethod
+    def start(cls, environment: dict[str, str]) -> "Deadline":
+        """The deadline of a runner that starts now, under ``environment`` (its own)."""
+        own, bazel = run_timeout(), environment.get("TEST_TIMEOUT", "")
+        seconds, why = own, f"{TIMEOUT_VARIABLE}={own}"
+        if bazel.isascii() and bazel.isdigit() and int(bazel) > 0:
+            inside = int(int(bazel) - max(_MIN_MARGIN_S, int(bazel) * _TIMEOUT_MARGIN))
+            if inside < own:
+                seconds, why = max(1, inside), f"the test's timeout is {bazel} s: give it a larger size or timeout"
+        return cls(seconds, time.monotonic() + seconds, why)
+
+    def left(self) -> int:
+        """Whole seconds left (at least 1: a run always starts)."""
+        return max(1, math.ceil(self.at - time.monotonic()))  # never before `at`: a run stopped is past it
 
 
 def read_config(main_file: str) -> Config:
@@ -78,7 +111,14 @@ def read_config(main_file: str) -> Config:
 
 
 def check_probe(test: str, probe: str) -> list[str]:
-    """The modules ``probe`` imports (absolute imports, in order); a probe that does not compile is refused."""
+    """The modules ``probe`` imports (absolute imports, in order); a probe that does not compile, or that no
+    command line can carry (each run gets it as one argument), is refused."""
+    size = len(probe.encode("utf-8", "surrogatepass"))
+    if size >= _MAX_ARGUMENT:
+        raise UsageError(
+            f"layout_test {test}: probe = {json.dumps(probe)}: {size} bytes, more than the {_MAX_ARGUMENT - 1} a command-line "
+            "argument holds: put the code in a module of deps and import it"
+        )
     try:
         tree = ast.parse(probe, "<probe>")
         compile(tree, "<probe>", "exec")
@@ -142,145 +182,6 @@ def is_wheel_entry(entry: str, runfiles: str) -> bool:
         return False
 
 
-def _dists(entry: str) -> list[str]:
-    """The distributions (``name-version``) installed in a ``sys.path`` entry, by their ``*.dist-info`` directories."""
-    return [name[: -len(".dist-info")] for name in sorted(os.listdir(entry)) if name.endswith(".dist-info")]
-
-
-def _owners(entry: str) -> dict[str, str]:
-    """Install path -> distribution (``name-version``) for an entry holding several wheels, from their RECORDs."""
-    owners = {}
-    for name in sorted(os.listdir(entry)):
-        if name.endswith(".dist-info") and os.path.isfile(record := os.path.join(entry, name, "RECORD")):
-            with open(record, encoding="utf-8", errors="replace") as file:
-                for line in file:
-                    path = line.split(",", 1)[0].strip().strip('"')
-                    owners.setdefault(path, name[: -len(".dist-info")])
-    return owners
-
-
-def _files(directory: str) -> Iterator[tuple[str, str]]:
-    """(path relative to ``directory``, full path) of every file under it, links to directories followed."""
-    for parent, _, files in os.walk(directory, followlinks=True):
-        for name in files:
-            full = os.path.join(parent, name)
-            yield os.path.relpath(full, directory), full
-
-
-def _is_elf(path: str) -> bool:
-    try:
-        with open(path, "rb") as file:
-            return file.read(len(ELF_MAGIC)) == ELF_MAGIC
-    except OSError:
-        return False
-
-
-@dataclass(frozen=True)
-class _File:
-    """A file of the merged tree: the test's own file it links to, and whose it is."""
-
-    full: str
-    owner: tuple[str, str]
-    """(the directory it was found under, its distribution): one wheel's files in one place share it."""
-    library: bool
-
-
-_Tree = dict[str, "_Tree | _File"]
-"""A directory of the merged tree: its entries by name, directories and files."""
-
-
-@dataclass(frozen=True)
-class _Whole:
-    """What decides whether a directory of the merged tree can be one link to the test's own directory."""
-
-    owner: tuple[str, str] | None
-    """The one owner of every file under it; None when several wheels (or places) share it."""
-    library: bool
-    """Whether a shared library is under it (it must then be a real directory: see :func:`merge`)."""
-    source: str | None
-    """The test's directory holding exactly its files at the same relative paths; None when there is none."""
-
-
-def _whole(tree: _Tree, wholes: dict[int, _Whole]) -> _Whole:
-    """Summarise every directory of ``tree`` into ``wholes`` (by ``id`` of its dict), bottom-up."""
-    owners, library, sources = set(), False, set()
-    for name, node in tree.items():
-        part = _whole(node, wholes) if isinstance(node, dict) else _Whole(node.owner, node.library, node.full)
-        owners.add(part.owner)
-        library = library or part.library
-        sources.add(os.path.dirname(part.source) if part.source and os.path.basename(part.source) == name else None)
-    whole = _Whole(owners.pop() if len(owners) == 1 else None, library, sources.pop() if len(sources) == 1 else None)
-    wholes[id(tree)] = whole
-    return whole
-
-
-def _may_be_one_link(parts: tuple[str, ...], site_packages: tuple[str, ...]) -> bool:
-    """Whether the merged tree's directory at ``parts`` (below the prefix) may be a link at all.
-
-    Never the prefix's own directories (``bin``, ``lib``, ``include``: the virtual environment is made in
-    them afterwards) nor site-packages and its parents; and no top-level package: code that reaches its
-    siblings as ``dirname(__file__)/..`` must find the merged site-packages, not its wheel's directory."""
-    if parts[: len(site_packages)] == site_packages:
-        return len(parts) >= len(site_packages) + 2
-    return len(parts) >= 2 and site_packages[: len(parts)] != parts
-
-
-def _make(tree: _Tree, directory: str, parts: tuple[str, ...], site_packages: tuple[str, ...], wholes: dict[int, _Whole]) -> None:
-    """Make ``tree`` at ``directory`` (a real directory made here): files and whole directories as links."""
-    os.makedirs(directory, exist_ok=True)
-    for name, node in tree.items():
-        target = os.path.join(directory, name)
-        if not isinstance(node, dict):
-            os.symlink(node.full, target)  # to the test's own file: resolving every runfiles link costs more than the run
-            continue
-        whole, child = wholes[id(node)], parts + (name,)
-        if whole.owner is not None and not whole.library and whole.source and _may_be_one_link(child, site_packages):
-            os.symlink(whole.source, target)  # one wheel's directory without a library: one link for all its files
-        else:
-            _make(node, target, child, site_packages, wholes)
-
-
-def merge(wheel_entries: Sequence[str], root: Path) -> Merged:
-    """Link the wheels of ``wheel_entries`` into the flat layout at ``root`` (a later wheel's file wins, as with
-    pip) and find their shared libraries; ``root`` gets its virtual environment afterwards.
-
-    A shared library is a link to the test's own file inside real directories up to ``root``, so that the
-    ``$ORIGIN/..`` of its RUNPATH (``nvidia/*/lib``'s, torch's) resolves in the merged tree, not in its own
-    wheel's.  A directory only one wheel installs files into, with no shared library under it (torch's
-    10,000 headers), is one link to the test's own directory: one call instead of one per file."""
-    layout = Layout(FLAT, PurePosixPath(root))
-    libraries: dict[str, ElfLibrary] = {}
-    tree: _Tree = {}
-    prefix = str(root).rstrip("/") + "/"
-    for entry in wheel_entries:
-        dists = _dists(entry)
-        owners = _owners(entry) if len(dists) > 1 else {}
-        sources = [(path, path, full, entry) for path, full in _files(entry)]
-        if os.path.basename(entry) == PER_WHEEL_SCHEMES["site-packages"] and len(dists) == 1:
-            for scheme, directory in PER_WHEEL_SCHEMES.items():  # rules_python's repository: the other schemes beside it
-                sibling = os.path.join(os.path.dirname(entry), directory)
-                if scheme != "site-packages" and os.path.isdir(sibling):
-                    sources += [(f"{dists[0]}.data/{scheme}/{path}", os.path.join(directory, path), full, sibling) for path, full in _files(sibling)]
-        for install_path, record_path, full, place in sources:
-            dist = owners.get(record_path, dists[0] if dists else os.path.basename(entry))
-            library = is_shared_library_name(install_path) and _is_elf(full)
-            if library:
-                libraries[os.path.realpath(full)] = ElfLibrary(dist, install_path, None, (), (), ())
-            *parents, name = str(layout.target(dist, install_path))[len(prefix) :].split("/")
-            node = tree
-            for part in parents:
-                child = node.get(part)
-                if not isinstance(child, dict):
-                    child = node[part] = {}
-                node = child
-            node[name] = _File(full, (place, dist), library)  # a later wheel's file wins, as with pip
-    wholes: dict[int, _Whole] = {}
-    _whole(tree, wholes)
-    site_packages = PurePosixPath(layout.site_packages("")).relative_to(root).parts
-    _make(tree, str(root), (), site_packages, wholes)
-    return Merged(root, Path(layout.site_packages("")), libraries, tuple(wheel_entries))
-
-
 def flat_path(entries: Sequence[str], wheel_entries: Sequence[str], site_packages: Path) -> list[str]:
     """The flat run's ``PYTHONPATH``: the test's ``sys.path`` with its wheel entries replaced by one site-packages
     where the first of them was (``-c``'s empty first entry dropped: the run's own)."""
@@ -295,19 +196,25 @@ def flat_path(entries: Sequence[str], wheel_entries: Sequence[str], site_package
     return path
 
 
-def real_sys_path(program: Path, environment: dict[str, str], test: str) -> list[str]:
-    """The ``sys.path`` of the probe program as Bazel launches it."""
-    result = subprocess.run(
-        [str(program), _SYS_PATH_CODE], env=environment, stdin=subprocess.DEVNULL, capture_output=True, check=False
-    )
+def real_sys_path(config: Config, environment: dict[str, str], work: Path, deadline: Deadline) -> list[str]:
+    """The ``sys.path`` of the probe program as Bazel launches it (through :data:`CHILD`, supervised: the deps'
+    own start-up code, a ``sitecustomize``, runs there too)."""
+    report = work / "sys-path.json"
+    command = [str(config.program), CHILD]
+    captured = supervise(command, _SYS_PATH_CODE.format(str(report)), environment, work, deadline.left(), wanted=set())
+    where = f"layout_test {config.test}: {config.program.name} (the probe program, with deps) did not report its sys.path"
+    if captured is None:
+        raise UsageError(f"{where}: still running after {deadline.seconds} s ({deadline.why}); stopped: a dep's start-up code never ends")
     try:
-        if result.returncode != 0 or len(result.stdout) > _MAX_SYS_PATH:
-            raise ValueError(result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or f"exit status {result.returncode}")
-        entries = json.loads(result.stdout)
+        if captured.returncode != 0 or not report.is_file():
+            raise ValueError(captured.stderr.first_error or captured.stderr.last or f"exit status {captured.returncode}")
+        if report.stat().st_size > _MAX_SYS_PATH:
+            raise ValueError(f"more than {_MAX_SYS_PATH} bytes")
+        entries = json.loads(report.read_text(encoding="utf-8", errors="surrogateescape"))
         if not (isinstance(entries, list) and all(isinstance(entry, str) for entry in entries)):
             raise ValueError("not a list of strings")
     except ValueError as error:
-        raise UsageError(f"layout_test {test}: {program} did not report its sys.path: {error}") from None
+        raise UsageError(f"{where}: {error}") from None
     return entries
 
 
@@ -316,17 +223,33 @@ def _child_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
-def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: str) -> tuple[Comparison, Merged]:
+class _Stopped(BaseException):
+    """Bazel's kill at the test's timeout (SIGTERM), or Ctrl-C: the runs are stopped, then the runner ends."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    stop_runs()
+    raise _Stopped(signal.Signals(signum).name)
+
+
+def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: str, deadline: Deadline) -> tuple[Comparison, Merged]:
     """Both runs of ``config``'s probe (which imports ``modules``): in the test's layout and in one site-packages
-    (``work``: a new directory)."""
+    (``work``: a new directory), stopped at ``deadline``."""
     environment = _child_environment()
-    entries = real_sys_path(config.program, environment, config.test)
+    entries = real_sys_path(config, environment, work, deadline)
     wheel_entries = [entry for entry in entries[1:] if is_wheel_entry(entry, runfiles)]
     check_imports(config.test, modules, entries, wheel_entries)
     if not wheel_entries:
         raise UsageError(f"layout_test {config.test}: no installed wheel on the probe's sys.path: give deps from a pip hub (requirement(...))")
-    merged = merge(wheel_entries, work / FLAT)
-    python = create_flat_environment(merged.root)
+    # The virtual environment first: a wheel installing where it keeps its interpreter is then found, not run.
+    python = create_flat_environment(work / FLAT)
+    try:
+        merged = merge(wheel_entries, work / FLAT)
+    except FileExistsError as error:
+        taken = os.path.relpath(str(error.filename2 or error.filename), work / FLAT)
+        raise UsageError(
+            f"layout_test {config.test}: deps: a wheel installs {taken}, where the virtual environment of {LAYOUT_TEXT[FLAT]} keeps its interpreter"
+        ) from None
     flat_environment = dict(environment, PYTHONPATH=os.pathsep.join(flat_path(entries, wheel_entries, merged.site_packages)))
     runs = {
         RUNFILES: ([str(config.program), CHILD], environment, wheel_entries, wheel_entries),
@@ -337,12 +260,27 @@ def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: st
         command, env, kind_entries, places = runs[kind]
         directory = work / f"run-{kind}"
         directory.mkdir()
-        return run_child(
-            kind, command, config.probe, root=directory, environment=env, by_file=merged.libraries, entries=kind_entries, places=places
-        )
+        try:
+            return run_child(
+                kind, command, config.probe, root=directory, environment=env, by_file=merged.libraries, entries=kind_entries,
+                places=places, timeout=deadline.left(),
+            )
+        except UsageError:
+            if time.monotonic() < deadline.at:
+                raise
+            where = "in the test's layout" if kind == RUNFILES else f"with {LAYOUT_TEXT[FLAT]}"
+            raise UsageError(f"{config.subject}: still running after {deadline.seconds} s {where} ({deadline.why}); stopped") from None
 
-    with ThreadPoolExecutor(max_workers=2) as pool:  # at once: the test costs about one run of the probe
-        flat, real = pool.map(run, [FLAT, RUNFILES])
+    pool = ThreadPoolExecutor(max_workers=2)  # at once: the test costs about one run of the probe
+    futures = [pool.submit(run, kind) for kind in (FLAT, RUNFILES)]
+    try:
+        flat, real = (future.result() for future in futures)
+    except _Stopped:  # a run may start after the signal's kill: stop them until both have ended
+        while wait(futures, timeout=0.1).not_done:
+            stop_runs()
+        raise
+    finally:
+        pool.shutdown()
     return Comparison(flat=flat, per_wheel=real), merged
 
 
@@ -353,7 +291,7 @@ def _plural(count: int, noun: str) -> str:
 def _run_lines(title: str, result: RunResult, total: int) -> list[str]:
     lines = [f"  {title}:", f"    exit status: {result.returncode}"]
     if result.error_line:
-        lines.append(f"    first error: {result.error_line}")
+        lines.append(f"    first error: {one_line(result.error_line)}")  # the probe's text: it forges no line
     mapped = "unknown (the process ended without running its exit hooks)" if result.mapped is None else f"{len(result.mapped)} of the wheels' {_plural(total, 'library')}"
     lines.append(f"    mapped: {mapped}")
     return lines
@@ -369,8 +307,8 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
         for entry in wheel_entries:
             if not os.path.isdir(os.path.join(entry, relative)):
                 continue
-            dists = _dists(entry)
-            owner = _owners(entry).get(f"{relative}/__init__.py") if len(dists) > 1 else dists[0]
+            installed = dists(entry)
+            owner = owners(entry).get(f"{relative}/__init__.py") if len(installed) > 1 else installed[0]
             if owner is None:
                 continue
             project = owner.split("-")[0].replace("_", "-").lower()
@@ -384,42 +322,85 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
     return None
 
 
+def _printable(name: str) -> str:
+    """A file name as one printable line: bytes that are not UTF-8 (os.fsdecode's surrogates) escaped, since
+    no stdout can print them."""
+    return one_line(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+
+
+def unrecorded(comparison: Comparison) -> list[str]:
+    """The layouts whose run ended without recording what it mapped (killed, a crash, its record descriptor
+    closed): the libraries were not compared, so the test cannot pass."""
+    runs = ((comparison.per_wheel, "the test's layout"), (comparison.flat, LAYOUT_TEXT[FLAT]))
+    return [text for run, text in runs if run.mapped is None]
+
+
+def passed(comparison: Comparison) -> bool:
+    return comparison.matches and not unrecorded(comparison)
+
+
 def format_verdict(config: Config, comparison: Comparison, merged: Merged, modules: Sequence[str]) -> str:
     """What both runs did, and the verdict: what the test's layout does differently, and the fix."""
     total = len(set(merged.libraries.values()))
-    lines = [f"layout_test {config.test}: probe: {config.probe}"]
+    lines = [f"layout_test {config.test}: probe: {json.dumps(config.probe)}"]
     lines += _run_lines(f"the test's layout ({_plural(len(merged.wheel_entries), 'directory')} of wheels on sys.path)", comparison.per_wheel, total)
     lines += _run_lines("every wheel in one site-packages (links, in a virtual environment)", comparison.flat, total)
     if comparison.missing:
         lines.append("  mapped in one site-packages, NOT in the test's layout:")
-        lines += [f"    {library}" for library in comparison.missing]
+        lines += [f"    {_printable(str(library))}" for library in comparison.missing]
+    if comparison.matches and unrecorded(comparison):
+        lines.append(
+            f"layout_test: FAILED: nothing to compare: {' and '.join(unrecorded(comparison))} ended without recording what it mapped "
+            f"(exit status {comparison.per_wheel.returncode}, {comparison.flat.returncode} in one site-packages: killed, a crash, "
+            "or the probe closed the descriptor it records to): a probe must end (return, exit, raise) in both"
+        )
+        return "\n".join(lines)
     if comparison.matches:
         verdict = "PASSED: the test's layout does what one site-packages does"
         if comparison.flat.returncode != 0 or comparison.flat.error_line:
             verdict += f" (both fail alike, not because of the layout: {comparison.flat.error_line or 'exit status ' + str(comparison.flat.returncode)})"
-        lines.append(f"layout_test: {verdict}")
+        lines.append(one_line(f"layout_test: {verdict}"))
         return "\n".join(lines)
-    lines.append("layout_test: FAILED: the test's layout differs from one site-packages: " + "; ".join(comparison.differences))
+    lines.append(one_line("layout_test: FAILED: the test's layout differs from one site-packages: " + "; ".join(comparison.differences)))
     fix = fix_stanza(config.probe, modules, merged.wheel_entries) if comparison.missing else None
     if fix:
         lines.append(f"layout_test: fix: {fix}")
     return "\n".join(lines)
 
 
+def _work_directory(config: Config) -> tempfile.TemporaryDirectory[str]:
+    """A new directory for both layouts under $TEST_TMPDIR (Bazel's), else the system's."""
+    where = os.environ.get("TEST_TMPDIR")
+    try:
+        return tempfile.TemporaryDirectory(prefix="layout-test-", dir=where)
+    except OSError as error:
+        raise UsageError(f"layout_test {config.test}: TEST_TMPDIR={where or tempfile.gettempdir()}: no new directory there: {error.strerror}") from None
+
+
 def main(main_file: str) -> int:
     """Run the test whose main is ``main_file``: 0 when its layout does what one site-packages does, 1 when not,
     2 with one ``patched-wheels: error:`` line when the test itself is wrong (its probe, its deps)."""
+    handlers = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    name = main_file
     try:
         config = read_config(main_file)
+        name = config.test
         modules = check_probe(config.test, config.probe)
         runfiles = runfiles_root(main_file)
-        with tempfile.TemporaryDirectory(prefix="layout-test-", dir=os.environ.get("TEST_TMPDIR")) as temp:
-            comparison, merged = run_layouts(config, modules, Path(temp).resolve(), runfiles)
+        deadline = Deadline.start(dict(os.environ))
+        with _work_directory(config) as temp:
+            comparison, merged = run_layouts(config, modules, Path(temp).resolve(), runfiles, deadline)
             print(format_verdict(config, comparison, merged, modules))
     except PatchedWheelsError as error:
-        print(f"patched-wheels: error: {error}", file=sys.stderr)
+        print(f"patched-wheels: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except (OSError, ValueError, KeyError) as error:
-        print(f"patched-wheels: error: layout_test {main_file}: {error}", file=sys.stderr)
+        print(f"patched-wheels: error: {one_line(f'layout_test {main_file}: {error}')}", file=sys.stderr)
         return 2
-    return 0 if comparison.matches else 1
+    except _Stopped as stopped:
+        print(f"patched-wheels: error: layout_test {name}: stopped by {stopped} (Bazel's timeout, or Ctrl-C); its runs were killed", file=sys.stderr)
+        return 128 + signal.Signals[str(stopped)].value
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return 0 if passed(comparison) else 1

@@ -169,16 +169,17 @@ def run_child(
     by_file: dict[str, ElfLibrary],
     entries: Sequence[str],
     places: Sequence[str],
+    timeout: int | None = None,
 ) -> RunResult:
     """Run ``[*command, FD, code]``, where ``command`` runs :data:`CHILD` (with ``python -c``, or a program
     that runs its first argument as code: ``layout_test``'s), under :func:`supervise`, in a new directory
     under ``root``, without the variables that would let the loader look outside the wheels; ``by_file``: the
     set's libraries by real path, ``entries``: the layout's ``sys.path`` directories, ``places``: the
-    directories an error line names that differ between layouts."""
+    directories an error line names that differ between layouts; ``timeout``: seconds, else :func:`run_timeout`."""
     environment = {key: value for key, value in environment.items() if key not in _DROPPED_VARIABLES}
     if "\0" in code:
         raise UsageError(f"code {code!r}: contains a NUL character")
-    timeout = run_timeout()
+    timeout = run_timeout() if timeout is None else timeout
     # A fresh current directory (sys.path[0] for -c) for each run: nothing an earlier run left is seen.
     with tempfile.TemporaryDirectory(prefix=f"cwd-{kind}-", dir=root) as workdir:
         captured = supervise(command, code, environment, Path(workdir), timeout, wanted=set(by_file))

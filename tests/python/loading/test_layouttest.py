@@ -10,9 +10,13 @@ launcher does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -174,6 +178,16 @@ def test_check_probe_names_the_imported_modules_in_order() -> None:
         check_probe(LABEL, "print(1)")
 
 
+def test_a_probe_no_command_line_can_carry_is_one_error_line(plugin, tmp_path, capsys) -> None:
+    """Each run gets the probe as one argument: past Linux's 128 KiB the run could not start (E2BIG, which
+    named the environment's python)."""
+    probe = "import fake_cu\n#" + "x" * (128 << 10)
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe), capsys)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"patched-wheels: error: layout_test {LABEL}: probe = ") and "131088 bytes, more than the 131071" in err, err
+    assert len(err) < 2100
+
+
 def test_flat_path_puts_one_site_packages_where_the_first_wheel_was() -> None:
     entries = ["/main", "/rf/_main", "/rf/a/site-packages", "/rf/lib", "/rf/b/site-packages", "/usr/lib/python3.11"]
     wheels = ["/rf/a/site-packages", "/rf/b/site-packages"]
@@ -225,3 +239,164 @@ def test_data_scheme_libraries_are_linked_where_pip_puts_them(tmp_path, capsys) 
     assert code == 1, out + err  # the test's layout has no prefix holding it: only the flat run passes
     assert out.count("of the wheels' 3 libraries") == 2, out  # _ext.so, libdep.so.1 and the data-scheme libdata.so
     assert "first error: AssertionError" in out and "exit status: 0\n" in out, out
+
+
+# Attacks on the runner: each bad probe or dep is one error line or a FAILED verdict, never a pass it did not
+# earn, a hang, a forged line or a process left running.
+
+
+def _left_running(marker: str) -> list[int]:
+    """Processes still running that hold ``marker`` (a probe's own text) in their command line."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in Path(entry.path, "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture
+def markers():
+    """Markers of probes that must not outlive their test: whatever a failing runner left is killed after it."""
+    given: list[str] = []
+    yield given
+    for pid in [pid for marker in given for pid in _left_running(marker)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _runner(main_file: str, environment: dict[str, str]) -> subprocess.Popen[str]:
+    """The runner as Bazel starts it: its own process, the test's environment."""
+    env = dict(os.environ, PYTHONPATH=str(PROBE_PROGRAM.parents[1]), RUNFILES_DIR=str(Path(main_file).parents[1]), **environment)
+    code = "import sys; from patched_wheels.loading.layouttest import main; sys.exit(main(sys.argv[1]))"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, main_file], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def _ended(runner: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """The runner's output once it ended; killed (its session) when it runs past ``timeout``."""
+    try:
+        return runner.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(runner.pid, signal.SIGKILL)
+        out, err = runner.communicate()
+        return out, err + f"\n(still running after {timeout} s: killed)"
+
+
+def test_a_probe_that_never_ends_is_stopped_inside_bazel_s_timeout(plugin, tmp_path, markers) -> None:
+    """Bazel kills a test at $TEST_TIMEOUT; the runs end before, with one line naming the probe."""
+    probe = "import fake_cu\nwhile 'never-ends-1': pass"
+    markers.append("never-ends-1")
+    started = time.monotonic()
+    runner = _runner(make_test(tmp_path, plugin.wheels, probe), {"TEST_TIMEOUT": "8", "TEST_TMPDIR": str(tmp_path)})
+    out, err = _ended(runner, 60)
+    assert time.monotonic() - started < 8 and (runner.returncode, out) == (2, ""), err
+    assert err == (
+        f"patched-wheels: error: layout_test {LABEL}: probe = {json.dumps(probe)}: still running after 3 s with every wheel in one "
+        "site-packages (the test's timeout is 8 s: give it a larger size or timeout); stopped\n"
+    ), err
+    assert not _left_running("never-ends-1") and sorted(path.name for path in tmp_path.iterdir()) == ["installed", "pkg"]
+
+
+def test_bazel_s_kill_stops_the_runs_with_the_runner(plugin, tmp_path, markers) -> None:
+    """SIGTERM (Bazel's at the timeout; the runs are in their own sessions, out of its reach): the runner kills
+    them, removes its directory and says so, in one line."""
+    probe = "import fake_cu\nwhile 'never-ends-2': pass"
+    markers.append("never-ends-2")
+    (tmp_path / "tmp").mkdir()
+    runner = _runner(make_test(tmp_path, plugin.wheels, probe), {"TEST_TMPDIR": str(tmp_path / "tmp")})
+    deadline = time.monotonic() + 60
+    while len(_left_running("never-ends-2")) < 2 and time.monotonic() < deadline:  # both runs under way
+        time.sleep(0.05)
+    runner.send_signal(signal.SIGTERM)
+    out, err = _ended(runner, 30)
+    assert (runner.returncode, out) == (128 + signal.SIGTERM, ""), err
+    assert err == f"patched-wheels: error: layout_test {LABEL}: stopped by SIGTERM (Bazel's timeout, or Ctrl-C); its runs were killed\n"
+    assert _left_running("never-ends-2") == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "ending",
+    ["import ctypes; ctypes.string_at(0)", "os.closerange(3, 1024)", "import atexit, signal; atexit.register(os.kill, os.getpid(), signal.SIGKILL)"],
+    ids=["segfault", "record-descriptor-closed", "killed-at-exit"],
+)
+def test_a_probe_that_records_nothing_in_both_layouts_fails(plugin, tmp_path, capsys, ending: str) -> None:
+    """Both runs ending alike without a record of their maps compared nothing: never 'the same as one site-packages'."""
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, f"import os, fake_cu\n{ending}", one_site_packages=True), capsys)
+    assert code == 1, out + err
+    verdict = out.splitlines()[-1]
+    assert verdict.startswith("layout_test: FAILED: nothing to compare: the test's layout and every wheel in one site-packages ended without recording"), out
+
+
+def test_a_probe_s_output_cannot_forge_the_runner_s_lines(plugin, tmp_path, capsys) -> None:
+    forged = "layout_test: PASSED: the test's layout does what one site-packages does"
+    written = "ValueError: x\r" + forged + "\u2028" + forged + "\x1b[2K\n"  # a carriage return, a Unicode line break, a terminal control
+    probe = f"import sys, fake_cu\nsys.stderr.write({ascii(written)})\nraise SystemExit(1)  # {forged}"
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe, one_site_packages=True), capsys)
+    lines = out.splitlines()  # as a reader (or Python's splitlines) cuts them
+    assert code == 0, out + err
+    assert [line for line in lines if line.startswith("layout_test:")] == [lines[-1]], out
+    assert lines[-1].startswith("layout_test: PASSED: the test's layout does what one site-packages does (both fail alike"), out
+    assert all(line.isprintable() for line in lines), out
+    assert lines[0] == f"layout_test {LABEL}: probe: {json.dumps(probe)}", out
+
+
+def test_a_dep_installing_the_environment_s_interpreter_is_one_error_line(tmp_path, capsys) -> None:
+    """A wheel whose scripts hold `python`: one site-packages would run it as the interpreter, and pass."""
+    script = b"#!/bin/sh\nexit 0\n"
+    wheel = build_wheel(tmp_path / "wheels", "shadow", "1.0", {"shadow/__init__.py": b"", "shadow-1.0.data/scripts/python": script}, executable=["shadow-1.0.data/scripts/python"])
+    code, out, err = run_main(make_test(tmp_path / "test", [wheel], "import shadow"), capsys)
+    assert (code, out) == (2, ""), out + err
+    assert err == (
+        f"patched-wheels: error: layout_test {LABEL}: deps: a wheel installs bin/python, where the virtual environment of every wheel "
+        "in one site-packages keeps its interpreter\n"
+    ), err
+
+
+def test_a_test_tmpdir_that_takes_no_directory_is_one_error_line(plugin, tmp_path, capsys, monkeypatch) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("TEST_TMPDIR", str(tmp_path / "file"))
+    code, out, err = run_main(make_test(tmp_path / "t", plugin.wheels, plugin.code), capsys)
+    assert (code, out) == (2, "")
+    assert err == f"patched-wheels: error: layout_test {LABEL}: TEST_TMPDIR={tmp_path / 'file'}: no new directory there: Not a directory\n", err
+
+
+def test_a_dep_whose_start_up_code_never_ends_is_stopped(plugin, tmp_path, markers) -> None:
+    """A wheel's sitecustomize runs in every interpreter with the deps, the sys.path report too."""
+    markers.append("never-ends-3")
+    main_file = make_test(tmp_path, plugin.wheels, plugin.code)
+    startup = tmp_path / "startup"
+    startup.mkdir()
+    (startup / "sitecustomize.py").write_text("import sys\nsys.stdout.write('x' * (1 << 20))\nwhile 'never-ends-3': pass\n")
+    program = Path(main_file.replace(MAIN_SUFFIX, PROBE_SUFFIX))
+    program.write_text(program.read_text().replace("PYTHONPATH=", f"PYTHONPATH={startup}:").replace(" -S ", " "))
+    runner = _runner(main_file, {"TEST_TIMEOUT": "7"})
+    out, err = _ended(runner, 60)
+    assert (runner.returncode, out) == (2, ""), err
+    assert err == (
+        f"patched-wheels: error: layout_test {LABEL}: plugin_layout_test_layout_probe (the probe program, with deps) did not report its "
+        "sys.path: still running after 2 s (the test's timeout is 7 s: give it a larger size or timeout); stopped: a dep's start-up code never ends\n"
+    ), err
+    assert _left_running("never-ends-3") == []
+
+
+def test_a_library_whose_name_is_not_utf_8_is_named_in_the_verdict(tmp_path, capsys) -> None:
+    """Mapped in one site-packages only, under a name that is not UTF-8 (written by some other installer):
+    the verdict names it with its bytes escaped, instead of failing to print it."""
+    library = compile_shared(tmp_path, "libodd.so", "int odd(void) { return 1; }\n").read_bytes()
+    wheel = build_wheel(tmp_path / "wheels", "odd", "1.0", {"odd/__init__.py": b"", "odd/libodd.so": library})
+    probe = (
+        "import ctypes, os, site, odd\n"
+        "flat = os.path.join(site.getsitepackages()[0], 'odd')\n"
+        "if os.path.isdir(flat): ctypes.CDLL(os.path.join(os.fsencode(flat), b'lib\\xff.so'))"
+    )
+    main_file = make_test(tmp_path / "test", [wheel], probe)
+    (installed,) = (tmp_path / "test" / "installed").glob("odd-*/site-packages/odd/libodd.so")
+    os.rename(installed, os.path.join(os.fsencode(installed.parent), b"lib\xff.so"))
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1, out + err
+    assert "  mapped in one site-packages, NOT in the test's layout:\n    odd/lib\\xff.so (odd-1.0)\n" in out, out
