@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.errors import UsageError
-from patched_wheels.patch.surgery import MemberEdit, find_patches, patch_wheel
+from patched_wheels.patch.surgery import MemberEdit, PatchOptions, find_patches, patch_wheel
 
 if TYPE_CHECKING:
     from patched_wheels.loading.packages import Phrasing
@@ -110,9 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.no_probe and args.probe is not None:
         raise UsageError("--probe and --no-probe: give one or neither (--no-probe runs no code)")
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
-    result = patch_wheel(
-        args.wheel,
-        args.dest_dir,
+    options = PatchOptions(
         suffix=args.suffix,
         patches=patches,
         strip=args.strip,
@@ -120,9 +118,10 @@ def _run(args: argparse.Namespace) -> int:
         add_requires=args.add_requires,
         delete=args.delete,
         verify=args.verify,
-        member_edits=_preload_edits(args, [args.wheel, *args.preload_from]) if args.preload_for else None,
+        member_edits=_preload_edits(args, [args.wheel, *args.preload_from]) if args.preload_for else {},
         rpath_edits=_rpath_edits(args.rpath),
     )
+    result = patch_wheel(args.wheel, args.dest_dir, options)
     print(result.path)
     print(result.requirement)
     return 0

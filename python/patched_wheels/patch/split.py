@@ -19,14 +19,16 @@ loader matches what the preload loaded by SONAME.  A library that a moved one op
 ``dlopen`` by bare name from its old directory, outside its DT_NEEDED closure, is not
 found through ``$ORIGIN`` any more: do not move such a library.
 
-A split is part of :func:`patched_wheels.patch.surgery.patch_wheel` (``split=``), so a
+A split is part of :func:`patched_wheels.patch.surgery.patch_wheel` (``PatchOptions.split``), so a
 wheel that is patched and split is read and written once: the split plans against
 the patch's edits (a library deleted by ``delete`` or a patch does not move; one whose
 RPATH an ``rpath_edits`` entry changed moves with that edit, and both wheels get the
-patch's version) and hands back the main wheel's edits (moved members dropped,
-``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the preload module)
+patch's version) and hands back a :class:`PlannedSplit`, a plain value: the main wheel's edits (moved
+members dropped, ``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the preload module)
 and the sibling's members; both wheels go through :func:`patched_wheels.patch.rewrite.write_wheel`
-and are renamed into the destination only once both are complete.
+and are renamed into the destination only once both are complete.  Data flows one way: surgery
+imports this module and calls it; this module never imports surgery (the ``split`` command's
+:func:`patched_wheels.patch.surgery.split_wheel` lives there).
 """
 
 from __future__ import annotations
@@ -50,8 +52,7 @@ from patched_wheels.loading.preload import (
     read_preload_module,
     render_preload_module,
 )
-from patched_wheels.patch.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits, member_chunks
-from patched_wheels.patch.surgery import PatchResult, patch_wheel
+from patched_wheels.patch.rewrite import Content, MemberEdit, OutputMember, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
 from patched_wheels.wheelfile import WheelReader
 from patched_wheels.wheelfile.zipcontainer import MAX_ALIGNMENT_PADDING, kernel_copied
 
@@ -84,6 +85,33 @@ class _Move:
     """What the patch's other edits made of it (an RPATH edit); None: the input member as is."""
     target: str
     """Archive (and install) path in the sibling wheel."""
+
+
+@dataclass(frozen=True)
+class PlannedSplit:
+    """What a split adds to a patch: the main wheel's edits, and the sibling wheel written beside it.
+
+    A plain value :meth:`SplitRequest.plan` returns and :func:`patched_wheels.patch.surgery.patch_wheel`
+    applies: nothing in it calls back into the split."""
+
+    removed: tuple[str, ...]
+    """Members (original names) the main wheel no longer holds."""
+    member_edits: Mapping[str, MemberEdit]
+    """For the main wheel: e.g. the ``__init__.py`` import and the preload module."""
+    requirement: str
+    """``NAME==VERSION`` of the sibling: the main wheel's new Requires-Dist, and the sibling's pin."""
+    sibling_name: str
+    sibling_dist_info: str
+    sibling_members: tuple[OutputMember, ...]
+    max_size: int | None
+    max_size_option: str
+    """How the user spelled the size limit (``--max-size``, ``split_max_size``), to name it in errors."""
+
+    def check_size(self, wheel: str, main: Path) -> None:
+        """The main wheel as written must fit ``max_size`` (the selection only estimated it)."""
+        size = main.stat().st_size
+        if self.max_size is not None and size > self.max_size:
+            raise UsageError(f"{wheel}: the main wheel is {size} bytes after the split, over {self.max_size_option} {self.max_size}")
 
 
 @dataclass(frozen=True)
@@ -241,28 +269,6 @@ def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMem
     file = scratch.new_file()
     grow_dynamic(open_chunks, read_dynamic(open_chunks, where), {DT_SONAME: move.library.filename.encode()}, file, where)
     return OutputMember(move.target, move.member, Spilled(file))
-
-
-def split_wheel(
-    wheel: Path | str,
-    dest_dir: Path | str,
-    *,
-    into: str,
-    move: Sequence[str] = (),
-    max_size: int | None = None,
-    graph_wheels: Sequence[Path] = (),
-    cache_dir: Path | None = None,
-    digest_dir: Path | None = None,
-) -> PatchResult:
-    """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
-
-    ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
-    with them, the preload also loads what the moved libraries need from those wheels,
-    so the pair works with one directory per wheel on its own.  ``cache_dir`` and ``digest_dir``: the ELF
-    cache and the memo of the wheels' digests that key it (see :func:`patched_wheels.elf.graph.scan_wheels`).
-    """
-    graph = read_graph([Path(wheel), *graph_wheels], cache_dir=cache_dir, digest_dir=digest_dir)
-    return patch_wheel(wheel, dest_dir, split=SplitRequest(into, move, max_size), graph=graph)
 
 
 def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
