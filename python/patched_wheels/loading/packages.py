@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from patched_wheels.elf.graph import LibraryGraph, WheelRef, install_path
+from patched_wheels.elf.graph import LibraryGraph, WheelRef
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile.schemes import install_path
 
 
 def package_init_members(package: str, members: Iterable[str]) -> list[str]:

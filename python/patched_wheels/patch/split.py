@@ -39,8 +39,8 @@ from typing import Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.elf.graph import LibraryGraph, install_path, read_graph
-from patched_wheels.elf.read import DT_SONAME, ElfLibrary, data_scheme, read_dynamic
+from patched_wheels.elf.graph import LibraryGraph, read_graph
+from patched_wheels.elf.read import DT_SONAME, ElfLibrary, read_dynamic
 from patched_wheels.errors import UsageError
 from patched_wheels.base.names import is_valid_project_name
 from patched_wheels.loading.packages import package_init_members
@@ -54,6 +54,7 @@ from patched_wheels.loading.preload import (
 )
 from patched_wheels.patch.rewrite import Content, MemberEdit, OutputMember, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
 from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile.schemes import data_scheme, install_path
 from patched_wheels.wheelfile.zipcontainer import MAX_ALIGNMENT_PADDING, kernel_copied
 
 # Zip bookkeeping per member, beyond its name and data: local header (30) + central header (46).
