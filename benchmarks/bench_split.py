@@ -53,7 +53,7 @@ _AS_THE_HUB = f"""
 import os, sys
 from pathlib import Path
 from patched_wheels.elf.graph import WheelRef, read_graph
-from patched_wheels.patch.split import SplitRequest
+from patched_wheels.patch.request import SplitRequest
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 wheel, sha256, dest = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 cache = Path(os.environ["XDG_CACHE_HOME"]) / "rules_patched_wheels" / "elfgraph"

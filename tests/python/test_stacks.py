@@ -14,7 +14,7 @@ from patched_wheels.elf.graph import read_graph
 from patched_wheels.loading.layout import SITE_PACKAGES
 from patched_wheels.loading.probe import compare
 from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, preload_member_edits, read_preload_module, render_preload_module
-from patched_wheels.patch.rpath import rpath_edit
+from patched_wheels.patch.request import rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.rpathfixture import DATA_MEMBER, FIX, build_rpath_wheel
 

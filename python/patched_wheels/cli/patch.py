@@ -23,7 +23,7 @@ from patched_wheels.patch.surgery import MemberEdit, PatchOptions, find_patches,
 
 if TYPE_CHECKING:
     from patched_wheels.loading.packages import Phrasing
-    from patched_wheels.patch.rpath import RpathEdit
+    from patched_wheels.patch.request import RpathEdit
 
 # Flag -> RPATH edit mode (the Starlark `rpath_mode` value).
 RPATH_FLAGS = {"--set-rpath": "set", "--prepend-rpath": "prepend", "--add-rpath": "append"}
@@ -165,7 +165,6 @@ def _phrasing(args: argparse.Namespace) -> Phrasing:
 def _rpath_edits(options: list[tuple[str, str]]) -> list[RpathEdit]:
     if not options:
         return []
-    # Imported here, like the preload: the ELF reading is only needed when RPATHs change.
-    from patched_wheels.patch.rpath import parse_rpath_option
+    from patched_wheels.patch.request import parse_rpath_option
 
     return [parse_rpath_option(value, RPATH_FLAGS[flag], origin=f"{flag} {value!r}") for flag, value in options]

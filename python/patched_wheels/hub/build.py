@@ -23,7 +23,7 @@ from patched_wheels.loading.packages import Phrasing
 from patched_wheels.patch.surgery import MemberEdit, PatchOptions, patch_wheel
 
 if TYPE_CHECKING:
-    from patched_wheels.patch.rpath import RpathEdit
+    from patched_wheels.patch.request import RpathEdit
 
 
 def build_hub(config: HubConfig) -> list[str]:
@@ -102,7 +102,7 @@ def patch_into_index(
         )
     rpath_edits: list[RpathEdit] = []
     if spec.rpath:
-        from patched_wheels.patch.rpath import rpath_edit
+        from patched_wheels.patch.request import rpath_edit
 
         # In glob order, documented, so two globs matching one library do not depend on how the dict travels.
         rpath_edits = [
@@ -111,7 +111,7 @@ def patch_into_index(
         ]
     split = None
     if spec.split_into:
-        from patched_wheels.patch.split import BAZEL_NAMES, SplitRequest
+        from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
 
         assert graph is not None  # a split needs one
         graph.check_problems(spec.name, spec.wheel.name, [library for library in graph.libraries if library.wheel == spec.wheel.name])

@@ -6,8 +6,9 @@ All edits are computed first against the *original* member names, in a
 libraries whose RPATH is edited, which are streamed, never held whole), then every output
 is written by :func:`patched_wheels.patch.rewrite.write_wheel` in one pass: unchanged members
 are copied raw, ``.dist-info`` and ``.data`` are renamed for the new version, and RECORD is
-regenerated.  A split (:class:`patched_wheels.patch.split.SplitRequest`) plans against the same
-edits and hands back a :class:`patched_wheels.patch.split.PlannedSplit`: the main wheel's part (moved
+regenerated.  A split (:class:`patched_wheels.patch.request.SplitRequest`, planned by
+:func:`patched_wheels.patch.split.plan_split`) plans against the same edits and hands back a
+:class:`patched_wheels.patch.split.PlannedSplit`: the main wheel's part (moved
 members dropped, ``Requires-Dist`` on the sibling, the preload) and the sibling's members, so a patched
 and split wheel is read once and both outputs go through the same writer.  Outputs are written into a
 temp directory in the destination and renamed there only once all are complete, so a failure leaves
@@ -23,13 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from patched_wheels.errors import PatchError, UsageError
+from patched_wheels.patch.request import RpathEdit, SplitRequest
 from patched_wheels.patch.rewrite import MemberEdit, Scratch, WheelEdits, write_wheel
 from patched_wheels.wheelfile import WheelReader, cycle_collection_paused
 
 if TYPE_CHECKING:
     from patched_wheels.elf.graph import LibraryGraph
-    from patched_wheels.patch.rpath import RpathEdit
-    from patched_wheels.patch.split import SplitRequest
 
 __all__ = ["MemberEdit", "PatchOptions", "PatchResult", "find_patches", "patch_wheel", "split_wheel"]
 
@@ -104,7 +104,7 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
     with cycle_collection_paused(), WheelReader(wheel, verify=options.verify) as reader, Scratch(dest_dir, wheel.name) as scratch:
         split = options.split
         if split is not None:
-            split.check(reader)  # before any edit: a wrong option should not wait for the patches
+            split.check(wheel.name, reader.filename.name)  # before any edit: a wrong option should not wait for the patches
         edits = WheelEdits(reader)
         if options.patches:
             from patched_wheels.patch.unidiff import apply_file_patch, read_patch  # imported here: only a patch needs the diff reader
@@ -129,7 +129,9 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
             raise UsageError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
         planned = None
         if split is not None:
-            planned = split.plan(edits, version=version, main_name=dest.name, graph=options.graph, scratch=scratch)
+            from patched_wheels.patch.split import plan_split  # imported here: only a split reads the library graph
+
+            planned = plan_split(split, edits, version=version, main_name=dest.name, graph=options.graph, scratch=scratch)
             for name in planned.removed:
                 edits.set(name, None)
             edits.apply_member_edits(planned.member_edits, "split")
@@ -202,9 +204,8 @@ def split_wheel(
     so the pair works with one directory per wheel on its own.  ``cache_dir`` and ``digest_dir``: the ELF
     cache and the memo of the wheels' digests that key it (see :func:`patched_wheels.elf.graph.scan_wheels`).
     """
-    # Imported here: only a split reads the ELF graph and plans a preload.
+    # Imported here: the `patch` command, which imports this module, reads no library graph unless asked.
     from patched_wheels.elf.graph import read_graph
-    from patched_wheels.patch.split import SplitRequest
 
     graph = read_graph([Path(wheel), *graph_wheels], cache_dir=cache_dir, digest_dir=digest_dir)
     return patch_wheel(wheel, dest_dir, PatchOptions(split=SplitRequest(into, move, max_size), graph=graph))

@@ -4,8 +4,6 @@ A wheel is a zip archive whose ``<name>-<version>.dist-info/RECORD`` lists every
 with its sha256 and size.  One spec concept per module, re-exported here:
 
 - :mod:`.filename`: the wheel's file name and its members' paths;
-- :mod:`.schemes`: where an installer puts a member (site-packages, or the ``data``/``scripts``/``headers``
-  schemes);
 - :mod:`.record`: RECORD rows, parsed, checked and written;
 - :mod:`.zipdirectory`: the zip's central directory, read as zipfile reads it, faster;
 - :mod:`.zipcontainer`: the zip under it, member by member: locating, streaming and
@@ -20,7 +18,6 @@ with its sha256 and size.  One spec concept per module, re-exported here:
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
 from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.reader import WheelReader
-from patched_wheels.wheelfile.schemes import data_scheme, install_path
 from patched_wheels.wheelfile.record import (
     InvalidRecordEntry,
     RecordEntry,
@@ -44,10 +41,8 @@ __all__ = [
     "WheelWriter",
     "ZipMember",
     "cycle_collection_paused",
-    "data_scheme",
     "generated_members",
     "inflated_chunks",
-    "install_path",
     "is_safe_member_path",
     "parse_record",
     "record_hash",

@@ -23,7 +23,7 @@ from patched_wheels.elf.edit import _version_names, names_inside, overwrite_in_p
 from patched_wheels.elf.read import DT_RPATH, DT_RUNPATH, read_dynamic
 from patched_wheels.errors import ElfError
 from support.rpathfixture import patchelf_binary
-from patched_wheels.patch.rpath import rpath_edit
+from patched_wheels.patch.request import rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 
 LONG = "$ORIGIN:$ORIGIN/../../nvidia/cublas/lib:$ORIGIN/../../nvidia/cudnn/lib"

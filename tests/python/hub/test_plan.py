@@ -82,7 +82,7 @@ def test_starlark_schema_and_python_spec_agree_in_both_directions() -> None:
 
 
 def test_the_attribute_values_the_schema_allows_are_the_ones_the_helper_knows() -> None:
-    from patched_wheels.patch.rpath import MODES
+    from patched_wheels.patch.request import MODES
 
     schema = starlark_schema()
     assert sorted(schema["rpath_mode"]["values"]) == sorted(MODES)

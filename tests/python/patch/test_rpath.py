@@ -21,7 +21,7 @@ from patched_wheels.elf import grow as elfgrow
 from patched_wheels.cli import main
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
-from patched_wheels.patch.rpath import rpath_edit
+from patched_wheels.patch.request import rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.wheelfile import WheelReader
 from support.rpathfixture import DATA_MEMBER, EXT_MEMBER, FIX

@@ -28,8 +28,7 @@ from patched_wheels.elf.graph import read_graph
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
 from patched_wheels.loading.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
-from patched_wheels.patch.rpath import rpath_edit
-from patched_wheels.patch.split import SplitRequest
+from patched_wheels.patch.request import SplitRequest, rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
 from patched_wheels.wheelfile import WheelReader
 

@@ -8,7 +8,7 @@ import importlib
 import inspect
 from pathlib import Path
 
-from support.importgraph import PACKAGE, ROOT, import_graph
+from support.importgraph import PACKAGE, ROOT, import_graph, reached
 from support.starlark import PRIVATE, starlark_constants
 
 from patched_wheels.cli import build_parser, lock_input
@@ -19,21 +19,12 @@ READERS = ("lock.formats.uvlock", "lock.formats.pylock", "lock.formats.requireme
 LATER = ("lock.plan", "lock.apply", "index.simple", "lock.formats.pipwriter", "lock.formats.uvwriter", "lock.resolve", "hub.plan", "hub.build")
 
 
-def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen, work = set(), [start]
-    while work:
-        for target in graph[work.pop()] - seen:
-            seen.add(target)
-            work.append(target)
-    return seen
-
-
 def test_readers_depend_on_the_lock_model_only_and_resolve_not_on_lock() -> None:
     graph = import_graph(ROOT, PACKAGE)
     for reader in READERS:
-        later = sorted(_reached(graph, f"{PACKAGE}.{reader}") & {f"{PACKAGE}.{name}" for name in LATER})
+        later = sorted(reached(graph, f"{PACKAGE}.{reader}") & {f"{PACKAGE}.{name}" for name in LATER})
         assert not later, f"the reader {reader} imports {later}"
-    assert f"{PACKAGE}.lock.apply" not in _reached(graph, f"{PACKAGE}.lock.resolve"), "resolve comes before lock"
+    assert f"{PACKAGE}.lock.apply" not in reached(graph, f"{PACKAGE}.lock.resolve"), "resolve comes before lock"
 
 
 def test_every_format_names_a_reader_writer_flag_and_attribute_that_exist() -> None:
