@@ -15,8 +15,10 @@ from patched_wheels.cli import build_parser, lock_input
 from patched_wheels.hub.plan import LOCK_FORMATS as HUB_LOCK_FORMATS
 from patched_wheels.lock.formats.registry import LOCK_FORMATS
 
-READERS = ("lock.formats.uvlock", "lock.formats.pylock", "lock.formats.requirements")
-LATER = ("lock.plan", "lock.apply", "index.simple", "lock.formats.pipwriter", "lock.formats.uvwriter", "lock.resolve", "hub.plan", "hub.build")
+# From the registry, so a format added there is held to the same rule without editing this test.
+READERS = tuple(entry.reader.partition(":")[0].removeprefix(f"{PACKAGE}.") for entry in LOCK_FORMATS)
+WRITERS = tuple(entry.writer.partition(":")[0].removeprefix(f"{PACKAGE}.") for entry in LOCK_FORMATS if entry.writer)
+LATER = ("lock.plan", "lock.apply", "index.simple", "lock.formats.pipwriter", *WRITERS, "lock.resolve", "hub.plan", "hub.build")
 
 
 def test_readers_depend_on_the_lock_model_only_and_resolve_not_on_lock() -> None:
