@@ -26,7 +26,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from patched_wheels.elf.graph import build_graph, install_path, scan_wheels
+from patched_wheels.elf.graph import build_graph, scan_wheels
+from patched_wheels.wheelfile.schemes import install_path
 from patched_wheels.elf.read import is_shared_library_name
 from patched_wheels.wheelfile import INFLATER_NAME
 

@@ -53,12 +53,12 @@ _AS_THE_HUB = f"""
 import os, sys
 from pathlib import Path
 from patched_wheels.elf.graph import WheelRef, read_graph
-from patched_wheels.patch.split import SplitRequest
-from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.patch.request import SplitRequest
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 wheel, sha256, dest = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 cache = Path(os.environ["XDG_CACHE_HOME"]) / "rules_patched_wheels" / "elfgraph"
 graph = read_graph([WheelRef(wheel.name, sha256, wheel)], cache_dir=cache)
-patch_wheel(wheel, dest, split=SplitRequest("{SIBLING}", max_size={MAX_SIZE}), graph=graph)
+patch_wheel(wheel, dest, PatchOptions(split=SplitRequest("{SIBLING}", max_size={MAX_SIZE}), graph=graph))
 """
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from support.fuzzing import run_cli
+from support.hubconfig import lock_attributes
 from patched_wheels.hub.plan import PatchedWheelSpec
 
 _SEED_SETTING = os.environ.get("RPW_FUZZ_SEED", "20261126")
@@ -49,7 +50,7 @@ def _request(repository: Path) -> dict[str, Any]:
     del spec["wheel"]
     spec.update(preload="auto", preload_wheels=["nvidia-*"], rpath={"faketorch/*.so": "$ORIGIN/../x"}, delete=["*.txt"])
     return {
-        "hub": "fuzz", "bzlmod": True, "requirements_lock": "/ws/requirements_lock.txt", "uv_lock": "", "pylock": "",
+        "hub": "fuzz", "bzlmod": True, **lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "2.3.2",
         "repository": str(repository), "patched": [spec, {**spec, "name": "other", "split_into": "other-libs", "split_max_size": 10}],
     }

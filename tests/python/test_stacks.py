@@ -14,8 +14,8 @@ from patched_wheels.elf.graph import read_graph
 from patched_wheels.loading.layout import SITE_PACKAGES
 from patched_wheels.loading.probe import compare
 from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, preload_member_edits, read_preload_module, render_preload_module
-from patched_wheels.patch.rpath import rpath_edit
-from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.patch.request import rpath_edit
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.rpathfixture import DATA_MEMBER, FIX, build_rpath_wheel
 
 BUILDERS = {
@@ -44,7 +44,7 @@ def test_each_stack_works_in_one_site_packages_only(stacks, name, tmp_path):
 def _patched(stack, tmp_path, **options):
     """The package's wheel patched with preload = "auto" (default probe), and the set with it."""
     edits = preload_member_edits(stack.package, list(stack.wheels), **options)
-    patched = patch_wheel(stack.package_wheel, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    patched = patch_wheel(stack.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
     return patched, [patched if wheel == stack.package_wheel else wheel for wheel in stack.wheels]
 
 
@@ -158,7 +158,7 @@ def test_run_installs_data_files_where_pip_and_rules_python_put_them(tmp_path, c
     fixed = rpathfixture_wheel = build_rpath_wheel(tmp_path / "wheels")
     entries = f"$ORIGIN:$ORIGIN/../{SITE_PACKAGES}/pkg.libs:$ORIGIN/../../site-packages/pkg.libs"
     edits = [rpath_edit("pkg/*.so", FIX), rpath_edit(DATA_MEMBER, entries)]
-    fixed = patch_wheel(rpathfixture_wheel, tmp_path / "fixed", suffix="fix.1", rpath_edits=edits).path
+    fixed = patch_wheel(rpathfixture_wheel, tmp_path / "fixed", PatchOptions(suffix="fix.1", rpath_edits=edits)).path
     # pip: <prefix>/pkgdata/, site-packages at <prefix>/lib/pythonX.Y/site-packages; rules_python: <repo>/data/pkgdata/.
     code = (
         "import ctypes, os, pkg; site = os.path.dirname(os.path.dirname(pkg.__file__)); "
@@ -179,7 +179,7 @@ def test_doctor_counts_the_packages_own_data_scheme_library(tmp_path, capsys):
     original = build_rpath_wheel(tmp_path / "wheels")
     entries = f"$ORIGIN/../{SITE_PACKAGES}/pkg.libs:$ORIGIN/../../site-packages/pkg.libs"
     edits = [rpath_edit("pkg/*.so", FIX), rpath_edit(DATA_MEMBER, entries, "append")]  # append: auditwheel's entries stay
-    fixed = patch_wheel(original, tmp_path / "fixed", suffix="fix.1", rpath_edits=edits).path
+    fixed = patch_wheel(original, tmp_path / "fixed", PatchOptions(suffix="fix.1", rpath_edits=edits)).path
     assert main(["doctor", "--no-cache", str(original), "--package", "pkg"]) == 1
     out = capsys.readouterr().out
     assert f"{DATA_MEMBER} ({original.name}): needs libdep.so.1" in out and "fails if pkg loads it itself at run time" in out
@@ -207,7 +207,7 @@ def test_doctor_run_fails_each_stack_as_is_and_passes_it_patched(stacks, name, t
 def test_a_self_preloading_package_patched_still_works(tmp_path):
     wheels = build_fake_cuda_wheels(tmp_path / "wheels", broken_order=False)
     edits = preload_member_edits("faketorch", wheels.all)
-    patched = patch_wheel(wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
     for layout in (flat_layout, per_wheel_layout):
         result = run_import(layout([*wheels.nvidia.values(), patched], tmp_path / layout.__name__))
         assert result.returncode == 0 and result.stdout.strip() == "122", result.stderr

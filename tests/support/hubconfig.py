@@ -13,7 +13,16 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import main
 from patched_wheels.hub.plan import HubConfig, PatchedWheelSpec
+from patched_wheels.lock.formats.registry import LOCK_FORMATS
 from support.indexfixtures import sha256_of as sha256
+
+
+def lock_attributes(**given: str) -> dict[str, str]:
+    """The lock attributes of a hub request, every one the registry names: ``given`` ones as given, the
+    others "" (not given), so a format added to the registry is in each request the tests write."""
+    unknown = set(given) - {entry.attribute for entry in LOCK_FORMATS}
+    assert not unknown, f"no lock attribute {sorted(unknown)}"
+    return {entry.attribute: given.get(entry.attribute, "") for entry in LOCK_FORMATS}
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +57,7 @@ def write_config(
     for spec in specs:
         del spec["wheel"]
     request = {
-        "hub": "test", "bzlmod": True, "requirements_lock": str(lock), "uv_lock": "", "pylock": "",
+        "hub": "test", "bzlmod": True, **lock_attributes(requirements_lock=str(lock)),
         "index_url": "", "index_option": index_option, "rules_python_version": "1.6.0",
         "repository": str(tmp_path), "patched": specs,
     }

@@ -52,3 +52,14 @@ def import_graph(root: Path, package: str) -> dict[str, set[str]]:
         name: imported_modules(path.read_text(encoding="utf-8"), name, is_package=path.name == "__init__.py", known=known)
         for name, path in paths.items()
     }
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (itself only through a cycle)."""
+    seen: set[str] = set()
+    work = [start]
+    while work:
+        for target in graph[work.pop()] - seen:
+            seen.add(target)
+            work.append(target)
+    return seen

@@ -5,14 +5,17 @@ character, ``parse_sdist_filename`` anything before the last ``-``), and its own
 validation matches some non-ASCII letters case-insensitively.  pip refuses such
 names at install time, far from the cause, so they are refused where a name enters.
 The globs users write over names (archive paths, project names) are checked here too, before
-``fnmatch`` compiles them.
+``fnmatch`` compiles them, and the package names users write (``jax_plugins.xla_cuda12`` or
+``jax_plugins/xla_cuda12``), which the hub's plan checks before any wheel is read.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["CONTROL_CHARACTER", "glob_problem", "is_valid_project_name"]
+from patched_wheels.errors import UsageError
+
+__all__ = ["CONTROL_CHARACTER", "glob_problem", "is_valid_project_name", "module_name", "package_path"]
 
 _PROJECT_NAME = re.compile(r"[A-Z0-9](?:[A-Z0-9._-]*[A-Z0-9])?", re.IGNORECASE | re.ASCII)
 
@@ -45,3 +48,17 @@ def glob_problem(pattern: str) -> str | None:
         if (at := pattern.find("]", end)) < 0:
             return "an unclosed '[' (write [[] for a literal '[')"
     return None
+
+
+def package_path(package: str) -> str:
+    """The directory of ``package`` as users write it: a dotted module name (``jax_plugins.xla_cuda12``)
+    or its path (``jax_plugins/xla_cuda12``)."""
+    parts = package.replace("/", ".").split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise UsageError(f"package {package!r}: not a module name (write it as Python imports it, e.g. jax_plugins.xla_cuda12)")
+    return "/".join(parts)
+
+
+def module_name(package: str) -> str:
+    """``package`` as Python imports it (``jax_plugins/xla_cuda12`` -> ``jax_plugins.xla_cuda12``)."""
+    return package_path(package).replace("/", ".")

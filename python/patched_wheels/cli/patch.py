@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
 from patched_wheels.errors import UsageError
-from patched_wheels.patch.surgery import MemberEdit, find_patches, patch_wheel
+from patched_wheels.patch.surgery import MemberEdit, PatchOptions, find_patches, patch_wheel
 
 if TYPE_CHECKING:
     from patched_wheels.loading.packages import Phrasing
-    from patched_wheels.patch.rpath import RpathEdit
+    from patched_wheels.patch.request import RpathEdit
 
 # Flag -> RPATH edit mode (the Starlark `rpath_mode` value).
 RPATH_FLAGS = {"--set-rpath": "set", "--prepend-rpath": "prepend", "--add-rpath": "append"}
@@ -110,9 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.no_probe and args.probe is not None:
         raise UsageError("--probe and --no-probe: give one or neither (--no-probe runs no code)")
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
-    result = patch_wheel(
-        args.wheel,
-        args.dest_dir,
+    options = PatchOptions(
         suffix=args.suffix,
         patches=patches,
         strip=args.strip,
@@ -120,9 +118,10 @@ def _run(args: argparse.Namespace) -> int:
         add_requires=args.add_requires,
         delete=args.delete,
         verify=args.verify,
-        member_edits=_preload_edits(args, [args.wheel, *args.preload_from]) if args.preload_for else None,
+        member_edits=_preload_edits(args, [args.wheel, *args.preload_from]) if args.preload_for else {},
         rpath_edits=_rpath_edits(args.rpath),
     )
+    result = patch_wheel(args.wheel, args.dest_dir, options)
     print(result.path)
     print(result.requirement)
     return 0
@@ -166,7 +165,6 @@ def _phrasing(args: argparse.Namespace) -> Phrasing:
 def _rpath_edits(options: list[tuple[str, str]]) -> list[RpathEdit]:
     if not options:
         return []
-    # Imported here, like the preload: the ELF reading is only needed when RPATHs change.
-    from patched_wheels.patch.rpath import parse_rpath_option
+    from patched_wheels.patch.request import parse_rpath_option
 
     return [parse_rpath_option(value, RPATH_FLAGS[flag], origin=f"{flag} {value!r}") for flag, value in options]

@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 from patched_wheels.cli import add_elf_cache_option, digest_memo_dir, elf_cache_dir
-from patched_wheels.patch.split import split_wheel
+from patched_wheels.patch.surgery import split_wheel
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

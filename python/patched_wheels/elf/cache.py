@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from patched_wheels.base.cache import read_json, write_json
-from patched_wheels.elf.read import ElfLibrary, data_scheme, is_shared_library_name, starts_as_elf
+from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, starts_as_elf
 from patched_wheels.errors import warn
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import ZipMember, is_safe_member_path
+from patched_wheels.wheelfile.schemes import data_scheme
 
 # In every cache file name: rows of another layout or reader are never read (2: keyed by sha256, rows without
 # the file name; 3: data-scheme libraries included; 4: read by the helper's own ELF reader, which refuses what

@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from patched_wheels.elf.cache import ElfCache, wheel_problem
-from patched_wheels.elf.read import ElfLibrary, data_scheme, is_shared_library_name, read_library, starts_as_elf
+from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_library, starts_as_elf
 from patched_wheels.base.digestmemo import sha256_of
 from patched_wheels.elf.order import components_load_order, order_key, strong_components
 from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import WheelReader, ZipMember
+from patched_wheels.wheelfile.schemes import data_scheme, install_path
 
-# Wheel members under <dist>.data/purelib|platlib/ install into site-packages.
-_DATA_TO_SITE_PACKAGES = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
 
 
 @dataclass(frozen=True)
@@ -138,17 +136,6 @@ class LibraryGraph:
             if wheel not in self._warned:
                 self._warned.add(wheel)
                 warn(f"{problem.message}; {package} needs nothing of {wheel}: left out of its library graph")
-
-
-def install_path(member: str) -> str | None:
-    """Where an archive member lands: relative to site-packages, or, for the ``data``, ``scripts`` and
-    ``headers`` schemes, the member's own path (its ``<dist>.data/<scheme>/`` prefix says where an
-    installer puts it: see :func:`data_scheme`); None for a scheme no installer knows."""
-    if not member.partition("/")[0].endswith(".data"):  # nearly every member, and every member is asked
-        return member
-    if _DATA_TO_SITE_PACKAGES.match(member):
-        return _DATA_TO_SITE_PACKAGES.sub("", member, count=1)
-    return member if data_scheme(member) else None
 
 
 def _library_members(wheel: Path) -> list[tuple[ZipMember, str]]:

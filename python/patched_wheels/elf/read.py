@@ -29,6 +29,7 @@ from typing import Callable, Iterator, Mapping, Protocol
 
 from patched_wheels.errors import ElfError
 from patched_wheels.wheelfile import ZipMember, inflated_chunks
+from patched_wheels.wheelfile.schemes import data_scheme
 
 ELF_MAGIC = b"\x7fELF"
 PT_LOAD, PT_DYNAMIC = 1, 2
@@ -46,9 +47,6 @@ _MAX_PASSES = 4  # headers, PT_DYNAMIC, strings: in file order that is one or tw
 _HEAD_SIZE = 1 << 20  # kept from the first pass: the ELF and program headers, and a plain linker's .dynstr
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
-# Members under <dist>.data/data|scripts|headers/ install outside site-packages (pip: the prefix; rules_python:
-# the wheel's repository), so their install path keeps the prefix.
-_OTHER_SCHEME = re.compile(r"^(?P<dist>[^/]+)\.data/(?P<scheme>data|scripts|headers)/(?P<rest>.+)$")
 
 OpenChunks = Callable[[], Iterator[bytes]]
 """Starts a new pass over a member's bytes, from its first byte, in chunks."""
@@ -62,7 +60,7 @@ class ElfLibrary:
     """File name of the wheel that ships it."""
     path: str
     """Path relative to site-packages once installed, e.g. ``nvidia/cusparse/lib/libcusparse.so.12``; for a
-    data-scheme library its archive path, ``<dist>.data/data/...`` (see :func:`patched_wheels.elf.graph.install_path`)."""
+    data-scheme library its archive path, ``<dist>.data/data/...`` (see :func:`patched_wheels.wheelfile.schemes.install_path`)."""
     soname: str | None
     needed: tuple[str, ...]
     rpath: tuple[str, ...]
@@ -79,13 +77,6 @@ class ElfLibrary:
 
     def __str__(self) -> str:
         return f"{self.path} ({self.wheel})"
-
-
-def data_scheme(path: str) -> tuple[str, str, str] | None:
-    """``(dist, scheme, rest)`` of an install path outside site-packages (``CyFES-2.7.data/data/cyfes/x.so`` ->
-    ``("CyFES-2.7", "data", "cyfes/x.so")``); None for a site-packages path."""
-    match = _OTHER_SCHEME.match(path)
-    return (match["dist"], match["scheme"], match["rest"]) if match else None
 
 
 def is_shared_library_name(path: str) -> bool:

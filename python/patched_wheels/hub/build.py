@@ -20,10 +20,10 @@ from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, w
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock.apply import lock
 from patched_wheels.loading.packages import Phrasing
-from patched_wheels.patch.surgery import MemberEdit, patch_wheel
+from patched_wheels.patch.surgery import MemberEdit, PatchOptions, patch_wheel
 
 if TYPE_CHECKING:
-    from patched_wheels.patch.rpath import RpathEdit
+    from patched_wheels.patch.request import RpathEdit
 
 
 def build_hub(config: HubConfig) -> list[str]:
@@ -102,14 +102,21 @@ def patch_into_index(
         )
     rpath_edits: list[RpathEdit] = []
     if spec.rpath:
-        from patched_wheels.patch.rpath import rpath_edit
+        from patched_wheels.patch.request import rpath_edit
 
         # In glob order, documented, so two globs matching one library do not depend on how the dict travels.
         rpath_edits = [
             rpath_edit(glob, entries, spec.rpath_mode, origin=f"patched_wheel {spec.name}: rpath {glob!r}")
             for glob, entries in sorted(spec.rpath.items())
         ]
-    options = dict(
+    split = None
+    if spec.split_into:
+        from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
+
+        assert graph is not None  # a split needs one
+        graph.check_problems(spec.name, spec.wheel.name, [library for library in graph.libraries if library.wheel == spec.wheel.name])
+        split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES)
+    options = PatchOptions(
         suffix=spec.suffix,
         patches=sorted(spec.patches, key=lambda patch: patch.name),  # numbered files apply in order
         strip=spec.strip,
@@ -118,16 +125,10 @@ def patch_into_index(
         delete=spec.delete,
         member_edits=member_edits,
         rpath_edits=rpath_edits,
+        split=split,
+        graph=graph,
     )
-    if not spec.split_into:
-        return [patch_wheel(spec.wheel, index_dir, **options).requirement]
-    from patched_wheels.patch.split import BAZEL_NAMES, SplitRequest
-
-    assert graph is not None  # a split needs one
-    graph.check_problems(spec.name, spec.wheel.name, [library for library in graph.libraries if library.wheel == spec.wheel.name])
-
-    split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES)
-    return list(patch_wheel(spec.wheel, index_dir, **options, split=split, graph=graph).requirements)
+    return list(patch_wheel(spec.wheel, index_dir, options).requirements)
 
 
 def phrasing(config: HubConfig, spec: PatchedWheelSpec) -> Phrasing:

@@ -27,10 +27,10 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.base.names import module_name
 from patched_wheels.lock.formats import registry as lockformats
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
 from patched_wheels.lock.plan import INDEX_OPTIONS
-from patched_wheels.loading.packages import module_name
 from patched_wheels.lock.resolve import ResolvedWheel
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the

@@ -21,8 +21,8 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
-from patched_wheels.base.names import glob_problem
-from patched_wheels.loading.packages import package_path
+from patched_wheels.base.names import glob_problem, package_path
+from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
 from patched_wheels.patch.version import with_local_suffix
 
 #: The values of ``preload`` (PRELOAD_VALUES in specs.bzl; a test holds the two equal).
@@ -51,8 +51,6 @@ _JSON_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
 @functools.cache
 def spec_values() -> dict[str, Sequence[str]]:
     """The attributes of ``patched_wheel`` with a fixed set of values (``values`` in specs.bzl), and those values."""
-    from patched_wheels.patch.rpath import MODES  # imported here: the RPATH editor is the build's, the plan needs its modes
-
     return {"preload": PRELOAD_VALUES, "rpath_mode": MODES}
 
 
@@ -193,15 +191,11 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
             if problem := glob_problem(glob):
                 return f"{attribute} = {shown(glob)}: {problem}"
     if spec.split_into:
-        from patched_wheels.patch.split import BAZEL_NAMES, SplitRequest  # imported here: splitting is the build's
-
         try:
             SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES).check_options()
         except UsageError as error:
             return str(error)
     if spec.rpath:
-        from patched_wheels.patch.rpath import rpath_edit  # imported here: the RPATH editor is the build's
-
         for glob, entries in sorted(spec.rpath.items()):
             try:
                 rpath_edit(glob, entries, spec.rpath_mode, origin=f"rpath = {{{shown(glob)}: {shown(entries)}}}")

@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
-from patched_wheels.elf.graph import LibraryGraph, data_scheme, read_graph
+from patched_wheels.elf.graph import LibraryGraph, read_graph
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.layout import LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.loading.observe import observe
-from patched_wheels.loading.packages import find_package, module_name
+from patched_wheels.base.names import module_name
+from patched_wheels.loading.packages import find_package
+from patched_wheels.wheelfile.schemes import data_scheme
 from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.loading.preload import (
     PreloadList,

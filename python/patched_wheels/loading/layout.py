@@ -9,7 +9,7 @@ real installs ``doctor --run`` and the preload probe run code in:
 * **per wheel**, rules_python's ``whl_library``: each wheel into its own repository, with the
   schemes ``site-packages``, ``data``, ``bin`` and ``include`` beside each other.
 
-An install path is what :func:`patched_wheels.elf.graph.install_path` gives a member: relative to
+An install path is what :func:`patched_wheels.wheelfile.schemes.install_path` gives a member: relative to
 site-packages, or ``<dist>.data/<scheme>/...`` for the other schemes.
 """
 
@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from patched_wheels.elf.graph import install_path
-from patched_wheels.elf.read import data_scheme
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader
+from patched_wheels.wheelfile.schemes import data_scheme, install_path
 
 FLAT = "flat"
 PER_WHEEL = "per-wheel"

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Collection
 
 from patched_wheels.elf.graph import LibraryGraph
-from patched_wheels.elf.read import ElfLibrary, data_scheme
+from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.loading.packages import Phrasing, package_libraries
 from patched_wheels.wheelfile import WheelFilename
+from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:
     from patched_wheels.loading.observe import Observation

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from patched_wheels.elf.graph import LibraryGraph, WheelRef, install_path
+from patched_wheels.base.names import module_name, package_path
+from patched_wheels.elf.graph import LibraryGraph, WheelRef
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile.schemes import install_path
 
 
 def package_init_members(package: str, members: Iterable[str]) -> list[str]:
@@ -31,20 +33,6 @@ def package_libraries(graph: LibraryGraph, package: str, package_wheel: str) -> 
         for library in graph.libraries
         if library.wheel == package_wheel and library.path.startswith(f"{package}/")
     ]
-
-
-def package_path(package: str) -> str:
-    """The directory of ``package`` as users write it: a dotted module name (``jax_plugins.xla_cuda12``)
-    or its path (``jax_plugins/xla_cuda12``)."""
-    parts = package.replace("/", ".").split(".")
-    if not all(part.isidentifier() for part in parts):
-        raise UsageError(f"package {package!r}: not a module name (write it as Python imports it, e.g. jax_plugins.xla_cuda12)")
-    return "/".join(parts)
-
-
-def module_name(package: str) -> str:
-    """``package`` as Python imports it (``jax_plugins/xla_cuda12`` -> ``jax_plugins.xla_cuda12``)."""
-    return package_path(package).replace("/", ".")
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,13 @@ from packaging.utils import canonicalize_name
 from patched_wheels.base.names import glob_problem
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.elf.order import stuck_cycles
-from patched_wheels.elf.read import ElfLibrary, data_scheme
+from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.loading.lazyload import is_extension_module, lazy_warning, unprobed_libraries
 from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.loading.packages import Phrasing, find_package, locate_package, package_libraries
 from patched_wheels.wheelfile import WheelFilename, WheelReader, is_safe_member_path
+from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:
     from patched_wheels.loading.observe import Observation

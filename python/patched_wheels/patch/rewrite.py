@@ -24,7 +24,7 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
+from typing import Callable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
 from packaging.utils import canonicalize_name
 
@@ -35,18 +35,13 @@ from patched_wheels.base.names import glob_problem
 from patched_wheels.patch.version import with_local_suffix
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter, generated_members, is_safe_member_path
 
-if TYPE_CHECKING:
-    from patched_wheels.elf.graph import LibraryGraph
-
 __all__ = [
     "Content",
     "MemberEdit",
     "OutputMember",
     "Overwritten",
-    "PlannedSplit",
     "Scratch",
     "Spilled",
-    "Split",
     "WheelEdits",
     "content_chunks",
     "write_wheel",
@@ -186,43 +181,6 @@ def _write_new(writer: WheelWriter, reader: WheelReader, member: OutputMember) -
         assert member.content is not None  # raw copies are write_wheel's
         size = reader.file_size(member.content.source)
         writer.write_stream(member.arcname, content_chunks(reader, member.content), size=size, mode=mode)
-
-
-@dataclass(frozen=True)
-class PlannedSplit:
-    """What a split adds to a patch: the main wheel's edits, and the sibling wheel written beside it."""
-
-    removed: tuple[str, ...]
-    """Members (original names) the main wheel no longer holds."""
-    member_edits: Mapping[str, MemberEdit]
-    """For the main wheel: e.g. the ``__init__.py`` import and the preload module."""
-    requirement: str
-    """``NAME==VERSION`` of the sibling: the main wheel's new Requires-Dist, and the sibling's pin."""
-    sibling_name: str
-    sibling_dist_info: str
-    sibling_members: tuple[OutputMember, ...]
-    max_size: int | None
-    max_size_option: str
-    """How the user spelled the size limit (``--max-size``, ``split_max_size``), to name it in errors."""
-
-    def check_size(self, wheel: str, main: Path) -> None:
-        """The main wheel as written must fit ``max_size`` (the selection only estimated it)."""
-        size = main.stat().st_size
-        if self.max_size is not None and size > self.max_size:
-            raise UsageError(f"{wheel}: the main wheel is {size} bytes after the split, over {self.max_size_option} {self.max_size}")
-
-
-class Split(Protocol):
-    """What :func:`patched_wheels.patch.surgery.patch_wheel` needs of a split (:class:`patched_wheels.patch.split.SplitRequest`)."""
-
-    def check(self, reader: WheelReader) -> None:
-        """Refuse a request no edit can make valid, before any work."""
-
-    def plan(
-        self, edits: WheelEdits, *, version: str, main_name: str, graph: LibraryGraph | None, scratch: Scratch
-    ) -> PlannedSplit:
-        """What moves, given the patch's other ``edits`` (temp files, if any, in ``scratch``)."""
-        ...
 
 
 class WheelEdits:

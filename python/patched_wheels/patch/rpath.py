@@ -11,73 +11,14 @@ in one place; a library is streamed, never held whole (see :mod:`patched_wheels.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Sequence
 
 from patched_wheels.elf.edit import names_inside, overwrite_in_place
 from patched_wheels.elf.read import ELF_MAGIC, read_dynamic
 from patched_wheels.elf.grow import grow_dynamic
 from patched_wheels.errors import ElfError, UsageError
-from patched_wheels.base.names import CONTROL_CHARACTER, glob_problem
+from patched_wheels.patch.request import RpathEdit
 from patched_wheels.patch.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
-
-MODES = ("set", "prepend", "append")
-"""``set`` replaces the search path; ``prepend``/``append`` add entries before/after the existing ones."""
-
-# "$ORIGIN" or "${ORIGIN}", alone or followed by a path ("$ORIGINAL" is another token).
-_ORIGIN_ENTRY = re.compile(r"\$(?:ORIGIN|\{ORIGIN\})(?:/|$)")
-_MAX_ENTRIES = 4096
-
-
-@dataclass(frozen=True)
-class RpathEdit:
-    """Search-path entries to give every ELF member matching ``glob`` (fnmatch on archive paths)."""
-
-    glob: str
-    entries: tuple[str, ...]
-    mode: str
-    origin: str
-    """How the user asked for it (``--set-rpath 'pkg/*.so=...'``), to name it in errors."""
-
-
-def rpath_edit(glob: str, entries: str, mode: str = "set", *, origin: str | None = None) -> RpathEdit:
-    """A checked edit from a glob and a ``:``-separated entry list; ``origin`` names it in errors."""
-    origin = origin or f"rpath {glob}={entries}"
-    if mode not in MODES:
-        raise UsageError(f"{origin}: rpath mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if not glob:
-        raise UsageError(f"{origin}: empty GLOB; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
-    if problem := glob_problem(glob):
-        raise UsageError(f"{origin}: GLOB {glob!r}: {problem}")
-    if not entries:
-        raise UsageError(f"{origin}: no entries; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
-    if len(entries) > _MAX_ENTRIES:
-        raise UsageError(f"{origin}: entries longer than {_MAX_ENTRIES} characters")
-    if bad := CONTROL_CHARACTER.search(entries):
-        # Written as a C string into the library: a NUL would silently cut the search path there.
-        raise UsageError(f"{origin}: entries {entries!r} hold the control character {bad.group()!r}")
-    split = entries.split(":")
-    for entry in split:
-        if not entry:
-            raise UsageError(f"{origin}: empty entry in {entries!r} (the loader may read it as the working directory)")
-        if not _ORIGIN_ENTRY.match(entry):
-            why = (
-                "an absolute path points outside the wheel on the machine that installs it"
-                if entry.startswith("/")
-                else "a relative path is resolved against the process's working directory"
-            )
-            raise UsageError(f"{origin}: entry {entry!r} must start with $ORIGIN: {why}")
-    return RpathEdit(glob, tuple(split), mode, origin)
-
-
-def parse_rpath_option(option: str, mode: str, *, origin: str) -> RpathEdit:
-    """An edit from the command line's ``GLOB=ENTRIES`` (split at the first ``=``)."""
-    glob, equals, entries = option.partition("=")
-    if not equals:
-        raise UsageError(f"{origin}: expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
-    return rpath_edit(glob, entries, mode, origin=origin)
-
 
 def edited_search_path(current: Sequence[str], edit: RpathEdit) -> list[str]:
     """The search path after ``edit``; an entry given twice is kept at its first place."""

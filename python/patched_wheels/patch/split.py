@@ -19,14 +19,16 @@ loader matches what the preload loaded by SONAME.  A library that a moved one op
 ``dlopen`` by bare name from its old directory, outside its DT_NEEDED closure, is not
 found through ``$ORIGIN`` any more: do not move such a library.
 
-A split is part of :func:`patched_wheels.patch.surgery.patch_wheel` (``split=``), so a
+A split is part of :func:`patched_wheels.patch.surgery.patch_wheel` (``PatchOptions.split``), so a
 wheel that is patched and split is read and written once: the split plans against
 the patch's edits (a library deleted by ``delete`` or a patch does not move; one whose
 RPATH an ``rpath_edits`` entry changed moves with that edit, and both wheels get the
-patch's version) and hands back the main wheel's edits (moved members dropped,
-``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the preload module)
+patch's version) and hands back a :class:`PlannedSplit`, a plain value: the main wheel's edits (moved
+members dropped, ``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the preload module)
 and the sibling's members; both wheels go through :func:`patched_wheels.patch.rewrite.write_wheel`
-and are renamed into the destination only once both are complete.
+and are renamed into the destination only once both are complete.  Data flows one way: surgery
+imports this module and calls it; this module never imports surgery (the ``split`` command's
+:func:`patched_wheels.patch.surgery.split_wheel` lives there).
 """
 
 from __future__ import annotations
@@ -37,10 +39,9 @@ from typing import Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.elf.graph import LibraryGraph, install_path, read_graph
-from patched_wheels.elf.read import DT_SONAME, ElfLibrary, data_scheme, read_dynamic
+from patched_wheels.elf.graph import LibraryGraph, read_graph
+from patched_wheels.elf.read import DT_SONAME, ElfLibrary, read_dynamic
 from patched_wheels.errors import UsageError
-from patched_wheels.base.names import is_valid_project_name
 from patched_wheels.loading.packages import package_init_members
 from patched_wheels.loading.preload import (
     PreloadList,
@@ -50,28 +51,15 @@ from patched_wheels.loading.preload import (
     read_preload_module,
     render_preload_module,
 )
-from patched_wheels.patch.rewrite import Content, OutputMember, Overwritten, PlannedSplit, Scratch, Spilled, WheelEdits, member_chunks
-from patched_wheels.patch.surgery import PatchResult, patch_wheel
-from patched_wheels.wheelfile import WheelReader
+from patched_wheels.patch.request import SplitRequest
+from patched_wheels.patch.rewrite import Content, MemberEdit, OutputMember, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
+from patched_wheels.wheelfile.schemes import data_scheme, install_path
 from patched_wheels.wheelfile.zipcontainer import MAX_ALIGNMENT_PADDING, kernel_copied
 
 # Zip bookkeeping per member, beyond its name and data: local header (30) + central header (46).
 _ZIP_OVERHEAD = 76
 # Upper bound on what the main wheel gains: Requires-Dist, the __init__ import, RECORD rows, headers.
 _GROWTH_SLACK = 4096
-
-
-@dataclass(frozen=True)
-class SplitOptionNames:
-    """How the user spelled the split's options, so errors name them: flags on the command line, the
-    ``patched_wheel`` attributes in Bazel (:data:`BAZEL_NAMES`)."""
-
-    into: str = "--into"
-    move: str = "--move"
-    max_size: str = "--max-size"
-
-
-BAZEL_NAMES = SplitOptionNames("split_into", "split_move", "split_max_size")
 
 
 @dataclass(frozen=True)
@@ -87,146 +75,141 @@ class _Move:
 
 
 @dataclass(frozen=True)
-class SplitRequest:
-    """Which shared libraries to split into which sibling wheel, for :func:`patched_wheels.patch.surgery.patch_wheel`.
+class PlannedSplit:
+    """What a split adds to a patch: the main wheel's edits, and the sibling wheel written beside it.
 
-    Exactly one of ``move`` (fnmatch globs over archive paths) and ``max_size`` (bytes
-    the main wheel must fit in; the largest libraries move first) is given.
+    A plain value :func:`plan_split` returns and :func:`patched_wheels.patch.surgery.patch_wheel`
+    applies: nothing in it calls back into the split."""
+
+    removed: tuple[str, ...]
+    """Members (original names) the main wheel no longer holds."""
+    member_edits: Mapping[str, MemberEdit]
+    """For the main wheel: e.g. the ``__init__.py`` import and the preload module."""
+    requirement: str
+    """``NAME==VERSION`` of the sibling: the main wheel's new Requires-Dist, and the sibling's pin."""
+    sibling_name: str
+    sibling_dist_info: str
+    sibling_members: tuple[OutputMember, ...]
+    max_size: int | None
+    max_size_option: str
+    """How the user spelled the size limit (``--max-size``, ``split_max_size``), to name it in errors."""
+
+    def check_size(self, wheel: str, main: Path) -> None:
+        """The main wheel as written must fit ``max_size`` (the selection only estimated it)."""
+        size = main.stat().st_size
+        if self.max_size is not None and size > self.max_size:
+            raise UsageError(f"{wheel}: the main wheel is {size} bytes after the split, over {self.max_size_option} {self.max_size}")
+
+
+def plan_split(
+    request: SplitRequest, edits: WheelEdits, *, version: str, main_name: str, graph: LibraryGraph | None, scratch: Scratch
+) -> PlannedSplit:
+    """What ``request`` moves and what the main wheel becomes, given the patch's other ``edits``.
+
+    ``version`` is the output version (both wheels carry it), ``main_name`` the main
+    output's file name (the sibling's takes its version and tags), ``graph`` one that
+    holds the wheel under its input file name (None: read from the wheel alone),
+    ``scratch`` where a library given a SONAME is written.
     """
-
-    into: str
-    """Project name of the sibling wheel."""
-    move: Sequence[str] = ()
-    max_size: int | None = None
-    names: SplitOptionNames = SplitOptionNames()
-
-    def check_options(self) -> None:
-        """The checks that need no wheel: a hub runs them before it downloads anything."""
-        names = self.names
-        if bool(self.move) == (self.max_size is not None):
-            raise UsageError(f"give either {names.move} or {names.max_size}, not both or neither")
-        if not is_valid_project_name(self.into):
-            raise UsageError(f"{names.into} {self.into!r} is not a valid project name")
-
-    def check(self, reader: WheelReader) -> None:
-        """Refuse a request that no edit can make valid, before the patch does any work."""
-        wheel = reader.path.name
-        try:
-            self.check_options()
-        except UsageError as error:
-            raise UsageError(f"{wheel}: {error}") from None
-        if canonicalize_name(self.into) == reader.filename.name:
-            raise UsageError(f"{wheel}: {self.names.into} {self.into} names the wheel being split")
-
-    def plan(
-        self, edits: WheelEdits, *, version: str, main_name: str, graph: LibraryGraph | None, scratch: Scratch
-    ) -> PlannedSplit:
-        """What moves and what the main wheel becomes, given the patch's other ``edits``.
-
-        ``version`` is the output version (both wheels carry it), ``main_name`` the main
-        output's file name (the sibling's takes its version and tags), ``graph`` one that
-        holds the wheel under its input file name (None: read from the wheel alone),
-        ``scratch`` where a library given a SONAME is written.
-        """
-        reader = edits.reader
-        wheel = reader.path.name
-        if graph is None:
-            graph = read_graph([reader.path])
-        by_path = {library.path: library for library in graph.libraries if library.wheel == wheel}
-        members = edits.existing()
-        # Libraries outside site-packages (data scheme) stay: the preload finds libraries on sys.path only.
-        libraries = {
-            member: by_path[path]
-            for member in members
-            if (path := install_path(member)) in by_path and not data_scheme(path)
-        }
-        every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
-        preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
-        selected = (
-            self._select_by_globs(edits, libraries)
-            if self.move
-            else self._select_by_size(edits, members, libraries, preload_estimate)
+    reader = edits.reader
+    wheel = reader.path.name
+    if graph is None:
+        graph = read_graph([reader.path])
+    by_path = {library.path: library for library in graph.libraries if library.wheel == wheel}
+    members = edits.existing()
+    # Libraries outside site-packages (data scheme) stay: the preload finds libraries on sys.path only.
+    libraries = {
+        member: by_path[path]
+        for member in members
+        if (path := install_path(member)) in by_path and not data_scheme(path)
+    }
+    every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
+    preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
+    selected = (
+        _select_by_globs(request, edits, libraries)
+        if request.move
+        else _select_by_size(request, edits, members, libraries, preload_estimate)
+    )
+    packages = sorted({libraries[name].path.split("/", 1)[0] for name in selected})
+    if len(packages) > 1 or any("/" not in libraries[name].path for name in selected):
+        raise UsageError(
+            f"{wheel}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
         )
-        packages = sorted({libraries[name].path.split("/", 1)[0] for name in selected})
-        if len(packages) > 1 or any("/" not in libraries[name].path for name in selected):
-            raise UsageError(
-                f"{wheel}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
-            )
-        package = packages[0]
-        init_member = next(iter(package_init_members(package, members)), None)
-        if init_member is None:
-            raise UsageError(f"{wheel}: no {package}/__init__.py to import the preload from")
-        sibling_top = canonicalize_name(self.into).replace("-", "_")
-        moves = tuple(
-            _Move(name, libraries[name], edits.contents.get(name), f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}")
-            for name in selected
-        )
-        module_member = preload_module_member(init_member)
-        module = edits.current(module_member)
-        existing = PreloadList() if module is None else read_preload_module(module, where=f"{wheel}: {module_member}")
-        preload = render_preload_module(package, _preload_after_split(graph, package, wheel, moves, existing))
-        init_where = f"{wheel}: {init_member}"
-        sibling_dist_info = f"{sibling_top}-{version}.dist-info"
-        summary = f"Shared libraries split out of {reader.filename.name} {version} by patched-wheels"
-        sibling_metadata = f"Metadata-Version: 2.1\nName: {self.into}\nVersion: {version}\nSummary: {summary}\n"
-        moved = [_moved_member(edits, move, scratch) for move in sorted(moves, key=lambda move: move.target)]
-        return PlannedSplit(
-            removed=tuple(move.member for move in moves),
-            member_edits={
-                init_member: lambda current: add_preload_import(current, where=init_where),
-                module_member: lambda _current: preload,
-            },
-            requirement=f"{self.into}=={version}",
-            sibling_name=f"{sibling_top}-{main_name.split('-', 1)[1]}",  # same version, build and tags
-            sibling_dist_info=sibling_dist_info,
-            sibling_members=(
-                *moved,
-                OutputMember(f"{sibling_dist_info}/METADATA", None, sibling_metadata.encode("utf-8")),
-                OutputMember(f"{sibling_dist_info}/WHEEL", None, _sibling_wheel_file(edits)),
-            ),
-            max_size=self.max_size,
-            max_size_option=self.names.max_size,
-        )
+    package = packages[0]
+    init_member = next(iter(package_init_members(package, members)), None)
+    if init_member is None:
+        raise UsageError(f"{wheel}: no {package}/__init__.py to import the preload from")
+    sibling_top = canonicalize_name(request.into).replace("-", "_")
+    moves = tuple(
+        _Move(name, libraries[name], edits.contents.get(name), f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}")
+        for name in selected
+    )
+    module_member = preload_module_member(init_member)
+    module = edits.current(module_member)
+    existing = PreloadList() if module is None else read_preload_module(module, where=f"{wheel}: {module_member}")
+    preload = render_preload_module(package, _preload_after_split(graph, package, wheel, moves, existing))
+    init_where = f"{wheel}: {init_member}"
+    sibling_dist_info = f"{sibling_top}-{version}.dist-info"
+    summary = f"Shared libraries split out of {reader.filename.name} {version} by patched-wheels"
+    sibling_metadata = f"Metadata-Version: 2.1\nName: {request.into}\nVersion: {version}\nSummary: {summary}\n"
+    moved = [_moved_member(edits, move, scratch) for move in sorted(moves, key=lambda move: move.target)]
+    return PlannedSplit(
+        removed=tuple(move.member for move in moves),
+        member_edits={
+            init_member: lambda current: add_preload_import(current, where=init_where),
+            module_member: lambda _current: preload,
+        },
+        requirement=f"{request.into}=={version}",
+        sibling_name=f"{sibling_top}-{main_name.split('-', 1)[1]}",  # same version, build and tags
+        sibling_dist_info=sibling_dist_info,
+        sibling_members=(
+            *moved,
+            OutputMember(f"{sibling_dist_info}/METADATA", None, sibling_metadata.encode("utf-8")),
+            OutputMember(f"{sibling_dist_info}/WHEEL", None, _sibling_wheel_file(edits)),
+        ),
+        max_size=request.max_size,
+        max_size_option=request.names.max_size,
+    )
 
-    def _select_by_globs(self, edits: WheelEdits, libraries: Mapping[str, ElfLibrary]) -> list[str]:
-        wheel = edits.reader.path.name
-        option = self.names.move
-        selected: list[str] = []
-        for pattern in self.move:
-            matched = edits.matching(pattern)
-            if not matched:
-                raise UsageError(f"{wheel}: {option} {pattern} matches no member")
-            for name in matched:
-                if name not in libraries:
-                    raise UsageError(
-                        f"{wheel}: {name} (matched by {option} {pattern}) is not a shared library; "
-                        "only libraries can move, since the main wheel preloads them"
-                    )
-                if name not in selected:
-                    selected.append(name)
-        return selected
+def _select_by_globs(request: SplitRequest, edits: WheelEdits, libraries: Mapping[str, ElfLibrary]) -> list[str]:
+    wheel = edits.reader.path.name
+    option = request.names.move
+    selected: list[str] = []
+    for pattern in request.move:
+        matched = edits.matching(pattern)
+        if not matched:
+            raise UsageError(f"{wheel}: {option} {pattern} matches no member")
+        for name in matched:
+            if name not in libraries:
+                raise UsageError(
+                    f"{wheel}: {name} (matched by {option} {pattern}) is not a shared library; "
+                    "only libraries can move, since the main wheel preloads them"
+                )
+            if name not in selected:
+                selected.append(name)
+    return selected
 
-    def _select_by_size(
-        self, edits: WheelEdits, members: Sequence[str], libraries: Mapping[str, ElfLibrary], preload_growth: int
-    ) -> list[str]:
-        """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
-        wheel, option, max_size = edits.reader.path.name, self.names.max_size, self.max_size or 0
-        sizes = _stored_sizes(edits, members)
-        estimate = sum(sizes.values()) + preload_growth + _GROWTH_SLACK
+def _select_by_size(
+    request: SplitRequest, edits: WheelEdits, members: Sequence[str], libraries: Mapping[str, ElfLibrary], preload_growth: int
+) -> list[str]:
+    """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
+    wheel, option, max_size = edits.reader.path.name, request.names.max_size, request.max_size or 0
+    sizes = _stored_sizes(edits, members)
+    estimate = sum(sizes.values()) + preload_growth + _GROWTH_SLACK
+    if estimate <= max_size:
+        raise UsageError(f"{wheel}: already fits in {option} {max_size}; nothing to split")
+    selected: list[str] = []
+    for name in sorted(libraries, key=lambda name: (-sizes[name], name)):
         if estimate <= max_size:
-            raise UsageError(f"{wheel}: already fits in {option} {max_size}; nothing to split")
-        selected: list[str] = []
-        for name in sorted(libraries, key=lambda name: (-sizes[name], name)):
-            if estimate <= max_size:
-                break
-            selected.append(name)
-            estimate -= sizes[name]
-        if estimate > max_size:
-            raise UsageError(
-                f"{wheel}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
-                f"cannot fit {option} {max_size}"
-            )
-        return selected
+            break
+        selected.append(name)
+        estimate -= sizes[name]
+    if estimate > max_size:
+        raise UsageError(
+            f"{wheel}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
+            f"cannot fit {option} {max_size}"
+        )
+    return selected
 
 
 def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMember:
@@ -241,28 +224,6 @@ def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMem
     file = scratch.new_file()
     grow_dynamic(open_chunks, read_dynamic(open_chunks, where), {DT_SONAME: move.library.filename.encode()}, file, where)
     return OutputMember(move.target, move.member, Spilled(file))
-
-
-def split_wheel(
-    wheel: Path | str,
-    dest_dir: Path | str,
-    *,
-    into: str,
-    move: Sequence[str] = (),
-    max_size: int | None = None,
-    graph_wheels: Sequence[Path] = (),
-    cache_dir: Path | None = None,
-    digest_dir: Path | None = None,
-) -> PatchResult:
-    """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
-
-    ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
-    with them, the preload also loads what the moved libraries need from those wheels,
-    so the pair works with one directory per wheel on its own.  ``cache_dir`` and ``digest_dir``: the ELF
-    cache and the memo of the wheels' digests that key it (see :func:`patched_wheels.elf.graph.scan_wheels`).
-    """
-    graph = read_graph([Path(wheel), *graph_wheels], cache_dir=cache_dir, digest_dir=digest_dir)
-    return patch_wheel(wheel, dest_dir, split=SplitRequest(into, move, max_size), graph=graph)
 
 
 def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:

@@ -1,36 +1,37 @@
 """Turn an upstream wheel into a patched one: diffs, METADATA edits, RPATH edits, new local version, split.
 
+What to do is one value, :class:`PatchOptions` (each edit documented there, in the order they apply).
 All edits are computed first against the *original* member names, in a
 :class:`patched_wheels.patch.rewrite.WheelEdits` (they touch a few small text files, and the
 libraries whose RPATH is edited, which are streamed, never held whole), then every output
 is written by :func:`patched_wheels.patch.rewrite.write_wheel` in one pass: unchanged members
 are copied raw, ``.dist-info`` and ``.data`` are renamed for the new version, and RECORD is
-regenerated.  A split (any :class:`patched_wheels.patch.rewrite.Split`, e.g.
-:class:`patched_wheels.patch.split.SplitRequest`) plans against the same edits and hands back
-the main wheel's part (moved members dropped, ``Requires-Dist`` on the sibling, the
-preload) and the sibling's members, so a patched and split wheel is read once and both
-outputs go through the same writer.  Outputs are written into a temp directory in the
-destination and renamed there only once all are complete, so a failure leaves nothing
-behind.
+regenerated.  A split (:class:`patched_wheels.patch.request.SplitRequest`, planned by
+:func:`patched_wheels.patch.split.plan_split`) plans against the same edits and hands back a
+:class:`patched_wheels.patch.split.PlannedSplit`: the main wheel's part (moved
+members dropped, ``Requires-Dist`` on the sibling, the preload) and the sibling's members, so a patched
+and split wheel is read once and both outputs go through the same writer.  Outputs are written into a
+temp directory in the destination and renamed there only once all are complete, so a failure leaves
+nothing behind.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from patched_wheels.errors import PatchError, UsageError
-from patched_wheels.patch.rewrite import MemberEdit, Scratch, Split, WheelEdits, write_wheel
+from patched_wheels.patch.request import RpathEdit, SplitRequest
+from patched_wheels.patch.rewrite import MemberEdit, Scratch, WheelEdits, write_wheel
 from patched_wheels.wheelfile import WheelReader, cycle_collection_paused
 
 if TYPE_CHECKING:
     from patched_wheels.elf.graph import LibraryGraph
-    from patched_wheels.patch.rpath import RpathEdit
 
-__all__ = ["MemberEdit", "PatchResult", "find_patches", "patch_wheel"]
+__all__ = ["MemberEdit", "PatchOptions", "PatchResult", "find_patches", "patch_wheel", "split_wheel"]
 
 PATCH_SUFFIXES = (".patch", ".diff")
 
@@ -57,73 +58,89 @@ def find_patches(patch_dir: Path) -> list[Path]:
     return sorted(path for path in patch_dir.iterdir() if path.suffix in PATCH_SUFFIXES and path.is_file())
 
 
-def patch_wheel(
-    wheel: Path | str,
-    dest_dir: Path | str,
-    *,
-    suffix: str | None = None,
-    patches: Sequence[Path] = (),
-    strip: int = 1,
-    remove_requires: Sequence[str] = (),
-    add_requires: Sequence[str] = (),
-    delete: Sequence[str] = (),
-    verify: bool = False,
-    member_edits: Mapping[str, MemberEdit] | None = None,
-    rpath_edits: Sequence[RpathEdit] = (),
-    split: Split | None = None,
-    graph: LibraryGraph | None = None,
-) -> PatchResult:
-    """Write the patched copy of ``wheel`` (and, with ``split``, its sibling) into ``dest_dir``.
+@dataclass(frozen=True)
+class PatchOptions:
+    """What :func:`patch_wheel` does to a wheel: each edit, listed in the order they apply.
 
-    Order of edits: ``patches`` (in the given order), ``delete`` globs, ``member_edits``
-    (archive paths in the *original* naming, e.g. ``torch/__init__.py``), ``rpath_edits``
-    (in the given order, globs over the same names), the ``split`` (planned on the result
-    of those: a deleted library does not move, an RPATH-edited one moves with its edit),
-    then the METADATA edits.  ``suffix`` appends a PEP 440 local
-    label to the version of both wheels (an empty one is an error: the output would be
-    named exactly like the upstream wheel).  ``graph`` is the library graph the split
-    reads (a set holding ``wheel`` under its file name, so the preload also covers the
-    other wheels); without it, the split reads ``wheel``'s alone.
+    The default is no edit at all (the wheel is rewritten as it is, RECORD regenerated).  Member
+    names are archive paths in the *original* naming (e.g. ``torch/__init__.py``), whatever the new
+    version renames; globs are fnmatch patterns over them.
+    """
+
+    patches: Sequence[Path] = ()
+    """Unified diffs, applied first, in the given order (:func:`find_patches` orders a directory's)."""
+    strip: int = 1
+    """Leading path components to strip from the diffs' file names (``patch -p``)."""
+    delete: Sequence[str] = ()
+    """Globs of members to delete, after the patches."""
+    member_edits: Mapping[str, MemberEdit] = field(default_factory=dict)
+    """Member name -> function of its current content (None: absent) giving its new one, e.g. the preload."""
+    rpath_edits: Sequence[RpathEdit] = ()
+    """RPATH/RUNPATH edits, in the given order (globs over the same names)."""
+    split: SplitRequest | None = None
+    """Libraries to move into a sibling wheel, planned on the result of the edits above: a deleted library
+    does not move, an RPATH-edited one moves with its edit."""
+    graph: LibraryGraph | None = None
+    """The library graph the split reads (a set holding the wheel under its file name, so the preload also
+    covers the other wheels); None: the split reads the wheel's alone.  Unused without ``split``."""
+    remove_requires: Sequence[str] = ()
+    """Projects whose ``Requires-Dist`` lines are dropped (METADATA edits come last)."""
+    add_requires: Sequence[str] = ()
+    """``Requires-Dist`` lines to add."""
+    suffix: str | None = None
+    """PEP 440 local label appended to the version of every wheel written (an empty one is an error: the
+    output would be named exactly like the upstream wheel); None: the version stays."""
+    verify: bool = False
+    """Check every member's hash against RECORD before anything else."""
+
+
+def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions = PatchOptions()) -> PatchResult:
+    """Write the patched copy of ``wheel`` (and, with ``options.split``, its sibling) into ``dest_dir``.
+
+    ``options`` says what to edit, in which order (:class:`PatchOptions`).
     """
     wheel, dest_dir = Path(wheel), Path(dest_dir)
     # Paused: the outputs' members and RECORD rows are tens of thousands of objects without cycles.
-    with cycle_collection_paused(), WheelReader(wheel, verify=verify) as reader, Scratch(dest_dir, wheel.name) as scratch:
+    with cycle_collection_paused(), WheelReader(wheel, verify=options.verify) as reader, Scratch(dest_dir, wheel.name) as scratch:
+        split = options.split
         if split is not None:
-            split.check(reader)  # before any edit: a wrong option should not wait for the patches
+            split.check(wheel.name, reader.filename.name)  # before any edit: a wrong option should not wait for the patches
         edits = WheelEdits(reader)
-        if patches:
+        if options.patches:
             from patched_wheels.patch.unidiff import apply_file_patch, read_patch  # imported here: only a patch needs the diff reader
-        for patch in patches:
-            for file_patch in read_patch(Path(patch), strip=strip):
+        for patch in options.patches:
+            for file_patch in read_patch(Path(patch), strip=options.strip):
                 source = f"patch {file_patch.patch}"
                 edits.check_editable(file_patch.path, source)
                 patched = apply_file_patch(file_patch, edits.current(file_patch.path))
                 if patched is None:
                     edits.check_deletable(file_patch.path, source, PatchError)
                 edits.set(file_patch.path, patched)
-        for pattern in delete:
+        for pattern in options.delete:
             edits.delete_matching(pattern)
-        edits.apply_member_edits(member_edits or {}, "member edit")
-        if rpath_edits:
+        edits.apply_member_edits(options.member_edits, "member edit")
+        if options.rpath_edits:
             from patched_wheels.patch.rpath import apply_rpath_edits  # imported here: the ELF reader only when RPATHs change
 
-            apply_rpath_edits(edits, rpath_edits, scratch)
-        version = edits.version(suffix)
-        dest = dest_dir / (wheel.name if suffix is None else reader.filename.with_version(version))
+            apply_rpath_edits(edits, options.rpath_edits, scratch)
+        version = edits.version(options.suffix)
+        dest = dest_dir / (wheel.name if options.suffix is None else reader.filename.with_version(version))
         if dest.resolve() == wheel.resolve():
             raise UsageError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
         planned = None
         if split is not None:
-            planned = split.plan(edits, version=version, main_name=dest.name, graph=graph, scratch=scratch)
+            from patched_wheels.patch.split import plan_split  # imported here: only a split reads the library graph
+
+            planned = plan_split(split, edits, version=version, main_name=dest.name, graph=options.graph, scratch=scratch)
             for name in planned.removed:
                 edits.set(name, None)
             edits.apply_member_edits(planned.member_edits, "split")
         project = edits.edit_metadata(
-            version, suffix, remove_requires, add_requires, generated_requires=[planned.requirement] if planned else []
+            version, options.suffix, options.remove_requires, options.add_requires, generated_requires=[planned.requirement] if planned else []
         )
 
         renames: dict[str, str] = {}
-        if suffix is not None:
+        if options.suffix is not None:
             distribution = reader.dist_info[: -len(".dist-info")].rpartition("-")[0]
             new_prefix = f"{distribution}-{version}"
             renames = {reader.dist_info: f"{new_prefix}.dist-info", reader.data_dir: f"{new_prefix}.data"}
@@ -167,3 +184,28 @@ def _publish(scratch: Path, dest_dir: Path, names: Sequence[str]) -> None:
         for target in published:
             target.unlink(missing_ok=True)
         raise
+
+
+def split_wheel(
+    wheel: Path | str,
+    dest_dir: Path | str,
+    *,
+    into: str,
+    move: Sequence[str] = (),
+    max_size: int | None = None,
+    graph_wheels: Sequence[Path] = (),
+    cache_dir: Path | None = None,
+    digest_dir: Path | None = None,
+) -> PatchResult:
+    """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
+
+    ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
+    with them, the preload also loads what the moved libraries need from those wheels,
+    so the pair works with one directory per wheel on its own.  ``cache_dir`` and ``digest_dir``: the ELF
+    cache and the memo of the wheels' digests that key it (see :func:`patched_wheels.elf.graph.scan_wheels`).
+    """
+    # Imported here: the `patch` command, which imports this module, reads no library graph unless asked.
+    from patched_wheels.elf.graph import read_graph
+
+    graph = read_graph([Path(wheel), *graph_wheels], cache_dir=cache_dir, digest_dir=digest_dir)
+    return patch_wheel(wheel, dest_dir, PatchOptions(split=SplitRequest(into, move, max_size), graph=graph))

@@ -23,8 +23,8 @@ from patched_wheels.elf.edit import _version_names, names_inside, overwrite_in_p
 from patched_wheels.elf.read import DT_RPATH, DT_RUNPATH, read_dynamic
 from patched_wheels.errors import ElfError
 from support.rpathfixture import patchelf_binary
-from patched_wheels.patch.rpath import rpath_edit
-from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.patch.request import rpath_edit
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 
 LONG = "$ORIGIN:$ORIGIN/../../nvidia/cublas/lib:$ORIGIN/../../nvidia/cudnn/lib"
 MEMBER = "pkg/lib/libx.so"
@@ -55,7 +55,7 @@ def test_a_fitting_edit_is_patchelfs_bytes_without_patchelf(tmp_path, monkeypatc
     expected = _by_patchelf(library, ["--set-rpath", entries, *force], tmp_path)
     assert expected != library.read_bytes() and len(expected) == len(library.read_bytes())  # patchelf too edited in place
     monkeypatch.setattr(rpath, "grow_dynamic", None)  # growing the table would fail the patch
-    result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=[rpath_edit(MEMBER, entries)])
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, entries)]))
     with zipfile.ZipFile(result.path) as archive:
         assert archive.read(MEMBER) == expected
 
@@ -64,12 +64,12 @@ def test_an_edit_that_does_not_fit_grows_the_table(tmp_path, monkeypatch):
     wheel = _wheel(tmp_path / "in", _library(tmp_path, "DT_RUNPATH"))
     monkeypatch.setattr(elfgrow, "_MAX_BSS", 0)  # refused by the grower, so the grower was asked
     with pytest.raises(ElfError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {MEMBER}: the last PT_LOAD's .bss"):
-        patch_wheel(wheel, tmp_path / "out", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN/../x", "append")])
+        patch_wheel(wheel, tmp_path / "out", PatchOptions(rpath_edits=[rpath_edit(MEMBER, "$ORIGIN/../x", "append")]))
 
 
 def test_an_edit_that_changes_nothing_copies_the_member_raw(tmp_path):
     wheel = _wheel(tmp_path / "in", _library(tmp_path, "DT_RUNPATH"))
-    result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN", "prepend")])
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN", "prepend")]))
     with zipfile.ZipFile(wheel) as before, zipfile.ZipFile(result.path) as after:
         assert after.getinfo(MEMBER).compress_size == before.getinfo(MEMBER).compress_size
         assert after.read(MEMBER) == before.read(MEMBER)
@@ -79,7 +79,7 @@ def test_two_globs_on_one_library_make_one_edit_in_order(tmp_path):
     library = _library(tmp_path, "DT_RUNPATH")
     wheel = _wheel(tmp_path / "in", library)
     edits = [rpath_edit("pkg/lib/*", "$ORIGIN/a"), rpath_edit(MEMBER, "$ORIGIN/b", "append")]
-    result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=edits)
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=edits))
     with zipfile.ZipFile(result.path) as archive:
         assert archive.read(MEMBER) == _by_patchelf(library, ["--set-rpath", "$ORIGIN/a:$ORIGIN/b"], tmp_path)
 
@@ -115,7 +115,7 @@ def test_a_symbol_sharing_the_old_strings_tail_keeps_its_name(tmp_path):
     """GNU ld stores the symbol ``lib`` as the tail of ``$ORIGIN/../lib`` in .dynstr; the edit must not rename it."""
     library = compile_shared(tmp_path, "libx.so", "int lib(void) { return 1; }\n", "-Wl,-rpath,$ORIGIN/../lib")
     wheel = _wheel(tmp_path / "in", library)
-    result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")])
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")]))
     edited = tmp_path / "edited.so"
     with zipfile.ZipFile(result.path) as archive:
         edited.write_bytes(archive.read(MEMBER))
@@ -135,7 +135,7 @@ def test_a_version_name_sharing_the_old_strings_tail_keeps_it_and_the_library_lo
     assert dynstr.count(b"GLIBC_2.2.5\0") == 1 and b"$ORIGIN/GLIBC_2.2.5\0" in dynstr  # held once: shared
     assert names_inside(lambda: iter([data]), layout, (DT_RUNPATH,), "libx.so")
     wheel = _wheel(tmp_path / "in", library)
-    result = patch_wheel(wheel, tmp_path / "out", suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")])
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")]))
     edited = tmp_path / "edited" / "libx.so"
     edited.parent.mkdir()
     with zipfile.ZipFile(result.path) as archive:

@@ -26,7 +26,7 @@ from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import ElfError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, plan_preload, preload_member_edits, read_preload_module, render_preload_module
-from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.hubconfig import load_config, write_config
 
 
@@ -157,7 +157,7 @@ def test_a_cycle_the_package_needs_is_preloaded_and_imports_with_one_directory_p
     assert run_import(flat_layout(cyc.all, tmp_path / "flat"), CYC_CODE).stdout.strip() == str(CYC_ANSWER)
 
     edits = preload_member_edits(CYC_PACKAGE, cyc.all)
-    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
     with zipfile.ZipFile(patched) as archive:
         preload = read_preload_module(archive.read(f"{CYC_PACKAGE}/{PRELOAD_MODULE}.py"), where=patched.name)
     assert preload.libraries == (CYC_LIBRARIES["b"], CYC_LIBRARIES["a"])
@@ -283,7 +283,7 @@ def test_a_cycle_no_member_of_which_loads_the_others_is_optional_in_path_order_w
     assert preload.optional == set(preload.libraries)
     # What the warning says: one site-packages still works (the failing preload entries are skipped, and
     # _core.so's DT_RPATH finds both), one directory per wheel does not.
-    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
     assert run_import(flat_layout([cyc.libraries_wheel, patched], tmp_path / "flat"), CYC_CODE).stdout.strip() == str(CYC_ANSWER)
     per_wheel = run_import(per_wheel_layout([cyc.libraries_wheel, patched], tmp_path / "per-wheel"), CYC_CODE)
     assert "libcyca.so.1: cannot open shared object file" in per_wheel.stderr  # _core.so's own load fails

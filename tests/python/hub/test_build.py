@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from support import fakecuda
-from support.hubconfig import load_config, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
+from support.hubconfig import load_config, lock_attributes, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
 from support.uvfixture import run_uv, serve_over_http, uv_locks
 from patched_wheels.elf import graph as elfgraph
 from patched_wheels.cli import main
@@ -238,7 +238,7 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_pa
         spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1", preload="auto").to_json()}
         del spec["wheel"]
         request = {
-            "hub": "uv", "bzlmod": True, "requirements_lock": "", "uv_lock": str(uv_lock), "pylock": "",
+            "hub": "uv", "bzlmod": True, **lock_attributes(uv_lock=str(uv_lock)),
             "index_url": f"{url}/simple", "index_option": "direct", "rules_python_version": "2.3.2",
             "repository": str(repo), "patched": [spec],
         }
@@ -363,7 +363,7 @@ def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(tmp_path
     spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1").to_json(), "preload": "elf", "probe": "import faketorch"}
     del spec["wheel"]
     request = {
-        "hub": "test", "bzlmod": True, "requirements_lock": str(tmp_path / "lock.txt"), "uv_lock": "", "pylock": "",
+        "hub": "test", "bzlmod": True, **lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
         "index_url": "", "index_option": "index-url", "rules_python_version": "1.6.0", "repository": str(tmp_path), "patched": [spec],
     }
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")

@@ -16,6 +16,7 @@ import pytest
 
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
+from support.hubconfig import lock_attributes
 from support.starlark import PRIVATE, starlark_constants
 
 from patched_wheels.hub.plan import (
@@ -82,7 +83,7 @@ def test_starlark_schema_and_python_spec_agree_in_both_directions() -> None:
 
 
 def test_the_attribute_values_the_schema_allows_are_the_ones_the_helper_knows() -> None:
-    from patched_wheels.patch.rpath import MODES
+    from patched_wheels.patch.request import MODES
 
     schema = starlark_schema()
     assert sorted(schema["rpath_mode"]["values"]) == sorted(MODES)
@@ -106,9 +107,7 @@ def request(*specs: dict[str, object], **values: object) -> HubRequest:
     raw: dict[str, object] = {
         "hub": "fixed",
         "bzlmod": True,
-        "requirements_lock": "/ws/requirements_lock.txt",
-        "uv_lock": "",
-        "pylock": "",
+        **lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "2.3.2",
@@ -263,7 +262,7 @@ def test_the_config_round_trips_and_refuses_a_missing_or_unknown_key() -> None:
 
 def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw = {
-        "hub": "fixed", "bzlmod": True, "requirements_lock": "/ws/req.txt", "uv_lock": "", "pylock": "",
+        "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
         "repository": str(tmp_path / "repo"), "patched": [spec_json(split_into="x")],
     }
@@ -297,7 +296,7 @@ def test_the_plan_imports_no_elf_reader(tmp_path: Path) -> None:
     """Both phases run in every cold fetch of a hub (phase one in the extension), and pyelftools was a sixth
     of their start-up: phase one reads no cache, phase two reads the observation cache, no ELF file."""
     raw = {
-        "hub": "fixed", "bzlmod": True, "requirements_lock": "/ws/req.txt", "uv_lock": "", "pylock": "",
+        "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
         "repository": str(tmp_path / "repo"), "patched": [spec_json(preload="auto")],
     }
@@ -328,7 +327,7 @@ def test_the_probe_travels_from_the_request_to_the_build_config() -> None:
 def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw = spec_json()
     request_json = {
-        "hub": "fixed", "bzlmod": True, "requirements_lock": "/ws/req.txt", "uv_lock": "", "pylock": "",
+        "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "", "index_option": "direct", "rules_python_version": "0", "repository": str(tmp_path), "patched": [raw],
     }
     (tmp_path / "request.json").write_text(json.dumps(request_json), encoding="utf-8")
@@ -368,7 +367,7 @@ def test_a_hostile_request_file_is_one_error_line(tmp_path: Path, capsys: pytest
 
 def _raw_request(**spec: object) -> dict[str, object]:
     return {
-        "hub": "fixed", "bzlmod": True, "requirements_lock": "/ws/req.txt", "uv_lock": "", "pylock": "",
+        "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "2.3.2",
         "repository": "/out/external/fixed", "patched": [spec_json(**spec)],
     }

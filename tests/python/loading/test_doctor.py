@@ -30,7 +30,7 @@ from patched_wheels.loading.doctor import (
 )
 from patched_wheels.loading.preload import preload_member_edits
 from patched_wheels.elf.syslibs import system_library_names
-from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 
 FOREIGN = ("jit", "sparse", "solver", "blas")
 
@@ -43,7 +43,7 @@ def wheels(tmp_path_factory):
 @pytest.fixture(scope="module")
 def patched_torch(wheels, tmp_path_factory):
     edits = preload_member_edits("faketorch", wheels.all)
-    return patch_wheel(wheels.torch, tmp_path_factory.mktemp("patched"), suffix="pw.1", member_edits=edits).path
+    return patch_wheel(wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)).path
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def runtime(tmp_path_factory):
 @pytest.fixture(scope="module")
 def patched_runtime(runtime, tmp_path_factory):
     edits = preload_member_edits("fakejax", runtime.all, preload_wheels=[RUNTIME_GLOB])
-    return patch_wheel(runtime.package, tmp_path_factory.mktemp("patched"), suffix="pw.1", member_edits=edits).path
+    return patch_wheel(runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)).path
 
 
 def _pairs(findings):
@@ -102,7 +102,7 @@ def test_patched_set_loads_as_is(wheels, patched_torch):
 def test_installed_preload_is_read_from_the_wheel(wheels, tmp_path):
     # Patched against solver+sparse only: its preload cannot know jit and blas.
     edits = preload_member_edits("faketorch", [wheels.torch, wheels.nvidia["solver"], wheels.nvidia["sparse"]])
-    patched = patch_wheel(wheels.torch, tmp_path / "out", suffix="pw.1", member_edits=edits).path
+    patched = patch_wheel(wheels.torch, tmp_path / "out", PatchOptions(suffix="pw.1", member_edits=edits)).path
     diagnosis = diagnose([*wheels.nvidia.values(), patched], package="faketorch")
     assert diagnosis.installed
     assert diagnosis.as_is.preload.libraries == (LIBRARY_PATHS["sparse"], LIBRARY_PATHS["solver"])

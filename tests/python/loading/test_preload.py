@@ -43,7 +43,7 @@ from patched_wheels.loading.preload import (
     read_preload_module,
     render_preload_module,
 )
-from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.wheelfile import is_safe_member_path
 
 
@@ -55,7 +55,7 @@ def wheels(tmp_path_factory):
 @pytest.fixture(scope="module")
 def preloaded_torch(wheels, tmp_path_factory):
     edits = preload_member_edits("faketorch", wheels.all)
-    return patch_wheel(wheels.torch, tmp_path_factory.mktemp("patched"), suffix="pw.1", member_edits=edits).path
+    return patch_wheel(wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)).path
 
 
 def _imports(result):
@@ -166,7 +166,7 @@ def runtime(tmp_path_factory):
 @pytest.fixture(scope="module")
 def preloaded_runtime(runtime, tmp_path_factory):
     edits = preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=[RUNTIME_GLOB])
-    return patch_wheel(runtime.package, tmp_path_factory.mktemp("patched"), suffix="pw.1", member_edits=edits).path
+    return patch_wheel(runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)).path
 
 
 def _runs(result):

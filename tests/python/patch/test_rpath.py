@@ -21,8 +21,8 @@ from patched_wheels.elf import grow as elfgrow
 from patched_wheels.cli import main
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
-from patched_wheels.patch.rpath import rpath_edit
-from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.patch.request import rpath_edit
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.wheelfile import WheelReader
 from support.rpathfixture import DATA_MEMBER, EXT_MEMBER, FIX
 
@@ -176,8 +176,8 @@ def test_doctor_and_graph_see_the_edited_rpath(wheels: dict[str, Path], tmp_path
 
 def test_library_api_is_reproducible_and_matches_the_cli(wheels: dict[str, Path], tmp_path: Path) -> None:
     edits = [rpath_edit("pkg/*.so", FIX, "append")]
-    first = patch_wheel(wheels["rpath"], tmp_path / "one", suffix="s.1", rpath_edits=edits)
-    second = patch_wheel(wheels["rpath"], tmp_path / "two", suffix="s.1", rpath_edits=edits)
+    first = patch_wheel(wheels["rpath"], tmp_path / "one", PatchOptions(suffix="s.1", rpath_edits=edits))
+    second = patch_wheel(wheels["rpath"], tmp_path / "two", PatchOptions(suffix="s.1", rpath_edits=edits))
     by_cli = _patch(wheels["rpath"], tmp_path / "cli", "--suffix", "s.1", "--add-rpath", f"pkg/*.so={FIX}")
     assert first.requirement == "pkg==1.0+s.1"
     assert _sha256(first.path) == _sha256(second.path) == _sha256(by_cli)
@@ -246,5 +246,5 @@ def test_a_layout_the_editor_refuses_is_one_error_naming_the_member(
 ) -> None:
     monkeypatch.setattr(elfgrow, "_MAX_BSS", 0)  # _ext.so's .bss (8 bytes) is then too big to write out
     with pytest.raises(ElfError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {EXT_MEMBER}: the last PT_LOAD's .bss \(8 bytes\)"):
-        patch_wheel(wheels["runpath"], tmp_path / "out", rpath_edits=[rpath_edit("pkg/*.so", FIX)])
+        patch_wheel(wheels["runpath"], tmp_path / "out", PatchOptions(rpath_edits=[rpath_edit("pkg/*.so", FIX)]))
     assert not (tmp_path / "out").exists()

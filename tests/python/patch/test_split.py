@@ -28,9 +28,8 @@ from patched_wheels.elf.graph import read_graph
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
 from patched_wheels.loading.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
-from patched_wheels.patch.rpath import rpath_edit
-from patched_wheels.patch.split import SplitRequest, split_wheel
-from patched_wheels.patch.surgery import patch_wheel
+from patched_wheels.patch.request import SplitRequest, rpath_edit
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
 from patched_wheels.wheelfile import WheelReader
 
 MOVED = "faketorch_libs/lib/libfaketorch.so"
@@ -128,9 +127,7 @@ def test_without_graph_wheels_the_pair_works_flat(wheels, tmp_path):
 
 
 def test_split_extends_an_existing_preload(wheels, tmp_path):
-    patched = patch_wheel(
-        wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=preload_member_edits("faketorch", wheels.all)
-    ).path
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=preload_member_edits("faketorch", wheels.all))).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"])
     with zipfile.ZipFile(pair.path) as archive:
         preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
@@ -148,7 +145,7 @@ def test_split_keeps_optional_entries_optional(wheels, tmp_path):
     runtime = build_runtime_loaded_wheels(tmp_path / "runtime")
     graph_wheels = [*wheels.nvidia.values(), runtime.foo, runtime.bar]
     edits = preload_member_edits("faketorch", [wheels.torch, *graph_wheels], preload_wheels=[RUNTIME_GLOB])
-    patched = patch_wheel(wheels.torch, tmp_path / "patched", suffix="pw.1", member_edits=edits).path
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=graph_wheels)
     with zipfile.ZipFile(pair.path) as archive:
         preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
@@ -254,16 +251,16 @@ def _members(wheel: Path) -> dict[str, bytes]:
 
 
 def test_patch_and_split_in_one_call_gives_the_wheels_of_patch_then_split(wheels, tmp_path):
-    options = dict(
+    options = PatchOptions(
         suffix="pw.1",
         add_requires=["filelock>=3"],
         member_edits=preload_member_edits("faketorch", wheels.all),
     )
-    patched = patch_wheel(wheels.torch, tmp_path / "patched", **options)
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", options)
     two_steps = split_wheel(
         patched.path, tmp_path / "two", into=SPLIT.into, move=SPLIT.move, graph_wheels=list(wheels.nvidia.values())
     )
-    one_call = patch_wheel(wheels.torch, tmp_path / "one", **options, split=SPLIT, graph=read_graph(wheels.all))
+    one_call = patch_wheel(wheels.torch, tmp_path / "one", replace(options, split=SPLIT, graph=read_graph(wheels.all)))
     assert one_call.requirements == two_steps.requirements == ("faketorch==2.1.0+pw.1", "faketorch-libs==2.1.0+pw.1")
     assert one_call.path.name == two_steps.path.name and one_call.sibling.name == two_steps.sibling.name
     assert _members(one_call.path) == _members(two_steps.path)
@@ -307,7 +304,7 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
 @pytest.mark.parametrize("mode", ["prepend", "set"])  # longer: the string table grows; shorter: overwritten in place
 def test_a_library_whose_rpath_the_patch_edits_moves_with_the_edit(wheels, tmp_path, mode):
     edit = rpath_edit(LIBRARY_PATHS["faketorch"], "$ORIGIN/../extra", mode)
-    result = patch_wheel(wheels.torch, tmp_path, rpath_edits=[edit], split=SPLIT, graph=read_graph(wheels.all))
+    result = patch_wheel(wheels.torch, tmp_path, PatchOptions(rpath_edits=[edit], split=SPLIT, graph=read_graph(wheels.all)))
     with WheelReader(result.sibling, verify=True) as reader:
         dynamic = _dynamic(reader.read(MOVED))
     nvidia = [f"$ORIGIN/../../fake_nvidia/{name}/lib" for name in ("jit", "sparse", "solver", "blas")]
@@ -321,12 +318,12 @@ def test_a_library_whose_rpath_the_patch_edits_moves_with_the_edit(wheels, tmp_p
 
 
 def test_a_library_the_patch_deletes_does_not_move(wheels, tmp_path):
-    result = patch_wheel(wheels.torch, tmp_path / "out", delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/*.so"]))
+    result = patch_wheel(wheels.torch, tmp_path / "out", PatchOptions(delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/*.so"])))
     with zipfile.ZipFile(result.sibling) as sibling, zipfile.ZipFile(result.path) as main_wheel:
         assert [name for name in sibling.namelist() if name.endswith(".so")] == [MOVED]
         assert not [name for name in main_wheel.namelist() if name.endswith(".so")]
     with pytest.raises(UsageError, match=r"--move faketorch/_core.so matches no member"):
-        patch_wheel(wheels.torch, tmp_path / "none", delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/_core.so"]))
+        patch_wheel(wheels.torch, tmp_path / "none", PatchOptions(delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/_core.so"])))
 
 
 def test_a_failure_after_the_sibling_is_written_leaves_neither_wheel(wheels, tmp_path, monkeypatch):
@@ -341,7 +338,7 @@ def test_a_failure_after_the_sibling_is_written_leaves_neither_wheel(wheels, tmp
     # A member under a file's path: only the main wheel's final check refuses it, after the sibling is complete.
     under_a_file = {"faketorch/__init__.py/x.py": lambda _current: b""}
     with pytest.raises(InvalidWheelError, match=r"faketorch/__init__.py is a file, not a directory"):
-        patch_wheel(wheels.torch, tmp_path / "out", member_edits=under_a_file, split=SPLIT)
+        patch_wheel(wheels.torch, tmp_path / "out", PatchOptions(member_edits=under_a_file, split=SPLIT))
     assert [path.name for path in written] == ["faketorch_libs-2.1.0-py3-none-linux_x86_64.whl"]
     assert not (tmp_path / "out").exists()
 

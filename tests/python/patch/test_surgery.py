@@ -17,7 +17,7 @@ from support.wheelbuilder import build_wheel, replace_members
 
 from patched_wheels.cli import main
 from patched_wheels.errors import PatchError, UsageError
-from patched_wheels.patch.surgery import PatchResult, patch_wheel
+from patched_wheels.patch.surgery import PatchOptions, PatchResult, patch_wheel
 
 INIT = b"".join(b"line = %d\n" % number for number in range(1, 11))
 INIT_PATCH = b"""\
@@ -108,7 +108,7 @@ def test_platlib_wheel_keeps_filename_tags_build_tag_and_wheel_file(tmp_path: Pa
     wheel = _demo_wheel(tmp_path / "in", version="2.1.2+cu118", build_tag="7", tag=str(platform_tag))
     # Like torch 2.1.0: the WHEEL file's Tag differs from the filename's; the filename wins.
     original_wheel_file = zipfile.ZipFile(wheel).read("demo-2.1.2+cu118.dist-info/WHEEL")
-    result = patch_wheel(wheel, tmp_path / "out", suffix="stripe.5", patches=[_patch_file(tmp_path, "p.diff", INIT_PATCH)])
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="stripe.5", patches=[_patch_file(tmp_path, "p.diff", INIT_PATCH)]))
     assert result == PatchResult(
         tmp_path / "out" / f"demo-2.1.2+cu118.stripe.5-7-{platform_tag}.whl", "demo==2.1.2+cu118.stripe.5"
     )
@@ -125,7 +125,7 @@ def test_platlib_wheel_keeps_filename_tags_build_tag_and_wheel_file(tmp_path: Pa
 def test_name_normalisation_keeps_input_spelling(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     wheel = build_wheel(tmp_path / "in", "Foo.Bar", "1.0", {"foo_bar/__init__.py": b"X = 1\n"}, distribution="Foo_Bar")
-    result = patch_wheel(wheel, tmp_path / "out", suffix="p1")
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="p1"))
     assert result.path.name == "Foo_Bar-1.0+p1-py3-none-any.whl"
     assert result.requirement == "Foo.Bar==1.0+p1"
     with zipfile.ZipFile(result.path) as archive:
@@ -138,7 +138,7 @@ def test_name_normalisation_keeps_input_spelling(tmp_path: Path) -> None:
 
 def test_unchanged_members_are_copied_raw_and_modes_kept(tmp_path: Path) -> None:
     wheel = _demo_wheel(tmp_path / "in")
-    result = patch_wheel(wheel, tmp_path / "out", suffix="x", patches=[_patch_file(tmp_path, "p.diff", INIT_PATCH)])
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="x", patches=[_patch_file(tmp_path, "p.diff", INIT_PATCH)]))
     with zipfile.ZipFile(wheel) as before, zipfile.ZipFile(result.path) as after:
         raw_before = before.getinfo("demo/data.bin")
         raw_after = after.getinfo("demo/data.bin")
@@ -165,10 +165,12 @@ def test_patch_order_creation_deletion_globs_and_member_edits(tmp_path: Path) ->
     result = patch_wheel(
         wheel,
         tmp_path / "out",
-        suffix="x",
-        patches=[*sorted(patch_dir.glob("*.patch")), create],
-        delete=["demo/*.bin"],
-        member_edits={"demo/__init__.py": edit_init, "demo/_preload.py": lambda content: b"# generated\n"},
+        PatchOptions(
+            suffix="x",
+            patches=[*sorted(patch_dir.glob("*.patch")), create],
+            delete=["demo/*.bin"],
+            member_edits={"demo/__init__.py": edit_init, "demo/_preload.py": lambda content: b"# generated\n"},
+        ),
     )
     assert seen["demo/__init__.py"] is not None and b"second = True\n" in seen["demo/__init__.py"]
     with zipfile.ZipFile(result.path) as archive:
@@ -184,12 +186,12 @@ def test_patch_order_creation_deletion_globs_and_member_edits(tmp_path: Path) ->
 
 def test_without_suffix_only_content_changes(tmp_path: Path) -> None:
     wheel = _demo_wheel(tmp_path / "in")
-    result = patch_wheel(wheel, tmp_path / "out", remove_requires=["TRITON"])
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(remove_requires=["TRITON"]))
     assert result == PatchResult(tmp_path / "out" / wheel.name, "demo==1.0")
     with zipfile.ZipFile(result.path) as archive:
         assert b"triton" not in archive.read("demo-1.0.dist-info/METADATA")
     with pytest.raises(UsageError, match="output would overwrite the input"):
-        patch_wheel(wheel, wheel.parent, remove_requires=["filelock"])
+        patch_wheel(wheel, wheel.parent, PatchOptions(remove_requires=["filelock"]))
 
 
 def test_patching_twice_gives_identical_bytes(tmp_path: Path) -> None:
@@ -376,14 +378,14 @@ def test_errors_say_whose_fault_they_are(tmp_path: Path, options: dict, error: t
     """An option contradicting the wheel is a UsageError; an edit that cannot apply to it, a PatchError."""
     wheel = _demo_wheel(tmp_path / "in")
     with pytest.raises(error, match=message):
-        patch_wheel(wheel, tmp_path / "out", suffix="s", **options)
+        patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="s", **options))
     assert not (tmp_path / "out").exists()
 
 
 def test_a_patch_deleting_a_needed_file_is_a_patch_error(tmp_path: Path) -> None:
     wheel = _demo_wheel(tmp_path / "in")
     with pytest.raises(PatchError, match="would delete demo-1.0.dist-info/WHEEL, which a wheel needs"):
-        patch_wheel(wheel, tmp_path / "out", patches=[_delete_wheel_patch(tmp_path, wheel)])
+        patch_wheel(wheel, tmp_path / "out", PatchOptions(patches=[_delete_wheel_patch(tmp_path, wheel)]))
 
 
 @pytest.mark.parametrize("epoch", ["\u00b2", "1e9"])
@@ -400,7 +402,7 @@ def test_bad_source_date_epoch_is_one_line_and_no_output(
 def test_tampered_unchanged_member_passes_without_verify(tmp_path: Path) -> None:
     """The default mode trusts unchanged members (Bazel pins the download's sha256); --verify does not."""
     wheel = _tampered(tmp_path, "demo/data.bin")
-    assert patch_wheel(wheel, tmp_path / "out", suffix="s").path.exists()
+    assert patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="s")).path.exists()
 
 
 def test_preload_flags_must_come_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -412,11 +414,11 @@ def test_preload_flags_must_come_together(tmp_path: Path, capsys: pytest.Capture
 def test_signatures_are_dropped_and_generated_files_protected(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     wheel = build_wheel(tmp_path / "in", "demo", "1.0", {"demo/x.py": b"", ".dist-info/RECORD.jws": b"{}"})
-    result = patch_wheel(wheel, tmp_path / "out", suffix="s")
+    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="s"))
     with zipfile.ZipFile(result.path) as archive:
         assert not [name for name in archive.namelist() if name.endswith(".jws")]
         assert b"RECORD.jws" not in archive.read("demo-1.0+s.dist-info/RECORD")
     edit_record = {"demo-1.0.dist-info/RECORD": lambda content: b""}
     with pytest.raises(PatchError, match="^member edit: demo-1.0.dist-info/RECORD is generated"):
-        patch_wheel(wheel, tmp_path / "out2", suffix="s", member_edits=edit_record)
+        patch_wheel(wheel, tmp_path / "out2", PatchOptions(suffix="s", member_edits=edit_record))
     assert not (tmp_path / "out2").exists()
