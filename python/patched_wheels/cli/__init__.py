@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -77,13 +78,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     args = build_parser(only=command).parse_args(argv)
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # here, not at exit, so a reader gone before the last write is seen below
+        return status
     except PatchedWheelsError as error:
         print(f"patched-wheels: error: {one_line(str(error))}", file=sys.stderr)
         return 1
     except OSError as error:  # a destination that cannot be written, a file that vanished, ...
+        if isinstance(error, BrokenPipeError) and _stdout_closed():
+            # The reader of stdout has left (`patched-wheels graph W | head`): it read what it wanted, so this
+            # is no bad input. Quiet and status 0, as uv does (pip says "ERROR: Pipe to stdout was broken" and
+            # exits 1; dying of SIGPIPE, 141, fails `set -o pipefail` scripts for the reader's choice). stdout
+            # goes to /dev/null so the interpreter's flush at exit does not fail again with a traceback.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         where = f"{error.filename}: " if error.filename else ""
         print(f"patched-wheels: error: {one_line(f'{where}{error.strerror or error}')}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (a broken pipe to a child process or a socket stays an
+    error like any other). poll() reports the write end of such a pipe as in error (Linux, macOS)."""
+    import select
+
+    try:
+        poller = select.poll()  # not on Windows: there the error line stays
+        poller.register(sys.stdout.fileno(), 0)
+    except (AttributeError, ValueError, OSError):  # no poll, or stdout is no file (a test's StringIO)
+        return False
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))

@@ -14,10 +14,11 @@ Given the lock's pins (any format), the files of our index and the index option,
   its URL, when the caller knows the one file it admits). When the pin keeps other hashes (wheels for
   other platforms, not patched), the reference gets the marker of its wheel's tags and those hashes
   stay usable on a second line with the opposite marker;
-* which of a pin's hashes a patched wheel replaces: those ``replaced`` names for its project; without an
-  entry, for a lock that names its files (uv.lock, pylock.toml), the wheels that install where the
-  patched wheel installs (by their tags: an aarch64 wheel stays beside a patched x86_64 one, with the
-  sdist), and for any other pin every hash. The hashes left are each edit's ``kept``, for every writer;
+* which of a pin's hashes a patched wheel replaces: every one when the patched wheel is pure (it serves
+  every platform, so no original wheel nor the sdist stays in use); else those ``replaced`` names for its
+  project; without an entry, for a lock that names its files (uv.lock, pylock.toml), the wheels that
+  install where the patched wheel installs (by their tags: an aarch64 wheel stays beside a patched x86_64
+  one), and for any other pin every hash. The hashes left are each edit's ``kept``, for every writer;
 * otherwise one option line makes pip look at the index, written ``--option=value`` (rules_python
   0.22.1 passes each option line to pip as one argument). Under the lock's own ``--no-index`` pip reads
   no index URL at all, so the index is then named as ``--find-links=`` (a directory of wheels) in every
@@ -211,10 +212,18 @@ def _option_line(lock: Lock, options: LockOptions) -> tuple[str | None, tuple[Lo
 
 
 def _kept(pin: Pin, files: Sequence[IndexedFile], replaced: frozenset[str] | None) -> tuple[str, ...]:
-    """The pin's hashes that the patched ``files`` leave in use (module docstring)."""
+    """The pin's hashes that the patched ``files`` leave in use (module docstring).
+
+    Patched files for every platform (a pure wheel) replace the whole pin whatever ``replaced`` says: they
+    install wherever any of its wheels would (a wheel left for another platform would install there
+    unpatched), and pip never builds the sdist when a wheel fits (the hub names only the wheel it fetched,
+    and a requirements lock does not tell an sdist's hash from a wheel's)."""
     if replaced is None:
         replaced = _superseded(pin, files)
-    return tuple(sorted(h for h in pin.hashes if h.partition(":")[2].lower() not in replaced))
+    kept = tuple(sorted(h for h in pin.hashes if h.partition(":")[2].lower() not in replaced))
+    if kept and WheelEnvironments.of(tag for file in files for tag in file.tags).marker() is None:
+        return ()
+    return kept
 
 
 def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
@@ -254,12 +263,7 @@ def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: t
         # No other line serves other platforms, so no marker of the wheel's own: a marker makes some
         # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.
         return (NewPin(pin.head, target.version, url, pin.marker, hashes),)
-    environments = WheelEnvironments.of(target.tags)
-    if environments.marker() is None:
-        raise InvalidLockError(
-            f"{pin.span.where}: {target.filename} is for every platform, but the pin of "
-            f"{pin.name} has {len(left)} more hashes; a pure wheel cannot leave other wheels in use"
-        )
+    environments = WheelEnvironments.of(target.tags)  # not every platform: a pure wheel leaves nothing (_kept)
     return (
         NewPin(pin.head, target.version, url, and_markers(pin.marker, environments.marker()), hashes),
         NewPin(pin.head, pin.pinned_version(), None, and_markers(pin.marker, environments.complement()), left),

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import patched_wheels.cli as cli
 
@@ -49,3 +50,26 @@ def test_only_the_command_run_is_imported():
     code = "import sys; from patched_wheels.cli import build_parser; build_parser('index'); print(sorted(m for m in sys.modules if m.startswith('patched_wheels.cli.')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['patched_wheels.cli.index']"
+
+
+def test_a_reader_leaving_stdout_ends_the_command_quietly(tmp_path):
+    """`patched-wheels graph W | head`: the reader has read what it wanted. No error line, status 0 (as uv;
+    the reason is in cli.main), and no traceback from the interpreter's flush at exit."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes its one line
+    try:
+        result = subprocess.run([sys.executable, "-m", "patched_wheels", "index", str(tmp_path)], stdout=write, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_a_broken_pipe_that_is_not_stdout_stays_an_error(monkeypatch, capsys):
+    """Only the reader of stdout leaving is quiet: a child process or socket gone mid-write is one error line."""
+
+    def run(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "build_parser", lambda only=None: SimpleNamespace(parse_args=lambda argv: SimpleNamespace(run=run)))
+    assert cli.main(["index"]) == 1
+    assert capsys.readouterr().err == "patched-wheels: error: Broken pipe\n"

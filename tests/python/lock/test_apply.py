@@ -453,14 +453,17 @@ def test_direct_mode_keeps_the_other_platforms_of_a_multi_platform_lock(tmp_path
     assert sorted(p.name for p in target.glob("*.dist-info")) == ["platfake-1.0+stripe.1.dist-info"]
 
 
-def test_direct_mode_refuses_a_pure_wheel_replacing_only_some_hashes(tmp_path: Path) -> None:
+def test_a_pure_wheel_replaces_the_whole_pin_whatever_replaced_names(tmp_path: Path) -> None:
+    """The hub names only the wheel it fetched (A); the pin's other hash (B: the sdist pip-compile
+    --generate-hashes writes, or another wheel) is replaced too: the pure wheel serves every platform."""
     index = tmp_path / "index"
     index.mkdir()
-    make_wheel(index, "purefake-1.0+stripe.1-py3-none-any.whl")
+    patched = make_wheel(index, "purefake-1.0+stripe.1-py3-none-any.whl")
     source = tmp_path / "in.txt"
     source.write_text(f"purefake==1.0 --hash=sha256:{A} --hash=sha256:{B}\n")
-    with pytest.raises(InvalidLockError, match=r"in.txt:1: purefake-1.0\+stripe.1-py3-none-any.whl is for every platform"):
-        index_and_lock(source, index, tmp_path / "out.txt", replaced={"purefake": [A]})
+    out = tmp_path / "out.txt"
+    index_and_lock(source, index, out, replaced={"purefake": [A]})
+    assert out.read_text() == f"purefake @ file://{patched} \\\n    --hash=sha256:{sha256_of(patched)}\n"
 
 
 @pytest.mark.parametrize(

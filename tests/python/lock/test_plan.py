@@ -60,6 +60,10 @@ CASES = [
        f'(python_version == "3.11" and ({LINUX}))', (f"sha256:{FOO_LINUX.sha256}",)),
       ("foo[bar]==1.0 ; (python_version >= '3.8') and "
        '(python_version != "3.11" or (sys_platform != "linux" or platform_machine != "x86_64"))', (f"sha256:{B}",))]),
+    # The hub names the one wheel it fetched; the pin's other hash (pip-compile --generate-hashes writes the
+    # sdist's) goes too: a pure wheel serves every platform, and pip never builds an sdist when a wheel fits.
+    ("pure-replaces-the-sdist", f"foo==1.0 --hash=sha256:{A} --hash=sha256:{B}\n", (FOO,), {"replaced": {"foo": frozenset({A})}},
+     [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))]),
     ("direct-reference-file", f"foo @ file:///w/foo-1.0-py3-none-any.whl --hash=sha256:{A}\n", (FOO,), {},
      [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))]),
     ("direct-reference-https", "Foo[x] @ https://h.example/foo-1.0-py3-none-any.whl ; os_name == 'posix'\n", (FOO,), {},

@@ -71,7 +71,7 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
     for edit in plan.edits:
         if edit.files and edit.pin.span.start in block_of:
             number = block_of[edit.pin.span.start]
-            fork = _fork(uv, number, layout(number).package, edit, registry)
+            fork = _fork(layout(number).package, edit, registry)
             ours = _patched(layout(number), str(edit.version), edit.files, registry, index_dir, fork)
             if fork is None:
                 edits[number] = ours
@@ -118,19 +118,15 @@ def _names_a_fork(package: dict[str, Any], forks: dict[NormalizedName, tuple["_F
     return any(_fork_of(edge, forks) is not None for rows in arrays if isinstance(rows, list) for edge in rows)
 
 
-def _fork(uv: UvLock, number: int, package: dict[str, Any], edit: PinEdit, registry: str) -> _Fork | None:
-    """The fork a patched package (``package``, block ``number``'s table) becomes when the plan keeps
+def _fork(package: dict[str, Any], edit: PinEdit, registry: str) -> _Fork | None:
+    """The fork a patched package (``package``, its block's table) becomes when the plan keeps
     some of its wheels; None: replaced whole."""
     kept = {h.lower() for h in edit.kept}
     if not any(str(wheel.get("hash", "")).lower() in kept for wheel in package.get("wheels", [])):
         return None
     environments = WheelEnvironments.of(tag for file in edit.files for tag in file.tags)
     ours, rest = environments.marker(), environments.complement()
-    if ours is None or rest is None:
-        raise InvalidLockError(
-            f"{uv.blocks[number].where}: {', '.join(f.filename for f in edit.files)} is for every platform, but "
-            f"package {uv.names[number]} keeps {len(kept)} more hashes; a pure wheel cannot leave other wheels in use"
-        )
+    assert ours is not None and rest is not None  # files for every platform keep no hash (plan._kept)
     quoted = (ours.replace('"', "'"), rest.replace('"', "'"))  # uv's spelling; tag values hold no quote
     return _Fork(package["version"], package["source"], (str(edit.version), {"registry": registry}, quoted[0]), quoted[1])
 
