@@ -37,7 +37,7 @@ def add_lock_input(parser: argparse.ArgumentParser) -> None:
 
 
 def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
-    """The lock given and its format (one of ``lockformats.FORMATS``)."""
+    """The lock given and its format (one of ``lock.formats.registry.FORMATS``)."""
     from patched_wheels.lock.formats.registry import LOCK_FORMATS
 
     for entry in LOCK_FORMATS:

@@ -37,7 +37,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(json.dumps(resolution(request)))
         return 0
     # The caches are read by phase two only. Phase one (the extension's check) still imports the cache modules,
-    # through hubplan's imports (elfgraph, index), but not observe and what only it imports.
+    # through hub.plan's imports (elf.graph, and index.simple by way of lock.plan), but not loading.observe and what only it imports.
     from patched_wheels.base.cache import cache_dir
     from patched_wheels.elf.cache import cached_digests
     from patched_wheels.loading.observe import is_observed

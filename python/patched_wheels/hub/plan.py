@@ -34,7 +34,7 @@ from patched_wheels.loading.packages import module_name
 from patched_wheels.lock.resolve import ResolvedWheel
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
-#: lock format (``pins.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
+#: lock format (``lock.formats.registry.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
 LOCK_FORMATS = {entry.attribute: entry.name for entry in lockformats.LOCK_FORMATS}
 
 #: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are

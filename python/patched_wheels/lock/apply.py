@@ -1,4 +1,4 @@
-"""Point a lock at the patched wheels of a local index: the I/O around :func:`lockplan.plan_lock`.
+"""Point a lock at the patched wheels of a local index: the I/O around :func:`~patched_wheels.lock.plan.plan_lock`.
 
 ``lock(IN, INDEX, OUT)`` reads the lock IN once (its format's reader, :mod:`patched_wheels.lock.formats.registry`),
 asks :mod:`patched_wheels.lock.plan` once what must change for INDEX (the files ``index.build_index``

@@ -1,5 +1,5 @@
-"""The lock decision (``lockplan.plan_lock``), table-driven: lock text and index files in memory, no pip,
-no disk. What real pip makes of the rendered result is tested in test_lock.py."""
+"""The lock decision (``lock.plan.plan_lock``), table-driven: lock text and index files in memory, no pip,
+no disk. What real pip makes of the rendered result is tested in test_apply.py."""
 
 from __future__ import annotations
 
