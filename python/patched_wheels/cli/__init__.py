@@ -13,7 +13,7 @@ import argparse
 import importlib
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
 
@@ -58,6 +58,27 @@ def digest_memo_dir(args: argparse.Namespace) -> Path | None:
     from patched_wheels.base.cache import cache_dir
 
     return None if args.no_cache else cache_dir("digests")
+
+
+# The rules' JSON files are small (a spec per patched wheel, a row per locked wheel): a bigger one is not theirs.
+_MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
+def read_json_input(path: Path, parse: Callable[[Any], Any], what: str) -> Any:
+    """``parse`` of the JSON in ``path``; any flaw (``parse`` raising ValueError, KeyError or TypeError included)
+    is one error naming the file and ``what`` it should hold. The Bazel rules write these files, so a flaw
+    means the Starlark and Python sides of a schema disagree. Only a regular file of bounded size is read:
+    a FIFO or a device (``/dev/zero``) never is."""
+    import json
+
+    from patched_wheels.base.fsutil import read_regular_file
+
+    try:
+        return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))
+    except RecursionError:  # json nests a Python call per "[" or "{"
+        raise UsageError(f"{path}: cannot read the {what}: nested too deeply") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: cannot read the {what}: {error}") from None
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
