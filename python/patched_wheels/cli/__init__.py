@@ -13,9 +13,12 @@ import argparse
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
+
+if TYPE_CHECKING:
+    from patched_wheels.index.simple import IndexResult
 
 
 COMMANDS = ("doctor", "graph", "hub", "index", "lock", "mirror", "patch", "resolve", "split")
@@ -79,6 +82,13 @@ def read_json_input(path: Path, parse: Callable[[Any], Any], what: str) -> Any:
         raise UsageError(f"{path}: cannot read the {what}: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{path}: cannot read the {what}: {error}") from None
+
+
+def index_summary(result: IndexResult) -> str:
+    """The line ``index`` and ``mirror`` end with: where the pages are, what they list, what was hashed this time."""
+    from patched_wheels.index.simple import SIMPLE_DIR
+
+    return f"{result.directory / SIMPLE_DIR}: {len(result.files)} files of {len(result.projects)} projects ({result.hashed} hashed)"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
