@@ -37,7 +37,8 @@ from support.wheelbuilder import build_wheel
 
 from support.fuzzing import one_error_line, run_cases, run_cli
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import INDEX_OPTIONS, read_lock
+from patched_wheels.lock.apply import INDEX_OPTIONS
+from patched_wheels.lock.formats.registry import read_lock
 from patched_wheels.wheelfile import WheelReader
 
 CASES = int(os.environ.get("RPW_FUZZ_CASES") or 240)

@@ -24,7 +24,8 @@ from support.fuzzing import one_error_line, run_cases, run_cli
 from support.wheelbuilder import build_wheel
 
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import INDEX_OPTIONS, read_lock
+from patched_wheels.lock.apply import INDEX_OPTIONS
+from patched_wheels.lock.formats.registry import read_lock
 
 TOML_CASES = int(os.environ.get("RPW_FUZZ_TOML_CASES") or 200)
 EVIL = "evil.invalid"

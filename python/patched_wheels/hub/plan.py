@@ -27,7 +27,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
-from patched_wheels.lock.formats import registry as lockformats
+from patched_wheels.lock.formats import registry
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.loading.packages import module_name
@@ -35,7 +35,7 @@ from patched_wheels.lock.resolve import ResolvedWheel
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
 #: lock format (``lock.formats.registry.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
-LOCK_FORMATS = {entry.attribute: entry.name for entry in lockformats.LOCK_FORMATS}
+LOCK_FORMATS = {entry.attribute: entry.name for entry in registry.LOCK_FORMATS}
 
 #: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
 #: deleted after the build; ``index`` is served.

@@ -19,7 +19,7 @@ from support.wheelbuilder import build_wheel
 from patched_wheels.lock import model as pins_module
 from patched_wheels.cli import main
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import read_lock
+from patched_wheels.lock.formats.registry import read_lock
 from patched_wheels.lock.resolve import resolve
 
 uv_module = pytest.importorskip("uv", reason="the real uv makes and reads the locks")
