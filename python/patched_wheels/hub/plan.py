@@ -29,6 +29,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.lock.formats import registry
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
+from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.loading.packages import module_name
 from patched_wheels.lock.resolve import ResolvedWheel
@@ -268,6 +269,8 @@ def check_request(request: HubRequest) -> None:
             'use index_option = "direct" (the default)'
         )
         raise UsageError(f'{request.index_call}: index_option = "{request.index_option}" {reason}')
+    if request.index_url:  # written into the lock as --index-url: named here, not as the lock command's flag
+        check_lock_value(request.index_url, f"{request.index_call}: index_url")
     seen: set[str] = set()
     for spec in request.patched:
         name = canonicalize_name(spec.name)

@@ -181,6 +181,14 @@ def test_index_option_must_be_readable_by_the_rules_python_in_use() -> None:
         check_request(request(index_option="find-links", rules_python_version=version))
 
 
+@pytest.mark.parametrize("url", ["https://x y/simple", "https://x/simple\n--trusted-host=evil", "https://x/simple\\"])
+def test_an_index_url_that_cannot_be_written_into_a_lock_is_named_as_the_attribute(url: str) -> None:
+    """The build writes ``index_url`` into the lock as ``--index-url=``: a blank or line break in it is refused
+    before any download, naming the attribute (not the ``lock`` command's ``--upstream-index-url``)."""
+    with pytest.raises(UsageError, match=r"^patched\.index\(name = \"fixed\"\): index_url 'https://x.*cannot be written into a lock$"):
+        check_request(request(index_url=url))
+
+
 def test_a_project_given_twice_is_refused_whatever_its_spelling() -> None:
     with pytest.raises(UsageError, match=r'name = "Fake_Torch", hub = "fixed"\): given twice for one hub'):
         check_request(request(spec_json(name="fake-torch"), spec_json(name="Fake_Torch")))
