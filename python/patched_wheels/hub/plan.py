@@ -196,7 +196,7 @@ class HubConfig:
             index_dir=Path(raw["index_dir"]),
             out=Path(raw["out"]),
             wheels=[WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]],
-            patched=[_checked(PatchedWheelSpec.from_json(spec, placed=True)) for spec in raw["patched"]],
+            patched=[_checked(PatchedWheelSpec.from_json(spec, placed=True), raw["hub"], raw["bzlmod"]) for spec in raw["patched"]],
             index_option=raw["index_option"],
             index_url=raw["index_url"],
             replaced=dict(raw["replaced"]),
@@ -280,10 +280,10 @@ def check_request(request: HubRequest) -> None:
         check_spec(spec, request.wheel_call(spec))
 
 
-def _checked(spec: PatchedWheelSpec) -> PatchedWheelSpec:
+def _checked(spec: PatchedWheelSpec, hub: str, bzlmod: bool) -> PatchedWheelSpec:
     """``spec``, once the checks that need no wheel pass (the build's configuration is checked whole before
-    anything is written)."""
-    check_spec(spec, f"patched_wheel {spec.name}")
+    anything is written), named as the user wrote it in ``hub``."""
+    check_spec(spec, wheel_call(hub, bzlmod, spec.name))
     return spec
 
 
