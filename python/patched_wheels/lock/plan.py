@@ -220,9 +220,15 @@ def _kept(pin: Pin, files: Sequence[IndexedFile], replaced: frozenset[str] | Non
 def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
     """The sha256 of every hash of ``pin`` that ``files`` replace, told by the tags of the files the lock
     names: each wheel that installs somewhere a patched file installs. Every hash when none stays (so a
-    lone sdist never keeps a second line) or the lock names no files."""
-    ours = [WheelEnvironments.of(f.tags) for f in files]
+    lone sdist never keeps a second line), the lock names no files, or a patched file is of a platform no
+    marker can name (``freebsd_13_amd64``): no line could then keep the others beside it."""
     every = frozenset(h.partition(":")[2].lower() for h in pin.hashes)
+    if not pin.files:
+        return every
+    try:
+        ours = [WheelEnvironments.of(f.tags) for f in files]
+    except InvalidLockError:
+        return every
     superseded = set()
     for file in pin.files:
         try:
@@ -231,7 +237,7 @@ def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
             theirs = WheelEnvironments(None, frozenset())
         if file.sha256 is None or any(environments.overlaps(theirs) for environments in ours):
             superseded.add(file.sha256)
-    return every if not pin.files or superseded >= {f.sha256 for f in pin.files} else frozenset(superseded)
+    return every if superseded >= {f.sha256 for f in pin.files} else frozenset(superseded)
 
 
 def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: tuple[str, ...], hashed: bool) -> tuple[NewPin, ...]:
@@ -254,7 +260,12 @@ def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: t
         # No other line serves other platforms, so no marker of the wheel's own: a marker makes some
         # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.
         return (NewPin(pin.head, target.version, url, pin.marker, hashes),)
-    environments = WheelEnvironments.of(target.tags)
+    try:
+        environments = WheelEnvironments.of(target.tags)
+    except InvalidLockError as error:
+        raise InvalidLockError(
+            f"{pin.span.where}: {target.filename}: {error}, so the pin of {pin.name} cannot keep its {len(left)} other hashes beside it"
+        ) from None
     if environments.marker() is None:
         raise InvalidLockError(
             f"{pin.span.where}: {target.filename} is for every platform, but the pin of "
