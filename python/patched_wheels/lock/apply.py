@@ -38,7 +38,7 @@ class LockResult:
 
 
 def lock(
-    requirements: Path | str,
+    source: Path | str,
     index: IndexResult,
     out: Path | str,
     *,
@@ -49,12 +49,12 @@ def lock(
     lock_format: str = "requirements",
     out_uv_lock: Path | str | None = None,
 ) -> LockResult:
-    """Write ``out``: ``requirements`` pointed at ``index``, what ``index.build_index`` returned.
+    """Write ``out``: the lock ``source`` pointed at ``index``, what ``index.build_index`` returned.
 
     The caller indexes the directory first (``build_index`` is incremental, so that is cheap when
     nothing changed): the hashes written to the lock are then those of the index's files, and a
     result whose pages were since rewritten for other files is refused rather than written from.
-    ``lock_format``: what ``requirements`` is (one of ``lock.formats.registry.FORMATS``); ``out`` is a
+    ``lock_format``: what ``source`` is (one of ``lock.formats.registry.FORMATS``); ``out`` is a
     requirements lock whatever it is, and ``out_uv_lock`` (a ``uv-lock`` input only) the same uv.lock
     pointing at the patched wheels.
     The other arguments are :class:`~patched_wheels.lock.plan.LockOptions`'.
@@ -76,7 +76,7 @@ def lock(
             raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
         if Path(out_uv_lock).resolve() == out.resolve():
             raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
-    document = entry.read(requirements)
+    document = entry.read(source)
     plan = plan_lock(registry.lock_model(document), index.files, options)
     if isinstance(document, RequirementsText):
         outputs = {out: ("--out", lambda: render_requirements(document, plan))}
