@@ -336,6 +336,12 @@ def plan_hub(
     check_request(request)
     if not request.repository:
         raise UsageError(f"{request.index_call}: internal: the plan needs the hub repository's directory")
+    # The lock names the patched wheels by file:// URL, which Bazel's downloader opens as written (undecoded):
+    # refused now, before any download, rather than by the build as the lock command's --index.
+    try:
+        check_lock_value(request.repository, f"{request.index_call}: the hub repository's directory")
+    except UsageError as error:
+        raise UsageError(f"{error} (it lies in Bazel's output base: give Bazel one without it, --output_user_root)") from None
     attribute, lock_path = request.lock
     by_project = {wheel.project: wheel for wheel in wheels}
     root = Path(request.repository)

@@ -222,6 +222,12 @@ def test_direct_without_a_graph_fetches_only_the_patched_original() -> None:
     assert config.out == Path("/out/external/fixed/requirements_lock.txt") and config.out_uv_lock is None
 
 
+def test_an_output_base_with_a_blank_is_refused_before_any_download_naming_it() -> None:
+    """The lock names each patched wheel by a file:// URL under the hub repository, which Bazel opens as written."""
+    with pytest.raises(UsageError, match=r"^patched\.index\(name = \"fixed\"\): the hub repository's directory '/home/J Doe/out/fixed': holds ' '"):
+        plan_hub(request(repository="/home/J Doe/out/fixed"), WHEELS, elf_cache=None, cached=())
+
+
 def test_the_graph_fetches_the_others_unless_their_rows_are_cached() -> None:
     cache = Path("/home/u/.cache/rules_patched_wheels/elfgraph")
     plan = plan_hub(request(spec_json(preload="auto")), WHEELS, elf_cache=cache, cached={WHEELS[1].sha256})
