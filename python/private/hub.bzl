@@ -36,7 +36,7 @@ def project_page_url(index_url, project):
     return url + "index.html" if url.startswith("file:") else url
 
 def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patches, repository = ""):
-    """Writes what the user declared for one hub to `_plan/<hub>.request.json` (hubplan.HubRequest reads
+    """Writes what the user declared for one hub to `_plan/<hub>.request.json` (patched_wheels.hub.plan.HubRequest reads
     it) and returns struct(hub, path).
 
     `locks` maps each lock attribute to its label or None; `specs` are `hub_specs` specs, whose

@@ -1,6 +1,6 @@
 """Which rules_python reads the hub's lock, and the `index_option` values of the attribute schema.
 
-Which `index_option` a release can read is the helper's plan's decision (hubplan.index_options_for);
+Which `index_option` a release can read is the helper's plan's decision (patched_wheels.hub.plan.index_options_for);
 the rule reads the release here and passes it on.
 """
 

@@ -70,7 +70,7 @@ def patched_wheel_spec(attrs, patch_offset):
 
     `attrs` is a tag (bzlmod) or a struct (WORKSPACE); patches are passed to the hub as one label list,
     and the spec names its own by position starting at `patch_offset`. The spec is checked (contradictory
-    attributes, defaults that depend on others) by the helper's plan, hubplan.check_request.
+    attributes, defaults that depend on others) by the helper's plan, patched_wheels.hub.plan.check_request.
     """
     # Every attribute of the schema but the labels, which travel as one list beside the specs.
     spec = {name: getattr(attrs, name) for name in PATCHED_WHEEL_SCHEMA if name != "patches"}

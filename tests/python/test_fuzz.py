@@ -35,9 +35,9 @@ from support.fakecuda import compile_shared
 from installer.sources import WheelFile as InstallerWheel
 from support.wheelbuilder import build_wheel
 
-from support.fuzzing import one_error_line, run_cases, run_cli
+from support.fuzzing import check_lock_command, one_error_line, run_cases, run_cli
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import INDEX_OPTIONS, read_lock
+from patched_wheels.lock.apply import INDEX_OPTIONS
 from patched_wheels.wheelfile import WheelReader
 
 CASES = int(os.environ.get("RPW_FUZZ_CASES") or 240)
@@ -291,23 +291,6 @@ def _mutate_text(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     return f"{how} line {at}", b"".join(lines)
 
 
-def _check_lock(case_dir: Path, lock_file: Path, lock_format: str, index: Path, option: str) -> None:
-    out, uv_out = case_dir / "out.txt", case_dir / "out.uv.lock"
-    flag = {"requirements": "--requirements", "uv-lock": "--uv-lock"}[lock_format]
-    extra = ["--out-uv-lock", str(uv_out)] if lock_format == "uv-lock" else []
-    status, stdout, err = run_cli(["lock", flag, str(lock_file), "--index", str(index), "--out", str(out), "--index-option", option, *extra])
-    if status == 0:
-        read_lock(out)  # what we wrote reads back as a lock
-        if extra:
-            read_lock(uv_out, "uv-lock")
-    else:
-        one_error_line(status, stdout, err)
-        assert not out.exists() and not uv_out.exists(), "partial output"
-    status, stdout, err = run_cli(["resolve", flag, str(lock_file), "--list-projects"])
-    if status != 0:
-        one_error_line(status, stdout, err)
-
-
 def test_mutated_locks_keep_the_promises(tmp_path: Path) -> None:
     orig, index = tmp_path / "orig", tmp_path / "index"
     orig.mkdir()
@@ -320,7 +303,7 @@ def test_mutated_locks_keep_the_promises(tmp_path: Path) -> None:
     samples = {"requirements": _requirements_sample(index, orig), "uv-lock": _uv_lock_sample(orig)}
     for lock_format, data in samples.items():  # the unmutated samples lock cleanly
         (tmp_path / lock_format).write_bytes(data)
-        _check_lock(tmp_path, tmp_path / lock_format, lock_format, index, "direct")
+        check_lock_command(tmp_path, tmp_path / lock_format, lock_format, index, "direct")
         assert (tmp_path / "out.txt").exists()
         (tmp_path / "out.txt").unlink()
         (tmp_path / "out.uv.lock").unlink(missing_ok=True)
@@ -330,6 +313,6 @@ def test_mutated_locks_keep_the_promises(tmp_path: Path) -> None:
         mutation, data = _mutate_text(rng, samples[lock_format])
         lock_file = case_dir / ("uv.lock" if lock_format == "uv-lock" else "requirements.txt")
         lock_file.write_bytes(data)
-        return f"{lock_format} {option} ({mutation})", lambda: _check_lock(case_dir, lock_file, lock_format, index, option)
+        return f"{lock_format} {option} ({mutation})", lambda: check_lock_command(case_dir, lock_file, lock_format, index, option)
 
     run_cases(tmp_path, LOCK_CASES, "lock-", prepare)

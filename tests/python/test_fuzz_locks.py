@@ -20,11 +20,11 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from support.fuzzing import one_error_line, run_cases, run_cli
+from support.fuzzing import check_lock_command, run_cases
 from support.wheelbuilder import build_wheel
 
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import INDEX_OPTIONS, read_lock
+from patched_wheels.lock.apply import INDEX_OPTIONS
 
 TOML_CASES = int(os.environ.get("RPW_FUZZ_TOML_CASES") or 200)
 EVIL = "evil.invalid"
@@ -121,23 +121,6 @@ def _mutate(rng: random.Random, text: str) -> tuple[str, str]:
     return f"{value!r} -> {new!r} at {start}", text[:start] + json.dumps(new) + text[end:]
 
 
-def _check(case_dir: Path, lock_file: Path, lock_format: str, index: Path, option: str) -> None:
-    out, uv_out = case_dir / "out.txt", case_dir / "out.uv.lock"
-    extra = ["--out-uv-lock", str(uv_out)] if lock_format == "uv-lock" else []
-    status, stdout, err = run_cli(["lock", f"--{lock_format}", str(lock_file), "--index", str(index), "--out", str(out), "--index-option", option, *extra])
-    if status == 0:
-        assert EVIL not in out.read_text(encoding="utf-8"), "a smuggled URL reached the requirements lock"
-        read_lock(out)  # what we wrote reads back as a lock
-        if extra:
-            read_lock(uv_out, "uv-lock")
-    else:
-        one_error_line(status, stdout, err)
-        assert not out.exists() and not uv_out.exists(), "partial output"
-    status, stdout, err = run_cli(["resolve", f"--{lock_format}", str(lock_file), "--list-projects"])
-    if status != 0:
-        one_error_line(status, stdout, err)
-
-
 def test_mutated_lock_values_keep_the_promises(tmp_path: Path) -> None:
     index = tmp_path / "index"
     index.mkdir()
@@ -145,7 +128,7 @@ def test_mutated_lock_values_keep_the_promises(tmp_path: Path) -> None:
     build_index(index)
     for lock_format, text in SAMPLES.items():  # the unmutated samples lock cleanly; the uv.lock's foo becomes a fork
         (tmp_path / lock_format).write_text(text)
-        _check(tmp_path, tmp_path / lock_format, lock_format, index, "direct")
+        check_lock_command(tmp_path, tmp_path / lock_format, lock_format, index, "direct", forbidden=EVIL)
         assert f"sha256:{'c' * 64}" in (tmp_path / "out.txt").read_text()  # the aarch64 wheel stays
         (tmp_path / "out.txt").unlink()
     assert (tmp_path / "out.uv.lock").read_text().count('name = "foo"\n') == 2
@@ -156,6 +139,6 @@ def test_mutated_lock_values_keep_the_promises(tmp_path: Path) -> None:
         mutation, text = _mutate(rng, SAMPLES[lock_format])
         lock_file = case_dir / ("uv.lock" if lock_format == "uv-lock" else "pylock.toml")
         lock_file.write_text(text, encoding="utf-8")
-        return f"{lock_format} {option} ({mutation})", lambda: _check(case_dir, lock_file, lock_format, index, option)
+        return f"{lock_format} {option} ({mutation})", lambda: check_lock_command(case_dir, lock_file, lock_format, index, option, forbidden=EVIL)
 
     run_cases(tmp_path, TOML_CASES, "toml-", prepare)

@@ -35,6 +35,27 @@ def one_error_line(status: int, out: str, err: str) -> None:
     assert err.count("\n") == 1 and err.startswith("patched-wheels: error: "), f"stderr {err!r}"
 
 
+def check_lock_command(case_dir: Path, lock_file: Path, lock_format: str, index: Path, option: str, *, forbidden: str | None = None) -> None:
+    """``lock`` and ``resolve --list-projects`` on a (mutated) lock keep the promise: what ``lock`` writes reads back
+    as a lock (and holds no ``forbidden`` text), or it writes nothing and says one error line."""
+    from patched_wheels.lock.formats.registry import read_lock
+
+    out, uv_out = case_dir / "out.txt", case_dir / "out.uv.lock"
+    extra = ["--out-uv-lock", str(uv_out)] if lock_format == "uv-lock" else []
+    status, stdout, err = run_cli(["lock", f"--{lock_format}", str(lock_file), "--index", str(index), "--out", str(out), "--index-option", option, *extra])
+    if status == 0:
+        assert forbidden is None or forbidden not in out.read_text(encoding="utf-8"), f"{forbidden} reached the requirements lock"
+        read_lock(out)  # what we wrote reads back as a lock
+        if extra:
+            read_lock(uv_out, "uv-lock")
+    else:
+        one_error_line(status, stdout, err)
+        assert not out.exists() and not uv_out.exists(), "partial output"
+    status, stdout, err = run_cli(["resolve", f"--{lock_format}", str(lock_file), "--list-projects"])
+    if status != 0:
+        one_error_line(status, stdout, err)
+
+
 def run_cases(tmp_path: Path, count: int, seed_prefix: str, prepare: Callable[[int, random.Random, Path], tuple[str, Callable[[], None]]]) -> None:
     """Run ``count`` seeded cases (``prepare`` makes one in its directory and says what it is) until the deadline;
     collect every broken promise, then fail naming the seed and the first few."""

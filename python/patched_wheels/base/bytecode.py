@@ -5,8 +5,8 @@ depends on are extracted there), with ``PYTHONPYCACHEPREFIX`` sending bytecode a
 sources, a tree Bazel watches. A prefix inside the repository goes away with it, so every cold fetch
 (``bazel clean --expunge``, a fresh CI machine with a warm repository cache) compiled the interpreter's
 start-up modules, the stdlib modules the helper imports, ``packaging`` and the helper,
-twice (once for the module extension, once for the hub repository): about 0.9 s of CPU each on the
-2-core reference machine, more than a hub that patches torch spends on the patch.
+twice (once for the module extension, once for the hub repository), each time more CPU than a hub that
+patches torch spends on the patch (benchmarks/bench_e2e.py measures the cold fetch).
 
 So ``prepare_helper`` (``python/private/helper.bzl``) runs ``python -m patched_wheels.base.bytecode`` first,
 which prints a directory under the cache root (:func:`patched_wheels.base.cache.cache_root`), or nothing

@@ -1,8 +1,8 @@
 """A file's sha256, remembered by its identity and status, so a repeat run on the same wheel hashes nothing.
 
 The ELF cache is keyed by a wheel's sha256 (:mod:`patched_wheels.elf.cache`); a command given a path
-would hash the file first on every run (1.5 s for torch's 670 MB wheel, more than the split it
-serves).  The memo maps a file's :func:`patched_wheels.base.fsutil.settled_stamp` (device, inode, size,
+would hash the file first on every run (for torch's 670 MB wheel, longer than the split it serves:
+see benchmarks/bench_split.py).  The memo maps a file's :func:`patched_wheels.base.fsutil.settled_stamp` (device, inode, size,
 mtime_ns, ctime_ns: why they change with the content is told there) to its digest: one file per inode,
 ``<device>-<inode>.json`` in the cache kind ``digests`` (read and written by :mod:`patched_wheels.base.cache`,
 so an entry is trusted exactly as far as an ELF row is).  A file too new for a stamp is hashed and not

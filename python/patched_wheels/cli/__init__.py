@@ -14,9 +14,12 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
+
+if TYPE_CHECKING:
+    from patched_wheels.index.simple import IndexResult
 
 
 COMMANDS = ("doctor", "graph", "hub", "index", "lock", "mirror", "patch", "resolve", "split")
@@ -38,7 +41,7 @@ def add_lock_input(parser: argparse.ArgumentParser) -> None:
 
 
 def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
-    """The lock given and its format (one of ``lockformats.FORMATS``)."""
+    """The lock given and its format (one of ``lock.formats.registry.FORMATS``)."""
     from patched_wheels.lock.formats.registry import LOCK_FORMATS
 
     for entry in LOCK_FORMATS:
@@ -59,6 +62,34 @@ def digest_memo_dir(args: argparse.Namespace) -> Path | None:
     from patched_wheels.base.cache import cache_dir
 
     return None if args.no_cache else cache_dir("digests")
+
+
+# The rules' JSON files are small (a spec per patched wheel, a row per locked wheel): a bigger one is not theirs.
+_MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
+def read_json_input(path: Path, parse: Callable[[Any], Any], what: str) -> Any:
+    """``parse`` of the JSON in ``path``; any flaw (``parse`` raising ValueError, KeyError or TypeError included)
+    is one error naming the file and ``what`` it should hold. The Bazel rules write these files, so a flaw
+    means the Starlark and Python sides of a schema disagree. Only a regular file of bounded size is read:
+    a FIFO or a device (``/dev/zero``) never is."""
+    import json
+
+    from patched_wheels.base.fsutil import read_regular_file
+
+    try:
+        return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))
+    except RecursionError:  # json nests a Python call per "[" or "{"
+        raise UsageError(f"{path}: cannot read the {what}: nested too deeply") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{path}: cannot read the {what}: {error}") from None
+
+
+def index_summary(result: IndexResult) -> str:
+    """The line ``index`` and ``mirror`` end with: where the pages are, what they list, what was hashed this time."""
+    from patched_wheels.index.simple import SIMPLE_DIR
+
+    return f"{result.directory / SIMPLE_DIR}: {len(result.files)} files of {len(result.projects)} projects ({result.hashed} hashed)"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
+from patched_wheels.cli import read_json_input
 from patched_wheels.errors import UsageError
 
 
@@ -32,19 +32,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from patched_wheels.hub.plan import HubRequest, default_probes, needs_graph, plan_hub, resolution, resolved_wheels
 
-    request = _load(args.request, HubRequest.from_json, "hub request")
+    request = read_json_input(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
         print(json.dumps(resolution(request)))
         return 0
     # The caches are read by phase two only. Phase one (the extension's check) still imports the cache modules,
-    # through hubplan's imports (elfgraph, index), but not observe and what only it imports.
+    # through hub.plan's imports (elf.graph, and index.simple by way of lock.plan), but not loading.observe and what only it imports.
     from patched_wheels.base.cache import cache_dir
     from patched_wheels.elf.cache import cached_digests
     from patched_wheels.loading.observe import is_observed
 
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
-    wheels = _load(args.resolved, resolved_wheels, "resolved wheels")
+    wheels = read_json_input(args.resolved, resolved_wheels, "resolved wheels")
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
     elf_cache = cache_dir("elfgraph") if needs_graph(request) else None
     cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
@@ -60,24 +60,6 @@ def _build(args: argparse.Namespace) -> int:
     from patched_wheels.hub.build import build_hub
     from patched_wheels.hub.plan import HubConfig
 
-    for pin in build_hub(_load(args.config, HubConfig.from_json, "hub configuration")):
+    for pin in build_hub(read_json_input(args.config, HubConfig.from_json, "hub configuration")):
         print(pin)
     return 0
-
-
-# The rule's files are small (a spec per patched wheel, a row per locked wheel): a bigger one is not ours.
-_MAX_JSON_BYTES = 64 * 1024 * 1024
-
-
-def _load(path: Path, parse: Any, what: str) -> Any:
-    """``parse`` of the JSON in ``path``; any flaw is one error naming the file (the rule wrote it, so a
-    flaw means the Starlark and Python sides of a schema disagree). Only a regular file of bounded size
-    is read: a FIFO or a device (``/dev/zero``) never is."""
-    from patched_wheels.base.fsutil import read_regular_file
-
-    try:
-        return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))
-    except RecursionError:  # json nests a Python call per "[" or "{"
-        raise UsageError(f"{path}: cannot read the {what}: nested too deeply") from None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{path}: cannot read the {what}: {error}") from None

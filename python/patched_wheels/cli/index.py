@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.cli import index_summary
 from patched_wheels.index.simple import build_index
 
 
@@ -24,8 +25,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     result = build_index(args.directory)
-    print(
-        f"{result.directory / 'simple'}: {len(result.files)} files of {len(result.projects)} projects "
-        f"({result.hashed} hashed)"
-    )
+    print(index_summary(result))
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.cli import index_summary
 from patched_wheels.index.mirror import mirror
 
 
@@ -28,8 +29,5 @@ def _run(args: argparse.Namespace) -> int:
     result = mirror(args.requirements, args.directory, pip_args=args.pip_args)
     for name in result.added:
         print(f"downloaded {name}")
-    print(
-        f"{result.index.directory / 'simple'}: {len(result.index.files)} files of "
-        f"{len(result.index.projects)} projects ({result.index.hashed} hashed)"
-    )
+    print(index_summary(result.index))
     return 0

@@ -11,9 +11,10 @@ import argparse
 import json
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
-from patched_wheels.cli import add_lock_input, lock_input
+from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.cli import add_lock_input, lock_input, read_json_input
 from patched_wheels.errors import UsageError
 from patched_wheels.lock.formats.registry import served_pins
 from patched_wheels.lock.resolve import projects_to_resolve, resolve
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    explicit = _load_explicit(args.explicit) if args.explicit else {}
+    explicit = read_json_input(args.explicit, _explicit_wheels, "wheels given by --explicit") if args.explicit else {}
     path, lock_format = lock_input(args)
     if args.list_projects:
         print(json.dumps(projects_to_resolve(served_pins(path, lock_format), explicit)))
@@ -43,9 +44,22 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_explicit(path: Path) -> dict:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise UsageError(f"{path}: cannot read explicit wheel URLs: {error}") from None
-    return {canonicalize_name(name): (entry["urls"], entry["sha256"]) for name, entry in raw.items()}
+def _explicit_wheels(raw: object) -> dict[NormalizedName, tuple[list[str], str]]:
+    """The ``--explicit`` JSON, ``{"project": {"urls": [URL, ...], "sha256": HEX}}``, every value checked: each
+    URL becomes a download and the file name of the first one a path in the hub."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"expected an object of projects, not {type(raw).__name__}")
+    explicit = {}
+    for name, entry in raw.items():
+        if not (
+            isinstance(entry, dict)
+            and set(entry) == {"urls", "sha256"}
+            and isinstance(entry["urls"], list)
+            and entry["urls"]
+            and all(isinstance(url, str) and url for url in entry["urls"])
+            and isinstance(entry["sha256"], str)
+            and SHA256_HEX.fullmatch(entry["sha256"])
+        ):
+            raise ValueError(f'{name!r}: expected {{"urls": [URL, ...], "sha256": "<64 hex digits>"}}, not {json.dumps(entry)[:80]}')
+        explicit[canonicalize_name(name)] = (entry["urls"], entry["sha256"])
+    return explicit

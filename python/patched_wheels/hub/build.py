@@ -54,7 +54,7 @@ def build_hub(config: HubConfig) -> list[str]:
         index_option=config.index_option,
         upstream_index_url=config.index_url or None,
         replaced=config.replaced,
-        references={project: (url, sha256) for project, (url, sha256) in config.references.items()},
+        references=config.references,
         lock_format=LOCK_FORMATS[config.lock_attribute],
         out_uv_lock=config.out_uv_lock,
     )

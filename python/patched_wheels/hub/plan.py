@@ -28,14 +28,15 @@ from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import module_name
-from patched_wheels.lock.formats import registry as lockformats
+from patched_wheels.lock.formats import registry
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
+from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel
 
 #: The lock attributes of ``patched.index`` / ``patched_index``, exactly one of which is given, and the
-#: lock format (``pins.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
-LOCK_FORMATS = {entry.attribute: entry.name for entry in lockformats.LOCK_FORMATS}
+#: lock format (``lock.formats.registry.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
+LOCK_FORMATS = {entry.attribute: entry.name for entry in registry.LOCK_FORMATS}
 
 #: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
 #: deleted after the build; ``index`` is served.
@@ -195,7 +196,7 @@ class HubConfig:
             index_dir=Path(raw["index_dir"]),
             out=Path(raw["out"]),
             wheels=[WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]],
-            patched=[_checked(PatchedWheelSpec.from_json(spec, placed=True)) for spec in raw["patched"]],
+            patched=[_checked(PatchedWheelSpec.from_json(spec, placed=True), raw["hub"], raw["bzlmod"]) for spec in raw["patched"]],
             index_option=raw["index_option"],
             index_url=raw["index_url"],
             replaced=dict(raw["replaced"]),
@@ -268,6 +269,8 @@ def check_request(request: HubRequest) -> None:
             'use index_option = "direct" (the default)'
         )
         raise UsageError(f'{request.index_call}: index_option = "{request.index_option}" {reason}')
+    if request.index_url:  # written into the lock as --index-url: named here, not as the lock command's flag
+        check_lock_value(request.index_url, f"{request.index_call}: index_url")
     seen: set[str] = set()
     for spec in request.patched:
         name = canonicalize_name(spec.name)
@@ -277,10 +280,10 @@ def check_request(request: HubRequest) -> None:
         check_spec(spec, request.wheel_call(spec))
 
 
-def _checked(spec: PatchedWheelSpec) -> PatchedWheelSpec:
+def _checked(spec: PatchedWheelSpec, hub: str, bzlmod: bool) -> PatchedWheelSpec:
     """``spec``, once the checks that need no wheel pass (the build's configuration is checked whole before
-    anything is written)."""
-    check_spec(spec, f"patched_wheel {spec.name}")
+    anything is written), named as the user wrote it in ``hub``."""
+    check_spec(spec, wheel_call(hub, bzlmod, spec.name))
     return spec
 
 
@@ -333,6 +336,12 @@ def plan_hub(
     check_request(request)
     if not request.repository:
         raise UsageError(f"{request.index_call}: internal: the plan needs the hub repository's directory")
+    # The lock names the patched wheels by file:// URL, which Bazel's downloader opens as written (undecoded):
+    # refused now, before any download, rather than by the build as the lock command's --index.
+    try:
+        check_lock_value(request.repository, f"{request.index_call}: the hub repository's directory")
+    except UsageError as error:
+        raise UsageError(f"{error} (it lies in Bazel's output base: give Bazel one without it, --output_user_root)") from None
     attribute, lock_path = request.lock
     by_project = {wheel.project: wheel for wheel in wheels}
     root = Path(request.repository)

@@ -156,6 +156,7 @@ class PatchedWheelSpec:
 
 
 def check_spec(spec: PatchedWheelSpec, call: str) -> None:
+    """Refuse ``spec`` if :func:`spec_problem` finds something, naming ``call`` (the ``patched_wheel`` as written)."""
     problem = spec_problem(spec)
     if problem:
         raise UsageError(f"{call}: {problem}")

@@ -1,4 +1,4 @@
-"""Point a lock at the patched wheels of a local index: the I/O around :func:`lockplan.plan_lock`.
+"""Point a lock at the patched wheels of a local index: the I/O around :func:`~patched_wheels.lock.plan.plan_lock`.
 
 ``lock(IN, INDEX, OUT)`` reads the lock IN once (its format's reader, :mod:`patched_wheels.lock.formats.registry`),
 asks :mod:`patched_wheels.lock.plan` once what must change for INDEX (the files ``index.build_index``
@@ -21,13 +21,12 @@ from packaging.utils import canonicalize_name
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.base.fsutil import holds, write_temp
 from patched_wheels.index.simple import IndexResult
-from patched_wheels.lock.formats import registry as lockformats
-from patched_wheels.lock.formats.registry import FORMATS, lock_model, read_lock, served_pins
+from patched_wheels.lock.formats import registry
 from patched_wheels.lock.plan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
 from patched_wheels.lock.formats.pipwriter import render_exported, render_requirements
 from patched_wheels.lock.formats.requirements import RequirementsText
 
-__all__ = ["DEFAULT_INDEX_OPTION", "FORMATS", "INDEX_OPTIONS", "LockResult", "lock", "read_lock", "served_pins"]
+__all__ = ["DEFAULT_INDEX_OPTION", "INDEX_OPTIONS", "LockResult", "lock"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class LockResult:
 
 
 def lock(
-    requirements: Path | str,
+    source: Path | str,
     index: IndexResult,
     out: Path | str,
     *,
@@ -50,13 +49,14 @@ def lock(
     lock_format: str = "requirements",
     out_uv_lock: Path | str | None = None,
 ) -> LockResult:
-    """Write ``out``: ``requirements`` pointed at ``index``, what ``index.build_index`` returned.
+    """Write ``out``: the lock ``source`` pointed at ``index``, what ``index.build_index`` returned.
 
     The caller indexes the directory first (``build_index`` is incremental, so that is cheap when
     nothing changed): the hashes written to the lock are then those of the index's files, and a
     result whose pages were since rewritten for other files is refused rather than written from.
-    ``lock_format``: what ``requirements`` is (``FORMATS``); ``out`` is a requirements lock whatever it is,
-    and ``out_uv_lock`` (a ``uv-lock`` input only) the same uv.lock pointing at the patched wheels.
+    ``lock_format``: what ``source`` is (one of ``lock.formats.registry.FORMATS``); ``out`` is a
+    requirements lock whatever it is, and ``out_uv_lock`` (a ``uv-lock`` input only) the same uv.lock
+    pointing at the patched wheels.
     The other arguments are :class:`~patched_wheels.lock.plan.LockOptions`'.
     """
     out = Path(out)
@@ -70,18 +70,18 @@ def lock(
     unserved = index.unserved_pages()
     if unserved:
         raise InvalidLockError(f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again")
-    entry = lockformats.lock_format(lock_format)
+    entry = registry.lock_format(lock_format)
     if out_uv_lock is not None:
         if entry.writer is None:
             raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
         if Path(out_uv_lock).resolve() == out.resolve():
             raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
-    document = entry.read(requirements)
-    plan = plan_lock(lock_model(document), index.files, options)
+    document = entry.read(source)
+    plan = plan_lock(registry.lock_model(document), index.files, options)
     if isinstance(document, RequirementsText):
         outputs = {out: ("--out", lambda: render_requirements(document, plan))}
     else:
-        outputs = {out: ("--out", lambda: render_exported(lock_model(document), plan))}
+        outputs = {out: ("--out", lambda: render_exported(registry.lock_model(document), plan))}
     if out_uv_lock is not None:
         outputs[Path(out_uv_lock)] = (str(entry.out_flag), lambda: entry.write()(document, plan, options.index_dir))
     _write_all(outputs)

@@ -247,7 +247,7 @@ class Lock:
     """A lock as its reader understood it: pins and index options, in file order."""
 
     source: str
-    format: str  # one of lockformats.FORMATS
+    format: str  # one of lock.formats.registry.FORMATS
     pins: tuple[Pin, ...]
     options: tuple[LockOption, ...] = ()
     members: tuple[NormalizedName, ...] = ()  # projects the lock builds from its own source (uv workspace members)

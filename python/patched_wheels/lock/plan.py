@@ -221,17 +221,25 @@ def _kept(pin: Pin, files: Sequence[IndexedFile], replaced: frozenset[str] | Non
     if replaced is None:
         replaced = _superseded(pin, files)
     kept = tuple(sorted(h for h in pin.hashes if h.partition(":")[2].lower() not in replaced))
-    if kept and WheelEnvironments.of(tag for file in files for tag in file.tags).marker() is None:
-        return ()
-    return kept
+    try:
+        everywhere = WheelEnvironments.of(tag for file in files for tag in file.tags).marker() is None
+    except InvalidLockError:  # a platform no marker names: _direct_pin names the pin that cannot keep them
+        return kept
+    return () if kept and everywhere else kept
 
 
 def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
     """The sha256 of every hash of ``pin`` that ``files`` replace, told by the tags of the files the lock
     names: each wheel that installs somewhere a patched file installs. Every hash when none stays (so a
-    lone sdist never keeps a second line) or the lock names no files."""
-    ours = [WheelEnvironments.of(f.tags) for f in files]
+    lone sdist never keeps a second line), the lock names no files, or a patched file is of a platform no
+    marker can name (``freebsd_13_amd64``): no line could then keep the others beside it."""
     every = frozenset(h.partition(":")[2].lower() for h in pin.hashes)
+    if not pin.files:
+        return every
+    try:
+        ours = [WheelEnvironments.of(f.tags) for f in files]
+    except InvalidLockError:
+        return every
     superseded = set()
     for file in pin.files:
         try:
@@ -240,7 +248,7 @@ def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
             theirs = WheelEnvironments(None, frozenset())
         if file.sha256 is None or any(environments.overlaps(theirs) for environments in ours):
             superseded.add(file.sha256)
-    return every if not pin.files or superseded >= {f.sha256 for f in pin.files} else frozenset(superseded)
+    return every if superseded >= {f.sha256 for f in pin.files} else frozenset(superseded)
 
 
 def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: tuple[str, ...], hashed: bool) -> tuple[NewPin, ...]:
@@ -263,7 +271,12 @@ def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: t
         # No other line serves other platforms, so no marker of the wheel's own: a marker makes some
         # rules_python releases evaluate markers with an interpreter, for nothing in a one-platform lock.
         return (NewPin(pin.head, target.version, url, pin.marker, hashes),)
-    environments = WheelEnvironments.of(target.tags)  # not every platform: a pure wheel leaves nothing (_kept)
+    try:
+        environments = WheelEnvironments.of(target.tags)  # not every platform: a pure wheel leaves nothing (_kept)
+    except InvalidLockError as error:
+        raise InvalidLockError(
+            f"{pin.span.where}: {target.filename}: {error}, so the pin of {pin.name} cannot keep its {len(left)} other hashes beside it"
+        ) from None
     return (
         NewPin(pin.head, target.version, url, and_markers(pin.marker, environments.marker()), hashes),
         NewPin(pin.head, pin.pinned_version(), None, and_markers(pin.marker, environments.complement()), left),

@@ -7,6 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from support.hostile import SPECIAL_KINDS, make_special_file
@@ -21,18 +22,18 @@ WRONG = "0" * 64  # a well-formed digest no test file has
 
 
 @pytest.fixture
-def settled(monkeypatch):
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files made by a test are only milliseconds old: treat them as settled, as a downloaded wheel is."""
     monkeypatch.setattr(fsutil, "SETTLED_NS", 0)
 
 
 @pytest.fixture
-def hashes(monkeypatch):
+def hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Counts the files actually hashed."""
-    calls = []
+    calls: list[str] = []
     real = fsutil.hash_stream
 
-    def counting(stream):
+    def counting(stream: BinaryIO) -> str:
         calls.append(stream.name)
         return real(stream)
 
@@ -50,7 +51,7 @@ def _entry(path: Path, memo: Path) -> Path:
     return memo_file(memo, os.stat(path))
 
 
-def test_a_settled_file_is_hashed_once_then_answered_from_the_memo(tmp_path, settled, hashes):
+def test_a_settled_file_is_hashed_once_then_answered_from_the_memo(tmp_path: Path, settled: None, hashes: list[str]) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"
     expected = hashlib.sha256(path.read_bytes()).hexdigest()
     assert sha256_of(path, memo) == expected
@@ -63,13 +64,13 @@ def test_a_settled_file_is_hashed_once_then_answered_from_the_memo(tmp_path, set
     assert sha256_of(path, memo) == WRONG and len(hashes) == 1
 
 
-def test_no_memo_directory_always_hashes(tmp_path, settled, hashes):
+def test_no_memo_directory_always_hashes(tmp_path: Path, settled: None, hashes: list[str]) -> None:
     path = _file(tmp_path)
     assert sha256_of(path, None) == sha256_of(path, None) == hashlib.sha256(b"wheel bytes").hexdigest()
     assert len(hashes) == 2
 
 
-def test_a_file_changed_within_a_clock_tick_of_its_hashing_is_not_remembered(tmp_path, hashes):
+def test_a_file_changed_within_a_clock_tick_of_its_hashing_is_not_remembered(tmp_path: Path, hashes: list[str]) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"  # ctime: now, not SETTLED_NS ago
     sha256_of(path, memo)
     assert not _entry(path, memo).exists()
@@ -78,7 +79,7 @@ def test_a_file_changed_within_a_clock_tick_of_its_hashing_is_not_remembered(tmp
 
 
 @pytest.mark.parametrize("change", ["append", "same size, mtime put back"])
-def test_a_changed_file_misses_and_its_new_digest_is_remembered(tmp_path, settled, hashes, change):
+def test_a_changed_file_misses_and_its_new_digest_is_remembered(tmp_path: Path, settled: None, hashes: list[str], change: str) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"
     sha256_of(path, memo)
     before = os.stat(path)
@@ -108,7 +109,7 @@ HOSTILE_ENTRIES = {
 }
 
 
-def _hostile(kind: str, good: dict) -> bytes:
+def _hostile(kind: str, good: dict[str, object]) -> bytes:
     data = HOSTILE_ENTRIES[kind]
     if data is not None:
         return data
@@ -125,7 +126,7 @@ def _hostile(kind: str, good: dict) -> bytes:
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE_ENTRIES))
-def test_a_malformed_entry_is_a_miss_with_one_warning_then_rewritten(tmp_path, settled, hashes, capsys, kind):
+def test_a_malformed_entry_is_a_miss_with_one_warning_then_rewritten(tmp_path: Path, settled: None, hashes: list[str], capsys: pytest.CaptureFixture[str], kind: str) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"
     expected = sha256_of(path, memo)
     entry = _entry(path, memo)
@@ -139,7 +140,7 @@ def test_a_malformed_entry_is_a_miss_with_one_warning_then_rewritten(tmp_path, s
 
 
 @pytest.mark.parametrize("kind", [*SPECIAL_KINDS, "group-writable"])
-def test_an_entry_that_is_no_file_of_ours_is_a_miss_with_one_warning(tmp_path, settled, capsys, kind):
+def test_an_entry_that_is_no_file_of_ours_is_a_miss_with_one_warning(tmp_path: Path, settled: None, capsys: pytest.CaptureFixture[str], kind: str) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"
     memo.mkdir(mode=0o700)
     entry = _entry(path, memo)
@@ -153,7 +154,7 @@ def test_an_entry_that_is_no_file_of_ours_is_a_miss_with_one_warning(tmp_path, s
     assert len(warnings) == 1 and str(entry) in warnings[0], warnings
 
 
-def test_the_elf_scan_hashes_a_wheel_once_across_runs_with_a_memo(tmp_path, settled, hashes):
+def test_the_elf_scan_hashes_a_wheel_once_across_runs_with_a_memo(tmp_path: Path, settled: None, hashes: list[str]) -> None:
     wheels = build_fake_cuda_wheels(tmp_path / "wheels")
     cache, memo = tmp_path / "elf", tmp_path / "memo"
     first = scan_wheels(wheels.all, cache_dir=cache, digest_dir=memo)

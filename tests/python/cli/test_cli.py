@@ -25,18 +25,18 @@ def _registering_modules() -> set[str]:
     return found
 
 
-def test_every_command_module_is_listed_and_every_listed_command_is_a_module():
+def test_every_command_module_is_listed_and_every_listed_command_is_a_module() -> None:
     assert set(cli.COMMANDS) == _registering_modules()
     assert len(cli.COMMANDS) == len(set(cli.COMMANDS))
 
 
-def test_the_parser_offers_exactly_the_listed_commands():
+def test_the_parser_offers_exactly_the_listed_commands() -> None:
     parser = cli.build_parser()
     (subparsers,) = [action for action in parser._actions if action.dest == "command"]
     assert tuple(subparsers.choices) == cli.COMMANDS
 
 
-def test_a_module_in_cli_that_is_not_listed_is_no_command(tmp_path):
+def test_a_module_in_cli_that_is_not_listed_is_no_command(tmp_path: Path) -> None:
     """A file dropped into cli/ (a shared helper, a stray module) is not imported nor offered."""
     copy = tmp_path / "patched_wheels"
     shutil.copytree(CLI_DIR.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -46,7 +46,7 @@ def test_a_module_in_cli_that_is_not_listed_is_no_command(tmp_path):
     assert result.returncode == 2 and "invalid choice: 'zz_not_a_command'" in result.stderr
 
 
-def test_only_the_command_run_is_imported():
+def test_only_the_command_run_is_imported() -> None:
     code = "import sys; from patched_wheels.cli import build_parser; build_parser('index'); print(sorted(m for m in sys.modules if m.startswith('patched_wheels.cli.')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['patched_wheels.cli.index']"

@@ -20,7 +20,6 @@ from support.hubconfig import lock_attributes
 from support.starlark import PRIVATE, starlark_constants
 
 from patched_wheels.hub.plan import (
-    LOCK_FORMATS,
     HubConfig,
     HubRequest,
     PatchedWheelSpec,
@@ -29,7 +28,6 @@ from patched_wheels.hub.plan import (
     resolution,
 )
 from patched_wheels.lock.plan import INDEX_OPTIONS
-from patched_wheels.lock.formats.registry import FORMATS
 from patched_wheels.lock.resolve import ResolvedWheel
 
 def starlark_schema() -> dict[str, dict[str, Any]]:
@@ -91,8 +89,7 @@ def test_the_attribute_values_the_schema_allows_are_the_ones_the_helper_knows() 
     assert schema["preload"]["values"] == ["auto", "elf", "off"]
     index_options = ast.literal_eval(starlark_constants(PRIVATE / "rules_python_version.bzl")["INDEX_OPTIONS"])
     assert tuple(index_options) == INDEX_OPTIONS
-    assert ast.literal_eval(starlark_constants(PRIVATE / "hub.bzl")["LOCK_ATTRIBUTES"]) == list(LOCK_FORMATS)
-    assert sorted(LOCK_FORMATS.values()) == sorted(FORMATS), "each lock attribute is read as one of the lock model's formats"
+    # The lock attributes: tests/python/lock/formats/test_registry.py (the registry names them).
 
 
 def spec_json(**values: object) -> dict[str, object]:
@@ -183,6 +180,14 @@ def test_index_option_must_be_readable_by_the_rules_python_in_use() -> None:
         check_request(request(index_option="find-links", rules_python_version=version))
 
 
+@pytest.mark.parametrize("url", ["https://x y/simple", "https://x/simple\n--trusted-host=evil", "https://x/simple\\"])
+def test_an_index_url_that_cannot_be_written_into_a_lock_is_named_as_the_attribute(url: str) -> None:
+    """The build writes ``index_url`` into the lock as ``--index-url=``: a blank or line break in it is refused
+    before any download, naming the attribute (not the ``lock`` command's ``--upstream-index-url``)."""
+    with pytest.raises(UsageError, match=r"^patched\.index\(name = \"fixed\"\): index_url 'https://x.*cannot be written into a lock$"):
+        check_request(request(index_url=url))
+
+
 def test_a_project_given_twice_is_refused_whatever_its_spelling() -> None:
     with pytest.raises(UsageError, match=r'name = "Fake_Torch", hub = "fixed"\): given twice for one hub'):
         check_request(request(spec_json(name="fake-torch"), spec_json(name="Fake_Torch")))
@@ -214,6 +219,12 @@ def test_direct_without_a_graph_fetches_only_the_patched_original() -> None:
     assert config.replaced == {"faketorch": [WHEELS[0].sha256]}
     assert config.references == {w.project: (w.urls[0], w.sha256) for w in WHEELS[1:]}
     assert config.out == Path("/out/external/fixed/requirements_lock.txt") and config.out_uv_lock is None
+
+
+def test_an_output_base_with_a_blank_is_refused_before_any_download_naming_it() -> None:
+    """The lock names each patched wheel by a file:// URL under the hub repository, which Bazel opens as written."""
+    with pytest.raises(UsageError, match=r"^patched\.index\(name = \"fixed\"\): the hub repository's directory '/home/J Doe/out/fixed': holds ' '"):
+        plan_hub(request(repository="/home/J Doe/out/fixed"), WHEELS, elf_cache=None, cached=())
 
 
 def test_the_graph_fetches_the_others_unless_their_rows_are_cached() -> None:

@@ -19,7 +19,7 @@ from patched_wheels.lock.apply import INDEX_OPTIONS, LockResult, lock
 from patched_wheels.lock.formats import requirements
 from patched_wheels.lock.plan import file_url
 from patched_wheels.lock.markers import WheelEnvironments
-from patched_wheels.lock.apply import served_pins as read_pins
+from patched_wheels.lock.formats.registry import served_pins as read_pins
 from patched_wheels.lock.formats.requirements import comment_start, parse_requirements
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")

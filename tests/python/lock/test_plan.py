@@ -1,9 +1,10 @@
-"""The lock decision (``lockplan.plan_lock``), table-driven: lock text and index files in memory, no pip,
-no disk. What real pip makes of the rendered result is tested in test_lock.py."""
+"""The lock decision (``lock.plan.plan_lock``), table-driven: lock text and index files in memory, no pip,
+no disk. What real pip makes of the rendered result is tested in test_apply.py."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,22 @@ def test_split_markers_cover_every_environment_once() -> None:
     for system, machine, python in [("linux", "x86_64", "3.11"), ("linux", "x86_64", "3.12"), ("darwin", "arm64", "3.11")]:
         env = {"sys_platform": system, "platform_machine": machine, "python_version": python}
         assert patched.evaluate(env) != rest.evaluate(env), env
+
+
+FOO_BSD = indexed("foo-1.0+s.1-cp311-cp311-freebsd_13_amd64.whl")
+
+
+def test_a_wheel_of_a_platform_no_marker_names_replaces_the_whole_pin() -> None:
+    """markers.py cannot say where a FreeBSD wheel installs; a one-platform lock needs no marker, so it is locked."""
+    for options in ({}, {"index_option": "extra-index-url"}):
+        (edit,) = plan(f"foo==1.0 --hash=sha256:{A}\n", (FOO_BSD,), **options).edits
+        assert edit.kept == () and edit.version == FOO_BSD.version, options
+
+
+def test_keeping_other_hashes_beside_such_a_wheel_is_one_error_naming_the_pin_and_the_wheel() -> None:
+    with pytest.raises(InvalidLockError, match=rf"^in\.txt:1: {re.escape(FOO_BSD.filename)}: platform tag freebsd_13_amd64: .* 1 other hashes") as caught:
+        plan(f"foo==1.0 --hash=sha256:{A} --hash=sha256:{B}\n", (FOO_BSD,), replaced={"foo": frozenset({A})})
+    assert len(str(caught.value).splitlines()) == 1
 
 
 # (id, options the lock names, index option, the option line added, kinds of the lines dropped)

@@ -127,6 +127,36 @@ def test_cli_lists_projects_then_resolves(tmp_path: Path, capsys: pytest.Capture
     ]
 
 
+@pytest.mark.parametrize(
+    "explicit, expected",
+    [
+        ("[]", "expected an object of projects, not list"),
+        ('{"torch": {}}', "'torch': expected"),
+        ('{"torch": 3}', "'torch': expected"),
+        ('{"torch": {"urls": [], "sha256": "' + "cd" * 32 + '"}}', "'torch': expected"),  # no URL to fetch
+        ('{"torch": {"urls": "https://x.invalid/torch-2.1.0-py3-none-any.whl", "sha256": "' + "cd" * 32 + '"}}', "'torch': expected"),
+        ('{"torch": {"urls": ["https://x.invalid/t.whl"], "sha256": "cd"}}', "'torch': expected"),
+        ("[" * 100_000, "nested too deeply"),
+    ],
+    ids=["a-list", "no-keys", "not-an-object", "no-url", "urls-a-string", "short-sha256", "deep"],
+)
+@pytest.mark.parametrize("mode", ["--list-projects", "--pages"])
+def test_a_malformed_explicit_file_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], explicit: str, expected: str, mode: str
+) -> None:
+    """``--explicit`` is the rule's JSON of the user's ``urls`` + ``sha256``: a flaw is one line naming the file
+    and the flag, never a traceback nor a wheel resolved from a string's characters."""
+    requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('linux')}\n")
+    path = tmp_path / "explicit.json"
+    path.write_text(explicit, encoding="utf-8")
+    args = [mode] if mode == "--list-projects" else [mode, str(tmp_path / "pages"), "--index-url", INDEX]
+    code = main(["resolve", "--requirements", str(requirements), "--explicit", str(path), *args])
+    captured = capsys.readouterr()
+    assert code == 1 and captured.out == "" and captured.err.count("\n") == 1, captured
+    assert captured.err.startswith(f"patched-wheels: error: {path}: cannot read the wheels given by --explicit: "), captured.err
+    assert expected in captured.err, captured.err
+
+
 def test_missing_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
     code = main(["resolve", "--requirements", str(requirements), "--pages", str(tmp_path / "none"), "--index-url", INDEX])

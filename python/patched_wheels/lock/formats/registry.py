@@ -58,7 +58,7 @@ FORMATS = tuple(BY_NAME)
 
 
 def lock_format(name: str) -> LockFormat:
-    """The registry entry of ``name`` (one of ``pins.FORMATS``)."""
+    """The registry entry of ``name`` (one of :data:`FORMATS`)."""
     if name not in BY_NAME:
         raise UsageError(f"lock format {name!r}: expected one of {', '.join(BY_NAME)}")
     return BY_NAME[name]

