@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from patched_wheels.base import timings
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
 
 
@@ -87,3 +88,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        # The words before the first option (`hub build`, `resolve`): never a path.
+        timings.record(argv[: next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))])

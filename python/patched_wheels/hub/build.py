@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, wheel_call
@@ -39,25 +40,30 @@ def build_hub(config: HubConfig) -> list[str]:
     # split, read only if some spec needs one.
     needs_graph = any(spec.needs_graph for spec in config.patched)
     # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
-    graph = read_graph(config.wheels, cache_dir=config.elf_cache, lenient=True) if needs_graph else None
+    with phase("graph"):
+        graph = read_graph(config.wheels, cache_dir=config.elf_cache, lenient=True) if needs_graph else None
     for spec in config.patched:
-        pins.extend(
-            patch_into_index(
-                spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None, phrasing=phrasing(config, spec)
+        with phase("patch"):  # the preload's plan and the split included; its probe is a phase of its own
+            pins.extend(
+                patch_into_index(
+                    spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None, phrasing=phrasing(config, spec)
+                )
             )
-        )
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
-    lock(
-        config.lock,
-        build_index(config.index_dir),
-        config.out,
-        index_option=config.index_option,
-        upstream_index_url=config.index_url or None,
-        replaced=config.replaced,
-        references={project: (url, sha256) for project, (url, sha256) in config.references.items()},
-        lock_format=LOCK_FORMATS[config.lock_attribute],
-        out_uv_lock=config.out_uv_lock,
-    )
+    with phase("index"):
+        index = build_index(config.index_dir)
+    with phase("lock"):
+        lock(
+            config.lock,
+            index,
+            config.out,
+            index_option=config.index_option,
+            upstream_index_url=config.index_url or None,
+            replaced=config.replaced,
+            references={project: (url, sha256) for project, (url, sha256) in config.references.items()},
+            lock_format=LOCK_FORMATS[config.lock_attribute],
+            out_uv_lock=config.out_uv_lock,
+        )
     return pins
 
 
