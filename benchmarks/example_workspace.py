@@ -24,11 +24,12 @@ def use_offline_modules() -> None:
     os.environ.setdefault("RPW_BAZEL_MODULES", str(REPO.parent / "shared" / "bazel-modules"))
 
 
-def adapt_module(text: str, release: str) -> str:
-    """The example's MODULE.bazel for ``release`` (only what docs/rules-python.md's table says differs)."""
+def adapt_module(text: str, release: str, module: Path = REPO) -> str:
+    """The example's MODULE.bazel for ``release`` (only what docs/rules-python.md's table says differs), using
+    the checkout ``module`` as rules_patched_wheels."""
     text = text.replace('bazel_dep(name = "rules_python", version = "0.22.1")', f'bazel_dep(name = "rules_python", version = "{release}")')
     text = text.replace('module(name = "rules_patched_wheels", version = "0.1.0")', 'module(name = "rpw_example")\n\nbazel_dep(name = "rules_patched_wheels", version = "0.1.0")\n'
-                        f'local_path_override(module_name = "rules_patched_wheels", path = "{REPO}")')  # fmt: skip
+                        f'local_path_override(module_name = "rules_patched_wheels", path = "{module}")')  # fmt: skip
     text = text.replace('use_extension("//python:extensions.bzl"', 'use_extension("@rules_patched_wheels//python:extensions.bzl"')
     if release.split(".")[0] == "0":
         return text
@@ -41,12 +42,12 @@ def adapt_module(text: str, release: str) -> str:
     return text
 
 
-def make_workspace(root: Path, release: str) -> None:
-    """A copy of the example in ``root`` that uses this checkout as the module `rules_patched_wheels`
-    (local_path_override), so it shares nothing with the checkout's own output base."""
+def make_workspace(root: Path, release: str, module: Path = REPO) -> None:
+    """A copy of the example in ``root`` that uses ``module`` (default: this checkout) as the module
+    `rules_patched_wheels` (local_path_override), so it shares nothing with the checkout's own output base."""
     for folder in ("calculator", "patches", "third_party"):
         shutil.copytree(REPO / folder, root / folder)
-    (root / "MODULE.bazel").write_text(adapt_module((REPO / "MODULE.bazel").read_text(encoding="utf-8"), release), encoding="utf-8")
+    (root / "MODULE.bazel").write_text(adapt_module((REPO / "MODULE.bazel").read_text(encoding="utf-8"), release, module), encoding="utf-8")
     (root / "BUILD.bazel").write_text("", encoding="utf-8")
     shutil.copyfile(REPO / ".bazelrc", root / ".bazelrc")
 
@@ -61,10 +62,11 @@ class Timed(NamedTuple):
     cpu: float
 
 
-def run(root: Path, *args: str) -> Timed:
+def run(root: Path, *args: str, environment: dict[str, str] | None = None) -> Timed:
+    """`tools/bazel ARGS` in ``root``, with ``environment`` added to this process's."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    completed = subprocess.run([str(BAZEL), *args], cwd=root, capture_output=True, text=True)
+    completed = subprocess.run([str(BAZEL), *args], cwd=root, capture_output=True, text=True, env={**os.environ, **(environment or {})})
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -54,6 +54,10 @@ def _interpreter(ctx, python_interpreter, python_interpreter_target):
 # and must not re-run the hub.
 _CACHE_ENVIRONMENT = ["RULES_PATCHED_WHEELS_CACHE", "XDG_CACHE_HOME", "HOME"]
 
+# Passed on the same way: the file the helper appends its per-phase times to, for the benchmarks
+# (patched_wheels/base/timings.py); it changes no output either.
+_PASSED_ENVIRONMENT = _CACHE_ENVIRONMENT + ["RULES_PATCHED_WHEELS_TIMINGS"]
+
 def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_target = None):
     """Fetches the helper's dependencies into `_helper/` and says how to run it.
 
@@ -69,7 +73,7 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
         "PYTHONNOUSERSITE": "1",
         "SOURCE_DATE_EPOCH": _SOURCE_DATE_EPOCH,
     }
-    for name in _CACHE_ENVIRONMENT:
+    for name in _PASSED_ENVIRONMENT:
         if name in ctx.os.environ:
             environment[name] = ctx.os.environ[name]
     python = _interpreter(ctx, python_interpreter, python_interpreter_target)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from patched_wheels.base import timings
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -128,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        # The words before the first option (`hub build`, `resolve`): never a path.
+        timings.record(argv[: next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))])
 
 
 def _stdout_closed() -> bool:

@@ -48,7 +48,7 @@ def _plan(args: argparse.Namespace) -> int:
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
     elf_cache = cache_dir("elfgraph") if needs_graph(request) else None
     cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
-    if cached and not all(is_observed([wheel.sha256 for wheel in wheels], probe) for probe in default_probes(request)):
+    if cached and not all(is_observed([wheel.sha256 for wheel in wheels], probe) for probe in default_probes(request.patched)):
         cached = []  # a probe must run on the files: fetch every wheel of the set
     plan = plan_hub(request, wheels, elf_cache=elf_cache, cached=frozenset(cached))
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")

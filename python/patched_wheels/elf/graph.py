@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from patched_wheels.elf.cache import ElfCache, wheel_problem
-from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_library, starts_as_elf
+from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_installed_library, read_library, starts_as_elf
 from patched_wheels.base.digestmemo import sha256_of
 from patched_wheels.elf.order import components_load_order, order_key, strong_components
 from patched_wheels.errors import ElfError, UsageError, warn
@@ -167,8 +167,12 @@ def scan_wheels(
     cache_dir: Path | None = None,
     workers: int | None = None,
     digest_dir: Path | None = None,
+    installed: Callable[[str, str], Path | None] | None = None,
 ) -> WheelScan:
     """Read the dynamic section of every shared library in ``wheels``.
+
+    ``installed``: (wheel file name, install path) -> the member's installed copy, or None; a library
+    with a copy is read from it rather than inflated (the hub's probe installs the set first).
 
     With ``cache_dir``, a wheel whose rows are cached (by sha256) is not inflated (nor needed: the hub
     names wheels it did not fetch by their sha256; when the file is at hand, the rows are checked against
@@ -203,7 +207,8 @@ def scan_wheels(
         jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
     jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
     problems: dict[str, LibraryProblem] = {}
-    for (wheel, _, path), library in zip(jobs, _map_on_threads(_read_or_problem, jobs, workers)):
+    read = _read_or_problem if installed is None else lambda job: _read_or_problem(job, installed(job[0].name, job[2]))
+    for (wheel, _, path), library in zip(jobs, _map_on_threads(read, jobs, workers)):
         if isinstance(library, ElfError):
             if wheel.name not in problems or path < problems[wheel.name].path:
                 problems[wheel.name] = LibraryProblem(path, str(library))
@@ -218,10 +223,11 @@ def scan_wheels(
     return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned), problems)
 
 
-def _read_or_problem(job: tuple[Path, ZipMember, str]) -> ElfLibrary | ElfError:
-    """The library of one member, or the error that says why it cannot be read (kept for its wheel)."""
+def _read_or_problem(job: tuple[Path, ZipMember, str], file: Path | None = None) -> ElfLibrary | ElfError:
+    """The library of one member (from its installed ``file`` when given), or the error that says why it
+    cannot be read (kept for its wheel)."""
     try:
-        return read_library(*job)
+        return read_library(*job) if file is None else read_installed_library(file, wheel=job[0].name, path=job[2])
     except ElfError as error:
         return error
 
@@ -303,6 +309,7 @@ def read_graph(
     workers: int | None = None,
     digest_dir: Path | None = None,
     lenient: bool = False,
+    installed: Callable[[str, str], Path | None] | None = None,
 ) -> LibraryGraph:
     """Scan ``wheels`` and build their library graph.
 
@@ -310,7 +317,7 @@ def read_graph(
     out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
     against the package being patched (the whole lock is read, and most of its wheels are bystanders).
     """
-    scan = scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir)
+    scan = scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir, installed=installed)
     if scan.problems and not lenient:
         first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
         raise ElfError(scan.problems[first].message)

@@ -213,6 +213,10 @@ class FileReader:
             raise ElfError(f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)")
         return data
 
+    def finish(self) -> int:
+        """The file's size (as :meth:`ForwardReader.finish`; a file on disk needs no stream to its end)."""
+        return self._size
+
 
 class ForwardReader:
     """Reads byte ranges of a member that can only be streamed from its start: a range behind the
@@ -365,12 +369,22 @@ def read_library(wheel: Path, info: ZipMember, path: str) -> ElfLibrary | None:
     return _library(reader, wheel=wheel.name, path=path)
 
 
+def read_installed_library(file: Path, *, wheel: str, path: str) -> ElfLibrary | None:
+    """:func:`read_library` on the member's copy installed at ``file`` (checked against RECORD when it was
+    written): the same library, read where its headers point instead of inflating the member again."""
+    with open(file, "rb") as opened:
+        reader = FileReader(opened.fileno(), f"{wheel}: {path}")
+        if data_scheme(path) and reader.read(0, len(ELF_MAGIC), "the ELF magic", exact=False) != ELF_MAGIC:
+            return None
+        return _library(reader, wheel=wheel, path=path)
+
+
 def parse_elf(data: bytes, *, wheel: str, path: str) -> ElfLibrary:
     """:func:`read_library` on a library's bytes."""
     return _library(ForwardReader(lambda: iter([data]), f"{wheel}: {path}"), wheel=wheel, path=path)
 
 
-def _library(reader: ForwardReader, *, wheel: str, path: str) -> ElfLibrary:
+def _library(reader: ForwardReader | FileReader, *, wheel: str, path: str) -> ElfLibrary:
     """The :class:`ElfLibrary` ``reader`` streams, its member read to the end (checked whole)."""
     where = f"{wheel}: {path}"
     section_table_end, layout = _read_layout(reader, where)

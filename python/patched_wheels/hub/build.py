@@ -11,9 +11,11 @@ a cache keyed by each wheel's sha256 that outlives the hub (``bazel clean --expu
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, wheel_call
@@ -23,6 +25,7 @@ from patched_wheels.loading.packages import Phrasing
 from patched_wheels.patch.surgery import MemberEdit, PatchOptions, patch_wheel
 
 if TYPE_CHECKING:
+    from patched_wheels.loading.probe import Installation
     from patched_wheels.patch.request import RpathEdit
 
 
@@ -38,27 +41,69 @@ def build_hub(config: HubConfig) -> list[str]:
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
     # split, read only if some spec needs one.
     needs_graph = any(spec.needs_graph for spec in config.patched)
-    # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
-    graph = read_graph(config.wheels, cache_dir=config.elf_cache, lenient=True) if needs_graph else None
-    for spec in config.patched:
-        pins.extend(
-            patch_into_index(
-                spec, config.wheels, config.index_dir, graph=graph, use_cache=config.elf_cache is not None, phrasing=phrasing(config, spec)
+    with ExitStack() as stack:
+        installation = probe_installation(config, stack)
+        # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
+        # A library the probes' installation holds is read there, not inflated a second time.
+        with phase("graph"):
+            graph = (
+                read_graph(config.wheels, cache_dir=config.elf_cache, lenient=True, installed=installation and installation.own_copy)
+                if needs_graph
+                else None
             )
-        )
+        for spec in config.patched:
+            with phase("patch"):  # the preload's plan and the split included; its probe is a phase of its own
+                pins.extend(
+                    patch_into_index(
+                        spec,
+                        config.wheels,
+                        config.index_dir,
+                        graph=graph,
+                        use_cache=config.elf_cache is not None,
+                        phrasing=phrasing(config, spec),
+                        installation=installation,
+                    )
+                )
+        with phase("probe: remove"):
+            stack.close()
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
-    lock(
-        config.lock,
-        build_index(config.index_dir),
-        config.out,
-        index_option=config.index_option,
-        upstream_index_url=config.index_url or None,
-        replaced=config.replaced,
-        references=config.references,
-        lock_format=LOCK_FORMATS[config.lock_attribute],
-        out_uv_lock=config.out_uv_lock,
-    )
+    with phase("index"):
+        index = build_index(config.index_dir)
+    with phase("lock"):
+        lock(
+            config.lock,
+            index,
+            config.out,
+            index_option=config.index_option,
+            upstream_index_url=config.index_url or None,
+            replaced=config.replaced,
+            references=config.references,
+            lock_format=LOCK_FORMATS[config.lock_attribute],
+            out_uv_lock=config.out_uv_lock,
+        )
     return pins
+
+
+def probe_installation(config: HubConfig, stack: ExitStack) -> Installation | None:
+    """The wheel set installed in one site-packages, once, when a probe will run on it (a ``preload = "auto"``
+    spec whose observation is not cached, every wheel fetched and installable here); else None, and each
+    probe installs the set itself if it runs after all (:func:`~patched_wheels.loading.observe.observe`).
+    Installed before the ELF graph is read, which then reads the installed libraries instead of inflating
+    every member twice; removed when ``stack`` closes."""
+    from patched_wheels.hub.plan import default_probes
+    from patched_wheels.loading.observe import is_observed, tag_mismatch
+
+    probes = default_probes(config.patched)
+    paths = [wheel.path for wheel in config.wheels]
+    if not probes or None in paths or tag_mismatch(wheel.filename for wheel in config.wheels) is not None:
+        return None
+    if config.elf_cache is not None and all(is_observed([wheel.sha256 for wheel in config.wheels], probe) for probe in probes):
+        return None
+    from patched_wheels.loading.layout import FLAT
+    from patched_wheels.loading.probe import installed
+
+    with phase("probe: install"):
+        return stack.enter_context(installed([path for path in paths if path is not None], (FLAT,)))
 
 
 def patch_into_index(
@@ -69,13 +114,15 @@ def patch_into_index(
     graph: LibraryGraph | None = None,
     use_cache: bool = False,
     phrasing: Phrasing | None = None,
+    installation: Installation | None = None,
 ) -> list[str]:
     """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins.
 
     ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), read
     here (without a cache) if the spec needs it and none is given.  ``use_cache``: keep the preload
     probe's observation in the persistent cache.  ``phrasing``: how errors name the spec's attributes
-    (:func:`phrasing`; default: by the spec's name alone). The spec was checked by the plan
+    (:func:`phrasing`; default: by the spec's name alone).  ``installation``: the set already installed in
+    one site-packages (:func:`probe_installation`), for the probe to run in. The spec was checked by the plan
     (:func:`patched_wheels.hub.plan.check_request`).
     """
     if spec.wheel is None:
@@ -99,6 +146,7 @@ def patch_into_index(
             probe=spec.probe,
             run_probe=spec.runs_probe,
             use_cache=use_cache,
+            installation=installation,
         )
     rpath_edits: list[RpathEdit] = []
     if spec.rpath:

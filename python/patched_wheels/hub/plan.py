@@ -315,11 +315,11 @@ def needs_graph(request: HubRequest) -> bool:
     return any(spec.needs_graph for spec in request.patched)
 
 
-def default_probes(request: HubRequest) -> list[str]:
+def default_probes(specs: Sequence[PatchedWheelSpec]) -> list[str]:
     """The probe of each ``preload = "auto"`` spec (``elf`` runs none), as the build will run it: ``probe``, else the import of
     ``package`` (for a namespace package the build imports its regular packages instead, so its
     observation is never found cached here and every wheel is fetched: slower, never wrong)."""
-    return [spec.probe or f"import {module_name(spec.package)}" for spec in request.patched if spec.runs_probe]
+    return [spec.probe or f"import {module_name(spec.package)}" for spec in specs if spec.runs_probe]
 
 
 def plan_hub(

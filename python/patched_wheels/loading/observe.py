@@ -28,6 +28,7 @@ import os
 import struct
 import sys
 import sysconfig
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Seque
 from packaging.tags import sys_tags
 
 from patched_wheels.base import cache
+from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef
 from patched_wheels.elf.read import SHT_DYNSYM, SHT_NOBITS, ElfLibrary, FileReader, read_sections
 from patched_wheels.errors import ElfError, warn
@@ -156,9 +158,15 @@ def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation
     if installation is None:
         from patched_wheels.loading.probe import installed  # imported here: installing is what observing costs
 
-        with installed([ref.path for ref in refs if ref.path is not None], (FLAT,)) as installation:
-            return _run(refs, probe, graph, installation)
-    result = installation.run(FLAT, probe, graph)
+        with ExitStack() as stack:
+            with phase("probe: install"):
+                installation = stack.enter_context(installed([ref.path for ref in refs if ref.path is not None], (FLAT,)))
+            observation = _run(refs, probe, graph, installation)
+            with phase("probe: remove"):
+                stack.close()
+            return observation
+    with phase("probe: run"):
+        result = installation.run(FLAT, probe, graph)
     if result.mapped is None:
         warn(
             f"probe {probe!r} ended with status {result.returncode} in one site-packages without running its exit "
@@ -167,10 +175,11 @@ def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation
         )
         return None
     mapped = result.mapped
-    symbols = {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
-    system = _SystemSymbols()
-    extensions = {library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)}
-    needs_global = libraries_needing_global(graph, symbols, system.defined_by, system.interpreter())
+    with phase("probe: symbols"):
+        symbols = {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
+        system = _SystemSymbols()
+        extensions = {library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)}
+        needs_global = libraries_needing_global(graph, symbols, system.defined_by, system.interpreter())
     return Observation(
         probe,
         frozenset((library.wheel, library.path) for library in mapped),

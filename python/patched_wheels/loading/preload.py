@@ -43,6 +43,7 @@ from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:
     from patched_wheels.loading.observe import Observation
+    from patched_wheels.loading.probe import Installation
 
 PRELOAD_MODULE = "_patched_wheels_preload"
 DEBUG_VARIABLE = "PATCHED_WHEELS_PRELOAD_DEBUG"
@@ -427,6 +428,7 @@ def preload_edits(
     probe: str | None = None,
     run_probe: bool = True,
     use_cache: bool = False,
+    installation: Installation | None = None,
 ) -> dict[str, Callable[[bytes | None], bytes]]:
     """Member edits of ``package_wheel`` that make ``package`` preload what it needs, from a graph read once.
 
@@ -440,6 +442,7 @@ def preload_edits(
     ``wheels``, or where the tags do not match (one warning), the ELF graph alone decides.  ``run_probe``
     false (``preload = "elf"``, ``--no-probe``): no package code runs, the ELF graph alone decides, and
     ``wheels`` still locate the package across the set (a wrong ``package`` names the wheel that ships it).
+    ``installation``: ``wheels`` already installed in one site-packages, for the probe (else it installs them).
     Returns, keyed by archive path: the generated ``_patched_wheels_preload.py`` and the
     ``__init__.py`` that imports it first (each of them, for a namespace package), as
     :func:`patched_wheels.patch.surgery.patch_wheel` expects.
@@ -457,7 +460,7 @@ def preload_edits(
     if wheels and run_probe:
         from patched_wheels.loading.observe import observe  # imported here: observing installs and runs the set
 
-        observed = observe(wheels, code, graph, use_cache=use_cache)
+        observed = observe(wheels, code, graph, use_cache=use_cache, installation=installation)
     plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     if observed is not None:

@@ -134,10 +134,30 @@ class Installation:
 
     def __init__(self, root: Path, wheels: Sequence[Path], layouts: dict[str, Layout]) -> None:
         self.root, self.wheels, self.layouts = root, wheels, layouts
+        self._owners: dict[str, dict[PurePosixPath, list[str]]] = {}
 
     def file(self, kind: str, library: ElfLibrary) -> Path:
         """Where ``library`` was installed in the layout ``kind``."""
         return Path(self.layouts[kind].target(library.wheel, library.path))
+
+    def own_copy(self, wheel: str, path: str) -> Path | None:
+        """The file ``wheel`` installed for its member at install path ``path`` in the first layout, or None
+        where another wheel of the set installs a file there too (in one site-packages the last one wins,
+        so the file there need not be this wheel's): for reading the library graph without inflating the
+        members again (:func:`~patched_wheels.elf.graph.read_graph`'s ``installed``)."""
+        kind = next(iter(self.layouts))
+        if kind not in self._owners:
+            owners: dict[PurePosixPath, list[str]] = {}
+            for installed_wheel in self.wheels:
+                with WheelReader(installed_wheel) as reader:
+                    members = reader.members()
+                for member in members:
+                    member_path = install_path(member)
+                    if member_path is not None and not member.endswith("/"):
+                        owners.setdefault(self.layouts[kind].target(installed_wheel.name, member_path), []).append(installed_wheel.name)
+            self._owners[kind] = owners
+        target = self.layouts[kind].target(wheel, path)
+        return Path(target) if self._owners[kind].get(target) == [wheel] else None
 
     def compare(self, code: str, graph: LibraryGraph) -> Comparison:
         """Run ``code`` in both layouts (both must be installed)."""

@@ -18,6 +18,7 @@ from support import fakecuda
 from support.hubconfig import load_config, lock_attributes, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
 from support.uvfixture import run_uv, serve_over_http, uv_locks
 from patched_wheels.elf import graph as elfgraph
+from patched_wheels.loading import probe
 from patched_wheels.cli import main
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import PatchedWheelSpec
@@ -154,8 +155,10 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
 ) -> None:
     """Two specs with preload = "auto" share one graph, and the persistent cache outlives the hub.
 
-    The rebuild is a ``bazel clean --expunge``: a fresh output directory, the same user cache, and the
-    plan fetches none of the wheels only the graph reads, because the cache holds all their rows.
+    Cold, the set is installed once for both probes, and the graph reads the installed libraries: no
+    member is inflated twice (once to install, once for the graph). The rebuild is a ``bazel clean
+    --expunge``: a fresh output directory, the same user cache, and the plan fetches none of the wheels
+    only the graph reads, because the cache holds all their rows.
     """
     others = [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]
     patched = [
@@ -164,18 +167,33 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     ]
     every_library = {(library.wheel, library.path) for library in elfgraph.read_graph([*others, fake_set.torch, runtime_set.package]).libraries}
     reads: Counter[tuple[str, str]] = Counter()
-    read_library = elfgraph.read_library
+    inflated: Counter[tuple[str, str]] = Counter()
+    installs: list[int] = []
+    read_library, read_installed_library, installed = elfgraph.read_library, elfgraph.read_installed_library, probe.installed
 
     def counting(wheel: Path, info: ZipMember, path: str) -> elfgraph.ElfLibrary:
+        inflated[wheel.name, path] += 1
         reads[wheel.name, path] += 1
         return read_library(wheel, info, path)
 
+    def counting_installed(file: Path, *, wheel: str, path: str) -> elfgraph.ElfLibrary | None:
+        reads[wheel, path] += 1
+        return read_installed_library(file, wheel=wheel, path=path)
+
+    def counting_installs(wheels: list[Path], kinds: tuple[str, ...]) -> object:
+        installs.append(len(wheels))
+        return installed(wheels, kinds)
+
     monkeypatch.setattr(elfgraph, "read_library", counting)
+    monkeypatch.setattr(elfgraph, "read_installed_library", counting_installed)
+    monkeypatch.setattr(probe, "installed", counting_installs)
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "user-cache"))
     first = write_config(tmp_path / "first", others, patched, index_option="direct")
     assert len(list((tmp_path / "first" / "_graph").glob("*.whl"))) == len(others)
     assert main(["hub", "build", "--config", str(first)]) == 0
     assert reads == Counter(dict.fromkeys(every_library, 1)), "every library of the set read, each once"
+    assert not inflated, "the graph read the probes' installation"
+    assert installs == [len(others) + 2], "the set installed once for both probes"
 
     reads.clear()
     second = write_config(tmp_path / "second", others, patched, index_option="direct")

@@ -368,3 +368,46 @@ def test_a_run_leaves_the_process_as_it_found_it(tmp_path):
     captured = supervise([sys.executable, "-c", CHILD], "pass", dict(os.environ), tmp_path, 30, wanted=set())
     assert captured is not None and captured.returncode == 0
     assert subreaper() == 0
+
+
+def test_the_graph_read_from_an_installation_is_the_graph_of_the_archives(tmp_path: Path) -> None:
+    """What the hub reads when its probe installed the set first: each library from its installed copy,
+    except where two wheels install a file at the same path (in one site-packages the last one wins): those
+    are inflated from their own wheel, so every wheel keeps its own library's rows."""
+    from support.fakecuda import build_wheel, compile_shared
+    from patched_wheels.elf import graph as elfgraph
+    from patched_wheels.loading.layout import FLAT
+    from patched_wheels.loading.probe import installed
+
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "a").mkdir()
+    (build / "b").mkdir()
+    base = compile_shared(build, "libbase.so.1", "int base(void) { return 1; }\n", "-Wl,-soname,libbase.so.1")
+    user = compile_shared(build, "libuser.so.1", "int base(void); int user(void) { return base(); }\n", "-Wl,-soname,libuser.so.1", "-l:libbase.so.1")
+    shared_a = compile_shared(build / "a", "libshared.so", "int a(void) { return 1; }\n", "-Wl,-soname,libshared-a.so")
+    shared_b = compile_shared(build / "b", "libshared.so", "int b(void) { return 2; }\n", "-Wl,-soname,libshared-b.so")
+    wheels = [
+        build_wheel(tmp_path / "wheels", "alpha", "1.0", {"alpha/libbase.so.1": base.read_bytes(), "common/libshared.so": shared_a.read_bytes()}),
+        build_wheel(tmp_path / "wheels", "beta", "1.0", {"beta/libuser.so.1": user.read_bytes(), "common/libshared.so": shared_b.read_bytes()}),
+    ]
+    from_archives = elfgraph.read_graph(wheels)
+    with installed(wheels, (FLAT,)) as installation:
+        copies = {(library.wheel, library.path): installation.own_copy(library.wheel, library.path) for library in from_archives.libraries}
+        inflated: list[str] = []
+        read_library = elfgraph.read_library
+
+        def counting(wheel: Path, info: object, path: str) -> object:
+            inflated.append(f"{wheel.name}: {path}")
+            return read_library(wheel, info, path)  # type: ignore[arg-type]
+
+        elfgraph.read_library = counting  # type: ignore[assignment]
+        try:
+            from_installation = elfgraph.read_graph(wheels, installed=installation.own_copy)
+        finally:
+            elfgraph.read_library = read_library
+    assert sorted(inflated) == sorted(f"{wheel.name}: common/libshared.so" for wheel in wheels)
+    assert [name for name, copy in copies.items() if copy is not None] == [(wheels[0].name, "alpha/libbase.so.1"), (wheels[1].name, "beta/libuser.so.1")]
+    assert from_installation.libraries == from_archives.libraries
+    assert {library.soname for library in from_installation.libraries if library.path == "common/libshared.so"} == {"libshared-a.so", "libshared-b.so"}
+    assert from_installation.load_order == from_archives.load_order

@@ -1,0 +1,78 @@
+"""Per-phase wall and CPU time of a helper run, for the benchmarks (``benchmarks/bench_hub_cold.py``).
+
+Off unless ``RULES_PATCHED_WHEELS_TIMINGS`` names a file (an absolute path): then each helper process
+appends one JSON line to it when its command ends: the command, its total wall and CPU time, and each
+:func:`phase` it went through.  A phase's figures are its own: a phase inside another (the probe inside
+the patch) is counted in the inner one only, so the phases of a run add up to at most its total.  CPU is
+split into the process's user and system time and its reaped children's (the probe's interpreter, the
+processes it starts), as :func:`os.times` reports them; the ELF graph's threads count in the process's.
+
+The file is written outside whatever the command produces and read by nothing but a benchmark, so a hub
+built with it on is byte for byte the hub built without it.  The hub rule passes the variable on from
+Bazel's client environment (``--repo_env``) without declaring it, so setting it re-runs no hub.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+ENVIRONMENT_VARIABLE = "RULES_PATCHED_WHEELS_TIMINGS"
+FIELDS = ("wall", "user", "system", "children_user", "children_system")
+"""What each phase records, in seconds."""
+
+_phases: dict[str, list[float]] = {}
+_open: list[list[float]] = []
+"""For each phase under way, innermost last: the time its nested phases took, subtracted from its own."""
+_started = time.perf_counter()
+
+
+def _now() -> list[float]:
+    times = os.times()
+    return [time.perf_counter(), times.user, times.system, times.children_user, times.children_system]
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(ENVIRONMENT_VARIABLE))
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Count the time spent inside the ``with`` block as ``name`` (added up when a phase repeats)."""
+    if not enabled():
+        yield
+        return
+    start = _now()
+    _open.append([0.0] * len(FIELDS))
+    try:
+        yield
+    finally:
+        nested = _open.pop()
+        spent = [after - before for before, after in zip(start, _now())]
+        totals = _phases.setdefault(name, [0.0] * len(FIELDS))
+        for index, value in enumerate(spent):
+            totals[index] += value - nested[index]
+            if _open:
+                _open[-1][index] += value
+
+
+def record(command: Sequence[str]) -> None:
+    """Append this run's line to the file the variable names (nothing when it is unset): ``command`` (the
+    subcommand's words, no paths), the total since the helper's modules were imported, the phases.  A file
+    that cannot be written costs the figures, never the run."""
+    phases = {name: dict(zip(FIELDS, values)) for name, values in _phases.items()}
+    _phases.clear()  # a second command in the same process (a test) reports its own
+    path = os.environ.get(ENVIRONMENT_VARIABLE, "")
+    if not path or not os.path.isabs(path):
+        return
+    now = _now()
+    total = [now[0] - _started, *now[1:]]
+    line = {"command": list(command), "pid": os.getpid(), "total": dict(zip(FIELDS, total)), "phases": phases}
+    try:
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(json.dumps(line) + "\n")
+    except OSError:
+        pass
