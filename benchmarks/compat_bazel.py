@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 RULES_PYTHON = "2.3.2"
 SUFFIX = "compat.1"
 HUBS = ("plain", "patched")
-_MAPPED = re.compile(r"mapped: (\d+) of the wheels' (\d+) libraries")
+_MAPPED = re.compile(r"mapped: (\d+) of the wheels' (\d+) librar(?:y|ies)")
 _STATUS = re.compile(r"^(//\S+)\s+(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS)\b", re.MULTILINE)
 
 
@@ -182,8 +182,8 @@ def run_stage(stack: Stack, wheels: list[Path], root: Path) -> BazelStage:
         errors = [line.strip() for line in output.splitlines() if "patched-wheels: error:" in line]
         return BazelStage(returncode, tests, errors, wall, cpu)
     finally:
+        # Also stops the server (a `shutdown` after it would start a client that leaves an empty output base).
         subprocess.run([str(BAZEL), "clean", "--expunge"], cwd=root, capture_output=True, check=False)
-        subprocess.run([str(BAZEL), "shutdown"], cwd=root, capture_output=True, check=False)
 
 
 def report(stage: BazelStage) -> str:
