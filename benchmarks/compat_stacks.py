@@ -344,6 +344,12 @@ class Graph:
     error: str
 
 
+def graph_of(wheels: list[Path]) -> Graph:
+    """``patched-wheels graph`` of the whole set, and how many library cycles it printed."""
+    graphed = patched_wheels("graph", *map(str, wheels))
+    return Graph(graphed.returncode, len(set(re.findall(r"\(cycle (\d+)\)", graphed.stdout))), _last_line(graphed.stderr))
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
@@ -390,8 +396,7 @@ def measure(stack: Stack, wheels: list[Path], work: Path, *, probe: bool) -> Res
         return run_probe([sys.executable, "-S"], stack.measured_probe, environment | {"PYTHONPATH": path}, index, work)
 
     before = per_wheel(roots)
-    graphed = patched_wheels("graph", *map(str, wheels))
-    graph = Graph(graphed.returncode, len(set(re.findall(r"\(cycle (\d+)\)", graphed.stdout))), _last_line(graphed.stderr))
+    graph = graph_of(wheels)
     doctors = {"static before": doctor(wheels, stack, run=False), "run before": doctor(wheels, stack, run=True)}
     package = canonicalize_name(stack.project)
     arguments = ["patch", "--wheel", str(by_project[package]), "--dest-dir", str(work / "patched")]
@@ -467,8 +472,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stacks", nargs="+", choices=sorted(STACKS), default=list(STACKS), metavar="STACK")
     parser.add_argument("--keep", action="store_true", help="keep each stack's downloaded wheels")
+    parser.add_argument("--reuse", action="store_true", help="use the wheels a --keep run left, without resolving again")
     parser.add_argument("--no-probe", action="store_true", help="patch without --probe (the static graph only)")
     parser.add_argument("--bazel", action="store_true", help="also the Bazel stage (benchmarks/compat_bazel.py)")
+    parser.add_argument(
+        "--no-layouts",
+        action="store_true",
+        help="skip the harness's own layouts, probes, doctor --run and patch (the slow part): graph and static doctor only",
+    )
     args = parser.parse_args(argv)
     # A stopped run still removes what it installed (gigabytes): SIGTERM unwinds like an exception.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -479,10 +490,20 @@ def main(argv: list[str] | None = None) -> int:
         directory.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{name}-layouts-", dir=directory.parent))
         try:
-            wheels, companions = download(stack, directory)
+            if args.reuse and any(directory.glob("*.whl")):
+                wheels, companions = sorted(directory.glob("*.whl")), stack.companions
+            else:
+                wheels, companions = download(stack, directory)
             print(f"## {name}: {len(wheels)} wheels, companions {' '.join(companions) or '-'}", flush=True)
-            results.append(measure(stack, wheels, work, probe=not args.no_probe))
-            print(report(results[-1]), f"  ({time.monotonic() - started:.0f} s wall, {_children_cpu() - cpu:.0f} s CPU)", sep="\n", flush=True)
+            if args.no_layouts:
+                graph, static = graph_of(wheels), doctor(wheels, stack, run=False)
+                failed |= graph.returncode != 0 or static.refused
+                print(f"  graph of the set: exit {graph.returncode}, {graph.cycles} library cycle(s) {graph.error}".rstrip())
+                print(f"  doctor static: exit {static.returncode}: {static.verdict}")
+            else:
+                results.append(measure(stack, wheels, work, probe=not args.no_probe))
+                print(report(results[-1]), sep="\n")
+            print(f"  ({time.monotonic() - started:.0f} s wall, {_children_cpu() - cpu:.0f} s CPU)", flush=True)
             if args.bazel:
                 from compat_bazel import report as bazel_report
                 from compat_bazel import run_stage
@@ -499,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
             if not args.keep:
                 shutil.rmtree(directory, ignore_errors=True)
-    print(TABLE_HEADER, *map(table_row, results), sep="\n")
+    if results:
+        print(TABLE_HEADER, *map(table_row, results), sep="\n")
     return 1 if failed or any(result.failed for result in results) else 0
 
 
