@@ -17,14 +17,22 @@ Not part of the test suite (gigabytes per stack).  For each named stack it
    <the set> --probe CODE``), measures the per-wheel layout again with the patched wheel, and runs
    doctor again on the patched set.
 
+Real locks (``NAME-lock`` stacks, issue 30): the stack is resolved with common companions (torchvision,
+``pillow>=13`` with its libfreetype <-> libharfbuzz cycle, opencv-python-headless, scipy, pyarrow; one
+that does not resolve with the stack is left out and named); ``patched-wheels graph`` must exit 0 on the
+whole set; the layouts are compared on the stack's probe followed by code loading the companions'
+libraries (``patch`` gets the stack's probe alone, as a user's one stanza does). ``--bazel`` then runs
+``compat_bazel.py``: the stack's own workspace under rules_python 2.3.2, plain against patched.
+
 The harness is the oracle the product is judged by, so it installs and observes on its own, with
 nothing from ``patched_wheels``.  Layout verdict: **ok** when the per-wheel run maps every library
 of the set the flat run maps and exits the same way (both zero or both non-zero).  Doctor agrees
 when it exits 0 exactly where the layout verdict is ok.  Exit status 1 when, for some stack, the
 patched per-wheel layout maps fewer of the set's libraries than the flat one, or ``doctor --run``
-disagrees with the harness (before or after patching); 2 when a download or an install fails.
+disagrees with the harness (before or after patching), ``graph`` or ``patch`` fails, or (``--bazel``)
+the patched hub's ``layout_test`` does not pass; 2 when a download or an install fails.
 
-    nice -n 10 .venv/bin/python benchmarks/compat_stacks.py [--stacks torch-2.1.0 jax-0.6.2 ...] [--keep]
+    nice -n 10 .venv/bin/python benchmarks/compat_stacks.py [--stacks torch-2.1.0 jax-0.6.2 ...] [--keep] [--bazel]
 
 One stack at a time: its wheels (several GB) are deleted after it is measured unless ``--keep``;
 the installed layouts always are.  ``--no-probe`` patches without ``--probe`` (the static graph only).
@@ -35,6 +43,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -78,6 +87,15 @@ class Stack:
     """The project whose wheel gets the preload."""
     probe: str
     """Code that makes the stack load its CUDA libraries (they fail later, at the missing driver)."""
+    companions: tuple[str, ...] = ()
+    """A real lock's other wheels (``--stacks NAME-lock``): requirements resolved with the stack where they can be."""
+    companion_probe: str = ""
+    """Code that loads the companions' own libraries: measured in every layout, never given to ``patch``."""
+
+    @property
+    def measured_probe(self) -> str:
+        """What the layouts are compared on: the stack's probe, then its companions' (the patch gets only the first)."""
+        return self.probe + ("\n" + self.companion_probe if self.companion_probe else "")
 
 
 STACKS = {
@@ -117,6 +135,42 @@ STACKS = {
         ),
     )
 }
+
+# Common companions of a real lock (issue 30): pillow 13 bundles libfreetype and libharfbuzz, which need
+# each other (a library cycle); opencv, scipy and pyarrow bring their own bundled libraries.
+COMPANIONS = ("pillow>=13", "opencv-python-headless", "scipy", "pyarrow")
+# Loads each companion's compiled libraries: pillow's freetype module maps the cycle's two libraries.
+COMPANION_PROBE = "from PIL import _imagingft\nimport cv2, scipy.linalg, pyarrow"
+_LOCKS = (
+    Stack(
+        "torch-2.8.0-lock",
+        ("torch==2.8.0",),
+        "torch",
+        "torch",
+        "import torch; torch.cuda.is_available()",
+        ("torchvision==0.23.0", *COMPANIONS),
+        "import torchvision, torchvision.io\n" + COMPANION_PROBE,
+    ),
+    Stack(
+        "tensorflow-2.20.0-lock",
+        ("tensorflow[and-cuda]==2.20.0",),
+        "tensorflow",
+        "tensorflow",
+        "import tensorflow as tf; tf.config.list_physical_devices()",
+        COMPANIONS,
+        COMPANION_PROBE,
+    ),
+    Stack(
+        "jax-0.7.2-lock",
+        ("jax[cuda12]==0.7.2",),
+        "jax_plugins.xla_cuda12",
+        "jax-cuda12-pjrt",
+        "import jax; jax.devices()",
+        COMPANIONS,
+        COMPANION_PROBE,
+    ),
+)
+STACKS.update((stack.name, stack) for stack in _LOCKS)
 
 # Runs before the probe in every child: record the mapped files at exit, also after an uncaught exception.
 _RECORD_MAPS = """\
@@ -164,14 +218,35 @@ def cache_dir(stack: str) -> Path:
     return Path(base) / "rules_patched_wheels" / "compat" / stack
 
 
-def download(stack: Stack, directory: Path) -> list[Path]:
-    """The stack's resolved wheel set, fetched by pip into ``directory`` (files already there are kept)."""
-    directory.mkdir(parents=True, exist_ok=True)
+def _pip(verb: str, *arguments: str) -> list[str]:
+    """pip ``verb`` (download, install) for CPython 3.11 on manylinux x86-64, wheels only."""
     platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-cache-dir", "--only-binary=:all:"]
-    command += ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", *platforms]
-    subprocess.run([*command, "-d", str(directory), *stack.requirements], check=True)
-    return sorted(directory.glob("*.whl"))
+    command = [sys.executable, "-m", "pip", verb, "--quiet", "--no-cache-dir", "--only-binary=:all:"]
+    return [*command, "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", *platforms, *arguments]
+
+
+def download(stack: Stack, directory: Path) -> tuple[list[Path], tuple[str, ...]]:
+    """The stack's resolved wheel set, fetched by pip into ``directory`` (files already there are kept),
+    and the companions it holds. When the whole set does not resolve, a companion that does not resolve
+    with the stack and the companions before it (pip's resolver, without downloading: ``install
+    --dry-run``) is left out and named."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wanted = [*stack.requirements, *stack.companions]
+    if subprocess.run(_pip("download", "-d", str(directory), *wanted), check=False).returncode == 0:
+        return sorted(directory.glob("*.whl")), stack.companions
+    if not stack.companions:
+        raise subprocess.CalledProcessError(1, "pip download")
+    resolvable = [*stack.requirements]
+    for companion in stack.companions:
+        dry = _pip("install", "--dry-run", "--ignore-installed", "--target", str(directory / ".dry"), *resolvable, companion)
+        if subprocess.run(dry, capture_output=True, check=False).returncode == 0:
+            resolvable.append(companion)
+        else:
+            print(f"compat_stacks: {stack.name}: {companion} does not resolve with the stack; left out", file=sys.stderr)
+    for stale in directory.glob("*.whl"):  # the set is this resolution's, nothing else
+        stale.unlink()
+    subprocess.run(_pip("download", "-d", str(directory), *resolvable), check=True)
+    return sorted(directory.glob("*.whl")), tuple(resolvable[len(stack.requirements) :])
 
 
 def install_per_wheel(wheel: Path, directory: Path) -> None:
@@ -261,6 +336,26 @@ def layout_ok(flat: Run, per_wheel: Run) -> bool:
 
 
 @dataclass(frozen=True)
+class Graph:
+    """``patched-wheels graph`` of the whole set: it must exit 0 on any real lock, cycles included."""
+
+    returncode: int
+    cycles: int
+    error: str
+
+
+def graph_of(wheels: list[Path]) -> Graph:
+    """``patched-wheels graph`` of the whole set, and how many library cycles it printed."""
+    graphed = patched_wheels("graph", *map(str, wheels))
+    return Graph(graphed.returncode, len(set(re.findall(r"\(cycle (\d+)\)", graphed.stdout))), _last_line(graphed.stderr))
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+@dataclass(frozen=True)
 class Result:
     stack: Stack
     flat: Run
@@ -269,6 +364,7 @@ class Result:
     patch_error: str
     doctors: dict[str, Doctor]
     """``static before``, ``run before``, ``static after``, ``run after`` (the last two only once patched)."""
+    graph: Graph
 
     def agrees(self, key: str) -> bool:
         per_wheel = self.before if key.endswith("before") else self.after
@@ -279,7 +375,8 @@ class Result:
     def failed(self) -> bool:
         after = self.after or self.before
         runs = [key for key in ("run before", "run after") if key in self.doctors]
-        return not self.flat.mapped <= after.mapped or not all(self.agrees(key) for key in runs)
+        failed = not self.flat.mapped <= after.mapped or not all(self.agrees(key) for key in runs)
+        return failed or self.graph.returncode != 0 or self.after is None
 
 
 def measure(stack: Stack, wheels: list[Path], work: Path, *, probe: bool) -> Result:
@@ -292,20 +389,21 @@ def measure(stack: Stack, wheels: list[Path], work: Path, *, probe: bool) -> Res
     index = {inode: key for project, root in roots.items() for inode, key in elf_index(project, root).items()}
     environment = {key: value for key, value in os.environ.items() if key not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
     environment.pop("PYTHONPATH", None)
-    flat = run_probe([str(work / "flat" / "bin" / "python"), "-I"], stack.probe, environment, index, work)
+    flat = run_probe([str(work / "flat" / "bin" / "python"), "-I"], stack.measured_probe, environment, index, work)
 
     def per_wheel(entries: dict[str, Path]) -> Run:
         path = os.pathsep.join(str(root / "site-packages") for root in entries.values())
-        return run_probe([sys.executable, "-S"], stack.probe, environment | {"PYTHONPATH": path}, index, work)
+        return run_probe([sys.executable, "-S"], stack.measured_probe, environment | {"PYTHONPATH": path}, index, work)
 
     before = per_wheel(roots)
+    graph = graph_of(wheels)
     doctors = {"static before": doctor(wheels, stack, run=False), "run before": doctor(wheels, stack, run=True)}
     package = canonicalize_name(stack.project)
     arguments = ["patch", "--wheel", str(by_project[package]), "--dest-dir", str(work / "patched")]
     arguments += ["--suffix", "compat.1", "--preload-for", stack.package, "--preload-from", *map(str, wheels)]
     patched = patched_wheels(*arguments, *(["--probe", stack.probe] if probe else []))
     if patched.returncode != 0:
-        return Result(stack, flat, before, None, patched.stderr.strip()[-300:], doctors)
+        return Result(stack, flat, before, None, patched.stderr.strip()[-300:], doctors, graph)
     patched_wheel = Path(patched.stdout.splitlines()[0])
     root = work / "per-wheel-patched" / patched_wheel.name[: -len(".whl")]
     install_per_wheel(patched_wheel, root)
@@ -314,7 +412,7 @@ def measure(stack: Stack, wheels: list[Path], work: Path, *, probe: bool) -> Res
     patched_set = [patched_wheel if wheel == by_project[package] else wheel for wheel in wheels]
     doctors["static after"] = doctor(patched_set, stack, run=False)
     doctors["run after"] = doctor(patched_set, stack, run=True)
-    return Result(stack, flat, before, after, "", doctors)
+    return Result(stack, flat, before, after, "", doctors, graph)
 
 
 def _count(run: Run | None, flat: Run) -> str:
@@ -335,7 +433,7 @@ def _doctor_cell(result: Result, key: str) -> str:
 
 def report(result: Result) -> str:
     """The stack's details: what each run mapped less than the flat one, the errors, doctor's words."""
-    lines = [f"## {result.stack.name}: {' '.join(result.stack.requirements)}, probe {result.stack.probe[-80:]!r}"]
+    lines = [f"## {result.stack.name}: {' '.join(result.stack.requirements)}, probe {result.stack.measured_probe[-120:]!r}"]
     for label, run in (("flat", result.flat), ("per-wheel before", result.before), ("per-wheel after", result.after)):
         if run is None:
             lines.append(f"  {label}: patch refused: {result.patch_error}")
@@ -344,6 +442,8 @@ def report(result: Result) -> str:
         lines.append(f"    first error: {run.error or '-'}")
         for library in sorted(result.flat.mapped - run.mapped):
             lines.append(f"    not mapped (flat maps it): {library}")
+    graph = result.graph
+    lines.append(f"  graph of the set: exit {graph.returncode}, {graph.cycles} library cycle(s) {graph.error}".rstrip())
     for key, found in result.doctors.items():
         lines.append(f"  doctor {key}: exit {found.returncode}: {found.verdict}")
     return "\n".join(lines)
@@ -372,19 +472,47 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stacks", nargs="+", choices=sorted(STACKS), default=list(STACKS), metavar="STACK")
     parser.add_argument("--keep", action="store_true", help="keep each stack's downloaded wheels")
+    parser.add_argument("--reuse", action="store_true", help="use the wheels a --keep run left, without resolving again")
     parser.add_argument("--no-probe", action="store_true", help="patch without --probe (the static graph only)")
+    parser.add_argument("--bazel", action="store_true", help="also the Bazel stage (benchmarks/compat_bazel.py)")
+    parser.add_argument(
+        "--no-layouts",
+        action="store_true",
+        help="skip the harness's own layouts, probes, doctor --run and patch (the slow part): graph and static doctor only",
+    )
     args = parser.parse_args(argv)
     # A stopped run still removes what it installed (gigabytes): SIGTERM unwinds like an exception.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    results = []
+    results, failed = [], False
     for name in args.stacks:
         stack, directory = STACKS[name], cache_dir(name)
-        started = time.monotonic()
+        started, cpu = time.monotonic(), _children_cpu()
         directory.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{name}-layouts-", dir=directory.parent))
         try:
-            wheels = download(stack, directory)
-            results.append(measure(stack, wheels, work, probe=not args.no_probe))
+            if args.reuse and any(directory.glob("*.whl")):
+                wheels, companions = sorted(directory.glob("*.whl")), stack.companions
+            else:
+                wheels, companions = download(stack, directory)
+            print(f"## {name}: {len(wheels)} wheels, companions {' '.join(companions) or '-'}", flush=True)
+            if args.no_layouts:
+                graph, static = graph_of(wheels), doctor(wheels, stack, run=False)
+                failed |= graph.returncode != 0 or static.refused
+                print(f"  graph of the set: exit {graph.returncode}, {graph.cycles} library cycle(s) {graph.error}".rstrip())
+                print(f"  doctor static: exit {static.returncode}: {static.verdict}")
+            else:
+                results.append(measure(stack, wheels, work, probe=not args.no_probe))
+                print(report(results[-1]), sep="\n")
+            print(f"  ({time.monotonic() - started:.0f} s wall, {_children_cpu() - cpu:.0f} s CPU)", flush=True)
+            if args.bazel:
+                from compat_bazel import report as bazel_report
+                from compat_bazel import run_stage
+
+                for installed in work.iterdir():  # disk: the workspace installs the set again, twice
+                    shutil.rmtree(installed, ignore_errors=True)
+                stage = run_stage(stack, wheels, work / "bazel")
+                print(bazel_report(stage), flush=True)
+                failed |= stage.returncode not in (0, 3) or stage.tests["patched"].status != "PASSED"
         except (subprocess.CalledProcessError, OSError, ValueError) as error:
             print(f"compat_stacks: {name}: {error}", file=sys.stderr)
             return 2
@@ -392,9 +520,15 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
             if not args.keep:
                 shutil.rmtree(directory, ignore_errors=True)
-        print(report(results[-1]), f"  ({time.monotonic() - started:.0f} s)", sep="\n", flush=True)
-    print(TABLE_HEADER, *map(table_row, results), sep="\n")
-    return 1 if any(result.failed for result in results) else 0
+    if results:
+        print(TABLE_HEADER, *map(table_row, results), sep="\n")
+    return 1 if failed or any(result.failed for result in results) else 0
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the child processes waited for so far (pip, the probes, patched-wheels, Bazel's client)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":
