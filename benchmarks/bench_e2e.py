@@ -96,7 +96,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from example_workspace import REPO, Timed, make_workspace, run, use_offline_modules
+from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
 
 RULES_PYTHON = re.search(r'bazel_dep\(name = "rules_python", version = "([^"]+)"\)', (REPO / "MODULE.bazel").read_text(encoding="utf-8"))[1]
 TARGETS = {"flat": 1.02, "split": 1.05}  # CPU time against plain (issue 19), median over the rounds; wall beside it
@@ -479,11 +479,7 @@ def main() -> int:
         return 1
     finally:
         if not args.keep:
-            for config in configs:
-                run(config.root, f"--output_base={config.output_base}", "clean", "--expunge")
-                run(config.root, f"--output_base={config.output_base}", "shutdown")
-            shutil.rmtree(configs[0].output_base.parent, ignore_errors=True)
-            shutil.rmtree(work, ignore_errors=True)
+            remove_workspaces(configs, work)
     print(f"repository cache: {', '.join(map(str, sorted(caches)))}" + (" (shared by all)" if len(caches) == 1 else " (NOT shared)"))
     lines, met = summary(rounds)
     print("\n".join(lines))

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_e2e import RULES_PYTHON, BazelFailed, drop_statements, process_cpu
-from example_workspace import REPO, Timed, make_workspace, run, use_offline_modules
+from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
 
 HUBS = {"flat": "patched_pypi", "split": "patched_pypi_split"}
 PIP_HUBS = {"patched_pypi": "pypi", "patched_pypi_split": "pypi_split"}
@@ -206,11 +206,7 @@ def main() -> int:
         return 1
     finally:
         if not args.keep:
-            for workspace in workspaces:
-                run(workspace.root, f"--output_base={workspace.output_base}", "clean", "--expunge")
-                run(workspace.root, f"--output_base={workspace.output_base}", "shutdown")
-            shutil.rmtree(workspaces[0].output_base.parent, ignore_errors=True)
-            shutil.rmtree(work, ignore_errors=True)
+            remove_workspaces(workspaces, work)
     return 0
 
 

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 BAZEL = REPO / "tools" / "bazel"
@@ -71,3 +71,20 @@ def run(root: Path, *args: str, environment: dict[str, str] | None = None) -> Ti
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Timed(completed.returncode, completed.stdout + completed.stderr, wall, cpu)
+
+
+class Workspace(Protocol):
+    """What remove_workspaces needs of a benchmark's workspace: its root and its own output base."""
+
+    root: Path
+    output_base: Path
+
+
+def remove_workspaces(workspaces: Sequence[Workspace], work: Path) -> None:
+    """Expunge and stop each workspace's Bazel, then delete the folder of their output bases and ``work``
+    (the benchmarks' output bases sit side by side in one folder; each is gigabytes)."""
+    for workspace in workspaces:
+        run(workspace.root, f"--output_base={workspace.output_base}", "clean", "--expunge")
+        run(workspace.root, f"--output_base={workspace.output_base}", "shutdown")
+    shutil.rmtree(workspaces[0].output_base.parent, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
