@@ -445,10 +445,9 @@ def preload_edits(
     ``installation``: ``wheels`` already installed in one site-packages, for the probe (else it installs them).
     Returns, keyed by archive path: the generated ``_patched_wheels_preload.py`` and the
     ``__init__.py`` that imports it first (each of them, for a namespace package), as
-    :func:`patched_wheels.patch.surgery.patch_wheel` expects.
-    ``strict`` (the ``patch`` command): nothing to preload, or a ``preload_wheels``
-    glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for
-    a platform without those wheels, e.g. macOS) it is a warning at most and no edit.
+    :func:`patched_wheels.patch.surgery.patch_wheel` expects.  ``strict`` (the ``patch`` command): nothing to
+    preload, or a ``preload_wheels`` glob that matches nothing, is an error.  Otherwise (the hub, whose lock
+    may be for a platform without those wheels, e.g. macOS) it is a warning at most and no edit.
     """
     phrasing = phrasing or Phrasing.plain(package)
     location = locate_package(package, package_wheel, wheels, phrasing, graph)
