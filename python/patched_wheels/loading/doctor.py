@@ -34,7 +34,7 @@ from patched_wheels.elf.graph import LibraryGraph, read_graph
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
-from patched_wheels.loading.layout import LAYOUT_TEXT, PER_WHEEL, Layout
+from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.loading.observe import observe
 from patched_wheels.base.names import module_name
 from patched_wheels.loading.packages import find_package
@@ -332,7 +332,8 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
 
 
 def _run_lines(result: RunResult, total: int) -> list[str]:
-    lines = [f"  {LAYOUT_TEXT[result.layout]} ({_plural(result.entries, 'directory')} on PYTHONPATH):"]
+    how = "a virtual environment" if result.layout == FLAT else f"python -S, {_plural(result.entries, 'directory')} on PYTHONPATH"
+    lines = [f"  {LAYOUT_TEXT[result.layout]} ({how}):"]
     lines.append(f"    exit status: {result.returncode}")
     if result.error_line:
         lines.append(f"    first error: {result.error_line}")
@@ -348,7 +349,7 @@ def format_run(comparison: Comparison, diagnosis: Diagnosis) -> str:
     prediction agrees with it."""
     flat, per_wheel = comparison.flat, comparison.per_wheel
     total = len(diagnosis.graph.libraries)
-    lines = [f"run: {flat.code} (python -S, this interpreter)"]
+    lines = [f"run: {flat.code} (this interpreter)"]
     lines += _run_lines(flat, total)
     lines += _run_lines(per_wheel, total)
     lines += [f"    stdout: {line}" for line in per_wheel.stdout.splitlines()[-10:]]

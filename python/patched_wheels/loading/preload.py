@@ -343,19 +343,18 @@ def runtime_candidates(graph: LibraryGraph, package_wheel: Path) -> list[str]:
     )
 
 
-def runtime_hint(package: str, projects: Sequence[str], observed: Observation | None = None) -> str:
+def runtime_hint(package: str, projects: Sequence[str], observed: Observation | None = None, *, probed: bool = True) -> str:
     """What to do about ``projects`` that ``package`` may load at run time, for ``doctor`` and ``patch``.
 
     It names no list of wheels to preload: such a list is only right once a run has shown it (a
-    preload of everything ``nvidia-*`` pulls in is what crashed TensorFlow).  A probe makes the run.
+    preload of everything ``nvidia-*`` pulls in is what crashed TensorFlow).  A probe makes the run; where
+    none may run (``probed`` false: ``preload = "elf"``, ``--no-probe``), the user names the wheels.
     """
     seen = f", and {observed.probe!r} maps none of them in one site-packages" if observed is not None else ""
-    return (
-        f"{package} requires {', '.join(projects)}, which ship shared libraries, but needs none of them through "
-        f"DT_NEEDED{seen}: if it opens them itself later (ctypes, dlopen), give a probe that makes it do so "
-        "(probe = \"...\" on patched_wheel, --probe CODE): preload = \"auto\" then preloads what one site-packages maps; "
-        "doctor --run compares both layouts"
-    )
+    ask = "give a probe that makes it do so (probe = \"...\" on patched_wheel, --probe CODE): preload = \"auto\" then preloads what one site-packages maps"
+    if not probed:
+        ask = "no probe ran to see which (preload = \"elf\", --no-probe): name their wheels (preload_wheels, --preload-wheels) or give a probe with preload = \"auto\""
+    return f"{package} requires {', '.join(projects)}, which ship shared libraries, but needs none of them through DT_NEEDED{seen}: if it opens them itself later (ctypes, dlopen), {ask}; doctor --run compares both layouts"
 
 
 def check_before_probe(
@@ -485,7 +484,7 @@ def preload_edits(
         message += f", and {code!r} maps none in one site-packages" if observed is not None else ""
         message += "; nothing to preload"
         if candidates:
-            message += f" ({runtime_hint(package, candidates, observed)})"
+            message += f" ({runtime_hint(package, candidates, observed, probed=run_probe)})"
         if strict:
             raise UsageError(message)
         if candidates:

@@ -119,7 +119,7 @@ class Comparison:
         if (self.flat.returncode == 0) != (self.per_wheel.returncode == 0):
             found.append(f"exit status {self.per_wheel.returncode}, {self.flat.returncode} in one site-packages")
         if self.flat.comparable_error != self.per_wheel.comparable_error:
-            found.append(f"first error {self.per_wheel.error_line!r}, {self.flat.error_line!r} in one site-packages")
+            found.append(f"first error {_quoted(self.per_wheel.error_line)}, {_quoted(self.flat.error_line)} in one site-packages")
         if self.missing:
             found.append(f"{len(self.missing)} of the set's libraries mapped in one site-packages are not mapped")
         return found
@@ -127,6 +127,11 @@ class Comparison:
     @property
     def matches(self) -> bool:
         return not self.differences
+
+
+def _quoted(error_line: str | None) -> str:
+    """An error line as a verdict quotes it; a run without one is said to have none (not ``None``)."""
+    return "none" if error_line is None else repr(error_line)
 
 
 class Installation:

@@ -159,9 +159,9 @@ def test_run_agrees_with_the_verdict_the_old_doctor_did_not_give(wheels, capsys)
     assert not diagnose(wheels.all, package="faketorch").generated.fails
     assert main(["doctor", "--no-cache", *map(str, wheels.all), "--package", "faketorch", "--run"]) == 1
     out = capsys.readouterr().out
-    assert "run: import faketorch (python -S, this interpreter)" in out
-    flat, per_wheel = out.split("  every wheel in one site-packages (1 directory on PYTHONPATH):\n")[1].split(
-        "  one directory per wheel (5 directories on PYTHONPATH):\n"
+    assert "run: import faketorch (this interpreter)" in out
+    flat, per_wheel = out.split("  every wheel in one site-packages (a virtual environment):\n")[1].split(
+        "  one directory per wheel (python -S, 5 directories on PYTHONPATH):\n"
     )
     assert flat.startswith("    exit status: 0\n    mapped: 6 of the set's 6 libraries\n")
     assert per_wheel.startswith(

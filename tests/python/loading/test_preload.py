@@ -222,6 +222,17 @@ def test_globbed_libraries_the_package_needs_anyway_stay_required(wheels):
     assert globbed == PreloadPlan(plain.libraries, frozenset(), ("faketorch",))  # its own wheel is never globbed
 
 
+def test_nothing_to_preload_without_a_probe_asks_for_the_wheels_not_for_a_probe(runtime):
+    # preload = "elf" / --no-probe: no package code may run, so the hint names preload_wheels, and a probe only
+    # together with preload = "auto" (the hub refuses a probe with "elf").
+    with pytest.raises(UsageError) as error:
+        preload_member_edits(RUNTIME_PACKAGE, runtime.all, run_probe=False)
+    message = str(error.value)
+    assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message, message
+    assert "no probe ran to see which" in message and "preload_wheels, --preload-wheels" in message, message
+    assert "give a probe that makes it do so" not in message, message
+
+
 def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_the_hub(runtime, capsys):
     # The probe maps nothing of the other wheels (fakejax opens them only when asked): nothing to preload.
     with pytest.raises(UsageError) as error:
