@@ -86,17 +86,19 @@ class NotRegularFileError(ValueError):
     """A path that must be a regular file of bounded size is something else; the message says what."""
 
 
-def open_regular_file(path: Path | str, *, dir_fd: int | None = None, follow_links: bool = False) -> int:
-    """A read-only descriptor of ``path`` if it is a regular file, else :class:`NotRegularFileError`.
+def open_regular_file(path: Path | str, *, dir_fd: int | None = None, follow_links: bool = False, append: bool = False) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file, else :class:`NotRegularFileError`;
+    with ``append``, a write-only one that appends, creating the file (``0600``) when it is missing.
 
     Opened without following a final symbolic link (``O_NOFOLLOW``: a link is refused, not read
     through; ``follow_links`` for an input that may be one, as Bazel hands a label's file) and without
     blocking (``O_NONBLOCK``: opening a FIFO with no writer would wait forever), and checked with
     ``fstat`` on what was opened, so a device or socket is not read.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    access = os.O_WRONLY | os.O_APPEND | os.O_CREAT if append else os.O_RDONLY
+    flags = access | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        handle = os.open(path, flags, dir_fd=dir_fd)
+        handle = os.open(path, flags, 0o600, dir_fd=dir_fd)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise NotRegularFileError("a symbolic link") from None
