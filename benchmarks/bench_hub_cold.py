@@ -31,7 +31,6 @@ same rounds. Exit 1 when a Bazel command fails. Offline: RPW_BAZEL_MODULES (defa
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -39,17 +38,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_e2e import RULES_PYTHON, BazelFailed, drop_statements, process_cpu
+from bench_e2e import HELPER_ROWS, RULES_PYTHON, BazelFailed, drop_statements, helper_rows, process_cpu
 from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
 
 HUBS = {"flat": "patched_pypi", "split": "patched_pypi_split"}
 PIP_HUBS = {"patched_pypi": "pypi", "patched_pypi_split": "pypi_split"}
 KINDS = ("empty", "cold", "warm")
-#: The rows of the per-phase table: the helper's commands and the build's phases (timings.py's names).
-HELPER_ROWS = ("hub plan", "hub build: graph", "hub build: probe: install", "hub build: probe: run", "hub build: probe: symbols",
-               "hub build: probe: remove", "hub build: patch", "hub build: index", "hub build: lock", "hub build: rest")  # fmt: skip
-
-
 @dataclass(frozen=True)
 class Workspace:
     tree: str  # "new" (this checkout) or "old" (--baseline-tree)
@@ -106,26 +100,7 @@ def measure(workspace: Workspace, kind: str) -> Run:
     info = dict(line.split(": ", 1) for line in workspace.bazel("info", "server_pid", "output_base").output.splitlines() if ": " in line)
     jvm, children, kernel = process_cpu(int(info["server_pid"]))
     workspace.bazel("shutdown")
-    measured = Run(query.wall, query.cpu + jvm + children, kernel)
-    if workspace.timings.exists():
-        for line in workspace.timings.read_text(encoding="utf-8").splitlines():
-            entry = json.loads(line)
-            command = " ".join(entry["command"])
-            total = entry["total"]
-            add(measured.rows, command, total)
-            if command == "hub build":
-                rest = dict(total)
-                for name, figures in entry["phases"].items():
-                    add(measured.rows, f"hub build: {name}", figures)
-                    for key in rest:
-                        rest[key] -= figures[key]
-                add(measured.rows, "hub build: rest", rest)
-    return measured
-
-
-def add(rows: dict[str, tuple[float, float, float]], name: str, figures: dict[str, float]) -> None:
-    wall, user, system = rows.get(name, (0.0, 0.0, 0.0))
-    rows[name] = (wall + figures["wall"], user + figures["user"] + figures["children_user"], system + figures["system"] + figures["children_system"])
+    return Run(query.wall, query.cpu + jvm + children, kernel, helper_rows(workspace.timings))
 
 
 def helper_cpu(measured: Run) -> float:
@@ -162,7 +137,8 @@ def table(runs: dict[tuple[str, str, str], list[Run]], hubs: list[str], trees: l
                 return tuple(statistics.median(v[index] for v in values) for index in range(3))  # type: ignore[return-value]
 
             names = sorted({name for tree in trees for r in runs[tree, hub, kind] for name in r.rows if ":" not in name and name != "hub build"})
-            for row in ["hub repository, total", "bazel (downloads, Starlark)", *names, "hub build", *HELPER_ROWS[1:]]:
+            phases = [row for row in HELPER_ROWS if row.startswith("hub build: ")]
+            for row in ["hub repository, total", "bazel (downloads, Starlark)", *names, "hub build", *phases]:
                 figures = {tree: medians(tree, row) for tree in trees}
                 cells = " | ".join(f"{w:.1f} / {u:.1f} / {s:.1f}" for w, u, s in figures.values())
                 ratio = ""

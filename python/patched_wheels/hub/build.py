@@ -89,7 +89,8 @@ def probe_installation(config: HubConfig, stack: ExitStack) -> Installation | No
     spec whose observation is not cached, every wheel fetched and installable here); else None, and each
     probe installs the set itself if it runs after all (:func:`~patched_wheels.loading.observe.observe`).
     Installed before the ELF graph is read, which then reads the installed libraries instead of inflating
-    every member twice; removed when ``stack`` closes."""
+    every member twice; removed when ``stack`` closes. RECORD's hashes are not checked: Bazel's downloader
+    checked each whole wheel against the sha256 of the lock."""
     from patched_wheels.hub.plan import default_probes
     from patched_wheels.loading.observe import is_observed, tag_mismatch
 
@@ -103,7 +104,7 @@ def probe_installation(config: HubConfig, stack: ExitStack) -> Installation | No
     from patched_wheels.loading.probe import installed
 
     with phase("probe: install"):
-        return stack.enter_context(installed([path for path in paths if path is not None], (FLAT,)))
+        return stack.enter_context(installed([path for path in paths if path is not None], (FLAT,), check_record=False))
 
 
 def patch_into_index(

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import os
 import posixpath
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable
+from typing import Container, Iterable, Sequence
 
-from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader
+from patched_wheels.wheelfile import WheelReader
 from patched_wheels.wheelfile.schemes import data_scheme, install_path
 
 FLAT = "flat"
@@ -68,21 +67,39 @@ class Layout:
         return list(dict.fromkeys(str(self.site_packages(wheel)) for wheel in wheels))
 
 
-def install(wheel: Path, layout: Layout) -> None:
+def install(wheel: Path, layout: Layout, *, check_record: bool = True, left: Container[PurePosixPath] = ()) -> None:
     """Install ``wheel``'s files into ``layout`` (a real directory), streamed, permission bits kept.
 
-    Every member is checked against RECORD as it is read.  In the flat layout a file another wheel
-    installed already (a shared namespace ``__init__.py``) is replaced, as pip does.
+    Every member is checked against the zip's CRC-32 as it is read, and against RECORD unless
+    ``check_record`` is False (see :meth:`~patched_wheels.wheelfile.WheelReader.chunks`).  In the flat
+    layout a file another wheel installed already (a shared namespace ``__init__.py``) is replaced, as
+    pip does; ``left``: targets not written, because a later wheel of the set installs its own there.
     """
     with WheelReader(wheel) as reader:
         for member in reader.members():
             path = install_path(member)
             if path is None or member.endswith("/"):
                 continue
-            target = Path(layout.target(wheel.name, path))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with reader.open(member) as source, open(target, "wb") as out:
-                shutil.copyfileobj(source, out, CHUNK_SIZE)
+            target = layout.target(wheel.name, path)
+            if target in left:
+                continue
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as out:
+                for chunk in reader.chunks(member, check_record=check_record):
+                    out.write(chunk)
             mode = reader.mode(member)
             if mode:
                 os.chmod(target, mode & 0o777)
+
+
+def owners(wheels: Sequence[Path], layout: Layout) -> dict[PurePosixPath, list[str]]:
+    """The wheels (file names, in ``wheels``' order) that install a file at each target of ``layout``."""
+    found: dict[PurePosixPath, list[str]] = {}
+    for wheel in wheels:
+        with WheelReader(wheel) as reader:
+            members = reader.members()
+        for member in members:
+            path = install_path(member)
+            if path is not None and not member.endswith("/"):
+                found.setdefault(layout.target(wheel.name, path), []).append(wheel.name)
+    return found

@@ -1,16 +1,16 @@
 """Ground truth: install the wheels in both layouts and run code there, with this interpreter.
 
-The oracle is the layout every upstream tests: **every wheel in one site-packages**.  The same wheels
-are installed a second time **one directory per wheel**, as rules_python lays them out (data, scripts
-and headers included: see :mod:`patched_wheels.loading.layout`), every member checked against RECORD as it is
-read and streamed to disk (the flat copy is hard-linked from the first, so each member is inflated
-once).  The code runs in a fresh interpreter -- this one: in one site-packages, the python of a
-virtual environment around it (no other site-packages; ``site.getsitepackages()`` names it, as code
-such as cuda-pathfinder expects); one directory per wheel, with ``-S`` (no site-packages, no ``.pth``
-files) and a ``PYTHONPATH`` of the layout's directories only -- without ``LD_LIBRARY_PATH`` and
-``LD_PRELOAD``, so the outcome depends on the wheels alone (a CUDA toolkit on this machine's
-LD_LIBRARY_PATH would hide a failure that the next machine sees).  At exit the child copies
-``/proc/self/maps``, so a run names the libraries of the set that were really mapped.
+The oracle is the layout every upstream tests: **every wheel in one site-packages**.  The same wheels are
+installed a second time **one directory per wheel**, as rules_python lays them out (data, scripts and
+headers included: see :mod:`patched_wheels.loading.layout`), every member checked against RECORD as it is
+read (unless the whole wheel was checked against a pinned sha256) and streamed to disk (the second layout
+is hard-linked from the first, so each member is inflated once).  The code runs in a fresh interpreter --
+this one: in one site-packages, the python of a virtual environment around it (no other site-packages;
+``site.getsitepackages()`` names it, as code such as cuda-pathfinder expects); one directory per wheel,
+with ``-S`` (no site-packages, no ``.pth`` files) and a ``PYTHONPATH`` of the layout's directories only --
+without ``LD_LIBRARY_PATH`` and ``LD_PRELOAD``, so the outcome depends on the wheels alone (a CUDA toolkit
+on this machine's LD_LIBRARY_PATH would hide a failure that the next machine sees).  At exit the child
+copies ``/proc/self/maps``, so a run names the libraries of the set that were really mapped.
 
 :class:`Comparison` is ``doctor --run``'s verdict: what the per-wheel run does differently.
 """
@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 from patched_wheels.elf.graph import LibraryGraph
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
-from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout, install
+from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout, install, owners
 from patched_wheels.base.supervise import supervise
 from patched_wheels.wheelfile import WheelReader
 from patched_wheels.wheelfile.schemes import install_path
@@ -137,9 +137,11 @@ def _quoted(error_line: str | None) -> str:
 class Installation:
     """Wheels installed under a temporary root in the layouts asked for; see :func:`installed`."""
 
-    def __init__(self, root: Path, wheels: Sequence[Path], layouts: dict[str, Layout]) -> None:
+    def __init__(
+        self, root: Path, wheels: Sequence[Path], layouts: dict[str, Layout], owners: dict[PurePosixPath, list[str]]
+    ) -> None:
         self.root, self.wheels, self.layouts = root, wheels, layouts
-        self._owners: dict[str, dict[PurePosixPath, list[str]]] = {}
+        self._owners = owners  # by target in the first layout (:func:`~patched_wheels.loading.layout.owners`)
 
     def file(self, kind: str, library: ElfLibrary) -> Path:
         """Where ``library`` was installed in the layout ``kind``."""
@@ -150,19 +152,8 @@ class Installation:
         where another wheel of the set installs a file there too (in one site-packages the last one wins,
         so the file there need not be this wheel's): for reading the library graph without inflating the
         members again (:func:`~patched_wheels.elf.graph.read_graph`'s ``installed``)."""
-        kind = next(iter(self.layouts))
-        if kind not in self._owners:
-            owners: dict[PurePosixPath, list[str]] = {}
-            for installed_wheel in self.wheels:
-                with WheelReader(installed_wheel) as reader:
-                    members = reader.members()
-                for member in members:
-                    member_path = install_path(member)
-                    if member_path is not None and not member.endswith("/"):
-                        owners.setdefault(self.layouts[kind].target(installed_wheel.name, member_path), []).append(installed_wheel.name)
-            self._owners[kind] = owners
-        target = self.layouts[kind].target(wheel, path)
-        return Path(target) if self._owners[kind].get(target) == [wheel] else None
+        target = self.layouts[next(iter(self.layouts))].target(wheel, path)
+        return Path(target) if self._owners.get(target) == [wheel] else None
 
     def compare(self, code: str, graph: LibraryGraph) -> Comparison:
         """Run ``code`` in both layouts (both must be installed)."""
@@ -236,25 +227,37 @@ def create_flat_environment(root: Path) -> Path:
 
 
 @contextmanager
-def installed(wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT)) -> Iterator[Installation]:
-    """``wheels`` installed under a temporary root in each layout of ``kinds``, removed afterwards."""
+def installed(
+    wheels: Sequence[Path], kinds: Sequence[str] = (PER_WHEEL, FLAT), *, check_record: bool = True
+) -> Iterator[Installation]:
+    """``wheels`` installed under a temporary root in each layout of ``kinds``, removed afterwards.
+
+    The first layout is installed from the wheels, a wheel per thread (inflating and writing leave the
+    interpreter lock); in one site-packages each file is written once, by the last wheel that installs
+    it, as pip's installs in order would leave it. The other layouts are linked from the first.
+    ``check_record``: see :func:`~patched_wheels.loading.layout.install`.
+    """
     with tempfile.TemporaryDirectory(prefix="patched-wheels-run-") as temp:
         root = Path(temp).resolve()
         layouts = {kind: Layout(kind, PurePosixPath(root / kind)) for kind in kinds}
         first = layouts[kinds[0]]
-        if first.kind == PER_WHEEL:
-            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-                list(pool.map(install, wheels, [first] * len(wheels)))
-        else:
-            for wheel in wheels:  # in order: a later wheel's copy of a shared file wins, as with pip
-                install(wheel, first)
+        found = owners(wheels, first)
+        left: dict[str, set[PurePosixPath]] = {wheel.name: set() for wheel in wheels}
+        for target, names in found.items():
+            for name in names[:-1]:
+                if name != names[-1]:  # one wheel's two members there (``x`` and ``<dist>.data/purelib/x``): in order
+                    left[name].add(target)
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            jobs = [pool.submit(install, wheel, first, check_record=check_record, left=left[wheel.name]) for wheel in wheels]
+            for job in jobs:
+                job.result()
         for layout in list(layouts.values())[1:]:
             for wheel in wheels:
                 _link_install(wheel, first, layout)
         if FLAT in layouts:
             _refuse_venv_paths(wheels, layouts[FLAT])
             create_flat_environment(Path(layouts[FLAT].root))
-        yield Installation(root, wheels, layouts)
+        yield Installation(root, wheels, layouts, found)
 
 
 # What the virtual environment of one site-packages keeps at its root for its interpreter.

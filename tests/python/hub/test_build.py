@@ -180,9 +180,9 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
         reads[wheel, path] += 1
         return read_installed_library(file, wheel=wheel, path=path)
 
-    def counting_installs(wheels: list[Path], kinds: tuple[str, ...]) -> object:
-        installs.append(len(wheels))
-        return installed(wheels, kinds)
+    def counting_installs(wheels: list[Path], kinds: tuple[str, ...], *, check_record: bool = True) -> object:
+        installs.append((len(wheels), check_record))
+        return installed(wheels, kinds, check_record=check_record)
 
     monkeypatch.setattr(elfgraph, "read_library", counting)
     monkeypatch.setattr(elfgraph, "read_installed_library", counting_installed)
@@ -193,7 +193,7 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     assert main(["hub", "build", "--config", str(first)]) == 0
     assert reads == Counter(dict.fromkeys(every_library, 1)), "every library of the set read, each once"
     assert not inflated, "the graph read the probes' installation"
-    assert installs == [len(others) + 2], "the set installed once for both probes"
+    assert installs == [(len(others) + 2, False)], "the set installed once for both probes, RECORD not hashed again"
 
     reads.clear()
     second = write_config(tmp_path / "second", others, patched, index_option="direct")
