@@ -30,7 +30,7 @@ def adapt_module(text: str, release: str, module: Path = REPO) -> str:
     text = text.replace('bazel_dep(name = "rules_python", version = "0.22.1")', f'bazel_dep(name = "rules_python", version = "{release}")')
     text = text.replace('module(name = "rules_patched_wheels", version = "0.1.0")', 'module(name = "rpw_example")\n\nbazel_dep(name = "rules_patched_wheels", version = "0.1.0")\n'
                         f'local_path_override(module_name = "rules_patched_wheels", path = "{module}")')  # fmt: skip
-    text = text.replace('use_extension("//python:extensions.bzl"', 'use_extension("@rules_patched_wheels//python:extensions.bzl"')
+    text = text.replace('use_extension("//', 'use_extension("@rules_patched_wheels//')  # the module's extensions
     if release.split(".")[0] == "0":
         return text
     text = text.replace("\npatched = use_extension", "\n" + TOOLCHAIN + "\npatched = use_extension", 1)
@@ -47,6 +47,9 @@ def make_workspace(root: Path, release: str, module: Path = REPO) -> None:
     `rules_patched_wheels` (local_path_override), so it shares nothing with the checkout's own output base."""
     for folder in ("calculator", "patches", "third_party"):
         shutil.copytree(REPO / folder, root / folder)
+    # The example loads the module's rules from its own repository (it is the module); the copy is not.
+    for build in (root / "calculator").rglob("BUILD.bazel"):
+        build.write_text(build.read_text(encoding="utf-8").replace('load("//python:', 'load("@rules_patched_wheels//python:'), encoding="utf-8")
     (root / "MODULE.bazel").write_text(adapt_module((REPO / "MODULE.bazel").read_text(encoding="utf-8"), release, module), encoding="utf-8")
     (root / "BUILD.bazel").write_text("", encoding="utf-8")
     shutil.copyfile(REPO / ".bazelrc", root / ".bazelrc")
