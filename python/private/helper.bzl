@@ -27,6 +27,105 @@ _PURE_WHEELS = [
     ),
 ]
 
+# python-isal, an inflater faster than zlib for the helper's reads of large wheels (the probe's install of
+# the set is most of a cold hub's CPU; patched_wheels/wheelfile/zipcontainer.py uses zlib without it). A
+# binary wheel, so one per CPython version and machine, for glibc (manylinux2014); `isal_wheel` picks the
+# interpreter's. Its pin is tools/requirements-test.txt's (tests/python/test_helper_wheels.py holds them equal).
+ISAL_WHEELS = {
+    "3.9-aarch64": struct(
+        filename = "isal-1.9.1-cp39-cp39-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        url = "https://files.pythonhosted.org/packages/75/18/76bd3b0caaf81330b019141d430363ca2e94682e9d7bd8559b3e665a8556/isal-1.9.1-cp39-cp39-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        sha256 = "1ba167139ed85d3a6c036cf393d5ed7e6a0854cf0085bec27e7706be07ca59a4",
+    ),
+    "3.9-x86_64": struct(
+        filename = "isal-1.9.1-cp39-cp39-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        url = "https://files.pythonhosted.org/packages/38/ee/1a0ef4ec90107f111d76bb615bba96846da1ec6b73e1235bc6671213d8a6/isal-1.9.1-cp39-cp39-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        sha256 = "27d7472b1fb02b8d9aa31273a735aae739a0b35349948e1630ce3e8910e4f674",
+    ),
+    "3.10-aarch64": struct(
+        filename = "isal-1.9.1-cp310-cp310-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        url = "https://files.pythonhosted.org/packages/7b/97/6e43107fca74ee42cceb770820696acf7d48b133435cfbba37134b467641/isal-1.9.1-cp310-cp310-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        sha256 = "65251ba23050eeda984100fb4d34530de23639862562474c2c10c1cd5132b029",
+    ),
+    "3.10-x86_64": struct(
+        filename = "isal-1.9.1-cp310-cp310-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        url = "https://files.pythonhosted.org/packages/4f/15/3f82174a3c0b329eda838f6669b8713094065b539b136c14cd1cdd925e8e/isal-1.9.1-cp310-cp310-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        sha256 = "e0bcd921fd8c573756e07a6c9fe6619b76f4ae3c29f88d7f926f08775e941be9",
+    ),
+    "3.11-aarch64": struct(
+        filename = "isal-1.9.1-cp311-cp311-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        url = "https://files.pythonhosted.org/packages/eb/2c/d1aa1b178a1499f7757438b8a812370f7e3834a5db37cb92da8c05c03755/isal-1.9.1-cp311-cp311-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        sha256 = "d45e3b91209556d0575c341984a02b316200785ee9231a859979c0a81a3ab6f8",
+    ),
+    "3.11-x86_64": struct(
+        filename = "isal-1.9.1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        url = "https://files.pythonhosted.org/packages/3e/e2/22e725fb999badfa18cf7daa891b877e9675b1c680dae0b6b173c63fb7ee/isal-1.9.1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        sha256 = "a5b2f93fc39b8be92c6547965143094ee4d6a5543ef2d762a0edb6f06201feb5",
+    ),
+    "3.12-aarch64": struct(
+        filename = "isal-1.9.1-cp312-cp312-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        url = "https://files.pythonhosted.org/packages/9e/b0/8042f37d4f2fea9122cd88548d133cf06abc99f1e10e45555f617d8d5e03/isal-1.9.1-cp312-cp312-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        sha256 = "640565f20d258b2d04134e11ffd0da3f57bce62aa1ba87b45176186c6d61e57f",
+    ),
+    "3.12-x86_64": struct(
+        filename = "isal-1.9.1-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        url = "https://files.pythonhosted.org/packages/f5/89/5d88602efe6d8ca657d8097377a158cd0da9b2ce1459c6223d917e06ca57/isal-1.9.1-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        sha256 = "98cc2ca8a16fbdb5d088df3496e3fe3fd1780635f51fe15774e6712c69b9bfe8",
+    ),
+    "3.13-aarch64": struct(
+        filename = "isal-1.9.1-cp313-cp313-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        url = "https://files.pythonhosted.org/packages/6f/2b/fea2fe177bc069f9059265af4a440b72f1f6ab47390b467925c27703061d/isal-1.9.1-cp313-cp313-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        sha256 = "bfc756a47cf2bb08286ee9073a3b6b9227e1cb17c4988c2492ad550c68a4802b",
+    ),
+    "3.13-x86_64": struct(
+        filename = "isal-1.9.1-cp313-cp313-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        url = "https://files.pythonhosted.org/packages/22/26/3670b3d0a1920258e38928e121ad349b6610afa4f70a1e8984fd0a18b6b7/isal-1.9.1-cp313-cp313-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        sha256 = "5ba6b5c13fb97e7c3c04677725177c40283fbd6c620c169070b231c4cb0cf4b3",
+    ),
+    "3.14-aarch64": struct(
+        filename = "isal-1.9.1-cp314-cp314-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        url = "https://files.pythonhosted.org/packages/c0/d0/68c2b19278b0a0ef6647a25fdd630c820d5c76392c98a0b3c97d43a823f9/isal-1.9.1-cp314-cp314-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",
+        sha256 = "8e320e4c1a8989f84292b6a3f27a7267f319503cbd858942f4fd2da299d78230",
+    ),
+    "3.14-x86_64": struct(
+        filename = "isal-1.9.1-cp314-cp314-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        url = "https://files.pythonhosted.org/packages/90/8a/6b766d343234f0b2cbc4ce6fa13d5cdc36c5283baa94874e7d57be9322a4/isal-1.9.1-cp314-cp314-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",
+        sha256 = "9f412f2d9f7102f09387a92217c41cbe073697431c97188b3c9b2e1fb022b18e",
+    ),
+}
+
+# Printed by the helper's interpreter (`python -S -c`): what `isal_wheel` decides by.
+_INTERPRETER_FACTS = """\
+import json, os, platform, sys
+try:
+    libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+except (AttributeError, ValueError, OSError):
+    libc = ""
+print(json.dumps({"implementation": sys.implementation.name, "version": "%d.%d" % sys.version_info[:2],
+                  "machine": platform.machine(), "abiflags": getattr(sys, "abiflags", ""), "libc": libc}))
+"""
+
+def isal_wheel(facts):
+    """The ISAL_WHEELS entry for the interpreter `facts` describe (_INTERPRETER_FACTS' keys), or None.
+
+    Only a regular CPython build on glibc: a free-threaded or debug build (`abiflags`) has another ABI,
+    musl another libc, and every other interpreter or machine inflates with zlib.
+    """
+    if facts.get("implementation") != "cpython" or facts.get("abiflags") or not facts.get("libc", "").startswith("glibc "):
+        return None
+    return ISAL_WHEELS.get("%s-%s" % (facts.get("version"), facts.get("machine")))
+
+def _fetch_isal(ctx, python, prefix):
+    """Extracts the interpreter's python-isal wheel into `PREFIX<wheel name>` and returns that directory;
+    None when it has none, or the download fails (an offline mirror without it: zlib, slower, same output)."""
+    found = ctx.execute([python, "-S", "-c", _INTERPRETER_FACTS], quiet = True)
+    wheel = isal_wheel(json.decode(found.stdout)) if found.return_code == 0 else None
+    if not wheel:
+        return None
+    output = prefix + wheel.filename.removesuffix(".whl")
+    fetched = ctx.download_and_extract(url = wheel.url, output = output, sha256 = wheel.sha256, type = "zip", allow_fail = True)
+    return output if fetched.success else None
+
 def _fetch_helper_wheels(ctx, prefix):
     """Extracts each pinned wheel of the helper into `PREFIX<wheel name>`; returns those directories."""
     outputs = []
@@ -67,7 +166,10 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
     if hasattr(ctx, "watch_tree"):
         # Editing the helper re-runs the hub, as editing a .bzl file would.
         ctx.watch_tree(package_dir)
-    paths = [str(package_dir.dirname)] + [str(ctx.path(output)) for output in _fetch_helper_wheels(ctx, "_helper/")]
+    python = _interpreter(ctx, python_interpreter, python_interpreter_target)
+    outputs = _fetch_helper_wheels(ctx, "_helper/")
+    isal = _fetch_isal(ctx, python, "_helper/")
+    paths = [str(package_dir.dirname)] + [str(ctx.path(output)) for output in outputs + ([isal] if isal else [])]
     environment = {
         "PYTHONPATH": ":".join(paths),
         "PYTHONNOUSERSITE": "1",
@@ -76,7 +178,6 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
     for name in _PASSED_ENVIRONMENT:
         if name in ctx.os.environ:
             environment[name] = ctx.os.environ[name]
-    python = _interpreter(ctx, python_interpreter, python_interpreter_target)
 
     # Where bytecode goes, asked with no prefix (the interpreter's own compiled stdlib is used) and
     # nothing written (the few helper modules this imports compile in memory).

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import platform
 import re
 import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.bazel
 
 PRELOAD_BUG = "libjit.so.12: cannot open shared object file"
 RUNTIME_BUG = "libbar.so.1: cannot open shared object file"
+TIMINGS = "timings.jsonl"  # in the workspace, which the offline launcher binds into its root
 
 
 def targets(setup: Setup) -> list[str]:
@@ -39,8 +42,10 @@ def targets(setup: Setup) -> list[str]:
 
 @pytest.fixture(scope="module")
 def first_run(bzlmod: Setup) -> BazelResult:
-    """One `bazel test` of every target: the fetch, patch, pip install and test of every hub."""
-    result = bzlmod.workspace.run("test", "--keep_going", *targets(bzlmod))
+    """One `bazel test` of every target: the fetch, patch, pip install and test of every hub (each helper
+    command appending its timings line to TIMINGS, which changes no output)."""
+    timings = bzlmod.workspace.root / TIMINGS
+    result = bzlmod.workspace.run("test", "--keep_going", f"--repo_env=RULES_PATCHED_WHEELS_TIMINGS={timings}", *targets(bzlmod))
     # 3: the build succeeded and some test failed (the control is meant to).
     assert result.returncode == 3, result.tail()
     return result
@@ -197,6 +202,20 @@ def test_layout_test_without_deps_fails_when_the_build_file_loads(bzlmod: Setup)
         shutil.rmtree(package)
     assert result.returncode != 0
     assert 'layout_test(name = "empty"): deps is empty' in result.output, result.tail()
+
+
+def test_the_hub_inflates_with_python_isal_fetched_for_its_interpreter(bzlmod: Setup, first_run: BazelResult) -> None:
+    """Every hub's helper read the wheels with python-isal (its timings line says which inflater it used):
+    Bazel fetched the pinned wheel of the hub's interpreter beside packaging (python/private/helper.bzl). The
+    offline launcher's python3 is this interpreter's installation; another interpreter (PyPy, a
+    free-threaded build, musl) gets none and inflates with zlib."""
+    facts = (sys.implementation.name, getattr(sys, "abiflags", ""), platform.libc_ver()[0], platform.machine())
+    if facts[:3] != ("cpython", "", "glibc") or facts[3] not in ("x86_64", "aarch64"):
+        pytest.skip(f"no python-isal wheel is pinned for {facts}")
+    lines = [json.loads(line) for line in (bzlmod.workspace.root / TIMINGS).read_text(encoding="utf-8").splitlines()]
+    builds = [line for line in lines if line["command"] == ["hub", "build"]]
+    assert len(builds) >= 5, [line["command"] for line in lines]
+    assert {line["inflater"] for line in builds} == {"isal"}, [line["inflater"] for line in builds]
 
 
 def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: Setup, first_run: BazelResult) -> None:

@@ -1,6 +1,7 @@
 """Unit tests of the pure functions of //python/private (run by `bazel test //tests/starlark/...`)."""
 
 load("//python:repositories.bzl", "patched_wheel")
+load("//python/private:helper.bzl", "isal_wheel")
 load("//python/private:hub.bzl", "project_page_url")
 load("//python/private:rules_python_version.bzl", "features_version")
 load("//python/private:specs.bzl", "PATCHED_WHEEL_SCHEMA", "hub_specs", "patched_wheel_problems", "patched_wheel_spec")
@@ -56,6 +57,20 @@ def _spec_follows_schema():
         "one key per attribute (patches travel by index)",
     )
 
+def _isal_wheel():
+    cpython = {"implementation": "cpython", "version": "3.11", "machine": "x86_64", "abiflags": "", "libc": "glibc 2.36"}
+    picked = isal_wheel(cpython)
+    return (
+        expect_eq(picked.filename.split("-")[2:4] if picked else None, ["cp311", "cp311"], "CPython 3.11: its own ABI's wheel") +
+        expect_eq("x86_64" in picked.filename if picked else None, True, "for its machine") +
+        expect_eq((isal_wheel(dict(cpython, machine = "aarch64")) or struct(filename = "")).filename.endswith("_aarch64.whl"), True, "aarch64") +
+        expect_eq(isal_wheel(dict(cpython, abiflags = "t")), None, "a free-threaded build: zlib") +
+        expect_eq(isal_wheel(dict(cpython, libc = "")), None, "musl (no glibc version): zlib") +
+        expect_eq(isal_wheel(dict(cpython, implementation = "pypy")), None, "PyPy: zlib") +
+        expect_eq(isal_wheel(dict(cpython, version = "3.8")), None, "a version without a pinned wheel: zlib") +
+        expect_eq(isal_wheel(dict(cpython, machine = "arm64")), None, "macOS: zlib")
+    )
+
 def private_test_suite(name, **kwargs):
     starlark_unit_test(
         name = name,
@@ -66,6 +81,7 @@ def private_test_suite(name, **kwargs):
             "hub_specs_number_patches": _hub_specs_number_patches,
             "schema_problems": _schema_problems,
             "spec_follows_schema": _spec_follows_schema,
+            "isal_wheel": _isal_wheel,
         },
         **kwargs
     )

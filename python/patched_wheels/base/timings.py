@@ -1,11 +1,12 @@
 """Per-phase wall and CPU time of a helper run, for the benchmarks (``benchmarks/bench_hub_cold.py``).
 
 Off unless ``RULES_PATCHED_WHEELS_TIMINGS`` names a file (an absolute path): then each helper process
-appends one JSON line to it when its command ends: the command, its total wall and CPU time, and each
-:func:`phase` it went through.  A phase's figures are its own: a phase inside another (the probe inside
-the patch) is counted in the inner one only, so the phases of a run add up to at most its total.  CPU is
-split into the process's user and system time and its reaped children's (the probe's interpreter, the
-processes it starts), as :func:`os.times` reports them; the ELF graph's threads count in the process's.
+appends one JSON line to it when its command ends: the command, its total wall and CPU time, each
+:func:`phase` it went through, and the inflater it read wheels with (python-isal or zlib).  A phase's
+figures are its own: a phase inside another (the probe inside the patch) is counted in the inner one only,
+so the phases of a run add up to at most its total.  CPU is split into the process's user and system time
+and its reaped children's (the probe's interpreter, the processes it starts), as :func:`os.times` reports
+them; the ELF graph's threads count in the process's.
 
 The file is written outside whatever the command produces and read by nothing but a benchmark, so a hub
 built with it on is byte for byte the hub built without it.  The hub rule passes the variable on from
@@ -18,7 +19,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 ENVIRONMENT_VARIABLE = "RULES_PATCHED_WHEELS_TIMINGS"
 FIELDS = ("wall", "user", "system", "children_user", "children_system")
@@ -59,10 +60,11 @@ def phase(name: str) -> Iterator[None]:
                 _open[-1][index] += value
 
 
-def record(command: Sequence[str]) -> None:
+def record(command: Sequence[str], facts: Mapping[str, str] | None = None) -> None:
     """Append this run's line to the file the variable names (nothing when it is unset): ``command`` (the
-    subcommand's words, no paths), the total since the helper's modules were imported, the phases.  A file
-    that cannot be written costs the figures, never the run."""
+    subcommand's words, no paths), the total since the helper's modules were imported, the phases, and
+    ``facts`` about how the run did its work (which inflater).  A file that cannot be written costs the
+    figures, never the run."""
     phases = {name: dict(zip(FIELDS, values)) for name, values in _phases.items()}
     _phases.clear()  # a second command in the same process (a test) reports its own
     path = os.environ.get(ENVIRONMENT_VARIABLE, "")
@@ -70,7 +72,7 @@ def record(command: Sequence[str]) -> None:
         return
     now = _now()
     total = [now[0] - _started, *now[1:]]
-    line = {"command": list(command), "pid": os.getpid(), "total": dict(zip(FIELDS, total)), "phases": phases}
+    line = {"command": list(command), "pid": os.getpid(), "total": dict(zip(FIELDS, total)), "phases": phases, **(facts or {})}
     from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file  # only when asked: every command imports this
 
     try:  # a FIFO without a reader, a device or a link is no place for them, and must not hang the run

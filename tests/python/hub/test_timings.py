@@ -12,6 +12,7 @@ from support import fakecuda
 from support.hubconfig import no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 from patched_wheels.base import timings
 from patched_wheels.cli import main
+from patched_wheels.wheelfile.zipcontainer import INFLATER_NAME
 
 PHASES = {"graph", "patch", "probe: install", "probe: run", "probe: symbols", "probe: remove", "index", "lock"}
 
@@ -50,6 +51,7 @@ def test_the_timings_cover_every_phase_and_change_no_output(tmp_path: Path, monk
     assert [line["command"] for line in lines] == [["hub", "plan"], ["hub", "build"]]
     built = lines[1]
     assert set(built["phases"]) == PHASES
+    assert {line["inflater"] for line in lines} == {INFLATER_NAME}, "which inflater read the wheels (isal here: a test dependency)"
     for figures in [built["total"], *built["phases"].values()]:
         assert set(figures) == set(timings.FIELDS) and min(figures.values()) >= 0, figures
     # Each phase counts its own time only (the probe is not counted again in the patch): they add up to at most the total.
