@@ -4,8 +4,8 @@
 
 What a cold hub with ``preload = "auto"`` spends most of its CPU on (issue 34): every wheel of the set
 inflated and written once, in one site-packages, before the probe runs. Each run is a fresh
-``python -S`` process (as under Bazel: no site-packages, so no python-isal unless ``--python`` has it on
-its path; zlib otherwise) that installs every ``*.whl`` of ``--wheels`` into a temporary directory on the
+``python -S`` process (no site-packages: zlib, unless ``--python`` has python-isal on its own path; the
+hub fetches python-isal where it can, so this measures the install's other costs) that installs every ``*.whl`` of ``--wheels`` into a temporary directory on the
 same disk and removes it, timed from outside (wall, and user + system CPU from ``wait4``).
 
 Configurations, alternating in every round (the order reversed every other round):

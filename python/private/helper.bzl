@@ -94,19 +94,21 @@ ISAL_WHEELS = {
     ),
 }
 
-# Printed by the helper's interpreter (`python -S -c`): what `isal_wheel` decides by.
+# Printed by the helper's interpreter (`python -S -c`): what `isal_wheel` decides by, one line of
+# _INTERPRETER_KEYS' values separated by tabs (an empty abiflags or libc stays a field; no JSON to fail on).
+_INTERPRETER_KEYS = ["implementation", "version", "machine", "abiflags", "libc"]
 _INTERPRETER_FACTS = """\
-import json, os, platform, sys
+import os, platform, sys
 try:
     libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
 except (AttributeError, ValueError, OSError):
     libc = ""
-print(json.dumps({"implementation": sys.implementation.name, "version": "%d.%d" % sys.version_info[:2],
-                  "machine": platform.machine(), "abiflags": getattr(sys, "abiflags", ""), "libc": libc}))
+facts = [sys.implementation.name, "%d.%d" % sys.version_info[:2], platform.machine(), getattr(sys, "abiflags", ""), libc]
+print("\\t".join(fact.replace("\\t", " ").replace("\\n", " ") for fact in facts))
 """
 
 def isal_wheel(facts):
-    """The ISAL_WHEELS entry for the interpreter `facts` describe (_INTERPRETER_FACTS' keys), or None.
+    """The ISAL_WHEELS entry for the interpreter `facts` describe (a dict of _INTERPRETER_KEYS), or None.
 
     Only a regular CPython build on glibc: a free-threaded or debug build (`abiflags`) has another ABI,
     musl another libc, and every other interpreter or machine inflates with zlib.
@@ -119,7 +121,8 @@ def _fetch_isal(ctx, python, prefix):
     """Extracts the interpreter's python-isal wheel into `PREFIX<wheel name>` and returns that directory;
     None when it has none, or the download fails (an offline mirror without it: zlib, slower, same output)."""
     found = ctx.execute([python, "-S", "-c", _INTERPRETER_FACTS], quiet = True)
-    wheel = isal_wheel(json.decode(found.stdout)) if found.return_code == 0 else None
+    fields = found.stdout.removesuffix("\n").split("\t")
+    wheel = isal_wheel(dict(zip(_INTERPRETER_KEYS, fields))) if found.return_code == 0 and len(fields) == len(_INTERPRETER_KEYS) else None
     if not wheel:
         return None
     output = prefix + wheel.filename.removesuffix(".whl")

@@ -9,7 +9,6 @@ the Starlark unit test (tests/starlark) checks the choice, this one the table's 
 from __future__ import annotations
 
 import ast
-import json
 import re
 import subprocess
 import sys
@@ -47,14 +46,18 @@ def test_every_row_is_the_pinned_isal_for_its_python_and_machine() -> None:
 
 
 def test_the_interpreter_facts_run_without_site_and_say_what_the_choice_reads() -> None:
-    """`python -S -c _INTERPRETER_FACTS` prints one JSON object with the keys isal_wheel reads; here (CPython on
-    glibc) the values name this interpreter, and the row for them exists."""
-    code = ast.literal_eval(starlark_constants(PRIVATE / "helper.bzl")["_INTERPRETER_FACTS"])
+    """`python -S -c _INTERPRETER_FACTS` prints one line of tab-separated _INTERPRETER_KEYS values, the ones
+    isal_wheel reads; here (CPython on glibc) they name this interpreter, and the row for them exists."""
+    constants = starlark_constants(PRIVATE / "helper.bzl")
+    code, keys = ast.literal_eval(constants["_INTERPRETER_FACTS"]), ast.literal_eval(constants["_INTERPRETER_KEYS"])
     printed = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
-    facts = json.loads(printed)
-    assert set(facts) == {"implementation", "version", "machine", "abiflags", "libc"}
+    assert printed.endswith("\n") and printed.count("\n") == 1, repr(printed)
+    fields = printed[:-1].split("\t")
+    assert len(fields) == len(keys), fields
+    facts = dict(zip(keys, fields))
     assert facts["version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert facts["implementation"] == sys.implementation.name
+    assert facts["abiflags"] == sys.abiflags
     assert facts["libc"].startswith("glibc "), facts
     if facts["implementation"] == "cpython" and not facts["abiflags"]:
         assert f"{facts['version']}-{facts['machine']}" in _rows()
