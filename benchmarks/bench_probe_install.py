@@ -80,6 +80,9 @@ def main() -> int:
             print(f"bench_probe_install: {tree}: no patched_wheels/loading/probe.py", file=sys.stderr)
             return 2
     wheels = sorted(args.wheels.glob("*.whl"))
+    if not wheels:
+        print(f"bench_probe_install: {args.wheels}: no *.whl there", file=sys.stderr)
+        return 2
     size = sum(wheel.stat().st_size for wheel in wheels)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory(prefix="bench-probe-install-", dir=args.wheels.parent) as temp:
