@@ -160,9 +160,11 @@ _CACHE_ENVIRONMENT = ["RULES_PATCHED_WHEELS_CACHE", "XDG_CACHE_HOME", "HOME"]
 # (patched_wheels/base/timings.py); it changes no output either.
 _PASSED_ENVIRONMENT = _CACHE_ENVIRONMENT + ["RULES_PATCHED_WHEELS_TIMINGS"]
 
-def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_target = None):
+def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_target = None, inflates_wheels = False):
     """Fetches the helper's dependencies into `_helper/` and says how to run it.
 
+    `inflates_wheels`: the helper will read large wheels (the hub's build), so python-isal is fetched for
+    its interpreter too; planning and resolving read locks and pages only, and skip that fetch.
     Returns a struct(python, environment) for `run_helper`.
     """
     package_dir = ctx.path(Label("//python/patched_wheels:BUILD.bazel")).dirname
@@ -171,7 +173,7 @@ def prepare_helper(ctx, *, python_interpreter = "python3", python_interpreter_ta
         ctx.watch_tree(package_dir)
     python = _interpreter(ctx, python_interpreter, python_interpreter_target)
     outputs = _fetch_helper_wheels(ctx, "_helper/")
-    isal = _fetch_isal(ctx, python, "_helper/")
+    isal = _fetch_isal(ctx, python, "_helper/") if inflates_wheels else None
     paths = [str(package_dir.dirname)] + [str(ctx.path(output)) for output in outputs + ([isal] if isal else [])]
     environment = {
         "PYTHONPATH": ":".join(paths),

@@ -95,7 +95,12 @@ def resolve_wheels(ctx, helper, request, resolution, *, index_url):
 def _patched_hub_impl(rctx):
     """Runs the plan (the helper decides), downloads what it lists, runs the build step."""
     specs = json.decode(rctx.attr.patched)
-    helper = prepare_helper(rctx, python_interpreter = rctx.attr.python_interpreter, python_interpreter_target = rctx.attr.python_interpreter_target)
+    helper = prepare_helper(
+        rctx,
+        python_interpreter = rctx.attr.python_interpreter,
+        python_interpreter_target = rctx.attr.python_interpreter_target,
+        inflates_wheels = True,
+    )
     request = hub_request(
         rctx,
         hub = rctx.attr.hub_name or rctx.attr.name,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from patched_wheels.base import timings
+from support.hostile import make_special_file
 
 RECORD = "from patched_wheels.base import timings; timings.record(['index'])"
 
@@ -36,15 +37,13 @@ def test_a_place_that_is_no_regular_file_costs_the_figures_not_the_run(tmp_path:
     could point the figures at a file of someone else's) and an unwritable place are skipped quietly too."""
     path = tmp_path / "timings"
     target = tmp_path / "elsewhere"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "link":
+    if kind == "link":
         target.write_text("", encoding="utf-8")
         path.symlink_to(target)
-    else:
+    elif kind == "missing-parent":
         path = tmp_path / "absent" / "timings"
+    else:
+        make_special_file(kind, path)
     done = record(path)
     assert (done.returncode, done.stderr) == (0, "")
     if kind == "link":
