@@ -43,7 +43,8 @@ def patched_index(
         index_url = DEFAULT_INDEX_URL,
         index_option = "direct",
         python_interpreter = "python3",
-        python_interpreter_target = None):
+        python_interpreter_target = None,
+        wheel_facts = None):
     """A hub repository `name` with `requirements_lock.txt` for pip_parse (and `uv.lock` for a `uv_lock`),
     serving the lock's wheels (those in `wheels` patched) from a local index."""
     specs, patches = hub_specs(wheels)
@@ -59,4 +60,5 @@ def patched_index(
         patches = patches,
         python_interpreter = python_interpreter,
         python_interpreter_target = python_interpreter_target,
+        wheel_facts = wheel_facts,
     )

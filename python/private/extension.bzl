@@ -52,6 +52,7 @@ def _patched_impl(module_ctx):
             index_option = index.index_option,
             specs = specs,
             patches = patches,
+            wheel_facts = index.wheel_facts,
         )
         resolution = check_hub(module_ctx, helper, request)
         hubs.append(struct(index = index, specs = specs, patches = patches, locks = locks, helper = helper, request = request, resolution = resolution))
@@ -67,6 +68,7 @@ def _patched_impl(module_ctx):
             patches = hub.patches,
             python_interpreter = index.python_interpreter,
             python_interpreter_target = index.python_interpreter_target,
+            wheel_facts = index.wheel_facts,
             bzlmod = True,
             hub_name = index.name,
             **hub.locks

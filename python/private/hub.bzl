@@ -23,6 +23,7 @@ INDEX_ATTRS = {
     "index_option": attr.string(default = "direct", values = INDEX_OPTIONS, doc = "How the generated lock names the patched wheels: `direct` references (every rules_python release), or `index-url` / `extra-index-url` / `find-links` to the hub's index (rules_python < 2 only)."),
     "python_interpreter": attr.string(default = "python3", doc = "Interpreter (a name on `PATH` or an absolute path) whose tags select the wheels, that runs the helper, and that runs the `probe` of a `preload = \"auto\"` wheel; use the Python your targets run with."),
     "python_interpreter_target": attr.label(allow_single_file = True, doc = "The interpreter as a label (e.g. a rules_python toolchain's `python3` file); overrides `python_interpreter`."),
+    "wheel_facts": attr.label(allow_single_file = [".json"], doc = "What an earlier build of this hub read from the wheels (the ELF rows of their libraries, by sha256; the `preload = \"auto\"` probes' observations, by the wheels' sha256s, probe and interpreter): a copy of the hub's own `@<hub>//:wheel_facts.json`, checked in beside the lock. A build with an empty helper cache (a fresh CI runner) then neither inflates nor probes what it answers. Its entries are checked like the helper cache's; one that no longer matches (a lock bump, another interpreter) is read again, and the build says which file to copy over it. See docs/caches-and-trust.md."),
 }
 
 def project_page_url(index_url, project):
@@ -35,12 +36,12 @@ def project_page_url(index_url, project):
     url = "%s/%s/" % (index_url.rstrip("/"), project)
     return url + "index.html" if url.startswith("file:") else url
 
-def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patches, repository = ""):
+def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patches, wheel_facts = None, repository = ""):
     """Writes what the user declared for one hub to `_plan/<hub>.request.json` (patched_wheels.hub.plan.HubRequest reads
     it) and returns struct(hub, path).
 
     `locks` maps each lock attribute to its label or None; `specs` are `hub_specs` specs, whose
-    `patch_indices` name their labels in `patches`. Works with a module_ctx and a repository_ctx.
+    `patch_indices` name their labels in `patches`; `wheel_facts` is that attribute's label or None. Works with a module_ctx and a repository_ctx.
     """
     patch_paths = [str(ctx.path(label)) for label in patches]
     request = {
@@ -60,6 +61,7 @@ def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patc
     }
     for attribute, label in locks.items():
         request[attribute] = str(ctx.path(label)) if label else ""
+    request["wheel_facts"] = str(ctx.path(wheel_facts)) if wheel_facts else ""
     path = "_plan/%s.request.json" % hub
     ctx.file(path, json.encode_indent(request))
     return struct(hub = hub, path = str(ctx.path(path)))
@@ -110,6 +112,7 @@ def _patched_hub_impl(rctx):
         index_option = rctx.attr.index_option,
         specs = specs,
         patches = rctx.attr.patches,
+        wheel_facts = rctx.attr.wheel_facts,
         repository = str(rctx.path(".")),
     )
     if rctx.attr.resolved:

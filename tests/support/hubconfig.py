@@ -37,11 +37,17 @@ def set_config(tmp_path: Path, others: list[Path], original: Path, name: str, **
 
 
 def write_config(
-    tmp_path: Path, others: list[Path], patched: list[tuple[Path, dict[str, object]]], *, index_option: str = "index-url"
+    tmp_path: Path,
+    others: list[Path],
+    patched: list[tuple[Path, dict[str, object]]],
+    *,
+    index_option: str = "index-url",
+    wheel_facts: Path | None = None,
 ) -> Path:
     """The hub's ``_hub.json`` for patching each ``(original, spec)`` of ``patched``, made as the rule makes
     it: the request and the resolved wheels go through ``patched-wheels hub plan`` (the one writer of the
-    config), and every file the plan lists is copied where it says, as the rule downloads it."""
+    config), and every file the plan lists is copied where it says, as the rule downloads it.
+    ``wheel_facts``: the hub's ``wheel_facts`` file."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     originals = [original for original, _ in patched]
     lock = tmp_path / "user_lock.txt"
@@ -59,7 +65,7 @@ def write_config(
     request = {
         "hub": "test", "bzlmod": True, **lock_attributes(requirements_lock=str(lock)),
         "index_url": "", "index_option": index_option, "rules_python_version": "1.6.0",
-        "repository": str(tmp_path), "patched": specs,
+        "repository": str(tmp_path), "patched": specs, "wheel_facts": str(wheel_facts) if wheel_facts else "",
     }
     sources = {wheel.name: wheel for wheel in [*others, *originals]}
     resolved = [

@@ -9,6 +9,12 @@ a regular file (no FIFO, device, socket, or final symbolic link; opened without 
 most ``max_bytes``.  Whatever goes wrong -- a missing file aside, which is the ordinary miss -- is
 a miss with one ``patched-wheels: warning:`` line naming the file, never an error: the caller
 recomputes what the cache would have said.  Callers still check the decoded value's shape.
+
+Two kinds hold what a hub reads from its wheels' contents (:data:`RECORDED_KINDS`: ELF rows, probe
+observations). A hub can also be given them as a file checked in beside its lock (``wheel_facts``,
+:mod:`patched_wheels.hub.facts`): within :func:`recording`, those entries lie over the cache, read first and
+never written to it, and every entry of those kinds read or computed is collected, for the hub to write the
+file it would want to be given.  With the cache ``off``, nothing is read, so nothing is recorded.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import json
 import os
 import re
 import stat
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator, Mapping
 
 from patched_wheels.errors import UsageError, warn
 from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file, read_descriptor, write_atomic
@@ -33,6 +41,15 @@ _warned_directories: set[str] = set()
 """Directories already reported in this run: a scan of 30 wheels says it once, not 60 times."""
 _warned_files: set[str] = set()
 """Files whose read was reported in this run: the rewrite after that miss does not report them again."""
+
+RECORDED_KINDS = ("elfgraph", "observed")
+"""The kinds keyed by the wheels' contents alone (sha256s, probe, interpreter), which a hub records."""
+_recorded: Mapping[str, object] = {}
+"""``kind/file name`` -> value: the entries :func:`recording` was given, read before the cache's files."""
+_used: dict[str, object] | None = None
+_source = ""
+"""Where :data:`_recorded` came from, to name one of its entries in a warning (:func:`where`)."""
+"""``kind/file name`` -> value: the entries of :data:`RECORDED_KINDS` read or written within :func:`recording`."""
 
 
 def cache_root() -> Path | None:
@@ -73,14 +90,66 @@ def read_json(path: Path, *, max_bytes: int) -> object | None:
     A missing file or directory is a silent miss; anything else that keeps the value from being
     read -- an untrusted owner or mode, not a regular file, over ``max_bytes``, unreadable, not
     UTF-8 JSON, nested too deep, out of memory -- is a miss with one warning line naming ``path``.
+    An entry given by :func:`use_recorded` is answered without reading ``path``.
     """
+    name = recorded_name(path) if _used is not None else None
+    if name is not None and name in _recorded:
+        _note(name, _recorded[name])
+        return _recorded[name]
     try:
         data = _read_trusted(path, max_bytes)
-        return None if data is None else json.loads(data)
+        value = None if data is None else json.loads(data)
     except Exception as error:  # any failure at all is a miss: RecursionError, MemoryError, ...
         _warned_files.add(os.path.abspath(path))
         warn(f"{path}: cache file ignored ({_reason(error)})")
         return None
+    if name is not None and value is not None:
+        _note(name, value)
+    return value
+
+
+@contextmanager
+def recording(entries: Mapping[str, object], source: str = "") -> Iterator[dict[str, object]]:
+    """Within: a read of an entry of :data:`RECORDED_KINDS` named in ``entries`` (``kind/file name``, see
+    :func:`recorded_name`; from the file ``source``) is answered from them before the cache's files; the dict
+    yielded collects every such entry read (and not :func:`discard`-ed) or written, by name: what the hub records."""
+    global _recorded, _used, _source
+    saved = _recorded, _used, _source
+    _recorded, _used, _source = dict(entries), {}, source
+    try:
+        yield _used
+    finally:
+        _recorded, _used, _source = saved
+
+
+def where(path: Path) -> str:
+    """``path`` as a warning about the entry read from it names it: the file :func:`recording` was given, when
+    the entry came from there."""
+    name = recorded_name(path) if _used is not None else None
+    return f"{_source}: entry {name}" if name is not None and name in _recorded else str(path)
+
+
+def _note(name: str, value: object) -> None:
+    if _used is not None:
+        _used[name] = value
+
+
+def recorded_name(path: Path) -> str | None:
+    """``kind/file name`` of ``path`` if it is an entry of :data:`RECORDED_KINDS` in the cache root, else None."""
+    try:
+        root = cache_root()
+    except UsageError:  # a bad RULES_PATCHED_WHEELS_CACHE: reported by whoever asked for a cache directory
+        return None
+    if root is None or path.parent.parent != root or path.parent.name not in RECORDED_KINDS:
+        return None
+    return f"{path.parent.name}/{path.name}"
+
+
+def discard(path: Path) -> None:
+    """The entry read from ``path`` was refused by its reader (which computes it again): not one :func:`recording` collects."""
+    name = recorded_name(path) if _used is not None else None
+    if name is not None and _used is not None:
+        _used.pop(name, None)
 
 
 def write_json(path: Path, value: object) -> None:
@@ -90,6 +159,8 @@ def write_json(path: Path, value: object) -> None:
     recomputation, reported by one warning line per directory and run.
     """
     directory = path.parent
+    if _used is not None and (name := recorded_name(path)) is not None:
+        _note(name, value)
     try:
         data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         make_private_directories(directory)

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from patched_wheels.base.cache import read_json, write_json
+from patched_wheels.base.cache import discard, read_json, where, write_json
 from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, starts_as_elf
 from patched_wheels.errors import warn
 from patched_wheels.base.fsutil import SHA256_HEX
@@ -57,7 +57,8 @@ class ElfCache:
             return None
         problem = rows_problem(rows)
         if problem is not None:
-            warn(f"{path}: cache entry ignored ({problem})")
+            warn(f"{where(path)}: cache entry ignored ({problem})")
+            discard(path)
             return None
         assert isinstance(rows, list)  # rows_problem says so
         return [_library_from_row(row, wheel) for row in rows]

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
+from patched_wheels.base.cache import discard, where
 from patched_wheels.elf.cache import ElfCache, wheel_problem
 from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_installed_library, read_library, starts_as_elf
 from patched_wheels.base.digestmemo import sha256_of
@@ -259,7 +260,8 @@ def _cached_libraries(cache: ElfCache, ref: WheelRef, digest: str) -> list[ElfLi
     problem = wheel_problem(ref.path, {install: info for info, install in _library_members(ref.path)}, cached)
     if problem is None:
         return cached
-    warn(f"{cache.file(digest)}: cache entry ignored ({problem}); read again from the wheel")
+    warn(f"{where(cache.file(digest))}: cache entry ignored ({problem}); read again from the wheel")
+    discard(cache.file(digest))
     return None
 
 

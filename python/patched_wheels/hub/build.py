@@ -15,10 +15,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from patched_wheels.base.cache import recording
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
-from patched_wheels.errors import UsageError
-from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, wheel_call
+from patched_wheels.errors import UsageError, warn
+from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
+from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock.apply import lock
 from patched_wheels.loading.packages import Phrasing
@@ -32,10 +34,24 @@ if TYPE_CHECKING:
 def build_hub(config: HubConfig) -> list[str]:
     """Patch every spec into ``config.index_dir``, index it, write ``config.out``; return the pins made.
 
-    ``config`` was checked whole when it was read (:meth:`HubConfig.from_json`); the lock is looked at
-    here, before anything is written, so a bad one leaves no patched wheel and no ``simple/`` behind."""
+    ``config`` was checked whole when it was read (:meth:`HubConfig.from_json`); the lock and the
+    ``wheel_facts`` file are looked at here, before anything is written, so a bad one leaves no patched
+    wheel and no ``simple/`` behind. What the build read from the wheels (ELF rows, probe observations:
+    :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out`` last."""
     if not config.lock.is_file():
         raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": not a file")
+    given_facts = read_given_facts(config)
+    with recording(given_facts if config.facts_out else {}, str(config.wheel_facts)) as read_from_wheels:
+        pins = _build(config)
+    if config.facts_out is not None:
+        write_facts(config.facts_out, read_from_wheels)
+        if config.wheel_facts is not None:
+            stale_warning(given_facts, read_from_wheels, call=index_call(config.hub, config.bzlmod), given_path=config.wheel_facts, written=config.facts_out)
+    return pins
+
+
+def _build(config: HubConfig) -> list[str]:
+    """:func:`build_hub` but for the facts: patch, index, lock."""
     config.index_dir.mkdir(parents=True, exist_ok=True)
     pins = []
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
@@ -82,6 +98,22 @@ def build_hub(config: HubConfig) -> list[str]:
             out_uv_lock=config.out_uv_lock,
         )
     return pins
+
+
+def read_given_facts(config: HubConfig) -> dict[str, object]:
+    """The ``wheel_facts`` file's entries ({} when none is given). Read even where they cannot be used (the
+    cache off, or no spec reading the wheels: one warning), so that a file that is no facts file fails every
+    build, not only some."""
+    if config.wheel_facts is None:
+        return {}
+    call = index_call(config.hub, config.bzlmod)
+    entries = read_facts(config.wheel_facts, call)
+    if config.facts_out is None:
+        warn(
+            f'{call}: {ATTRIBUTE} = "{config.wheel_facts}" is not used: no patched_wheel of this hub reads the wheels '
+            "(preload, split_into), or the helper cache is off (RULES_PATCHED_WHEELS_CACHE=off), which reads everything again"
+        )
+    return entries
 
 
 def probe_installation(config: HubConfig, stack: ExitStack) -> Installation | None:

@@ -29,6 +29,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import module_name
 from patched_wheels.lock.formats import registry
+from patched_wheels.hub.facts import FILE as FACTS
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
 from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
@@ -52,6 +53,11 @@ def wheel_call(hub: str, bzlmod: bool, name: str, attributes: str = "") -> str:
     return f'patched_wheel(name = "{name}"{more}) of patched_index(name = "{hub}")'
 
 
+def index_call(hub: str, bzlmod: bool) -> str:
+    """The hub as the user wrote it, to name it in errors."""
+    return f'patched.index(name = "{hub}")' if bzlmod else f'patched_index(name = "{hub}")'
+
+
 @dataclass(frozen=True)
 class HubRequest:
     """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
@@ -68,14 +74,16 @@ class HubRequest:
     repository: str
     """The hub repository's directory ("" in the extension, which places nothing)."""
     patched: Sequence[PatchedWheelSpec]
+    wheel_facts: str = ""
+    """The ``wheel_facts`` file's path (:mod:`patched_wheels.hub.facts`), "" when not given."""
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
         """The request, every value checked against its type before any is used (the specs' too: the
         :class:`PatchedWheelSpec` schema), each error naming the attribute as the user wrote it."""
-        same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", *LOCK_FORMATS}, "hub request")
+        same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", "wheel_facts", *LOCK_FORMATS}, "hub request")
         types = {"hub": "str", "bzlmod": "bool", "index_url": "str", "index_option": "str", "rules_python_version": "str",
-                 "repository": "str", "patched": "list", **dict.fromkeys(LOCK_FORMATS, "str")}
+                 "repository": "str", "patched": "list", "wheel_facts": "str", **dict.fromkeys(LOCK_FORMATS, "str")}
         for key, annotation in types.items():
             if problem := type_problem(key, raw[key], annotation):
                 raise UsageError(f"hub request: {problem}")
@@ -94,12 +102,12 @@ class HubRequest:
             rules_python_version=raw["rules_python_version"],
             repository=raw["repository"],
             patched=patched,
+            wheel_facts=raw["wheel_facts"],
         )
 
     @property
     def index_call(self) -> str:
-        """The hub as the user wrote it, to name it in errors."""
-        return f'patched.index(name = "{self.hub}")' if self.bzlmod else f'patched_index(name = "{self.hub}")'
+        return index_call(self.hub, self.bzlmod)
 
     def wheel_call(self, spec: PatchedWheelSpec) -> str:
         """A ``patched_wheel`` as the user wrote it, to name it in errors."""
@@ -142,6 +150,10 @@ class HubConfig:
     """Project -> sha256 of the originals its patched wheel replaces in the lock."""
     references: Mapping[str, tuple[str, str]]
     """Unpatched project -> (url, sha256) of its wheel, so its pin can name the file directly."""
+    wheel_facts: Path | None = None
+    """The facts file the user gave (``wheel_facts``), laid over the ELF and probe caches."""
+    facts_out: Path | None = None
+    """Where the build writes the facts it read (``wheel_facts.json``); None without an ELF cache to record."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -161,6 +173,8 @@ class HubConfig:
             "index_url": self.index_url,
             "replaced": {project: list(digests) for project, digests in self.replaced.items()},
             "references": {project: list(reference) for project, reference in self.references.items()},
+            "wheel_facts": str(self.wheel_facts) if self.wheel_facts else None,
+            "facts_out": str(self.facts_out) if self.facts_out else None,
         }
 
     @classmethod
@@ -168,7 +182,7 @@ class HubConfig:
         same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
         types = {"hub": "str", "bzlmod": "bool", "lock_attribute": "str", "lock": "Path", "index_dir": "Path", "out": "Path", "out_uv_lock": "Path | None",
                  "wheels": "list", "elf_cache": "Path | None", "patched": "list", "index_option": "str", "index_url": "str",
-                 "replaced": "dict", "references": "dict"}
+                 "replaced": "dict", "references": "dict", "wheel_facts": "Path | None", "facts_out": "Path | None"}
         for key, annotation in types.items():
             if problem := type_problem(key, raw[key], annotation):
                 raise UsageError(f"hub configuration: {problem}")
@@ -187,7 +201,7 @@ class HubConfig:
         for project, value in raw["references"].items():
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
                 raise UsageError(f"hub configuration: references[{project!r}]: expected [url, sha256]")
-        optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache")}
+        optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache", "wheel_facts", "facts_out")}
         return cls(
             hub=raw["hub"],
             bzlmod=raw["bzlmod"],
@@ -385,8 +399,10 @@ def plan_hub(
         references={
             wheel.project: (wheel.urls[0], wheel.sha256) for wheel in wheels if wheel.project not in patched_projects
         },
+        wheel_facts=Path(request.wheel_facts) if request.wheel_facts else None,
+        facts_out=root / FACTS if graph and elf_cache is not None else None,
     )
-    exports = ("requirements_lock.txt",) + (("uv.lock",) if config.out_uv_lock else ())
+    exports = ("requirements_lock.txt",) + (("uv.lock",) if config.out_uv_lock else ()) + ((FACTS,) if config.facts_out else ())
     return HubPlan(
         fetch=tuple(fetch),
         config=config,

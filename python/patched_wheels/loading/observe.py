@@ -112,7 +112,8 @@ def observe(
             observation = _from_json(cached, probe, digests, graph)
             if observation is not None:
                 return _warn_if_failed(observation)
-            warn(f"{entry}: not an observation of this wheel set; running the probe again")
+            warn(f"{cache.where(entry)}: not an observation of this wheel set; running the probe again")
+            cache.discard(entry)
     unfetched = [ref.filename for ref in refs if ref.path is None]
     if unfetched:
         warn(f"{unfetched[0]}: not fetched, so the probe cannot run; the preload comes from the ELF graph only")

@@ -250,3 +250,33 @@ def test_a_miss_and_the_rewrite_that_follows_it_say_one_warning(private: Path, c
     assert read_json(private / "entry.json", max_bytes=CAP) is None
     write_json(private / "entry.json", [1])
     _one_warning(capsys, private / "entry.json", "not a regular file")
+
+
+def test_recorded_entries_answer_first_and_what_is_read_or_written_is_collected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hub's ``wheel_facts`` lie over the cache (read first, never written there); the entries of the recorded
+    kinds read or written within are what the hub records, and nothing is collected outside."""
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
+    rows, observed, digests = cache_dir("elfgraph"), cache_dir("observed"), cache_dir("digests")
+    assert rows is not None and observed is not None and digests is not None
+    write_json(rows / "a.json", ["from the cache"])
+    write_json(rows / "b.json", ["from the cache"])
+    write_json(digests / "d.json", "not a recorded kind")
+    with cache.recording({"elfgraph/a.json": ["recorded"], "observed/gone.json": {}}, "facts.json") as used:
+        assert read_json(rows / "a.json", max_bytes=100) == ["recorded"]
+        assert read_json(rows / "b.json", max_bytes=100) == ["from the cache"]
+        assert read_json(digests / "d.json", max_bytes=100) == "not a recorded kind"
+        assert read_json(tmp_path / "elfgraph" / "a.json", max_bytes=100) is None, "only entries in the cache root"
+        write_json(observed / "new.json", {"computed": 1})
+        assert cache.where(rows / "a.json") == "facts.json: entry elfgraph/a.json"
+        assert cache.where(rows / "b.json") == str(rows / "b.json")
+        with cache.recording({}) as inner:
+            assert read_json(rows / "a.json", max_bytes=100) == ["from the cache"]
+        assert inner == {"elfgraph/a.json": ["from the cache"]}
+        read_json(rows / "b.json", max_bytes=100)
+        cache.discard(rows / "b.json")  # its reader refused it
+    assert used == {"elfgraph/a.json": ["recorded"], "observed/new.json": {"computed": 1}}
+    assert read_json(rows / "a.json", max_bytes=100) == ["from the cache"], "a recorded entry is never written to the cache"
+    assert cache.where(rows / "a.json") == str(rows / "a.json")
+    assert not capsys.readouterr().err

@@ -258,7 +258,7 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_pa
         request = {
             "hub": "uv", "bzlmod": True, **lock_attributes(uv_lock=str(uv_lock)),
             "index_url": f"{url}/simple", "index_option": "direct", "rules_python_version": "2.3.2",
-            "repository": str(repo), "patched": [spec],
+            "repository": str(repo), "wheel_facts": "", "patched": [spec],
         }
         (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
         resolution = json.loads(run_cli("hub", "plan", "--request", str(tmp_path / "request.json")))
@@ -382,7 +382,7 @@ def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(tmp_path
     del spec["wheel"]
     request = {
         "hub": "test", "bzlmod": True, **lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
-        "index_url": "", "index_option": "index-url", "rules_python_version": "1.6.0", "repository": str(tmp_path), "patched": [spec],
+        "index_url": "", "index_option": "index-url", "rules_python_version": "1.6.0", "repository": str(tmp_path), "wheel_facts": "", "patched": [spec],
     }
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
     assert main(["hub", "plan", "--request", str(tmp_path / "request.json")]) == 1

@@ -108,7 +108,7 @@ def request(*specs: dict[str, object], **values: object) -> HubRequest:
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "2.3.2",
-        "repository": "/out/external/fixed",
+        "repository": "/out/external/fixed", "wheel_facts": "",
         "patched": list(specs) or [spec_json()],
     }
     raw.update(values)
@@ -275,7 +275,7 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
     raw = {
         "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
-        "repository": str(tmp_path / "repo"), "patched": [spec_json(split_into="x")],
+        "repository": str(tmp_path / "repo"), "wheel_facts": "", "patched": [spec_json(split_into="x")],
     }
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
     assert main(["hub", "plan", "--request", str(tmp_path / "request.json")]) == 1
@@ -309,7 +309,7 @@ def test_the_plan_imports_no_elf_reader(tmp_path: Path) -> None:
     raw = {
         "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
-        "repository": str(tmp_path / "repo"), "patched": [spec_json(preload="auto")],
+        "repository": str(tmp_path / "repo"), "wheel_facts": "", "patched": [spec_json(preload="auto")],
     }
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
     (tmp_path / "resolved.json").write_text(json.dumps([w.as_json() for w in WHEELS]), encoding="utf-8")
@@ -339,7 +339,7 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
     raw = spec_json()
     request_json = {
         "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "", "index_option": "direct", "rules_python_version": "0", "repository": str(tmp_path), "patched": [raw],
+        "index_url": "", "index_option": "direct", "rules_python_version": "0", "repository": str(tmp_path), "wheel_facts": "", "patched": [raw],
     }
     (tmp_path / "request.json").write_text(json.dumps(request_json), encoding="utf-8")
     resolved = [{key: value for key, value in WHEELS[0].as_json().items() if key != "sha256"}]
@@ -380,7 +380,7 @@ def _raw_request(**spec: object) -> dict[str, object]:
     return {
         "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "2.3.2",
-        "repository": "/out/external/fixed", "patched": [spec_json(**spec)],
+        "repository": "/out/external/fixed", "wheel_facts": "", "patched": [spec_json(**spec)],
     }
 
 

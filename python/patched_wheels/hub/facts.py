@@ -1,0 +1,104 @@
+"""A hub's wheel facts: what its build read from the wheels' contents, as a file to check in beside the lock.
+
+The slow part of a hub on a runner whose helper cache is empty is reading the wheels, not patching
+them: the ELF rows of every library of the set (each member inflated up to its dynamic section) and
+the ``preload = "auto"`` probe's observation (the whole set installed in one site-packages, the package
+imported). Both depend on the wheels' contents alone (their sha256s, the probe, the interpreter), like
+the lock itself, so they can be recorded once and checked in: the hub writes ``wheel_facts.json`` with
+every such entry its build used, and ``wheel_facts`` on ``patched.index`` / ``patched_index`` gives such
+a file back to later builds, which then read and probe nothing the file answers (and, with direct
+references, do not even fetch the unpatched wheels whose rows it holds).
+
+The entries are the helper cache's own (:data:`patched_wheels.base.cache.RECORDED_KINDS`, by
+``kind/file name``), laid over the cache (:func:`patched_wheels.base.cache.use_recorded`) and believed
+exactly as a cache file is: each is checked by its reader (rows like wheel members, against the wheel
+when it is at hand; an observation against the set's libraries), and one that is refused is computed
+again. A file that is not a facts file at all is an error naming the attribute; one that no longer
+matches the lock (a bump, another interpreter) costs the work it no longer saves, and one warning
+saying which file to copy over it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Mapping
+
+from patched_wheels.base.cache import RECORDED_KINDS
+from patched_wheels.base.fsutil import NotRegularFileError, read_regular_file, write_atomic
+from patched_wheels.errors import UsageError, warn
+
+FILE = "wheel_facts.json"
+"""The file a hub writes, exported as ``@<hub>//:wheel_facts.json``."""
+ATTRIBUTE = "wheel_facts"
+_FORMAT = "rules_patched_wheels wheel facts"
+_SCHEMA = 1
+# A row is a few hundred bytes and an observation lists the libraries a probe mapped: a CUDA stack's
+# facts are well under 1 MiB. The bound only keeps a wrong file from being read whole into memory.
+_MAX_BYTES = 64 << 20
+_NAME = re.compile(rf"(?:{'|'.join(RECORDED_KINDS)})/[0-9a-z][0-9a-z.]*\.json")
+
+
+def read_facts(path: Path, call: str) -> dict[str, object]:
+    """The entries of the facts file ``path`` (``kind/file name`` -> value), as :func:`write_facts` writes them;
+    anything else is one error naming ``call`` (the hub as the user declared it) and the attribute."""
+    where = f'{call}: {ATTRIBUTE} = "{path}"'
+    try:
+        data = read_regular_file(path, max_bytes=_MAX_BYTES, follow_links=True)
+    except NotRegularFileError as error:
+        raise UsageError(f"{where}: {error}; not a facts file we read") from None
+    except OSError as error:
+        raise UsageError(f"{where}: cannot read it: {error.strerror}") from None
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{where}: not UTF-8 ({error.reason} at byte {error.start})") from None
+    except RecursionError:
+        raise UsageError(f"{where}: not a facts file (nested too deeply)") from None
+    except ValueError as error:
+        raise UsageError(f"{where}: not JSON ({error})") from None
+    problem = _facts_problem(value)
+    if problem is not None:
+        raise UsageError(f"{where}: not a facts file the hub writes ({problem}); copy @<hub>//:{FILE} over it")
+    assert isinstance(value, dict)  # _facts_problem says so
+    return dict(value["entries"])
+
+
+def _facts_problem(value: object) -> str | None:
+    if not isinstance(value, dict) or value.get("format") != _FORMAT:
+        return f'no "format": "{_FORMAT}"'
+    if value.get("schema") != _SCHEMA:
+        return f"schema {json.dumps(value.get('schema'))[:20]}, not {_SCHEMA}"
+    if set(value) != {"format", "schema", "entries"}:
+        return f"keys {sorted(value)[:5]}, not format, schema and entries"
+    entries = value["entries"]
+    if not isinstance(entries, dict):
+        return "entries is not an object"
+    for name in entries:
+        if not _NAME.fullmatch(name):
+            return f"entry {json.dumps(name)[:80]} is no {' or '.join(RECORDED_KINDS)} entry"
+    return None
+
+
+def facts_text(entries: Mapping[str, object]) -> str:
+    """The file for ``entries``: sorted and indented, so that a lock bump is a readable diff."""
+    return json.dumps({"format": _FORMAT, "schema": _SCHEMA, "entries": dict(sorted(entries.items()))}, indent=1, sort_keys=True) + "\n"
+
+
+def write_facts(path: Path, entries: Mapping[str, object]) -> None:
+    write_atomic(path, facts_text(entries).encode("utf-8"), mode=0o644)
+
+
+def stale_warning(given: Mapping[str, object], used: Mapping[str, object], *, call: str, given_path: Path, written: Path) -> None:
+    """One warning when the facts file given is not the one this build would write (``used``): the work it
+    should have saved was done, and copying ``written`` over ``given_path`` saves it next time."""
+    if dict(given) == dict(used):
+        return
+    missing = sum(1 for name, value in used.items() if given.get(name) != value)
+    unused = sum(1 for name in given if name not in used)
+    warn(
+        f'{call}: {ATTRIBUTE} = "{given_path}" does not hold what this build read from the wheels ({missing} of its '
+        f"{len(used)} entries missing or different, {unused} unused: a changed lock, probe or interpreter), so they were "
+        f"read again; to record them: cp {written} {given_path}"
+    )

@@ -1,0 +1,189 @@
+"""A hub's ``wheel_facts``: what one build read from the wheels, given back to a build whose helper cache is empty."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from support import fakecuda
+from support.hostile import make_special_file
+from support.hubconfig import load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
+from patched_wheels.cli import main
+from patched_wheels.elf import graph as elfgraph
+from patched_wheels.hub.facts import facts_text
+from patched_wheels.loading import probe
+
+CALL = 'patched.index(name = "test")'
+
+
+@pytest.fixture(scope="module")
+def fake_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.FakeCudaWheels:
+    return fakecuda.build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of what a build reads from the wheels: libraries inflated or read installed, and probe installs."""
+    counts = {"inflated": 0, "installed reads": 0, "installs": 0}
+    read_library, read_installed_library, installed = elfgraph.read_library, elfgraph.read_installed_library, probe.installed
+
+    def inflating(*args: object, **kwargs: object) -> object:
+        counts["inflated"] += 1
+        return read_library(*args, **kwargs)  # type: ignore[arg-type]
+
+    def reading_installed(*args: object, **kwargs: object) -> object:
+        counts["installed reads"] += 1
+        return read_installed_library(*args, **kwargs)  # type: ignore[arg-type]
+
+    def installing(*args: object, **kwargs: object) -> object:
+        counts["installs"] += 1
+        return installed(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(elfgraph, "read_library", inflating)
+    monkeypatch.setattr(elfgraph, "read_installed_library", reading_installed)
+    monkeypatch.setattr(probe, "installed", installing)
+    return counts
+
+
+def patched(fake_set: fakecuda.FakeCudaWheels) -> list[tuple[Path, dict[str, object]]]:
+    return [(fake_set.torch, {"name": "faketorch", "preload": "auto", "preload_package": "faketorch"})]
+
+
+def build(tmp_path: Path, name: str, fake_set: fakecuda.FakeCudaWheels, *, cache: str, wheel_facts: Path | None = None) -> Path:
+    """One hub build (plan, fetch, build) in ``tmp_path/name`` with the helper cache ``cache``; its directory."""
+    os.environ["RULES_PATCHED_WHEELS_CACHE"] = cache if cache == "off" else str(tmp_path / cache)
+    config = write_config(tmp_path / name, list(fake_set.nvidia.values()), patched(fake_set), index_option="direct", wheel_facts=wheel_facts)
+    assert main(["hub", "build", "--config", str(config)]) == 0
+    return tmp_path / name
+
+
+def served(directory: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted((directory / "index").glob("*.whl"))}
+
+
+def test_a_runner_with_an_empty_cache_and_the_facts_reads_fetches_and_probes_nothing(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, work: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = build(tmp_path, "first", fake_set, cache="cache-a")
+    assert work["installs"] == 1 and work["installed reads"] > 0, "cold: the set installed for the probe, the graph read there"
+    facts = json.loads((first / "wheel_facts.json").read_text(encoding="utf-8"))
+    kinds = sorted({name.split("/")[0] for name in facts["entries"]})
+    assert kinds == ["elfgraph", "observed"], facts["entries"].keys()
+    assert sum(name.startswith("elfgraph/") for name in facts["entries"]) == len(fake_set.nvidia) + 1, "one entry per wheel of the set"
+    given = tmp_path / "workspace" / "wheel_facts.json"
+    given.parent.mkdir()
+    shutil.copyfile(first / "wheel_facts.json", given)
+    capsys.readouterr()
+
+    work.update(dict.fromkeys(work, 0))
+    second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
+    assert work == {"inflated": 0, "installed reads": 0, "installs": 0}, "an empty cache, and nothing read from the wheels"
+    assert not (second / "_graph").exists(), "no unpatched wheel fetched"
+    assert served(second) == served(first), "the same patched wheels"
+    assert (second / "wheel_facts.json").read_bytes() == given.read_bytes(), "the facts it would write are the ones given"
+    assert "patched-wheels: warning" not in capsys.readouterr().err
+    assert "wheel_facts.json" in load_config(second / "_hub.json").facts_out.name  # type: ignore[union-attr]
+
+
+def test_facts_that_no_longer_match_are_read_again_with_one_line_saying_what_to_copy(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, work: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lock bump or another interpreter leaves entries missing; a hand edit leaves one that lies. Each is
+    computed again, the output stays the same, and one warning names the file to copy."""
+    first = build(tmp_path, "first", fake_set, cache="cache-a")
+    entries = json.loads((first / "wheel_facts.json").read_text(encoding="utf-8"))["entries"]
+    (observed,) = [name for name in entries if name.startswith("observed/")]
+    torch_rows = next(name for name, rows in entries.items() if name.startswith("elfgraph/") and any("faketorch" in row["path"] for row in rows))
+    stale = dict(entries)
+    del stale[observed]  # the probe's observation missing: another interpreter
+    stale["elfgraph/" + "0" * 64 + ".v4.json"] = []  # a wheel the lock no longer pins
+    stale[torch_rows] = [*entries[torch_rows], {**entries[torch_rows][0], "path": "faketorch/lib/libinvented.so"}]  # a lie
+    given = tmp_path / "given.json"
+    given.write_text(facts_text(stale), encoding="utf-8")
+    capsys.readouterr()
+
+    work.update(dict.fromkeys(work, 0))
+    second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
+    assert work["installs"] == 1, "the probe ran again"
+    assert served(second) == served(first)
+    assert (second / "wheel_facts.json").read_bytes() == (first / "wheel_facts.json").read_bytes(), "what was true is recorded"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("patched-wheels: warning")]
+    stale_lines = [line for line in warnings if "wheel_facts" in line]
+    assert len(stale_lines) == 1, warnings
+    assert f'{CALL}: wheel_facts = "{given}"' in stale_lines[0] and f"cp {second / 'wheel_facts.json'} {given}" in stale_lines[0]
+    assert "2 of its" in stale_lines[0] and "1 unused" in stale_lines[0], stale_lines[0]
+    (lie,) = [line for line in warnings if "cache entry ignored" in line]
+    assert lie.startswith(f"patched-wheels: warning: {given}: entry {torch_rows}: cache entry ignored (faketorch/lib/libinvented.so: "), lie
+
+
+def test_with_the_cache_off_the_facts_are_read_but_not_used(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, work: dict[str, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = build(tmp_path, "first", fake_set, cache="cache-a")
+    capsys.readouterr()
+    work.update(dict.fromkeys(work, 0))
+    second = build(tmp_path, "second", fake_set, cache="off", wheel_facts=first / "wheel_facts.json")
+    assert work["installs"] == 1, "off reads everything again"
+    assert not (second / "wheel_facts.json").exists()
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "wheel_facts" in line]
+    assert line.startswith(f"patched-wheels: warning: {CALL}: wheel_facts = ") and "is not used" in line and "RULES_PATCHED_WHEELS_CACHE=off" in line
+
+
+def _bad_facts(kind: str, path: Path) -> str:
+    """Makes ``path`` a bad facts file of ``kind``; returns what the error line says."""
+    good = {"format": "rules_patched_wheels wheel facts", "schema": 1, "entries": {}}
+    if kind == "not json":
+        path.write_text("{ this is not json", encoding="utf-8")
+        return "not JSON"
+    if kind == "not utf-8":
+        path.write_bytes(b'{"format": "\xff"}')
+        return "not UTF-8"
+    if kind == "a lock":
+        path.write_text('{"version": 1, "package": []}', encoding="utf-8")
+        return 'no "format": "rules_patched_wheels wheel facts"'
+    if kind == "another schema":
+        path.write_text(json.dumps({**good, "schema": 99}), encoding="utf-8")
+        return "schema 99, not 1"
+    if kind == "a hostile entry":
+        path.write_text(json.dumps({**good, "entries": {"../../etc/passwd": 1}}), encoding="utf-8")
+        return "is no elfgraph or observed entry"
+    if kind == "nested":
+        path.write_text(json.dumps(good)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+        return "nested too deeply"
+    if kind == "huge":
+        with open(path, "wb") as file:
+            file.truncate(65 << 20)
+        return "larger than"
+    make_special_file(kind, path)
+    return "not a facts file we read" if kind != "missing" else "cannot read it"
+
+
+@pytest.mark.parametrize("kind", ["not json", "not utf-8", "a lock", "another schema", "a hostile entry", "nested", "huge", "fifo", "directory", "dev-zero-link"])
+def test_a_file_that_is_no_facts_file_is_one_error_line_before_anything_is_written(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "bad.json"
+    expected = _bad_facts(kind, bad)
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
+    config = write_config(tmp_path / "hub", list(fake_set.nvidia.values()), patched(fake_set), index_option="direct")
+    raw = json.loads(config.read_text(encoding="utf-8"))
+    raw["wheel_facts"] = str(bad)
+    config.write_text(json.dumps(raw), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith(f'patched-wheels: error: {CALL}: wheel_facts = "{bad}": '), error
+    assert expected in error, error
+    assert not (tmp_path / "hub" / "index").exists() and not (tmp_path / "hub" / "wheel_facts.json").exists()
+
+    # The plan reads it first, before any download.
+    request = json.loads((tmp_path / "hub" / "request.json").read_text(encoding="utf-8"))
+    request["wheel_facts"] = str(bad)
+    (tmp_path / "hub" / "request.json").write_text(json.dumps(request), encoding="utf-8")
+    arguments = ["--request", str(tmp_path / "hub" / "request.json"), "--resolved", str(tmp_path / "hub" / "resolved.json")]
+    assert main(["hub", "plan", *arguments, "--config-out", str(tmp_path / "out.json")]) == 1
+    assert capsys.readouterr().err == error and not (tmp_path / "out.json").exists()
