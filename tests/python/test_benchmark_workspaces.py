@@ -46,3 +46,14 @@ def test_each_hubs_copy_keeps_only_its_hub(tmp_path: Path, bench_e2e: object) ->
     assert "calc_test" in flat and "torch_layout_test" in flat and "pypi_split" not in flat
     assert "calc_split_test" in split and "torch_split_layout_test" in split and '"@pypi//' not in split
     assert "patched_pypi_split" not in (configs["flat"].root / "MODULE.bazel").read_text(encoding="utf-8")
+
+
+def test_the_copy_without_facts_differs_from_flat_only_by_them(tmp_path: Path, bench_e2e: object) -> None:
+    configs = {config.name: config for config in bench_e2e.make_configs(tmp_path, control=False, no_facts=True)}  # type: ignore[attr-defined]
+    flat = (configs["flat"].root / "MODULE.bazel").read_text(encoding="utf-8")
+    without = (configs["flat-without-facts"].root / "MODULE.bazel").read_text(encoding="utf-8")
+    facts = re.findall(r'wheel_facts = "//([^:"]*):([^"]+)"', flat)
+    assert facts and all((configs["flat"].root / package / name).is_file() for package, name in facts), facts
+    assert "wheel_facts = " not in without
+    assert [line for line in flat.splitlines() if "wheel_facts = " not in line] == without.splitlines()
+    assert configs["flat-without-facts"].target == configs["flat"].target
