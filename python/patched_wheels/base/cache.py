@@ -47,9 +47,9 @@ RECORDED_KINDS = ("elfgraph", "observed")
 _recorded: Mapping[str, object] = {}
 """``kind/file name`` -> value: the entries :func:`recording` was given, read before the cache's files."""
 _used: dict[str, object] | None = None
+"""``kind/file name`` -> value: the entries of :data:`RECORDED_KINDS` read or written within :func:`recording`."""
 _source = ""
 """Where :data:`_recorded` came from, to name one of its entries in a warning (:func:`where`)."""
-"""``kind/file name`` -> value: the entries of :data:`RECORDED_KINDS` read or written within :func:`recording`."""
 
 
 def cache_root() -> Path | None:
@@ -90,7 +90,7 @@ def read_json(path: Path, *, max_bytes: int) -> object | None:
     A missing file or directory is a silent miss; anything else that keeps the value from being
     read -- an untrusted owner or mode, not a regular file, over ``max_bytes``, unreadable, not
     UTF-8 JSON, nested too deep, out of memory -- is a miss with one warning line naming ``path``.
-    An entry given by :func:`use_recorded` is answered without reading ``path``.
+    Within :func:`recording`, an entry it was given is answered without reading ``path``.
     """
     name = recorded_name(path) if _used is not None else None
     if name is not None and name in _recorded:
@@ -147,8 +147,7 @@ def recorded_name(path: Path) -> str | None:
 
 def discard(path: Path) -> None:
     """The entry read from ``path`` was refused by its reader (which computes it again): not one :func:`recording` collects."""
-    name = recorded_name(path) if _used is not None else None
-    if name is not None and _used is not None:
+    if _used is not None and (name := recorded_name(path)) is not None:
         _used.pop(name, None)
 
 
@@ -159,7 +158,7 @@ def write_json(path: Path, value: object) -> None:
     recomputation, reported by one warning line per directory and run.
     """
     directory = path.parent
-    if _used is not None and (name := recorded_name(path)) is not None:
+    if (name := recorded_name(path)) is not None:
         _note(name, value)
     try:
         data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
