@@ -218,6 +218,35 @@ def test_the_hub_inflates_with_python_isal_fetched_for_its_interpreter(bzlmod: S
     assert {line["inflater"] for line in builds} == {"isal"}, [line["inflater"] for line in builds]
 
 
+def test_a_runner_with_an_empty_cache_given_the_hubs_wheel_facts_probes_nothing(bzlmod: Setup, first_run: BazelResult) -> None:
+    """A fresh CI runner: the helper's cache root empty, the plugin hub given the wheel_facts.json its first build
+    wrote. Its hub build installs nothing and runs no probe, writes the same facts back, says nothing about them,
+    and the plugin still imports."""
+    workspace = bzlmod.workspace
+    shutil.copyfile(workspace.hub("plugin") / "wheel_facts.json", workspace.root / "plugin_facts.json")
+    module = workspace.root / "MODULE.bazel"
+    text = module.read_text(encoding="utf-8")
+    declared = 'patched.index(name = "plugin", requirements_lock = "//:plugin_requirements_lock.txt",'
+    assert text.count(declared) == 1, text
+    module.write_text(text.replace(declared, declared + ' wheel_facts = "//:plugin_facts.json",'), encoding="utf-8")
+    timings = workspace.root / "facts-timings.jsonl"
+    try:
+        result = workspace.run(
+            "test",
+            f"--repo_env=RULES_PATCHED_WHEELS_CACHE={workspace.root / CACHE_DIR / 'fresh-runner'}",
+            f"--repo_env=RULES_PATCHED_WHEELS_TIMINGS={timings}",
+            "//:plugin_test",
+        )
+    finally:
+        module.write_text(text, encoding="utf-8")
+    assert result.returncode == 0, result.tail()
+    builds = [line for line in map(json.loads, timings.read_text(encoding="utf-8").splitlines()) if line["command"] == ["hub", "build"]]
+    assert len(builds) == 1, builds
+    assert not {"probe: install", "probe: run"} & set(builds[0]["phases"]), builds[0]["phases"]
+    assert (workspace.hub("plugin") / "wheel_facts.json").read_bytes() == (workspace.root / "plugin_facts.json").read_bytes()
+    assert "wheel_facts" not in result.output, result.tail()
+
+
 def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: Setup, first_run: BazelResult) -> None:
     """Runs last: it expunges the output base. The fake PyPI's wheels are hidden during the rebuild,
     so any wheel not served from the repository cache fails the build."""
