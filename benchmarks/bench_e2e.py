@@ -1,6 +1,8 @@
-"""End to end on the example's torch 2.1.0 lock: plain rules_python against the flat and the split hub.
+"""End to end on the example's torch 2.1.0 lock (or JAX 0.7.2's): plain rules_python against the module's hubs.
 
-    python benchmarks/bench_e2e.py [--rounds 2] [--warmup 1] [--parts-rounds 3] [--control] [--cold] [--keep]
+    python benchmarks/bench_e2e.py [--stack torch|jax] [--rounds 2] [--warmup 1] [--parts-rounds 3] [--control] [--cold] [--keep]
+
+``--stack torch`` (the default) is described first; ``--stack jax`` (below) measures the same way.
 
 Three configurations (four with --control), each in its own workspace and output base, run in rounds
 whose order rotates (plain, flat, split, then flat, split, plain, then split, plain, flat, ...: every
@@ -87,6 +89,36 @@ CPU flat <= 1.02x and split <= 1.05x plain (issue 19), with ``--cold`` flat <= 1
 (issue 34), and each hub's repository no bigger than 1.01x the wheels it wrote.
 Exit 1 when a Bazel command fails (its last lines are printed) or a target is missed. Offline, set
 RPW_BAZEL_MODULES (default ../shared/bazel-modules).
+
+``--stack jax``: JAX 0.7.2 with CUDA 12, the same rounds, rotation, per-run figures, helper rows, --cold,
+--warmup and --control, with two configurations (three with --control):
+
+(a) plain: rules_python's own ``pip.parse(hub_name = "pypi_jax")`` of the JAX lock, no rules_patched_wheels;
+    ``//:jax_test`` runs compat_stacks.py's probe for the stack, ``import jax; jax.devices()`` (CPU here:
+    without a GPU the CUDA plugin fails at ``cuInit`` and JAX falls back to the CPU).
+(b) patched: a hub with the ONE stanza of compat_stacks.py's jax-0.7.2-lock stack (compat_bazel.stanza:
+    ``patched_wheel(name = "jax-cuda12-pjrt", preload = "auto", preload_package = "jax_plugins.xla_cuda12",
+    probe = "import jax; jax.devices()")``, with the compat runs' suffix), ``patched.index`` of the same lock
+    and ``pip.parse`` on the hub's lock; the same BUILD file and test.
+
+The test depends on ``all_requirements``: rules_python does not follow extras (docs/rules-python.md), so
+``requirement("jax")`` would leave the CUDA plugin and the nvidia wheels out of the runfiles. The lock is
+compat_stacks.py's resolution of ``jax[cuda12]==0.7.2`` for CPython 3.11 on manylinux x86-64 (the stack's
+entry without the real lock's companions, so only JAX is measured): its 21 wheels (3.1 GB) are
+downloaded once into ``~/.cache/rules_patched_wheels/compat/jax-0.7.2/`` and kept (a marker file says the
+set is whole; delete the folder to resolve again), and the lock pins each by sha256 (compat_bazel.lock_text,
+computed at every start). The workspaces fetch the wheels from PyPI by those hashes through Bazel's
+downloader, so after the first run (the warm-up's) every configuration reads them from the shared
+repository cache.
+
+rules_python 2.3.2 (from the offline module registry, as compat_bazel.py uses it), not the example's 0.22.1:
+2.x fetches every wheel with Bazel's downloader by sha256 (the hub's lock and PyPI's index alike), so the
+repository cache ``--cold`` keeps covers plain's wheels as it covers the hub's, where 0.22.1's
+``whl_library`` runs pip, which downloaded every pin from PyPI again in every run (2.7 GB per torch run;
+the JAX set is 3.1 GB); and the JAX stanza was verified under 2.3.2 (docs/verified-stacks.md: the hub
+builds and its layout_test passes). Targets: CPU patched <= 1.02x plain, with ``--cold`` <= 1.25x (issue
+34); the hub's repository no bigger than 1.01x the wheels it wrote. ``--parts-rounds``: plain's
+``jax-cuda12-pjrt`` repository; the hub alone; the hub with ``jax-cuda12-pjrt`` installed from its index.
 """
 
 from __future__ import annotations
@@ -442,9 +474,10 @@ PARTS = {
         "hub, torch and torch-cuda-libs": ("rules_python~~pip~pypi_split_torch", "rules_python~~pip~pypi_split_torch_cuda_libs"),
     },
 }
-#: The same for --stack jax (rules_python 2.3.2's wheel repositories are named hub_pythonversion_pin):
-#: plain's jax-cuda12-pjrt, the hub alone, and the hub with jax-cuda12-pjrt installed from its index.
-JAX_PJRT = f"rules_python~~pip~{JAX_PIP_HUB}_311_jax_cuda12_pjrt"
+#: The same for --stack jax: plain's jax-cuda12-pjrt, the hub alone, and the hub with jax-cuda12-pjrt
+#: installed from its index. rules_python 2.x names a wheel's repository after its file and sha256 (the
+#: patched wheel's is known once the hub ran), so it is given as the pip hub's alias (see resolve_part).
+JAX_PJRT = f"@{JAX_PIP_HUB}//jax_cuda12_pjrt:pkg"
 JAX_PARTS = {
     "plain": {"jax-cuda12-pjrt": (JAX_PJRT,)},
     "patched": {"hub": (f"rules_patched_wheels~~patched~{JAX_HUB}",), "hub and jax-cuda12-pjrt": (JAX_PJRT,)},
@@ -481,8 +514,20 @@ def query_cpu(config: Config, repositories: Sequence[str]) -> float:
     return query.cpu + jvm + children
 
 
+def resolve_part(config: Config, repository: str) -> str:
+    """``repository`` as a canonical name: as is, or for a pip hub's alias ``@HUB//PIN:pkg``, the wheel
+    repository of PIN it points at, found by an untimed query of its dependencies (which fetches them)."""
+    if not repository.startswith("@"):
+        return repository
+    pin = repository.split("//", 1)[1].split(":", 1)[0]
+    output = bazel(config, "query", f"deps({repository}, 3)", "--output=label").output
+    (name,) = {name for name in re.findall(r"^@@([^/]+)//", output, re.MULTILINE) if re.search(rf"[~+]pip[~+]{config.pip_hub}_\d+_{pin}_", name)}
+    return name
+
+
 def parts_cpu(config: Config, rounds: int, parts: dict[str, tuple[str, ...]]) -> dict[str, float]:
     """Each of ``config``'s ``parts`` (its PARTS entry), minus an empty query: medians over ``rounds`` alternating runs."""
+    parts = {label: tuple(resolve_part(config, repository) for repository in repositories) for label, repositories in parts.items()}
     (config.root / "BUILD.bazel").write_text(f'filegroup(name = "{EMPTY}")\n', encoding="utf-8")
     runs: dict[str, list[float]] = {label: [] for label in [EMPTY, *parts]}
     for number in range(rounds):
