@@ -1,6 +1,8 @@
-"""End to end on the example's torch 2.1.0 lock: plain rules_python against the flat and the split hub.
+"""End to end on the example's torch 2.1.0 lock (or JAX 0.7.2's): plain rules_python against the module's hubs.
 
-    python benchmarks/bench_e2e.py [--rounds 2] [--warmup 1] [--parts-rounds 3] [--control] [--cold] [--keep]
+    python benchmarks/bench_e2e.py [--stack torch|jax] [--rounds 2] [--warmup 1] [--parts-rounds 3] [--control] [--cold] [--keep]
+
+``--stack torch`` (the default) is described first; ``--stack jax`` (below) measures the same way.
 
 Three configurations (four with --control), each in its own workspace and output base, run in rounds
 whose order rotates (plain, flat, split, then flat, split, plain, then split, plain, flat, ...: every
@@ -91,6 +93,36 @@ wheels), so a cold hub neither reads nor probes the set; ``--without-facts`` add
 without them (the cost before they existed, printed beside the others with no target) to every round.
 Exit 1 when a Bazel command fails (its last lines are printed) or a target is missed. Offline, set
 RPW_BAZEL_MODULES (default ../shared/bazel-modules).
+
+``--stack jax``: JAX 0.7.2 with CUDA 12, the same rounds, rotation, per-run figures, helper rows, --cold,
+--warmup and --control, with two configurations (three with --control):
+
+(a) plain: rules_python's own ``pip.parse(hub_name = "pypi_jax")`` of the JAX lock, no rules_patched_wheels;
+    ``//:jax_test`` runs compat_stacks.py's probe for the stack, ``import jax; jax.devices()`` (CPU here:
+    without a GPU the CUDA plugin fails at ``cuInit`` and JAX falls back to the CPU).
+(b) patched: a hub with the ONE stanza of compat_stacks.py's jax-0.7.2-lock stack (compat_bazel.stanza:
+    ``patched_wheel(name = "jax-cuda12-pjrt", preload = "auto", preload_package = "jax_plugins.xla_cuda12",
+    probe = "import jax; jax.devices()")``, with the compat runs' suffix), ``patched.index`` of the same lock
+    and ``pip.parse`` on the hub's lock; the same BUILD file and test.
+
+The test depends on ``all_requirements``: rules_python does not follow extras (docs/rules-python.md), so
+``requirement("jax")`` would leave the CUDA plugin and the nvidia wheels out of the runfiles. The lock is
+compat_stacks.py's resolution of ``jax[cuda12]==0.7.2`` for CPython 3.11 on manylinux x86-64 (the stack's
+entry without the real lock's companions, so only JAX is measured): its 21 wheels (3.1 GB) are
+downloaded once into ``~/.cache/rules_patched_wheels/compat/jax-0.7.2/`` and kept (a marker file says the
+set is whole; delete the folder to resolve again), and the lock pins each by sha256 (compat_bazel.lock_text,
+computed at every start). The workspaces fetch the wheels from PyPI by those hashes through Bazel's
+downloader, so after the first run (the warm-up's) every configuration reads them from the shared
+repository cache.
+
+rules_python 2.3.2 (from the offline module registry, as compat_bazel.py uses it), not the example's 0.22.1:
+2.x fetches every wheel with Bazel's downloader by sha256 (the hub's lock and PyPI's index alike), so the
+repository cache ``--cold`` keeps covers plain's wheels as it covers the hub's, where 0.22.1's
+``whl_library`` runs pip, which downloaded every pin from PyPI again in every run (2.7 GB per torch run;
+the JAX set is 3.1 GB); and the JAX stanza was verified under 2.3.2 (docs/verified-stacks.md: the hub
+builds and its layout_test passes). Targets: CPU patched <= 1.02x plain, with ``--cold`` <= 1.25x (issue
+34); the hub's repository no bigger than 1.01x the wheels it wrote. ``--parts-rounds``: plain's
+``jax-cuda12-pjrt`` repository; the hub alone; the hub with ``jax-cuda12-pjrt`` installed from its index.
 """
 
 from __future__ import annotations
@@ -105,22 +137,27 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
+import compat_bazel
+import compat_stacks
 from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
+from patched_wheels.hub.facts import facts_text
 
 RULES_PYTHON = re.search(r'bazel_dep\(name = "rules_python", version = "([^"]+)"\)', (REPO / "MODULE.bazel").read_text(encoding="utf-8"))[1]
 TARGETS = {"flat": 1.02, "split": 1.05}  # CPU time against plain (issue 19), median over the rounds; wall beside it
 COLD_TARGETS = {"flat": 1.25, "split": 1.3}  # the same with the helper's cache emptied before every hub run (issue 34)
+JAX_TARGETS, JAX_COLD_TARGETS = {"patched": 1.02}, {"patched": 1.25}  # --stack jax: its one hub, warm and cold (issue 34)
 HUB_DISK_SLACK = 1.01  # the hub repository holds what it writes: its index/*.whl, plus pages and a lock
 #: With --control: plain's workspace again, in its own output base, measured in every round like the
 #: others. Its ratio to plain is what two runs of the same work differ by here, beside the targets' margins.
 CONTROL = "plain-again"
 #: With --without-facts: the flat hub's workspace again, without the example's ``wheel_facts`` (what each
 #: hub build costs when nothing tells it what the wheels hold): the "before" of issue 34, in the same rounds.
-NO_FACTS = "flat-without-facts"
+NO_FACTS = "without-facts"
+FACTS_LABEL = re.compile(r'wheel_facts = "//([^:"]*):([^"]+)"')
 
 PLAIN_MODULE = f"""\
 # Generated by benchmarks/bench_e2e.py: rules_python alone on the example's lock.
@@ -295,17 +332,45 @@ def make_plain(name: str, work: Path, output_bases: Path) -> Config:
     return Config(name, "//:plain_test", None, "pypi", root, output_bases / name)
 
 
+def output_bases_of(work: Path) -> Path:
+    """The folder of the output bases of the workspaces under ``work``: beside Bazel's own (bound into the
+    offline root)."""
+    return Path.home() / ".cache" / "bazel" / work.name
+
+
 def without_facts(module: str) -> str:
     """MODULE.bazel text without its ``wheel_facts`` attributes (one per line, as the example writes them)."""
     kept = [line for line in module.splitlines(keepends=True) if not line.lstrip().startswith("wheel_facts = ")]
-    assert len(kept) < len(module.splitlines()), "the example gives no wheel_facts"
+    assert len(kept) < len(module.splitlines()), "the workspace gives no wheel_facts"
     return "".join(kept)
 
 
-def make_configs(work: Path, control: bool, no_facts: bool = False) -> list[Config]:
-    """The workspaces under ``work`` (with ``control``, plain's twice; with ``no_facts``, flat's also without
-    ``wheel_facts``); output bases beside Bazel's own (bound into the offline root)."""
-    output_bases = Path.home() / ".cache" / "bazel" / work.name
+def add_without_facts(configs: list[Config], work: Path) -> None:
+    """Append NO_FACTS: a copy of the first hub's workspace (flat, or JAX's patched) without ``wheel_facts``."""
+    first = next(config for config in configs if config.patched_hub)
+    shutil.copytree(first.root, work / NO_FACTS, symlinks=True)
+    module = work / NO_FACTS / "MODULE.bazel"
+    module.write_text(without_facts(module.read_text(encoding="utf-8")), encoding="utf-8")
+    configs.append(replace(first, name=NO_FACTS, root=work / NO_FACTS, output_base=first.output_base.parent / NO_FACTS))
+
+
+def record_facts(configs: Sequence[Config]) -> None:
+    """What a user commits after one build: each hub's ``wheel_facts.json`` over the file its workspace names
+    (the example's is already current; JAX's starts empty). Run after the warm-up, whose output bases remain."""
+    for config in configs:
+        labels = set(FACTS_LABEL.findall((config.root / "MODULE.bazel").read_text(encoding="utf-8")))
+        if not config.patched_hub or not labels:
+            continue
+        external = config.output_base / "external"
+        (hub,) = [path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]{config.patched_hub}$", path.name)]
+        for package, name in labels:
+            shutil.copyfile(hub / "wheel_facts.json", config.root / package / name)
+
+
+def make_configs(work: Path, control: bool) -> list[Config]:
+    """The torch workspaces under ``work`` (with ``control``, plain's twice); output bases in
+    output_bases_of(work)."""
+    output_bases = output_bases_of(work)
     configs = [make_plain("plain", work, output_bases)]
     hubs = {"flat": ("//calculator:calc_test", "patched_pypi", "pypi"), "split": ("//calculator:calc_split_test", "patched_pypi_split", "pypi_split")}
     for name, (target, patched_hub, pip_hub) in hubs.items():
@@ -316,15 +381,79 @@ def make_configs(work: Path, control: bool, no_facts: bool = False) -> list[Conf
         for path in (root / "MODULE.bazel", root / "calculator" / "BUILD.bazel"):
             path.write_text(drop_statements(path.read_text(encoding="utf-8"), others), encoding="utf-8")
         configs.append(Config(name, target, patched_hub, pip_hub, root, output_bases / name))
-    if no_facts:
-        flat = configs[1]
-        shutil.copytree(flat.root, work / NO_FACTS, symlinks=True)
-        module = work / NO_FACTS / "MODULE.bazel"
-        module.write_text(without_facts(module.read_text(encoding="utf-8")), encoding="utf-8")
-        configs.append(Config(NO_FACTS, flat.target, flat.patched_hub, flat.pip_hub, work / NO_FACTS, output_bases / NO_FACTS))
     if control:  # last in the list, so that it follows plain in the rotation only once in four rounds
         configs.append(make_plain(CONTROL, work, output_bases))
     return configs
+
+
+#: --stack jax: compat_stacks.py's jax-0.7.2-lock stack (its requirement, package, project and probe, so
+#: compat_bazel.stanza gives its one stanza) without the lock's companions: `jax[cuda12]==0.7.2` alone.
+JAX_STACK = replace(compat_stacks.STACKS["jax-0.7.2-lock"], name="jax-0.7.2", companions=(), companion_probe="")
+JAX_PIP_HUB = "pypi_jax"  # `pypi` is reserved in rules_python 2.x
+JAX_HUB = "patched"  # compat_bazel.stanza's hub
+JAX_BUILD = f"""\
+load("@{JAX_PIP_HUB}//:requirements.bzl", "all_requirements")
+load("@rules_python//python:defs.bzl", "py_test")
+
+exports_files(["requirements_lock.txt", "wheel_facts.json"])
+
+# all_requirements: rules_python does not follow extras, so requirement("jax") would leave out the
+# CUDA plugin and the nvidia wheels (docs/rules-python.md).
+py_test(
+    name = "jax_test",
+    size = "medium",
+    srcs = ["jax_test.py"],
+    deps = all_requirements,
+)
+"""
+JAX_TEST = f'''\
+"""The JAX stack\'s probe, the same in every configuration: the CUDA plugin tries to load its libraries, and
+without a GPU JAX falls back to the CPU."""
+
+{JAX_STACK.probe}
+print("jax", jax.__version__, "on", jax.default_backend())
+'''
+
+
+def jax_module(name: str, patched: bool) -> str:
+    """MODULE.bazel of a JAX workspace: rules_python's pip.parse of ``//:requirements_lock.txt`` (plain), or
+    of the lock of a hub with the stack's one stanza (``patched``), given ``//:wheel_facts.json`` (written empty
+    by make_jax_configs, filled by record_facts after the warm-up)."""
+    text = compat_bazel.module_start(f"Generated by benchmarks/bench_e2e.py --stack jax: {name}.", f"rpw_bench_jax_{name.replace('-', '_')}", patched=patched)
+    if patched:
+        text += (f"{compat_bazel.stanza(JAX_STACK)}\n"
+                 f'patched.index(\n    name = "{JAX_HUB}",\n    requirements_lock = "//:requirements_lock.txt",\n    wheel_facts = "//:wheel_facts.json",\n)\n'
+                 f'use_repo(patched, "{JAX_HUB}")\n')  # fmt: skip
+    lock = f"@{JAX_HUB}//:requirements_lock.txt" if patched else "//:requirements_lock.txt"
+    return text + ("\n" if patched else "") + compat_bazel.pip_hubs({JAX_PIP_HUB: lock})
+
+
+def make_jax_configs(work: Path, control: bool, lock: str) -> list[Config]:
+    """The JAX workspaces under ``work`` on the requirements lock ``lock`` (text): plain, patched, and with
+    ``control`` plain's again; output bases in output_bases_of(work)."""
+    configs = []
+    for name, patched in (("plain", False), ("patched", True), *([(CONTROL, False)] if control else [])):
+        root = work / name
+        root.mkdir()
+        files = {"MODULE.bazel": jax_module(name, patched), "BUILD.bazel": JAX_BUILD, "jax_test.py": JAX_TEST, "requirements_lock.txt": lock}
+        if patched:
+            files["wheel_facts.json"] = facts_text({})
+        for file, text in files.items():
+            (root / file).write_text(text, encoding="utf-8")
+        shutil.copyfile(REPO / ".bazelrc", root / ".bazelrc")
+        configs.append(Config(name, "//:jax_test", JAX_HUB if patched else None, JAX_PIP_HUB, root, output_bases_of(work) / name))
+    return configs
+
+
+def jax_wheels() -> list[Path]:
+    """JAX_STACK's wheels, resolved and downloaded once by compat_stacks.download into its cache folder
+    (kept; a marker file says the set is whole) and reused after that."""
+    directory = compat_stacks.cache_dir(JAX_STACK.name)
+    marker = directory / ".bench-e2e-complete"
+    if not marker.exists():
+        compat_stacks.download(JAX_STACK, directory)
+        marker.touch()
+    return sorted(directory.glob("*.whl"))
 
 
 def bazel(config: Config, *args: str) -> Timed:
@@ -386,7 +515,32 @@ PARTS = {
         "hub, torch and torch-cuda-libs": ("rules_python~~pip~pypi_split_torch", "rules_python~~pip~pypi_split_torch_cuda_libs"),
     },
 }
+#: The same for --stack jax: plain's jax-cuda12-pjrt, the hub alone, and the hub with jax-cuda12-pjrt
+#: installed from its index. rules_python 2.x names a wheel's repository after its file and sha256 (the
+#: patched wheel's is known once the hub ran), so it is given as the pip hub's alias (see resolve_part).
+JAX_PJRT = f"@{JAX_PIP_HUB}//jax_cuda12_pjrt:pkg"
+JAX_PARTS = {
+    "plain": {"jax-cuda12-pjrt": (JAX_PJRT,)},
+    "patched": {"hub": (f"rules_patched_wheels~~patched~{JAX_HUB}",), "hub and jax-cuda12-pjrt": (JAX_PJRT,)},
+}
 EMPTY = "nothing"
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What ``--stack`` chooses besides the workspaces: the rules_python release, the targets (CPU against
+    plain per hub configuration, warm and ``--cold``) and the differing parts."""
+
+    rules_python: str
+    targets: dict[str, float]
+    cold_targets: dict[str, float]
+    parts: dict[str, dict[str, tuple[str, ...]]]
+
+
+BENCHES = {
+    "torch": Bench(RULES_PYTHON, TARGETS, COLD_TARGETS, PARTS),
+    "jax": Bench(compat_bazel.RULES_PYTHON, JAX_TARGETS, JAX_COLD_TARGETS, JAX_PARTS),
+}
 
 
 def query_cpu(config: Config, repositories: Sequence[str]) -> float:
@@ -401,13 +555,25 @@ def query_cpu(config: Config, repositories: Sequence[str]) -> float:
     return query.cpu + jvm + children
 
 
-def parts_cpu(config: Config, rounds: int) -> dict[str, float]:
-    """Each of ``config``'s PARTS, minus an empty query: medians over ``rounds`` alternating runs."""
+def resolve_part(config: Config, repository: str) -> str:
+    """``repository`` as a canonical name: as is, or for a pip hub's alias ``@HUB//PIN:pkg``, the wheel
+    repository of PIN it points at, found by an untimed query of its dependencies (which fetches them)."""
+    if not repository.startswith("@"):
+        return repository
+    pin = repository.split("//", 1)[1].split(":", 1)[0]
+    output = bazel(config, "query", f"deps({repository}, 3)", "--output=label").output
+    (name,) = {name for name in re.findall(r"^@@([^/]+)//", output, re.MULTILINE) if re.search(rf"[~+]pip[~+]{config.pip_hub}_\d+_{pin}_", name)}
+    return name
+
+
+def parts_cpu(config: Config, rounds: int, parts: dict[str, tuple[str, ...]]) -> dict[str, float]:
+    """Each of ``config``'s ``parts`` (its PARTS entry), minus an empty query: medians over ``rounds`` alternating runs."""
+    parts = {label: tuple(resolve_part(config, repository) for repository in repositories) for label, repositories in parts.items()}
     (config.root / "BUILD.bazel").write_text(f'filegroup(name = "{EMPTY}")\n', encoding="utf-8")
-    runs: dict[str, list[float]] = {label: [] for label in [EMPTY, *PARTS[config.name]]}
+    runs: dict[str, list[float]] = {label: [] for label in [EMPTY, *parts]}
     for number in range(rounds):
         for label in runs if number % 2 == 0 else reversed(runs):
-            runs[label].append(query_cpu(config, PARTS[config.name].get(label, (EMPTY,))))
+            runs[label].append(query_cpu(config, parts.get(label, (EMPTY,))))
     empty = statistics.median(runs.pop(EMPTY))
     return {label: statistics.median(values) - empty for label, values in runs.items()}
 
@@ -479,13 +645,14 @@ def describe(config: Config, m: Measurement) -> str:
     return text
 
 
-def ratios(results: dict[str, Measurement]) -> str:
-    plain = results["plain"]  # the hubs' names are TARGETS' and COLD_TARGETS' alike
+def ratios(results: dict[str, Measurement], hubs: Sequence[str]) -> str:
+    """Each of ``hubs`` (a Bench's targets' names: warm and cold alike) and the control against plain."""
+    plain = results["plain"]
     return ", ".join(
         f"{name}/plain {results[name].cpu / plain.cpu:.2f} CPU ({results[name].user_cpu / plain.user_cpu:.2f} user-space), "
         f"{results[name].wall / plain.wall:.2f} wall, "
         f"{results[name].output_base_disk / plain.output_base_disk:.2f} output base disk"
-        for name in [*TARGETS, NO_FACTS, CONTROL]
+        for name in [*hubs, NO_FACTS, CONTROL]
         if name in results
     )
 
@@ -510,7 +677,7 @@ def summary(rounds: list[dict[str, Measurement]], targets: dict[str, float]) -> 
     if NO_FACTS in rounds[0]:
         before = [measured[NO_FACTS].cpu / measured["plain"].cpu for measured in rounds]
         before_user = statistics.median(measured[NO_FACTS].user_cpu / measured["plain"].user_cpu for measured in rounds)
-        lines.append(f"before wheel_facts, the flat hub reading the wheels itself: {NO_FACTS}/plain CPU median {statistics.median(before):.2f}, "
+        lines.append(f"before wheel_facts, the first hub reading the wheels itself: {NO_FACTS}/plain CPU median {statistics.median(before):.2f}, "
                      f"from {min(before):.2f} to {max(before):.2f} (user-space {before_user:.2f}); no target")  # fmt: skip
     for name in [*targets, *([NO_FACTS] if NO_FACTS in rounds[0] else [])]:
         phases = {row: [measured[name].helper[row] for measured in rounds if row in measured[name].helper] for row in HELPER_ROWS}
@@ -526,13 +693,13 @@ def summary(rounds: list[dict[str, Measurement]], targets: dict[str, float]) -> 
     return lines, met
 
 
-def parts_summary(configs: Sequence[Config], rounds: int, plain_cpu: float) -> str:
+def parts_summary(configs: Sequence[Config], rounds: int, plain_cpu: float, bench: Bench) -> str:
     """The differing parts of every configuration, and each hub's net cost against plain's median CPU."""
-    parts = {config.name: parts_cpu(config, rounds) for config in configs if config.name in PARTS}
+    parts = {config.name: parts_cpu(config, rounds, bench.parts[config.name]) for config in configs if config.name in bench.parts}
     lines = [f"what differs, each alone (CPU above an empty query, medians of {rounds} alternating runs):"]
     lines += [f"  {name}: " + ", ".join(f"{label} {cpu:.1f} s" for label, cpu in measured.items()) for name, measured in parts.items()]
     (plain,) = parts["plain"].values()
-    for name in TARGETS:
+    for name in bench.targets:
         total = list(parts[name].values())[-1]
         lines.append(f"  {name} hub net: {total:.1f} - {plain:.1f} = {total - plain:+.1f} s, {100 * (total - plain) / plain_cpu:+.1f} % "
                      f"of plain's median {plain_cpu:.1f} s")  # fmt: skip
@@ -547,26 +714,34 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the workspaces and their output bases")
     parser.add_argument("--control", action="store_true", help=f"measure plain twice in every round ({CONTROL}): the ratio of two runs of the same work")
     parser.add_argument("--cold", action="store_true", help="empty each hub's helper cache before every run (a CI runner: issue 34)")
-    parser.add_argument("--without-facts", action="store_true", help=f"also the flat hub without the example's wheel_facts ({NO_FACTS}): the cost they save")
+    parser.add_argument("--without-facts", action="store_true", help=f"also the first hub without wheel_facts ({NO_FACTS}): the cost they save")
+    parser.add_argument("--stack", choices=sorted(BENCHES), default="torch",
+                        help="torch: the example's torch 2.1.0 lock (plain, flat, split); jax: jax[cuda12]==0.7.2 (plain, patched)")  # fmt: skip
     args = parser.parse_args()
+    bench = BENCHES[args.stack]
     use_offline_modules()
+    lock = compat_bazel.lock_text(jax_wheels()) if args.stack == "jax" else ""  # before any workspace: downloads once
     work = Path(tempfile.mkdtemp(prefix="rpw-bench-e2e-"))
-    configs = make_configs(work, args.control, args.without_facts)
+    configs = make_jax_configs(work, args.control, lock) if args.stack == "jax" else make_configs(work, args.control)
+    if args.without_facts:
+        add_without_facts(configs, work)
     rounds: list[dict[str, Measurement]] = []
     caches: set[Path] = set()
-    print(f"workspaces under {work}, output bases under {configs[0].output_base.parent}, rules_python {RULES_PYTHON}")
+    print(f"workspaces under {work}, output bases under {configs[0].output_base.parent}, rules_python {bench.rules_python}")
     try:
         for number in range(1, args.warmup + 1):
             print(f"warm-up round {number}/{args.warmup} (not counted)", flush=True)
             measure_round(configs, caches, args.cold)
+        if args.warmup:
+            record_facts(configs)
         for number in range(1, args.rounds + 1):
             print(f"round {number}/{args.rounds}", flush=True)
             start = (number - 1) % len(configs)
             results = measure_round(configs[start:] + configs[:start], caches, args.cold)
-            print(f"  round {number}: {ratios(results)}", flush=True)
+            print(f"  round {number}: {ratios(results, list(bench.targets))}", flush=True)
             rounds.append(results)
         if args.parts_rounds:
-            print(parts_summary(configs, args.parts_rounds, statistics.median(results["plain"].cpu for results in rounds)), flush=True)
+            print(parts_summary(configs, args.parts_rounds, statistics.median(results["plain"].cpu for results in rounds), bench), flush=True)
     except BazelFailed as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 1
@@ -574,7 +749,7 @@ def main() -> int:
         if not args.keep:
             remove_workspaces(configs, work)
     print(f"repository cache: {', '.join(map(str, sorted(caches)))}" + (" (shared by all)" if len(caches) == 1 else " (NOT shared)"))
-    lines, met = summary(rounds, COLD_TARGETS if args.cold else TARGETS)
+    lines, met = summary(rounds, bench.cold_targets if args.cold else bench.targets)
     print("\n".join(lines))
     return 0 if len(caches) == 1 and met else 1
 

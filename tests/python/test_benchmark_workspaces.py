@@ -48,12 +48,93 @@ def test_each_hubs_copy_keeps_only_its_hub(tmp_path: Path, bench_e2e: object) ->
     assert "patched_pypi_split" not in (configs["flat"].root / "MODULE.bazel").read_text(encoding="utf-8")
 
 
+LOCK = "# a lock\njax==0.7.2 \\\n    --hash=sha256:" + "0" * 64 + "\n"
+
+
+def test_jax_workspaces_differ_only_in_the_hub(tmp_path: Path, bench_e2e: object) -> None:
+    configs = bench_e2e.make_jax_configs(tmp_path, control=True, lock=LOCK)  # type: ignore[attr-defined]
+    assert [(config.name, config.patched_hub, config.pip_hub) for config in configs] == [
+        ("plain", None, "pypi_jax"), ("patched", "patched", "pypi_jax"), ("plain-again", None, "pypi_jax")]  # fmt: skip
+    assert len({config.output_base for config in configs}) == 3 and all(config.target == "//:jax_test" for config in configs)
+    for name in ("BUILD.bazel", "jax_test.py", "requirements_lock.txt", ".bazelrc"):
+        assert len({(config.root / name).read_text(encoding="utf-8") for config in configs}) == 1, name
+    assert (configs[0].root / "requirements_lock.txt").read_text(encoding="utf-8") == LOCK
+    assert "all_requirements" in (configs[0].root / "BUILD.bazel").read_text(encoding="utf-8")  # requirement("jax") leaves the plugin out
+    assert "import jax; jax.devices()" in (configs[0].root / "jax_test.py").read_text(encoding="utf-8")
+    plain, patched, again = ((config.root / "MODULE.bazel").read_text(encoding="utf-8") for config in configs)
+    assert "rules_patched_wheels" not in plain and 'requirements_lock = "//:requirements_lock.txt"' in plain
+    assert 'version = "2.3.2"' in plain and 'python_version = "3.11"' in plain
+    assert again == plain.replace("plain", "plain-again").replace("rpw_bench_jax_plain-again", "rpw_bench_jax_plain_again")
+    # The hub: exactly the stack's one stanza (compat_bazel.stanza), its index of the lock, pip.parse of the hub's lock.
+    stanzas = [line for line in patched.splitlines() if "patched_wheel(" in line]
+    assert len(stanzas) == 1
+    for attribute in ('name = "jax-cuda12-pjrt"', 'preload = "auto"', 'preload_package = "jax_plugins.xla_cuda12"', 'probe = "import jax; jax.devices()"'):
+        assert attribute in stanzas[0]
+    assert 'patched.index(\n    name = "patched",\n    requirements_lock = "//:requirements_lock.txt",\n    wheel_facts = "//:wheel_facts.json",\n)' in patched
+    assert 'requirements_lock = "@patched//:requirements_lock.txt"' in patched and 'use_repo(pip, "pypi_jax")' in patched
+    for config in configs:  # Starlark that parses as Python, and only labels the copy has
+        for path in (config.root / "MODULE.bazel", config.root / "BUILD.bazel"):
+            compile(path.read_text(encoding="utf-8"), str(path), "exec")
+            for package, name in MAIN_REPO_LABEL.findall(path.read_text(encoding="utf-8")):
+                assert (config.root / package / name).is_file()
+
+
+def test_jax_lock_pins_each_wheel_by_its_sha256(tmp_path: Path, bench_e2e: object) -> None:
+    import hashlib
+
+    import compat_bazel
+
+    wheels = [tmp_path / "jax_cuda12_pjrt-0.7.2-py3-none-manylinux_2_27_x86_64.whl", tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    for number, wheel in enumerate(wheels):
+        wheel.write_bytes(bytes([number]) * 10)
+    lines = compat_bazel.lock_text(wheels).splitlines()[1:]
+    assert lines == [
+        "jax-cuda12-pjrt==0.7.2 \\", f"    --hash=sha256:{hashlib.sha256(bytes([0]) * 10).hexdigest()}",
+        "numpy==2.4.6 \\", f"    --hash=sha256:{hashlib.sha256(bytes([1]) * 10).hexdigest()}",
+    ]  # fmt: skip
+
+
+def measurement(bench_e2e: object, cpu: float) -> object:
+    return bench_e2e.Measurement(  # type: ignore[attr-defined]
+        wall=cpu, client_cpu=0.0, server_cpu=cpu, children_cpu=0.0, server_kernel_cpu=0.0, received=0, output_base_disk=1,
+        wheel_repos=0, wheel_repos_disk=0, hub_disk=100, hub_wheels=100, memory={}, helper={"hub build": (1.0, 2.0, 3.0)},
+    )  # fmt: skip
+
+
+def test_the_jax_summary_holds_its_hub_to_the_cold_target(bench_e2e: object) -> None:
+    bench = bench_e2e.BENCHES["jax"]  # type: ignore[attr-defined]
+    assert (bench.rules_python, bench.targets, bench.cold_targets) == ("2.3.2", {"patched": 1.02}, {"patched": 1.25})
+    assert set(bench.parts) == {"plain", "patched"}
+    met = [{"plain": measurement(bench_e2e, 100.0), "patched": measurement(bench_e2e, 120.0)}]
+    lines, ok = bench_e2e.summary(met, bench.cold_targets)  # type: ignore[attr-defined]
+    assert ok and "patched/plain CPU 1.20 (target <= 1.25: met" in lines[0]
+    assert any(line.startswith("hub patched, helper") and "hub build 1.0/2.0/3.0" in line for line in lines)
+    lines, ok = bench_e2e.summary([{"plain": measurement(bench_e2e, 100.0), "patched": measurement(bench_e2e, 130.0)}], bench.cold_targets)  # type: ignore[attr-defined]
+    assert not ok and "MISSED" in lines[0]
+    assert bench_e2e.ratios(met[0], list(bench.targets)).startswith("patched/plain 1.20 CPU")  # type: ignore[attr-defined]
+
+
 def test_the_copy_without_facts_differs_from_flat_only_by_them(tmp_path: Path, bench_e2e: object) -> None:
-    configs = {config.name: config for config in bench_e2e.make_configs(tmp_path, control=False, no_facts=True)}  # type: ignore[attr-defined]
+    listed = bench_e2e.make_configs(tmp_path, control=False)  # type: ignore[attr-defined]
+    bench_e2e.add_without_facts(listed, tmp_path)  # type: ignore[attr-defined]
+    configs = {config.name: config for config in listed}
     flat = (configs["flat"].root / "MODULE.bazel").read_text(encoding="utf-8")
-    without = (configs["flat-without-facts"].root / "MODULE.bazel").read_text(encoding="utf-8")
+    without = (configs["without-facts"].root / "MODULE.bazel").read_text(encoding="utf-8")
     facts = re.findall(r'wheel_facts = "//([^:"]*):([^"]+)"', flat)
     assert facts and all((configs["flat"].root / package / name).is_file() for package, name in facts), facts
     assert "wheel_facts = " not in without
     assert [line for line in flat.splitlines() if "wheel_facts = " not in line] == without.splitlines()
-    assert configs["flat-without-facts"].target == configs["flat"].target
+    assert configs["without-facts"].target == configs["flat"].target
+    assert configs["without-facts"].output_base != configs["flat"].output_base
+
+
+def test_record_facts_copies_each_hubs_facts_over_the_file_its_workspace_names(tmp_path: Path, bench_e2e: object) -> None:
+    configs = bench_e2e.make_jax_configs(tmp_path, control=False, lock=LOCK)  # type: ignore[attr-defined]
+    patched = configs[1]
+    assert '"entries": {}' in (patched.root / "wheel_facts.json").read_text(encoding="utf-8"), "starts empty"
+    hub = patched.output_base / "external" / f"rules_patched_wheels~~patched~{patched.patched_hub}"
+    hub.mkdir(parents=True)
+    (hub / "wheel_facts.json").write_text("what the warm-up's hub read", encoding="utf-8")
+    bench_e2e.record_facts(configs)  # type: ignore[attr-defined]
+    assert (patched.root / "wheel_facts.json").read_text(encoding="utf-8") == "what the warm-up's hub read"
+    assert not (configs[0].root / "wheel_facts.json").exists(), "plain has no hub"
