@@ -140,6 +140,23 @@ def read_regular_file(path: Path | str, *, max_bytes: int, follow_links: bool = 
         os.close(handle)
 
 
+def read_input_text(path: Path, *, max_bytes: int, what: str, where: str, error: type[Exception]) -> str:
+    """The UTF-8 text of ``path``, an input the user named (a lock, a file read to resolve one, a facts file):
+    a regular file (a FIFO would block, a device never end) of at most ``max_bytes``; anything else is one
+    ``error`` line starting with ``where``, saying it is not ``what`` we read. Unlike a cache file, it may be
+    a symbolic link (Bazel hands a label's file to a repository rule as one)."""
+    try:
+        data = read_regular_file(path, max_bytes=max_bytes, follow_links=True)
+    except NotRegularFileError as problem:
+        raise error(f"{where}: {problem}; not {what} we read") from None
+    except OSError as problem:
+        raise error(f"{where}: cannot read {what}: {problem.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as problem:
+        raise error(f"{where}: not UTF-8 ({problem.reason} at byte {problem.start})") from None
+
+
 def write_temp(path: Path, data: bytes | str, *, mode: int = _FILE_MODE) -> Path:
     """``data`` (a text: in UTF-8, :func:`utf8_chunks`) in a new temp file next to ``path``
     (world-readable unless ``mode`` says otherwise), for the caller to rename onto ``path`` (or remove);

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Mapping
 
 from patched_wheels.base.cache import RECORDED_KINDS
-from patched_wheels.base.fsutil import NotRegularFileError, read_regular_file, write_atomic
+from patched_wheels.base.fsutil import read_input_text, write_atomic
 from patched_wheels.errors import UsageError, warn
 
 FILE = "wheel_facts.json"
@@ -44,16 +44,9 @@ def read_facts(path: Path, call: str) -> dict[str, object]:
     """The entries of the facts file ``path`` (``kind/file name`` -> value), as :func:`write_facts` writes them;
     anything else is one error naming ``call`` (the hub as the user declared it) and the attribute."""
     where = f'{call}: {ATTRIBUTE} = "{path}"'
+    text = read_input_text(path, max_bytes=_MAX_BYTES, what="a facts file", where=where, error=UsageError)
     try:
-        data = read_regular_file(path, max_bytes=_MAX_BYTES, follow_links=True)
-    except NotRegularFileError as error:
-        raise UsageError(f"{where}: {error}; not a facts file we read") from None
-    except OSError as error:
-        raise UsageError(f"{where}: cannot read it: {error.strerror}") from None
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{where}: not UTF-8 ({error.reason} at byte {error.start})") from None
+        value = json.loads(text)
     except RecursionError:
         raise UsageError(f"{where}: not a facts file (nested too deeply)") from None
     except ValueError as error:

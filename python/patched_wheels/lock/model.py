@@ -28,7 +28,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import InvalidLockError, UsageError
-from patched_wheels.base.fsutil import NotRegularFileError, read_regular_file
+from patched_wheels.base.fsutil import read_input_text
 
 #: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
 MAX_LOCK_BYTES = 64 << 20
@@ -40,20 +40,9 @@ def read_lock_text(path: Path) -> str:
 
 
 def read_lock_input(path: Path, *, max_bytes: int, what: str) -> str:
-    """The UTF-8 text of ``path``, a lock or a file read to resolve one (an index page), ``what`` in errors:
-    a regular file (a FIFO would block, a device never end) of at most ``max_bytes``; anything else is
-    one error line naming the file. Unlike a cache file, it may be a symbolic link (Bazel hands a label's
-    file to a repository rule as one)."""
-    try:
-        data = read_regular_file(path, max_bytes=max_bytes, follow_links=True)
-    except NotRegularFileError as error:
-        raise InvalidLockError(f"{path}: {error}; not {what} we read") from None
-    except OSError as error:
-        raise InvalidLockError(f"{path}: cannot read {what}: {error.strerror}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidLockError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
+    """The UTF-8 text of ``path``, a lock or a file read to resolve one (an index page), ``what`` in errors
+    (:func:`~patched_wheels.base.fsutil.read_input_text`: one error line naming the file)."""
+    return read_input_text(path, max_bytes=max_bytes, what=what, where=str(path), error=InvalidLockError)
 
 
 def check_lock_value(value: str, what: str) -> str:
