@@ -129,7 +129,11 @@ def test_the_copy_without_facts_differs_from_flat_only_by_them(tmp_path: Path, b
 
 
 def test_record_facts_copies_each_hubs_facts_over_the_file_its_workspace_names(tmp_path: Path, bench_e2e: object) -> None:
-    configs = bench_e2e.make_jax_configs(tmp_path, control=False, lock=LOCK)  # type: ignore[attr-defined]
+    import dataclasses
+
+    # Output bases under tmp_path, not beside Bazel's own: the test makes the hub repository itself.
+    configs = [dataclasses.replace(config, output_base=tmp_path / "output_bases" / config.name)
+               for config in bench_e2e.make_jax_configs(tmp_path, control=False, lock=LOCK)]  # type: ignore[attr-defined]  # fmt: skip
     patched = configs[1]
     assert '"entries": {}' in (patched.root / "wheel_facts.json").read_text(encoding="utf-8"), "starts empty"
     hub = patched.output_base / "external" / f"rules_patched_wheels~~patched~{patched.patched_hub}"
