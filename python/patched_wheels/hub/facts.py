@@ -34,9 +34,9 @@ FILE = "wheel_facts.json"
 ATTRIBUTE = "wheel_facts"
 _FORMAT = "rules_patched_wheels wheel facts"
 _SCHEMA = 1
-# A row is a few hundred bytes and an observation lists the libraries a probe mapped: a CUDA stack's
-# facts are well under 1 MiB. The bound only keeps a wrong file from being read whole into memory.
-_MAX_BYTES = 64 << 20
+# A row is a few hundred bytes and an observation lists the libraries a probe mapped: torch 2.1.0's 22 wheels
+# make 27 KB. The bound, a cache file's (elf.cache), keeps a wrong file from being decoded into gigabytes.
+_MAX_BYTES = 16 << 20
 _NAME = re.compile(rf"(?:{'|'.join(RECORDED_KINDS)})/[0-9a-z][0-9a-z.]*\.json")
 
 
