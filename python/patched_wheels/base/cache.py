@@ -158,7 +158,7 @@ def write_json(path: Path, value: object) -> None:
     recomputation, reported by one warning line per directory and run.
     """
     directory = path.parent
-    if (name := recorded_name(path)) is not None:
+    if _used is not None and (name := recorded_name(path)) is not None:
         _note(name, value)
     try:
         data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

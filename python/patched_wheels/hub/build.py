@@ -41,7 +41,7 @@ def build_hub(config: HubConfig) -> list[str]:
     if not config.lock.is_file():
         raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": not a file")
     given_facts = read_given_facts(config)
-    with recording(given_facts if config.facts_out else {}, str(config.wheel_facts)) as read_from_wheels:
+    with recording(given_facts if config.facts_out else {}, str(config.wheel_facts or "")) as read_from_wheels:
         pins = _build(config)
     if config.facts_out is not None:
         write_facts(config.facts_out, read_from_wheels)

@@ -10,7 +10,7 @@ a file back to later builds, which then read and probe nothing the file answers 
 references, do not even fetch the unpatched wheels whose rows it holds).
 
 The entries are the helper cache's own (:data:`patched_wheels.base.cache.RECORDED_KINDS`, by
-``kind/file name``), laid over the cache (:func:`patched_wheels.base.cache.use_recorded`) and believed
+``kind/file name``), laid over the cache (:func:`patched_wheels.base.cache.recording`) and believed
 exactly as a cache file is: each is checked by its reader (rows like wheel members, against the wheel
 when it is at hand; an observation against the set's libraries), and one that is refused is computed
 again. A file that is not a facts file at all is an error naming the attribute; one that no longer
@@ -76,7 +76,7 @@ def _facts_problem(value: object) -> str | None:
 
 def facts_text(entries: Mapping[str, object]) -> str:
     """The file for ``entries``: sorted and indented, so that a lock bump is a readable diff."""
-    return json.dumps({"format": _FORMAT, "schema": _SCHEMA, "entries": dict(sorted(entries.items()))}, indent=1, sort_keys=True) + "\n"
+    return json.dumps({"format": _FORMAT, "schema": _SCHEMA, "entries": entries}, indent=1, sort_keys=True) + "\n"
 
 
 def write_facts(path: Path, entries: Mapping[str, object]) -> None:

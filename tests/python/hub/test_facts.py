@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -55,9 +54,10 @@ def patched(fake_set: fakecuda.FakeCudaWheels) -> list[tuple[Path, dict[str, obj
 
 def build(tmp_path: Path, name: str, fake_set: fakecuda.FakeCudaWheels, *, cache: str, wheel_facts: Path | None = None) -> Path:
     """One hub build (plan, fetch, build) in ``tmp_path/name`` with the helper cache ``cache``; its directory."""
-    os.environ["RULES_PATCHED_WHEELS_CACHE"] = cache if cache == "off" else str(tmp_path / cache)
-    config = write_config(tmp_path / name, list(fake_set.nvidia.values()), patched(fake_set), index_option="direct", wheel_facts=wheel_facts)
-    assert main(["hub", "build", "--config", str(config)]) == 0
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("RULES_PATCHED_WHEELS_CACHE", cache if cache == "off" else str(tmp_path / cache))
+        config = write_config(tmp_path / name, list(fake_set.nvidia.values()), patched(fake_set), index_option="direct", wheel_facts=wheel_facts)
+        assert main(["hub", "build", "--config", str(config)]) == 0
     return tmp_path / name
 
 
