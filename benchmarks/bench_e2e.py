@@ -1,6 +1,6 @@
 """End to end on the example's torch 2.1.0 lock (or JAX 0.7.2's): plain rules_python against the module's hubs.
 
-    python benchmarks/bench_e2e.py [--stack torch|jax] [--rounds 2] [--warmup 1] [--parts-rounds 3] [--control] [--cold] [--keep]
+    python benchmarks/bench_e2e.py [--stack torch|jax] [--rounds 2] [--warmup 1] [--parts-rounds 3] [--control] [--cold] [--without-facts] [--keep]
 
 ``--stack torch`` (the default) is described first; ``--stack jax`` (below) measures the same way.
 
@@ -89,8 +89,9 @@ CPU flat <= 1.02x and split <= 1.05x plain (issue 19), with ``--cold`` flat <= 1
 (issue 34), and each hub's repository no bigger than 1.01x the wheels it wrote.
 
 The example's hubs are given ``wheel_facts`` (third_party/wheel_facts.json: what a build read from the
-wheels), so a cold hub neither reads nor probes the set; ``--without-facts`` adds (e) the flat workspace
-without them (the cost before they existed, printed beside the others with no target) to every round.
+wheels), so a cold hub neither reads nor probes the set; ``--without-facts`` adds to every round the first
+hub's workspace (flat; JAX's patched one) without them: the cost before they existed, printed beside the
+others with no target.
 Exit 1 when a Bazel command fails (its last lines are printed) or a target is missed. Offline, set
 RPW_BAZEL_MODULES (default ../shared/bazel-modules).
 
@@ -154,7 +155,7 @@ HUB_DISK_SLACK = 1.01  # the hub repository holds what it writes: its index/*.wh
 #: With --control: plain's workspace again, in its own output base, measured in every round like the
 #: others. Its ratio to plain is what two runs of the same work differ by here, beside the targets' margins.
 CONTROL = "plain-again"
-#: With --without-facts: the flat hub's workspace again, without the example's ``wheel_facts`` (what each
+#: With --without-facts: the first hub's workspace again, without its ``wheel_facts`` (what each
 #: hub build costs when nothing tells it what the wheels hold): the "before" of issue 34, in the same rounds.
 NO_FACTS = "without-facts"
 FACTS_LABEL = re.compile(r'wheel_facts = "//([^:"]*):([^"]+)"')
@@ -354,6 +355,12 @@ def add_without_facts(configs: list[Config], work: Path) -> None:
     configs.append(replace(first, name=NO_FACTS, root=work / NO_FACTS, output_base=first.output_base.parent / NO_FACTS))
 
 
+def hub_repository(config: Config, external: Path) -> Path:
+    """``config``'s fetched hub repository under the output base's ``external`` (canonical names differ by mode)."""
+    (hub,) = [path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]{config.patched_hub}$", path.name)]
+    return hub
+
+
 def record_facts(configs: Sequence[Config]) -> None:
     """What a user commits after one build: each hub's ``wheel_facts.json`` over the file its workspace names
     (the example's is already current; JAX's starts empty). Run after the warm-up, whose output bases remain."""
@@ -361,8 +368,7 @@ def record_facts(configs: Sequence[Config]) -> None:
         labels = set(FACTS_LABEL.findall((config.root / "MODULE.bazel").read_text(encoding="utf-8")))
         if not config.patched_hub or not labels:
             continue
-        external = config.output_base / "external"
-        (hub,) = [path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]{config.patched_hub}$", path.name)]
+        hub = hub_repository(config, config.output_base / "external")
         for package, name in labels:
             shutil.copyfile(hub / "wheel_facts.json", config.root / package / name)
 
@@ -597,7 +603,7 @@ def measure(config: Config, cold: bool) -> tuple[Measurement, Path]:
     wheel_repos = [path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]pip[~+]{config.pip_hub}_[a-z0-9_]+$", path.name)]
     hub_disk = hub_wheels = None
     if config.patched_hub:
-        (hub,) = [path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]{config.patched_hub}$", path.name)]
+        hub = hub_repository(config, external)
         hub_disk = disk_used([hub])
         hub_wheels = sum(wheel.stat().st_size for wheel in (hub / "index").glob("*.whl"))
     measurement = Measurement(
@@ -668,17 +674,12 @@ def summary(rounds: list[dict[str, Measurement]], targets: dict[str, float]) -> 
         met &= cpu <= target
         lines.append(f"median over {len(rounds)} rounds: {name}/plain CPU {cpu:.2f} (target <= {target:.2f}: "
                      f"{'met' if cpu <= target else 'MISSED'}; user-space CPU {user:.2f}), wall {wall:.2f}, output base disk {disk:.2f}")  # fmt: skip
-    if CONTROL in rounds[0]:
-        control = [measured[CONTROL].cpu / measured["plain"].cpu for measured in rounds]
-        control_user = [measured[CONTROL].user_cpu / measured["plain"].user_cpu for measured in rounds]
-        lines.append(f"control, the same work as plain: {CONTROL}/plain CPU median {statistics.median(control):.2f}, "
-                     f"from {min(control):.2f} to {max(control):.2f} (user-space: median {statistics.median(control_user):.2f}, "
-                     f"from {min(control_user):.2f} to {max(control_user):.2f}); no target")  # fmt: skip
-    if NO_FACTS in rounds[0]:
-        before = [measured[NO_FACTS].cpu / measured["plain"].cpu for measured in rounds]
-        before_user = statistics.median(measured[NO_FACTS].user_cpu / measured["plain"].user_cpu for measured in rounds)
-        lines.append(f"before wheel_facts, the first hub reading the wheels itself: {NO_FACTS}/plain CPU median {statistics.median(before):.2f}, "
-                     f"from {min(before):.2f} to {max(before):.2f} (user-space {before_user:.2f}); no target")  # fmt: skip
+    for name, what in ((CONTROL, "control, the same work as plain"), (NO_FACTS, "before wheel_facts, the first hub reading the wheels itself")):
+        if name in rounds[0]:
+            cpu = [measured[name].cpu / measured["plain"].cpu for measured in rounds]
+            user = [measured[name].user_cpu / measured["plain"].user_cpu for measured in rounds]
+            lines.append(f"{what}: {name}/plain CPU median {statistics.median(cpu):.2f}, from {min(cpu):.2f} to {max(cpu):.2f} "
+                         f"(user-space: median {statistics.median(user):.2f}, from {min(user):.2f} to {max(user):.2f}); no target")  # fmt: skip
     for name in [*targets, *([NO_FACTS] if NO_FACTS in rounds[0] else [])]:
         phases = {row: [measured[name].helper[row] for measured in rounds if row in measured[name].helper] for row in HELPER_ROWS}
         lines.append(f"hub {name}, helper (medians, wall/user/system s): " + ", ".join(
