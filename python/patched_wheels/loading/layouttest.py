@@ -45,6 +45,7 @@ from patched_wheels.base.fsutil import read_regular_file
 from patched_wheels.loading.closure import Closure, missing_from
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
 from patched_wheels.loading.mergedtree import Merged, dists, merge, owners
+from patched_wheels.loading.packages import EntryPoint, hosted_plugin, parse_entry_points
 from patched_wheels.loading.probe import CHILD, TIMEOUT_VARIABLE, Comparison, RunResult, create_flat_environment, run_child, run_timeout
 
 # The files python/private/layout_test.bzl writes for a test NAME, beside each other in the runfiles.
@@ -307,7 +308,19 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
     probe's first imported package is in none of the wheels."""
     from patched_wheels.loading.preload import PRELOAD_MODULE  # only a failing test needs it
 
+    declared = [
+        (dist, point)
+        for entry in wheel_entries
+        for dist in dists(entry)
+        for point in _declared_entry_points(os.path.join(entry, f"{dist}.dist-info", "entry_points.txt"))
+    ]
     for module in modules:
+        plugin = hosted_plugin(module, declared)
+        if plugin is not None:  # the host's own preload is what fails on a GPU: name the plugin's
+            dist, point = plugin
+            project = dist.rsplit("-", 1)[0].replace("_", "-").lower()
+            stanza = f'patched_wheel(name = "{project}", preload = "auto", probe = {json.dumps(probe)}, preload_package = {json.dumps(point.module)})'
+            return f"{module} loads its plugin {point.module} by entry point {point}: preload the plugin in the hub the deps come from: {stanza}"
         relative = module.replace(".", "/")
         for entry in wheel_entries:
             if not os.path.isdir(os.path.join(entry, relative)):
@@ -325,6 +338,15 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
                 return f"{module} has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: {stanza}"
             return f"{module} has no generated preload: patch its wheel in the hub the deps come from: {stanza}"
     return None
+
+
+def _declared_entry_points(path: str) -> list[EntryPoint]:
+    """An installed distribution's entry points (none when its ``entry_points.txt`` is absent, not a regular
+    file, or too big to be one)."""
+    try:
+        return parse_entry_points(read_regular_file(path, max_bytes=1 << 20, follow_links=True))
+    except (OSError, PatchedWheelsError):
+        return []
 
 
 def _printable(name: str) -> str:

@@ -427,3 +427,19 @@ def test_deps_that_lack_a_wheel_pip_installs_fail_naming_it_where_both_layouts_f
     assert "layout_test: FAILED: deps lack tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')" in out, out
     code, out, err = run_main(make_test(tmp_path / "all", wheels.all, probe, pip_closure="../hub/pip_closure.json"), capsys)
     assert code == 0 and "layout_test: PASSED" in out, out + err
+
+
+def test_the_fix_for_a_plugin_host_names_the_plugin_never_the_host(tmp_path, capsys) -> None:
+    """JAX's shape: the probe imports the host (jaxlike), whose plugin another wheel declares by entry point. The
+    host's own preload is what fails on a GPU (the hub refuses it), so the fix names the plugin's stanza."""
+    from support.stackshapes import SPLIT_PLUGIN_PROBE, build_split_plugin_stack
+
+    stack = build_split_plugin_stack(tmp_path / "wheels")
+    code, out, err = run_main(make_test(tmp_path, stack.wheels, SPLIT_PLUGIN_PROBE), capsys)
+    assert code == 1, out + err
+    (fix,) = [line for line in out.splitlines() if line.startswith("layout_test: fix:")]
+    assert fix == (
+        "layout_test: fix: jaxlike loads its plugin jaxlike_plugins.xla_fake by entry point jaxlike_plugins:xla_fake: preload the "
+        f'plugin in the hub the deps come from: patched_wheel(name = "jaxlike-cuda-pjrt", preload = "auto", probe = "{SPLIT_PLUGIN_PROBE}", '
+        'preload_package = "jaxlike_plugins.xla_fake")'
+    ), out
