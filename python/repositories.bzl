@@ -44,7 +44,9 @@ def patched_index(
         index_option = "direct",
         python_interpreter = "python3",
         python_interpreter_target = None,
-        wheel_facts = None):
+        wheel_facts = None,
+        restore_extras = True,
+        extras = []):
     """A hub repository `name` with `requirements_lock.txt` for pip_parse (and `uv.lock` for a `uv_lock`),
     serving the lock's wheels (those in `wheels` patched) from a local index."""
     specs, patches = hub_specs(wheels)
@@ -61,4 +63,6 @@ def patched_index(
         python_interpreter = python_interpreter,
         python_interpreter_target = python_interpreter_target,
         wheel_facts = wheel_facts,
+        restore_extras = restore_extras,
+        extras = extras,
     )

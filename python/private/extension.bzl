@@ -53,6 +53,8 @@ def _patched_impl(module_ctx):
             specs = specs,
             patches = patches,
             wheel_facts = index.wheel_facts,
+            restore_extras = index.restore_extras,
+            extras = index.extras,
         )
         resolution = check_hub(module_ctx, helper, request)
         hubs.append(struct(index = index, specs = specs, patches = patches, locks = locks, helper = helper, request = request, resolution = resolution))
@@ -69,6 +71,8 @@ def _patched_impl(module_ctx):
             python_interpreter = index.python_interpreter,
             python_interpreter_target = index.python_interpreter_target,
             wheel_facts = index.wheel_facts,
+            restore_extras = index.restore_extras,
+            extras = index.extras,
             bzlmod = True,
             hub_name = index.name,
             **hub.locks

@@ -23,6 +23,8 @@ INDEX_ATTRS = {
     "index_option": attr.string(default = "direct", values = INDEX_OPTIONS, doc = "How the generated lock names the patched wheels: `direct` references (every rules_python release), or `index-url` / `extra-index-url` / `find-links` to the hub's index (rules_python < 2 only)."),
     "python_interpreter": attr.string(default = "python3", doc = "Interpreter (a name on `PATH` or an absolute path) whose tags select the wheels, that runs the helper, and that runs the `probe` of a `preload = \"auto\"` wheel; use the Python your targets run with."),
     "python_interpreter_target": attr.label(allow_single_file = True, doc = "The interpreter as a label (e.g. a rules_python toolchain's `python3` file); overrides `python_interpreter`."),
+    "restore_extras": attr.bool(default = True, doc = "Make the wheels rules_python wires for a target what pip installs from the lock: rules_python drops the extras of a dependency edge (its issues #4168 and #2399), so `torch` requiring `cuda-toolkit[cudart]` would get no `nvidia-cuda-runtime` and `jax[cuda13]` no plugin. Each wheel whose extras pip installs is rewritten with those extras' requirements as plain `Requires-Dist` entries (local version `+extras`, or the `suffix` of its `patched_wheel`). See docs/rules-python.md#extras."),
+    "extras": attr.string_list(doc = "Root requirements with extras that the lock may not record (a `uv pip compile` lock writes `jax==0.10.2` for `jax[cuda13]`), e.g. `[\"jax[cuda13]\"]`: pip's closure (`restore_extras`, `pip_closure.json`) then includes them. Each project must be pinned by the lock and provide the extra."),
     "wheel_facts": attr.label(allow_single_file = [".json"], doc = "What an earlier build of this hub read from the wheels (the ELF rows of their libraries, by sha256; the `preload = \"auto\"` probes' observations, by the wheels' sha256s, probe and interpreter): a copy of the hub's own `@<hub>//:wheel_facts.json`, checked in beside the lock. A build with an empty helper cache (a fresh CI runner) then neither inflates nor probes what it answers. Its entries are checked like the helper cache's; one that no longer matches (a lock bump, another interpreter) is read again, and the build says which file to copy over it. See docs/caches-and-trust.md."),
 }
 
@@ -36,7 +38,7 @@ def project_page_url(index_url, project):
     url = "%s/%s/" % (index_url.rstrip("/"), project)
     return url + "index.html" if url.startswith("file:") else url
 
-def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patches, wheel_facts = None, repository = ""):
+def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patches, wheel_facts = None, restore_extras = True, extras = [], repository = ""):
     """Writes what the user declared for one hub to `_plan/<hub>.request.json` (patched_wheels.hub.plan.HubRequest reads
     it) and returns struct(hub, path).
 
@@ -62,6 +64,8 @@ def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patc
     for attribute, label in locks.items():
         request[attribute] = str(ctx.path(label)) if label else ""
     request["wheel_facts"] = str(ctx.path(wheel_facts)) if wheel_facts else ""
+    request["restore_extras"] = restore_extras
+    request["extras"] = extras
     path = "_plan/%s.request.json" % hub
     ctx.file(path, json.encode_indent(request))
     return struct(hub = hub, path = str(ctx.path(path)))
@@ -113,6 +117,8 @@ def _patched_hub_impl(rctx):
         specs = specs,
         patches = rctx.attr.patches,
         wheel_facts = rctx.attr.wheel_facts,
+        restore_extras = rctx.attr.restore_extras,
+        extras = rctx.attr.extras,
         repository = str(rctx.path(".")),
     )
     if rctx.attr.resolved:

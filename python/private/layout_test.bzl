@@ -14,13 +14,20 @@ load("@rules_python//python:defs.bzl", "py_binary", "py_test")
 def _layout_files_impl(ctx):
     ctx.actions.expand_template(template = ctx.file._probe_template, output = ctx.outputs.probe_main, substitutions = {})
     ctx.actions.expand_template(template = ctx.file._main_template, output = ctx.outputs.test_main, substitutions = {})
-    ctx.actions.write(ctx.outputs.config, json.encode({"probe": ctx.attr.probe, "test": ctx.attr.test}))
+    closure = ctx.file.pip_closure
+    ctx.actions.write(ctx.outputs.config, json.encode({
+        "probe": ctx.attr.probe,
+        "test": ctx.attr.test,
+        # Its path under the runfiles root (an external repository's short_path starts with ../).
+        "pip_closure": "%s/%s" % (ctx.workspace_name, closure.short_path) if closure else "",
+    }))
     return [DefaultInfo(files = depset([ctx.outputs.probe_main, ctx.outputs.test_main, ctx.outputs.config]))]
 
 _layout_files = rule(
     implementation = _layout_files_impl,
     attrs = {
         "config": attr.output(mandatory = True),
+        "pip_closure": attr.label(allow_single_file = [".json"]),
         "probe": attr.string(mandatory = True),
         "probe_main": attr.output(mandatory = True),
         "test": attr.string(mandatory = True),
@@ -35,7 +42,7 @@ _PROBE = "%s_layout_probe"
 _MAIN = "%s_layout_main.py"
 _CONFIG = "%s_layout_test.json"
 
-def layout_test(name, deps, probe, **kwargs):
+def layout_test(name, deps, probe, pip_closure = None, **kwargs):
     """A test that fails when the layout Bazel gives `deps` maps fewer of the wheels' libraries than one
     site-packages, or runs `probe` differently there.
 
@@ -44,6 +51,9 @@ def layout_test(name, deps, probe, **kwargs):
       deps: the wheels, as for a `py_test`: `requirement("jax")`, `all_requirements`, ...
       probe: Python code that imports a package and uses what loads at run time, e.g.
         `"import jax; jax.devices()"`; it runs once in each layout.
+      pip_closure: the hub's `@<hub>//:pip_closure.json` (any `patched.index` of the lock the deps come
+        from): the test then also fails when deps lack a wheel that pip installs for them from that lock,
+        naming it and the requirements that bring it (rules_python drops extras on dependency edges).
       **kwargs: passed to the `py_test` (`size`, `tags`, `timeout`, `env`, ...).
     """
     where = 'layout_test(name = "%s")' % name
@@ -63,6 +73,7 @@ def layout_test(name, deps, probe, **kwargs):
         name = name + "_layout_files",
         config = _CONFIG % name,
         probe = probe,
+        pip_closure = pip_closure,
         probe_main = (_PROBE % name) + ".py",
         test = label,
         test_main = _MAIN % name,
@@ -82,7 +93,7 @@ def layout_test(name, deps, probe, **kwargs):
         name = name,
         srcs = [_MAIN % name],
         main = _MAIN % name,
-        data = [_PROBE % name, _CONFIG % name],
+        data = [_PROBE % name, _CONFIG % name] + ([pip_closure] if pip_closure else []),
         deps = [Label("//python/patched_wheels:layout_test_runner")],
         testonly = testonly,
         **kwargs

@@ -23,6 +23,7 @@ from typing import Iterator
 
 import pytest
 
+from support import extrasfixture
 from support.bazelworkspace import (
     REPO_ROOT,
     SPLIT_MOVED_FROM,
@@ -92,6 +93,11 @@ CONFIGURATIONS = {
 }
 
 
+# The hubs of the extras set (tests/support/extrasfixture.py), in every configuration: no patched_wheel,
+# the extra restored from each lock format; extras_plain (restore_extras = False) is wired as rules_python wires it.
+EXTRAS_HUBS = ("extras", "extras_plain", "extras_uv", "extras_pylock")
+
+
 def _hubs(configuration: Configuration) -> list[str]:
     """The hubs (and so py_test targets) of a configuration: split's check looks for the sibling in its
     own sys.path entry, which one site-packages does not have; the control hub shows what that layout
@@ -112,15 +118,16 @@ def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple
         string_template(f"matrix/{template}.MODULE.bazel.tmpl", values)
         for hub, template in extra_hubs.items()
         if hub in hubs
-    )
+    ) + string_template("matrix/extras.MODULE.bazel.tmpl", values)
     hub_attr = "hub_name" if configuration.modern else "name"
     pip_args = ', python_version = "3.11", python_interpreter = "python3"' if configuration.modern else ""
     pips = []
-    for hub in hubs[1:]:
-        lock = f'uv_lock = "@{hub}//:uv.lock"' if hub == "uvfixed" and configuration.release_2 else f'requirements_lock = "@{hub}//:requirements_lock.txt"'
+    for hub in [*hubs[1:], *EXTRAS_HUBS]:
+        uv = hub in ("uvfixed", "extras_uv") and configuration.release_2
+        lock = f'uv_lock = "@{hub}//:uv.lock"' if uv else f'requirements_lock = "@{hub}//:requirements_lock.txt"'
         pips.append(f'pip.parse({hub_attr} = "pypi_{hub}", {lock}{pip_args})\n')
-    pips.append(f"use_repo(patched, {', '.join(json.dumps(hub) for hub in hubs)})\n")
-    pips.append(f"use_repo(pip, {', '.join(json.dumps('pypi_' + hub) for hub in hubs)})\n")
+    pips.append(f"use_repo(patched, {', '.join(json.dumps(hub) for hub in [*hubs, *EXTRAS_HUBS])})\n")
+    pips.append(f"use_repo(pip, {', '.join(json.dumps('pypi_' + hub) for hub in [*hubs, *EXTRAS_HUBS])})\n")
     render(
         "matrix/MODULE.bazel.tmpl",
         root / "MODULE.bazel",
@@ -146,10 +153,11 @@ def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple
         tests.append(string_template("matrix/test.BUILD.bazel.tmpl", dict(hub=hub, args=json.dumps(args))))
         if hub in LAYOUT_TEST_HUBS:
             tests.append(string_template("matrix/layout_test.BUILD.bazel.tmpl", dict(hub=hub)))
+    tests += [string_template("matrix/extras.BUILD.bazel.tmpl", dict(hub=hub, answer=str(extrasfixture.ANSWER))) for hub in EXTRAS_HUBS]
     render(
         "matrix/BUILD.bazel.tmpl",
         root / "BUILD.bazel",
-        loads="".join(f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n' for hub in hubs),
+        loads="".join(f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n' for hub in [*hubs, *EXTRAS_HUBS]),
         tests="".join(tests),
     )
     return BazelWorkspace(root, root / "logs"), hubs
@@ -178,6 +186,7 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     with serve_over_http(root / "pypi") as http_url:
         workspace, hubs = _workspace(root, configuration, http_url)
         targets = [*(f"//:{hub}_test" for hub in hubs), *layout_tests(hubs)]
+        targets += [f"//:{hub}_{kind}" for hub in EXTRAS_HUBS for kind in ("test", "layout_test")]
         result = workspace.run("test", "--keep_going", *configuration.flags, *targets)
         yield Matrix(configuration, workspace, hubs, result)
         workspace.shutdown()
@@ -194,6 +203,22 @@ def test_patched_hubs_pass(matrix: Matrix) -> None:
         assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in log, log
     if "split" in matrix.hubs:
         assert "libfaketorch.so loaded from" in matrix.workspace.test_log("split_test")
+
+
+def test_requirement_alone_gets_what_pip_installs_from_every_lock_format(matrix: Matrix) -> None:
+    """rules_python drops the extra of app's `toolkit[rt]`: `py_test(deps = [requirement("app")])` fails on
+    the plain wiring and passes through a hub with no patched_wheel, from a requirements lock, a uv.lock and a
+    pylock; layout_test given the hub's pip_closure fails the plain wiring naming tk-rt and passes the hub's."""
+    statuses = summary_statuses(matrix.result.output)
+    restored = [hub for hub in EXTRAS_HUBS if hub != "extras_plain"]
+    expected = {f"//:{hub}_{kind}": "PASSED" for hub in restored for kind in ("test", "layout_test")}
+    expected.update({"//:extras_plain_test": "FAILED", "//:extras_plain_layout_test": "FAILED"})
+    assert {target: statuses.get(target) for target in expected} == expected, matrix.result.tail()
+    assert extrasfixture.MISSING_ERROR in matrix.workspace.test_log("extras_plain_test")
+    plain = matrix.workspace.test_log("extras_plain_layout_test")
+    assert "layout_test: FAILED: deps lack tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')" in plain, plain[-3000:]
+    for hub in restored:
+        assert f"app.answer() == {extrasfixture.ANSWER}" in matrix.workspace.test_log(f"{hub}_test")
 
 
 def test_one_site_packages_needs_no_preload(matrix: Matrix) -> None:

@@ -52,7 +52,7 @@ def _request(repository: Path) -> dict[str, Any]:
     return {
         "hub": "fuzz", "bzlmod": True, **lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "2.3.2",
-        "repository": str(repository), "wheel_facts": "", "patched": [spec, {**spec, "name": "other", "split_into": "other-libs", "split_max_size": 10}],
+        "repository": str(repository), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec, {**spec, "name": "other", "split_into": "other-libs", "split_max_size": 10}],
     }
 
 

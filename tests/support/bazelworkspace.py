@@ -23,6 +23,7 @@ BAZEL = REPO_ROOT / "tools" / "bazel"
 TEMPLATES = REPO_ROOT / "tests" / "bazel" / "templates"
 
 from support import cyclefixture  # noqa: E402
+from support import extrasfixture  # noqa: E402
 from support import fakecuda  # noqa: E402
 from support import rpathfixture  # noqa: E402
 from support import stackshapes  # noqa: E402
@@ -120,6 +121,8 @@ class FakePypi:
     """A CUDA plugin in a namespace package that opens other wheels' libraries itself (JAX's shape)."""
     split_plugin: stackshapes.Stack
     """JAX 0.7's shape: the plugin module shipped by another project than the one users name."""
+    extras: extrasfixture.ExtrasWheels
+    """``app`` -> ``toolkit[rt]`` -> ``tk-rt``: a library only an extra on a dependency edge brings."""
 
     @property
     def index_url(self) -> str:
@@ -134,10 +137,11 @@ def build_fake_pypi(directory: Path) -> FakePypi:
     runtime = fakecuda.build_runtime_loaded_wheels(directory)
     plugin = stackshapes.build_plugin_stack(directory)
     split_plugin = stackshapes.build_split_plugin_stack(directory)
+    extras = extrasfixture.build_extras_wheels(directory)
     subprocess.run(
         [sys.executable, "-m", "patched_wheels", "index", str(directory)], check=True, capture_output=True, text=True
     )
-    return FakePypi(directory, wheels, rpath_wheel, runtime, plugin, split_plugin)
+    return FakePypi(directory, wheels, rpath_wheel, runtime, plugin, split_plugin, extras)
 
 
 def write_lock(wheels: Sequence[Path], path: Path) -> None:
@@ -170,6 +174,7 @@ def common_files(root: Path) -> FakePypi:
     )
     write_lock(pypi.wheels.all, root / "requirements_lock.txt")
     write_lock(pypi.runtime.all, root / "requirements_runtime_lock.txt")
+    write_lock(pypi.extras.all, root / "requirements_extras_lock.txt")
     for script in ("check_faketorch.py", "check_answer.py"):
         (root / script).write_text((TEMPLATES / script).read_text(encoding="utf-8"))
     (root / "logs").mkdir()
@@ -260,6 +265,10 @@ def fixture_uv_locks(root: Path, pypi: FakePypi, http_url: str) -> None:
     requirements = ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in pypi.wheels.nvidia)]
     for made in uv_locks(root / "uvproject", http_url, requirements):
         (root / made.name).write_bytes(made.read_bytes())
+    # The extras set's, as extras_uv.lock and pylock.extras.toml (PEP 751's name for a second lock).
+    made_uv, made_pylock = uv_locks(root / "uvextras", http_url, ["app==1.0"])
+    (root / "extras_uv.lock").write_bytes(made_uv.read_bytes())
+    (root / "pylock.extras.toml").write_bytes(made_pylock.read_bytes())
 
 
 def make_workspace_mode_workspace(root: Path, http_url: str) -> Setup:

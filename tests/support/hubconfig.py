@@ -65,7 +65,7 @@ def write_config(
     request = {
         "hub": "test", "bzlmod": True, **lock_attributes(requirements_lock=str(lock)),
         "index_url": "", "index_option": index_option, "rules_python_version": "1.6.0",
-        "repository": str(tmp_path), "patched": specs, "wheel_facts": str(wheel_facts) if wheel_facts else "",
+        "repository": str(tmp_path), "patched": specs, "wheel_facts": str(wheel_facts) if wheel_facts else "", "restore_extras": True, "extras": [],
     }
     sources = {wheel.name: wheel for wheel in [*others, *originals]}
     resolved = [

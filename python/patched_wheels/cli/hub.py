@@ -30,31 +30,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from patched_wheels.hub.plan import HubRequest, default_probes, needs_graph, plan_hub, resolution, resolved_wheels
+    from patched_wheels.hub.plan import HubRequest, needs_graph, plan_hub, resolution, resolved_wheels
 
     request = read_json_input(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
         print(json.dumps(resolution(request)))
         return 0
-    # The caches are read by phase two only. Phase one (the extension's check) still imports the cache modules,
-    # through hub.plan's imports (elf.graph, and index.simple by way of lock.plan), but not loading.observe and what only it imports.
-    from patched_wheels.base.cache import cache_dir, recording
-    from patched_wheels.elf.cache import cached_digests
+    from patched_wheels.base.cache import cache_dir
     from patched_wheels.hub.facts import read_facts
-    from patched_wheels.loading.observe import is_observed
 
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
     wheels = read_json_input(args.resolved, resolved_wheels, "resolved wheels")
+    if request.wheel_facts:  # a file that is no facts file fails here, before any download (and again in the build)
+        read_facts(Path(request.wheel_facts), request.index_call)
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
-    elf_cache = cache_dir("elfgraph") if needs_graph(request) else None
-    # The facts file answers first, as in the build (which says it when they cannot be used).
-    facts = read_facts(Path(request.wheel_facts), request.index_call) if request.wheel_facts and elf_cache else {}
-    with recording(facts, request.wheel_facts):
-        cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
-        if cached and not all(is_observed([wheel.sha256 for wheel in wheels], probe) for probe in default_probes(request.patched)):
-            cached = []  # a probe must run on the files: fetch every wheel of the set
-    plan = plan_hub(request, wheels, elf_cache=elf_cache, cached=frozenset(cached))
+    plan = plan_hub(request, wheels, elf_cache=cache_dir("elfgraph") if needs_graph(request) else None)
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
     print(json.dumps(plan.to_json(), indent=1))
     return 0

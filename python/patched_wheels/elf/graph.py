@@ -266,12 +266,21 @@ def _cached_libraries(cache: ElfCache, ref: WheelRef, digest: str) -> list[ElfLi
 
 
 def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary | None:
-    """The provider of one DT_NEEDED name: one from the same wheel if any, else the first by (path, wheel)."""
+    """The provider of one DT_NEEDED name: one from the same wheel if any, else the first by (path, wheel) that
+    is not another wheel's vendored copy (:func:`is_vendored`)."""
     others = [candidate for candidate in candidates if candidate != library]
-    if not others:
-        return None
     same_wheel = [candidate for candidate in others if candidate.wheel == library.wheel]
-    return min(same_wheel or others, key=order_key)
+    shared = [candidate for candidate in others if candidate.wheel != library.wheel and not is_vendored(candidate)]
+    return min(same_wheel or shared, key=order_key) if same_wheel or shared else None
+
+
+def is_vendored(library: ElfLibrary) -> bool:
+    """Whether ``library`` is a wheel's private copy of a system library, in a top-level ``<name>.libs/`` folder as
+    auditwheel (and delvewheel-like tools) place them, e.g. ``torchvision.libs/libz.def23b81.so.1``. Only its own
+    wheel links it (by a renamed SONAME or an RPATH): another wheel's library that needs ``libz.so.1`` gets the
+    system's in one site-packages, so a preload must not load this copy for it."""
+    top, _, rest = library.path.partition("/")
+    return top.endswith(".libs") and "/" not in rest
 
 
 def build_graph(libraries: Sequence[ElfLibrary], problems: Mapping[str, LibraryProblem] | None = None) -> LibraryGraph:

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import json
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from packaging.utils import canonicalize_name
+
 from patched_wheels.base.cache import recording
+from patched_wheels.base.fsutil import write_atomic
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.errors import UsageError, warn
@@ -23,8 +27,10 @@ from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock.apply import lock
+from patched_wheels.loading.closure import EXTRAS_SUFFIX, Closure, read_dist, restored_requirements
 from patched_wheels.loading.packages import Phrasing
 from patched_wheels.patch.surgery import MemberEdit, PatchOptions, patch_wheel
+from patched_wheels.wheelfile.filename import WheelFilename
 
 if TYPE_CHECKING:
     from patched_wheels.loading.probe import Installation
@@ -51,12 +57,15 @@ def build_hub(config: HubConfig) -> list[str]:
 
 
 def _build(config: HubConfig) -> list[str]:
-    """:func:`build_hub` but for the facts: patch, index, lock."""
+    """:func:`build_hub` but for the facts: pip's closure, patch, index, lock."""
     config.index_dir.mkdir(parents=True, exist_ok=True)
+    with phase("closure"):
+        closure = read_closure(config)
+        patched, replaced, references = with_restored_extras(config, closure)
     pins = []
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
     # split, read only if some spec needs one.
-    needs_graph = any(spec.needs_graph for spec in config.patched)
+    needs_graph = any(spec.needs_graph for spec in patched)
     with ExitStack() as stack:
         installation = probe_installation(config, stack)
         # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
@@ -67,7 +76,7 @@ def _build(config: HubConfig) -> list[str]:
                 if needs_graph
                 else None
             )
-        for spec in config.patched:
+        for spec in patched:
             with phase("patch"):  # the preload's plan and the split included; its probe is a phase of its own
                 pins.extend(
                     patch_into_index(
@@ -80,6 +89,8 @@ def _build(config: HubConfig) -> list[str]:
                         installation=installation,
                     )
                 )
+            if spec.wheel is not None and spec.wheel.parent == config.index_dir:
+                spec.wheel.unlink()  # an original the index served (an index option): its rewrite replaces it
         with phase("probe: remove"):
             stack.close()
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
@@ -92,12 +103,73 @@ def _build(config: HubConfig) -> list[str]:
             config.out,
             index_option=config.index_option,
             upstream_index_url=config.index_url or None,
-            replaced=config.replaced,
-            references=config.references,
+            replaced=replaced,
+            references=references,
             lock_format=LOCK_FORMATS[config.lock_attribute],
             out_uv_lock=config.out_uv_lock,
         )
+    if config.closure_out is not None:
+        write_atomic(config.closure_out, (json.dumps(closure.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8"), mode=0o644)
     return pins
+
+
+def read_closure(config: HubConfig) -> Closure:
+    """Pip's closure of the lock on this interpreter (:mod:`patched_wheels.loading.closure`), from the METADATA
+    of every wheel the plan fetched and the extras the lock's own pins and the ``extras`` attribute ask for."""
+    from patched_wheels.lock.formats.registry import read_lock
+    from patched_wheels.wheelfile.metadata import field_values
+    from patched_wheels.wheelfile.reader import WheelReader
+
+    dists = {}
+    for wheel in config.wheels:
+        if wheel.path is None:
+            raise UsageError(f"{index_call(config.hub, config.bzlmod)}: internal: {wheel.filename} was not fetched")
+        with WheelReader(wheel.path, filename=wheel.filename) as reader:
+            metadata = reader.metadata()
+            name = reader.filename
+        dist = read_dist(name.name, str(name.version), field_values(metadata, "Requires-Dist"), field_values(metadata, "Provides-Extra"),
+                         origin=f"{wheel.filename}: METADATA")
+        dists[dist.project] = dist
+    roots: dict[str, set[str]] = {}
+    for pin in read_lock(config.lock, LOCK_FORMATS[config.lock_attribute]).pins:
+        if pin.extras and pin.project in dists and pin.applies():
+            roots.setdefault(pin.project, set()).update(canonicalize_name(extra) for extra in pin.extras)
+    call = index_call(config.hub, config.bzlmod)
+    for project, extras in config.root_extras.items():
+        for extra in extras:
+            dist = dists[canonicalize_name(project)]
+            if extra not in dist.provides:
+                provided = ", ".join(sorted(dist.provides)) or "none"
+                raise UsageError(f'{call}: extras = ["{project}[{extra}]"]: {project} {dist.version} provides no extra {extra} (it provides: {provided})')
+            roots.setdefault(dist.project, set()).add(extra)
+    return Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()})
+
+
+def with_restored_extras(
+    config: HubConfig, closure: Closure
+) -> tuple[list[PatchedWheelSpec], dict[str, Sequence[str]], dict[str, tuple[str, str]]]:
+    """The specs to build, and the lock's replaced and referenced pins, once the wheels whose extras pip installs
+    are rewritten (``restore_extras``): each gets those extras' requirements as plain ``Requires-Dist`` entries, in
+    the user's ``patched_wheel`` of it if there is one, else in a spec of its own (local version ``+extras``)."""
+    patched = list(config.patched)
+    replaced = dict(config.replaced)
+    references = dict(config.references)
+    if not config.restore_extras:
+        return patched, replaced, references
+    call = index_call(config.hub, config.bzlmod)
+    closure.check_pinned(f'{call}: restore_extras')
+    by_name = {canonicalize_name(spec.name): index for index, spec in enumerate(patched)}
+    wheels = {canonicalize_name(WheelFilename.parse(wheel.filename).name): wheel for wheel in config.wheels}
+    for project, lines in restored_requirements(closure).items():
+        if project in by_name:
+            spec = patched[by_name[project]]
+            patched[by_name[project]] = replace(spec, add_requires=(*spec.add_requires, *lines))
+            continue
+        wheel = wheels[project]
+        patched.append(PatchedWheelSpec(name=project, suffix=EXTRAS_SUFFIX, add_requires=tuple(lines), wheel=wheel.path))
+        replaced[project] = [wheel.sha256]
+        references.pop(project, None)
+    return patched, replaced, references
 
 
 def read_given_facts(config: HubConfig) -> dict[str, object]:

@@ -17,11 +17,12 @@ WORKSPACE mode the rule runs both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import json
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from patched_wheels.elf.graph import WheelRef
@@ -30,6 +31,7 @@ from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import module_name
 from patched_wheels.lock.formats import registry
 from patched_wheels.hub.facts import FILE as FACTS
+from patched_wheels.loading.closure import FILE as CLOSURE
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
 from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
@@ -39,9 +41,10 @@ from patched_wheels.lock.resolve import ResolvedWheel
 #: lock format (``lock.formats.registry.FORMATS``) each is read as; ``patched-wheels resolve --FORMAT`` reads it.
 LOCK_FORMATS = {entry.attribute: entry.name for entry in registry.LOCK_FORMATS}
 
-#: Folders of the hub repository: the patched originals and the wheels only the ELF graph reads are
-#: deleted after the build; ``index`` is served.
-ORIGINALS, GRAPH_ONLY, INDEX = "originals", "_graph", "index"
+#: Folders of the hub repository: the patched originals and the wheels the build only reads (their
+#: ``METADATA`` for pip's closure, their libraries for the ELF graph) are deleted after the build;
+#: ``index`` is served.
+ORIGINALS, READ_ONLY, INDEX = "originals", "_wheels", "index"
 
 
 def wheel_call(hub: str, bzlmod: bool, name: str, attributes: str = "") -> str:
@@ -76,14 +79,20 @@ class HubRequest:
     patched: Sequence[PatchedWheelSpec]
     wheel_facts: str = ""
     """The ``wheel_facts`` file's path (:mod:`patched_wheels.hub.facts`), "" when not given."""
+    restore_extras: bool = True
+    """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.loading.closure`)."""
+    extras: Sequence[str] = ()
+    """The lock's root requirements with the extras the lock may not record, as written (``jax[cuda13]``)."""
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
         """The request, every value checked against its type before any is used (the specs' too: the
         :class:`PatchedWheelSpec` schema), each error naming the attribute as the user wrote it."""
-        same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", "wheel_facts", *LOCK_FORMATS}, "hub request")
+        same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", "wheel_facts",
+                        "restore_extras", "extras", *LOCK_FORMATS}, "hub request")
         types = {"hub": "str", "bzlmod": "bool", "index_url": "str", "index_option": "str", "rules_python_version": "str",
-                 "repository": "str", "patched": "list", "wheel_facts": "str", **dict.fromkeys(LOCK_FORMATS, "str")}
+                 "repository": "str", "patched": "list", "wheel_facts": "str", "restore_extras": "bool", "extras": "Sequence[str]",
+                 **dict.fromkeys(LOCK_FORMATS, "str")}
         for key, annotation in types.items():
             if problem := type_problem(key, raw[key], annotation):
                 raise UsageError(f"hub request: {problem}")
@@ -103,6 +112,8 @@ class HubRequest:
             repository=raw["repository"],
             patched=patched,
             wheel_facts=raw["wheel_facts"],
+            restore_extras=raw["restore_extras"],
+            extras=tuple(raw["extras"]),
         )
 
     @property
@@ -137,8 +148,8 @@ class HubConfig:
     out_uv_lock: Path | None
     """The ``uv.lock`` written beside it, for a ``uv_lock`` input (rules_python >= 2.2 reads it)."""
     wheels: Sequence[WheelRef]
-    """The wheel set the ELF graph is read from: a wheel without a path was not fetched, because the
-    ELF cache holds its rows."""
+    """The lock's wheels for the hub's interpreter, each fetched: their METADATA gives pip's closure, their
+    libraries the ELF graph."""
     elf_cache: Path | None
     """The persistent ELF cache; None: none (``RULES_PATCHED_WHEELS_CACHE=off``)."""
     patched: Sequence[PatchedWheelSpec]
@@ -154,6 +165,12 @@ class HubConfig:
     """The facts file the user gave (``wheel_facts``), laid over the ELF and probe caches."""
     facts_out: Path | None = None
     """Where the build writes the facts it read (``wheel_facts.json``); None without an ELF cache to record."""
+    restore_extras: bool = True
+    """Rewrite the wheels whose extras pip installs, so that rules_python's wiring reaches pip's closure."""
+    root_extras: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Project -> the extras the user's ``extras`` attribute asks of it (the lock's own are read from the lock)."""
+    closure_out: Path | None = None
+    """Where the build writes pip's closure of the lock (``pip_closure.json``, for ``layout_test``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,6 +192,9 @@ class HubConfig:
             "references": {project: list(reference) for project, reference in self.references.items()},
             "wheel_facts": str(self.wheel_facts) if self.wheel_facts else None,
             "facts_out": str(self.facts_out) if self.facts_out else None,
+            "restore_extras": self.restore_extras,
+            "root_extras": {project: list(extras) for project, extras in self.root_extras.items()},
+            "closure_out": str(self.closure_out) if self.closure_out else None,
         }
 
     @classmethod
@@ -182,7 +202,8 @@ class HubConfig:
         same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
         types = {"hub": "str", "bzlmod": "bool", "lock_attribute": "str", "lock": "Path", "index_dir": "Path", "out": "Path", "out_uv_lock": "Path | None",
                  "wheels": "list", "elf_cache": "Path | None", "patched": "list", "index_option": "str", "index_url": "str",
-                 "replaced": "dict", "references": "dict", "wheel_facts": "Path | None", "facts_out": "Path | None"}
+                 "replaced": "dict", "references": "dict", "wheel_facts": "Path | None", "facts_out": "Path | None",
+                 "restore_extras": "bool", "root_extras": "dict", "closure_out": "Path | None"}
         for key, annotation in types.items():
             if problem := type_problem(key, raw[key], annotation):
                 raise UsageError(f"hub configuration: {problem}")
@@ -198,10 +219,13 @@ class HubConfig:
         for project, value in raw["replaced"].items():
             if problem := type_problem(f"replaced[{project!r}]", value, "Sequence[str]"):
                 raise UsageError(f"hub configuration: {problem}")
+        for project, value in raw["root_extras"].items():
+            if problem := type_problem(f"root_extras[{project!r}]", value, "Sequence[str]"):
+                raise UsageError(f"hub configuration: {problem}")
         for project, value in raw["references"].items():
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
                 raise UsageError(f"hub configuration: references[{project!r}]: expected [url, sha256]")
-        optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache", "wheel_facts", "facts_out")}
+        optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache", "wheel_facts", "facts_out", "closure_out")}
         return cls(
             hub=raw["hub"],
             bzlmod=raw["bzlmod"],
@@ -215,6 +239,8 @@ class HubConfig:
             index_url=raw["index_url"],
             replaced=dict(raw["replaced"]),
             references={project: (url, sha256) for project, (url, sha256) in raw["references"].items()},
+            restore_extras=raw["restore_extras"],
+            root_extras={project: tuple(extras) for project, extras in raw["root_extras"].items()},
             **optional,
         )
 
@@ -234,7 +260,7 @@ class HubPlan:
 
     fetch: tuple[Fetch, ...]
     config: HubConfig
-    scratch: tuple[str, ...] = (ORIGINALS, GRAPH_ONLY)
+    scratch: tuple[str, ...] = (ORIGINALS, READ_ONLY)
     exports: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -292,6 +318,7 @@ def check_request(request: HubRequest) -> None:
             raise UsageError(f"{request.wheel_call(spec)}: given twice for one hub; merge them")
         seen.add(name)
         check_spec(spec, request.wheel_call(spec))
+    _extras_requirements(request)
 
 
 def _checked(spec: PatchedWheelSpec, hub: str, bzlmod: bool) -> PatchedWheelSpec:
@@ -336,16 +363,15 @@ def default_probes(specs: Sequence[PatchedWheelSpec]) -> list[str]:
     return [spec.probe or f"import {module_name(spec.package)}" for spec in specs if spec.runs_probe]
 
 
-def plan_hub(
-    request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache: Path | None, cached: Collection[str]
-) -> HubPlan:
+def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache: Path | None) -> HubPlan:
     """Phase two: where each resolved wheel goes, and the build step's configuration.
 
-    A patched original goes to ``originals/``; with an index option every other wheel goes to the hub's
-    index, which serves them all; with direct references rules_python fetches each unpatched wheel
-    itself (by sha256, from the repository cache), so the hub fetches one into ``_graph/`` only while
-    the ELF graph needs it, and not at all when ``cached`` (the sha256 whose rows ``elf_cache`` holds)
-    has it.
+    Every wheel is fetched: the build reads the ``METADATA`` of each (pip's closure, the extras to restore)
+    and checks what a facts file or the helper cache says of it against the wheel itself. A patched original
+    goes to ``originals/``; with an index option every other wheel goes to the hub's index, which serves
+    them all; with direct references rules_python fetches each unpatched wheel itself (by sha256, so the
+    hub's copy comes from the repository cache, not the network), and the hub's goes to ``_wheels/``,
+    deleted after the build.
     """
     check_request(request)
     if not request.repository:
@@ -368,16 +394,12 @@ def plan_hub(
         _check_requirement(spec, wheel, request.wheel_call(spec))
         patched.append(replace(spec, wheel=root / ORIGINALS / wheel.filename))
     patched_projects = {canonicalize_name(spec.name) for spec in patched}
+    root_extras = _root_extras(request, by_project)
 
     fetch, refs = [], []
     for wheel in wheels:
         _check_filename(wheel, request)
-        folder = _folder(wheel, patched_projects, direct=request.index_option == "direct", graph=graph)
-        if folder is None:
-            continue
-        if folder == GRAPH_ONLY and wheel.sha256 in cached:
-            refs.append(WheelRef(wheel.filename, wheel.sha256, None))
-            continue
+        folder = ORIGINALS if wheel.project in patched_projects else READ_ONLY if request.index_option == "direct" else INDEX
         output = f"{folder}/{wheel.filename}"
         fetch.append(Fetch(wheel.urls, wheel.sha256, output))
         refs.append(WheelRef(wheel.filename, wheel.sha256, root / output))
@@ -401,8 +423,11 @@ def plan_hub(
         },
         wheel_facts=Path(request.wheel_facts) if request.wheel_facts else None,
         facts_out=root / FACTS if graph and elf_cache is not None else None,
+        restore_extras=request.restore_extras,
+        root_extras=root_extras,
+        closure_out=root / CLOSURE,
     )
-    exports = ("requirements_lock.txt",) + (("uv.lock",) if config.out_uv_lock else ()) + ((FACTS,) if config.facts_out else ())
+    exports = ("requirements_lock.txt", CLOSURE) + (("uv.lock",) if config.out_uv_lock else ()) + ((FACTS,) if config.facts_out else ())
     return HubPlan(
         fetch=tuple(fetch),
         config=config,
@@ -426,13 +451,35 @@ def _check_filename(wheel: ResolvedWheel, request: HubRequest) -> None:
         )
 
 
-def _folder(wheel: ResolvedWheel, patched: Collection[str], *, direct: bool, graph: bool) -> str | None:
-    """Where one resolved wheel is fetched to; None: not fetched by the hub at all."""
-    if wheel.project in patched:
-        return ORIGINALS
-    if not direct:
-        return INDEX
-    return GRAPH_ONLY if graph else None
+def _root_extras(request: HubRequest, pinned: Mapping[str, ResolvedWheel]) -> dict[str, list[str]]:
+    """Project -> the extras the ``extras`` attribute asks of it, each project pinned by the lock (checked
+    before any download; whether the wheel provides the extra is the build's check, with its METADATA)."""
+    asked: dict[str, list[str]] = {}
+    for written, requirement in _extras_requirements(request):
+        project = canonicalize_name(requirement.name)
+        if project not in pinned:
+            attribute, lock_path = request.lock
+            raise UsageError(f'{request.index_call}: extras = ["{written}"]: {requirement.name} is not pinned in {attribute} = "{lock_path}"')
+        asked.setdefault(project, [])
+        asked[project] += [extra for extra in sorted(canonicalize_name(e) for e in requirement.extras) if extra not in asked[project]]
+    return asked
+
+
+def _extras_requirements(request: HubRequest) -> list[tuple[str, Requirement]]:
+    """The ``extras`` attribute read: each a project and its extras (``jax[cuda13]``), nothing else."""
+    read = []
+    for written in request.extras:
+        try:
+            requirement = Requirement(written)
+        except (InvalidRequirement, RecursionError):
+            requirement = None
+        if requirement is None or not requirement.extras or requirement.specifier or requirement.marker or requirement.url:
+            raise UsageError(
+                f'{request.index_call}: extras = [{json.dumps(written[:200])}]: write a project and its extras, e.g. "jax[cuda13]" '
+                "(the version is the lock's)"
+            )
+        read.append((written, requirement))
+    return read
 
 
 def _check_requirement(spec: PatchedWheelSpec, wheel: ResolvedWheel, call: str) -> None:

@@ -41,8 +41,11 @@ from typing import Iterator, Sequence
 
 from patched_wheels.base.supervise import stop_runs, supervise
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
+from patched_wheels.base.fsutil import read_regular_file
+from patched_wheels.loading.closure import Closure, missing_from
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
 from patched_wheels.loading.mergedtree import Merged, dists, merge, owners
+from patched_wheels.loading.packages import EntryPoint, hosted_plugin, parse_entry_points
 from patched_wheels.loading.probe import CHILD, TIMEOUT_VARIABLE, Comparison, RunResult, create_flat_environment, run_child, run_timeout
 
 # The files python/private/layout_test.bzl writes for a test NAME, beside each other in the runfiles.
@@ -54,6 +57,7 @@ RUNFILES = "runfiles"
 # The probe program's sys.path, written (the program's own sys.path[0] first) to the file named after it.
 _SYS_PATH_CODE = "import json, sys; open({!r}, 'w', encoding='utf-8').write(json.dumps(sys.path))"
 _MAX_SYS_PATH = 1 << 20
+_MAX_CLOSURE = 64 << 20
 # Linux's MAX_ARG_STRLEN (32 pages), its NUL included: the most one argument of a new program may hold.
 _MAX_ARGUMENT = 32 * 4096
 # Of Bazel's $TEST_TIMEOUT, what the runs leave to the runner to report and clean up before Bazel kills it.
@@ -68,6 +72,8 @@ class Config:
     probe: str
     program: Path
     """The probe program (a py_binary with the test's deps; its main runs its first argument as code)."""
+    pip_closure: str = ""
+    """``pip_closure``'s path under the runfiles root ("": not given)."""
 
     @property
     def subject(self) -> str:
@@ -107,7 +113,7 @@ def read_config(main_file: str) -> Config:
     base = main_file[: -len(MAIN_SUFFIX)]
     with open(base + CONFIG_SUFFIX, encoding="utf-8") as file:
         value = json.load(file)
-    return Config(value["test"], value["probe"], Path(base + PROBE_SUFFIX))
+    return Config(value["test"], value["probe"], Path(base + PROBE_SUFFIX), value.get("pip_closure") or "")
 
 
 def check_probe(test: str, probe: str) -> list[str]:
@@ -302,7 +308,19 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
     probe's first imported package is in none of the wheels."""
     from patched_wheels.loading.preload import PRELOAD_MODULE  # only a failing test needs it
 
+    declared = [
+        (dist, point)
+        for entry in wheel_entries
+        for dist in dists(entry)
+        for point in _declared_entry_points(os.path.join(entry, f"{dist}.dist-info", "entry_points.txt"))
+    ]
     for module in modules:
+        plugin = hosted_plugin(module, declared)
+        if plugin is not None:  # the host's own preload is what fails on a GPU: name the plugin's
+            dist, point = plugin
+            project = dist.rsplit("-", 1)[0].replace("_", "-").lower()
+            stanza = f'patched_wheel(name = "{project}", preload = "auto", probe = {json.dumps(probe)}, preload_package = {json.dumps(point.module)})'
+            return f"{module} loads its plugin {point.module} by entry point {point}: preload the plugin in the hub the deps come from: {stanza}"
         relative = module.replace(".", "/")
         for entry in wheel_entries:
             if not os.path.isdir(os.path.join(entry, relative)):
@@ -322,6 +340,15 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
     return None
 
 
+def _declared_entry_points(path: str) -> list[EntryPoint]:
+    """An installed distribution's entry points (none when its ``entry_points.txt`` is absent, not a regular
+    file, or too big to be one)."""
+    try:
+        return parse_entry_points(read_regular_file(path, max_bytes=1 << 20, follow_links=True))
+    except (OSError, PatchedWheelsError):
+        return []
+
+
 def _printable(name: str) -> str:
     """A file name as one printable line: bytes that are not UTF-8 (os.fsdecode's surrogates) escaped, since
     no stdout can print them."""
@@ -339,8 +366,39 @@ def passed(comparison: Comparison) -> bool:
     return comparison.matches and not unrecorded(comparison)
 
 
-def format_verdict(config: Config, comparison: Comparison, merged: Merged, modules: Sequence[str]) -> str:
-    """What both runs did, and the verdict: what the test's layout does differently, and the fix."""
+def read_pip_closure(config: Config, runfiles: str) -> Closure | None:
+    """The hub's ``pip_closure.json`` the test was given (None: not given), read bounded and checked."""
+    if not config.pip_closure:
+        return None
+    path = os.path.normpath(os.path.join(runfiles, config.pip_closure))
+    what = f"layout_test {config.test}: pip_closure = {json.dumps(config.pip_closure)}"
+    try:
+        text = read_regular_file(path, max_bytes=_MAX_CLOSURE, follow_links=True).decode("utf-8")
+        raw = json.loads(text)
+    except (OSError, ValueError, RecursionError) as error:
+        raise UsageError(f"{what}: cannot read it ({one_line(str(error))[:200]})") from None
+    return Closure.from_json(raw, what)
+
+
+def closure_lines(closure: Closure | None, comparison: Comparison, merged: Merged) -> list[str]:
+    """Why the deps are not pip's closure: each wheel pip installs for them that they lack, with the requirements
+    that bring it; and a failure both layouts share that names a library one of the wheels ships (the set is
+    incomplete or broken, not fine). Empty when the deps are pip's closure, or when no closure was given."""
+    if closure is None:
+        return []
+    installed = [dist.rsplit("-", 1)[0] for entry in merged.wheel_entries for dist in dists(entry)]
+    lines = [f"layout_test: FAILED: deps lack {missing.describe()}, which pip installs from the same lock" for missing in missing_from(closure, installed)]
+    error = comparison.flat.error_line or ""
+    shipped = {os.path.basename(path) for path in merged.libraries}
+    named = [name for name in shipped if f"{name}: cannot open shared object file" in error]
+    if comparison.matches and named:
+        lines.append(f"layout_test: FAILED: both layouts fail loading {named[0]}, which a wheel of the deps ships: {one_line(error)[:300]}")
+    return lines
+
+
+def format_verdict(config: Config, comparison: Comparison, merged: Merged, modules: Sequence[str], closure: Closure | None = None) -> str:
+    """What both runs did, and the verdict: the wheels pip's closure has and the deps lack, what the test's layout
+    does differently, and the fix."""
     total = len(set(merged.libraries.values()))
     lines = [f"layout_test {config.test}: probe: {json.dumps(config.probe)}"]
     lines += _run_lines(f"the test's layout ({_plural(len(merged.wheel_entries), 'directory')} of wheels on sys.path)", comparison.per_wheel, total)
@@ -348,6 +406,12 @@ def format_verdict(config: Config, comparison: Comparison, merged: Merged, modul
     if comparison.missing:
         lines.append("  mapped in one site-packages, NOT in the test's layout:")
         lines += [f"    {_printable(str(library))}" for library in comparison.missing]
+    incomplete = closure_lines(closure, comparison, merged)
+    if incomplete:
+        lines += incomplete
+        lines.append("layout_test: fix: add the missing wheels to deps, or take deps from a hub with restore_extras (the default), "
+                     "which wires what pip installs (docs/rules-python.md#extras)")
+        return "\n".join(lines)
     if comparison.matches and unrecorded(comparison):
         lines.append(
             f"layout_test: FAILED: nothing to compare: {' and '.join(unrecorded(comparison))} ended without recording what it mapped "
@@ -389,8 +453,9 @@ def main(main_file: str) -> int:
         runfiles = runfiles_root(main_file)
         deadline = Deadline.start(dict(os.environ))
         with _work_directory(config) as temp:
+            closure = read_pip_closure(config, runfiles)
             comparison, merged = run_layouts(config, modules, Path(temp).resolve(), runfiles, deadline)
-            print(format_verdict(config, comparison, merged, modules))
+            print(format_verdict(config, comparison, merged, modules, closure))
     except PatchedWheelsError as error:
         print(f"patched-wheels: error: {one_line(str(error))}", file=sys.stderr)
         return 2
@@ -403,4 +468,4 @@ def main(main_file: str) -> int:
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    return 0 if passed(comparison) else 1
+    return 0 if passed(comparison) and not closure_lines(closure, comparison, merged) else 1

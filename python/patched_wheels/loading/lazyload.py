@@ -17,6 +17,8 @@ from patched_wheels.wheelfile.schemes import data_scheme
 if TYPE_CHECKING:
     from patched_wheels.loading.observe import Observation
 
+#: The probe that makes a JAX plugin load its native code (``import`` alone does not): what the warning suggests.
+JAX_PROBE = "import jax; jax.devices()"
 # The tags an extension module's file name carries (PEP 3149): _C.cpython-311-x86_64-linux-gnu.so, _x.abi3.so.
 _EXTENSION_SUFFIX = re.compile(r"\.(?:cpython-\d+[^.]*|abi3|cp\d+[^.]*|pypy[^.]*)\.so$")
 
@@ -70,13 +72,23 @@ def lazy_warning(wheel: str, package: str, probe: str, unprobed: Unprobed, phras
     """The one warning line for :func:`unprobed_libraries`, naming the front end's probe option (``probe``
     attribute, ``--probe`` flag) with an example."""
     projects = sorted({WheelFilename.parse(library.wheel).name for library in unprobed.others})
+    if probe.split() == JAX_PROBE.split():
+        # Asking for the probe it already has helps nobody: here the plugin loaded nothing (no GPU driver).
+        advice = (
+            f"this probe is the one that initialises a JAX plugin, and here {package} loaded none of its code (a machine "
+            "without a GPU driver, where the plugin gives up): the preload holds what the ELF graph shows; run layout_test "
+            "on a GPU machine to see what maps there"
+        )
+    else:
+        advice = (
+            f"if {package} loads lazily (a plugin its host initialises later), give a probe that makes it load, e.g. "
+            f"{phrasing.probe(JAX_PROBE)} for a JAX plugin"
+        )
     listed = ", ".join(projects[:3]) + (f" and {len(projects) - 3} more" if len(projects) > 3 else "")
     return (
         f"{wheel}: the probe {probe!r} never maps {package}'s own {unprobed.own[0].path}"
         + (f" (nor its {len(unprobed.own) - 1} other libraries)" if len(unprobed.own) > 1 else "")
         + f", so what it opens once loaded is not seen: {len(unprobed.others)} "
         + ("library" if len(unprobed.others) == 1 else "libraries")
-        + f" of {listed} stay neither mapped "
-        f"nor preloaded; if {package} loads lazily (a plugin its host initialises later), give a probe that makes it "
-        f"load, e.g. {phrasing.probe('import jax; jax.devices()')} for a JAX plugin"
+        + f" of {listed} stay neither mapped nor preloaded; {advice}"
     )

@@ -11,7 +11,7 @@ import configparser
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from patched_wheels.base.names import module_name, package_path
 from patched_wheels.elf.graph import LibraryGraph, WheelRef
@@ -145,10 +145,15 @@ def entry_points(reader: WheelReader) -> list[EntryPoint]:
     member = f"{reader.dist_info}/entry_points.txt"
     if member not in reader or reader.file_size(member) > _MAX_SOURCE_BYTES:
         return []
+    return parse_entry_points(reader.read(member))
+
+
+def parse_entry_points(data: bytes) -> list[EntryPoint]:
+    """The entries of an ``entry_points.txt`` (none when it is not UTF-8 INI)."""
     parser = configparser.RawConfigParser(delimiters=("=",), interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # entry point names keep their case
     try:
-        parser.read_string(reader.read(member).decode("utf-8"))
+        parser.read_string(data.decode("utf-8"))
     except (configparser.Error, UnicodeDecodeError):
         return []
     return [
@@ -156,6 +161,21 @@ def entry_points(reader: WheelReader) -> list[EntryPoint]:
         for group in parser.sections()
         for name, value in parser.items(group)
     ]
+
+
+def hosted_plugin(module: str, declared: Iterable[tuple[str, EntryPoint]]) -> tuple[str, EntryPoint] | None:
+    """The first (wheel or distribution, entry point) of ``declared`` that plugs into ``module``: an entry point of
+    the group ``<top>_plugins`` (JAX's ``jax_plugins``) whose module is not ``module`` or under it; None if none.
+
+    Such a host loads its native code through the plugin, which initialises its libraries its own way: on an H100,
+    ``patched_wheel(name = "jax", preload = "auto")`` mapped every library and JAX then found no CUDA device
+    ("no supported devices found for platform CUDA"), while the same preload in the plugin's package ran on the
+    GPU; a machine without a GPU cannot tell the two apart. So the preload goes to the plugin."""
+    group = f"{module.split('.')[0]}_plugins"
+    return next(
+        ((owner, point) for owner, point in declared if point.group == group and not f"{point.module}.".startswith(f"{module}.")),
+        None,
+    )
 
 
 # A Python source bigger than this is no package's __init__.py or plugin module worth searching.
@@ -215,11 +235,12 @@ def locate_package(
     are cached) is judged by ``graph``: its libraries under the package's directory.
     """
     path, module = package_path(package), module_name(package)
+    refs = [WheelRef.of(wheel) for wheel in wheels]
+    readable = [ref.path for ref in refs if ref.path is not None and ref.filename != patched.name]
+    _refuse_plugin_host(module, readable, phrasing)
     inside, code = _members_of(path, patched)
     if code:
         return PackageLocation(patched, path, code)
-    refs = [WheelRef.of(wheel) for wheel in wheels]
-    readable = [ref.path for ref in refs if ref.path is not None and ref.filename != patched.name]
     homes = [wheel.name for wheel in readable if _members_of(path, wheel)[1]]
     homes += [
         ref.filename
@@ -256,6 +277,24 @@ def locate_package(
         f"of its code runs at import to load a preload; {first.module} (of {phrasing.wheel(first.wheel)}{loaded}) "
         f"imports it: write {phrasing.write(first.wheel, first.module)}"
     )
+
+
+def _refuse_plugin_host(module: str, wheels: Sequence[Path], phrasing: Phrasing) -> None:
+    """Refuse a preload in a package that loads its native code through another wheel's plugin
+    (:func:`hosted_plugin`), naming the stanza that preloads the plugin instead."""
+    def declared() -> Iterator[tuple[str, EntryPoint]]:
+        for wheel in wheels:
+            with WheelReader(wheel) as reader:
+                yield from ((wheel.name, point) for point in entry_points(reader))
+
+    found = hosted_plugin(module, declared())
+    if found is not None:
+        wheel, point = found
+        raise UsageError(
+            f"{phrasing.option}: {module} loads its plugins by entry point, and {phrasing.wheel(wheel)} declares "
+            f"{point} = {point.module}: a preload in {module} loads the plugin's libraries before the plugin does "
+            f"(JAX then finds no GPU); preload the plugin: write {phrasing.write(wheel, point.module)}"
+        )
 
 
 def _members_of(path: str, wheel: Path) -> tuple[list[str], tuple[str, ...]]:

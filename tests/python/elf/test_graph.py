@@ -540,3 +540,22 @@ def test_reading_libraries_uses_the_one_reader_not_pyelftools(tmp_path, wheels):
     result = subprocess.run([sys.executable, "-c", code, "graph", "--no-cache", *map(str, wheels.all)], capture_output=True, text=True, env=environment)
     assert result.returncode == 0, result.stderr
     assert "libjit.so.12" in result.stdout and result.stdout.splitlines()[-1] == "[]"
+
+
+def test_another_wheel_s_vendored_copy_never_provides_a_library(tmp_path: Path) -> None:
+    """torch 2.15's cudnn needs libz.so.1; torchvision ships its auditwheel copy torchvision.libs/libz.def23b81.so.1
+    (SONAME libz.so.1). One site-packages gives cudnn the system's: the graph must not, so no preload loads the copy.
+    The wheel's own library still links its copy."""
+    build = tmp_path / "build"
+    build.mkdir()
+    vendored = compile_shared(build, "libvz.def23b81.so.1", "int vz(void) { return 1; }\n", "-Wl,-soname,libvz.so.1")
+    (build / "libvz.so.1").symlink_to(vendored.name)
+    user = compile_shared(build, "libuser.so", "int vz(void);\nint user(void) { return vz(); }\n", "-Wl,-soname,libuser.so", "-l:libvz.so.1")
+    own = compile_shared(build, "libown.so", "int vz(void);\nint own(void) { return vz(); }\n", "-Wl,-soname,libown.so", "-l:libvz.so.1")
+    vision = build_wheel(tmp_path, "vision", "1.0", {"vision.libs/libvz.def23b81.so.1": vendored.read_bytes(), "vision/libown.so": own.read_bytes()})
+    cudnn = build_wheel(tmp_path, "cudnn", "1.0", {"cudnn/lib/libuser.so": user.read_bytes()})
+    graph = read_graph([vision, cudnn])
+    by_path = {library.path: library for library in graph.libraries}
+    assert graph.providers[by_path["cudnn/lib/libuser.so"]] == {}, "the system's libvz.so.1, not vision's copy"
+    assert graph.system[by_path["cudnn/lib/libuser.so"]] == ("libvz.so.1",)
+    assert graph.providers[by_path["vision/libown.so"]] == {"libvz.so.1": by_path["vision.libs/libvz.def23b81.so.1"]}

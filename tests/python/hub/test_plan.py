@@ -108,7 +108,7 @@ def request(*specs: dict[str, object], **values: object) -> HubRequest:
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "2.3.2",
-        "repository": "/out/external/fixed", "wheel_facts": "",
+        "repository": "/out/external/fixed", "wheel_facts": "", "restore_extras": True, "extras": [],
         "patched": list(specs) or [spec_json()],
     }
     raw.update(values)
@@ -209,12 +209,11 @@ def wheel(project: str, version: str = "1.0") -> ResolvedWheel:
 WHEELS = [wheel("faketorch", "2.1.0"), wheel("fake-nvidia-jit"), wheel("fake-nvidia-sparse")]
 
 
-def test_direct_without_a_graph_fetches_only_the_patched_original() -> None:
-    plan = plan_hub(request(), WHEELS, elf_cache=None, cached=())
-    assert [f.output for f in plan.fetch] == ["originals/faketorch-2.1.0-py3-none-linux_x86_64.whl"]
-    assert plan.exports == ("requirements_lock.txt",) and "needs_patchelf" not in plan.to_json()
+def test_direct_references_name_the_unpatched_wheels_upstream() -> None:
+    plan = plan_hub(request(), WHEELS, elf_cache=None)
+    assert plan.exports == ("requirements_lock.txt", "pip_closure.json") and "needs_patchelf" not in plan.to_json()
     config = plan.config
-    assert [w.filename for w in config.wheels] == [WHEELS[0].filename]
+    assert [w.filename for w in config.wheels] == [w.filename for w in WHEELS]
     assert config.patched[0].wheel == Path("/out/external/fixed/originals") / WHEELS[0].filename
     assert config.replaced == {"faketorch": [WHEELS[0].sha256]}
     assert config.references == {w.project: (w.urls[0], w.sha256) for w in WHEELS[1:]}
@@ -224,42 +223,46 @@ def test_direct_without_a_graph_fetches_only_the_patched_original() -> None:
 def test_an_output_base_with_a_blank_is_refused_before_any_download_naming_it() -> None:
     """The lock names each patched wheel by a file:// URL under the hub repository, which Bazel opens as written."""
     with pytest.raises(UsageError, match=r"^patched\.index\(name = \"fixed\"\): the hub repository's directory '/home/J Doe/out/fixed': holds ' '"):
-        plan_hub(request(repository="/home/J Doe/out/fixed"), WHEELS, elf_cache=None, cached=())
+        plan_hub(request(repository="/home/J Doe/out/fixed"), WHEELS, elf_cache=None)
 
 
-def test_the_graph_fetches_the_others_unless_their_rows_are_cached() -> None:
+def test_every_wheel_is_fetched_for_the_build_to_read() -> None:
+    """Pip's closure needs each wheel's METADATA, and whatever a cache or facts file says of a wheel is checked
+    against the wheel: every wheel is fetched, the unpatched ones into _wheels/, deleted after the build."""
     cache = Path("/home/u/.cache/rules_patched_wheels/elfgraph")
-    plan = plan_hub(request(spec_json(preload="auto")), WHEELS, elf_cache=cache, cached={WHEELS[1].sha256})
-    assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}", f"_graph/{WHEELS[2].filename}"]
-    assert [(w.filename, w.path is None) for w in plan.config.wheels] == [(w.filename, w is WHEELS[1]) for w in WHEELS]
-    assert plan.config.elf_cache == cache
+    for specs in ([spec_json(preload="auto")], [spec_json()]):
+        plan = plan_hub(request(*specs), WHEELS, elf_cache=cache)
+        assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [f"_wheels/{w.filename}" for w in WHEELS[1:]]
+        assert all(w.path is not None for w in plan.config.wheels)
+        assert plan.scratch == ("originals", "_wheels") and "pip_closure.json" in plan.exports
+    assert plan_hub(request(spec_json(preload="auto")), WHEELS, elf_cache=cache).config.elf_cache == cache
 
 
 def test_an_index_option_serves_every_wheel_from_the_hub() -> None:
-    plan = plan_hub(request(index_option="index-url", rules_python_version="1.6.0"), WHEELS, elf_cache=None, cached=())
+    plan = plan_hub(request(index_option="index-url", rules_python_version="1.6.0"), WHEELS, elf_cache=None)
     assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [f"index/{w.filename}" for w in WHEELS[1:]]
 
 
 def test_a_uv_lock_input_exports_a_uv_lock() -> None:
     split = spec_json(preload="auto", split_into="faketorch-libs", split_move=["*.so"])
-    plan = plan_hub(request(split, requirements_lock="", uv_lock="/ws/uv.lock"), WHEELS, elf_cache=None, cached=())
-    assert plan.exports == ("requirements_lock.txt", "uv.lock")
+    plan = plan_hub(request(split, requirements_lock="", uv_lock="/ws/uv.lock"), WHEELS, elf_cache=None)
+    assert plan.exports == ("requirements_lock.txt", "pip_closure.json", "uv.lock")
     assert plan.config.out_uv_lock == Path("/out/external/fixed/uv.lock") and plan.config.lock_attribute == "uv_lock"
 
 
 def test_a_release_the_requirement_refuses_fails_before_any_download() -> None:
     with pytest.raises(UsageError, match=r'the lock pins faketorch-2\.1\.0-.*\.whl, version 2\.1\.0, which does not satisfy requirement = "faketorch==2\.2\.0"'):
-        plan_hub(request(spec_json(requirement="faketorch==2.2.0")), WHEELS, elf_cache=None, cached=())
-    assert plan_hub(request(spec_json(requirement="faketorch>=2")), WHEELS, elf_cache=None, cached=()).fetch
+        plan_hub(request(spec_json(requirement="faketorch==2.2.0")), WHEELS, elf_cache=None)
+    assert plan_hub(request(spec_json(requirement="faketorch>=2")), WHEELS, elf_cache=None).fetch
 
 
 def test_a_patched_project_the_lock_does_not_pin_is_named_with_the_lock_attribute() -> None:
     with pytest.raises(UsageError, match=r'faketorch is not pinned in pylock = "/ws/pylock.toml"'):
-        plan_hub(request(requirements_lock="", pylock="/ws/pylock.toml"), WHEELS[1:], elf_cache=None, cached=())
+        plan_hub(request(requirements_lock="", pylock="/ws/pylock.toml"), WHEELS[1:], elf_cache=None)
 
 
 def test_the_config_round_trips_and_refuses_a_missing_or_unknown_key() -> None:
-    config = plan_hub(request(spec_json(preload="auto")), WHEELS, elf_cache=Path("/c"), cached={WHEELS[2].sha256}).config
+    config = plan_hub(request(spec_json(preload="auto")), WHEELS, elf_cache=Path("/c")).config
     assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).to_json() == config.to_json()
     raw = config.to_json()
     del raw["references"]
@@ -275,7 +278,7 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
     raw = {
         "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
-        "repository": str(tmp_path / "repo"), "wheel_facts": "", "patched": [spec_json(split_into="x")],
+        "repository": str(tmp_path / "repo"), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec_json(split_into="x")],
     }
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
     assert main(["hub", "plan", "--request", str(tmp_path / "request.json")]) == 1
@@ -289,7 +292,8 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
     args = ["hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json")]
     assert main([*args, "--config-out", str(tmp_path / "_hub.json")]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["fetch"] == [{"urls": list(WHEELS[0].urls), "sha256": WHEELS[0].sha256, "output": f"originals/{WHEELS[0].filename}"}]
+    assert printed["fetch"][0] == {"urls": list(WHEELS[0].urls), "sha256": WHEELS[0].sha256, "output": f"originals/{WHEELS[0].filename}"}
+    assert [fetch["output"] for fetch in printed["fetch"][1:]] == [f"_wheels/{w.filename}" for w in WHEELS[1:]]
     config = HubConfig.from_json(json.loads((tmp_path / "_hub.json").read_text(encoding="utf-8")))
     assert config.patched[0].wheel == tmp_path / "repo" / "originals" / WHEELS[0].filename
 
@@ -305,18 +309,18 @@ sys.exit(status)
 
 def test_the_plan_imports_no_elf_reader(tmp_path: Path) -> None:
     """Both phases run in every cold fetch of a hub (phase one in the extension), and pyelftools was a sixth
-    of their start-up: phase one reads no cache, phase two reads the observation cache, no ELF file."""
+    of their start-up: neither reads a cache nor an ELF file (the build reads them, with the wheels at hand)."""
     raw = {
         "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
-        "repository": str(tmp_path / "repo"), "wheel_facts": "", "patched": [spec_json(preload="auto")],
+        "repository": str(tmp_path / "repo"), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec_json(preload="auto")],
     }
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
     (tmp_path / "resolved.json").write_text(json.dumps([w.as_json() for w in WHEELS]), encoding="utf-8")
     phase_one = ["hub", "plan", "--request", str(tmp_path / "request.json")]
     phase_two = [*phase_one, "--resolved", str(tmp_path / "resolved.json"), "--config-out", str(tmp_path / "_hub.json")]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "RULES_PATCHED_WHEELS_CACHE": str(tmp_path / "cache")}
-    for args, expected in ((phase_one, []), (phase_two, ["patched_wheels.loading.observe"])):
+    for args, expected in ((phase_one, []), (phase_two, [])):
         result = subprocess.run([sys.executable, "-S", "-c", _IMPORTED, *args], capture_output=True, text=True, env=environment, check=False)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout.splitlines()[-1]) == expected, args
@@ -331,7 +335,7 @@ def test_a_request_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytes
 
 def test_the_probe_travels_from_the_request_to_the_build_config() -> None:
     probe = "import faketorch; faketorch.answer()"
-    config = plan_hub(request(spec_json(preload="auto", probe=probe)), WHEELS, elf_cache=None, cached=()).config
+    config = plan_hub(request(spec_json(preload="auto", probe=probe)), WHEELS, elf_cache=None).config
     assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).patched[0].probe == probe
 
 
@@ -339,7 +343,7 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
     raw = spec_json()
     request_json = {
         "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "", "index_option": "direct", "rules_python_version": "0", "repository": str(tmp_path), "wheel_facts": "", "patched": [raw],
+        "index_url": "", "index_option": "direct", "rules_python_version": "0", "repository": str(tmp_path), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [raw],
     }
     (tmp_path / "request.json").write_text(json.dumps(request_json), encoding="utf-8")
     resolved = [{key: value for key, value in WHEELS[0].as_json().items() if key != "sha256"}]
@@ -355,7 +359,7 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
 def test_a_resolved_name_that_is_not_a_wheel_file_name_is_refused(filename: str) -> None:
     bad = ResolvedWheel("faketorch", filename, ("https://x/y",), WHEELS[0].sha256)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r'requirements_lock = "/ws/requirements_lock.txt": faketorch resolves to .*not a wheel file name'):
-        plan_hub(request(), [bad, *WHEELS[1:]], elf_cache=None, cached=())
+        plan_hub(request(), [bad, *WHEELS[1:]], elf_cache=None)
 
 
 @pytest.mark.parametrize("hostile", ["fifo", "/dev/zero", "directory", "latin1"])
@@ -380,7 +384,7 @@ def _raw_request(**spec: object) -> dict[str, object]:
     return {
         "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "2.3.2",
-        "repository": "/out/external/fixed", "wheel_facts": "", "patched": [spec_json(**spec)],
+        "repository": "/out/external/fixed", "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec_json(**spec)],
     }
 
 
@@ -438,3 +442,22 @@ def test_python_preload_values_are_the_starlark_ones() -> None:
     from patched_wheels.hub.spec import PRELOAD_VALUES
 
     assert list(PRELOAD_VALUES) == starlark_schema()["preload"]["values"]
+
+
+@pytest.mark.parametrize(
+    ("extras", "message"),
+    [
+        (["jax"], r'extras = \["jax"\]: write a project and its extras, e\.g\. "jax\[cuda13\]"'),
+        (["jax[cuda13]==0.10"], r'extras = \["jax\[cuda13\]==0\.10"\]: write a project and its extras'),
+        (["not a requirement["], r"extras = \[\"not a requirement\[\"\]: write a project"),
+        (["jax[cuda13]"], r'extras = \["jax\[cuda13\]"\]: jax is not pinned in requirements_lock = "/ws/requirements_lock\.txt"'),
+    ],
+)
+def test_the_extras_attribute_is_checked_before_any_download(extras: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=r'^patched\.index\(name = "fixed"\): ' + message):
+        plan_hub(request(extras=extras), WHEELS, elf_cache=None)
+
+
+def test_the_extras_attribute_reaches_the_build_by_canonical_project() -> None:
+    config = plan_hub(request(extras=["Fake_Nvidia.JIT[Cu_Da]", "fake-nvidia-jit[rt]"]), WHEELS, elf_cache=None).config
+    assert config.root_extras == {"fake-nvidia-jit": ["cu-da", "rt"]}

@@ -14,7 +14,7 @@ from patched_wheels.base import timings
 from patched_wheels.cli import main
 from patched_wheels.wheelfile.zipcontainer import INFLATER_NAME
 
-PHASES = {"graph", "patch", "probe: install", "probe: run", "probe: symbols", "probe: remove", "index", "lock"}
+PHASES = {"closure", "graph", "patch", "probe: install", "probe: run", "probe: symbols", "probe: remove", "index", "lock"}
 
 
 #: The index's memo of file status (mtimes, which differ between any two builds); not served.

@@ -24,7 +24,7 @@ import pytest
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
 from patched_wheels.loading.layouttest import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, check_probe, flat_path, is_wheel_entry, main
-from support import rpathfixture
+from support import extrasfixture, rpathfixture
 from support.fakecuda import build_wheel, compile_shared
 from support.stackshapes import PLUGIN_LIBRARIES, build_plugin_stack
 
@@ -99,8 +99,9 @@ def plugin(tmp_path_factory: pytest.TempPathFactory):
     return build_plugin_stack(tmp_path_factory.mktemp("plugin"))
 
 
-def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = False) -> str:
-    """The files of one layout_test in ``directory``; returns its main's path."""
+def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = False, pip_closure: str = "") -> str:
+    """The files of one layout_test in ``directory``; returns its main's path. ``pip_closure``: the closure
+    file's path under ``directory`` (which stands in for the runfiles root)."""
     kind = FLAT if one_site_packages else PER_WHEEL
     layout = Layout(kind, PurePosixPath(directory / "installed"))
     for wheel in wheels:
@@ -108,7 +109,7 @@ def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = 
     entries = layout.sys_path(wheel.name for wheel in wheels)
     base = directory / "pkg" / "plugin_layout_test"
     base.parent.mkdir(parents=True)
-    (base.parent / (base.name + CONFIG_SUFFIX)).write_text(json.dumps({"probe": probe, "test": LABEL}), encoding="utf-8")
+    (base.parent / (base.name + CONFIG_SUFFIX)).write_text(json.dumps({"probe": probe, "test": LABEL, "pip_closure": pip_closure}), encoding="utf-8")
     program = base.parent / (base.name + PROBE_SUFFIX)
     program.write_text(
         f'#!/bin/sh\nPYTHONPATH={":".join(entries)} exec {sys.executable} -S {PROBE_PROGRAM} "$@"\n', encoding="utf-8"
@@ -400,3 +401,45 @@ def test_a_library_whose_name_is_not_utf_8_is_named_in_the_verdict(tmp_path, cap
     code, out, err = run_main(main_file, capsys)
     assert code == 1, out + err
     assert "  mapped in one site-packages, NOT in the test's layout:\n    odd/lib\\xff.so (odd-1.0)\n" in out, out
+
+
+def test_deps_that_lack_a_wheel_pip_installs_fail_naming_it_where_both_layouts_fail_alike(tmp_path, capsys) -> None:
+    """rules_python drops the extras of ``app``'s ``toolkit[rt]``: both layouts fail alike on the missing
+    ``tk_rt``, which once passed; judged against pip's closure of the lock, the test fails naming the wheel."""
+    from patched_wheels.loading.closure import Closure, read_dist
+
+    wheels = extrasfixture.build_extras_wheels(tmp_path / "wheels")
+    closure = Closure(
+        {
+            "app": read_dist("app", "1.0", ["toolkit[rt]==1.0"], [], origin="app"),
+            "toolkit": read_dist("toolkit", "1.0", ['tk-rt==1.0; extra == "rt"'], ["rt"], origin="toolkit"),
+            "tk-rt": read_dist("tk-rt", "1.0", [], [], origin="tk-rt"),
+        },
+        {},
+    )
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "pip_closure.json").write_text(json.dumps(closure.to_json()), encoding="utf-8")
+    probe = "import app; app.answer()"
+    code, out, err = run_main(make_test(tmp_path / "without", [wheels.app, wheels.toolkit], probe), capsys)
+    assert code == 0 and "both fail alike" in out, "without pip_closure: the verdict of old"
+    code, out, err = run_main(make_test(tmp_path, [wheels.app, wheels.toolkit], probe, pip_closure="hub/pip_closure.json"), capsys)
+    assert code == 1, out + err
+    assert "layout_test: FAILED: deps lack tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')" in out, out
+    code, out, err = run_main(make_test(tmp_path / "all", wheels.all, probe, pip_closure="../hub/pip_closure.json"), capsys)
+    assert code == 0 and "layout_test: PASSED" in out, out + err
+
+
+def test_the_fix_for_a_plugin_host_names_the_plugin_never_the_host(tmp_path, capsys) -> None:
+    """JAX's shape: the probe imports the host (jaxlike), whose plugin another wheel declares by entry point. The
+    host's own preload is what fails on a GPU (the hub refuses it), so the fix names the plugin's stanza."""
+    from support.stackshapes import SPLIT_PLUGIN_PROBE, build_split_plugin_stack
+
+    stack = build_split_plugin_stack(tmp_path / "wheels")
+    code, out, err = run_main(make_test(tmp_path, stack.wheels, SPLIT_PLUGIN_PROBE), capsys)
+    assert code == 1, out + err
+    (fix,) = [line for line in out.splitlines() if line.startswith("layout_test: fix:")]
+    assert fix == (
+        "layout_test: fix: jaxlike loads its plugin jaxlike_plugins.xla_fake by entry point jaxlike_plugins:xla_fake: preload the "
+        f'plugin in the hub the deps come from: patched_wheel(name = "jaxlike-cuda-pjrt", preload = "auto", probe = "{SPLIT_PLUGIN_PROBE}", '
+        'preload_package = "jaxlike_plugins.xla_fake")'
+    ), out

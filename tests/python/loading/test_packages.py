@@ -192,3 +192,36 @@ def test_patch_names_the_plugin_that_imports_a_namespace_package_in_flags(stack,
         "--preload-for jaxlike_plugins.xla_fake --preload-from "
     )
     assert line.endswith(" --probe 'import jaxlike' …") and str(plugin) in line
+
+
+def test_a_preload_in_the_plugin_host_is_refused_naming_the_plugin(stack, tmp_path, capsys):
+    """`patched_wheel(name = "jax", preload = "auto")`: mapped every library on an H100, and JAX found no GPU; the
+    preload in the plugin ran there. Both look the same without a GPU, so the host's is refused, naming the plugin's."""
+    host, pjrt = wheel(stack, "jaxlike"), wheel(stack, "jaxlike-cuda-pjrt")
+    rest = [str(w) for w in others(stack, "jaxlike")]
+    code = main(["patch", "--wheel", str(host), "--dest-dir", str(tmp_path / "out"), "--preload-for", "jaxlike",
+                 "--probe", stackshapes.SPLIT_PLUGIN_PROBE, "--preload-from", *rest])
+    assert code == 1
+    line = one_error(capsys.readouterr())
+    assert line.startswith(
+        f"patched-wheels: error: --preload-for jaxlike: jaxlike loads its plugins by entry point, and {pjrt.name} declares "
+        "jaxlike_plugins:xla_fake = jaxlike_plugins.xla_fake: a preload in jaxlike loads the plugin's libraries before the "
+        f"plugin does (JAX then finds no GPU); preload the plugin: write --wheel {pjrt} --preload-for jaxlike_plugins.xla_fake"
+    ), line
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_the_lazy_load_warning_asks_for_a_probe_only_when_it_would_suggest_another() -> None:
+    """The documented JAX stanza already has `probe = "import jax; jax.devices()"`; on a machine without a GPU the
+    plugin still maps nothing, and the warning asked for the very probe it had."""
+    from patched_wheels.elf.read import ElfLibrary
+    from patched_wheels.loading.lazyload import JAX_PROBE, Unprobed, lazy_warning
+    from patched_wheels.loading.packages import Phrasing
+
+    own = ElfLibrary("jax_cuda13_pjrt-1-py3-none-any.whl", "jax_plugins/xla_cuda13/xla_cuda_plugin.so", None, (), (), ())
+    other = ElfLibrary("nvidia_cudart-1-py3-none-any.whl", "nvidia/cudart/lib/libcudart.so.13", None, (), (), ())
+    phrasing = Phrasing.plain("jax_plugins.xla_cuda13")
+    asked = lazy_warning(own.wheel, "jax_plugins.xla_cuda13", "import jax_plugins.xla_cuda13", Unprobed((own,), (other,)), phrasing)
+    assert asked.endswith(f"give a probe that makes it load, e.g. {phrasing.probe(JAX_PROBE)} for a JAX plugin"), asked
+    given = lazy_warning(own.wheel, "jax_plugins.xla_cuda13", "import jax;  jax.devices()", Unprobed((own,), (other,)), phrasing)
+    assert "give a probe" not in given and "run layout_test on a GPU machine" in given, given

@@ -1,0 +1,315 @@
+"""Pip's closure of a lock: which wheels ``pip install`` brings for a project, extras honoured.
+
+rules_python wires a wheel's dependencies from its ``Requires-Dist`` entries whose markers hold with no
+extra, and drops the extras of every edge (its issues #4168 and #2399): ``torch`` requiring
+``cuda-toolkit[cudart]`` gets ``cuda-toolkit`` without ``nvidia-cuda-runtime``, ``jax[cuda13]`` gets ``jax``
+alone. pip installs them. This module reads the requirement edges of every wheel of a lock (pure: the
+caller reads each ``METADATA``) and answers two questions from one model:
+
+* :func:`restored_requirements`: which ``Requires-Dist`` entries to add to which project so that the
+  extras-free wiring of rules_python reaches what pip installs (the hub writes them into a patched
+  ``METADATA``);
+* :func:`missing_from`: which wheels of pip's closure a set of installed projects lacks, and the chain of
+  requirements that brings each one (``layout_test``'s completeness check).
+
+The model travels between the hub and ``layout_test`` as one JSON document (:meth:`Closure.to_json`,
+:meth:`Closure.from_json`), with every marker already evaluated for the hub's interpreter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from packaging.markers import InvalidMarker, Marker, Value, Variable
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+
+from patched_wheels.errors import UsageError
+
+#: The closure document's format; a reader refuses any other.
+FORMAT = "rules_patched_wheels.pip_closure/1"
+#: Its file name in the hub repository (``@<hub>//:pip_closure.json``).
+FILE = "pip_closure.json"
+#: The PEP 440 local label of a wheel the hub rewrote only to restore extras (``0.10.2+extras``).
+EXTRAS_SUFFIX = "extras"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One ``Requires-Dist`` entry whose marker holds on the hub's interpreter."""
+
+    project: NormalizedName
+    extras: tuple[str, ...]
+    requirement: str
+    """As the wheel wrote it, for messages."""
+    restored: str
+    """The entry as a plain requirement: its extra clauses resolved (what the hub adds to ``METADATA``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"project": self.project, "extras": list(self.extras), "requirement": self.requirement}
+
+
+@dataclass(frozen=True)
+class Dist:
+    """One wheel of the lock: its requirements with no extra, and those each of its extras adds."""
+
+    project: NormalizedName
+    version: str
+    requires: tuple[Edge, ...]
+    extras: Mapping[str, tuple[Edge, ...]] = field(default_factory=dict)
+    provides: frozenset[str] = frozenset()
+    """The extras ``Provides-Extra`` declares (normalized)."""
+
+
+def read_dist(project: str, version: str, requires_dist: Iterable[str], provides_extra: Iterable[str], *, origin: str,
+              environment: Mapping[str, str] | None = None) -> Dist:
+    """The edges of one wheel from its ``Requires-Dist`` and ``Provides-Extra`` values, markers evaluated in
+    ``environment`` (default: this interpreter's, which is the hub's). ``origin`` names the wheel in errors."""
+    provides = frozenset(canonicalize_name(extra) for extra in provides_extra)
+    requires: list[Edge] = []
+    by_extra: dict[str, list[Edge]] = {}
+    for text in requires_dist:
+        try:
+            requirement = Requirement(text)
+        except (InvalidRequirement, RecursionError) as error:
+            raise UsageError(f"{origin}: Requires-Dist {text[:200]!r}: {str(error).splitlines()[0]}") from None
+        base = _partial(requirement.marker, None) if requirement.marker else True
+        if _holds(base, environment):
+            requires.append(_edge(requirement, text, base))
+        mentioned = _mentioned_extras(requirement.marker) if requirement.marker else set()
+        for extra in sorted(mentioned):
+            residual = _partial(requirement.marker, extra)
+            if residual != base and _holds(residual, environment):
+                by_extra.setdefault(extra, []).append(_edge(requirement, text, residual))
+    return Dist(
+        canonicalize_name(project),
+        version,
+        tuple(requires),
+        {extra: tuple(edges) for extra, edges in sorted(by_extra.items())},
+        provides | frozenset(by_extra),
+    )
+
+
+def _edge(requirement: Requirement, text: str, residual: bool | str) -> Edge:
+    head = requirement.name + (f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else "")
+    body = f" @ {requirement.url}" if requirement.url else str(requirement.specifier)
+    marker = f" ; {residual}" if isinstance(residual, str) else ""
+    return Edge(canonicalize_name(requirement.name), tuple(sorted(canonicalize_name(e) for e in requirement.extras)), text, head + body + marker)
+
+
+def _holds(residual: bool | str, environment: Mapping[str, str] | None) -> bool:
+    if isinstance(residual, bool):
+        return residual
+    return Marker(residual).evaluate(dict(environment or {}, extra=""))
+
+
+def _mentioned_extras(marker: Marker) -> set[str]:
+    """The extras a marker compares ``extra`` with (``extra == "cuda"``, either side)."""
+    found: set[str] = set()
+
+    def walk(items: Sequence[Any]) -> None:
+        for item in items:
+            if isinstance(item, list):
+                walk(item)
+            elif isinstance(item, tuple):
+                lhs, _, rhs = item
+                if isinstance(lhs, Variable) and lhs.value == "extra" and isinstance(rhs, Value):
+                    found.add(canonicalize_name(rhs.value))
+                elif isinstance(rhs, Variable) and rhs.value == "extra" and isinstance(lhs, Value):
+                    found.add(canonicalize_name(lhs.value))
+
+    walk(marker._markers)  # packaging's parsed form (stable since packaging 22, the oldest we take)
+    return found
+
+
+def _partial(marker: Marker, extra: str | None) -> bool | str:
+    """``marker`` with every comparison of ``extra`` decided (``None``: no extra asked), the rest kept as
+    text: True or False when nothing else is left."""
+    return _partial_items(marker._markers, extra)
+
+
+def _partial_items(items: Sequence[Any], extra: str | None) -> bool | str:
+    # packaging's list form: terms joined by "and" / "or", "and" binding tighter (as its evaluator reads it).
+    groups: list[list[bool | str]] = [[]]
+    for item in items:
+        if item == "or":
+            groups.append([])
+        elif item == "and":
+            continue
+        elif isinstance(item, list):
+            groups[-1].append(_partial_items(item, extra))
+        else:
+            groups[-1].append(_partial_atom(item, extra))
+    alternatives: list[str] = []
+    for group in groups:
+        if any(term is False for term in group):
+            continue
+        terms = [term for term in group if isinstance(term, str)]
+        if not terms:
+            return True
+        alternatives.append(" and ".join(f"({term})" if " or " in term else term for term in terms))
+    if not alternatives:
+        return False
+    return " or ".join(f"({alternative})" if " and " in alternative and len(alternatives) > 1 else alternative for alternative in alternatives)
+
+
+def _partial_atom(atom: tuple[Any, Any, Any], extra: str | None) -> bool | str:
+    text = " ".join(_node_text(node) for node in atom)
+    if not any(isinstance(node, Variable) and node.value == "extra" for node in atom):
+        return text
+    try:
+        return Marker(text).evaluate({"extra": extra or ""})
+    except InvalidMarker:  # pragma: no cover - packaging wrote the atom it parsed
+        return False
+
+
+def _node_text(node: Any) -> str:
+    if isinstance(node, Value):
+        quote = "'" if '"' in node.value else '"'
+        return f"{quote}{node.value}{quote}"
+    return str(node.value)
+
+
+@dataclass(frozen=True)
+class Closure:
+    """The lock's wheels as pip installs them on the hub's interpreter: each wheel's edges, and the extras
+    the lock's own roots ask for (what the user locked, e.g. ``jax[cuda13]``)."""
+
+    dists: Mapping[NormalizedName, Dist]
+    root_extras: Mapping[NormalizedName, tuple[str, ...]]
+
+    def activated(self) -> dict[NormalizedName, set[str]]:
+        """Every extra pip installs somewhere in the lock: asked by a root, by an edge of any wheel (pip
+        installs them all), and by the edges those extras add, to a fixed point. Extras a wheel does not
+        provide are ignored, as pip ignores them (with a warning)."""
+        active: dict[NormalizedName, set[str]] = {}
+        work: list[tuple[NormalizedName, str]] = [(project, extra) for project, extras in self.root_extras.items() for extra in extras]
+        work += [(edge.project, extra) for dist in self.dists.values() for edge in dist.requires for extra in edge.extras]
+        while work:
+            project, extra = work.pop()
+            dist = self.dists.get(project)
+            if dist is None or extra not in dist.provides or extra in active.get(project, set()):
+                continue
+            active.setdefault(project, set()).add(extra)
+            work += [(edge.project, more) for edge in dist.extras.get(extra, ()) for more in edge.extras]
+        return active
+
+    def check_pinned(self, what: str) -> None:
+        """Refuse a lock that is not pip's closure here: an activated extra requires a project it does not pin
+        (rules_python would then fail on a missing repository, or pip on a missing pin)."""
+        for project, extras in sorted(self.activated().items()):
+            for extra in sorted(extras):
+                for edge in self.dists[project].extras.get(extra, ()):
+                    if edge.project not in self.dists:
+                        raise UsageError(
+                            f"{what}: {project}[{extra}] requires {edge.requirement!r}, which the lock does not pin for this "
+                            "interpreter: lock again with the same extras (pip would install it)"
+                        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "root_extras": {project: list(extras) for project, extras in sorted(self.root_extras.items())},
+            "projects": {
+                project: {
+                    "version": dist.version,
+                    "requires": [edge.to_json() for edge in dist.requires],
+                    "extras": {extra: [edge.to_json() for edge in edges] for extra, edges in dist.extras.items()},
+                }
+                for project, dist in sorted(self.dists.items())
+            },
+        }
+
+    @classmethod
+    def from_json(cls, raw: object, what: str) -> "Closure":
+        """The document :meth:`to_json` wrote, every value checked (it crosses from the hub to a test)."""
+        def bad(reason: str) -> UsageError:
+            return UsageError(f"{what}: not a pip closure file of this version of rules_patched_wheels: {reason}")
+
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise bad(f"format is not {FORMAT!r}")
+        if set(raw) != {"format", "root_extras", "projects"}:
+            raise bad(f"keys {sorted(raw)}")
+        roots, projects = raw["root_extras"], raw["projects"]
+        if not isinstance(roots, dict) or not all(isinstance(v, list) and all(isinstance(e, str) for e in v) for v in roots.values()):
+            raise bad("root_extras is not an object of string lists")
+        if not isinstance(projects, dict):
+            raise bad("projects is not an object")
+
+        def edges(value: object, where: str) -> tuple[Edge, ...]:
+            if not isinstance(value, list):
+                raise bad(f"{where} is not a list")
+            out = []
+            for item in value:
+                if not (isinstance(item, dict) and set(item) == {"project", "extras", "requirement"}
+                        and isinstance(item["project"], str) and isinstance(item["requirement"], str)
+                        and isinstance(item["extras"], list) and all(isinstance(e, str) for e in item["extras"])):
+                    raise bad(f"an edge of {where} is not {{project, extras, requirement}}")
+                out.append(Edge(canonicalize_name(item["project"]), tuple(item["extras"]), item["requirement"], item["requirement"]))
+            return tuple(out)
+
+        dists = {}
+        for project, value in projects.items():
+            if not (isinstance(value, dict) and set(value) == {"version", "requires", "extras"} and isinstance(value["version"], str)
+                    and isinstance(value["extras"], dict)):
+                raise bad(f"project {project!r} is not {{version, requires, extras}}")
+            by_extra = {extra: edges(items, f"{project}[{extra}]") for extra, items in value["extras"].items()}
+            name = canonicalize_name(project)
+            dists[name] = Dist(name, value["version"], edges(value["requires"], project), by_extra, frozenset(by_extra))
+        return cls(dists, {canonicalize_name(p): tuple(e) for p, e in roots.items()})
+
+
+def restored_requirements(closure: Closure) -> dict[NormalizedName, list[str]]:
+    """Project -> the ``Requires-Dist`` entries to add to its wheel so that wiring without extras reaches
+    pip's closure: for each extra pip installs on it, that extra's edges as plain requirements (an edge to
+    the project itself is covered by that extra's own entries). Only projects with something to add."""
+    added: dict[NormalizedName, list[str]] = {}
+    for project, extras in sorted(closure.activated().items()):
+        lines: list[str] = []
+        for extra in sorted(extras):
+            for edge in closure.dists[project].extras.get(extra, ()):
+                if edge.project != project and edge.restored not in lines:
+                    lines.append(edge.restored)
+        if lines:
+            added[project] = lines
+    return added
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A wheel pip installs that the installed set lacks, and the requirements that bring it, outermost first."""
+
+    project: NormalizedName
+    chain: tuple[tuple[NormalizedName, str], ...]
+    """(requiring project, its ``Requires-Dist`` entry) from an installed project down to the missing one."""
+
+    def describe(self) -> str:
+        steps = " <- ".join(f"{requirer} requires {requirement!r}" for requirer, requirement in reversed(self.chain))
+        return f"{self.project} ({steps})"
+
+
+def missing_from(closure: Closure, installed: Iterable[str]) -> list[Missing]:
+    """The wheels pip would install for ``installed`` (each with the extras the lock's roots ask of it) that
+    are not among them, breadth first, so each comes with its shortest chain of requirements."""
+    have = {canonicalize_name(name) for name in installed}
+    seen: set[tuple[NormalizedName, str]] = set()
+    chains: dict[NormalizedName, tuple[tuple[NormalizedName, str], ...]] = {}
+    queue: list[tuple[NormalizedName, tuple[str, ...], tuple[tuple[NormalizedName, str], ...]]] = [
+        (project, closure.root_extras.get(project, ()), ()) for project in sorted(have) if project in closure.dists
+    ]
+    while queue:
+        project, extras, chain = queue.pop(0)
+        dist = closure.dists.get(project)
+        if dist is None:
+            continue
+        edges = list(dist.requires) + [edge for extra in extras for edge in dist.extras.get(extra, ())]
+        for edge in edges:
+            step = chain + ((project, edge.requirement),)
+            if edge.project not in have and edge.project not in chains:
+                chains[edge.project] = step
+            for extra in ("", *edge.extras):
+                if (edge.project, extra) not in seen:
+                    seen.add((edge.project, extra))
+                    queue.append((edge.project, (extra,) if extra else (), step))
+    return [Missing(project, chain) for project, chain in sorted(chains.items())]

@@ -1,0 +1,78 @@
+"""pip's closure: the edges each extra adds, what the hub restores, what an installed set lacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from patched_wheels.errors import UsageError
+from patched_wheels.loading.closure import Closure, missing_from, read_dist, restored_requirements
+
+LINUX = {"sys_platform": "linux", "python_version": "3.11", "platform_machine": "x86_64"}
+
+
+def dist(project: str, requires: list[str], provides: list[str] = ()) -> object:  # type: ignore[assignment]
+    return read_dist(project, "1.0", requires, provides, origin=project, environment=LINUX)
+
+
+def closure(*dists: object, roots: dict[str, tuple[str, ...]] | None = None) -> Closure:
+    return Closure({d.project: d for d in dists}, roots or {})  # type: ignore[attr-defined]
+
+
+def test_an_extra_keeps_the_rest_of_its_marker_and_drops_what_does_not_hold_here() -> None:
+    toolkit = dist("toolkit", [
+        'tk-rt==1.0; extra == "rt"',
+        'tk-linux; extra == "rt" and sys_platform == "linux"',
+        'tk-win; sys_platform == "win32" and extra == "rt"',
+        'tk-either; python_version >= "3.9" and (extra == "rt" or extra == "all")',
+        'tk-base; sys_platform == "linux"',
+        "tk-always",
+    ], ["rt", "all"])
+    assert [e.project for e in toolkit.requires] == ["tk-base", "tk-always"]  # type: ignore[attr-defined]
+    assert [e.restored for e in toolkit.extras["rt"]] == [  # type: ignore[attr-defined]
+        "tk-rt==1.0", 'tk-linux ; sys_platform == "linux"', 'tk-either ; python_version >= "3.9"'
+    ]
+    assert [e.project for e in toolkit.extras["all"]] == ["tk-either"]  # type: ignore[attr-defined]
+
+
+def test_extras_asked_by_any_edge_or_root_are_restored_to_a_fixed_point() -> None:
+    jax = dist("jax", ['jax-plugin[with-cuda]==1.0; extra == "cuda"', "jaxlib"], ["cuda"])
+    plugin = dist("jax-plugin", ['nvidia-rt; extra == "with-cuda"', 'nvidia-other; extra == "other"'], ["with-cuda", "other"])
+    torch = dist("torch", ["cuda-toolkit[cudart]; sys_platform == 'linux'"])
+    toolkit = dist("cuda-toolkit", ['nvidia-cudart; extra == "cudart"', 'nvidia-nvjpeg; extra == "nvjpeg"'], ["cudart", "nvjpeg"])
+    leaves = [dist(name, []) for name in ("jaxlib", "nvidia-rt", "nvidia-other", "nvidia-cudart", "nvidia-nvjpeg")]
+    whole = closure(jax, plugin, torch, toolkit, *leaves, roots={"jax": ("cuda",)})
+    assert whole.activated() == {"jax": {"cuda"}, "jax-plugin": {"with-cuda"}, "cuda-toolkit": {"cudart"}}
+    assert restored_requirements(whole) == {
+        "cuda-toolkit": ["nvidia-cudart"], "jax": ["jax-plugin[with-cuda]==1.0"], "jax-plugin": ["nvidia-rt"]
+    }
+    assert restored_requirements(closure(jax, plugin, *leaves)) == {}, "no root asks for jax[cuda]: nothing to restore"
+
+
+def test_a_self_reference_activates_the_extra_without_requiring_itself() -> None:
+    tf = dist("tensorflow", ['tensorflow[and-cuda-libs]; extra == "and-cuda"', 'nvidia-x; extra == "and-cuda-libs"'], ["and-cuda", "and-cuda-libs"])
+    whole = closure(tf, dist("nvidia-x", []), roots={"tensorflow": ("and-cuda",)})
+    assert restored_requirements(whole) == {"tensorflow": ["nvidia-x"]}
+
+
+def test_an_activated_extra_whose_requirement_the_lock_lacks_is_one_error() -> None:
+    whole = closure(dist("toolkit", ['tk-rt; extra == "rt"'], ["rt"]), dist("app", ["toolkit[rt]"]))
+    with pytest.raises(UsageError, match=r"^hub: toolkit\[rt\] requires 'tk-rt; extra == \"rt\"', which the lock does not pin"):
+        whole.check_pinned("hub")
+
+
+def test_missing_names_each_wheel_and_the_chain_that_brings_it_and_survives_json() -> None:
+    whole = closure(dist("app", ["toolkit[rt]==1.0"]), dist("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]), dist("tk-rt", []))
+    for model in (whole, Closure.from_json(json.loads(json.dumps(whole.to_json())), "pip_closure.json")):
+        (missing,) = missing_from(model, ["app", "toolkit"])
+        assert missing.describe() == "tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')"
+        assert missing_from(model, ["app", "toolkit", "tk_rt"]) == []
+        assert missing_from(model, ["toolkit"]) == [], "toolkit alone asks for no extra"
+
+
+@pytest.mark.parametrize("raw", [[], {"format": "x"}, {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": {"a": {}}},
+                                 {"format": "rules_patched_wheels.pip_closure/1", "root_extras": [], "projects": {}}])
+def test_a_document_that_is_not_a_closure_is_one_error(raw: object) -> None:
+    with pytest.raises(UsageError, match=r"^f\.json: not a pip closure file"):
+        Closure.from_json(raw, "f.json")
