@@ -78,10 +78,19 @@ def _patched_impl(module_ctx):
             **hub.locks
         )
 
+    # Not reproducible: the result (every wheel's URL and sha256) comes from index pages that change and
+    # from the host's python_interpreter, which picks the wheels; Bazel records it in MODULE.bazel.lock.
+    return module_ctx.extension_metadata(reproducible = False)
+
 patched = module_extension(
     implementation = _patched_impl,
     tag_classes = {
         "index": tag_class(attrs = _INDEX_TAG_ATTRS),
         "patched_wheel": tag_class(attrs = _PATCHED_WHEEL_TAG_ATTRS),
     },
+    # The interpreter selects wheels by platform tags: the lock file keeps one resolution per OS and CPU.
+    # Its Python version (the cpXY tags) matters too and cannot be declared: a lock file recorded under
+    # another python_interpreter version goes stale; `bazel mod deps --lockfile_mode=refresh` redoes it.
+    os_dependent = True,
+    arch_dependent = True,
 )

@@ -22,7 +22,7 @@ def serve_over_http(directory: Path) -> Iterator[str]:
     take (it reads each wheel's ``url``), so the uv fixtures lock against the same pages over HTTP.
     """
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _JoinedServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -32,7 +32,24 @@ def serve_over_http(directory: Path) -> Iterator[str]:
         server.server_close()
 
 
+class _JoinedServer(http.server.ThreadingHTTPServer):
+    """Closing the server waits for its handlers (non-daemon threads), so a request's end lands inside the
+    test that made it, never in a later one's output."""
+
+    daemon_threads = False
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    timeout = 60  # a client that connects and never sends a request cannot hold server_close forever
+
+    def handle(self) -> None:
+        """A client hanging up mid-file (uv or Bazel cancelling a download it no longer needs) is not an
+        error of the server: without this, socketserver prints the BrokenPipeError's traceback on stderr."""
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
         """Bazel's and uv's requests are not the test's output."""
 
