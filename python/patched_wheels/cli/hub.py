@@ -38,7 +38,7 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     # The caches are read by phase two only. Phase one (the extension's check) still imports the cache modules,
     # through hub.plan's imports (elf.graph, and index.simple by way of lock.plan), but not loading.observe and what only it imports.
-    from patched_wheels.base.cache import cache_dir, recording
+    from patched_wheels.base.cache import CacheContext
     from patched_wheels.elf.cache import cached_digests
     from patched_wheels.hub.facts import read_facts
     from patched_wheels.loading.observe import is_observed
@@ -47,13 +47,15 @@ def _plan(args: argparse.Namespace) -> int:
         raise UsageError("hub plan --resolved needs --config-out")
     wheels = read_json_input(args.resolved, resolved_wheels, "resolved wheels")
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
-    elf_cache = cache_dir("elfgraph") if needs_graph(request) else None
-    # The facts file answers first, as in the build (which says it when they cannot be used).
-    facts = read_facts(Path(request.wheel_facts), request.index_call) if request.wheel_facts and elf_cache else {}
-    with recording(facts, request.wheel_facts):
-        cached = cached_digests((wheel.sha256 for wheel in wheels), elf_cache) if elf_cache else []
-        if cached and not all(is_observed([wheel.sha256 for wheel in wheels], probe) for probe in default_probes(request.patched)):
-            cached = []  # a probe must run on the files: fetch every wheel of the set
+    caches = CacheContext.from_environment(enabled=needs_graph(request))
+    elf_cache = caches.directory("elfgraph")
+    # The facts file is checked before any download, but spares none: its entries are believed only once checked
+    # against their wheels (the build reads them; elf.cache). Only the cache's own files can.
+    if request.wheel_facts and elf_cache:
+        read_facts(Path(request.wheel_facts), request.index_call)
+    cached = cached_digests((wheel.sha256 for wheel in wheels), caches) if elf_cache else []
+    if cached and not all(is_observed([wheel.sha256 for wheel in wheels], probe, caches) for probe in default_probes(request.patched)):
+        cached = []  # a probe must run on the files: fetch every wheel of the set
     plan = plan_hub(request, wheels, elf_cache=elf_cache, cached=frozenset(cached))
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
     print(json.dumps(plan.to_json(), indent=1))

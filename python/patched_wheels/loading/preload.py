@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from packaging.utils import canonicalize_name
 
+from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.base.names import glob_problem
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.elf.order import stuck_cycles
@@ -386,11 +387,10 @@ def preload_member_edits(
     patched: Path | None = None,
     phrasing: Phrasing | None = None,
     preload_wheels: Sequence[str] = (),
-    cache_dir: Path | None = None,
+    caches: CacheContext = OFF,
     strict: bool = True,
     probe: str | None = None,
     run_probe: bool = True,
-    use_cache: bool = False,
 ) -> dict[str, Callable[[bytes | None], bytes]]:
     """Member edits that make ``package`` preload what it needs from the other ``wheels``, read here.
 
@@ -400,7 +400,7 @@ def preload_member_edits(
     """
     wheels = [Path(wheel) for wheel in wheels]
     package_wheel = patched if patched is not None else find_package(package, wheels).wheel
-    graph = read_graph(wheels, cache_dir=cache_dir, lenient=True)  # preload_edits judges what is unreadable
+    graph = read_graph(wheels, caches=caches, lenient=True)  # preload_edits judges what is unreadable
     return preload_edits(
         graph,
         package,
@@ -411,7 +411,7 @@ def preload_member_edits(
         wheels=wheels,
         probe=probe,
         run_probe=run_probe,
-        use_cache=use_cache,
+        caches=caches,
     )
 
 
@@ -426,7 +426,7 @@ def preload_edits(
     wheels: Sequence[Path | WheelRef] = (),
     probe: str | None = None,
     run_probe: bool = True,
-    use_cache: bool = False,
+    caches: CacheContext = OFF,
     installation: Installation | None = None,
 ) -> dict[str, Callable[[bytes | None], bytes]]:
     """Member edits of ``package_wheel`` that make ``package`` preload what it needs, from a graph read once.
@@ -436,8 +436,8 @@ def preload_edits(
     all of its specs), read leniently: an unreadable library fails here only if the package may need it
     (:meth:`~patched_wheels.elf.graph.LibraryGraph.check_problems`).  ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the
     set's files (or refs with sha256), for the observation: ``probe`` (default ``import PKG``) runs
-    with them in one site-packages where their tags match this interpreter (cached persistently unless
-    ``use_cache`` is false), and what it maps is preloaded too (see :func:`plan_preload`); without
+    with them in one site-packages where their tags match this interpreter (kept in ``caches``, which may hold
+    it already), and what it maps is preloaded too (see :func:`plan_preload`); without
     ``wheels``, or where the tags do not match (one warning), the ELF graph alone decides.  ``run_probe``
     false (``preload = "elf"``, ``--no-probe``): no package code runs, the ELF graph alone decides, and
     ``wheels`` still locate the package across the set (a wrong ``package`` names the wheel that ships it).
@@ -458,7 +458,7 @@ def preload_edits(
     if wheels and run_probe:
         from patched_wheels.loading.observe import observe  # imported here: observing installs and runs the set
 
-        observed = observe(wheels, code, graph, use_cache=use_cache, installation=installation)
+        observed = observe(wheels, code, graph, caches=caches, installation=installation)
     plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     if observed is not None:

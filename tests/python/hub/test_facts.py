@@ -65,7 +65,7 @@ def served(directory: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted((directory / "index").glob("*.whl"))}
 
 
-def test_a_runner_with_an_empty_cache_and_the_facts_reads_fetches_and_probes_nothing(
+def test_a_runner_with_an_empty_cache_and_the_facts_inflates_and_probes_nothing(
     tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, work: dict[str, int], capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = build(tmp_path, "first", fake_set, cache="cache-a")
@@ -82,7 +82,9 @@ def test_a_runner_with_an_empty_cache_and_the_facts_reads_fetches_and_probes_not
     work.update(dict.fromkeys(work, 0))
     second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
     assert work == {"inflated": 0, "installed reads": 0, "installs": 0}, "an empty cache, and nothing read from the wheels"
-    assert not (second / "_graph").exists(), "no unpatched wheel fetched"
+    assert sorted(path.name for path in (second / "_graph").iterdir()) == sorted(path.name for path in fake_set.nvidia.values()), (
+        "every wheel fetched: the facts are believed only once checked against them"
+    )
     assert served(second) == served(first), "the same patched wheels"
     assert (second / "wheel_facts.json").read_bytes() == given.read_bytes(), "the facts it would write are the ones given"
     assert "patched-wheels: warning" not in capsys.readouterr().err
