@@ -139,7 +139,7 @@ class LibraryGraph:
                 warn(f"{problem.message}; {package} needs nothing of {wheel}: left out of its library graph")
 
 
-def _library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
+def library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
     """The shared libraries of ``wheel`` with their install paths, once the wheel passed the checks
     of a wheel we accept (safe member paths, RECORD, names and versions).  Outside site-packages (data
     scheme) only ELF files count: a ``.so``-named data file need not be a library."""
@@ -206,7 +206,7 @@ def scan_wheels(
             raise UsageError(f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}")
         found[ref.filename] = []
         scanned.append((ref, digest))
-        jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
+        jobs.extend((ref.path, info, install) for info, install in library_members(ref.path))
     jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
     problems: dict[str, LibraryProblem] = {}
     read = _read_or_problem if installed is None else lambda job: _read_or_problem(job, installed(job[0].name, job[2]))
@@ -260,7 +260,7 @@ def _cached_libraries(cache: ElfCache, ref: WheelRef, digest: str) -> list[ElfLi
     cached = cache.load(digest, ref.filename, given=ref.path is not None)
     if cached is None or ref.path is None:
         return cached
-    problem = wheel_problem(ref.path, {install: info for info, install in _library_members(ref.path)}, cached)
+    problem = wheel_problem(ref.path, {install: info for info, install in library_members(ref.path)}, cached)
     if problem is None:
         return cached
     cache.refuse(digest, problem)
