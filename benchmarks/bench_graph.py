@@ -26,6 +26,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
+from patched_wheels.base.cache import CacheContext
 from patched_wheels.elf.graph import build_graph, scan_wheels
 from patched_wheels.wheelfile.schemes import install_path
 from patched_wheels.elf.read import is_shared_library_name
@@ -85,9 +86,9 @@ def main() -> int:
     floor_seconds, floor_cpu_seconds = zlib_floor(members)
 
     with tempfile.TemporaryDirectory() as results:
-        scan_wheels(wheels, cache_dir=Path(results))
+        scan_wheels(wheels, caches=CacheContext(Path(results)))
         start = time.perf_counter()
-        cached = build_graph(scan_wheels(wheels, cache_dir=Path(results)).libraries)
+        cached = build_graph(scan_wheels(wheels, caches=CacheContext(Path(results))).libraries)
         cached_seconds = time.perf_counter() - start
     assert cached.load_order == graph.load_order
 

@@ -52,12 +52,13 @@ MIB = 1 << 20
 _AS_THE_HUB = f"""
 import os, sys
 from pathlib import Path
+from patched_wheels.base.cache import CacheContext
 from patched_wheels.elf.graph import WheelRef, read_graph
 from patched_wheels.patch.request import SplitRequest
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 wheel, sha256, dest = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-cache = Path(os.environ["XDG_CACHE_HOME"]) / "rules_patched_wheels" / "elfgraph"
-graph = read_graph([WheelRef(wheel.name, sha256, wheel)], cache_dir=cache)
+caches = CacheContext(Path(os.environ["XDG_CACHE_HOME"]) / "rules_patched_wheels")
+graph = read_graph([WheelRef(wheel.name, sha256, wheel)], caches=caches)
 patch_wheel(wheel, dest, PatchOptions(split=SplitRequest("{SIBLING}", max_size={MAX_SIZE}), graph=graph))
 """
 

@@ -12,9 +12,9 @@ recomputes what the cache would have said.  Callers still check the decoded valu
 
 Two kinds hold what a hub reads from its wheels' contents (:data:`RECORDED_KINDS`: ELF rows, probe
 observations). A hub can also be given them as a file checked in beside its lock (``wheel_facts``,
-:mod:`patched_wheels.hub.facts`): within :func:`recording`, those entries lie over the cache, read first and
-never written to it, and every entry of those kinds read or computed is collected, for the hub to write the
-file it would want to be given.  With the cache ``off``, nothing is read, so nothing is recorded.
+:mod:`patched_wheels.hub.facts`). Which caches one run uses, the facts laid over them and what it records
+travel in one :class:`CacheContext`, handed to every reader (``read_graph``, the ELF cache, ``observe``):
+no module of the helper keeps them in a global.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import json
 import os
 import re
 import stat
-from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from patched_wheels.errors import UsageError, warn
 from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file, read_descriptor, write_atomic
@@ -37,19 +37,13 @@ _KIND = re.compile(r"[a-z][a-z0-9_-]*")
 _DIRECTORY_MODE = 0o700
 _FILE_MODE = 0o600
 _MAX_REASON = 200  # characters of an exception's text quoted in a warning
-_warned_directories: set[str] = set()
-"""Directories already reported in this run: a scan of 30 wheels says it once, not 60 times."""
-_warned_files: set[str] = set()
-"""Files whose read was reported in this run: the rewrite after that miss does not report them again."""
-
 RECORDED_KINDS = ("elfgraph", "observed")
 """The kinds keyed by the wheels' contents alone (sha256s, probe, interpreter), which a hub records."""
-_recorded: Mapping[str, object] = {}
-"""``kind/file name`` -> value: the entries :func:`recording` was given, read before the cache's files."""
-_used: dict[str, object] | None = None
-"""``kind/file name`` -> value: the entries of :data:`RECORDED_KINDS` read or written within :func:`recording`."""
-_source = ""
-"""Where :data:`_recorded` came from, to name one of its entries in a warning (:func:`where`)."""
+
+
+def is_int(value: object) -> bool:
+    """Whether a decoded JSON value is an integer: not ``true`` (a bool is an int to Python) nor ``1.0``."""
+    return type(value) is int
 
 
 def cache_root() -> Path | None:
@@ -77,107 +71,147 @@ def cache_root() -> Path | None:
 
 
 def cache_dir(kind: str) -> Path | None:
-    """The directory of one cache kind (``elfgraph``, ``observed``, ...) under :func:`cache_root`."""
-    if not _KIND.fullmatch(kind):
-        raise ValueError(f"cache kind {kind!r} is not a plain lowercase name")
-    root = cache_root()
-    return None if root is None else root / kind
+    """The directory of one cache kind (``elfgraph``, ``digests``, ...) under :func:`cache_root`."""
+    return CacheContext.from_environment().directory(kind)
 
 
-def read_json(path: Path, *, max_bytes: int) -> object | None:
+def read_json(path: Path, *, max_bytes: int, reported: set[str] | None = None) -> object | None:
     """The JSON value in ``path``; None on a miss.  Never raises (see the module docstring).
 
     A missing file or directory is a silent miss; anything else that keeps the value from being
     read -- an untrusted owner or mode, not a regular file, over ``max_bytes``, unreadable, not
     UTF-8 JSON, nested too deep, out of memory -- is a miss with one warning line naming ``path``.
-    Within :func:`recording`, an entry it was given is answered without reading ``path``.
+    ``reported``: the files and directories this run already warned about (a :class:`CacheContext`'s), so a
+    scan of 30 wheels says a directory is untrusted once, not 60 times; None: this call's own.
     """
-    name = recorded_name(path) if _used is not None else None
-    if name is not None and name in _recorded:
-        _note(name, _recorded[name])
-        return _recorded[name]
+    reported = set() if reported is None else reported
     try:
-        data = _read_trusted(path, max_bytes)
+        data = _read_trusted(path, max_bytes, reported)
         value = None if data is None else json.loads(data)
     except Exception as error:  # any failure at all is a miss: RecursionError, MemoryError, ...
-        _warned_files.add(os.path.abspath(path))
+        reported.add(os.path.abspath(path))
         warn(f"{path}: cache file ignored ({_reason(error)})")
         return None
-    if name is not None and value is not None:
-        _note(name, value)
     return value
 
 
-@contextmanager
-def recording(entries: Mapping[str, object], source: str = "") -> Iterator[dict[str, object]]:
-    """Within: a read of an entry of :data:`RECORDED_KINDS` named in ``entries`` (``kind/file name``, see
-    :func:`recorded_name`; from the file ``source``) is answered from them before the cache's files; the dict
-    yielded collects every such entry read (and not :func:`discard`-ed) or written, by name: what the hub records."""
-    global _recorded, _used, _source
-    saved = _recorded, _used, _source
-    _recorded, _used, _source = dict(entries), {}, source
-    try:
-        yield _used
-    finally:
-        _recorded, _used, _source = saved
-
-
-def where(path: Path) -> str:
-    """``path`` as a warning about the entry read from it names it: the file :func:`recording` was given, when
-    the entry came from there."""
-    name = recorded_name(path) if _used is not None else None
-    return f"{_source}: entry {name}" if name is not None and name in _recorded else str(path)
-
-
-def _note(name: str, value: object) -> None:
-    if _used is not None:
-        _used[name] = value
-
-
-def recorded_name(path: Path) -> str | None:
-    """``kind/file name`` of ``path`` if it is an entry of :data:`RECORDED_KINDS` in the cache root, else None."""
-    try:
-        root = cache_root()
-    except UsageError:  # a bad RULES_PATCHED_WHEELS_CACHE: reported by whoever asked for a cache directory
-        return None
-    if root is None or path.parent.parent != root or path.parent.name not in RECORDED_KINDS:
-        return None
-    return f"{path.parent.name}/{path.name}"
-
-
-def discard(path: Path) -> None:
-    """The entry read from ``path`` was refused by its reader (which computes it again): not one :func:`recording` collects."""
-    if _used is not None and (name := recorded_name(path)) is not None:
-        _used.pop(name, None)
-
-
-def write_json(path: Path, value: object) -> None:
+def write_json(path: Path, value: object, *, reported: set[str] | None = None) -> None:
     """Store ``value`` in ``path`` atomically, mode ``0600``, creating missing directories ``0700``.
 
     Never raises: a directory that is not ours or cannot be written costs the next run a
-    recomputation, reported by one warning line per directory and run.
+    recomputation, reported by one warning line per directory (and ``reported``, see :func:`read_json`).
     """
+    reported = set() if reported is None else reported
     directory = path.parent
-    if _used is not None and (name := recorded_name(path)) is not None:
-        _note(name, value)
     try:
         data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         make_private_directories(directory)
         problem = _untrusted(os.stat(directory), "directory")
         if problem:
-            _warn_directory(directory, f"not written ({problem})")
+            _warn_directory(directory, f"not written ({problem})", reported)
             return
         write_atomic(path, data, mode=_FILE_MODE)
     except OSError as error:
         if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):  # a read-only cache, shared on purpose
-            _warn_directory(directory, f"not writable, results not cached ({_reason(error)})")
-        elif os.path.abspath(path) not in _warned_files:  # e.g. the directory already reported as ignored
+            _warn_directory(directory, f"not writable, results not cached ({_reason(error)})", reported)
+        elif os.path.abspath(path) not in reported:  # e.g. the directory already reported as ignored
             warn(f"{path}: cache file not written ({_reason(error)})")
     except Exception as error:
         warn(f"{path}: cache file not written ({_reason(error)})")
 
 
-def _read_trusted(path: Path, max_bytes: int) -> bytes | None:
+@dataclass(frozen=True)
+class CacheContext:
+    """Which persistent caches one run reads and writes, the wheel facts laid over them, and what it records.
+
+    Passed to every reader of a cache kind (``read_graph``, the ELF cache, ``observe``) instead of a global,
+    so what a hub believes is visible in the signatures.  Entries are named ``kind/file name``
+    (:meth:`name`).  ``given`` (a ``wheel_facts`` file's entries, from ``source``) answers a read of the
+    :data:`RECORDED_KINDS` before the cache's files and is never written to them; its entries are claims,
+    which each reader checks against the wheels (:mod:`patched_wheels.elf.cache`,
+    :mod:`patched_wheels.loading.observe`) before believing them.  ``recorded`` (when not None) collects every
+    entry of those kinds read (and not :meth:`refuse`-d) or written: what the hub writes as its facts.
+    """
+
+    root: Path | None
+    """The cache root (:func:`cache_root`); None: caches off, nothing read or written (nor given, nor recorded)."""
+    given: Mapping[str, object] = field(default_factory=dict)
+    source: str = ""
+    """The file ``given`` came from, for warnings (:meth:`where`)."""
+    recorded: dict[str, object] | None = None
+    reported: set[str] = field(default_factory=set, compare=False)
+    """Files and directories already warned about in this run (:func:`read_json`)."""
+
+    @classmethod
+    def from_environment(cls, *, enabled: bool = True) -> CacheContext:
+        """The caches under :func:`cache_root`, or none (``enabled`` false: ``--no-cache``)."""
+        return cls(cache_root() if enabled else None)
+
+    def recording(self, given: Mapping[str, object], source: str) -> CacheContext:
+        """This context with ``given`` laid over its caches and an empty :attr:`recorded`: a hub's build."""
+        if self.root is None:
+            return self
+        return CacheContext(self.root, dict(given), source, {}, self.reported)
+
+    def directory(self, kind: str) -> Path | None:
+        """The directory of one cache kind, None when caches are off."""
+        if not _KIND.fullmatch(kind):
+            raise ValueError(f"cache kind {kind!r} is not a plain lowercase name")
+        return None if self.root is None else self.root / kind
+
+    @staticmethod
+    def name(kind: str, file: str) -> str:
+        return f"{kind}/{file}"
+
+    def is_given(self, kind: str, file: str) -> bool:
+        """Whether a read of this entry is answered by the facts given (a claim from a file in the workspace)."""
+        return self.root is not None and kind in RECORDED_KINDS and self.name(kind, file) in self.given
+
+    def read(self, kind: str, file: str, *, max_bytes: int, given: bool = True) -> object | None:
+        """The entry ``kind/file``: the one given, else the cache file's (:func:`read_json`); None on a miss.
+        ``given`` false: the cache file's only (for an entry that cannot be checked against its wheel)."""
+        directory = self.directory(kind)
+        if directory is None:
+            return None
+        name = self.name(kind, file)
+        if given and self.is_given(kind, file):
+            value = self.given[name]
+        else:
+            value = read_json(directory / file, max_bytes=max_bytes, reported=self.reported)
+        if value is not None:
+            self._note(kind, name, value)
+        return value
+
+    def write(self, kind: str, file: str, value: object) -> None:
+        """Store an entry in the cache (never into the facts given) and record it."""
+        directory = self.directory(kind)
+        if directory is None:
+            return
+        self._note(kind, self.name(kind, file), value)
+        write_json(directory / file, value, reported=self.reported)
+
+    def refuse(self, kind: str, file: str) -> None:
+        """The entry read was refused by its reader (which computes it again): not one the hub records."""
+        if self.recorded is not None:
+            self.recorded.pop(self.name(kind, file), None)
+
+    def where(self, kind: str, file: str) -> str:
+        """The entry as a warning names it: the facts file and the entry when it came from there, else its file."""
+        if self.is_given(kind, file):
+            return f"{self.source}: entry {self.name(kind, file)}"
+        directory = self.directory(kind)
+        return str(directory / file if directory is not None else file)
+
+    def _note(self, kind: str, name: str, value: object) -> None:
+        if self.recorded is not None and kind in RECORDED_KINDS:
+            self.recorded[name] = value
+
+
+OFF = CacheContext(None)
+"""No cache: everything is read from the wheels (``--no-cache``, ``RULES_PATCHED_WHEELS_CACHE=off``)."""
+
+
+def _read_trusted(path: Path, max_bytes: int, reported: set[str]) -> bytes | None:
     """``path``'s bytes if it and its directory pass the trust checks; None when either is missing."""
     try:
         directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -188,7 +222,7 @@ def _read_trusted(path: Path, max_bytes: int) -> bytes | None:
         if problem:
             if not os.path.lexists(path):
                 return None
-            _warn_directory(path.parent, f"not read ({problem})")
+            _warn_directory(path.parent, f"not read ({problem})", reported)
             return None
         try:
             handle = open_regular_file(path.name, dir_fd=directory)
@@ -229,10 +263,10 @@ def make_private_directories(directory: Path) -> None:
         os.chmod(created, _DIRECTORY_MODE)
 
 
-def _warn_directory(directory: Path, message: str) -> None:
+def _warn_directory(directory: Path, message: str, reported: set[str]) -> None:
     key = os.path.abspath(directory)
-    if key not in _warned_directories:
-        _warned_directories.add(key)
+    if key not in reported:
+        reported.add(key)
         warn(f"{directory}: cache directory {message}")
 
 

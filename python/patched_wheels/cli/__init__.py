@@ -20,6 +20,7 @@ from patched_wheels.base import timings
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
 
 if TYPE_CHECKING:
+    from patched_wheels.base.cache import CacheContext
     from patched_wheels.index.simple import IndexResult
 
 
@@ -51,11 +52,12 @@ def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
     raise UsageError(f"give one of {', '.join(entry.flag for entry in LOCK_FORMATS)}")
 
 
-def elf_cache_dir(args: argparse.Namespace) -> Path | None:
-    """The ELF cache the command reads and fills (see :mod:`patched_wheels.base.cache`), or None with ``--no-cache``."""
-    from patched_wheels.base.cache import cache_dir
+def caches(args: argparse.Namespace) -> CacheContext:
+    """The caches the command reads and fills (the ELF cache, observations; see :mod:`patched_wheels.base.cache`),
+    none with ``--no-cache``."""
+    from patched_wheels.base.cache import CacheContext
 
-    return None if args.no_cache else cache_dir("elfgraph")
+    return CacheContext.from_environment(enabled=not args.no_cache)
 
 
 def digest_memo_dir(args: argparse.Namespace) -> Path | None:

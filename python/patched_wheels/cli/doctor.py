@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
+from patched_wheels.cli import add_elf_cache_option, caches
 from patched_wheels.loading.doctor import diagnose, format_diagnosis, format_run
 from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
@@ -100,10 +100,9 @@ def _run(args: argparse.Namespace) -> int:
     options = dict(
         package=args.package,
         preload_wheels=args.preload_wheels,
-        cache_dir=elf_cache_dir(args),
+        caches=caches(args),
         system_names=system_library_names() | set(args.assume_system),
         probe=probe,
-        use_cache=not args.no_cache,
     )
     if code is None:
         diagnosis = diagnose(args.wheels, **options)

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from patched_wheels.cli import add_elf_cache_option, digest_memo_dir, elf_cache_dir
+from patched_wheels.cli import add_elf_cache_option, caches, digest_memo_dir
 from patched_wheels.elf.graph import format_graph, graph_as_json, read_graph
 
 
@@ -32,6 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    graph = read_graph(args.wheels, cache_dir=elf_cache_dir(args), workers=args.jobs, digest_dir=digest_memo_dir(args))
+    graph = read_graph(args.wheels, caches=caches(args), workers=args.jobs, digest_dir=digest_memo_dir(args))
     print(json.dumps(graph_as_json(graph), indent=2) if args.json else format_graph(graph))
     return 0

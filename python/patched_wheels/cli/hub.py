@@ -36,7 +36,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.resolved is None:
         print(json.dumps(resolution(request)))
         return 0
-    from patched_wheels.base.cache import cache_dir
+    from patched_wheels.base.cache import CacheContext
     from patched_wheels.hub.facts import read_facts
 
     if args.config_out is None:
@@ -45,7 +45,8 @@ def _plan(args: argparse.Namespace) -> int:
     if request.wheel_facts:  # a file that is no facts file fails here, before any download (and again in the build)
         read_facts(Path(request.wheel_facts), request.index_call)
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
-    plan = plan_hub(request, wheels, elf_cache=cache_dir("elfgraph") if needs_graph(request) else None)
+    elf_cache = CacheContext.from_environment(enabled=needs_graph(request)).directory("elfgraph")
+    plan = plan_hub(request, wheels, elf_cache=elf_cache)
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
     print(json.dumps(plan.to_json(), indent=1))
     return 0

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patched_wheels.cli import add_elf_cache_option, elf_cache_dir
+from patched_wheels.cli import add_elf_cache_option, caches
 from patched_wheels.errors import UsageError
 from patched_wheels.patch.surgery import MemberEdit, PatchOptions, find_patches, patch_wheel
 
@@ -137,10 +137,9 @@ def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, Me
         patched=args.wheel,
         phrasing=_phrasing(args),
         preload_wheels=args.preload_wheels,
-        cache_dir=elf_cache_dir(args),
+        caches=caches(args),
         probe=args.probe,
         run_probe=not args.no_probe,
-        use_cache=not args.no_cache,
     )
 
 

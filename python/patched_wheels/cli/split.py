@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.cli import add_elf_cache_option, digest_memo_dir, elf_cache_dir
+from patched_wheels.cli import add_elf_cache_option, caches, digest_memo_dir
 from patched_wheels.patch.surgery import split_wheel
 
 
@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
         move=args.move or (),
         max_size=args.max_size,
         graph_wheels=args.graph_wheels,
-        cache_dir=elf_cache_dir(args),
+        caches=caches(args),
         digest_dir=digest_memo_dir(args),
     )
     print(result.path)

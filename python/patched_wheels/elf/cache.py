@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from patched_wheels.base.cache import discard, read_json, where, write_json
+from patched_wheels.base.cache import CacheContext
 from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, starts_as_elf
 from patched_wheels.errors import warn
-from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.wheelfile import ZipMember, is_safe_member_path
 from patched_wheels.wheelfile.schemes import data_scheme
 
@@ -35,33 +34,46 @@ _MAX_NAME = 255  # NAME_MAX: a longer SONAME or DT_NEEDED names no file
 
 
 class ElfCache:
-    """Per-wheel ELF rows on disk, one file per wheel content: ``<sha256>.v<schema>.json``, read and
-    written through :mod:`patched_wheels.base.cache` (trust, bounds, a miss for anything wrong).
+    """Per-wheel ELF rows, one entry per wheel content: ``elfgraph/<sha256>.v<schema>.json``, read and written
+    through a :class:`~patched_wheels.base.cache.CacheContext` (the cache's files, or a ``wheel_facts`` file's
+    entries laid over them).
 
     The rows hold no wheel file name (it is filled in on load), so a renamed copy of a wheel hits.
     A row becomes a path every import of a patched package loads, so it is believed only as a wheel
-    member would be (:func:`rows_problem`); a bad row makes the whole entry a miss, read again.
+    member would be (:func:`rows_problem`), and against the wheel itself when it is at hand
+    (:func:`wheel_problem`); a bad row makes the whole entry a miss, read again.
     """
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    KIND = "elfgraph"
 
-    def file(self, sha256: str) -> Path:
-        return self.directory / f"{sha256}.v{CACHE_SCHEMA}.json"
+    def __init__(self, caches: CacheContext) -> None:
+        self.caches = caches
 
-    def load(self, sha256: str, wheel: str) -> list[ElfLibrary] | None:
-        """The libraries of the wheel with this digest, reported as shipped by ``wheel``; None on a miss."""
-        path = self.file(sha256)
-        rows = read_json(path, max_bytes=_MAX_CACHE_BYTES)
+    @staticmethod
+    def file(sha256: str) -> str:
+        return f"{sha256}.v{CACHE_SCHEMA}.json"
+
+    def where(self, sha256: str) -> str:
+        """The entry of ``sha256`` as a warning names it (the facts file, or the cache file)."""
+        return self.caches.where(self.KIND, self.file(sha256))
+
+    def load(self, sha256: str, wheel: str, *, given: bool = True) -> list[ElfLibrary] | None:
+        """The libraries of the wheel with this digest, reported as shipped by ``wheel``; None on a miss.
+        ``given`` false: not from the facts laid over the cache (a wheel that is not at hand to check them)."""
+        rows = self.caches.read(self.KIND, self.file(sha256), max_bytes=_MAX_CACHE_BYTES, given=given)
         if rows is None:
             return None
         problem = rows_problem(rows)
         if problem is not None:
-            warn(f"{where(path)}: cache entry ignored ({problem})")
-            discard(path)
+            self.refuse(sha256, problem)
             return None
         assert isinstance(rows, list)  # rows_problem says so
         return [_library_from_row(row, wheel) for row in rows]
+
+    def refuse(self, sha256: str, problem: str) -> None:
+        """One warning that the entry of ``sha256`` is not believed (``problem``), and not recorded."""
+        warn(f"{self.where(sha256)}: cache entry ignored ({problem}); read again from the wheel")
+        self.caches.refuse(self.KIND, self.file(sha256))
 
     def store(self, sha256: str, libraries: Sequence[ElfLibrary]) -> None:
         """Write the rows of one wheel, unless they are rows a later load would refuse (then they are
@@ -71,7 +83,7 @@ class ElfCache:
             for library in libraries
         ]
         if rows_problem(rows) is None:
-            write_json(self.file(sha256), rows)
+            self.caches.write(self.KIND, self.file(sha256), rows)
 
 
 def rows_problem(rows: object) -> str | None:
@@ -161,9 +173,3 @@ def wheel_problem(wheel: Path, members: Mapping[str, ZipMember], libraries: Sequ
         if not starts_as_elf(wheel, members[path]):
             return f"{path}: not an ELF file in {wheel.name}"
     return None
-
-
-def cached_digests(digests: Iterable[str], cache_dir: Path) -> list[str]:
-    """Those of ``digests`` whose rows ``cache_dir`` holds, valid: such wheels need no file to be scanned."""
-    cache = ElfCache(cache_dir)
-    return [digest for digest in dict.fromkeys(digests) if SHA256_HEX.fullmatch(digest) and cache.load(digest, "") is not None]

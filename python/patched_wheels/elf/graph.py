@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
-from patched_wheels.base.cache import discard, where
+from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.elf.cache import ElfCache, wheel_problem
 from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_installed_library, read_library, starts_as_elf
 from patched_wheels.base.digestmemo import sha256_of
@@ -139,7 +139,7 @@ class LibraryGraph:
                 warn(f"{problem.message}; {package} needs nothing of {wheel}: left out of its library graph")
 
 
-def _library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
+def library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
     """The shared libraries of ``wheel`` with their install paths, once the wheel passed the checks
     of a wheel we accept (safe member paths, RECORD, names and versions).  Outside site-packages (data
     scheme) only ELF files count: a ``.so``-named data file need not be a library."""
@@ -165,7 +165,7 @@ def _digest(wheel: WheelRef, digest_dir: Path | None) -> str:
 def scan_wheels(
     wheels: Sequence[Path | str | WheelRef],
     *,
-    cache_dir: Path | None = None,
+    caches: CacheContext = OFF,
     workers: int | None = None,
     digest_dir: Path | None = None,
     installed: Callable[[str, str], Path | None] | None = None,
@@ -175,9 +175,10 @@ def scan_wheels(
     ``installed``: (wheel file name, install path) -> the member's installed copy, or None; a library
     with a copy is read from it rather than inflated (the hub's probe installs the set first).
 
-    With ``cache_dir``, a wheel whose rows are cached (by sha256) is not inflated (nor needed: the hub
-    names wheels it did not fetch by their sha256; when the file is at hand, the rows are checked against
-    it); the others are read and their rows stored.  A wheel given by its file alone is hashed for that
+    With ``caches`` (:class:`~patched_wheels.base.cache.CacheContext`), a wheel whose rows are cached (by
+    sha256) is not inflated: the rows are checked against its file (:func:`_cached_libraries`); a wheel the
+    hub did not fetch, named by its sha256 alone, takes the rows of the cache's own files, never a facts file's
+    (they cannot be checked); the others are read and their rows stored.  A wheel given by its file alone is hashed for that
     key, unless ``digest_dir`` (:mod:`patched_wheels.base.digestmemo`) remembers the file's digest.  Members are inflated largest first on ``workers`` threads (default: one
     per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
     read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
@@ -190,7 +191,7 @@ def scan_wheels(
     for ref in refs:
         if ref.path is not None and not ref.path.is_file():
             raise UsageError(f"{ref.path}: no such wheel")
-    cache = None if cache_dir is None else ElfCache(cache_dir)
+    cache = None if caches.root is None else ElfCache(caches)
     found: dict[str, list[ElfLibrary]] = {}
     jobs: list[tuple[Path, ZipMember, str]] = []
     scanned: list[tuple[WheelRef, str]] = []
@@ -205,7 +206,7 @@ def scan_wheels(
             raise UsageError(f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}")
         found[ref.filename] = []
         scanned.append((ref, digest))
-        jobs.extend((ref.path, info, install) for info, install in _library_members(ref.path))
+        jobs.extend((ref.path, info, install) for info, install in library_members(ref.path))
     jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
     problems: dict[str, LibraryProblem] = {}
     read = _read_or_problem if installed is None else lambda job: _read_or_problem(job, installed(job[0].name, job[2]))
@@ -252,16 +253,17 @@ def _cached_libraries(cache: ElfCache, ref: WheelRef, digest: str) -> list[ElfLi
     """The cached libraries of ``ref``, or None on a miss.
 
     When its file is at hand, the rows must describe it (each becomes a path that every import of a
-    patched package loads): a mismatch is a miss with one warning, and the rows are read again and rewritten.
+    patched package loads): a mismatch is a miss with one warning naming the entry (a facts file's, or the
+    cache file) and the wheel, and the rows are read again from the wheel.  Without the file, only the
+    cache's own files answer (see :func:`scan_wheels`).
     """
-    cached = cache.load(digest, ref.filename)
+    cached = cache.load(digest, ref.filename, given=ref.path is not None)
     if cached is None or ref.path is None:
         return cached
-    problem = wheel_problem(ref.path, {install: info for info, install in _library_members(ref.path)}, cached)
+    problem = wheel_problem(ref.path, {install: info for info, install in library_members(ref.path)}, cached)
     if problem is None:
         return cached
-    warn(f"{where(cache.file(digest))}: cache entry ignored ({problem}); read again from the wheel")
-    discard(cache.file(digest))
+    cache.refuse(digest, problem)
     return None
 
 
@@ -316,7 +318,7 @@ def build_graph(libraries: Sequence[ElfLibrary], problems: Mapping[str, LibraryP
 def read_graph(
     wheels: Sequence[Path | str | WheelRef],
     *,
-    cache_dir: Path | None = None,
+    caches: CacheContext = OFF,
     workers: int | None = None,
     digest_dir: Path | None = None,
     lenient: bool = False,
@@ -328,7 +330,7 @@ def read_graph(
     out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
     against the package being patched (the whole lock is read, and most of its wheels are bystanders).
     """
-    scan = scan_wheels(wheels, cache_dir=cache_dir, workers=workers, digest_dir=digest_dir, installed=installed)
+    scan = scan_wheels(wheels, caches=caches, workers=workers, digest_dir=digest_dir, installed=installed)
     if scan.problems and not lenient:
         first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
         raise ElfError(scan.problems[first].message)

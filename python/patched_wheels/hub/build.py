@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.base.cache import recording
+from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.base.fsutil import write_atomic
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
@@ -47,17 +47,21 @@ def build_hub(config: HubConfig) -> list[str]:
     if not config.lock.is_file():
         raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": not a file")
     given_facts = read_given_facts(config)
-    with recording(given_facts if config.facts_out else {}, str(config.wheel_facts or "")) as read_from_wheels:
-        pins = _build(config)
+    # The plan's ELF cache is <root>/elfgraph: the observations lie beside it, under the same root.
+    caches = CacheContext(config.elf_cache.parent if config.elf_cache else None)
     if config.facts_out is not None:
+        caches = caches.recording(given_facts, str(config.wheel_facts or ""))
+    pins = _build(config, caches)
+    if config.facts_out is not None:
+        read_from_wheels = caches.recorded or {}
         write_facts(config.facts_out, read_from_wheels)
         if config.wheel_facts is not None:
             stale_warning(given_facts, read_from_wheels, call=index_call(config.hub, config.bzlmod), given_path=config.wheel_facts, written=config.facts_out)
     return pins
 
 
-def _build(config: HubConfig) -> list[str]:
-    """:func:`build_hub` but for the facts: pip's closure, patch, index, lock."""
+def _build(config: HubConfig, caches: CacheContext) -> list[str]:
+    """:func:`build_hub` but for the facts: pip's closure, patch, index, lock, reading the wheels through ``caches``."""
     config.index_dir.mkdir(parents=True, exist_ok=True)
     with phase("closure"):
         closure = read_closure(config)
@@ -67,12 +71,12 @@ def _build(config: HubConfig) -> list[str]:
     # split, read only if some spec needs one.
     needs_graph = any(spec.needs_graph for spec in patched)
     with ExitStack() as stack:
-        installation = probe_installation(config, stack)
+        installation = probe_installation(config, caches, stack)
         # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
         # A library the probes' installation holds is read there, not inflated a second time.
         with phase("graph"):
             graph = (
-                read_graph(config.wheels, cache_dir=config.elf_cache, lenient=True, installed=installation and installation.own_copy)
+                read_graph(config.wheels, caches=caches, lenient=True, installed=installation and installation.own_copy)
                 if needs_graph
                 else None
             )
@@ -84,7 +88,7 @@ def _build(config: HubConfig) -> list[str]:
                         config.wheels,
                         config.index_dir,
                         graph=graph,
-                        use_cache=config.elf_cache is not None,
+                        caches=caches,
                         phrasing=phrasing(config, spec),
                         installation=installation,
                     )
@@ -188,7 +192,7 @@ def read_given_facts(config: HubConfig) -> dict[str, object]:
     return entries
 
 
-def probe_installation(config: HubConfig, stack: ExitStack) -> Installation | None:
+def probe_installation(config: HubConfig, caches: CacheContext, stack: ExitStack) -> Installation | None:
     """The wheel set installed in one site-packages, once, when a probe will run on it (a ``preload = "auto"``
     spec whose observation is not cached, every wheel fetched and installable here); else None, and each
     probe installs the set itself if it runs after all (:func:`~patched_wheels.loading.observe.observe`).
@@ -202,7 +206,7 @@ def probe_installation(config: HubConfig, stack: ExitStack) -> Installation | No
     paths = [wheel.path for wheel in config.wheels]
     if not probes or None in paths or tag_mismatch(wheel.filename for wheel in config.wheels) is not None:
         return None
-    if config.elf_cache is not None and all(is_observed([wheel.sha256 for wheel in config.wheels], probe) for probe in probes):
+    if all(is_observed([wheel.sha256 for wheel in config.wheels], probe, caches) for probe in probes):
         return None
     from patched_wheels.loading.layout import FLAT
     from patched_wheels.loading.probe import installed
@@ -217,15 +221,15 @@ def patch_into_index(
     index_dir: Path,
     *,
     graph: LibraryGraph | None = None,
-    use_cache: bool = False,
+    caches: CacheContext = OFF,
     phrasing: Phrasing | None = None,
     installation: Installation | None = None,
 ) -> list[str]:
     """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins.
 
     ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), read
-    here (without a cache) if the spec needs it and none is given.  ``use_cache``: keep the preload
-    probe's observation in the persistent cache.  ``phrasing``: how errors name the spec's attributes
+    here (without a cache) if the spec needs it and none is given.  ``caches``: where the preload
+    probe's observation is looked up and kept.  ``phrasing``: how errors name the spec's attributes
     (:func:`phrasing`; default: by the spec's name alone).  ``installation``: the set already installed in
     one site-packages (:func:`probe_installation`), for the probe to run in. The spec was checked by the plan
     (:func:`patched_wheels.hub.plan.check_request`).
@@ -250,7 +254,7 @@ def patch_into_index(
             wheels=wheel_set,
             probe=spec.probe,
             run_probe=spec.runs_probe,
-            use_cache=use_cache,
+            caches=caches,
             installation=installation,
         )
     rpath_edits: list[RpathEdit] = []

@@ -6,16 +6,16 @@ the ``preload = "auto"`` probe's observation (the whole set installed in one sit
 imported). Both depend on the wheels' contents alone (their sha256s, the probe, the interpreter), like
 the lock itself, so they can be recorded once and checked in: the hub writes ``wheel_facts.json`` with
 every such entry its build used, and ``wheel_facts`` on ``patched.index`` / ``patched_index`` gives such
-a file back to later builds, which then read and probe nothing the file answers (and, with direct
-references, do not even fetch the unpatched wheels whose rows it holds).
+a file back to later builds, which then inflate and probe nothing the file answers.
 
 The entries are the helper cache's own (:data:`patched_wheels.base.cache.RECORDED_KINDS`, by
-``kind/file name``), laid over the cache (:func:`patched_wheels.base.cache.recording`) and believed
-exactly as a cache file is: each is checked by its reader (rows like wheel members, against the wheel
-when it is at hand; an observation against the set's libraries), and one that is refused is computed
-again. A file that is not a facts file at all is an error naming the attribute; one that no longer
-matches the lock (a bump, another interpreter) costs the work it no longer saves, and one warning
-saying which file to copy over it.
+``kind/file name``), laid over the cache (:meth:`patched_wheels.base.cache.CacheContext.recording`). They
+are claims, never instructions: each is checked by its reader against the wheels, which the hub holds
+(ELF rows against the wheel's zip directory, :func:`patched_wheels.elf.cache.wheel_problem`; an observation
+against the set's libraries), and one that disagrees is one warning naming this file and the wheel, and is
+read from the wheel instead; what is and is not verified is listed in docs/caches-and-trust.md. A file that
+is not a facts file at all is an error naming the attribute; one that no longer matches the lock (a bump,
+another interpreter) costs the work it no longer saves, and one warning saying which file to copy over it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from patched_wheels.base.cache import RECORDED_KINDS
+from patched_wheels.base.cache import RECORDED_KINDS, is_int
 from patched_wheels.base.fsutil import read_input_text, write_atomic
 from patched_wheels.errors import UsageError, warn
 
@@ -61,7 +61,7 @@ def read_facts(path: Path, call: str) -> dict[str, object]:
 def _facts_problem(value: object) -> str | None:
     if not isinstance(value, dict) or value.get("format") != _FORMAT:
         return f'no "format": "{_FORMAT}"'
-    if value.get("schema") != _SCHEMA:
+    if not is_int(value.get("schema")) or value["schema"] != _SCHEMA:
         return f"schema {json.dumps(value.get('schema'))[:20]}, not {_SCHEMA}"
     if set(value) != {"format", "schema", "entries"}:
         return f"keys {sorted(value)[:5]}, not format, schema and entries"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
+from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.elf.graph import LibraryGraph, read_graph
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import ElfLibrary
@@ -195,10 +196,9 @@ def diagnose(
     *,
     package: str | None = None,
     preload_wheels: Sequence[str] = (),
-    cache_dir: Path | None = None,
+    caches: CacheContext = OFF,
     system_names: Collection[str] | None = None,
     probe: str | None = None,
-    use_cache: bool = False,
     installation: Installation | None = None,
 ) -> Diagnosis:
     """Simulate one directory per wheel for ``wheels`` and report what would not load.
@@ -208,11 +208,12 @@ def diagnose(
     project names whose libraries ``package`` loads at run time (see ``patch --preload-wheels``).
     ``probe``: code run with every wheel in one site-packages, whose mapped libraries the generated
     preload adds (as ``preload = "auto"`` does); None: the ELF graph alone, as ``preload = "elf"`` (nothing is run).
-    ``installation``: the wheels already installed (``doctor --run``), for the probe to run in.
+    ``installation``: the wheels already installed (``doctor --run``), for the probe to run in.  ``caches``:
+    the ELF cache and observations read and filled.
     """
     wheels = [Path(wheel) for wheel in wheels]
     # With a package, an unreadable library fails only if the package may need it (LibraryGraph.check_problems).
-    graph = read_graph(wheels, cache_dir=cache_dir, lenient=package is not None)
+    graph = read_graph(wheels, caches=caches, lenient=package is not None)
     names = system_library_names() if system_names is None else system_names
     if package is None:
         if preload_wheels:
@@ -224,7 +225,7 @@ def diagnose(
     own = check_before_probe(graph, package, package, package_wheel.name, preload_wheels)
     observed = None
     if probe is not None:
-        observed = observe(wheels, probe, graph, use_cache=use_cache, installation=installation)
+        observed = observe(wheels, probe, graph, caches=caches, installation=installation)
     plan = plan_preload(graph, package, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     if plan.unmatched:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Seque
 
 from packaging.tags import sys_tags
 
-from patched_wheels.base import cache
+from patched_wheels.base.cache import OFF, CacheContext, is_int
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef
 from patched_wheels.elf.read import SHT_DYNSYM, SHT_NOBITS, ElfLibrary, FileReader, read_sections
@@ -48,6 +48,8 @@ from patched_wheels.wheelfile import WheelFilename
 if TYPE_CHECKING:
     from patched_wheels.loading.probe import Installation
 
+KIND = "observed"
+"""The cache kind of observations (one of :data:`patched_wheels.base.cache.RECORDED_KINDS`)."""
 _SCHEMA = 2  # 2: one site-packages is a virtual environment (observations of the PYTHONPATH run missed libraries)
 # Elf_Sym fields: binding (st_info >> 4) and the section index of an undefined symbol.
 _STB_GLOBAL, _STB_WEAK, _SHN_UNDEF = 1, 2, 0
@@ -89,31 +91,30 @@ def observe(
     probe: str,
     graph: LibraryGraph,
     *,
-    use_cache: bool = False,
+    caches: CacheContext = OFF,
     installation: Installation | None = None,
 ) -> Observation | None:
-    """Run ``probe`` with ``wheels`` in one site-packages (or take the cached observation); None, with one
-    warning, where that cannot be done here (tags of another interpreter, a wheel that was not fetched).
-    ``installation``: the wheels already installed with a flat layout (``doctor --run``), used instead of
-    a new one."""
+    """Run ``probe`` with ``wheels`` in one site-packages (or take the observation ``caches`` hold, if it names
+    only libraries of ``graph``); None, with one warning, where that cannot be done here (tags of another
+    interpreter, a wheel that was not fetched).  ``installation``: the wheels already installed with a flat
+    layout (``doctor --run``), used instead of a new one."""
     refs = [WheelRef.of(wheel) for wheel in wheels]
     mismatch = tag_mismatch(ref.filename for ref in refs)
     if mismatch is not None:
         warn(f"{mismatch}: its tags do not match this interpreter, so the probe cannot run here; the preload "
              "comes from the ELF graph only (libraries the package opens itself at run time are not in it)")
         return None
-    directory = cache.cache_dir("observed") if use_cache else None
-    digests = {ref.filename: ref.sha256 or (hash_file(ref.path) if ref.path else "") for ref in refs} if directory else {}
+    digests = {ref.filename: ref.sha256 or (hash_file(ref.path) if ref.path else "") for ref in refs} if caches.root else {}
     entry = None
-    if directory is not None and all(digests.values()):
-        entry = directory / f"{_key(sorted(digests.values()), probe)}.json"
-        cached = cache.read_json(entry, max_bytes=_MAX_ENTRY)
+    if caches.root is not None and all(digests.values()):
+        entry = f"{_key(sorted(digests.values()), probe)}.json"
+        cached = caches.read(KIND, entry, max_bytes=_MAX_ENTRY)
         if cached is not None:
             observation = _from_json(cached, probe, digests, graph)
             if observation is not None:
                 return _warn_if_failed(observation)
-            warn(f"{cache.where(entry)}: not an observation of this wheel set; running the probe again")
-            cache.discard(entry)
+            warn(f"{caches.where(KIND, entry)}: not an observation of this wheel set; running the probe again")
+            caches.refuse(KIND, entry)
     unfetched = [ref.filename for ref in refs if ref.path is None]
     if unfetched:
         warn(f"{unfetched[0]}: not fetched, so the probe cannot run; the preload comes from the ELF graph only")
@@ -122,20 +123,19 @@ def observe(
     if observation is None:
         return None
     if entry is not None:
-        cache.write_json(entry, _to_json(observation, digests))
+        caches.write(KIND, entry, _to_json(observation, digests))
     return _warn_if_failed(observation)
 
 
-def is_observed(digests: Sequence[str], probe: str) -> bool:
-    """Whether the cache holds a readable observation of ``probe`` on the wheel set of these sha256s.
+def is_observed(digests: Sequence[str], probe: str, caches: CacheContext) -> bool:
+    """Whether ``caches`` hold a readable observation of ``probe`` on the wheel set of these sha256s.
 
-    For the hub's plan, before any download: a wheel it would fetch only for the observation need not be
-    fetched when this holds.  Its rows are still checked against the graph when the build reads them.
+    For the hub, before the set is installed for a probe: an observation found need not be made.  Its rows
+    are still checked against the graph when :func:`observe` reads them.
     """
-    directory = cache.cache_dir("observed")
-    if directory is None or not digests:
+    if caches.root is None or not digests:
         return False
-    return cache.read_json(directory / f"{_key(sorted(digests), probe)}.json", max_bytes=_MAX_ENTRY) is not None
+    return caches.read(KIND, f"{_key(sorted(digests), probe)}.json", max_bytes=_MAX_ENTRY) is not None
 
 
 def _warn_if_failed(observation: Observation) -> Observation:
@@ -307,10 +307,10 @@ def _from_json(value: object, probe: str, digests: Mapping[str, str], graph: Lib
     """A cached observation, if it has the shape :func:`_to_json` writes and names only libraries of this set."""
     by_digest = {digest: wheel for wheel, digest in digests.items()}
     known = {(library.wheel, library.path) for library in graph.libraries}
-    if not isinstance(value, dict) or value.get("schema") != _SCHEMA or value.get("probe") != probe:
+    if not isinstance(value, dict) or not is_int(value.get("schema")) or value["schema"] != _SCHEMA or value.get("probe") != probe:
         return None
     returncode, error = value.get("returncode"), value.get("error")
-    if not isinstance(returncode, int) or not (error is None or isinstance(error, str) and len(error) <= _MAX_ERROR):
+    if not is_int(returncode) or not (error is None or isinstance(error, str) and len(error) <= _MAX_ERROR):
         return None
     sets: dict[str, frozenset[Key]] = {}
     for field in ("mapped", "extensions", "global"):

@@ -11,7 +11,6 @@ member, inflating on all cores.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import io
 import os
@@ -24,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from patched_wheels.wheelfile import metadata as core_metadata
 from patched_wheels.errors import InvalidWheelError
-from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file, settled_stamp
+from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
 from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
@@ -62,23 +61,12 @@ class WrittenArchive(NamedTuple):
 
 
 class _Checked(NamedTuple):
-    """What opening a wheel found, once its checks passed: never changed after (readers share it)."""
+    """What opening a wheel found, once its checks passed: never changed after."""
 
     infos: dict[str, ZipMember]
     dist_info: str
     record: dict[str, RecordEntry]
     metadata: bytes
-
-
-_CHECKED: dict[tuple[object, ...], _Checked] = {}
-"""The checks' findings by (file name, :func:`settled_stamp`): a file opened again in the same process with
-the same name and stamp holds the same bytes, so it passes the same checks (``split`` reads its graph, then
-patches: two opens of the 10,600 members of torch's wheel).  A file written in the last seconds, such as
-every output the writer re-checks, has no stamp and is always checked."""
-_CHECKED_LIMIT = 4  # the wheels one command re-opens; each entry holds a wheel's directory and RECORD
-# Dropped at exit, before the interpreter's final collections would traverse each entry's records (10,600
-# of torch's, about 3 % of a split's instructions); freeing them costs the same either way.
-atexit.register(_CHECKED.clear)
 
 
 class WheelReader:
@@ -112,16 +100,8 @@ class WheelReader:
             raise InvalidWheelError(f"{self.path}: cannot read ({error.strerror or error})") from None
         try:
             status = os.fstat(self._fd)
-            stamp = settled_stamp(status)
-            key = None if stamp is None or written is not None else (self.name, *stamp)
-            checked = _CHECKED.get(key) if key is not None else None
-            if checked is None:
-                with cycle_collection_paused():
-                    checked = self._check(status.st_size, written)
-                if key is not None:
-                    if len(_CHECKED) >= _CHECKED_LIMIT:
-                        del _CHECKED[next(iter(_CHECKED))]  # the oldest
-                    _CHECKED[key] = checked
+            with cycle_collection_paused():
+                checked = self._check(status.st_size, written)
             self._infos, self.dist_info, self._record, self._metadata = checked
             self.data_dir = self.dist_info[: -len(".dist-info")] + ".data"
             if verify:

@@ -15,7 +15,6 @@ from typing import ContextManager, Iterator
 import pytest
 
 from patched_wheels.base import bytecode
-from patched_wheels.base import cache
 from patched_wheels.base.bytecode import bytecode_dir, source_digest
 
 PYTHON_DIR = Path(bytecode.__file__).resolve().parents[2]
@@ -23,7 +22,6 @@ PYTHON_DIR = Path(bytecode.__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(cache, "_warned_directories", set())
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "root"))
 
 

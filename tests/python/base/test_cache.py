@@ -10,16 +10,10 @@ import pytest
 from support.hostile import count_read_bytes, make_special_file
 
 from patched_wheels.base import cache
-from patched_wheels.base.cache import cache_dir, cache_root, read_json, write_json
+from patched_wheels.base.cache import CacheContext, cache_dir, cache_root, is_int, read_json, write_json
 from patched_wheels.errors import UsageError
 
 CAP = 1 << 20
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache, "_warned_directories", set())
-    monkeypatch.setattr(cache, "_warned_files", set())
 
 
 @pytest.fixture
@@ -193,16 +187,20 @@ def test_a_group_or_world_writable_file_is_not_read(private: Path, capsys: pytes
 
 
 def test_a_world_writable_directory_is_not_read_nor_written_and_said_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Once per run: the files and directories already reported travel in the run's context (no global)."""
     shared = tmp_path / "shared"
     write_json(shared / "a.json", [1])
     write_json(shared / "b.json", [2])
     shared.chmod(0o777)
-    assert read_json(shared / "a.json", max_bytes=CAP) is None
-    assert read_json(shared / "b.json", max_bytes=CAP) is None
-    write_json(shared / "c.json", [3])
+    run = CacheContext(tmp_path)
+    assert run.read("shared", "a.json", max_bytes=CAP) is None
+    assert run.read("shared", "b.json", max_bytes=CAP) is None
+    run.write("shared", "c.json", [3])
     lines = _warnings(capsys)
     assert lines == [f"patched-wheels: warning: {shared}: cache directory not read (the directory is writable by group or others (mode 0777))"]
     assert not (shared / "c.json").exists()
+    assert CacheContext(tmp_path).read("shared", "a.json", max_bytes=CAP) is None
+    assert len(_warnings(capsys)) == 1, "another run says it again"
     shared.chmod(0o700)
     assert read_json(shared / "a.json", max_bytes=CAP) == [1]
 
@@ -247,36 +245,38 @@ def test_a_miss_and_the_rewrite_that_follows_it_say_one_warning(private: Path, c
     """A directory where the entry should be: the read misses and the write after it cannot replace it;
     the user hears about the file once."""
     make_special_file("directory", private / "entry.json")
-    assert read_json(private / "entry.json", max_bytes=CAP) is None
-    write_json(private / "entry.json", [1])
+    reported: set[str] = set()
+    assert read_json(private / "entry.json", max_bytes=CAP, reported=reported) is None
+    write_json(private / "entry.json", [1], reported=reported)
     _one_warning(capsys, private / "entry.json", "not a regular file")
 
 
-def test_recorded_entries_answer_first_and_what_is_read_or_written_is_collected(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_recorded_entries_answer_first_and_what_is_read_or_written_is_collected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A hub's ``wheel_facts`` lie over the cache (read first, never written there); the entries of the recorded
-    kinds read or written within are what the hub records, and nothing is collected outside."""
-    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
-    rows, observed, digests = cache_dir("elfgraph"), cache_dir("observed"), cache_dir("digests")
-    assert rows is not None and observed is not None and digests is not None
-    write_json(rows / "a.json", ["from the cache"])
-    write_json(rows / "b.json", ["from the cache"])
-    write_json(digests / "d.json", "not a recorded kind")
-    with cache.recording({"elfgraph/a.json": ["recorded"], "observed/gone.json": {}}, "facts.json") as used:
-        assert read_json(rows / "a.json", max_bytes=100) == ["recorded"]
-        assert read_json(rows / "b.json", max_bytes=100) == ["from the cache"]
-        assert read_json(digests / "d.json", max_bytes=100) == "not a recorded kind"
-        assert read_json(tmp_path / "elfgraph" / "a.json", max_bytes=100) is None, "only entries in the cache root"
-        write_json(observed / "new.json", {"computed": 1})
-        assert cache.where(rows / "a.json") == "facts.json: entry elfgraph/a.json"
-        assert cache.where(rows / "b.json") == str(rows / "b.json")
-        with cache.recording({}) as inner:
-            assert read_json(rows / "a.json", max_bytes=100) == ["from the cache"]
-        assert inner == {"elfgraph/a.json": ["from the cache"]}
-        read_json(rows / "b.json", max_bytes=100)
-        cache.discard(rows / "b.json")  # its reader refused it
-    assert used == {"elfgraph/a.json": ["recorded"], "observed/new.json": {"computed": 1}}
-    assert read_json(rows / "a.json", max_bytes=100) == ["from the cache"], "a recorded entry is never written to the cache"
-    assert cache.where(rows / "a.json") == str(rows / "a.json")
+    kinds read or written are what the hub records, and nothing is collected by a context that does not record."""
+    plain = CacheContext(tmp_path / "cache")
+    plain.write("elfgraph", "a.json", ["from the cache"])
+    plain.write("elfgraph", "b.json", ["from the cache"])
+    plain.write("digests", "d.json", "not a recorded kind")
+    assert plain.recorded is None
+    hub = plain.recording({"elfgraph/a.json": ["recorded"], "observed/gone.json": {}, "digests/d.json": "given"}, "facts.json")
+    assert hub.read("elfgraph", "a.json", max_bytes=100) == ["recorded"]
+    assert hub.read("elfgraph", "a.json", max_bytes=100, given=False) == ["from the cache"], "the cache's own file"
+    assert hub.read("elfgraph", "b.json", max_bytes=100) == ["from the cache"]
+    assert hub.read("digests", "d.json", max_bytes=100) == "not a recorded kind", "only the recorded kinds are given"
+    hub.write("observed", "new.json", {"computed": 1})
+    assert hub.where("elfgraph", "a.json") == "facts.json: entry elfgraph/a.json"
+    assert hub.where("elfgraph", "b.json") == str(tmp_path / "cache" / "elfgraph" / "b.json")
+    other = plain.recording({}, "")
+    assert other.read("elfgraph", "a.json", max_bytes=100) == ["from the cache"]
+    assert other.recorded == {"elfgraph/a.json": ["from the cache"]}
+    hub.refuse("elfgraph", "b.json")  # its reader refused it
+    assert hub.recorded == {"elfgraph/a.json": ["from the cache"], "observed/new.json": {"computed": 1}}
+    assert plain.read("elfgraph", "a.json", max_bytes=100) == ["from the cache"], "a given entry is never written to the cache"
+    assert CacheContext(None).recording({"elfgraph/a.json": []}, "facts.json").read("elfgraph", "a.json", max_bytes=100) is None, "off: nothing"
     assert not capsys.readouterr().err
+
+
+def test_a_json_integer_is_neither_a_bool_nor_a_float() -> None:
+    assert is_int(0) and is_int(-3) and is_int(1 << 70)
+    assert not any(is_int(value) for value in (True, False, 1.0, "1", None))

@@ -12,6 +12,7 @@ from typing import BinaryIO
 import pytest
 from support.hostile import SPECIAL_KINDS, make_special_file
 
+from patched_wheels.base.cache import CacheContext
 from patched_wheels.base import digestmemo
 from patched_wheels.base import fsutil
 from patched_wheels.base.digestmemo import memo_file, sha256_of
@@ -156,11 +157,11 @@ def test_an_entry_that_is_no_file_of_ours_is_a_miss_with_one_warning(tmp_path: P
 
 def test_the_elf_scan_hashes_a_wheel_once_across_runs_with_a_memo(tmp_path: Path, settled: None, hashes: list[str]) -> None:
     wheels = build_fake_cuda_wheels(tmp_path / "wheels")
-    cache, memo = tmp_path / "elf", tmp_path / "memo"
-    first = scan_wheels(wheels.all, cache_dir=cache, digest_dir=memo)
+    caches, memo = CacheContext(tmp_path / "cache"), tmp_path / "memo"
+    first = scan_wheels(wheels.all, caches=caches, digest_dir=memo)
     assert len(hashes) == len(wheels.all)
-    second = scan_wheels(wheels.all, cache_dir=cache, digest_dir=memo)
+    second = scan_wheels(wheels.all, caches=caches, digest_dir=memo)
     assert second.cached_wheels == len(wheels.all) and second.libraries == first.libraries
     assert len(hashes) == len(wheels.all)
-    scan_wheels(wheels.all, cache_dir=cache)  # without a memo: hashed again
+    scan_wheels(wheels.all, caches=caches)  # without a memo: hashed again
     assert len(hashes) == 2 * len(wheels.all)

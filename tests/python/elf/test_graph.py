@@ -23,10 +23,10 @@ from elftools.elf.elffile import ELFFile
 from support.hostile import count_read_bytes, make_special_file
 from support.rpathfixture import patchelf_binary
 from support.fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
+from patched_wheels.base.cache import CacheContext
 from patched_wheels.elf import cache as elfcache
 from patched_wheels.elf import read as elfread
 from patched_wheels.cli import main
-from patched_wheels.elf.cache import cached_digests
 from patched_wheels.elf.graph import WheelRef, read_graph, scan_wheels
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import parse_elf, read_library
@@ -35,6 +35,12 @@ from patched_wheels.wheelfile import WheelReader
 
 REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
 real_torch = pytest.mark.skipif(os.environ.get("RPW_REAL_TORCH") != "1", reason="set RPW_REAL_TORCH=1 (needs ~2.6 GB of wheels)")
+
+
+def _cached(digests, caches):
+    """The digests whose rows the cache's own files hold, valid (never facts laid over it)."""
+    cache = elfcache.ElfCache(caches)
+    return [digest for digest in digests if cache.load(digest, "", given=False) is not None]
 
 
 @pytest.fixture(scope="module")
@@ -220,20 +226,20 @@ def _count_passes(monkeypatch) -> list[int]:
 
 
 def test_cache_answers_unchanged_wheels_without_inflating(tmp_path, wheels):
-    cache = tmp_path / "cache"
-    first = scan_wheels(wheels.all, cache_dir=cache)
+    cache = tmp_path / "cache" / "elfgraph"
+    first = scan_wheels(wheels.all, caches=CacheContext(cache.parent))
     assert first.inflated_bytes > 0 and first.cached_wheels == 0
-    second = scan_wheels(wheels.all, cache_dir=cache)
+    second = scan_wheels(wheels.all, caches=CacheContext(cache.parent))
     assert second.libraries == first.libraries
     assert (second.inflated_bytes, second.cached_wheels) == (0, len(wheels.all))
     os.utime(wheels.torch, ns=(1, 1))  # the key is the content: a touched file still hits
-    assert scan_wheels(wheels.all, cache_dir=cache).cached_wheels == len(wheels.all)
+    assert scan_wheels(wheels.all, caches=CacheContext(cache.parent)).cached_wheels == len(wheels.all)
     changed = tmp_path / "changed" / wheels.torch.name
     changed.parent.mkdir()
     shutil.copyfile(wheels.torch, changed)
     with zipfile.ZipFile(changed, "a") as archive:
         archive.comment = b"other bytes, same members"
-    third = scan_wheels([*wheels.nvidia.values(), changed], cache_dir=cache)
+    third = scan_wheels([*wheels.nvidia.values(), changed], caches=CacheContext(cache.parent))
     assert third.cached_wheels == len(wheels.all) - 1 and third.libraries == first.libraries
 
 
@@ -243,39 +249,39 @@ def _digest(path: Path) -> str:
 
 def test_a_cache_hit_needs_no_file_and_reports_the_name_it_is_given(tmp_path, wheels):
     """Rows hold no file name: the hub names a wheel it did not fetch by its sha256, under any file name."""
-    cache = tmp_path / "cache"
-    first = scan_wheels(wheels.all, cache_dir=cache)
+    cache = tmp_path / "cache" / "elfgraph"
+    first = scan_wheels(wheels.all, caches=CacheContext(cache.parent))
     renamed = "faketorch-2.1.0-py3-none-manylinux_2_17_x86_64.whl"
     refs = [WheelRef(path.name, _digest(path)) for path in wheels.nvidia.values()] + [WheelRef(renamed, _digest(wheels.torch))]
-    second = scan_wheels(refs, cache_dir=cache)
+    second = scan_wheels(refs, caches=CacheContext(cache.parent))
     assert (second.inflated_bytes, second.cached_wheels) == (0, len(wheels.all))
     torch_rows = [library for library in second.libraries if library.wheel == renamed]
     assert torch_rows == [replace(library, wheel=renamed) for library in first.libraries if library.wheel == wheels.torch.name]
-    assert cached_digests([_digest(wheels.torch), "0" * 64], cache) == [_digest(wheels.torch)]
+    assert _cached([_digest(wheels.torch), "0" * 64], CacheContext(cache.parent)) == [_digest(wheels.torch)]
     with pytest.raises(UsageError, match=rf"^{renamed}: no file given, and no ELF rows are cached for its sha256 {'0' * 64}$"):
-        scan_wheels([WheelRef(renamed, "0" * 64)], cache_dir=cache)
+        scan_wheels([WheelRef(renamed, "0" * 64)], caches=CacheContext(cache.parent))
     with pytest.raises(UsageError, match=r"named other-1\.0-py3-none-any\.whl in the wheel set"):
         WheelRef("other-1.0-py3-none-any.whl", path=wheels.torch)
 
 
 @pytest.mark.parametrize("entry", [b"{not json", b'[{"path": 1}]', b'[{"wheel": "x.whl", "path": "a.so"}]', b"{}"])
 def test_a_corrupt_cache_entry_is_read_again_and_rewritten(tmp_path, wheels, entry):
-    cache = tmp_path / "cache"
-    first = scan_wheels([wheels.torch], cache_dir=cache)
+    cache = tmp_path / "cache" / "elfgraph"
+    first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     (stored,) = cache.iterdir()
     assert stored.name == f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
     assert "wheel" not in json.loads(stored.read_text(encoding="utf-8"))[0]
     stored.write_bytes(entry)
-    assert cached_digests([_digest(wheels.torch)], cache) == []
-    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == []
+    again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.inflated_bytes > 0 and again.libraries == first.libraries
-    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1, "the entry was rewritten"
+    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1, "the entry was rewritten"
 
 
 def test_an_unwritable_cache_costs_a_read_not_the_command(tmp_path, wheels):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory", encoding="utf-8")
-    assert scan_wheels(wheels.all, cache_dir=blocker / "cache").libraries == scan_wheels(wheels.all).libraries
+    assert scan_wheels(wheels.all, caches=CacheContext(blocker)).libraries == scan_wheels(wheels.all).libraries
 
 
 def test_graph_command_prints_libraries_and_load_order(wheels, capsys):
@@ -398,18 +404,18 @@ def _poison(cache: Path, wheel: Path, edit) -> Path:
     ],
 )
 def test_a_bad_row_is_a_miss_with_one_warning_and_is_rewritten(tmp_path, wheels, capsys, edit, problem):
-    cache = tmp_path / "cache"
-    first = scan_wheels([wheels.torch], cache_dir=cache)
+    cache = tmp_path / "cache" / "elfgraph"
+    first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     capsys.readouterr()
     entry = _poison(cache, wheels.torch, edit)
     if problem == "RecursionError":
         entry.write_text("[" * 200_000, encoding="utf-8")
-    assert cached_digests([_digest(wheels.torch)], cache) == [], "--list-cached reports only valid entries"
-    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == [], "--list-cached reports only valid entries"
+    again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     warnings = capsys.readouterr().err.splitlines()
     assert len(warnings) == 2 and all(line.startswith(f"patched-wheels: warning: {entry}: cache ") and problem in line for line in warnings)
-    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1, "the entry was rewritten from the wheel"
+    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1, "the entry was rewritten from the wheel"
     assert capsys.readouterr().err == ""
 
 
@@ -424,27 +430,27 @@ def test_a_bad_row_is_a_miss_with_one_warning_and_is_rewritten(tmp_path, wheels,
 )
 def test_rows_that_do_not_describe_the_wheel_at_hand_are_read_again(tmp_path, wheels, capsys, edit, problem):
     """Valid rows, but not this wheel's: a cache hit is believed without the wheel only (the hub's unfetched wheels)."""
-    cache = tmp_path / "cache"
-    first = scan_wheels([wheels.torch], cache_dir=cache)
+    cache = tmp_path / "cache" / "elfgraph"
+    first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     capsys.readouterr()
     entry = _poison(cache, wheels.torch, edit)
-    assert cached_digests([_digest(wheels.torch)], cache) == [_digest(wheels.torch)]
-    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == [_digest(wheels.torch)]
+    again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     (warning,) = capsys.readouterr().err.splitlines()
     assert warning.startswith(f"patched-wheels: warning: {entry}: cache entry ignored (") and problem in warning
     assert warning.endswith("; read again from the wheel")
-    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1
+    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1
 
 
 def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused(tmp_path, capsys):
     wheel = build_wheel(tmp_path, "textlib", "1.0", {"textlib/libx.so": b"not an ELF file at all"})
-    cache = tmp_path / "cache"
-    cache.mkdir(mode=0o700)
+    cache = tmp_path / "cache" / "elfgraph"
+    cache.mkdir(mode=0o700, parents=True)
     entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
     entry.write_text(json.dumps([_row(path="textlib/libx.so")]), encoding="utf-8")
     with pytest.raises(ElfError, match="textlib/libx.so: not an ELF file"):
-        read_graph([wheel], cache_dir=cache)
+        read_graph([wheel], caches=CacheContext(cache.parent))
     (warning,) = capsys.readouterr().err.splitlines()
     assert warning == f"patched-wheels: warning: {entry}: cache entry ignored (textlib/libx.so: not an ELF file in {wheel.name}); read again from the wheel"
 
@@ -458,10 +464,10 @@ def test_a_data_scheme_file_named_like_a_library_but_not_elf_keeps_its_cache_ent
         "1.0",
         {"datalib-1.0.data/data/share/notes.so": b"plain text", "datalib-1.0.data/data/lib/libdata.so": library},
     )
-    cache = tmp_path / "cache"
-    first = scan_wheels([wheel], cache_dir=cache)
+    cache = tmp_path / "cache" / "elfgraph"
+    first = scan_wheels([wheel], caches=CacheContext(cache.parent))
     assert [library.path for library in first.libraries] == ["datalib-1.0.data/data/lib/libdata.so"]
-    second = scan_wheels([wheel], cache_dir=cache)
+    second = scan_wheels([wheel], caches=CacheContext(cache.parent))
     assert (second.cached_wheels, second.libraries) == (1, first.libraries)
     assert capsys.readouterr().err == ""
 
@@ -469,8 +475,8 @@ def test_a_data_scheme_file_named_like_a_library_but_not_elf_keeps_its_cache_ent
 def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypatch):
     data = blob_library(tmp_path, "libbig.so", 8 << 20).read_bytes()
     wheel = build_wheel(tmp_path, "big", "1.0", {"big/libbig.so": data})
-    cache = tmp_path / "cache"
-    scan_wheels([wheel], cache_dir=cache)
+    cache = tmp_path / "cache" / "elfgraph"
+    scan_wheels([wheel], caches=CacheContext(cache.parent))
     inflated = []
     real = elfread.inflated_chunks
 
@@ -480,14 +486,14 @@ def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypat
             yield piece
 
     monkeypatch.setattr(elfread, "inflated_chunks", counting)
-    assert scan_wheels([wheel], cache_dir=cache).cached_wheels == 1
+    assert scan_wheels([wheel], caches=CacheContext(cache.parent)).cached_wheels == 1
     assert 4 <= sum(inflated) <= 1 << 20
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "link-loop", "socket", "device", "huge", "group-writable"])
 def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(tmp_path, wheels, capsys, monkeypatch, kind):
-    cache = tmp_path / "cache"
-    first = scan_wheels([wheels.torch], cache_dir=cache)
+    cache = tmp_path / "cache" / "elfgraph"
+    first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     entry = cache / f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
     if kind == "group-writable":
         entry.chmod(0o660)
@@ -500,14 +506,14 @@ def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(tmp
             make_special_file(kind, entry)
     read_bytes = count_read_bytes(monkeypatch)
     capsys.readouterr()
-    assert cached_digests([_digest(wheels.torch)], cache) == []
-    again = scan_wheels([wheels.torch], cache_dir=cache)
+    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == []
+    again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     warnings = capsys.readouterr().err.splitlines()
     assert len(warnings) == 2 and all(line.startswith(f"patched-wheels: warning: {entry}: cache file ignored (") for line in warnings)
     assert sum(read_bytes) < 1 << 20  # the 150 MB file was refused by its size, not read
     assert entry.is_file() and not entry.is_symlink() and stat.S_IMODE(entry.stat().st_mode) == 0o600
-    assert scan_wheels([wheels.torch], cache_dir=cache).cached_wheels == 1
+    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1
 
 
 def test_the_graph_command_never_caches_into_the_working_directory(tmp_path, wheels, monkeypatch, capsys):

@@ -65,7 +65,7 @@ def served(directory: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted((directory / "index").glob("*.whl"))}
 
 
-def test_a_runner_with_an_empty_cache_and_the_facts_reads_fetches_and_probes_nothing(
+def test_a_runner_with_an_empty_cache_and_the_facts_inflates_and_probes_nothing(
     tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, work: dict[str, int], capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = build(tmp_path, "first", fake_set, cache="cache-a")
@@ -187,3 +187,57 @@ def test_a_file_that_is_no_facts_file_is_one_error_line_before_anything_is_writt
     arguments = ["--request", str(tmp_path / "hub" / "request.json"), "--resolved", str(tmp_path / "hub" / "resolved.json")]
     assert main(["hub", "plan", *arguments, "--config-out", str(tmp_path / "out.json")]) == 1
     assert capsys.readouterr().err == error and not (tmp_path / "out.json").exists()
+
+
+def _lies(entries: dict[str, object], fake_set: fakecuda.FakeCudaWheels) -> dict[str, tuple[dict[str, object], str]]:
+    """Edited facts, each with what the warning about it says: every one disagrees with a wheel the hub holds."""
+    rows_of = {name: rows for name, rows in entries.items() if name.startswith("elfgraph/")}
+    blas = next(name for name, rows in rows_of.items() if any("libblas" in row["path"] for row in rows))  # type: ignore[index]
+    sparse = next(name for name, rows in rows_of.items() if any("libsparse" in row["path"] for row in rows))  # type: ignore[index]
+    blas_rows = rows_of[blas]
+    assert isinstance(blas_rows, list)
+    return {
+        # One edited path: the preload would load evil/libpwdep.so.1 from the working directory on every import.
+        "evil path": ({**entries, blas: [{**blas_rows[0], "path": "evil/libpwdep.so.1"}, *blas_rows[1:]]}, "evil/libpwdep.so.1: no shared library of"),
+        "rows empty": ({**entries, blas: []}, "but no row lists it"),
+        "swapped digests": ({**entries, blas: entries[sparse], sparse: entries[blas]}, "no shared library of"),
+    }
+
+
+@pytest.mark.parametrize("lie", ["evil path", "rows empty", "swapped digests"])
+def test_facts_that_disagree_with_a_wheel_are_one_warning_naming_both_and_the_wheel_is_read(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str], lie: str
+) -> None:
+    """Facts are claims: each row is checked against the wheel it names by sha256 (the hub holds every wheel),
+    so an edited file changes no preload and loads nothing outside the set; the warning names the file and the wheel."""
+    first = build(tmp_path, "first", fake_set, cache="cache-a")
+    entries = json.loads((first / "wheel_facts.json").read_text(encoding="utf-8"))["entries"]
+    edited, says = _lies(entries, fake_set)[lie]
+    given = tmp_path / "given.json"
+    given.write_text(facts_text(edited), encoding="utf-8")
+    capsys.readouterr()
+
+    second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
+    assert served(second) == served(first), "the same patched wheels, the same preload"
+    assert (second / "wheel_facts.json").read_bytes() == (first / "wheel_facts.json").read_bytes(), "what is true is recorded"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "cache entry ignored" in line]
+    assert warnings and all(line.startswith(f"patched-wheels: warning: {given}: entry elfgraph/") for line in warnings), warnings
+    assert says in warnings[0] and ".whl" in warnings[0], warnings
+
+
+@pytest.mark.parametrize("schema", ["true", "1.0"])
+def test_the_facts_schema_is_an_integer_not_a_bool_or_a_float(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, schema: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "rules_patched_wheels wheel facts", "schema": ' + schema + ', "entries": {}}', encoding="utf-8")
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
+    write_config(tmp_path / "hub", list(fake_set.nvidia.values()), patched(fake_set), index_option="direct")
+    request = json.loads((tmp_path / "hub" / "request.json").read_text(encoding="utf-8"))
+    request["wheel_facts"] = str(bad)
+    (tmp_path / "hub" / "request.json").write_text(json.dumps(request), encoding="utf-8")
+    capsys.readouterr()
+    arguments = ["--request", str(tmp_path / "hub" / "request.json"), "--resolved", str(tmp_path / "hub" / "resolved.json")]
+    assert main(["hub", "plan", *arguments, "--config-out", str(tmp_path / "out.json")]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"schema {schema}, not 1" in error, error

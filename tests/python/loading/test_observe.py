@@ -14,6 +14,7 @@ import pytest
 
 from support import stackshapes
 from support.fakecuda import RUNTIME_LIBRARY_PATHS, build_runtime_loaded_wheels, build_wheel, compile_shared
+from patched_wheels.base.cache import CacheContext
 from patched_wheels.loading import observe as observe_module
 from patched_wheels.cli import main
 from patched_wheels.elf.graph import build_graph, read_graph
@@ -36,7 +37,7 @@ def cache_root(tmp_path, monkeypatch):
 
 def test_an_observation_is_cached_by_content_and_a_bad_entry_is_a_miss(runtime, cache_root, monkeypatch, capsys):
     graph = read_graph(runtime.all)
-    first = observe(runtime.all, "import fakejax", graph, use_cache=True)
+    first = observe(runtime.all, "import fakejax", graph, caches=CacheContext.from_environment())
     assert first.mapped == {(runtime.foo.name, RUNTIME_LIBRARY_PATHS["foo"]), (runtime.bar.name, RUNTIME_LIBRARY_PATHS["bar"])}
     (entry,) = cache_root.iterdir()
     assert entry.stat().st_mode & 0o777 == 0o600
@@ -45,11 +46,11 @@ def test_an_observation_is_cached_by_content_and_a_bad_entry_is_a_miss(runtime, 
         raise AssertionError("ran the probe although the observation is cached")
 
     monkeypatch.setattr(observe_module, "_run", no_run)
-    assert observe(runtime.all, "import fakejax", graph, use_cache=True) == first
+    assert observe(runtime.all, "import fakejax", graph, caches=CacheContext.from_environment()) == first
     assert capsys.readouterr().err == ""
     # Another probe is another key: it runs (here: fails the test double).
     with pytest.raises(AssertionError, match="ran the probe"):
-        observe(runtime.all, "import fakejax; pass", graph, use_cache=True)
+        observe(runtime.all, "import fakejax; pass", graph, caches=CacheContext.from_environment())
     monkeypatch.undo()
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(cache_root.parent))
     value = json.loads(entry.read_text())
@@ -57,13 +58,14 @@ def test_an_observation_is_cached_by_content_and_a_bad_entry_is_a_miss(runtime, 
                 {**value, "mapped": [[value["mapped"][0][0], "../../etc/libx.so"]]},  # a library not of the set
                 {**value, "global": [["x"]]}, [1, 2],
                 {**value, "mapped": [[["a digest"], RUNTIME_LIBRARY_PATHS["foo"]]]},  # an array for a digest
-                {**value, "error": "e" * (10 << 20)}):  # longer than any error line a run keeps
+                {**value, "error": "e" * (10 << 20)},  # longer than any error line a run keeps
+                {**value, "returncode": False}, {**value, "returncode": 0.0}, {**value, "schema": 2.0}):  # JSON integers only
         entry.write_text(json.dumps(lie))
-        assert observe(runtime.all, "import fakejax", graph, use_cache=True) == first  # ran again
+        assert observe(runtime.all, "import fakejax", graph, caches=CacheContext.from_environment()) == first  # ran again
         warning = capsys.readouterr().err
         assert warning.count("\n") == 1 and "not an observation of this wheel set" in warning, warning
     entry.write_bytes(b"\xff\xfe not json")
-    assert observe(runtime.all, "import fakejax", graph, use_cache=True) == first
+    assert observe(runtime.all, "import fakejax", graph, caches=CacheContext.from_environment()) == first
     assert capsys.readouterr().err.count("patched-wheels: warning: ") == 1
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -32,8 +33,8 @@ from support.fakecuda import (
 from patched_wheels.cli import main
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.errors import InvalidWheelError, UsageError
+from patched_wheels.loading.preloadmodule import DEBUG_VARIABLE, entry_problem
 from patched_wheels.loading.preload import (
-    DEBUG_VARIABLE,
     PRELOAD_MODULE,
     PreloadList,
     PreloadPlan,
@@ -44,7 +45,6 @@ from patched_wheels.loading.preload import (
     render_preload_module,
 )
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
-from patched_wheels.wheelfile import is_safe_member_path
 
 
 @pytest.fixture(scope="module")
@@ -333,24 +333,36 @@ def _announcing_library(directory: Path, name: str) -> Path:
     return compile_shared(directory, name, source, f"-Wl,-soname,{name}")
 
 
-def test_the_generated_module_loads_nothing_outside_its_sys_path_entry(tmp_path):
-    """Hostile LIBRARIES entries (a module edited after the fact) and links out of the sys.path entry load nothing;
-    a library inside the entry, and a tree of links to files at the same relative path (Bazel's runfiles), load."""
+def _edited_module(package: str, entries: tuple[str, ...]) -> bytes:
+    """A generated module whose LIBRARIES were edited after the fact: rendering refuses such entries itself."""
+    module = render_preload_module(package, PreloadList(("placeholder/libplaceholder.so",)))
+    edited = module.replace(b"    'placeholder/libplaceholder.so',\n", "".join(f"    {entry!r},\n" for entry in entries).encode(), 1)
+    return edited.replace(b"GLOBAL = (\n    'placeholder/libplaceholder.so',\n)", b"GLOBAL = (\n" + b"".join(f"    {entry!r},\n".encode() for entry in entries) + b")")
+
+
+def test_the_generated_module_loads_nothing_outside_an_installed_wheel(tmp_path):
+    """Hostile LIBRARIES entries (a module edited after the fact), links out of the sys.path entry, and a file in
+    an entry that holds no installed wheel (the current directory) load nothing; a library inside the entry, and a
+    tree of links to files at the same relative path (Bazel's runfiles), load."""
     outside = tmp_path / "outside"
     evil = _announcing_library(outside, "libevil.so")
+    _announcing_library(tmp_path / "evil", "libpwdep.so.1")  # in the working directory: sys.path[0] of python -c
     site = tmp_path / "site"
+    (site / "good-1.0.dist-info").mkdir(parents=True)
     _announcing_library(site / "good" / "lib", "libgood.so")
+    _announcing_library(site / "good-1.0.data" / "data" / "lib", "libdata.so")
     (site / "filelink" / "lib").mkdir(parents=True)
     (site / "filelink" / "lib" / "libx.so").symlink_to(evil)  # a file link out of the entry
     (site / "dirlink").symlink_to(outside)  # a directory link out of the entry
     stored = _announcing_library(tmp_path / "store" / "runfiles" / "lib", "librunfiles.so")
     (site / "runfiles" / "lib").mkdir(parents=True)
     (site / "runfiles" / "lib" / "librunfiles.so").symlink_to(stored)  # the same relative path elsewhere
-    hostile = ("../outside/libevil.so", str(evil), "good/../../outside/libevil.so", "good/lib/./../../../outside/libevil.so")
+    hostile = ("../outside/libevil.so", str(evil), "good/../../outside/libevil.so", "good/lib/./../../../outside/libevil.so",
+               "good-1.0.data/data/lib/libdata.so")
     linked = ("filelink/lib/libx.so", "dirlink/libevil.so")
-    entries = (*hostile, *linked, "good/lib/libgood.so", "runfiles/lib/librunfiles.so")
+    entries = (*hostile, *linked, "evil/libpwdep.so.1", "good/lib/libgood.so", "runfiles/lib/librunfiles.so")
     module = site / "probe.py"
-    module.write_bytes(render_preload_module("probe", PreloadList(entries)))
+    module.write_bytes(_edited_module("probe", entries))
 
     result = subprocess.run(
         [sys.executable, "-s", "-c", "import probe"],
@@ -365,24 +377,29 @@ def test_the_generated_module_loads_nothing_outside_its_sys_path_entry(tmp_path)
     assert result.stdout.splitlines() == ["LOADED libgood.so", "LOADED librunfiles.so"]
     refused = [line for line in result.stderr.splitlines() if "refused" in line]
     assert refused[: len(hostile)] == [f"patched-wheels preload: refused {entry!r}: not a relative path" for entry in hostile]
-    assert refused[len(hostile) :] == [f"patched-wheels preload: refused {site / entry}: a link out of {site}" for entry in linked]
-    assert len(refused) == len(hostile) + len(linked), result.stderr
+    assert refused[len(hostile) : -1] == [f"patched-wheels preload: refused {site / entry}: a link out of {site}" for entry in linked]
+    assert refused[-1] == f"patched-wheels preload: refused {os.curdir}/evil/libpwdep.so.1: {os.curdir} holds no installed wheel"
+    assert len(refused) == len(hostile) + len(linked) + 1, result.stderr
 
 
-def test_the_module_and_the_wheel_check_agree_on_what_a_relative_path_is():
+def test_the_module_and_the_entry_rule_agree_on_what_a_relative_path_is():
     namespace: dict[str, object] = {}
     exec(render_preload_module("probe", PreloadList()).replace(b"\n_preload()\n", b"\n"), namespace)
     is_relative = namespace["_is_relative"]
     paths = ["a/b.so", "a", "../x.so", "a/../b.so", "/abs.so", "a\\b.so", "a/\0.so", "C:/x.so", "c:x.so", "a//b.so",
-             "./a.so", "a/./b.so", "a/b/", "", ".", "..", "a:b/c.so", "a/b:c.so", "...", "a/..b.so"]
-    assert [is_relative(path) for path in paths] == [is_safe_member_path(path) and not path.endswith("/") for path in paths]
-    assert is_relative("a/b.so") and not is_relative("../x.so")
+             "./a.so", "a/./b.so", "a/b/", "", ".", "..", "a:b/c.so", "a/b:c.so", "...", "a/..b.so", "top.so",
+             "x-1.0.data/data/lib/a.so", "x-1.0.dist-info/a.so", "x.data", "a/x.data/b.so"]
+    library_only = "is not a shared library's name"
+    assert [is_relative(path) for path in paths] == [entry_problem(path) in (None, library_only) for path in paths]
+    assert is_relative("a/b.so") and not is_relative("../x.so") and not is_relative("x-1.0.data/data/lib/a.so")
 
 
-def test_reading_a_preload_module_with_an_unsafe_entry_is_an_error():
-    module = render_preload_module("probe", PreloadList(("ok/libok.so", "../../../../tmp/evil.so")))
-    with pytest.raises(InvalidWheelError, match=r"^x: LIBRARIES entry '\.\./\.\./\.\./\.\./tmp/evil\.so' is not a relative path"):
-        read_preload_module(module, where="x")
+@pytest.mark.parametrize("entry", ["../../../../tmp/evil.so", "/abs/libx.so", "x-1.0.data/data/lib/libx.so", "x-1.0.dist-info/libx.so", "pkg/README"])
+def test_a_preload_entry_that_is_no_library_path_in_site_packages_is_refused_when_rendered_and_read(entry):
+    with pytest.raises(UsageError, match=rf"^probe: preload entry {re.escape(repr(entry))}: "):
+        render_preload_module("probe", PreloadList(("ok/libok.so", entry)))
+    with pytest.raises(InvalidWheelError, match=rf"^x: LIBRARIES entry {re.escape(repr(entry))} "):
+        read_preload_module(_edited_module("probe", ("ok/libok.so", entry)), where="x")
 
 
 @pytest.mark.parametrize(
