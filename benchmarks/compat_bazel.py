@@ -114,8 +114,8 @@ def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
         "test --test_output=errors\n",
         encoding="utf-8",
     )
-    root = Requirement(stack.requirements[0])
-    extras = json.dumps([f"{root.name}[{','.join(sorted(root.extras))}]"]) if root.extras else "[]"
+    wanted = Requirement(stack.requirements[0])
+    extras = json.dumps([f"{wanted.name}[{','.join(sorted(wanted.extras))}]"]) if wanted.extras else "[]"
     settings = {"plain": "restore_extras = False", "patched": f"extras = {extras}"}
     indexes = "".join(
         f'patched.index(name = "{hub}", requirements_lock = "//:requirements_lock.txt", index_url = "{index_url}", {settings[hub]})\n'
@@ -133,7 +133,7 @@ def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
         for hub in HUBS
     )
     tests = "".join(
-        f'\nlayout_test(\n    name = "{hub}_{kind}_layout_test",\n    deps = {deps.format(hub=hub, root=json.dumps(root.name))},\n'
+        f'\nlayout_test(\n    name = "{hub}_{kind}_layout_test",\n    deps = {deps.format(hub=hub, root=json.dumps(wanted.name))},\n'
         f'    probe = {json.dumps(stack.measured_probe)},\n    pip_closure = "@{hub}//:pip_closure.json",\n    timeout = "long",\n)\n'
         for hub in HUBS
         for kind, deps in KINDS.items()

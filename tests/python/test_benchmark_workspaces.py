@@ -142,3 +142,26 @@ def test_record_facts_copies_each_hubs_facts_over_the_file_its_workspace_names(t
     bench_e2e.record_facts(configs)  # type: ignore[attr-defined]
     assert (patched.root / "wheel_facts.json").read_text(encoding="utf-8") == "what the warm-up's hub read"
     assert not (configs[0].root / "wheel_facts.json").exists(), "plain has no hub"
+
+
+def test_compat_workspace_judges_requirement_alone_against_pip_closure(tmp_path: Path, bench_e2e: object) -> None:
+    """compat_bazel's workspace: plain wires as rules_python does (restore_extras = False), patched names the
+    root's extras; each hub has a layout_test over all_requirements and one over requirement(ROOT) alone, both
+    judged against the hub's pip_closure.json."""
+    import compat_bazel
+    import compat_stacks
+    from support.wheelbuilder import build_wheel
+
+    (tmp_path / "wheels").mkdir()
+    wheel = build_wheel(tmp_path / "wheels", "jax", "0.10.2", {"jax/__init__.py": b""})
+    compat_bazel.write_workspace(tmp_path / "ws", compat_stacks.STACKS["jax-0.10.2-cuda13"], [wheel])
+    module = (tmp_path / "ws" / "MODULE.bazel").read_text(encoding="utf-8")
+    assert 'patched.index(name = "plain", ' in module and "restore_extras = False)" in module
+    assert 'patched.index(name = "patched", ' in module and 'extras = ["jax[cuda13]"])' in module
+    build = (tmp_path / "ws" / "BUILD.bazel").read_text(encoding="utf-8")
+    for hub in compat_bazel.HUBS:
+        assert f'name = "{hub}_all_layout_test",\n    deps = {hub}_all_requirements,' in build
+        assert f'name = "{hub}_requirement_layout_test",\n    deps = [{hub}_requirement("jax")],' in build
+        assert f'pip_closure = "@{hub}//:pip_closure.json"' in build
+    compile(build, "BUILD.bazel", "exec")
+    assert compat_bazel.test_names() == [f"{hub}_{kind}_layout_test" for hub in compat_bazel.HUBS for kind in ("all", "requirement")]
