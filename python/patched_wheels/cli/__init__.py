@@ -82,7 +82,7 @@ def read_json_input(path: Path, parse: Callable[[Any], Any], what: str) -> Any:
         return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))
     except RecursionError:  # json nests a Python call per "[" or "{"
         raise UsageError(f"{path}: cannot read the {what}: nested too deeply") from None
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, UsageError) as error:  # UsageError: ``parse``'s, naming no file
         raise UsageError(f"{path}: cannot read the {what}: {error}") from None
 
 
