@@ -45,7 +45,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
-    wheels = read_json_input(args.resolved, resolved_wheels, "resolved wheels")
+    wheels = read_json_input(args.resolved, resolved_wheels, "resolved wheels", content_errors=True)
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
     elf_cache = cache_dir("elfgraph") if needs_graph(request) else None
     # The facts file answers first, as in the build (which says it when they cannot be used).

@@ -86,7 +86,7 @@ def test_an_error_in_a_json_input_names_its_file(tmp_path: Path) -> None:
     path = tmp_path / "resolved.json"
     path.write_text(json.dumps([{"project": "a", "filename": "a-1.0-py3-none-any.whl", "urls": [], "sha256": "0" * 64}]), encoding="utf-8")
     try:
-        cli.read_json_input(path, resolved_wheels, "resolved wheels")
+        cli.read_json_input(path, resolved_wheels, "resolved wheels", content_errors=True)
     except UsageError as error:
         assert str(error) == f"{path}: cannot read the resolved wheels: resolved wheel 'a-1.0-py3-none-any.whl': no URL to fetch it from", error
     else:
