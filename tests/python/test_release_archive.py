@@ -303,3 +303,12 @@ def test_the_version_is_the_module_call_s_not_a_comment_s(tmp_path) -> None:
     module_file = '"""Docs: module(name = "x", version = "8.8.8")."""\n# module(name = "x", version = "9.9.9")\nmodule(\n    name = "rules_patched_wheels",\n    version = "1.2.3",  # was "1.2.2"\n)\n'
     repo = make_repository(tmp_path / "repo", files={"MODULE.bazel": module_file.encode()})
     assert release.write_release(repo, tmp_path / "out").name == "rules_patched_wheels-1.2.3.tar.gz"
+
+
+def test_a_module_file_that_is_not_utf_8_is_one_error_line(tmp_path, capsys) -> None:
+    repo = make_repository(tmp_path / "repo")
+    (repo / "MODULE.bazel").write_bytes(b'module(name = "rules_patched_wheels", version = "1.2.3")\n# \xff\n')
+    code, out, err = _run(repo, tmp_path / "out", capsys)
+    assert (code, out) == (1, "")
+    assert err == f"tools/release: error: {repo / 'MODULE.bazel'}: not UTF-8 (invalid start byte at byte 59)\n", err
+    assert not (tmp_path / "out").exists()

@@ -9,7 +9,9 @@ and its reaped children's (the probe's interpreter, the processes it starts), as
 them; the ELF graph's threads count in the process's.
 
 The file is written outside whatever the command produces and read by nothing but a benchmark, so a hub
-built with it on is byte for byte the hub built without it.  The hub rule passes the variable on from
+built with it on is byte for byte the hub built without it.  It is appended to only when it is a timings
+file: a new or empty regular file, or one whose first bytes are a timings line's (:data:`_HEAD`); any other
+file (the input wheel, a source file: the variable is the user's to mistype) is left as it is.  The hub rule passes the variable on from
 Bazel's client environment (``--repo_env``) without declaring it, so setting it re-runs no hub.
 """
 
@@ -24,6 +26,9 @@ from typing import Iterator, Mapping, Sequence
 ENVIRONMENT_VARIABLE = "RULES_PATCHED_WHEELS_TIMINGS"
 FIELDS = ("wall", "user", "system", "children_user", "children_system")
 """What each phase records, in seconds."""
+
+_HEAD = b'{"command": '
+"""How every line of a timings file starts (:func:`record` writes ``command`` first)."""
 
 _phases: dict[str, list[float]] = {}
 _open: list[list[float]] = []
@@ -77,6 +82,16 @@ def record(command: Sequence[str], facts: Mapping[str, str] | None = None) -> No
 
     try:  # a FIFO without a reader, a device or a link is no place for them, and must not hang the run
         with os.fdopen(open_regular_file(path, append=True), "a", encoding="utf-8") as file:
+            if os.fstat(file.fileno()).st_size and not _is_timings_file(path):
+                return  # someone else's file: never a line appended to it
             file.write(json.dumps(line) + "\n")
     except (OSError, NotRegularFileError):
         pass
+
+
+def _is_timings_file(path: str) -> bool:
+    """Whether the (regular, non-empty) file ``path`` starts as :func:`record` starts a line."""
+    from patched_wheels.base.fsutil import open_regular_file
+
+    with os.fdopen(open_regular_file(path), "rb") as file:
+        return file.read(len(_HEAD)) == _HEAD

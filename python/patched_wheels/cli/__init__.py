@@ -71,11 +71,13 @@ def digest_memo_dir(args: argparse.Namespace) -> Path | None:
 _MAX_JSON_BYTES = 64 * 1024 * 1024
 
 
-def read_json_input(path: Path, parse: Callable[[Any], Any], what: str) -> Any:
+def read_json_input(path: Path, parse: Callable[[Any], Any], what: str, *, content_errors: bool = False) -> Any:
     """``parse`` of the JSON in ``path``; any flaw (``parse`` raising ValueError, KeyError or TypeError included)
     is one error naming the file and ``what`` it should hold. The Bazel rules write these files, so a flaw
     means the Starlark and Python sides of a schema disagree. Only a regular file of bounded size is read:
-    a FIFO or a device (``/dev/zero``) never is."""
+    a FIFO or a device (``/dev/zero``) never is. ``content_errors``: ``parse``'s own :class:`UsageError` is about
+    the file's content (resolved wheels), so it names the file too; otherwise it speaks in the user's words
+    (a hub request's attributes) and goes as it is."""
     import json
 
     from patched_wheels.base.fsutil import read_regular_file
@@ -84,6 +86,10 @@ def read_json_input(path: Path, parse: Callable[[Any], Any], what: str) -> Any:
         return parse(json.loads(read_regular_file(path, max_bytes=_MAX_JSON_BYTES, follow_links=True).decode("utf-8")))
     except RecursionError:  # json nests a Python call per "[" or "{"
         raise UsageError(f"{path}: cannot read the {what}: nested too deeply") from None
+    except UsageError as error:
+        if not content_errors:
+            raise
+        raise UsageError(f"{path}: cannot read the {what}: {error}") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{path}: cannot read the {what}: {error}") from None
 

@@ -11,6 +11,8 @@ a cache keyed by each wheel's sha256 that outlives the hub (``bazel clean --expu
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -19,13 +21,13 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from packaging.utils import canonicalize_name
 
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.base.fsutil import write_atomic
+from patched_wheels.base.fsutil import switch_tree, temp_directory, write_atomic
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
-from patched_wheels.index.simple import build_index
+from patched_wheels.index.simple import SIMPLE_DIR, build_index
 from patched_wheels.lock.apply import lock
 from patched_wheels.loading.closure import EXTRAS_SUFFIX, Closure, read_dist, restored_requirements
 from patched_wheels.loading.packages import Phrasing
@@ -41,27 +43,92 @@ def build_hub(config: HubConfig) -> list[str]:
     """Patch every spec into ``config.index_dir``, index it, write ``config.out``; return the pins made.
 
     ``config`` was checked whole when it was read (:meth:`HubConfig.from_json`); the lock and the
-    ``wheel_facts`` file are looked at here, before anything is written, so a bad one leaves no patched
-    wheel and no ``simple/`` behind. What the build read from the wheels (ELF rows, probe observations:
-    :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out`` last."""
+    ``wheel_facts`` file are looked at here, before anything is written. Every output (the patched wheels,
+    ``simple/``, the lock(s), the facts) is written into a temporary directory beside them and moved into
+    place only once all of them were written (:func:`_place`), so a build that fails, at any step, leaves
+    the hub as it found it. What the build read from the wheels (ELF rows, probe observations:
+    :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out``. Its warnings come once the
+    outputs are in place: a failed build says one line, its error."""
     if not config.lock.is_file():
         raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": not a file")
+    _check_places(config)
     given_facts = read_given_facts(config)
     # The plan's ELF cache is <root>/elfgraph: the observations lie beside it, under the same root.
     caches = CacheContext(config.elf_cache.parent if config.elf_cache else None)
     if config.facts_out is not None:
         caches = caches.recording(given_facts, str(config.wheel_facts or ""))
-    pins = _build(config, caches)
-    if config.facts_out is not None:
+    with temp_directory(config.index_dir.parent, "hub-build") as work:
+        staged = _staged(config, work)
+        pins = _build(staged, caches, served=config.index_dir)
         read_from_wheels = caches.recorded or {}
-        write_facts(config.facts_out, read_from_wheels)
-        if config.wheel_facts is not None:
-            stale_warning(given_facts, read_from_wheels, call=index_call(config.hub, config.bzlmod), given_path=config.wheel_facts, written=config.facts_out)
+        if staged.facts_out is not None:
+            write_facts(staged.facts_out, read_from_wheels)
+        _place(staged, config)
+    if config.wheel_facts is not None and config.facts_out is None:
+        unused_facts_warning(config)
+    elif config.wheel_facts is not None:
+        stale_warning(given_facts, read_from_wheels, call=index_call(config.hub, config.bzlmod), given_path=config.wheel_facts, written=config.facts_out)
     return pins
 
 
-def _build(config: HubConfig, caches: CacheContext) -> list[str]:
-    """:func:`build_hub` but for the facts: pip's closure, patch, index, lock, reading the wheels through ``caches``."""
+def _outputs(config: HubConfig) -> list[Path]:
+    """The files a build writes besides its index, in the order they are put in place (the locks name the
+    index's wheels, so they follow it)."""
+    return [path for path in (config.out, config.out_uv_lock, config.facts_out, config.closure_out) if path is not None]
+
+
+def _check_places(config: HubConfig) -> None:
+    """Where each output goes must take it: the index a directory (or nothing yet), each other output a regular
+    file (or nothing yet); refused before anything is written."""
+    if os.path.lexists(config.index_dir) and (os.path.islink(config.index_dir) or not config.index_dir.is_dir()):
+        raise UsageError(f"{config.index_dir}: in the way of the hub's index (a link, or not a directory)")
+    for path in _outputs(config):
+        if os.path.lexists(path) and (os.path.islink(path) or not path.is_file()):
+            raise UsageError(f"{path}: in the way of the hub's output (a link, or not a regular file)")
+
+
+def _staged(config: HubConfig, work: Path) -> HubConfig:
+    """``config`` writing into ``work``: its index starts as the hub's (the wheels the rule fetched there, as hard
+    links: nothing is copied, and a file written again is replaced, never changed in place), less ``simple/``,
+    which the build makes again."""
+    index = work / "index"
+    index.mkdir()
+    for entry in os.scandir(config.index_dir) if config.index_dir.is_dir() else ():
+        target = index / entry.name
+        if entry.name == SIMPLE_DIR:
+            continue
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), target)
+        elif entry.is_dir(follow_symlinks=False):
+            shutil.copytree(entry.path, target, symlinks=True)
+        else:
+            try:
+                os.link(entry.path, target, follow_symlinks=False)
+            except OSError:  # a file system without hard links
+                shutil.copy2(entry.path, target, follow_symlinks=False)
+    named = {path: work / f"{number}-{path.name}" for number, path in enumerate(_outputs(config))}
+    return replace(
+        config,
+        index_dir=index,
+        out=named[config.out],
+        out_uv_lock=named.get(config.out_uv_lock) if config.out_uv_lock else None,
+        facts_out=named.get(config.facts_out) if config.facts_out else None,
+        closure_out=named.get(config.closure_out) if config.closure_out else None,
+    )
+
+
+def _place(staged: HubConfig, config: HubConfig) -> None:
+    """Move what ``staged`` wrote where ``config`` says: renames only, the index first (two renames: a reader
+    sees the old index or the new one), then the locks, then the facts."""
+    switch_tree(staged.index_dir, config.index_dir)
+    for written, target in zip(_outputs(staged), _outputs(config)):
+        os.replace(written, target)
+
+
+def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str]:
+    """:func:`build_hub` but for the facts and the outputs' places: pip's closure, patch, index, lock, reading the
+    wheels through ``caches`` (``config``'s outputs are the staged ones; ``served``: where its index will be, which
+    the locks name)."""
     config.index_dir.mkdir(parents=True, exist_ok=True)
     with phase("closure"):
         closure = read_closure(config)
@@ -93,8 +160,9 @@ def _build(config: HubConfig, caches: CacheContext) -> list[str]:
                         installation=installation,
                     )
                 )
-            if spec.wheel is not None and spec.wheel.parent == config.index_dir:
-                spec.wheel.unlink()  # an original the index served (an index option): its rewrite replaces it
+            if spec.wheel is not None and spec.wheel.parent == served:
+                # An original the index serves (an index option): its rewrite replaces it.
+                (config.index_dir / spec.wheel.name).unlink(missing_ok=True)
         with phase("probe: remove"):
             stack.close()
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
@@ -111,6 +179,7 @@ def _build(config: HubConfig, caches: CacheContext) -> list[str]:
             references=references,
             lock_format=LOCK_FORMATS[config.lock_attribute],
             out_uv_lock=config.out_uv_lock,
+            served_from=served,
         )
     if config.closure_out is not None:
         write_atomic(config.closure_out, (json.dumps(closure.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8"), mode=0o644)
@@ -178,18 +247,19 @@ def with_restored_extras(
 
 def read_given_facts(config: HubConfig) -> dict[str, object]:
     """The ``wheel_facts`` file's entries ({} when none is given). Read even where they cannot be used (the
-    cache off, or no spec reading the wheels: one warning), so that a file that is no facts file fails every
-    build, not only some."""
+    cache off, or no spec reading the wheels: :func:`unused_facts_warning`), so that a file that is no facts
+    file fails every build, not only some."""
     if config.wheel_facts is None:
         return {}
-    call = index_call(config.hub, config.bzlmod)
-    entries = read_facts(config.wheel_facts, call)
-    if config.facts_out is None:
-        warn(
-            f'{call}: {ATTRIBUTE} = "{config.wheel_facts}" is not used: no patched_wheel of this hub reads the wheels '
-            "(preload, split_into), or the helper cache is off (RULES_PATCHED_WHEELS_CACHE=off), which reads everything again"
-        )
-    return entries
+    return read_facts(config.wheel_facts, index_call(config.hub, config.bzlmod))
+
+
+def unused_facts_warning(config: HubConfig) -> None:
+    """The warning of a ``wheel_facts`` file given to a build that reads nothing from the wheels."""
+    warn(
+        f'{index_call(config.hub, config.bzlmod)}: {ATTRIBUTE} = "{config.wheel_facts}" is not used: no patched_wheel of this hub reads '
+        "the wheels (preload, split_into), or the helper cache is off (RULES_PATCHED_WHEELS_CACHE=off), which reads everything again"
+    )
 
 
 def probe_installation(config: HubConfig, caches: CacheContext, stack: ExitStack) -> Installation | None:

@@ -39,12 +39,12 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from patched_wheels.base.fsutil import NotRegularFileError, read_regular_file
 from patched_wheels.base.supervise import stop_runs, supervise
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
-from patched_wheels.base.fsutil import read_regular_file
 from patched_wheels.loading.closure import Closure, missing_from
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
-from patched_wheels.loading.mergedtree import Merged, dists, merge, owners
+from patched_wheels.loading.mergedtree import Merged, dists, inside, merge, owners
 from patched_wheels.loading.packages import EntryPoint, hosted_plugin, parse_entry_points
 from patched_wheels.loading.probe import CHILD, TIMEOUT_VARIABLE, Comparison, RunResult, create_flat_environment, run_child, run_timeout
 
@@ -106,14 +106,37 @@ class Deadline:
         return max(1, math.ceil(self.at - time.monotonic()))  # never before `at`: a run stopped is past it
 
 
+_MAX_CONFIG_BYTES = 1 << 20
+"""The largest config read: layout_test.bzl writes the test's label and its probe, which a command line carries."""
+
+
 def read_config(main_file: str) -> Config:
-    """The test's config, found beside its main ``NAME_layout_main.py``."""
+    """The test's config, found beside its main ``NAME_layout_main.py``: a JSON object of two strings, ``test``
+    and ``probe``, as ``layout_test.bzl`` writes it; anything else is one error naming the file."""
     if not main_file.endswith(MAIN_SUFFIX):
         raise UsageError(f"{main_file}: not a layout_test main (expected a name ending in {MAIN_SUFFIX})")
     base = main_file[: -len(MAIN_SUFFIX)]
-    with open(base + CONFIG_SUFFIX, encoding="utf-8") as file:
-        value = json.load(file)
-    return Config(value["test"], value["probe"], Path(base + PROBE_SUFFIX), value.get("pip_closure") or "")
+    path = base + CONFIG_SUFFIX
+    try:
+        value = json.loads(read_regular_file(path, max_bytes=_MAX_CONFIG_BYTES, follow_links=True).decode("utf-8"))
+    except NotRegularFileError as problem:  # a FIFO is not waited on, a device not read
+        raise UsageError(f"{path}: {problem}; not a layout_test config") from None
+    except OSError as problem:
+        raise UsageError(f"{path}: cannot read the layout_test config: {problem.strerror or problem}") from None
+    except RecursionError:  # json nests a Python call per "[" or "{"
+        raise UsageError(f"{path}: not a layout_test config: nested too deeply") from None
+    except ValueError as problem:  # not UTF-8, not JSON
+        raise UsageError(f"{path}: not a layout_test config: {problem}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{path}: not a layout_test config: a JSON {_JSON_KINDS.get(type(value), type(value).__name__)}, not an object")
+    for key in ("test", "probe", "pip_closure"):
+        if not isinstance(value.get(key), str):
+            found = "missing" if key not in value else f"{json.dumps(value[key])[:80]}, not a string"
+            raise UsageError(f"{path}: not a layout_test config: {key!r} is {found}")
+    return Config(value["test"], value["probe"], Path(base + PROBE_SUFFIX), value["pip_closure"])
+
+
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def check_probe(test: str, probe: str) -> list[str]:
@@ -178,9 +201,11 @@ def runfiles_root(main_file: str) -> str:
 
 
 def is_wheel_entry(entry: str, runfiles: str) -> bool:
-    """Whether a ``sys.path`` entry holds installed wheels of the deps: it is in the runfiles (the interpreter's
-    own site-packages is not) and holds a ``*.dist-info`` directory."""
-    if not os.path.abspath(entry or os.curdir).startswith(runfiles.rstrip("/") + "/"):
+    """Whether a ``sys.path`` entry holds installed wheels of the deps: it is in the runfiles, links resolved
+    (the interpreter's own site-packages is not, nor a link in the runfiles to a directory outside them),
+    and holds a ``*.dist-info`` directory."""
+    real = os.path.realpath(entry or os.curdir)
+    if real == os.path.realpath(runfiles) or not inside(real, os.path.realpath(runfiles)):
         return False
     try:
         return any(name.endswith(".dist-info") for name in os.listdir(entry))
@@ -250,7 +275,7 @@ def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: st
     # The virtual environment first: a wheel installing where it keeps its interpreter is then found, not run.
     python = create_flat_environment(work / FLAT)
     try:
-        merged = merge(wheel_entries, work / FLAT)
+        merged = merge(wheel_entries, work / FLAT, runfiles)
     except FileExistsError as error:
         taken = os.path.relpath(str(error.filename2 or error.filename), work / FLAT)
         raise UsageError(

@@ -4,6 +4,10 @@
 (:mod:`patched_wheels.loading.layout`): symbolic links to the test's own files inside real directories, so
 that ``$ORIGIN/..`` stays in the merged tree; a directory only one wheel fills, with no shared library
 under it, is one link.  No copies: the tree costs about one call per library and per shared directory.
+
+The test's files are the user's deps, read by the test's own process: a link to a directory is walked only
+into the runfiles (a link to ``/`` would walk the whole file system, one to a parent forever), and only a
+regular file is opened (a FIFO named ``*.so`` would block the test until Bazel's timeout).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Sequence
 
+from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file, read_regular_file
 from patched_wheels.elf.read import ELF_MAGIC, ElfLibrary, is_shared_library_name
 from patched_wheels.loading.layout import FLAT, PER_WHEEL_SCHEMES, Layout
 
@@ -34,32 +39,74 @@ def dists(entry: str) -> list[str]:
     return [name[: -len(".dist-info")] for name in sorted(os.listdir(entry)) if name.endswith(".dist-info")]
 
 
+_MAX_RECORD_BYTES = 64 << 20
+"""The largest RECORD read (torch's is 2 MB): a bigger one, or one that is no regular file, owns nothing."""
+
+
 def owners(entry: str) -> dict[str, str]:
     """Install path -> distribution (``name-version``) for an entry holding several wheels, from their RECORDs."""
     owners = {}
     for name in sorted(os.listdir(entry)):
-        if name.endswith(".dist-info") and os.path.isfile(record := os.path.join(entry, name, "RECORD")):
-            with open(record, encoding="utf-8", errors="replace") as file:
-                for line in file:
-                    path = line.split(",", 1)[0].strip().strip('"')
-                    owners.setdefault(path, name[: -len(".dist-info")])
+        if not name.endswith(".dist-info"):
+            continue
+        try:
+            record = read_regular_file(os.path.join(entry, name, "RECORD"), max_bytes=_MAX_RECORD_BYTES, follow_links=True)
+        except (OSError, NotRegularFileError):
+            continue
+        for line in record.decode("utf-8", "replace").splitlines():
+            path = line.split(",", 1)[0].strip().strip('"')
+            owners.setdefault(path, name[: -len(".dist-info")])
     return owners
 
 
-def _files(directory: str) -> Iterator[tuple[str, str]]:
-    """(path relative to ``directory``, full path) of every file under it, links to directories followed."""
-    for parent, _, files in os.walk(directory, followlinks=True):
-        for name in files:
-            full = os.path.join(parent, name)
-            yield os.path.relpath(full, directory), full
+def inside(path: str, root: str) -> bool:
+    """Whether ``path`` (a real path) is ``root`` (a real path) or under it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _files(directory: str, runfiles: str) -> Iterator[tuple[str, str]]:
+    """(path relative to ``directory``, full path) of every file under it, and of every link to a directory
+    that is not walked: one leading out of ``runfiles`` (a real path), into a directory already walked (a
+    cycle, or a second way to the same files) -- a file of the tree, linked as it is. ``directory`` itself
+    is walked only when it is in the runfiles."""
+    top = os.path.realpath(directory)
+    if not inside(top, runfiles):
+        return
+    walked = {top}
+    pending = [(directory, "")]
+    while pending:
+        parent, relative = pending.pop()
+        try:
+            entries = sorted(os.scandir(parent), key=lambda entry: entry.name)
+        except OSError:  # vanished, unreadable: as os.walk, nothing under it
+            continue
+        for entry in entries:
+            path = relative + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, path + "/"))
+                continue
+            if entry.is_symlink() and entry.is_dir():
+                target = os.path.realpath(entry.path)
+                if inside(target, runfiles) and target not in walked and not inside(os.path.realpath(parent), target):
+                    walked.add(target)
+                    pending.append((entry.path, path + "/"))
+                    continue
+            yield path, entry.path
 
 
 def _is_elf(path: str) -> bool:
+    """Whether ``path`` is a regular file (through links) starting with the ELF magic; anything else (a FIFO,
+    a device, a directory) is not opened for reading, so never waited on."""
     try:
-        with open(path, "rb") as file:
-            return file.read(len(ELF_MAGIC)) == ELF_MAGIC
+        handle = open_regular_file(path, follow_links=True)
+    except (OSError, NotRegularFileError):
+        return False
+    try:
+        return os.read(handle, len(ELF_MAGIC)) == ELF_MAGIC
     except OSError:
         return False
+    finally:
+        os.close(handle)
 
 
 @dataclass(frozen=True)
@@ -127,10 +174,11 @@ def _make(tree: _Tree, directory: str, parts: tuple[str, ...], site_packages: tu
             _make(node, target, child, site_packages, wholes)
 
 
-def merge(wheel_entries: Sequence[str], root: Path) -> Merged:
+def merge(wheel_entries: Sequence[str], root: Path, runfiles: str) -> Merged:
     """Link the wheels of ``wheel_entries`` into the flat layout at ``root`` (a later wheel's file wins, as with
     pip) and find their shared libraries; ``root`` holds its virtual environment already (FileExistsError
-    when a wheel installs one of its files: the caller names the dep).
+    when a wheel installs one of its files: the caller names the dep). No link is walked out of ``runfiles``
+    (the test's runfiles directory): see :func:`_files`.
 
     A shared library is a link to the test's own file inside real directories up to ``root``, so that the
     ``$ORIGIN/..`` of its RUNPATH (``nvidia/*/lib``'s, torch's) resolves in the merged tree, not in its own
@@ -140,15 +188,16 @@ def merge(wheel_entries: Sequence[str], root: Path) -> Merged:
     libraries: dict[str, ElfLibrary] = {}
     tree: _Tree = {}
     prefix = str(root).rstrip("/") + "/"
+    runfiles = os.path.realpath(runfiles)
     for entry in wheel_entries:
         installed = dists(entry)
         owned = owners(entry) if len(installed) > 1 else {}
-        sources = [(path, path, full, entry) for path, full in _files(entry)]
+        sources = [(path, path, full, entry) for path, full in _files(entry, runfiles)]
         if os.path.basename(entry) == PER_WHEEL_SCHEMES["site-packages"] and len(installed) == 1:
             for scheme, directory in PER_WHEEL_SCHEMES.items():  # rules_python's repository: the other schemes beside it
                 sibling = os.path.join(os.path.dirname(entry), directory)
                 if scheme != "site-packages" and os.path.isdir(sibling):
-                    sources += [(f"{installed[0]}.data/{scheme}/{path}", os.path.join(directory, path), full, sibling) for path, full in _files(sibling)]
+                    sources += [(f"{installed[0]}.data/{scheme}/{path}", os.path.join(directory, path), full, sibling) for path, full in _files(sibling, runfiles)]
         for install_path, record_path, full, place in sources:
             dist = owned.get(record_path, installed[0] if installed else os.path.basename(entry))
             library = is_shared_library_name(install_path) and _is_elf(full)

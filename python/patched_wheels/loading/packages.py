@@ -240,6 +240,16 @@ def locate_package(
     _refuse_plugin_host(module, readable, phrasing)
     inside, code = _members_of(path, patched)
     if code:
+        # Another wheel's copy of the same __init__.py overwrites it in one site-packages, and comes first on
+        # sys.path as often as not: the preload would then never run.
+        regular = bool(package_init_members(path, code))  # a namespace's portion: its own packages, its own files
+        also = [wheel.name for wheel in readable if regular and package_init_members(path, _members_of(path, wheel)[0])]
+        if also:
+            raise UsageError(
+                f"{phrasing.option}: {path}/__init__.py is shipped by {phrasing.wheel(patched.name)} and by "
+                f"{', '.join(phrasing.wheel(name) for name in also)}: installed together, one overwrites the other, so "
+                "a preload in it may never run"
+            )
         return PackageLocation(patched, path, code)
     homes = [wheel.name for wheel in readable if _members_of(path, wheel)[1]]
     homes += [

@@ -48,6 +48,7 @@ def lock(
     references: Mapping[str, tuple[str, str]] | None = None,
     lock_format: str = "requirements",
     out_uv_lock: Path | str | None = None,
+    served_from: Path | None = None,
 ) -> LockResult:
     """Write ``out``: the lock ``source`` pointed at ``index``, what ``index.build_index`` returned.
 
@@ -56,12 +57,13 @@ def lock(
     result whose pages were since rewritten for other files is refused rather than written from.
     ``lock_format``: what ``source`` is (one of ``lock.formats.registry.FORMATS``); ``out`` is a
     requirements lock whatever it is, and ``out_uv_lock`` (a ``uv-lock`` input only) the same uv.lock
-    pointing at the patched wheels.
+    pointing at the patched wheels. ``served_from``: where the index will be served from, when it is built
+    elsewhere first (a hub's build, staged in a temporary directory); the locks name it.
     The other arguments are :class:`~patched_wheels.lock.plan.LockOptions`'.
     """
     out = Path(out)
     options = LockOptions(
-        index_dir=index.directory.resolve(),
+        index_dir=(served_from or index.directory).resolve(),
         index_option=index_option,
         upstream_index_url=upstream_index_url,
         replaced={canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in (replaced or {}).items()},

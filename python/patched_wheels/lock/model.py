@@ -27,8 +27,9 @@ from packaging.markers import InvalidMarker, Marker, UndefinedComparison, Undefi
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from patched_wheels.errors import InvalidLockError, UsageError
+from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.base.fsutil import read_input_text
+from patched_wheels.wheelfile.filename import WheelFilename
 
 #: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
 MAX_LOCK_BYTES = 64 << 20
@@ -187,6 +188,19 @@ def checked_version(written: str, where: str) -> Version:
         raise InvalidLockError(f"{where}: version {written[:200]!r} is not a PEP 440 version") from None
 
 
+def reference_version(name: str, url: str) -> tuple[Version | None, str | None]:
+    """The version a direct reference pins, or why it pins none: one rule for every lock reader (a
+    requirements lock's ``name @ URL`` and ``-e URL#egg=name``, a uv.lock's url, git and path sources, a
+    pylock.toml's archive, vcs, directory and lone sdist). Only a wheel file says its version, by its name;
+    an sdist, a directory or a VCS checkout pins what a build makes of it, which no patched wheel replaces:
+    such a pin is an error wherever its version is needed (:meth:`Pin.pinned_version`: a patched project's)."""
+    filename = url.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1]
+    try:
+        return WheelFilename.parse(filename).version, None
+    except InvalidWheelError:
+        return None, f"{name} @ {url}: names no wheel file, so its version is unknown"
+
+
 def checked_url(value: str, where: str) -> str:
     """A file's or direct reference's URL, which the requirements lock and Bazel's downloader take as one token."""
     try:
@@ -207,7 +221,8 @@ def locked_pin(
     where: str,
 ) -> Pin:
     """The pin of a TOML lock's package, every value checked (module docstring); no version: a pin that
-    is an error when its version is needed (a pylock.toml entry may leave it out)."""
+    is an error when its version is needed (a pylock.toml entry may leave it out). With ``url`` (a direct
+    reference), its version is :func:`reference_version`'s, whatever ``version`` says."""
     checked_name(name, where)
     for extra in extras:
         checked_name(extra, where, "extra")
@@ -218,6 +233,8 @@ def locked_pin(
         checked_url(file.url, where)
     head = name + (f"[{','.join(extras)}]" if extras else "")
     error = None if parsed else f"{name} has no version in the lock"
+    if url:
+        parsed, error = reference_version(name, url)
     return Pin(name, tuple(extras), head, parsed, None, tuple(hashes), url, span, f"{head}=={version or ''}", error, version, tuple(files))
 
 

@@ -96,7 +96,7 @@ class NewPin:
     """A pin line to write: ``head==version`` or ``head @ url``, a marker, hashes, and who requires it."""
 
     head: str  # name and extras as the user wrote them
-    version: Version
+    version: Version | None  # None: a direct reference to no wheel (``url``), kept as it is
     url: str | None
     marker: str | None
     hashes: tuple[str, ...]

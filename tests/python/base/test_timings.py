@@ -48,3 +48,17 @@ def test_a_place_that_is_no_regular_file_costs_the_figures_not_the_run(tmp_path:
     assert (done.returncode, done.stderr) == (0, "")
     if kind == "link":
         assert target.read_text(encoding="utf-8") == ""
+
+
+@pytest.mark.parametrize("content", [b"PK\x03\x04 a wheel", b"print('a source file')\n", b"x"])
+def test_a_file_that_is_no_timings_file_is_left_as_it_is(tmp_path: Path, content: bytes) -> None:
+    """The variable set to the input wheel appended a JSON line to it: only a new, empty or timings file is
+    appended to."""
+    path = tmp_path / "in.whl"
+    path.write_bytes(content)
+    done = record(path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert path.read_bytes() == content
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert record(empty).returncode == 0 and json.loads(empty.read_text(encoding="utf-8"))["command"] == ["index"]

@@ -73,3 +73,21 @@ def test_a_broken_pipe_that_is_not_stdout_stays_an_error(monkeypatch, capsys):
     monkeypatch.setattr(cli, "build_parser", lambda only=None: SimpleNamespace(parse_args=lambda argv: SimpleNamespace(run=run)))
     assert cli.main(["index"]) == 1
     assert capsys.readouterr().err == "patched-wheels: error: Broken pipe\n"
+
+
+def test_an_error_in_a_json_input_names_its_file(tmp_path: Path) -> None:
+    """A parser's own error (the hub plan's ``resolved wheel 'a-…': no URL``) named no file: ``resolved.json``
+    is one of the hub's files, and which one was at fault was left to guess."""
+    import json
+
+    from patched_wheels.errors import UsageError
+    from patched_wheels.hub.plan import resolved_wheels
+
+    path = tmp_path / "resolved.json"
+    path.write_text(json.dumps([{"project": "a", "filename": "a-1.0-py3-none-any.whl", "urls": [], "sha256": "0" * 64}]), encoding="utf-8")
+    try:
+        cli.read_json_input(path, resolved_wheels, "resolved wheels", content_errors=True)
+    except UsageError as error:
+        assert str(error) == f"{path}: cannot read the resolved wheels: resolved wheel 'a-1.0-py3-none-any.whl': no URL to fetch it from", error
+    else:
+        raise AssertionError("accepted")

@@ -413,3 +413,47 @@ def test_doctor_no_probe_and_probe_together_are_one_error_line(fake_set: fakecud
     code = main(["doctor", *map(str, fake_set.all), "--package", "faketorch", "--probe", "import faketorch", "--no-probe"])
     error = capsys.readouterr().err
     assert code == 1 and error.count("\n") == 1 and "--probe and --no-probe" in error, error
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every path under ``root`` with its kind and, for a file, its sha256: what a failed build must leave as it was."""
+    return {
+        str(path.relative_to(root)): "dir" if path.is_dir() else sha256(path)
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def test_a_build_that_fails_at_its_last_step_leaves_the_hub_as_it_was(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lock is read last: a line it refuses (an included file) failed the build after the patched wheel and
+    simple/ were in the index. Every output is staged, and nothing of it stays; a second build, of a good
+    lock, then writes them all and leaves no temporary directory."""
+    config = hub_config(tmp_path / "hub", fake_set, preload="auto", preload_package="faketorch")
+    lock = tmp_path / "hub" / "user_lock.txt"
+    good = lock.read_text(encoding="utf-8")
+    lock.write_text(good + "-r more.txt\n", encoding="utf-8")
+    before = _tree(tmp_path)
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "included files are not followed" in error, error
+    assert _tree(tmp_path) == before
+    lock.write_text(good, encoding="utf-8")
+    assert main(["hub", "build", "--config", str(config)]) == 0
+    written = set(_tree(tmp_path)) - set(before)
+    assert "hub/index/faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl" in written and "hub/requirements_lock.txt" in written
+    assert not [name for name in written if ".pw-" in name], written
+    index = (tmp_path / "hub" / "index").as_uri()
+    assert f"--index-url={index}/simple\n" in (tmp_path / "hub" / "requirements_lock.txt").read_text(encoding="utf-8")
+
+
+def test_an_output_place_taken_by_a_directory_is_refused_before_anything_is_written(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = hub_config(tmp_path / "hub", fake_set)
+    (tmp_path / "hub" / "requirements_lock.txt").mkdir()
+    before = _tree(tmp_path)
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    error = capsys.readouterr().err
+    assert error == f"patched-wheels: error: {tmp_path / 'hub' / 'requirements_lock.txt'}: in the way of the hub's output (a link, or not a regular file)\n"
+    assert _tree(tmp_path) == before

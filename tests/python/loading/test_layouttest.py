@@ -443,3 +443,108 @@ def test_the_fix_for_a_plugin_host_names_the_plugin_never_the_host(tmp_path, cap
         f'plugin in the hub the deps come from: patched_wheel(name = "jaxlike-cuda-pjrt", preload = "auto", probe = "{SPLIT_PLUGIN_PROBE}", '
         'preload_package = "jaxlike_plugins.xla_fake")'
     ), out
+
+
+# The deps' trees and the config are the user's: a link, a FIFO or a config of another shape is one error line
+# or a tree that is not walked, never a walk of the file system, a hang or a traceback.
+
+
+def _hostile_entry(runfiles: Path) -> Path:
+    """A wheel's site-packages in ``runfiles`` with the links and files no install makes: a link to ``/``, one to a
+    directory outside the runfiles holding a library, one to its own parent (a cycle), and a FIFO named like a
+    library whose writer has written the ELF magic into it."""
+    entry = runfiles / "pypi_evil" / "site-packages"
+    (entry / "evil-1.0.dist-info").mkdir(parents=True)
+    (entry / "evil-1.0.dist-info" / "RECORD").write_text("evil/__init__.py,,\n", encoding="utf-8")
+    (entry / "evil").mkdir()
+    (entry / "evil" / "__init__.py").write_text("", encoding="utf-8")
+    outside = runfiles.parent / "outside"
+    outside.mkdir()
+    compile_shared(outside, "libout.so", "int out(void) { return 1; }\n")
+    os.symlink("/", entry / "evil" / "root")
+    os.symlink(outside, entry / "evil" / "out")
+    os.symlink("..", entry / "evil" / "loop")
+    os.mkfifo(entry / "evil" / "libfifo.so")
+    return entry
+
+
+def test_no_link_is_walked_out_of_the_runfiles_and_no_fifo_is_opened(tmp_path) -> None:
+    """A link to ``/`` walked the file system (950 MiB before a kill), a FIFO named ``*.so`` blocked the runner
+    until Bazel's timeout: the links out of the runfiles and the cycle are linked as they are, the FIFO is no
+    library."""
+    from patched_wheels.loading.mergedtree import merge
+
+    runfiles = tmp_path / "t.runfiles"
+    entry = _hostile_entry(runfiles)
+    fifo = os.open(entry / "evil" / "libfifo.so", os.O_RDWR | os.O_NONBLOCK)  # a writer: an open for reading returns
+    try:
+        os.write(fifo, b"\x7fELF")
+        merged = merge([str(entry)], tmp_path / "flat", str(runfiles))
+    finally:
+        os.close(fifo)
+    package = merged.site_packages / "evil"
+    for name, target in (("root", "/"), ("out", str(tmp_path / "outside")), ("loop", str(entry))):
+        assert os.path.islink(package / name) and os.path.realpath(package / name) == target, name
+    assert merged.libraries == {}, merged.libraries
+    assert sorted(os.listdir(package)) == ["__init__.py", "libfifo.so", "loop", "out", "root"]
+
+
+def test_a_link_inside_the_runfiles_is_walked_once(tmp_path) -> None:
+    """rules_python's one site-packages links a package's directory to the wheel's own (in the runfiles): its
+    libraries are found; a second link to the same directory is linked as it is."""
+    from patched_wheels.loading.mergedtree import merge
+
+    runfiles = tmp_path / "t.runfiles"
+    wheel = runfiles / "pypi_lib" / "site-packages"
+    (wheel / "lib").mkdir(parents=True)
+    compile_shared(wheel / "lib", "libin.so", "int in(void) { return 1; }\n")
+    entry = runfiles / "_main" / "venv" / "site-packages"
+    (entry / "lib-1.0.dist-info").mkdir(parents=True)
+    os.symlink(wheel / "lib", entry / "lib")
+    os.symlink(wheel / "lib", entry / "other")  # after lib, by name: the first by name is walked
+    merged = merge([str(entry)], tmp_path / "flat", str(runfiles))
+    assert [library.path for library in merged.libraries.values()] == ["lib/libin.so"]
+    assert os.path.islink(merged.site_packages / "other") and os.path.realpath(merged.site_packages / "other") == str(wheel / "lib")
+
+
+def test_an_entry_that_links_out_of_the_runfiles_holds_no_dep(tmp_path) -> None:
+    """A sys.path entry inside the runfiles that is a link to a directory outside them (a system's dist-packages)
+    is no wheel of the deps: it stays on PYTHONPATH, never walked."""
+    outside = tmp_path / "dist-packages"
+    (outside / "a-1.0.dist-info").mkdir(parents=True)
+    (tmp_path / "t.runfiles").mkdir()
+    os.symlink(outside, tmp_path / "t.runfiles" / "system")
+    assert not is_wheel_entry(str(tmp_path / "t.runfiles" / "system"), str(tmp_path / "t.runfiles"))
+
+
+_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        ("[]", "not a layout_test config: a JSON array, not an object"),
+        ("3", "not a layout_test config: a JSON number, not an object"),
+        (_DEEP, "not a layout_test config: nested too deeply"),
+        ('{"test": null, "probe": "import a"}', "not a layout_test config: 'test' is null, not a string"),
+        ('{"test": "//:t", "probe": 5}', "not a layout_test config: 'probe' is 5, not a string"),
+        ('{"test": "//:t"}', "not a layout_test config: 'probe' is missing"),
+        ('{"test": "//:t", "probe": "import a"', "not a layout_test config: Expecting"),
+        (b'{"test": "\xff"}', "not a layout_test config: 'utf-8' codec can't decode byte 0xff"),
+        ("FIFO", "not a regular file (a FIFO, device, socket or directory); not a layout_test config"),
+    ],
+    ids=["list", "number", "nested", "test-null", "probe-number", "probe-missing", "truncated", "not-utf-8", "fifo"],
+)
+def test_every_config_error_is_one_line(tmp_path, config: str | bytes, reason: str) -> None:
+    """Run as Bazel runs it (a process of its own: a FIFO config hung the old runner, which a test must not)."""
+    main_file = make_test(tmp_path, [], "import a")
+    path = Path(main_file.replace(MAIN_SUFFIX, CONFIG_SUFFIX))
+    path.unlink()
+    if config == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(config if isinstance(config, bytes) else config.encode("utf-8"))
+    runner = _runner(main_file, {})
+    out, err = _ended(runner, 60)
+    assert (runner.returncode, out) == (2, ""), err
+    assert err.startswith(f"patched-wheels: error: {path}: {reason}") and err.count("\n") == 1, err

@@ -225,3 +225,21 @@ def test_the_lazy_load_warning_asks_for_a_probe_only_when_it_would_suggest_anoth
     assert asked.endswith(f"give a probe that makes it load, e.g. {phrasing.probe(JAX_PROBE)} for a JAX plugin"), asked
     given = lazy_warning(own.wheel, "jax_plugins.xla_cuda13", "import jax;  jax.devices()", Unprobed((own,), (other,)), phrasing)
     assert "give a probe" not in given and "run layout_test on a GPU machine" in given, given
+
+
+def test_a_package_whose_init_two_wheels_ship_is_refused(tmp_path, capsys):
+    """pwpa/__init__.py in pwpa's wheel and in another: installed together one overwrites the other, so the
+    preload written into the patched one may never run. It was accepted."""
+    from support.wheelbuilder import build_wheel as build_plain_wheel
+
+    (tmp_path / "w").mkdir()
+    own = build_plain_wheel(tmp_path / "w", "pwpa", "1.0", {"pwpa/__init__.py": b"", "pwpa/core.py": b""})
+    other = build_plain_wheel(tmp_path / "w", "pwpa-shadow", "1.0", {"pwpa/__init__.py": b"SHADOW = 1\n"})
+    code = main(["patch", "--no-cache", "--wheel", str(own), "--dest-dir", str(tmp_path / "out"), "--suffix", "s.1",
+                 "--preload-for", "pwpa", "--preload-from", str(other)])  # fmt: skip
+    assert code == 1
+    assert one_error(capsys.readouterr()) == (
+        f"patched-wheels: error: --preload-for pwpa: pwpa/__init__.py is shipped by {own.name} and by {other.name}: "
+        "installed together, one overwrites the other, so a preload in it may never run"
+    )
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

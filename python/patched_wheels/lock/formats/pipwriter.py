@@ -73,7 +73,7 @@ def render_exported(lock: Lock, plan: LockPlan) -> str:
         if edit is not None and edit.lines:
             lines.extend(line for new in edit.lines for line in pin_block(new, "\n"))
             continue
-        version = edit.version if edit is not None else pin.pinned_version()
+        version = edit.version if edit is not None else pin.version if pin.url else pin.pinned_version()
         hashes = edit.hashes if edit is not None and edit.hashes is not None else tuple(sorted(pin.hashes))
         lines.extend(pin_block(NewPin(pin.head, version, pin.url, pin.marker, hashes), "\n"))
     for pin in plan.added:

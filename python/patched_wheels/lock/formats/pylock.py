@@ -2,8 +2,12 @@
 
 Each ``[[packages]]`` entry whose ``marker`` holds for the environment (default: the running
 interpreter) is a pin of its ``version`` with the hashes of its wheels and sdist; its wheels are the
-pin's files, so ``resolve`` needs no index page. An ``archive``, ``vcs`` or ``directory`` entry is a
-direct reference. The lock is read only: the hub writes a requirements lock (and a uv.lock) from it.
+pin's files, so ``resolve`` needs no index page. An ``archive``, ``vcs`` or ``directory`` entry, and one
+whose only file is its sdist, is a direct reference that keeps its integrity: the archive's hashes, the
+VCS commit (``git+URL@COMMIT``, as pip reads it), the sdist's hashes; its version is the one rule's of
+every reader (:func:`~patched_wheels.lock.model.reference_version`), so a patched project pinned to
+anything but a wheel is refused, as in a requirements lock. The lock is read only: the hub writes a
+requirements lock (and a uv.lock) from it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any, Mapping
 from packaging.markers import default_environment
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, file_url, locked_pin, marker_holds
+from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 from patched_wheels.lock.formats.tomlread import get, load_toml, tables
 
 
@@ -64,19 +68,50 @@ def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
     files, hashes = [], []
     for wheel in tables(package, "wheels", where):
         url = _location(wheel, root, f"{where}: wheel")
-        digests = get(wheel, "hashes", dict, f"{where}: wheel")
-        sha256 = digests.get("sha256")
-        hashes += [checked_hash(algorithm, digest, f"{where}: wheel") for algorithm, digest in sorted(digests.items())]
+        sha256 = get(wheel, "hashes", dict, f"{where}: wheel").get("sha256")
+        hashes += _hashes(wheel, f"{where}: wheel")
         filename = get(wheel, "name", str, where, "") or url.split("?", 1)[0].rsplit("/", 1)[-1]
         files.append(PinFile(filename, url, sha256.lower() if isinstance(sha256, str) else None))
     sdist = get(package, "sdist", dict, where, {})
-    hashes += [checked_hash(a, d, f"{where}: sdist") for a, d in sorted(get(sdist, "hashes", dict, f"{where}: sdist", {}).items())]
+    hashes += _hashes(sdist, f"{where}: sdist", {})
+    references = [kind for kind in ("archive", "vcs", "directory") if kind in package]
+    if len(references) > 1:
+        raise InvalidLockError(f"{where}: {' and '.join(references)}: a package comes from one source")
     url = None
-    for kind in ("archive", "vcs", "directory"):
-        if kind in package:
-            url = _location(get(package, kind, dict, where), root, f"{where}: {kind}")
+    if references == ["archive"]:
+        archive = get(package, "archive", dict, where)
+        hashes += _hashes(archive, f"{where}: archive")
+        url = _subdirectory(_location(archive, root, f"{where}: archive"), archive, f"{where}: archive")
+    elif references == ["vcs"]:
+        url = _vcs_url(get(package, "vcs", dict, where), root, f"{where}: vcs")
+    elif references == ["directory"]:
+        directory = get(package, "directory", dict, where)
+        url = _subdirectory(_location(directory, root, f"{where}: directory"), directory, f"{where}: directory")
+    elif sdist and not files:  # its one file: a reference to it, as `name @ URL` is in a requirements lock
+        url = _location(sdist, root, f"{where}: sdist")
     version = get(package, "version", str, where, "") or None
     return locked_pin(get(package, "name", str, where), (), version, hashes=hashes, url=url, files=files, span=span, where=where)
+
+
+def _hashes(table: dict[str, Any], where: str, default: dict[str, Any] | None = None) -> list[str]:
+    """The table's ``hashes`` as ``algorithm:digest``, each checked (absent: ``default``, or an error when None)."""
+    return [checked_hash(algorithm, digest, where) for algorithm, digest in sorted(get(table, "hashes", dict, where, default).items())]
+
+
+def _vcs_url(vcs: dict[str, Any], root: Path, where: str) -> str:
+    """pip's spelling of a VCS source at its locked commit: ``git+URL@COMMIT`` (``#subdirectory=`` added). A
+    ``commit-id`` is what pins it (PEP 751 requires one): without it the pin would follow a branch."""
+    kind = checked_name(get(vcs, "type", str, where), where, "type")
+    commit = get(vcs, "commit-id", str, where)
+    if not commit.isalnum():
+        raise InvalidLockError(f"{where}: commit-id {commit[:200]!r} is not a commit")
+    return _subdirectory(f"{kind}+{_location(vcs, root, where)}@{commit}", vcs, where)
+
+
+def _subdirectory(url: str, table: dict[str, Any], where: str) -> str:
+    """``url`` with the table's ``subdirectory`` as pip's ``#subdirectory=`` fragment."""
+    subdirectory = get(table, "subdirectory", str, where, "")
+    return f"{url}#subdirectory={subdirectory}" if subdirectory else url
 
 
 def _location(table: dict[str, Any], root: Path, where: str) -> str:

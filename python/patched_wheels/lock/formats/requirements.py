@@ -29,9 +29,8 @@ from typing import Iterator, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from patched_wheels.errors import InvalidLockError, InvalidWheelError
-from patched_wheels.lock.model import Lock, LockOption, Pin, Span, read_lock_text
-from patched_wheels.wheelfile.filename import WheelFilename
+from patched_wheels.errors import InvalidLockError
+from patched_wheels.lock.model import Lock, LockOption, Pin, Span, read_lock_text, reference_version
 
 BOM = "\ufeff"
 EOL = re.compile(r"(\r\n|\n|\r)$")
@@ -46,6 +45,10 @@ _INDEX_OPTION = re.compile(r"(--(?:index-url|extra-index-url|find-links|no-index
 _INCLUDE_OPTION = re.compile(r"--(?:requirement|constraint)(?:=|\s|$)|-[rc]")
 # The name and extras a requirement starts with, as written.
 _HEAD = re.compile(r"[ \t]*([A-Za-z0-9][A-Za-z0-9._-]*[ \t]*(?:\[[^\]]*\])?)")
+# An editable requirement (-e/--editable, optparse's spellings: "-e URL", "-eURL", "--editable=URL") and the
+# project its "#egg=" fragment names (pip's own pattern).
+_EDITABLE = re.compile(r"(?:-e|--editable)(?:=|[ \t]+|(?=[^ \t-]))(?P<value>\S+)")
+_EGG = re.compile(r"[#&]egg=([^&]*)")
 
 
 def comment_start(line: str) -> int | None:
@@ -121,7 +124,7 @@ def parse_requirements(text: str, source: str) -> RequirementsText:
             raise InvalidLockError(
                 f"{line.span.where}: {line.content}: included files are not followed; put their lines into this lock"
             )
-    pins = tuple(_parse_pin(line) for line in logical if line.content and not line.is_option)
+    pins = tuple(pin for line in logical if line.content for pin in ([_editable_pin(line)] if line.is_option else [_parse_pin(line)]) if pin)
     options = tuple(LockOption(line.index_option, line.span, line.content) for line in logical if line.index_option)
     return RequirementsText(source, bom, lines, logical, Lock(source, "requirements", pins, options))
 
@@ -191,6 +194,28 @@ def _parse_pin(line: LogicalLine) -> Pin:
     )
 
 
+def _editable_pin(line: LogicalLine) -> Pin | None:
+    """The pin an editable line (``-e git+https://…#egg=pwu``) makes of the project its ``#egg=`` names: a
+    direct reference that pins no wheel (:func:`~patched_wheels.lock.model.reference_version`), so it is
+    refused for a patched project rather than left beside the pin of the patched wheel; an editable line
+    naming no project is left alone, as every option line is."""
+    match = _EDITABLE.match(line.content)
+    egg = _EGG.search(match.group("value")) if match else None
+    if match is None or egg is None:
+        return None
+    try:
+        requirement = Requirement(egg.group(1))
+    except (InvalidRequirement, RecursionError) as error:
+        reason = str(error).splitlines()[0]
+        raise InvalidLockError(f"{line.span.where}: {line.content[:200]!r}: #egg={egg.group(1)[:200]!r}: {reason}") from None
+    url = match.group("value")
+    version, error = reference_version(requirement.name, url)
+    return Pin(
+        name=requirement.name, extras=tuple(sorted(requirement.extras)), head=egg.group(1), version=version, marker=None, hashes=(),
+        url=url, span=line.span, text=line.content, pin_error=error,
+    )
+
+
 def _marker_text(requirement: Requirement, text: str) -> str | None:
     """The marker as the user wrote it (after the ``;``; after whitespace and ``;`` behind a URL)."""
     if requirement.marker is None:
@@ -204,13 +229,9 @@ def _marker_text(requirement: Requirement, text: str) -> str | None:
 
 def _version(requirement: Requirement, span: Span) -> tuple[Version | None, str | None]:
     """The one version a pin admits, or why there is none: an ``==`` pin, or a direct reference to a wheel
-    (its file name says the version)."""
+    (its file name says the version: :func:`~patched_wheels.lock.model.reference_version`)."""
     if requirement.url:
-        filename = requirement.url.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[-1]
-        try:
-            return WheelFilename.parse(filename).version, None
-        except InvalidWheelError:
-            return None, f"{requirement.name} @ {requirement.url}: names no wheel file, so its version is unknown"
+        return reference_version(requirement.name, requirement.url)
     specifiers = list(requirement.specifier)
     if len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
         return None, f"{requirement.name} must be pinned with == (found {requirement})"

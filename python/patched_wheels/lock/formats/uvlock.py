@@ -16,6 +16,7 @@ not the parsed document: each block the writer edits is parsed again alone and c
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -120,10 +121,16 @@ def _blocks(text: str, count: int, source: str) -> tuple[tuple[Span, ...], tuple
 
 
 def _refuse_duplicates(packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]) -> None:
-    """One package per name, version and source: a second (``Foo`` beside ``foo``, the same name by
-    PEP 503) cannot be told apart by the dependencies naming it, and would be pinned twice."""
+    """One spelling per project and one package per name, version and source: a second spelling (``Foo``
+    beside ``foo``, the same name by PEP 503; uv writes names normalized) or a second package of the same
+    name, version and source cannot be told apart by the dependencies naming it, and would be pinned (and
+    rewritten) twice."""
     seen: dict[tuple[NormalizedName, str, str], Span] = {}
+    spelled: dict[NormalizedName, tuple[str, Span]] = {}
     for package, name, block in zip(packages, names, blocks):
+        first, at = spelled.setdefault(name, (package["name"], block))
+        if package["name"] != first:
+            raise InvalidLockError(f"{_where(block, package)}: a second spelling of {name} (the first, {first!r}, is at line {at.start + 1})")
         key = (name, repr(package.get("version")), repr(package.get("source")))
         if key in seen:
             raise InvalidLockError(f"{_where(block, package)}: a second package {name} {package.get('version')} from the same source "
@@ -229,11 +236,23 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
         files.append(PinFile(filename, url, digest.partition(":")[2].lower() if digest.startswith("sha256:") else None))
     sdist = get(package, "sdist", dict, where, {})
     hashes += [_hash(get(sdist, "hash", str, f"{where}: sdist"), f"{where}: sdist")] if "hash" in sdist else []
-    url = {"registry": None, "url": source.get("url"), "git": f"git+{source.get('git')}"}.get(kind)
+    url = source["url"] if kind == "url" else _git_url(source["git"], where) if kind == "git" else None
     if kind == "path":
         url = file_url((root / source["path"]).resolve())
     version = get(package, "version", str, where)
     return locked_pin(get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=files, span=span, where=where)
+
+
+def _git_url(written: str, where: str) -> str:
+    """pip's spelling of uv's git source (``URL?rev=…&subdirectory=…#COMMIT``) at its locked commit:
+    ``git+URL@COMMIT#subdirectory=…``. The commit is what pins it: without one the pin would follow a branch."""
+    base, _, commit = written.partition("#")
+    if not commit.isalnum():
+        raise InvalidLockError(f"{where}: git source {written[:200]!r} names no commit (uv writes URL#COMMIT)")
+    parts = urllib.parse.urlsplit(base)
+    subdirectory = urllib.parse.parse_qs(parts.query).get("subdirectory")
+    url = f"git+{urllib.parse.urlunsplit(parts._replace(query=''))}@{commit}"
+    return url + (f"#subdirectory={subdirectory[0]}" if subdirectory else "")
 
 
 def _hash(written: str, where: str) -> str:
