@@ -132,9 +132,11 @@ def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
         f'load("@pypi_{hub}//:requirements.bzl", {hub}_all_requirements = "all_requirements", {hub}_requirement = "requirement")\n'
         for hub in HUBS
     )
+    # requirement(ROOT) brings no companion: its test runs the stack's own probe.
+    probes = {"all": stack.measured_probe, "requirement": stack.probe}
     tests = "".join(
         f'\nlayout_test(\n    name = "{hub}_{kind}_layout_test",\n    deps = {deps.format(hub=hub, root=json.dumps(wanted.name))},\n'
-        f'    probe = {json.dumps(stack.measured_probe)},\n    pip_closure = "@{hub}//:pip_closure.json",\n    timeout = "long",\n)\n'
+        f'    probe = {json.dumps(probes[kind])},\n    pip_closure = "@{hub}//:pip_closure.json",\n    timeout = "long",\n)\n'
         for hub in HUBS
         for kind, deps in KINDS.items()
     )
