@@ -1,14 +1,15 @@
-"""The exact bytes `patch` and `split` write, pinned: a change to how the writer copies (kernel copies, runs of
-members, buffers) must not change one byte of its outputs, which Bazel's repository cache and every lock's
+"""The exact bytes `patch` and `split` write, pinned: a change to how the writer copies (kernel copies, threads,
+buffers) must not change one byte of its outputs, which Bazel's repository cache and every lock's
 sha256 of a patched wheel depend on.
 
 The inputs are built here, deterministically: members stored and deflated, small (their local headers
 copied) and large (kernel-copied after a padded header), a member with a data descriptor, a rename of
 ``.dist-info`` and ``.data``; the split's libraries are gcc-built (``fakecuda.blob_library``).  The digests
-were taken from the writer before it copied runs of members at once.  They depend on zlib's deflate (the
-writer deflates RECORD and what it rewrote) and, for the split, on the compiler: where the input's own
-digest differs from the one pinned beside the outputs' (another gcc), or zlib is zlib-ng, the test is
-skipped, saying why, rather than failing for a reason that is not the writer's.
+were taken from the writer before its kernel copies moved to a thread of their own and the split's sibling
+was written beside the main wheel.  They depend on zlib's deflate (the writer deflates RECORD and what it
+rewrote) and, for the split, on the compiler: where the input's own digest differs from the one pinned
+beside the outputs' (another gcc), or zlib is zlib-ng, the test is skipped, saying why, rather than failing
+for a reason that is not the writer's.
 """
 
 from __future__ import annotations
