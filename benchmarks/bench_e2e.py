@@ -138,13 +138,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
 import compat_bazel
 import compat_stacks
 from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
+from harness import add_json_option, print_json
 from patched_wheels.hub.facts import facts_text
 
 RULES_PYTHON = re.search(r'bazel_dep\(name = "rules_python", version = "([^"]+)"\)', (REPO / "MODULE.bazel").read_text(encoding="utf-8"))[1]
@@ -718,6 +719,7 @@ def main() -> int:
     parser.add_argument("--without-facts", action="store_true", help=f"also the first hub without wheel_facts ({NO_FACTS}): the cost they save")
     parser.add_argument("--stack", choices=sorted(BENCHES), default="torch",
                         help="torch: the example's torch 2.1.0 lock (plain, flat, split); jax: jax[cuda12]==0.7.2 (plain, patched)")  # fmt: skip
+    add_json_option(parser)
     args = parser.parse_args()
     bench = BENCHES[args.stack]
     use_offline_modules()
@@ -752,6 +754,10 @@ def main() -> int:
     print(f"repository cache: {', '.join(map(str, sorted(caches)))}" + (" (shared by all)" if len(caches) == 1 else " (NOT shared)"))
     lines, met = summary(rounds, bench.cold_targets if args.cold else bench.targets)
     print("\n".join(lines))
+    inputs = {"stack": args.stack, "rounds": args.rounds, "warmup": args.warmup, "cold": args.cold, "control": args.control,
+              "without_facts": args.without_facts, "rules_python": bench.rules_python}  # fmt: skip
+    measured = [{name: {**asdict(m), "cpu": m.cpu, "user_cpu": m.user_cpu} for name, m in results.items()} for results in rounds]
+    print_json("bench_e2e", inputs, {"rounds": measured, "summary": lines, "targets_met": met, "shared_repository_cache": len(caches) == 1}, args.json)
     return 0 if len(caches) == 1 and met else 1
 
 

@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from example_workspace import make_workspace, run, use_offline_modules
+from harness import print_json
 
 FALLBACK = re.compile(r"Could not find a whl or an sdist", re.IGNORECASE)
 
@@ -33,6 +34,7 @@ def main() -> int:
     args = parser.parse_args()
     use_offline_modules()
     failed = False
+    results: dict[str, dict[str, object]] = {}
     for release in args.releases:
         root = Path(tempfile.mkdtemp(prefix=f"rpw-example-{release}-"))
         make_workspace(root, release)
@@ -43,11 +45,13 @@ def main() -> int:
         failed |= verdict == "FAIL"
         print(f"rules_python {release}: bazel test //calculator/... after clean --expunge: {wall:.1f} s wall, "
               f"{cpu:.1f} s client CPU, exit {code}, {len(fallbacks)} downloader fallbacks: {verdict}")  # fmt: skip
+        results[release] = {"wall": wall, "client_cpu": cpu, "exit": code, "downloader_fallbacks": len(fallbacks), "pass": verdict == "PASS"}
         if verdict == "FAIL":
             print("\n".join(output.splitlines()[-40:]), file=sys.stderr)
         if not args.keep:
             run(root, "clean", "--expunge")
             shutil.rmtree(root, ignore_errors=True)
+    print_json("bench_example_rules_python", {"releases": args.releases}, results)
     return 1 if failed else 0
 
 

@@ -32,6 +32,7 @@ from patched_wheels.wheelfile.schemes import install_path
 from patched_wheels.elf.read import is_shared_library_name
 from patched_wheels.wheelfile import INFLATER_NAME
 
+from harness import print_json
 from torch_wheels import NVIDIA, TORCH, ensure_wheels
 
 
@@ -103,6 +104,15 @@ def main() -> int:
     print(f"ratios: graph/floor = {graph_seconds / floor_seconds:.2f} wall, {cpu_seconds / floor_cpu_seconds:.2f} CPU; "
           f"cached/floor = {cached_seconds / floor_seconds:.4f}")
     print(f"libnvJitLink before libcusparse before libcusolver: {'yes' if ok else 'NO'}")
+    inputs = {"wheels": [wheel.name for wheel in wheels], "elf_members": len(members), "inflated": total, "deflated": compressed,
+              "inflater": INFLATER_NAME, "zlib": zlib.ZLIB_RUNTIME_VERSION}  # fmt: skip
+    results = {
+        "graph": {"wall": graph_seconds, "cpu": cpu_seconds, "inflated": scan.inflated_bytes, "libraries": len(graph.libraries)},
+        "floor": {"wall": floor_seconds, "cpu": floor_cpu_seconds},
+        "cached": {"wall": cached_seconds},
+        "targets": {"graph <= 10 s wall": graph_seconds <= 10, "load order": ok},
+    }
+    print_json("bench_graph", inputs, results)
     return 0 if ok else 1
 
 

@@ -35,11 +35,12 @@ import shutil
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench_e2e import HELPER_ROWS, RULES_PYTHON, BazelFailed, drop_statements, helper_rows, process_cpu
 from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
+from harness import add_json_option, print_json
 
 HUBS = {"flat": "patched_pypi", "split": "patched_pypi_split"}
 PIP_HUBS = {"patched_pypi": "pypi", "patched_pypi_split": "pypi_split"}
@@ -158,6 +159,7 @@ def main() -> int:
     parser.add_argument("--baseline-tree", type=Path, help="another checkout of rules_patched_wheels, measured in the same rounds")
     parser.add_argument("--warmup", action="store_true", help="a cold run of each workspace first, not counted (else the first round's includes the resolution)")
     parser.add_argument("--keep", action="store_true", help="keep the workspaces, output bases and caches")
+    add_json_option(parser)
     args = parser.parse_args()
     use_offline_modules()
     trees = {"new": REPO} | ({"old": args.baseline_tree.resolve()} if args.baseline_tree else {})
@@ -183,6 +185,9 @@ def main() -> int:
     finally:
         if not args.keep:
             remove_workspaces(workspaces, work)
+    inputs = {"rounds": args.rounds, "hubs": args.hubs, "baseline_tree": str(args.baseline_tree or ""), "warmup": args.warmup}
+    measured = {"/".join(key): [asdict(run) for run in key_runs] for key, key_runs in runs.items()}
+    print_json("bench_hub_cold", inputs, {"runs": measured, "table": table(runs, args.hubs, list(trees))}, args.json)
     return 0
 
 

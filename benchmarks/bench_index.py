@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import print_json
 from torch_wheels import NVIDIA, TORCH, TRITON, cache_dir, ensure_wheels
 
 
@@ -103,6 +104,11 @@ def main() -> int:
         print(f"  python + index module only  : {warm_alone[0]:7.3f} s wall, {warm_alone[1]:.3f} s CPU")
         ok = cold[0] <= 1.3 * baseline[0] and warm[0] <= 0.2
         print("targets met" if ok else "TARGETS MISSED")
+        best = {"sha256sum": baseline, "openssl": openssl, "index cold": cold, "index warm": warm, "startup": startup, "index module alone": warm_alone}
+        results = {label: {"wall_best": pair[0], "cpu_best": pair[1]} for label, pair in best.items() if pair is not None}
+        results["build_index warm"] = {"wall": warm_library}
+        results["targets"] = {"cold <= 1.3x sha256sum": cold[0] <= 1.3 * baseline[0], "warm <= 0.2 s": warm[0] <= 0.2}
+        print_json("bench_index", {"wheels": len(wheels), "bytes": total, "repeat": args.repeat}, results)
         return 0 if ok else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import print_json
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # support.bazelworkspace: the Bazel tests' workspace builder
 TARGET = 2.0
@@ -59,7 +61,7 @@ def generated_workspace(directory: Path) -> tuple[Path, list[str]]:
     return setup.workspace.root, ["//:plugin_layout_test", "//:slow_layout_test"]
 
 
-def measure(workspace: Path, target: str, rounds: int) -> bool:
+def measure(workspace: Path, target: str, rounds: int) -> tuple[bool, dict[str, object]]:
     package, name = target.removeprefix("//").split(":")
     bazel = str(REPO / "tools" / "bazel")
     subprocess.run([bazel, "build", target], cwd=workspace, check=True, capture_output=True)
@@ -87,7 +89,8 @@ def measure(workspace: Path, target: str, rounds: int) -> bool:
     ratio_cpu = medians["test"][1] / medians["probe once"][1]
     met = ratio_wall <= TARGET
     print(f"  ratio test / probe once: wall {ratio_wall:.2f}x, cpu {ratio_cpu:.2f}x (target: wall <= {TARGET}x: {'met' if met else 'MISSED'})")
-    return met
+    figures = {step: {"wall": wall, "cpu": cpu} for step, (wall, cpu) in medians.items()}
+    return met, {"medians": figures, "ratio": {"wall": ratio_wall, "cpu": ratio_cpu}, "target_met": met}
 
 
 def main() -> int:
@@ -99,16 +102,18 @@ def main() -> int:
     if args.workspace:
         if not args.target:
             parser.error("--workspace needs --target")
-        results = [measure(args.workspace, target, args.rounds) for target in args.target]
-        return 0 if all(results) else 1
+        results = {target: measure(args.workspace, target, args.rounds) for target in args.target}
+        print_json("bench_layout_test", {"rounds": args.rounds, "workspace": str(args.workspace)}, {t: figures for t, (_, figures) in results.items()})
+        return 0 if all(met for met, _ in results.values()) else 1
     directory = Path(tempfile.mkdtemp(prefix="bench-layout-test-ws-"))
     try:
         workspace, targets = generated_workspace(directory)
-        results = [measure(workspace, target, args.rounds) for target in targets]
+        results = {target: measure(workspace, target, args.rounds) for target in targets}
+        print_json("bench_layout_test", {"rounds": args.rounds, "workspace": "generated"}, {t: figures for t, (_, figures) in results.items()})
     finally:
         subprocess.run([str(REPO / "tools" / "bazel"), "clean", "--expunge"], cwd=directory, capture_output=True, check=False)
         shutil.rmtree(directory, ignore_errors=True)
-    return 0 if results[-1] else 1
+    return 0 if results[targets[-1]][0] else 1
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import print_json
+
 _MEASURE = """
 import sys, time
 start = time.monotonic()
@@ -88,6 +90,7 @@ def main() -> None:
         files["uv-lock"].write_text(uv_lock(packages))
         files["pylock"].write_text(pylock(packages))
         print(f"{packages} packages, three wheels each")
+        results: dict[str, dict[str, object]] = {}
         for lock_format, path in files.items():
             size = path.stat().st_size
             runs = {
@@ -101,6 +104,8 @@ def main() -> None:
                 peak, seconds, cpu = measure(*command)
                 print(f"{lock_format:8} {size / 2**20:6.1f} MiB  {name:24} peak {peak / 2**20:6.0f} MiB "
                       f"({peak / size:4.1f}x the input)  {seconds:5.1f} s (wall {time.monotonic() - started:.1f} s, CPU {cpu:.1f} s)")  # fmt: skip
+                results[f"{lock_format}: {name}"] = {"bytes": size, "peak_rss": peak, "ratio_input": peak / size, "seconds": seconds, "cpu": cpu}
+    print_json("bench_locks", {"packages": packages, "megabytes": args.megabytes}, results)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ Compares, in one run on the same machine and files:
 Peak RSS is that of the ``patched-wheels`` process alone (``os.wait4``).  Targets
 (default mode): >= 30x faster than the baseline, <= 5x ``cp``, peak RSS <= 150 MB.
 
-Usage: ``python benchmarks/bench_patch.py [--wheel W] [--work-dir D] [--repeat N] [--skip-baseline]``.
+Usage: ``python benchmarks/bench_patch.py [--wheel W] [--work-dir D] [--repeat N] [--skip-baseline] [--json FILE]``.
 The wheel is downloaded once (``pip download``, see ``torch_wheels.py``) into
 ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/``.
 """
@@ -29,6 +29,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from harness import add_json_option, print_json
 from torch_wheels import TORCH, ensure_wheels
 
 SUFFIX = "bench.1"
@@ -113,6 +114,7 @@ def main() -> int:
     parser.add_argument("--work-dir", type=Path, help="scratch directory (default: a new temp dir)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of cp and patched-wheels; the best is reported")
     parser.add_argument("--skip-baseline", action="store_true", help="skip the slow wheel unpack/pack baseline")
+    add_json_option(parser)
     args = parser.parse_args()
 
     wheel = args.wheel or ensure_wheels([TORCH])[0]
@@ -149,6 +151,15 @@ def main() -> int:
     if base_time is not None:
         verdicts.insert(0, (f">= {BASELINE_TARGET:g}x faster than extract+repack", base_time / our_time >= BASELINE_TARGET))
     print("targets (default mode): " + ", ".join(f"{name}: {'PASS' if ok else 'FAIL'}" for name, ok in verdicts))
+    results = {
+        "cp": {"wall_best": cp_time},
+        "patch": {"wall_best": our_time, "peak_rss": our_rss, "ratio_cp": our_time / cp_time},
+        "patch --verify": {"wall_best": verify_time, "peak_rss": verify_rss, "ratio_cp": verify_time / cp_time},
+        "unpack + patch + pack": {"wall": base_time},
+        "targets": dict(verdicts),
+    }
+    inputs = {"wheel": wheel.name, "members": members, "inflated": inflated, "repeat": args.repeat}
+    print_json("bench_patch", inputs, results, args.json)
     return 0 if all(ok for _, ok in verdicts) else 1
 
 

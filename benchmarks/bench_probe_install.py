@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import add_json_option, print_json, spread
+
 REPO = Path(__file__).resolve().parent.parent
 
 RUN = """\
@@ -73,6 +75,7 @@ def main() -> int:
     parser.add_argument("--baseline-tree", type=Path, required=True, help="a python/ directory holding patched_wheels")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--python", default=sys.executable)
+    add_json_option(parser)
     args = parser.parse_args()
     trees = {"baseline": args.baseline_tree.resolve(), "checked": REPO / "python", "pinned": REPO / "python"}
     for tree in trees.values():
@@ -103,6 +106,13 @@ def main() -> int:
     for name, runs in results.items():
         wall, cpu = statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
         print(f"median of {len(runs)} {name:8}: {wall:6.1f} s wall ({wall / base_wall:.2f}x), {cpu:6.1f} s CPU ({cpu / base_cpu:.2f}x)")
+    summaries = {
+        name: {"wall": spread([w for w, _ in runs]), "cpu": spread([c for _, c in runs]),
+               "ratio": {"wall": statistics.median(w for w, _ in runs) / base_wall, "cpu": statistics.median(c for _, c in runs) / base_cpu}}
+        for name, runs in results.items()
+    }  # fmt: skip
+    inputs = {"wheels": len(wheels), "bytes": size, "inflater": inflater, "rounds": args.rounds, "baseline_tree": str(args.baseline_tree)}
+    print_json("bench_probe_install", inputs, {"configurations": summaries}, args.json)
     return 0
 
 

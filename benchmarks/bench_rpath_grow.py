@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-from bench_split import Run, Step, measure
+from harness import Run, Step, add_json_option, alternate, print_json, step_summary
 from torch_wheels import TORCH, ensure_wheels
 
 CUDA = "torch/lib/libtorch_cuda.so"
@@ -139,6 +138,7 @@ def main() -> int:
     parser.add_argument("--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
     parser.add_argument("--baseline-tree", type=Path, help="a checkout of the code to compare with (its python/ is used)")
+    add_json_option(parser)
     args = parser.parse_args()
     wheel = (args.wheel or ensure_wheels([TORCH])[0]).resolve()
     work = Path(tempfile.mkdtemp(prefix="bench_rpath_grow."))
@@ -147,32 +147,27 @@ def main() -> int:
     steps.append(_patch(None, wheel, work / "this tree", (CUDA,), env))
     if args.baseline_tree is not None:
         steps.append(_patch(args.baseline_tree.resolve() / "python", wheel, work / "baseline", (CUDA,), env))
-    runs: dict[str, list[Run]] = {step.label: [] for step in steps}
     try:
         subprocess.run(["cat", str(wheel)], check=True, stdout=subprocess.DEVNULL)  # the same warm page cache for all
-        for number in range(args.rounds):
-            for step in steps if number % 2 == 0 else steps[::-1]:  # alternate, so drift in machine load spreads evenly
-                runs[step.label].append(measure(step))
-            print(f"round {number + 1}/{args.rounds} done", flush=True)
+        runs: dict[str, list[Run]] = alternate(steps, args.rounds)
         failures = check(work / "this tree", wheel, work, env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    def median(label: str, field: str) -> float:
-        return statistics.median(getattr(run, field) for run in runs[label])
-
+    results = {Path(label).name: step_summary(step_runs, None if label == "cp" else runs["cp"]) for label, step_runs in runs.items()}
     print(f"input: {wheel.name}, {wheel.stat().st_size / MIB:.0f} MiB; medians of {args.rounds} alternating rounds")
-    cp_wall = median("cp", "wall")
     print(f"{'step':<14}{'wall':>9}{'x cp':>7}{'CPU':>9}{'peak RSS':>12}")
-    for step in steps:
-        label = Path(step.label).name
-        wall, cpu, rss = median(step.label, "wall"), median(step.label, "cpu"), max(run.peak_rss for run in runs[step.label])
-        print(f"{label:<14}{wall:8.2f}s{wall / cp_wall:6.1f}x{cpu:8.2f}s{rss / MIB:8.0f} MiB")
-    rss = max(run.peak_rss for run in runs[steps[1].label])
+    for label, summary in results.items():
+        wall, cpu = summary["wall"]["median"], summary["cpu"]["median"]
+        print(f"{label:<14}{wall:8.2f}s{summary.get('ratio', {'wall': 1.0})['wall']:6.1f}x{cpu:8.2f}s{summary['peak_rss'] / MIB:8.0f} MiB")
+    rss = results["this tree"]["peak_rss"]
     print(f"target: peak RSS <= {RSS_TARGET // MIB} MiB: {'PASS' if rss <= RSS_TARGET else 'FAIL'}")
     for failure in failures:
         print(f"check failed: {failure}")
-    return 0 if rss <= RSS_TARGET and not failures else 1
+    targets = {f"peak RSS <= {RSS_TARGET // MIB} MiB": rss <= RSS_TARGET, "checks": not failures}
+    inputs = {"wheel": wheel.name, "rounds": args.rounds, "baseline_tree": str(args.baseline_tree or "")}
+    print_json("bench_rpath_grow", inputs, {"steps": results, "targets": targets, "check_failures": failures}, args.json)
+    return 0 if all(targets.values()) else 1
 
 
 if __name__ == "__main__":

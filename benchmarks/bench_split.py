@@ -1,26 +1,35 @@
-"""Benchmark ``patched-wheels split`` on the real torch 2.1.0 cp311 wheel (670 MB) against ``cp`` and ``patch``.
+"""Benchmark ``patched-wheels split`` and ``patch`` against ``cp`` of the same wheel, in the same rounds.
 
-    python benchmarks/bench_split.py [--rounds N] [--wheel W] [--baseline-tree DIR]
+    python benchmarks/bench_split.py [--rounds N] [--wheel W | --synthetic BYTES] [--graph-wheels W...]
+                                     [--baseline-tree DIR] [--skip-no-cache] [--json FILE]
 
-In alternating rounds on the same files (page cache warmed once), each step a fresh process:
+The wheel is the real torch 2.1.0 cp311 wheel (670 MB, downloaded once by ``torch_wheels.py`` into
+``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/``), ``--wheel W``, or with ``--synthetic
+BYTES`` a torch-shaped wheel of about that size built here from gcc-built libraries
+(``synthetic_wheel.py``; no download, kept in ``--cache-dir``), whose big library needs the synthetic
+deps wheel, the graph's other wheel.  In alternating rounds on the same files (page cache warmed once),
+each step a fresh process:
 
 * ``cp`` of the wheel: the floor, since a split writes as many bytes as the wheel holds;
 * ``patch --suffix bench.1 --remove-requires triton``: the rewrite every patched wheel gets;
-* ``split --max-size 300000000 --into torch-cuda-libs`` with a warm ELF cache and digest memo (primed
+* ``split --max-size 300000000 --into <name>-cuda-libs`` with a warm ELF cache and digest memo (primed
   once, untimed: the repeat run, and the hub's case, whose graph is read once for the whole set);
-* the same with ``--no-cache`` (the graph scan inflates every library: the first run on a machine).
+* the same with ``--no-cache`` (the graph scan inflates every library: the first run on a machine);
 * ``split (sha256 known)``: the same split through the library, as the Bazel hub runs it: the wheel's
-  sha256 comes from the lock, so the ELF cache is read without hashing the 670 MB first.
+  sha256 comes from the lock, so the ELF cache is read without hashing the wheel first; with the
+  ``--graph-wheels`` (synthetic: the deps wheel) in its graph, as the hub reads the whole set, so the
+  preload written for the sibling also loads what the moved libraries need from them.
 
 Per step: wall time, CPU time and peak RSS of the process *and the children it reaped* (``os.wait4``
-returns the kernel's RUSAGE_BOTH of the child: a baseline tree's patchelf counts), median over the rounds,
-and the ratio to ``cp``'s median.  ``--baseline-tree DIR`` runs the ``patch``/``split`` steps a second
-time with ``DIR/python`` first on ``PYTHONPATH`` (e.g. ``git worktree add --detach /tmp/split-base main``),
-alternating with this tree's, so a change is measured against the code before it in the same run.
+returns the kernel's RUSAGE_BOTH of the child: a baseline tree's patchelf counts), median and range over
+the rounds, and the ratio to ``cp``'s median; then the JSON line of ``harness.print_json``.
+``--baseline-tree DIR`` runs the ``patch``/``split`` steps a second time with ``DIR/python`` first on
+``PYTHONPATH`` (e.g. ``git worktree add --detach /tmp/split-base main``), alternating with this tree's,
+so a change is measured against the code before it in the same run.
 
-Targets (issue 19): split (warm ELF cache) <= 3x ``cp`` in CPU time and in wall time, <= 200 MiB peak RSS.
-Exit 1 when this tree misses one.  The wheel is downloaded once (``torch_wheels.py``) into
-``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/``.
+Targets (issues 19 and 43): split (warm ELF cache) <= 3x ``cp`` and patch <= 2x ``cp``, the hub's split
+<= 4x ``cp``, each in wall time (``cp``'s CPU is its kernel copy alone, so the CPU ratios are printed
+beside, not judged); split <= 200 MiB peak RSS.  Exit 1 when this tree misses one.
 """
 
 from __future__ import annotations
@@ -29,38 +38,38 @@ import argparse
 import hashlib
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from harness import Run, Step, add_json_option, alternate, measure, print_json, step_summary
+from synthetic_wheel import build_synthetic_set
 from torch_wheels import TORCH, ensure_wheels
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_SIZE = 300_000_000
-SIBLING = "torch-cuda-libs"
-CP_TARGET = 3.0
+TARGETS = {"patch": 2.0, "split": 3.0, "split (sha256 known)": 4.0}
+"""Each step's most, in ``cp``'s wall and CPU time."""
 RSS_TARGET = 200 << 20
 MIB = 1 << 20
 
 
-# The hub's call (hub.patch_into_index): the graph read by sha256 from the ELF cache under XDG_CACHE_HOME.
-_AS_THE_HUB = f"""
+# The hub's call (hub.patch_into_index): the graph of the set read by sha256 from the ELF cache under XDG_CACHE_HOME.
+_AS_THE_HUB = """
 import os, sys
 from pathlib import Path
 from patched_wheels.base.cache import CacheContext
 from patched_wheels.elf.graph import WheelRef, read_graph
 from patched_wheels.patch.request import SplitRequest
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
-wheel, sha256, dest = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+sibling, dest, wheel, *others = sys.argv[1:]
 caches = CacheContext(Path(os.environ["XDG_CACHE_HOME"]) / "rules_patched_wheels")
-graph = read_graph([WheelRef(wheel.name, sha256, wheel)], caches=caches)
-patch_wheel(wheel, dest, PatchOptions(split=SplitRequest("{SIBLING}", max_size={MAX_SIZE}), graph=graph))
-"""
+refs = [WheelRef(Path(path).name, sha256, Path(path)) for path, sha256 in (item.rsplit("=", 1) for item in [wheel, *others])]
+graph = read_graph(refs, caches=caches, lenient=True)
+patch_wheel(refs[0].path, Path(dest), PatchOptions(split=SplitRequest(sibling, max_size=%d), graph=graph))
+""" % MAX_SIZE
 
 
 def _sha256(path: Path) -> str:
@@ -71,124 +80,118 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class Run:
-    wall: float
-    cpu: float
-    """User + system seconds of the process and of the children it waited for."""
-    peak_rss: int
-    """Bytes: the largest of the process and its reaped children."""
+def sibling_of(wheel: Path) -> str:
+    """The split's ``--into``: ``<project>-cuda-libs``."""
+    return f"{wheel.name.split('-', 1)[0]}-cuda-libs"
 
 
-@dataclass(frozen=True)
-class Step:
-    label: str
-    command: list[str]
-    env: dict[str, str]
-    output: Path
-
-
-def measure(step: Step) -> Run:
-    """One run of ``step`` into an empty output directory, after writing back the previous run's files."""
-    shutil.rmtree(step.output, ignore_errors=True)
-    step.output.mkdir(parents=True)
-    os.sync()
-    start = time.perf_counter()
-    process = subprocess.Popen(step.command, stdout=subprocess.DEVNULL, env=step.env)
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"benchmark step failed: {' '.join(step.command)}")
-    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)  # Linux reports KiB
-
-
-def check_split(output: Path) -> str:
-    """Not timed: both wheels are there, the main one fits, the sibling holds libtorch_cuda.so."""
+def check_split(output: Path, wheel: Path) -> str:
+    """Not timed: both wheels are there, the main one fits, the sibling holds the biggest library."""
+    project, sibling = wheel.name.split("-", 1)[0], sibling_of(wheel).replace("-", "_")
     wheels = sorted(output.glob("*.whl"))
-    main = [wheel for wheel in wheels if wheel.name.startswith("torch-")]
-    sibling = [wheel for wheel in wheels if wheel.name.startswith("torch_cuda_libs-")]
-    if len(main) != 1 or len(sibling) != 1:
-        raise SystemExit(f"split wrote {[wheel.name for wheel in wheels]}, expected a torch and a torch_cuda_libs wheel")
+    main = [path for path in wheels if path.name.startswith(f"{project}-")]
+    moved_wheel = [path for path in wheels if path.name.startswith(f"{sibling}-")]
+    if len(main) != 1 or len(moved_wheel) != 1:
+        raise SystemExit(f"split wrote {[path.name for path in wheels]}, expected a {project} and a {sibling} wheel")
     if main[0].stat().st_size > MAX_SIZE:
         raise SystemExit(f"{main[0].name}: {main[0].stat().st_size} bytes, over --max-size {MAX_SIZE}")
-    with zipfile.ZipFile(sibling[0]) as archive:
-        moved = [name for name in archive.namelist() if name.endswith(".so")]
-    if "torch_cuda_libs/lib/libtorch_cuda.so" not in moved:
-        raise SystemExit(f"{sibling[0].name}: libtorch_cuda.so not moved ({moved})")
-    return f"main {main[0].stat().st_size / MIB:.0f} MiB, sibling {sibling[0].stat().st_size / MIB:.0f} MiB ({len(moved)} libraries)"
+    with zipfile.ZipFile(wheel) as archive:
+        biggest = max((info for info in archive.infolist() if ".so" in info.filename), key=lambda info: info.compress_size)
+    with zipfile.ZipFile(moved_wheel[0]) as archive:
+        moved = [name for name in archive.namelist() if ".so" in name]
+    if f"{sibling}/{biggest.filename.split('/', 1)[1]}" not in moved:
+        raise SystemExit(f"{moved_wheel[0].name}: {biggest.filename} not moved ({moved})")
+    return f"main {main[0].stat().st_size / MIB:.0f} MiB, sibling {moved_wheel[0].stat().st_size / MIB:.0f} MiB ({len(moved)} libraries)"
 
 
-def steps_for(tree: str, python_dir: Path | None, wheel: Path, sha256: str, work: Path, env: dict[str, str]) -> list[Step]:
-    """The patch and split steps of one source tree (``python_dir`` first on PYTHONPATH; None: the installed one)."""
+def steps_for(
+    tree: str, python_dir: Path | None, wheels: list[tuple[Path, str]], work: Path, env: dict[str, str], *, no_cache: bool = True
+) -> list[Step]:
+    """The patch and split steps of one source tree (``python_dir`` first on PYTHONPATH; None: the installed
+    one); ``wheels``: the wheel and the graph's other wheels, each with its sha256; ``no_cache``: with the
+    ``--no-cache`` split."""
     if python_dir is not None:
         env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(python_dir), env.get("PYTHONPATH", "")]))}
+    wheel = wheels[0][0]
     helper = [sys.executable, "-m", "patched_wheels"]
-    split = [*helper, "split", "--wheel", str(wheel), "--max-size", str(MAX_SIZE), "--into", SIBLING, "--dest-dir"]
+    split = [*helper, "split", "--wheel", str(wheel), "--max-size", str(MAX_SIZE), "--into", sibling_of(wheel), "--dest-dir"]
     out = work / tree
-    as_the_hub = [sys.executable, "-c", _AS_THE_HUB, str(wheel), sha256, str(out / "split-hub")]
-    return [
+    as_the_hub = [sys.executable, "-c", _AS_THE_HUB, sibling_of(wheel), str(out / "split-hub"), *(f"{path}={sha256}" for path, sha256 in wheels)]
+    steps = [
         Step(f"{tree}: patch", [*helper, "patch", "--wheel", str(wheel), "--suffix", "bench.1", "--remove-requires",
                                 "triton", "--dest-dir", str(out / "patch")], env, out / "patch"),  # fmt: skip
         Step(f"{tree}: split", [*split, str(out / "split")], env, out / "split"),
         Step(f"{tree}: split --no-cache", [*split, str(out / "split-nc"), "--no-cache"], env, out / "split-nc"),
         Step(f"{tree}: split (sha256 known)", as_the_hub, env, out / "split-hub"),
     ]
+    return [step for step in steps if no_cache or not step.label.endswith("--no-cache")]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)")
+    source.add_argument("--synthetic", type=int, metavar="BYTES", help="a torch-shaped wheel of about BYTES built here (synthetic_wheel.py)")
+    parser.add_argument("--graph-wheels", type=Path, nargs="*", default=[], help="the set's other wheels, in the hub's graph")
+    parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "rpw-bench-synthetic",
+                        help="where --synthetic keeps its wheels between runs (default: %(default)s)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
     parser.add_argument("--baseline-tree", type=Path, help="a checkout of the code to compare with (its python/ is used)")
     parser.add_argument("--work-dir", type=Path, help="scratch directory (default: a new temp dir, removed at the end)")
+    parser.add_argument("--skip-no-cache", action="store_true", help="leave out the --no-cache split (it inflates every library)")
+    add_json_option(parser)
     args = parser.parse_args()
 
-    wheel = (args.wheel or ensure_wheels([TORCH])[0]).resolve()
+    graph_wheels = [path.resolve() for path in args.graph_wheels]
+    if args.synthetic:
+        synthetic = build_synthetic_set(args.cache_dir, args.synthetic)
+        wheel, graph_wheels = synthetic.main, graph_wheels or [synthetic.deps]
+    else:
+        wheel = (args.wheel or ensure_wheels([TORCH])[0]).resolve()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench_split."))
     work.mkdir(parents=True, exist_ok=True)
     # A private ELF cache: XDG_CACHE_HOME moves every per-user cache of the helper (elfgraph/ included).
     env = {**os.environ, "XDG_CACHE_HOME": str(work / "xdg")}
     env.pop("RULES_PATCHED_WHEELS_CACHE", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     steps = [Step("cp", ["cp", str(wheel), str(work / "cp")], env, work / "cp")]
-    sha256 = _sha256(wheel)
-    steps += steps_for("this tree", None, wheel, sha256, work, env)
+    wheels = [(path, _sha256(path)) for path in [wheel, *graph_wheels]]
+    steps += steps_for("this tree", None, wheels, work, env, no_cache=not args.skip_no_cache)
     if args.baseline_tree is not None:
-        steps += steps_for("baseline", args.baseline_tree.resolve() / "python", wheel, sha256, work, env)
+        steps += steps_for("baseline", args.baseline_tree.resolve() / "python", wheels, work, env, no_cache=not args.skip_no_cache)
     trees = [REPO / "python", *([args.baseline_tree.resolve() / "python"] if args.baseline_tree is not None else [])]
     for tree in trees:  # as installed: byte-compiled once (under PYTHONDONTWRITEBYTECODE every run compiles again)
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True, stdout=subprocess.DEVNULL)
     try:
-        subprocess.run(["cat", str(wheel)], check=True, stdout=subprocess.DEVNULL)  # the same warm page cache for all
+        for path, _ in wheels:
+            subprocess.run(["cat", str(path)], check=True, stdout=subprocess.DEVNULL)  # the same warm page cache for all
         for step in steps:
             if step.label.endswith((": split", "(sha256 known)")):
                 measure(step)  # primes the ELF cache; untimed
-                print(f"{step.label}: {check_split(step.output)}", flush=True)
-        runs: dict[str, list[Run]] = {step.label: [] for step in steps}
-        for number in range(args.rounds):
-            order = steps if number % 2 == 0 else steps[::-1]  # alternate, so drift in machine load spreads evenly
-            for step in order:
-                runs[step.label].append(measure(step))
-            print(f"round {number + 1}/{args.rounds} done", flush=True)
+                print(f"{step.label}: {check_split(step.output, wheel)}", flush=True)
+        runs: dict[str, list[Run]] = alternate(steps, args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    def median(label: str, field: str) -> float:
-        return statistics.median(getattr(run, field) for run in runs[label])
-
-    print(f"input: {wheel.name}, {wheel.stat().st_size / MIB:.0f} MiB; medians of {args.rounds} alternating rounds")
-    cp_wall, cp_cpu = median("cp", "wall"), median("cp", "cpu")
-    print(f"{'step':<38}{'wall':>9}{'x cp':>7}{'CPU':>9}{'x cp':>7}{'peak RSS':>12}")
-    for label in runs:
-        wall, cpu, rss = median(label, "wall"), median(label, "cpu"), max(run.peak_rss for run in runs[label])
-        print(f"{label:<38}{wall:8.2f}s{wall / cp_wall:6.1f}x{cpu:8.2f}s{cpu / max(cp_cpu, 0.01):6.1f}x{rss / MIB:8.0f} MiB")
-    split = "this tree: split"
-    verdicts = [
-        (f"split <= {CP_TARGET:g}x cp CPU", median(split, "cpu") / max(cp_cpu, 0.01) <= CP_TARGET),
-        (f"split <= {CP_TARGET:g}x cp wall", median(split, "wall") / cp_wall <= CP_TARGET),
-        (f"split peak RSS <= {RSS_TARGET // MIB} MiB", max(run.peak_rss for run in runs[split]) <= RSS_TARGET),
-    ]
-    print("targets: " + ", ".join(f"{name}: {'PASS' if ok else 'FAIL'}" for name, ok in verdicts))
-    return 0 if all(ok for _, ok in verdicts) else 1
+    cp = runs["cp"]
+    results = {label: step_summary(step_runs, None if label == "cp" else cp) for label, step_runs in runs.items()}
+    print(f"input: {wheel.name}, {wheel.stat().st_size / MIB:.0f} MiB (graph with {len(graph_wheels)} more wheels); "
+          f"medians of {args.rounds} alternating rounds, [min-max]")  # fmt: skip
+    print("x cp: the medians' ratio, then the fastest runs' (best-of)")
+    print(f"{'step':<34}{'wall':>8}{'range':>14}{'x cp':>12}{'CPU':>8}{'range':>14}{'x cp':>12}{'peak RSS':>11}")
+    for label, summary in results.items():
+        wall, cpu = summary["wall"], summary["cpu"]
+        ratio, best = summary.get("ratio", {"wall": 1.0, "cpu": 1.0}), summary.get("best_ratio", {"wall": 1.0, "cpu": 1.0})
+        print(f"{label:<34}{wall['median']:7.2f}s [{wall['min']:.2f}-{wall['max']:.2f}]{ratio['wall']:6.1f}x/{best['wall']:.1f}x"
+              f"{cpu['median']:7.2f}s [{cpu['min']:.2f}-{cpu['max']:.2f}]{ratio['cpu']:6.1f}x/{best['cpu']:.1f}x{summary['peak_rss'] / MIB:7.0f} MiB")  # fmt: skip
+    verdicts = {f"{step} <= {most:g}x cp {field}": results[f"this tree: {step}"]["ratio"][field] <= most
+                for step, most in TARGETS.items() for field in ("wall", "cpu")}  # fmt: skip
+    verdicts[f"split peak RSS <= {RSS_TARGET // MIB} MiB"] = results["this tree: split"]["peak_rss"] <= RSS_TARGET
+    print("targets: " + ", ".join(f"{name}: {'PASS' if ok else 'FAIL'}" for name, ok in verdicts.items()))
+    inputs = {"wheel": wheel.name, "bytes": wheel.stat().st_size, "graph_wheels": [path.name for path in graph_wheels],
+              "rounds": args.rounds, "synthetic": bool(args.synthetic), "baseline_tree": str(args.baseline_tree or "")}  # fmt: skip
+    print_json("bench_split", inputs, {"steps": results, "targets": verdicts}, args.json)
+    return 0 if all(verdicts.values()) else 1
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ _PURE_WHEELS = [
 # python-isal, an inflater faster than zlib for the helper's reads of large wheels (the probe's install of
 # the set is most of a cold hub's CPU; patched_wheels/wheelfile/zipcontainer.py uses zlib without it). A
 # binary wheel, so one per CPython version and machine, for glibc (manylinux2014); `isal_wheel` picks the
-# interpreter's. Its pin is tools/requirements-test.txt's (tests/python/test_helper_wheels.py holds them equal).
+# interpreter's. Its pin is tools/requirements-test.txt's, and pyproject.toml installs python-isal with the
+# command line for every row here (tests/python/test_helper_wheels.py holds them so).
 ISAL_WHEELS = {
     "3.9-aarch64": struct(
         filename = "isal-1.9.1-cp39-cp39-manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_28_aarch64.whl",

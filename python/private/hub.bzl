@@ -86,11 +86,12 @@ def resolve_wheels(ctx, helper, request, resolution, *, index_url):
     ctx.file(folder + "/explicit.json", json.encode(resolution["explicit"]))
     common = ["resolve"] + resolution["lock_args"] + ["--explicit", str(ctx.path(folder + "/explicit.json"))]
     projects = json.decode(run_helper(ctx, helper, common + ["--list-projects"], progress = "reading " + resolution["lock_args"][1]))
-    for project in projects:
-        ctx.download(
-            url = project_page_url(index_url, project),
-            output = "%s/pages/%s.html" % (folder, project),
-        )
+    pages = [
+        ctx.download(url = project_page_url(index_url, project), output = "%s/pages/%s.html" % (folder, project), block = False)
+        for project in projects
+    ]
+    for page in pages:
+        page.wait()
     return json.decode(run_helper(
         ctx,
         helper,
@@ -133,9 +134,14 @@ def _patched_hub_impl(rctx):
         ["hub", "plan", "--request", request.path, "--resolved", str(rctx.path("_plan/resolved.json")), "--config-out", config],
         progress = "planning the hub",
     ))
-    for number, fetch in enumerate(plan["fetch"]):
-        rctx.report_progress("fetching %s (%d of %d)" % (fetch["output"], number + 1, len(plan["fetch"])))
-        rctx.download(url = fetch["urls"], output = fetch["output"], sha256 = fetch["sha256"])
+    # Issued together, waited on once: Bazel's downloader fetches them in parallel (as rules_python's do).
+    rctx.report_progress("fetching %d wheels" % len(plan["fetch"]))
+    pending = [
+        rctx.download(url = fetch["urls"], output = fetch["output"], sha256 = fetch["sha256"], block = False)
+        for fetch in plan["fetch"]
+    ]
+    for download in pending:
+        download.wait()
     run_helper(rctx, helper, ["hub", "build", "--config", config], progress = "patching %s" % ", ".join([spec["name"] for spec in specs]))
     for scratch in plan["scratch"]:
         rctx.delete(scratch)

@@ -1,5 +1,6 @@
 """The helper's pinned python-isal wheels (python/private/helper.bzl's ISAL_WHEELS) against the pin the tests
-use, and the interpreter facts the hub picks one by.
+use, the interpreter facts the hub picks one by, and the command line's dependency on python-isal
+(pyproject.toml: wherever a wheel of it installs).
 
 Bazel fetches the wheel of the hub's interpreter (CPython version, machine, glibc) beside packaging and
 tomli, so the hub inflates wheels with python-isal instead of zlib (patched_wheels/wheelfile/zipcontainer.py);
@@ -14,7 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from packaging.requirements import Requirement
+
 from support.starlark import PRIVATE, starlark_constants
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the helper's own dependency below 3.11
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = ("3.9", "3.10", "3.11", "3.12", "3.13")  # tools/test's Python versions
@@ -61,3 +70,39 @@ def test_the_interpreter_facts_run_without_site_and_say_what_the_choice_reads() 
     assert facts["libc"].startswith("glibc "), facts
     if facts["implementation"] == "cpython" and not facts["abiflags"]:
         assert f"{facts['version']}-{facts['machine']}" in _rows()
+
+
+def _command_line_isal() -> Requirement:
+    """pyproject.toml's python-isal dependency of the command line (not the ``fast`` extra's)."""
+    with open(REPO / "pyproject.toml", "rb") as handle:
+        dependencies = tomllib.load(handle)["project"]["dependencies"]
+    (isal,) = [Requirement(line) for line in dependencies if Requirement(line).name == "isal"]
+    return isal
+
+
+def test_the_command_line_installs_isal_wherever_the_hub_has_a_wheel_for_it() -> None:
+    """`pip install .` brings python-isal for every interpreter the hub's table serves, at the tests' pin."""
+    isal = _command_line_isal()
+    (pin,) = re.findall(r"^isal==(\S+)$", (REPO / "tools" / "requirements-test.txt").read_text(encoding="utf-8"), re.MULTILINE)
+    assert isal.specifier.contains(pin), (str(isal.specifier), pin)
+    assert isal.marker is not None
+    for key in _rows():
+        version, machine = key.split("-")
+        linux = {"platform_python_implementation": "CPython", "python_version": version, "platform_machine": machine, "sys_platform": "linux"}
+        assert isal.marker.evaluate(linux), key
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"platform_python_implementation": "PyPy", "platform_machine": "x86_64"},  # no PyPy wheel for 3.9/3.10
+        {"platform_python_implementation": "CPython", "platform_machine": "ppc64le"},
+        {"platform_python_implementation": "CPython", "platform_machine": "s390x"},
+        {"platform_python_implementation": "CPython", "platform_machine": "ARM64", "sys_platform": "win32"},
+        {"platform_python_implementation": "CPython", "platform_machine": "arm64", "python_version": "3.9", "sys_platform": "darwin"},
+    ],
+)
+def test_the_command_line_leaves_isal_out_where_no_wheel_installs(where: dict[str, str]) -> None:
+    """Where python-isal ships no wheel, pip would build it from source (nasm, a compiler) or fail: zlib reads there."""
+    marker = _command_line_isal().marker
+    assert marker is not None and not marker.evaluate(where)

@@ -3,11 +3,13 @@ error line naming the input (or destination) at fault, exit 1, no partial output
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import struct
 import subprocess
 import sys
+import threading
 import zipfile
 import zlib
 from pathlib import Path
@@ -185,3 +187,44 @@ def test_split_publishes_both_wheels_or_neither(capsys: pytest.CaptureFixture[st
     assert (status, err) == (1, f"patched-wheels: error: {main_output}: Is a directory\n")
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([torch_wheel.name, sibling.name]) and not any(main_output.iterdir())
     assert sibling.read_bytes() == earlier
+
+
+@pytest.mark.parametrize("failure", ["io-error", "truncated"])
+def test_a_kernel_copy_failing_in_its_thread_is_one_error_and_no_output(
+    capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """big.bin's data is copied in a thread beside the writer's other work: its failure (a disk error, or the
+    input cut short while it is read) still ends the command with one error line naming the member, no
+    output, and no thread left behind."""
+
+    def failing(*args: object) -> int:
+        if failure == "truncated":
+            return 0  # what copy_file_range says at the input's end
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "copy_file_range", failing)
+    threads = threading.active_count()
+    status, err = _patch(capsys, wheel, tmp_path / "out")
+    reason = "truncated member data" if failure == "truncated" else os.strerror(errno.EIO)
+    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: demo/big.bin: {reason}"
+    assert threading.active_count() == threads
+
+
+def test_a_split_whose_sibling_fails_while_the_main_wheel_is_written_is_one_error_and_no_output(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sibling (the moved library, a kernel copy) is written in a thread beside the main wheel: its
+    failure is the command's one error line, neither wheel is published, and no thread is left."""
+    from support.fakecuda import blob_library
+
+    build = tmp_path / "build"
+    build.mkdir()
+    library = blob_library(build, "libbig.so", 2 << 20)
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", "demo", "1.0", {"demo/__init__.py": b"", "demo/lib/libbig.so": library.read_bytes()}, tag="py3-none-linux_x86_64")
+    monkeypatch.setattr(os, "copy_file_range", lambda *args: 0)  # the input cut short under the copy
+    threads = threading.active_count()
+    status = main(["split", "--no-cache", "--wheel", str(wheel), "--move", "demo/lib/*", "--into", "demo-libs", "--dest-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: demo/lib/libbig.so: truncated member data"
+    assert threading.active_count() == threads

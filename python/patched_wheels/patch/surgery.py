@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.errors import PatchError, UsageError
@@ -147,17 +148,52 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
             renames = {reader.dist_info: f"{new_prefix}.dist-info", reader.data_dir: f"{new_prefix}.data"}
 
         outputs = [dest.name]
+        written = scratch.path  # made here, once: not by two threads at the same time
+        sibling = None
         if planned is not None:
-            write_wheel(reader, scratch.path / planned.sibling_name, dist_info=planned.sibling_dist_info, members=planned.sibling_members)
+            sibling = _Background(
+                lambda: write_wheel(reader, written / planned.sibling_name, dist_info=planned.sibling_dist_info, members=planned.sibling_members)
+            )
             outputs.insert(0, planned.sibling_name)  # renamed first: the main wheel never appears without it
-        dist_info = renames.get(reader.dist_info, reader.dist_info)
-        write_wheel(reader, scratch.path / dest.name, dist_info=dist_info, members=edits.output_members(renames))
+        try:
+            dist_info = renames.get(reader.dist_info, reader.dist_info)
+            write_wheel(reader, written / dest.name, dist_info=dist_info, members=edits.output_members(renames))
+        finally:
+            if sibling is not None:
+                sibling.result()  # its error first, as when it was written first; always joined before the scratch goes
         if planned is not None:
-            planned.check_size(wheel.name, scratch.path / dest.name)
-        _publish(scratch.path, dest_dir, outputs)
+            planned.check_size(wheel.name, written / dest.name)
+        _publish(written, dest_dir, outputs)
     if planned is None:
         return PatchResult(dest, f"{project}=={version}")
     return PatchResult(dest, f"{project}=={version}", dest_dir / planned.sibling_name, planned.requirement)
+
+
+class _Background:
+    """``work()`` run in a thread of its own from now on; :meth:`result` waits for it and raises what it raised.
+
+    A split's sibling is mostly the moved libraries' bytes, which the kernel copies while its thread waits:
+    written beside the main wheel, whose thousands of small members keep this thread busy, the two outputs
+    cost about the longer one instead of both.  Each output has its own writer and window on the input;
+    the reader's members are read with positional reads only, so the two share it.
+    """
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._work = work
+        self._thread = threading.Thread(target=self._run, name="sibling-wheel", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as error:  # handed to the thread that waits for it
+            self._error = error
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _publish(scratch: Path, dest_dir: Path, names: Sequence[str]) -> None:

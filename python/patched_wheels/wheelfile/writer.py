@@ -2,7 +2,8 @@
 
 Patching a 670 MB torch wheel touches a few kilobytes, so :meth:`WheelWriter.copy_raw`
 copies a member's *compressed* bytes straight from the input (CRC and sizes kept, RECORD
-row reused), in kernel copies where it can, and only what was rewritten is deflated.
+row reused), a large member's in kernel copies in a thread of their own while the writer goes
+on with the rest (:class:`_Copier`), and only what was rewritten is deflated.
 What is written must pass :class:`WheelReader`'s checks before it is renamed into place.
 """
 
@@ -13,10 +14,12 @@ import hashlib
 import os
 import stat
 import struct
+import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Iterable
+from queue import SimpleQueue
+from typing import Iterable, Optional, Tuple
 
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.base.fsutil import create_temp_file, current_umask
@@ -72,6 +75,84 @@ def _deflate_bound(size: int) -> int:
 
 _COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
 
+_CopyJob = Tuple[int, int, int, int, str]
+"""(input descriptor, input offset, byte count, output offset, the member as errors name it)."""
+
+
+class _Copier:
+    """Copies of large members' data into the output, in a thread of their own and in the order given, while
+    the writer goes on with the members after them: the kernel's copy (what ``cp`` costs) and the writer's
+    own work (every small member, the central directory) overlap instead of adding up.
+
+    Each job names the output offset its bytes go to (the writer leaves that room and writes around it with
+    positional writes), so the output is the same bytes whichever finishes first.  A job's error is raised
+    by the next :meth:`submit` or by :meth:`wait`, which the writer calls before it reads, closes or removes
+    the file; the thread never outlives the descriptors it copies between.
+    """
+
+    def __init__(self, out_fd: int) -> None:
+        self._out = out_fd
+        self._jobs: SimpleQueue[Optional[_CopyJob]] = SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._kernel = hasattr(os, "copy_file_range")
+
+    def submit(self, job: _CopyJob) -> None:
+        if self._error is not None:
+            self.wait()  # raises it
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="wheel-copy", daemon=True)
+            self._thread.start()
+        self._jobs.put(job)
+
+    def wait(self) -> None:
+        """Return once every job submitted is done; raise the first one's error."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            if self._error is None:  # after a failure the rest is skipped: the output is dropped anyway
+                try:
+                    self._copy(*job)
+                except BaseException as error:  # handed to the writer's thread
+                    self._error = error
+
+    def _copy(self, source_fd: int, offset: int, count: int, dest: int, member: str) -> None:
+        """``count`` bytes at ``offset`` to ``dest``: in kernel copies, like ``cp``, or read and written
+        where the file system cannot copy between these files."""
+        while count and self._kernel:
+            try:
+                copied = os.copy_file_range(source_fd, self._out, count, offset, dest)
+            except OSError as error:
+                if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
+                    raise OSError(error.errno, error.strerror, member) from None  # named: the writer reports it later
+                self._kernel = False
+                break
+            if not copied:
+                raise InvalidWheelError(f"{member}: truncated member data")
+            offset, dest, count = offset + copied, dest + copied, count - copied
+        while count:
+            chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
+            if not chunk:
+                raise InvalidWheelError(f"{member}: truncated member data")
+            _write_all(self._out, chunk, dest)
+            offset, dest, count = offset + len(chunk), dest + len(chunk), count - len(chunk)
+
+
+def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
+    """All of ``data`` at ``offset`` of ``fd`` (a positional write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+    view.release()
+
 
 class WheelWriter:
     """Writes a wheel to ``<dest>`` atomically: a temp file in the same directory, renamed on success.
@@ -97,13 +178,14 @@ class WheelWriter:
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._buffer = bytearray()
         self._offset = 0
+        """Where the next byte goes: the buffer holds the bytes just before it (every write is positional)."""
         self._entries: list[ZipMember] = []
         """Each member written, as a reader will parse it from the central directory."""
         self._zip64_local: set[str] = set()
         """Members whose local header has the ZIP64 extra: the central record says so in its version."""
         self._record: list[RecordEntry] = []
         self._names: set[str] = set()
-        self._copy_file_range = hasattr(os, "copy_file_range")
+        self._copier = _Copier(fd)
 
     def __enter__(self) -> WheelWriter:
         return self
@@ -128,7 +210,8 @@ class WheelWriter:
         writer's timestamp in it: small members are read with their header in one window of the
         input (:class:`ReadAhead`) and go out through the buffer.  The data of large ones goes out
         in kernel copies, like ``cp``, after a header of ours padded so that the data keeps its
-        place within a page (:func:`local_header`).  One call for a run of members,
+        place within a page (:func:`local_header`), in the copier's thread while this loop goes on
+        (:class:`_Copier`).  One call for a run of members,
         with what every member needs looked up once: a patch copies 10,600 of torch's.
         """
         source = self._source
@@ -137,6 +220,7 @@ class WheelWriter:
         window = source[1]
         read, info_of, row_of, archive = window.read, reader.info, reader.record_entry, reader.name
         claim, write, entries, record, timestamp = self._claim, self._write, self._entries, self._record, self._timestamp
+        buffer = self._buffer
         for name, arcname in members:
             info = info_of(name)
             renamed = arcname != name
@@ -159,14 +243,20 @@ class WheelWriter:
                 self._zip64_local.add(arcname)
             if not kernel_copied(compress_size):
                 start = header_offset if verbatim else data_start  # the input header, if kept, then the data
-                copied = read(start, data_start + compress_size - start)
-                if len(copied) != data_start + compress_size - start:
+                length = data_start + compress_size - start
+                copied = read(start, length)
+                if len(copied) != length:
                     raise InvalidWheelError(f"{archive}: {name}: truncated member data")
-                if verbatim:
-                    write(copied[:LOCAL_TIMESTAMP_OFFSET] + timestamp + copied[LOCAL_TIMESTAMP_OFFSET + 4 :])
-                else:
+                if not verbatim:
                     write(local_header(entry, zip64, self._dos_date, self._dos_time))
-                    write(copied)
+                # Straight into the buffer (one copy of the window's bytes), the timestamp set there.
+                at = len(buffer)
+                buffer += copied
+                if verbatim:
+                    buffer[at + LOCAL_TIMESTAMP_OFFSET : at + LOCAL_TIMESTAMP_OFFSET + 4] = timestamp
+                self._offset += length
+                if len(buffer) >= CHUNK_SIZE:
+                    self._flush()
             else:  # a kernel copy, its data at the same place within a page as in the input
                 write(local_header(entry, zip64, self._dos_date, self._dos_time, data_like=data_start))
                 self._copy_range(window.fd, data_start, compress_size, f"{archive}: {name}")
@@ -213,6 +303,7 @@ class WheelWriter:
             self._write(b"".join([central_header(entry, entry.filename in zip64_local, date, time_) for entry in self._entries]))
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._flush()  # the buffer's tail
+            self._copier.wait()
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
             WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(self._entries, rows, directory_offset)).close()
@@ -223,6 +314,10 @@ class WheelWriter:
 
     def abort(self) -> None:
         """Drop everything written so far: a failed patch leaves no output behind."""
+        try:
+            self._copier.wait()  # before the descriptor closes (and its number is reused)
+        except BaseException:  # noqa: S110 - the failure being handled is the one that counts
+            pass
         self._file.close()
         self._temp.unlink(missing_ok=True)
 
@@ -272,50 +367,25 @@ class WheelWriter:
         if not zip64 and max(entry.file_size, entry.compress_size) > ZIP64_LIMIT:
             raise InvalidWheelError(f"{self.dest.name}: {arcname} grew past 2 GiB while being written")
         self._flush()  # before the header is written over its placeholder
-        os.pwrite(self._file.fileno(), local_header(entry, zip64, self._dos_date, self._dos_time), entry.header_offset)
+        _write_all(self._file.fileno(), local_header(entry, zip64, self._dos_date, self._dos_time), entry.header_offset)
         self._entries.append(entry)
         if arcname != self._record_name:
             self._record.append(RecordEntry(arcname, record_hash(hasher.digest()), entry.file_size))
 
     def _write(self, data: bytes) -> None:
         self._offset += len(data)
-        self._buffer_bytes(data)
-
-    def _copy_range(self, source_fd: int, offset: int, count: int, member: str) -> None:
-        """Write ``count`` input bytes at ``offset`` (the data of ``member``, as errors name it, a large one):
-        in kernel copies, like ``cp``, or through the buffer where the file system cannot copy between these files."""
-        self._offset += count
-        if self._copy_file_range:
-            self._flush()
-        while count and self._copy_file_range:
-            try:
-                copied = os.copy_file_range(source_fd, self._file.fileno(), count, offset)
-            except OSError as error:
-                if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
-                    raise
-                self._copy_file_range = False
-                break
-            if not copied:
-                raise InvalidWheelError(f"{member}: truncated member data")
-            offset += copied
-            count -= copied
-        while count:
-            chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
-            if not chunk:
-                raise InvalidWheelError(f"{member}: truncated member data")
-            self._buffer_bytes(chunk)
-            offset += len(chunk)
-            count -= len(chunk)
-
-    def _buffer_bytes(self, data: bytes) -> None:
         self._buffer += data
         if len(self._buffer) >= CHUNK_SIZE:
             self._flush()
 
+    def _copy_range(self, source_fd: int, offset: int, count: int, member: str) -> None:
+        """Leave room for ``count`` input bytes at ``offset`` (the data of ``member``, as errors name it, a
+        large one), which the copier's thread copies there while the writer goes on after them."""
+        self._flush()
+        self._copier.submit((source_fd, offset, count, self._offset, member))
+        self._offset += count
+
     def _flush(self) -> None:
-        view = memoryview(self._buffer)
-        while view:
-            view = view[self._file.write(view) :]
-        view.release()
+        _write_all(self._file.fileno(), self._buffer, self._offset - len(self._buffer))
         self._buffer.clear()
 
