@@ -107,6 +107,6 @@ PATCH_OUTPUTS = {
 }
 SPLIT_INPUT = "e9338e5365093f8d01f479923ec29970e9df2c0e4413d7af4e312d9966db2c1d"
 SPLIT_OUTPUTS = {
-    "main": "1504e8daa9df4d039c1c63d3133a44f247c0a32bd27cf72bd2031000582f28de",
+    "main": "d44cb9077245c1034873ffea066e2fd7d9d1e7f5f450890c25136687b54d7af0",  # the run-time-checked preload module (issue 41)
     "sibling": "888a6ce496781d94f80d838b92e6b43bcc8c78187bf6ad12dd8961d455ee4943",
 }
