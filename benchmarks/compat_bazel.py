@@ -4,8 +4,9 @@ One directory per wheel (rules_python's default layout). The workspace holds two
 (every wheel the stack resolved to, pinned by sha256, served from a local PEP 503 index made by
 ``patched-wheels index``): ``plain`` patches nothing and restores no extra (``restore_extras = False``:
 rules_python's own wiring); ``patched`` carries the stack's ONE stanza,
-``patched_wheel(name = PROJECT, preload = "auto", probe = PROBE[, preload_package = PACKAGE])``, and the
-root requirement's extras (``extras = ["jax[cuda13]"]``: the lock written here records none). Each hub gets
+``patched_wheel(name = PROJECT, preload = "auto", probe = PROBE[, preload_package = PACKAGE])``. Both name the
+root requirement's extras (``extras = ["jax[cuda13]"]``: the lock written here records none), so that both
+``pip_closure.json`` files are pip's closure of what the user locked. Each hub gets
 two ``layout_test`` targets with the stack's measured probe: deps = ``all_requirements``, and deps =
 ``[requirement(ROOT)]`` as a user writes it, judged against the hub's ``pip_closure.json`` (pip's closure of
 the lock). Each runs the probe in the test's own runfiles and in one site-packages made of the same installed
@@ -116,7 +117,8 @@ def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
     )
     wanted = Requirement(stack.requirements[0])
     extras = json.dumps([f"{wanted.name}[{','.join(sorted(wanted.extras))}]"]) if wanted.extras else "[]"
-    settings = {"plain": "restore_extras = False", "patched": f"extras = {extras}"}
+    # Both name the root's extras (the lock's own fact, which pip_closure.json needs); plain restores none.
+    settings = {"plain": f"extras = {extras}, restore_extras = False", "patched": f"extras = {extras}"}
     indexes = "".join(
         f'patched.index(name = "{hub}", requirements_lock = "//:requirements_lock.txt", index_url = "{index_url}", {settings[hub]})\n'
         for hub in HUBS

@@ -156,7 +156,7 @@ def test_compat_workspace_judges_requirement_alone_against_pip_closure(tmp_path:
     wheel = build_wheel(tmp_path / "wheels", "jax", "0.10.2", {"jax/__init__.py": b""})
     compat_bazel.write_workspace(tmp_path / "ws", compat_stacks.STACKS["jax-0.10.2-cuda13"], [wheel])
     module = (tmp_path / "ws" / "MODULE.bazel").read_text(encoding="utf-8")
-    assert 'patched.index(name = "plain", ' in module and "restore_extras = False)" in module
+    assert 'patched.index(name = "plain", ' in module and 'extras = ["jax[cuda13]"], restore_extras = False)' in module
     assert 'patched.index(name = "patched", ' in module and 'extras = ["jax[cuda13]"])' in module
     build = (tmp_path / "ws" / "BUILD.bazel").read_text(encoding="utf-8")
     for hub in compat_bazel.HUBS:
