@@ -25,7 +25,7 @@ from packaging.markers import InvalidMarker, Marker, Value, Variable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
-from patched_wheels.errors import UsageError
+from patched_wheels.errors import UsageError, warn
 
 #: The closure document's format; a reader refuses any other.
 FORMAT = "rules_patched_wheels.pip_closure/1"
@@ -73,7 +73,9 @@ def read_dist(project: str, version: str, requires_dist: Iterable[str], provides
         try:
             requirement = Requirement(text)
         except (InvalidRequirement, RecursionError) as error:
-            raise UsageError(f"{origin}: Requires-Dist {text[:200]!r}: {str(error).splitlines()[0]}") from None
+            # A third party's wheel the user cannot fix: said once, and left out as rules_python leaves it out.
+            warn(f"{origin}: Requires-Dist {text[:200]!r} ignored: {str(error).splitlines()[0][:200]}")
+            continue
         base = _partial(requirement.marker, None) if requirement.marker else True
         if _holds(base, environment):
             requires.append(_edge(requirement, text, base))

@@ -76,3 +76,12 @@ def test_missing_names_each_wheel_and_the_chain_that_brings_it_and_survives_json
 def test_a_document_that_is_not_a_closure_is_one_error(raw: object) -> None:
     with pytest.raises(UsageError, match=r"^f\.json: not a pip closure file"):
         Closure.from_json(raw, "f.json")
+
+
+def test_a_requirement_no_parser_reads_is_one_warning_and_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """A third party's wheel the user cannot fix must not stop the hub: one warning naming the wheel and the line."""
+    toolkit = read_dist("toolkit", "1.0", ["tk-base", "tk ((>= 1", 'tk-rt; extra == "rt"'], ["rt"], origin="toolkit-1.0.whl: METADATA",
+                        environment=LINUX)
+    assert [e.project for e in toolkit.requires] == ["tk-base"] and [e.project for e in toolkit.extras["rt"]] == ["tk-rt"]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("patched-wheels: warning: toolkit-1.0.whl: METADATA: Requires-Dist 'tk ((>= 1' ignored: "), line
