@@ -34,7 +34,6 @@ from support.bazelworkspace import (
     serve_over_http,
     summary_statuses,
 )
-
 from support.releasetool import load_release  # noqa: E402
 
 pytestmark = pytest.mark.bazel

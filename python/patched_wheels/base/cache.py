@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from patched_wheels.errors import UsageError, warn
 from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file, read_descriptor, write_atomic
+from patched_wheels.errors import UsageError, warn
 
 ENVIRONMENT_VARIABLE = "RULES_PATCHED_WHEELS_CACHE"
 """An absolute directory holding every cache kind, or ``off``."""

@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.elf.cache import ElfCache, wheel_problem
-from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_installed_library, read_library, starts_as_elf
 from patched_wheels.base.digestmemo import sha256_of
-from patched_wheels.elf.order import components_load_order, order_key, strong_components
-from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.elf.cache import ElfCache, wheel_problem
+from patched_wheels.elf.order import components_load_order, order_key, strong_components
+from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_installed_library, read_library, starts_as_elf
+from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.wheelfile import WheelReader, ZipMember
 from patched_wheels.wheelfile.schemes import data_scheme, install_path
-
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
-from patched_wheels.lock.apply import lock
 from patched_wheels.loading.closure import EXTRAS_SUFFIX, Closure, read_dist, restored_requirements
 from patched_wheels.loading.packages import Phrasing
+from patched_wheels.lock.apply import lock
 from patched_wheels.patch.surgery import MemberEdit, PatchOptions, patch_wheel
 from patched_wheels.wheelfile.filename import WheelFilename
 

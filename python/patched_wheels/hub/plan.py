@@ -25,14 +25,14 @@ from typing import Any, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from patched_wheels.elf.graph import WheelRef
-from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import module_name
-from patched_wheels.lock.formats import registry
+from patched_wheels.elf.graph import WheelRef
+from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
-from patched_wheels.loading.closure import FILE as CLOSURE
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
+from patched_wheels.loading.closure import FILE as CLOSURE
+from patched_wheels.lock.formats import registry
 from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel

@@ -37,10 +37,10 @@ from patched_wheels.elf.order import stuck_cycles
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.loading.lazyload import is_extension_module, lazy_warning, unprobed_libraries
-from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.loading.packages import Phrasing, find_package, locate_package, package_libraries
 from patched_wheels.loading.preloadmodule import PRELOAD_MODULE, PreloadList, all_is_none, read_preload_module, render_preload_module
 from patched_wheels.wheelfile import WheelFilename, WheelReader
+from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:

@@ -51,9 +51,9 @@ from packaging.version import Version
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile, group_by_project
 from patched_wheels.lock.markers import WheelEnvironments, and_markers
-from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.lock.model import Lock, LockOption, Pin, check_lock_value, file_url
 from patched_wheels.wheelfile.filename import WheelFilename
+from patched_wheels.wheelfile.metadata import required_projects
 
 INDEX_OPTIONS = ("direct", "extra-index-url", "index-url", "find-links")
 #: ``direct``: the only form every rules_python release reads (2.x fetches a lock's index pages with

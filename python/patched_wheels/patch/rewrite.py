@@ -28,12 +28,12 @@ from typing import Callable, Iterator, Mapping, NamedTuple, Optional, Sequence, 
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.wheelfile import metadata as metadata_edits
-from patched_wheels.errors import PatchedWheelsError, PatchError, UsageError
 from patched_wheels.base.fsutil import temp_directory
 from patched_wheels.base.names import glob_problem
+from patched_wheels.errors import PatchedWheelsError, PatchError, UsageError
 from patched_wheels.patch.version import with_local_suffix
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter, generated_members, is_safe_member_path
+from patched_wheels.wheelfile import metadata as metadata_edits
 
 __all__ = [
     "Content",

@@ -17,21 +17,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import wheelbuilder
 from elftools.elf.elffile import ELFFile
 
-from support.hostile import count_read_bytes, make_special_file
-from support.rpathfixture import patchelf_binary
-from support.fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from patched_wheels.base.cache import CacheContext
+from patched_wheels.cli import main
 from patched_wheels.elf import cache as elfcache
 from patched_wheels.elf import read as elfread
-from patched_wheels.cli import main
 from patched_wheels.elf.graph import WheelRef, read_graph, scan_wheels
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import parse_elf, read_library
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.wheelfile import WheelReader
+from support import wheelbuilder
+from support.fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
+from support.hostile import count_read_bytes, make_special_file
+from support.rpathfixture import patchelf_binary
 
 REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
 real_torch = pytest.mark.skipif(os.environ.get("RPW_REAL_TORCH") != "1", reason="set RPW_REAL_TORCH=1 (needs ~2.6 GB of wheels)")

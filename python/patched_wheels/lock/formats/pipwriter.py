@@ -15,9 +15,9 @@ import re
 from typing import Sequence
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.plan import LockPlan, NewPin
-from patched_wheels.lock.model import Lock, Pin
 from patched_wheels.lock.formats.requirements import EOL, RequirementsText, hash_options, split_comment
+from patched_wheels.lock.model import Lock, Pin
+from patched_wheels.lock.plan import LockPlan, NewPin
 
 # A physical line holding one --hash option and nothing else (pip-compile's layout).
 _HASH_ONLY_LINE = re.compile(

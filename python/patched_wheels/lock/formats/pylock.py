@@ -19,8 +19,8 @@ from typing import Any, Mapping
 from packaging.markers import default_environment
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 from patched_wheels.lock.formats.tomlread import get, load_toml, tables
+from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 
 
 def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) -> Lock:

@@ -25,8 +25,8 @@ from packaging.markers import default_environment
 from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 from patched_wheels.lock.formats.tomlread import get, load_toml, tables
+from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 
 _HEADER_LINE = re.compile(r"^[ \t]*\[\[package\]\][ \t]*\r?$", re.MULTILINE)
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")

@@ -29,11 +29,11 @@ from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile
-from patched_wheels.lock.plan import LockPlan, PinEdit
-from patched_wheels.lock.markers import WheelEnvironments, and_markers
-from patched_wheels.lock.model import file_url
 from patched_wheels.lock.formats.tomlread import toml_parser
 from patched_wheels.lock.formats.uvlock import UvLock
+from patched_wheels.lock.markers import WheelEnvironments, and_markers
+from patched_wheels.lock.model import file_url
+from patched_wheels.lock.plan import LockPlan, PinEdit
 
 _HEADER = "[[package]]"
 _KEY = re.compile(r"([A-Za-z0-9_-]+)[ \t]*=")

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from patched_wheels.cli import main
+from patched_wheels.index.simple import build_index
+from patched_wheels.lock import model as pins_module
+from patched_wheels.lock.formats.registry import read_lock
+from patched_wheels.lock.resolve import resolve
 from support.indexfixtures import pip_env, run_cli, run_pip, sha256_of
 from support.uvfixture import serve_over_http
 from support.wheelbuilder import build_wheel
-
-from patched_wheels.lock import model as pins_module
-from patched_wheels.cli import main
-from patched_wheels.index.simple import build_index
-from patched_wheels.lock.formats.registry import read_lock
-from patched_wheels.lock.resolve import resolve
 
 uv_module = pytest.importorskip("uv", reason="the real uv makes and reads the locks")
 UV = uv_module.find_uv_bin()
