@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import string
-import sys
 import tarfile
 from pathlib import Path
 from typing import Iterator

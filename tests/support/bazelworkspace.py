@@ -30,7 +30,7 @@ from support import (
     stackshapes,  # noqa: E402
 )
 from support.indexfixtures import sha256_of  # noqa: E402  (re-exported to the Bazel tests)
-from support.uvfixture import serve_over_http, uv_locks  # noqa: E402  (re-exported to the Bazel tests)
+from support.uvfixture import serve_over_http, uv_locks  # noqa: E402, F401  (serve_over_http: re-exported to the Bazel tests)
 
 # Must match the `suffix` / `split_into` the templates give the patched wheels.
 SUFFIX = "test.1"

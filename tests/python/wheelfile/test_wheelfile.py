@@ -10,7 +10,6 @@ import os
 import re
 import stat
 import struct
-import time
 import zipfile
 import zlib
 from pathlib import Path

@@ -399,7 +399,7 @@ def test_a_uv_lock_for_two_platforms_keeps_the_other_platform_installable(two_pl
         assert (site / "foo" / "__init__.py").read_text() == "BUILT = 'patched'\n"
         exported = project / "exported.txt"
         exported.write_text(_uv("export", "--frozen", "--no-header", cwd=project).stdout)
-        assert f"foo==1.0 ; " in exported.read_text() and sha256_of(two_platforms["orig"] / aarch64) in exported.read_text()
+        assert "foo==1.0 ; " in exported.read_text() and sha256_of(two_platforms["orig"] / aarch64) in exported.read_text()
         dry_run = _uv("pip", "install", "--dry-run", "--python-platform", "aarch64-manylinux_2_28", "--python-version", "3.11",
                       "--target", str(project / "aarch64"), "--index-url", f"{base}/simple", "-r", str(exported), cwd=project)  # fmt: skip
     assert "+ foo==1.0\n" in dry_run.stderr, dry_run.stderr
