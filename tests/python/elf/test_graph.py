@@ -471,6 +471,17 @@ def test_a_data_scheme_file_named_like_a_library_but_not_elf_keeps_its_cache_ent
     assert capsys.readouterr().err == ""
 
 
+def test_a_data_scheme_library_whose_installed_copy_is_not_elf_is_no_library(tmp_path):
+    """The wheel's data-scheme member starts as ELF, its installed copy (what runs) does not: that copy is
+    no library, as read_installed_library says (it was an AttributeError on the None it returns)."""
+    library = blob_library(tmp_path, "libdata.so", 4096).read_bytes()
+    wheel = build_wheel(tmp_path, "datalib", "1.0", {"datalib-1.0.data/data/lib/libdata.so": library, "datalib/libown.so": library})
+    plain = tmp_path / "installed-libdata.so"
+    plain.write_bytes(b"plain text")
+    scan = scan_wheels([wheel], installed=lambda name, path: plain if path.startswith("datalib-1.0.data/") else None)
+    assert [library.path for library in scan.libraries] == ["datalib/libown.so"] and scan.problems == {}
+
+
 def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypatch):
     data = blob_library(tmp_path, "libbig.so", 8 << 20).read_bytes()
     wheel = build_wheel(tmp_path, "big", "1.0", {"big/libbig.so": data})
