@@ -463,3 +463,20 @@ def test_a_workspace_member_in_the_index_is_refused(world: dict, tmp_path: Path)
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"patched-wheels: error: {world['project'] / 'uv.lock'}: proj is a workspace member"), line
     assert not (tmp_path / "r.txt").exists() and not (tmp_path / "uv.lock").exists()
+
+
+def test_a_forked_package_whose_wheel_rows_share_lines_is_one_error_line(two_platforms: dict, tmp_path: Path) -> None:
+    """The rows of the wheels array of a package that becomes a fork are checked one line each: a row whose
+    array value runs onto the next line (valid TOML) leaves a line that parses to no document at all, and
+    that layout is refused with one line (it was a traceback: the check read a value out of None)."""
+    text = (two_platforms["project"] / "uv.lock").read_text()
+    rows = re.findall(r"^    \{ url = \"[^\"]*/foo-1\.0-py3-none-manylinux_2_17_[a-z0-9_]+\.whl\".* \},\n", text, re.MULTILINE)
+    assert len(rows) == 2 and "".join(rows) in text  # foo's two wheels, one row per line as uv writes them
+    source = tmp_path / "in.lock"
+    source.write_text(text.replace("".join(rows), rows[0].removesuffix(" },\n") + ", note = [\n    ] }, " + rows[1].lstrip()))
+    result = run_cli("lock", "--uv-lock", str(source), "--index", str(two_platforms["index"]), "--out", str(tmp_path / "r.txt"),
+                     "--out-uv-lock", str(tmp_path / "uv.lock"))  # fmt: skip
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("patched-wheels: error: ") and "wheels is not written one row per line as uv writes it" in line, line
+    assert not (tmp_path / "uv.lock").exists() and not (tmp_path / "r.txt").exists()
