@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import codecs
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,5 +378,5 @@ def preload_edits(
     for init_member in location.init_members:
         init_where = f"{package_wheel.name}: {init_member}"
         edits[preload_module_member(init_member)] = lambda _current: module
-        edits[init_member] = lambda current, where=init_where: add_preload_import(current, where=where)
+        edits[init_member] = functools.partial(add_preload_import, where=init_where)
     return edits

@@ -172,7 +172,7 @@ def _is_raw_copy(member: OutputMember) -> bool:
 
 def _write_new(writer: WheelWriter, reader: WheelReader, member: OutputMember) -> None:
     """Write an output member with content of its own (not the input's compressed bytes)."""
-    mode = (reader.mode(member.source) if member.source in reader else None) or 0o644
+    mode = (reader.mode(member.source) if member.source is not None and member.source in reader else None) or 0o644
     if isinstance(member.content, bytes):
         writer.write_bytes(member.arcname, member.content, mode=mode)
     elif isinstance(member.content, Spilled):

@@ -183,7 +183,7 @@ class WheelReader:
 
     def open(self, name: str) -> BinaryIO:
         """Stream a member's content; reading it to the end checks it against RECORD."""
-        return io.BufferedReader(_ChunkStream(self._checked_chunks(name)), CHUNK_SIZE)  # type: ignore[return-value]
+        return io.BufferedReader(_ChunkStream(self._checked_chunks(name)), CHUNK_SIZE)
 
     def chunks(self, name: str, *, check_record: bool = True) -> Iterator[bytes]:
         """A member's content in inflated chunks, for copying it out without a buffer in between; reading
