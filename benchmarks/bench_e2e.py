@@ -146,6 +146,7 @@ import compat_bazel
 import compat_stacks
 from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
 from harness import add_json_option, print_json
+
 from patched_wheels.hub.facts import facts_text
 
 RULES_PYTHON = re.search(r'bazel_dep\(name = "rules_python", version = "([^"]+)"\)', (REPO / "MODULE.bazel").read_text(encoding="utf-8"))[1]

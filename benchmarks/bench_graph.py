@@ -26,14 +26,14 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from patched_wheels.base.cache import CacheContext
-from patched_wheels.elf.graph import build_graph, scan_wheels
-from patched_wheels.wheelfile.schemes import install_path
-from patched_wheels.elf.read import is_shared_library_name
-from patched_wheels.wheelfile import INFLATER_NAME
-
 from harness import print_json
 from torch_wheels import NVIDIA, TORCH, ensure_wheels
+
+from patched_wheels.base.cache import CacheContext
+from patched_wheels.elf.graph import build_graph, scan_wheels
+from patched_wheels.elf.read import is_shared_library_name
+from patched_wheels.wheelfile import INFLATER_NAME
+from patched_wheels.wheelfile.schemes import install_path
 
 
 def elf_members(wheels: list[Path]) -> list[tuple[Path, zipfile.ZipInfo]]:

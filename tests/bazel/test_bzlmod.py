@@ -18,8 +18,20 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from support.bazelworkspace import ABSENT_DRIVER, CACHE_DIR, SUFFIX, BazelResult, BazelWorkspace, Setup, fakecuda, rpathfixture, sha256_of, stackshapes, summary_statuses
 from patched_wheels.loading.preload import read_preload_module
+from support.bazelworkspace import (
+    ABSENT_DRIVER,
+    CACHE_DIR,
+    SUFFIX,
+    BazelResult,
+    BazelWorkspace,
+    Setup,
+    fakecuda,
+    rpathfixture,
+    sha256_of,
+    stackshapes,
+    summary_statuses,
+)
 
 pytestmark = pytest.mark.bazel
 

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import string
-import sys
 import tarfile
 from pathlib import Path
 from typing import Iterator
@@ -34,7 +33,6 @@ from support.bazelworkspace import (
     serve_over_http,
     summary_statuses,
 )
-
 from support.releasetool import load_release  # noqa: E402
 
 pytestmark = pytest.mark.bazel

@@ -150,6 +150,7 @@ def test_compat_workspace_judges_requirement_alone_against_pip_closure(tmp_path:
     judged against the hub's pip_closure.json."""
     import compat_bazel
     import compat_stacks
+
     from support.wheelbuilder import build_wheel
 
     (tmp_path / "wheels").mkdir()

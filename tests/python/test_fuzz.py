@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from support.fakecuda import compile_shared
 from installer.sources import WheelFile as InstallerWheel
-from support.wheelbuilder import build_wheel
 
-from support.fuzzing import check_lock_command, one_error_line, run_cases, run_cli
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock.apply import INDEX_OPTIONS
 from patched_wheels.wheelfile import WheelReader
+from support.fakecuda import compile_shared
+from support.fuzzing import check_lock_command, one_error_line, run_cases, run_cli
+from support.wheelbuilder import build_wheel
 
 CASES = int(os.environ.get("RPW_FUZZ_CASES") or 240)
 COMMANDS = ("patch", "graph", "doctor", "index")

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from patched_wheels.hub.plan import PatchedWheelSpec
 from support.fuzzing import run_cli
 from support.hubconfig import lock_attributes
-from patched_wheels.hub.plan import PatchedWheelSpec
 
 _SEED_SETTING = os.environ.get("RPW_FUZZ_SEED", "20261126")
 SEED = time.time_ns() % 1_000_000_007 if _SEED_SETTING == "random" else int(_SEED_SETTING)

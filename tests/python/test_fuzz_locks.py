@@ -20,11 +20,10 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from support.fuzzing import check_lock_command, run_cases
-from support.wheelbuilder import build_wheel
-
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock.apply import INDEX_OPTIONS
+from support.fuzzing import check_lock_command, run_cases
+from support.wheelbuilder import build_wheel
 
 TOML_CASES = int(os.environ.get("RPW_FUZZ_TOML_CASES") or 200)
 EVIL = "evil.invalid"

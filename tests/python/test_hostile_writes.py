@@ -15,11 +15,11 @@ import zlib
 from pathlib import Path
 
 import pytest
+
+from patched_wheels.cli import main
 from support.fakecuda import build_fake_cuda_wheels
 from support.hostile import make_special_file
 from support.wheelbuilder import build_wheel, edit_headers
-
-from patched_wheels.cli import main
 
 FILES = {"demo/__init__.py": b"x = 1\n", "demo/big.bin": random.Random(7).randbytes(2 << 20), "demo/caf\u00e9.txt": b"hi\n"}
 """big.bin: over 1 MiB compressed, so it is copied by the kernel after a padded local header of ours."""

@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from support.importgraph import PACKAGE, ROOT, import_graph, module_name
 
 MAX_LINES = 500

@@ -13,10 +13,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+from patched_wheels.elf.read import parse_elf
 from support.fakecuda import compile_shared
 from support.wheelbuilder import build_wheel, edit_headers
-
-from patched_wheels.elf.read import parse_elf
 
 PADDING = 200 << 20  # what each hostile member inflates to
 BOUND = 100 << 20  # peak RSS allowed: the interpreter and imports take about 40 MiB

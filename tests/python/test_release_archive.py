@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from support.releasetool import RELEASE, load_release, make_repository
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

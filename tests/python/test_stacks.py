@@ -7,15 +7,15 @@ import zipfile
 
 import pytest
 
-from support import stackshapes
-from support.fakecuda import build_fake_cuda_wheels, flat_layout, per_wheel_layout, run_import
 from patched_wheels.cli import main
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.loading.layout import SITE_PACKAGES
-from patched_wheels.loading.probe import compare
 from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, preload_member_edits, read_preload_module, render_preload_module
+from patched_wheels.loading.probe import compare
 from patched_wheels.patch.request import rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
+from support import stackshapes
+from support.fakecuda import build_fake_cuda_wheels, flat_layout, per_wheel_layout, run_import
 from support.rpathfixture import DATA_MEMBER, FIX, build_rpath_wheel
 
 BUILDERS = {

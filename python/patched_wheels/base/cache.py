@@ -26,10 +26,13 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from patched_wheels.errors import UsageError, warn
 from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file, read_descriptor, write_atomic
+from patched_wheels.errors import UsageError, warn
+
+if TYPE_CHECKING:  # typing's TypeGuard is Python 3.10's; annotations are never evaluated at run time here
+    from typing import TypeGuard
 
 ENVIRONMENT_VARIABLE = "RULES_PATCHED_WHEELS_CACHE"
 """An absolute directory holding every cache kind, or ``off``."""
@@ -41,7 +44,7 @@ RECORDED_KINDS = ("elfgraph", "observed")
 """The kinds keyed by the wheels' contents alone (sha256s, probe, interpreter), which a hub records."""
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """Whether a decoded JSON value is an integer: not ``true`` (a bool is an int to Python) nor ``1.0``."""
     return type(value) is int
 

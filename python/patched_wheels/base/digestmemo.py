@@ -16,8 +16,8 @@ import stat
 from pathlib import Path
 
 from patched_wheels.base.cache import read_json, write_json
-from patched_wheels.errors import warn
 from patched_wheels.base.fsutil import SHA256_HEX, FileStamp, hash_stream, settled_stamp
+from patched_wheels.errors import warn
 
 __all__ = ["memo_file", "sha256_of"]
 

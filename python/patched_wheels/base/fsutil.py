@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import BinaryIO, Iterator, Mapping
+from typing import Iterator, Mapping
 
 _FILE_MODE = 0o644
 """Temp files are created 0600; what is published (index pages, the index's hash cache) must stay world-readable."""
@@ -319,7 +320,7 @@ def hash_file(path: Path) -> str:
         return hash_stream(stream)
 
 
-def hash_stream(stream: BinaryIO) -> str:
+def hash_stream(stream: io.BufferedIOBase) -> str:
     """sha256 hex digest of what is left in ``stream``, read in chunks into one buffer."""
     digest = hashlib.sha256()
     buffer = bytearray(_CHUNK)

@@ -28,9 +28,9 @@ import argparse
 from pathlib import Path
 
 from patched_wheels.cli import add_elf_cache_option, caches
-from patched_wheels.loading.doctor import diagnose, format_diagnosis, format_run
 from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
+from patched_wheels.loading.doctor import diagnose, format_diagnosis, format_run
 from patched_wheels.loading.packages import find_package
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from patched_wheels.base.cache import CacheContext
 from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, starts_as_elf
@@ -144,10 +144,11 @@ def _quoted(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _library_from_row(row: Mapping[str, object], wheel: str) -> ElfLibrary:
-    """One row that passed :func:`rows_problem` as a library of ``wheel``."""
-    lists = [tuple(row[key]) for key in ("needed", "rpath", "runpath")]  # type: ignore[call-overload]
-    return ElfLibrary(wheel, row["path"], row["soname"], *lists)  # type: ignore[arg-type]
+def _library_from_row(row: Mapping[str, Any], wheel: str) -> ElfLibrary:
+    """One row that passed :func:`rows_problem` as a library of ``wheel`` (decoded JSON, typed Any: its
+    field types are what that check holds, which no static type says)."""
+    lists = [tuple(row[key]) for key in ("needed", "rpath", "runpath")]
+    return ElfLibrary(wheel, row["path"], row["soname"], *lists)
 
 
 def wheel_problem(wheel: Path, members: Mapping[str, ZipMember], libraries: Sequence[ElfLibrary]) -> str | None:

@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.elf.cache import ElfCache, wheel_problem
-from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_installed_library, read_library, starts_as_elf
 from patched_wheels.base.digestmemo import sha256_of
-from patched_wheels.elf.order import components_load_order, order_key, strong_components
-from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.elf.cache import ElfCache, wheel_problem
+from patched_wheels.elf.order import components_load_order, order_key, strong_components
+from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_installed_library, read_library, starts_as_elf
+from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.wheelfile import WheelReader, ZipMember
 from patched_wheels.wheelfile.schemes import data_scheme, install_path
-
 
 
 @dataclass(frozen=True)
@@ -214,7 +213,7 @@ def scan_wheels(
         if isinstance(library, ElfError):
             if wheel.name not in problems or path < problems[wheel.name].path:
                 problems[wheel.name] = LibraryProblem(path, str(library))
-        else:
+        elif library is not None:  # None: an installed data-scheme copy that is not ELF, so no library
             found[library.wheel].append(library)
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
@@ -225,9 +224,10 @@ def scan_wheels(
     return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned), problems)
 
 
-def _read_or_problem(job: tuple[Path, ZipMember, str], file: Path | None = None) -> ElfLibrary | ElfError:
+def _read_or_problem(job: tuple[Path, ZipMember, str], file: Path | None = None) -> ElfLibrary | ElfError | None:
     """The library of one member (from its installed ``file`` when given), or the error that says why it
-    cannot be read (kept for its wheel)."""
+    cannot be read (kept for its wheel); None when a data-scheme member is no ELF file (its installed copy
+    can be other than the wheel's bytes that :func:`library_members` looked at)."""
     try:
         return read_library(*job) if file is None else read_installed_library(file, wheel=job[0].name, path=job[2])
     except ElfError as error:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.base.fsutil import switch_tree, temp_directory, write_atomic
@@ -28,9 +28,9 @@ from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
-from patched_wheels.lock.apply import lock
 from patched_wheels.loading.closure import EXTRAS_SUFFIX, Closure, read_dist, restored_requirements
 from patched_wheels.loading.packages import Phrasing
+from patched_wheels.lock.apply import lock
 from patched_wheels.patch.surgery import MemberEdit, PatchOptions, patch_wheel
 from patched_wheels.wheelfile.filename import WheelFilename
 
@@ -66,7 +66,7 @@ def build_hub(config: HubConfig) -> list[str]:
         _place(staged, config)
     if config.wheel_facts is not None and config.facts_out is None:
         unused_facts_warning(config)
-    elif config.wheel_facts is not None:
+    elif config.wheel_facts is not None and config.facts_out is not None:
         stale_warning(given_facts, read_from_wheels, call=index_call(config.hub, config.bzlmod), given_path=config.wheel_facts, written=config.facts_out)
     return pins
 
@@ -143,7 +143,7 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
         # A library the probes' installation holds is read there, not inflated a second time.
         with phase("graph"):
             graph = (
-                read_graph(config.wheels, caches=caches, lenient=True, installed=installation and installation.own_copy)
+                read_graph(config.wheels, caches=caches, lenient=True, installed=installation.own_copy if installation is not None else None)
                 if needs_graph
                 else None
             )
@@ -203,7 +203,7 @@ def read_closure(config: HubConfig) -> Closure:
         dist = read_dist(name.name, str(name.version), field_values(metadata, "Requires-Dist"), field_values(metadata, "Provides-Extra"),
                          origin=f"{wheel.filename}: METADATA")
         dists[dist.project] = dist
-    roots: dict[str, set[str]] = {}
+    roots: dict[NormalizedName, set[str]] = {}
     for pin in read_lock(config.lock, LOCK_FORMATS[config.lock_attribute]).pins:
         if pin.extras and pin.project in dists and pin.applies():
             roots.setdefault(pin.project, set()).update(canonicalize_name(extra) for extra in pin.extras)

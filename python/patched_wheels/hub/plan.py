@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
 
-from patched_wheels.elf.graph import WheelRef
-from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import module_name
-from patched_wheels.lock.formats import registry
+from patched_wheels.elf.graph import WheelRef
+from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
-from patched_wheels.loading.closure import FILE as CLOSURE
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
+from patched_wheels.loading.closure import FILE as CLOSURE
+from patched_wheels.lock.formats import registry
 from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel
@@ -451,7 +451,7 @@ def _check_filename(wheel: ResolvedWheel, request: HubRequest) -> None:
         )
 
 
-def _root_extras(request: HubRequest, pinned: Mapping[str, ResolvedWheel]) -> dict[str, list[str]]:
+def _root_extras(request: HubRequest, pinned: Mapping[NormalizedName, ResolvedWheel]) -> dict[str, list[str]]:
     """Project -> the extras the ``extras`` attribute asks of it, each project pinned by the lock (checked
     before any download; whether the wheel provides the extra is the build's check, with its METADATA)."""
     asked: dict[str, list[str]] = {}

@@ -19,9 +19,9 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from patched_wheels.errors import UsageError
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import glob_problem, package_path
+from patched_wheels.errors import UsageError
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
 from patched_wheels.patch.version import with_local_suffix
 

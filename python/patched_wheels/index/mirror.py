@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from patched_wheels.errors import InvalidLockError
 from patched_wheels.base.fsutil import temp_directory
+from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.simple import IndexResult, build_index
 
 _DISTRIBUTION_SUFFIXES = (".whl", ".tar.gz", ".zip")

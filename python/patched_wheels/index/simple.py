@@ -48,9 +48,9 @@ from packaging.utils import (
 from packaging.version import Version
 
 from patched_wheels.base.cache import read_json
-from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.base.fsutil import SHA256_HEX, hash_file, holds, locked_directory, read_regular_file, stage_tree, switch_tree, tree_holds, write_temp
 from patched_wheels.base.names import is_valid_project_name
+from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.wheelfile import WheelFilename
 
 SIMPLE_DIR = "simple"

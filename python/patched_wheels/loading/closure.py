@@ -76,12 +76,14 @@ def read_dist(project: str, version: str, requires_dist: Iterable[str], provides
             # A third party's wheel the user cannot fix: said once, and left out as rules_python leaves it out.
             warn(f"{origin}: Requires-Dist {text[:200]!r} ignored: {str(error).splitlines()[0][:200]}")
             continue
-        base = _partial(requirement.marker, None) if requirement.marker else True
+        marker = requirement.marker
+        base = _partial(marker, None) if marker is not None else True
         if _holds(base, environment):
             requires.append(_edge(requirement, text, base))
-        mentioned = _mentioned_extras(requirement.marker) if requirement.marker else set()
-        for extra in sorted(mentioned):
-            residual = _partial(requirement.marker, extra)
+        if marker is None:
+            continue
+        for extra in sorted(_mentioned_extras(marker)):
+            residual = _partial(marker, extra)
             if residual != base and _holds(residual, environment):
                 by_extra.setdefault(extra, []).append(_edge(requirement, text, residual))
     return Dist(

@@ -31,16 +31,15 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Iterable, Sequence
 
 from patched_wheels.base.cache import OFF, CacheContext
+from patched_wheels.base.names import module_name
 from patched_wheels.elf.graph import LibraryGraph, read_graph
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import ElfLibrary
+from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.loading.observe import observe
-from patched_wheels.base.names import module_name
 from patched_wheels.loading.packages import find_package
-from patched_wheels.wheelfile.schemes import data_scheme
-from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.loading.preload import (
     PreloadList,
     check_before_probe,
@@ -51,6 +50,7 @@ from patched_wheels.loading.preload import (
     runtime_candidates,
     runtime_hint,
 )
+from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:
     from patched_wheels.loading.probe import Comparison, Installation, RunResult

@@ -45,7 +45,7 @@ _MAX_RECORD_BYTES = 64 << 20
 
 def owners(entry: str) -> dict[str, str]:
     """Install path -> distribution (``name-version``) for an entry holding several wheels, from their RECORDs."""
-    owners = {}
+    owners: dict[str, str] = {}
     for name in sorted(os.listdir(entry)):
         if not name.endswith(".dist-info"):
             continue

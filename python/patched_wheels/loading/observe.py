@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Seque
 from packaging.tags import sys_tags
 
 from patched_wheels.base.cache import OFF, CacheContext, is_int
+from patched_wheels.base.fsutil import hash_file
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef
 from patched_wheels.elf.read import SHT_DYNSYM, SHT_NOBITS, ElfLibrary, FileReader, read_sections
-from patched_wheels.errors import ElfError, warn
-from patched_wheels.base.fsutil import hash_file
-from patched_wheels.loading.layout import FLAT
 from patched_wheels.elf.syslibs import ld_so_cache
+from patched_wheels.errors import ElfError, warn
+from patched_wheels.loading.layout import FLAT
 from patched_wheels.wheelfile import WheelFilename
 
 if TYPE_CHECKING:

@@ -94,8 +94,9 @@ def find_package(package: str, wheels: Iterable[Path]) -> PackageLocation:
 
 
 def _outermost_packages(members: Iterable[str]) -> tuple[str, ...]:
-    """The ``__init__.py`` members of the outermost regular packages among ``members`` (a namespace's files)."""
-    inits = {install_path(name): name for name in members if name.endswith("/__init__.py")}
+    """The ``__init__.py`` members of the outermost regular packages among ``members`` (a namespace's files,
+    each installed somewhere: a member of no install path is none of them)."""
+    inits = {path: name for name in members if name.endswith("/__init__.py") and (path := install_path(name)) is not None}
     return tuple(
         member
         for init, member in sorted(inits.items())

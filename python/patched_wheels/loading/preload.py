@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import codecs
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +38,10 @@ from patched_wheels.elf.order import stuck_cycles
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.loading.lazyload import is_extension_module, lazy_warning, unprobed_libraries
-from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.loading.packages import Phrasing, find_package, locate_package, package_libraries
 from patched_wheels.loading.preloadmodule import PRELOAD_MODULE, PreloadList, all_is_none, read_preload_module, render_preload_module
 from patched_wheels.wheelfile import WheelFilename, WheelReader
+from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:
@@ -377,5 +378,5 @@ def preload_edits(
     for init_member in location.init_members:
         init_where = f"{package_wheel.name}: {init_member}"
         edits[preload_module_member(init_member)] = lambda _current: module
-        edits[init_member] = lambda current, where=init_where: add_preload_import(current, where=where)
+        edits[init_member] = functools.partial(add_preload_import, where=init_where)
     return edits

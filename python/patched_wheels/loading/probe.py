@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Sequence
 
+from patched_wheels.base.supervise import supervise
 from patched_wheels.elf.graph import LibraryGraph
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout, install, owners
-from patched_wheels.base.supervise import supervise
 from patched_wheels.wheelfile import WheelReader
 from patched_wheels.wheelfile.schemes import install_path
 

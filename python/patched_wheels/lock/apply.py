@@ -18,13 +18,13 @@ from typing import Callable, Collection, Mapping
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.base.fsutil import holds, write_temp
+from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index.simple import IndexResult
 from patched_wheels.lock.formats import registry
-from patched_wheels.lock.plan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
 from patched_wheels.lock.formats.pipwriter import render_exported, render_requirements
 from patched_wheels.lock.formats.requirements import RequirementsText
+from patched_wheels.lock.plan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
 
 __all__ = ["DEFAULT_INDEX_OPTION", "INDEX_OPTIONS", "LockResult", "lock"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, overload
 
 from packaging.tags import Tag
 
@@ -19,6 +19,10 @@ from patched_wheels.errors import InvalidLockError
 _MACHINES = {"amd64": "AMD64", "arm64": "ARM64", "win32": "x86"}
 
 
+@overload
+def and_markers(first: str | None, second: str) -> str: ...
+@overload
+def and_markers(first: str | None, second: str | None) -> str | None: ...
 def and_markers(first: str | None, second: str | None) -> str | None:
     """Both markers (None stands for "always")."""
     if first and second:
@@ -58,7 +62,8 @@ class WheelEnvironments:
             f'sys_platform == "{system}" and platform_machine == "{machine}"' for system, machine in sorted(self.platforms)
         ]
         python = [f'python_version == "{self.python}"'] if self.python else []
-        return _join(" and ", python + ([_join(" or ", alternatives)] if alternatives else []))
+        parts = python + ([_join(" or ", alternatives)] if alternatives else [])
+        return _join(" and ", parts) if parts else None
 
     def complement(self) -> str | None:
         """The marker of every other environment (PEP 508 has no ``not``: De Morgan's laws)."""
@@ -66,13 +71,14 @@ class WheelEnvironments:
             f'sys_platform != "{system}" or platform_machine != "{machine}"' for system, machine in sorted(self.platforms)
         ]
         python = [f'python_version != "{self.python}"'] if self.python else []
-        return _join(" or ", python + ([_join(" and ", alternatives)] if alternatives else []))
+        parts = python + ([_join(" and ", alternatives)] if alternatives else [])
+        return _join(" or ", parts) if parts else None
 
 
-def _join(operator: str, parts: Sequence[str]) -> str | None:
-    """``parts`` joined by ``operator``, each parenthesised when it holds more than one term."""
-    if len(parts) <= 1:
-        return parts[0] if parts else None
+def _join(operator: str, parts: Sequence[str]) -> str:
+    """``parts`` (at least one) joined by ``operator``, each parenthesised when it holds more than one term."""
+    if len(parts) == 1:
+        return parts[0]
     return operator.join(f"({part})" if " and " in part or " or " in part else part for part in parts)
 
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 from urllib.parse import quote
 
-from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName, default_environment
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.base.fsutil import read_input_text
+from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.wheelfile.filename import WheelFilename
 
 #: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
@@ -153,6 +153,14 @@ def checked_hash(algorithm: object, digest: object, where: str) -> str:
     if match is None or len(match[2]) != _DIGEST_LENGTHS.get(match[1], len(match[2])):
         raise InvalidLockError(f"{where}: hash {text!r} is not <algorithm>:<hex digest>")
     return text
+
+
+def marker_environment(environment: Mapping[str, str] | None) -> dict[str, str]:
+    """A copy of ``environment``, or this interpreter's marker environment (None), for a lock's markers:
+    packaging types its own as a TypedDict, which a ``dict[str, str]`` is built from value by value."""
+    if environment is not None:
+        return dict(environment)
+    return {name: str(value) for name, value in default_environment().items()}
 
 
 def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: str) -> bool:

@@ -51,9 +51,9 @@ from packaging.version import Version
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile, group_by_project
 from patched_wheels.lock.markers import WheelEnvironments, and_markers
-from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.lock.model import Lock, LockOption, Pin, check_lock_value, file_url
 from patched_wheels.wheelfile.filename import WheelFilename
+from patched_wheels.wheelfile.metadata import required_projects
 
 INDEX_OPTIONS = ("direct", "extra-index-url", "index-url", "find-links")
 #: ``direct``: the only form every rules_python release reads (2.x fetches a lock's index pages with
@@ -147,8 +147,9 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
         if project not in index:
             reference = options.references.get(project)
             if direct and reference and not pin.url and {h.lower() for h in pin.hashes} == {f"sha256:{reference[1]}"}:
-                line = NewPin(pin.head, pin.pinned_version(), reference[0], pin.marker, (f"sha256:{reference[1]}",))
-                edits.append(PinEdit(pin, line.version, None, (line,), ()))
+                version = pin.pinned_version()
+                line = NewPin(pin.head, version, reference[0], pin.marker, (f"sha256:{reference[1]}",))
+                edits.append(PinEdit(pin, version, None, (line,), ()))
             continue
         pinned = pin.pinned_version()
         target = _target_version(pin, pinned, index[project])
@@ -240,7 +241,7 @@ def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
         ours = [WheelEnvironments.of(f.tags) for f in files]
     except InvalidLockError:
         return every
-    superseded = set()
+    superseded: set[str | None] = set()  # None: a file the lock names without a hash (superseded, replacing none)
     for file in pin.files:
         try:
             theirs = WheelEnvironments.of(WheelFilename.parse(file.filename).tags)
@@ -248,7 +249,7 @@ def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
             theirs = WheelEnvironments(None, frozenset())
         if file.sha256 is None or any(environments.overlaps(theirs) for environments in ours):
             superseded.add(file.sha256)
-    return every if superseded >= {f.sha256 for f in pin.files} else frozenset(superseded)
+    return every if superseded >= {f.sha256 for f in pin.files} else frozenset(h for h in superseded if h is not None)
 
 
 def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: tuple[str, ...], hashed: bool) -> tuple[NewPin, ...]:

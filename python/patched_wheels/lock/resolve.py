@@ -133,7 +133,7 @@ def _choose(
 ) -> ResolvedWheel:
     version = pin.pinned_version()
     sha256s = pin.sha256s
-    best: tuple[int, _Link] | None = None
+    best: tuple[int, _Link, str] | None = None  # (rank, link, its sha256)
     for link in links:
         if sha256s and link.sha256 not in sha256s:
             continue
@@ -145,11 +145,11 @@ def _choose(
             continue
         rank = min((ranking[tag] for tag in wheel.tags if tag in ranking), default=None)
         if rank is not None and (best is None or rank < best[0]):
-            best = (rank, link)
+            best = (rank, link, link.sha256)
     if best is None:
         raise InvalidLockError(
             f"{pin.span.where}: no wheel of {pin.project}=={version} on {url} matches "
             f"the lock's {len(pin.hashes)} hash(es) and this interpreter's tags (best: {next(iter(ranking), 'none')})"
         )
-    link = best[1]
-    return ResolvedWheel(pin.project, link.filename, (link.url,), link.sha256)
+    _, link, sha256 = best
+    return ResolvedWheel(pin.project, link.filename, (link.url,), sha256)

@@ -28,12 +28,12 @@ from typing import Callable, Iterator, Mapping, NamedTuple, Optional, Sequence, 
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.wheelfile import metadata as metadata_edits
-from patched_wheels.errors import PatchedWheelsError, PatchError, UsageError
 from patched_wheels.base.fsutil import temp_directory
 from patched_wheels.base.names import glob_problem
+from patched_wheels.errors import PatchedWheelsError, PatchError, UsageError
 from patched_wheels.patch.version import with_local_suffix
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter, generated_members, is_safe_member_path
+from patched_wheels.wheelfile import metadata as metadata_edits
 
 __all__ = [
     "Content",
@@ -172,7 +172,7 @@ def _is_raw_copy(member: OutputMember) -> bool:
 
 def _write_new(writer: WheelWriter, reader: WheelReader, member: OutputMember) -> None:
     """Write an output member with content of its own (not the input's compressed bytes)."""
-    mode = (reader.mode(member.source) if member.source in reader else None) or 0o644
+    mode = (reader.mode(member.source) if member.source is not None and member.source in reader else None) or 0o644
     if isinstance(member.content, bytes):
         writer.write_bytes(member.arcname, member.content, mode=mode)
     elif isinstance(member.content, Spilled):

@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Sequence
 
 from patched_wheels.elf.edit import names_inside, overwrite_in_place
-from patched_wheels.elf.read import ELF_MAGIC, read_dynamic
 from patched_wheels.elf.grow import grow_dynamic
+from patched_wheels.elf.read import ELF_MAGIC, read_dynamic
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.patch.request import RpathEdit
 from patched_wheels.patch.rewrite import Content, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
+
 
 def edited_search_path(current: Sequence[str], edit: RpathEdit) -> list[str]:
     """The search path after ``edit``; an entry given twice is kept at its first place."""

@@ -73,13 +73,13 @@ def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
         if line.startswith(b"--- ") and index + 1 < len(lines) and lines[index + 1].startswith(b"+++ "):
             old_path = _diff_path(line[4:], strip, origin, index + 1)
             new_path = _diff_path(lines[index + 1][4:], strip, origin, index + 2)
-            if old_path is None and new_path is None:
-                raise PatchError(f"patch {origin}: line {index + 1}: both sides are /dev/null")
             target = new_path if new_path is not None else old_path
+            if target is None:
+                raise PatchError(f"patch {origin}: line {index + 1}: both sides are /dev/null")
             index += 2
-            hunks = []
+            hunks: list[Hunk] = []
             while index < len(lines) and lines[index].startswith(b"@@ "):
-                hunk, index = _parse_hunk(lines, index, len(hunks) + 1, origin, target)  # type: ignore[arg-type]
+                hunk, index = _parse_hunk(lines, index, len(hunks) + 1, origin, target)
                 hunks.append(hunk)
             if not hunks:
                 raise PatchError(f"patch {origin}: {target}: no hunks after the file header")

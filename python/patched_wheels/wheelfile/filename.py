@@ -12,8 +12,8 @@ from packaging.tags import Tag
 from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, parse_wheel_filename
 from packaging.version import Version
 
-from patched_wheels.errors import InvalidWheelError
 from patched_wheels.base.names import is_valid_project_name
+from patched_wheels.errors import InvalidWheelError
 
 __all__ = ["WheelFilename", "is_safe_member_path"]
 

@@ -21,9 +21,9 @@ from typing import BinaryIO, Iterator, NamedTuple, Sequence
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from patched_wheels.wheelfile import metadata as core_metadata
-from patched_wheels.errors import InvalidWheelError
 from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file
+from patched_wheels.errors import InvalidWheelError
+from patched_wheels.wheelfile import metadata as core_metadata
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
 from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
@@ -183,7 +183,7 @@ class WheelReader:
 
     def open(self, name: str) -> BinaryIO:
         """Stream a member's content; reading it to the end checks it against RECORD."""
-        return io.BufferedReader(_ChunkStream(self._checked_chunks(name)), CHUNK_SIZE)  # type: ignore[return-value]
+        return io.BufferedReader(_ChunkStream(self._checked_chunks(name)), CHUNK_SIZE)
 
     def chunks(self, name: str, *, check_record: bool = True) -> Iterator[bytes]:
         """A member's content in inflated chunks, for copying it out without a buffer in between; reading

@@ -21,8 +21,8 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Iterable, Optional, Tuple
 
-from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.base.fsutil import create_temp_file, current_umask
+from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.wheelfile.filename import is_safe_member_path
 from patched_wheels.wheelfile.reader import WheelReader, WrittenArchive
 from patched_wheels.wheelfile.record import RecordEntry, record_hash, serialize_record

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import types
 import zlib
 from operator import attrgetter
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import Generator, Iterator, NamedTuple, Sequence
 
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.wheelfile.zipdirectory import (
@@ -33,10 +34,11 @@ from patched_wheels.wheelfile.zipdirectory import (
     ZipMember,
 )
 
+_inflate_zlib: types.ModuleType  # one of two modules with the same interface
 try:  # Inflating is the cost floor of --verify and of the ELF scan; ISA-L does it ~2-3x faster than zlib.
     from isal import isal_zlib as _inflate_zlib
 except ImportError:  # pragma: no cover - depends on the optional "fast" extra
-    _inflate_zlib = zlib  # type: ignore[assignment]
+    _inflate_zlib = zlib
 
 INFLATER_NAME = "isal" if _inflate_zlib is not zlib else "zlib"
 """Which inflater members are read with, for benchmarks to report."""
@@ -286,7 +288,7 @@ def member_content(raw: RawMember) -> Iterator[bytes]:
         raise InvalidWheelError(f"{archive}: {info.filename}: truncated deflate data")
 
 
-def inflated_chunks(path: Path, info: ZipMember) -> Iterator[bytes]:
+def inflated_chunks(path: Path, info: ZipMember) -> Generator[bytes, None, None]:
     """One member of the archive at ``path``, in pieces, checked against the zip directory's size and CRC-32.
 
     For readers that want a few members fast, with ``info`` from :meth:`WheelReader.info` (so the

@@ -64,6 +64,7 @@ class ZipMember:
         "filename", "raw_name", "create_system", "flag_bits", "compress_type", "CRC",
         "compress_size", "file_size", "header_offset", "external_attr", "extra", "end_offset",
     )  # fmt: skip
+    end_offset: int  # declared for the type checker only: set by bound_members, not here
 
     def __init__(
         self, filename: str, raw_name: bytes, create_system: int, flag_bits: int, compress_type: int, crc: int,

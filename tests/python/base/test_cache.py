@@ -7,11 +7,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from support.hostile import count_read_bytes, make_special_file
 
 from patched_wheels.base import cache
 from patched_wheels.base.cache import CacheContext, cache_dir, cache_root, is_int, read_json, write_json
 from patched_wheels.errors import UsageError
+from support.hostile import count_read_bytes, make_special_file
 
 CAP = 1 << 20
 

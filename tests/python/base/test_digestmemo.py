@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
-from support.hostile import SPECIAL_KINDS, make_special_file
 
+from patched_wheels.base import digestmemo, fsutil
 from patched_wheels.base.cache import CacheContext
-from patched_wheels.base import digestmemo
-from patched_wheels.base import fsutil
 from patched_wheels.base.digestmemo import memo_file, sha256_of
 from patched_wheels.elf.graph import scan_wheels
 from support.fakecuda import build_fake_cuda_wheels
+from support.hostile import SPECIAL_KINDS, make_special_file
 
 WRONG = "0" * 64  # a well-formed digest no test file has
 

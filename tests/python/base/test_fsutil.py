@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.hostile import make_special_file
-from support.wheelbuilder import build_wheel
 
 from patched_wheels.base.fsutil import holds, remove_stale_temps, write_atomic
+from support.hostile import make_special_file
+from support.wheelbuilder import build_wheel
 
 
 def test_writes_readable_file_and_skips_equal_content(tmp_path: Path) -> None:

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from support.fakecuda import build_wheel, compile_shared
 from patched_wheels.elf import grow as elfgrow
-from patched_wheels.patch import rpath
 from patched_wheels.elf.edit import _version_names, names_inside, overwrite_in_place
 from patched_wheels.elf.read import DT_RPATH, DT_RUNPATH, read_dynamic
 from patched_wheels.errors import ElfError
-from support.rpathfixture import patchelf_binary
+from patched_wheels.patch import rpath
 from patched_wheels.patch.request import rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
+from support.fakecuda import build_wheel, compile_shared
+from support.rpathfixture import patchelf_binary
 
 LONG = "$ORIGIN:$ORIGIN/../../nvidia/cublas/lib:$ORIGIN/../../nvidia/cudnn/lib"
 MEMBER = "pkg/lib/libx.so"

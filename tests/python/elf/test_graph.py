@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import stat
-import struct
 import subprocess
 import sys
 import zipfile
@@ -17,21 +16,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import wheelbuilder
 from elftools.elf.elffile import ELFFile
 
-from support.hostile import count_read_bytes, make_special_file
-from support.rpathfixture import patchelf_binary
-from support.fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from patched_wheels.base.cache import CacheContext
+from patched_wheels.cli import main
 from patched_wheels.elf import cache as elfcache
 from patched_wheels.elf import read as elfread
-from patched_wheels.cli import main
 from patched_wheels.elf.graph import WheelRef, read_graph, scan_wheels
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import parse_elf, read_library
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.wheelfile import WheelReader
+from support import wheelbuilder
+from support.fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
+from support.hostile import count_read_bytes, make_special_file
+from support.rpathfixture import patchelf_binary
 
 REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
 real_torch = pytest.mark.skipif(os.environ.get("RPW_REAL_TORCH") != "1", reason="set RPW_REAL_TORCH=1 (needs ~2.6 GB of wheels)")
@@ -470,6 +469,17 @@ def test_a_data_scheme_file_named_like_a_library_but_not_elf_keeps_its_cache_ent
     second = scan_wheels([wheel], caches=CacheContext(cache.parent))
     assert (second.cached_wheels, second.libraries) == (1, first.libraries)
     assert capsys.readouterr().err == ""
+
+
+def test_a_data_scheme_library_whose_installed_copy_is_not_elf_is_no_library(tmp_path):
+    """The wheel's data-scheme member starts as ELF, its installed copy (what runs) does not: that copy is
+    no library, as read_installed_library says (it was an AttributeError on the None it returns)."""
+    library = blob_library(tmp_path, "libdata.so", 4096).read_bytes()
+    wheel = build_wheel(tmp_path, "datalib", "1.0", {"datalib-1.0.data/data/lib/libdata.so": library, "datalib/libown.so": library})
+    plain = tmp_path / "installed-libdata.so"
+    plain.write_bytes(b"plain text")
+    scan = scan_wheels([wheel], installed=lambda name, path: plain if path.startswith("datalib-1.0.data/") else None)
+    assert [library.path for library in scan.libraries] == ["datalib/libown.so"] and scan.problems == {}
 
 
 def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypatch):

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from support.fakecuda import build_wheel, compile_shared
 from patched_wheels.cli import main
-from patched_wheels.elf.read import DT_RPATH, DT_RUNPATH, DT_SONAME, read_dynamic
 from patched_wheels.elf.grow import grow_dynamic
+from patched_wheels.elf.read import DT_RPATH, DT_RUNPATH, DT_SONAME, read_dynamic
 from patched_wheels.errors import ElfError
+from support.fakecuda import build_wheel, compile_shared
 from support.rpathfixture import patchelf_binary
 
 NEW = "$ORIGIN/deps/in/a/directory/with/a/name/longer/than/the/old/search/path"

@@ -8,6 +8,13 @@ import zipfile
 
 import pytest
 
+from patched_wheels.cli import main
+from patched_wheels.elf.graph import build_graph, format_graph, read_graph
+from patched_wheels.elf.read import ElfLibrary
+from patched_wheels.errors import ElfError
+from patched_wheels.hub.build import build_hub
+from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, plan_preload, preload_member_edits, read_preload_module, render_preload_module
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.cyclefixture import (
     CYC_ANSWER,
     CYC_CODE,
@@ -20,13 +27,6 @@ from support.cyclefixture import (
     build_pillow_shape,
 )
 from support.fakecuda import EXPECTED_ANSWER, LIBRARY_PATHS, build_fake_cuda_wheels, build_wheel, flat_layout, per_wheel_layout, run_import
-from patched_wheels.cli import main
-from patched_wheels.elf.graph import build_graph, format_graph, read_graph
-from patched_wheels.elf.read import ElfLibrary
-from patched_wheels.errors import ElfError
-from patched_wheels.hub.build import build_hub
-from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, plan_preload, preload_member_edits, read_preload_module, render_preload_module
-from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.hubconfig import load_config, write_config
 
 

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from patched_wheels.cli import main
+from patched_wheels.elf import graph as elfgraph
+from patched_wheels.hub.build import build_hub
+from patched_wheels.hub.plan import PatchedWheelSpec
+from patched_wheels.loading import probe
+from patched_wheels.loading.preload import read_preload_module
+from patched_wheels.wheelfile import ZipMember
 from support import fakecuda
 from support.hubconfig import load_config, lock_attributes, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
 from support.uvfixture import run_uv, serve_over_http, uv_locks
-from patched_wheels.elf import graph as elfgraph
-from patched_wheels.loading import probe
-from patched_wheels.cli import main
-from patched_wheels.hub.build import build_hub
-from patched_wheels.hub.plan import PatchedWheelSpec
-from patched_wheels.loading.preload import read_preload_module
-from patched_wheels.wheelfile import ZipMember
 
 
 def sha256(path: Path) -> str:

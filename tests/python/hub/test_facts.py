@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from support import fakecuda
-from support.hostile import make_special_file
-from support.hubconfig import load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 from patched_wheels.cli import main
 from patched_wheels.elf import graph as elfgraph
 from patched_wheels.hub.facts import facts_text
 from patched_wheels.loading import probe
+from support import fakecuda
+from support.hostile import make_special_file
+from support.hubconfig import load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 
 CALL = 'patched.index(name = "test")'
 

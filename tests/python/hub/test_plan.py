@@ -16,9 +16,6 @@ import pytest
 
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
-from support.hubconfig import lock_attributes
-from support.starlark import PRIVATE, starlark_constants
-
 from patched_wheels.hub.plan import (
     HubConfig,
     HubRequest,
@@ -29,6 +26,9 @@ from patched_wheels.hub.plan import (
 )
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel
+from support.hubconfig import lock_attributes
+from support.starlark import PRIVATE, starlark_constants
+
 
 def starlark_schema() -> dict[str, dict[str, Any]]:
     """PATCHED_WHEEL_SCHEMA of specs.bzl: attribute -> {kind, default, mandatory, values}."""

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from support import fakecuda
-from support.hubconfig import no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 from patched_wheels.base import timings
 from patched_wheels.cli import main
 from patched_wheels.wheelfile.zipcontainer import INFLATER_NAME
+from support import fakecuda
+from support.hubconfig import no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 
 PHASES = {"closure", "graph", "patch", "probe: install", "probe: run", "probe: symbols", "probe: remove", "index", "lock"}
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from support.indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
 from patched_wheels.index.simple import build_index
+from support.indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
 
 SOURCE_WHEELS = ("tritonfake-2.1.0-0-py3-none-any.whl", "torchfake-2.1.0+stripe.5-py3-none-any.whl", "other-1.0-py3-none-any.whl")
 

@@ -6,18 +6,18 @@ import hashlib
 import html.parser
 import json
 import os
-import stat
 import shutil
+import stat
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
+from patched_wheels.errors import InvalidWheelError
+from patched_wheels.index import simple as index_module
+from patched_wheels.index.simple import build_index
 from support.hostile import count_read_bytes, make_special_file
 from support.indexfixtures import make_wheel, run_cli, run_pip, sha256_of, wheel_metadata
-from patched_wheels.index import simple as index_module
-from patched_wheels.errors import InvalidWheelError
-from patched_wheels.index.simple import build_index
 
 # (file name, project page, pip requirement): one of each kind pip2pi gets wrong.
 WHEELS = {

@@ -6,6 +6,19 @@ import re
 
 import pytest
 
+from patched_wheels.cli import main
+from patched_wheels.elf.syslibs import system_library_names
+from patched_wheels.loading.doctor import (
+    COVERED,
+    FAILS,
+    MAY_FAIL,
+    NOT_COVERED,
+    NOT_LOADED,
+    SKIPPED,
+    diagnose,
+)
+from patched_wheels.loading.preload import preload_member_edits
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.fakecuda import (
     LIBRARY_PATHS,
     MISSING_SYSTEM_LIBRARY,
@@ -18,19 +31,6 @@ from support.fakecuda import (
     run_import,
     with_escaping_library,
 )
-from patched_wheels.cli import main
-from patched_wheels.loading.doctor import (
-    COVERED,
-    FAILS,
-    MAY_FAIL,
-    NOT_COVERED,
-    NOT_LOADED,
-    SKIPPED,
-    diagnose,
-)
-from patched_wheels.loading.preload import preload_member_edits
-from patched_wheels.elf.syslibs import system_library_names
-from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 
 FOREIGN = ("jit", "sparse", "solver", "blas")
 

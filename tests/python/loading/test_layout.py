@@ -6,11 +6,11 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 import pytest
+from tests.support.wheelbuilder import build_wheel, edit_headers, replace_members
 
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.loading.layout import FLAT, PER_WHEEL, SITE_PACKAGES, Layout, install
 from patched_wheels.loading.probe import installed
-from tests.support.wheelbuilder import build_wheel, edit_headers, replace_members
 
 
 def test_record_is_checked_unless_the_whole_wheel_was_pinned_and_the_crc_always(tmp_path: Path) -> None:

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from support import stackshapes
-from support.fakecuda import RUNTIME_LIBRARY_PATHS, build_runtime_loaded_wheels, build_wheel, compile_shared
 from patched_wheels.base.cache import CacheContext
-from patched_wheels.loading import observe as observe_module
 from patched_wheels.cli import main
 from patched_wheels.elf.graph import build_graph, read_graph
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
+from patched_wheels.loading import observe as observe_module
 from patched_wheels.loading.observe import libraries_needing_global, observe, read_symbols
+from support import stackshapes
+from support.fakecuda import RUNTIME_LIBRARY_PATHS, build_runtime_loaded_wheels, build_wheel, compile_shared
 
 
 @pytest.fixture(scope="module")
@@ -329,8 +329,8 @@ def test_two_runs_at_once_leave_each_other_alone(tmp_path):
     run still under way (the later one's child and the process it started in its session)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from patched_wheels.loading.probe import CHILD
     from patched_wheels.base.supervise import supervise
+    from patched_wheels.loading.probe import CHILD
 
     done = tmp_path / "done"
     short = "import time; time.sleep(0.3)"
@@ -376,10 +376,10 @@ def test_the_graph_read_from_an_installation_is_the_graph_of_the_archives(tmp_pa
     """What the hub reads when its probe installed the set first: each library from its installed copy,
     except where two wheels install a file at the same path (in one site-packages the last one wins): those
     are inflated from their own wheel, so every wheel keeps its own library's rows."""
-    from support.fakecuda import build_wheel, compile_shared
     from patched_wheels.elf import graph as elfgraph
     from patched_wheels.loading.layout import FLAT
     from patched_wheels.loading.probe import installed
+    from support.fakecuda import build_wheel, compile_shared
 
     build = tmp_path / "build"
     build.mkdir()

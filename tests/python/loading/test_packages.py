@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from support import stackshapes
-from support.fakecuda import build_wheel, flat_layout, per_wheel_layout, run_import
 from patched_wheels.cli import main
 from patched_wheels.loading.preload import PRELOAD_MODULE, read_preload_module
+from support import stackshapes
+from support.fakecuda import build_wheel, flat_layout, per_wheel_layout, run_import
 from support.hubconfig import no_user_cache, set_config  # noqa: F401  (no_user_cache: autouse, the user's caches stay out)
 
 PJRT_INIT = "jaxlike_plugins/xla_fake/__init__.py"

@@ -13,6 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from patched_wheels.cli import main
+from patched_wheels.elf.graph import read_graph
+from patched_wheels.errors import InvalidWheelError, UsageError
+from patched_wheels.loading.preload import (
+    PRELOAD_MODULE,
+    PreloadList,
+    PreloadPlan,
+    add_preload_import,
+    plan_preload,
+    preload_member_edits,
+    read_preload_module,
+    render_preload_module,
+)
+from patched_wheels.loading.preloadmodule import DEBUG_VARIABLE, entry_problem
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.fakecuda import (
     EXPECTED_ANSWER,
     LIBRARY_PATHS,
@@ -30,21 +45,6 @@ from support.fakecuda import (
     run_import,
     with_escaping_library,
 )
-from patched_wheels.cli import main
-from patched_wheels.elf.graph import read_graph
-from patched_wheels.errors import InvalidWheelError, UsageError
-from patched_wheels.loading.preloadmodule import DEBUG_VARIABLE, entry_problem
-from patched_wheels.loading.preload import (
-    PRELOAD_MODULE,
-    PreloadList,
-    PreloadPlan,
-    add_preload_import,
-    plan_preload,
-    preload_member_edits,
-    read_preload_module,
-    render_preload_module,
-)
-from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from support.indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
-from support.wheelbuilder import build_wheel
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock.apply import INDEX_OPTIONS, LockResult, lock
 from patched_wheels.lock.formats import requirements
-from patched_wheels.lock.plan import file_url
-from patched_wheels.lock.markers import WheelEnvironments
 from patched_wheels.lock.formats.registry import served_pins as read_pins
 from patched_wheels.lock.formats.requirements import comment_start, parse_requirements
+from patched_wheels.lock.markers import WheelEnvironments
+from patched_wheels.lock.plan import file_url
+from support.indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
+from support.wheelbuilder import build_wheel
 
 A, B, C, D, E, F = (letter * 64 for letter in "abcdef")
 # What installing the lock below must give: the patched versions, the sibling, the originals,

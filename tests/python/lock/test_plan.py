@@ -14,9 +14,9 @@ from packaging.version import Version
 
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index.simple import IndexedFile
-from patched_wheels.lock.plan import LockOptions, plan_lock
-from patched_wheels.lock.model import marker_holds
 from patched_wheels.lock.formats.requirements import parse_requirements
+from patched_wheels.lock.model import marker_holds
+from patched_wheels.lock.plan import LockOptions, plan_lock
 
 INDEX = Path("/idx")
 A, B = "a" * 64, "b" * 64

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest

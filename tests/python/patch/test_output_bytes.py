@@ -21,11 +21,11 @@ import zlib
 from pathlib import Path
 
 import pytest
-from support import fakecuda
-from support.wheelbuilder import build_wheel
 
 from patched_wheels.patch.request import SplitRequest
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
+from support import fakecuda
+from support.wheelbuilder import build_wheel
 
 pytestmark = pytest.mark.skipif("ng" in zlib.ZLIB_RUNTIME_VERSION, reason="zlib-ng deflates other bytes than zlib")
 

@@ -15,15 +15,15 @@ from installer import install
 from installer.destinations import SchemeDictionaryDestination
 from installer.sources import WheelFile as InstallerWheel
 
-from support import rpathfixture
-from support.fakecuda import flat_layout, per_wheel_layout, run_import
-from patched_wheels.elf import grow as elfgrow
 from patched_wheels.cli import main
+from patched_wheels.elf import grow as elfgrow
 from patched_wheels.errors import ElfError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
 from patched_wheels.patch.request import rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.wheelfile import WheelReader
+from support import rpathfixture
+from support.fakecuda import flat_layout, per_wheel_layout, run_import
 from support.rpathfixture import DATA_MEMBER, EXT_MEMBER, FIX
 
 # The data-scheme library's way to pkg.libs: pip's prefix layout, then rules_python's repository layout.

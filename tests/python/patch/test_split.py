@@ -9,6 +9,17 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from patched_wheels.cli import main
+from patched_wheels.elf import graph as elfgraph
+from patched_wheels.elf import grow as elfgrow
+from patched_wheels.elf.graph import read_graph
+from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
+from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
+from patched_wheels.loading.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
+from patched_wheels.patch import rewrite, surgery
+from patched_wheels.patch.request import SplitRequest, rpath_edit
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
+from patched_wheels.wheelfile import WheelReader
 from support.fakecuda import (
     EXPECTED_ANSWER,
     LIBRARY_PATHS,
@@ -19,18 +30,6 @@ from support.fakecuda import (
     per_wheel_layout,
     run_import,
 )
-from patched_wheels.elf import graph as elfgraph
-from patched_wheels.elf import grow as elfgrow
-from patched_wheels.patch import rewrite
-from patched_wheels.patch import surgery
-from patched_wheels.cli import main
-from patched_wheels.elf.graph import read_graph
-from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
-from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
-from patched_wheels.loading.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
-from patched_wheels.patch.request import SplitRequest, rpath_edit
-from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
-from patched_wheels.wheelfile import WheelReader
 
 MOVED = "faketorch_libs/lib/libfaketorch.so"
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from installer.sources import WheelFile as InstallerWheel
 from packaging.tags import sys_tags
-from support.wheelbuilder import build_wheel, replace_members
 
 from patched_wheels.cli import main
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.patch.surgery import PatchOptions, PatchResult, patch_wheel
+from support.wheelbuilder import build_wheel, replace_members
 
 INIT = b"".join(b"line = %d\n" % number for number in range(1, 11))
 INIT_PATCH = b"""\

@@ -6,8 +6,8 @@ import pytest
 from packaging.version import Version
 
 from patched_wheels.errors import InvalidWheelError, UsageError
-from patched_wheels.wheelfile.metadata import add_requires, field_values, remove_requires, set_version
 from patched_wheels.patch.version import with_local_suffix
+from patched_wheels.wheelfile.metadata import add_requires, field_values, remove_requires, set_version
 
 # ---------------------------------------------------------------- version
 

@@ -10,14 +10,12 @@ import os
 import re
 import stat
 import struct
-import time
 import zipfile
 import zlib
 from pathlib import Path
 
 import pytest
 from installer.sources import WheelFile as InstallerWheel
-from support.wheelbuilder import build_wheel, edit_headers, replace_members
 
 from patched_wheels import wheelfile
 from patched_wheels.errors import InvalidWheelError, PatchedWheelsError, UsageError
@@ -32,6 +30,7 @@ from patched_wheels.wheelfile import (
     zipcontainer,
     zipdirectory,
 )
+from support.wheelbuilder import build_wheel, edit_headers, replace_members
 
 FILES = {
     "demo/__init__.py": b"print('hello')\n" * 50,

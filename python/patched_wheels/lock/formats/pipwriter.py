@@ -15,9 +15,9 @@ import re
 from typing import Sequence
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.plan import LockPlan, NewPin
-from patched_wheels.lock.model import Lock, Pin
 from patched_wheels.lock.formats.requirements import EOL, RequirementsText, hash_options, split_comment
+from patched_wheels.lock.model import Lock, Pin
+from patched_wheels.lock.plan import LockPlan, NewPin
 
 # A physical line holding one --hash option and nothing else (pip-compile's layout).
 _HASH_ONLY_LINE = re.compile(
@@ -76,8 +76,8 @@ def render_exported(lock: Lock, plan: LockPlan) -> str:
         version = edit.version if edit is not None else pin.version if pin.url else pin.pinned_version()
         hashes = edit.hashes if edit is not None and edit.hashes is not None else tuple(sorted(pin.hashes))
         lines.extend(pin_block(NewPin(pin.head, version, pin.url, pin.marker, hashes), "\n"))
-    for pin in plan.added:
-        lines.extend(pin_block(pin, "\n"))
+    for added in plan.added:
+        lines.extend(pin_block(added, "\n"))
     return "".join(lines)
 
 
@@ -140,8 +140,9 @@ def _replace_hashes(physical: list[str], hashes: Sequence[str]) -> list[str]:
     if not with_hash:
         return physical
     block = range(with_hash[0], with_hash[-1] + 1)
-    own_lines = [_HASH_ONLY_LINE.match(physical[i]) for i in block]
-    if all(own_lines):
+    matches = [_HASH_ONLY_LINE.match(physical[i]) for i in block]
+    own_lines = [match for match in matches if match is not None]
+    if len(own_lines) == len(matches):  # every line of the block holds hash options only
         first, last = own_lines[0], own_lines[-1]
         continuation = first.group("cont") or " \\"
         new_block = []

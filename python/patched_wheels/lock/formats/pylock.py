@@ -16,11 +16,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from packaging.markers import default_environment
-
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 from patched_wheels.lock.formats.tomlread import get, load_toml, tables
+from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_environment, marker_holds
 
 
 def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) -> Lock:
@@ -32,7 +30,7 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
     packages = tables(document, "packages", source)
     headers = _header_lines(text)
     del text, document  # each table goes once its pin is built: the pins grow as the document shrinks
-    env = dict(environment) if environment is not None else dict(default_environment())
+    env = marker_environment(environment)
     pins, projects = [], set()
     for number, package in enumerate(packages):
         packages[number] = {}
@@ -67,11 +65,11 @@ def _header_lines(text: str) -> list[int]:
 def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
     files, hashes = [], []
     for wheel in tables(package, "wheels", where):
-        url = _location(wheel, root, f"{where}: wheel")
+        location = _location(wheel, root, f"{where}: wheel")
         sha256 = get(wheel, "hashes", dict, f"{where}: wheel").get("sha256")
         hashes += _hashes(wheel, f"{where}: wheel")
-        filename = get(wheel, "name", str, where, "") or url.split("?", 1)[0].rsplit("/", 1)[-1]
-        files.append(PinFile(filename, url, sha256.lower() if isinstance(sha256, str) else None))
+        filename = get(wheel, "name", str, where, "") or location.split("?", 1)[0].rsplit("/", 1)[-1]
+        files.append(PinFile(filename, location, sha256.lower() if isinstance(sha256, str) else None))
     sdist = get(package, "sdist", dict, where, {})
     hashes += _hashes(sdist, f"{where}: sdist", {})
     references = [kind for kind in ("archive", "vcs", "directory") if kind in package]

@@ -178,7 +178,7 @@ def _parse_pin(line: LogicalLine) -> Pin:
     hashes = tuple(value for _, _, value in hash_options(" ".join(tokens[first_option:])))
     head = _HEAD.match(requirement_text)
     assert head is not None  # packaging accepted the requirement, so it starts with a name
-    version, error = _version(requirement, line.span)
+    version, pin_error = _version(requirement, line.span)
     return Pin(
         name=requirement.name,
         extras=tuple(sorted(requirement.extras)),
@@ -189,7 +189,7 @@ def _parse_pin(line: LogicalLine) -> Pin:
         url=requirement.url,
         span=line.span,
         text=str(requirement),
-        pin_error=error,
+        pin_error=pin_error,
         version_text=None if requirement.url or version is None else next(iter(requirement.specifier)).version,
     )
 
@@ -209,10 +209,10 @@ def _editable_pin(line: LogicalLine) -> Pin | None:
         reason = str(error).splitlines()[0]
         raise InvalidLockError(f"{line.span.where}: {line.content[:200]!r}: #egg={egg.group(1)[:200]!r}: {reason}") from None
     url = match.group("value")
-    version, error = reference_version(requirement.name, url)
+    version, pin_error = reference_version(requirement.name, url)
     return Pin(
         name=requirement.name, extras=tuple(sorted(requirement.extras)), head=egg.group(1), version=version, marker=None, hashes=(),
-        url=url, span=line.span, text=line.content, pin_error=error,
+        url=url, span=line.span, text=line.content, pin_error=pin_error,
     )
 
 

@@ -19,14 +19,13 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import AbstractSet, Any, Mapping
 
-from packaging.markers import default_environment
 from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_holds
 from patched_wheels.lock.formats.tomlread import get, load_toml, tables
+from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_environment, marker_holds
 
 _HEADER_LINE = re.compile(r"^[ \t]*\[\[package\]\][ \t]*\r?$", re.MULTILINE)
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")
@@ -84,7 +83,7 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     text, document = load_toml(path)
     packages = tables(document, "package", source)
     blocks, offsets = _blocks(text, len(packages), source)
-    env = dict(environment) if environment is not None else dict(default_environment())
+    env = marker_environment(environment)
     names = tuple(
         canonicalize_name(checked_name(get(package, "name", str, _where(block, package)), _where(block, package)))
         for package, block in zip(packages, blocks)
@@ -152,7 +151,7 @@ def _source_kind(package: dict[str, Any], span: Span) -> str:
 
 def _installed(
     packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...], env: dict[str, str]
-) -> dict[int, set[str] | frozenset[str]]:
+) -> Mapping[int, AbstractSet[str]]:
     """The packages installed in ``env`` (by position) with the extras asked of each (module docstring)."""
     by_name: dict[NormalizedName, list[int]] = {}
     for number, name in enumerate(names):
@@ -231,9 +230,9 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
     for wheel in tables(package, "wheels", where):
         digest = get(wheel, "hash", str, f"{where}: wheel", "")
         hashes += [_hash(digest, f"{where}: wheel")] if digest else []
-        url = _file_location(wheel, base, root, source, where)
-        filename = get(wheel, "filename", str, where, "") or url.split("?", 1)[0].rsplit("/", 1)[-1]
-        files.append(PinFile(filename, url, digest.partition(":")[2].lower() if digest.startswith("sha256:") else None))
+        location = _file_location(wheel, base, root, source, where)
+        filename = get(wheel, "filename", str, where, "") or location.split("?", 1)[0].rsplit("/", 1)[-1]
+        files.append(PinFile(filename, location, digest.partition(":")[2].lower() if digest.startswith("sha256:") else None))
     sdist = get(package, "sdist", dict, where, {})
     hashes += [_hash(get(sdist, "hash", str, f"{where}: sdist"), f"{where}: sdist")] if "hash" in sdist else []
     url = source["url"] if kind == "url" else _git_url(source["git"], where) if kind == "git" else None

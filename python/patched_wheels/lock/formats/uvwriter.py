@@ -29,11 +29,11 @@ from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile
-from patched_wheels.lock.plan import LockPlan, PinEdit
-from patched_wheels.lock.markers import WheelEnvironments, and_markers
-from patched_wheels.lock.model import file_url
 from patched_wheels.lock.formats.tomlread import toml_parser
 from patched_wheels.lock.formats.uvlock import UvLock
+from patched_wheels.lock.markers import WheelEnvironments, and_markers
+from patched_wheels.lock.model import file_url
+from patched_wheels.lock.plan import LockPlan, PinEdit
 
 _HEADER = "[[package]]"
 _KEY = re.compile(r"([A-Za-z0-9_-]+)[ \t]*=")
@@ -155,7 +155,7 @@ def _kept(layout: "_Layout", edit: PinEdit, fork: _Fork) -> list[Edit]:
     for row, wheel in zip(layout.rows("", "wheels"), layout.package["wheels"]):
         if str(wheel.get("hash", "")).lower() not in kept:
             edits.append((row, row + 1, []))
-    sdist = layout.package.get("sdist")
+    sdist = layout.package.get("sdist", {})  # a table when its key is there: uvlock read it as one
     if "sdist" in keys and str(sdist.get("hash", "")).lower() not in kept:
         edits.append((*keys["sdist"], []))
     return edits
@@ -216,7 +216,7 @@ class _Layout:
         start, end = self.keys[table][key]
         values = _value(self.package, table)[key]
         rows = list(range(start + 1, end - 1))
-        if len(rows) != len(values) or any(_parsed(f"x = [{self.lines[row]}]").get("x") != [value] for row, value in zip(rows, values)):
+        if len(rows) != len(values) or any(not _holds_row(self.lines[row], value) for row, value in zip(rows, values)):
             raise InvalidLockError(f"{self.where}: {key} is not written one row per line as uv writes it, so it is not edited")
         return rows
 
@@ -324,6 +324,12 @@ def _applied(lines: Sequence[str], edits: list[Edit]) -> list[str]:
         output += list(lines[position:start]) + new
         position = end
     return output + list(lines[position:])
+
+
+def _holds_row(line: str, value: Any) -> bool:
+    """Whether ``line`` is one array row that TOML reads as ``value`` (a line that is no TOML by itself is not)."""
+    parsed = _parsed(f"x = [{line}]")
+    return parsed is not None and parsed.get("x") == [value]
 
 
 def _parsed(text: str) -> dict[str, Any] | None:

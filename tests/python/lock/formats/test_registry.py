@@ -8,12 +8,11 @@ import importlib
 import inspect
 from pathlib import Path
 
-from support.importgraph import PACKAGE, ROOT, import_graph, reached
-from support.starlark import PRIVATE, starlark_constants
-
 from patched_wheels.cli import build_parser, lock_input
 from patched_wheels.hub.plan import LOCK_FORMATS as HUB_LOCK_FORMATS
 from patched_wheels.lock.formats.registry import LOCK_FORMATS
+from support.importgraph import PACKAGE, ROOT, import_graph, reached
+from support.starlark import PRIVATE, starlark_constants
 
 # From the registry, so a format added there is held to the same rule without editing this test.
 READERS = tuple(entry.reader.partition(":")[0].removeprefix(f"{PACKAGE}.") for entry in LOCK_FORMATS)

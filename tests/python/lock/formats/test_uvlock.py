@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from patched_wheels.cli import main
+from patched_wheels.index.simple import build_index
+from patched_wheels.lock import model as pins_module
+from patched_wheels.lock.formats.registry import read_lock
+from patched_wheels.lock.resolve import resolve
 from support.indexfixtures import pip_env, run_cli, run_pip, sha256_of
 from support.uvfixture import serve_over_http
 from support.wheelbuilder import build_wheel
-
-from patched_wheels.lock import model as pins_module
-from patched_wheels.cli import main
-from patched_wheels.index.simple import build_index
-from patched_wheels.lock.formats.registry import read_lock
-from patched_wheels.lock.resolve import resolve
 
 uv_module = pytest.importorskip("uv", reason="the real uv makes and reads the locks")
 UV = uv_module.find_uv_bin()
@@ -399,7 +399,7 @@ def test_a_uv_lock_for_two_platforms_keeps_the_other_platform_installable(two_pl
         assert (site / "foo" / "__init__.py").read_text() == "BUILT = 'patched'\n"
         exported = project / "exported.txt"
         exported.write_text(_uv("export", "--frozen", "--no-header", cwd=project).stdout)
-        assert f"foo==1.0 ; " in exported.read_text() and sha256_of(two_platforms["orig"] / aarch64) in exported.read_text()
+        assert "foo==1.0 ; " in exported.read_text() and sha256_of(two_platforms["orig"] / aarch64) in exported.read_text()
         dry_run = _uv("pip", "install", "--dry-run", "--python-platform", "aarch64-manylinux_2_28", "--python-version", "3.11",
                       "--target", str(project / "aarch64"), "--index-url", f"{base}/simple", "-r", str(exported), cwd=project)  # fmt: skip
     assert "+ foo==1.0\n" in dry_run.stderr, dry_run.stderr
@@ -463,3 +463,20 @@ def test_a_workspace_member_in_the_index_is_refused(world: dict, tmp_path: Path)
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"patched-wheels: error: {world['project'] / 'uv.lock'}: proj is a workspace member"), line
     assert not (tmp_path / "r.txt").exists() and not (tmp_path / "uv.lock").exists()
+
+
+def test_a_forked_package_whose_wheel_rows_share_lines_is_one_error_line(two_platforms: dict, tmp_path: Path) -> None:
+    """The rows of the wheels array of a package that becomes a fork are checked one line each: a row whose
+    array value runs onto the next line (valid TOML) leaves a line that parses to no document at all, and
+    that layout is refused with one line (it was a traceback: the check read a value out of None)."""
+    text = (two_platforms["project"] / "uv.lock").read_text()
+    rows = re.findall(r"^    \{ url = \"[^\"]*/foo-1\.0-py3-none-manylinux_2_17_[a-z0-9_]+\.whl\".* \},\n", text, re.MULTILINE)
+    assert len(rows) == 2 and "".join(rows) in text  # foo's two wheels, one row per line as uv writes them
+    source = tmp_path / "in.lock"
+    source.write_text(text.replace("".join(rows), rows[0].removesuffix(" },\n") + ", note = [\n    ] }, " + rows[1].lstrip()))
+    result = run_cli("lock", "--uv-lock", str(source), "--index", str(two_platforms["index"]), "--out", str(tmp_path / "r.txt"),
+                     "--out-uv-lock", str(tmp_path / "uv.lock"))  # fmt: skip
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("patched-wheels: error: ") and "wheels is not written one row per line as uv writes it" in line, line
+    assert not (tmp_path / "uv.lock").exists() and not (tmp_path / "r.txt").exists()
