@@ -39,7 +39,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from patched_wheels.base.fsutil import NotRegularFileError, read_regular_file
+from patched_wheels.base.fsutil import NotRegularFileError, read_input_text, read_regular_file
 from patched_wheels.base.supervise import stop_runs, supervise
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
 from patched_wheels.loading.closure import Closure, missing_from
@@ -395,13 +395,13 @@ def read_pip_closure(config: Config, runfiles: str) -> Closure | None:
     """The hub's ``pip_closure.json`` the test was given (None: not given), read bounded and checked."""
     if not config.pip_closure:
         return None
-    path = os.path.normpath(os.path.join(runfiles, config.pip_closure))
+    path = Path(os.path.normpath(os.path.join(runfiles, config.pip_closure)))
     what = f"layout_test {config.test}: pip_closure = {json.dumps(config.pip_closure)}"
+    text = read_input_text(path, max_bytes=_MAX_CLOSURE, what="a pip closure file", where=what, error=UsageError)
     try:
-        text = read_regular_file(path, max_bytes=_MAX_CLOSURE, follow_links=True).decode("utf-8")
         raw = json.loads(text)
-    except (OSError, ValueError, RecursionError) as error:
-        raise UsageError(f"{what}: cannot read it ({one_line(str(error))[:200]})") from None
+    except (ValueError, RecursionError) as error:  # json nests a Python call per "[" or "{"
+        raise UsageError(f"{what}: not a pip closure file: {one_line(str(error))[:200] or 'nested too deeply'}") from None
     return Closure.from_json(raw, what)
 
 
@@ -421,9 +421,9 @@ def closure_lines(closure: Closure | None, comparison: Comparison, merged: Merge
     return lines
 
 
-def format_verdict(config: Config, comparison: Comparison, merged: Merged, modules: Sequence[str], closure: Closure | None = None) -> str:
-    """What both runs did, and the verdict: the wheels pip's closure has and the deps lack, what the test's layout
-    does differently, and the fix."""
+def format_verdict(config: Config, comparison: Comparison, merged: Merged, modules: Sequence[str], incomplete: Sequence[str] = ()) -> str:
+    """What both runs did, and the verdict: ``incomplete`` (:func:`closure_lines`: why the deps are not pip's
+    closure), what the test's layout does differently, and the fix."""
     total = len(set(merged.libraries.values()))
     lines = [f"layout_test {config.test}: probe: {json.dumps(config.probe)}"]
     lines += _run_lines(f"the test's layout ({_plural(len(merged.wheel_entries), 'directory')} of wheels on sys.path)", comparison.per_wheel, total)
@@ -431,7 +431,6 @@ def format_verdict(config: Config, comparison: Comparison, merged: Merged, modul
     if comparison.missing:
         lines.append("  mapped in one site-packages, NOT in the test's layout:")
         lines += [f"    {_printable(str(library))}" for library in comparison.missing]
-    incomplete = closure_lines(closure, comparison, merged)
     if incomplete:
         lines += incomplete
         lines.append("layout_test: fix: add the missing wheels to deps, or take deps from a hub with restore_extras (the default), "
@@ -480,7 +479,8 @@ def main(main_file: str) -> int:
         with _work_directory(config) as temp:
             closure = read_pip_closure(config, runfiles)
             comparison, merged = run_layouts(config, modules, Path(temp).resolve(), runfiles, deadline)
-            print(format_verdict(config, comparison, merged, modules, closure))
+            incomplete = closure_lines(closure, comparison, merged)
+            print(format_verdict(config, comparison, merged, modules, incomplete))
     except PatchedWheelsError as error:
         print(f"patched-wheels: error: {one_line(str(error))}", file=sys.stderr)
         return 2
@@ -493,4 +493,4 @@ def main(main_file: str) -> int:
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    return 0 if passed(comparison) and not closure_lines(closure, comparison, merged) else 1
+    return 0 if passed(comparison) and not incomplete else 1
