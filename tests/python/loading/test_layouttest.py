@@ -548,3 +548,33 @@ def test_every_config_error_is_one_line(tmp_path, config: str | bytes, reason: s
     out, err = _ended(runner, 60)
     assert (runner.returncode, out) == (2, ""), err
     assert err.startswith(f"patched-wheels: error: {path}: {reason}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["truncated", "not utf-8", "nested", "another schema", "huge", "fifo", "dev-zero-link", "dangling-link", "directory"],
+)
+def test_a_pip_closure_that_is_no_closure_file_is_one_error_line(plugin, tmp_path, capsys, kind: str) -> None:
+    """pip_closure is a label the user names: whatever it points at is one error line naming it, never a hang or
+    a traceback, and no verdict."""
+    from support.hostile import make_special_file
+
+    (tmp_path / "hub").mkdir()
+    bad = tmp_path / "hub" / "pip_closure.json"
+    contents = {
+        "truncated": b'{"format": "rules_patched_wheels.pip_closure/1", "root_extras": {',
+        "not utf-8": b'{"format": "\xff"}',
+        "nested": _DEEP.encode(),
+        "another schema": b'{"format": "rules_patched_wheels.pip_closure/1", "root_extras": [], "projects": {}}',
+        "huge": b" " * (64 << 20) + b"{}",
+    }
+    if kind in contents:
+        bad.write_bytes(contents[kind])
+    elif kind == "directory":
+        bad.mkdir()
+    else:
+        make_special_file(kind, bad)
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json"), capsys)
+    assert code == 2 and "layout_test: " not in out, out
+    (line,) = err.splitlines()
+    assert line.startswith(f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip_closure.json": '), line
