@@ -53,20 +53,30 @@ def build_cyfes(directory: Path) -> tuple[Path, Path]:
     """The unrepaired wheel and the directory holding the "system" libcudart it needs."""
     system = directory / "system"
     system.mkdir(parents=True)
-    compile_shared(system, "libfakecudart.so.12", "int cudart_value(void) { return 41; }\n", "-Wl,-soname,libfakecudart.so.12")
+    compile_shared(
+        system, "libfakecudart.so.12", "int cudart_value(void) { return 41; }\n", "-Wl,-soname,libfakecudart.so.12"
+    )
     source = (
         "#include <omp.h>\nint cudart_value(void);\n"
         "int cufes_answer(void) { return cudart_value() + (omp_get_max_threads() > 0); }\n"
     )
     library = compile_shared(
-        system, "libcufes.so", source, "-fopenmp", "-l:libfakecudart.so.12", "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"
+        system,
+        "libcufes.so",
+        source,
+        "-fopenmp",
+        "-l:libfakecudart.so.12",
+        "-Wl,-rpath,$ORIGIN",
+        "-Wl,--enable-new-dtags",
     )
     files = {
         "cyfes/__init__.py": b"",
         f"CyFES-2.7.data/data/{MEMBER}": library.read_bytes(),
     }
     modes = {f"CyFES-2.7.data/data/{MEMBER}": 0o755}
-    wheel = build_wheel(directory, "cyfes", "2.7", files, tag="cp311-cp311-linux_x86_64", distribution="CyFES", modes=modes)
+    wheel = build_wheel(
+        directory, "cyfes", "2.7", files, tag="cp311-cp311-linux_x86_64", distribution="CyFES", modes=modes
+    )
     return wheel, system
 
 
@@ -81,8 +91,11 @@ def runpath(wheel: Path) -> str:
     with zipfile.ZipFile(wheel) as archive:
         elf = ELFFile(io.BytesIO(archive.read(data_member(wheel))))
     dynamic = next(section for section in elf.iter_sections() if isinstance(section, DynamicSection))
-    found = [f"{tag.entry.d_tag}={getattr(tag, 'runpath', None) or tag.rpath}" for tag in dynamic.iter_tags()
-             if tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")]
+    found = [
+        f"{tag.entry.d_tag}={getattr(tag, 'runpath', None) or tag.rpath}"
+        for tag in dynamic.iter_tags()
+        if tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")
+    ]
     return " ".join(found) or "(none)"
 
 
@@ -101,9 +114,18 @@ def loads(wheel: Path, work: Path) -> dict[str, str]:
 
     site = "lib/python3.11/site-packages"
     layouts = {
-        "pip prefix": ({"purelib": site, "platlib": site, "headers": "include", "scripts": "bin", "data": "."}, "cyfes"),
+        "pip prefix": (
+            {"purelib": site, "platlib": site, "headers": "include", "scripts": "bin", "data": "."},
+            "cyfes",
+        ),
         "rules_python": (
-            {"purelib": "site-packages", "platlib": "site-packages", "headers": "include", "scripts": "bin", "data": "data"},
+            {
+                "purelib": "site-packages",
+                "platlib": "site-packages",
+                "headers": "include",
+                "scripts": "bin",
+                "data": "data",
+            },
             "data/cyfes",
         ),
     }
@@ -118,7 +140,10 @@ def loads(wheel: Path, work: Path) -> dict[str, str]:
         environment = {key: value for key, value in os.environ.items() if key not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
         completed = subprocess.run(
             [sys.executable, "-S", "-c", _LOAD, str(root / library_dir / "libcufes.so")],
-            env=environment, capture_output=True, text=True, check=False,
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         ok = completed.returncode == 0 and completed.stdout.strip() == str(ANSWER)
         results[name] = "loads" if ok else (completed.stderr.strip().splitlines() or ["?"])[-1][:160]
@@ -145,10 +170,24 @@ def main(argv: list[str] | None = None) -> int:
         wheels = {"repaired": repaired}
         for flag, entries in FLAGS.items():
             dest = work / flag.strip("-")
-            command = [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(repaired), "--dest-dir", str(dest)]
+            command = [
+                sys.executable,
+                "-m",
+                "patched_wheels",
+                "patch",
+                "--wheel",
+                str(repaired),
+                "--dest-dir",
+                str(dest),
+            ]
             command += ["--suffix", "rpath.1", flag, f"{data_member(repaired)}={entries}"]
-            completed = subprocess.run(command, capture_output=True, text=True, check=False,
-                                       env=os.environ | {"PYTHONPATH": str(REPO / "python")})
+            completed = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                check=False,
+                env=os.environ | {"PYTHONPATH": str(REPO / "python")},
+            )
             if completed.returncode != 0:
                 print(f"{flag}: {completed.stderr.strip()}")
                 return 1

@@ -149,10 +149,15 @@ from harness import add_json_option, print_json
 
 from patched_wheels.hub.facts import facts_text
 
-RULES_PYTHON = re.search(r'bazel_dep\(name = "rules_python", version = "([^"]+)"\)', (REPO / "MODULE.bazel").read_text(encoding="utf-8"))[1]
+RULES_PYTHON = re.search(
+    r'bazel_dep\(name = "rules_python", version = "([^"]+)"\)', (REPO / "MODULE.bazel").read_text(encoding="utf-8")
+)[1]
 TARGETS = {"flat": 1.02, "split": 1.05}  # CPU time against plain (issue 19), median over the rounds; wall beside it
 COLD_TARGETS = {"flat": 1.25, "split": 1.3}  # the same with the helper's cache emptied before every hub run (issue 34)
-JAX_TARGETS, JAX_COLD_TARGETS = {"patched": 1.02}, {"patched": 1.25}  # --stack jax: its one hub, warm and cold (issue 34)
+JAX_TARGETS, JAX_COLD_TARGETS = (
+    {"patched": 1.02},
+    {"patched": 1.25},
+)  # --stack jax: its one hub, warm and cold (issue 34)
 HUB_DISK_SLACK = 1.01  # the hub repository holds what it writes: its index/*.whl, plus pages and a lock
 #: With --control: plain's workspace again, in its own output base, measured in every round like the
 #: others. Its ratio to plain is what two runs of the same work differ by here, beside the targets' margins.
@@ -230,9 +235,20 @@ class Config:
 
 #: Rows of a run's helper timings, in this order where present: the helper's commands, then the phases of
 #: ``hub build`` (patched_wheels/base/timings.py's names) and what the phases leave of it ("rest").
-HELPER_ROWS = ("hub plan", "resolve", "hub build", "hub build: graph", "hub build: probe: install", "hub build: probe: run",
-               "hub build: probe: symbols", "hub build: probe: remove", "hub build: patch", "hub build: index",
-               "hub build: lock", "hub build: rest")  # fmt: skip
+HELPER_ROWS = (
+    "hub plan",
+    "resolve",
+    "hub build",
+    "hub build: graph",
+    "hub build: probe: install",
+    "hub build: probe: run",
+    "hub build: probe: symbols",
+    "hub build: probe: remove",
+    "hub build: patch",
+    "hub build: index",
+    "hub build: lock",
+    "hub build: rest",
+)
 
 
 def helper_rows(timings: Path) -> dict[str, tuple[float, float, float]]:
@@ -242,7 +258,11 @@ def helper_rows(timings: Path) -> dict[str, tuple[float, float, float]]:
 
     def add(name: str, figures: dict[str, float]) -> None:
         wall, user, system = rows.get(name, (0.0, 0.0, 0.0))
-        rows[name] = (wall + figures["wall"], user + figures["user"] + figures["children_user"], system + figures["system"] + figures["children_system"])
+        rows[name] = (
+            wall + figures["wall"],
+            user + figures["user"] + figures["children_user"],
+            system + figures["system"] + figures["children_system"],
+        )
 
     if not timings.exists():
         return rows
@@ -303,17 +323,27 @@ def drop_statements(text: str, names: set[str]) -> str:
             continue
         call = statement.value
         func = ast.unparse(call.func)
-        strings = [node.value for node in ast.walk(call) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+        strings = [
+            node.value for node in ast.walk(call) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
         first, end = statement.lineno - 1, statement.end_lineno or statement.lineno
         if func == "use_repo":
-            kept = [ast.get_source_segment(text, arg) or "" for arg in call.args if not (isinstance(arg, ast.Constant) and arg.value in names)]
+            kept = [
+                ast.get_source_segment(text, arg) or ""
+                for arg in call.args
+                if not (isinstance(arg, ast.Constant) and arg.value in names)
+            ]
             if len(kept) < len(call.args):
                 edits.append((first, end, f"use_repo({', '.join(kept)})\n"))
             continue
         if func == "load" and any(strings[0].startswith(f"@{name}//") for name in names):
             bound |= {keyword.arg for keyword in call.keywords if keyword.arg}
-            bound |= {arg.value for arg in call.args[1:] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)}
-        elif not any(value in names for value in strings) and not any(isinstance(node, ast.Name) and node.id in bound for node in ast.walk(call)):
+            bound |= {
+                arg.value for arg in call.args[1:] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+            }
+        elif not any(value in names for value in strings) and not any(
+            isinstance(node, ast.Name) and node.id in bound for node in ast.walk(call)
+        ):
             continue
         while first > 0 and lines[first - 1].lstrip().startswith("#"):
             first -= 1
@@ -359,7 +389,9 @@ def add_without_facts(configs: list[Config], work: Path) -> None:
 
 def hub_repository(config: Config, external: Path) -> Path:
     """``config``'s fetched hub repository under the output base's ``external`` (canonical names differ by mode)."""
-    (hub,) = [path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]{config.patched_hub}$", path.name)]
+    (hub,) = [
+        path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]{config.patched_hub}$", path.name)
+    ]
     return hub
 
 
@@ -380,7 +412,10 @@ def make_configs(work: Path, control: bool) -> list[Config]:
     output_bases_of(work)."""
     output_bases = output_bases_of(work)
     configs = [make_plain("plain", work, output_bases)]
-    hubs = {"flat": ("//calculator:calc_test", "patched_pypi", "pypi"), "split": ("//calculator:calc_split_test", "patched_pypi_split", "pypi_split")}
+    hubs = {
+        "flat": ("//calculator:calc_test", "patched_pypi", "pypi"),
+        "split": ("//calculator:calc_split_test", "patched_pypi_split", "pypi_split"),
+    }
     for name, (target, patched_hub, pip_hub) in hubs.items():
         root = work / name
         root.mkdir()
@@ -427,11 +462,17 @@ def jax_module(name: str, patched: bool) -> str:
     """MODULE.bazel of a JAX workspace: rules_python's pip.parse of ``//:requirements_lock.txt`` (plain), or
     of the lock of a hub with the stack's one stanza (``patched``), given ``//:wheel_facts.json`` (written empty
     by make_jax_configs, filled by record_facts after the warm-up)."""
-    text = compat_bazel.module_start(f"Generated by benchmarks/bench_e2e.py --stack jax: {name}.", f"rpw_bench_jax_{name.replace('-', '_')}", patched=patched)
+    text = compat_bazel.module_start(
+        f"Generated by benchmarks/bench_e2e.py --stack jax: {name}.",
+        f"rpw_bench_jax_{name.replace('-', '_')}",
+        patched=patched,
+    )
     if patched:
-        text += (f"{compat_bazel.stanza(JAX_STACK)}\n"
-                 f'patched.index(\n    name = "{JAX_HUB}",\n    requirements_lock = "//:requirements_lock.txt",\n    wheel_facts = "//:wheel_facts.json",\n)\n'
-                 f'use_repo(patched, "{JAX_HUB}")\n')  # fmt: skip
+        text += (
+            f"{compat_bazel.stanza(JAX_STACK)}\n"
+            f'patched.index(\n    name = "{JAX_HUB}",\n    requirements_lock = "//:requirements_lock.txt",\n    wheel_facts = "//:wheel_facts.json",\n)\n'
+            f'use_repo(patched, "{JAX_HUB}")\n'
+        )
     lock = f"@{JAX_HUB}//:requirements_lock.txt" if patched else "//:requirements_lock.txt"
     return text + ("\n" if patched else "") + compat_bazel.pip_hubs({JAX_PIP_HUB: lock})
 
@@ -443,13 +484,20 @@ def make_jax_configs(work: Path, control: bool, lock: str) -> list[Config]:
     for name, patched in (("plain", False), ("patched", True), *([(CONTROL, False)] if control else [])):
         root = work / name
         root.mkdir()
-        files = {"MODULE.bazel": jax_module(name, patched), "BUILD.bazel": JAX_BUILD, "jax_test.py": JAX_TEST, "requirements_lock.txt": lock}
+        files = {
+            "MODULE.bazel": jax_module(name, patched),
+            "BUILD.bazel": JAX_BUILD,
+            "jax_test.py": JAX_TEST,
+            "requirements_lock.txt": lock,
+        }
         if patched:
             files["wheel_facts.json"] = facts_text({})
         for file, text in files.items():
             (root / file).write_text(text, encoding="utf-8")
         shutil.copyfile(REPO / ".bazelrc", root / ".bazelrc")
-        configs.append(Config(name, "//:jax_test", JAX_HUB if patched else None, JAX_PIP_HUB, root, output_bases_of(work) / name))
+        configs.append(
+            Config(name, "//:jax_test", JAX_HUB if patched else None, JAX_PIP_HUB, root, output_bases_of(work) / name)
+        )
     return configs
 
 
@@ -465,7 +513,10 @@ def jax_wheels() -> list[Path]:
 
 
 def bazel(config: Config, *args: str) -> Timed:
-    environment = {"RULES_PATCHED_WHEELS_CACHE": str(config.helper_cache), "RULES_PATCHED_WHEELS_TIMINGS": str(config.timings)}
+    environment = {
+        "RULES_PATCHED_WHEELS_CACHE": str(config.helper_cache),
+        "RULES_PATCHED_WHEELS_TIMINGS": str(config.timings),
+    }
     result = run(config.root, f"--output_base={config.output_base}", *args, environment=environment)
     if result.code != 0:
         tail = "\n".join(result.output.splitlines()[-40:])
@@ -509,7 +560,9 @@ def disk_used(paths: list[Path]) -> int:
     """Bytes on disk under ``paths`` together (`du`: a hard-linked file counts once)."""
     if not paths:
         return 0
-    output = subprocess.run(["du", "-s", "-c", "-B1", *map(str, paths)], check=True, capture_output=True, text=True).stdout
+    output = subprocess.run(
+        ["du", "-s", "-c", "-B1", *map(str, paths)], check=True, capture_output=True, text=True
+    ).stdout
     return int(output.splitlines()[-1].split()[0])
 
 
@@ -517,10 +570,16 @@ def disk_used(paths: list[Path]) -> int:
 #: repositories fetched together, by canonical name (Bazel 7's `~` separators).
 PARTS = {
     "plain": {"torch and triton": ("rules_python~~pip~pypi_torch", "rules_python~~pip~pypi_triton")},
-    "flat": {"hub": ("rules_patched_wheels~~patched~patched_pypi",), "hub and torch": ("rules_python~~pip~pypi_torch",)},
+    "flat": {
+        "hub": ("rules_patched_wheels~~patched~patched_pypi",),
+        "hub and torch": ("rules_python~~pip~pypi_torch",),
+    },
     "split": {
         "hub": ("rules_patched_wheels~~patched~patched_pypi_split",),
-        "hub, torch and torch-cuda-libs": ("rules_python~~pip~pypi_split_torch", "rules_python~~pip~pypi_split_torch_cuda_libs"),
+        "hub, torch and torch-cuda-libs": (
+            "rules_python~~pip~pypi_split_torch",
+            "rules_python~~pip~pypi_split_torch_cuda_libs",
+        ),
     },
 }
 #: The same for --stack jax: plain's jax-cuda12-pjrt, the hub alone, and the hub with jax-cuda12-pjrt
@@ -556,8 +615,14 @@ def query_cpu(config: Config, repositories: Sequence[str]) -> float:
     (their root packages: loading one fetches its repository, not its dependencies')."""
     bazel(config, "clean", "--expunge")
     bazel(config, "shutdown")
-    query = bazel(config, "query", " + ".join(f"@@{name}//:all" if name != EMPTY else "//:all" for name in repositories))
-    info = dict(line.split(": ", 1) for line in bazel(config, "info", "server_pid", "output_base").output.splitlines() if ": " in line)
+    query = bazel(
+        config, "query", " + ".join(f"@@{name}//:all" if name != EMPTY else "//:all" for name in repositories)
+    )
+    info = dict(
+        line.split(": ", 1)
+        for line in bazel(config, "info", "server_pid", "output_base").output.splitlines()
+        if ": " in line
+    )
     jvm, children, _ = process_cpu(int(info["server_pid"]))
     bazel(config, "shutdown")
     return query.cpu + jvm + children
@@ -570,13 +635,20 @@ def resolve_part(config: Config, repository: str) -> str:
         return repository
     pin = repository.split("//", 1)[1].split(":", 1)[0]
     output = bazel(config, "query", f"deps({repository}, 3)", "--output=label").output
-    (name,) = {name for name in re.findall(r"^@@([^/]+)//", output, re.MULTILINE) if re.search(rf"[~+]pip[~+]{config.pip_hub}_\d+_{pin}_", name)}
+    (name,) = {
+        name
+        for name in re.findall(r"^@@([^/]+)//", output, re.MULTILINE)
+        if re.search(rf"[~+]pip[~+]{config.pip_hub}_\d+_{pin}_", name)
+    }
     return name
 
 
 def parts_cpu(config: Config, rounds: int, parts: dict[str, tuple[str, ...]]) -> dict[str, float]:
     """Each of ``config``'s ``parts`` (its PARTS entry), minus an empty query: medians over ``rounds`` alternating runs."""
-    parts = {label: tuple(resolve_part(config, repository) for repository in repositories) for label, repositories in parts.items()}
+    parts = {
+        label: tuple(resolve_part(config, repository) for repository in repositories)
+        for label, repositories in parts.items()
+    }
     (config.root / "BUILD.bazel").write_text(f'filegroup(name = "{EMPTY}")\n', encoding="utf-8")
     runs: dict[str, list[float]] = {label: [] for label in [EMPTY, *parts]}
     for number in range(rounds):
@@ -598,11 +670,19 @@ def measure(config: Config, cold: bool) -> tuple[Measurement, Path]:
     test = bazel(config, "test", config.target)
     received = received_bytes() - received
     memory = {name: value - memory[name] for name, value in memory_counters().items()}
-    info = dict(line.split(": ", 1) for line in bazel(config, "info", "server_pid", "output_base", "repository_cache").output.splitlines() if ": " in line)
+    info = dict(
+        line.split(": ", 1)
+        for line in bazel(config, "info", "server_pid", "output_base", "repository_cache").output.splitlines()
+        if ": " in line
+    )
     server_cpu, children_cpu, kernel_cpu = process_cpu(int(info["server_pid"]))
     bazel(config, "shutdown")
     external = Path(info["output_base"]) / "external"
-    wheel_repos = [path for path in external.iterdir() if path.is_dir() and re.search(rf"[~+]pip[~+]{config.pip_hub}_[a-z0-9_]+$", path.name)]
+    wheel_repos = [
+        path
+        for path in external.iterdir()
+        if path.is_dir() and re.search(rf"[~+]pip[~+]{config.pip_hub}_[a-z0-9_]+$", path.name)
+    ]
     hub_disk = hub_wheels = None
     if config.patched_hub:
         hub = hub_repository(config, external)
@@ -642,14 +722,20 @@ def mb(size: int) -> str:
 
 
 def describe(config: Config, m: Measurement) -> str:
-    text = (f"  {config.name:5} {config.target}: {m.wall:.1f} s wall, CPU {m.client_cpu:.1f} s client + {m.server_cpu:.1f} s server "
-            f"(its children {m.children_cpu:.1f} s; kernel {m.server_kernel_cpu:.1f} s) = {m.cpu:.1f} s, {mb(m.received)} received (host-wide)\n"
-            f"        disk: output base {mb(m.output_base_disk)}, {m.wheel_repos} rules_python wheel repositories {mb(m.wheel_repos_disk)}")  # fmt: skip
+    text = (
+        f"  {config.name:5} {config.target}: {m.wall:.1f} s wall, CPU {m.client_cpu:.1f} s client + {m.server_cpu:.1f} s server "
+        f"(its children {m.children_cpu:.1f} s; kernel {m.server_kernel_cpu:.1f} s) = {m.cpu:.1f} s, {mb(m.received)} received (host-wide)\n"
+        f"        disk: output base {mb(m.output_base_disk)}, {m.wheel_repos} rules_python wheel repositories {mb(m.wheel_repos_disk)}"
+    )
     if m.hub_disk is not None and m.hub_wheels is not None:
         text += f", hub {config.patched_hub} {mb(m.hub_disk)} (its index/*.whl {mb(m.hub_wheels)}, the rest {mb(m.hub_disk - m.hub_wheels)})"
-    text += "\n        memory (host-wide): " + ", ".join(f"{m.memory[name]:,} {label}" for name, label in MEMORY_COUNTERS.items())
+    text += "\n        memory (host-wide): " + ", ".join(
+        f"{m.memory[name]:,} {label}" for name, label in MEMORY_COUNTERS.items()
+    )
     if m.helper:
-        text += "\n        helper (wall/user/system s): " + ", ".join(f"{name} {w:.1f}/{u:.1f}/{y:.1f}" for name, (w, u, y) in m.helper.items())
+        text += "\n        helper (wall/user/system s): " + ", ".join(
+            f"{name} {w:.1f}/{u:.1f}/{y:.1f}" for name, (w, u, y) in m.helper.items()
+        )
     return text
 
 
@@ -672,40 +758,68 @@ def summary(rounds: list[dict[str, Measurement]], targets: dict[str, float]) -> 
         cpu = statistics.median(measured[name].cpu / measured["plain"].cpu for measured in rounds)
         user = statistics.median(measured[name].user_cpu / measured["plain"].user_cpu for measured in rounds)
         wall = statistics.median(measured[name].wall / measured["plain"].wall for measured in rounds)
-        disk = statistics.median(measured[name].output_base_disk / measured["plain"].output_base_disk for measured in rounds)
+        disk = statistics.median(
+            measured[name].output_base_disk / measured["plain"].output_base_disk for measured in rounds
+        )
         met &= cpu <= target
-        lines.append(f"median over {len(rounds)} rounds: {name}/plain CPU {cpu:.2f} (target <= {target:.2f}: "
-                     f"{'met' if cpu <= target else 'MISSED'}; user-space CPU {user:.2f}), wall {wall:.2f}, output base disk {disk:.2f}")  # fmt: skip
-    for name, what in ((CONTROL, "control, the same work as plain"), (NO_FACTS, "before wheel_facts, the first hub reading the wheels itself")):
+        lines.append(
+            f"median over {len(rounds)} rounds: {name}/plain CPU {cpu:.2f} (target <= {target:.2f}: "
+            f"{'met' if cpu <= target else 'MISSED'}; user-space CPU {user:.2f}), wall {wall:.2f}, output base disk {disk:.2f}"
+        )
+    for name, what in (
+        (CONTROL, "control, the same work as plain"),
+        (NO_FACTS, "before wheel_facts, the first hub reading the wheels itself"),
+    ):
         if name in rounds[0]:
             cpu = [measured[name].cpu / measured["plain"].cpu for measured in rounds]
             user = [measured[name].user_cpu / measured["plain"].user_cpu for measured in rounds]
-            lines.append(f"{what}: {name}/plain CPU median {statistics.median(cpu):.2f}, from {min(cpu):.2f} to {max(cpu):.2f} "
-                         f"(user-space: median {statistics.median(user):.2f}, from {min(user):.2f} to {max(user):.2f}); no target")  # fmt: skip
+            lines.append(
+                f"{what}: {name}/plain CPU median {statistics.median(cpu):.2f}, from {min(cpu):.2f} to {max(cpu):.2f} "
+                f"(user-space: median {statistics.median(user):.2f}, from {min(user):.2f} to {max(user):.2f}); no target"
+            )
     for name in [*targets, *([NO_FACTS] if NO_FACTS in rounds[0] else [])]:
-        phases = {row: [measured[name].helper[row] for measured in rounds if row in measured[name].helper] for row in HELPER_ROWS}
-        lines.append(f"hub {name}, helper (medians, wall/user/system s): " + ", ".join(
-            f"{row} {'/'.join(f'{statistics.median(v[index] for v in values):.1f}' for index in range(3))}"
-            for row, values in phases.items() if values))  # fmt: skip
+        phases = {
+            row: [measured[name].helper[row] for measured in rounds if row in measured[name].helper]
+            for row in HELPER_ROWS
+        }
+        lines.append(
+            f"hub {name}, helper (medians, wall/user/system s): "
+            + ", ".join(
+                f"{row} {'/'.join(f'{statistics.median(v[index] for v in values):.1f}' for index in range(3))}"
+                for row, values in phases.items()
+                if values
+            )
+        )
     for name in targets:
         hub_disk, hub_wheels = rounds[-1][name].hub_disk or 0, rounds[-1][name].hub_wheels or 0
         fits = hub_disk <= HUB_DISK_SLACK * hub_wheels
         met &= fits
-        lines.append(f"hub {name}: {mb(hub_disk)} on disk vs {mb(hub_wheels)} of wheels it wrote "
-                     f"(target: <= {HUB_DISK_SLACK:g}x: {'met' if fits else 'MISSED'})")  # fmt: skip
+        lines.append(
+            f"hub {name}: {mb(hub_disk)} on disk vs {mb(hub_wheels)} of wheels it wrote "
+            f"(target: <= {HUB_DISK_SLACK:g}x: {'met' if fits else 'MISSED'})"
+        )
     return lines, met
 
 
 def parts_summary(configs: Sequence[Config], rounds: int, plain_cpu: float, bench: Bench) -> str:
     """The differing parts of every configuration, and each hub's net cost against plain's median CPU."""
-    parts = {config.name: parts_cpu(config, rounds, bench.parts[config.name]) for config in configs if config.name in bench.parts}
+    parts = {
+        config.name: parts_cpu(config, rounds, bench.parts[config.name])
+        for config in configs
+        if config.name in bench.parts
+    }
     lines = [f"what differs, each alone (CPU above an empty query, medians of {rounds} alternating runs):"]
-    lines += [f"  {name}: " + ", ".join(f"{label} {cpu:.1f} s" for label, cpu in measured.items()) for name, measured in parts.items()]
+    lines += [
+        f"  {name}: " + ", ".join(f"{label} {cpu:.1f} s" for label, cpu in measured.items())
+        for name, measured in parts.items()
+    ]
     (plain,) = parts["plain"].values()
     for name in bench.targets:
         total = list(parts[name].values())[-1]
-        lines.append(f"  {name} hub net: {total:.1f} - {plain:.1f} = {total - plain:+.1f} s, {100 * (total - plain) / plain_cpu:+.1f} % "
-                     f"of plain's median {plain_cpu:.1f} s")  # fmt: skip
+        lines.append(
+            f"  {name} hub net: {total:.1f} - {plain:.1f} = {total - plain:+.1f} s, {100 * (total - plain) / plain_cpu:+.1f} % "
+            f"of plain's median {plain_cpu:.1f} s"
+        )
     return "\n".join(lines)
 
 
@@ -713,13 +827,29 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (0: none)")
-    parser.add_argument("--parts-rounds", type=int, default=3, help="runs of each differing part alone, and of an empty query (0: skip)")
+    parser.add_argument(
+        "--parts-rounds", type=int, default=3, help="runs of each differing part alone, and of an empty query (0: skip)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the workspaces and their output bases")
-    parser.add_argument("--control", action="store_true", help=f"measure plain twice in every round ({CONTROL}): the ratio of two runs of the same work")
-    parser.add_argument("--cold", action="store_true", help="empty each hub's helper cache before every run (a CI runner: issue 34)")
-    parser.add_argument("--without-facts", action="store_true", help=f"also the first hub without wheel_facts ({NO_FACTS}): the cost they save")
-    parser.add_argument("--stack", choices=sorted(BENCHES), default="torch",
-                        help="torch: the example's torch 2.1.0 lock (plain, flat, split); jax: jax[cuda12]==0.7.2 (plain, patched)")  # fmt: skip
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help=f"measure plain twice in every round ({CONTROL}): the ratio of two runs of the same work",
+    )
+    parser.add_argument(
+        "--cold", action="store_true", help="empty each hub's helper cache before every run (a CI runner: issue 34)"
+    )
+    parser.add_argument(
+        "--without-facts",
+        action="store_true",
+        help=f"also the first hub without wheel_facts ({NO_FACTS}): the cost they save",
+    )
+    parser.add_argument(
+        "--stack",
+        choices=sorted(BENCHES),
+        default="torch",
+        help="torch: the example's torch 2.1.0 lock (plain, flat, split); jax: jax[cuda12]==0.7.2 (plain, patched)",
+    )
     add_json_option(parser)
     args = parser.parse_args()
     bench = BENCHES[args.stack]
@@ -731,7 +861,9 @@ def main() -> int:
         add_without_facts(configs, work)
     rounds: list[dict[str, Measurement]] = []
     caches: set[Path] = set()
-    print(f"workspaces under {work}, output bases under {configs[0].output_base.parent}, rules_python {bench.rules_python}")
+    print(
+        f"workspaces under {work}, output bases under {configs[0].output_base.parent}, rules_python {bench.rules_python}"
+    )
     try:
         for number in range(1, args.warmup + 1):
             print(f"warm-up round {number}/{args.warmup} (not counted)", flush=True)
@@ -745,20 +877,42 @@ def main() -> int:
             print(f"  round {number}: {ratios(results, list(bench.targets))}", flush=True)
             rounds.append(results)
         if args.parts_rounds:
-            print(parts_summary(configs, args.parts_rounds, statistics.median(results["plain"].cpu for results in rounds), bench), flush=True)
+            print(
+                parts_summary(
+                    configs, args.parts_rounds, statistics.median(results["plain"].cpu for results in rounds), bench
+                ),
+                flush=True,
+            )
     except BazelFailed as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 1
     finally:
         if not args.keep:
             remove_workspaces(configs, work)
-    print(f"repository cache: {', '.join(map(str, sorted(caches)))}" + (" (shared by all)" if len(caches) == 1 else " (NOT shared)"))
+    print(
+        f"repository cache: {', '.join(map(str, sorted(caches)))}"
+        + (" (shared by all)" if len(caches) == 1 else " (NOT shared)")
+    )
     lines, met = summary(rounds, bench.cold_targets if args.cold else bench.targets)
     print("\n".join(lines))
-    inputs = {"stack": args.stack, "rounds": args.rounds, "warmup": args.warmup, "cold": args.cold, "control": args.control,
-              "without_facts": args.without_facts, "rules_python": bench.rules_python}  # fmt: skip
-    measured = [{name: {**asdict(m), "cpu": m.cpu, "user_cpu": m.user_cpu} for name, m in results.items()} for results in rounds]
-    print_json("bench_e2e", inputs, {"rounds": measured, "summary": lines, "targets_met": met, "shared_repository_cache": len(caches) == 1}, args.json)
+    inputs = {
+        "stack": args.stack,
+        "rounds": args.rounds,
+        "warmup": args.warmup,
+        "cold": args.cold,
+        "control": args.control,
+        "without_facts": args.without_facts,
+        "rules_python": bench.rules_python,
+    }
+    measured = [
+        {name: {**asdict(m), "cpu": m.cpu, "user_cpu": m.user_cpu} for name, m in results.items()} for results in rounds
+    ]
+    print_json(
+        "bench_e2e",
+        inputs,
+        {"rounds": measured, "summary": lines, "targets_met": met, "shared_repository_cache": len(caches) == 1},
+        args.json,
+    )
     return 0 if len(caches) == 1 and met else 1
 
 

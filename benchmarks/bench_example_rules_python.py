@@ -43,9 +43,17 @@ def main() -> int:
         fallbacks = [line for line in output.splitlines() if FALLBACK.search(line)]
         verdict = "PASS" if code == 0 and not fallbacks else "FAIL"
         failed |= verdict == "FAIL"
-        print(f"rules_python {release}: bazel test //calculator/... after clean --expunge: {wall:.1f} s wall, "
-              f"{cpu:.1f} s client CPU, exit {code}, {len(fallbacks)} downloader fallbacks: {verdict}")  # fmt: skip
-        results[release] = {"wall": wall, "client_cpu": cpu, "exit": code, "downloader_fallbacks": len(fallbacks), "pass": verdict == "PASS"}
+        print(
+            f"rules_python {release}: bazel test //calculator/... after clean --expunge: {wall:.1f} s wall, "
+            f"{cpu:.1f} s client CPU, exit {code}, {len(fallbacks)} downloader fallbacks: {verdict}"
+        )
+        results[release] = {
+            "wall": wall,
+            "client_cpu": cpu,
+            "exit": code,
+            "downloader_fallbacks": len(fallbacks),
+            "pass": verdict == "PASS",
+        }
         if verdict == "FAIL":
             print("\n".join(output.splitlines()[-40:]), file=sys.stderr)
         if not args.keep:

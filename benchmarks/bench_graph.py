@@ -68,8 +68,12 @@ def main() -> int:
     members = elf_members(wheels)
     total = sum(info.file_size for _, info in members)
     compressed = sum(info.compress_size for _, info in members)
-    print(f"{len(wheels)} wheels, {len(members)} ELF members: {total / 2**30:.2f} GiB inflated, {compressed / 2**30:.2f} GiB deflated")
-    print(f"cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}, inflater: {INFLATER_NAME}, zlib {zlib.ZLIB_RUNTIME_VERSION}")
+    print(
+        f"{len(wheels)} wheels, {len(members)} ELF members: {total / 2**30:.2f} GiB inflated, {compressed / 2**30:.2f} GiB deflated"
+    )
+    print(
+        f"cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}, inflater: {INFLATER_NAME}, zlib {zlib.ZLIB_RUNTIME_VERSION}"
+    )
 
     start = time.perf_counter()
     for wheel in wheels:  # same starting point for every measurement: wheels in the page cache
@@ -95,19 +99,36 @@ def main() -> int:
 
     order = [library.filename for library in graph.load_order]
     ok = order.index("libnvJitLink.so.12") < order.index("libcusparse.so.12") < order.index("libcusolver.so.11")
-    print(f"graph + order, no cache:       {graph_seconds:6.2f} s wall ({cpu_seconds:.2f} s CPU), "
-          f"{scan.inflated_bytes / 2**30:.2f} GiB inflated, {len(graph.libraries)} libraries"
-          f"  [target <= 10 s: {'met' if graph_seconds <= 10 else 'MISSED'}]")
-    print(f"floor, zlib inflate on 1 core: {floor_seconds:6.2f} s wall ({floor_cpu_seconds:.2f} s CPU, "
-          f"{total / floor_seconds / 1e6:.0f} MB/s)")
+    print(
+        f"graph + order, no cache:       {graph_seconds:6.2f} s wall ({cpu_seconds:.2f} s CPU), "
+        f"{scan.inflated_bytes / 2**30:.2f} GiB inflated, {len(graph.libraries)} libraries"
+        f"  [target <= 10 s: {'met' if graph_seconds <= 10 else 'MISSED'}]"
+    )
+    print(
+        f"floor, zlib inflate on 1 core: {floor_seconds:6.2f} s wall ({floor_cpu_seconds:.2f} s CPU, "
+        f"{total / floor_seconds / 1e6:.0f} MB/s)"
+    )
     print(f"graph + order, warm cache:     {cached_seconds:6.2f} s")
-    print(f"ratios: graph/floor = {graph_seconds / floor_seconds:.2f} wall, {cpu_seconds / floor_cpu_seconds:.2f} CPU; "
-          f"cached/floor = {cached_seconds / floor_seconds:.4f}")
+    print(
+        f"ratios: graph/floor = {graph_seconds / floor_seconds:.2f} wall, {cpu_seconds / floor_cpu_seconds:.2f} CPU; "
+        f"cached/floor = {cached_seconds / floor_seconds:.4f}"
+    )
     print(f"libnvJitLink before libcusparse before libcusolver: {'yes' if ok else 'NO'}")
-    inputs = {"wheels": [wheel.name for wheel in wheels], "elf_members": len(members), "inflated": total, "deflated": compressed,
-              "inflater": INFLATER_NAME, "zlib": zlib.ZLIB_RUNTIME_VERSION}  # fmt: skip
+    inputs = {
+        "wheels": [wheel.name for wheel in wheels],
+        "elf_members": len(members),
+        "inflated": total,
+        "deflated": compressed,
+        "inflater": INFLATER_NAME,
+        "zlib": zlib.ZLIB_RUNTIME_VERSION,
+    }
     results = {
-        "graph": {"wall": graph_seconds, "cpu": cpu_seconds, "inflated": scan.inflated_bytes, "libraries": len(graph.libraries)},
+        "graph": {
+            "wall": graph_seconds,
+            "cpu": cpu_seconds,
+            "inflated": scan.inflated_bytes,
+            "libraries": len(graph.libraries),
+        },
         "floor": {"wall": floor_seconds, "cpu": floor_cpu_seconds},
         "cached": {"wall": cached_seconds},
         "targets": {"graph <= 10 s wall": graph_seconds <= 10, "load order": ok},

@@ -45,6 +45,8 @@ from harness import add_json_option, print_json
 HUBS = {"flat": "patched_pypi", "split": "patched_pypi_split"}
 PIP_HUBS = {"patched_pypi": "pypi", "patched_pypi_split": "pypi_split"}
 KINDS = ("empty", "cold", "warm")
+
+
 @dataclass(frozen=True)
 class Workspace:
     tree: str  # "new" (this checkout) or "old" (--baseline-tree)
@@ -56,11 +58,20 @@ class Workspace:
 
     def bazel(self, *args: str) -> Timed:
         """``tools/bazel ARGS`` with this workspace's output base, helper cache and timings file."""
-        result = run(self.root, f"--output_base={self.output_base}", *args,
-                     environment={"RULES_PATCHED_WHEELS_CACHE": str(self.cache), "RULES_PATCHED_WHEELS_TIMINGS": str(self.timings)})  # fmt: skip
+        result = run(
+            self.root,
+            f"--output_base={self.output_base}",
+            *args,
+            environment={
+                "RULES_PATCHED_WHEELS_CACHE": str(self.cache),
+                "RULES_PATCHED_WHEELS_TIMINGS": str(self.timings),
+            },
+        )
         if result.code != 0:
             tail = "\n".join(result.output.splitlines()[-40:])
-            raise BazelFailed(f"{self.tree} {self.hub}: `bazel {' '.join(args)}` in {self.root} exited {result.code}:\n{tail}")
+            raise BazelFailed(
+                f"{self.tree} {self.hub}: `bazel {' '.join(args)}` in {self.root} exited {result.code}:\n{tail}"
+            )
         return result
 
 
@@ -69,7 +80,9 @@ class Run:
     wall: float
     cpu: float  # client + JVM + reaped children
     kernel: float  # the JVM's and its children's system time
-    rows: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # name -> (wall, user, system incl. children)
+    rows: dict[str, tuple[float, float, float]] = field(
+        default_factory=dict
+    )  # name -> (wall, user, system incl. children)
 
 
 def make_workspaces(work: Path, hubs: list[str], trees: dict[str, Path]) -> list[Workspace]:
@@ -85,7 +98,16 @@ def make_workspaces(work: Path, hubs: list[str], trees: dict[str, Path]) -> list
                 path.write_text(drop_statements(path.read_text(encoding="utf-8"), others), encoding="utf-8")
             (root / "BUILD.bazel").write_text('filegroup(name = "nothing")\n', encoding="utf-8")
             base = output_bases / f"{tree}-{hub}"
-            workspaces.append(Workspace(tree, hub, root, base, output_bases / f"cache-{tree}-{hub}", output_bases / f"timings-{tree}-{hub}.jsonl"))
+            workspaces.append(
+                Workspace(
+                    tree,
+                    hub,
+                    root,
+                    base,
+                    output_bases / f"cache-{tree}-{hub}",
+                    output_bases / f"timings-{tree}-{hub}.jsonl",
+                )
+            )
     output_bases.mkdir(parents=True, exist_ok=True)
     return workspaces
 
@@ -98,7 +120,11 @@ def measure(workspace: Workspace, kind: str) -> Run:
     workspace.bazel("shutdown")
     target = "//:all" if kind == "empty" else f"@@rules_patched_wheels~~patched~{HUBS[workspace.hub]}//:all"
     query = workspace.bazel("query", target)
-    info = dict(line.split(": ", 1) for line in workspace.bazel("info", "server_pid", "output_base").output.splitlines() if ": " in line)
+    info = dict(
+        line.split(": ", 1)
+        for line in workspace.bazel("info", "server_pid", "output_base").output.splitlines()
+        if ": " in line
+    )
     jvm, children, kernel = process_cpu(int(info["server_pid"]))
     workspace.bazel("shutdown")
     return Run(query.wall, query.cpu + jvm + children, kernel, helper_rows(workspace.timings))
@@ -111,7 +137,9 @@ def helper_cpu(measured: Run) -> float:
 def describe(workspace: Workspace, kind: str, measured: Run) -> str:
     text = f"  {workspace.tree} {workspace.hub} {kind}: {measured.wall:.1f} s wall, {measured.cpu:.1f} s CPU (kernel {measured.kernel:.1f} s)"
     if measured.rows:
-        text += ", helper " + ", ".join(f"{name} {wall:.1f}/{user:.1f}/{system:.1f}" for name, (wall, user, system) in measured.rows.items())
+        text += ", helper " + ", ".join(
+            f"{name} {wall:.1f}/{user:.1f}/{system:.1f}" for name, (wall, user, system) in measured.rows.items()
+        )
     return text
 
 
@@ -121,23 +149,43 @@ def table(runs: dict[tuple[str, str, str], list[Run]], hubs: list[str], trees: l
     for hub in hubs:
         for kind in ("cold", "warm"):
             header = " | ".join(f"{tree} wall / user / sys" for tree in trees)
-            lines += ["", f"{hub}, {kind} helper cache (medians of {len(runs[trees[0], hub, kind])} runs; seconds)", "",
-                      f"| row | {header} |" + (" new/old CPU | new/old wall |" if len(trees) == 2 else ""),
-                      "| --- |" + " --- |" * (len(trees) + (2 if len(trees) == 2 else 0))]  # fmt: skip
+            lines += [
+                "",
+                f"{hub}, {kind} helper cache (medians of {len(runs[trees[0], hub, kind])} runs; seconds)",
+                "",
+                f"| row | {header} |" + (" new/old CPU | new/old wall |" if len(trees) == 2 else ""),
+                "| --- |" + " --- |" * (len(trees) + (2 if len(trees) == 2 else 0)),
+            ]
 
             def medians(tree: str, row: str) -> tuple[float, float, float]:
                 empty = runs[tree, hub, "empty"]
                 measured = runs[tree, hub, kind]
                 if row == "hub repository, total":
-                    return (statistics.median(r.wall for r in measured) - statistics.median(r.wall for r in empty),
-                            statistics.median(r.cpu - r.kernel for r in measured) - statistics.median(r.cpu - r.kernel for r in empty),
-                            statistics.median(r.kernel for r in measured) - statistics.median(r.kernel for r in empty))  # fmt: skip
+                    return (
+                        statistics.median(r.wall for r in measured) - statistics.median(r.wall for r in empty),
+                        statistics.median(r.cpu - r.kernel for r in measured)
+                        - statistics.median(r.cpu - r.kernel for r in empty),
+                        statistics.median(r.kernel for r in measured) - statistics.median(r.kernel for r in empty),
+                    )
                 if row == "bazel (downloads, Starlark)":
-                    return (0.0, statistics.median(r.cpu - helper_cpu(r) for r in measured) - statistics.median(r.cpu for r in empty), 0.0)
+                    return (
+                        0.0,
+                        statistics.median(r.cpu - helper_cpu(r) for r in measured)
+                        - statistics.median(r.cpu for r in empty),
+                        0.0,
+                    )
                 values = [r.rows.get(row, (0.0, 0.0, 0.0)) for r in measured]
                 return tuple(statistics.median(v[index] for v in values) for index in range(3))  # type: ignore[return-value]
 
-            names = sorted({name for tree in trees for r in runs[tree, hub, kind] for name in r.rows if ":" not in name and name != "hub build"})
+            names = sorted(
+                {
+                    name
+                    for tree in trees
+                    for r in runs[tree, hub, kind]
+                    for name in r.rows
+                    if ":" not in name and name != "hub build"
+                }
+            )
             phases = [row for row in HELPER_ROWS if row.startswith("hub build: ")]
             for row in ["hub repository, total", "bazel (downloads, Starlark)", *names, "hub build", *phases]:
                 figures = {tree: medians(tree, row) for tree in trees}
@@ -156,8 +204,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hubs", nargs="+", choices=sorted(HUBS), default=["flat"])
-    parser.add_argument("--baseline-tree", type=Path, help="another checkout of rules_patched_wheels, measured in the same rounds")
-    parser.add_argument("--warmup", action="store_true", help="a cold run of each workspace first, not counted (else the first round's includes the resolution)")
+    parser.add_argument(
+        "--baseline-tree", type=Path, help="another checkout of rules_patched_wheels, measured in the same rounds"
+    )
+    parser.add_argument(
+        "--warmup",
+        action="store_true",
+        help="a cold run of each workspace first, not counted (else the first round's includes the resolution)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the workspaces, output bases and caches")
     add_json_option(parser)
     args = parser.parse_args()
@@ -166,7 +220,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="rpw-bench-hub-cold-"))
     workspaces = make_workspaces(work, args.hubs, trees)
     runs: dict[tuple[str, str, str], list[Run]] = {(w.tree, w.hub, kind): [] for w in workspaces for kind in KINDS}
-    print(f"workspaces under {work}, output bases and helper caches under {workspaces[0].output_base.parent}", flush=True)
+    print(
+        f"workspaces under {work}, output bases and helper caches under {workspaces[0].output_base.parent}", flush=True
+    )
     try:
         for workspace in workspaces[: len(workspaces) if args.warmup else 0]:  # the extension's resolution; not counted
             print(f"  warm-up {describe(workspace, 'cold', measure(workspace, 'cold'))}", flush=True)
@@ -185,7 +241,12 @@ def main() -> int:
     finally:
         if not args.keep:
             remove_workspaces(workspaces, work)
-    inputs = {"rounds": args.rounds, "hubs": args.hubs, "baseline_tree": str(args.baseline_tree or ""), "warmup": args.warmup}
+    inputs = {
+        "rounds": args.rounds,
+        "hubs": args.hubs,
+        "baseline_tree": str(args.baseline_tree or ""),
+        "warmup": args.warmup,
+    }
     measured = {"/".join(key): [asdict(run) for run in key_runs] for key, key_runs in runs.items()}
     print_json("bench_hub_cold", inputs, {"runs": measured, "table": table(runs, args.hubs, list(trees))}, args.json)
     return 0

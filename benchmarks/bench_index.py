@@ -73,9 +73,15 @@ def main() -> int:
         cold = timed(index, repeat=args.repeat, before=clear_index)
         warm = timed(index, repeat=max(args.repeat, 5))
         # What a warm run costs beyond starting Python and importing the CLI (the index command).
-        startup = timed([sys.executable, "-c", "import patched_wheels.cli as c; c.build_parser(only='index')"], repeat=5)
+        startup = timed(
+            [sys.executable, "-c", "import patched_wheels.cli as c; c.build_parser(only='index')"], repeat=5
+        )
         # The floor: the index module called directly, without the CLI's argument parsing.
-        alone = [sys.executable, "-c", "import sys; from patched_wheels.index.simple import build_index; build_index(sys.argv[1])"]
+        alone = [
+            sys.executable,
+            "-c",
+            "import sys; from patched_wheels.index.simple import build_index; build_index(sys.argv[1])",
+        ]
         warm_alone = timed([*alone, str(work)], repeat=5)
         from patched_wheels.index.simple import build_index
 
@@ -104,8 +110,17 @@ def main() -> int:
         print(f"  python + index module only  : {warm_alone[0]:7.3f} s wall, {warm_alone[1]:.3f} s CPU")
         ok = cold[0] <= 1.3 * baseline[0] and warm[0] <= 0.2
         print("targets met" if ok else "TARGETS MISSED")
-        best = {"sha256sum": baseline, "openssl": openssl, "index cold": cold, "index warm": warm, "startup": startup, "index module alone": warm_alone}
-        results = {label: {"wall_best": pair[0], "cpu_best": pair[1]} for label, pair in best.items() if pair is not None}
+        best = {
+            "sha256sum": baseline,
+            "openssl": openssl,
+            "index cold": cold,
+            "index warm": warm,
+            "startup": startup,
+            "index module alone": warm_alone,
+        }
+        results = {
+            label: {"wall_best": pair[0], "cpu_best": pair[1]} for label, pair in best.items() if pair is not None
+        }
         results["build_index warm"] = {"wall": warm_library}
         results["targets"] = {"cold <= 1.3x sha256sum": cold[0] <= 1.3 * baseline[0], "warm <= 0.2 s": warm[0] <= 0.2}
         print_json("bench_index", {"wheels": len(wheels), "bytes": total, "repeat": args.repeat}, results)

@@ -37,7 +37,9 @@ from harness import print_json
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # support.bazelworkspace: the Bazel tests' workspace builder
 TARGET = 2.0
-_SLOW_PROBE = "; ".join(["import fakeplugins.xla_fake as plugin", "plugin.backend()", "sum(i * i for i in range(12_000_000))"])
+_SLOW_PROBE = "; ".join(
+    ["import fakeplugins.xla_fake as plugin", "plugin.backend()", "sum(i * i for i in range(12_000_000))"]
+)
 
 
 def timed(command: list[str], environment: dict[str, str]) -> tuple[float, float, int]:
@@ -81,14 +83,19 @@ def measure(workspace: Path, target: str, rounds: int) -> tuple[bool, dict[str, 
                     sys.exit(f"{target}: {step} exited {status}")
                 if index:
                     results[step].append((wall, cpu))
-    medians = {step: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)) for step, runs in results.items()}
+    medians = {
+        step: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
+        for step, runs in results.items()
+    }
     print(f"{target} ({rounds} rounds, medians)")
     for step, (wall, cpu) in medians.items():
         print(f"  {step:<11} wall {wall:7.3f} s   cpu {cpu:7.3f} s")
     ratio_wall = medians["test"][0] / medians["probe once"][0]
     ratio_cpu = medians["test"][1] / medians["probe once"][1]
     met = ratio_wall <= TARGET
-    print(f"  ratio test / probe once: wall {ratio_wall:.2f}x, cpu {ratio_cpu:.2f}x (target: wall <= {TARGET}x: {'met' if met else 'MISSED'})")
+    print(
+        f"  ratio test / probe once: wall {ratio_wall:.2f}x, cpu {ratio_cpu:.2f}x (target: wall <= {TARGET}x: {'met' if met else 'MISSED'})"
+    )
     figures = {step: {"wall": wall, "cpu": cpu} for step, (wall, cpu) in medians.items()}
     return met, {"medians": figures, "ratio": {"wall": ratio_wall, "cpu": ratio_cpu}, "target_met": met}
 
@@ -103,15 +110,25 @@ def main() -> int:
         if not args.target:
             parser.error("--workspace needs --target")
         results = {target: measure(args.workspace, target, args.rounds) for target in args.target}
-        print_json("bench_layout_test", {"rounds": args.rounds, "workspace": str(args.workspace)}, {t: figures for t, (_, figures) in results.items()})
+        print_json(
+            "bench_layout_test",
+            {"rounds": args.rounds, "workspace": str(args.workspace)},
+            {t: figures for t, (_, figures) in results.items()},
+        )
         return 0 if all(met for met, _ in results.values()) else 1
     directory = Path(tempfile.mkdtemp(prefix="bench-layout-test-ws-"))
     try:
         workspace, targets = generated_workspace(directory)
         results = {target: measure(workspace, target, args.rounds) for target in targets}
-        print_json("bench_layout_test", {"rounds": args.rounds, "workspace": "generated"}, {t: figures for t, (_, figures) in results.items()})
+        print_json(
+            "bench_layout_test",
+            {"rounds": args.rounds, "workspace": "generated"},
+            {t: figures for t, (_, figures) in results.items()},
+        )
     finally:
-        subprocess.run([str(REPO / "tools" / "bazel"), "clean", "--expunge"], cwd=directory, capture_output=True, check=False)
+        subprocess.run(
+            [str(REPO / "tools" / "bazel"), "clean", "--expunge"], cwd=directory, capture_output=True, check=False
+        )
         shutil.rmtree(directory, ignore_errors=True)
     return 0 if results[targets[-1]][0] else 1
 

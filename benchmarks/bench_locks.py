@@ -50,7 +50,9 @@ def uv_lock(packages: int) -> str:
             f'    {{ url = "https://files.example/pkg{number}-1.0-cp311-cp311-manylinux_2_17_{m}.whl", hash = "sha256:{_HASH}" }},\n'
             for m in _MACHINES
         )
-        out.append(f'\n[[package]]\nname = "pkg{number}"\nversion = "1.0"\nsource = {{ registry = "https://pypi.example/simple" }}\nwheels = [\n{wheels}]\n')
+        out.append(
+            f'\n[[package]]\nname = "pkg{number}"\nversion = "1.0"\nsource = {{ registry = "https://pypi.example/simple" }}\nwheels = [\n{wheels}]\n'
+        )
     return "".join(out)
 
 
@@ -96,15 +98,31 @@ def main() -> None:
             runs = {
                 "tomllib.loads": ("tomllib", str(path)),
                 "resolve --list-projects": ("resolve", f"--{lock_format}", str(path), "--list-projects"),
-                "lock": ("lock", f"--{lock_format}", str(path), "--index", str(root / "index"), "--out", str(root / "out.txt"),
-                         *(("--out-uv-lock", str(root / "out.lock")) if lock_format == "uv-lock" else ())),  # fmt: skip
+                "lock": (
+                    "lock",
+                    f"--{lock_format}",
+                    str(path),
+                    "--index",
+                    str(root / "index"),
+                    "--out",
+                    str(root / "out.txt"),
+                    *(("--out-uv-lock", str(root / "out.lock")) if lock_format == "uv-lock" else ()),
+                ),
             }
             for name, command in runs.items():
                 started = time.monotonic()
                 peak, seconds, cpu = measure(*command)
-                print(f"{lock_format:8} {size / 2**20:6.1f} MiB  {name:24} peak {peak / 2**20:6.0f} MiB "
-                      f"({peak / size:4.1f}x the input)  {seconds:5.1f} s (wall {time.monotonic() - started:.1f} s, CPU {cpu:.1f} s)")  # fmt: skip
-                results[f"{lock_format}: {name}"] = {"bytes": size, "peak_rss": peak, "ratio_input": peak / size, "seconds": seconds, "cpu": cpu}
+                print(
+                    f"{lock_format:8} {size / 2**20:6.1f} MiB  {name:24} peak {peak / 2**20:6.0f} MiB "
+                    f"({peak / size:4.1f}x the input)  {seconds:5.1f} s (wall {time.monotonic() - started:.1f} s, CPU {cpu:.1f} s)"
+                )
+                results[f"{lock_format}: {name}"] = {
+                    "bytes": size,
+                    "peak_rss": peak,
+                    "ratio_input": peak / size,
+                    "seconds": seconds,
+                    "cpu": cpu,
+                }
     print_json("bench_locks", {"packages": packages, "megabytes": args.megabytes}, results)
 
 

@@ -74,12 +74,19 @@ def baseline(wheel: Path, patch: Path, work: Path) -> float:
     work.mkdir(parents=True)
     os.sync()
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(work), str(wheel)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "unpack", "-d", str(work), str(wheel)], check=True, stdout=subprocess.DEVNULL
+    )
     tree = work / "torch-2.1.0"
     subprocess.run(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from patched_wheels.patch.unidiff import read_patch, apply_file_patch;"
-         "[Path(sys.argv[2], p.path).write_bytes(apply_file_patch(p, Path(sys.argv[2], p.path).read_bytes())) for p in read_patch(Path(sys.argv[1]))]",
-         str(patch), str(tree)],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from patched_wheels.patch.unidiff import read_patch, apply_file_patch;"
+            "[Path(sys.argv[2], p.path).write_bytes(apply_file_patch(p, Path(sys.argv[2], p.path).read_bytes())) for p in read_patch(Path(sys.argv[1]))]",
+            str(patch),
+            str(tree),
+        ],
         check=True,
     )
     new_version = f"2.1.0+{SUFFIX}"
@@ -92,7 +99,9 @@ def baseline(wheel: Path, patch: Path, work: Path) -> float:
     metadata.write_text(metadata.read_text().replace("Version: 2.1.0\n", f"Version: {new_version}\n", 1))
     out = work / "out"
     out.mkdir()
-    subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(out), str(tree)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "pack", "-d", str(out), str(tree)], check=True, stdout=subprocess.DEVNULL
+    )
     elapsed = time.perf_counter() - start
     shutil.rmtree(work)
     return elapsed
@@ -110,7 +119,9 @@ def check_output(directory: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)")
+    parser.add_argument(
+        "--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)"
+    )
     parser.add_argument("--work-dir", type=Path, help="scratch directory (default: a new temp dir)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of cp and patched-wheels; the best is reported")
     parser.add_argument("--skip-baseline", action="store_true", help="skip the slow wheel unpack/pack baseline")
@@ -127,8 +138,21 @@ def main() -> int:
         inflated = sum(info.file_size for info in archive.infolist())
     subprocess.run(["cat", str(wheel)], check=True, stdout=subprocess.DEVNULL)  # same warm page cache for all
 
-    ours = [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(wheel), "--suffix", SUFFIX,
-            "--patch", str(patch), "--remove-requires", "triton", "--dest-dir"]
+    ours = [
+        sys.executable,
+        "-m",
+        "patched_wheels",
+        "patch",
+        "--wheel",
+        str(wheel),
+        "--suffix",
+        SUFFIX,
+        "--patch",
+        str(patch),
+        "--remove-requires",
+        "triton",
+        "--dest-dir",
+    ]
     cp_time, _ = best_of(args.repeat, ["cp", str(wheel), str(work / "cp")], work / "cp")
     our_time, our_rss = best_of(args.repeat, [*ours, str(work / "ours")], work / "ours")
     check_output(work / "ours")
@@ -137,11 +161,18 @@ def main() -> int:
     shutil.rmtree(work)
 
     mb = 1 << 20
-    print(f"input: {wheel.name}: {wheel.stat().st_size / mb:.0f} MiB, {members} members, {inflated / mb:.0f} MiB inflated")
+    print(
+        f"input: {wheel.name}: {wheel.stat().st_size / mb:.0f} MiB, {members} members, {inflated / mb:.0f} MiB inflated"
+    )
     print(f"{'cp':<42}{cp_time:8.2f} s")
-    for label, seconds, rss in (("patched-wheels patch", our_time, our_rss), ("patched-wheels patch --verify", verify_time, verify_rss)):
+    for label, seconds, rss in (
+        ("patched-wheels patch", our_time, our_rss),
+        ("patched-wheels patch --verify", verify_time, verify_rss),
+    ):
         versus_baseline = f"{base_time / seconds:6.1f}x faster than extract+repack" if base_time else ""
-        print(f"{label:<42}{seconds:8.2f} s {seconds / cp_time:6.1f}x cp {versus_baseline}  peak RSS {rss / mb:.0f} MiB")
+        print(
+            f"{label:<42}{seconds:8.2f} s {seconds / cp_time:6.1f}x cp {versus_baseline}  peak RSS {rss / mb:.0f} MiB"
+        )
     if base_time is not None:
         print(f"{'wheel unpack + patch + wheel pack':<42}{base_time:8.2f} s {base_time / cp_time:6.1f}x cp")
     verdicts = [
@@ -149,7 +180,9 @@ def main() -> int:
         (f"peak RSS <= {RSS_TARGET_MB} MB", our_rss <= RSS_TARGET_MB * 1_000_000),
     ]
     if base_time is not None:
-        verdicts.insert(0, (f">= {BASELINE_TARGET:g}x faster than extract+repack", base_time / our_time >= BASELINE_TARGET))
+        verdicts.insert(
+            0, (f">= {BASELINE_TARGET:g}x faster than extract+repack", base_time / our_time >= BASELINE_TARGET)
+        )
     print("targets (default mode): " + ", ".join(f"{name}: {'PASS' if ok else 'FAIL'}" for name, ok in verdicts))
     results = {
         "cp": {"wall_best": cp_time},

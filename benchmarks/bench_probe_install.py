@@ -5,7 +5,8 @@
 What a cold hub with ``preload = "auto"`` spends most of its CPU on (issue 34): every wheel of the set
 inflated and written once, in one site-packages, before the probe runs. Each run is a fresh
 ``python -S`` process (no site-packages: zlib, unless ``--python`` has python-isal on its own path; the
-hub fetches python-isal where it can, so this measures the install's other costs) that installs every ``*.whl`` of ``--wheels`` into a temporary directory on the
+hub fetches python-isal where it can, so this measures the install's other costs) that installs every ``*.whl``
+of ``--wheels`` into a temporary directory on the
 same disk and removes it, timed from outside (wall, and user + system CPU from ``wait4``).
 
 Configurations, alternating in every round (the order reversed every other round):
@@ -91,9 +92,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-probe-install-", dir=args.wheels.parent) as temp:
         deps = packaging_only(Path(temp))
         inflater = subprocess.run(
-            [args.python, "-S", "-c", "from patched_wheels.wheelfile.zipcontainer import INFLATER_NAME; print(INFLATER_NAME)"],
-            env=dict(os.environ, PYTHONPATH=f"{REPO / 'python'}:{deps}"), capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            [
+                args.python,
+                "-S",
+                "-c",
+                "from patched_wheels.wheelfile.zipcontainer import INFLATER_NAME; print(INFLATER_NAME)",
+            ],
+            env=dict(os.environ, PYTHONPATH=f"{REPO / 'python'}:{deps}"),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         print(f"{len(wheels)} wheels, {size / 1e9:.2f} GB; {args.python} (inflater: {inflater}); {os.cpu_count()} CPUs")
         for number in range(args.rounds):
             order = list(trees) if number % 2 == 0 else list(reversed(trees))
@@ -105,13 +114,27 @@ def main() -> int:
     base_cpu = statistics.median(cpu for _, cpu in results["baseline"])
     for name, runs in results.items():
         wall, cpu = statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
-        print(f"median of {len(runs)} {name:8}: {wall:6.1f} s wall ({wall / base_wall:.2f}x), {cpu:6.1f} s CPU ({cpu / base_cpu:.2f}x)")
+        print(
+            f"median of {len(runs)} {name:8}: {wall:6.1f} s wall ({wall / base_wall:.2f}x), {cpu:6.1f} s CPU ({cpu / base_cpu:.2f}x)"
+        )
     summaries = {
-        name: {"wall": spread([w for w, _ in runs]), "cpu": spread([c for _, c in runs]),
-               "ratio": {"wall": statistics.median(w for w, _ in runs) / base_wall, "cpu": statistics.median(c for _, c in runs) / base_cpu}}
+        name: {
+            "wall": spread([w for w, _ in runs]),
+            "cpu": spread([c for _, c in runs]),
+            "ratio": {
+                "wall": statistics.median(w for w, _ in runs) / base_wall,
+                "cpu": statistics.median(c for _, c in runs) / base_cpu,
+            },
+        }
         for name, runs in results.items()
-    }  # fmt: skip
-    inputs = {"wheels": len(wheels), "bytes": size, "inflater": inflater, "rounds": args.rounds, "baseline_tree": str(args.baseline_tree)}
+    }
+    inputs = {
+        "wheels": len(wheels),
+        "bytes": size,
+        "inflater": inflater,
+        "rounds": args.rounds,
+        "baseline_tree": str(args.baseline_tree),
+    }
     print_json("bench_probe_install", inputs, {"configurations": summaries}, args.json)
     return 0
 

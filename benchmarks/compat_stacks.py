@@ -182,7 +182,13 @@ _NEWEST = (
         ("torchvision==0.29.2", "pillow>=13"),
         "import torchvision, torchvision.io\nfrom PIL import _imagingft",
     ),
-    Stack("jax-0.10.2-cuda13", ("jax[cuda13]==0.10.2",), "jax_plugins.xla_cuda13", "jax-cuda13-pjrt", "import jax; jax.devices()"),
+    Stack(
+        "jax-0.10.2-cuda13",
+        ("jax[cuda13]==0.10.2",),
+        "jax_plugins.xla_cuda13",
+        "jax-cuda13-pjrt",
+        "import jax; jax.devices()",
+    ),
     Stack(
         "tensorflow-2.21.0",
         ("tensorflow[and-cuda]==2.21.0",),
@@ -210,7 +216,9 @@ _ERROR_LINES = (
 
 
 # doctor's verdict lines: the static ones ("as is: 3 libraries fail ..."), the run's, the comparison, an error.
-_DOCTOR_VERDICT = re.compile(r"as is: \d|as is: every|with the generated preload:|run: (?!.*\(python -S)|prediction|patched-wheels: error")
+_DOCTOR_VERDICT = re.compile(
+    r"as is: \d|as is: every|with the generated preload:|run: (?!.*\(python -S)|prediction|patched-wheels: error"
+)
 
 
 @dataclass(frozen=True)
@@ -259,11 +267,15 @@ def download(stack: Stack, directory: Path) -> tuple[list[Path], tuple[str, ...]
         raise subprocess.CalledProcessError(1, "pip download")
     resolvable = [*stack.requirements]
     for companion in stack.companions:
-        dry = _pip("install", "--dry-run", "--ignore-installed", "--target", str(directory / ".dry"), *resolvable, companion)
+        dry = _pip(
+            "install", "--dry-run", "--ignore-installed", "--target", str(directory / ".dry"), *resolvable, companion
+        )
         if subprocess.run(dry, capture_output=True, check=False).returncode == 0:
             resolvable.append(companion)
         else:
-            print(f"compat_stacks: {stack.name}: {companion} does not resolve with the stack; left out", file=sys.stderr)
+            print(
+                f"compat_stacks: {stack.name}: {companion} does not resolve with the stack; left out", file=sys.stderr
+            )
     for stale in directory.glob("*.whl"):  # the set is this resolution's, nothing else
         stale.unlink()
     subprocess.run(_pip("download", "-d", str(directory), *resolvable), check=True)
@@ -368,7 +380,9 @@ class Graph:
 def graph_of(wheels: list[Path]) -> Graph:
     """``patched-wheels graph`` of the whole set, and how many library cycles it printed."""
     graphed = patched_wheels("graph", *map(str, wheels))
-    return Graph(graphed.returncode, len(set(re.findall(r"\(cycle (\d+)\)", graphed.stdout))), _last_line(graphed.stderr))
+    return Graph(
+        graphed.returncode, len(set(re.findall(r"\(cycle (\d+)\)", graphed.stdout))), _last_line(graphed.stderr)
+    )
 
 
 def _last_line(text: str) -> str:
@@ -390,7 +404,9 @@ class Result:
     def agrees(self, key: str) -> bool:
         per_wheel = self.before if key.endswith("before") else self.after
         found = self.doctors[key]
-        return per_wheel is not None and not found.refused and (found.returncode == 0) == layout_ok(self.flat, per_wheel)
+        return (
+            per_wheel is not None and not found.refused and (found.returncode == 0) == layout_ok(self.flat, per_wheel)
+        )
 
     @property
     def failed(self) -> bool:
@@ -454,7 +470,9 @@ def _doctor_cell(result: Result, key: str) -> str:
 
 def report(result: Result) -> str:
     """The stack's details: what each run mapped less than the flat one, the errors, doctor's words."""
-    lines = [f"## {result.stack.name}: {' '.join(result.stack.requirements)}, probe {result.stack.measured_probe[-120:]!r}"]
+    lines = [
+        f"## {result.stack.name}: {' '.join(result.stack.requirements)}, probe {result.stack.measured_probe[-120:]!r}"
+    ]
     for label, run in (("flat", result.flat), ("per-wheel before", result.before), ("per-wheel after", result.after)):
         if run is None:
             lines.append(f"  {label}: patch refused: {result.patch_error}")
@@ -493,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stacks", nargs="+", choices=sorted(STACKS), default=list(STACKS), metavar="STACK")
     parser.add_argument("--keep", action="store_true", help="keep each stack's downloaded wheels")
-    parser.add_argument("--reuse", action="store_true", help="use the wheels a --keep run left, without resolving again")
+    parser.add_argument(
+        "--reuse", action="store_true", help="use the wheels a --keep run left, without resolving again"
+    )
     parser.add_argument("--no-probe", action="store_true", help="patch without --probe (the static graph only)")
     parser.add_argument("--bazel", action="store_true", help="also the Bazel stage (benchmarks/compat_bazel.py)")
     parser.add_argument(
@@ -519,7 +539,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.no_layouts:
                 graph, static = graph_of(wheels), doctor(wheels, stack, run=False)
                 failed |= graph.returncode != 0 or static.refused
-                print(f"  graph of the set: exit {graph.returncode}, {graph.cycles} library cycle(s) {graph.error}".rstrip())
+                print(
+                    f"  graph of the set: exit {graph.returncode}, {graph.cycles} library cycle(s) {graph.error}".rstrip()
+                )
                 print(f"  doctor static: exit {static.returncode}: {static.verdict}")
             else:
                 results.append(measure(stack, wheels, work, probe=not args.no_probe))

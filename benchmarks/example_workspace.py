@@ -7,6 +7,7 @@ both build exactly what the README's bzlmod example tells users to write, from t
 from __future__ import annotations
 
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -27,9 +28,18 @@ def use_offline_modules() -> None:
 def adapt_module(text: str, release: str, module: Path = REPO) -> str:
     """The example's MODULE.bazel for ``release`` (only what docs/rules-python.md's table says differs), using
     the checkout ``module`` as rules_patched_wheels."""
-    text = text.replace('bazel_dep(name = "rules_python", version = "0.22.1")', f'bazel_dep(name = "rules_python", version = "{release}")')
-    text = text.replace('module(name = "rules_patched_wheels", version = "0.1.0")', 'module(name = "rpw_example")\n\nbazel_dep(name = "rules_patched_wheels", version = "0.1.0")\n'
-                        f'local_path_override(module_name = "rules_patched_wheels", path = "{module}")')  # fmt: skip
+    text = text.replace(
+        'bazel_dep(name = "rules_python", version = "0.22.1")',
+        f'bazel_dep(name = "rules_python", version = "{release}")',
+    )
+    own_module = re.search(r"^module\(.*?^\)\n", text, flags=re.MULTILINE | re.DOTALL)
+    if own_module is None:
+        raise ValueError("the example's MODULE.bazel has no module(...) call")
+    text = text.replace(
+        own_module.group(0),
+        'module(name = "rpw_example")\n\nbazel_dep(name = "rules_patched_wheels", version = "0.1.0")\n'
+        f'local_path_override(module_name = "rules_patched_wheels", path = "{module}")\n',
+    )
     text = text.replace('use_extension("//', 'use_extension("@rules_patched_wheels//')  # the module's extensions
     if release.split(".")[0] == "0":
         return text
@@ -49,8 +59,13 @@ def make_workspace(root: Path, release: str, module: Path = REPO) -> None:
         shutil.copytree(REPO / folder, root / folder)
     # The example loads the module's rules from its own repository (it is the module); the copy is not.
     for build in (root / "calculator").rglob("BUILD.bazel"):
-        build.write_text(build.read_text(encoding="utf-8").replace('load("//python:', 'load("@rules_patched_wheels//python:'), encoding="utf-8")
-    (root / "MODULE.bazel").write_text(adapt_module((REPO / "MODULE.bazel").read_text(encoding="utf-8"), release, module), encoding="utf-8")
+        build.write_text(
+            build.read_text(encoding="utf-8").replace('load("//python:', 'load("@rules_patched_wheels//python:'),
+            encoding="utf-8",
+        )
+    (root / "MODULE.bazel").write_text(
+        adapt_module((REPO / "MODULE.bazel").read_text(encoding="utf-8"), release, module), encoding="utf-8"
+    )
     (root / "BUILD.bazel").write_text("", encoding="utf-8")
     shutil.copyfile(REPO / ".bazelrc", root / ".bazelrc")
 
@@ -69,7 +84,9 @@ def run(root: Path, *args: str, environment: dict[str, str] | None = None) -> Ti
     """`tools/bazel ARGS` in ``root``, with ``environment`` added to this process's."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    completed = subprocess.run([str(BAZEL), *args], cwd=root, capture_output=True, text=True, env={**os.environ, **(environment or {})})
+    completed = subprocess.run(
+        [str(BAZEL), *args], cwd=root, capture_output=True, text=True, env={**os.environ, **(environment or {})}
+    )
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -125,7 +125,9 @@ def rebuild_wheel(distribution: importlib.metadata.Distribution, dest: Path) -> 
     files = [path for path in distribution.files or [] if ".." not in path.parts and "__pycache__" not in path.parts]
     dist_info = next((path.parts[0] for path in files if path.parts[0].endswith(".dist-info")), None)
     if dist_info is None:
-        sys.exit(f"gpu_check: {distribution.metadata['Name']} has no RECORD listing its .dist-info (not installed from a wheel?)")
+        sys.exit(
+            f"gpu_check: {distribution.metadata['Name']} has no RECORD listing its .dist-info (not installed from a wheel?)"
+        )
     wheel = dest / _wheel_name(distribution, dist_info)
     rows = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
@@ -142,7 +144,9 @@ def rebuild_wheel(distribution: importlib.metadata.Distribution, dest: Path) -> 
                     digest.update(chunk)
                     size += len(chunk)
                     out.write(chunk)
-            rows.append((path.as_posix(), "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode(), size))
+            rows.append(
+                (path.as_posix(), "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode(), size)
+            )
         record = io.StringIO()
         csv.writer(record, lineterminator="\n").writerows([*rows, (f"{dist_info}/RECORD", "", "")])
         archive.writestr(f"{dist_info}/RECORD", record.getvalue())
@@ -171,7 +175,10 @@ def main() -> int:
     parser.add_argument("--preload-wheels", nargs="*", help="globs for patch/doctor --preload-wheels")
     parser.add_argument("--code", help="what to run with one directory per wheel")
     parser.add_argument(
-        "--work", type=Path, default=Path("/tmp/rpw-gpu-check"), help="scratch directory (its wheels/ and patched/ are replaced)"
+        "--work",
+        type=Path,
+        default=Path("/tmp/rpw-gpu-check"),
+        help="scratch directory (its wheels/ and patched/ are replaced)",
     )
     args = parser.parse_args()
     settings = preset(args.stack)
@@ -182,7 +189,9 @@ def main() -> int:
     glob_options = ["--preload-wheels", *settings["preload_wheels"]] if settings["preload_wheels"] else []  # type: ignore[misc]
 
     distributions, missing = requirement_closure(list(settings["requirements"]))  # type: ignore[call-overload]
-    print(f"{len(distributions)} installed distributions: {', '.join(sorted(d.metadata['Name'] for d in distributions))}")
+    print(
+        f"{len(distributions)} installed distributions: {', '.join(sorted(d.metadata['Name'] for d in distributions))}"
+    )
     if missing:
         print(f"required but not installed (left out): {', '.join(missing)}")
     wheel_dir, patched_dir = args.work / "wheels", args.work / "patched"

@@ -90,7 +90,9 @@ def step_summary(runs: Sequence[Run], baseline: Sequence[Run] | None = None) -> 
     if baseline:
         base = step_summary(baseline)
         for key, statistic in (("ratio", "median"), ("best_ratio", "min")):
-            summary[key] = {field: summary[field][statistic] / max(base[field][statistic], 0.01) for field in ("wall", "cpu")}
+            summary[key] = {
+                field: summary[field][statistic] / max(base[field][statistic], 0.01) for field in ("wall", "cpu")
+            }
     return summary
 
 

@@ -89,7 +89,11 @@ def _write_wheel(path: Path, name: str, members: Iterator[tuple[str, Path | byte
                     out.write(chunk)
             rows.append(f"{arcname},sha256={base64.urlsafe_b64encode(digest.digest()).rstrip(b'=').decode()},{size}\n")
         rows.append(f"{dist_info}/RECORD,,\n")
-        archive.writestr(zipfile.ZipInfo(f"{dist_info}/RECORD", date_time=(2020, 2, 2, 12, 0, 0)), "".join(rows), zipfile.ZIP_DEFLATED)
+        archive.writestr(
+            zipfile.ZipInfo(f"{dist_info}/RECORD", date_time=(2020, 2, 2, 12, 0, 0)),
+            "".join(rows),
+            zipfile.ZIP_DEFLATED,
+        )
     os.replace(partial, path)
 
 
@@ -119,15 +123,42 @@ def build_synthetic_set(directory: Path, size: int) -> SyntheticSet:
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         build = Path(scratch)
         dep = _library(build, "libsynthdep.so.1", 1 << 20, 1 << 20, "-Wl,-soname,libsynthdep.so.1")
-        _write_wheel(deps, "synth_deps", iter([("synth_deps/__init__.py", b""), ("synth_deps/lib/libsynthdep.so.1", dep),
-                                                *_dist_info("synth_deps", "synth-deps")]))  # fmt: skip
+        _write_wheel(
+            deps,
+            "synth_deps",
+            iter(
+                [
+                    ("synth_deps/__init__.py", b""),
+                    ("synth_deps/lib/libsynthdep.so.1", dep),
+                    *_dist_info("synth_deps", "synth-deps"),
+                ]
+            ),
+        )
         cpu = _library(build, "libsynth_cpu.so", cpu_random, cpu_text, "-Wl,-soname,libsynth_cpu.so")
-        cuda = _library(build, "libsynth_cuda.so", cuda_random, cuda_text, "-Wl,-soname,libsynth_cuda.so",
-                        "-l:libsynth_cpu.so", "-l:libsynthdep.so.1", "-Wl,-rpath,$ORIGIN:$ORIGIN/../../synth_deps/lib")  # fmt: skip
-        smalls = [_library(build, f"libsynth_small{i}.so", 1 << 20, 1 << 20, f"-Wl,-soname,libsynth_small{i}.so") for i in range(12)]
-        core = compile_shared(build, "_C.so", "int libsynth_cpu_answer(void);\nint core(void) { return libsynth_cpu_answer(); }\n",
-                              "-l:libsynth_cpu.so", "-Wl,-rpath,$ORIGIN/lib")  # fmt: skip
-        modules = [(f"synthtorch/sub{i % 40}/module{i}.py", _text(2000 + (i * 7919) % 18000, f"m{i}")) for i in range(MODULES)]
+        cuda = _library(
+            build,
+            "libsynth_cuda.so",
+            cuda_random,
+            cuda_text,
+            "-Wl,-soname,libsynth_cuda.so",
+            "-l:libsynth_cpu.so",
+            "-l:libsynthdep.so.1",
+            "-Wl,-rpath,$ORIGIN:$ORIGIN/../../synth_deps/lib",
+        )
+        smalls = [
+            _library(build, f"libsynth_small{i}.so", 1 << 20, 1 << 20, f"-Wl,-soname,libsynth_small{i}.so")
+            for i in range(12)
+        ]
+        core = compile_shared(
+            build,
+            "_C.so",
+            "int libsynth_cpu_answer(void);\nint core(void) { return libsynth_cpu_answer(); }\n",
+            "-l:libsynth_cpu.so",
+            "-Wl,-rpath,$ORIGIN/lib",
+        )
+        modules = [
+            (f"synthtorch/sub{i % 40}/module{i}.py", _text(2000 + (i * 7919) % 18000, f"m{i}")) for i in range(MODULES)
+        ]
         members: list[tuple[str, Path | bytes]] = [
             ("synthtorch/__init__.py", b'"""A synthetic torch."""\nfrom synthtorch import _C\n'),
             *modules,

@@ -41,10 +41,13 @@ NVIDIA = (
 # over manylinux1, 2010 and 2014, pip widens only the legacy names of an explicit --platform
 # (not PEP 600's manylinux_2_X), and the same list decides which cached file matches a pin.
 PLATFORMS = (
-    "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-    "manylinux_2_12_x86_64", "manylinux2010_x86_64",
-    "manylinux_2_5_x86_64", "manylinux1_x86_64",
-)  # fmt: skip
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_12_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
 _PYTHON = (3, 11)
 _ABI = "cp311"
 _TARGET_TAGS = frozenset(tags.cpython_tags(_PYTHON, [_ABI], PLATFORMS)) | frozenset(
@@ -72,8 +75,21 @@ def ensure_wheels(pins: Iterable[str]) -> list[Path]:
         print(f"downloading {' '.join(missing)} into {directory} ...", flush=True)
         platforms = [f"--platform={platform}" for platform in PLATFORMS]
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--implementation=cp",
-             f"--python-version={_PYTHON[0]}.{_PYTHON[1]}", f"--abi={_ABI}", *platforms, "-d", str(directory), *missing],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--implementation=cp",
+                f"--python-version={_PYTHON[0]}.{_PYTHON[1]}",
+                f"--abi={_ABI}",
+                *platforms,
+                "-d",
+                str(directory),
+                *missing,
+            ],
             check=True,
         )
     wheels = []

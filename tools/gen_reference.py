@@ -95,7 +95,7 @@ class Loader:
         """The file a label names in this repository; None for another repository's (not evaluated)."""
         for own in ("@rules_patched_wheels//", "@//", "//"):
             if label.startswith(own):
-                package, _, name = label[len(own):].partition(":")
+                package, _, name = label[len(own) :].partition(":")
                 return self.root / package / name
         if label.startswith(":"):
             return relative_to.parent / label[1:]
@@ -153,7 +153,15 @@ def _code(value: object) -> str:
     return f"`{value}`"
 
 
-_EMPTY_DEFAULTS = {"string": "", "int": 0, "bool": False, "string_list": [], "label_list": [], "string_dict": {}, "label": None}
+_EMPTY_DEFAULTS = {
+    "string": "",
+    "int": 0,
+    "bool": False,
+    "string_list": [],
+    "label_list": [],
+    "string_dict": {},
+    "label": None,
+}
 
 
 def _cell(text: str) -> str:
@@ -169,10 +177,22 @@ def _attribute_rows(attrs: dict[str, Attribute]) -> list[str]:
         kwargs = attribute.kwargs
         kind = attribute.kind
         if kwargs.get("allow_single_file"):
-            kind = "label (one file" + (", " + " ".join(kwargs["allow_single_file"]) if isinstance(kwargs["allow_single_file"], list) else "") + ")"
+            kind = (
+                "label (one file"
+                + (
+                    ", " + " ".join(kwargs["allow_single_file"])
+                    if isinstance(kwargs["allow_single_file"], list)
+                    else ""
+                )
+                + ")"
+            )
         elif kwargs.get("allow_files") and isinstance(kwargs["allow_files"], list):
             kind += " (" + " ".join(kwargs["allow_files"]) + ")"
-        default = "mandatory" if kwargs.get("mandatory") else _code(kwargs.get("default", _EMPTY_DEFAULTS.get(attribute.kind)))
+        default = (
+            "mandatory"
+            if kwargs.get("mandatory")
+            else _code(kwargs.get("default", _EMPTY_DEFAULTS.get(attribute.kind)))
+        )
         doc = attribute.doc
         if kwargs.get("values"):
             doc += " One of " + ", ".join(f"`{value}`" for value in kwargs["values"]) + "."
@@ -222,7 +242,9 @@ def workspace_parameter_docs(api: dict[str, Any]) -> dict[str, str]:
     """The doc of each parameter of the WORKSPACE `patched_index`: the `index` tag's attribute of the same
     name (the macro passes them to the same rule), and `wheels`, which the tag class has not."""
     docs = {name: attribute.doc for name, attribute in api["tags"]["index"].items()}
-    docs["wheels"] = "`patched_wheel(...)` values: the wheels of this hub to patch (the `patched_wheel` attributes below, without `hub`)."
+    docs["wheels"] = (
+        "`patched_wheel(...)` values: the wheels of this hub to patch (the `patched_wheel` attributes below, without `hub`)."
+    )
     return docs
 
 
@@ -318,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
         if current != text:
-            print(f"gen_reference: error: {OUTPUT.relative_to(ROOT)} is stale: run python3 tools/gen_reference.py", file=sys.stderr)
+            print(
+                f"gen_reference: error: {OUTPUT.relative_to(ROOT)} is stale: run python3 tools/gen_reference.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)

@@ -134,6 +134,7 @@ def _patched_hub_impl(rctx):
         ["hub", "plan", "--request", request.path, "--resolved", str(rctx.path("_plan/resolved.json")), "--config-out", config],
         progress = "planning the hub",
     ))
+
     # Issued together, waited on once: Bazel's downloader fetches them in parallel (as rules_python's do).
     rctx.report_progress("fetching %d wheels" % len(plan["fetch"]))
     pending = [

@@ -72,6 +72,7 @@ def patched_wheel_spec(attrs, patch_offset):
     and the spec names its own by position starting at `patch_offset`. The spec is checked (contradictory
     attributes, defaults that depend on others) by the helper's plan, patched_wheels.hub.plan.check_request.
     """
+
     # Every attribute of the schema but the labels, which travel as one list beside the specs.
     spec = {name: getattr(attrs, name) for name in PATCHED_WHEEL_SCHEMA if name != "patches"}
     spec["patch_indices"] = [patch_offset + i for i in range(len(attrs.patches))]

@@ -12,7 +12,14 @@ from typing import Iterator
 
 import pytest
 
-from support.bazelworkspace import BAZEL, Setup, make_bzlmod_workspace, make_cycles_workspace, make_workspace_mode_workspace, serve_over_http
+from support.bazelworkspace import (
+    BAZEL,
+    Setup,
+    make_bzlmod_workspace,
+    make_cycles_workspace,
+    make_workspace_mode_workspace,
+    serve_over_http,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -57,7 +57,9 @@ def first_run(bzlmod: Setup) -> BazelResult:
     """One `bazel test` of every target: the fetch, patch, pip install and test of every hub (each helper
     command appending its timings line to TIMINGS, which changes no output)."""
     timings = bzlmod.workspace.root / TIMINGS
-    result = bzlmod.workspace.run("test", "--keep_going", f"--repo_env=RULES_PATCHED_WHEELS_TIMINGS={timings}", *targets(bzlmod))
+    result = bzlmod.workspace.run(
+        "test", "--keep_going", f"--repo_env=RULES_PATCHED_WHEELS_TIMINGS={timings}", *targets(bzlmod)
+    )
     # 3: the build succeeded and some test failed (the control is meant to).
     assert result.returncode == 3, result.tail()
     return result
@@ -190,7 +192,9 @@ def test_layout_test_fails_on_the_unpatched_plugin_and_passes_on_the_patched_one
     site-packages maps and the test's layout does not, and passes the hub's preload = "auto" and a probe that
     fails alike in both layouts (no driver)."""
     workspace = bzlmod.workspace
-    result = workspace.run("test", "--keep_going", "//:plugin_layout_test", "//:plugin_original_layout_test", "//:nodriver_layout_test")
+    result = workspace.run(
+        "test", "--keep_going", "//:plugin_layout_test", "//:plugin_original_layout_test", "//:nodriver_layout_test"
+    )
     assert result.returncode == 3, result.tail()  # 3: built, and a test failed
     statuses = summary_statuses(result.output)
     assert statuses == {
@@ -202,7 +206,10 @@ def test_layout_test_fails_on_the_unpatched_plugin_and_passes_on_the_patched_one
     assert "layout_test: FAILED" in log and "Unable to load CUDA" in log, log[-3000:]
     missing = log.split("NOT in the test's layout:", 1)[1].split("layout_test:", 1)[0]
     assert all(library in missing for library in stackshapes.PLUGIN_LIBRARIES.values()), log[-3000:]
-    assert 'has no generated preload: patch its wheel in the hub the deps come from: patched_wheel(name = "fakeplug-cuda", preload = "auto", probe = ' in log, log[-3000:]
+    assert (
+        'has no generated preload: patch its wheel in the hub the deps come from: patched_wheel(name = "fakeplug-cuda", preload = "auto", probe = '
+        in log
+    ), log[-3000:]
     log = workspace.test_log("plugin_layout_test")
     assert log.count("mapped: 2 of the wheels' 2 libraries") == 2 and "layout_test: PASSED" in log, log[-3000:]
     log = workspace.test_log("nodriver_layout_test")
@@ -239,7 +246,9 @@ def test_the_hub_inflates_with_python_isal_fetched_for_its_interpreter(bzlmod: S
     assert {line["inflater"] for line in builds} == {"isal"}, [line["inflater"] for line in builds]
 
 
-def test_a_runner_with_an_empty_cache_given_the_hubs_wheel_facts_probes_nothing(bzlmod: Setup, first_run: BazelResult) -> None:
+def test_a_runner_with_an_empty_cache_given_the_hubs_wheel_facts_probes_nothing(
+    bzlmod: Setup, first_run: BazelResult
+) -> None:
     """A fresh CI runner: the helper's cache root empty, the plugin hub given the wheel_facts.json its first build
     wrote. Its hub build installs nothing and runs no probe, writes the same facts back, says nothing about them,
     and the plugin still imports."""
@@ -261,10 +270,16 @@ def test_a_runner_with_an_empty_cache_given_the_hubs_wheel_facts_probes_nothing(
     finally:
         module.write_text(text, encoding="utf-8")
     assert result.returncode == 0, result.tail()
-    builds = [line for line in map(json.loads, timings.read_text(encoding="utf-8").splitlines()) if line["command"] == ["hub", "build"]]
+    builds = [
+        line
+        for line in map(json.loads, timings.read_text(encoding="utf-8").splitlines())
+        if line["command"] == ["hub", "build"]
+    ]
     assert len(builds) == 1, builds
     assert not {"probe: install", "probe: run"} & set(builds[0]["phases"]), builds[0]["phases"]
-    assert (workspace.hub("plugin") / "wheel_facts.json").read_bytes() == (workspace.root / "plugin_facts.json").read_bytes()
+    assert (workspace.hub("plugin") / "wheel_facts.json").read_bytes() == (
+        workspace.root / "plugin_facts.json"
+    ).read_bytes()
     assert "wheel_facts" not in result.output, result.tail()
 
 
@@ -273,7 +288,9 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     so any wheel not served from the repository cache fails the build."""
     workspace = bzlmod.workspace
     hubs = ["fixed", "split", "rpath", "runtime", "plugin"]
-    before = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
+    before = {
+        (hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")
+    }
     assert any("+" + SUFFIX in name for _, name in before), before
 
     # The helper's bytecode outlives the output base (bytecode.py): the rebuild compiles nothing again.
@@ -288,7 +305,9 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     for wheel in wheels:
         shutil.move(wheel, hidden / wheel.name)
     try:
-        flags = ["--repository_disable_download"] if _lockfile_records_resolution(workspace, bzlmod.pypi.directory) else []
+        flags = (
+            ["--repository_disable_download"] if _lockfile_records_resolution(workspace, bzlmod.pypi.directory) else []
+        )
         passing = [target for target in targets(bzlmod) if not target.endswith("original_test")]
         rebuilt = workspace.run("test", *flags, *passing)
     finally:
@@ -297,7 +316,11 @@ def test_rebuild_after_clean_expunge_is_identical_and_fetches_no_wheel(bzlmod: S
     assert rebuilt.returncode == 0, rebuilt.tail()
     after = {(hub, path.name): sha256_of(path) for hub in hubs for path in (workspace.hub(hub) / "index").glob("*.whl")}
     assert after == before
-    recompiled = sorted(str(path) for path, stamp in _bytecode_stamps(workspace.root / CACHE_DIR / "bytecode").items() if compiled.get(path) != stamp)
+    recompiled = sorted(
+        str(path)
+        for path, stamp in _bytecode_stamps(workspace.root / CACHE_DIR / "bytecode").items()
+        if compiled.get(path) != stamp
+    )
     assert not recompiled, recompiled[:10]
 
 

@@ -20,7 +20,7 @@ from support.bazelworkspace import BAZEL, REPO_ROOT
 
 pytestmark = pytest.mark.bazel
 
-PROBE_BZL = '''
+PROBE_BZL = """
 def _probe_impl(rctx):
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]); from patched_wheels.base.cache import cache_root; "
@@ -36,7 +36,7 @@ probe = repository_rule(
     attrs = {"marker": attr.string(), "python_dir": attr.string()},
     environ = ["RULES_PATCHED_WHEELS_CACHE", "XDG_CACHE_HOME"],
 )
-'''
+"""
 
 
 class Probe:
@@ -46,7 +46,12 @@ class Probe:
 
     def build(self, repo: str, env: dict[str, str]) -> str:
         completed = subprocess.run(
-            [str(BAZEL), "build", f"@{repo}//:probe"], cwd=self.root, env=env, capture_output=True, text=True, timeout=600
+            [str(BAZEL), "build", f"@{repo}//:probe"],
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert completed.returncode == 0, completed.stderr[-4000:]
         return completed.stderr
@@ -74,7 +79,9 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Probe]:
 
 
 def _environment(**values: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key not in ("RULES_PATCHED_WHEELS_CACHE", "XDG_CACHE_HOME")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("RULES_PATCHED_WHEELS_CACHE", "XDG_CACHE_HOME")
+    }
     return {**env, **values}
 
 

@@ -103,7 +103,9 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Released]:
         version = write_registry(root / "registry", archive)
         with (root / ".bazelrc").open("a", encoding="utf-8") as rc:
             rc.write(registry_flags(root))
-        (root / ".bazelignore").write_text((root / ".bazelignore").read_text() + "archives\nregistry\nuvproject\nuvextras\n")
+        (root / ".bazelignore").write_text(
+            (root / ".bazelignore").read_text() + "archives\nregistry\nuvproject\nuvextras\n"
+        )
         values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
         module_file = (TEMPLATES / "MODULE.bazel.tmpl").read_text(encoding="utf-8")
         assert OVERRIDE in module_file
@@ -132,7 +134,9 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Released]:
                 '    main = "check_faketorch.py",\n    deps = [old_requirement("faketorch")],\n)\n'
             )
         # The offline launcher binds the old interpreter's prefix into its root.
-        env.setenv("RPW_BIND_DIRS", " ".join(filter(None, [os.environ.get("RPW_BIND_DIRS"), str(old_python.parent.parent)])))
+        env.setenv(
+            "RPW_BIND_DIRS", " ".join(filter(None, [os.environ.get("RPW_BIND_DIRS"), str(old_python.parent.parent)]))
+        )
         workspace = BazelWorkspace(root, root / "logs")
         result = workspace.run("test", "--keep_going", "//:fixed_test", "//:old_test")
         yield Released(workspace, result, old_python)
@@ -156,12 +160,16 @@ def test_the_release_archive_from_a_registry_passes(released: Released) -> None:
 def test_a_hub_under_python_3_10_reads_a_uv_lock(released: Released) -> None:
     assert summary_statuses(released.result.output).get("//:old_test") == "PASSED", released.result.tail()
     log = released.workspace.test_log("old_test")
-    assert f"faketorch version {fakecuda.TORCH_VERSION}+{SUFFIX}" in log and "faketorch ran its generated preload" in log, log
+    assert (
+        f"faketorch version {fakecuda.TORCH_VERSION}+{SUFFIX}" in log and "faketorch ran its generated preload" in log
+    ), log
     # The helper ran under that interpreter and read the lock with tomli: the bytecode it cached (by
     # interpreter tag) holds the fetched module's uvlock and the hub's tomli.
     tag = "cpython-" + OLD_PYTHON_VERSION.replace(".", "")
     compiled = sorted(str(path) for path in (released.workspace.root / "rpw-cache").rglob(f"*.{tag}.pyc"))
-    assert [path for path in compiled if path.endswith(f"/python/patched_wheels/lock/formats/uvlock.{tag}.pyc")], compiled[:20]
+    assert [path for path in compiled if path.endswith(f"/python/patched_wheels/lock/formats/uvlock.{tag}.pyc")], (
+        compiled[:20]
+    )
     assert [path for path in compiled if f"/tomli/_parser.{tag}.pyc" in path], compiled[:20]
 
 
@@ -182,10 +190,14 @@ def bcr_test_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BazelR
     shutil.copyfile(archive, served)
     version = write_registry(module / "registry", served)
     module_file = (module / "MODULE.bazel").read_text(encoding="utf-8")
-    override = 'local_path_override(module_name = "rules_patched_wheels", path = "../..")\n'
+    override = 'local_path_override(\n    module_name = "rules_patched_wheels",\n    path = "../..",\n)\n'
     assert override in module_file and 'version = "")' in module_file
-    (module / "MODULE.bazel").write_text(module_file.replace(override, "").replace('version = "")', f'version = "{version}")'))
-    (module / ".bazelrc").write_text("startup --max_idle_secs=300\ntest --test_output=errors\n" + registry_flags(module))
+    (module / "MODULE.bazel").write_text(
+        module_file.replace(override, "").replace('version = "")', f'version = "{version}")')
+    )
+    (module / ".bazelrc").write_text(
+        "startup --max_idle_secs=300\ntest --test_output=errors\n" + registry_flags(module)
+    )
     (module / ".bazelignore").write_text("archives\nregistry\nlogs\n")
     (module / "logs").mkdir()
     workspace = BazelWorkspace(module, module / "logs")

@@ -149,15 +149,25 @@ def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple
         if configuration.one_site_packages:
             args.append("--one-site-packages")
         if hub == "split":
-            args += [f"--moved-from={SPLIT_MOVED_FROM}", f"--moved-to={SPLIT_MOVED_TO}", f"--sibling-repo={SPLIT_SIBLING.replace('-', '_')}"]
+            args += [
+                f"--moved-from={SPLIT_MOVED_FROM}",
+                f"--moved-to={SPLIT_MOVED_TO}",
+                f"--sibling-repo={SPLIT_SIBLING.replace('-', '_')}",
+            ]
         tests.append(string_template("matrix/test.BUILD.bazel.tmpl", dict(hub=hub, args=json.dumps(args))))
         if hub in LAYOUT_TEST_HUBS:
             tests.append(string_template("matrix/layout_test.BUILD.bazel.tmpl", dict(hub=hub)))
-    tests += [string_template("matrix/extras.BUILD.bazel.tmpl", dict(hub=hub, answer=str(extrasfixture.ANSWER))) for hub in EXTRAS_HUBS]
+    tests += [
+        string_template("matrix/extras.BUILD.bazel.tmpl", dict(hub=hub, answer=str(extrasfixture.ANSWER)))
+        for hub in EXTRAS_HUBS
+    ]
     render(
         "matrix/BUILD.bazel.tmpl",
         root / "BUILD.bazel",
-        loads="".join(f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n' for hub in [*hubs, *EXTRAS_HUBS]),
+        loads="".join(
+            f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n'
+            for hub in [*hubs, *EXTRAS_HUBS]
+        ),
         tests="".join(tests),
     )
     return BazelWorkspace(root, root / "logs"), hubs
@@ -195,7 +205,9 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def test_patched_hubs_pass(matrix: Matrix) -> None:
     statuses = summary_statuses(matrix.result.output)
     patched = [hub for hub in matrix.hubs if hub != "original"]
-    assert {hub: statuses.get(f"//:{hub}_test") for hub in patched} == dict.fromkeys(patched, "PASSED"), matrix.result.tail()
+    assert {hub: statuses.get(f"//:{hub}_test") for hub in patched} == dict.fromkeys(patched, "PASSED"), (
+        matrix.result.tail()
+    )
     for hub in patched:
         log = matrix.workspace.test_log(f"{hub}_test")
         assert f"faketorch version {fakecuda.TORCH_VERSION}+{SUFFIX}" in log, log
@@ -216,7 +228,10 @@ def test_requirement_alone_gets_what_pip_installs_from_every_lock_format(matrix:
     assert {target: statuses.get(target) for target in expected} == expected, matrix.result.tail()
     assert extrasfixture.MISSING_ERROR in matrix.workspace.test_log("extras_plain_test")
     plain = matrix.workspace.test_log("extras_plain_layout_test")
-    assert "layout_test: FAILED: deps lack tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')" in plain, plain[-3000:]
+    assert (
+        "layout_test: FAILED: deps lack tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')"
+        in plain
+    ), plain[-3000:]
     for hub in restored:
         assert f"app.answer() == {extrasfixture.ANSWER}" in matrix.workspace.test_log(f"{hub}_test")
 
@@ -239,7 +254,9 @@ def test_layout_test_runs_in_the_configurations_layout(matrix: Matrix) -> None:
     (one directory per wheel, or one site-packages), and one site-packages made of links maps the same."""
     statuses = summary_statuses(matrix.result.output)
     targets = layout_tests(matrix.hubs)
-    assert {target: statuses.get(target) for target in targets} == dict.fromkeys(targets, "PASSED"), matrix.result.tail()
+    assert {target: statuses.get(target) for target in targets} == dict.fromkeys(targets, "PASSED"), (
+        matrix.result.tail()
+    )
     for target in targets:
         log = matrix.workspace.test_log(target.removeprefix("//:"))
         mapped = re.findall(r"mapped: (\d+) of the wheels' (\d+) libraries", log)
@@ -255,7 +272,10 @@ def test_hub_holds_only_the_wheels_it_wrote(matrix: Matrix) -> None:
     assert summary_statuses(matrix.result.output).get("//:fixed_test") == "PASSED", matrix.result.tail()
     expectations = {"fixed": [f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-"]}
     if "split" in matrix.hubs:
-        expectations["split"] = [f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-", f"faketorch_libs-{fakecuda.TORCH_VERSION}+{SUFFIX}-"]
+        expectations["split"] = [
+            f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-",
+            f"faketorch_libs-{fakecuda.TORCH_VERSION}+{SUFFIX}-",
+        ]
     for name, prefixes in expectations.items():
         hub = matrix.workspace.hub(name)
         wheels = sorted(path.name for path in (hub / "index").glob("*.whl"))
@@ -270,7 +290,9 @@ def test_hub_holds_only_the_wheels_it_wrote(matrix: Matrix) -> None:
         nvidia = [line for line in lock.splitlines() if line.startswith("fake-nvidia-")]
         pypi = matrix.workspace.root / "pypi"
         assert len(nvidia) == 4 and all(
-            re.fullmatch(rf"fake-nvidia-[a-z]+ @ file://{pypi}/fake_nvidia_[a-z]+-{fakecuda.NVIDIA_VERSION}-\S+\.whl \\", line)
+            re.fullmatch(
+                rf"fake-nvidia-[a-z]+ @ file://{pypi}/fake_nvidia_[a-z]+-{fakecuda.NVIDIA_VERSION}-\S+\.whl \\", line
+            )
             for line in nvidia
         ), lock
 
@@ -342,7 +364,9 @@ def test_unreadable_index_option_fails_in_our_extension(matrix: Matrix) -> None:
     module = workspace.root / "MODULE.bazel"
     original = module.read_text(encoding="utf-8")
     module.write_text(
-        original.replace('patched.index(name = "fixed", ', 'patched.index(name = "fixed", index_option = "extra-index-url", '),
+        original.replace(
+            'patched.index(name = "fixed", ', 'patched.index(name = "fixed", index_option = "extra-index-url", '
+        ),
         encoding="utf-8",
     )
     try:
@@ -351,5 +375,7 @@ def test_unreadable_index_option_fails_in_our_extension(matrix: Matrix) -> None:
         module.write_text(original, encoding="utf-8")
     assert result.returncode != 0
     errors = [line for line in result.output.splitlines() if 'patched.index(name = "fixed")' in line]
-    assert errors and 'index_option = "extra-index-url" cannot be read by rules_python 2.3.2' in errors[0], result.tail()
+    assert errors and 'index_option = "extra-index-url" cannot be read by rules_python 2.3.2' in errors[0], (
+        result.tail()
+    )
     assert "simpleapi_download" not in result.output, result.tail()

@@ -11,7 +11,9 @@ pytestmark = pytest.mark.bazel
 
 def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
     workspace = workspace_mode.workspace
-    result = workspace.run("test", *workspace.config, "//:fixed_test", "//:runtime_test", "//:uvfixed_test", "//:runtime_layout_test")
+    result = workspace.run(
+        "test", *workspace.config, "//:fixed_test", "//:runtime_test", "//:uvfixed_test", "//:runtime_layout_test"
+    )
     assert result.returncode == 0, result.tail()
     assert "layout_test: PASSED" in workspace.test_log("runtime_layout_test")
     assert f"faketorch.answer() == {fakecuda.EXPECTED_ANSWER}" in workspace.test_log("fixed_test")

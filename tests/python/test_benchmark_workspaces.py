@@ -36,7 +36,9 @@ def test_every_workspace_label_a_copy_loads_is_in_the_copy(tmp_path: Path, bench
     for config in configs:
         for path in [config.root / "MODULE.bazel", *config.root.rglob("BUILD.bazel")]:
             for package, name in MAIN_REPO_LABEL.findall(path.read_text(encoding="utf-8")):
-                assert (config.root / package / name).is_file(), f"{config.name}: {path.relative_to(config.root)} loads //{package}:{name}"
+                assert (config.root / package / name).is_file(), (
+                    f"{config.name}: {path.relative_to(config.root)} loads //{package}:{name}"
+                )
 
 
 def test_each_hubs_copy_keeps_only_its_hub(tmp_path: Path, bench_e2e: object) -> None:
@@ -54,24 +56,43 @@ LOCK = "# a lock\njax==0.7.2 \\\n    --hash=sha256:" + "0" * 64 + "\n"
 def test_jax_workspaces_differ_only_in_the_hub(tmp_path: Path, bench_e2e: object) -> None:
     configs = bench_e2e.make_jax_configs(tmp_path, control=True, lock=LOCK)  # type: ignore[attr-defined]
     assert [(config.name, config.patched_hub, config.pip_hub) for config in configs] == [
-        ("plain", None, "pypi_jax"), ("patched", "patched", "pypi_jax"), ("plain-again", None, "pypi_jax")]  # fmt: skip
-    assert len({config.output_base for config in configs}) == 3 and all(config.target == "//:jax_test" for config in configs)
+        ("plain", None, "pypi_jax"),
+        ("patched", "patched", "pypi_jax"),
+        ("plain-again", None, "pypi_jax"),
+    ]
+    assert len({config.output_base for config in configs}) == 3 and all(
+        config.target == "//:jax_test" for config in configs
+    )
     for name in ("BUILD.bazel", "jax_test.py", "requirements_lock.txt", ".bazelrc"):
         assert len({(config.root / name).read_text(encoding="utf-8") for config in configs}) == 1, name
     assert (configs[0].root / "requirements_lock.txt").read_text(encoding="utf-8") == LOCK
-    assert "all_requirements" in (configs[0].root / "BUILD.bazel").read_text(encoding="utf-8")  # requirement("jax") leaves the plugin out
+    assert "all_requirements" in (configs[0].root / "BUILD.bazel").read_text(
+        encoding="utf-8"
+    )  # requirement("jax") leaves the plugin out
     assert "import jax; jax.devices()" in (configs[0].root / "jax_test.py").read_text(encoding="utf-8")
     plain, patched, again = ((config.root / "MODULE.bazel").read_text(encoding="utf-8") for config in configs)
     assert "rules_patched_wheels" not in plain and 'requirements_lock = "//:requirements_lock.txt"' in plain
     assert 'version = "2.3.2"' in plain and 'python_version = "3.11"' in plain
-    assert again == plain.replace("plain", "plain-again").replace("rpw_bench_jax_plain-again", "rpw_bench_jax_plain_again")
+    assert again == plain.replace("plain", "plain-again").replace(
+        "rpw_bench_jax_plain-again", "rpw_bench_jax_plain_again"
+    )
     # The hub: exactly the stack's one stanza (compat_bazel.stanza), its index of the lock, pip.parse of the hub's lock.
     stanzas = [line for line in patched.splitlines() if "patched_wheel(" in line]
     assert len(stanzas) == 1
-    for attribute in ('name = "jax-cuda12-pjrt"', 'preload = "auto"', 'preload_package = "jax_plugins.xla_cuda12"', 'probe = "import jax; jax.devices()"'):
+    for attribute in (
+        'name = "jax-cuda12-pjrt"',
+        'preload = "auto"',
+        'preload_package = "jax_plugins.xla_cuda12"',
+        'probe = "import jax; jax.devices()"',
+    ):
         assert attribute in stanzas[0]
-    assert 'patched.index(\n    name = "patched",\n    requirements_lock = "//:requirements_lock.txt",\n    wheel_facts = "//:wheel_facts.json",\n)' in patched
-    assert 'requirements_lock = "@patched//:requirements_lock.txt"' in patched and 'use_repo(pip, "pypi_jax")' in patched
+    assert (
+        'patched.index(\n    name = "patched",\n    requirements_lock = "//:requirements_lock.txt",\n    wheel_facts = "//:wheel_facts.json",\n)'
+        in patched
+    )
+    assert (
+        'requirements_lock = "@patched//:requirements_lock.txt"' in patched and 'use_repo(pip, "pypi_jax")' in patched
+    )
     for config in configs:  # Starlark that parses as Python, and only labels the copy has
         for path in (config.root / "MODULE.bazel", config.root / "BUILD.bazel"):
             compile(path.read_text(encoding="utf-8"), str(path), "exec")
@@ -84,21 +105,37 @@ def test_jax_lock_pins_each_wheel_by_its_sha256(tmp_path: Path, bench_e2e: objec
 
     import compat_bazel
 
-    wheels = [tmp_path / "jax_cuda12_pjrt-0.7.2-py3-none-manylinux_2_27_x86_64.whl", tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    wheels = [
+        tmp_path / "jax_cuda12_pjrt-0.7.2-py3-none-manylinux_2_27_x86_64.whl",
+        tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl",
+    ]
     for number, wheel in enumerate(wheels):
         wheel.write_bytes(bytes([number]) * 10)
     lines = compat_bazel.lock_text(wheels).splitlines()[1:]
     assert lines == [
-        "jax-cuda12-pjrt==0.7.2 \\", f"    --hash=sha256:{hashlib.sha256(bytes([0]) * 10).hexdigest()}",
-        "numpy==2.4.6 \\", f"    --hash=sha256:{hashlib.sha256(bytes([1]) * 10).hexdigest()}",
-    ]  # fmt: skip
+        "jax-cuda12-pjrt==0.7.2 \\",
+        f"    --hash=sha256:{hashlib.sha256(bytes([0]) * 10).hexdigest()}",
+        "numpy==2.4.6 \\",
+        f"    --hash=sha256:{hashlib.sha256(bytes([1]) * 10).hexdigest()}",
+    ]
 
 
 def measurement(bench_e2e: object, cpu: float) -> object:
     return bench_e2e.Measurement(  # type: ignore[attr-defined]
-        wall=cpu, client_cpu=0.0, server_cpu=cpu, children_cpu=0.0, server_kernel_cpu=0.0, received=0, output_base_disk=1,
-        wheel_repos=0, wheel_repos_disk=0, hub_disk=100, hub_wheels=100, memory={}, helper={"hub build": (1.0, 2.0, 3.0)},
-    )  # fmt: skip
+        wall=cpu,
+        client_cpu=0.0,
+        server_cpu=cpu,
+        children_cpu=0.0,
+        server_kernel_cpu=0.0,
+        received=0,
+        output_base_disk=1,
+        wheel_repos=0,
+        wheel_repos_disk=0,
+        hub_disk=100,
+        hub_wheels=100,
+        memory={},
+        helper={"hub build": (1.0, 2.0, 3.0)},
+    )
 
 
 def test_the_jax_summary_holds_its_hub_to_the_cold_target(bench_e2e: object) -> None:
@@ -109,7 +146,9 @@ def test_the_jax_summary_holds_its_hub_to_the_cold_target(bench_e2e: object) -> 
     lines, ok = bench_e2e.summary(met, bench.cold_targets)  # type: ignore[attr-defined]
     assert ok and "patched/plain CPU 1.20 (target <= 1.25: met" in lines[0]
     assert any(line.startswith("hub patched, helper") and "hub build 1.0/2.0/3.0" in line for line in lines)
-    lines, ok = bench_e2e.summary([{"plain": measurement(bench_e2e, 100.0), "patched": measurement(bench_e2e, 130.0)}], bench.cold_targets)  # type: ignore[attr-defined]
+    lines, ok = bench_e2e.summary(
+        [{"plain": measurement(bench_e2e, 100.0), "patched": measurement(bench_e2e, 130.0)}], bench.cold_targets
+    )  # type: ignore[attr-defined]
     assert not ok and "MISSED" in lines[0]
     assert bench_e2e.ratios(met[0], list(bench.targets)).startswith("patched/plain 1.20 CPU")  # type: ignore[attr-defined]
 
@@ -128,12 +167,16 @@ def test_the_copy_without_facts_differs_from_flat_only_by_them(tmp_path: Path, b
     assert configs["without-facts"].output_base != configs["flat"].output_base
 
 
-def test_record_facts_copies_each_hubs_facts_over_the_file_its_workspace_names(tmp_path: Path, bench_e2e: object) -> None:
+def test_record_facts_copies_each_hubs_facts_over_the_file_its_workspace_names(
+    tmp_path: Path, bench_e2e: object
+) -> None:
     import dataclasses
 
     # Output bases under tmp_path, not beside Bazel's own: the test makes the hub repository itself.
-    configs = [dataclasses.replace(config, output_base=tmp_path / "output_bases" / config.name)
-               for config in bench_e2e.make_jax_configs(tmp_path, control=False, lock=LOCK)]  # type: ignore[attr-defined]  # fmt: skip
+    configs = [
+        dataclasses.replace(config, output_base=tmp_path / "output_bases" / config.name)
+        for config in bench_e2e.make_jax_configs(tmp_path, control=False, lock=LOCK)
+    ]  # type: ignore[attr-defined]
     patched = configs[1]
     assert '"entries": {}' in (patched.root / "wheel_facts.json").read_text(encoding="utf-8"), "starts empty"
     hub = patched.output_base / "external" / f"rules_patched_wheels~~patched~{patched.patched_hub}"
@@ -165,4 +208,18 @@ def test_compat_workspace_judges_requirement_alone_against_pip_closure(tmp_path:
         assert f'name = "{hub}_requirement_layout_test",\n    deps = [{hub}_requirement("jax")],' in build
         assert f'pip_closure = "@{hub}//:pip_closure.json"' in build
     compile(build, "BUILD.bazel", "exec")
-    assert compat_bazel.test_names() == [f"{hub}_{kind}_layout_test" for hub in compat_bazel.HUBS for kind in ("all", "requirement")]
+    assert compat_bazel.test_names() == [
+        f"{hub}_{kind}_layout_test" for hub in compat_bazel.HUBS for kind in ("all", "requirement")
+    ]
+
+
+@pytest.mark.parametrize("release", ["0.22.1", "2.3.2"])
+def test_the_adapted_module_file_names_a_module_of_its_own(release: str, bench_e2e: object) -> None:
+    """The copy is a module of its own depending on the checkout, whatever the module(...) call's layout."""
+    import example_workspace
+
+    text = example_workspace.adapt_module((BENCHMARKS.parent / "MODULE.bazel").read_text(encoding="utf-8"), release)
+    assert 'module(name = "rpw_example")' in text
+    assert "module(\n" not in text  # the checkout's own module(...) call is gone
+    assert 'local_path_override(module_name = "rules_patched_wheels"' in text
+    assert f'bazel_dep(name = "rules_python", version = "{release}")' in text

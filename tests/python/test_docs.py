@@ -56,7 +56,7 @@ def test_links_resolve(page: Path) -> None:
 def test_anchor_rule(tmp_path: Path) -> None:
     """The anchor rule itself, on headings of the kinds the pages use (code fences are not headings)."""
     page = tmp_path / "page.md"
-    page.write_text("# A\n## 7. The preload (`preload = \"auto\"`)\n```\n# not a heading\n```\n### compat_stacks.py\n")
+    page.write_text('# A\n## 7. The preload (`preload = "auto"`)\n```\n# not a heading\n```\n### compat_stacks.py\n')
     assert anchors(page) == {"a", "7-the-preload-preload--auto", "compat_stackspy"}
 
 

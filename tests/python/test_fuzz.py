@@ -106,11 +106,15 @@ def _mutate_member(rng: random.Random, wheel: Path) -> tuple[str, bytes]:
     how = rng.choice(["bytes", "line", "cut"])
     if how == "bytes" and changed:
         for _ in range(rng.randint(1, 4)):
-            changed[rng.randrange(len(changed))] = rng.choice([0, 0x0A, 0x2C, 0x2F, 0x3A, 0x7F, 0xFF, rng.randrange(256)])
+            changed[rng.randrange(len(changed))] = rng.choice(
+                [0, 0x0A, 0x2C, 0x2F, 0x3A, 0x7F, 0xFF, rng.randrange(256)]
+            )
     elif how == "line":
         lines = bytes(changed).splitlines(keepends=True) or [b""]
         line = rng.randrange(len(lines))
-        lines.insert(line, rng.choice([lines[line], b"\n", b"Version: 9.9\n", b"Name: other\n", b"Wheel-Version: 2.0\n"]))
+        lines.insert(
+            line, rng.choice([lines[line], b"\n", b"Version: 9.9\n", b"Name: other\n", b"Wheel-Version: 2.0\n"])
+        )
         changed = bytearray(b"".join(lines))
     else:
         del changed[rng.randrange(len(changed) + 1) :]
@@ -139,25 +143,39 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, _Sample]:
         root,
         "demo",
         "1.0",
-        {"demo/__init__.py": INIT, "demo/data.bin": random.Random(0).randbytes(3000), ".data/scripts/demo-run": b"#!python\n"},
+        {
+            "demo/__init__.py": INIT,
+            "demo/data.bin": random.Random(0).randbytes(3000),
+            ".data/scripts/demo-run": b"#!python\n",
+        },
         requires=["triton (==2.1.0)", "filelock"],
         modes={"demo-1.0.data/scripts/demo-run": 0o755},
     )
-    library = compile_shared(root, "libfz.so", "int fz(void) { return 1; }\n", "-Wl,-soname,libfz.so.1", "-Wl,-rpath,$ORIGIN")
+    library = compile_shared(
+        root, "libfz.so", "int fz(void) { return 1; }\n", "-Wl,-soname,libfz.so.1", "-Wl,-rpath,$ORIGIN"
+    )
     elf = build_wheel(
-        root, "elfy", "1.0", {"elfy/__init__.py": b"", "elfy/libfz.so.1": library.read_bytes()}, tag="py3-none-linux_x86_64"
+        root,
+        "elfy",
+        "1.0",
+        {"elfy/__init__.py": b"", "elfy/libfz.so.1": library.read_bytes()},
+        tag="py3-none-linux_x86_64",
     )
     return {"demo": _sample(demo), "elfy": _sample(elf)}
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()
+    }
 
 
 def _check_patch(case_dir: Path, wheel: Path, sample: str) -> None:
     out_dir = case_dir / "out"
     extra = ["--patch", str(case_dir.parent / "init.patch"), "--remove-requires", "triton"] if sample == "demo" else []
-    status, out, err = run_cli(["patch", "--wheel", str(wheel), "--dest-dir", str(out_dir), "--suffix", "fz.1", "--verify", *extra])
+    status, out, err = run_cli(
+        ["patch", "--wheel", str(wheel), "--dest-dir", str(out_dir), "--suffix", "fz.1", "--verify", *extra]
+    )
     if status == 0:
         (written,) = out_dir.iterdir()
         assert out.splitlines()[0] == str(written)
@@ -231,10 +249,21 @@ def test_mutated_wheels_keep_the_promises(samples: dict[str, _Sample], tmp_path:
 LOCK_CASES = int(os.environ.get("RPW_FUZZ_LOCK_CASES") or 300)
 _HOSTILE_BYTES = b"\x00\n\r\t #\\[]\"=;@:,'\xff\xfe\x0b\x85"
 _HOSTILE_LINES = [
-    b"-r other.txt\n", b"--no-index\n", b"--find-links ./orig\n", b"-i https://x.example/simple\n", b"foo @ \n",
-    b"foo==1.0 ; python_version >>> '3'\n", b"[[package]]\n", b'name = "foo"\n', b'version = "1.0+x"\n',
-    b"foo[bar]==1.0 --hash=sha256:zz\n", b'dependencies = [\n', b"    # via -r in\n", b"\\\n", b'source = { git = "x" }\n',
-]  # fmt: skip
+    b"-r other.txt\n",
+    b"--no-index\n",
+    b"--find-links ./orig\n",
+    b"-i https://x.example/simple\n",
+    b"foo @ \n",
+    b"foo==1.0 ; python_version >>> '3'\n",
+    b"[[package]]\n",
+    b'name = "foo"\n',
+    b'version = "1.0+x"\n',
+    b"foo[bar]==1.0 --hash=sha256:zz\n",
+    b"dependencies = [\n",
+    b"    # via -r in\n",
+    b"\\\n",
+    b'source = { git = "x" }\n',
+]
 
 
 def _requirements_sample(index: Path, orig: Path) -> bytes:
@@ -254,7 +283,9 @@ def _uv_lock_sample(orig: Path) -> bytes:
 
     return (
         'version = 1\nrevision = 3\nrequires-python = ">=3.11"\n\n'
-        '[[package]]\nname = "bar"\nversion = "2.0"\nsource = { registry = "https://pypi.example/simple" }\n' + wheel("bar-2.0") + "\n"
+        '[[package]]\nname = "bar"\nversion = "2.0"\nsource = { registry = "https://pypi.example/simple" }\n'
+        + wheel("bar-2.0")
+        + "\n"
         '[[package]]\nname = "foo"\nversion = "1.0"\nsource = { registry = "https://pypi.example/simple" }\n'
         'dependencies = [\n    { name = "bar" },\n]\n' + wheel("foo-1.0") + "\n"
         '[package.optional-dependencies]\nextra = [\n    { name = "bar", marker = "sys_platform == \'linux\'" },\n]\n\n'
@@ -307,12 +338,15 @@ def test_mutated_locks_keep_the_promises(tmp_path: Path) -> None:
         assert (tmp_path / "out.txt").exists()
         (tmp_path / "out.txt").unlink()
         (tmp_path / "out.uv.lock").unlink(missing_ok=True)
+
     def prepare(case: int, rng: random.Random, case_dir: Path) -> tuple[str, Callable[[], None]]:
         lock_format = rng.choice(sorted(samples))
         option = rng.choice(INDEX_OPTIONS)
         mutation, data = _mutate_text(rng, samples[lock_format])
         lock_file = case_dir / ("uv.lock" if lock_format == "uv-lock" else "requirements.txt")
         lock_file.write_bytes(data)
-        return f"{lock_format} {option} ({mutation})", lambda: check_lock_command(case_dir, lock_file, lock_format, index, option)
+        return f"{lock_format} {option} ({mutation})", lambda: check_lock_command(
+            case_dir, lock_file, lock_format, index, option
+        )
 
     run_cases(tmp_path, LOCK_CASES, "lock-", prepare)

@@ -37,11 +37,46 @@ SHA = "ab" * 32
 # Values of every JSON type and of the shapes that broke the plan: a string where a list goes (one URL per
 # character), a list where an object goes, numbers as strings, control characters, unclosed globs, depth.
 VALUES: list[Any] = [
-    "1", 1, -1, 0, 2**70, 1.5, True, False, None, "", "x", "yes", "auto", "off", "set", "append",
-    [], {}, ["x"], [1], [None], {"a": 1}, {"a": "b"}, {"pkg/*.so": "$ORIGIN/a\u0000b"}, {"[" * 40: "$ORIGIN"},
-    "https://x/faketorch-2.1.0-py3-none-any.whl", "a\r\npatched-wheels: error: forged", "\u0000", "[" * 3000,
-    "x" * 100_000, "caf\u00e9", "../../etc/passwd", SHA, "not a label!", "jax-plugins.x", "$ORIGIN", ["[" * 3000],
-    [[[[[[[[[[["deep"]]]]]]]]]]], ["*.so"], ["nvidia-*"],
+    "1",
+    1,
+    -1,
+    0,
+    2**70,
+    1.5,
+    True,
+    False,
+    None,
+    "",
+    "x",
+    "yes",
+    "auto",
+    "off",
+    "set",
+    "append",
+    [],
+    {},
+    ["x"],
+    [1],
+    [None],
+    {"a": 1},
+    {"a": "b"},
+    {"pkg/*.so": "$ORIGIN/a\u0000b"},
+    {"[" * 40: "$ORIGIN"},
+    "https://x/faketorch-2.1.0-py3-none-any.whl",
+    "a\r\npatched-wheels: error: forged",
+    "\u0000",
+    "[" * 3000,
+    "x" * 100_000,
+    "caf\u00e9",
+    "../../etc/passwd",
+    SHA,
+    "not a label!",
+    "jax-plugins.x",
+    "$ORIGIN",
+    ["[" * 3000],
+    [[[[[[[[[[["deep"]]]]]]]]]]],
+    ["*.so"],
+    ["nvidia-*"],
 ]
 
 
@@ -50,15 +85,28 @@ def _request(repository: Path) -> dict[str, Any]:
     del spec["wheel"]
     spec.update(preload="auto", preload_wheels=["nvidia-*"], rpath={"faketorch/*.so": "$ORIGIN/../x"}, delete=["*.txt"])
     return {
-        "hub": "fuzz", "bzlmod": True, **lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
-        "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "2.3.2",
-        "repository": str(repository), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec, {**spec, "name": "other", "split_into": "other-libs", "split_max_size": 10}],
+        "hub": "fuzz",
+        "bzlmod": True,
+        **lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
+        "index_url": "https://pypi.org/simple",
+        "index_option": "direct",
+        "rules_python_version": "2.3.2",
+        "repository": str(repository),
+        "wheel_facts": "",
+        "restore_extras": True,
+        "extras": [],
+        "patched": [spec, {**spec, "name": "other", "split_into": "other-libs", "split_max_size": 10}],
     }
 
 
 def _resolved() -> list[dict[str, Any]]:
     return [
-        {"project": project, "filename": f"{project.replace('-', '_')}-2.1.0-py3-none-any.whl", "urls": [f"https://x/{project}.whl"], "sha256": SHA}
+        {
+            "project": project,
+            "filename": f"{project.replace('-', '_')}-2.1.0-py3-none-any.whl",
+            "urls": [f"https://x/{project}.whl"],
+            "sha256": SHA,
+        }
         for project in ("faketorch", "other", "nvidia-x")
     ]
 
@@ -140,7 +188,13 @@ def test_mutated_hub_json_keeps_the_promises(target: str, tmp_path: Path, monkey
         if target == "config":
             argv = ["hub", "build", "--config", str(tmp_path / "config.json")]
         else:
-            argv = ["hub", "plan", "--request", str(tmp_path / "request.json"), *(phase_two if target == "resolved" or case % 2 else [])]
+            argv = [
+                "hub",
+                "plan",
+                "--request",
+                str(tmp_path / "request.json"),
+                *(phase_two if target == "resolved" or case % 2 else []),
+            ]
         try:
             _check(*run_cli(argv))
         except KeyboardInterrupt:
@@ -149,4 +203,6 @@ def test_mutated_hub_json_keeps_the_promises(target: str, tmp_path: Path, monkey
             failures.append(f"case {case}: {description}: {error!r}\n{traceback.format_exc(limit=-4)}")
         ran += 1
     assert ran >= min(CASES, 40), f"only {ran} cases ran in {SECONDS} s"
-    assert not failures, f"RPW_FUZZ_SEED={SEED}: {len(failures)} of {ran} cases broke a promise:\n" + "\n".join(failures[:5])
+    assert not failures, f"RPW_FUZZ_SEED={SEED}: {len(failures)} of {ran} cases broke a promise:\n" + "\n".join(
+        failures[:5]
+    )

@@ -28,12 +28,34 @@ from support.wheelbuilder import build_wheel
 TOML_CASES = int(os.environ.get("RPW_FUZZ_TOML_CASES") or 200)
 EVIL = "evil.invalid"
 HOSTILE_VALUES = [
-    f"other@https://{EVIL}/x.whl#", f"x]@https://{EVIL}/x.whl#", f"foo ; python_version > '0' @ https://{EVIL}/",
-    f"1.0 --index-url=https://{EVIL}/simple", "1.0\n--index-url=x", "python_version ~= '3'", "python_version ~= 'x'",
-    "sys_platform == 'linux' and", "(" * 200, "", " ", "FOO", "Foo", "foo_", "-foo", "bar", "proj", "1.0+s.1", "1!0",
-    "extra == 'extra'", "platform_machine == 'aarch64'", "implementation_name == 'pypy' or platform_machine == 'x86_64'",
-    "python_full_version >= '3.11.*'", "platform_release ~= '5'", "\u2028", "foo\x00", "1.0" * 300,
-]  # fmt: skip
+    f"other@https://{EVIL}/x.whl#",
+    f"x]@https://{EVIL}/x.whl#",
+    f"foo ; python_version > '0' @ https://{EVIL}/",
+    f"1.0 --index-url=https://{EVIL}/simple",
+    "1.0\n--index-url=x",
+    "python_version ~= '3'",
+    "python_version ~= 'x'",
+    "sys_platform == 'linux' and",
+    "(" * 200,
+    "",
+    " ",
+    "FOO",
+    "Foo",
+    "foo_",
+    "-foo",
+    "bar",
+    "proj",
+    "1.0+s.1",
+    "1!0",
+    "extra == 'extra'",
+    "platform_machine == 'aarch64'",
+    "implementation_name == 'pypy' or platform_machine == 'x86_64'",
+    "python_full_version >= '3.11.*'",
+    "platform_release ~= '5'",
+    "\u2028",
+    "foo\x00",
+    "1.0" * 300,
+]
 HOSTILE_CHARACTERS = "\"'\\ @#[];,=<>~!*()\n\t\x00\u2028"
 # Every string value of a name, version, marker or extra (uv.lock's edges and resolution-markers included).
 _SITE = re.compile(r'(?:\b(?:name|version|marker) = |extra = \[|^    )("(?:[^"\\\n]|\\.)*")', re.MULTILINE)
@@ -52,7 +74,7 @@ name = "bar"
 version = "2.0"
 source = {{ registry = "https://pypi.example/simple" }}
 wheels = [
-    {{ url = "https://files.example/bar-2.0-py3-none-any.whl", hash = "sha256:{'a' * 64}" }},
+    {{ url = "https://files.example/bar-2.0-py3-none-any.whl", hash = "sha256:{"a" * 64}" }},
 ]
 
 [[package]]
@@ -62,10 +84,10 @@ source = {{ registry = "https://pypi.example/simple" }}
 dependencies = [
     {{ name = "bar" }},
 ]
-sdist = {{ url = "https://files.example/foo-1.0.tar.gz", hash = "sha256:{'b' * 64}" }}
+sdist = {{ url = "https://files.example/foo-1.0.tar.gz", hash = "sha256:{"b" * 64}" }}
 wheels = [
-    {{ url = "https://files.example/{_ARM}", hash = "sha256:{'c' * 64}" }},
-    {{ url = "https://files.example/{_X86}", hash = "sha256:{'d' * 64}" }},
+    {{ url = "https://files.example/{_ARM}", hash = "sha256:{"c" * 64}" }},
+    {{ url = "https://files.example/{_X86}", hash = "sha256:{"d" * 64}" }},
 ]
 
 [package.optional-dependencies]
@@ -90,17 +112,17 @@ requires-python = ">=3.9"
 name = "bar"
 version = "2.0"
 index = "https://pypi.example/simple"
-wheels = [{{ url = "https://files.example/bar-2.0-py3-none-any.whl", hashes = {{ sha256 = "{'a' * 64}" }} }}]
+wheels = [{{ url = "https://files.example/bar-2.0-py3-none-any.whl", hashes = {{ sha256 = "{"a" * 64}" }} }}]
 
 [[packages]]
 name = "foo"
 version = "1.0"
 marker = "sys_platform == 'linux'"
 index = "https://pypi.example/simple"
-sdist = {{ url = "https://files.example/foo-1.0.tar.gz", hashes = {{ sha256 = "{'b' * 64}" }} }}
+sdist = {{ url = "https://files.example/foo-1.0.tar.gz", hashes = {{ sha256 = "{"b" * 64}" }} }}
 wheels = [
-    {{ url = "https://files.example/{_ARM}", hashes = {{ sha256 = "{'c' * 64}" }} }},
-    {{ url = "https://files.example/{_X86}", hashes = {{ sha256 = "{'d' * 64}" }} }},
+    {{ url = "https://files.example/{_ARM}", hashes = {{ sha256 = "{"c" * 64}" }} }},
+    {{ url = "https://files.example/{_X86}", hashes = {{ sha256 = "{"d" * 64}" }} }},
 ]
 """
 
@@ -123,7 +145,9 @@ def _mutate(rng: random.Random, text: str) -> tuple[str, str]:
 def test_mutated_lock_values_keep_the_promises(tmp_path: Path) -> None:
     index = tmp_path / "index"
     index.mkdir()
-    build_wheel(index, "foo", "1.0+s.1", {"foo/__init__.py": b""}, tag="py3-none-manylinux_2_17_x86_64", requires=["bar>=2"])
+    build_wheel(
+        index, "foo", "1.0+s.1", {"foo/__init__.py": b""}, tag="py3-none-manylinux_2_17_x86_64", requires=["bar>=2"]
+    )
     build_index(index)
     for lock_format, text in SAMPLES.items():  # the unmutated samples lock cleanly; the uv.lock's foo becomes a fork
         (tmp_path / lock_format).write_text(text)
@@ -138,6 +162,8 @@ def test_mutated_lock_values_keep_the_promises(tmp_path: Path) -> None:
         mutation, text = _mutate(rng, SAMPLES[lock_format])
         lock_file = case_dir / ("uv.lock" if lock_format == "uv-lock" else "pylock.toml")
         lock_file.write_text(text, encoding="utf-8")
-        return f"{lock_format} {option} ({mutation})", lambda: check_lock_command(case_dir, lock_file, lock_format, index, option, forbidden=EVIL)
+        return f"{lock_format} {option} ({mutation})", lambda: check_lock_command(
+            case_dir, lock_file, lock_format, index, option, forbidden=EVIL
+        )
 
     run_cases(tmp_path, TOML_CASES, "toml-", prepare)

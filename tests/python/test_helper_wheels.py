@@ -41,15 +41,21 @@ def _rows() -> dict[str, dict[str, str]]:
 
 
 def test_every_row_is_the_pinned_isal_for_its_python_and_machine() -> None:
-    (pin,) = re.findall(r"^isal==(\S+)$", (REPO / "tools" / "requirements-test.txt").read_text(encoding="utf-8"), re.MULTILINE)
+    (pin,) = re.findall(
+        r"^isal==(\S+)$", (REPO / "tools" / "requirements-test.txt").read_text(encoding="utf-8"), re.MULTILINE
+    )
     rows = _rows()
-    assert {f"{version}-{machine}" for version in MATRIX for machine in MACHINES} <= set(rows), "every Python the tests run, both machines"
+    assert {f"{version}-{machine}" for version in MATRIX for machine in MACHINES} <= set(rows), (
+        "every Python the tests run, both machines"
+    )
     for key, row in rows.items():
         version, machine = key.split("-")
         tag = "cp" + version.replace(".", "")
         assert row["filename"].startswith(f"isal-{pin}-{tag}-{tag}-manylinux"), key
         assert row["filename"].endswith(f"_{machine}.whl"), key
-        assert row["url"].startswith("https://files.pythonhosted.org/packages/") and row["url"].endswith("/" + row["filename"]), key
+        assert row["url"].startswith("https://files.pythonhosted.org/packages/") and row["url"].endswith(
+            "/" + row["filename"]
+        ), key
         assert re.fullmatch(r"[0-9a-f]{64}", row["sha256"]), key
     assert len({row["sha256"] for row in rows.values()}) == len(rows), "one file per row"
 
@@ -83,12 +89,19 @@ def _command_line_isal() -> Requirement:
 def test_the_command_line_installs_isal_wherever_the_hub_has_a_wheel_for_it() -> None:
     """`pip install .` brings python-isal for every interpreter the hub's table serves, at the tests' pin."""
     isal = _command_line_isal()
-    (pin,) = re.findall(r"^isal==(\S+)$", (REPO / "tools" / "requirements-test.txt").read_text(encoding="utf-8"), re.MULTILINE)
+    (pin,) = re.findall(
+        r"^isal==(\S+)$", (REPO / "tools" / "requirements-test.txt").read_text(encoding="utf-8"), re.MULTILINE
+    )
     assert isal.specifier.contains(pin), (str(isal.specifier), pin)
     assert isal.marker is not None
     for key in _rows():
         version, machine = key.split("-")
-        linux = {"platform_python_implementation": "CPython", "python_version": version, "platform_machine": machine, "sys_platform": "linux"}
+        linux = {
+            "platform_python_implementation": "CPython",
+            "python_version": version,
+            "platform_machine": machine,
+            "sys_platform": "linux",
+        }
         assert isal.marker.evaluate(linux), key
 
 
@@ -99,7 +112,12 @@ def test_the_command_line_installs_isal_wherever_the_hub_has_a_wheel_for_it() ->
         {"platform_python_implementation": "CPython", "platform_machine": "ppc64le"},
         {"platform_python_implementation": "CPython", "platform_machine": "s390x"},
         {"platform_python_implementation": "CPython", "platform_machine": "ARM64", "sys_platform": "win32"},
-        {"platform_python_implementation": "CPython", "platform_machine": "arm64", "python_version": "3.9", "sys_platform": "darwin"},
+        {
+            "platform_python_implementation": "CPython",
+            "platform_machine": "arm64",
+            "python_version": "3.9",
+            "sys_platform": "darwin",
+        },
     ],
 )
 def test_the_command_line_leaves_isal_out_where_no_wheel_installs(where: dict[str, str]) -> None:

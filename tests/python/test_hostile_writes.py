@@ -21,7 +21,11 @@ from support.fakecuda import build_fake_cuda_wheels
 from support.hostile import make_special_file
 from support.wheelbuilder import build_wheel, edit_headers
 
-FILES = {"demo/__init__.py": b"x = 1\n", "demo/big.bin": random.Random(7).randbytes(2 << 20), "demo/caf\u00e9.txt": b"hi\n"}
+FILES = {
+    "demo/__init__.py": b"x = 1\n",
+    "demo/big.bin": random.Random(7).randbytes(2 << 20),
+    "demo/caf\u00e9.txt": b"hi\n",
+}
 """big.bin: over 1 MiB compressed, so it is copied by the kernel after a padded local header of ours."""
 
 
@@ -52,13 +56,31 @@ def _header_offset(wheel: Path, member: str) -> int:
 def test_a_wheel_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
     fifo = tmp_path / "demo-1.0-py3-none-any.whl"
     make_special_file("fifo", fifo)
-    command = [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(fifo), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=30)  # opening it for reading blocked forever
-    assert (result.returncode, result.stderr) == (1, f"patched-wheels: error: {fifo}: not a regular file (a FIFO, device, socket or directory)\n")
+    command = [
+        sys.executable,
+        "-m",
+        "patched_wheels",
+        "patch",
+        "--wheel",
+        str(fifo),
+        "--dest-dir",
+        str(tmp_path / "out"),
+        "--suffix",
+        "x.1",
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=30
+    )  # opening it for reading blocked forever
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"patched-wheels: error: {fifo}: not a regular file (a FIFO, device, socket or directory)\n",
+    )
     assert not (tmp_path / "out").exists()
 
 
-def test_a_name_flagged_utf8_that_is_not_is_named(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
+def test_a_name_flagged_utf8_that_is_not_is_named(
+    capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path
+) -> None:
     """The error named the codec's complaint and no member."""
     data = bytearray(wheel.read_bytes())
     data[data.rindex("demo/caf\u00e9.txt".encode()) + 8] = 0xFF  # the central name's \u00e9 (the local one comes first)
@@ -69,8 +91,12 @@ def test_a_name_flagged_utf8_that_is_not_is_named(capsys: pytest.CaptureFixture[
     )
 
 
-@pytest.mark.parametrize(("member", "flags"), [("demo/caf\u00e9.txt", 0), ("demo/__init__.py", 0x8), ("demo/big.bin", 0x8)])
-def test_local_flags_that_read_differently_are_refused(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str, flags: int) -> None:
+@pytest.mark.parametrize(
+    ("member", "flags"), [("demo/caf\u00e9.txt", 0), ("demo/__init__.py", 0x8), ("demo/big.bin", 0x8)]
+)
+def test_local_flags_that_read_differently_are_refused(
+    capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str, flags: int
+) -> None:
     """A local header without the central record's UTF-8 flag names another file for zipfile (which refuses the member),
     one with a data descriptor flag the central record lacks promises a descriptor after the data: copied verbatim,
     both went into the output (zipfile could not read the first)."""
@@ -82,14 +108,19 @@ def test_local_flags_that_read_differently_are_refused(capsys: pytest.CaptureFix
 
 
 @pytest.mark.parametrize("member", ["demo/__init__.py", "demo/big.bin"])
-def test_a_local_name_that_only_starts_with_the_central_one_is_refused(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str) -> None:
+def test_a_local_name_that_only_starts_with_the_central_one_is_refused(
+    capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path, member: str
+) -> None:
     """The local name one byte longer (its data's first byte): zipfile refuses the member; it was copied,
     verbatim or from one byte too far."""
     data = bytearray(wheel.read_bytes())
     struct.pack_into("<H", data, _header_offset(wheel, member) + 26, len(member) + 1)
     wheel.write_bytes(bytes(data))
     status, err = _patch(capsys, wheel, tmp_path / "out")
-    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: {member}: local header names another file"
+    assert (
+        _one_error(status, err, tmp_path / "out")
+        == f"patched-wheels: error: {wheel.name}: {member}: local header names another file"
+    )
 
 
 def _data_start(wheel: Path, member: str) -> int:
@@ -106,13 +137,21 @@ def test_members_that_overlap_are_refused(capsys: pytest.CaptureFixture[str], tm
     """inner.bin's entry points at a local header of its own planted in big.bin's data (a zip bomb's nesting:
     each copied whole), or at big.bin's own header: zipfile refuses both since Python 3.11.8."""
     inner = FILES["demo/big.bin"][: 3 << 19]
-    planted = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, zlib.crc32(inner), len(inner), len(inner), 14, 0)
-    files = {"demo/big.bin": planted + b"demo/inner.bin" + inner, "demo/inner.bin": inner}  # the real inner.bin, orphaned
+    planted = struct.pack(
+        "<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, zlib.crc32(inner), len(inner), len(inner), 14, 0
+    )
+    files = {
+        "demo/big.bin": planted + b"demo/inner.bin" + inner,
+        "demo/inner.bin": inner,
+    }  # the real inner.bin, orphaned
     (tmp_path / "in").mkdir()
     wheel = build_wheel(tmp_path / "in", "demo", "1.0", files, compression=zipfile.ZIP_STORED)
     edit_headers(wheel, "demo/inner.bin", header_offset=_data_start(wheel, "demo/big.bin") if into == "data" else 0)
     status, err = _patch(capsys, wheel, tmp_path / "out")
-    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: member 'demo/big.bin': overlaps member 'demo/inner.bin'"
+    assert (
+        _one_error(status, err, tmp_path / "out")
+        == f"patched-wheels: error: {wheel.name}: member 'demo/big.bin': overlaps member 'demo/inner.bin'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -140,7 +179,9 @@ def test_a_local_extra_field_running_the_data_into_what_follows_is_refused(
     )
 
 
-def test_verify_refuses_a_crc_that_lies_for_a_raw_copied_member(capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path) -> None:
+def test_verify_refuses_a_crc_that_lies_for_a_raw_copied_member(
+    capsys: pytest.CaptureFixture[str], wheel: Path, tmp_path: Path
+) -> None:
     """The content matches RECORD, the CRC-32 of both headers does not: copied raw, zipfile (so pip) refused the output."""
     edit_headers(wheel, "demo/big.bin", crc=0x12345678)
     status, err = _patch(capsys, wheel, tmp_path / "out", "--verify")
@@ -154,12 +195,19 @@ def test_an_existing_alignment_field_and_other_extra_fields_give_a_valid_aligned
     padding = struct.pack("<HHH", 0xD935, 102, 4096) + bytes(100)
     timestamp = struct.pack("<HHBI", 0x5455, 5, 1, 12345)
     source = tmp_path / "demo-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(build_wheel(tmp_path, "demo", "1.0", FILES)) as built, zipfile.ZipFile(tmp_path / "x.zip", "w") as archive:
+    with (
+        zipfile.ZipFile(build_wheel(tmp_path, "demo", "1.0", FILES)) as built,
+        zipfile.ZipFile(tmp_path / "x.zip", "w") as archive,
+    ):
         for info in built.infolist():
-            info.extra = {"demo/big.bin": padding + timestamp, "demo/__init__.py": timestamp + padding}.get(info.filename, b"")
+            info.extra = {"demo/big.bin": padding + timestamp, "demo/__init__.py": timestamp + padding}.get(
+                info.filename, b""
+            )
             archive.writestr(info, built.read(info))
     os.replace(tmp_path / "x.zip", source)
-    assert main(["patch", "--wheel", str(source), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1", "--verify"]) == 0
+    assert (
+        main(["patch", "--wheel", str(source), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1", "--verify"]) == 0
+    )
     (output,) = (tmp_path / "out").iterdir()
     with zipfile.ZipFile(output) as archive:
         assert archive.testzip() is None and archive.read("demo/big.bin") == FILES["demo/big.bin"]
@@ -171,10 +219,23 @@ def torch_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_fake_cuda_wheels(tmp_path_factory.mktemp("fakecuda")).torch
 
 
-def test_split_publishes_both_wheels_or_neither(capsys: pytest.CaptureFixture[str], torch_wheel: Path, tmp_path: Path) -> None:
+def test_split_publishes_both_wheels_or_neither(
+    capsys: pytest.CaptureFixture[str], torch_wheel: Path, tmp_path: Path
+) -> None:
     """The main output's name is taken by a directory: the sibling, renamed first, was left behind, and the
     error named a temp file that no longer exists; then a sibling of an earlier run was replaced and removed."""
-    command = ["split", "--no-cache", "--wheel", str(torch_wheel), "--dest-dir", str(tmp_path), "--into", "faketorch-libs", "--move", "faketorch/lib/*.so"]
+    command = [
+        "split",
+        "--no-cache",
+        "--wheel",
+        str(torch_wheel),
+        "--dest-dir",
+        str(tmp_path),
+        "--into",
+        "faketorch-libs",
+        "--move",
+        "faketorch/lib/*.so",
+    ]
     assert main(command) == 0
     sibling = next(path for path in tmp_path.iterdir() if path.name.startswith("faketorch_libs-"))
     earlier = sibling.read_bytes()
@@ -185,7 +246,9 @@ def test_split_publishes_both_wheels_or_neither(capsys: pytest.CaptureFixture[st
     status = main(command)
     err = capsys.readouterr().err
     assert (status, err) == (1, f"patched-wheels: error: {main_output}: Is a directory\n")
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([torch_wheel.name, sibling.name]) and not any(main_output.iterdir())
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([torch_wheel.name, sibling.name]) and not any(
+        main_output.iterdir()
+    )
     assert sibling.read_bytes() == earlier
 
 
@@ -221,10 +284,32 @@ def test_a_split_whose_sibling_fails_while_the_main_wheel_is_written_is_one_erro
     build.mkdir()
     library = blob_library(build, "libbig.so", 2 << 20)
     (tmp_path / "in").mkdir()
-    wheel = build_wheel(tmp_path / "in", "demo", "1.0", {"demo/__init__.py": b"", "demo/lib/libbig.so": library.read_bytes()}, tag="py3-none-linux_x86_64")
+    wheel = build_wheel(
+        tmp_path / "in",
+        "demo",
+        "1.0",
+        {"demo/__init__.py": b"", "demo/lib/libbig.so": library.read_bytes()},
+        tag="py3-none-linux_x86_64",
+    )
     monkeypatch.setattr(os, "copy_file_range", lambda *args: 0)  # the input cut short under the copy
     threads = threading.active_count()
-    status = main(["split", "--no-cache", "--wheel", str(wheel), "--move", "demo/lib/*", "--into", "demo-libs", "--dest-dir", str(tmp_path / "out")])
+    status = main(
+        [
+            "split",
+            "--no-cache",
+            "--wheel",
+            str(wheel),
+            "--move",
+            "demo/lib/*",
+            "--into",
+            "demo-libs",
+            "--dest-dir",
+            str(tmp_path / "out"),
+        ]
+    )
     err = capsys.readouterr().err
-    assert _one_error(status, err, tmp_path / "out") == f"patched-wheels: error: {wheel.name}: demo/lib/libbig.so: truncated member data"
+    assert (
+        _one_error(status, err, tmp_path / "out")
+        == f"patched-wheels: error: {wheel.name}: demo/lib/libbig.so: truncated member data"
+    )
     assert threading.active_count() == threads

@@ -80,10 +80,14 @@ def test_a_member_inflating_past_its_declared_size_is_not_held(tmp_path: Path) -
     patch = tmp_path / "fix.patch"
     patch.write_bytes(b"--- a/demo/__init__.py\n+++ b/demo/__init__.py\n@@ -1 +1 @@\n-x\n+y\n")
 
-    status, out, err, peak = _run("patch", "--wheel", bomb, "--dest-dir", tmp_path / "out", "--suffix", "s", "--patch", patch)
+    status, out, err, peak = _run(
+        "patch", "--wheel", bomb, "--dest-dir", tmp_path / "out", "--suffix", "s", "--patch", patch
+    )
 
     assert (status, out) == (1, "")
-    assert err == f"patched-wheels: error: {bomb.name}: demo/__init__.py: inflates past the 100 bytes the zip declares\n"
+    assert (
+        err == f"patched-wheels: error: {bomb.name}: demo/__init__.py: inflates past the 100 bytes the zip declares\n"
+    )
     assert peak < BOUND, f"peak RSS {peak >> 20} MiB"
 
 
@@ -135,7 +139,15 @@ def test_rpath_edit_and_split_of_a_200_mib_library_stay_bounded(tmp_path: Path) 
     new = "$ORIGIN/../../nvidia/cublas/lib"
 
     status, out, err, peak = _run(
-        "patch", "--wheel", wheel, "--dest-dir", tmp_path / "patched", "--suffix", "e.1", "--set-rpath", f"pad/*.so={new}"
+        "patch",
+        "--wheel",
+        wheel,
+        "--dest-dir",
+        tmp_path / "patched",
+        "--suffix",
+        "e.1",
+        "--set-rpath",
+        f"pad/*.so={new}",
     )
     assert status == 0, err
     assert peak < BOUND, f"patch --set-rpath: peak RSS {peak >> 20} MiB"
@@ -148,7 +160,16 @@ def test_rpath_edit_and_split_of_a_200_mib_library_stay_bounded(tmp_path: Path) 
     assert parse_elf(head, wheel=patched.name, path="pad/libpad.so").runpath == (new,)
 
     status, out, err, peak = _run(
-        "split", "--no-cache", "--wheel", patched, "--move", "pad/*.so", "--into", "pad-libs", "--dest-dir", tmp_path / "split"
+        "split",
+        "--no-cache",
+        "--wheel",
+        patched,
+        "--move",
+        "pad/*.so",
+        "--into",
+        "pad-libs",
+        "--dest-dir",
+        tmp_path / "split",
     )
     assert status == 0, err
     assert peak < BOUND, f"split: peak RSS {peak >> 20} MiB"
@@ -156,14 +177,24 @@ def test_rpath_edit_and_split_of_a_200_mib_library_stay_bounded(tmp_path: Path) 
         assert sibling.getinfo("pad_libs/libpad.so").CRC == info.CRC
 
 
-def test_an_rpath_edit_that_grows_the_table_and_an_added_soname_of_a_200_mib_library_stay_bounded(tmp_path: Path) -> None:
+def test_an_rpath_edit_that_grows_the_table_and_an_added_soname_of_a_200_mib_library_stay_bounded(
+    tmp_path: Path,
+) -> None:
     """A longer search path and a SONAME added (the string table grows, into a temp file) stream the member too."""
     library = compile_shared(tmp_path, "libpad.so", "int pad(void) { return 1; }\n", "-Wl,-rpath,$ORIGIN")  # no SONAME
     data = library.read_bytes()
     wheel = _padded_library_wheel(tmp_path, data, init=True)
 
     status, out, err, peak = _run(
-        "patch", "--wheel", wheel, "--dest-dir", tmp_path / "patched", "--suffix", "g.1", "--prepend-rpath", f"pad/*.so={LONG_RPATH}"
+        "patch",
+        "--wheel",
+        wheel,
+        "--dest-dir",
+        tmp_path / "patched",
+        "--suffix",
+        "g.1",
+        "--prepend-rpath",
+        f"pad/*.so={LONG_RPATH}",
     )
     assert status == 0, err
     assert peak < BOUND, f"patch --prepend-rpath: peak RSS {peak >> 20} MiB"
@@ -175,7 +206,16 @@ def test_an_rpath_edit_that_grows_the_table_and_an_added_soname_of_a_200_mib_lib
     assert parse_elf(head, wheel=patched.name, path="pad/libpad.so").runpath == tuple(LONG_RPATH.split(":"))
 
     status, out, err, peak = _run(
-        "split", "--no-cache", "--wheel", patched, "--move", "pad/*.so", "--into", "pad-libs", "--dest-dir", tmp_path / "split"
+        "split",
+        "--no-cache",
+        "--wheel",
+        patched,
+        "--move",
+        "pad/*.so",
+        "--into",
+        "pad-libs",
+        "--dest-dir",
+        tmp_path / "split",
     )
     assert status == 0, err
     assert peak < BOUND, f"split --set-soname: peak RSS {peak >> 20} MiB"
@@ -193,7 +233,9 @@ def _uv_lock(packages: int) -> str:
             f'    {{ url = "https://files.example/pkg{number}-1.0-cp311-cp311-manylinux_2_17_{machine}.whl", hash = "sha256:{"a" * 64}" }},\n'
             for machine in ("x86_64", "aarch64", "ppc64le")
         )
-        out.append(f'\n[[package]]\nname = "pkg{number}"\nversion = "1.0"\nsource = {{ registry = "https://pypi.example/simple" }}\nwheels = [\n{wheels}]\n')
+        out.append(
+            f'\n[[package]]\nname = "pkg{number}"\nversion = "1.0"\nsource = {{ registry = "https://pypi.example/simple" }}\nwheels = [\n{wheels}]\n'
+        )
     return "".join(out)
 
 
@@ -209,7 +251,11 @@ def test_reading_and_rewriting_a_big_uv_lock_stays_a_small_multiple_of_it(tmp_pa
         path = tmp_path / name
         path.write_text(_uv_lock(packages))
         for command in ("resolve", "lock"):
-            args = ["--list-projects"] if command == "resolve" else ["--index", tmp_path / "index", "--out", tmp_path / "out.txt"]
+            args = (
+                ["--list-projects"]
+                if command == "resolve"
+                else ["--index", tmp_path / "index", "--out", tmp_path / "out.txt"]
+            )
             args += ["--out-uv-lock", tmp_path / "out.lock"] if command == "lock" else []
             status, _, err, peaks[name, command] = _run(command, "--uv-lock", path, *args)
             assert status == 0, err

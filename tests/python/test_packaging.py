@@ -24,7 +24,9 @@ def test_building_the_wheel_leaves_the_tree_as_it_was(tmp_path: Path) -> None:
     before = _files(source)
     # No build isolation: the backend is a pinned test requirement, so nothing is fetched.
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet"]
-    built = subprocess.run([*command, "-w", str(tmp_path / "out"), str(source)], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [*command, "-w", str(tmp_path / "out"), str(source)], capture_output=True, text=True, timeout=300
+    )
     assert built.returncode == 0, built.stderr
     assert [path.name for path in (tmp_path / "out").iterdir()] == ["patched_wheels-0.1.0-py3-none-any.whl"]
     assert sorted(_files(source) - before) == []

@@ -72,7 +72,14 @@ def test_api_as_bazel_sees_it() -> None:
 def test_stale_reference_fails(tmp_path: Path) -> None:
     """A changed doc string makes the check fail, naming the command that fixes it."""
     copy = tmp_path / "repo"
-    for part in ("python/extensions.bzl", "python/repositories.bzl", "python/defs.bzl", "python/private", "tools/gen_reference.py", "docs/reference.md"):
+    for part in (
+        "python/extensions.bzl",
+        "python/repositories.bzl",
+        "python/defs.bzl",
+        "python/private",
+        "tools/gen_reference.py",
+        "docs/reference.md",
+    ):
         source = ROOT / part
         target = copy / part
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +93,9 @@ def test_stale_reference_fails(tmp_path: Path) -> None:
     specs = copy / "python/private/specs.bzl"
     text = specs.read_text()
     assert "Globs of members to delete" not in text
-    specs.write_text(text.replace('"`fnmatch` globs of wheel members to delete', '"Globs of wheel members to delete', 1))
+    specs.write_text(
+        text.replace('"`fnmatch` globs of wheel members to delete', '"Globs of wheel members to delete', 1)
+    )
     stale = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
     assert stale.returncode == 1
     assert "docs/reference.md is stale: run python3 tools/gen_reference.py" in stale.stderr

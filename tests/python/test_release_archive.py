@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,9 +50,17 @@ def test_the_archive_holds_the_module_and_not_the_repositorys_own_example(archiv
         members = tar.getmembers()
     names = [member.name.split("/", 1)[1] for member in members]
     assert names == sorted(names)
-    assert {"MODULE.bazel", "BUILD.bazel", "python/extensions.bzl", "python/patched_wheels/cli/__init__.py"} <= set(names)
-    assert not [name for name in names if name.split("/")[0] in ("tests", "benchmarks", "third_party", "patches", "tools", "calculator")]
-    assert {(member.mtime, member.uid, member.gid, member.uname, member.mode & 0o644) for member in members} == {(release._MTIME, 0, 0, "", 0o644)}
+    assert {"MODULE.bazel", "BUILD.bazel", "python/extensions.bzl", "python/patched_wheels/cli/__init__.py"} <= set(
+        names
+    )
+    assert not [
+        name
+        for name in names
+        if name.split("/")[0] in ("tests", "benchmarks", "third_party", "patches", "tools", "calculator")
+    ]
+    assert {(member.mtime, member.uid, member.gid, member.uname, member.mode & 0o644) for member in members} == {
+        (release._MTIME, 0, 0, "", 0o644)
+    }
 
 
 def test_released_module_file_drops_the_dev_only_example(archive: Path) -> None:
@@ -59,7 +68,7 @@ def test_released_module_file_drops_the_dev_only_example(archive: Path) -> None:
     assert "dev_dependency" not in released
     assert "//third_party" not in released and "//patches" not in released
     assert 'bazel_dep(name = "rules_python"' in released
-    assert 'module(name = "rules_patched_wheels"' in released
+    assert re.search(r'^module\(\s*name = "rules_patched_wheels"', released, flags=re.MULTILINE)
 
 
 def test_dropping_follows_the_dev_extension_proxies() -> None:
@@ -83,8 +92,12 @@ def test_dropping_follows_the_dev_extension_proxies() -> None:
 
 def test_a_label_outside_the_archive_is_refused() -> None:
     with pytest.raises(release.ReleaseError, match="//third_party"):
-        release._check_labels('x.tag(lock = "//third_party:requirements_lock.txt")\n', ["BUILD.bazel", "python/BUILD.bazel"])
-    release._check_labels('use_extension("//python:extensions.bzl", "patched")\n', ["BUILD.bazel", "python/BUILD.bazel"])
+        release._check_labels(
+            'x.tag(lock = "//third_party:requirements_lock.txt")\n', ["BUILD.bazel", "python/BUILD.bazel"]
+        )
+    release._check_labels(
+        'use_extension("//python:extensions.bzl", "patched")\n', ["BUILD.bazel", "python/BUILD.bazel"]
+    )
 
 
 def test_the_cli_prints_the_integrity_of_the_archive_it_wrote(tmp_path: Path) -> None:
@@ -114,7 +127,9 @@ def test_bcr_templates_match_the_archive(archive: Path) -> None:
     assert filled["strip_prefix"] == archive.name.removesuffix(".tar.gz")
     assert filled["url"].endswith(f"/v{version}/{archive.name}")
     presubmit = (REPO_ROOT / ".bcr" / "presubmit.yml").read_text(encoding="utf-8")
-    module_path = next(line.split(":", 1)[1].strip().strip('"') for line in presubmit.splitlines() if "module_path:" in line)
+    module_path = next(
+        line.split(":", 1)[1].strip().strip('"') for line in presubmit.splitlines() if "module_path:" in line
+    )
     for name in ("MODULE.bazel", "BUILD.bazel", "requirements_lock.txt"):
         assert _read(archive, f"{module_path}/{name}")
     metadata = json.loads((REPO_ROOT / ".bcr" / "metadata.template.json").read_text(encoding="utf-8"))
@@ -143,7 +158,12 @@ def _run(root: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int
 
 
 def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args], cwd=root, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
 
 
 def test_untracked_and_ignored_files_stay_out_and_are_no_uncommitted_change(tmp_path, capsys) -> None:
@@ -157,7 +177,14 @@ def test_untracked_and_ignored_files_stay_out_and_are_no_uncommitted_change(tmp_
     assert code == 0 and err == "", err  # nothing tracked changed: no warning
     again = Path(out.splitlines()[0])
     assert again.read_bytes() == (tmp_path / "a" / again.name).read_bytes()
-    assert _names(again) == ["BUILD.bazel", "MODULE.bazel", "pyproject.toml", "python/BUILD.bazel", "python/patched_wheels/__init__.py", "python/run.sh"]
+    assert _names(again) == [
+        "BUILD.bazel",
+        "MODULE.bazel",
+        "pyproject.toml",
+        "python/BUILD.bazel",
+        "python/patched_wheels/__init__.py",
+        "python/run.sh",
+    ]
 
 
 def test_a_changed_tracked_file_goes_in_with_a_warning(tmp_path, capsys) -> None:
@@ -195,7 +222,9 @@ def test_a_tracked_symbolic_link_is_refused(tmp_path, capsys, target: str) -> No
     make_repository(repo)
     code, out, err = _run(repo, tmp_path / "out", capsys)
     assert (code, out) == (1, "")
-    assert err == "tools/release: error: python/link.txt: a symbolic link; the release archive holds regular files only\n", err
+    assert (
+        err == "tools/release: error: python/link.txt: a symbolic link; the release archive holds regular files only\n"
+    ), err
     assert not (tmp_path / "out").exists()
 
 
@@ -213,7 +242,10 @@ def test_a_tag_of_another_version_is_refused(tmp_path, capsys) -> None:
     _git(repo, "tag", "v1.2.4")
     code, out, err = _run(repo, tmp_path / "out", capsys)
     assert (code, out) == (1, "")
-    assert err == 'tools/release: error: MODULE.bazel: version = "1.2.3", but HEAD is tagged v1.2.4: the release\'s URL and the registry name the tag\'s version\n'
+    assert (
+        err
+        == "tools/release: error: MODULE.bazel: version = \"1.2.3\", but HEAD is tagged v1.2.4: the release's URL and the registry name the tag's version\n"
+    )
     _git(repo, "tag", "v1.2.3")
     code, out, err = _run(repo, tmp_path / "out", capsys)
     assert code == 0 and err == "", err
@@ -221,7 +253,10 @@ def test_a_tag_of_another_version_is_refused(tmp_path, capsys) -> None:
 
 @pytest.mark.parametrize(
     ("path", "text"),
-    [("pyproject.toml", '[project]\nname = "patched-wheels"\nversion = "1.2.2"\n'), ("python/patched_wheels/__init__.py", '"""Doc."""\n')],
+    [
+        ("pyproject.toml", '[project]\nname = "patched-wheels"\nversion = "1.2.2"\n'),
+        ("python/patched_wheels/__init__.py", '"""Doc."""\n'),
+    ],
 )
 def test_another_file_stating_another_version_is_refused(tmp_path, capsys, path: str, text: str) -> None:
     repo = make_repository(tmp_path / "repo", files={path: text.encode()})
@@ -273,7 +308,9 @@ def test_no_git_or_no_checkout_is_one_error_line(tmp_path, capsys, monkeypatch) 
     make_repository(exported)
     shutil.rmtree(exported / ".git")
     code, out, err = _run(exported, tmp_path / "out", capsys)
-    assert (code, out) == (1, "") and err.startswith(f"tools/release: error: git ls-files in {exported}: fatal: not a git repository"), err
+    assert (code, out) == (1, "") and err.startswith(
+        f"tools/release: error: git ls-files in {exported}: fatal: not a git repository"
+    ), err
     repo = make_repository(tmp_path / "repo")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     code, out, err = _run(repo, tmp_path / "out", capsys)
@@ -293,7 +330,9 @@ def test_an_outdir_that_takes_no_file_is_named(tmp_path, capsys, monkeypatch) ->
     repo = make_repository(tmp_path / "repo")
 
     def refuse(*args, **kwargs):
-        raise PermissionError(13, "Permission denied", str(tmp_path / "out" / ".rules_patched_wheels-1.2.3.tar.gz.x.partial"))
+        raise PermissionError(
+            13, "Permission denied", str(tmp_path / "out" / ".rules_patched_wheels-1.2.3.tar.gz.x.partial")
+        )
 
     monkeypatch.setattr(release.tempfile, "mkstemp", refuse)
     code, out, err = _run(repo, tmp_path / "out", capsys)
@@ -301,7 +340,10 @@ def test_an_outdir_that_takes_no_file_is_named(tmp_path, capsys, monkeypatch) ->
 
 
 def test_the_version_is_the_module_call_s_not_a_comment_s(tmp_path) -> None:
-    module_file = '"""Docs: module(name = "x", version = "8.8.8")."""\n# module(name = "x", version = "9.9.9")\nmodule(\n    name = "rules_patched_wheels",\n    version = "1.2.3",  # was "1.2.2"\n)\n'
+    module_file = (
+        '"""Docs: module(name = "x", version = "8.8.8")."""\n# module(name = "x", version = "9.9.9")\n'
+        'module(\n    name = "rules_patched_wheels",\n    version = "1.2.3",  # was "1.2.2"\n)\n'
+    )
     repo = make_repository(tmp_path / "repo", files={"MODULE.bazel": module_file.encode()})
     assert release.write_release(repo, tmp_path / "out").name == "rules_patched_wheels-1.2.3.tar.gz"
 

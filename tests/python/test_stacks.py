@@ -10,7 +10,13 @@ import pytest
 from patched_wheels.cli import main
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.loading.layout import SITE_PACKAGES
-from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, preload_member_edits, read_preload_module, render_preload_module
+from patched_wheels.loading.preload import (
+    PRELOAD_MODULE,
+    PreloadList,
+    preload_member_edits,
+    read_preload_module,
+    render_preload_module,
+)
 from patched_wheels.loading.probe import compare
 from patched_wheels.patch.request import rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
@@ -44,7 +50,9 @@ def test_each_stack_works_in_one_site_packages_only(stacks, name, tmp_path):
 def _patched(stack, tmp_path, **options):
     """The package's wheel patched with preload = "auto" (default probe), and the set with it."""
     edits = preload_member_edits(stack.package, list(stack.wheels), **options)
-    patched = patch_wheel(stack.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
+    patched = patch_wheel(
+        stack.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)
+    ).path
     return patched, [patched if wheel == stack.package_wheel else wheel for wheel in stack.wheels]
 
 
@@ -79,13 +87,20 @@ def test_doctor_on_the_plugin_sees_the_silent_cpu_fallback_and_its_fix(stacks, t
     out = capsys.readouterr().out
     assert "run: import fakeplugins.xla_fake (this interpreter)" in out  # valid Python, dotted
     assert "prediction (static, as is): fails, as the run shows" in out  # libcu may fail: its wheel is required
-    assert "first error 'Unable to load CUDA. Is it installed? (OSError: libcu.so.1: cannot open shared object file" in out
+    assert (
+        "first error 'Unable to load CUDA. Is it installed? (OSError: libcu.so.1: cannot open shared object file" in out
+    )
     assert "2 of the set's libraries mapped in one site-packages are not mapped" in out
     assert 'with the generated preload (preload = "auto", probe = "import fakeplugins.xla_fake"): 2 libraries' in out
     patched, wheel_set = _patched(stack, tmp_path)
-    assert main(["doctor", "--no-cache", *map(str, wheel_set), "--package", "fakeplugins.xla_fake", f"--run={stack.code}"]) == 0
+    assert (
+        main(["doctor", "--no-cache", *map(str, wheel_set), "--package", "fakeplugins.xla_fake", f"--run={stack.code}"])
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "    stdout: gpu:12" in out and "run: passes: one directory per wheel does what one site-packages does\n" in out
+    assert (
+        "    stdout: gpu:12" in out and "run: passes: one directory per wheel does what one site-packages does\n" in out
+    )
 
 
 def test_rtld_global_only_where_a_library_needs_it(stacks, tmp_path):
@@ -130,13 +145,16 @@ def test_provider_failing_in_both_layouts_is_not_counted_against_the_layout(stac
     stack = stacks["provider"]
     argv = ["doctor", "--no-cache", "--package", stack.package]
     assert main([*argv, *map(str, stack.wheels), "--run"]) == 1
-    assert "run: fails: one directory per wheel differs from one site-packages: exit status 1" in capsys.readouterr().out
+    assert (
+        "run: fails: one directory per wheel differs from one site-packages: exit status 1" in capsys.readouterr().out
+    )
     patched, wheel_set = _patched(stack, tmp_path)
     assert main([*argv, *map(str, wheel_set), f"--run={stack.code}"]) == 0
     out = capsys.readouterr().out
     assert (
         "run: passes: one directory per wheel does what one site-packages does (same as in one site-packages, not caused "
-        f"by the layout: EP Error: OSError: {stackshapes.MISSING_PROVIDER_LIBRARY}: cannot open shared object file" in out
+        f"by the layout: EP Error: OSError: {stackshapes.MISSING_PROVIDER_LIBRARY}: cannot open shared object file"
+        in out
     )
     # The static verdict stays, as a prediction, and says where it disagrees.
     assert "predicted, as is: 1 library fails to load with one directory per wheel" in out
@@ -178,11 +196,17 @@ def test_doctor_counts_the_packages_own_data_scheme_library(tmp_path, capsys):
     """CyFES: the package loads its data-scheme library itself; doctor --package fails before the RPATH fix, not after."""
     original = build_rpath_wheel(tmp_path / "wheels")
     entries = f"$ORIGIN/../{SITE_PACKAGES}/pkg.libs:$ORIGIN/../../site-packages/pkg.libs"
-    edits = [rpath_edit("pkg/*.so", FIX), rpath_edit(DATA_MEMBER, entries, "append")]  # append: auditwheel's entries stay
+    edits = [
+        rpath_edit("pkg/*.so", FIX),
+        rpath_edit(DATA_MEMBER, entries, "append"),
+    ]  # append: auditwheel's entries stay
     fixed = patch_wheel(original, tmp_path / "fixed", PatchOptions(suffix="fix.1", rpath_edits=edits)).path
     assert main(["doctor", "--no-cache", str(original), "--package", "pkg"]) == 1
     out = capsys.readouterr().out
-    assert f"{DATA_MEMBER} ({original.name}): needs libdep.so.1" in out and "fails if pkg loads it itself at run time" in out
+    assert (
+        f"{DATA_MEMBER} ({original.name}): needs libdep.so.1" in out
+        and "fails if pkg loads it itself at run time" in out
+    )
     assert main(["doctor", "--no-cache", str(fixed), "--package", "pkg"]) == 0
     assert "predicted, as is: every library loads with one directory per wheel" in capsys.readouterr().out
 

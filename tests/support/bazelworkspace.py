@@ -221,11 +221,18 @@ def make_bzlmod_workspace(root: Path) -> Setup:
     _append_template(
         root / "BUILD.bazel",
         "plugin.BUILD.bazel.tmpl",
-        dict(package=pypi.plugin.package, expected=str(stackshapes.PLUGIN_ANSWER), probe=pypi.plugin.code, absent_driver=ABSENT_DRIVER),
+        dict(
+            package=pypi.plugin.package,
+            expected=str(stackshapes.PLUGIN_ANSWER),
+            probe=pypi.plugin.code,
+            absent_driver=ABSENT_DRIVER,
+        ),
     )
     # Never used by pip.parse: the hub that names the wrong JAX-like project fails, telling the right one.
     write_lock(pypi.split_plugin.wheels, root / "misplaced_requirements_lock.txt")
-    _append_template(root / "MODULE.bazel", "misplaced.MODULE.bazel.tmpl", {**values, "package": pypi.split_plugin.package})
+    _append_template(
+        root / "MODULE.bazel", "misplaced.MODULE.bazel.tmpl", {**values, "package": pypi.split_plugin.package}
+    )
     _write_does_not_apply_patch(root / "does-not-apply.patch")
     return Setup(BazelWorkspace(root, root / "logs"), pypi)
 
@@ -250,13 +257,20 @@ def make_cycles_workspace(root: Path) -> tuple[Setup, Path]:
     Returns the setup and fakepil's wheel."""
     pypi = common_files(root)
     pil = cyclefixture.build_pillow_shape(pypi.directory).package_wheel
-    subprocess.run([sys.executable, "-m", "patched_wheels", "index", str(pypi.directory)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "index", str(pypi.directory)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     write_lock([*pypi.wheels.all, pil], root / "requirements_lock.txt")
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
     render("cycles.MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
     render(
-        "cycles.BUILD.bazel.tmpl", root / "BUILD.bazel",
-        torch_expected=str(fakecuda.EXPECTED_ANSWER), pil_expected=str(cyclefixture.PIL_ANSWER),
+        "cycles.BUILD.bazel.tmpl",
+        root / "BUILD.bazel",
+        torch_expected=str(fakecuda.EXPECTED_ANSWER),
+        pil_expected=str(cyclefixture.PIL_ANSWER),
     )
     _write_does_not_apply_patch(root / "does-not-apply.patch")
     return Setup(BazelWorkspace(root, root / "logs"), pypi), pil
@@ -288,5 +302,7 @@ def make_workspace_mode_workspace(root: Path, http_url: str) -> Setup:
     )
     fixture_uv_locks(root, pypi, http_url)
     _append_template(root / "WORKSPACE", "uv.WORKSPACE.tmpl", values)
-    _append_template(root / "BUILD.bazel", "uv.BUILD.bazel.workspace.tmpl", dict(expected=str(fakecuda.EXPECTED_ANSWER)))
+    _append_template(
+        root / "BUILD.bazel", "uv.BUILD.bazel.workspace.tmpl", dict(expected=str(fakecuda.EXPECTED_ANSWER))
+    )
     return Setup(BazelWorkspace(root, root / "logs", config=["--config=workspace"]), pypi)

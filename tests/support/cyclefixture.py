@@ -57,7 +57,9 @@ class CycleWheels:
         return [wheel for wheel in (self.libraries_wheel, self.package_wheel) if wheel is not None]
 
 
-def _pair(build: Path, first: str, first_value: int, second: str, second_value: int, *, origin: bool = True) -> tuple[bytes, bytes]:
+def _pair(
+    build: Path, first: str, first_value: int, second: str, second_value: int, *, origin: bool = True
+) -> tuple[bytes, bytes]:
     """``first`` and ``second`` needing each other; only ``second`` has the RUNPATH ``$ORIGIN`` (none without ``origin``).
 
     ``first`` defines ``<first>_value() = first_value`` and ``<first>_sum()`` (calls the other),
@@ -69,7 +71,9 @@ def _pair(build: Path, first: str, first_value: int, second: str, second_value: 
     # Linked once without its partner to make the partner linkable, then again with it.
     compile_shared(build, first, f"int {f}_value(void) {{ return {first_value}; }}\n", f"-Wl,-soname,{first}")
     search = ["-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"] if origin else []
-    second_bytes = compile_shared(build, second, second_source, f"-Wl,-soname,{second}", f"-l:{first}", *search).read_bytes()
+    second_bytes = compile_shared(
+        build, second, second_source, f"-Wl,-soname,{second}", f"-l:{first}", *search
+    ).read_bytes()
     first_bytes = compile_shared(build, first, first_source, f"-Wl,-soname,{first}", f"-l:{second}").read_bytes()
     return first_bytes, second_bytes
 
@@ -85,12 +89,19 @@ def build_pillow_shape(dest: Path) -> CycleWheels:
     freetype, harfbuzz = (PIL_LIBRARIES[name].rsplit("/", 1)[1] for name in ("freetype", "harfbuzz"))
     freetype_bytes, harfbuzz_bytes = _pair(build, freetype, 3, harfbuzz, 20)
     imaging = compile_shared(
-        build, "_imaging.so", "int freetype_value(void);\nint harfbuzz_value(void);\n"
+        build,
+        "_imaging.so",
+        "int freetype_value(void);\nint harfbuzz_value(void);\n"
         "int imaging_answer(void) { return freetype_value() + harfbuzz_value(); }\n",
-        f"-l:{freetype}", f"-l:{harfbuzz}", "-Wl,-rpath,$ORIGIN/../fakepil.libs", "-Wl,--enable-new-dtags",
+        f"-l:{freetype}",
+        f"-l:{harfbuzz}",
+        "-Wl,-rpath,$ORIGIN/../fakepil.libs",
+        "-Wl,--enable-new-dtags",
     ).read_bytes()
     files = {
-        "fakepil/__init__.py": _LOADER.format(package="fakepil", module="_imaging.so", function="imaging_answer").encode(),
+        "fakepil/__init__.py": _LOADER.format(
+            package="fakepil", module="_imaging.so", function="imaging_answer"
+        ).encode(),
         PIL_LIBRARIES["imaging"]: imaging,
         PIL_LIBRARIES["freetype"]: freetype_bytes,
         PIL_LIBRARIES["harfbuzz"]: harfbuzz_bytes,
@@ -106,18 +117,32 @@ def build_own_cycle(dest: Path, *, origin: bool = True) -> CycleWheels:
     build.mkdir(parents=True, exist_ok=True)
     a_bytes, b_bytes = _pair(build, "libcyca.so.1", 7, "libcycb.so.1", 50, origin=origin)
     core = compile_shared(
-        build, "_core.so", "int cyca_sum(void);\nint core_answer(void) { return cyca_sum(); }\n",
+        build,
+        "_core.so",
+        "int cyca_sum(void);\nint core_answer(void) { return cyca_sum(); }\n",
         # A DT_RPATH (torch's kind): the loader also searches it for libcyca's own needs, so one site-packages works.
-        "-l:libcyca.so.1", "-Wl,-rpath,$ORIGIN/../fake_cyc/lib", "-Wl,--disable-new-dtags",
+        "-l:libcyca.so.1",
+        "-Wl,-rpath,$ORIGIN/../fake_cyc/lib",
+        "-Wl,--disable-new-dtags",
     ).read_bytes()
     libraries = build_wheel(
-        dest, "fake-cyc-libs", VERSION,
+        dest,
+        "fake-cyc-libs",
+        VERSION,
         {"fake_cyc/__init__.py": b"", CYC_LIBRARIES["a"]: a_bytes, CYC_LIBRARIES["b"]: b_bytes},
         executable=[CYC_LIBRARIES["a"], CYC_LIBRARIES["b"]],
     )
     package = build_wheel(
-        dest, "fakecyc", VERSION,
-        {"fakecyc/__init__.py": _LOADER.format(package="fakecyc", module="_core.so", function="core_answer").encode(), CYC_LIBRARIES["core"]: core},
-        requires=[f"fake-cyc-libs=={VERSION}"], executable=[CYC_LIBRARIES["core"]],
+        dest,
+        "fakecyc",
+        VERSION,
+        {
+            "fakecyc/__init__.py": _LOADER.format(
+                package="fakecyc", module="_core.so", function="core_answer"
+            ).encode(),
+            CYC_LIBRARIES["core"]: core,
+        },
+        requires=[f"fake-cyc-libs=={VERSION}"],
+        executable=[CYC_LIBRARIES["core"]],
     )
     return CycleWheels(package, libraries)

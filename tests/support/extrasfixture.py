@@ -21,7 +21,7 @@ from support import fakecuda, wheelbuilder
 ANSWER = 4242
 MISSING_ERROR = "No module named 'tk_rt'"
 
-_APP_INIT = b'''\
+_APP_INIT = b"""\
 import ctypes
 import os
 
@@ -33,7 +33,7 @@ _app = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libapp.so"))
 
 def answer():
     return _app.app_answer()
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,28 @@ def build_extras_wheels(dest: Path) -> ExtrasWheels:
     build.mkdir(parents=True, exist_ok=True)
     libtk = fakecuda.compile_shared(build, "libtk.so", "int tk_value(void) { return 4200; }\n", "-Wl,-soname,libtk.so")
     libapp = fakecuda.compile_shared(
-        build, "libapp.so", "int tk_value(void);\nint app_answer(void) { return tk_value() + 42; }\n", "-Wl,-soname,libapp.so", "-l:libtk.so"
+        build,
+        "libapp.so",
+        "int tk_value(void);\nint app_answer(void) { return tk_value() + 42; }\n",
+        "-Wl,-soname,libapp.so",
+        "-l:libtk.so",
     )
-    tk_rt = fakecuda.build_wheel(dest, "tk-rt", "1.0", {"tk_rt/__init__.py": b"", "tk_rt/lib/libtk.so": libtk.read_bytes()})
+    tk_rt = fakecuda.build_wheel(
+        dest, "tk-rt", "1.0", {"tk_rt/__init__.py": b"", "tk_rt/lib/libtk.so": libtk.read_bytes()}
+    )
     toolkit = wheelbuilder.build_wheel(
-        dest, "toolkit", "1.0", {"toolkit/__init__.py": b""}, requires=['tk-rt==1.0; extra == "rt"'], metadata_extra="Provides-Extra: rt\n"
+        dest,
+        "toolkit",
+        "1.0",
+        {"toolkit/__init__.py": b""},
+        requires=['tk-rt==1.0; extra == "rt"'],
+        metadata_extra="Provides-Extra: rt\n",
     )
     app = fakecuda.build_wheel(
-        dest, "app", "1.0", {"app/__init__.py": _APP_INIT, "app/lib/libapp.so": libapp.read_bytes()}, requires=["toolkit[rt]==1.0"]
+        dest,
+        "app",
+        "1.0",
+        {"app/__init__.py": _APP_INIT, "app/lib/libapp.so": libapp.read_bytes()},
+        requires=["toolkit[rt]==1.0"],
     )
     return ExtrasWheels(app, toolkit, tk_rt)

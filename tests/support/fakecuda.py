@@ -74,7 +74,7 @@ LIBRARY_PATHS = {
 }
 
 _SOURCES = {
-    "jit": "#include <stdlib.h>\nint jit_value(void) { return atoi(\"7\"); }\n",  # needs libc: a system dependency
+    "jit": '#include <stdlib.h>\nint jit_value(void) { return atoi("7"); }\n',  # needs libc: a system dependency
     "sparse": "int jit_value(void);\nint sparse_value(void) { return 3 * jit_value(); }\n",
     "solver": "int sparse_value(void);\nint solver_value(void) { return sparse_value() + 1; }\n",
     "blas": "int blas_value(void) { return 100; }\n",
@@ -172,7 +172,17 @@ def compile_shared(directory: Path, name: str, source: str, *flags: str) -> Path
     """``gcc -shared`` one C source into ``directory/name`` (``-L directory`` so earlier outputs can be linked)."""
     (directory / f"{name}.c").write_text(source)
     output = directory / name
-    command = ["gcc", "-shared", "-fPIC", "-O1", "-o", str(output), str(directory / f"{name}.c"), f"-L{directory}", *flags]
+    command = [
+        "gcc",
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-o",
+        str(output),
+        str(directory / f"{name}.c"),
+        f"-L{directory}",
+        *flags,
+    ]
     subprocess.run(command, check=True, capture_output=True)
     return output
 
@@ -190,7 +200,10 @@ def _compile(short_name: str, build_dir: Path) -> Path:
     flags = [f"-Wl,-soname,{soname(short_name)}"] if soname(short_name) else []
     flags += [f"-l:{os.path.basename(LIBRARY_PATHS[name])}" for name in needed]
     if search_path:
-        flags += [f"-Wl,-rpath,{':'.join(search_path)}", "-Wl,--disable-new-dtags" if use_rpath else "-Wl,--enable-new-dtags"]
+        flags += [
+            f"-Wl,-rpath,{':'.join(search_path)}",
+            "-Wl,--disable-new-dtags" if use_rpath else "-Wl,--enable-new-dtags",
+        ]
     return compile_shared(build_dir, os.path.basename(LIBRARY_PATHS[short_name]), _SOURCES[short_name], *flags)
 
 
@@ -218,7 +231,10 @@ def build_fake_cuda_wheels(dest: Path, *, broken_order: bool = True) -> FakeCuda
     """
     build_dir = dest / "build"
     build_dir.mkdir(parents=True, exist_ok=True)
-    binaries = {name: _compile(name, build_dir).read_bytes() for name in ("jit", "sparse", "solver", "blas", "faketorch", "core")}
+    binaries = {
+        name: _compile(name, build_dir).read_bytes()
+        for name in ("jit", "sparse", "solver", "blas", "faketorch", "core")
+    }
     nvidia = {}
     for name in ("jit", "sparse", "solver", "blas"):
         path = LIBRARY_PATHS[name]
@@ -263,7 +279,12 @@ def build_runtime_loaded_wheels(dest: Path) -> RuntimeLoadedWheels:
     """Compile ``libbar``, ``libbar_pmix`` and ``libfoo`` and package them with ``fakejax`` (see the module docstring)."""
     build_dir = dest / "build-runtime"
     build_dir.mkdir(parents=True, exist_ok=True)
-    compile_shared(build_dir, MISSING_SYSTEM_LIBRARY, "int pmix_value(void) { return 1; }\n", f"-Wl,-soname,{MISSING_SYSTEM_LIBRARY}")
+    compile_shared(
+        build_dir,
+        MISSING_SYSTEM_LIBRARY,
+        "int pmix_value(void) { return 1; }\n",
+        f"-Wl,-soname,{MISSING_SYSTEM_LIBRARY}",
+    )
     pmix = compile_shared(
         build_dir,
         "libbar_pmix.so.1",
@@ -356,7 +377,9 @@ def run_import(
     sys_path: Sequence[Path], code: str = "import faketorch; print(faketorch.answer())"
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter whose only extra ``sys.path`` entries are ``sys_path``."""
-    env = {key: value for key, value in os.environ.items() if key not in ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONHOME")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONHOME")
+    }
     env["PYTHONPATH"] = os.pathsep.join(str(entry) for entry in sys_path)
     return subprocess.run(
         [sys.executable, "-s", "-c", code], env=env, capture_output=True, text=True, cwd=str(sys_path[0]), check=False

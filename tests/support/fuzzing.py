@@ -35,16 +35,33 @@ def one_error_line(status: int, out: str, err: str) -> None:
     assert err.count("\n") == 1 and err.startswith("patched-wheels: error: "), f"stderr {err!r}"
 
 
-def check_lock_command(case_dir: Path, lock_file: Path, lock_format: str, index: Path, option: str, *, forbidden: str | None = None) -> None:
+def check_lock_command(
+    case_dir: Path, lock_file: Path, lock_format: str, index: Path, option: str, *, forbidden: str | None = None
+) -> None:
     """``lock`` and ``resolve --list-projects`` on a (mutated) lock keep the promise: what ``lock`` writes reads back
     as a lock (and holds no ``forbidden`` text), or it writes nothing and says one error line."""
     from patched_wheels.lock.formats.registry import read_lock
 
     out, uv_out = case_dir / "out.txt", case_dir / "out.uv.lock"
     extra = ["--out-uv-lock", str(uv_out)] if lock_format == "uv-lock" else []
-    status, stdout, err = run_cli(["lock", f"--{lock_format}", str(lock_file), "--index", str(index), "--out", str(out), "--index-option", option, *extra])
+    status, stdout, err = run_cli(
+        [
+            "lock",
+            f"--{lock_format}",
+            str(lock_file),
+            "--index",
+            str(index),
+            "--out",
+            str(out),
+            "--index-option",
+            option,
+            *extra,
+        ]
+    )
     if status == 0:
-        assert forbidden is None or forbidden not in out.read_text(encoding="utf-8"), f"{forbidden} reached the requirements lock"
+        assert forbidden is None or forbidden not in out.read_text(encoding="utf-8"), (
+            f"{forbidden} reached the requirements lock"
+        )
         read_lock(out)  # what we wrote reads back as a lock
         if extra:
             read_lock(uv_out, "uv-lock")
@@ -56,7 +73,12 @@ def check_lock_command(case_dir: Path, lock_file: Path, lock_format: str, index:
         one_error_line(status, stdout, err)
 
 
-def run_cases(tmp_path: Path, count: int, seed_prefix: str, prepare: Callable[[int, random.Random, Path], tuple[str, Callable[[], None]]]) -> None:
+def run_cases(
+    tmp_path: Path,
+    count: int,
+    seed_prefix: str,
+    prepare: Callable[[int, random.Random, Path], tuple[str, Callable[[], None]]],
+) -> None:
     """Run ``count`` seeded cases (``prepare`` makes one in its directory and says what it is) until the deadline;
     collect every broken promise, then fail naming the seed and the first few."""
     deadline = time.monotonic() + SECONDS
@@ -78,4 +100,6 @@ def run_cases(tmp_path: Path, count: int, seed_prefix: str, prepare: Callable[[i
         shutil.rmtree(case_dir, ignore_errors=True)
         ran += 1
     assert ran >= min(count, 40), f"only {ran} cases ran in {SECONDS} s"
-    assert not failures, f"RPW_FUZZ_SEED={SEED}: {len(failures)} of {ran} cases broke a promise:\n" + "\n".join(failures[:5])
+    assert not failures, f"RPW_FUZZ_SEED={SEED}: {len(failures)} of {ran} cases broke a promise:\n" + "\n".join(
+        failures[:5]
+    )

@@ -63,13 +63,26 @@ def write_config(
     for spec in specs:
         del spec["wheel"]
     request = {
-        "hub": "test", "bzlmod": True, **lock_attributes(requirements_lock=str(lock)),
-        "index_url": "", "index_option": index_option, "rules_python_version": "1.6.0",
-        "repository": str(tmp_path), "patched": specs, "wheel_facts": str(wheel_facts) if wheel_facts else "", "restore_extras": True, "extras": [],
+        "hub": "test",
+        "bzlmod": True,
+        **lock_attributes(requirements_lock=str(lock)),
+        "index_url": "",
+        "index_option": index_option,
+        "rules_python_version": "1.6.0",
+        "repository": str(tmp_path),
+        "patched": specs,
+        "wheel_facts": str(wheel_facts) if wheel_facts else "",
+        "restore_extras": True,
+        "extras": [],
     }
     sources = {wheel.name: wheel for wheel in [*others, *originals]}
     resolved = [
-        {"project": canonicalize_name(name.split("-")[0]), "filename": name, "urls": [wheel.as_uri()], "sha256": sha256(wheel)}
+        {
+            "project": canonicalize_name(name.split("-")[0]),
+            "filename": name,
+            "urls": [wheel.as_uri()],
+            "sha256": sha256(wheel),
+        }
         for name, wheel in sources.items()
     ]
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
@@ -77,7 +90,18 @@ def write_config(
     config = tmp_path / "_hub.json"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = main(["hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json"), "--config-out", str(config)])
+        code = main(
+            [
+                "hub",
+                "plan",
+                "--request",
+                str(tmp_path / "request.json"),
+                "--resolved",
+                str(tmp_path / "resolved.json"),
+                "--config-out",
+                str(config),
+            ]
+        )
     assert code == 0
     for fetch in json.loads(out.getvalue())["fetch"]:
         (tmp_path / fetch["output"]).parent.mkdir(parents=True, exist_ok=True)

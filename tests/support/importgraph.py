@@ -49,7 +49,9 @@ def import_graph(root: Path, package: str) -> dict[str, set[str]]:
     paths = {module_name(path, root, package): path for path in sorted(root.rglob("*.py"))}
     known = set(paths)
     return {
-        name: imported_modules(path.read_text(encoding="utf-8"), name, is_package=path.name == "__init__.py", known=known)
+        name: imported_modules(
+            path.read_text(encoding="utf-8"), name, is_package=path.name == "__init__.py", known=known
+        )
         for name, path in paths.items()
     }
 

@@ -65,12 +65,24 @@ def build_rpath_wheel(dest_dir: Path, *, kind: str = "runpath") -> Path:
     build_dir = dest_dir / f"build-{kind}"
     build_dir.mkdir(parents=True, exist_ok=True)
     dep = compile_shared(build_dir, "libdep.so.1", "int dep_value(void) { return 41; }\n", "-Wl,-soname,libdep.so.1")
-    search = [] if kind == "none" else ["-Wl,-rpath,$ORIGIN", f"-Wl,--{'enable' if kind == 'runpath' else 'disable'}-new-dtags"]
+    search = (
+        []
+        if kind == "none"
+        else ["-Wl,-rpath,$ORIGIN", f"-Wl,--{'enable' if kind == 'runpath' else 'disable'}-new-dtags"]
+    )
     ext = compile_shared(
-        build_dir, "_ext.so", "int dep_value(void);\nint ext_answer(void) { return dep_value() + 1; }\n", "-l:libdep.so.1", *search
+        build_dir,
+        "_ext.so",
+        "int dep_value(void);\nint ext_answer(void) { return dep_value() + 1; }\n",
+        "-l:libdep.so.1",
+        *search,
     )
     data = compile_shared(
-        build_dir, "libdata.so", "int dep_value(void);\nint data_answer(void) { return dep_value() + 2; }\n", "-l:libdep.so.1", *search
+        build_dir,
+        "libdata.so",
+        "int dep_value(void);\nint data_answer(void) { return dep_value() + 2; }\n",
+        "-l:libdep.so.1",
+        *search,
     )
     files = {
         "pkg/__init__.py": _INIT,

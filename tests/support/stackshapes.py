@@ -59,14 +59,14 @@ class Stack:
 
 
 # A helper for package code: the file at ``relative`` under the sys.path entry that also holds ``anchor``.
-_FIND = '''
+_FIND = """
 def _beside(anchor, relative):
     for entry in sys.path:
         if os.path.isdir(os.path.join(entry or os.curdir, anchor)):
             candidate = os.path.join(entry or os.curdir, *relative.split("/"))
             return candidate if os.path.isfile(candidate) else None
     return None
-'''
+"""
 
 
 def _shared(build: Path, name: str, source: str, *flags: str, soname: bool = True) -> bytes:
@@ -85,12 +85,15 @@ def _wheel(dest: Path, name: str, files: Mapping[str, bytes], *, requires: Seque
 
 PLUGIN_LIBRARIES = {"cu": "fake_cu/lib/libcu.so.1", "cudep": "fake_cudep/lib/libcudep.so.1"}
 PLUGIN_ANSWER = 12  # xla_fake.answer() when libcu.so.1 loaded, 0 on the "cpu"
-_PLUGIN_INIT = '''"""xla_fake: a CUDA plugin that finds its libraries the way JAX's does, else runs on the CPU."""
+_PLUGIN_INIT = (
+    '''"""xla_fake: a CUDA plugin that finds its libraries the way JAX's does, else runs on the CPU."""
 import ctypes
 import logging
 import os
 import sys
-''' + _FIND + '''
+'''
+    + _FIND
+    + """
 
 def _load():
     path = _beside("fakeplugins", "fake_cu/lib/libcu.so.1")
@@ -110,7 +113,8 @@ def answer():
 
 def backend():
     return "gpu:%d" % answer() if _cu is not None else "cpu"
-'''
+"""
+)
 
 
 def build_plugin_stack(dest: Path) -> Stack:
@@ -119,14 +123,20 @@ def build_plugin_stack(dest: Path) -> Stack:
     build.mkdir(parents=True, exist_ok=True)
     cudep = _shared(build, "libcudep.so.1", "int cudep_value(void) { return 6; }\n")
     cu = _shared(
-        build, "libcu.so.1", "int cudep_value(void);\nint cu_value(void) { return cudep_value() * 2; }\n",
-        "-l:libcudep.so.1", *_runpath("$ORIGIN/../../fake_cudep/lib"),
+        build,
+        "libcu.so.1",
+        "int cudep_value(void);\nint cu_value(void) { return cudep_value() * 2; }\n",
+        "-l:libcudep.so.1",
+        *_runpath("$ORIGIN/../../fake_cudep/lib"),
     )
     wheels = (
         _wheel(dest, "fake-cudep", {"fake_cudep/__init__.py": b"", PLUGIN_LIBRARIES["cudep"]: cudep}),
         _wheel(dest, "fake-cu", {"fake_cu/__init__.py": b"", PLUGIN_LIBRARIES["cu"]: cu}),
         plugin := _wheel(
-            dest, "fakeplug-cuda", {"fakeplugins/xla_fake/__init__.py": _PLUGIN_INIT.encode()}, requires=["fake-cu", "fake-cudep"]
+            dest,
+            "fakeplug-cuda",
+            {"fakeplugins/xla_fake/__init__.py": _PLUGIN_INIT.encode()},
+            requires=["fake-cu", "fake-cudep"],
         ),
     )
     code = "import fakeplugins.xla_fake as plugin; print(plugin.backend())"
@@ -140,11 +150,14 @@ SYMBOL_LIBRARIES = {
     "user": "fakedup/libuser.so",
     "glue_ext": "fakedup/_glue.so",
 }
-_SYMBOL_INIT = '''"""fakedup: one library it links, one it opens locally, one it opens globally for an underlinked module."""
+_SYMBOL_INIT = (
+    '''"""fakedup: one library it links, one it opens locally, one it opens globally for an underlinked module."""
 import ctypes
 import os
 import sys
-''' + _FIND + '''
+'''
+    + _FIND
+    + """
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _dupa = ctypes.CDLL(_beside("fakedup", "fake_dupa/lib/libdupa.so.1") or "libdupa.so.1")
 _glue_provider = _beside("fakedup", "fake_glue/lib/libglue.so.1")
@@ -156,7 +169,8 @@ _glue = ctypes.CDLL(os.path.join(_HERE, "_glue.so"))
 
 def answer():
     return _user.user_value() * 100 + _dupa.dupa_value() * 10 + _glue.glue_answer()
-'''
+"""
+)
 
 
 def build_symbol_stack(dest: Path) -> Stack:
@@ -167,10 +181,16 @@ def build_symbol_stack(dest: Path) -> Stack:
     dupb = _shared(build, "libdupb.so.1", "int shared_value(void) { return 2; }\n")
     glue = _shared(build, "libglue.so.1", "int glue_value(void) { return 3; }\n")
     user = _shared(
-        build, "libuser.so", "int shared_value(void);\nint user_value(void) { return shared_value(); }\n",
-        "-l:libdupb.so.1", *_runpath("$ORIGIN/../fake_dupb/lib"), soname=False,
+        build,
+        "libuser.so",
+        "int shared_value(void);\nint user_value(void) { return shared_value(); }\n",
+        "-l:libdupb.so.1",
+        *_runpath("$ORIGIN/../fake_dupb/lib"),
+        soname=False,
     )
-    glue_ext = _shared(build, "_glue.so", "int glue_value(void);\nint glue_answer(void) { return glue_value() + 1; }\n", soname=False)
+    glue_ext = _shared(
+        build, "_glue.so", "int glue_value(void);\nint glue_answer(void) { return glue_value() + 1; }\n", soname=False
+    )
     wheels = (
         _wheel(dest, "fake-dupa", {"fake_dupa/__init__.py": b"", SYMBOL_LIBRARIES["dupa"]: dupa}),
         _wheel(dest, "fake-dupb", {"fake_dupb/__init__.py": b"", SYMBOL_LIBRARIES["dupb"]: dupb}),
@@ -178,7 +198,11 @@ def build_symbol_stack(dest: Path) -> Stack:
         package := _wheel(
             dest,
             "fakedup",
-            {"fakedup/__init__.py": _SYMBOL_INIT.encode(), SYMBOL_LIBRARIES["user"]: user, SYMBOL_LIBRARIES["glue_ext"]: glue_ext},
+            {
+                "fakedup/__init__.py": _SYMBOL_INIT.encode(),
+                SYMBOL_LIBRARIES["user"]: user,
+                SYMBOL_LIBRARIES["glue_ext"]: glue_ext,
+            },
             requires=["fake-dupa", "fake-dupb", "fake-glue"],
         ),
     )
@@ -216,19 +240,30 @@ def build_provider_stack(dest: Path) -> Stack:
     _shared(build, MISSING_PROVIDER_LIBRARY, "int nvinfer_value(void) { return 1; }\n")
     cublasx = _shared(build, "libcublasx.so.1", "int cublasx_value(void) { return 30; }\n")
     cuda = _shared(
-        build, "libprov_cuda.so", "int cublasx_value(void);\nint provider_value(void) { return cublasx_value() + 1; }\n",
-        "-l:libcublasx.so.1", *_runpath("$ORIGIN/../../fake_cublasx/lib"), soname=False,
+        build,
+        "libprov_cuda.so",
+        "int cublasx_value(void);\nint provider_value(void) { return cublasx_value() + 1; }\n",
+        "-l:libcublasx.so.1",
+        *_runpath("$ORIGIN/../../fake_cublasx/lib"),
+        soname=False,
     )
     trt = _shared(
-        build, "libprov_trt.so", "int nvinfer_value(void);\nint trt_value(void) { return nvinfer_value(); }\n",
-        f"-l:{MISSING_PROVIDER_LIBRARY}", soname=False,
+        build,
+        "libprov_trt.so",
+        "int nvinfer_value(void);\nint trt_value(void) { return nvinfer_value(); }\n",
+        f"-l:{MISSING_PROVIDER_LIBRARY}",
+        soname=False,
     )
     wheels = (
         _wheel(dest, "fake-cublasx", {"fake_cublasx/__init__.py": b"", PROVIDER_LIBRARIES["cublasx"]: cublasx}),
         package := _wheel(
             dest,
             "fakeort",
-            {"fakeort/__init__.py": _PROVIDER_INIT.encode(), PROVIDER_LIBRARIES["cuda"]: cuda, PROVIDER_LIBRARIES["trt"]: trt},
+            {
+                "fakeort/__init__.py": _PROVIDER_INIT.encode(),
+                PROVIDER_LIBRARIES["cuda"]: cuda,
+                PROVIDER_LIBRARIES["trt"]: trt,
+            },
             requires=["fake-cublasx"],
         ),
     )
@@ -326,9 +361,13 @@ def build_pathfinder_stack(dest: Path) -> Stack:
     fft = _shared(build, "libcufftx.so.1", "int fft_value(void) { return 42; }\n")
     wheels = (
         _wheel(dest, "fake-cufft", {"fake_cufft/__init__.py": b"", PATHFINDER_LIBRARY: fft}),
-        package := _wheel(dest, "fakecupy", {"fakecupy/__init__.py": _PATHFINDER_INIT.encode()}, requires=["fake-cufft"]),
+        package := _wheel(
+            dest, "fakecupy", {"fakecupy/__init__.py": _PATHFINDER_INIT.encode()}, requires=["fake-cufft"]
+        ),
     )
-    return Stack(wheels, "fakecupy", package, "import fakecupy; print(fakecupy.answer())", "42", {"fft": PATHFINDER_LIBRARY})
+    return Stack(
+        wheels, "fakecupy", package, "import fakecupy; print(fakecupy.answer())", "42", {"fft": PATHFINDER_LIBRARY}
+    )
 
 
 SPLIT_PLUGIN_LIBRARIES = {
@@ -351,14 +390,17 @@ def devices():
         found.append(point.load().initialize())
     return found or ["cpu"]
 '''
-_PJRT_INIT = '''"""xla_fake: JAX 0.7's PJRT plugin: importing it loads nothing; initialize() maps its own library and
+_PJRT_INIT = (
+    '''"""xla_fake: JAX 0.7's PJRT plugin: importing it loads nothing; initialize() maps its own library and
 dlopens the CUDA runtime of another wheel beside its namespace (by SONAME when it is not there), else "cpu"."""
 import ctypes
 import importlib
 import logging
 import os
 import sys
-''' + _FIND + '''
+'''
+    + _FIND
+    + """
 
 def initialize():
     try:
@@ -369,7 +411,8 @@ def initialize():
         logging.getLogger("jaxlike").error("Unable to load CUDA. Is it installed? (OSError: %s)", error)
         return "cpu"
     return "gpu:%d" % cudart.cudart_value()
-'''
+"""
+)
 
 
 def build_split_plugin_stack(dest: Path) -> Stack:
@@ -383,20 +426,34 @@ def build_split_plugin_stack(dest: Path) -> Stack:
     entry_points = b"[jaxlike_plugins]\nxla_fake = jaxlike_plugins.xla_fake\n"
     wheels = (
         _wheel(dest, "jaxlike", {"jaxlike/__init__.py": _HOST_INIT.encode()}),
-        _wheel(dest, "fake-cudart", {SPLIT_PLUGIN_LIBRARIES["cudart"]: _shared(build, "libcudartz.so.12", "int cudart_value(void) { return 12; }\n")}),
+        _wheel(
+            dest,
+            "fake-cudart",
+            {
+                SPLIT_PLUGIN_LIBRARIES["cudart"]: _shared(
+                    build, "libcudartz.so.12", "int cudart_value(void) { return 12; }\n"
+                )
+            },
+        ),
         pjrt := _wheel(
             dest,
             "jaxlike-cuda-pjrt",
             {
                 "jaxlike_plugins/xla_fake/__init__.py": _PJRT_INIT.encode(),
-                SPLIT_PLUGIN_LIBRARIES["pjrt"]: _shared(build, "xla_fake_plugin.so", "int plugin_value(void) { return 1; }\n", soname=False),
+                SPLIT_PLUGIN_LIBRARIES["pjrt"]: _shared(
+                    build, "xla_fake_plugin.so", "int plugin_value(void) { return 1; }\n", soname=False
+                ),
                 ".dist-info/entry_points.txt": entry_points,
             },
         ),
         _wheel(
             dest,
             "jaxlike-cuda-plugin",
-            {SPLIT_PLUGIN_LIBRARIES["kernels"]: _shared(build, "_kernels.so", "int kernels_value(void) { return 3; }\n", soname=False)},
+            {
+                SPLIT_PLUGIN_LIBRARIES["kernels"]: _shared(
+                    build, "_kernels.so", "int kernels_value(void) { return 3; }\n", soname=False
+                )
+            },
             requires=["jaxlike-cuda-pjrt==1.0", 'fake-cudart; extra == "with-cuda"'],
         ),
     )

@@ -95,6 +95,8 @@ def run_uv(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "UV_PYTHON": sys.executable,
         "UV_PYTHON_DOWNLOADS": "never",
     }
-    result = subprocess.run([uv.find_uv_bin(), *args], cwd=project, env=environment, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [uv.find_uv_bin(), *args], cwd=project, env=environment, capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, f"uv {' '.join(args)} failed:\n{result.stderr}"
     return result

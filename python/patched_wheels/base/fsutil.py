@@ -87,7 +87,9 @@ class NotRegularFileError(ValueError):
     """A path that must be a regular file of bounded size is something else; the message says what."""
 
 
-def open_regular_file(path: Path | str, *, dir_fd: int | None = None, follow_links: bool = False, append: bool = False) -> int:
+def open_regular_file(
+    path: Path | str, *, dir_fd: int | None = None, follow_links: bool = False, append: bool = False
+) -> int:
     """A read-only descriptor of ``path`` if it is a regular file, else :class:`NotRegularFileError`;
     with ``append``, a write-only one that appends, creating the file (``0600``) when it is missing.
 
@@ -207,7 +209,11 @@ def tree_holds(target: Path, files: Mapping[str, bytes]) -> bool:
         status = os.lstat(target)
     except OSError:
         return False
-    if not stat.S_ISDIR(status.st_mode) or stat.S_IMODE(status.st_mode) != _DIRECTORY_MODE or status.st_uid != os.geteuid():
+    if (
+        not stat.S_ISDIR(status.st_mode)
+        or stat.S_IMODE(status.st_mode) != _DIRECTORY_MODE
+        or status.st_uid != os.geteuid()
+    ):
         return False
     found: set[str] = set()
     for root, directories, names in os.walk(target):
@@ -311,7 +317,6 @@ def _is_alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
-
 
 
 def hash_file(path: Path) -> str:

@@ -55,7 +55,9 @@ def package_path(package: str) -> str:
     or its path (``jax_plugins/xla_cuda12``)."""
     parts = package.replace("/", ".").split(".")
     if not all(part.isidentifier() for part in parts):
-        raise UsageError(f"package {package!r}: not a module name (write it as Python imports it, e.g. jax_plugins.xla_cuda12)")
+        raise UsageError(
+            f"package {package!r}: not a module name (write it as Python imports it, e.g. jax_plugins.xla_cuda12)"
+        )
     return "/".join(parts)
 
 

@@ -77,8 +77,17 @@ def record(command: Sequence[str], facts: Mapping[str, str] | None = None) -> No
         return
     now = _now()
     total = [now[0] - _started, *now[1:]]
-    line = {"command": list(command), "pid": os.getpid(), "total": dict(zip(FIELDS, total)), "phases": phases, **(facts or {})}
-    from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file  # only when asked: every command imports this
+    line = {
+        "command": list(command),
+        "pid": os.getpid(),
+        "total": dict(zip(FIELDS, total)),
+        "phases": phases,
+        **(facts or {}),
+    }
+    from patched_wheels.base.fsutil import (
+        NotRegularFileError,
+        open_regular_file,
+    )  # only when asked: every command imports this
 
     try:  # a FIFO without a reader, a device or a link is no place for them, and must not hang the run
         with os.fdopen(open_regular_file(path, append=True), "a", encoding="utf-8") as file:

@@ -30,7 +30,11 @@ COMMANDS = ("doctor", "graph", "hub", "index", "lock", "mirror", "patch", "resol
 
 def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
     """``--no-cache`` for the commands that read the ELF graph (graph, doctor, split, patch --preload-for)."""
-    parser.add_argument("--no-cache", action="store_true", help="do not read or write the per-wheel ELF result cache (nor the memo of wheel digests that keys it)")
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="do not read or write the per-wheel ELF result cache (nor the memo of wheel digests that keys it)",
+    )
 
 
 def add_lock_input(parser: argparse.ArgumentParser) -> None:

@@ -62,13 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--probe",
         metavar="CODE",
-        help="judge the generated preload with what CODE maps in one site-packages (preload = \"auto\"'s probe; "
+        help='judge the generated preload with what CODE maps in one site-packages (preload = "auto"\'s probe; '
         "default with --run: import PKG); without it and --run, the ELF graph alone",
     )
     parser.add_argument(
         "--no-probe",
         action="store_true",
-        help="judge the preload the ELF graph alone generates (preload = \"elf\"), even with --run",
+        help='judge the preload the ELF graph alone generates (preload = "elf"), even with --run',
     )
     parser.add_argument(
         "--assume-system",

@@ -15,14 +15,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lock",
         help="rewrite a requirements lock to install the patched wheels of an index",
         description=(
-            "Copy IN (a requirements lock, or the pins a uv.lock or pylock.toml installs here) to OUT, pointing patched projects at the wheels of the index DIR (direct "
+            "Copy IN (a requirements lock, or the pins a uv.lock or pylock.toml installs here) to OUT, "
+            "pointing patched projects at the wheels of the index DIR (direct "
             "references, or the patched versions and hashes plus one --option=file://... line) and "
             "adding pins for projects only the index has (split siblings). Everything else is kept "
             "byte for byte. DIR is (re)indexed first, incrementally."
         ),
     )
     add_lock_input(parser)
-    parser.add_argument("--index", required=True, type=Path, metavar="DIR", help="directory of the index (wheels + simple/)")
+    parser.add_argument(
+        "--index", required=True, type=Path, metavar="DIR", help="directory of the index (wheels + simple/)"
+    )
     parser.add_argument("--out", required=True, type=Path, metavar="OUT", help="lock file to write (may equal IN)")
     parser.add_argument(
         "--index-option",

@@ -44,26 +44,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--wheel", type=Path, required=True, help="the upstream wheel")
     parser.add_argument("--dest-dir", type=Path, required=True, help="directory for the patched wheel")
     parser.add_argument("--suffix", help="local version label to append, e.g. stripe.5 -> 2.1.0+stripe.5")
-    parser.add_argument(
-        "--patch-dir", type=Path, help="apply every *.patch/*.diff in this directory, sorted by name"
-    )
+    parser.add_argument("--patch-dir", type=Path, help="apply every *.patch/*.diff in this directory, sorted by name")
     parser.add_argument(
         "--patch", type=Path, action="append", default=[], help="a unified diff (repeatable; after --patch-dir's)"
     )
-    parser.add_argument("--strip", type=int, default=1, metavar="N", help="leading path components to strip (default 1)")
+    parser.add_argument(
+        "--strip", type=int, default=1, metavar="N", help="leading path components to strip (default 1)"
+    )
     parser.add_argument(
         "--remove-requires", action="append", default=[], metavar="NAME", help="drop Requires-Dist of this project"
     )
     parser.add_argument("--add-requires", action="append", default=[], metavar="SPEC", help="add a Requires-Dist")
     parser.add_argument(
-        "--delete", action="append", default=[], metavar="GLOB", help="delete matching members (fnmatch on archive paths)"
+        "--delete",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="delete matching members (fnmatch on archive paths)",
     )
     parser.add_argument("--verify", action="store_true", help="check every member's hash against RECORD first")
     parser.add_argument(
         "--preload-for", metavar="PKG", help="inject preloads of the shared libraries PKG needs from other wheels"
     )
     parser.add_argument(
-        "--preload-from", type=Path, nargs="+", default=[], metavar="WHEEL", help="the wheels PKG's libraries may come from"
+        "--preload-from",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="WHEEL",
+        help="the wheels PKG's libraries may come from",
     )
     for flag, mode in RPATH_FLAGS.items():
         parser.add_argument(
@@ -92,7 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--no-probe",
         action="store_true",
-        help="with --preload-for: run no package code; the preload comes from the ELF graph alone (preload = \"elf\")",
+        help='with --preload-for: run no package code; the preload comes from the ELF graph alone (preload = "elf")',
     )
     add_elf_cache_option(parser)
     parser.set_defaults(run=_run)

@@ -23,7 +23,9 @@ from patched_wheels.lock.resolve import projects_to_resolve, resolve
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("resolve", help="choose the wheel (URL, sha256) of every pin of a lock")
     add_lock_input(parser)
-    parser.add_argument("--explicit", type=Path, help='JSON {"project": {"urls": [...], "sha256": "..."}} given by the user')
+    parser.add_argument(
+        "--explicit", type=Path, help='JSON {"project": {"urls": [...], "sha256": "..."}} given by the user'
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--list-projects", action="store_true", help="print the projects whose index page is needed")
     mode.add_argument("--pages", type=Path, help="directory of downloaded pages, <project>.html")
@@ -60,6 +62,8 @@ def _explicit_wheels(raw: object) -> dict[NormalizedName, tuple[list[str], str]]
             and isinstance(entry["sha256"], str)
             and SHA256_HEX.fullmatch(entry["sha256"])
         ):
-            raise ValueError(f'{name!r}: expected {{"urls": [URL, ...], "sha256": "<64 hex digits>"}}, not {json.dumps(entry)[:80]}')
+            raise ValueError(
+                f'{name!r}: expected {{"urls": [URL, ...], "sha256": "<64 hex digits>"}}, not {json.dumps(entry)[:80]}'
+            )
         explicit[canonicalize_name(name)] = (entry["urls"], entry["sha256"])
     return explicit

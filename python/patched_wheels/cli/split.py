@@ -29,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--wheel", type=Path, required=True, help="the wheel to split")
     selection = parser.add_mutually_exclusive_group(required=True)
     selection.add_argument("--move", nargs="+", metavar="GLOB", help="move the shared libraries matching these globs")
-    selection.add_argument("--max-size", type=int, metavar="BYTES", help="move the largest libraries until the wheel fits")
+    selection.add_argument(
+        "--max-size", type=int, metavar="BYTES", help="move the largest libraries until the wheel fits"
+    )
     parser.add_argument("--into", required=True, metavar="NAME", help="project name of the sibling wheel")
     parser.add_argument("--dest-dir", type=Path, required=True, help="directory for both output wheels")
     parser.add_argument(

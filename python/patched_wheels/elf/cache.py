@@ -79,7 +79,11 @@ class ElfCache:
         """Write the rows of one wheel, unless they are rows a later load would refuse (then they are
         read again each time: a SONAME with a ``/`` is legal ELF, only not one we cache)."""
         rows = [
-            {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(library).items() if key != "wheel"}
+            {
+                key: list(value) if isinstance(value, tuple) else value
+                for key, value in asdict(library).items()
+                if key != "wheel"
+            }
             for library in libraries
         ]
         if rows_problem(rows) is None:
@@ -162,9 +166,7 @@ def wheel_problem(wheel: Path, members: Mapping[str, ZipMember], libraries: Sequ
     absent = sorted(listed - members.keys())
     # A .so-named data-scheme file that is no ELF file has no row (see elfread.read_library).
     unlisted = [
-        path
-        for path in sorted(members.keys() - listed)
-        if not data_scheme(path) or starts_as_elf(wheel, members[path])
+        path for path in sorted(members.keys() - listed) if not data_scheme(path) or starts_as_elf(wheel, members[path])
     ]
     if absent:
         return f"{absent[0]}: no shared library of {wheel.name} has this path"

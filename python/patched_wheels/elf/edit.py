@@ -70,10 +70,17 @@ def names_inside(open_chunks: OpenChunks, layout: DynamicLayout, tags: tuple[int
         return True
     elf, reader = layout.format, ForwardReader(open_chunks, where)
     sections = section_headers(reader, elf, layout.shoff, layout.shnum, layout.shentsize)
-    strings = [index for index, section in enumerate(sections) if section["type"] == SHT_STRTAB and section["addr"] == layout.strtab]
+    strings = [
+        index
+        for index, section in enumerate(sections)
+        if section["type"] == SHT_STRTAB and section["addr"] == layout.strtab
+    ]
     if len(strings) != 1:
         return True
-    linked = sorted((section for section in sections if section["link"] == strings[0] and section["type"] != SHT_NOBITS), key=lambda section: section["offset"])
+    linked = sorted(
+        (section for section in sections if section["link"] == strings[0] and section["type"] != SHT_NOBITS),
+        key=lambda section: section["offset"],
+    )
     for section in linked:
         if section["type"] == SHT_DYNAMIC:
             continue  # its entries are layout.entries
@@ -81,7 +88,9 @@ def names_inside(open_chunks: OpenChunks, layout: DynamicLayout, tags: tuple[int
             name = struct.Struct(elf.order + "I")
             step = max(1, _SYMBOLS_SLICE // section["entsize"]) * section["entsize"]
             for first in range(0, section["size"] - section["size"] % section["entsize"], step):
-                chunk = reader.read(section["offset"] + first, min(step, section["size"] - first), "the dynamic symbols")
+                chunk = reader.read(
+                    section["offset"] + first, min(step, section["size"] - first), "the dynamic symbols"
+                )
                 if any(inside(name.unpack_from(chunk, at)[0]) for at in range(0, len(chunk) - 3, section["entsize"])):
                     return True
         elif section["type"] in (_SHT_VERDEF, _SHT_VERNEED) and section["size"] <= MAX_TABLE:

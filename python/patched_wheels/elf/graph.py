@@ -22,7 +22,13 @@ from patched_wheels.base.digestmemo import sha256_of
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.elf.cache import ElfCache, wheel_problem
 from patched_wheels.elf.order import components_load_order, order_key, strong_components
-from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, read_installed_library, read_library, starts_as_elf
+from patched_wheels.elf.read import (
+    ElfLibrary,
+    is_shared_library_name,
+    read_installed_library,
+    read_library,
+    starts_as_elf,
+)
 from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.wheelfile import WheelReader, ZipMember
 from patched_wheels.wheelfile.schemes import data_scheme, install_path
@@ -116,7 +122,9 @@ class LibraryGraph:
         wanted = set(libraries)
         return [library for library in self.load_order if library in wanted]
 
-    def check_problems(self, package: str, package_wheel: str, used: Iterable[ElfLibrary], *, warn_others: bool = True) -> None:
+    def check_problems(
+        self, package: str, package_wheel: str, used: Iterable[ElfLibrary], *, warn_others: bool = True
+    ) -> None:
         """Fail on an unreadable library ``package`` may need; one warning for each other wheel with one.
 
         ``used``: what the package's own libraries and its preload are (their closure is taken).  A wheel
@@ -178,7 +186,8 @@ def scan_wheels(
     sha256) is not inflated: the rows are checked against its file (:func:`_cached_libraries`); a wheel the
     hub did not fetch, named by its sha256 alone, takes the rows of the cache's own files, never a facts file's
     (they cannot be checked); the others are read and their rows stored.  A wheel given by its file alone is hashed for that
-    key, unless ``digest_dir`` (:mod:`patched_wheels.base.digestmemo`) remembers the file's digest.  Members are inflated largest first on ``workers`` threads (default: one
+    key, unless ``digest_dir`` (:mod:`patched_wheels.base.digestmemo`) remembers the file's digest.
+    Members are inflated largest first on ``workers`` threads (default: one
     per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
     read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
     """
@@ -195,14 +204,20 @@ def scan_wheels(
     jobs: list[tuple[Path, ZipMember, str]] = []
     scanned: list[tuple[WheelRef, str]] = []
     workers = workers or os.cpu_count() or 1
-    digests = _map_on_threads(lambda ref: _digest(ref, digest_dir), refs, workers) if cache is not None else [ref.sha256 for ref in refs]
+    digests = (
+        _map_on_threads(lambda ref: _digest(ref, digest_dir), refs, workers)
+        if cache is not None
+        else [ref.sha256 for ref in refs]
+    )
     for ref, digest in zip(refs, digests):
         cached = None if cache is None or not digest else _cached_libraries(cache, ref, digest)
         if cached is not None:
             found[ref.filename] = cached
             continue
         if ref.path is None:
-            raise UsageError(f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}")
+            raise UsageError(
+                f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}"
+            )
         found[ref.filename] = []
         scanned.append((ref, digest))
         jobs.extend((ref.path, info, install) for info, install in library_members(ref.path))

@@ -143,7 +143,9 @@ def plan_growth(layout: DynamicLayout, values: Mapping[int, bytes], where: str) 
         dynamic_offset, dynamic_bytes = _align(table_offset + size, elf.word), table
         end = dynamic_offset + len(table)
         address = last["vaddr"] + dynamic_offset - last["offset"]
-        programs[layout.dynamic_index].update(offset=dynamic_offset, vaddr=address, paddr=address, filesz=len(table), memsz=len(table))
+        programs[layout.dynamic_index].update(
+            offset=dynamic_offset, vaddr=address, paddr=address, filesz=len(table), memsz=len(table)
+        )
     programs[layout.programs.index(last)].update(filesz=end - last["offset"], memsz=end - last["offset"])
     for index, program in enumerate(programs):
         if program != layout.programs[index]:
@@ -153,7 +155,19 @@ def plan_growth(layout: DynamicLayout, values: Mapping[int, bytes], where: str) 
     if layout.shnum and layout.shoff >= kept:
         position, field = elf.shoff_field
         patches.append((position, _pack(field, [layout.shoff + shift], where)))
-    return GrowPlan(kept, last, table_offset, table_address, size, added, dynamic_offset, dynamic_bytes, end, shift, tuple(sorted(patches)))
+    return GrowPlan(
+        kept,
+        last,
+        table_offset,
+        table_address,
+        size,
+        added,
+        dynamic_offset,
+        dynamic_bytes,
+        end,
+        shift,
+        tuple(sorted(patches)),
+    )
 
 
 def grown_sections(layout: DynamicLayout, plan: GrowPlan, table: bytes, where: str) -> bytes:
@@ -188,11 +202,15 @@ def grown_sections(layout: DynamicLayout, plan: GrowPlan, table: bytes, where: s
             raise ElfError(f"{where}: section {index} lies across the end of the last PT_LOAD's file bytes")
         if section != original:
             fields = [section[name] for name in SECTION_FIELDS]
-            out[index * layout.shentsize : index * layout.shentsize + elf.section.size] = _pack(elf.section, fields, where)
+            out[index * layout.shentsize : index * layout.shentsize + elf.section.size] = _pack(
+                elf.section, fields, where
+            )
     return bytes(out)
 
 
-def grow_dynamic(open_chunks: OpenChunks, layout: DynamicLayout, values: Mapping[int, bytes], path: Path, where: str) -> None:
+def grow_dynamic(
+    open_chunks: OpenChunks, layout: DynamicLayout, values: Mapping[int, bytes], path: Path, where: str
+) -> None:
     """Write the library ``open_chunks()`` streams to ``path`` with ``values`` set (see :func:`plan_growth`),
     one pass over the input; an ElfError naming ``where`` when it cannot."""
     plan = plan_growth(layout, values, where)
@@ -207,7 +225,9 @@ def grow_dynamic(open_chunks: OpenChunks, layout: DynamicLayout, values: Mapping
             out.write(chunk)
             position += len(chunk)
         if not inserted:
-            raise ElfError(f"{where}: truncated ELF file (the last PT_LOAD ends at {plan.kept}, the file at {position})")
+            raise ElfError(
+                f"{where}: truncated ELF file (the last PT_LOAD ends at {plan.kept}, the file at {position})"
+            )
         out.flush()
         for offset, data in plan.patches:
             os.pwrite(out.fileno(), data, offset)

@@ -210,7 +210,9 @@ class FileReader:
         ``exact``, the bytes there are: never more than the file holds, whatever a header claims)."""
         data = os.pread(self._fd, max(0, min(size, self._size - offset)), offset) if offset >= 0 else b""
         if exact and len(data) < size:
-            raise ElfError(f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)")
+            raise ElfError(
+                f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)"
+            )
         return data
 
     def finish(self) -> int:
@@ -255,7 +257,9 @@ class ForwardReader:
             if not self._chunk and not exact:
                 break
             if not self._chunk:
-                raise ElfError(f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)")
+                raise ElfError(
+                    f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)"
+                )
         return bytes(out)
 
     def finish(self) -> int:
@@ -338,7 +342,9 @@ def _read_layout(reader: ByteSource, where: str) -> tuple[int, DynamicLayout | N
     strtab, strsz = found[DT_STRTAB][0], found[DT_STRSZ][0]
     strtab_offset = _file_offset(programs, strtab, strsz)
     if strtab_offset is None:
-        raise ElfError(f"{where}: the dynamic string table (DT_STRTAB, DT_STRSZ) lies outside every PT_LOAD's file bytes")
+        raise ElfError(
+            f"{where}: the dynamic string table (DT_STRTAB, DT_STRSZ) lies outside every PT_LOAD's file bytes"
+        )
     strings: dict[int, bytes] = {}
     for offset in sorted({value for tag, value in entries if tag in STRING_TAGS}):
         if offset >= strsz:
@@ -348,14 +354,31 @@ def _read_layout(reader: ByteSource, where: str) -> tuple[int, DynamicLayout | N
             raise ElfError(f"{where}: a dynamic string at {offset} has no NUL within {len(text)} bytes")
         strings[offset] = text.split(b"\0", 1)[0]
     return shoff + shnum * shentsize, DynamicLayout(
-        elf, phoff, phentsize, programs, shoff, shentsize, shnum, dynamic_indices[0], entries, nulls, strtab, strtab_offset, strsz, strings
+        elf,
+        phoff,
+        phentsize,
+        programs,
+        shoff,
+        shentsize,
+        shnum,
+        dynamic_indices[0],
+        entries,
+        nulls,
+        strtab,
+        strtab_offset,
+        strsz,
+        strings,
     )
 
 
 def _file_offset(programs: tuple[dict[str, int], ...], address: int, size: int) -> int | None:
     """The file offset of ``size`` bytes at ``address``, if one PT_LOAD maps them all from the file."""
     for program in programs:
-        if program["type"] == PT_LOAD and program["vaddr"] <= address and address + size <= program["vaddr"] + program["filesz"]:
+        if (
+            program["type"] == PT_LOAD
+            and program["vaddr"] <= address
+            and address + size <= program["vaddr"] + program["filesz"]
+        ):
             return program["offset"] + address - program["vaddr"]
     return None
 

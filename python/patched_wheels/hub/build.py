@@ -50,7 +50,7 @@ def build_hub(config: HubConfig) -> list[str]:
     :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out``. Its warnings come once the
     outputs are in place: a failed build says one line, its error."""
     if not config.lock.is_file():
-        raise UsageError(f"{config.lock_attribute} = \"{config.lock}\": not a file")
+        raise UsageError(f'{config.lock_attribute} = "{config.lock}": not a file')
     _check_places(config)
     given_facts = read_given_facts(config)
     # The plan's ELF cache is <root>/elfgraph: the observations lie beside it, under the same root.
@@ -67,7 +67,13 @@ def build_hub(config: HubConfig) -> list[str]:
     if config.wheel_facts is not None and config.facts_out is None:
         unused_facts_warning(config)
     elif config.wheel_facts is not None and config.facts_out is not None:
-        stale_warning(given_facts, read_from_wheels, call=index_call(config.hub, config.bzlmod), given_path=config.wheel_facts, written=config.facts_out)
+        stale_warning(
+            given_facts,
+            read_from_wheels,
+            call=index_call(config.hub, config.bzlmod),
+            given_path=config.wheel_facts,
+            written=config.facts_out,
+        )
     return pins
 
 
@@ -143,7 +149,12 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
         # A library the probes' installation holds is read there, not inflated a second time.
         with phase("graph"):
             graph = (
-                read_graph(config.wheels, caches=caches, lenient=True, installed=installation.own_copy if installation is not None else None)
+                read_graph(
+                    config.wheels,
+                    caches=caches,
+                    lenient=True,
+                    installed=installation.own_copy if installation is not None else None,
+                )
                 if needs_graph
                 else None
             )
@@ -182,7 +193,11 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
             served_from=served,
         )
     if config.closure_out is not None:
-        write_atomic(config.closure_out, (json.dumps(closure.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8"), mode=0o644)
+        write_atomic(
+            config.closure_out,
+            (json.dumps(closure.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8"),
+            mode=0o644,
+        )
     return pins
 
 
@@ -200,8 +215,13 @@ def read_closure(config: HubConfig) -> Closure:
         with WheelReader(wheel.path, filename=wheel.filename) as reader:
             metadata = reader.metadata()
             name = reader.filename
-        dist = read_dist(name.name, str(name.version), field_values(metadata, "Requires-Dist"), field_values(metadata, "Provides-Extra"),
-                         origin=f"{wheel.filename}: METADATA")
+        dist = read_dist(
+            name.name,
+            str(name.version),
+            field_values(metadata, "Requires-Dist"),
+            field_values(metadata, "Provides-Extra"),
+            origin=f"{wheel.filename}: METADATA",
+        )
         dists[dist.project] = dist
     roots: dict[NormalizedName, set[str]] = {}
     for pin in read_lock(config.lock, LOCK_FORMATS[config.lock_attribute]).pins:
@@ -213,7 +233,9 @@ def read_closure(config: HubConfig) -> Closure:
             dist = dists[canonicalize_name(project)]
             if extra not in dist.provides:
                 provided = ", ".join(sorted(dist.provides)) or "none"
-                raise UsageError(f'{call}: extras = ["{project}[{extra}]"]: {project} {dist.version} provides no extra {extra} (it provides: {provided})')
+                raise UsageError(
+                    f'{call}: extras = ["{project}[{extra}]"]: {project} {dist.version} provides no extra {extra} (it provides: {provided})'
+                )
             roots.setdefault(dist.project, set()).add(extra)
     return Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()})
 
@@ -230,7 +252,7 @@ def with_restored_extras(
     if not config.restore_extras:
         return patched, replaced, references
     call = index_call(config.hub, config.bzlmod)
-    closure.check_pinned(f'{call}: restore_extras')
+    closure.check_pinned(f"{call}: restore_extras")
     by_name = {canonicalize_name(spec.name): index for index, spec in enumerate(patched)}
     wheels = {canonicalize_name(WheelFilename.parse(wheel.filename).name): wheel for wheel in config.wheels}
     for project, lines in restored_requirements(closure).items():
@@ -239,7 +261,9 @@ def with_restored_extras(
             patched[by_name[project]] = replace(spec, add_requires=(*spec.add_requires, *lines))
             continue
         wheel = wheels[project]
-        patched.append(PatchedWheelSpec(name=project, suffix=EXTRAS_SUFFIX, add_requires=tuple(lines), wheel=wheel.path))
+        patched.append(
+            PatchedWheelSpec(name=project, suffix=EXTRAS_SUFFIX, add_requires=tuple(lines), wheel=wheel.path)
+        )
         replaced[project] = [wheel.sha256]
         references.pop(project, None)
     return patched, replaced, references
@@ -341,8 +365,12 @@ def patch_into_index(
         from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
 
         assert graph is not None  # a split needs one
-        graph.check_problems(spec.name, spec.wheel.name, [library for library in graph.libraries if library.wheel == spec.wheel.name])
-        split = SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES)
+        graph.check_problems(
+            spec.name, spec.wheel.name, [library for library in graph.libraries if library.wheel == spec.wheel.name]
+        )
+        split = SplitRequest(
+            spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES
+        )
     options = PatchOptions(
         suffix=spec.suffix,
         patches=sorted(spec.patches, key=lambda patch: patch.name),  # numbered files apply in order
@@ -373,7 +401,10 @@ def phrasing(config: HubConfig, spec: PatchedWheelSpec) -> Phrasing:
         option=option,
         wheel=project_name,
         write=lambda filename, module: wheel_call(
-            config.hub, config.bzlmod, project_name(filename), f'preload = "{spec.preload}", preload_package = {json.dumps(module)}{probe}, …'
+            config.hub,
+            config.bzlmod,
+            project_name(filename),
+            f'preload = "{spec.preload}", preload_package = {json.dumps(module)}{probe}, …',
         ),
         probe=lambda code: f"probe = {json.dumps(code)} on {call}",
     )

@@ -83,7 +83,9 @@ def write_facts(path: Path, entries: Mapping[str, object]) -> None:
     write_atomic(path, facts_text(entries).encode("utf-8"), mode=0o644)
 
 
-def stale_warning(given: Mapping[str, object], used: Mapping[str, object], *, call: str, given_path: Path, written: Path) -> None:
+def stale_warning(
+    given: Mapping[str, object], used: Mapping[str, object], *, call: str, given_path: Path, written: Path
+) -> None:
     """One warning when the facts file given is not the one this build would write (``used``): the work it
     should have saved was done, and copying ``written`` over ``given_path`` saves it next time."""
     if dict(given) == dict(used):

@@ -88,11 +88,36 @@ class HubRequest:
     def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
         """The request, every value checked against its type before any is used (the specs' too: the
         :class:`PatchedWheelSpec` schema), each error naming the attribute as the user wrote it."""
-        same_keys(raw, {"hub", "bzlmod", "index_url", "index_option", "rules_python_version", "repository", "patched", "wheel_facts",
-                        "restore_extras", "extras", *LOCK_FORMATS}, "hub request")
-        types = {"hub": "str", "bzlmod": "bool", "index_url": "str", "index_option": "str", "rules_python_version": "str",
-                 "repository": "str", "patched": "list", "wheel_facts": "str", "restore_extras": "bool", "extras": "Sequence[str]",
-                 **dict.fromkeys(LOCK_FORMATS, "str")}
+        same_keys(
+            raw,
+            {
+                "hub",
+                "bzlmod",
+                "index_url",
+                "index_option",
+                "rules_python_version",
+                "repository",
+                "patched",
+                "wheel_facts",
+                "restore_extras",
+                "extras",
+                *LOCK_FORMATS,
+            },
+            "hub request",
+        )
+        types = {
+            "hub": "str",
+            "bzlmod": "bool",
+            "index_url": "str",
+            "index_option": "str",
+            "rules_python_version": "str",
+            "repository": "str",
+            "patched": "list",
+            "wheel_facts": "str",
+            "restore_extras": "bool",
+            "extras": "Sequence[str]",
+            **dict.fromkeys(LOCK_FORMATS, "str"),
+        }
         for key, annotation in types.items():
             if problem := type_problem(key, raw[key], annotation):
                 raise UsageError(f"hub request: {problem}")
@@ -100,7 +125,11 @@ class HubRequest:
         patched = []
         for index, spec in enumerate(raw["patched"]):
             name = spec.get("name") if isinstance(spec, Mapping) else None
-            call = shell.wheel_call(PatchedWheelSpec(name, "")) if isinstance(name, str) else f"{shell.index_call}: patched[{index}]"
+            call = (
+                shell.wheel_call(PatchedWheelSpec(name, ""))
+                if isinstance(name, str)
+                else f"{shell.index_call}: patched[{index}]"
+            )
             patched.append(PatchedWheelSpec.from_json(spec, placed=False, call=call))
         return cls(
             hub=raw["hub"],
@@ -182,7 +211,8 @@ class HubConfig:
             "out": str(self.out),
             "out_uv_lock": str(self.out_uv_lock) if self.out_uv_lock else None,
             "wheels": [
-                {"filename": w.filename, "sha256": w.sha256, "path": str(w.path) if w.path else None} for w in self.wheels
+                {"filename": w.filename, "sha256": w.sha256, "path": str(w.path) if w.path else None}
+                for w in self.wheels
             ],
             "elf_cache": str(self.elf_cache) if self.elf_cache else None,
             "patched": [spec.to_json() for spec in self.patched],
@@ -200,15 +230,34 @@ class HubConfig:
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "HubConfig":
         same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
-        types = {"hub": "str", "bzlmod": "bool", "lock_attribute": "str", "lock": "Path", "index_dir": "Path", "out": "Path", "out_uv_lock": "Path | None",
-                 "wheels": "list", "elf_cache": "Path | None", "patched": "list", "index_option": "str", "index_url": "str",
-                 "replaced": "dict", "references": "dict", "wheel_facts": "Path | None", "facts_out": "Path | None",
-                 "restore_extras": "bool", "root_extras": "dict", "closure_out": "Path | None"}
+        types = {
+            "hub": "str",
+            "bzlmod": "bool",
+            "lock_attribute": "str",
+            "lock": "Path",
+            "index_dir": "Path",
+            "out": "Path",
+            "out_uv_lock": "Path | None",
+            "wheels": "list",
+            "elf_cache": "Path | None",
+            "patched": "list",
+            "index_option": "str",
+            "index_url": "str",
+            "replaced": "dict",
+            "references": "dict",
+            "wheel_facts": "Path | None",
+            "facts_out": "Path | None",
+            "restore_extras": "bool",
+            "root_extras": "dict",
+            "closure_out": "Path | None",
+        }
         for key, annotation in types.items():
             if problem := type_problem(key, raw[key], annotation):
                 raise UsageError(f"hub configuration: {problem}")
-        for problem in (choice_problem("lock_attribute", raw["lock_attribute"], LOCK_FORMATS),
-                        choice_problem("index_option", raw["index_option"], INDEX_OPTIONS)):
+        for problem in (
+            choice_problem("lock_attribute", raw["lock_attribute"], LOCK_FORMATS),
+            choice_problem("index_option", raw["index_option"], INDEX_OPTIONS),
+        ):
             if problem:
                 raise UsageError(f"hub configuration: {problem}")
         for wheel in raw["wheels"]:
@@ -225,7 +274,10 @@ class HubConfig:
         for project, value in raw["references"].items():
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
                 raise UsageError(f"hub configuration: references[{project!r}]: expected [url, sha256]")
-        optional = {key: Path(raw[key]) if raw[key] else None for key in ("out_uv_lock", "elf_cache", "wheel_facts", "facts_out", "closure_out")}
+        optional = {
+            key: Path(raw[key]) if raw[key] else None
+            for key in ("out_uv_lock", "elf_cache", "wheel_facts", "facts_out", "closure_out")
+        }
         return cls(
             hub=raw["hub"],
             bzlmod=raw["bzlmod"],
@@ -233,8 +285,13 @@ class HubConfig:
             lock=Path(raw["lock"]),
             index_dir=Path(raw["index_dir"]),
             out=Path(raw["out"]),
-            wheels=[WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]],
-            patched=[_checked(PatchedWheelSpec.from_json(spec, placed=True), raw["hub"], raw["bzlmod"]) for spec in raw["patched"]],
+            wheels=[
+                WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]
+            ],
+            patched=[
+                _checked(PatchedWheelSpec.from_json(spec, placed=True), raw["hub"], raw["bzlmod"])
+                for spec in raw["patched"]
+            ],
             index_option=raw["index_option"],
             index_url=raw["index_url"],
             replaced=dict(raw["replaced"]),
@@ -346,7 +403,9 @@ def resolution(request: HubRequest) -> dict[str, Any]:
     check_request(request)
     attribute, path = request.lock
     explicit = {
-        canonicalize_name(spec.name): {"urls": list(spec.urls), "sha256": spec.sha256} for spec in request.patched if spec.urls
+        canonicalize_name(spec.name): {"urls": list(spec.urls), "sha256": spec.sha256}
+        for spec in request.patched
+        if spec.urls
     }
     return {"lock_args": [f"--{LOCK_FORMATS[attribute]}", path], "explicit": explicit}
 
@@ -381,7 +440,9 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
     try:
         check_lock_value(request.repository, f"{request.index_call}: the hub repository's directory")
     except UsageError as error:
-        raise UsageError(f"{error} (it lies in Bazel's output base: give Bazel one without it, --output_user_root)") from None
+        raise UsageError(
+            f"{error} (it lies in Bazel's output base: give Bazel one without it, --output_user_root)"
+        ) from None
     attribute, lock_path = request.lock
     by_project = {wheel.project: wheel for wheel in wheels}
     root = Path(request.repository)
@@ -399,7 +460,9 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
     fetch, refs = [], []
     for wheel in wheels:
         _check_filename(wheel, request)
-        folder = ORIGINALS if wheel.project in patched_projects else READ_ONLY if request.index_option == "direct" else INDEX
+        folder = (
+            ORIGINALS if wheel.project in patched_projects else READ_ONLY if request.index_option == "direct" else INDEX
+        )
         output = f"{folder}/{wheel.filename}"
         fetch.append(Fetch(wheel.urls, wheel.sha256, output))
         refs.append(WheelRef(wheel.filename, wheel.sha256, root / output))
@@ -427,7 +490,11 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
         root_extras=root_extras,
         closure_out=root / CLOSURE,
     )
-    exports = ("requirements_lock.txt", CLOSURE) + (("uv.lock",) if config.out_uv_lock else ()) + ((FACTS,) if config.facts_out else ())
+    exports = (
+        ("requirements_lock.txt", CLOSURE)
+        + (("uv.lock",) if config.out_uv_lock else ())
+        + ((FACTS,) if config.facts_out else ())
+    )
     return HubPlan(
         fetch=tuple(fetch),
         config=config,
@@ -459,9 +526,13 @@ def _root_extras(request: HubRequest, pinned: Mapping[NormalizedName, ResolvedWh
         project = canonicalize_name(requirement.name)
         if project not in pinned:
             attribute, lock_path = request.lock
-            raise UsageError(f'{request.index_call}: extras = ["{written}"]: {requirement.name} is not pinned in {attribute} = "{lock_path}"')
+            raise UsageError(
+                f'{request.index_call}: extras = ["{written}"]: {requirement.name} is not pinned in {attribute} = "{lock_path}"'
+            )
         asked.setdefault(project, [])
-        asked[project] += [extra for extra in sorted(canonicalize_name(e) for e in requirement.extras) if extra not in asked[project]]
+        asked[project] += [
+            extra for extra in sorted(canonicalize_name(e) for e in requirement.extras) if extra not in asked[project]
+        ]
     return asked
 
 
@@ -473,7 +544,13 @@ def _extras_requirements(request: HubRequest) -> list[tuple[str, Requirement]]:
             requirement = Requirement(written)
         except (InvalidRequirement, RecursionError):
             requirement = None
-        if requirement is None or not requirement.extras or requirement.specifier or requirement.marker or requirement.url:
+        if (
+            requirement is None
+            or not requirement.extras
+            or requirement.specifier
+            or requirement.marker
+            or requirement.url
+        ):
             raise UsageError(
                 f'{request.index_call}: extras = [{json.dumps(written[:200])}]: write a project and its extras, e.g. "jax[cuda13]" '
                 "(the version is the lock's)"

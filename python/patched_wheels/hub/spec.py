@@ -35,8 +35,14 @@ _JSON_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "str": (lambda value: isinstance(value, str), "a string"),
     "int": (lambda value: type(value) is int, "an integer"),
     "bool": (lambda value: type(value) is bool, "true or false"),
-    "Sequence[str]": (lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value), "a list of strings"),
-    "Sequence[Path]": (lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value), "a list of paths"),
+    "Sequence[str]": (
+        lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value),
+        "a list of strings",
+    ),
+    "Sequence[Path]": (
+        lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value),
+        "a list of paths",
+    ),
     "Mapping[str, str]": (
         lambda value: isinstance(value, dict) and all(isinstance(item, str) for item in value.values()),
         "a dict of strings",
@@ -127,7 +133,12 @@ class PatchedWheelSpec:
     def to_json(self) -> dict[str, Any]:
         raw = {f.name: getattr(self, f.name) for f in fields(self)}
         lists = {name: list(value) for name, value in raw.items() if isinstance(value, (tuple, list))}
-        return {**raw, **lists, "patches": [str(p) for p in self.patches], "wheel": str(self.wheel) if self.wheel else None}
+        return {
+            **raw,
+            **lists,
+            "patches": [str(p) for p in self.patches],
+            "wheel": str(self.wheel) if self.wheel else None,
+        }
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any], *, placed: bool, call: str | None = None) -> "PatchedWheelSpec":
@@ -193,7 +204,9 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
                 return f"{attribute} = {shown(glob)}: {problem}"
     if spec.split_into:
         try:
-            SplitRequest(spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES).check_options()
+            SplitRequest(
+                spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES
+            ).check_options()
         except UsageError as error:
             return str(error)
     if spec.rpath:
@@ -206,8 +219,14 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
         try:
             package_path(spec.package)
         except UsageError:
-            written = f'preload_package = "{spec.preload_package}"' if spec.preload_package else f'name = "{spec.name}" (the default preload_package, {spec.package!r})'
-            return f"{written} is not a module name: write the package as Python imports it, e.g. jax_plugins.xla_cuda12"
+            written = (
+                f'preload_package = "{spec.preload_package}"'
+                if spec.preload_package
+                else f'name = "{spec.name}" (the default preload_package, {spec.package!r})'
+            )
+            return (
+                f"{written} is not a module name: write the package as Python imports it, e.g. jax_plugins.xla_cuda12"
+            )
     if spec.strip < 0:
         return f"strip = {spec.strip} is negative"
     try:
@@ -230,6 +249,11 @@ def same_keys(raw: Mapping[str, Any], expected: Collection[str], what: str) -> N
         raise ValueError(f"{what}: expected an object, got {type(raw).__name__}")
     missing, unknown = sorted(set(expected) - set(raw)), sorted(set(raw) - set(expected))
     if missing or unknown:
-        raise ValueError(f"{what}: " + "; ".join(
-            part for part in (f"missing keys {missing}" if missing else "", f"unknown keys {unknown}" if unknown else "") if part
-        ))
+        raise ValueError(
+            f"{what}: "
+            + "; ".join(
+                part
+                for part in (f"missing keys {missing}" if missing else "", f"unknown keys {unknown}" if unknown else "")
+                if part
+            )
+        )

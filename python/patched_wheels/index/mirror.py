@@ -49,9 +49,18 @@ def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequenc
     with temp_directory(directory, "mirror") as staging:
         present = _seed(directory, staging)
         command = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-            "-r", str(requirements), "-d", str(staging), *pip_args,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-r",
+            str(requirements),
+            "-d",
+            str(staging),
+            *pip_args,
+        ]
         # pip's progress and errors go to stderr; stdout stays ours.
         status = subprocess.run(command, stdout=sys.stderr, check=False).returncode
         if status != 0:

@@ -48,7 +48,17 @@ from packaging.utils import (
 from packaging.version import Version
 
 from patched_wheels.base.cache import read_json
-from patched_wheels.base.fsutil import SHA256_HEX, hash_file, holds, locked_directory, read_regular_file, stage_tree, switch_tree, tree_holds, write_temp
+from patched_wheels.base.fsutil import (
+    SHA256_HEX,
+    hash_file,
+    holds,
+    locked_directory,
+    read_regular_file,
+    stage_tree,
+    switch_tree,
+    tree_holds,
+    write_temp,
+)
 from patched_wheels.base.names import is_valid_project_name
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.wheelfile import WheelFilename
@@ -151,9 +161,13 @@ def _find_distributions(directory: Path) -> list[_Candidate]:
         except OSError as error:
             raise InvalidWheelError(f"{path}: cannot be read ({error.strerror or error})") from None
         if entry.is_symlink() and not Path(os.path.realpath(path)).is_relative_to(root):
-            raise InvalidWheelError(f"{path}: a link to {os.path.realpath(path)}, outside {directory}; copy the file in")
+            raise InvalidWheelError(
+                f"{path}: a link to {os.path.realpath(path)}, outside {directory}; copy the file in"
+            )
         if not stat.S_ISREG(status.st_mode):
-            raise InvalidWheelError(f"{path}: not a regular file ({_file_kind(status.st_mode)}); a distribution must be one")
+            raise InvalidWheelError(
+                f"{path}: not a regular file ({_file_kind(status.st_mode)}); a distribution must be one"
+            )
         if entry.name.endswith(".whl"):
             try:
                 parsed = WheelFilename.parse(entry.name)
@@ -186,15 +200,12 @@ def _reject_duplicates(candidates: list[_Candidate]) -> None:
         for other in seen.get(key, []):
             if not candidate.is_wheel or candidate.tags & other.tags:
                 raise InvalidWheelError(
-                    f"{candidate.path}: same project, version and tags as {other.path.name}; "
-                    "keep only one of them"
+                    f"{candidate.path}: same project, version and tags as {other.path.name}; keep only one of them"
                 )
         seen.setdefault(key, []).append(candidate)
 
 
-def _describe(
-    candidates: list[_Candidate], cache: Mapping[str, object]
-) -> tuple[tuple[IndexedFile, ...], int]:
+def _describe(candidates: list[_Candidate], cache: Mapping[str, object]) -> tuple[tuple[IndexedFile, ...], int]:
     """Read and hash the files the cache cannot vouch for, on all cores.
 
     METADATA reads are queued before the hashes, so a broken wheel is reported after
@@ -320,7 +331,10 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
     ]
     if not changed and not stale and tree_holds(simple, pages):
         return
-    for path, kind, is_kind in [(simple, "directory", Path.is_dir), *((path, "file", Path.is_file) for path in changed)]:
+    for path, kind, is_kind in [
+        (simple, "directory", Path.is_dir),
+        *((path, "file", Path.is_file) for path in changed),
+    ]:
         if os.path.islink(path) or (os.path.lexists(path) and not is_kind(path)):
             raise UsageError(f"{path}: in the way of the index (a link, or not a {kind})")
     staged_tree = stage_tree(simple, pages)

@@ -62,8 +62,15 @@ class Dist:
     """The extras ``Provides-Extra`` declares (normalized)."""
 
 
-def read_dist(project: str, version: str, requires_dist: Iterable[str], provides_extra: Iterable[str], *, origin: str,
-              environment: Mapping[str, str] | None = None) -> Dist:
+def read_dist(
+    project: str,
+    version: str,
+    requires_dist: Iterable[str],
+    provides_extra: Iterable[str],
+    *,
+    origin: str,
+    environment: Mapping[str, str] | None = None,
+) -> Dist:
     """The edges of one wheel from its ``Requires-Dist`` and ``Provides-Extra`` values, markers evaluated in
     ``environment`` (default: this interpreter's, which is the hub's). ``origin`` names the wheel in errors."""
     provides = frozenset(canonicalize_name(extra) for extra in provides_extra)
@@ -99,7 +106,12 @@ def _edge(requirement: Requirement, text: str, residual: bool | str) -> Edge:
     head = requirement.name + (f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else "")
     body = f" @ {requirement.url}" if requirement.url else str(requirement.specifier)
     marker = f" ; {residual}" if isinstance(residual, str) else ""
-    return Edge(canonicalize_name(requirement.name), tuple(sorted(canonicalize_name(e) for e in requirement.extras)), text, head + body + marker)
+    return Edge(
+        canonicalize_name(requirement.name),
+        tuple(sorted(canonicalize_name(e) for e in requirement.extras)),
+        text,
+        head + body + marker,
+    )
 
 
 def _holds(residual: bool | str, environment: Mapping[str, str] | None) -> bool:
@@ -155,7 +167,10 @@ def _partial_items(items: Sequence[Any], extra: str | None) -> bool | str:
         alternatives.append(" and ".join(f"({term})" if " or " in term else term for term in terms))
     if not alternatives:
         return False
-    return " or ".join(f"({alternative})" if " and " in alternative and len(alternatives) > 1 else alternative for alternative in alternatives)
+    return " or ".join(
+        f"({alternative})" if " and " in alternative and len(alternatives) > 1 else alternative
+        for alternative in alternatives
+    )
 
 
 def _partial_atom(atom: tuple[Any, Any, Any], extra: str | None) -> bool | str:
@@ -188,8 +203,12 @@ class Closure:
         installs them all), and by the edges those extras add, to a fixed point. Extras a wheel does not
         provide are ignored, as pip ignores them (with a warning)."""
         active: dict[NormalizedName, set[str]] = {}
-        work: list[tuple[NormalizedName, str]] = [(project, extra) for project, extras in self.root_extras.items() for extra in extras]
-        work += [(edge.project, extra) for dist in self.dists.values() for edge in dist.requires for extra in edge.extras]
+        work: list[tuple[NormalizedName, str]] = [
+            (project, extra) for project, extras in self.root_extras.items() for extra in extras
+        ]
+        work += [
+            (edge.project, extra) for dist in self.dists.values() for edge in dist.requires for extra in edge.extras
+        ]
         while work:
             project, extra = work.pop()
             dist = self.dists.get(project)
@@ -228,6 +247,7 @@ class Closure:
     @classmethod
     def from_json(cls, raw: object, what: str) -> "Closure":
         """The document :meth:`to_json` wrote, every value checked (it crosses from the hub to a test)."""
+
         def bad(reason: str) -> UsageError:
             return UsageError(f"{what}: not a pip closure file of this version of rules_patched_wheels: {reason}")
 
@@ -236,7 +256,9 @@ class Closure:
         if set(raw) != {"format", "root_extras", "projects"}:
             raise bad(f"keys {sorted(raw)}")
         roots, projects = raw["root_extras"], raw["projects"]
-        if not isinstance(roots, dict) or not all(isinstance(v, list) and all(isinstance(e, str) for e in v) for v in roots.values()):
+        if not isinstance(roots, dict) or not all(
+            isinstance(v, list) and all(isinstance(e, str) for e in v) for v in roots.values()
+        ):
             raise bad("root_extras is not an object of string lists")
         if not isinstance(projects, dict):
             raise bad("projects is not an object")
@@ -246,17 +268,33 @@ class Closure:
                 raise bad(f"{where} is not a list")
             out = []
             for item in value:
-                if not (isinstance(item, dict) and set(item) == {"project", "extras", "requirement"}
-                        and isinstance(item["project"], str) and isinstance(item["requirement"], str)
-                        and isinstance(item["extras"], list) and all(isinstance(e, str) for e in item["extras"])):
+                if not (
+                    isinstance(item, dict)
+                    and set(item) == {"project", "extras", "requirement"}
+                    and isinstance(item["project"], str)
+                    and isinstance(item["requirement"], str)
+                    and isinstance(item["extras"], list)
+                    and all(isinstance(e, str) for e in item["extras"])
+                ):
                     raise bad(f"an edge of {where} is not {{project, extras, requirement}}")
-                out.append(Edge(canonicalize_name(item["project"]), tuple(item["extras"]), item["requirement"], item["requirement"]))
+                out.append(
+                    Edge(
+                        canonicalize_name(item["project"]),
+                        tuple(item["extras"]),
+                        item["requirement"],
+                        item["requirement"],
+                    )
+                )
             return tuple(out)
 
         dists = {}
         for project, value in projects.items():
-            if not (isinstance(value, dict) and set(value) == {"version", "requires", "extras"} and isinstance(value["version"], str)
-                    and isinstance(value["extras"], dict)):
+            if not (
+                isinstance(value, dict)
+                and set(value) == {"version", "requires", "extras"}
+                and isinstance(value["version"], str)
+                and isinstance(value["extras"], dict)
+            ):
                 raise bad(f"project {project!r} is not {{version, requires, extras}}")
             by_extra = {extra: edges(items, f"{project}[{extra}]") for extra, items in value["extras"].items()}
             name = canonicalize_name(project)

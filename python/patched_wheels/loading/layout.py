@@ -60,7 +60,14 @@ class Layout:
             return self.root / rest
         if kind == "scripts":
             return self.root / "bin" / rest
-        return self.root / "include" / "site" / posixpath.basename(posixpath.dirname(SITE_PACKAGES)) / dist.split("-")[0] / rest
+        return (
+            self.root
+            / "include"
+            / "site"
+            / posixpath.basename(posixpath.dirname(SITE_PACKAGES))
+            / dist.split("-")[0]
+            / rest
+        )
 
     def sys_path(self, wheels: Iterable[str]) -> list[str]:
         """The ``sys.path`` entries of the layout, one per wheel in order (flat: one in all)."""

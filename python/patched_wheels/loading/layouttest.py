@@ -46,7 +46,15 @@ from patched_wheels.loading.closure import Closure, missing_from
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
 from patched_wheels.loading.mergedtree import Merged, dists, inside, merge, owners
 from patched_wheels.loading.packages import EntryPoint, hosted_plugin, parse_entry_points
-from patched_wheels.loading.probe import CHILD, TIMEOUT_VARIABLE, Comparison, RunResult, create_flat_environment, run_child, run_timeout
+from patched_wheels.loading.probe import (
+    CHILD,
+    TIMEOUT_VARIABLE,
+    Comparison,
+    RunResult,
+    create_flat_environment,
+    run_child,
+    run_timeout,
+)
 
 # The files python/private/layout_test.bzl writes for a test NAME, beside each other in the runfiles.
 MAIN_SUFFIX = "_layout_main.py"
@@ -128,7 +136,9 @@ def read_config(main_file: str) -> Config:
     except ValueError as problem:  # not UTF-8, not JSON
         raise UsageError(f"{path}: not a layout_test config: {problem}") from None
     if not isinstance(value, dict):
-        raise UsageError(f"{path}: not a layout_test config: a JSON {_JSON_KINDS.get(type(value), type(value).__name__)}, not an object")
+        raise UsageError(
+            f"{path}: not a layout_test config: a JSON {_JSON_KINDS.get(type(value), type(value).__name__)}, not an object"
+        )
     for key in ("test", "probe", "pip_closure"):
         if not isinstance(value.get(key), str):
             found = "missing" if key not in value else f"{json.dumps(value[key])[:80]}, not a string"
@@ -153,7 +163,9 @@ def check_probe(test: str, probe: str) -> list[str]:
         compile(tree, "<probe>", "exec")
     except SyntaxError as error:
         where = f" (line {error.lineno})" if error.lineno else ""
-        raise UsageError(f"layout_test {test}: probe = {json.dumps(probe)} does not compile: {error.msg}{where}") from None
+        raise UsageError(
+            f"layout_test {test}: probe = {json.dumps(probe)} does not compile: {error.msg}{where}"
+        ) from None
     except ValueError as error:  # a NUL character
         raise UsageError(f"layout_test {test}: probe = {json.dumps(probe)} does not compile: {error}") from None
     imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
@@ -164,7 +176,9 @@ def check_probe(test: str, probe: str) -> list[str]:
         elif node.level == 0 and node.module:
             names.append(node.module)
     if not names:
-        raise UsageError(f"layout_test {test}: probe = {json.dumps(probe)} imports nothing: import the package whose libraries it checks")
+        raise UsageError(
+            f"layout_test {test}: probe = {json.dumps(probe)} imports nothing: import the package whose libraries it checks"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -233,12 +247,18 @@ def real_sys_path(config: Config, environment: dict[str, str], work: Path, deadl
     report = work / "sys-path.json"
     command = [str(config.program), CHILD]
     captured = supervise(command, _SYS_PATH_CODE.format(str(report)), environment, work, deadline.left(), wanted=set())
-    where = f"layout_test {config.test}: {config.program.name} (the probe program, with deps) did not report its sys.path"
+    where = (
+        f"layout_test {config.test}: {config.program.name} (the probe program, with deps) did not report its sys.path"
+    )
     if captured is None:
-        raise UsageError(f"{where}: still running after {deadline.seconds} s ({deadline.why}); stopped: a dep's start-up code never ends")
+        raise UsageError(
+            f"{where}: still running after {deadline.seconds} s ({deadline.why}); stopped: a dep's start-up code never ends"
+        )
     try:
         if captured.returncode != 0 or not report.is_file():
-            raise ValueError(captured.stderr.first_error or captured.stderr.last or f"exit status {captured.returncode}")
+            raise ValueError(
+                captured.stderr.first_error or captured.stderr.last or f"exit status {captured.returncode}"
+            )
         if report.stat().st_size > _MAX_SYS_PATH:
             raise ValueError(f"more than {_MAX_SYS_PATH} bytes")
         entries = json.loads(report.read_text(encoding="utf-8", errors="surrogateescape"))
@@ -263,7 +283,9 @@ def _stop(signum: int, frame: object) -> None:
     raise _Stopped(signal.Signals(signum).name)
 
 
-def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: str, deadline: Deadline) -> tuple[Comparison, Merged]:
+def run_layouts(
+    config: Config, modules: Sequence[str], work: Path, runfiles: str, deadline: Deadline
+) -> tuple[Comparison, Merged]:
     """Both runs of ``config``'s probe (which imports ``modules``): in the test's layout and in one site-packages
     (``work``: a new directory), stopped at ``deadline``."""
     environment = _child_environment()
@@ -271,7 +293,9 @@ def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: st
     wheel_entries = [entry for entry in entries[1:] if is_wheel_entry(entry, runfiles)]
     check_imports(config.test, modules, entries, wheel_entries)
     if not wheel_entries:
-        raise UsageError(f"layout_test {config.test}: no installed wheel on the probe's sys.path: give deps from a pip hub (requirement(...))")
+        raise UsageError(
+            f"layout_test {config.test}: no installed wheel on the probe's sys.path: give deps from a pip hub (requirement(...))"
+        )
     # The virtual environment first: a wheel installing where it keeps its interpreter is then found, not run.
     python = create_flat_environment(work / FLAT)
     try:
@@ -281,10 +305,17 @@ def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: st
         raise UsageError(
             f"layout_test {config.test}: deps: a wheel installs {taken}, where the virtual environment of {LAYOUT_TEXT[FLAT]} keeps its interpreter"
         ) from None
-    flat_environment = dict(environment, PYTHONPATH=os.pathsep.join(flat_path(entries, wheel_entries, merged.site_packages)))
+    flat_environment = dict(
+        environment, PYTHONPATH=os.pathsep.join(flat_path(entries, wheel_entries, merged.site_packages))
+    )
     runs = {
         RUNFILES: ([str(config.program), CHILD], environment, wheel_entries, wheel_entries),
-        FLAT: ([str(python), "-c", CHILD], flat_environment, [str(merged.site_packages)], [str(merged.site_packages), str(merged.root)]),
+        FLAT: (
+            [str(python), "-c", CHILD],
+            flat_environment,
+            [str(merged.site_packages)],
+            [str(merged.site_packages), str(merged.root)],
+        ),
     }
 
     def run(kind: str) -> RunResult:
@@ -293,14 +324,23 @@ def run_layouts(config: Config, modules: Sequence[str], work: Path, runfiles: st
         directory.mkdir()
         try:
             return run_child(
-                kind, command, config.probe, root=directory, environment=env, by_file=merged.libraries, entries=kind_entries,
-                places=places, timeout=deadline.left(),
+                kind,
+                command,
+                config.probe,
+                root=directory,
+                environment=env,
+                by_file=merged.libraries,
+                entries=kind_entries,
+                places=places,
+                timeout=deadline.left(),
             )
         except UsageError:
             if time.monotonic() < deadline.at:
                 raise
             where = "in the test's layout" if kind == RUNFILES else f"with {LAYOUT_TEXT[FLAT]}"
-            raise UsageError(f"{config.subject}: still running after {deadline.seconds} s {where} ({deadline.why}); stopped") from None
+            raise UsageError(
+                f"{config.subject}: still running after {deadline.seconds} s {where} ({deadline.why}); stopped"
+            ) from None
 
     pool = ThreadPoolExecutor(max_workers=2)  # at once: the test costs about one run of the probe
     futures = [pool.submit(run, kind) for kind in (FLAT, RUNFILES)]
@@ -323,7 +363,11 @@ def _run_lines(title: str, result: RunResult, total: int) -> list[str]:
     lines = [f"  {title}:", f"    exit status: {result.returncode}"]
     if result.error_line:
         lines.append(f"    first error: {one_line(result.error_line)}")  # the probe's text: it forges no line
-    mapped = "unknown (the process ended without running its exit hooks)" if result.mapped is None else f"{len(result.mapped)} of the wheels' {_plural(total, 'library')}"
+    mapped = (
+        "unknown (the process ended without running its exit hooks)"
+        if result.mapped is None
+        else f"{len(result.mapped)} of the wheels' {_plural(total, 'library')}"
+    )
     lines.append(f"    mapped: {mapped}")
     return lines
 
@@ -401,7 +445,9 @@ def read_pip_closure(config: Config, runfiles: str) -> Closure | None:
     try:
         raw = json.loads(text)
     except (ValueError, RecursionError) as error:  # json nests a Python call per "[" or "{"
-        raise UsageError(f"{what}: not a pip closure file: {one_line(str(error))[:200] or 'nested too deeply'}") from None
+        raise UsageError(
+            f"{what}: not a pip closure file: {one_line(str(error))[:200] or 'nested too deeply'}"
+        ) from None
     return Closure.from_json(raw, what)
 
 
@@ -412,29 +458,42 @@ def closure_lines(closure: Closure | None, comparison: Comparison, merged: Merge
     if closure is None:
         return []
     installed = [dist.rsplit("-", 1)[0] for entry in merged.wheel_entries for dist in dists(entry)]
-    lines = [f"layout_test: FAILED: deps lack {missing.describe()}, which pip installs from the same lock" for missing in missing_from(closure, installed)]
+    lines = [
+        f"layout_test: FAILED: deps lack {missing.describe()}, which pip installs from the same lock"
+        for missing in missing_from(closure, installed)
+    ]
     error = comparison.flat.error_line or ""
     shipped = {os.path.basename(path) for path in merged.libraries}
     named = [name for name in shipped if f"{name}: cannot open shared object file" in error]
     if comparison.matches and named:
-        lines.append(f"layout_test: FAILED: both layouts fail loading {named[0]}, which a wheel of the deps ships: {one_line(error)[:300]}")
+        lines.append(
+            f"layout_test: FAILED: both layouts fail loading {named[0]}, which a wheel of the deps ships: {one_line(error)[:300]}"
+        )
     return lines
 
 
-def format_verdict(config: Config, comparison: Comparison, merged: Merged, modules: Sequence[str], incomplete: Sequence[str] = ()) -> str:
+def format_verdict(
+    config: Config, comparison: Comparison, merged: Merged, modules: Sequence[str], incomplete: Sequence[str] = ()
+) -> str:
     """What both runs did, and the verdict: ``incomplete`` (:func:`closure_lines`: why the deps are not pip's
     closure), what the test's layout does differently, and the fix."""
     total = len(set(merged.libraries.values()))
     lines = [f"layout_test {config.test}: probe: {json.dumps(config.probe)}"]
-    lines += _run_lines(f"the test's layout ({_plural(len(merged.wheel_entries), 'directory')} of wheels on sys.path)", comparison.per_wheel, total)
+    lines += _run_lines(
+        f"the test's layout ({_plural(len(merged.wheel_entries), 'directory')} of wheels on sys.path)",
+        comparison.per_wheel,
+        total,
+    )
     lines += _run_lines("every wheel in one site-packages (links, in a virtual environment)", comparison.flat, total)
     if comparison.missing:
         lines.append("  mapped in one site-packages, NOT in the test's layout:")
         lines += [f"    {_printable(str(library))}" for library in comparison.missing]
     if incomplete:
         lines += incomplete
-        lines.append("layout_test: fix: add the missing wheels to deps, or take deps from a hub with restore_extras (the default), "
-                     "which wires what pip installs (docs/rules-python.md#extras)")
+        lines.append(
+            "layout_test: fix: add the missing wheels to deps, or take deps from a hub with restore_extras (the default), "
+            "which wires what pip installs (docs/rules-python.md#extras)"
+        )
         return "\n".join(lines)
     if comparison.matches and unrecorded(comparison):
         lines.append(
@@ -449,7 +508,12 @@ def format_verdict(config: Config, comparison: Comparison, merged: Merged, modul
             verdict += f" (both fail alike, not because of the layout: {comparison.flat.error_line or 'exit status ' + str(comparison.flat.returncode)})"
         lines.append(one_line(f"layout_test: {verdict}"))
         return "\n".join(lines)
-    lines.append(one_line("layout_test: FAILED: the test's layout differs from one site-packages: " + "; ".join(comparison.differences)))
+    lines.append(
+        one_line(
+            "layout_test: FAILED: the test's layout differs from one site-packages: "
+            + "; ".join(comparison.differences)
+        )
+    )
     fix = fix_stanza(config.probe, modules, merged.wheel_entries) if comparison.missing else None
     if fix:
         lines.append(f"layout_test: fix: {fix}")
@@ -462,7 +526,9 @@ def _work_directory(config: Config) -> tempfile.TemporaryDirectory[str]:
     try:
         return tempfile.TemporaryDirectory(prefix="layout-test-", dir=where)
     except OSError as error:
-        raise UsageError(f"layout_test {config.test}: TEST_TMPDIR={where or tempfile.gettempdir()}: no new directory there: {error.strerror}") from None
+        raise UsageError(
+            f"layout_test {config.test}: TEST_TMPDIR={where or tempfile.gettempdir()}: no new directory there: {error.strerror}"
+        ) from None
 
 
 def main(main_file: str) -> int:
@@ -488,7 +554,10 @@ def main(main_file: str) -> int:
         print(f"patched-wheels: error: {one_line(f'layout_test {main_file}: {error}')}", file=sys.stderr)
         return 2
     except _Stopped as stopped:
-        print(f"patched-wheels: error: layout_test {name}: stopped by {stopped} (Bazel's timeout, or Ctrl-C); its runs were killed", file=sys.stderr)
+        print(
+            f"patched-wheels: error: layout_test {name}: stopped by {stopped} (Bazel's timeout, or Ctrl-C); its runs were killed",
+            file=sys.stderr,
+        )
         return 128 + signal.Signals[str(stopped)].value
     finally:
         for signum, handler in handlers.items():

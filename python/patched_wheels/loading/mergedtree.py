@@ -50,7 +50,9 @@ def owners(entry: str) -> dict[str, str]:
         if not name.endswith(".dist-info"):
             continue
         try:
-            record = read_regular_file(os.path.join(entry, name, "RECORD"), max_bytes=_MAX_RECORD_BYTES, follow_links=True)
+            record = read_regular_file(
+                os.path.join(entry, name, "RECORD"), max_bytes=_MAX_RECORD_BYTES, follow_links=True
+            )
         except (OSError, NotRegularFileError):
             continue
         for line in record.decode("utf-8", "replace").splitlines():
@@ -159,13 +161,17 @@ def _may_be_one_link(parts: tuple[str, ...], site_packages: tuple[str, ...]) -> 
     return len(parts) >= 2 and site_packages[: len(parts)] != parts
 
 
-def _make(tree: _Tree, directory: str, parts: tuple[str, ...], site_packages: tuple[str, ...], wholes: dict[int, _Whole]) -> None:
+def _make(
+    tree: _Tree, directory: str, parts: tuple[str, ...], site_packages: tuple[str, ...], wholes: dict[int, _Whole]
+) -> None:
     """Make ``tree`` at ``directory`` (a real directory made here): files and whole directories as links."""
     os.makedirs(directory, exist_ok=True)
     for name, node in tree.items():
         target = os.path.join(directory, name)
         if not isinstance(node, dict):
-            os.symlink(node.full, target)  # to the test's own file: resolving every runfiles link costs more than the run
+            os.symlink(
+                node.full, target
+            )  # to the test's own file: resolving every runfiles link costs more than the run
             continue
         whole, child = wholes[id(node)], parts + (name,)
         if whole.owner is not None and not whole.library and whole.source and _may_be_one_link(child, site_packages):
@@ -194,10 +200,16 @@ def merge(wheel_entries: Sequence[str], root: Path, runfiles: str) -> Merged:
         owned = owners(entry) if len(installed) > 1 else {}
         sources = [(path, path, full, entry) for path, full in _files(entry, runfiles)]
         if os.path.basename(entry) == PER_WHEEL_SCHEMES["site-packages"] and len(installed) == 1:
-            for scheme, directory in PER_WHEEL_SCHEMES.items():  # rules_python's repository: the other schemes beside it
+            for (
+                scheme,
+                directory,
+            ) in PER_WHEEL_SCHEMES.items():  # rules_python's repository: the other schemes beside it
                 sibling = os.path.join(os.path.dirname(entry), directory)
                 if scheme != "site-packages" and os.path.isdir(sibling):
-                    sources += [(f"{installed[0]}.data/{scheme}/{path}", os.path.join(directory, path), full, sibling) for path, full in _files(sibling, runfiles)]
+                    sources += [
+                        (f"{installed[0]}.data/{scheme}/{path}", os.path.join(directory, path), full, sibling)
+                        for path, full in _files(sibling, runfiles)
+                    ]
         for install_path, record_path, full, place in sources:
             dist = owned.get(record_path, installed[0] if installed else os.path.basename(entry))
             library = is_shared_library_name(install_path) and _is_elf(full)

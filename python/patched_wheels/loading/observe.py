@@ -101,10 +101,14 @@ def observe(
     refs = [WheelRef.of(wheel) for wheel in wheels]
     mismatch = tag_mismatch(ref.filename for ref in refs)
     if mismatch is not None:
-        warn(f"{mismatch}: its tags do not match this interpreter, so the probe cannot run here; the preload "
-             "comes from the ELF graph only (libraries the package opens itself at run time are not in it)")
+        warn(
+            f"{mismatch}: its tags do not match this interpreter, so the probe cannot run here; the preload "
+            "comes from the ELF graph only (libraries the package opens itself at run time are not in it)"
+        )
         return None
-    digests = {ref.filename: ref.sha256 or (hash_file(ref.path) if ref.path else "") for ref in refs} if caches.root else {}
+    digests = (
+        {ref.filename: ref.sha256 or (hash_file(ref.path) if ref.path else "") for ref in refs} if caches.root else {}
+    )
     entry = None
     if caches.root is not None and all(digests.values()):
         entry = f"{_key(sorted(digests.values()), probe)}.json"
@@ -153,7 +157,9 @@ def _key(digests: Sequence[str], probe: str) -> str:
     return hashlib.sha256(json.dumps([_SCHEMA, list(digests), probe, interpreter]).encode()).hexdigest()
 
 
-def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation: Installation | None) -> Observation | None:
+def _run(
+    refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation: Installation | None
+) -> Observation | None:
     """The observation of one run of ``probe``; None, with one warning, when the run ended without recording
     what it mapped (a crash: what an earlier run recorded is never taken for it)."""
     if installation is None:
@@ -161,7 +167,9 @@ def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation
 
         with ExitStack() as stack:
             with phase("probe: install"):
-                installation = stack.enter_context(installed([ref.path for ref in refs if ref.path is not None], (FLAT,)))
+                installation = stack.enter_context(
+                    installed([ref.path for ref in refs if ref.path is not None], (FLAT,))
+                )
             observation = _run(refs, probe, graph, installation)
             with phase("probe: remove"):
                 stack.close()
@@ -179,7 +187,9 @@ def _run(refs: Sequence[WheelRef], probe: str, graph: LibraryGraph, installation
     with phase("probe: symbols"):
         symbols = {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
         system = _SystemSymbols()
-        extensions = {library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)}
+        extensions = {
+            library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)
+        }
         needs_global = libraries_needing_global(graph, symbols, system.defined_by, system.interpreter())
     return Observation(
         probe,
@@ -239,7 +249,9 @@ def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
                 strings = _section_data(reader, sections[section["link"]])
                 table = _section_data(reader, section)
                 for fields in entry.iter_unpack(table[: len(table) - len(table) % entry.size]):
-                    name_at, info, shndx = (fields[0], fields[1], fields[3]) if elf.wide else (fields[0], fields[3], fields[5])
+                    name_at, info, shndx = (
+                        (fields[0], fields[1], fields[3]) if elf.wide else (fields[0], fields[3], fields[5])
+                    )
                     bind = info >> 4
                     if not name_at or bind not in (_STB_GLOBAL, _STB_WEAK):
                         continue
@@ -255,7 +267,11 @@ def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
 
 def _section_data(reader: FileReader, section: dict[str, int]) -> bytes:
     """A section's bytes as far as the file holds them; none for SHT_NOBITS (it has none in the file)."""
-    return b"" if section["type"] == SHT_NOBITS else reader.read(section["offset"], section["size"], "a section", exact=False)
+    return (
+        b""
+        if section["type"] == SHT_NOBITS
+        else reader.read(section["offset"], section["size"], "a section", exact=False)
+    )
 
 
 class _SystemSymbols:
@@ -281,7 +297,11 @@ class _SystemSymbols:
         names = set(read_symbols(sys.executable)[0])
         library = sysconfig.get_config_var("LDLIBRARY") or ""
         directory = sysconfig.get_config_var("LIBDIR") or ""
-        if sysconfig.get_config_var("Py_ENABLE_SHARED") and library and os.path.exists(os.path.join(directory, library)):
+        if (
+            sysconfig.get_config_var("Py_ENABLE_SHARED")
+            and library
+            and os.path.exists(os.path.join(directory, library))
+        ):
             names |= read_symbols(os.path.join(directory, library))[0]
         return frozenset(names)
 
@@ -307,7 +327,12 @@ def _from_json(value: object, probe: str, digests: Mapping[str, str], graph: Lib
     """A cached observation, if it has the shape :func:`_to_json` writes and names only libraries of this set."""
     by_digest = {digest: wheel for wheel, digest in digests.items()}
     known = {(library.wheel, library.path) for library in graph.libraries}
-    if not isinstance(value, dict) or not is_int(value.get("schema")) or value["schema"] != _SCHEMA or value.get("probe") != probe:
+    if (
+        not isinstance(value, dict)
+        or not is_int(value.get("schema"))
+        or value["schema"] != _SCHEMA
+        or value.get("probe") != probe
+    ):
         return None
     returncode, error = value.get("returncode"), value.get("error")
     if not is_int(returncode) or not (error is None or isinstance(error, str) and len(error) <= _MAX_ERROR):

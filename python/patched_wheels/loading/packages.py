@@ -96,7 +96,9 @@ def find_package(package: str, wheels: Iterable[Path]) -> PackageLocation:
 def _outermost_packages(members: Iterable[str]) -> tuple[str, ...]:
     """The ``__init__.py`` members of the outermost regular packages among ``members`` (a namespace's files,
     each installed somewhere: a member of no install path is none of them)."""
-    inits = {path: name for name in members if name.endswith("/__init__.py") and (path := install_path(name)) is not None}
+    inits = {
+        path: name for name in members if name.endswith("/__init__.py") and (path := install_path(name)) is not None
+    }
     return tuple(
         member
         for init, member in sorted(inits.items())
@@ -174,7 +176,11 @@ def hosted_plugin(module: str, declared: Iterable[tuple[str, EntryPoint]]) -> tu
     GPU; a machine without a GPU cannot tell the two apart. So the preload goes to the plugin."""
     group = f"{module.split('.')[0]}_plugins"
     return next(
-        ((owner, point) for owner, point in declared if point.group == group and not f"{point.module}.".startswith(f"{module}.")),
+        (
+            (owner, point)
+            for owner, point in declared
+            if point.group == group and not f"{point.module}.".startswith(f"{module}.")
+        ),
         None,
     )
 
@@ -211,7 +217,9 @@ def _importers(module: str, wheels: Sequence[Path]) -> list[_Importer]:
                 inner = importer == module or importer.startswith(f"{module}.")
                 if not inner and word.search(reader.read(member)):
                     found.append(_Importer(wheel.name, importer, loaded.get(importer)))
-    return sorted(found, key=lambda importer: (importer.entry_point is None, importer.module.count("."), importer.module))
+    return sorted(
+        found, key=lambda importer: (importer.entry_point is None, importer.module.count("."), importer.module)
+    )
 
 
 def _entry_point_of(wheel: Path, module: str) -> EntryPoint | None:
@@ -293,6 +301,7 @@ def locate_package(
 def _refuse_plugin_host(module: str, wheels: Sequence[Path], phrasing: Phrasing) -> None:
     """Refuse a preload in a package that loads its native code through another wheel's plugin
     (:func:`hosted_plugin`), naming the stanza that preloads the plugin instead."""
+
     def declared() -> Iterator[tuple[str, EntryPoint]]:
         for wheel in wheels:
             with WheelReader(wheel) as reader:
@@ -329,7 +338,13 @@ def _what_it_ships(wheel: Path, phrasing: Phrasing) -> str:
             f"; {phrasing.wheel(wheel.name)} ships {points[0].module}, which its entry point {points[0]} loads: "
             f"write {phrasing.write(wheel.name, points[0].module)}"
         )
-    top = sorted({init.split("/")[0] for init in map(install_path, names) if init and init.count("/") == 1 and init.endswith("/__init__.py")})
+    top = sorted(
+        {
+            init.split("/")[0]
+            for init in map(install_path, names)
+            if init and init.count("/") == 1 and init.endswith("/__init__.py")
+        }
+    )
     if len(top) == 1:
         return f"; {phrasing.wheel(wheel.name)} ships {top[0]}: write {phrasing.write(wheel.name, top[0])}"
     return f"; {phrasing.wheel(wheel.name)} ships {', '.join(top)}" if top else ""

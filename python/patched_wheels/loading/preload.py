@@ -39,7 +39,13 @@ from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.loading.lazyload import is_extension_module, lazy_warning, unprobed_libraries
 from patched_wheels.loading.packages import Phrasing, find_package, locate_package, package_libraries
-from patched_wheels.loading.preloadmodule import PRELOAD_MODULE, PreloadList, all_is_none, read_preload_module, render_preload_module
+from patched_wheels.loading.preloadmodule import (
+    PRELOAD_MODULE,
+    PreloadList,
+    all_is_none,
+    read_preload_module,
+    render_preload_module,
+)
 from patched_wheels.wheelfile import WheelFilename, WheelReader
 from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.wheelfile.schemes import data_scheme
@@ -74,7 +80,9 @@ class PreloadPlan:
         """The plan as module entries; ``path`` gives a library's site-packages path (split moves some)."""
         libraries = tuple(path(library) for library in self.libraries)
         global_ = None if self.global_ is None else frozenset(path(library) for library in self.global_)
-        return PreloadList(libraries, frozenset(path(library) for library in self.optional), all_is_none(global_, libraries))
+        return PreloadList(
+            libraries, frozenset(path(library) for library in self.optional), all_is_none(global_, libraries)
+        )
 
 
 def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
@@ -186,7 +194,11 @@ def plan_preload(
     stuck = {library for members in stuck_cycles(graph.cycles, graph.providers) for library in members}
     if stuck:
         optional |= {library for library in required if graph.closure([library]) & stuck}
-    global_ = None if observed is None else frozenset(library for library in planned if observed.has(library, observed.needs_global))
+    global_ = (
+        None
+        if observed is None
+        else frozenset(library for library in planned if observed.has(library, observed.needs_global))
+    )
     return PreloadPlan(
         tuple(graph.ordered(planned)),
         frozenset(optional),
@@ -204,12 +216,13 @@ def runtime_candidates(graph: LibraryGraph, package_wheel: Path) -> list[str]:
         metadata = reader.metadata()
     required = required_projects(metadata)
     return sorted(
-        {project_name(library.wheel) for library in graph.libraries if library.wheel != package_wheel.name}
-        & required
+        {project_name(library.wheel) for library in graph.libraries if library.wheel != package_wheel.name} & required
     )
 
 
-def runtime_hint(package: str, projects: Sequence[str], observed: Observation | None = None, *, probed: bool = True) -> str:
+def runtime_hint(
+    package: str, projects: Sequence[str], observed: Observation | None = None, *, probed: bool = True
+) -> str:
     """What to do about ``projects`` that ``package`` may load at run time, for ``doctor`` and ``patch``.
 
     It names no list of wheels to preload: such a list is only right once a run has shown it (a
@@ -217,10 +230,19 @@ def runtime_hint(package: str, projects: Sequence[str], observed: Observation | 
     none may run (``probed`` false: ``preload = "elf"``, ``--no-probe``), the user names the wheels.
     """
     seen = f", and {observed.probe!r} maps none of them in one site-packages" if observed is not None else ""
-    ask = "give a probe that makes it do so (probe = \"...\" on patched_wheel, --probe CODE): preload = \"auto\" then preloads what one site-packages maps"
+    ask = (
+        'give a probe that makes it do so (probe = "..." on patched_wheel, --probe CODE): '
+        'preload = "auto" then preloads what one site-packages maps'
+    )
     if not probed:
-        ask = "no probe ran to see which (preload = \"elf\", --no-probe): name their wheels (preload_wheels, --preload-wheels) or give a probe with preload = \"auto\""
-    return f"{package} requires {', '.join(projects)}, which ship shared libraries, but needs none of them through DT_NEEDED{seen}: if it opens them itself later (ctypes, dlopen), {ask}; doctor --run compares both layouts"
+        ask = (
+            'no probe ran to see which (preload = "elf", --no-probe): '
+            'name their wheels (preload_wheels, --preload-wheels) or give a probe with preload = "auto"'
+        )
+    return (
+        f"{package} requires {', '.join(projects)}, which ship shared libraries, but needs none of them through "
+        f"DT_NEEDED{seen}: if it opens them itself later (ctypes, dlopen), {ask}; doctor --run compares both layouts"
+    )
 
 
 def check_shipped(libraries: Iterable[ElfLibrary], wheels: Sequence[Path | WheelRef]) -> None:

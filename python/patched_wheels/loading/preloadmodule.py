@@ -168,7 +168,9 @@ def read_preload_module(source: bytes, *, where: str) -> PreloadList:
     global_ = values.get("GLOBAL")
     if global_ is not None and not (isinstance(global_, tuple) and set(global_) <= set(libraries)):
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module (GLOBAL is not a subset of LIBRARIES)")
-    return PreloadList(libraries, frozenset(optional), all_is_none(None if global_ is None else frozenset(global_), libraries))
+    return PreloadList(
+        libraries, frozenset(optional), all_is_none(None if global_ is None else frozenset(global_), libraries)
+    )
 
 
 def all_is_none(global_: frozenset[str] | None, libraries: Sequence[str]) -> frozenset[str] | None:

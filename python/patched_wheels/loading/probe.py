@@ -119,7 +119,9 @@ class Comparison:
         if (self.flat.returncode == 0) != (self.per_wheel.returncode == 0):
             found.append(f"exit status {self.per_wheel.returncode}, {self.flat.returncode} in one site-packages")
         if self.flat.comparable_error != self.per_wheel.comparable_error:
-            found.append(f"first error {_quoted(self.per_wheel.error_line)}, {_quoted(self.flat.error_line)} in one site-packages")
+            found.append(
+                f"first error {_quoted(self.per_wheel.error_line)}, {_quoted(self.flat.error_line)} in one site-packages"
+            )
         if self.missing:
             found.append(f"{len(self.missing)} of the set's libraries mapped in one site-packages are not mapped")
         return found
@@ -171,7 +173,13 @@ class Installation:
             command = [sys.executable, "-S", "-c", CHILD]
             environment["PYTHONPATH"] = os.pathsep.join(entries)
         return run_child(
-            kind, command, code, root=self.root, environment=environment, by_file=by_file, entries=entries,
+            kind,
+            command,
+            code,
+            root=self.root,
+            environment=environment,
+            by_file=by_file,
+            entries=entries,
             places=(*entries, str(layout.root)),
         )
 
@@ -204,7 +212,9 @@ def run_child(
         raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT.get(kind, kind)}; stopped")
     mapped = None if captured.mapped is None else tuple(by_file[path] for path in by_file if path in captured.mapped)
     error = captured.stderr.first_error or (captured.stderr.last if captured.returncode != 0 else None)
-    return RunResult(kind, code, captured.returncode, captured.stdout.text(), error, len(entries), mapped, tuple(places))
+    return RunResult(
+        kind, code, captured.returncode, captured.stdout.text(), error, len(entries), mapped, tuple(places)
+    )
 
 
 def run_timeout() -> int:
@@ -248,7 +258,9 @@ def installed(
                 if name != names[-1]:  # one wheel's two members there (``x`` and ``<dist>.data/purelib/x``): in order
                     left[name].add(target)
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            jobs = [pool.submit(install, wheel, first, check_record=check_record, left=left[wheel.name]) for wheel in wheels]
+            jobs = [
+                pool.submit(install, wheel, first, check_record=check_record, left=left[wheel.name]) for wheel in wheels
+            ]
             for job in jobs:
                 job.result()
         for layout in list(layouts.values())[1:]:

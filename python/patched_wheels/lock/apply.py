@@ -66,12 +66,16 @@ def lock(
         index_dir=(served_from or index.directory).resolve(),
         index_option=index_option,
         upstream_index_url=upstream_index_url,
-        replaced={canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in (replaced or {}).items()},
+        replaced={
+            canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in (replaced or {}).items()
+        },
         references={canonicalize_name(name): (url, sha256) for name, (url, sha256) in (references or {}).items()},
     )
     unserved = index.unserved_pages()
     if unserved:
-        raise InvalidLockError(f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again")
+        raise InvalidLockError(
+            f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again"
+        )
     entry = registry.lock_format(lock_format)
     if out_uv_lock is not None:
         if entry.writer is None:
@@ -101,7 +105,9 @@ def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], str]]]) -> None:
             if holds(path, content):
                 continue
             if os.path.exists(path) and not os.path.isfile(path):
-                raise UsageError(f"{flag} {path}: not a regular file")  # a directory, or a device renaming would replace
+                raise UsageError(
+                    f"{flag} {path}: not a regular file"
+                )  # a directory, or a device renaming would replace
             try:
                 staged.append((write_temp(path, content), path))
             except OSError as error:
@@ -112,4 +118,3 @@ def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], str]]]) -> None:
     finally:
         for temp, _ in staged:
             temp.unlink(missing_ok=True)
-

@@ -59,7 +59,8 @@ class WheelEnvironments:
     def marker(self) -> str | None:
         """A PEP 508 marker true exactly in these environments (None: every environment)."""
         alternatives = [
-            f'sys_platform == "{system}" and platform_machine == "{machine}"' for system, machine in sorted(self.platforms)
+            f'sys_platform == "{system}" and platform_machine == "{machine}"'
+            for system, machine in sorted(self.platforms)
         ]
         python = [f'python_version == "{self.python}"'] if self.python else []
         parts = python + ([_join(" or ", alternatives)] if alternatives else [])
@@ -68,7 +69,8 @@ class WheelEnvironments:
     def complement(self) -> str | None:
         """The marker of every other environment (PEP 508 has no ``not``: De Morgan's laws)."""
         alternatives = [
-            f'sys_platform != "{system}" or platform_machine != "{machine}"' for system, machine in sorted(self.platforms)
+            f'sys_platform != "{system}" or platform_machine != "{machine}"'
+            for system, machine in sorted(self.platforms)
         ]
         python = [f'python_version != "{self.python}"'] if self.python else []
         parts = python + ([_join(" and ", alternatives)] if alternatives else [])

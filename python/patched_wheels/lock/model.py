@@ -168,7 +168,14 @@ def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: s
     packaging's ``UndefinedComparison``) is an error naming ``where``."""
     try:
         return Marker(marker).evaluate(dict(environment) if environment is not None else None)
-    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName, RecursionError, SyntaxError, ValueError) as error:
+    except (
+        InvalidMarker,
+        UndefinedComparison,
+        UndefinedEnvironmentName,
+        RecursionError,
+        SyntaxError,
+        ValueError,
+    ) as error:
         # packaging's parser recurses per "(" and hands a quoted value to ast.literal_eval (a line break in it: SyntaxError)
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise InvalidLockError(f"{where}: marker {marker[:200]!r}: {reason[:200]}") from None
@@ -243,7 +250,20 @@ def locked_pin(
     error = None if parsed else f"{name} has no version in the lock"
     if url:
         parsed, error = reference_version(name, url)
-    return Pin(name, tuple(extras), head, parsed, None, tuple(hashes), url, span, f"{head}=={version or ''}", error, version, tuple(files))
+    return Pin(
+        name,
+        tuple(extras),
+        head,
+        parsed,
+        None,
+        tuple(hashes),
+        url,
+        span,
+        f"{head}=={version or ''}",
+        error,
+        version,
+        tuple(files),
+    )
 
 
 @dataclass(frozen=True)

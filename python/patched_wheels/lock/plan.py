@@ -174,7 +174,16 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
         elif refresh:
             changes.append(f"{pin.name}=={pinned}: hashes replaced")
         if target != pinned or refresh:
-            edits.append(PinEdit(pin, target, new_hashes if refresh else None, (), target_files, _kept(pin, target_files, options.replaced.get(project))))
+            edits.append(
+                PinEdit(
+                    pin,
+                    target,
+                    new_hashes if refresh else None,
+                    (),
+                    target_files,
+                    _kept(pin, target_files, options.replaced.get(project)),
+                )
+            )
 
     option, dropped = _option_line(lock, options)
     if option is not None:
@@ -252,7 +261,9 @@ def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
     return every if superseded >= {f.sha256 for f in pin.files} else frozenset(h for h in superseded if h is not None)
 
 
-def _direct_pin(pin: Pin, files: Sequence[IndexedFile], directory: Path, left: tuple[str, ...], hashed: bool) -> tuple[NewPin, ...]:
+def _direct_pin(
+    pin: Pin, files: Sequence[IndexedFile], directory: Path, left: tuple[str, ...], hashed: bool
+) -> tuple[NewPin, ...]:
     """The lines that replace a patched pin in ``direct`` mode (module docstring).
 
     A direct reference names one file, so the patched version must have exactly one. If the pin

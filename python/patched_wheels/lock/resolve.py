@@ -117,7 +117,9 @@ def resolve(
             links = [_Link(f.filename, f.url, f.sha256) for f in pin.files]
             resolved.append(_choose(pin, links, ranking, str(lock_path)))
             continue
-        page = read_lock_input(pages_dir / f"{pin.project}.html", max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}")
+        page = read_lock_input(
+            pages_dir / f"{pin.project}.html", max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}"
+        )
         links = parse_project_page(page, page_url(index_url, pin.project), sha256s=pin.sha256s)
         resolved.append(_choose(pin, links, ranking, page_url(index_url, pin.project)))
     return resolved
@@ -128,9 +130,7 @@ def _filename_of(url: str) -> str:
     return urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
 
 
-def _choose(
-    pin: Pin, links: Sequence[_Link], ranking: Mapping[Tag, int], url: str
-) -> ResolvedWheel:
+def _choose(pin: Pin, links: Sequence[_Link], ranking: Mapping[Tag, int], url: str) -> ResolvedWheel:
     version = pin.pinned_version()
     sha256s = pin.sha256s
     best: tuple[int, _Link, str] | None = None  # (rank, link, its sha256)

@@ -141,7 +141,9 @@ def content_chunks(reader: WheelReader, content: Content) -> Iterator[bytes]:
         with reader.open(content.source) as stream:
             for chunk in iter(lambda: stream.read(CHUNK_SIZE), b""):
                 end = position + len(chunk)
-                overlapping = [(offset, data) for offset, data in content.patches if offset < end and offset + len(data) > position]
+                overlapping = [
+                    (offset, data) for offset, data in content.patches if offset < end and offset + len(data) > position
+                ]
                 if overlapping:
                     piece = bytearray(chunk)
                     for offset, data in overlapping:
@@ -308,7 +310,9 @@ class WheelEdits:
         spec recommends); ``renames`` maps a top-level directory to its new name (``.dist-info``, ``.data``)."""
         dist_info = self.reader.dist_info + "/"
         kept = [name for name in self._originals_kept() if name not in self._generated]
-        created = sorted(name for name, content in self.contents.items() if content is not None and name not in self.reader)
+        created = sorted(
+            name for name, content in self.contents.items() if content is not None and name not in self.reader
+        )
         ordered = [name for name in kept if not name.startswith(dist_info)]
         ordered += [name for name in created if not name.startswith(dist_info)]
         ordered += [name for name in kept if name.startswith(dist_info)]

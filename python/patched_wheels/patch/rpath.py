@@ -52,7 +52,9 @@ def apply_rpath_edits(edits: WheelEdits, rpath_edits: Sequence[RpathEdit], scrat
             edits.set(name, edited)
 
 
-def _edit_library(edits: WheelEdits, name: str, content: Content | None, applied: Sequence[RpathEdit], scratch: Scratch) -> Content | None:
+def _edit_library(
+    edits: WheelEdits, name: str, content: Content | None, applied: Sequence[RpathEdit], scratch: Scratch
+) -> Content | None:
     """``name`` with the search path ``applied`` make, its RUNPATH/RPATH kind kept: overwritten in place
     when it fits and no other name shares the old string, else with its string table grown into a temp
     file (both streamed); None when nothing changes (it stays as it is)."""

@@ -52,7 +52,16 @@ from patched_wheels.loading.preload import (
     render_preload_module,
 )
 from patched_wheels.patch.request import SplitRequest
-from patched_wheels.patch.rewrite import Content, MemberEdit, OutputMember, Overwritten, Scratch, Spilled, WheelEdits, member_chunks
+from patched_wheels.patch.rewrite import (
+    Content,
+    MemberEdit,
+    OutputMember,
+    Overwritten,
+    Scratch,
+    Spilled,
+    WheelEdits,
+    member_chunks,
+)
 from patched_wheels.wheelfile.schemes import data_scheme, install_path
 from patched_wheels.wheelfile.zipcontainer import MAX_ALIGNMENT_PADDING, kernel_copied
 
@@ -98,11 +107,19 @@ class PlannedSplit:
         """The main wheel as written must fit ``max_size`` (the selection only estimated it)."""
         size = main.stat().st_size
         if self.max_size is not None and size > self.max_size:
-            raise UsageError(f"{wheel}: the main wheel is {size} bytes after the split, over {self.max_size_option} {self.max_size}")
+            raise UsageError(
+                f"{wheel}: the main wheel is {size} bytes after the split, over {self.max_size_option} {self.max_size}"
+            )
 
 
 def plan_split(
-    request: SplitRequest, edits: WheelEdits, *, version: str, main_name: str, graph: LibraryGraph | None, scratch: Scratch
+    request: SplitRequest,
+    edits: WheelEdits,
+    *,
+    version: str,
+    main_name: str,
+    graph: LibraryGraph | None,
+    scratch: Scratch,
 ) -> PlannedSplit:
     """What ``request`` moves and what the main wheel becomes, given the patch's other ``edits``.
 
@@ -171,6 +188,7 @@ def plan_split(
         max_size_option=request.names.max_size,
     )
 
+
 def _select_by_globs(request: SplitRequest, edits: WheelEdits, libraries: Mapping[str, ElfLibrary]) -> list[str]:
     wheel = edits.reader.path.name
     option = request.names.move
@@ -189,8 +207,13 @@ def _select_by_globs(request: SplitRequest, edits: WheelEdits, libraries: Mappin
                 selected.append(name)
     return selected
 
+
 def _select_by_size(
-    request: SplitRequest, edits: WheelEdits, members: Sequence[str], libraries: Mapping[str, ElfLibrary], preload_growth: int
+    request: SplitRequest,
+    edits: WheelEdits,
+    members: Sequence[str],
+    libraries: Mapping[str, ElfLibrary],
+    preload_growth: int,
 ) -> list[str]:
     """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
     wheel, option, max_size = edits.reader.path.name, request.names.max_size, request.max_size or 0
@@ -222,7 +245,9 @@ def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMem
     open_chunks = member_chunks(edits.reader, move.member, move.content)
     where = f"{edits.reader.path.name}: {move.member}"
     file = scratch.new_file()
-    grow_dynamic(open_chunks, read_dynamic(open_chunks, where), {DT_SONAME: move.library.filename.encode()}, file, where)
+    grow_dynamic(
+        open_chunks, read_dynamic(open_chunks, where), {DT_SONAME: move.library.filename.encode()}, file, where
+    )
     return OutputMember(move.target, move.member, Spilled(file))
 
 
@@ -237,7 +262,11 @@ def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
         content = contents.get(name)
         if content is None:  # unedited (members holds no deleted one)
             info = reader.info(name)
-            data = info.compress_size + len(info.extra) + (MAX_ALIGNMENT_PADDING if kernel_copied(info.compress_size) else 0)
+            data = (
+                info.compress_size
+                + len(info.extra)
+                + (MAX_ALIGNMENT_PADDING if kernel_copied(info.compress_size) else 0)
+            )
         elif isinstance(content, bytes):
             data = len(content)
         elif isinstance(content, Overwritten):

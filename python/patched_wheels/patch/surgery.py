@@ -103,13 +103,22 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
     """
     wheel, dest_dir = Path(wheel), Path(dest_dir)
     # Paused: the outputs' members and RECORD rows are tens of thousands of objects without cycles.
-    with cycle_collection_paused(), WheelReader(wheel, verify=options.verify) as reader, Scratch(dest_dir, wheel.name) as scratch:
+    with (
+        cycle_collection_paused(),
+        WheelReader(wheel, verify=options.verify) as reader,
+        Scratch(dest_dir, wheel.name) as scratch,
+    ):
         split = options.split
         if split is not None:
-            split.check(wheel.name, reader.filename.name)  # before any edit: a wrong option should not wait for the patches
+            split.check(
+                wheel.name, reader.filename.name
+            )  # before any edit: a wrong option should not wait for the patches
         edits = WheelEdits(reader)
         if options.patches:
-            from patched_wheels.patch.unidiff import apply_file_patch, read_patch  # imported here: only a patch needs the diff reader
+            from patched_wheels.patch.unidiff import (
+                apply_file_patch,
+                read_patch,
+            )  # imported here: only a patch needs the diff reader
         for patch in options.patches:
             for file_patch in read_patch(Path(patch), strip=options.strip):
                 source = f"patch {file_patch.patch}"
@@ -122,7 +131,9 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
             edits.delete_matching(pattern)
         edits.apply_member_edits(options.member_edits, "member edit")
         if options.rpath_edits:
-            from patched_wheels.patch.rpath import apply_rpath_edits  # imported here: the ELF reader only when RPATHs change
+            from patched_wheels.patch.rpath import (
+                apply_rpath_edits,
+            )  # imported here: the ELF reader only when RPATHs change
 
             apply_rpath_edits(edits, options.rpath_edits, scratch)
         version = edits.version(options.suffix)
@@ -133,12 +144,18 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
         if split is not None:
             from patched_wheels.patch.split import plan_split  # imported here: only a split reads the library graph
 
-            planned = plan_split(split, edits, version=version, main_name=dest.name, graph=options.graph, scratch=scratch)
+            planned = plan_split(
+                split, edits, version=version, main_name=dest.name, graph=options.graph, scratch=scratch
+            )
             for name in planned.removed:
                 edits.set(name, None)
             edits.apply_member_edits(planned.member_edits, "split")
         project = edits.edit_metadata(
-            version, options.suffix, options.remove_requires, options.add_requires, generated_requires=[planned.requirement] if planned else []
+            version,
+            options.suffix,
+            options.remove_requires,
+            options.add_requires,
+            generated_requires=[planned.requirement] if planned else [],
         )
 
         renames: dict[str, str] = {}
@@ -152,7 +169,12 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
         sibling = None
         if planned is not None:
             sibling = _Background(
-                lambda: write_wheel(reader, written / planned.sibling_name, dist_info=planned.sibling_dist_info, members=planned.sibling_members)
+                lambda: write_wheel(
+                    reader,
+                    written / planned.sibling_name,
+                    dist_info=planned.sibling_dist_info,
+                    members=planned.sibling_members,
+                )
             )
             outputs.insert(0, planned.sibling_name)  # renamed first: the main wheel never appears without it
         try:

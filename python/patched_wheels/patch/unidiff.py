@@ -171,9 +171,7 @@ def _parse_hunk(lines: list[bytes], index: int, number: int, origin: str, target
         elif kind == b"+":
             new.append(text)
         else:
-            raise PatchError(
-                f"patch {origin}: {target}: hunk #{number} ({header}): unexpected line {index + 1}"
-            )
+            raise PatchError(f"patch {origin}: {target}: hunk #{number} ({header}): unexpected line {index + 1}")
         index += 1
     if index < len(lines) and lines[index][:1] == _NO_NEWLINE:
         _drop_line_ending(old, new, lines[index - 1][:1])

@@ -63,9 +63,5 @@ def is_safe_member_path(name: str) -> bool:
     path = name[:-1] if name.endswith("/") else name
     parts = path.split("/")
     return (
-        bool(name)
-        and "\\" not in path
-        and "\0" not in path
-        and ":" not in parts[0]
-        and _UNSAFE_PARTS.isdisjoint(parts)
+        bool(name) and "\\" not in path and "\0" not in path and ":" not in parts[0] and _UNSAFE_PARTS.isdisjoint(parts)
     )

@@ -87,7 +87,12 @@ class WheelReader:
     data_dir: str
 
     def __init__(
-        self, path: Path | str, *, verify: bool = False, filename: str | None = None, written: WrittenArchive | None = None
+        self,
+        path: Path | str,
+        *,
+        verify: bool = False,
+        filename: str | None = None,
+        written: WrittenArchive | None = None,
     ) -> None:
         self.path = Path(path)
         self.name = filename or self.path.name

@@ -150,9 +150,9 @@ def serialize_record(entries: Iterable[RecordEntry]) -> bytes:
     # Rows unpacked, not read by attribute: a named tuple's attributes cost a lookup each, 10,600 rows.
     paths = "".join([path for path, _, _ in entries])  # the special characters are single ones: none in any path
     if not any(special in paths for special in _CSV_QUOTED):  # nothing to quote
-        return "".join(
-            [f"{path},{hash_},{'' if size is None else size}\n" for path, hash_, size in entries]
-        ).encode("utf-8")
+        return "".join([f"{path},{hash_},{'' if size is None else size}\n" for path, hash_, size in entries]).encode(
+            "utf-8"
+        )
     import csv
 
     buffer = io.StringIO()

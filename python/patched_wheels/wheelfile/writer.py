@@ -219,13 +219,24 @@ class WheelWriter:
             source = self._source = (reader, reader.read_ahead())
         window = source[1]
         read, info_of, row_of, archive = window.read, reader.info, reader.record_entry, reader.name
-        claim, write, entries, record, timestamp = self._claim, self._write, self._entries, self._record, self._timestamp
+        claim, write, entries, record, timestamp = (
+            self._claim,
+            self._write,
+            self._entries,
+            self._record,
+            self._timestamp,
+        )
         buffer = self._buffer
         for name, arcname in members:
             info = info_of(name)
             renamed = arcname != name
             claim(arcname, checked=not renamed)  # the reader checked its names
-            header_offset, compress_size, file_size, raw_name = info.header_offset, info.compress_size, info.file_size, info.raw_name
+            header_offset, compress_size, file_size, raw_name = (
+                info.header_offset,
+                info.compress_size,
+                info.file_size,
+                info.raw_name,
+            )
             # The local header checked in the window (RawMember.locate's check, without a RawMember per member).
             data_start = data_offset(read(header_offset, LOCAL_HEADER_SIZE + len(raw_name)), info, archive)
             verbatim = not renamed and not info.flag_bits & FLAG_DATA_DESCRIPTOR
@@ -235,9 +246,18 @@ class WheelWriter:
                 encoded, utf8_flag = encode_name(arcname)
                 flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
             entry = ZipMember(
-                arcname, encoded, info.create_system, flags, info.compress_type, info.CRC, compress_size, file_size,
-                self._offset, info.external_attr, b"",
-            )  # fmt: skip
+                arcname,
+                encoded,
+                info.create_system,
+                flags,
+                info.compress_type,
+                info.CRC,
+                compress_size,
+                file_size,
+                self._offset,
+                info.external_attr,
+                b"",
+            )
             zip64 = file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT  # noted for the central record's version
             if zip64:
                 self._zip64_local.add(arcname)
@@ -273,7 +293,9 @@ class WheelWriter:
         with open(source, "rb") as handle:
             stats = os.fstat(handle.fileno())
             chunks = iter(lambda: handle.read(CHUNK_SIZE), b"")
-            self.write_stream(arcname, chunks, size=stats.st_size, mode=stat.S_IMODE(stats.st_mode) if mode is None else mode)
+            self.write_stream(
+                arcname, chunks, size=stats.st_size, mode=stat.S_IMODE(stats.st_mode) if mode is None else mode
+            )
 
     def write_stream(self, arcname: str, chunks: Iterable[bytes], *, size: int, mode: int) -> None:
         """Deflate ``size`` bytes arriving in ``chunks``: never the whole member in memory.
@@ -296,17 +318,23 @@ class WheelWriter:
         try:
             rows = [*self._record, RecordEntry(self._record_name, "", None)]
             # Fastest level: torch's 1 MB RECORD deflates in a third of the default level's time, 20 % larger.
-            self._write_deflated(self._record_name, (serialize_record(rows),), None, 0o644, level=zlib.Z_BEST_SPEED, reserved_ok=True)
+            self._write_deflated(
+                self._record_name, (serialize_record(rows),), None, 0o644, level=zlib.Z_BEST_SPEED, reserved_ok=True
+            )
             directory_offset = self._offset
             zip64_local, date, time_ = self._zip64_local, self._dos_date, self._dos_time
             # Each record also becomes the member as a reader parses it back (its ZIP64 extra, if any, set).
-            self._write(b"".join([central_header(entry, entry.filename in zip64_local, date, time_) for entry in self._entries]))
+            self._write(
+                b"".join([central_header(entry, entry.filename in zip64_local, date, time_) for entry in self._entries])
+            )
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._flush()  # the buffer's tail
             self._copier.wait()
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
-            WheelReader(self._temp, filename=self.dest.name, written=WrittenArchive(self._entries, rows, directory_offset)).close()
+            WheelReader(
+                self._temp, filename=self.dest.name, written=WrittenArchive(self._entries, rows, directory_offset)
+            ).close()
             os.replace(self._temp, self.dest)
         except BaseException:
             self.abort()
@@ -346,7 +374,9 @@ class WheelWriter:
             raise InvalidWheelError(f"{self.dest.name}: {arcname} is generated, it cannot be written directly")
         self._claim(arcname)
         encoded, utf8_flag = encode_name(arcname)
-        entry = ZipMember(arcname, encoded, UNIX, utf8_flag, DEFLATED, 0, 0, 0, self._offset, (stat.S_IFREG | mode) << 16, b"")
+        entry = ZipMember(
+            arcname, encoded, UNIX, utf8_flag, DEFLATED, 0, 0, 0, self._offset, (stat.S_IFREG | mode) << 16, b""
+        )
         zip64 = size_hint is not None and _deflate_bound(size_hint) > ZIP64_LIMIT
         if zip64:
             self._zip64_local.add(arcname)
@@ -388,4 +418,3 @@ class WheelWriter:
     def _flush(self) -> None:
         _write_all(self._file.fileno(), self._buffer, self._offset - len(self._buffer))
         self._buffer.clear()
-

@@ -161,7 +161,9 @@ def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
     fixed = _LOCAL_HEADER.size
     if len(header) < fixed:
         raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
-    signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = _LOCAL_HEADER.unpack_from(header)
+    signature, _, flags, method, _, _, crc, compress_size, file_size, name_length, extra_length = (
+        _LOCAL_HEADER.unpack_from(header)
+    )
     if signature != _LOCAL_SIG:
         raise InvalidWheelError(f"{archive}: {info.filename}: bad local file header")
     if name_length != len(name) or header[fixed : fixed + len(name)] != name:  # not a longer name it starts
@@ -181,7 +183,9 @@ def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
         raise InvalidWheelError(f"{archive}: {info.filename}: local header disagrees with the central directory")
     start = info.header_offset + fixed + name_length + extra_length
     if start + info.compress_size > info.end_offset:  # a lying extra length: the copy would take what follows
-        raise InvalidWheelError(f"{archive}: {info.filename}: local header and data run into the next member or the central directory")
+        raise InvalidWheelError(
+            f"{archive}: {info.filename}: local header and data run into the next member or the central directory"
+        )
     return start
 
 
@@ -268,7 +272,9 @@ def member_content(raw: RawMember) -> Iterator[bytes]:
         nonlocal allowed
         allowed -= len(out)
         if allowed < 0:
-            raise InvalidWheelError(f"{archive}: {info.filename}: inflates past the {info.file_size} bytes the zip declares")
+            raise InvalidWheelError(
+                f"{archive}: {info.filename}: inflates past the {info.file_size} bytes the zip declares"
+            )
         return out
 
     try:
@@ -352,7 +358,9 @@ def _alignment_padding(start: int, source: int, room: int) -> int:
     raise AssertionError("a page of padding always fits in an extra field")
 
 
-def local_header(member: ZipMember, zip64: bool, dos_date: int, dos_time: int, *, data_like: int | None = None) -> bytes:
+def local_header(
+    member: ZipMember, zip64: bool, dos_date: int, dos_time: int, *, data_like: int | None = None
+) -> bytes:
     """Local file header of a written ``member``; ``zip64`` puts both sizes in the extra field (a requirement
     of the spec when either may pass :data:`ZIP64_LIMIT`).
 
@@ -372,9 +380,20 @@ def local_header(member: ZipMember, zip64: bool, dos_date: int, dos_time: int, *
         start = member.header_offset + _LOCAL_HEADER.size + len(name) + len(extra)
         padding = _alignment_padding(start, data_like, 0xFFFF - len(extra))
         if padding:
-            extra += _ALIGNMENT_EXTRA.pack(ALIGNMENT_EXTRA_ID, padding - 4, PAGE_SIZE) + bytes(padding - _ALIGNMENT_EXTRA.size)
+            extra += _ALIGNMENT_EXTRA.pack(ALIGNMENT_EXTRA_ID, padding - 4, PAGE_SIZE) + bytes(
+                padding - _ALIGNMENT_EXTRA.size
+            )
     header = _LOCAL_HEADER.pack(
-        _LOCAL_SIG, version, member.flag_bits, member.compress_type, dos_time, dos_date, member.CRC, *sizes, len(name), len(extra)
+        _LOCAL_SIG,
+        version,
+        member.flag_bits,
+        member.compress_type,
+        dos_time,
+        dos_date,
+        member.CRC,
+        *sizes,
+        len(name),
+        len(extra),
     )
     return header + name + extra
 
@@ -424,8 +443,16 @@ def end_records(count: int, directory_offset: int, directory_size: int) -> bytes
     if needs_zip64:
         end64_offset = directory_offset + directory_size
         records += END64.pack(
-            END64_SIG, END64.size - 12, UNIX << 8 | _VERSION_ZIP64, _VERSION_ZIP64,
-            0, 0, count, count, directory_size, directory_offset,
+            END64_SIG,
+            END64.size - 12,
+            UNIX << 8 | _VERSION_ZIP64,
+            _VERSION_ZIP64,
+            0,
+            0,
+            count,
+            count,
+            directory_size,
+            directory_offset,
         )
         records += END64_LOCATOR.pack(END64_LOCATOR_SIG, 0, end64_offset, 1)
         count = min(count, 0xFFFF)

@@ -61,15 +61,35 @@ class ZipMember:
     """
 
     __slots__ = (
-        "filename", "raw_name", "create_system", "flag_bits", "compress_type", "CRC",
-        "compress_size", "file_size", "header_offset", "external_attr", "extra", "end_offset",
-    )  # fmt: skip
+        "filename",
+        "raw_name",
+        "create_system",
+        "flag_bits",
+        "compress_type",
+        "CRC",
+        "compress_size",
+        "file_size",
+        "header_offset",
+        "external_attr",
+        "extra",
+        "end_offset",
+    )
     end_offset: int  # declared for the type checker only: set by bound_members, not here
 
     def __init__(
-        self, filename: str, raw_name: bytes, create_system: int, flag_bits: int, compress_type: int, crc: int,
-        compress_size: int, file_size: int, header_offset: int, external_attr: int, extra: bytes,
-    ) -> None:  # fmt: skip
+        self,
+        filename: str,
+        raw_name: bytes,
+        create_system: int,
+        flag_bits: int,
+        compress_type: int,
+        crc: int,
+        compress_size: int,
+        file_size: int,
+        header_offset: int,
+        external_attr: int,
+        extra: bytes,
+    ) -> None:
         self.filename = filename
         self.raw_name = raw_name
         self.create_system = create_system
@@ -114,7 +134,9 @@ def read_directory(fd: int, *, path: Path) -> tuple[list[ZipMember], int]:
     except OSError as error:
         raise InvalidWheelError(f"{path}: cannot read ({error.strerror or error})") from None
     except UnicodeDecodeError as error:  # a name flagged UTF-8 that is not: error.object is the name
-        raise InvalidWheelError(f"{path}: member {error.object!r}: flagged UTF-8, not UTF-8 (byte {error.start})") from None
+        raise InvalidWheelError(
+            f"{path}: member {error.object!r}: flagged UTF-8, not UTF-8 (byte {error.start})"
+        ) from None
     except _NotZip as error:
         raise InvalidWheelError(f"{path}: not a zip archive or truncated ({error})") from None
     except _Unsupported as error:
@@ -163,8 +185,21 @@ def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
     while position < size:
         if position + header_size > len(data):
             raise _NotZip("Truncated central directory")
-        (signature, made_by, version, flags, method, crc, compress_size, file_size,
-         name_length, extra_length, comment_length, external_attr, offset) = unpack(data, position)  # fmt: skip
+        (
+            signature,
+            made_by,
+            version,
+            flags,
+            method,
+            crc,
+            compress_size,
+            file_size,
+            name_length,
+            extra_length,
+            comment_length,
+            external_attr,
+            offset,
+        ) = unpack(data, position)
         if signature != CENTRAL_SIG:
             raise _NotZip("Bad magic number for central directory")
         if version & 0xFF > _VERSION_MAX:
@@ -187,8 +222,19 @@ def _parse_directory(data: bytes, size: int, shift: int) -> list[ZipMember]:
             if not zip64:
                 walked.add(extra)
         members.append(
-            ZipMember(name, raw_name, made_by >> 8, flags, method, crc, compress_size, file_size, offset + shift,
-                      external_attr, extra)  # fmt: skip
+            ZipMember(
+                name,
+                raw_name,
+                made_by >> 8,
+                flags,
+                method,
+                crc,
+                compress_size,
+                file_size,
+                offset + shift,
+                external_attr,
+                extra,
+            )
         )
     return members
 

@@ -18,7 +18,9 @@ def main() -> None:
     parser.add_argument("--sibling-repo", help="fragment of the sibling wheel's repository name")
     parser.add_argument("--expected-version", help="the installed faketorch's version (the patched one)")
     parser.add_argument("--preloaded", action="store_true", help="faketorch must have run the generated preload")
-    parser.add_argument("--one-site-packages", action="store_true", help="faketorch and fake_nvidia must share a directory")
+    parser.add_argument(
+        "--one-site-packages", action="store_true", help="faketorch and fake_nvidia must share a directory"
+    )
     args = parser.parse_args()
 
     import faketorch
@@ -57,7 +59,11 @@ def check_split(init_file: str, moved_from: str, moved_to: str, sibling_repo: st
         sys.exit(f"{moved_to}: expected in one sys.path entry, the {sibling_repo} repository's; found in {entries}")
     library = os.path.realpath(os.path.join(entries[0], moved_to))
     with open("/proc/self/maps", encoding="utf-8") as maps:
-        mapped = {os.path.realpath(line.split()[-1]) for line in maps if line.rstrip().endswith("/" + os.path.basename(moved_to))}
+        mapped = {
+            os.path.realpath(line.split()[-1])
+            for line in maps
+            if line.rstrip().endswith("/" + os.path.basename(moved_to))
+        }
     if mapped != {library}:
         sys.exit(f"{os.path.basename(moved_to)}: the process mapped {sorted(mapped)}, expected only {library}")
     print(f"{os.path.basename(moved_to)} loaded from {library}")

@@ -33,7 +33,9 @@ def _package(tmp_path: Path, text: str) -> Path:
     return package
 
 
-def test_created_private_and_keyed_by_interpreter_and_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_created_private_and_keyed_by_interpreter_and_sources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     package = _package(tmp_path, "A = 1\n")
     first = bytecode_dir(package)
     assert first is not None and first.parent == tmp_path / "root" / "bytecode"
@@ -55,7 +57,9 @@ def test_releases_not_chosen_for_a_month_are_removed(tmp_path: Path, monkeypatch
     """Each release gets its own directory; choosing one touches it and removes siblings stale for STALE_AFTER."""
     removed: list[str] = []
     rmtree = shutil.rmtree
-    monkeypatch.setattr(bytecode.shutil, "rmtree", lambda path, **kwargs: (removed.append(os.fspath(path)), rmtree(path, **kwargs)))
+    monkeypatch.setattr(
+        bytecode.shutil, "rmtree", lambda path, **kwargs: (removed.append(os.fspath(path)), rmtree(path, **kwargs))
+    )
     root = tmp_path / "root" / "bytecode"
     tag = sys.implementation.cache_tag
     stale, recent = root / f"{tag}-{'a' * 16}", root / f"{tag}-{'b' * 16}"
@@ -90,7 +94,9 @@ def test_a_renamed_source_changes_the_digest(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", [0o750, 0o705, 0o770])
-def test_a_directory_others_may_enter_is_not_used(tmp_path: Path, mode: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_directory_others_may_enter_is_not_used(
+    tmp_path: Path, mode: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Python reads whatever .pyc it finds below the prefix, so group or others must not even reach it."""
     (tmp_path / "root" / "bytecode").mkdir(parents=True)
     os.chmod(tmp_path / "root" / "bytecode", mode)
@@ -100,7 +106,9 @@ def test_a_directory_others_may_enter_is_not_used(tmp_path: Path, mode: int, cap
     assert f"{mode:04o}" in line
 
 
-def test_off_and_a_relative_root_give_none_silently(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_off_and_a_relative_root_give_none_silently(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     package = _package(tmp_path, "")
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "off")
     assert bytecode_dir(package) is None
@@ -118,19 +126,33 @@ def test_an_unwritable_root_is_one_warning(tmp_path: Path, capsys: pytest.Captur
 
 def _helper(env_prefix: str) -> subprocess.CompletedProcess[str]:
     """A helper process importing what ``hub plan`` imports, with the prefix the rules give it."""
-    environment = {
-        key: value for key, value in os.environ.items() if not key.startswith("PYTHON")
-    } | {"PYTHONPATH": str(PYTHON_DIR), "PYTHONPYCACHEPREFIX": env_prefix, "PYTHONNOUSERSITE": "1"}
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")} | {
+        "PYTHONPATH": str(PYTHON_DIR),
+        "PYTHONPYCACHEPREFIX": env_prefix,
+        "PYTHONNOUSERSITE": "1",
+    }
     return subprocess.run(
-        [sys.executable, "-c", "import patched_wheels.hub.plan"], env=environment, capture_output=True, text=True, check=True
+        [sys.executable, "-c", "import patched_wheels.hub.plan"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
     )
 
 
 def test_the_command_prints_the_directory_and_a_second_process_compiles_nothing(tmp_path: Path) -> None:
     environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
-    environment |= {"PYTHONPATH": str(PYTHON_DIR), "PYTHONDONTWRITEBYTECODE": "1", "RULES_PATCHED_WHEELS_CACHE": str(tmp_path / "root")}
+    environment |= {
+        "PYTHONPATH": str(PYTHON_DIR),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "RULES_PATCHED_WHEELS_CACHE": str(tmp_path / "root"),
+    }
     printed = subprocess.run(
-        [sys.executable, "-m", "patched_wheels.base.bytecode"], env=environment, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "patched_wheels.base.bytecode"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert printed.stderr == ""
     directory = Path(printed.stdout.strip())
@@ -144,7 +166,9 @@ def test_the_command_prints_the_directory_and_a_second_process_compiles_nothing(
     assert {path: path.stat().st_mtime_ns for path in directory.rglob("*.pyc")} == compiled
 
 
-def test_housekeeping_that_fails_keeps_the_chosen_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_housekeeping_that_fails_keeps_the_chosen_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A stale sibling removed by another helper process between the listing and its stat, or a read-only
     cache: the chosen directory was given up with a warning, so the helper compiled every module again."""
     root = tmp_path / "root" / "bytecode"

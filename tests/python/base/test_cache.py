@@ -53,7 +53,9 @@ def test_the_override_wins_and_off_disables(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_a_relative_override_is_one_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "relcache")
-    with pytest.raises(UsageError, match="^RULES_PATCHED_WHEELS_CACHE=relcache: expected an absolute directory or off$"):
+    with pytest.raises(
+        UsageError, match="^RULES_PATCHED_WHEELS_CACHE=relcache: expected an absolute directory or off$"
+    ):
         cache_root()
 
 
@@ -77,7 +79,9 @@ def test_a_kind_is_a_plain_name() -> None:
 # --- written private, read back -----------------------------------------------------------------
 
 
-def test_written_0600_in_directories_created_0700_and_read_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_written_0600_in_directories_created_0700_and_read_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "root" / "kind" / "entry.json"
     write_json(path, {"rows": [1, "two", None]})
     assert read_json(path, max_bytes=CAP) == {"rows": [1, "two", None]}
@@ -94,7 +98,9 @@ def test_a_missing_file_or_directory_is_a_silent_miss(tmp_path: Path, capsys: py
     assert _warnings(capsys) == []
 
 
-def test_an_unwritable_value_or_place_is_a_warning_not_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unwritable_value_or_place_is_a_warning_not_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_json(tmp_path / "set.json", {1, 2})
     _one_warning(capsys, tmp_path / "set.json", "not written", "TypeError")
     (tmp_path / "file").write_bytes(b"")
@@ -116,7 +122,9 @@ def test_an_unwritable_value_or_place_is_a_warning_not_an_error(tmp_path: Path, 
         ("device", "not a regular file"),
     ],
 )
-def test_a_special_file_is_a_miss_with_one_warning(private: Path, capsys: pytest.CaptureFixture[str], kind: str, reason: str) -> None:
+def test_a_special_file_is_a_miss_with_one_warning(
+    private: Path, capsys: pytest.CaptureFixture[str], kind: str, reason: str
+) -> None:
     make_special_file(kind, private / "entry.json")
     assert read_json(private / "entry.json", max_bytes=CAP) is None
     _one_warning(capsys, private / "entry.json", reason)
@@ -158,13 +166,17 @@ def test_a_huge_file_is_refused_by_its_size_before_any_read(
     _one_warning(capsys, path, f"larger than {CAP} bytes")
 
 
-def test_a_file_growing_past_the_cap_is_read_no_further_than_the_cap(private: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_growing_past_the_cap_is_read_no_further_than_the_cap(
+    private: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """fstat said small, the file is large by the time it is read (a writer appending): reading stops at the cap."""
     path = private / "entry.json"
     path.write_bytes(b" " * (4 * CAP))
     path.chmod(0o600)
     real_fstat = os.fstat
-    monkeypatch.setattr(os, "fstat", lambda handle: os.stat_result((*real_fstat(handle)[:6], 10, *real_fstat(handle)[7:])))
+    monkeypatch.setattr(
+        os, "fstat", lambda handle: os.stat_result((*real_fstat(handle)[:6], 10, *real_fstat(handle)[7:]))
+    )
     read_bytes = []
     real_read = os.read
     monkeypatch.setattr(os, "read", lambda handle, size: read_bytes.append(size) or real_read(handle, size))
@@ -186,7 +198,9 @@ def test_a_group_or_world_writable_file_is_not_read(private: Path, capsys: pytes
     assert read_json(path, max_bytes=CAP) == [1]
 
 
-def test_a_world_writable_directory_is_not_read_nor_written_and_said_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_world_writable_directory_is_not_read_nor_written_and_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Once per run: the files and directories already reported travel in the run's context (no global)."""
     shared = tmp_path / "shared"
     write_json(shared / "a.json", [1])
@@ -197,7 +211,9 @@ def test_a_world_writable_directory_is_not_read_nor_written_and_said_once(tmp_pa
     assert run.read("shared", "b.json", max_bytes=CAP) is None
     run.write("shared", "c.json", [3])
     lines = _warnings(capsys)
-    assert lines == [f"patched-wheels: warning: {shared}: cache directory not read (the directory is writable by group or others (mode 0777))"]
+    assert lines == [
+        f"patched-wheels: warning: {shared}: cache directory not read (the directory is writable by group or others (mode 0777))"
+    ]
     assert not (shared / "c.json").exists()
     assert CacheContext(tmp_path).read("shared", "a.json", max_bytes=CAP) is None
     assert len(_warnings(capsys)) == 1, "another run says it again"
@@ -207,11 +223,15 @@ def test_a_world_writable_directory_is_not_read_nor_written_and_said_once(tmp_pa
 
 def _chown_or_skip(path: Path, uid: int) -> None:
     if os.geteuid() != 0:
-        pytest.skip("chown to another uid needs root; the decision itself is tested by test_untrusted_decides_by_owner_and_mode")
+        pytest.skip(
+            "chown to another uid needs root; the decision itself is tested by test_untrusted_decides_by_owner_and_mode"
+        )
     os.chown(path, uid, -1, follow_symlinks=False)
 
 
-def test_a_file_owned_by_another_user_is_not_read(private: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_owned_by_another_user_is_not_read(
+    private: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = private / "entry.json"
     write_json(path, [1])
     _chown_or_skip(path, 12345)
@@ -224,7 +244,9 @@ def test_a_directory_owned_by_another_user_is_not_read(tmp_path: Path, capsys: p
     write_json(theirs / "entry.json", [1])
     _chown_or_skip(theirs, 12345)
     assert read_json(theirs / "entry.json", max_bytes=CAP) is None
-    assert _warnings(capsys) == [f"patched-wheels: warning: {theirs}: cache directory not read (the directory is owned by uid 12345, not by this user)"]
+    assert _warnings(capsys) == [
+        f"patched-wheels: warning: {theirs}: cache directory not read (the directory is owned by uid 12345, not by this user)"
+    ]
 
 
 def _status(uid: int, mode: int) -> os.stat_result:
@@ -241,7 +263,9 @@ def test_untrusted_decides_by_owner_and_mode(monkeypatch: pytest.MonkeyPatch) ->
     assert "writable by group" in cache._untrusted(_status(1000, stat.S_IFDIR | 0o1777), "directory")
 
 
-def test_a_miss_and_the_rewrite_that_follows_it_say_one_warning(private: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_miss_and_the_rewrite_that_follows_it_say_one_warning(
+    private: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A directory where the entry should be: the read misses and the write after it cannot replace it;
     the user hears about the file once."""
     make_special_file("directory", private / "entry.json")
@@ -251,7 +275,9 @@ def test_a_miss_and_the_rewrite_that_follows_it_say_one_warning(private: Path, c
     _one_warning(capsys, private / "entry.json", "not a regular file")
 
 
-def test_recorded_entries_answer_first_and_what_is_read_or_written_is_collected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recorded_entries_answer_first_and_what_is_read_or_written_is_collected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A hub's ``wheel_facts`` lie over the cache (read first, never written there); the entries of the recorded
     kinds read or written are what the hub records, and nothing is collected by a context that does not record."""
     plain = CacheContext(tmp_path / "cache")
@@ -259,7 +285,9 @@ def test_recorded_entries_answer_first_and_what_is_read_or_written_is_collected(
     plain.write("elfgraph", "b.json", ["from the cache"])
     plain.write("digests", "d.json", "not a recorded kind")
     assert plain.recorded is None
-    hub = plain.recording({"elfgraph/a.json": ["recorded"], "observed/gone.json": {}, "digests/d.json": "given"}, "facts.json")
+    hub = plain.recording(
+        {"elfgraph/a.json": ["recorded"], "observed/gone.json": {}, "digests/d.json": "given"}, "facts.json"
+    )
     assert hub.read("elfgraph", "a.json", max_bytes=100) == ["recorded"]
     assert hub.read("elfgraph", "a.json", max_bytes=100, given=False) == ["from the cache"], "the cache's own file"
     assert hub.read("elfgraph", "b.json", max_bytes=100) == ["from the cache"]
@@ -272,8 +300,13 @@ def test_recorded_entries_answer_first_and_what_is_read_or_written_is_collected(
     assert other.recorded == {"elfgraph/a.json": ["from the cache"]}
     hub.refuse("elfgraph", "b.json")  # its reader refused it
     assert hub.recorded == {"elfgraph/a.json": ["from the cache"], "observed/new.json": {"computed": 1}}
-    assert plain.read("elfgraph", "a.json", max_bytes=100) == ["from the cache"], "a given entry is never written to the cache"
-    assert CacheContext(None).recording({"elfgraph/a.json": []}, "facts.json").read("elfgraph", "a.json", max_bytes=100) is None, "off: nothing"
+    assert plain.read("elfgraph", "a.json", max_bytes=100) == ["from the cache"], (
+        "a given entry is never written to the cache"
+    )
+    assert (
+        CacheContext(None).recording({"elfgraph/a.json": []}, "facts.json").read("elfgraph", "a.json", max_bytes=100)
+        is None
+    ), "off: nothing"
     assert not capsys.readouterr().err
 
 

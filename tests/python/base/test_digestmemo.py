@@ -51,7 +51,9 @@ def _entry(path: Path, memo: Path) -> Path:
     return memo_file(memo, os.stat(path))
 
 
-def test_a_settled_file_is_hashed_once_then_answered_from_the_memo(tmp_path: Path, settled: None, hashes: list[str]) -> None:
+def test_a_settled_file_is_hashed_once_then_answered_from_the_memo(
+    tmp_path: Path, settled: None, hashes: list[str]
+) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"
     expected = hashlib.sha256(path.read_bytes()).hexdigest()
     assert sha256_of(path, memo) == expected
@@ -79,7 +81,9 @@ def test_a_file_changed_within_a_clock_tick_of_its_hashing_is_not_remembered(tmp
 
 
 @pytest.mark.parametrize("change", ["append", "same size, mtime put back"])
-def test_a_changed_file_misses_and_its_new_digest_is_remembered(tmp_path: Path, settled: None, hashes: list[str], change: str) -> None:
+def test_a_changed_file_misses_and_its_new_digest_is_remembered(
+    tmp_path: Path, settled: None, hashes: list[str], change: str
+) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"
     sha256_of(path, memo)
     before = os.stat(path)
@@ -126,7 +130,9 @@ def _hostile(kind: str, good: dict[str, object]) -> bytes:
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE_ENTRIES))
-def test_a_malformed_entry_is_a_miss_with_one_warning_then_rewritten(tmp_path: Path, settled: None, hashes: list[str], capsys: pytest.CaptureFixture[str], kind: str) -> None:
+def test_a_malformed_entry_is_a_miss_with_one_warning_then_rewritten(
+    tmp_path: Path, settled: None, hashes: list[str], capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"
     expected = sha256_of(path, memo)
     entry = _entry(path, memo)
@@ -140,7 +146,9 @@ def test_a_malformed_entry_is_a_miss_with_one_warning_then_rewritten(tmp_path: P
 
 
 @pytest.mark.parametrize("kind", [*SPECIAL_KINDS, "group-writable"])
-def test_an_entry_that_is_no_file_of_ours_is_a_miss_with_one_warning(tmp_path: Path, settled: None, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+def test_an_entry_that_is_no_file_of_ours_is_a_miss_with_one_warning(
+    tmp_path: Path, settled: None, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
     path, memo = _file(tmp_path), tmp_path / "memo"
     memo.mkdir(mode=0o700)
     entry = _entry(path, memo)
@@ -154,7 +162,9 @@ def test_an_entry_that_is_no_file_of_ours_is_a_miss_with_one_warning(tmp_path: P
     assert len(warnings) == 1 and str(entry) in warnings[0], warnings
 
 
-def test_the_elf_scan_hashes_a_wheel_once_across_runs_with_a_memo(tmp_path: Path, settled: None, hashes: list[str]) -> None:
+def test_the_elf_scan_hashes_a_wheel_once_across_runs_with_a_memo(
+    tmp_path: Path, settled: None, hashes: list[str]
+) -> None:
     wheels = build_fake_cuda_wheels(tmp_path / "wheels")
     caches, memo = CacheContext(tmp_path / "cache"), tmp_path / "memo"
     first = scan_wheels(wheels.all, caches=caches, digest_dir=memo)

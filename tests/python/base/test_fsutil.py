@@ -34,7 +34,9 @@ def test_failed_replace_leaves_no_temp_file(tmp_path: Path) -> None:
 
 
 def _dead_pid() -> int:
-    process = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    process = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     return int(process.stdout)
 
 
@@ -75,9 +77,22 @@ def test_the_temp_file_of_a_killed_patch_is_removed_by_the_next_run(tmp_path: Pa
     assert leftover.name.startswith(".demo-1.0+s-py3-none-any.whl.") and leftover.stat().st_size > 0
 
     result = subprocess.run(
-        [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(wheel), "--dest-dir", str(out), "--suffix", "s"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "patched_wheels",
+            "patch",
+            "--wheel",
+            str(wheel),
+            "--dest-dir",
+            str(out),
+            "--suffix",
+            "s",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
     assert result.returncode == 0, result.stderr
     assert [path.name for path in out.iterdir()] == ["demo-1.0+s-py3-none-any.whl"]

@@ -42,12 +42,17 @@ def test_a_module_in_cli_that_is_not_listed_is_no_command(tmp_path: Path) -> Non
     shutil.copytree(CLI_DIR.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "cli" / "zz_not_a_command.py").write_text("raise SystemExit('imported')\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "patched_wheels", "zz_not_a_command"], capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "zz_not_a_command"], capture_output=True, text=True, env=env
+    )
     assert result.returncode == 2 and "invalid choice: 'zz_not_a_command'" in result.stderr
 
 
 def test_only_the_command_run_is_imported() -> None:
-    code = "import sys; from patched_wheels.cli import build_parser; build_parser('index'); print(sorted(m for m in sys.modules if m.startswith('patched_wheels.cli.')))"
+    code = (
+        "import sys; from patched_wheels.cli import build_parser; build_parser('index'); "
+        "print(sorted(m for m in sys.modules if m.startswith('patched_wheels.cli.')))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['patched_wheels.cli.index']"
 
@@ -58,7 +63,12 @@ def test_a_reader_leaving_stdout_ends_the_command_quietly(tmp_path):
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the command writes its one line
     try:
-        result = subprocess.run([sys.executable, "-m", "patched_wheels", "index", str(tmp_path)], stdout=write, stderr=subprocess.PIPE, text=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "patched_wheels", "index", str(tmp_path)],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     finally:
         os.close(write)
     assert (result.returncode, result.stderr) == (0, "")
@@ -70,7 +80,9 @@ def test_a_broken_pipe_that_is_not_stdout_stays_an_error(monkeypatch, capsys):
     def run(args):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(cli, "build_parser", lambda only=None: SimpleNamespace(parse_args=lambda argv: SimpleNamespace(run=run)))
+    monkeypatch.setattr(
+        cli, "build_parser", lambda only=None: SimpleNamespace(parse_args=lambda argv: SimpleNamespace(run=run))
+    )
     assert cli.main(["index"]) == 1
     assert capsys.readouterr().err == "patched-wheels: error: Broken pipe\n"
 
@@ -84,10 +96,16 @@ def test_an_error_in_a_json_input_names_its_file(tmp_path: Path) -> None:
     from patched_wheels.hub.plan import resolved_wheels
 
     path = tmp_path / "resolved.json"
-    path.write_text(json.dumps([{"project": "a", "filename": "a-1.0-py3-none-any.whl", "urls": [], "sha256": "0" * 64}]), encoding="utf-8")
+    path.write_text(
+        json.dumps([{"project": "a", "filename": "a-1.0-py3-none-any.whl", "urls": [], "sha256": "0" * 64}]),
+        encoding="utf-8",
+    )
     try:
         cli.read_json_input(path, resolved_wheels, "resolved wheels", content_errors=True)
     except UsageError as error:
-        assert str(error) == f"{path}: cannot read the resolved wheels: resolved wheel 'a-1.0-py3-none-any.whl': no URL to fetch it from", error
+        assert (
+            str(error)
+            == f"{path}: cannot read the resolved wheels: resolved wheel 'a-1.0-py3-none-any.whl': no URL to fetch it from"
+        ), error
     else:
         raise AssertionError("accepted")

@@ -32,11 +32,15 @@ MEMBER = "pkg/lib/libx.so"
 
 def _library(directory: Path, kind: str) -> Path:
     dtags = "--disable-new-dtags" if kind == "DT_RPATH" else "--enable-new-dtags"
-    return compile_shared(directory, "libx.so", "int x(void) { return 1; }\n", "-Wl,-soname,libx.so", f"-Wl,-rpath,{LONG}", f"-Wl,{dtags}")
+    return compile_shared(
+        directory, "libx.so", "int x(void) { return 1; }\n", "-Wl,-soname,libx.so", f"-Wl,-rpath,{LONG}", f"-Wl,{dtags}"
+    )
 
 
 def _wheel(directory: Path, library: Path) -> Path:
-    return build_wheel(directory, "pkg", "1.0", {"pkg/__init__.py": b"", MEMBER: library.read_bytes()}, executable=[MEMBER])
+    return build_wheel(
+        directory, "pkg", "1.0", {"pkg/__init__.py": b"", MEMBER: library.read_bytes()}, executable=[MEMBER]
+    )
 
 
 def _by_patchelf(library: Path, arguments: list[str], directory: Path) -> bytes:
@@ -53,7 +57,9 @@ def test_a_fitting_edit_is_patchelfs_bytes_without_patchelf(tmp_path, monkeypatc
     wheel = _wheel(tmp_path / "in", library)
     force = ["--force-rpath"] if kind == "DT_RPATH" else []
     expected = _by_patchelf(library, ["--set-rpath", entries, *force], tmp_path)
-    assert expected != library.read_bytes() and len(expected) == len(library.read_bytes())  # patchelf too edited in place
+    assert expected != library.read_bytes() and len(expected) == len(
+        library.read_bytes()
+    )  # patchelf too edited in place
     monkeypatch.setattr(rpath, "grow_dynamic", None)  # growing the table would fail the patch
     result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, entries)]))
     with zipfile.ZipFile(result.path) as archive:
@@ -69,7 +75,9 @@ def test_an_edit_that_does_not_fit_grows_the_table(tmp_path, monkeypatch):
 
 def test_an_edit_that_changes_nothing_copies_the_member_raw(tmp_path):
     wheel = _wheel(tmp_path / "in", _library(tmp_path, "DT_RUNPATH"))
-    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN", "prepend")]))
+    result = patch_wheel(
+        wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN", "prepend")])
+    )
     with zipfile.ZipFile(wheel) as before, zipfile.ZipFile(result.path) as after:
         assert after.getinfo(MEMBER).compress_size == before.getinfo(MEMBER).compress_size
         assert after.read(MEMBER) == before.read(MEMBER)
@@ -115,11 +123,15 @@ def test_a_symbol_sharing_the_old_strings_tail_keeps_its_name(tmp_path):
     """GNU ld stores the symbol ``lib`` as the tail of ``$ORIGIN/../lib`` in .dynstr; the edit must not rename it."""
     library = compile_shared(tmp_path, "libx.so", "int lib(void) { return 1; }\n", "-Wl,-rpath,$ORIGIN/../lib")
     wheel = _wheel(tmp_path / "in", library)
-    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")]))
+    result = patch_wheel(
+        wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")])
+    )
     edited = tmp_path / "edited.so"
     with zipfile.ZipFile(result.path) as archive:
         edited.write_bytes(archive.read(MEMBER))
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(edited)], capture_output=True, text=True, check=True).stdout.split()
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(edited)], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "lib" in symbols, symbols
     assert read_dynamic(lambda: iter([edited.read_bytes()]), "edited").search_path() == "$ORIGIN"
 
@@ -127,7 +139,7 @@ def test_a_symbol_sharing_the_old_strings_tail_keeps_its_name(tmp_path):
 def test_a_version_name_sharing_the_old_strings_tail_keeps_it_and_the_library_loads(tmp_path):
     """``puts@GLIBC_2.2.5``'s version name is stored as the tail of ``$ORIGIN/GLIBC_2.2.5``: written over,
     the loader would look for a libc version that does not exist."""
-    source = "#include <stdio.h>\nint lib(void) { return puts(\"x\"); }\n"
+    source = '#include <stdio.h>\nint lib(void) { return puts("x"); }\n'
     library = compile_shared(tmp_path, "libx.so", source, "-Wl,-rpath,$ORIGIN/GLIBC_2.2.5")
     data = library.read_bytes()
     layout = read_dynamic(lambda: iter([data]), "libx.so")
@@ -135,21 +147,27 @@ def test_a_version_name_sharing_the_old_strings_tail_keeps_it_and_the_library_lo
     assert dynstr.count(b"GLIBC_2.2.5\0") == 1 and b"$ORIGIN/GLIBC_2.2.5\0" in dynstr  # held once: shared
     assert names_inside(lambda: iter([data]), layout, (DT_RUNPATH,), "libx.so")
     wheel = _wheel(tmp_path / "in", library)
-    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")]))
+    result = patch_wheel(
+        wheel, tmp_path / "out", PatchOptions(suffix="e.1", rpath_edits=[rpath_edit(MEMBER, "$ORIGIN")])
+    )
     edited = tmp_path / "edited" / "libx.so"
     edited.parent.mkdir()
     with zipfile.ZipFile(result.path) as archive:
         edited.write_bytes(archive.read(MEMBER))
     versions = subprocess.run(["readelf", "-V", str(edited)], capture_output=True, text=True, check=True).stdout
     assert "Name: GLIBC_2.2.5" in versions, versions
-    loaded = subprocess.run(["python3", "-c", f"import ctypes; ctypes.CDLL({str(edited)!r})"], capture_output=True, text=True)
+    loaded = subprocess.run(
+        ["python3", "-c", f"import ctypes; ctypes.CDLL({str(edited)!r})"], capture_output=True, text=True
+    )
     assert loaded.returncode == 0, loaded.stderr
 
 
 def test_an_unshared_string_is_still_written_in_place(tmp_path):
     library = _library(tmp_path, "DT_RUNPATH")
     data = library.read_bytes()
-    assert not names_inside(lambda: iter([data]), read_dynamic(lambda: iter([data]), "libx.so"), (DT_RUNPATH,), "libx.so")
+    assert not names_inside(
+        lambda: iter([data]), read_dynamic(lambda: iter([data]), "libx.so"), (DT_RUNPATH,), "libx.so"
+    )
 
 
 def test_without_section_headers_sharing_cannot_be_ruled_out(tmp_path):
@@ -163,14 +181,22 @@ def test_without_section_headers_sharing_cannot_be_ruled_out(tmp_path):
 
 @pytest.mark.parametrize("definitions", [True, False])
 def test_version_chains_that_loop_or_leave_the_table_rule_nothing_out(definitions):
-    entry = (b"\x01\x00\x00\x00\x01\x00\x01\x00" + b"\x00" * 4 + b"\x14\x00\x00\x00" + b"\x00" * 4) if definitions else (
-        b"\x01\x00\x01\x00" + b"\x07\x00\x00\x00" + b"\x10\x00\x00\x00" + b"\x00" * 4
+    entry = (
+        (b"\x01\x00\x00\x00\x01\x00\x01\x00" + b"\x00" * 4 + b"\x14\x00\x00\x00" + b"\x00" * 4)
+        if definitions
+        else (b"\x01\x00\x01\x00" + b"\x07\x00\x00\x00" + b"\x10\x00\x00\x00" + b"\x00" * 4)
     )
-    aux_that_loops = (b"\x09\x00\x00\x00" + b"\x00" * 4) if definitions else (b"\x00" * 8 + b"\x09\x00\x00\x00" + b"\x00" * 4)
+    aux_that_loops = (
+        (b"\x09\x00\x00\x00" + b"\x00" * 4) if definitions else (b"\x00" * 8 + b"\x09\x00\x00\x00" + b"\x00" * 4)
+    )
     good = _version_names(entry + aux_that_loops, "<", definitions, 1)
     assert good == ([9] if definitions else [7, 9])
-    assert _version_names(entry + aux_that_loops, "<", definitions, 2) is None  # a second entry, but vd_next/vn_next is 0
+    assert (
+        _version_names(entry + aux_that_loops, "<", definitions, 2) is None
+    )  # a second entry, but vd_next/vn_next is 0
     assert _version_names(entry, "<", definitions, 1) is None  # the auxiliary entry lies past the table
     looping = bytearray(entry)
-    looping[2 if not definitions else 6 : 4 if not definitions else 8] = (60000).to_bytes(2, "little")  # 60000 aux, each next = 0
+    looping[2 if not definitions else 6 : 4 if not definitions else 8] = (60000).to_bytes(
+        2, "little"
+    )  # 60000 aux, each next = 0
     assert _version_names(bytes(looping) + aux_that_loops, "<", definitions, 1) is None

@@ -32,8 +32,12 @@ from support.fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels
 from support.hostile import count_read_bytes, make_special_file
 from support.rpathfixture import patchelf_binary
 
-REAL_TORCH_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
-real_torch = pytest.mark.skipif(os.environ.get("RPW_REAL_TORCH") != "1", reason="set RPW_REAL_TORCH=1 (needs ~2.6 GB of wheels)")
+REAL_TORCH_DIR = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels" / "torch-2.1.0"
+)
+real_torch = pytest.mark.skipif(
+    os.environ.get("RPW_REAL_TORCH") != "1", reason="set RPW_REAL_TORCH=1 (needs ~2.6 GB of wheels)"
+)
 
 
 def _cached(digests, caches):
@@ -107,7 +111,9 @@ def test_a_missing_provider_becomes_a_system_dependency(wheels):
 
 def test_non_elf_shared_library_is_an_error_naming_wheel_and_member(tmp_path):
     wheel = build_wheel(tmp_path, "broken", "1.0", {"broken/libfoo.so.1": b"INPUT(-lbar)\n"})
-    with pytest.raises(ElfError, match=r"^broken-1\.0-py3-none-linux_x86_64\.whl: broken/libfoo\.so\.1: not an ELF file"):
+    with pytest.raises(
+        ElfError, match=r"^broken-1\.0-py3-none-linux_x86_64\.whl: broken/libfoo\.so\.1: not an ELF file"
+    ):
         read_graph([wheel])
 
 
@@ -117,7 +123,9 @@ def test_truncated_elf_is_an_error_naming_wheel_and_member(tmp_path, wheels, kee
         data = archive.read(LIBRARY_PATHS["jit"])
     cut = int(len(data) * keep) if isinstance(keep, float) else keep
     wheel = build_wheel(tmp_path, "cut", "1.0", {"cut/libjit.so.12": data[:cut]})
-    with pytest.raises(ElfError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libjit\.so\.12: truncated or corrupt ELF"):
+    with pytest.raises(
+        ElfError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libjit\.so\.12: truncated or corrupt ELF"
+    ):
         read_graph([wheel])
 
 
@@ -138,20 +146,32 @@ def test_members_are_read_only_from_a_wheel_we_accept(tmp_path, wheels):
         archive.writestr("../../../../tmp/x/libmid.so.1", data)
     with pytest.raises(InvalidWheelError) as error:
         read_graph([wheel])
-    assert str(error.value) == f"{wheel.name}: member '../../../../tmp/x/libmid.so.1': unsafe path (absolute, '..' or empty component)"
+    assert (
+        str(error.value)
+        == f"{wheel.name}: member '../../../../tmp/x/libmid.so.1': unsafe path (absolute, '..' or empty component)"
+    )
 
 
 def test_a_shared_library_that_is_only_an_elf_magic_is_one_error(tmp_path):
     wheel = build_wheel(tmp_path, "magic", "1.0", {"magic/libm.so": b"\x7fELF"})
-    with pytest.raises(ElfError, match=r"^magic-1\.0-py3-none-linux_x86_64\.whl: magic/libm\.so: truncated or corrupt ELF"):
+    with pytest.raises(
+        ElfError, match=r"^magic-1\.0-py3-none-linux_x86_64\.whl: magic/libm\.so: truncated or corrupt ELF"
+    ):
         read_graph([wheel])
 
 
 def test_platlib_members_are_keyed_by_install_path_and_stored_members_are_read(tmp_path, wheels):
     with zipfile.ZipFile(wheels.nvidia["jit"]) as archive:
         data = archive.read(LIBRARY_PATHS["jit"])
-    wheel = build_wheel(tmp_path, "plat", "1.0", {"plat-1.0.data/platlib/plat/libjit.so.12": data, "plat-1.0.data/scripts/libx.so": b"x"})
-    stored = wheelbuilder.build_wheel(tmp_path, "stored", "1.0", {"stored/libjit.so.12": data}, compression=zipfile.ZIP_STORED)
+    wheel = build_wheel(
+        tmp_path,
+        "plat",
+        "1.0",
+        {"plat-1.0.data/platlib/plat/libjit.so.12": data, "plat-1.0.data/scripts/libx.so": b"x"},
+    )
+    stored = wheelbuilder.build_wheel(
+        tmp_path, "stored", "1.0", {"stored/libjit.so.12": data}, compression=zipfile.ZIP_STORED
+    )
     libraries = scan_wheels([wheel, stored]).libraries
     assert [(library.path, library.soname) for library in libraries] == [
         ("plat/libjit.so.12", "libjit.so.12"),
@@ -190,7 +210,9 @@ def test_corrupt_large_member_fails_from_the_streamed_pass_alone(tmp_path, monke
     with WheelReader(wheel) as reader:
         info = reader.info("cut/libbig.so")
     passes = _count_passes(monkeypatch)
-    with pytest.raises(ElfError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libbig\.so: truncated or corrupt ELF"):
+    with pytest.raises(
+        ElfError, match=r"^cut-1\.0-py3-none-linux_x86_64\.whl: cut/libbig\.so: truncated or corrupt ELF"
+    ):
         read_library(wheel, info, "cut/libbig.so")
     assert passes == [1]  # a corrupt member is not inflated a second time
 
@@ -207,7 +229,9 @@ def test_a_read_behind_the_stream_and_past_the_kept_head_streams_again(tmp_path,
     assert read_library(wheel, info, "big/libbig.so") == parse_elf(data, wheel=wheel.name, path="big/libbig.so")
     assert passes == [2]
     monkeypatch.setattr(elfread, "_MAX_PASSES", 1)
-    with pytest.raises(ElfError, match=r"big/libbig\.so: a dynamic string is out of file order too often to be read as a stream"):
+    with pytest.raises(
+        ElfError, match=r"big/libbig\.so: a dynamic string is out of file order too often to be read as a stream"
+    ):
         read_library(wheel, info, "big/libbig.so")
 
 
@@ -251,13 +275,19 @@ def test_a_cache_hit_needs_no_file_and_reports_the_name_it_is_given(tmp_path, wh
     cache = tmp_path / "cache" / "elfgraph"
     first = scan_wheels(wheels.all, caches=CacheContext(cache.parent))
     renamed = "faketorch-2.1.0-py3-none-manylinux_2_17_x86_64.whl"
-    refs = [WheelRef(path.name, _digest(path)) for path in wheels.nvidia.values()] + [WheelRef(renamed, _digest(wheels.torch))]
+    refs = [WheelRef(path.name, _digest(path)) for path in wheels.nvidia.values()] + [
+        WheelRef(renamed, _digest(wheels.torch))
+    ]
     second = scan_wheels(refs, caches=CacheContext(cache.parent))
     assert (second.inflated_bytes, second.cached_wheels) == (0, len(wheels.all))
     torch_rows = [library for library in second.libraries if library.wheel == renamed]
-    assert torch_rows == [replace(library, wheel=renamed) for library in first.libraries if library.wheel == wheels.torch.name]
+    assert torch_rows == [
+        replace(library, wheel=renamed) for library in first.libraries if library.wheel == wheels.torch.name
+    ]
     assert _cached([_digest(wheels.torch), "0" * 64], CacheContext(cache.parent)) == [_digest(wheels.torch)]
-    with pytest.raises(UsageError, match=rf"^{renamed}: no file given, and no ELF rows are cached for its sha256 {'0' * 64}$"):
+    with pytest.raises(
+        UsageError, match=rf"^{renamed}: no file given, and no ELF rows are cached for its sha256 {'0' * 64}$"
+    ):
         scan_wheels([WheelRef(renamed, "0" * 64)], caches=CacheContext(cache.parent))
     with pytest.raises(UsageError, match=r"named other-1\.0-py3-none-any\.whl in the wheel set"):
         WheelRef("other-1.0-py3-none-any.whl", path=wheels.torch)
@@ -299,12 +329,16 @@ def test_graph_command_reports_a_bad_member_on_one_line(tmp_path, capsys):
     wheel = build_wheel(tmp_path, "broken", "1.0", {"broken/libfoo.so": b"garbage"})
     assert main(["graph", "--no-cache", str(wheel)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("patched-wheels: error: broken-1.0-py3-none-linux_x86_64.whl: broken/libfoo.so")
+    assert err.count("\n") == 1 and err.startswith(
+        "patched-wheels: error: broken-1.0-py3-none-linux_x86_64.whl: broken/libfoo.so"
+    )
 
 
 @real_torch
 def test_real_torch_order_loads_nvjitlink_before_cusparse_and_cusolver():
-    wheels = sorted(glob.glob(str(REAL_TORCH_DIR / "torch-2.1.0-cp311-*.whl")) + glob.glob(str(REAL_TORCH_DIR / "nvidia_*.whl")))
+    wheels = sorted(
+        glob.glob(str(REAL_TORCH_DIR / "torch-2.1.0-cp311-*.whl")) + glob.glob(str(REAL_TORCH_DIR / "nvidia_*.whl"))
+    )
     if len(wheels) < 13:
         pytest.skip(f"torch 2.1.0 + 12 nvidia wheels not in {REAL_TORCH_DIR}; run benchmarks/bench_graph.py once")
     graph = read_graph(wheels)
@@ -333,7 +367,13 @@ def test_expand_origin_follows_the_dynamic_loader(entry, expanded):
 
 
 def _row(**changes):
-    row = {"path": "pkg/lib/libx.so.1", "soname": "libx.so.1", "needed": ["libc.so.6"], "rpath": [], "runpath": ["$ORIGIN"]}
+    row = {
+        "path": "pkg/lib/libx.so.1",
+        "soname": "libx.so.1",
+        "needed": ["libc.so.6"],
+        "rpath": [],
+        "runpath": ["$ORIGIN"],
+    }
     row.update(changes)
     return row
 
@@ -347,7 +387,10 @@ def _row(**changes):
         ([{k: v for k, v in _row().items() if k != "soname"}], "row 1: not an object with exactly the keys"),
         ([["pkg/lib/libx.so.1"]], "row 1: not an object"),
         ([_row(path=7)], "row 1: path is not a string"),
-        ([_row(path="../../../../../tmp/evil.so")], "row 1: path '../../../../../tmp/evil.so' is not a safe relative path"),
+        (
+            [_row(path="../../../../../tmp/evil.so")],
+            "row 1: path '../../../../../tmp/evil.so' is not a safe relative path",
+        ),
         ([_row(path="/tmp/evil.so")], "is not a safe relative path"),
         ([_row(path="pkg\\..\\evil.so")], "is not a safe relative path"),
         ([_row(path="pkg/./libx.so")], "is not a safe relative path"),
@@ -397,7 +440,10 @@ def _poison(cache: Path, wheel: Path, edit) -> Path:
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
-        (lambda rows: [*rows, _row(path="../../../../../tmp/evil.so", soname="libevil.so", needed=[], runpath=[])], "is not a safe relative path"),
+        (
+            lambda rows: [*rows, _row(path="../../../../../tmp/evil.so", soname="libevil.so", needed=[], runpath=[])],
+            "is not a safe relative path",
+        ),
         (lambda rows: [{**rows[0], "needed": ["../evil.so"]}, *rows[1:]], "is not a plain file name"),
         (lambda rows: "[" * 200_000, "RecursionError"),
     ],
@@ -409,20 +455,28 @@ def test_a_bad_row_is_a_miss_with_one_warning_and_is_rewritten(tmp_path, wheels,
     entry = _poison(cache, wheels.torch, edit)
     if problem == "RecursionError":
         entry.write_text("[" * 200_000, encoding="utf-8")
-    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == [], "--list-cached reports only valid entries"
+    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == [], (
+        "--list-cached reports only valid entries"
+    )
     again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     warnings = capsys.readouterr().err.splitlines()
-    assert len(warnings) == 2 and all(line.startswith(f"patched-wheels: warning: {entry}: cache ") and problem in line for line in warnings)
-    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1, "the entry was rewritten from the wheel"
+    assert len(warnings) == 2 and all(
+        line.startswith(f"patched-wheels: warning: {entry}: cache ") and problem in line for line in warnings
+    )
+    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1, (
+        "the entry was rewritten from the wheel"
+    )
     assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
-        (lambda rows: [*rows, _row(path="faketorch/lib/libevil.so", soname="libevil.so", needed=[], runpath=[])],
-         "faketorch/lib/libevil.so: no shared library of faketorch-2.1.0-py3-none-linux_x86_64.whl has this path"),
+        (
+            lambda rows: [*rows, _row(path="faketorch/lib/libevil.so", soname="libevil.so", needed=[], runpath=[])],
+            "faketorch/lib/libevil.so: no shared library of faketorch-2.1.0-py3-none-linux_x86_64.whl has this path",
+        ),
         (lambda rows: rows[1:], ": shipped by faketorch-2.1.0-py3-none-linux_x86_64.whl, but no row lists it"),
         (lambda rows: [{**rows[0], "path": "faketorch/__init__.so"}, *rows[1:]], "no shared library of"),
     ],
@@ -451,7 +505,10 @@ def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused
     with pytest.raises(ElfError, match="textlib/libx.so: not an ELF file"):
         read_graph([wheel], caches=CacheContext(cache.parent))
     (warning,) = capsys.readouterr().err.splitlines()
-    assert warning == f"patched-wheels: warning: {entry}: cache entry ignored (textlib/libx.so: not an ELF file in {wheel.name}); read again from the wheel"
+    assert (
+        warning
+        == f"patched-wheels: warning: {entry}: cache entry ignored (textlib/libx.so: not an ELF file in {wheel.name}); read again from the wheel"
+    )
 
 
 def test_a_data_scheme_file_named_like_a_library_but_not_elf_keeps_its_cache_entry(tmp_path, capsys):
@@ -475,7 +532,9 @@ def test_a_data_scheme_library_whose_installed_copy_is_not_elf_is_no_library(tmp
     """The wheel's data-scheme member starts as ELF, its installed copy (what runs) does not: that copy is
     no library, as read_installed_library says (it was an AttributeError on the None it returns)."""
     library = blob_library(tmp_path, "libdata.so", 4096).read_bytes()
-    wheel = build_wheel(tmp_path, "datalib", "1.0", {"datalib-1.0.data/data/lib/libdata.so": library, "datalib/libown.so": library})
+    wheel = build_wheel(
+        tmp_path, "datalib", "1.0", {"datalib-1.0.data/data/lib/libdata.so": library, "datalib/libown.so": library}
+    )
     plain = tmp_path / "installed-libdata.so"
     plain.write_bytes(b"plain text")
     scan = scan_wheels([wheel], installed=lambda name, path: plain if path.startswith("datalib-1.0.data/") else None)
@@ -501,7 +560,9 @@ def test_the_elf_magic_check_inflates_a_piece_not_the_member(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "link-loop", "socket", "device", "huge", "group-writable"])
-def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(tmp_path, wheels, capsys, monkeypatch, kind):
+def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(
+    tmp_path, wheels, capsys, monkeypatch, kind
+):
     cache = tmp_path / "cache" / "elfgraph"
     first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     entry = cache / f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
@@ -520,7 +581,9 @@ def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(tmp
     again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     warnings = capsys.readouterr().err.splitlines()
-    assert len(warnings) == 2 and all(line.startswith(f"patched-wheels: warning: {entry}: cache file ignored (") for line in warnings)
+    assert len(warnings) == 2 and all(
+        line.startswith(f"patched-wheels: warning: {entry}: cache file ignored (") for line in warnings
+    )
     assert sum(read_bytes) < 1 << 20  # the 150 MB file was refused by its size, not read
     assert entry.is_file() and not entry.is_symlink() and stat.S_IMODE(entry.stat().st_mode) == 0o600
     assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1
@@ -539,7 +602,10 @@ def test_the_graph_command_never_caches_into_the_working_directory(tmp_path, whe
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "relcache")
     capsys.readouterr()
     assert main(["graph", *map(str, wheels.all)]) == 1
-    assert capsys.readouterr().err == "patched-wheels: error: RULES_PATCHED_WHEELS_CACHE=relcache: expected an absolute directory or off\n"
+    assert (
+        capsys.readouterr().err
+        == "patched-wheels: error: RULES_PATCHED_WHEELS_CACHE=relcache: expected an absolute directory or off\n"
+    )
     assert not (tmp_path / "relcache").exists()
 
 
@@ -553,7 +619,12 @@ def test_reading_libraries_uses_the_one_reader_not_pyelftools(tmp_path, wheels):
         "print(sorted(m for m in sys.modules if m.startswith('elftools'))); sys.exit(status)"
     )
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run([sys.executable, "-c", code, "graph", "--no-cache", *map(str, wheels.all)], capture_output=True, text=True, env=environment)
+    result = subprocess.run(
+        [sys.executable, "-c", code, "graph", "--no-cache", *map(str, wheels.all)],
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
     assert result.returncode == 0, result.stderr
     assert "libjit.so.12" in result.stdout and result.stdout.splitlines()[-1] == "[]"
 
@@ -566,9 +637,22 @@ def test_another_wheel_s_vendored_copy_never_provides_a_library(tmp_path: Path) 
     build.mkdir()
     vendored = compile_shared(build, "libvz.def23b81.so.1", "int vz(void) { return 1; }\n", "-Wl,-soname,libvz.so.1")
     (build / "libvz.so.1").symlink_to(vendored.name)
-    user = compile_shared(build, "libuser.so", "int vz(void);\nint user(void) { return vz(); }\n", "-Wl,-soname,libuser.so", "-l:libvz.so.1")
-    own = compile_shared(build, "libown.so", "int vz(void);\nint own(void) { return vz(); }\n", "-Wl,-soname,libown.so", "-l:libvz.so.1")
-    vision = build_wheel(tmp_path, "vision", "1.0", {"vision.libs/libvz.def23b81.so.1": vendored.read_bytes(), "vision/libown.so": own.read_bytes()})
+    user = compile_shared(
+        build,
+        "libuser.so",
+        "int vz(void);\nint user(void) { return vz(); }\n",
+        "-Wl,-soname,libuser.so",
+        "-l:libvz.so.1",
+    )
+    own = compile_shared(
+        build, "libown.so", "int vz(void);\nint own(void) { return vz(); }\n", "-Wl,-soname,libown.so", "-l:libvz.so.1"
+    )
+    vision = build_wheel(
+        tmp_path,
+        "vision",
+        "1.0",
+        {"vision.libs/libvz.def23b81.so.1": vendored.read_bytes(), "vision/libown.so": own.read_bytes()},
+    )
     cudnn = build_wheel(tmp_path, "cudnn", "1.0", {"cudnn/lib/libuser.so": user.read_bytes()})
     graph = read_graph([vision, cudnn])
     by_path = {library.path: library for library in graph.libraries}

@@ -37,8 +37,14 @@ def _chain(directory: Path, kind: str, *flags: str) -> Path:
     build = directory / "build"
     build.mkdir(parents=True)
     compile_shared(build, "libb.so", "int b(void) { return 41; }\n", "-Wl,-soname,libb.so")
-    search = [] if kind == "none" else ["-Wl,-rpath,$ORIGIN", f"-Wl,--{'enable' if kind == 'runpath' else 'disable'}-new-dtags"]
-    a = compile_shared(build, "liba.so", "int b(void);\nint a(void) { return b() + 1; }\n", "-l:libb.so", *search, *flags)
+    search = (
+        []
+        if kind == "none"
+        else ["-Wl,-rpath,$ORIGIN", f"-Wl,--{'enable' if kind == 'runpath' else 'disable'}-new-dtags"]
+    )
+    a = compile_shared(
+        build, "liba.so", "int b(void);\nint a(void) { return b() + 1; }\n", "-l:libb.so", *search, *flags
+    )
     (directory / B_DIR).mkdir(parents=True)
     shutil.copyfile(build / "libb.so", directory / B_DIR / "libb.so")
     shutil.copyfile(a, directory / "liba.so")
@@ -78,9 +84,17 @@ def _loads(library: Path) -> subprocess.CompletedProcess[str]:
 def _links(library: Path, directory: Path) -> subprocess.CompletedProcess[str]:
     """An executable linked against ``library`` only (its own RUNPATH reaches ``library``'s directory, not libb's)."""
     source = directory / "main.c"
-    source.write_text("#include <stdio.h>\nint a(void);\nint main(void) { printf(\"%d\\n\", a()); return 0; }\n")
+    source.write_text('#include <stdio.h>\nint a(void);\nint main(void) { printf("%d\\n", a()); return 0; }\n')
     exe = directory / "main"
-    link = ["gcc", "-o", str(exe), str(source), str(library), f"-Wl,-rpath,{library.parent}", f"-Wl,-rpath-link,{directory / B_DIR}"]
+    link = [
+        "gcc",
+        "-o",
+        str(exe),
+        str(source),
+        str(library),
+        f"-Wl,-rpath,{library.parent}",
+        f"-Wl,-rpath-link,{directory / B_DIR}",
+    ]
     subprocess.run(link, check=True, capture_output=True)
     return subprocess.run([str(exe)], capture_output=True, text=True)
 
@@ -94,7 +108,11 @@ def _readelf(library: Path) -> str:
 def _pyelftools_tags(library: Path) -> dict[str, str]:
     with open(library, "rb") as handle:
         tags = ELFFile(handle).get_section_by_name(".dynamic").iter_tags()
-        return {tag.entry.d_tag: getattr(tag, tag.entry.d_tag[3:].lower()) for tag in tags if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH", "DT_SONAME")}
+        return {
+            tag.entry.d_tag: getattr(tag, tag.entry.d_tag[3:].lower())
+            for tag in tags
+            if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH", "DT_SONAME")
+        }
 
 
 @pytest.mark.parametrize("spare", [True, False], ids=["spare-slot", "moved-dynamic"])
@@ -109,19 +127,29 @@ def test_a_grown_search_path_loads_the_chain_and_every_tool_reads_it(tmp_path, k
     _grow(library)
     assert library.stat().st_size > size
     layout = read_dynamic(_chunks(library), "x")
-    assert layout.search_path() == NEW and layout.search_path_tags() == ((DT_RPATH,) if kind == "rpath" else (DT_RUNPATH,))
-    assert (layout.dynamic["offset"] != read_dynamic(_chunks(tmp_path / "build" / "liba.so"), "x").dynamic["offset"]) == (kind == "none" and not spare)
+    assert layout.search_path() == NEW and layout.search_path_tags() == (
+        (DT_RPATH,) if kind == "rpath" else (DT_RUNPATH,)
+    )
+    assert (
+        layout.dynamic["offset"] != read_dynamic(_chunks(tmp_path / "build" / "liba.so"), "x").dynamic["offset"]
+    ) == (kind == "none" and not spare)
     assert _loads(library).stdout.strip() == str(ANSWER)
     linked = _links(library, tmp_path)
     assert linked.returncode == 0 and linked.stdout.strip() == str(ANSWER), linked.stderr
     assert _pyelftools_tags(library) == {tag: NEW}
-    printed = subprocess.run([patchelf_binary(), "--print-rpath", str(library)], capture_output=True, text=True, check=True)
+    printed = subprocess.run(
+        [patchelf_binary(), "--print-rpath", str(library)], capture_output=True, text=True, check=True
+    )
     assert printed.stdout.strip() == NEW
     if HAS_BINUTILS:
         assert f"({tag.removeprefix('DT_')})" in _readelf(library) and f"[{NEW}]" in _readelf(library)
         for tool in ("strip", "objcopy"):
             copy = tmp_path / f"liba-{tool}.so"
-            command = ["strip", "-o", str(copy), str(library)] if tool == "strip" else ["objcopy", "--strip-debug", str(library), str(copy)]
+            command = (
+                ["strip", "-o", str(copy), str(library)]
+                if tool == "strip"
+                else ["objcopy", "--strip-debug", str(library), str(copy)]
+            )
             subprocess.run(command, check=True, capture_output=True)
             assert _loads(copy).stdout.strip() == str(ANSWER), tool
 
@@ -173,14 +201,22 @@ def test_an_added_soname_is_what_the_loader_matches(tmp_path, spare):
     after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert after.stdout.strip() == str(ANSWER), after.stderr
     assert _pyelftools_tags(placed) == {"DT_SONAME": "libx.so.1"}
-    printed = subprocess.run([patchelf_binary(), "--print-soname", str(placed)], capture_output=True, text=True, check=True)
+    printed = subprocess.run(
+        [patchelf_binary(), "--print-soname", str(placed)], capture_output=True, text=True, check=True
+    )
     assert printed.stdout.strip() == "libx.so.1"
     if HAS_BINUTILS:
         assert "(SONAME)" in _readelf(placed) and "[libx.so.1]" in _readelf(placed)
 
 
 def _wheel(directory: Path, library: Path) -> Path:
-    return build_wheel(directory, "pkg", "1.0", {"pkg/__init__.py": b"", "pkg/liba.so": library.read_bytes()}, executable=["pkg/liba.so"])
+    return build_wheel(
+        directory,
+        "pkg",
+        "1.0",
+        {"pkg/__init__.py": b"", "pkg/liba.so": library.read_bytes()},
+        executable=["pkg/liba.so"],
+    )
 
 
 def test_a_grown_member_is_the_same_bytes_every_time(tmp_path):
@@ -188,7 +224,9 @@ def test_a_grown_member_is_the_same_bytes_every_time(tmp_path):
     digests = set()
     for run in range(2):
         out = tmp_path / f"out{run}"
-        assert main(["patch", "--wheel", str(wheel), "--dest-dir", str(out), "--prepend-rpath", f"pkg/liba.so={NEW}"]) == 0
+        assert (
+            main(["patch", "--wheel", str(wheel), "--dest-dir", str(out), "--prepend-rpath", f"pkg/liba.so={NEW}"]) == 0
+        )
         (written,) = out.iterdir()
         digests.add(hashlib.sha256(written.read_bytes()).hexdigest())
     assert len(digests) == 1
@@ -218,7 +256,9 @@ def _hostile(data: bytes) -> dict[str, bytes]:
     _set(straddling, shoff + strtab_index * 64 + 32, "<Q", len(data))  # ... and running past the last one
     decoy = bytearray(data)  # PT_DYNAMIC's p_offset at a copy in the padding after the first segment: the loader
     decoy[0x800 : 0x800 + dynamic_size] = data[dynamic : dynamic + dynamic_size]  # reads p_vaddr, never the copy
-    dynamic_header = next(index for index, segment in enumerate(elf.iter_segments()) if segment["p_type"] == "PT_DYNAMIC")
+    dynamic_header = next(
+        index for index, segment in enumerate(elf.iter_segments()) if segment["p_type"] == "PT_DYNAMIC"
+    )
     _set(decoy, elf["e_phoff"] + dynamic_header * 56 + 8, "<Q", 0x800)
     return {
         "truncated in the dynamic section": data[: dynamic + 8],
@@ -284,11 +324,21 @@ def _synthetic_library(wide: bool, order: str) -> bytes:
     shstrtab_offset = end
     shoff = -(-(shstrtab_offset + len(shstrtab)) // 8) * 8
     program = (
-        (lambda kind, flags, offset, vaddr, filesz, memsz, align: struct.pack(order + "IIQQQQQQ", kind, flags, offset, vaddr, vaddr, filesz, memsz, align))
+        (
+            lambda kind, flags, offset, vaddr, filesz, memsz, align: struct.pack(
+                order + "IIQQQQQQ", kind, flags, offset, vaddr, vaddr, filesz, memsz, align
+            )
+        )
         if wide
-        else (lambda kind, flags, offset, vaddr, filesz, memsz, align: struct.pack(order + "IIIIIIII", kind, offset, vaddr, vaddr, filesz, memsz, flags, align))
+        else (
+            lambda kind, flags, offset, vaddr, filesz, memsz, align: struct.pack(
+                order + "IIIIIIII", kind, offset, vaddr, vaddr, filesz, memsz, flags, align
+            )
+        )
     )
-    programs = program(1, 6, 0, base, end, end + 0x40, 0x1000) + program(2, 6, dynamic_offset, base + dynamic_offset, len(dynamic), len(dynamic), 8)
+    programs = program(1, 6, 0, base, end, end + 0x40, 0x1000) + program(
+        2, 6, dynamic_offset, base + dynamic_offset, len(dynamic), len(dynamic), 8
+    )
     section = struct.Struct(order + ("IIQQQQIIQQ" if wide else "IIIIIIIIII"))
     sections = b"".join(
         section.pack(*fields)
@@ -301,7 +351,22 @@ def _synthetic_library(wide: bool, order: str) -> bytes:
         )
     )
     ident = b"\x7fELF" + bytes([2 if wide else 1, 1 if order == "<" else 2, 1]) + bytes(9)
-    header = ident + struct.pack(order + f"HHI{word}{word}{word}IHHHHHH", 3, 62 if wide else 20, 1, 0, ehsize, shoff, 0, ehsize, phentsize, 2, shentsize, 5, 4)
+    header = ident + struct.pack(
+        order + f"HHI{word}{word}{word}IHHHHHH",
+        3,
+        62 if wide else 20,
+        1,
+        0,
+        ehsize,
+        shoff,
+        0,
+        ehsize,
+        phentsize,
+        2,
+        shentsize,
+        5,
+        4,
+    )
     image = bytearray(shoff + len(sections))
     image[: len(header)] = header
     image[ehsize : ehsize + len(programs)] = programs
@@ -312,7 +377,9 @@ def _synthetic_library(wide: bool, order: str) -> bytes:
     return bytes(image)
 
 
-@pytest.mark.parametrize(("wide", "order"), [(True, "<"), (True, ">"), (False, "<"), (False, ">")], ids=["64le", "64be", "32le", "32be"])
+@pytest.mark.parametrize(
+    ("wide", "order"), [(True, "<"), (True, ">"), (False, "<"), (False, ">")], ids=["64le", "64be", "32le", "32be"]
+)
 def test_every_class_and_byte_order_grows_and_pyelftools_reads_it(tmp_path, wide, order):
     library = tmp_path / "lib.so"
     library.write_bytes(_synthetic_library(wide, order))
@@ -320,7 +387,9 @@ def test_every_class_and_byte_order_grows_and_pyelftools_reads_it(tmp_path, wide
     before = read_dynamic(_chunks(library), "x").dynamic["offset"]
     _grow(library)
     assert read_dynamic(_chunks(library), "x").dynamic["offset"] == before  # DT_RUNPATH there: rewritten in place
-    _grow(library, {DT_RUNPATH: (NEW + ":$ORIGIN").encode(), DT_SONAME: b"libsynthetic.so"})  # a tag added: .dynamic moves
+    _grow(
+        library, {DT_RUNPATH: (NEW + ":$ORIGIN").encode(), DT_SONAME: b"libsynthetic.so"}
+    )  # a tag added: .dynamic moves
     layout = read_dynamic(_chunks(library), "x")
     assert layout.search_path() == NEW + ":$ORIGIN" and layout.string(DT_SONAME) == b"libsynthetic.so"
     assert layout.dynamic["offset"] > before
@@ -328,7 +397,12 @@ def test_every_class_and_byte_order_grows_and_pyelftools_reads_it(tmp_path, wide
     with open(library, "rb") as handle:
         elf = ELFFile(handle)
         assert elf.get_section_by_name(".bss")["sh_type"] == "SHT_PROGBITS"
-        assert [tag.needed for tag in elf.get_section_by_name(".dynamic").iter_tags() if tag.entry.d_tag == "DT_NEEDED"] == ["libfoo.so"]
+        assert [
+            tag.needed for tag in elf.get_section_by_name(".dynamic").iter_tags() if tag.entry.d_tag == "DT_NEEDED"
+        ] == ["libfoo.so"]
         (load,) = [segment for segment in elf.iter_segments() if segment["p_type"] == "PT_LOAD"]
         dynamic = next(segment for segment in elf.iter_segments() if segment["p_type"] == "PT_DYNAMIC")
-        assert load["p_filesz"] == load["p_memsz"] and dynamic["p_offset"] + dynamic["p_filesz"] <= load["p_offset"] + load["p_filesz"]
+        assert (
+            load["p_filesz"] == load["p_memsz"]
+            and dynamic["p_offset"] + dynamic["p_filesz"] <= load["p_offset"] + load["p_filesz"]
+        )

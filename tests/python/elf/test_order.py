@@ -13,7 +13,14 @@ from patched_wheels.elf.graph import build_graph, format_graph, read_graph
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import ElfError
 from patched_wheels.hub.build import build_hub
-from patched_wheels.loading.preload import PRELOAD_MODULE, PreloadList, plan_preload, preload_member_edits, read_preload_module, render_preload_module
+from patched_wheels.loading.preload import (
+    PRELOAD_MODULE,
+    PreloadList,
+    plan_preload,
+    preload_member_edits,
+    read_preload_module,
+    render_preload_module,
+)
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.cyclefixture import (
     CYC_ANSWER,
@@ -26,7 +33,15 @@ from support.cyclefixture import (
     build_own_cycle,
     build_pillow_shape,
 )
-from support.fakecuda import EXPECTED_ANSWER, LIBRARY_PATHS, build_fake_cuda_wheels, build_wheel, flat_layout, per_wheel_layout, run_import
+from support.fakecuda import (
+    EXPECTED_ANSWER,
+    LIBRARY_PATHS,
+    build_fake_cuda_wheels,
+    build_wheel,
+    flat_layout,
+    per_wheel_layout,
+    run_import,
+)
 from support.hubconfig import load_config, write_config
 
 
@@ -105,7 +120,9 @@ def test_graph_command_exits_0_on_a_cycle_and_prints_it(pil, capsys):
     ]
     assert main(["graph", "--no-cache", "--json", str(pil.package_wheel)]) == 0
     cycles = json.loads(capsys.readouterr().out)["cycles"]
-    assert cycles == [[{"wheel": wheel, "path": PIL_LIBRARIES["harfbuzz"]}, {"wheel": wheel, "path": PIL_LIBRARIES["freetype"]}]]
+    assert cycles == [
+        [{"wheel": wheel, "path": PIL_LIBRARIES["harfbuzz"]}, {"wheel": wheel, "path": PIL_LIBRARIES["freetype"]}]
+    ]
 
 
 def test_graph_output_of_an_acyclic_set_names_no_cycle(torch):
@@ -126,8 +143,20 @@ def test_a_cycle_beside_the_patched_package_changes_nothing(pil, torch, tmp_path
     module = f"faketorch/{PRELOAD_MODULE}.py"
     assert beside[module](None) == alone[module](None)
     code = main(
-        ["patch", "--no-cache", "--wheel", str(torch.torch), "--dest-dir", str(tmp_path / "out"), "--suffix", "pw.1",
-         "--preload-for", "faketorch", "--preload-from", *map(str, [*torch.all, *pil.all])]
+        [
+            "patch",
+            "--no-cache",
+            "--wheel",
+            str(torch.torch),
+            "--dest-dir",
+            str(tmp_path / "out"),
+            "--suffix",
+            "pw.1",
+            "--preload-for",
+            "faketorch",
+            "--preload-from",
+            *map(str, [*torch.all, *pil.all]),
+        ]
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -233,16 +262,36 @@ def test_an_unreadable_library_the_package_may_need_is_one_error(torch, tmp_path
     jit = torch.nvidia["jit"]
     with zipfile.ZipFile(jit) as archive:
         files = {name: archive.read(name) for name in archive.namelist() if ".dist-info/" not in name}
-    broken_jit = build_wheel(tmp_path / "jit", "fake-nvidia-jit", "12.1.0", {**files, "fake_nvidia/jit/lib/libextra.so.1": b"junk"})
+    broken_jit = build_wheel(
+        tmp_path / "jit", "fake-nvidia-jit", "12.1.0", {**files, "fake_nvidia/jit/lib/libextra.so.1": b"junk"}
+    )
     wheels = [*(wheel for wheel in torch.all if wheel != jit), broken_jit]
     with pytest.raises(ElfError, match=r"fake_nvidia/jit/lib/libextra\.so\.1: not an ELF file"):
         preload_member_edits("faketorch", wheels)
     # A library the package needs by name, unreadable: blas's wheel ships nothing else.
     broken_blas = build_wheel(tmp_path / "blas", "fake-nvidia-blas", "12.1.0", {LIBRARY_PATHS["blas"]: b"junk"})
     wheels = [*(wheel for wheel in torch.all if wheel != torch.nvidia["blas"]), broken_blas]
-    assert main(["patch", "--no-cache", "--wheel", str(torch.torch), "--dest-dir", str(tmp_path / "out"), "--preload-for", "faketorch", "--preload-from", *map(str, wheels)]) == 1
+    assert (
+        main(
+            [
+                "patch",
+                "--no-cache",
+                "--wheel",
+                str(torch.torch),
+                "--dest-dir",
+                str(tmp_path / "out"),
+                "--preload-for",
+                "faketorch",
+                "--preload-from",
+                *map(str, wheels),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"patched-wheels: error: {broken_blas.name}: {LIBRARY_PATHS['blas']}: not an ELF file"), err
+    assert err.count("\n") == 1 and err.startswith(
+        f"patched-wheels: error: {broken_blas.name}: {LIBRARY_PATHS['blas']}: not an ELF file"
+    ), err
     # The graph command lists what it is given: a library it cannot read is still its error.
     assert main(["graph", "--no-cache", *map(str, wheels)]) == 1
     assert capsys.readouterr().err.startswith(f"patched-wheels: error: {broken_blas.name}")
@@ -284,6 +333,8 @@ def test_a_cycle_no_member_of_which_loads_the_others_is_optional_in_path_order_w
     # What the warning says: one site-packages still works (the failing preload entries are skipped, and
     # _core.so's DT_RPATH finds both), one directory per wheel does not.
     patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
-    assert run_import(flat_layout([cyc.libraries_wheel, patched], tmp_path / "flat"), CYC_CODE).stdout.strip() == str(CYC_ANSWER)
+    assert run_import(flat_layout([cyc.libraries_wheel, patched], tmp_path / "flat"), CYC_CODE).stdout.strip() == str(
+        CYC_ANSWER
+    )
     per_wheel = run_import(per_wheel_layout([cyc.libraries_wheel, patched], tmp_path / "per-wheel"), CYC_CODE)
     assert "libcyca.so.1: cannot open shared object file" in per_wheel.stderr  # _core.so's own load fails

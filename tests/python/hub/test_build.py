@@ -56,13 +56,19 @@ def test_preload_auto_makes_the_per_wheel_layout_import(tmp_path: Path, fake_set
     assert f"faketorch==2.1.0+test.1 \\\n    --hash=sha256:{sha256(patched)}\n" in lock
     assert f"--index-url={(tmp_path / 'index' / 'simple').as_uri()}\n" in lock
     assert (tmp_path / "index" / "simple" / "faketorch" / "index.html").is_file()
-    assert not (tmp_path / "index" / fake_set.torch.name).exists(), "the original must not be served beside the patched one"
+    assert not (tmp_path / "index" / fake_set.torch.name).exists(), (
+        "the original must not be served beside the patched one"
+    )
 
 
 def test_split_serves_both_wheels_and_pins_the_sibling(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
     config = hub_config(
-        tmp_path, fake_set, preload="auto", preload_package="faketorch",
-        split_into="faketorch-libs", split_move=["faketorch/lib/*.so"],
+        tmp_path,
+        fake_set,
+        preload="auto",
+        preload_package="faketorch",
+        split_into="faketorch-libs",
+        split_move=["faketorch/lib/*.so"],
     )
     assert main(["hub", "build", "--config", str(config)]) == 0
     index = tmp_path / "index"
@@ -70,7 +76,9 @@ def test_split_serves_both_wheels_and_pins_the_sibling(tmp_path: Path, fake_set:
     sibling = index / "faketorch_libs-2.1.0+test.1-py3-none-linux_x86_64.whl"
     lock = (tmp_path / "requirements_lock.txt").read_text(encoding="utf-8")
     assert f"--hash=sha256:{sha256(sibling)}" in lock and "faketorch-libs==2.1.0+test.1" in lock
-    result = fakecuda.run_import(fakecuda.per_wheel_layout([*fake_set.nvidia.values(), main_wheel, sibling], tmp_path / "split"))
+    result = fakecuda.run_import(
+        fakecuda.per_wheel_layout([*fake_set.nvidia.values(), main_wheel, sibling], tmp_path / "split")
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(fakecuda.EXPECTED_ANSWER)
 
@@ -90,7 +98,9 @@ def test_config_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.C
     assert "'lock'" in error and "'patched'" in error
 
 
-def test_unwritable_destination_is_one_error_line(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_destination_is_one_error_line(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory", encoding="utf-8")
     code = main(["patch", "--wheel", str(fake_set.torch), "--dest-dir", str(blocker / "out"), "--suffix", "x.1"])
@@ -104,9 +114,13 @@ def runtime_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.RuntimeLoa
     return fakecuda.build_runtime_loaded_wheels(tmp_path_factory.mktemp("runtime"))
 
 
-def test_preload_wheels_make_runtime_loads_work_per_wheel(tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels) -> None:
+def test_preload_wheels_make_runtime_loads_work_per_wheel(
+    tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels
+) -> None:
     spec = dict(preload="auto", preload_package="fakejax", preload_wheels=[fakecuda.RUNTIME_GLOB])
-    config = load_config(set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", **spec))
+    config = load_config(
+        set_config(tmp_path, [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", **spec)
+    )
     assert build_hub(config) == ["fakejax==1.0+test.1"]
     patched = tmp_path / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl"
     result = fakecuda.run_import(
@@ -119,24 +133,44 @@ def test_preload_auto_preloads_what_the_probe_maps_and_a_probe_mapping_nothing_i
     tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """fakejax needs nothing through DT_NEEDED: what `import fakejax` maps in one site-packages is preloaded (wt-cuda)."""
-    config = set_config(tmp_path / "default", [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax")
+    config = set_config(
+        tmp_path / "default",
+        [runtime_set.foo, runtime_set.bar],
+        runtime_set.package,
+        "fakejax",
+        preload="auto",
+        preload_package="fakejax",
+    )
     assert main(["hub", "build", "--config", str(config)]) == 0
     assert capsys.readouterr().err == ""
     with zipfile.ZipFile(tmp_path / "default" / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
         preload = read_preload_module(archive.read("fakejax/_patched_wheels_preload.py"), where="test")
-    assert preload.libraries == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"], fakecuda.RUNTIME_LIBRARY_PATHS["foo"]) and preload.optional
+    assert (
+        preload.libraries == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"], fakecuda.RUNTIME_LIBRARY_PATHS["foo"])
+        and preload.optional
+    )
     config = set_config(
-        tmp_path / "idle", [runtime_set.foo, runtime_set.bar], runtime_set.package, "fakejax", preload="auto", preload_package="fakejax", probe="pass"
+        tmp_path / "idle",
+        [runtime_set.foo, runtime_set.bar],
+        runtime_set.package,
+        "fakejax",
+        preload="auto",
+        preload_package="fakejax",
+        probe="pass",
     )
     assert main(["hub", "build", "--config", str(config)]) == 0
     captured = capsys.readouterr()
     assert captured.out == "fakejax==1.0+test.1\n"
-    assert captured.err.startswith("patched-wheels: warning: ") and "'pass' maps none in one site-packages" in captured.err
+    assert (
+        captured.err.startswith("patched-wheels: warning: ") and "'pass' maps none in one site-packages" in captured.err
+    )
     with zipfile.ZipFile(tmp_path / "idle" / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
         assert not [name for name in archive.namelist() if "_patched_wheels_preload" in name]
 
 
-def test_spec_with_an_unknown_key_is_one_error_line(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
+def test_spec_with_an_unknown_key_is_one_error_line(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The Starlark schema and PatchedWheelSpec must agree: a key one side does not know is refused, not dropped."""
     config = hub_config(tmp_path, fake_set)
     raw = json.loads(config.read_text(encoding="utf-8"))
@@ -163,13 +197,28 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     others = [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]
     patched = [
         (fake_set.torch, {"name": "faketorch", "preload": "auto", "preload_package": "faketorch"}),
-        (runtime_set.package, {"name": "fakejax", "preload": "auto", "preload_package": "fakejax", "preload_wheels": [fakecuda.RUNTIME_GLOB]}),
+        (
+            runtime_set.package,
+            {
+                "name": "fakejax",
+                "preload": "auto",
+                "preload_package": "fakejax",
+                "preload_wheels": [fakecuda.RUNTIME_GLOB],
+            },
+        ),
     ]
-    every_library = {(library.wheel, library.path) for library in elfgraph.read_graph([*others, fake_set.torch, runtime_set.package]).libraries}
+    every_library = {
+        (library.wheel, library.path)
+        for library in elfgraph.read_graph([*others, fake_set.torch, runtime_set.package]).libraries
+    }
     reads: Counter[tuple[str, str]] = Counter()
     inflated: Counter[tuple[str, str]] = Counter()
     installs: list[int] = []
-    read_library, read_installed_library, installed = elfgraph.read_library, elfgraph.read_installed_library, probe.installed
+    read_library, read_installed_library, installed = (
+        elfgraph.read_library,
+        elfgraph.read_installed_library,
+        probe.installed,
+    )
 
     def counting(wheel: Path, info: ZipMember, path: str) -> elfgraph.ElfLibrary:
         inflated[wheel.name, path] += 1
@@ -197,11 +246,15 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
 
     reads.clear()
     second = write_config(tmp_path / "second", others, patched, index_option="direct")
-    assert len(list((tmp_path / "second" / "_wheels").glob("*.whl"))) == len(others), "every wheel at hand, to check the cache against"
+    assert len(list((tmp_path / "second" / "_wheels").glob("*.whl"))) == len(others), (
+        "every wheel at hand, to check the cache against"
+    )
     assert main(["hub", "build", "--config", str(second)]) == 0
     assert not reads, "nothing read again"
     for run in ("first", "second"):
-        assert "_patched_wheels_preload" in str(zipfile.ZipFile(tmp_path / run / "index" / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl").namelist())
+        assert "_patched_wheels_preload" in str(
+            zipfile.ZipFile(tmp_path / run / "index" / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl").namelist()
+        )
     served = sorted(path.name for path in (tmp_path / "first" / "index").glob("*.whl"))
     assert served == sorted(path.name for path in (tmp_path / "second" / "index").glob("*.whl")) and len(served) == 2
     for name in served:
@@ -210,14 +263,19 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     # The probes' observations gone, the ELF rows kept: the probes must run on the files, so all are fetched.
     shutil.rmtree(tmp_path / "user-cache" / "observed")
     third = write_config(tmp_path / "third", others, patched, index_option="direct")
-    assert len(list((tmp_path / "third" / "_wheels").glob("*.whl"))) == len(others), "every wheel fetched for the probes"
+    assert len(list((tmp_path / "third" / "_wheels").glob("*.whl"))) == len(others), (
+        "every wheel fetched for the probes"
+    )
     assert main(["hub", "build", "--config", str(third)]) == 0
     for name in served:
         assert sha256(tmp_path / "first" / "index" / name) == sha256(tmp_path / "third" / "index" / name)
 
 
 def test_a_cache_emptied_between_plan_and_build_is_read_again_from_the_wheels(
-    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    fake_set: fakecuda.FakeCudaWheels,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The plan decides nothing from the cache (every wheel is fetched): a cache that vanished before the build
     costs a read of the wheels, never an error or another preload."""
@@ -225,12 +283,17 @@ def test_a_cache_emptied_between_plan_and_build_is_read_again_from_the_wheels(
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(cache))
     others = list(fake_set.nvidia.values())
     patched = [(fake_set.torch, {"name": "faketorch", "preload": "auto"})]
-    assert main(["hub", "build", "--config", str(write_config(tmp_path / "fill", others, patched, index_option="direct"))]) == 0
+    assert (
+        main(["hub", "build", "--config", str(write_config(tmp_path / "fill", others, patched, index_option="direct"))])
+        == 0
+    )
     config = write_config(tmp_path / "hub", others, patched, index_option="direct")
     shutil.rmtree(cache)
     assert main(["hub", "build", "--config", str(config)]) == 0
     built = sorted((tmp_path / "hub" / "index").glob("*.whl"))
-    assert [sha256(path) for path in built] == [sha256(tmp_path / "fill" / "index" / path.name) for path in built] and built
+    assert [sha256(path) for path in built] == [
+        sha256(tmp_path / "fill" / "index" / path.name) for path in built
+    ] and built
 
 
 def run_cli(*args: str) -> str:
@@ -241,7 +304,9 @@ def run_cli(*args: str) -> str:
     return out.getvalue()
 
 
-def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_path: Path, fake_set: fakecuda.FakeCudaWheels) -> None:
+def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels
+) -> None:
     """The rule's steps on a uv.lock made by the real `uv lock`: check, resolve, plan, download (over HTTP,
     as the rule does), build; then the real uv installs the hub's uv.lock, the patched faketorch included."""
     pypi = tmp_path / "pypi"
@@ -252,13 +317,23 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_pa
     repo = tmp_path / "repo"
     repo.mkdir()
     with serve_over_http(pypi) as url:
-        uv_lock, _ = uv_locks(tmp_path / "project", url, ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in fake_set.nvidia)])
+        uv_lock, _ = uv_locks(
+            tmp_path / "project", url, ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in fake_set.nvidia)]
+        )
         spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1", preload="auto").to_json()}
         del spec["wheel"]
         request = {
-            "hub": "uv", "bzlmod": True, **lock_attributes(uv_lock=str(uv_lock)),
-            "index_url": f"{url}/simple", "index_option": "direct", "rules_python_version": "2.3.2",
-            "repository": str(repo), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec],
+            "hub": "uv",
+            "bzlmod": True,
+            **lock_attributes(uv_lock=str(uv_lock)),
+            "index_url": f"{url}/simple",
+            "index_option": "direct",
+            "rules_python_version": "2.3.2",
+            "repository": str(repo),
+            "wheel_facts": "",
+            "restore_extras": True,
+            "extras": [],
+            "patched": [spec],
         }
         (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
         resolution = json.loads(run_cli("hub", "plan", "--request", str(tmp_path / "request.json")))
@@ -269,10 +344,18 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_pa
         (tmp_path / "pages").mkdir()
         resolved = run_cli(*resolve, "--pages", str(tmp_path / "pages"), "--index-url", f"{url}/simple")
         (tmp_path / "resolved.json").write_text(resolved, encoding="utf-8")
-        plan = json.loads(run_cli(
-            "hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json"),
-            "--config-out", str(repo / "_hub.json"),
-        ))
+        plan = json.loads(
+            run_cli(
+                "hub",
+                "plan",
+                "--request",
+                str(tmp_path / "request.json"),
+                "--resolved",
+                str(tmp_path / "resolved.json"),
+                "--config-out",
+                str(repo / "_hub.json"),
+            )
+        )
         for fetch in plan["fetch"]:
             (repo / fetch["output"]).parent.mkdir(parents=True, exist_ok=True)
             urllib.request.urlretrieve(fetch["urls"][0], repo / fetch["output"])
@@ -292,14 +375,19 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_pa
         project = tmp_path / "project"
         shutil.copyfile(repo / "uv.lock", project / "uv.lock")
         run_uv(project, "sync", "--frozen")
-        installed = run_uv(project, "pip", "list", "--format", "json", "--python", str(project / ".venv" / "bin" / "python")).stdout
+        installed = run_uv(
+            project, "pip", "list", "--format", "json", "--python", str(project / ".venv" / "bin" / "python")
+        ).stdout
         assert {"name": "faketorch", "version": "2.1.0+test.1"} in json.loads(installed), installed
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"lock_attribute": "bogus"}, 'hub configuration: lock_attribute = "bogus": must be one of requirements_lock, uv_lock, pylock'),
+        (
+            {"lock_attribute": "bogus"},
+            'hub configuration: lock_attribute = "bogus": must be one of requirements_lock, uv_lock, pylock',
+        ),
         ({"index_option": 3}, "hub configuration: index_option = 3: expected a string"),
         ({"lock": "MISSING"}, '/MISSING": not a file'),
         ({"patched": [{"strip": "1"}]}, 'strip = "1": expected an integer'),
@@ -307,7 +395,11 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(tmp_pa
     ],
 )
 def test_the_build_checks_its_configuration_before_writing_anything(
-    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str], change: dict[str, object], message: str
+    tmp_path: Path,
+    fake_set: fakecuda.FakeCudaWheels,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, object],
+    message: str,
 ) -> None:
     config = hub_config(tmp_path / "hub", fake_set)
     raw = json.loads(config.read_text(encoding="utf-8"))
@@ -355,7 +447,10 @@ def preloaded(wheel: Path) -> list[str]:
 
 
 def test_preload_elf_runs_no_package_code_and_preloads_the_elf_graph_alone(
-    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    fake_set: fakecuda.FakeCudaWheels,
+    runtime_set: fakecuda.RuntimeLoadedWheels,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """preload = "auto" runs `import faketorch` (the marker is written, libfoo/libbar are preloaded too);
     "elf" runs nothing, warns nothing, and preloads exactly the DT_NEEDED libraries (issue 33)."""
@@ -364,40 +459,82 @@ def test_preload_elf_runs_no_package_code_and_preloads_the_elf_graph_alone(
     others = [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]
     patched = "index/faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl"
 
-    assert main(["hub", "build", "--config", str(set_config(tmp_path / "auto", others, torch, "faketorch", preload="auto"))]) == 0
+    assert (
+        main(
+            ["hub", "build", "--config", str(set_config(tmp_path / "auto", others, torch, "faketorch", preload="auto"))]
+        )
+        == 0
+    )
     assert marker.read_text() == "ran\n", "the control: auto runs the package's code"
     runtime = sorted(fakecuda.RUNTIME_LIBRARY_PATHS[name] for name in ("foo", "bar"))
     assert preloaded(tmp_path / "auto" / patched) == sorted([*ELF_NEEDED, *runtime])
     marker.unlink()
     capsys.readouterr()
 
-    assert main(["hub", "build", "--config", str(set_config(tmp_path / "elf", others, torch, "faketorch", preload="elf"))]) == 0
+    assert (
+        main(["hub", "build", "--config", str(set_config(tmp_path / "elf", others, torch, "faketorch", preload="elf"))])
+        == 0
+    )
     assert capsys.readouterr().err == "", "no probe ran, so no lazy-load warning"
     assert not marker.exists(), "preload = elf ran package code"
     assert preloaded(tmp_path / "elf" / patched) == ELF_NEEDED
 
 
-def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1").to_json(), "preload": "elf", "probe": "import faketorch"}
+def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = {
+        **PatchedWheelSpec(name="faketorch", suffix="test.1").to_json(),
+        "preload": "elf",
+        "probe": "import faketorch",
+    }
     del spec["wheel"]
     request = {
-        "hub": "test", "bzlmod": True, **lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
-        "index_url": "", "index_option": "index-url", "rules_python_version": "1.6.0", "repository": str(tmp_path), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec],
+        "hub": "test",
+        "bzlmod": True,
+        **lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
+        "index_url": "",
+        "index_option": "index-url",
+        "rules_python_version": "1.6.0",
+        "repository": str(tmp_path),
+        "wheel_facts": "",
+        "restore_extras": True,
+        "extras": [],
+        "patched": [spec],
     }
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
     assert main(["hub", "plan", "--request", str(tmp_path / "request.json")]) == 1
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1, captured
-    assert captured.err.startswith("patched-wheels: error: ") and 'probe needs preload = "auto" (preload = "elf" runs no package code)' in captured.err
+    assert (
+        captured.err.startswith("patched-wheels: error: ")
+        and 'probe needs preload = "auto" (preload = "elf" runs no package code)' in captured.err
+    )
 
 
 def test_patch_no_probe_runs_no_package_code(
-    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    fake_set: fakecuda.FakeCudaWheels,
+    runtime_set: fakecuda.RuntimeLoadedWheels,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     marker = tmp_path / "ran"
     torch = marked_torch(fake_set, tmp_path / "wheels", marker)
     others = [str(wheel) for wheel in [*fake_set.nvidia.values(), runtime_set.foo, runtime_set.bar]]
-    args = ["patch", "--wheel", str(torch), "--dest-dir", str(tmp_path / "out"), "--suffix", "x.1", "--no-cache", "--preload-for", "faketorch", "--preload-from", *others]
+    args = [
+        "patch",
+        "--wheel",
+        str(torch),
+        "--dest-dir",
+        str(tmp_path / "out"),
+        "--suffix",
+        "x.1",
+        "--no-cache",
+        "--preload-for",
+        "faketorch",
+        "--preload-from",
+        *others,
+    ]
     assert main([*args, "--no-probe"]) == 0
     assert capsys.readouterr().err == ""
     assert not marker.exists(), "patch --no-probe ran package code"
@@ -409,18 +546,19 @@ def test_patch_no_probe_runs_no_package_code(
     assert not marker.exists() and len(list((tmp_path / "out").iterdir())) == 1
 
 
-def test_doctor_no_probe_and_probe_together_are_one_error_line(fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["doctor", *map(str, fake_set.all), "--package", "faketorch", "--probe", "import faketorch", "--no-probe"])
+def test_doctor_no_probe_and_probe_together_are_one_error_line(
+    fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["doctor", *map(str, fake_set.all), "--package", "faketorch", "--probe", "import faketorch", "--no-probe"]
+    )
     error = capsys.readouterr().err
     assert code == 1 and error.count("\n") == 1 and "--probe and --no-probe" in error, error
 
 
 def _tree(root: Path) -> dict[str, str]:
     """Every path under ``root`` with its kind and, for a file, its sha256: what a failed build must leave as it was."""
-    return {
-        str(path.relative_to(root)): "dir" if path.is_dir() else sha256(path)
-        for path in sorted(root.rglob("*"))
-    }
+    return {str(path.relative_to(root)): "dir" if path.is_dir() else sha256(path) for path in sorted(root.rglob("*"))}
 
 
 def test_a_build_that_fails_at_its_last_step_leaves_the_hub_as_it_was(
@@ -441,7 +579,10 @@ def test_a_build_that_fails_at_its_last_step_leaves_the_hub_as_it_was(
     lock.write_text(good, encoding="utf-8")
     assert main(["hub", "build", "--config", str(config)]) == 0
     written = set(_tree(tmp_path)) - set(before)
-    assert "hub/index/faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl" in written and "hub/requirements_lock.txt" in written
+    assert (
+        "hub/index/faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl" in written
+        and "hub/requirements_lock.txt" in written
+    )
     assert not [name for name in written if ".pw-" in name], written
     index = (tmp_path / "hub" / "index").as_uri()
     assert f"--index-url={index}/simple\n" in (tmp_path / "hub" / "requirements_lock.txt").read_text(encoding="utf-8")
@@ -455,5 +596,8 @@ def test_an_output_place_taken_by_a_directory_is_refused_before_anything_is_writ
     before = _tree(tmp_path)
     assert main(["hub", "build", "--config", str(config)]) == 1
     error = capsys.readouterr().err
-    assert error == f"patched-wheels: error: {tmp_path / 'hub' / 'requirements_lock.txt'}: in the way of the hub's output (a link, or not a regular file)\n"
+    assert (
+        error
+        == f"patched-wheels: error: {tmp_path / 'hub' / 'requirements_lock.txt'}: in the way of the hub's output (a link, or not a regular file)\n"
+    )
     assert _tree(tmp_path) == before

@@ -100,4 +100,7 @@ def test_a_root_extra_the_lock_does_not_record_is_restored_and_one_the_wheel_lac
     capsys.readouterr()
     assert main(["hub", "build", "--config", str(config)]) == 1
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and 'extras = ["toolkit[gpu]"]: toolkit 1.0 provides no extra gpu (it provides: rt)' in error, error
+    assert (
+        error.count("\n") == 1
+        and 'extras = ["toolkit[gpu]"]: toolkit 1.0 provides no extra gpu (it provides: rt)' in error
+    ), error

@@ -28,7 +28,11 @@ def fake_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.FakeCudaWheel
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts of what a build reads from the wheels: libraries inflated or read installed, and probe installs."""
     counts = {"inflated": 0, "installed reads": 0, "installs": 0}
-    read_library, read_installed_library, installed = elfgraph.read_library, elfgraph.read_installed_library, probe.installed
+    read_library, read_installed_library, installed = (
+        elfgraph.read_library,
+        elfgraph.read_installed_library,
+        probe.installed,
+    )
 
     def inflating(*args: object, **kwargs: object) -> object:
         counts["inflated"] += 1
@@ -52,11 +56,19 @@ def patched(fake_set: fakecuda.FakeCudaWheels) -> list[tuple[Path, dict[str, obj
     return [(fake_set.torch, {"name": "faketorch", "preload": "auto", "preload_package": "faketorch"})]
 
 
-def build(tmp_path: Path, name: str, fake_set: fakecuda.FakeCudaWheels, *, cache: str, wheel_facts: Path | None = None) -> Path:
+def build(
+    tmp_path: Path, name: str, fake_set: fakecuda.FakeCudaWheels, *, cache: str, wheel_facts: Path | None = None
+) -> Path:
     """One hub build (plan, fetch, build) in ``tmp_path/name`` with the helper cache ``cache``; its directory."""
     with pytest.MonkeyPatch.context() as environment:
         environment.setenv("RULES_PATCHED_WHEELS_CACHE", cache if cache == "off" else str(tmp_path / cache))
-        config = write_config(tmp_path / name, list(fake_set.nvidia.values()), patched(fake_set), index_option="direct", wheel_facts=wheel_facts)
+        config = write_config(
+            tmp_path / name,
+            list(fake_set.nvidia.values()),
+            patched(fake_set),
+            index_option="direct",
+            wheel_facts=wheel_facts,
+        )
         assert main(["hub", "build", "--config", str(config)]) == 0
     return tmp_path / name
 
@@ -69,11 +81,15 @@ def test_a_runner_with_an_empty_cache_and_the_facts_inflates_and_probes_nothing(
     tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, work: dict[str, int], capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = build(tmp_path, "first", fake_set, cache="cache-a")
-    assert work["installs"] == 1 and work["installed reads"] > 0, "cold: the set installed for the probe, the graph read there"
+    assert work["installs"] == 1 and work["installed reads"] > 0, (
+        "cold: the set installed for the probe, the graph read there"
+    )
     facts = json.loads((first / "wheel_facts.json").read_text(encoding="utf-8"))
     kinds = sorted({name.split("/")[0] for name in facts["entries"]})
     assert kinds == ["elfgraph", "observed"], facts["entries"].keys()
-    assert sum(name.startswith("elfgraph/") for name in facts["entries"]) == len(fake_set.nvidia) + 1, "one entry per wheel of the set"
+    assert sum(name.startswith("elfgraph/") for name in facts["entries"]) == len(fake_set.nvidia) + 1, (
+        "one entry per wheel of the set"
+    )
     given = tmp_path / "workspace" / "wheel_facts.json"
     given.parent.mkdir()
     shutil.copyfile(first / "wheel_facts.json", given)
@@ -81,10 +97,16 @@ def test_a_runner_with_an_empty_cache_and_the_facts_inflates_and_probes_nothing(
 
     work.update(dict.fromkeys(work, 0))
     second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
-    assert work == {"inflated": 0, "installed reads": 0, "installs": 0}, "an empty cache, and nothing read from the wheels"
-    assert len(list((second / "_wheels").glob("*.whl"))) == len(fake_set.nvidia), "the wheels at hand, to check the facts against"
+    assert work == {"inflated": 0, "installed reads": 0, "installs": 0}, (
+        "an empty cache, and nothing read from the wheels"
+    )
+    assert len(list((second / "_wheels").glob("*.whl"))) == len(fake_set.nvidia), (
+        "the wheels at hand, to check the facts against"
+    )
     assert served(second) == served(first), "the same patched wheels"
-    assert (second / "wheel_facts.json").read_bytes() == given.read_bytes(), "the facts it would write are the ones given"
+    assert (second / "wheel_facts.json").read_bytes() == given.read_bytes(), (
+        "the facts it would write are the ones given"
+    )
     assert "patched-wheels: warning" not in capsys.readouterr().err
     assert "wheel_facts.json" in load_config(second / "_hub.json").facts_out.name  # type: ignore[union-attr]
 
@@ -97,11 +119,18 @@ def test_facts_that_no_longer_match_are_read_again_with_one_line_saying_what_to_
     first = build(tmp_path, "first", fake_set, cache="cache-a")
     entries = json.loads((first / "wheel_facts.json").read_text(encoding="utf-8"))["entries"]
     (observed,) = [name for name in entries if name.startswith("observed/")]
-    torch_rows = next(name for name, rows in entries.items() if name.startswith("elfgraph/") and any("faketorch" in row["path"] for row in rows))
+    torch_rows = next(
+        name
+        for name, rows in entries.items()
+        if name.startswith("elfgraph/") and any("faketorch" in row["path"] for row in rows)
+    )
     stale = dict(entries)
     del stale[observed]  # the probe's observation missing: another interpreter
     stale["elfgraph/" + "0" * 64 + ".v4.json"] = []  # a wheel the lock no longer pins
-    stale[torch_rows] = [*entries[torch_rows], {**entries[torch_rows][0], "path": "faketorch/lib/libinvented.so"}]  # a lie
+    stale[torch_rows] = [
+        *entries[torch_rows],
+        {**entries[torch_rows][0], "path": "faketorch/lib/libinvented.so"},
+    ]  # a lie
     given = tmp_path / "given.json"
     given.write_text(facts_text(stale), encoding="utf-8")
     capsys.readouterr()
@@ -110,14 +139,21 @@ def test_facts_that_no_longer_match_are_read_again_with_one_line_saying_what_to_
     second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
     assert work["installs"] == 1, "the probe ran again"
     assert served(second) == served(first)
-    assert (second / "wheel_facts.json").read_bytes() == (first / "wheel_facts.json").read_bytes(), "what was true is recorded"
+    assert (second / "wheel_facts.json").read_bytes() == (first / "wheel_facts.json").read_bytes(), (
+        "what was true is recorded"
+    )
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("patched-wheels: warning")]
     stale_lines = [line for line in warnings if "wheel_facts" in line]
     assert len(stale_lines) == 1, warnings
-    assert f'{CALL}: wheel_facts = "{given}"' in stale_lines[0] and f"cp {second / 'wheel_facts.json'} {given}" in stale_lines[0]
+    assert (
+        f'{CALL}: wheel_facts = "{given}"' in stale_lines[0]
+        and f"cp {second / 'wheel_facts.json'} {given}" in stale_lines[0]
+    )
     assert "2 of its" in stale_lines[0] and "1 unused" in stale_lines[0], stale_lines[0]
     (lie,) = [line for line in warnings if "cache entry ignored" in line]
-    assert lie.startswith(f"patched-wheels: warning: {given}: entry {torch_rows}: cache entry ignored (faketorch/lib/libinvented.so: "), lie
+    assert lie.startswith(
+        f"patched-wheels: warning: {given}: entry {torch_rows}: cache entry ignored (faketorch/lib/libinvented.so: "
+    ), lie
 
 
 def test_with_the_cache_off_the_facts_are_read_but_not_used(
@@ -130,7 +166,11 @@ def test_with_the_cache_off_the_facts_are_read_but_not_used(
     assert work["installs"] == 1, "off reads everything again"
     assert not (second / "wheel_facts.json").exists()
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "wheel_facts" in line]
-    assert line.startswith(f"patched-wheels: warning: {CALL}: wheel_facts = ") and "is not used" in line and "RULES_PATCHED_WHEELS_CACHE=off" in line
+    assert (
+        line.startswith(f"patched-wheels: warning: {CALL}: wheel_facts = ")
+        and "is not used" in line
+        and "RULES_PATCHED_WHEELS_CACHE=off" in line
+    )
 
 
 def _bad_facts(kind: str, path: Path) -> str:
@@ -162,9 +202,27 @@ def _bad_facts(kind: str, path: Path) -> str:
     return "not a facts file we read"
 
 
-@pytest.mark.parametrize("kind", ["not json", "not utf-8", "a lock", "another schema", "a hostile entry", "nested", "huge", "fifo", "directory", "dev-zero-link"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "not json",
+        "not utf-8",
+        "a lock",
+        "another schema",
+        "a hostile entry",
+        "nested",
+        "huge",
+        "fifo",
+        "directory",
+        "dev-zero-link",
+    ],
+)
 def test_a_file_that_is_no_facts_file_is_one_error_line_before_anything_is_written(
-    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    fake_set: fakecuda.FakeCudaWheels,
+    kind: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bad = tmp_path / "bad.json"
     expected = _bad_facts(kind, bad)
@@ -184,7 +242,12 @@ def test_a_file_that_is_no_facts_file_is_one_error_line_before_anything_is_writt
     request = json.loads((tmp_path / "hub" / "request.json").read_text(encoding="utf-8"))
     request["wheel_facts"] = str(bad)
     (tmp_path / "hub" / "request.json").write_text(json.dumps(request), encoding="utf-8")
-    arguments = ["--request", str(tmp_path / "hub" / "request.json"), "--resolved", str(tmp_path / "hub" / "resolved.json")]
+    arguments = [
+        "--request",
+        str(tmp_path / "hub" / "request.json"),
+        "--resolved",
+        str(tmp_path / "hub" / "resolved.json"),
+    ]
     assert main(["hub", "plan", *arguments, "--config-out", str(tmp_path / "out.json")]) == 1
     assert capsys.readouterr().err == error and not (tmp_path / "out.json").exists()
 
@@ -198,7 +261,10 @@ def _lies(entries: dict[str, object], fake_set: fakecuda.FakeCudaWheels) -> dict
     assert isinstance(blas_rows, list)
     return {
         # One edited path: the preload would load evil/libpwdep.so.1 from the working directory on every import.
-        "evil path": ({**entries, blas: [{**blas_rows[0], "path": "evil/libpwdep.so.1"}, *blas_rows[1:]]}, "evil/libpwdep.so.1: no shared library of"),
+        "evil path": (
+            {**entries, blas: [{**blas_rows[0], "path": "evil/libpwdep.so.1"}, *blas_rows[1:]]},
+            "evil/libpwdep.so.1: no shared library of",
+        ),
         "rows empty": ({**entries, blas: []}, "but no row lists it"),
         "swapped digests": ({**entries, blas: entries[sparse], sparse: entries[blas]}, "no shared library of"),
     }
@@ -219,25 +285,40 @@ def test_facts_that_disagree_with_a_wheel_are_one_warning_naming_both_and_the_wh
 
     second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
     assert served(second) == served(first), "the same patched wheels, the same preload"
-    assert (second / "wheel_facts.json").read_bytes() == (first / "wheel_facts.json").read_bytes(), "what is true is recorded"
+    assert (second / "wheel_facts.json").read_bytes() == (first / "wheel_facts.json").read_bytes(), (
+        "what is true is recorded"
+    )
     warnings = [line for line in capsys.readouterr().err.splitlines() if "cache entry ignored" in line]
-    assert warnings and all(line.startswith(f"patched-wheels: warning: {given}: entry elfgraph/") for line in warnings), warnings
+    assert warnings and all(
+        line.startswith(f"patched-wheels: warning: {given}: entry elfgraph/") for line in warnings
+    ), warnings
     assert says in warnings[0] and ".whl" in warnings[0], warnings
 
 
 @pytest.mark.parametrize("schema", ["true", "1.0"])
 def test_the_facts_schema_is_an_integer_not_a_bool_or_a_float(
-    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, schema: str
+    tmp_path: Path,
+    fake_set: fakecuda.FakeCudaWheels,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    schema: str,
 ) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('{"format": "rules_patched_wheels wheel facts", "schema": ' + schema + ', "entries": {}}', encoding="utf-8")
+    bad.write_text(
+        '{"format": "rules_patched_wheels wheel facts", "schema": ' + schema + ', "entries": {}}', encoding="utf-8"
+    )
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
     write_config(tmp_path / "hub", list(fake_set.nvidia.values()), patched(fake_set), index_option="direct")
     request = json.loads((tmp_path / "hub" / "request.json").read_text(encoding="utf-8"))
     request["wheel_facts"] = str(bad)
     (tmp_path / "hub" / "request.json").write_text(json.dumps(request), encoding="utf-8")
     capsys.readouterr()
-    arguments = ["--request", str(tmp_path / "hub" / "request.json"), "--resolved", str(tmp_path / "hub" / "resolved.json")]
+    arguments = [
+        "--request",
+        str(tmp_path / "hub" / "request.json"),
+        "--resolved",
+        str(tmp_path / "hub" / "resolved.json"),
+    ]
     assert main(["hub", "plan", *arguments, "--config-out", str(tmp_path / "out.json")]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and f"schema {schema}, not 1" in error, error

@@ -37,7 +37,9 @@ def starlark_schema() -> dict[str, dict[str, Any]]:
     assert isinstance(schema, ast.Dict)
     result = {}
     for key, call in zip(schema.keys, schema.values):
-        assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_field", ast.dump(call)
+        assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_field", ast.dump(
+            call
+        )
         keywords = {}
         for keyword in call.keywords:
             value = keyword.value
@@ -108,7 +110,10 @@ def request(*specs: dict[str, object], **values: object) -> HubRequest:
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "2.3.2",
-        "repository": "/out/external/fixed", "wheel_facts": "", "restore_extras": True, "extras": [],
+        "repository": "/out/external/fixed",
+        "wheel_facts": "",
+        "restore_extras": True,
+        "extras": [],
         "patched": list(specs) or [spec_json()],
     }
     raw.update(values)
@@ -127,10 +132,19 @@ CALL = 'patched.patched_wheel(name = "faketorch", hub = "fixed")'
         ({"preload_wheels": ["nvidia-*"]}, 'preload_wheels needs preload = "auto"'),
         ({"preload_package": "torch"}, 'preload_package needs preload = "auto"'),
         ({"probe": "import jax; jax.devices()"}, 'probe needs preload = "auto"'),
-        ({"preload": "elf", "probe": "import jax; jax.devices()"}, 'probe needs preload = "auto" (preload = "elf" runs no package code)'),
-        ({"preload": "elf", "preload_package": "not a module"}, 'preload_package = "not a module" is not a module name'),
+        (
+            {"preload": "elf", "probe": "import jax; jax.devices()"},
+            'probe needs preload = "auto" (preload = "elf" runs no package code)',
+        ),
+        (
+            {"preload": "elf", "preload_package": "not a module"},
+            'preload_package = "not a module" is not a module name',
+        ),
         ({"split_into": "libs"}, "split_into needs exactly one of split_max_size and split_move"),
-        ({"split_into": "libs", "split_max_size": 10, "split_move": ["*.so"]}, "split_into needs exactly one of split_max_size and split_move, not both"),
+        (
+            {"split_into": "libs", "split_max_size": 10, "split_move": ["*.so"]},
+            "split_into needs exactly one of split_max_size and split_move, not both",
+        ),
         ({"split_into": "libs", "split_max_size": -1}, "split_max_size = -1 is negative"),
         ({"split_max_size": 10}, "split_max_size needs split_into"),
         ({"split_move": ["*.so"]}, "split_move needs split_into"),
@@ -138,7 +152,10 @@ CALL = 'patched.patched_wheel(name = "faketorch", hub = "fixed")'
         ({"strip": -1}, "strip = -1 is negative"),
         ({"suffix": "not a label!"}, "suffix 'not a label!' is not a valid PEP 440 local version label"),
         ({"requirement": "faketorch=="}, 'requirement = "faketorch==": '),
-        ({"requirement": "faketorch ; " + "(" * 2000 + 'python_version > "3"' + ")" * 2000}, 'requirement = "faketorch ; ((('),
+        (
+            {"requirement": "faketorch ; " + "(" * 2000 + 'python_version > "3"' + ")" * 2000},
+            'requirement = "faketorch ; (((',
+        ),
         ({"requirement": "torch==2.1.0"}, 'requirement = "torch==2.1.0" names another project than name = "faketorch"'),
     ],
 )
@@ -149,13 +166,23 @@ def test_contradictory_attributes_are_named(attributes: dict[str, object], messa
 
 
 def test_consistent_attributes_pass() -> None:
-    check_request(request(spec_json(preload="auto", preload_wheels=["nvidia-*"], probe="import x", split_into="libs", split_move=["*.so"])))
-    check_request(request(spec_json(split_into="libs", split_max_size=10, rpath={"a/*.so": "$ORIGIN"}, rpath_mode="append")))
+    check_request(
+        request(
+            spec_json(
+                preload="auto", preload_wheels=["nvidia-*"], probe="import x", split_into="libs", split_move=["*.so"]
+            )
+        )
+    )
+    check_request(
+        request(spec_json(split_into="libs", split_max_size=10, rpath={"a/*.so": "$ORIGIN"}, rpath_mode="append"))
+    )
     check_request(request(spec_json(preload="elf", preload_package="faketorch", preload_wheels=["nvidia-*"])))
 
 
 def test_workspace_errors_name_the_macros() -> None:
-    with pytest.raises(UsageError, match=r'^patched_wheel\(name = "faketorch"\) of patched_index\(name = "fixed"\): urls'):
+    with pytest.raises(
+        UsageError, match=r'^patched_wheel\(name = "faketorch"\) of patched_index\(name = "fixed"\): urls'
+    ):
         check_request(request(spec_json(sha256="ab" * 32), bzlmod=False))
 
 
@@ -163,7 +190,10 @@ def test_workspace_errors_name_the_macros() -> None:
     ("locks", "message"),
     [
         ({"requirements_lock": ""}, "give exactly one of requirements_lock, uv_lock, pylock$"),
-        ({"uv_lock": "/ws/uv.lock"}, "give exactly one of requirements_lock, uv_lock, pylock, not requirements_lock and uv_lock$"),
+        (
+            {"uv_lock": "/ws/uv.lock"},
+            "give exactly one of requirements_lock, uv_lock, pylock, not requirements_lock and uv_lock$",
+        ),
     ],
 )
 def test_exactly_one_lock_attribute(locks: dict[str, str], message: str) -> None:
@@ -184,7 +214,9 @@ def test_index_option_must_be_readable_by_the_rules_python_in_use() -> None:
 def test_an_index_url_that_cannot_be_written_into_a_lock_is_named_as_the_attribute(url: str) -> None:
     """The build writes ``index_url`` into the lock as ``--index-url=``: a blank or line break in it is refused
     before any download, naming the attribute (not the ``lock`` command's ``--upstream-index-url``)."""
-    with pytest.raises(UsageError, match=r"^patched\.index\(name = \"fixed\"\): index_url 'https://x.*cannot be written into a lock$"):
+    with pytest.raises(
+        UsageError, match=r"^patched\.index\(name = \"fixed\"\): index_url 'https://x.*cannot be written into a lock$"
+    ):
         check_request(request(index_url=url))
 
 
@@ -222,7 +254,10 @@ def test_direct_references_name_the_unpatched_wheels_upstream() -> None:
 
 def test_an_output_base_with_a_blank_is_refused_before_any_download_naming_it() -> None:
     """The lock names each patched wheel by a file:// URL under the hub repository, which Bazel opens as written."""
-    with pytest.raises(UsageError, match=r"^patched\.index\(name = \"fixed\"\): the hub repository's directory '/home/J Doe/out/fixed': holds ' '"):
+    with pytest.raises(
+        UsageError,
+        match=r"^patched\.index\(name = \"fixed\"\): the hub repository's directory '/home/J Doe/out/fixed': holds ' '",
+    ):
         plan_hub(request(repository="/home/J Doe/out/fixed"), WHEELS, elf_cache=None)
 
 
@@ -232,7 +267,9 @@ def test_every_wheel_is_fetched_for_the_build_to_read() -> None:
     cache = Path("/home/u/.cache/rules_patched_wheels/elfgraph")
     for specs in ([spec_json(preload="auto")], [spec_json()]):
         plan = plan_hub(request(*specs), WHEELS, elf_cache=cache)
-        assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [f"_wheels/{w.filename}" for w in WHEELS[1:]]
+        assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [
+            f"_wheels/{w.filename}" for w in WHEELS[1:]
+        ]
         assert all(w.path is not None for w in plan.config.wheels)
         assert plan.scratch == ("originals", "_wheels") and "pip_closure.json" in plan.exports
     assert plan_hub(request(spec_json(preload="auto")), WHEELS, elf_cache=cache).config.elf_cache == cache
@@ -240,7 +277,9 @@ def test_every_wheel_is_fetched_for_the_build_to_read() -> None:
 
 def test_an_index_option_serves_every_wheel_from_the_hub() -> None:
     plan = plan_hub(request(index_option="index-url", rules_python_version="1.6.0"), WHEELS, elf_cache=None)
-    assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [f"index/{w.filename}" for w in WHEELS[1:]]
+    assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [
+        f"index/{w.filename}" for w in WHEELS[1:]
+    ]
 
 
 def test_a_uv_lock_input_exports_a_uv_lock() -> None:
@@ -251,7 +290,10 @@ def test_a_uv_lock_input_exports_a_uv_lock() -> None:
 
 
 def test_a_release_the_requirement_refuses_fails_before_any_download() -> None:
-    with pytest.raises(UsageError, match=r'the lock pins faketorch-2\.1\.0-.*\.whl, version 2\.1\.0, which does not satisfy requirement = "faketorch==2\.2\.0"'):
+    with pytest.raises(
+        UsageError,
+        match=r'the lock pins faketorch-2\.1\.0-.*\.whl, version 2\.1\.0, which does not satisfy requirement = "faketorch==2\.2\.0"',
+    ):
         plan_hub(request(spec_json(requirement="faketorch==2.2.0")), WHEELS, elf_cache=None)
     assert plan_hub(request(spec_json(requirement="faketorch>=2")), WHEELS, elf_cache=None).fetch
 
@@ -276,9 +318,17 @@ def test_the_config_round_trips_and_refuses_a_missing_or_unknown_key() -> None:
 
 def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw = {
-        "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
-        "repository": str(tmp_path / "repo"), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec_json(split_into="x")],
+        "hub": "fixed",
+        "bzlmod": True,
+        **lock_attributes(requirements_lock="/ws/req.txt"),
+        "index_url": "https://pypi.org/simple",
+        "index_option": "direct",
+        "rules_python_version": "0",
+        "repository": str(tmp_path / "repo"),
+        "wheel_facts": "",
+        "restore_extras": True,
+        "extras": [],
+        "patched": [spec_json(split_into="x")],
     }
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
     assert main(["hub", "plan", "--request", str(tmp_path / "request.json")]) == 1
@@ -292,7 +342,11 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
     args = ["hub", "plan", "--request", str(tmp_path / "request.json"), "--resolved", str(tmp_path / "resolved.json")]
     assert main([*args, "--config-out", str(tmp_path / "_hub.json")]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["fetch"][0] == {"urls": list(WHEELS[0].urls), "sha256": WHEELS[0].sha256, "output": f"originals/{WHEELS[0].filename}"}
+    assert printed["fetch"][0] == {
+        "urls": list(WHEELS[0].urls),
+        "sha256": WHEELS[0].sha256,
+        "output": f"originals/{WHEELS[0].filename}",
+    }
     assert [fetch["output"] for fetch in printed["fetch"][1:]] == [f"_wheels/{w.filename}" for w in WHEELS[1:]]
     config = HubConfig.from_json(json.loads((tmp_path / "_hub.json").read_text(encoding="utf-8")))
     assert config.patched[0].wheel == tmp_path / "repo" / "originals" / WHEELS[0].filename
@@ -311,17 +365,31 @@ def test_the_plan_imports_no_elf_reader(tmp_path: Path) -> None:
     """Both phases run in every cold fetch of a hub (phase one in the extension), and pyelftools was a sixth
     of their start-up: neither reads a cache nor an ELF file (the build reads them, with the wheels at hand)."""
     raw = {
-        "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "0",
-        "repository": str(tmp_path / "repo"), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec_json(preload="auto")],
+        "hub": "fixed",
+        "bzlmod": True,
+        **lock_attributes(requirements_lock="/ws/req.txt"),
+        "index_url": "https://pypi.org/simple",
+        "index_option": "direct",
+        "rules_python_version": "0",
+        "repository": str(tmp_path / "repo"),
+        "wheel_facts": "",
+        "restore_extras": True,
+        "extras": [],
+        "patched": [spec_json(preload="auto")],
     }
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
     (tmp_path / "resolved.json").write_text(json.dumps([w.as_json() for w in WHEELS]), encoding="utf-8")
     phase_one = ["hub", "plan", "--request", str(tmp_path / "request.json")]
     phase_two = [*phase_one, "--resolved", str(tmp_path / "resolved.json"), "--config-out", str(tmp_path / "_hub.json")]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "RULES_PATCHED_WHEELS_CACHE": str(tmp_path / "cache")}
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "RULES_PATCHED_WHEELS_CACHE": str(tmp_path / "cache"),
+    }
     for args, expected in ((phase_one, []), (phase_two, [])):
-        result = subprocess.run([sys.executable, "-S", "-c", _IMPORTED, *args], capture_output=True, text=True, env=environment, check=False)
+        result = subprocess.run(
+            [sys.executable, "-S", "-c", _IMPORTED, *args], capture_output=True, text=True, env=environment, check=False
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout.splitlines()[-1]) == expected, args
 
@@ -342,8 +410,17 @@ def test_the_probe_travels_from_the_request_to_the_build_config() -> None:
 def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw = spec_json()
     request_json = {
-        "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "", "index_option": "direct", "rules_python_version": "0", "repository": str(tmp_path), "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [raw],
+        "hub": "fixed",
+        "bzlmod": True,
+        **lock_attributes(requirements_lock="/ws/req.txt"),
+        "index_url": "",
+        "index_option": "direct",
+        "rules_python_version": "0",
+        "repository": str(tmp_path),
+        "wheel_facts": "",
+        "restore_extras": True,
+        "extras": [],
+        "patched": [raw],
     }
     (tmp_path / "request.json").write_text(json.dumps(request_json), encoding="utf-8")
     resolved = [{key: value for key, value in WHEELS[0].as_json().items() if key != "sha256"}]
@@ -355,15 +432,22 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
     assert not (tmp_path / "_hub.json").exists()
 
 
-@pytest.mark.parametrize("filename", ["..%2F..%2Fescape.whl", "../../escape-1.0-py3-none-any.whl", "faketorch-2.1.0.tar.gz"])
+@pytest.mark.parametrize(
+    "filename", ["..%2F..%2Fescape.whl", "../../escape-1.0-py3-none-any.whl", "faketorch-2.1.0.tar.gz"]
+)
 def test_a_resolved_name_that_is_not_a_wheel_file_name_is_refused(filename: str) -> None:
     bad = ResolvedWheel("faketorch", filename, ("https://x/y",), WHEELS[0].sha256)  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match=r'requirements_lock = "/ws/requirements_lock.txt": faketorch resolves to .*not a wheel file name'):
+    with pytest.raises(
+        UsageError,
+        match=r'requirements_lock = "/ws/requirements_lock.txt": faketorch resolves to .*not a wheel file name',
+    ):
         plan_hub(request(), [bad, *WHEELS[1:]], elf_cache=None)
 
 
 @pytest.mark.parametrize("hostile", ["fifo", "/dev/zero", "directory", "latin1"])
-def test_a_hostile_request_file_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], hostile: str) -> None:
+def test_a_hostile_request_file_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], hostile: str
+) -> None:
     import os
 
     path = tmp_path / "request.json"
@@ -382,9 +466,17 @@ def test_a_hostile_request_file_is_one_error_line(tmp_path: Path, capsys: pytest
 
 def _raw_request(**spec: object) -> dict[str, object]:
     return {
-        "hub": "fixed", "bzlmod": True, **lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "https://pypi.org/simple", "index_option": "direct", "rules_python_version": "2.3.2",
-        "repository": "/out/external/fixed", "wheel_facts": "", "restore_extras": True, "extras": [], "patched": [spec_json(**spec)],
+        "hub": "fixed",
+        "bzlmod": True,
+        **lock_attributes(requirements_lock="/ws/req.txt"),
+        "index_url": "https://pypi.org/simple",
+        "index_option": "direct",
+        "rules_python_version": "2.3.2",
+        "repository": "/out/external/fixed",
+        "wheel_facts": "",
+        "restore_extras": True,
+        "extras": [],
+        "patched": [spec_json(**spec)],
     }
 
 
@@ -396,19 +488,34 @@ def _raw_request(**spec: object) -> dict[str, object]:
         ({"suffix": 5}, f"{CALL}: suffix = 5: expected a string"),
         ({"sha256": 123, "urls": ["https://x/a.whl"]}, f"{CALL}: sha256 = 123: expected a string"),
         # One URL, not one per character.
-        ({"urls": "https://x/faketorch-2.1.0-py3-none-any.whl", "sha256": "ab" * 32}, f'{CALL}: urls = "https://x/faketorch-'),
+        (
+            {"urls": "https://x/faketorch-2.1.0-py3-none-any.whl", "sha256": "ab" * 32},
+            f'{CALL}: urls = "https://x/faketorch-',
+        ),
         ({"rpath": ["pkg/*.so", "$ORIGIN"]}, f'{CALL}: rpath = ["pkg/*.so", "$ORIGIN"]: expected a dict of strings'),
         ({"rpath": {"pkg/*.so": 1}}, f"{CALL}: rpath = "),
         ({"patches": [1]}, f"{CALL}: patches = [1]: expected a list of paths"),
         ({"preload": "yes"}, f'{CALL}: preload = "yes": must be one of auto, elf, off'),
-        ({"rpath_mode": "replace", "rpath": {"a/*.so": "$ORIGIN"}}, f'{CALL}: rpath_mode = "replace": must be one of set, prepend, append'),
+        (
+            {"rpath_mode": "replace", "rpath": {"a/*.so": "$ORIGIN"}},
+            f'{CALL}: rpath_mode = "replace": must be one of set, prepend, append',
+        ),
         # The checks that need no wheel, made by the plan before any download, in the attributes' words.
-        ({"split_into": "bad name!", "split_max_size": 10}, f"{CALL}: split_into 'bad name!' is not a valid project name"),
-        ({"rpath": {"pkg/*.so": "/usr/lib"}}, f"{CALL}: rpath = {{\"pkg/*.so\": \"/usr/lib\"}}: entry '/usr/lib' must start with $ORIGIN"),
-        ({"rpath": {"[" * 50: "$ORIGIN"}}, f"{CALL}: rpath = {{\"{'[' * 50}\": \"$ORIGIN\"}}: GLOB"),
-        ({"preload": "auto", "preload_package": "jax-plugins.x"}, f'{CALL}: preload_package = "jax-plugins.x" is not a module name'),
+        (
+            {"split_into": "bad name!", "split_max_size": 10},
+            f"{CALL}: split_into 'bad name!' is not a valid project name",
+        ),
+        (
+            {"rpath": {"pkg/*.so": "/usr/lib"}},
+            f'{CALL}: rpath = {{"pkg/*.so": "/usr/lib"}}: entry \'/usr/lib\' must start with $ORIGIN',
+        ),
+        ({"rpath": {"[" * 50: "$ORIGIN"}}, f'{CALL}: rpath = {{"{"[" * 50}": "$ORIGIN"}}: GLOB'),
+        (
+            {"preload": "auto", "preload_package": "jax-plugins.x"},
+            f'{CALL}: preload_package = "jax-plugins.x" is not a module name',
+        ),
         ({"delete": ["a[b"]}, f"{CALL}: delete = \"a[b\": an unclosed '['"),
-        ({"split_into": "libs", "split_move": ["x[" + "y" * 2000]}, f"{CALL}: split_move = \"x[yyy"),
+        ({"split_into": "libs", "split_move": ["x[" + "y" * 2000]}, f'{CALL}: split_move = "x[yyy'),
     ],
 )
 def test_the_request_is_checked_against_one_schema_before_any_download(
@@ -425,12 +532,17 @@ def test_the_request_is_checked_against_one_schema_before_any_download(
     ("text", "message"),
     [
         ('{"hub": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
-        (json.dumps({**_raw_request(), "patched": ["x"]}), 'patched.index(name = "fixed"): patched[0]: expected an object, got "x"'),
+        (
+            json.dumps({**_raw_request(), "patched": ["x"]}),
+            'patched.index(name = "fixed"): patched[0]: expected an object, got "x"',
+        ),
         (json.dumps({**_raw_request(), "bzlmod": "yes"}), 'hub request: bzlmod = "yes": expected true or false'),
         (json.dumps({**_raw_request(), "patched": {"name": "x"}}), "hub request: patched = "),
     ],
 )
-def test_a_malformed_request_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
+def test_a_malformed_request_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
     path = tmp_path / "request.json"
     path.write_text(text, encoding="utf-8")
     assert main(["hub", "plan", "--request", str(path)]) == 1
@@ -450,7 +562,10 @@ def test_python_preload_values_are_the_starlark_ones() -> None:
         (["jax"], r'extras = \["jax"\]: write a project and its extras, e\.g\. "jax\[cuda13\]"'),
         (["jax[cuda13]==0.10"], r'extras = \["jax\[cuda13\]==0\.10"\]: write a project and its extras'),
         (["not a requirement["], r"extras = \[\"not a requirement\[\"\]: write a project"),
-        (["jax[cuda13]"], r'extras = \["jax\[cuda13\]"\]: jax is not pinned in requirements_lock = "/ws/requirements_lock\.txt"'),
+        (
+            ["jax[cuda13]"],
+            r'extras = \["jax\[cuda13\]"\]: jax is not pinned in requirements_lock = "/ws/requirements_lock\.txt"',
+        ),
     ],
 )
 def test_the_extras_attribute_is_checked_before_any_download(extras: list[str], message: str) -> None:

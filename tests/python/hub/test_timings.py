@@ -14,7 +14,17 @@ from patched_wheels.wheelfile.zipcontainer import INFLATER_NAME
 from support import fakecuda
 from support.hubconfig import no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 
-PHASES = {"closure", "graph", "patch", "probe: install", "probe: run", "probe: symbols", "probe: remove", "index", "lock"}
+PHASES = {
+    "closure",
+    "graph",
+    "patch",
+    "probe: install",
+    "probe: run",
+    "probe: symbols",
+    "probe: remove",
+    "index",
+    "lock",
+}
 
 
 #: The index's memo of file status (mtimes, which differ between any two builds); not served.
@@ -27,12 +37,20 @@ def files(root: Path) -> dict[str, bytes]:
     return found
 
 
-def build(root: Path, wheels: fakecuda.FakeCudaWheels, cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+def build(
+    root: Path, wheels: fakecuda.FakeCudaWheels, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, bytes]:
     """A cold hub (an empty helper cache) in ``root``, split and preloaded with a probe: what it wrote."""
     shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(cache, ignore_errors=True)
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(cache))
-    spec = {"name": "faketorch", "preload": "auto", "preload_package": "faketorch", "split_into": "faketorch-libs", "split_move": ["faketorch/lib/*.so"]}
+    spec = {
+        "name": "faketorch",
+        "preload": "auto",
+        "preload_package": "faketorch",
+        "split_into": "faketorch-libs",
+        "split_move": ["faketorch/lib/*.so"],
+    }
     config = write_config(root, list(wheels.nvidia.values()), [(wheels.torch, spec)], index_option="direct")
     assert main(["hub", "build", "--config", str(config)]) == 0
     return files(root)
@@ -51,12 +69,17 @@ def test_the_timings_cover_every_phase_and_change_no_output(tmp_path: Path, monk
     assert [line["command"] for line in lines] == [["hub", "plan"], ["hub", "build"]]
     built = lines[1]
     assert set(built["phases"]) == PHASES
-    assert {line["inflater"] for line in lines} == {INFLATER_NAME}, "which inflater read the wheels (isal here: a test dependency)"
+    assert {line["inflater"] for line in lines} == {INFLATER_NAME}, (
+        "which inflater read the wheels (isal here: a test dependency)"
+    )
     for figures in [built["total"], *built["phases"].values()]:
         assert set(figures) == set(timings.FIELDS) and min(figures.values()) >= 0, figures
     # Each phase counts its own time only (the probe is not counted again in the patch): they add up to at most the total.
     assert sum(figures["wall"] for figures in built["phases"].values()) <= built["total"]["wall"]
-    assert sum(figures["user"] + figures["system"] for figures in built["phases"].values()) <= built["total"]["user"] + built["total"]["system"] + 0.02
+    assert (
+        sum(figures["user"] + figures["system"] for figures in built["phases"].values())
+        <= built["total"]["user"] + built["total"]["system"] + 0.02
+    )
     # The probe's interpreter is a child process: its CPU is in the probe's run. The only other phase that
     # starts one is the symbols' (`ldconfig -p`, to find system libraries: a few ms, which a loaded machine
     # rounds up to a clock tick).

@@ -11,7 +11,11 @@ import pytest
 from patched_wheels.index.simple import build_index
 from support.indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
 
-SOURCE_WHEELS = ("tritonfake-2.1.0-0-py3-none-any.whl", "torchfake-2.1.0+stripe.5-py3-none-any.whl", "other-1.0-py3-none-any.whl")
+SOURCE_WHEELS = (
+    "tritonfake-2.1.0-0-py3-none-any.whl",
+    "torchfake-2.1.0+stripe.5-py3-none-any.whl",
+    "other-1.0-py3-none-any.whl",
+)
 
 
 @pytest.fixture
@@ -36,9 +40,14 @@ def _requirements(tmp_path: Path, source: Path, *, wrong_hash_for: str | None = 
 
 def _mirror(requirements: Path, destination: Path, source: Path):
     return run_cli(
-        "mirror", "-r", str(requirements), str(destination), "--", f"--index-url={(source / 'simple').as_uri()}",
+        "mirror",
+        "-r",
+        str(requirements),
+        str(destination),
+        "--",
+        f"--index-url={(source / 'simple').as_uri()}",
         env=pip_env(),
-    )  # fmt: skip
+    )
 
 
 def test_mirror_downloads_the_pins_and_serves_them(tmp_path: Path, source: Path) -> None:
@@ -54,9 +63,15 @@ def test_mirror_downloads_the_pins_and_serves_them(tmp_path: Path, source: Path)
     # The mirror is an index pip can install from, with hashes.
     out = tmp_path / "dl"
     fetched = run_pip(
-        "download", "--no-deps", "--index-url", (destination / "simple").as_uri(), "-d", str(out),
-        "torchfake==2.1.0+stripe.5", "tritonfake==2.1.0",
-    )  # fmt: skip
+        "download",
+        "--no-deps",
+        "--index-url",
+        (destination / "simple").as_uri(),
+        "-d",
+        str(out),
+        "torchfake==2.1.0+stripe.5",
+        "tritonfake==2.1.0",
+    )
     assert fetched.returncode == 0, fetched.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(SOURCE_WHEELS[:2])
 
@@ -109,11 +124,15 @@ def test_a_download_the_index_refuses_is_taken_out_again(tmp_path: Path) -> None
 
     result = run_cli(
         "mirror", "-r", str(requirements), str(destination), "--", "--no-index", f"--find-links={links}", env=pip_env()
-    )  # fmt: skip
+    )
 
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
         "patched-wheels: error: badfake-1.0-py3-none-any.whl: badfake-1.0.dist-info/RECORD: does not list badfake/unlisted.py"
     )
     assert {p: p.read_bytes() for p in destination.rglob("*") if p.is_file()} == before
-    assert sorted(p.name for p in destination.iterdir()) == ["kept-1.0-py3-none-any.whl", "kept-1.0-py3-none-any.whl.metadata", "simple"]
+    assert sorted(p.name for p in destination.iterdir()) == [
+        "kept-1.0-py3-none-any.whl",
+        "kept-1.0-py3-none-any.whl.metadata",
+        "simple",
+    ]

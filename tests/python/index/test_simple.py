@@ -59,9 +59,7 @@ def _make_index_dir(directory: Path) -> Path:
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
     return {
-        str(path.relative_to(directory)): path.read_bytes()
-        for path in sorted(directory.rglob("*"))
-        if path.is_file()
+        str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()
     }
 
 
@@ -146,9 +144,7 @@ def test_pip_skips_a_release_by_data_requires_python(tmp_path: Path) -> None:
     build_index(directory)
     for path in directory.glob("pyreq-2.0-*"):
         path.unlink()
-    result = run_pip(
-        "download", "--index-url", (directory / "simple").as_uri(), "-d", str(tmp_path / "out"), "pyreq"
-    )
+    result = run_pip("download", "--index-url", (directory / "simple").as_uri(), "-d", str(tmp_path / "out"), "pyreq")
     assert result.returncode == 0, result.stderr
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["pyreq-1.0-py3-none-any.whl"]
 
@@ -198,9 +194,7 @@ def test_output_is_deterministic(tmp_path: Path) -> None:
     for wheel in sorted(first.glob("*.whl"), reverse=True):  # other order, other mtimes
         shutil.copyfile(wheel, second / wheel.name)
     build_index(second)
-    assert {k: v for k, v in _snapshot(second).items() if k != cache} == {
-        k: v for k, v in after.items() if k != cache
-    }
+    assert {k: v for k, v in _snapshot(second).items() if k != cache} == {k: v for k, v in after.items() if k != cache}
 
 
 def test_incremental_run_reads_only_changed_wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,8 +258,17 @@ def test_removed_wheels_leave_the_index(tmp_path: Path) -> None:
         ("outside-1.0-py3-none-any.whl", lambda d: _link_from_outside(d, "outside-1.0-py3-none-any.whl")),
     ],
     ids=[
-        "not-a-zip", "no-parts", "too-few-parts", "bad-version", "duplicate-name", "duplicate-build", "metadata-name",
-        "sdist-invalid-name", "wheel-invalid-name", "non-ascii-name", "link-outside",
+        "not-a-zip",
+        "no-parts",
+        "too-few-parts",
+        "bad-version",
+        "duplicate-name",
+        "duplicate-build",
+        "metadata-name",
+        "sdist-invalid-name",
+        "wheel-invalid-name",
+        "non-ascii-name",
+        "link-outside",
     ],
 )
 def test_bad_input_is_one_error_and_leaves_the_index_intact(tmp_path: Path, bad_file: str, setup) -> None:
@@ -342,7 +345,9 @@ def test_a_corrupted_hash_cache_is_rebuilt(tmp_path: Path, cache: bytes | str) -
     if cache == "corrupt entries":
         entries = json.loads(cache_file.read_text())
         for number, entry in enumerate(entries["files"].values()):
-            entry[["requires_python", "sha256", "sha256", "metadata_sha256"][number % 4]] = [5, "zz", None, 3][number % 4]
+            entry[["requires_python", "sha256", "sha256", "metadata_sha256"][number % 4]] = [5, "zz", None, 3][
+                number % 4
+            ]
         cache = json.dumps(entries).encode()
     cache_file.write_bytes(cache)
 
@@ -389,7 +394,8 @@ def test_a_distribution_name_that_is_no_regular_file_is_one_error(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    "kind", ["link-loop", "dev-zero-link", "fifo", "socket", "directory", "nested", "huge", "group-writable", "foreign-owner"]
+    "kind",
+    ["link-loop", "dev-zero-link", "fifo", "socket", "directory", "nested", "huge", "group-writable", "foreign-owner"],
 )
 def test_a_hostile_hash_cache_is_a_miss_with_one_warning(
     tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -428,7 +434,9 @@ def test_a_hostile_hash_cache_is_a_miss_with_one_warning(
     assert capsys.readouterr().err == ""
 
 
-def test_a_hash_cache_in_a_world_writable_directory_is_not_believed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_hash_cache_in_a_world_writable_directory_is_not_believed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     directory = _make_index_dir(tmp_path / "wheels")
     build_index(directory)
     (directory / "simple").chmod(0o777)

@@ -21,58 +21,88 @@ def closure(*dists: object, roots: dict[str, tuple[str, ...]] | None = None) -> 
 
 
 def test_an_extra_keeps_the_rest_of_its_marker_and_drops_what_does_not_hold_here() -> None:
-    toolkit = dist("toolkit", [
-        'tk-rt==1.0; extra == "rt"',
-        'tk-linux; extra == "rt" and sys_platform == "linux"',
-        'tk-win; sys_platform == "win32" and extra == "rt"',
-        'tk-either; python_version >= "3.9" and (extra == "rt" or extra == "all")',
-        'tk-base; sys_platform == "linux"',
-        "tk-always",
-    ], ["rt", "all"])
+    toolkit = dist(
+        "toolkit",
+        [
+            'tk-rt==1.0; extra == "rt"',
+            'tk-linux; extra == "rt" and sys_platform == "linux"',
+            'tk-win; sys_platform == "win32" and extra == "rt"',
+            'tk-either; python_version >= "3.9" and (extra == "rt" or extra == "all")',
+            'tk-base; sys_platform == "linux"',
+            "tk-always",
+        ],
+        ["rt", "all"],
+    )
     assert [e.project for e in toolkit.requires] == ["tk-base", "tk-always"]  # type: ignore[attr-defined]
     assert [e.restored for e in toolkit.extras["rt"]] == [  # type: ignore[attr-defined]
-        "tk-rt==1.0", 'tk-linux ; sys_platform == "linux"', 'tk-either ; python_version >= "3.9"'
+        "tk-rt==1.0",
+        'tk-linux ; sys_platform == "linux"',
+        'tk-either ; python_version >= "3.9"',
     ]
     assert [e.project for e in toolkit.extras["all"]] == ["tk-either"]  # type: ignore[attr-defined]
 
 
 def test_extras_asked_by_any_edge_or_root_are_restored_to_a_fixed_point() -> None:
     jax = dist("jax", ['jax-plugin[with-cuda]==1.0; extra == "cuda"', "jaxlib"], ["cuda"])
-    plugin = dist("jax-plugin", ['nvidia-rt; extra == "with-cuda"', 'nvidia-other; extra == "other"'], ["with-cuda", "other"])
+    plugin = dist(
+        "jax-plugin", ['nvidia-rt; extra == "with-cuda"', 'nvidia-other; extra == "other"'], ["with-cuda", "other"]
+    )
     torch = dist("torch", ["cuda-toolkit[cudart]; sys_platform == 'linux'"])
-    toolkit = dist("cuda-toolkit", ['nvidia-cudart; extra == "cudart"', 'nvidia-nvjpeg; extra == "nvjpeg"'], ["cudart", "nvjpeg"])
+    toolkit = dist(
+        "cuda-toolkit", ['nvidia-cudart; extra == "cudart"', 'nvidia-nvjpeg; extra == "nvjpeg"'], ["cudart", "nvjpeg"]
+    )
     leaves = [dist(name, []) for name in ("jaxlib", "nvidia-rt", "nvidia-other", "nvidia-cudart", "nvidia-nvjpeg")]
     whole = closure(jax, plugin, torch, toolkit, *leaves, roots={"jax": ("cuda",)})
     assert whole.activated() == {"jax": {"cuda"}, "jax-plugin": {"with-cuda"}, "cuda-toolkit": {"cudart"}}
     assert restored_requirements(whole) == {
-        "cuda-toolkit": ["nvidia-cudart"], "jax": ["jax-plugin[with-cuda]==1.0"], "jax-plugin": ["nvidia-rt"]
+        "cuda-toolkit": ["nvidia-cudart"],
+        "jax": ["jax-plugin[with-cuda]==1.0"],
+        "jax-plugin": ["nvidia-rt"],
     }
     assert restored_requirements(closure(jax, plugin, *leaves)) == {}, "no root asks for jax[cuda]: nothing to restore"
 
 
 def test_a_self_reference_activates_the_extra_without_requiring_itself() -> None:
-    tf = dist("tensorflow", ['tensorflow[and-cuda-libs]; extra == "and-cuda"', 'nvidia-x; extra == "and-cuda-libs"'], ["and-cuda", "and-cuda-libs"])
+    tf = dist(
+        "tensorflow",
+        ['tensorflow[and-cuda-libs]; extra == "and-cuda"', 'nvidia-x; extra == "and-cuda-libs"'],
+        ["and-cuda", "and-cuda-libs"],
+    )
     whole = closure(tf, dist("nvidia-x", []), roots={"tensorflow": ("and-cuda",)})
     assert restored_requirements(whole) == {"tensorflow": ["nvidia-x"]}
 
 
 def test_an_activated_extra_whose_requirement_the_lock_lacks_is_one_error() -> None:
     whole = closure(dist("toolkit", ['tk-rt; extra == "rt"'], ["rt"]), dist("app", ["toolkit[rt]"]))
-    with pytest.raises(UsageError, match=r"^hub: toolkit\[rt\] requires 'tk-rt; extra == \"rt\"', which the lock does not pin"):
+    with pytest.raises(
+        UsageError, match=r"^hub: toolkit\[rt\] requires 'tk-rt; extra == \"rt\"', which the lock does not pin"
+    ):
         whole.check_pinned("hub")
 
 
 def test_missing_names_each_wheel_and_the_chain_that_brings_it_and_survives_json() -> None:
-    whole = closure(dist("app", ["toolkit[rt]==1.0"]), dist("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]), dist("tk-rt", []))
+    whole = closure(
+        dist("app", ["toolkit[rt]==1.0"]), dist("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]), dist("tk-rt", [])
+    )
     for model in (whole, Closure.from_json(json.loads(json.dumps(whole.to_json())), "pip_closure.json")):
         (missing,) = missing_from(model, ["app", "toolkit"])
-        assert missing.describe() == "tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')"
+        assert (
+            missing.describe()
+            == "tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')"
+        )
         assert missing_from(model, ["app", "toolkit", "tk_rt"]) == []
         assert missing_from(model, ["toolkit"]) == [], "toolkit alone asks for no extra"
 
 
-@pytest.mark.parametrize("raw", [[], {"format": "x"}, {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": {"a": {}}},
-                                 {"format": "rules_patched_wheels.pip_closure/1", "root_extras": [], "projects": {}}])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        [],
+        {"format": "x"},
+        {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": {"a": {}}},
+        {"format": "rules_patched_wheels.pip_closure/1", "root_extras": [], "projects": {}},
+    ],
+)
 def test_a_document_that_is_not_a_closure_is_one_error(raw: object) -> None:
     with pytest.raises(UsageError, match=r"^f\.json: not a pip closure file"):
         Closure.from_json(raw, "f.json")
@@ -80,8 +110,18 @@ def test_a_document_that_is_not_a_closure_is_one_error(raw: object) -> None:
 
 def test_a_requirement_no_parser_reads_is_one_warning_and_left_out(capsys: pytest.CaptureFixture[str]) -> None:
     """A third party's wheel the user cannot fix must not stop the hub: one warning naming the wheel and the line."""
-    toolkit = read_dist("toolkit", "1.0", ["tk-base", "tk ((>= 1", 'tk-rt; extra == "rt"'], ["rt"], origin="toolkit-1.0.whl: METADATA",
-                        environment=LINUX)
-    assert [e.project for e in toolkit.requires] == ["tk-base"] and [e.project for e in toolkit.extras["rt"]] == ["tk-rt"]
+    toolkit = read_dist(
+        "toolkit",
+        "1.0",
+        ["tk-base", "tk ((>= 1", 'tk-rt; extra == "rt"'],
+        ["rt"],
+        origin="toolkit-1.0.whl: METADATA",
+        environment=LINUX,
+    )
+    assert [e.project for e in toolkit.requires] == ["tk-base"] and [e.project for e in toolkit.extras["rt"]] == [
+        "tk-rt"
+    ]
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("patched-wheels: warning: toolkit-1.0.whl: METADATA: Requires-Dist 'tk ((>= 1' ignored: "), line
+    assert line.startswith("patched-wheels: warning: toolkit-1.0.whl: METADATA: Requires-Dist 'tk ((>= 1' ignored: "), (
+        line
+    )

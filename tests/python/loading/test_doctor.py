@@ -43,7 +43,9 @@ def wheels(tmp_path_factory):
 @pytest.fixture(scope="module")
 def patched_torch(wheels, tmp_path_factory):
     edits = preload_member_edits("faketorch", wheels.all)
-    return patch_wheel(wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)).path
+    return patch_wheel(
+        wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)
+    ).path
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,9 @@ def runtime(tmp_path_factory):
 @pytest.fixture(scope="module")
 def patched_runtime(runtime, tmp_path_factory):
     edits = preload_member_edits("fakejax", runtime.all, preload_wheels=[RUNTIME_GLOB])
-    return patch_wheel(runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)).path
+    return patch_wheel(
+        runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)
+    ).path
 
 
 def _pairs(findings):
@@ -117,22 +121,35 @@ def test_installed_preload_is_read_from_the_wheel(wheels, tmp_path):
     assert result.returncode != 0 and "libjit.so.12" in result.stderr
 
 
-def test_missing_dependency_is_reported_and_libraries_the_package_never_loads_do_not_fail_it(wheels, patched_torch, capsys):
+def test_missing_dependency_is_reported_and_libraries_the_package_never_loads_do_not_fail_it(
+    wheels, patched_torch, capsys
+):
     subset = [wheels.nvidia["sparse"], wheels.nvidia["solver"], wheels.nvidia["blas"], patched_torch]
     diagnosis = diagnose(subset, package="faketorch")
     missing = [finding for finding in diagnosis.findings if finding.needed == "libjit.so.12"]
     assert len(missing) == 1 and missing[0].provider is None and missing[0].status == NOT_COVERED
     assert main(["doctor", "--no-cache", *map(str, subset), "--package", "faketorch"]) == 1
     out = capsys.readouterr().out
-    assert f"{LIBRARY_PATHS['sparse']} ({wheels.nvidia['sparse'].name}): needs libjit.so.12, found in no wheel given nor on this system" in out
-    assert main(["doctor", "--no-cache", *map(str, subset), "--package", "faketorch", "--assume-system", "libjit.so.12"]) == 0
+    assert (
+        f"{LIBRARY_PATHS['sparse']} ({wheels.nvidia['sparse'].name}): needs libjit.so.12, found in no wheel given nor on this system"
+        in out
+    )
+    assert (
+        main(["doctor", "--no-cache", *map(str, subset), "--package", "faketorch", "--assume-system", "libjit.so.12"])
+        == 0
+    )
     capsys.readouterr()
-    unrelated = diagnose([wheels.nvidia["jit"], wheels.nvidia["sparse"], wheels.torch, wheels.nvidia["blas"]], package="faketorch")
+    unrelated = diagnose(
+        [wheels.nvidia["jit"], wheels.nvidia["sparse"], wheels.torch, wheels.nvidia["blas"]], package="faketorch"
+    )
     assert _pairs(unrelated.findings)[(LIBRARY_PATHS["sparse"], "libjit.so.12")] == NOT_LOADED
 
 
 def test_system_libraries_are_not_findings(wheels):
-    assert {"libc.so.6", "libcuda.so.1"} <= system_library_names()  # libcuda: the GPU driver's, even on this GPU-less host
+    assert {
+        "libc.so.6",
+        "libcuda.so.1",
+    } <= system_library_names()  # libcuda: the GPU driver's, even on this GPU-less host
     diagnosis = diagnose([wheels.nvidia["jit"]], system_names=set())
     assert _pairs(diagnosis.findings) == {(LIBRARY_PATHS["jit"], "libc.so.6"): FAILS}
     assert diagnose([wheels.nvidia["jit"]]).findings == ()
@@ -148,7 +165,10 @@ def test_exit_status_follows_the_set_as_it_is(wheels, patched_torch, capsys):
     assert "predicted, as is: 3 libraries fail to load with one directory per wheel" in out
     assert 'with the generated preload (preload = "elf", ELF graph only: no probe run): 4 libraries' in out
     assert "with the generated preload: every library loads with one directory per wheel" in out
-    assert main(["doctor", "--no-cache", *map(str, wheels.nvidia.values()), str(patched_torch), "--package", "faketorch"]) == 0
+    assert (
+        main(["doctor", "--no-cache", *map(str, wheels.nvidia.values()), str(patched_torch), "--package", "faketorch"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "as is: faketorch's wheel has a generated preload of 4 libraries" in out
     assert "predicted, as is: every library loads with one directory per wheel" in out
@@ -170,7 +190,10 @@ def test_run_agrees_with_the_verdict_the_old_doctor_did_not_give(wheels, capsys)
         "    mapped: 0 of the set's 6 libraries\n"  # the failed dlopen of libsparse unmapped it again
     )
     assert "  mapped in one site-packages, NOT with one directory per wheel:\n" in out
-    assert "run: fails: one directory per wheel differs from one site-packages: exit status 1, 0 in one site-packages; " in out
+    assert (
+        "run: fails: one directory per wheel differs from one site-packages: exit status 1, 0 in one site-packages; "
+        in out
+    )
     assert "6 of the set's libraries mapped in one site-packages are not mapped" in out
     assert "prediction (static, as is): fails, as the run shows" in out
 
@@ -195,7 +218,11 @@ def test_runtime_loaded_libraries_fail_as_is_with_a_hint(runtime, capsys):
     }
     assert diagnosis.generated.preload.libraries == () and diagnosis.generated.fails
     # The hint names no list of wheels (none was checked by a run): it asks for a probe.
-    assert diagnosis.hint is not None and "give a probe that makes it do so" in diagnosis.hint and "*" not in diagnosis.hint
+    assert (
+        diagnosis.hint is not None
+        and "give a probe that makes it do so" in diagnosis.hint
+        and "*" not in diagnosis.hint
+    )
     assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={RUNTIME_CODE}"]) == 1
     out = capsys.readouterr().out
     # With --run, the generated preload includes what `import fakejax` maps in one site-packages: no hint.
@@ -216,20 +243,35 @@ def test_generated_preload_with_preload_wheels_covers_runtime_loads_and_skips_th
         (RUNTIME_LIBRARY_PATHS["foo"], "libbar.so.1"): COVERED,
         (RUNTIME_LIBRARY_PATHS["pmix"], MISSING_SYSTEM_LIBRARY): SKIPPED,
     }
-    assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", "--preload-wheels", RUNTIME_GLOB]) == 1
+    assert (
+        main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", "--preload-wheels", RUNTIME_GLOB])
+        == 1
+    )
     out = capsys.readouterr().out
-    assert 'with the generated preload (preload = "elf", ELF graph only: no probe run, preload_wheels = ["fakert-*"]): 3 libraries' in out
-    assert "with the generated preload: every library loads with one directory per wheel (1 optional library skipped by the preload)" in out
+    assert (
+        'with the generated preload (preload = "elf", ELF graph only: no probe run, preload_wheels = ["fakert-*"]): 3 libraries'
+        in out
+    )
+    assert (
+        "with the generated preload: every library loads with one directory per wheel (1 optional library skipped by the preload)"
+        in out
+    )
 
 
 def test_patched_runtime_set_runs_and_maps_what_it_loads(runtime, patched_runtime, capsys):
     wheel_set = [str(runtime.foo), str(runtime.bar), str(patched_runtime)]
     assert main(["doctor", "--no-cache", *wheel_set, "--package", "fakejax", f"--run={RUNTIME_CODE}"]) == 0
     out = capsys.readouterr().out
-    assert "predicted, as is: every library loads with one directory per wheel (1 optional library skipped by the preload)" in out
+    assert (
+        "predicted, as is: every library loads with one directory per wheel (1 optional library skipped by the preload)"
+        in out
+    )
     assert "    stdout: 41" in out
     assert out.count("    mapped: 2 of the set's 3 libraries") == 2
-    assert f"    mapped: {RUNTIME_LIBRARY_PATHS['bar']} (" in out and f"    mapped: {RUNTIME_LIBRARY_PATHS['foo']} (" in out
+    assert (
+        f"    mapped: {RUNTIME_LIBRARY_PATHS['bar']} (" in out
+        and f"    mapped: {RUNTIME_LIBRARY_PATHS['foo']} (" in out
+    )
     assert "run: passes: one directory per wheel does what one site-packages does\n" in out
     assert "prediction (static, as is): loads, as the run shows" in out
 
@@ -239,7 +281,10 @@ def test_patched_runtime_set_runs_and_maps_what_it_loads(runtime, patched_runtim
     [
         (["--run"], "--run needs CODE or --package"),
         (["--preload-wheels", "x-*"], "--preload-wheels needs --package"),
-        (["--package", "fakejax", "--preload-wheels", "nothing-*"], "preload wheels glob 'nothing-\\*' matches no other wheel"),
+        (
+            ["--package", "fakejax", "--preload-wheels", "nothing-*"],
+            "preload wheels glob 'nothing-\\*' matches no other wheel",
+        ),
     ],
 )
 def test_bad_requests_are_one_error_line(runtime, capsys, arguments, message):

@@ -21,10 +21,14 @@ def test_record_is_checked_unless_the_whole_wheel_was_pinned_and_the_crc_always(
     with pytest.raises(InvalidWheelError, match="tampered/__init__.py: content does not match its RECORD hash"):
         install(wheel, Layout(PER_WHEEL, PurePosixPath(tmp_path / "checked")))
     install(wheel, Layout(PER_WHEEL, PurePosixPath(tmp_path / "pinned")), check_record=False)
-    assert (tmp_path / "pinned" / wheel.name[: -len(".whl")] / "site-packages" / "tampered" / "__init__.py").read_bytes() == b"answer = 2\n"
+    assert (
+        tmp_path / "pinned" / wheel.name[: -len(".whl")] / "site-packages" / "tampered" / "__init__.py"
+    ).read_bytes() == b"answer = 2\n"
 
     edit_headers(wheel, "tampered/__init__.py", crc=0)
-    with pytest.raises(InvalidWheelError, match="tampered/__init__.py: content does not match the zip directory's CRC-32"):
+    with pytest.raises(
+        InvalidWheelError, match="tampered/__init__.py: content does not match the zip directory's CRC-32"
+    ):
         install(wheel, Layout(PER_WHEEL, PurePosixPath(tmp_path / "crc")), check_record=False)
 
 
@@ -38,12 +42,18 @@ def test_one_site_packages_holds_the_last_wheels_copy_of_a_shared_file(tmp_path:
         tmp_path,
         "second",
         "1.0",
-        {"ns/__init__.py": b"# second\n", "twice.py": b"# the package's\n", ".data/purelib/twice.py": b"# the data scheme's\n"},
+        {
+            "ns/__init__.py": b"# second\n",
+            "twice.py": b"# the package's\n",
+            ".data/purelib/twice.py": b"# the data scheme's\n",
+        },
     )
     wheels = [first, second] if order == "first, second" else [second, first]
     with installed(wheels, (FLAT,)) as installation:
         site_packages = Path(installation.layouts[FLAT].root) / SITE_PACKAGES
-        assert (site_packages / "ns" / "__init__.py").read_bytes() == (b"# second\n" if wheels[-1] == second else b"# first\n")
+        assert (site_packages / "ns" / "__init__.py").read_bytes() == (
+            b"# second\n" if wheels[-1] == second else b"# first\n"
+        )
         assert (site_packages / "twice.py").read_bytes() == b"# the data scheme's\n"
         assert (site_packages / "ns" / "first.py").read_bytes() == b"FIRST = 1\n"
         assert installation.own_copy(first.name, "ns/first.py") == site_packages / "ns" / "first.py"
@@ -51,12 +61,17 @@ def test_one_site_packages_holds_the_last_wheels_copy_of_a_shared_file(tmp_path:
         assert installation.own_copy(second.name, "twice.py") is None
 
 
-def test_a_bad_wheel_among_many_fails_the_install_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_wheel_among_many_fails_the_install_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The threads' first error is raised once every install has stopped; the temporary root is removed."""
     root = tmp_path / "temp"
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
-    good = [build_wheel(tmp_path, f"good{number}", "1.0", {f"good{number}/__init__.py": b"x" * 100_000}) for number in range(4)]
+    good = [
+        build_wheel(tmp_path, f"good{number}", "1.0", {f"good{number}/__init__.py": b"x" * 100_000})
+        for number in range(4)
+    ]
     bad = build_wheel(tmp_path, "bad", "1.0", {"bad/__init__.py": b"answer = 1\n"})
     replace_members(bad, {"bad/__init__.py": b"answer = 2\n"})
     with pytest.raises(InvalidWheelError, match="bad-1.0-py3-none-any.whl: bad/__init__.py"):

@@ -23,7 +23,15 @@ import pytest
 
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
-from patched_wheels.loading.layouttest import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, check_probe, flat_path, is_wheel_entry, main
+from patched_wheels.loading.layouttest import (
+    CONFIG_SUFFIX,
+    MAIN_SUFFIX,
+    PROBE_SUFFIX,
+    check_probe,
+    flat_path,
+    is_wheel_entry,
+    main,
+)
 from support import extrasfixture, rpathfixture
 from support.fakecuda import build_wheel, compile_shared
 from support.stackshapes import PLUGIN_LIBRARIES, build_plugin_stack
@@ -38,12 +46,21 @@ def headers(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     subdirectory of headers), and two wheels sharing a namespace directory."""
     directory = tmp_path_factory.mktemp("headers")
     library = compile_shared(directory, "libhdr.so", "int hdr(void) { return 1; }\n").read_bytes()
-    files = {f"hdr/include/deep/level{depth}/h{index}.h": b"#pragma once\n" for depth in range(4) for index in range(30)}
-    files |= {"hdr/__init__.py": b"", "hdr/lib/libhdr.so": library, "hdr/lib/cmake/hdr.cmake": b"",
-              "hdr/share/docs/readme.txt": b"", "hdr/share/bin/libtool.so": library}
+    files = {
+        f"hdr/include/deep/level{depth}/h{index}.h": b"#pragma once\n" for depth in range(4) for index in range(30)
+    }
+    files |= {
+        "hdr/__init__.py": b"",
+        "hdr/lib/libhdr.so": library,
+        "hdr/lib/cmake/hdr.cmake": b"",
+        "hdr/share/docs/readme.txt": b"",
+        "hdr/share/bin/libtool.so": library,
+    }
     wheels = [build_wheel(directory, "hdr", "1.0", files, executable=["hdr/lib/libhdr.so", "hdr/share/bin/libtool.so"])]
     for name in ("nsa", "nsb"):
-        wheels.append(build_wheel(directory, name, "1.0", {f"ns/shared/pkg/{name}.py": b"", f"ns/{name}/__init__.py": b""}))
+        wheels.append(
+            build_wheel(directory, name, "1.0", {f"ns/shared/pkg/{name}.py": b"", f"ns/{name}/__init__.py": b""})
+        )
     return wheels
 
 
@@ -69,7 +86,11 @@ def _snapshot(directory: Path) -> dict[str, str]:
         for name in directories + files:
             path = os.path.join(parent, name)
             found[os.path.relpath(path, directory)] = (
-                "-> " + os.readlink(path) if os.path.islink(path) else "dir" if os.path.isdir(path) else Path(path).read_text("latin-1")
+                "-> " + os.readlink(path)
+                if os.path.islink(path)
+                else "dir"
+                if os.path.isdir(path)
+                else Path(path).read_text("latin-1")
             )
     return found
 
@@ -109,7 +130,9 @@ def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = 
     entries = layout.sys_path(wheel.name for wheel in wheels)
     base = directory / "pkg" / "plugin_layout_test"
     base.parent.mkdir(parents=True)
-    (base.parent / (base.name + CONFIG_SUFFIX)).write_text(json.dumps({"probe": probe, "test": LABEL, "pip_closure": pip_closure}), encoding="utf-8")
+    (base.parent / (base.name + CONFIG_SUFFIX)).write_text(
+        json.dumps({"probe": probe, "test": LABEL, "pip_closure": pip_closure}), encoding="utf-8"
+    )
     program = base.parent / (base.name + PROBE_SUFFIX)
     program.write_text(
         f'#!/bin/sh\nPYTHONPATH={":".join(entries)} exec {sys.executable} -S {PROBE_PROGRAM} "$@"\n', encoding="utf-8"
@@ -139,7 +162,9 @@ def test_fails_where_one_directory_per_wheel_maps_fewer_libraries(plugin, tmp_pa
     assert "first error: " in out and "Unable to load CUDA" in out, out
     assert "layout_test: FAILED" in out, out
     stanza = f'patched_wheel(name = "fakeplug-cuda", preload = "auto", probe = {json.dumps(plugin.code)}, preload_package = "fakeplugins.xla_fake")'
-    assert f"fakeplugins.xla_fake has no generated preload: patch its wheel in the hub the deps come from: {stanza}" in out, out
+    assert (
+        f"fakeplugins.xla_fake has no generated preload: patch its wheel in the hub the deps come from: {stanza}" in out
+    ), out
 
 
 def test_passes_in_one_site_packages(plugin, tmp_path, capsys) -> None:
@@ -167,13 +192,19 @@ def test_a_probe_that_does_not_compile_is_one_error_line(plugin, tmp_path, capsy
 def test_a_package_not_among_the_deps_is_one_error_line(plugin, tmp_path, capsys) -> None:
     code, out, err = run_main(make_test(tmp_path, plugin.wheels, "import numpy"), capsys)
     assert code == 2 and out == ""
-    assert err.startswith(f"patched-wheels: error: layout_test {LABEL}: probe imports numpy, which none of deps provides"), err
+    assert err.startswith(
+        f"patched-wheels: error: layout_test {LABEL}: probe imports numpy, which none of deps provides"
+    ), err
     assert "fake_cu" in err and err.count("\n") == 1, err
 
 
 def test_check_probe_names_the_imported_modules_in_order() -> None:
-    assert check_probe(LABEL, "import jax, os.path\nfrom jax.lib import xla_bridge\nfrom . import x\njax.devices()") == [
-        "jax", "os.path", "jax.lib",
+    assert check_probe(
+        LABEL, "import jax, os.path\nfrom jax.lib import xla_bridge\nfrom . import x\njax.devices()"
+    ) == [
+        "jax",
+        "os.path",
+        "jax.lib",
     ]
     with pytest.raises(UsageError, match="imports nothing"):
         check_probe(LABEL, "print(1)")
@@ -185,14 +216,22 @@ def test_a_probe_no_command_line_can_carry_is_one_error_line(plugin, tmp_path, c
     probe = "import fake_cu\n#" + "x" * (128 << 10)
     code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe), capsys)
     assert (code, out) == (2, "") and err.count("\n") == 1, err
-    assert err.startswith(f"patched-wheels: error: layout_test {LABEL}: probe = ") and "131088 bytes, more than the 131071" in err, err
+    assert (
+        err.startswith(f"patched-wheels: error: layout_test {LABEL}: probe = ")
+        and "131088 bytes, more than the 131071" in err
+    ), err
     assert len(err) < 2100
 
 
 def test_flat_path_puts_one_site_packages_where_the_first_wheel_was() -> None:
     entries = ["/main", "/rf/_main", "/rf/a/site-packages", "/rf/lib", "/rf/b/site-packages", "/usr/lib/python3.11"]
     wheels = ["/rf/a/site-packages", "/rf/b/site-packages"]
-    assert flat_path(entries, wheels, Path("/venv/site")) == ["/rf/_main", "/venv/site", "/rf/lib", "/usr/lib/python3.11"]
+    assert flat_path(entries, wheels, Path("/venv/site")) == [
+        "/rf/_main",
+        "/venv/site",
+        "/rf/lib",
+        "/usr/lib/python3.11",
+    ]
 
 
 def test_the_merged_tree_is_links(plugin, tmp_path, capsys) -> None:
@@ -228,7 +267,10 @@ def test_a_preload_that_misses_libraries_asks_for_the_probe(plugin, tmp_path, ca
     (package / "_patched_wheels_preload.py").write_text('"""Generated, and preloading nothing."""\n', encoding="utf-8")
     code, out, err = run_main(main_file, capsys)
     assert code == 1, out + err
-    assert "fakeplugins.xla_fake has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: patched_wheel(" in out, out
+    assert (
+        "fakeplugins.xla_fake has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: patched_wheel("
+        in out
+    ), out
 
 
 def test_data_scheme_libraries_are_linked_where_pip_puts_them(tmp_path, capsys) -> None:
@@ -271,10 +313,20 @@ def markers():
 
 def _runner(main_file: str, environment: dict[str, str]) -> subprocess.Popen[str]:
     """The runner as Bazel starts it: its own process, the test's environment."""
-    env = dict(os.environ, PYTHONPATH=str(PROBE_PROGRAM.parents[1]), RUNFILES_DIR=str(Path(main_file).parents[1]), **environment)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(PROBE_PROGRAM.parents[1]),
+        RUNFILES_DIR=str(Path(main_file).parents[1]),
+        **environment,
+    )
     code = "import sys; from patched_wheels.loading.layouttest import main; sys.exit(main(sys.argv[1]))"
     return subprocess.Popen(
-        [sys.executable, "-c", code, main_file], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", code, main_file],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -300,7 +352,10 @@ def test_a_probe_that_never_ends_is_stopped_inside_bazel_s_timeout(plugin, tmp_p
         f"patched-wheels: error: layout_test {LABEL}: probe = {json.dumps(probe)}: still running after 3 s with every wheel in one "
         "site-packages (the test's timeout is 8 s: give it a larger size or timeout); stopped\n"
     ), err
-    assert not _left_running("never-ends-1") and sorted(path.name for path in tmp_path.iterdir()) == ["installed", "pkg"]
+    assert not _left_running("never-ends-1") and sorted(path.name for path in tmp_path.iterdir()) == [
+        "installed",
+        "pkg",
+    ]
 
 
 def test_bazel_s_kill_stops_the_runs_with_the_runner(plugin, tmp_path, markers) -> None:
@@ -316,32 +371,47 @@ def test_bazel_s_kill_stops_the_runs_with_the_runner(plugin, tmp_path, markers) 
     runner.send_signal(signal.SIGTERM)
     out, err = _ended(runner, 30)
     assert (runner.returncode, out) == (128 + signal.SIGTERM, ""), err
-    assert err == f"patched-wheels: error: layout_test {LABEL}: stopped by SIGTERM (Bazel's timeout, or Ctrl-C); its runs were killed\n"
+    assert (
+        err
+        == f"patched-wheels: error: layout_test {LABEL}: stopped by SIGTERM (Bazel's timeout, or Ctrl-C); its runs were killed\n"
+    )
     assert _left_running("never-ends-2") == [] and list((tmp_path / "tmp").iterdir()) == []
 
 
 @pytest.mark.parametrize(
     "ending",
-    ["import ctypes; ctypes.string_at(0)", "os.closerange(3, 1024)", "import atexit, signal; atexit.register(os.kill, os.getpid(), signal.SIGKILL)"],
+    [
+        "import ctypes; ctypes.string_at(0)",
+        "os.closerange(3, 1024)",
+        "import atexit, signal; atexit.register(os.kill, os.getpid(), signal.SIGKILL)",
+    ],
     ids=["segfault", "record-descriptor-closed", "killed-at-exit"],
 )
 def test_a_probe_that_records_nothing_in_both_layouts_fails(plugin, tmp_path, capsys, ending: str) -> None:
     """Both runs ending alike without a record of their maps compared nothing: never 'the same as one site-packages'."""
-    code, out, err = run_main(make_test(tmp_path, plugin.wheels, f"import os, fake_cu\n{ending}", one_site_packages=True), capsys)
+    code, out, err = run_main(
+        make_test(tmp_path, plugin.wheels, f"import os, fake_cu\n{ending}", one_site_packages=True), capsys
+    )
     assert code == 1, out + err
     verdict = out.splitlines()[-1]
-    assert verdict.startswith("layout_test: FAILED: nothing to compare: the test's layout and every wheel in one site-packages ended without recording"), out
+    assert verdict.startswith(
+        "layout_test: FAILED: nothing to compare: the test's layout and every wheel in one site-packages ended without recording"
+    ), out
 
 
 def test_a_probe_s_output_cannot_forge_the_runner_s_lines(plugin, tmp_path, capsys) -> None:
     forged = "layout_test: PASSED: the test's layout does what one site-packages does"
-    written = "ValueError: x\r" + forged + "\u2028" + forged + "\x1b[2K\n"  # a carriage return, a Unicode line break, a terminal control
+    written = (
+        "ValueError: x\r" + forged + "\u2028" + forged + "\x1b[2K\n"
+    )  # a carriage return, a Unicode line break, a terminal control
     probe = f"import sys, fake_cu\nsys.stderr.write({ascii(written)})\nraise SystemExit(1)  # {forged}"
     code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe, one_site_packages=True), capsys)
     lines = out.splitlines()  # as a reader (or Python's splitlines) cuts them
     assert code == 0, out + err
     assert [line for line in lines if line.startswith("layout_test:")] == [lines[-1]], out
-    assert lines[-1].startswith("layout_test: PASSED: the test's layout does what one site-packages does (both fail alike"), out
+    assert lines[-1].startswith(
+        "layout_test: PASSED: the test's layout does what one site-packages does (both fail alike"
+    ), out
     assert all(line.isprintable() for line in lines), out
     assert lines[0] == f"layout_test {LABEL}: probe: {json.dumps(probe)}", out
 
@@ -349,7 +419,13 @@ def test_a_probe_s_output_cannot_forge_the_runner_s_lines(plugin, tmp_path, caps
 def test_a_dep_installing_the_environment_s_interpreter_is_one_error_line(tmp_path, capsys) -> None:
     """A wheel whose scripts hold `python`: one site-packages would run it as the interpreter, and pass."""
     script = b"#!/bin/sh\nexit 0\n"
-    wheel = build_wheel(tmp_path / "wheels", "shadow", "1.0", {"shadow/__init__.py": b"", "shadow-1.0.data/scripts/python": script}, executable=["shadow-1.0.data/scripts/python"])
+    wheel = build_wheel(
+        tmp_path / "wheels",
+        "shadow",
+        "1.0",
+        {"shadow/__init__.py": b"", "shadow-1.0.data/scripts/python": script},
+        executable=["shadow-1.0.data/scripts/python"],
+    )
     code, out, err = run_main(make_test(tmp_path / "test", [wheel], "import shadow"), capsys)
     assert (code, out) == (2, ""), out + err
     assert err == (
@@ -363,7 +439,10 @@ def test_a_test_tmpdir_that_takes_no_directory_is_one_error_line(plugin, tmp_pat
     monkeypatch.setenv("TEST_TMPDIR", str(tmp_path / "file"))
     code, out, err = run_main(make_test(tmp_path / "t", plugin.wheels, plugin.code), capsys)
     assert (code, out) == (2, "")
-    assert err == f"patched-wheels: error: layout_test {LABEL}: TEST_TMPDIR={tmp_path / 'file'}: no new directory there: Not a directory\n", err
+    assert (
+        err
+        == f"patched-wheels: error: layout_test {LABEL}: TEST_TMPDIR={tmp_path / 'file'}: no new directory there: Not a directory\n"
+    ), err
 
 
 def test_a_dep_whose_start_up_code_never_ends_is_stopped(plugin, tmp_path, markers) -> None:
@@ -372,7 +451,9 @@ def test_a_dep_whose_start_up_code_never_ends_is_stopped(plugin, tmp_path, marke
     main_file = make_test(tmp_path, plugin.wheels, plugin.code)
     startup = tmp_path / "startup"
     startup.mkdir()
-    (startup / "sitecustomize.py").write_text("import sys\nsys.stdout.write('x' * (1 << 20))\nwhile 'never-ends-3': pass\n")
+    (startup / "sitecustomize.py").write_text(
+        "import sys\nsys.stdout.write('x' * (1 << 20))\nwhile 'never-ends-3': pass\n"
+    )
     program = Path(main_file.replace(MAIN_SUFFIX, PROBE_SUFFIX))
     program.write_text(program.read_text().replace("PYTHONPATH=", f"PYTHONPATH={startup}:").replace(" -S ", " "))
     runner = _runner(main_file, {"TEST_TIMEOUT": "7"})
@@ -422,10 +503,17 @@ def test_deps_that_lack_a_wheel_pip_installs_fail_naming_it_where_both_layouts_f
     probe = "import app; app.answer()"
     code, out, err = run_main(make_test(tmp_path / "without", [wheels.app, wheels.toolkit], probe), capsys)
     assert code == 0 and "both fail alike" in out, "without pip_closure: the verdict of old"
-    code, out, err = run_main(make_test(tmp_path, [wheels.app, wheels.toolkit], probe, pip_closure="hub/pip_closure.json"), capsys)
+    code, out, err = run_main(
+        make_test(tmp_path, [wheels.app, wheels.toolkit], probe, pip_closure="hub/pip_closure.json"), capsys
+    )
     assert code == 1, out + err
-    assert "layout_test: FAILED: deps lack tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')" in out, out
-    code, out, err = run_main(make_test(tmp_path / "all", wheels.all, probe, pip_closure="../hub/pip_closure.json"), capsys)
+    assert (
+        "layout_test: FAILED: deps lack tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"' <- app requires 'toolkit[rt]==1.0')"
+        in out
+    ), out
+    code, out, err = run_main(
+        make_test(tmp_path / "all", wheels.all, probe, pip_closure="../hub/pip_closure.json"), capsys
+    )
     assert code == 0 and "layout_test: PASSED" in out, out + err
 
 
@@ -504,7 +592,9 @@ def test_a_link_inside_the_runfiles_is_walked_once(tmp_path) -> None:
     os.symlink(wheel / "lib", entry / "other")  # after lib, by name: the first by name is walked
     merged = merge([str(entry)], tmp_path / "flat", str(runfiles))
     assert [library.path for library in merged.libraries.values()] == ["lib/libin.so"]
-    assert os.path.islink(merged.site_packages / "other") and os.path.realpath(merged.site_packages / "other") == str(wheel / "lib")
+    assert os.path.islink(merged.site_packages / "other") and os.path.realpath(merged.site_packages / "other") == str(
+        wheel / "lib"
+    )
 
 
 def test_an_entry_that_links_out_of_the_runfiles_holds_no_dep(tmp_path) -> None:
@@ -552,7 +642,17 @@ def test_every_config_error_is_one_line(tmp_path, config: str | bytes, reason: s
 
 @pytest.mark.parametrize(
     "kind",
-    ["truncated", "not utf-8", "nested", "another schema", "huge", "fifo", "dev-zero-link", "dangling-link", "directory"],
+    [
+        "truncated",
+        "not utf-8",
+        "nested",
+        "another schema",
+        "huge",
+        "fifo",
+        "dev-zero-link",
+        "dangling-link",
+        "directory",
+    ],
 )
 def test_a_pip_closure_that_is_no_closure_file_is_one_error_line(plugin, tmp_path, capsys, kind: str) -> None:
     """pip_closure is a label the user names: whatever it points at is one error line naming it, never a hang or
@@ -574,7 +674,9 @@ def test_a_pip_closure_that_is_no_closure_file_is_one_error_line(plugin, tmp_pat
         bad.mkdir()
     else:
         make_special_file(kind, bad)
-    code, out, err = run_main(make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json"), capsys)
+    code, out, err = run_main(
+        make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json"), capsys
+    )
     assert code == 2 and "layout_test: " not in out, out
     (line,) = err.splitlines()
     assert line.startswith(f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip_closure.json": '), line

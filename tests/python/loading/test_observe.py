@@ -38,7 +38,10 @@ def cache_root(tmp_path, monkeypatch):
 def test_an_observation_is_cached_by_content_and_a_bad_entry_is_a_miss(runtime, cache_root, monkeypatch, capsys):
     graph = read_graph(runtime.all)
     first = observe(runtime.all, "import fakejax", graph, caches=CacheContext.from_environment())
-    assert first.mapped == {(runtime.foo.name, RUNTIME_LIBRARY_PATHS["foo"]), (runtime.bar.name, RUNTIME_LIBRARY_PATHS["bar"])}
+    assert first.mapped == {
+        (runtime.foo.name, RUNTIME_LIBRARY_PATHS["foo"]),
+        (runtime.bar.name, RUNTIME_LIBRARY_PATHS["bar"]),
+    }
     (entry,) = cache_root.iterdir()
     assert entry.stat().st_mode & 0o777 == 0o600
 
@@ -54,14 +57,21 @@ def test_an_observation_is_cached_by_content_and_a_bad_entry_is_a_miss(runtime, 
     monkeypatch.undo()
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(cache_root.parent))
     value = json.loads(entry.read_text())
-    for lie in ({**value, "mapped": [["0" * 64, RUNTIME_LIBRARY_PATHS["foo"]]]},  # a wheel not in the set
-                {**value, "mapped": [[value["mapped"][0][0], "../../etc/libx.so"]]},  # a library not of the set
-                {**value, "global": [["x"]]}, [1, 2],
-                {**value, "mapped": [[["a digest"], RUNTIME_LIBRARY_PATHS["foo"]]]},  # an array for a digest
-                {**value, "error": "e" * (10 << 20)},  # longer than any error line a run keeps
-                {**value, "returncode": False}, {**value, "returncode": 0.0}, {**value, "schema": 2.0}):  # JSON integers only
+    for lie in (
+        {**value, "mapped": [["0" * 64, RUNTIME_LIBRARY_PATHS["foo"]]]},  # a wheel not in the set
+        {**value, "mapped": [[value["mapped"][0][0], "../../etc/libx.so"]]},  # a library not of the set
+        {**value, "global": [["x"]]},
+        [1, 2],
+        {**value, "mapped": [[["a digest"], RUNTIME_LIBRARY_PATHS["foo"]]]},  # an array for a digest
+        {**value, "error": "e" * (10 << 20)},  # longer than any error line a run keeps
+        {**value, "returncode": False},
+        {**value, "returncode": 0.0},
+        {**value, "schema": 2.0},
+    ):  # JSON integers only
         entry.write_text(json.dumps(lie))
-        assert observe(runtime.all, "import fakejax", graph, caches=CacheContext.from_environment()) == first  # ran again
+        assert (
+            observe(runtime.all, "import fakejax", graph, caches=CacheContext.from_environment()) == first
+        )  # ran again
         warning = capsys.readouterr().err
         assert warning.count("\n") == 1 and "not an observation of this wheel set" in warning, warning
     entry.write_bytes(b"\xff\xfe not json")
@@ -85,8 +95,12 @@ def _library(name, needed=()):
 
 def test_global_only_for_a_symbol_nothing_linked_defines():
     user, dupa, dupb, glue, ext, jemalloc = (
-        _library("libuser.so", ["libdupb.so"]), _library("libdupa.so"), _library("libdupb.so"),
-        _library("libglue.so"), _library("_glue.so", ["libc.so.6"]), _library("libjemalloc.so"),
+        _library("libuser.so", ["libdupb.so"]),
+        _library("libdupa.so"),
+        _library("libdupb.so"),
+        _library("libglue.so"),
+        _library("_glue.so", ["libc.so.6"]),
+        _library("libjemalloc.so"),
     )
     graph = build_graph([user, dupa, dupb, glue, ext, jemalloc])
     symbols = {
@@ -98,7 +112,9 @@ def test_global_only_for_a_symbol_nothing_linked_defines():
         jemalloc: (frozenset({"malloc"}), frozenset()),
     }
     system = {"libc.so.6": frozenset({"malloc"})}
-    needed = libraries_needing_global(graph, symbols, lambda name: system.get(name, frozenset()), frozenset({"PyLong_FromLong"}))
+    needed = libraries_needing_global(
+        graph, symbols, lambda name: system.get(name, frozenset()), frozenset({"PyLong_FromLong"})
+    )
     # libuser gets shared_value from libdupb (linked): libdupa stays local; malloc comes from libc: jemalloc too.
     assert needed == {glue}
 
@@ -108,13 +124,39 @@ def test_global_only_for_a_symbol_nothing_linked_defines():
     [
         (["doctor", "--no-cache", "{wheels}", "--package", "fake-jax"], "package 'fake-jax': not a module name"),
         (["doctor", "--no-cache", "{wheels}", "--probe", "import x"], "--probe needs --package"),
-        (["doctor", "--no-cache", "{wheels}", "--package", "fakejax", "--preload-wheels", "fake[rt" + "x" * 900],
-         "xxx': an unclosed '['"),
-        (["patch", "--wheel", "{package}", "--dest-dir", "{out}", "--delete", "fakejax/[!" + "a" * 1000], "an unclosed '['"),
-        (["doctor", "--no-cache", "{wheels}", "--package", "nothing.here"], "nothing.here: no wheel in the set ships nothing/here/__init__.py"),
-        (["patch", "--no-cache", "--wheel", "{package}", "--dest-dir", "{out}", "--probe", "import x"], "--probe needs --preload-for"),
-        (["patch", "--no-cache", "--wheel", "{package}", "--dest-dir", "{out}", "--preload-for", "fakejax", "--preload-from", "{wheels}",
-          "--probe", "import fakejax; raise SystemExit(3"], "fakejax needs no shared library"),
+        (
+            ["doctor", "--no-cache", "{wheels}", "--package", "fakejax", "--preload-wheels", "fake[rt" + "x" * 900],
+            "xxx': an unclosed '['",
+        ),
+        (
+            ["patch", "--wheel", "{package}", "--dest-dir", "{out}", "--delete", "fakejax/[!" + "a" * 1000],
+            "an unclosed '['",
+        ),
+        (
+            ["doctor", "--no-cache", "{wheels}", "--package", "nothing.here"],
+            "nothing.here: no wheel in the set ships nothing/here/__init__.py",
+        ),
+        (
+            ["patch", "--no-cache", "--wheel", "{package}", "--dest-dir", "{out}", "--probe", "import x"],
+            "--probe needs --preload-for",
+        ),
+        (
+            [
+                "patch",
+                "--no-cache",
+                "--wheel",
+                "{package}",
+                "--dest-dir",
+                "{out}",
+                "--preload-for",
+                "fakejax",
+                "--preload-from",
+                "{wheels}",
+                "--probe",
+                "import fakejax; raise SystemExit(3",
+            ],
+            "fakejax needs no shared library",
+        ),
     ],
 )
 def test_bad_input_is_one_error_line(runtime, tmp_path, capsys, argv, message):
@@ -191,13 +233,22 @@ def test_output_of_any_size_is_kept_bounded_and_the_first_error_found(runtime, c
 
 
 def test_a_probe_that_is_not_a_string_is_one_error(runtime, tmp_path):
-    spec = PatchedWheelSpec(name="fakejax", wheel=runtime.package, suffix="t.1", preload="auto", preload_package="fakejax", probe=["import x"])
+    spec = PatchedWheelSpec(
+        name="fakejax",
+        wheel=runtime.package,
+        suffix="t.1",
+        preload="auto",
+        preload_package="fakejax",
+        probe=["import x"],
+    )
     with pytest.raises(UsageError, match=r"^probe \['import x'\]: not Python code \(a string\)$"):
         patch_into_index(spec, runtime.all, tmp_path)
 
 
 def test_symbols_of_real_libraries_and_of_truncated_or_foreign_files(tmp_path):
-    library = compile_shared(tmp_path, "libs.so.1", "int used(void);\nint defined(void) { return used(); }\n", "-Wl,-soname,libs.so.1")
+    library = compile_shared(
+        tmp_path, "libs.so.1", "int used(void);\nint defined(void) { return used(); }\n", "-Wl,-soname,libs.so.1"
+    )
     defined, undefined = read_symbols(library)
     assert "defined" in defined and "used" in undefined and "used" not in defined
     data = library.read_bytes()
@@ -218,7 +269,9 @@ def test_a_crash_in_both_layouts_has_the_same_verdict_on_a_cold_and_a_warm_cache
     for _ in range(2):
         assert main(argv) == 0
         out = capsys.readouterr().out
-        assert "run: passes: one directory per wheel does what one site-packages does (same as in one site-packages" in out
+        assert (
+            "run: passes: one directory per wheel does what one site-packages does (same as in one site-packages" in out
+        )
         outputs.append(out)
     assert outputs[0] == outputs[1]
     assert outputs[0].count("    mapped: unknown (the process ended without running its exit hooks)") == 2
@@ -236,7 +289,11 @@ def test_a_probe_that_crashes_claims_nothing_it_did_not_record(runtime, tmp_path
 
 
 def test_a_probe_error_cannot_forge_a_line(runtime, capsys):
-    observe(runtime.all, "import fakejax; raise ValueError('x\\rpatched-wheels: error: forged\\x1b[2K')", read_graph(runtime.all))
+    observe(
+        runtime.all,
+        "import fakejax; raise ValueError('x\\rpatched-wheels: error: forged\\x1b[2K')",
+        read_graph(runtime.all),
+    )
     warning = capsys.readouterr().err
     assert warning.count("\n") == 1 and "\r" not in warning and "\x1b" not in warning
     assert "(ValueError: x patched-wheels: error: forged\\x1b[2K)" in warning
@@ -252,7 +309,17 @@ def test_a_child_cannot_hang_the_tool_through_its_output_files(runtime, tmp_path
         "        os.unlink(path); os.mkfifo(path)\n"
         "print('replaced')"
     )
-    command = [sys.executable, "-m", "patched_wheels", "doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]
+    command = [
+        sys.executable,
+        "-m",
+        "patched_wheels",
+        "doctor",
+        "--no-cache",
+        *map(str, runtime.all),
+        "--package",
+        "fakejax",
+        f"--run={code}",
+    ]
     environment = {**os.environ, "RULES_PATCHED_WHEELS_RUN_TIMEOUT": "20"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
     assert result.returncode == 0, result.stderr
@@ -315,7 +382,9 @@ def test_what_a_child_writes_where_its_maps_go_is_read_in_bounded_memory(runtime
     )
     tracemalloc.start()
     try:
-        assert main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) == 0  # the same in both layouts
+        assert (
+            main(["doctor", "--no-cache", *map(str, runtime.all), "--package", "fakejax", f"--run={code}"]) == 0
+        )  # the same in both layouts
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -386,16 +455,35 @@ def test_the_graph_read_from_an_installation_is_the_graph_of_the_archives(tmp_pa
     (build / "a").mkdir()
     (build / "b").mkdir()
     base = compile_shared(build, "libbase.so.1", "int base(void) { return 1; }\n", "-Wl,-soname,libbase.so.1")
-    user = compile_shared(build, "libuser.so.1", "int base(void); int user(void) { return base(); }\n", "-Wl,-soname,libuser.so.1", "-l:libbase.so.1")
+    user = compile_shared(
+        build,
+        "libuser.so.1",
+        "int base(void); int user(void) { return base(); }\n",
+        "-Wl,-soname,libuser.so.1",
+        "-l:libbase.so.1",
+    )
     shared_a = compile_shared(build / "a", "libshared.so", "int a(void) { return 1; }\n", "-Wl,-soname,libshared-a.so")
     shared_b = compile_shared(build / "b", "libshared.so", "int b(void) { return 2; }\n", "-Wl,-soname,libshared-b.so")
     wheels = [
-        build_wheel(tmp_path / "wheels", "alpha", "1.0", {"alpha/libbase.so.1": base.read_bytes(), "common/libshared.so": shared_a.read_bytes()}),
-        build_wheel(tmp_path / "wheels", "beta", "1.0", {"beta/libuser.so.1": user.read_bytes(), "common/libshared.so": shared_b.read_bytes()}),
+        build_wheel(
+            tmp_path / "wheels",
+            "alpha",
+            "1.0",
+            {"alpha/libbase.so.1": base.read_bytes(), "common/libshared.so": shared_a.read_bytes()},
+        ),
+        build_wheel(
+            tmp_path / "wheels",
+            "beta",
+            "1.0",
+            {"beta/libuser.so.1": user.read_bytes(), "common/libshared.so": shared_b.read_bytes()},
+        ),
     ]
     from_archives = elfgraph.read_graph(wheels)
     with installed(wheels, (FLAT,)) as installation:
-        copies = {(library.wheel, library.path): installation.own_copy(library.wheel, library.path) for library in from_archives.libraries}
+        copies = {
+            (library.wheel, library.path): installation.own_copy(library.wheel, library.path)
+            for library in from_archives.libraries
+        }
         inflated: list[str] = []
         read_library = elfgraph.read_library
 
@@ -409,7 +497,13 @@ def test_the_graph_read_from_an_installation_is_the_graph_of_the_archives(tmp_pa
         finally:
             elfgraph.read_library = read_library
     assert sorted(inflated) == sorted(f"{wheel.name}: common/libshared.so" for wheel in wheels)
-    assert [name for name, copy in copies.items() if copy is not None] == [(wheels[0].name, "alpha/libbase.so.1"), (wheels[1].name, "beta/libuser.so.1")]
+    assert [name for name, copy in copies.items() if copy is not None] == [
+        (wheels[0].name, "alpha/libbase.so.1"),
+        (wheels[1].name, "beta/libuser.so.1"),
+    ]
     assert from_installation.libraries == from_archives.libraries
-    assert {library.soname for library in from_installation.libraries if library.path == "common/libshared.so"} == {"libshared-a.so", "libshared-b.so"}
+    assert {library.soname for library in from_installation.libraries if library.path == "common/libshared.so"} == {
+        "libshared-a.so",
+        "libshared-b.so",
+    }
     assert from_installation.load_order == from_archives.load_order

@@ -37,14 +37,18 @@ def others(stack: stackshapes.Stack, project: str) -> list[Path]:
 
 def one_error(captured: pytest.CaptureResult[str]) -> str:
     lines = captured.err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("patched-wheels: error: ") and "Traceback" not in captured.err, captured.err
+    assert len(lines) == 1 and lines[0].startswith("patched-wheels: error: ") and "Traceback" not in captured.err, (
+        captured.err
+    )
     return lines[0]
 
 
 def misplaced_hub_error(stack, tmp_path, capsys, **spec) -> str:
     """The one error line of a hub that patches jaxlike-cuda-plugin, the project users guess, with ``spec``."""
     plugin = wheel(stack, "jaxlike-cuda-plugin")
-    config = set_config(tmp_path, others(stack, "jaxlike-cuda-plugin"), plugin, "jaxlike-cuda-plugin", preload="auto", **spec)
+    config = set_config(
+        tmp_path, others(stack, "jaxlike-cuda-plugin"), plugin, "jaxlike-cuda-plugin", preload="auto", **spec
+    )
     assert main(["hub", "build", "--config", str(config)]) == 1
     return one_error(capsys.readouterr())
 
@@ -73,7 +77,9 @@ def test_hub_says_which_plugin_imports_a_namespace_package_without_code(stack, t
     )
 
 
-def test_hub_names_the_plugin_module_of_the_right_project_when_its_default_package_does_not_exist(stack, tmp_path, capsys):
+def test_hub_names_the_plugin_module_of_the_right_project_when_its_default_package_does_not_exist(
+    stack, tmp_path, capsys
+):
     pjrt = wheel(stack, "jaxlike-cuda-pjrt")
     config = set_config(tmp_path, others(stack, "jaxlike-cuda-pjrt"), pjrt, "jaxlike-cuda-pjrt", preload="auto")
     assert main(["hub", "build", "--config", str(config)]) == 1
@@ -88,7 +94,9 @@ def test_hub_names_the_plugin_module_of_the_right_project_when_its_default_packa
 
 def test_hub_names_the_one_package_a_project_ships_when_its_name_differs(tmp_path, capsys):
     """onnxruntime-gpu ships onnxruntime: the default package (from the project name) is not there."""
-    gpu = build_wheel(tmp_path / "wheels", "onnxlike-gpu", "1.0", {"onnxlike/__init__.py": b"", "onnxlike/capi/__init__.py": b""})
+    gpu = build_wheel(
+        tmp_path / "wheels", "onnxlike-gpu", "1.0", {"onnxlike/__init__.py": b"", "onnxlike/capi/__init__.py": b""}
+    )
     config = set_config(tmp_path / "hub", [], gpu, "onnxlike-gpu", preload="auto")
     assert main(["hub", "build", "--config", str(config)]) == 1
     assert one_error(capsys.readouterr()).endswith(
@@ -98,7 +106,9 @@ def test_hub_names_the_one_package_a_project_ships_when_its_name_differs(tmp_pat
 
 
 def _hub_preload(stack, tmp_path, capsys, **spec):
-    config = set_config(tmp_path, others(stack, "jaxlike-cuda-pjrt"), stack.package_wheel, "jaxlike-cuda-pjrt", preload="auto", **spec)
+    config = set_config(
+        tmp_path, others(stack, "jaxlike-cuda-pjrt"), stack.package_wheel, "jaxlike-cuda-pjrt", preload="auto", **spec
+    )
     assert main(["hub", "build", "--config", str(config)]) == 0
     (patched,) = (tmp_path / "index").glob("jaxlike_cuda_pjrt-*.whl")
     return patched, capsys.readouterr().err
@@ -115,14 +125,23 @@ def test_hub_warns_once_when_the_default_probe_never_maps_the_plugins_own_librar
     patched, err = _hub_preload(stack, tmp_path / "default", capsys, preload_package="jaxlike_plugins.xla_fake")
     (line,) = err.splitlines()
     assert line.startswith("patched-wheels: warning: jaxlike_cuda_pjrt-1.0-")
-    assert "'import jaxlike_plugins.xla_fake' never maps jaxlike_plugins.xla_fake's own jaxlike_plugins/xla_fake/xla_fake_plugin.so" in line
+    assert (
+        "'import jaxlike_plugins.xla_fake' never maps jaxlike_plugins.xla_fake's own jaxlike_plugins/xla_fake/xla_fake_plugin.so"
+        in line
+    )
     assert "2 libraries of fake-cudart, jaxlike-cuda-plugin stay neither mapped nor preloaded" in line
-    assert 'probe = "import jax; jax.devices()" on patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "test")' in line
+    assert (
+        'probe = "import jax; jax.devices()" on patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "test")' in line
+    )
     with zipfile.ZipFile(patched) as archive:
         assert not [name for name in archive.namelist() if PRELOAD_MODULE in name]  # nothing seen, nothing preloaded
 
     patched, err = _hub_preload(
-        stack, tmp_path / "probe", capsys, preload_package="jaxlike_plugins.xla_fake", probe=stackshapes.SPLIT_PLUGIN_PROBE
+        stack,
+        tmp_path / "probe",
+        capsys,
+        preload_package="jaxlike_plugins.xla_fake",
+        probe=stackshapes.SPLIT_PLUGIN_PROBE,
     )
     assert err == ""
     with zipfile.ZipFile(patched) as archive:
@@ -137,7 +156,19 @@ def test_patch_names_the_preload_from_wheel_that_ships_the_package(stack, tmp_pa
     """Was: "jaxlike_cuda_pjrt-1.0-….whl: jaxlike_plugins/xla_fake/__init__.py: missing", which is false."""
     plugin, pjrt = wheel(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-pjrt")
     rest = [str(w) for w in others(stack, "jaxlike-cuda-plugin")]
-    code = main(["patch", "--wheel", str(plugin), "--dest-dir", str(tmp_path / "out"), "--preload-for", "jaxlike_plugins.xla_fake", "--preload-from", *rest])
+    code = main(
+        [
+            "patch",
+            "--wheel",
+            str(plugin),
+            "--dest-dir",
+            str(tmp_path / "out"),
+            "--preload-for",
+            "jaxlike_plugins.xla_fake",
+            "--preload-from",
+            *rest,
+        ]
+    )
     assert code == 1
     line = one_error(capsys.readouterr())
     assert line.startswith(
@@ -152,11 +183,23 @@ def test_patch_names_the_preload_from_wheel_that_ships_the_package(stack, tmp_pa
 def test_patch_warns_with_the_probe_flag_when_the_default_probe_never_maps_the_plugin(stack, tmp_path, capsys):
     pjrt = wheel(stack, "jaxlike-cuda-pjrt")
     rest = [str(w) for w in others(stack, "jaxlike-cuda-pjrt")]
-    arguments = ["patch", "--wheel", str(pjrt), "--dest-dir", str(tmp_path / "out"), "--preload-for", "jaxlike_plugins.xla_fake", "--preload-from", *rest]
+    arguments = [
+        "patch",
+        "--wheel",
+        str(pjrt),
+        "--dest-dir",
+        str(tmp_path / "out"),
+        "--preload-for",
+        "jaxlike_plugins.xla_fake",
+        "--preload-from",
+        *rest,
+    ]
     assert main(arguments) == 1  # strict: nothing to preload is an error, and the warning says why
     captured = capsys.readouterr()
     warning, error = captured.err.splitlines()
-    assert warning.startswith(f"patched-wheels: warning: {pjrt.name}: the probe 'import jaxlike_plugins.xla_fake' never maps")
+    assert warning.startswith(
+        f"patched-wheels: warning: {pjrt.name}: the probe 'import jaxlike_plugins.xla_fake' never maps"
+    )
     assert warning.endswith("--probe 'import jax; jax.devices()' for a JAX plugin")
     assert error.startswith("patched-wheels: error: ")
     assert main([*arguments, "--probe", stackshapes.SPLIT_PLUGIN_PROBE]) == 0
@@ -173,7 +216,10 @@ def test_a_wheel_the_hub_did_not_fetch_is_found_by_its_cached_libraries(stack):
     plugin = wheel(stack, "jaxlike-cuda-plugin")
     graph = read_graph(stack.wheels)
     refs = [plugin, *(WheelRef(w.name) for w in others(stack, "jaxlike-cuda-plugin"))]
-    with pytest.raises(UsageError, match=r"jaxlike_plugins\.xla_fake is shipped by jaxlike_cuda_pjrt-1\.0-py3-none-linux_x86_64\.whl, not by "):
+    with pytest.raises(
+        UsageError,
+        match=r"jaxlike_plugins\.xla_fake is shipped by jaxlike_cuda_pjrt-1\.0-py3-none-linux_x86_64\.whl, not by ",
+    ):
         locate_package("jaxlike_plugins.xla_fake", plugin, refs, Phrasing.plain("jaxlike_plugins.xla_fake"), graph)
     with pytest.raises(UsageError, match="no wheel in the set ships jaxlike_plugins/xla_fake/__init__.py"):
         locate_package("jaxlike_plugins.xla_fake", plugin, refs, Phrasing.plain("jaxlike_plugins.xla_fake"))
@@ -182,7 +228,15 @@ def test_a_wheel_the_hub_did_not_fetch_is_found_by_its_cached_libraries(stack):
 def test_patch_names_the_plugin_that_imports_a_namespace_package_in_flags(stack, tmp_path, capsys):
     plugin, pjrt = wheel(stack, "jaxlike-cuda-plugin"), wheel(stack, "jaxlike-cuda-pjrt")
     rest = [str(w) for w in others(stack, "jaxlike-cuda-plugin")]
-    arguments = ["patch", "--wheel", str(plugin), "--dest-dir", str(tmp_path / "out"), "--preload-for", "jaxlike_cuda_plugin"]
+    arguments = [
+        "patch",
+        "--wheel",
+        str(plugin),
+        "--dest-dir",
+        str(tmp_path / "out"),
+        "--preload-for",
+        "jaxlike_cuda_plugin",
+    ]
     assert main([*arguments, "--preload-from", *rest, "--probe", "import jaxlike"]) == 1
     line = one_error(capsys.readouterr())
     assert line.startswith(
@@ -199,8 +253,21 @@ def test_a_preload_in_the_plugin_host_is_refused_naming_the_plugin(stack, tmp_pa
     preload in the plugin ran there. Both look the same without a GPU, so the host's is refused, naming the plugin's."""
     host, pjrt = wheel(stack, "jaxlike"), wheel(stack, "jaxlike-cuda-pjrt")
     rest = [str(w) for w in others(stack, "jaxlike")]
-    code = main(["patch", "--wheel", str(host), "--dest-dir", str(tmp_path / "out"), "--preload-for", "jaxlike",
-                 "--probe", stackshapes.SPLIT_PLUGIN_PROBE, "--preload-from", *rest])
+    code = main(
+        [
+            "patch",
+            "--wheel",
+            str(host),
+            "--dest-dir",
+            str(tmp_path / "out"),
+            "--preload-for",
+            "jaxlike",
+            "--probe",
+            stackshapes.SPLIT_PLUGIN_PROBE,
+            "--preload-from",
+            *rest,
+        ]
+    )
     assert code == 1
     line = one_error(capsys.readouterr())
     assert line.startswith(
@@ -218,12 +285,18 @@ def test_the_lazy_load_warning_asks_for_a_probe_only_when_it_would_suggest_anoth
     from patched_wheels.loading.lazyload import JAX_PROBE, Unprobed, lazy_warning
     from patched_wheels.loading.packages import Phrasing
 
-    own = ElfLibrary("jax_cuda13_pjrt-1-py3-none-any.whl", "jax_plugins/xla_cuda13/xla_cuda_plugin.so", None, (), (), ())
+    own = ElfLibrary(
+        "jax_cuda13_pjrt-1-py3-none-any.whl", "jax_plugins/xla_cuda13/xla_cuda_plugin.so", None, (), (), ()
+    )
     other = ElfLibrary("nvidia_cudart-1-py3-none-any.whl", "nvidia/cudart/lib/libcudart.so.13", None, (), (), ())
     phrasing = Phrasing.plain("jax_plugins.xla_cuda13")
-    asked = lazy_warning(own.wheel, "jax_plugins.xla_cuda13", "import jax_plugins.xla_cuda13", Unprobed((own,), (other,)), phrasing)
+    asked = lazy_warning(
+        own.wheel, "jax_plugins.xla_cuda13", "import jax_plugins.xla_cuda13", Unprobed((own,), (other,)), phrasing
+    )
     assert asked.endswith(f"give a probe that makes it load, e.g. {phrasing.probe(JAX_PROBE)} for a JAX plugin"), asked
-    given = lazy_warning(own.wheel, "jax_plugins.xla_cuda13", "import jax;  jax.devices()", Unprobed((own,), (other,)), phrasing)
+    given = lazy_warning(
+        own.wheel, "jax_plugins.xla_cuda13", "import jax;  jax.devices()", Unprobed((own,), (other,)), phrasing
+    )
     assert "give a probe" not in given and "run layout_test on a GPU machine" in given, given
 
 
@@ -235,8 +308,22 @@ def test_a_package_whose_init_two_wheels_ship_is_refused(tmp_path, capsys):
     (tmp_path / "w").mkdir()
     own = build_plain_wheel(tmp_path / "w", "pwpa", "1.0", {"pwpa/__init__.py": b"", "pwpa/core.py": b""})
     other = build_plain_wheel(tmp_path / "w", "pwpa-shadow", "1.0", {"pwpa/__init__.py": b"SHADOW = 1\n"})
-    code = main(["patch", "--no-cache", "--wheel", str(own), "--dest-dir", str(tmp_path / "out"), "--suffix", "s.1",
-                 "--preload-for", "pwpa", "--preload-from", str(other)])  # fmt: skip
+    code = main(
+        [
+            "patch",
+            "--no-cache",
+            "--wheel",
+            str(own),
+            "--dest-dir",
+            str(tmp_path / "out"),
+            "--suffix",
+            "s.1",
+            "--preload-for",
+            "pwpa",
+            "--preload-from",
+            str(other),
+        ]
+    )
     assert code == 1
     assert one_error(capsys.readouterr()) == (
         f"patched-wheels: error: --preload-for pwpa: pwpa/__init__.py is shipped by {own.name} and by {other.name}: "

@@ -55,7 +55,9 @@ def wheels(tmp_path_factory):
 @pytest.fixture(scope="module")
 def preloaded_torch(wheels, tmp_path_factory):
     edits = preload_member_edits("faketorch", wheels.all)
-    return patch_wheel(wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)).path
+    return patch_wheel(
+        wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)
+    ).path
 
 
 def _imports(result):
@@ -154,7 +156,9 @@ def test_import_into_broken_or_missing_init_is_an_error():
 
 
 def test_reading_a_module_that_is_not_a_preload_is_an_error():
-    with pytest.raises(InvalidWheelError, match="^w.whl: pkg/_patched_wheels_preload.py: not a patched-wheels preload module"):
+    with pytest.raises(
+        InvalidWheelError, match="^w.whl: pkg/_patched_wheels_preload.py: not a patched-wheels preload module"
+    ):
         read_preload_module(b"X = 1\n", where="w.whl: pkg/_patched_wheels_preload.py")
 
 
@@ -166,7 +170,9 @@ def runtime(tmp_path_factory):
 @pytest.fixture(scope="module")
 def preloaded_runtime(runtime, tmp_path_factory):
     edits = preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=[RUNTIME_GLOB])
-    return patch_wheel(runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)).path
+    return patch_wheel(
+        runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)
+    ).path
 
 
 def _runs(result):
@@ -191,7 +197,9 @@ def test_preload_wheels_are_optional_and_loaded_in_graph_order(runtime, preloade
     assert preload.libraries.index(RUNTIME_LIBRARY_PATHS["bar"]) < preload.libraries.index(RUNTIME_LIBRARY_PATHS["foo"])
 
 
-def test_a_failing_optional_library_is_skipped_and_reported_when_asked(runtime, preloaded_runtime, tmp_path, monkeypatch):
+def test_a_failing_optional_library_is_skipped_and_reported_when_asked(
+    runtime, preloaded_runtime, tmp_path, monkeypatch
+):
     sites = per_wheel_layout([runtime.foo, runtime.bar, preloaded_runtime], tmp_path)
     monkeypatch.setenv(DEBUG_VARIABLE, "1")
     result = run_import(sites, RUNTIME_CODE)
@@ -209,7 +217,11 @@ def test_a_failing_required_library_stays_an_error(runtime, tmp_path):
     for optional, fails in ((frozenset(), True), (frozenset({RUNTIME_LIBRARY_PATHS["pmix"]}), False)):
         module.write_bytes(render_preload_module("probe", PreloadList((RUNTIME_LIBRARY_PATHS["pmix"],), optional)))
         result = subprocess.run(
-            [sys.executable, str(module)], env={"PYTHONPATH": str(sites[0])}, capture_output=True, text=True, check=False
+            [sys.executable, str(module)],
+            env={"PYTHONPATH": str(sites[0])},
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert (result.returncode != 0) == fails, result.stderr
         assert (f"OSError: {MISSING_SYSTEM_LIBRARY}: cannot open shared object file" in result.stderr) == fails
@@ -261,7 +273,12 @@ def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hu
     message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
     with pytest.raises(UsageError, match=re.escape(message)):
         preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
-    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, probe="pass") == {}
+    assert (
+        preload_member_edits(
+            RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, probe="pass"
+        )
+        == {}
+    )
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
 
 
@@ -310,7 +327,20 @@ def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, c
     def patched_preload(*options: str) -> PreloadList:
         dest = tmp_path / f"out{len(options)}"
         argv = ["patch", *options, "--wheel", str(runtime.package), "--dest-dir", str(dest), "--suffix", "p.1"]
-        assert main([*argv, "--preload-for", RUNTIME_PACKAGE, "--preload-from", *map(str, runtime.all), "--preload-wheels", "fakert-foo"]) == 0
+        assert (
+            main(
+                [
+                    *argv,
+                    "--preload-for",
+                    RUNTIME_PACKAGE,
+                    "--preload-from",
+                    *map(str, runtime.all),
+                    "--preload-wheels",
+                    "fakert-foo",
+                ]
+            )
+            == 0
+        )
         (wheel,) = dest.glob("*.whl")
         with zipfile.ZipFile(wheel) as archive:
             return read_preload_module(archive.read(f"{RUNTIME_PACKAGE}/{PRELOAD_MODULE}.py"), where="test")
@@ -336,8 +366,13 @@ def _announcing_library(directory: Path, name: str) -> Path:
 def _edited_module(package: str, entries: tuple[str, ...]) -> bytes:
     """A generated module whose LIBRARIES were edited after the fact: rendering refuses such entries itself."""
     module = render_preload_module(package, PreloadList(("placeholder/libplaceholder.so",)))
-    edited = module.replace(b"    'placeholder/libplaceholder.so',\n", "".join(f"    {entry!r},\n" for entry in entries).encode(), 1)
-    return edited.replace(b"GLOBAL = (\n    'placeholder/libplaceholder.so',\n)", b"GLOBAL = (\n" + b"".join(f"    {entry!r},\n".encode() for entry in entries) + b")")
+    edited = module.replace(
+        b"    'placeholder/libplaceholder.so',\n", "".join(f"    {entry!r},\n" for entry in entries).encode(), 1
+    )
+    return edited.replace(
+        b"GLOBAL = (\n    'placeholder/libplaceholder.so',\n)",
+        b"GLOBAL = (\n" + b"".join(f"    {entry!r},\n".encode() for entry in entries) + b")",
+    )
 
 
 def test_the_generated_module_loads_nothing_outside_an_installed_wheel(tmp_path):
@@ -357,8 +392,13 @@ def test_the_generated_module_loads_nothing_outside_an_installed_wheel(tmp_path)
     stored = _announcing_library(tmp_path / "store" / "runfiles" / "lib", "librunfiles.so")
     (site / "runfiles" / "lib").mkdir(parents=True)
     (site / "runfiles" / "lib" / "librunfiles.so").symlink_to(stored)  # the same relative path elsewhere
-    hostile = ("../outside/libevil.so", str(evil), "good/../../outside/libevil.so", "good/lib/./../../../outside/libevil.so",
-               "good-1.0.data/data/lib/libdata.so")
+    hostile = (
+        "../outside/libevil.so",
+        str(evil),
+        "good/../../outside/libevil.so",
+        "good/lib/./../../../outside/libevil.so",
+        "good-1.0.data/data/lib/libdata.so",
+    )
     linked = ("filelink/lib/libx.so", "dirlink/libevil.so")
     entries = (*hostile, *linked, "evil/libpwdep.so.1", "good/lib/libgood.so", "runfiles/lib/librunfiles.so")
     module = site / "probe.py"
@@ -376,9 +416,16 @@ def test_the_generated_module_loads_nothing_outside_an_installed_wheel(tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["LOADED libgood.so", "LOADED librunfiles.so"]
     refused = [line for line in result.stderr.splitlines() if "refused" in line]
-    assert refused[: len(hostile)] == [f"patched-wheels preload: refused {entry!r}: not a relative path" for entry in hostile]
-    assert refused[len(hostile) : -1] == [f"patched-wheels preload: refused {site / entry}: a link out of {site}" for entry in linked]
-    assert refused[-1] == f"patched-wheels preload: refused {os.curdir}/evil/libpwdep.so.1: {os.curdir} holds no installed wheel"
+    assert refused[: len(hostile)] == [
+        f"patched-wheels preload: refused {entry!r}: not a relative path" for entry in hostile
+    ]
+    assert refused[len(hostile) : -1] == [
+        f"patched-wheels preload: refused {site / entry}: a link out of {site}" for entry in linked
+    ]
+    assert (
+        refused[-1]
+        == f"patched-wheels preload: refused {os.curdir}/evil/libpwdep.so.1: {os.curdir} holds no installed wheel"
+    )
     assert len(refused) == len(hostile) + len(linked) + 1, result.stderr
 
 
@@ -386,15 +433,42 @@ def test_the_module_and_the_entry_rule_agree_on_what_a_relative_path_is():
     namespace: dict[str, object] = {}
     exec(render_preload_module("probe", PreloadList()).replace(b"\n_preload()\n", b"\n"), namespace)
     is_relative = namespace["_is_relative"]
-    paths = ["a/b.so", "a", "../x.so", "a/../b.so", "/abs.so", "a\\b.so", "a/\0.so", "C:/x.so", "c:x.so", "a//b.so",
-             "./a.so", "a/./b.so", "a/b/", "", ".", "..", "a:b/c.so", "a/b:c.so", "...", "a/..b.so", "top.so",
-             "x-1.0.data/data/lib/a.so", "x-1.0.dist-info/a.so", "x.data", "a/x.data/b.so"]
+    paths = [
+        "a/b.so",
+        "a",
+        "../x.so",
+        "a/../b.so",
+        "/abs.so",
+        "a\\b.so",
+        "a/\0.so",
+        "C:/x.so",
+        "c:x.so",
+        "a//b.so",
+        "./a.so",
+        "a/./b.so",
+        "a/b/",
+        "",
+        ".",
+        "..",
+        "a:b/c.so",
+        "a/b:c.so",
+        "...",
+        "a/..b.so",
+        "top.so",
+        "x-1.0.data/data/lib/a.so",
+        "x-1.0.dist-info/a.so",
+        "x.data",
+        "a/x.data/b.so",
+    ]
     library_only = "is not a shared library's name"
     assert [is_relative(path) for path in paths] == [entry_problem(path) in (None, library_only) for path in paths]
     assert is_relative("a/b.so") and not is_relative("../x.so") and not is_relative("x-1.0.data/data/lib/a.so")
 
 
-@pytest.mark.parametrize("entry", ["../../../../tmp/evil.so", "/abs/libx.so", "x-1.0.data/data/lib/libx.so", "x-1.0.dist-info/libx.so", "pkg/README"])
+@pytest.mark.parametrize(
+    "entry",
+    ["../../../../tmp/evil.so", "/abs/libx.so", "x-1.0.data/data/lib/libx.so", "x-1.0.dist-info/libx.so", "pkg/README"],
+)
 def test_a_preload_entry_that_is_no_library_path_in_site_packages_is_refused_when_rendered_and_read(entry):
     with pytest.raises(UsageError, match=rf"^probe: preload entry {re.escape(repr(entry))}: "):
         render_preload_module("probe", PreloadList(("ok/libok.so", entry)))
@@ -408,13 +482,22 @@ def test_a_preload_entry_that_is_no_library_path_in_site_packages_is_refused_whe
         b"import os\n",
         b'"""Doc."""\nimport os\n',
         b"# -*- coding: utf-8 -*-\nimport os\n",
-        b"#!/usr/bin/env python\n# coding=utf-8\n\"\"\"Doc.\"\"\"\nimport os\n",
+        b'#!/usr/bin/env python\n# coding=utf-8\n"""Doc."""\nimport os\n',
         b'"""Doc."""\nfrom __future__ import annotations\nfrom __future__ import division\nimport os\n',
         b"from __future__ import annotations\r\nimport os\r\n",
         b"",
         b'"""No newline at the end."""',
     ],
-    ids=["plain", "docstring", "cookie", "shebang-cookie-docstring", "future", "crlf-future", "empty", "no-final-newline"],
+    ids=[
+        "plain",
+        "docstring",
+        "cookie",
+        "shebang-cookie-docstring",
+        "future",
+        "crlf-future",
+        "empty",
+        "no-final-newline",
+    ],
 )
 def test_import_into_an_init_starting_with_a_utf8_bom_still_compiles(body):
     edited = add_preload_import(b"\xef\xbb\xbf" + body, where="pkg/__init__.py")

@@ -13,7 +13,9 @@ def test_a_run_without_an_error_is_said_to_have_none() -> None:
     """The verdict quotes each side's first error; the side without one reads "none", never "None"."""
     only_per_wheel = Comparison(flat=result("flat"), per_wheel=result("per-wheel", error_line="Unable to load CUDA"))
     assert only_per_wheel.differences == ["first error 'Unable to load CUDA', none in one site-packages"]
-    only_flat = Comparison(flat=result("flat", returncode=1, error_line="ValueError: boom"), per_wheel=result("per-wheel"))
+    only_flat = Comparison(
+        flat=result("flat", returncode=1, error_line="ValueError: boom"), per_wheel=result("per-wheel")
+    )
     assert only_flat.differences == [
         "exit status 0, 1 in one site-packages",
         "first error none, 'ValueError: boom' in one site-packages",

@@ -100,7 +100,10 @@ def test_lock_rewrites_only_the_patched_pins(index_dir: Path, tmp_path: Path) ->
         + [f"--extra-index-url={(index_dir / 'simple').as_uri()}\n"]
         + original[3:7]
         + ["odd.name_pkg==3.0+stripe.1 \\\n", f"    --hash={h('Odd_Name.Pkg-3.0+stripe.1-py3-none-any.whl')}\n"]
-        + ['pyreq==1.0+stripe.1 ; python_version >= "3.8" \\\n', f"    --hash={h('pyreq-1.0+stripe.1-py3-none-any.whl')}\n"]
+        + [
+            'pyreq==1.0+stripe.1 ; python_version >= "3.8" \\\n',
+            f"    --hash={h('pyreq-1.0+stripe.1-py3-none-any.whl')}\n",
+        ]
         + original[12:14]
         + ['torchfake==2.1.0+stripe.5 ; sys_platform == "linux" \\\n']
         + [f"    --hash={h('torchfake-2.1.0+stripe.5-py3-none-any.whl')}\n"]
@@ -199,7 +202,10 @@ def test_local_label_is_extended_not_replaced(tmp_path: Path) -> None:
     source.write_text("cudafake==2.1.0+cu118\n")
     out = tmp_path / "out.txt"
     index_and_lock(source, directory, out, index_option="index-url")
-    assert out.read_text().splitlines() == [f"--index-url={(directory / 'simple').as_uri()}", "cudafake==2.1.0+cu118.stripe.5"]
+    assert out.read_text().splitlines() == [
+        f"--index-url={(directory / 'simple').as_uri()}",
+        "cudafake==2.1.0+cu118.stripe.5",
+    ]
     index_and_lock(out, directory, out, index_option="index-url")  # re-locking its own output changes nothing
     assert out.read_text().splitlines()[1] == "cudafake==2.1.0+cu118.stripe.5"
 
@@ -227,8 +233,13 @@ def test_index_url_option_drops_every_other_index(index_dir: Path, tmp_path: Pat
     """index-url mode promises pip looks at the local index only: no other option line may remain."""
     _keep_only(index_dir, "tritonfake")
     source = tmp_path / "in.txt"
-    source.write_text("# header\n" + "\n".join(INDEX_OPTION_LINES[:4]) + "\n--trusted-host example.invalid\n"
-                      + "\n".join(INDEX_OPTION_LINES[4:]) + "\ntritonfake==2.1.0\n")  # fmt: skip
+    source.write_text(
+        "# header\n"
+        + "\n".join(INDEX_OPTION_LINES[:4])
+        + "\n--trusted-host example.invalid\n"
+        + "\n".join(INDEX_OPTION_LINES[4:])
+        + "\ntritonfake==2.1.0\n"
+    )
     out = tmp_path / "out.txt"
     index_and_lock(source, index_dir, out, index_option="index-url")
     option_line = f"--index-url={(index_dir / 'simple').as_uri()}"
@@ -372,8 +383,11 @@ def test_uv_installs_the_locked_patched_wheels(index_dir: Path, tmp_path: Path) 
 
     result = subprocess.run(
         [uv, "pip", "install", "--require-hashes", "-r", str(out), "--target", str(target), "--python", sys.executable],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in target.glob("*.dist-info")) == INSTALLED
@@ -435,7 +449,9 @@ def test_direct_mode_keeps_the_other_platforms_of_a_multi_platform_lock(tmp_path
     mac = _platform_wheel(upstream, "1.0", "macosx_11_0_arm64")
     patched = _platform_wheel(index, "1.0+stripe.1", "manylinux_2_17_x86_64")
     source = tmp_path / "in.txt"
-    source.write_text(f"platfake==1.0 \\\n    --hash=sha256:{sha256_of(linux)} \\\n    --hash=sha256:{sha256_of(mac)}\n")
+    source.write_text(
+        f"platfake==1.0 \\\n    --hash=sha256:{sha256_of(linux)} \\\n    --hash=sha256:{sha256_of(mac)}\n"
+    )
     out = tmp_path / "out.txt"
 
     index_and_lock(source, index, out, replaced={"platfake": [sha256_of(linux)]})
@@ -448,7 +464,9 @@ def test_direct_mode_keeps_the_other_platforms_of_a_multi_platform_lock(tmp_path
     target = tmp_path / "site"
     empty = tmp_path / "empty"
     empty.mkdir()
-    installed = run_pip("install", "--require-hashes", "-r", str(out), "--target", str(target), "--index-url", empty.as_uri())
+    installed = run_pip(
+        "install", "--require-hashes", "-r", str(out), "--target", str(target), "--index-url", empty.as_uri()
+    )
     assert installed.returncode == 0, installed.stderr
     assert sorted(p.name for p in target.glob("*.dist-info")) == ["platfake-1.0+stripe.1.dist-info"]
 
@@ -485,7 +503,11 @@ def test_a_pure_wheel_replaces_the_whole_pin_whatever_replaced_names(tmp_path: P
             '(sys_platform == "darwin" and platform_machine == "arm64") or (sys_platform == "darwin" and platform_machine == "x86_64")',
             '(sys_platform != "darwin" or platform_machine != "arm64") and (sys_platform != "darwin" or platform_machine != "x86_64")',
         ),
-        ("x-1-py3-none-win_amd64.whl", 'sys_platform == "win32" and platform_machine == "AMD64"', 'sys_platform != "win32" or platform_machine != "AMD64"'),
+        (
+            "x-1-py3-none-win_amd64.whl",
+            'sys_platform == "win32" and platform_machine == "AMD64"',
+            'sys_platform != "win32" or platform_machine != "AMD64"',
+        ),
     ],
 )
 def test_wheel_environments(filename: str, marker: str | None, complement: str | None) -> None:
@@ -497,8 +519,14 @@ def test_wheel_environments(filename: str, marker: str | None, complement: str |
     assert (environments.marker(), environments.complement()) == (marker, complement)
     if marker is None:
         return
-    for system, machine, python in [("linux", "x86_64", "3.11"), ("darwin", "arm64", "3.12"), ("darwin", "x86_64", "3.11"),
-                                    ("win32", "AMD64", "3.11"), ("linux", "aarch64", "3.11"), ("linux", "x86_64", "3.12")]:  # fmt: skip
+    for system, machine, python in [
+        ("linux", "x86_64", "3.11"),
+        ("darwin", "arm64", "3.12"),
+        ("darwin", "x86_64", "3.11"),
+        ("win32", "AMD64", "3.11"),
+        ("linux", "aarch64", "3.11"),
+        ("linux", "x86_64", "3.12"),
+    ]:
         env = {"sys_platform": system, "platform_machine": machine, "python_version": python}
         assert Marker(marker).evaluate(env) != Marker(complement).evaluate(env), env
 
@@ -508,7 +536,9 @@ def test_direct_mode_references_unpatched_pins_only_where_one_file_is_locked(ind
     needed); a pin with more hashes (other platforms) keeps the lock's index."""
     _keep_only(index_dir, "Odd")  # the index serves only a project this lock does not pin
     source = tmp_path / "in.txt"
-    source.write_text(f"filelockfake==3.13.1 --hash=sha256:{A}\ntritonfake==2.1.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n")
+    source.write_text(
+        f"filelockfake==3.13.1 --hash=sha256:{A}\ntritonfake==2.1.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n"
+    )
     out = tmp_path / "out.txt"
     references = {
         "filelockfake": ("https://files.example/filelockfake-3.13.1-py3-none-any.whl", A),
@@ -530,7 +560,9 @@ def test_direct_mode_references_unpatched_pins_only_where_one_file_is_locked(ind
     [("# header\r\npyreq==1.0\r\n", "pyreq==1.0+stripe.1"), ("torchfake==2.1.0\r\n", "torchfake==2.1.0+stripe.5")],
     ids=["comment-first", "pin-first"],
 )
-def test_byte_order_mark_and_crlf_are_read_as_pip_reads_them(index_dir: Path, tmp_path: Path, body: str, patched: str) -> None:
+def test_byte_order_mark_and_crlf_are_read_as_pip_reads_them(
+    index_dir: Path, tmp_path: Path, body: str, patched: str
+) -> None:
     source = tmp_path / "in.txt"
     source.write_bytes(b"\xef\xbb\xbf" + body.encode())
     out = tmp_path / "out.txt"
@@ -539,7 +571,9 @@ def test_byte_order_mark_and_crlf_are_read_as_pip_reads_them(index_dir: Path, tm
     index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
     data = out.read_bytes()
-    assert data.startswith(b"\xef\xbb\xbf") and data.count(b"\xef\xbb\xbf") == 1  # still first (before an added option line)
+    assert (
+        data.startswith(b"\xef\xbb\xbf") and data.count(b"\xef\xbb\xbf") == 1
+    )  # still first (before an added option line)
     text = data.decode("utf-8-sig")
     assert f"\r\n{patched}\r\n" in text and "\n" not in text.replace("\r\n", "")
     assert read_pins(out)[0].text == patched
@@ -600,7 +634,9 @@ def test_lock_refuses_an_index_whose_pages_serve_other_files(index_dir: Path, tm
     source.write_text("torchfake==2.1.0\n")
     out = tmp_path / "out.txt"
 
-    with pytest.raises(InvalidLockError, match=r"simple/torchfake/index.html: does not list the files the lock would pin") as caught:
+    with pytest.raises(
+        InvalidLockError, match=r"simple/torchfake/index.html: does not list the files the lock would pin"
+    ) as caught:
         lock(source, stale, out)
 
     assert len(str(caught.value).splitlines()) == 1
@@ -615,7 +651,9 @@ def test_contradicting_options_are_usage_errors(index_dir: Path, tmp_path: Path)
     out = tmp_path / "out.txt"
     with pytest.raises(UsageError, match="^--index-option bogus: expected one of direct, "):
         index_and_lock(source, index_dir, out, index_option="bogus")
-    with pytest.raises(UsageError, match=r"in.txt:1: a direct reference names one file, but the index has torchfake-2.1.0"):
+    with pytest.raises(
+        UsageError, match=r"in.txt:1: a direct reference names one file, but the index has torchfake-2.1.0"
+    ):
         index_and_lock(source, index_dir, out)
     assert not out.exists()
 
@@ -626,7 +664,9 @@ def test_a_huge_bad_line_is_one_bounded_error_line(tmp_path: Path) -> None:
     source.write_text(("a" * 1000 + "==1.0 \\\n") * 2000 + "x==1\n")
     index_dir = tmp_path / "index"
     index_dir.mkdir()
-    result = run_cli("lock", "--requirements", str(source), "--index", str(index_dir), "--out", str(tmp_path / "out.txt"))
+    result = run_cli(
+        "lock", "--requirements", str(source), "--index", str(index_dir), "--out", str(tmp_path / "out.txt")
+    )
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"patched-wheels: error: {source}:1: 'aaaa")
@@ -643,7 +683,10 @@ def _pip_would_install(out: Path, *args: str) -> dict[str, str]:
     report = out.with_suffix(".report.json")
     result = run_pip("install", "--dry-run", "--quiet", "--report", str(report), "-r", str(out), *args)
     assert result.returncode == 0, result.stderr
-    return {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    return {
+        item["metadata"]["name"].lower(): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
 
 
 @pytest.fixture
@@ -667,7 +710,9 @@ def user_locks(tmp_path: Path) -> dict[str, Path]:
 def _wheel_with_extra(directory: Path, version: str) -> Path:
     """foo, whose extra ``bar`` requires extradep (pip needs the Provides-Extra to honour it)."""
     requires = ['extradep==1.0 ; extra == "bar"']
-    return build_wheel(directory, "foo", version, {"foo/__init__.py": b""}, requires=requires, metadata_extra="Provides-Extra: bar\n")
+    return build_wheel(
+        directory, "foo", version, {"foo/__init__.py": b""}, requires=requires, metadata_extra="Provides-Extra: bar\n"
+    )
 
 
 def _user_lock(paths: dict[str, Path], *, hashed: bool, head: str = "") -> str:
@@ -690,7 +735,9 @@ USER_INSTALL = {"foo": "1.0+s.1", "extradep": "1.0", "bar": "2.0", "baz": "1.0+s
 
 @pytest.mark.parametrize("option", INDEX_OPTIONS)
 @pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "hashed"])
-def test_users_locks_install_the_patched_wheels_with_real_pip(user_locks: dict[str, Path], tmp_path: Path, option: str, hashed: bool) -> None:
+def test_users_locks_install_the_patched_wheels_with_real_pip(
+    user_locks: dict[str, Path], tmp_path: Path, option: str, hashed: bool
+) -> None:
     """Issue 21.1, 21.3, 22.1: without hashes (pip-compile's default) or with them, a lock stays
     installable; extras, marker and name spelling survive; a patched project pinned as a direct
     reference is rewritten, an unpatched one left alone."""
@@ -705,11 +752,15 @@ def test_users_locks_install_the_patched_wheels_with_real_pip(user_locks: dict[s
     assert "Foo[bar]" in text and 'python_version >= "3"' in text
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert _pip_would_install(out, "--index-url", empty.as_uri(), "--find-links", str(user_locks["orig"])) == USER_INSTALL
+    assert (
+        _pip_would_install(out, "--index-url", empty.as_uri(), "--find-links", str(user_locks["orig"])) == USER_INSTALL
+    )
 
 
 @pytest.mark.parametrize("option", INDEX_OPTIONS)
-def test_a_lock_with_no_index_and_find_links_stays_installable(user_locks: dict[str, Path], tmp_path: Path, option: str) -> None:
+def test_a_lock_with_no_index_and_find_links_stays_installable(
+    user_locks: dict[str, Path], tmp_path: Path, option: str
+) -> None:
     """Issue 21.2: under the lock's own --no-index pip reads no index URL, so the index is named as
     --find-links in every option (index-url drops the lock's other indexes; the user's command names orig)."""
     source = tmp_path / "in.txt"
@@ -720,7 +771,9 @@ def test_a_lock_with_no_index_and_find_links_stays_installable(user_locks: dict[
     assert _pip_would_install(out, "--no-index", "--find-links", str(user_locks["orig"])) == USER_INSTALL
 
 
-def test_a_lock_with_some_pins_hashed_gets_hashes_on_every_line_it_writes(user_locks: dict[str, Path], tmp_path: Path) -> None:
+def test_a_lock_with_some_pins_hashed_gets_hashes_on_every_line_it_writes(
+    user_locks: dict[str, Path], tmp_path: Path
+) -> None:
     """pip's hash-checking mode is all or nothing: one hashed pin turns it on, so what we write is hashed.
     Real pip then names the user's own unhashed pin, not ours, exactly as it does for the input."""
     source = tmp_path / "in.txt"
@@ -733,11 +786,19 @@ def test_a_lock_with_some_pins_hashed_gets_hashes_on_every_line_it_writes(user_l
         f"baz @ {file_url(baz)} \\\n    --hash=sha256:{sha256_of(baz)}\n"  # a project only the index has: added
     )
     for lock_file in (source, out):
-        result = run_pip("install", "--dry-run", "--no-index", "--find-links", str(user_locks["orig"]), "-r", str(lock_file))
-        assert result.returncode != 0 and "bar==2.0" in result.stderr and "foo" not in result.stderr.split("Hashes are required")[-1]
+        result = run_pip(
+            "install", "--dry-run", "--no-index", "--find-links", str(user_locks["orig"]), "-r", str(lock_file)
+        )
+        assert (
+            result.returncode != 0
+            and "bar==2.0" in result.stderr
+            and "foo" not in result.stderr.split("Hashes are required")[-1]
+        )
 
 
-def test_the_extras_dependencies_are_installed_only_because_the_extra_is_kept(user_locks: dict[str, Path], tmp_path: Path) -> None:
+def test_the_extras_dependencies_are_installed_only_because_the_extra_is_kept(
+    user_locks: dict[str, Path], tmp_path: Path
+) -> None:
     """The control for the tests above: the same lock without the extra installs no extradep."""
     source = tmp_path / "in.txt"
     source.write_text(_user_lock(user_locks, hashed=False).replace("Foo[bar]", "Foo"))
@@ -746,14 +807,35 @@ def test_the_extras_dependencies_are_installed_only_because_the_extra_is_kept(us
     assert "extradep" not in _pip_would_install(out, "--no-index", "--find-links", str(user_locks["orig"]))
 
 
-@pytest.mark.parametrize("value", ["https://x.example/simple\n--trusted-host=evil.example", "https://x\r", "a\tb", "https://x y", "https://x\u2028y", "https://x\\"])
-def test_option_values_are_checked_before_anything_is_written(user_locks: dict[str, Path], tmp_path: Path, value: str) -> None:
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://x.example/simple\n--trusted-host=evil.example",
+        "https://x\r",
+        "a\tb",
+        "https://x y",
+        "https://x\u2028y",
+        "https://x\\",
+    ],
+)
+def test_option_values_are_checked_before_anything_is_written(
+    user_locks: dict[str, Path], tmp_path: Path, value: str
+) -> None:
     """Issue 21.4: one error line naming the flag, no traceback, no output."""
     source = tmp_path / "in.txt"
     source.write_text("foo==1.0\n")
     out = tmp_path / "out.txt"
-    result = run_cli("lock", "--requirements", str(source), "--index", str(user_locks["index"]), "--out", str(out),
-                     "--upstream-index-url", value)  # fmt: skip
+    result = run_cli(
+        "lock",
+        "--requirements",
+        str(source),
+        "--index",
+        str(user_locks["index"]),
+        "--out",
+        str(out),
+        "--upstream-index-url",
+        value,
+    )
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith("patched-wheels: error: --upstream-index-url ")

@@ -26,8 +26,12 @@ def indexed(filename: str, requires: tuple[str, ...] = ()) -> IndexedFile:
     """An index file as build_index describes it, its digest derived from its name."""
     name, version, *rest = filename[: -len(".whl")].split("-")
     tags = frozenset(parse_tag("-".join(rest[-3:])))
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
-    return IndexedFile(filename, name.lower().replace("_", "-"), Version(version), tags, sha(filename), None, metadata.encode())
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    return IndexedFile(
+        filename, name.lower().replace("_", "-"), Version(version), tags, sha(filename), None, metadata.encode()
+    )
 
 
 def sha(filename: str) -> str:
@@ -48,40 +52,104 @@ def plan(text: str, files=(FOO,), **options):
 CASES = [
     ("unhashed", "foo==1.0\nbar==2.0\n", (FOO,), {}, [(f"foo @ {URL}#sha256={FOO.sha256}", ())]),
     ("hashed", f"foo==1.0 --hash=sha256:{A}\n", (FOO,), {}, [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))]),
-    ("name-as-written", f"Foo_==1.0 --hash=sha256:{A}\n".replace("Foo_", "FOO"), (FOO,), {}, [(f"FOO @ {URL}", (f"sha256:{FOO.sha256}",))]),
+    (
+        "name-as-written",
+        f"Foo_==1.0 --hash=sha256:{A}\n".replace("Foo_", "FOO"),
+        (FOO,),
+        {},
+        [(f"FOO @ {URL}", (f"sha256:{FOO.sha256}",))],
+    ),
     ("extras", "foo[bar,Baz]==1.0\n", (FOO,), {}, [(f"foo[bar,Baz] @ {URL}#sha256={FOO.sha256}", ())]),
     ("extras-spaced", "foo [ bar ]==1.0\n", (FOO,), {}, [(f"foo [ bar ] @ {URL}#sha256={FOO.sha256}", ())]),
-    ("marker-as-written", "foo==1.0 ; python_version >= '3.8'\n", (FOO,), {},
-     [(f"foo @ {URL}#sha256={FOO.sha256} ; python_version >= '3.8'", ())]),
-    ("extras-marker-hashes", f"foo[bar]==1.0 ; python_version >= '3.8' --hash=sha256:{A} --hash=sha256:{B}\n", (FOO,), {},
-     [(f"foo[bar] @ {URL} ; python_version >= '3.8'", (f"sha256:{FOO.sha256}",))]),
-    ("other-platforms", f"foo[bar]==1.0 ; python_version >= '3.8' --hash=sha256:{A} --hash=sha256:{B}\n", (FOO_LINUX,),
-     {"replaced": {"foo": frozenset({A})}},
-     [(f"foo[bar] @ file:///idx/{FOO_LINUX.filename} ; (python_version >= '3.8') and "
-       f'(python_version == "3.11" and ({LINUX}))', (f"sha256:{FOO_LINUX.sha256}",)),
-      ("foo[bar]==1.0 ; (python_version >= '3.8') and "
-       '(python_version != "3.11" or (sys_platform != "linux" or platform_machine != "x86_64"))', (f"sha256:{B}",))]),
+    (
+        "marker-as-written",
+        "foo==1.0 ; python_version >= '3.8'\n",
+        (FOO,),
+        {},
+        [(f"foo @ {URL}#sha256={FOO.sha256} ; python_version >= '3.8'", ())],
+    ),
+    (
+        "extras-marker-hashes",
+        f"foo[bar]==1.0 ; python_version >= '3.8' --hash=sha256:{A} --hash=sha256:{B}\n",
+        (FOO,),
+        {},
+        [(f"foo[bar] @ {URL} ; python_version >= '3.8'", (f"sha256:{FOO.sha256}",))],
+    ),
+    (
+        "other-platforms",
+        f"foo[bar]==1.0 ; python_version >= '3.8' --hash=sha256:{A} --hash=sha256:{B}\n",
+        (FOO_LINUX,),
+        {"replaced": {"foo": frozenset({A})}},
+        [
+            (
+                f"foo[bar] @ file:///idx/{FOO_LINUX.filename} ; (python_version >= '3.8') and "
+                f'(python_version == "3.11" and ({LINUX}))',
+                (f"sha256:{FOO_LINUX.sha256}",),
+            ),
+            (
+                "foo[bar]==1.0 ; (python_version >= '3.8') and "
+                '(python_version != "3.11" or (sys_platform != "linux" or platform_machine != "x86_64"))',
+                (f"sha256:{B}",),
+            ),
+        ],
+    ),
     # The hub names the one wheel it fetched; the pin's other hash (pip-compile --generate-hashes writes the
     # sdist's) goes too: a pure wheel serves every platform, and pip never builds an sdist when a wheel fits.
-    ("pure-replaces-the-sdist", f"foo==1.0 --hash=sha256:{A} --hash=sha256:{B}\n", (FOO,), {"replaced": {"foo": frozenset({A})}},
-     [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))]),
-    ("direct-reference-file", f"foo @ file:///w/foo-1.0-py3-none-any.whl --hash=sha256:{A}\n", (FOO,), {},
-     [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))]),
-    ("direct-reference-https", "Foo[x] @ https://h.example/foo-1.0-py3-none-any.whl ; os_name == 'posix'\n", (FOO,), {},
-     [(f"Foo[x] @ {URL}#sha256={FOO.sha256} ; os_name == 'posix'", ())]),
-    ("direct-reference-index-url", f"foo[x] @ https://h.example/foo-1.0-py3-none-any.whl --hash=sha256:{A}\n", (FOO,),
-     {"index_option": "index-url"}, [("foo[x]==1.0+s.1", (f"sha256:{FOO.sha256}",))]),
-    ("direct-reference-unpatched", "bar @ https://h.example/bar-2.0-py3-none-any.whl\nfoo @ https://h/foo-1.0+s.1-py3-none-any.whl\n",
-     (FOO,), {}, []),
-    ("mirrored-original", f"foo==1.0 --hash=sha256:{sha('foo-1.0-py3-none-any.whl')}\n",
-     (FOO, indexed("foo-1.0-py3-none-any.whl")), {"index_option": "extra-index-url"}, []),
-    ("sibling", "foo==1.0 ; sys_platform == 'linux'\n", (indexed("foo-1.0+s.1-py3-none-any.whl", ("foo-libs==1.0+s.1",)),
-     indexed("foo_libs-1.0+s.1-py3-none-any.whl")), {"index_option": "find-links"},
-     [("foo-libs==1.0+s.1 ; sys_platform == 'linux'", ())]),
+    (
+        "pure-replaces-the-sdist",
+        f"foo==1.0 --hash=sha256:{A} --hash=sha256:{B}\n",
+        (FOO,),
+        {"replaced": {"foo": frozenset({A})}},
+        [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))],
+    ),
+    (
+        "direct-reference-file",
+        f"foo @ file:///w/foo-1.0-py3-none-any.whl --hash=sha256:{A}\n",
+        (FOO,),
+        {},
+        [(f"foo @ {URL}", (f"sha256:{FOO.sha256}",))],
+    ),
+    (
+        "direct-reference-https",
+        "Foo[x] @ https://h.example/foo-1.0-py3-none-any.whl ; os_name == 'posix'\n",
+        (FOO,),
+        {},
+        [(f"Foo[x] @ {URL}#sha256={FOO.sha256} ; os_name == 'posix'", ())],
+    ),
+    (
+        "direct-reference-index-url",
+        f"foo[x] @ https://h.example/foo-1.0-py3-none-any.whl --hash=sha256:{A}\n",
+        (FOO,),
+        {"index_option": "index-url"},
+        [("foo[x]==1.0+s.1", (f"sha256:{FOO.sha256}",))],
+    ),
+    (
+        "direct-reference-unpatched",
+        "bar @ https://h.example/bar-2.0-py3-none-any.whl\nfoo @ https://h/foo-1.0+s.1-py3-none-any.whl\n",
+        (FOO,),
+        {},
+        [],
+    ),
+    (
+        "mirrored-original",
+        f"foo==1.0 --hash=sha256:{sha('foo-1.0-py3-none-any.whl')}\n",
+        (FOO, indexed("foo-1.0-py3-none-any.whl")),
+        {"index_option": "extra-index-url"},
+        [],
+    ),
+    (
+        "sibling",
+        "foo==1.0 ; sys_platform == 'linux'\n",
+        (indexed("foo-1.0+s.1-py3-none-any.whl", ("foo-libs==1.0+s.1",)), indexed("foo_libs-1.0+s.1-py3-none-any.whl")),
+        {"index_option": "find-links"},
+        [("foo-libs==1.0+s.1 ; sys_platform == 'linux'", ())],
+    ),
 ]
 
 
-@pytest.mark.parametrize("text, files, options, expected", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+@pytest.mark.parametrize(
+    "text, files, options, expected", [case[1:] for case in CASES], ids=[case[0] for case in CASES]
+)
 def test_plan_writes(text, files, options, expected) -> None:
     result = plan(text, files, **options)
     written = [(line.requirement, line.hashes) for edit in result.edits for line in edit.lines] + [
@@ -97,7 +165,11 @@ def test_plan_writes(text, files, options, expected) -> None:
 def test_split_markers_cover_every_environment_once() -> None:
     result = plan(f"foo==1.0 --hash=sha256:{A} --hash=sha256:{B}\n", (FOO_LINUX,), replaced={"foo": frozenset({A})})
     patched, rest = (Marker(line.marker) for line in result.edits[0].lines)
-    for system, machine, python in [("linux", "x86_64", "3.11"), ("linux", "x86_64", "3.12"), ("darwin", "arm64", "3.11")]:
+    for system, machine, python in [
+        ("linux", "x86_64", "3.11"),
+        ("linux", "x86_64", "3.12"),
+        ("darwin", "arm64", "3.11"),
+    ]:
         env = {"sys_platform": system, "platform_machine": machine, "python_version": python}
         assert patched.evaluate(env) != rest.evaluate(env), env
 
@@ -113,7 +185,10 @@ def test_a_wheel_of_a_platform_no_marker_names_replaces_the_whole_pin() -> None:
 
 
 def test_keeping_other_hashes_beside_such_a_wheel_is_one_error_naming_the_pin_and_the_wheel() -> None:
-    with pytest.raises(InvalidLockError, match=rf"^in\.txt:1: {re.escape(FOO_BSD.filename)}: platform tag freebsd_13_amd64: .* 1 other hashes") as caught:
+    with pytest.raises(
+        InvalidLockError,
+        match=rf"^in\.txt:1: {re.escape(FOO_BSD.filename)}: platform tag freebsd_13_amd64: .* 1 other hashes",
+    ) as caught:
         plan(f"foo==1.0 --hash=sha256:{A} --hash=sha256:{B}\n", (FOO_BSD,), replaced={"foo": frozenset({A})})
     assert len(str(caught.value).splitlines()) == 1
 
@@ -123,23 +198,47 @@ OPTION_CASES = [
     ("direct-no-index", "--no-index\n--find-links ./orig\n", "direct", None, []),
     ("direct-upstream", "", "direct", "--index-url=https://up.example/simple", []),
     ("extra-no-index", "--no-index\n--find-links ./orig\n", "extra-index-url", "--find-links=file:///idx", []),
-    ("index-url-no-index", "--no-index\n--find-links ./orig\n", "index-url", "--find-links=file:///idx", ["find-links"]),
+    (
+        "index-url-no-index",
+        "--no-index\n--find-links ./orig\n",
+        "index-url",
+        "--find-links=file:///idx",
+        ["find-links"],
+    ),
     ("find-links-no-index", "--no-index\n--find-links ./orig\n", "find-links", "--find-links=file:///idx", []),
-    ("index-url", "-i https://pypi.example/simple\n--extra-index-url=https://x.example\n", "index-url",
-     "--index-url=file:///idx/simple", ["index-url", "extra-index-url"]),
+    (
+        "index-url",
+        "-i https://pypi.example/simple\n--extra-index-url=https://x.example\n",
+        "index-url",
+        "--index-url=file:///idx/simple",
+        ["index-url", "extra-index-url"],
+    ),
     ("index-url-again", "--index-url=file:///idx/simple\n", "index-url", None, []),
     ("extra", "-i https://pypi.example/simple\n", "extra-index-url", "--extra-index-url=file:///idx/simple", []),
 ]
 
 
-@pytest.mark.parametrize("options, mode, added, dropped", [c[1:] for c in OPTION_CASES], ids=[c[0] for c in OPTION_CASES])
+@pytest.mark.parametrize(
+    "options, mode, added, dropped", [c[1:] for c in OPTION_CASES], ids=[c[0] for c in OPTION_CASES]
+)
 def test_plan_index_option(options: str, mode: str, added: str | None, dropped: list[str]) -> None:
     result = plan(options + "foo==1.0\n", index_option=mode, upstream_index_url="https://up.example/simple")
     assert result.option == added
     assert [option.kind for option in result.dropped] == dropped
 
 
-@pytest.mark.parametrize("value", ["https://x\n--trusted-host=evil", "https://x\r", "https://x\0", "https://x y", "https://x\u2028y", "", "https://x\\"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://x\n--trusted-host=evil",
+        "https://x\r",
+        "https://x\0",
+        "https://x y",
+        "https://x\u2028y",
+        "",
+        "https://x\\",
+    ],
+)
 def test_values_written_into_a_lock_are_one_token(value: str) -> None:
     with pytest.raises(UsageError, match=r"^--upstream-index-url '.*': (holds|is empty|ends with)") as caught:
         plan("foo==1.0\n", upstream_index_url=value)
@@ -151,9 +250,17 @@ def test_values_written_into_a_lock_are_one_token(value: str) -> None:
 @pytest.mark.parametrize(
     "text, files, message",
     [
-        ("foo @ https://h.example/foo-1.0.tar.gz\n", (FOO,), r"in.txt:1: foo @ https://h.example/foo-1.0.tar.gz: names no wheel"),
+        (
+            "foo @ https://h.example/foo-1.0.tar.gz\n",
+            (FOO,),
+            r"in.txt:1: foo @ https://h.example/foo-1.0.tar.gz: names no wheel",
+        ),
         ("foo>=1\n", (FOO,), r"in.txt:1: foo must be pinned with =="),
-        ("foo==1.0\n", (FOO, indexed("foo-1.0+s.2-py3-none-any.whl")), r"in.txt:1: the index has foo 1.0\+s.1, 1.0\+s.2"),
+        (
+            "foo==1.0\n",
+            (FOO, indexed("foo-1.0+s.2-py3-none-any.whl")),
+            r"in.txt:1: the index has foo 1.0\+s.1, 1.0\+s.2",
+        ),
     ],
 )
 def test_plan_errors_name_the_pin(text: str, files, message: str) -> None:

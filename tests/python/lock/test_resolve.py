@@ -15,7 +15,11 @@ from patched_wheels.errors import InvalidLockError
 from patched_wheels.lock.resolve import parse_project_page, resolve
 
 INDEX = "https://example.invalid/simple"
-LINUX = [Tag("cp311", "cp311", "manylinux_2_17_x86_64"), Tag("cp311", "cp311", "manylinux1_x86_64"), Tag("py3", "none", "any")]
+LINUX = [
+    Tag("cp311", "cp311", "manylinux_2_17_x86_64"),
+    Tag("cp311", "cp311", "manylinux1_x86_64"),
+    Tag("py3", "none", "any"),
+]
 
 
 def digest(text: str) -> str:
@@ -25,7 +29,10 @@ def digest(text: str) -> str:
 def write_page(pages: Path, project: str, files: dict[str, str]) -> None:
     """A PyPI-like page: absolute and relative links, each with a #sha256 fragment."""
     pages.mkdir(exist_ok=True)
-    links = "".join(f'<a href="{href}#sha256={sha}" data-requires-python="&gt;=3.8">{href.rsplit("/", 1)[-1]}</a>\n' for href, sha in files.items())
+    links = "".join(
+        f'<a href="{href}#sha256={sha}" data-requires-python="&gt;=3.8">{href.rsplit("/", 1)[-1]}</a>\n'
+        for href, sha in files.items()
+    )
     (pages / f"{project}.html").write_text(f"<!DOCTYPE html><html><body>{links}</body></html>", encoding="utf-8")
 
 
@@ -107,14 +114,20 @@ def test_explicit_urls_win_and_need_no_page(tmp_path: Path) -> None:
     [wheel] = resolve(
         requirements, pages_dir=tmp_path / "absent", index_url=INDEX, explicit={"torch": ([url], "ab" * 32)}, tags=LINUX
     )
-    assert (wheel.filename, wheel.urls, wheel.sha256) == ("torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl", (url,), "ab" * 32)
+    assert (wheel.filename, wheel.urls, wheel.sha256) == (
+        "torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl",
+        (url,),
+        "ab" * 32,
+    )
 
 
 def test_cli_lists_projects_then_resolves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_page(tmp_path / "pages", "six", {"six-1.16.0-py2.py3-none-any.whl": digest("six")})
     requirements = lock(tmp_path, f"Six==1.16.0 --hash=sha256:{digest('six')}\ntorch==2.1.0\n")
     explicit = tmp_path / "explicit.json"
-    explicit.write_text(json.dumps({"torch": {"urls": ["https://x.invalid/torch-2.1.0-py3-none-any.whl"], "sha256": "cd" * 32}}))
+    explicit.write_text(
+        json.dumps({"torch": {"urls": ["https://x.invalid/torch-2.1.0-py3-none-any.whl"], "sha256": "cd" * 32}})
+    )
     common = ["resolve", "--requirements", str(requirements), "--explicit", str(explicit)]
     assert main([*common, "--list-projects"]) == 0
     assert json.loads(capsys.readouterr().out) == ["six"]
@@ -133,7 +146,10 @@ def test_cli_lists_projects_then_resolves(tmp_path: Path, capsys: pytest.Capture
         ('{"torch": {}}', "'torch': expected"),
         ('{"torch": 3}', "'torch': expected"),
         ('{"torch": {"urls": [], "sha256": "' + "cd" * 32 + '"}}', "'torch': expected"),  # no URL to fetch
-        ('{"torch": {"urls": "https://x.invalid/torch-2.1.0-py3-none-any.whl", "sha256": "' + "cd" * 32 + '"}}', "'torch': expected"),
+        (
+            '{"torch": {"urls": "https://x.invalid/torch-2.1.0-py3-none-any.whl", "sha256": "' + "cd" * 32 + '"}}',
+            "'torch': expected",
+        ),
         ('{"torch": {"urls": ["https://x.invalid/t.whl"], "sha256": "cd"}}', "'torch': expected"),
         ("[" * 100_000, "nested too deeply"),
     ],
@@ -152,13 +168,17 @@ def test_a_malformed_explicit_file_is_one_error_line(
     code = main(["resolve", "--requirements", str(requirements), "--explicit", str(path), *args])
     captured = capsys.readouterr()
     assert code == 1 and captured.out == "" and captured.err.count("\n") == 1, captured
-    assert captured.err.startswith(f"patched-wheels: error: {path}: cannot read the wheels given by --explicit: "), captured.err
+    assert captured.err.startswith(f"patched-wheels: error: {path}: cannot read the wheels given by --explicit: "), (
+        captured.err
+    )
     assert expected in captured.err, captured.err
 
 
 def test_missing_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
-    code = main(["resolve", "--requirements", str(requirements), "--pages", str(tmp_path / "none"), "--index-url", INDEX])
+    code = main(
+        ["resolve", "--requirements", str(requirements), "--pages", str(tmp_path / "none"), "--index-url", INDEX]
+    )
     error = capsys.readouterr().err
     assert code == 1
     assert error.count("\n") == 1 and "six.html" in error and "cannot read the index page of six" in error
@@ -169,10 +189,15 @@ def test_missing_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFi
     [
         ("not UTF-8", "six.html: not UTF-8 (invalid start byte at byte 8)"),
         ("oversized", f"six.html: larger than {32 << 20} bytes; not the index page of six we read"),
-        ("a FIFO", "six.html: not a regular file (a FIFO, device, socket or directory); not the index page of six we read"),
+        (
+            "a FIFO",
+            "six.html: not a regular file (a FIFO, device, socket or directory); not the index page of six we read",
+        ),
     ],
 )
-def test_a_hostile_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, expected: str) -> None:
+def test_a_hostile_page_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, expected: str
+) -> None:
     """Pages are what an index sent: read bounded (no 300 MB page in memory), decoded strictly, never a traceback."""
     requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
     page = tmp_path / "pages" / "six.html"
@@ -191,7 +216,9 @@ def test_a_hostile_page_is_one_error_line(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_a_query_string_is_not_part_of_the_filename(tmp_path: Path) -> None:
-    write_page(tmp_path / "pages", "six", {"https://mirror.invalid/six-1.16.0-py2.py3-none-any.whl?token=abc": digest("six")})
+    write_page(
+        tmp_path / "pages", "six", {"https://mirror.invalid/six-1.16.0-py2.py3-none-any.whl?token=abc": digest("six")}
+    )
     requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
     [wheel] = resolve(requirements, pages_dir=tmp_path / "pages", index_url=INDEX, tags=LINUX)
     assert wheel.filename == "six-1.16.0-py2.py3-none-any.whl"

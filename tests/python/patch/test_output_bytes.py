@@ -71,7 +71,9 @@ def test_patch_writes_the_same_bytes(tmp_path: Path) -> None:
     _with_data_descriptor(wheel, "demo/module7.py")
     if _sha256(wheel) != PATCH_INPUT:
         pytest.skip(f"the input wheel is built differently here ({_sha256(wheel)})")
-    stored = build_wheel(tmp_path / "stored", "demo", "1.0", _files(big), tag="py3-none-any", compression=zipfile.ZIP_STORED)
+    stored = build_wheel(
+        tmp_path / "stored", "demo", "1.0", _files(big), tag="py3-none-any", compression=zipfile.ZIP_STORED
+    )
     outputs = {
         "suffix": patch_wheel(wheel, tmp_path / "a", PatchOptions(suffix="s.1", add_requires=["six"])).path,
         "unchanged": patch_wheel(wheel, tmp_path / "b", PatchOptions()).path,
@@ -93,7 +95,9 @@ def test_split_writes_the_same_bytes(tmp_path: Path) -> None:
     wheel = build_wheel(tmp_path / "in", "demo", "1.0", files, tag="py3-none-linux_x86_64")
     if _sha256(wheel) != SPLIT_INPUT:
         pytest.skip(f"the input wheel is built differently here (another compiler?): {_sha256(wheel)}")
-    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(split=SplitRequest("demo-libs", move=("demo/lib/*",)), suffix="s.1"))
+    result = patch_wheel(
+        wheel, tmp_path / "out", PatchOptions(split=SplitRequest("demo-libs", move=("demo/lib/*",)), suffix="s.1")
+    )
     assert result.sibling is not None
     assert {"main": _sha256(result.path), "sibling": _sha256(result.sibling)} == SPLIT_OUTPUTS
 

@@ -94,12 +94,16 @@ def test_set_rpath_fixes_the_import_and_keeps_the_kind(
         (["--prepend-rpath", f"pkg/*.so={FIX}"], [FIX, "$ORIGIN"]),
         (["--add-rpath", f"pkg/*.so={FIX}"], ["$ORIGIN", FIX]),
         # Edits apply in command-line order; ${ORIGIN} is the loader's other spelling.
-        (["--set-rpath", "pkg/_ext.so=$ORIGIN/gone", "--add-rpath", "pkg/*.so=${ORIGIN}/../pkg.libs"],
-         ["$ORIGIN/gone", "${ORIGIN}/../pkg.libs"]),
+        (
+            ["--set-rpath", "pkg/_ext.so=$ORIGIN/gone", "--add-rpath", "pkg/*.so=${ORIGIN}/../pkg.libs"],
+            ["$ORIGIN/gone", "${ORIGIN}/../pkg.libs"],
+        ),
     ],
     ids=["prepend", "append", "in-order"],
 )
-def test_prepend_and_append_modes(wheels: dict[str, Path], flags: list[str], expected: list[str], tmp_path: Path) -> None:
+def test_prepend_and_append_modes(
+    wheels: dict[str, Path], flags: list[str], expected: list[str], tmp_path: Path
+) -> None:
     patched = _patch(wheels["runpath"], tmp_path / "out", *flags)
     assert _search_tags(patched, EXT_MEMBER) == {"DT_RUNPATH": expected}
     for result in _imports(patched, tmp_path / "layouts"):
@@ -117,7 +121,9 @@ def test_data_member_for_pip_and_rules_python_layouts(wheels: dict[str, Path], t
     site_packages = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     entries = f"$ORIGIN:$ORIGIN/../{site_packages}/pkg.libs:$ORIGIN/../../site-packages/pkg.libs"
     # The glob names the input wheel's members, although --suffix renames the .data directory.
-    patched = _patch(wheels["runpath"], tmp_path / "out", "--suffix", "fix.1", "--set-rpath", f"{DATA_MEMBER}={entries}")
+    patched = _patch(
+        wheels["runpath"], tmp_path / "out", "--suffix", "fix.1", "--set-rpath", f"{DATA_MEMBER}={entries}"
+    )
     assert patched.name == "pkg-1.0+fix.1-py3-none-linux_x86_64.whl"
     assert _search_tags(patched, "pkg-1.0+fix.1.data/data/pkgdata/libdata.so") == {"DT_RUNPATH": entries.split(":")}
 
@@ -126,19 +132,37 @@ def test_data_member_for_pip_and_rules_python_layouts(wheels: dict[str, Path], t
         # pip into a prefix: data files land in <prefix>/, the package in <prefix>/lib/pythonX.Y/site-packages.
         prefix = tmp_path / name / "prefix"
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
-             "--quiet", "--prefix", str(prefix), str(wheel)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--no-index",
+                "--disable-pip-version-check",
+                "--quiet",
+                "--prefix",
+                str(prefix),
+                str(wheel),
+            ],
             check=True,
         )
         assert (prefix / site_packages / "pkg.libs/libdep.so.1").is_file()
         # rules_python's whl_library installs with these schemes (0.22.1 through 1.x): data/ beside site-packages/.
         repository = tmp_path / name / "whl_library"
-        schemes = {"purelib": "/site-packages", "platlib": "/site-packages", "headers": "/include",
-                   "scripts": "/bin", "data": "/data"}
+        schemes = {
+            "purelib": "/site-packages",
+            "platlib": "/site-packages",
+            "headers": "/include",
+            "scripts": "/bin",
+            "data": "/data",
+        }
         with InstallerWheel.open(wheel) as source:
             install(source, SchemeDictionaryDestination(schemes, "/dev/null", "posix", destdir=str(repository)), {})
         for library in (prefix / rpathfixture.DATA_INSTALL_PATH, repository / "data" / rpathfixture.DATA_INSTALL_PATH):
-            result = subprocess.run([sys.executable, "-c", load, str(library)], capture_output=True, text=True, check=False)
+            result = subprocess.run(
+                [sys.executable, "-c", load, str(library)], capture_output=True, text=True, check=False
+            )
             if name == "before":
                 assert result.returncode != 0 and MISSING in result.stderr, (library, result.stderr)
             else:
@@ -146,7 +170,9 @@ def test_data_member_for_pip_and_rules_python_layouts(wheels: dict[str, Path], t
                 assert result.stdout.strip() == str(rpathfixture.EXPECTED_DATA_ANSWER)
 
 
-def test_doctor_and_graph_see_the_edited_rpath(wheels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_and_graph_see_the_edited_rpath(
+    wheels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     original = wheels["runpath"]
     assert _cli("doctor", "--no-cache", original) == 1
     report = capsys.readouterr().out
@@ -164,7 +190,14 @@ def test_doctor_and_graph_see_the_edited_rpath(wheels: dict[str, Path], tmp_path
         "not on its RUNPATH ($ORIGIN) in a per-wheel layout",
         "predicted, as is: 1 library fails to load with one directory per wheel",
     ]
-    both = _patch(original, tmp_path / "both", "--set-rpath", f"pkg/*.so={FIX}", "--set-rpath", f"{DATA_MEMBER}=$ORIGIN:{DATA_FIX}")
+    both = _patch(
+        original,
+        tmp_path / "both",
+        "--set-rpath",
+        f"pkg/*.so={FIX}",
+        "--set-rpath",
+        f"{DATA_MEMBER}=$ORIGIN:{DATA_FIX}",
+    )
     capsys.readouterr()
     assert _cli("doctor", "--no-cache", both) == 0
     assert capsys.readouterr().out.strip() == "predicted, as is: every library loads with one directory per wheel"
@@ -202,17 +235,31 @@ def test_hub_spec_applies_rpath_in_glob_order(wheels: dict[str, Path], tmp_path:
     (patched,) = (tmp_path / "index").glob("*.whl")
     assert _search_tags(patched, EXT_MEMBER) == {"DT_RUNPATH": ["$ORIGIN/second", FIX, "$ORIGIN"]}
 
-    bad = PatchedWheelSpec(name="pkg", wheel=wheels["runpath"], suffix="t", rpath={"pkg/*.so": FIX}, rpath_mode="replace")
+    bad = PatchedWheelSpec(
+        name="pkg", wheel=wheels["runpath"], suffix="t", rpath={"pkg/*.so": FIX}, rpath_mode="replace"
+    )
     with pytest.raises(UsageError, match=r"^patched_wheel pkg: rpath 'pkg/\*\.so': rpath mode must be one of"):
         patch_into_index(bad, [wheels["runpath"]], tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
 
 
 BAD_EDITS = {
-    "no match": (["--set-rpath", "nothing/*.so=$ORIGIN"], "--set-rpath 'nothing/*.so=$ORIGIN': matches no member of pkg-1.0-"),
-    "not ELF": (["--set-rpath", f"pkg/*={FIX}"], "pkg-1.0-py3-none-linux_x86_64.whl: pkg/__init__.py is not an ELF file"),
-    "absolute": (["--set-rpath", "pkg/*.so=$ORIGIN:/usr/lib"], "entry '/usr/lib' must start with $ORIGIN: an absolute path"),
-    "relative": (["--add-rpath", "pkg/*.so=../pkg.libs"], "entry '../pkg.libs' must start with $ORIGIN: a relative path"),
+    "no match": (
+        ["--set-rpath", "nothing/*.so=$ORIGIN"],
+        "--set-rpath 'nothing/*.so=$ORIGIN': matches no member of pkg-1.0-",
+    ),
+    "not ELF": (
+        ["--set-rpath", f"pkg/*={FIX}"],
+        "pkg-1.0-py3-none-linux_x86_64.whl: pkg/__init__.py is not an ELF file",
+    ),
+    "absolute": (
+        ["--set-rpath", "pkg/*.so=$ORIGIN:/usr/lib"],
+        "entry '/usr/lib' must start with $ORIGIN: an absolute path",
+    ),
+    "relative": (
+        ["--add-rpath", "pkg/*.so=../pkg.libs"],
+        "entry '../pkg.libs' must start with $ORIGIN: a relative path",
+    ),
     "other token": (["--prepend-rpath", "pkg/*.so=$ORIGINAL/x"], "entry '$ORIGINAL/x' must start with $ORIGIN"),
     "empty entry": (["--set-rpath", f"pkg/*.so=$ORIGIN::{FIX}"], "empty entry in '$ORIGIN::$ORIGIN/../pkg.libs'"),
     "no entries": (["--set-rpath", "pkg/*.so="], "--set-rpath 'pkg/*.so=': no entries"),
@@ -245,6 +292,8 @@ def test_a_layout_the_editor_refuses_is_one_error_naming_the_member(
     wheels: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(elfgrow, "_MAX_BSS", 0)  # _ext.so's .bss (8 bytes) is then too big to write out
-    with pytest.raises(ElfError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {EXT_MEMBER}: the last PT_LOAD's .bss \(8 bytes\)"):
+    with pytest.raises(
+        ElfError, match=rf"pkg-1.0-py3-none-linux_x86_64.whl: {EXT_MEMBER}: the last PT_LOAD's .bss \(8 bytes\)"
+    ):
         patch_wheel(wheels["runpath"], tmp_path / "out", PatchOptions(rpath_edits=[rpath_edit("pkg/*.so", FIX)]))
     assert not (tmp_path / "out").exists()

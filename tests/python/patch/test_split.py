@@ -55,14 +55,21 @@ def _dynamic(data: bytes) -> dict[str, str]:
 
     elf = ELFFile(BytesIO(data))
     tags = elf.get_section_by_name(".dynamic").iter_tags()
-    return {tag.entry.d_tag: getattr(tag, tag.entry.d_tag[3:].lower(), None) for tag in tags if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH", "DT_SONAME")}
+    return {
+        tag.entry.d_tag: getattr(tag, tag.entry.d_tag[3:].lower(), None)
+        for tag in tags
+        if tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH", "DT_SONAME")
+    }
 
 
 def test_split_pair_imports_in_both_layouts(wheels, split_pair, tmp_path):
     environment = [*wheels.nvidia.values(), split_pair.path, split_pair.sibling]
     for layout in (flat_layout, per_wheel_layout):
         result = run_import(layout(environment, tmp_path / layout.__name__))
-        assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), (layout.__name__, result.stderr)
+        assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), (
+            layout.__name__,
+            result.stderr,
+        )
 
 
 def _raw(wheel: Path, member: str) -> tuple[int, int, bytes]:
@@ -71,7 +78,10 @@ def _raw(wheel: Path, member: str) -> tuple[int, int, bytes]:
         info = archive.getinfo(member)
         with open(wheel, "rb") as handle:
             handle.seek(info.header_offset + 26)
-            name_length, extra_length = int.from_bytes(handle.read(2), "little"), int.from_bytes(handle.read(2), "little")
+            name_length, extra_length = (
+                int.from_bytes(handle.read(2), "little"),
+                int.from_bytes(handle.read(2), "little"),
+            )
             handle.seek(info.header_offset + 30 + name_length + extra_length)
             return info.CRC, info.file_size, handle.read(info.compress_size)
 
@@ -108,12 +118,20 @@ def test_outputs_have_same_version_and_tags_valid_record_requirement_and_preload
         assert "Requires-Dist: faketorch-libs==2.1.0" in main_wheel.metadata().decode().splitlines()
         preload = read_preload_module(main_wheel.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
     assert preload[-1] == MOVED
-    assert preload.index(LIBRARY_PATHS["jit"]) < preload.index(LIBRARY_PATHS["sparse"]) < preload.index(LIBRARY_PATHS["solver"])
+    assert (
+        preload.index(LIBRARY_PATHS["jit"])
+        < preload.index(LIBRARY_PATHS["sparse"])
+        < preload.index(LIBRARY_PATHS["solver"])
+    )
 
 
 def test_split_is_reproducible(wheels, split_pair, tmp_path):
     again = split_wheel(
-        wheels.torch, tmp_path, into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=list(wheels.nvidia.values())
+        wheels.torch,
+        tmp_path,
+        into="faketorch-libs",
+        move=["faketorch/lib/*.so"],
+        graph_wheels=list(wheels.nvidia.values()),
     )
     assert again.path.read_bytes() == split_pair.path.read_bytes()
     assert again.sibling.read_bytes() == split_pair.sibling.read_bytes()
@@ -126,7 +144,11 @@ def test_without_graph_wheels_the_pair_works_flat(wheels, tmp_path):
 
 
 def test_split_extends_an_existing_preload(wheels, tmp_path):
-    patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=preload_member_edits("faketorch", wheels.all))).path
+    patched = patch_wheel(
+        wheels.torch,
+        tmp_path / "patched",
+        PatchOptions(suffix="pw.1", member_edits=preload_member_edits("faketorch", wheels.all)),
+    ).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"])
     with zipfile.ZipFile(pair.path) as archive:
         preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
@@ -145,11 +167,17 @@ def test_split_keeps_optional_entries_optional(wheels, tmp_path):
     graph_wheels = [*wheels.nvidia.values(), runtime.foo, runtime.bar]
     edits = preload_member_edits("faketorch", [wheels.torch, *graph_wheels], preload_wheels=[RUNTIME_GLOB])
     patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
-    pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=graph_wheels)
+    pair = split_wheel(
+        patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=graph_wheels
+    )
     with zipfile.ZipFile(pair.path) as archive:
         preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
     assert preload.optional == set(RUNTIME_LIBRARY_PATHS.values())
-    assert set(preload.libraries) == {*RUNTIME_LIBRARY_PATHS.values(), *(LIBRARY_PATHS[name] for name in ("jit", "sparse", "solver", "blas")), MOVED}
+    assert set(preload.libraries) == {
+        *RUNTIME_LIBRARY_PATHS.values(),
+        *(LIBRARY_PATHS[name] for name in ("jit", "sparse", "solver", "blas")),
+        MOVED,
+    }
     result = run_import(per_wheel_layout([*graph_wheels, pair.path, pair.sibling], tmp_path / "site"))
     assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), result.stderr
 
@@ -183,7 +211,10 @@ def test_max_size_moves_the_largest_libraries_until_the_wheel_fits(sized_wheel, 
     ("options", "message"),
     [
         (dict(move=["nothing/*"]), r"--move nothing/\* matches no member"),
-        (dict(move=["faketorch/__init__.py"]), r"faketorch/__init__.py \(matched by --move faketorch/__init__.py\) is not a shared library"),
+        (
+            dict(move=["faketorch/__init__.py"]),
+            r"faketorch/__init__.py \(matched by --move faketorch/__init__.py\) is not a shared library",
+        ),
         (dict(move=["faketorch/*.so"], max_size=10), "give either --move or --max-size, not both or neither"),
         (dict(), "give either --move or --max-size, not both or neither"),
         (dict(move=["faketorch/*.so"], into="bad name!"), "--into 'bad name!' is not a valid project name"),
@@ -209,12 +240,19 @@ def test_a_soname_the_editor_cannot_add_leaves_no_output(wheels, tmp_path, monke
 
 def test_the_hub_names_the_attributes_a_bazel_user_wrote(wheels, tmp_path):
     spec = PatchedWheelSpec(
-        name="faketorch", wheel=wheels.torch, suffix="t.1", split_into="faketorch-libs", split_move=["faketorch/*.so"], split_max_size=10
+        name="faketorch",
+        wheel=wheels.torch,
+        suffix="t.1",
+        split_into="faketorch-libs",
+        split_move=["faketorch/*.so"],
+        split_max_size=10,
     )
     with pytest.raises(UsageError, match=r"give either split_move or split_max_size, not both or neither"):
         patch_into_index(spec, wheels.all, tmp_path / "index")
     with pytest.raises(UsageError, match=r"split_move faketorch/nothing matches no member"):
-        patch_into_index(replace(spec, split_move=["faketorch/nothing"], split_max_size=0), wheels.all, tmp_path / "index")
+        patch_into_index(
+            replace(spec, split_move=["faketorch/nothing"], split_max_size=0), wheels.all, tmp_path / "index"
+        )
     assert not (tmp_path / "index").exists() or not any((tmp_path / "index").iterdir())
 
 
@@ -288,10 +326,18 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
     monkeypatch.setattr(rewrite, "WheelWriter", CountingWriter)
     monkeypatch.setattr(elfgraph, "scan_wheels", recording_scan)
     spec = PatchedWheelSpec(
-        name="faketorch", wheel=wheels.torch, suffix="t.1", preload="auto", preload_package="faketorch",
-        split_into=SPLIT.into, split_move=SPLIT.move,
+        name="faketorch",
+        wheel=wheels.torch,
+        suffix="t.1",
+        preload="auto",
+        preload_package="faketorch",
+        split_into=SPLIT.into,
+        split_move=SPLIT.move,
     )
-    assert patch_into_index(spec, wheels.all, tmp_path / "index") == ["faketorch==2.1.0+t.1", "faketorch-libs==2.1.0+t.1"]
+    assert patch_into_index(spec, wheels.all, tmp_path / "index") == [
+        "faketorch==2.1.0+t.1",
+        "faketorch-libs==2.1.0+t.1",
+    ]
     names = ["faketorch_libs-2.1.0+t.1-py3-none-linux_x86_64.whl", "faketorch-2.1.0+t.1-py3-none-linux_x86_64.whl"]
     assert written == names  # each wheel once: no scratch copy of the main wheel
     assert sorted(path.name for path in (tmp_path / "index").iterdir()) == sorted(names)
@@ -303,7 +349,9 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
 @pytest.mark.parametrize("mode", ["prepend", "set"])  # longer: the string table grows; shorter: overwritten in place
 def test_a_library_whose_rpath_the_patch_edits_moves_with_the_edit(wheels, tmp_path, mode):
     edit = rpath_edit(LIBRARY_PATHS["faketorch"], "$ORIGIN/../extra", mode)
-    result = patch_wheel(wheels.torch, tmp_path, PatchOptions(rpath_edits=[edit], split=SPLIT, graph=read_graph(wheels.all)))
+    result = patch_wheel(
+        wheels.torch, tmp_path, PatchOptions(rpath_edits=[edit], split=SPLIT, graph=read_graph(wheels.all))
+    )
     with WheelReader(result.sibling, verify=True) as reader:
         dynamic = _dynamic(reader.read(MOVED))
     nvidia = [f"$ORIGIN/../../fake_nvidia/{name}/lib" for name in ("jit", "sparse", "solver", "blas")]
@@ -317,12 +365,22 @@ def test_a_library_whose_rpath_the_patch_edits_moves_with_the_edit(wheels, tmp_p
 
 
 def test_a_library_the_patch_deletes_does_not_move(wheels, tmp_path):
-    result = patch_wheel(wheels.torch, tmp_path / "out", PatchOptions(delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/*.so"])))
+    result = patch_wheel(
+        wheels.torch,
+        tmp_path / "out",
+        PatchOptions(delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/*.so"])),
+    )
     with zipfile.ZipFile(result.sibling) as sibling, zipfile.ZipFile(result.path) as main_wheel:
         assert [name for name in sibling.namelist() if name.endswith(".so")] == [MOVED]
         assert not [name for name in main_wheel.namelist() if name.endswith(".so")]
     with pytest.raises(UsageError, match=r"--move faketorch/_core.so matches no member"):
-        patch_wheel(wheels.torch, tmp_path / "none", PatchOptions(delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/_core.so"])))
+        patch_wheel(
+            wheels.torch,
+            tmp_path / "none",
+            PatchOptions(
+                delete=["faketorch/_core.so"], split=SplitRequest("faketorch-libs", move=["faketorch/_core.so"])
+            ),
+        )
 
 
 def test_a_failure_after_the_sibling_is_written_leaves_neither_wheel(wheels, tmp_path, monkeypatch):
@@ -357,7 +415,16 @@ def test_both_wheels_install_with_pip_uv_and_installer(wheels, split_pair, tmp_p
         with InstallerWheel.open(wheel) as source:
             source.validate_record(validate_contents=True)
     clients = {
-        "pip": [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", "--quiet"],
+        "pip": [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--quiet",
+        ],
         "uv": [uv, "pip", "install", "--no-deps", "--no-index", "--quiet", "--python", sys.executable],
     }
     for client, command in clients.items():

@@ -42,7 +42,9 @@ def _demo_wheel(directory: Path, version: str = "1.0", **kwargs: object) -> Path
         ".data/purelib/demo_extra.py": b"EXTRA = 1\n",
     }
     kwargs.setdefault("requires", REQUIRES)
-    return build_wheel(directory, "demo", version, files, modes={f"demo-{version}.data/scripts/demo-run": 0o755}, **kwargs)  # type: ignore[arg-type]
+    return build_wheel(
+        directory, "demo", version, files, modes={f"demo-{version}.data/scripts/demo-run": 0o755}, **kwargs
+    )  # type: ignore[arg-type]
 
 
 def _patch_file(directory: Path, name: str, content: bytes) -> Path:
@@ -58,8 +60,19 @@ def _cli(*args: object) -> int:
 
 def _pip_install(wheel: Path, target: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
-         "--quiet", "--target", str(target), str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
         check=True,
     )
 
@@ -81,8 +94,24 @@ def test_cli_round_trip_installs_with_pip(tmp_path: Path, capsys: pytest.Capture
     patch_dir = tmp_path / "patches"
     _patch_file(patch_dir, "01-init.patch", INIT_PATCH)
     out = tmp_path / "out"
-    assert _cli("patch", "--wheel", wheel, "--dest-dir", out, "--suffix", "stripe.5", "--patch-dir", patch_dir,
-                "--remove-requires", "triton", "--add-requires", "nvidia-nvjitlink-cu12==12.1.105") == 0
+    assert (
+        _cli(
+            "patch",
+            "--wheel",
+            wheel,
+            "--dest-dir",
+            out,
+            "--suffix",
+            "stripe.5",
+            "--patch-dir",
+            patch_dir,
+            "--remove-requires",
+            "triton",
+            "--add-requires",
+            "nvidia-nvjitlink-cu12==12.1.105",
+        )
+        == 0
+    )
     expected = out / "demo-1.0+stripe.5-py3-none-any.whl"
     assert capsys.readouterr().out == f"{expected}\ndemo==1.0+stripe.5\n"
     assert [path.name for path in out.iterdir()] == [expected.name]
@@ -108,7 +137,9 @@ def test_platlib_wheel_keeps_filename_tags_build_tag_and_wheel_file(tmp_path: Pa
     wheel = _demo_wheel(tmp_path / "in", version="2.1.2+cu118", build_tag="7", tag=str(platform_tag))
     # Like torch 2.1.0: the WHEEL file's Tag differs from the filename's; the filename wins.
     original_wheel_file = zipfile.ZipFile(wheel).read("demo-2.1.2+cu118.dist-info/WHEEL")
-    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="stripe.5", patches=[_patch_file(tmp_path, "p.diff", INIT_PATCH)]))
+    result = patch_wheel(
+        wheel, tmp_path / "out", PatchOptions(suffix="stripe.5", patches=[_patch_file(tmp_path, "p.diff", INIT_PATCH)])
+    )
     assert result == PatchResult(
         tmp_path / "out" / f"demo-2.1.2+cu118.stripe.5-7-{platform_tag}.whl", "demo==2.1.2+cu118.stripe.5"
     )
@@ -119,7 +150,9 @@ def test_platlib_wheel_keeps_filename_tags_build_tag_and_wheel_file(tmp_path: Pa
     target = tmp_path / "site"
     _pip_install(result.path, target)
     assert b"patched = True" in (target / "demo/__init__.py").read_bytes()
-    assert (target / "demo-2.1.2+cu118.stripe.5.dist-info/METADATA").read_text().count("Version: 2.1.2+cu118.stripe.5\n") == 1
+    assert (target / "demo-2.1.2+cu118.stripe.5.dist-info/METADATA").read_text().count(
+        "Version: 2.1.2+cu118.stripe.5\n"
+    ) == 1
 
 
 def test_name_normalisation_keeps_input_spelling(tmp_path: Path) -> None:
@@ -138,7 +171,9 @@ def test_name_normalisation_keeps_input_spelling(tmp_path: Path) -> None:
 
 def test_unchanged_members_are_copied_raw_and_modes_kept(tmp_path: Path) -> None:
     wheel = _demo_wheel(tmp_path / "in")
-    result = patch_wheel(wheel, tmp_path / "out", PatchOptions(suffix="x", patches=[_patch_file(tmp_path, "p.diff", INIT_PATCH)]))
+    result = patch_wheel(
+        wheel, tmp_path / "out", PatchOptions(suffix="x", patches=[_patch_file(tmp_path, "p.diff", INIT_PATCH)])
+    )
     with zipfile.ZipFile(wheel) as before, zipfile.ZipFile(result.path) as after:
         raw_before = before.getinfo("demo/data.bin")
         raw_after = after.getinfo("demo/data.bin")
@@ -152,7 +187,13 @@ def test_patch_order_creation_deletion_globs_and_member_edits(tmp_path: Path) ->
     wheel = _demo_wheel(tmp_path / "in")
     patch_dir = tmp_path / "patches"
     # 02 only applies on top of 01: sorted order matters.
-    _patch_file(patch_dir, "02-second.patch", INIT_PATCH.replace(b"+patched = True\n line = 4", b" patched = True\n+second = True\n line = 4").replace(b"@@ -2,3 +2,4 @@", b"@@ -3,3 +3,4 @@").replace(b" line = 2\n", b""))
+    _patch_file(
+        patch_dir,
+        "02-second.patch",
+        INIT_PATCH.replace(b"+patched = True\n line = 4", b" patched = True\n+second = True\n line = 4")
+        .replace(b"@@ -2,3 +2,4 @@", b"@@ -3,3 +3,4 @@")
+        .replace(b" line = 2\n", b""),
+    )
     _patch_file(patch_dir, "01-first.patch", INIT_PATCH)
     _patch_file(patch_dir, "README", b"not a patch")
     create = _patch_file(tmp_path, "create.patch", b"--- /dev/null\n+++ b/demo/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n")
@@ -199,8 +240,22 @@ def test_patching_twice_gives_identical_bytes(tmp_path: Path) -> None:
     patch = _patch_file(tmp_path, "p.patch", INIT_PATCH)
     digests = set()
     for run in ("a", "b"):
-        assert _cli("patch", "--wheel", wheel, "--dest-dir", tmp_path / run, "--suffix", "s.1", "--patch", patch,
-                    "--add-requires", "x>=1") == 0
+        assert (
+            _cli(
+                "patch",
+                "--wheel",
+                wheel,
+                "--dest-dir",
+                tmp_path / run,
+                "--suffix",
+                "s.1",
+                "--patch",
+                patch,
+                "--add-requires",
+                "x>=1",
+            )
+            == 0
+        )
         digests.add(_sha256(tmp_path / run / "demo-1.0+s.1-py3-none-any.whl"))
     assert len(digests) == 1
 
@@ -228,7 +283,8 @@ def _delete_wheel_patch(directory: Path, wheel: Path) -> Path:
     return _patch_file(
         directory,
         "delete-wheel.patch",
-        b"--- a/demo-1.0.dist-info/WHEEL\n+++ /dev/null\n@@ -1,%d +0,0 @@\n" % len(lines) + b"".join(b"-" + line for line in lines),
+        b"--- a/demo-1.0.dist-info/WHEEL\n+++ /dev/null\n@@ -1,%d +0,0 @@\n" % len(lines)
+        + b"".join(b"-" + line for line in lines),
     )
 
 
@@ -277,7 +333,10 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
         "not a zip": (["--wheel", not_zip, *base], f"{not_zip}: not a zip archive or truncated"),
         "truncated": (["--wheel", truncated, *base], f"{truncated}: not a zip archive or truncated"),
         "unsafe path": (["--wheel", evil, *base], f"{evil.name}: member '../evil.py': unsafe path"),
-        "duplicate": (["--wheel", duplicate, *base], f"{duplicate.name}: member 'demo/__init__.py': duplicate member name"),
+        "duplicate": (
+            ["--wheel", duplicate, *base],
+            f"{duplicate.name}: member 'demo/__init__.py': duplicate member name",
+        ),
         "record size": (["--wheel", size, *base], "RECORD: demo/data.bin has size 50000 in RECORD but 5 in the zip"),
         "hash --verify": (
             ["--wheel", unchanged_tampered, *base, "--verify"],
@@ -291,14 +350,26 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
             ["--wheel", good, *base, "--patch", stale],
             f"patch {stale}: demo/__init__.py: hunk #1 (@@ -2,3 +2,4 @@) does not apply at line 2",
         ),
-        "missing target": (["--wheel", good, *base, "--patch", missing], f"patch {missing}: demo/gone.py: file is not in the wheel"),
-        "negative strip": (["--wheel", good, *base, "--patch", patch, "--strip", "-1"], f"patch {patch}: strip must be >= 0, got -1"),
+        "missing target": (
+            ["--wheel", good, *base, "--patch", missing],
+            f"patch {missing}: demo/gone.py: file is not in the wheel",
+        ),
+        "negative strip": (
+            ["--wheel", good, *base, "--patch", patch, "--strip", "-1"],
+            f"patch {patch}: strip must be >= 0, got -1",
+        ),
         "invalid suffix": (
             ["--wheel", good, "--dest-dir", tmp_path / "out", "--suffix", "bad+suffix"],
             "suffix 'bad+suffix' is not a valid PEP 440 local version label",
         ),
-        "delete no match": (["--wheel", good, *base, "--delete", "*.nothing"], "--delete '*.nothing': matches no member"),
-        "remove unknown": (["--wheel", good, *base, "--remove-requires", "numpy"], "no Requires-Dist for numpy to remove"),
+        "delete no match": (
+            ["--wheel", good, *base, "--delete", "*.nothing"],
+            "--delete '*.nothing': matches no member",
+        ),
+        "remove unknown": (
+            ["--wheel", good, *base, "--remove-requires", "numpy"],
+            "no Requires-Dist for numpy to remove",
+        ),
         "edit RECORD": (
             ["--wheel", good, *base, "--delete", "demo-1.0.dist-info/*"],
             "would delete demo-1.0.dist-info/METADATA, which a wheel needs",
@@ -344,10 +415,30 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
 
 
 BAD_CASES = [
-    "not a zip", "truncated", "unsafe path", "duplicate", "record size", "hash --verify", "hash rewritten",
-    "stale patch", "missing target", "negative strip", "invalid suffix", "delete no match", "remove unknown", "edit RECORD",
-    "empty suffix", "non-ASCII suffix", "bad add-requires", "re-versioned", "symlink member", "patch deletes WHEEL",
-    "patch adds a dist-info", "patch creates under a file", "patch path not UTF-8", "patched METADATA not UTF-8",
+    "not a zip",
+    "truncated",
+    "unsafe path",
+    "duplicate",
+    "record size",
+    "hash --verify",
+    "hash rewritten",
+    "stale patch",
+    "missing target",
+    "negative strip",
+    "invalid suffix",
+    "delete no match",
+    "remove unknown",
+    "edit RECORD",
+    "empty suffix",
+    "non-ASCII suffix",
+    "bad add-requires",
+    "re-versioned",
+    "symlink member",
+    "patch deletes WHEEL",
+    "patch adds a dist-info",
+    "patch creates under a file",
+    "patch path not UTF-8",
+    "patched METADATA not UTF-8",
 ]
 
 
@@ -370,7 +461,11 @@ def test_bad_input_gives_one_error_line_and_no_output(
     [
         (dict(delete=["*.nothing"]), UsageError, "--delete '[*].nothing': matches no member"),
         (dict(delete=["demo-1.0.dist-info/*"]), UsageError, "would delete demo-1.0.dist-info/METADATA"),
-        (dict(member_edits={"other-1.0.dist-info/METADATA": lambda _: b""}), PatchError, "would add a second .dist-info"),
+        (
+            dict(member_edits={"other-1.0.dist-info/METADATA": lambda _: b""}),
+            PatchError,
+            "would add a second .dist-info",
+        ),
         (dict(member_edits={"demo/../x.py": lambda _: b""}), PatchError, "is not a safe file path"),
     ],
 )
@@ -395,7 +490,10 @@ def test_bad_source_date_epoch_is_one_line_and_no_output(
     wheel = _demo_wheel(tmp_path / "in")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
     assert _cli("patch", "--wheel", wheel, "--dest-dir", tmp_path / "out", "--suffix", "s") == 1
-    assert capsys.readouterr().err == f"patched-wheels: error: SOURCE_DATE_EPOCH={epoch!r}: not a number of seconds since 1970\n"
+    assert (
+        capsys.readouterr().err
+        == f"patched-wheels: error: SOURCE_DATE_EPOCH={epoch!r}: not a number of seconds since 1970\n"
+    )
     assert not (tmp_path / "out").exists()  # not even the directory it would have made
 
 

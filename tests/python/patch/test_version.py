@@ -30,7 +30,9 @@ def test_local_suffix(version: str, suffix: str, expected: str) -> None:
 
 
 # "\u017f" (long s) and "\u212a" (Kelvin sign) match [a-z] case-insensitively unless the pattern is ASCII-only.
-@pytest.mark.parametrize("suffix", ["", "a+b", "stripe..5", ".stripe", "stripe.", "ümlaut", "a b", "-x", "\u017ftripe", "\u212a1"])
+@pytest.mark.parametrize(
+    "suffix", ["", "a+b", "stripe..5", ".stripe", "stripe.", "ümlaut", "a b", "-x", "\u017ftripe", "\u212a1"]
+)
 def test_invalid_suffix_is_one_line_error(suffix: str) -> None:
     with pytest.raises(UsageError, match="not a valid PEP 440 local version label") as caught:
         with_local_suffix("1.0", suffix)
@@ -55,7 +57,7 @@ METADATA = (
     b'Requires-Dist: triton (==2.1.0) ; platform_system == "Linux" and platform_machine == "x86_64"\n'
     b"Requires-Dist: Triton_Extra[x] >=1\n"
     b"Requires-Dist: jinja2\n"
-    b'Provides-Extra: opt-einsum\n'
+    b"Provides-Extra: opt-einsum\n"
     b"\n"
     b"Version: 9.9 in the body is not a header\n"
     b"Requires-Dist: triton in the body either\n"

@@ -117,7 +117,9 @@ def _raw_zip(path: Path, members: list[tuple[str, bytes]]) -> Path:
 
 
 def _record_for(members: list[tuple[str, bytes]], dist_info: str) -> bytes:
-    rows = [RecordEntry(name, wheelfile.record_hash(hashlib.sha256(data).digest()), len(data)) for name, data in members]
+    rows = [
+        RecordEntry(name, wheelfile.record_hash(hashlib.sha256(data).digest()), len(data)) for name, data in members
+    ]
     return serialize_record([*rows, RecordEntry(f"{dist_info}/RECORD", "", None)])
 
 
@@ -193,7 +195,6 @@ def test_malformed_record_row(tmp_path: Path) -> None:
         parse_record(b"a,md5=abc,1\n", origin="w")
 
 
-
 @pytest.mark.parametrize(
     "text",
     [
@@ -216,9 +217,11 @@ def test_record_is_written_as_csv_writes_it(path: str) -> None:
     writer.writerows([(path, SHA256_X, 3), ("x.dist-info/RECORD", "", "")])
     assert serialize_record(entries) == expected.getvalue().encode("utf-8")
 
+
 def test_a_bad_row_after_blank_lines_is_named_by_its_line() -> None:
     with pytest.raises(InvalidRecordEntry, match="^w: row 4: bad size 'x' for b$"):
         parse_record(f"a,{SHA256_X},1\n\n\nb,{SHA256_X},x\n".encode(), origin="w")
+
 
 @pytest.mark.parametrize(
     ("row", "message"),
@@ -263,7 +266,7 @@ def test_wrong_dist_info(tmp_path: Path) -> None:
 
 
 def test_record_parse_serialize_round_trip() -> None:
-    entries = [RecordEntry("a,b/c \"q\".py", SHA256_X, 3), RecordEntry("x.dist-info/RECORD", "", None)]
+    entries = [RecordEntry('a,b/c "q".py', SHA256_X, 3), RecordEntry("x.dist-info/RECORD", "", None)]
     assert parse_record(serialize_record(entries), origin="r") == entries
 
 
@@ -284,9 +287,10 @@ def test_raw_copy_round_trip_keeps_compressed_bytes(wheel: Path, tmp_path: Path)
             if info.filename != "demo-1.0.dist-info/RECORD":  # written again from the same rows, not copied
                 assert copied.compress_size == info.compress_size
             assert copied.date_time == (1980, 1, 1, 0, 0, 0)
-        assert after.read("demo-1.0.dist-info/RECORD").splitlines() == before.read(
-            "demo-1.0.dist-info/RECORD"
-        ).splitlines()
+        assert (
+            after.read("demo-1.0.dist-info/RECORD").splitlines()
+            == before.read("demo-1.0.dist-info/RECORD").splitlines()
+        )
     with InstallerWheel.open(dest) as source:
         source.validate_record(validate_contents=True)
     assert list(tmp_path.joinpath("out").iterdir()) == [dest]  # no temp file left
@@ -406,7 +410,17 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     """
     size, compressed, offset = 5 << 30, (5 << 30) - 7, 6 << 30
     entry = zipdirectory.ZipMember(
-        "big/huge.bin", b"big/huge.bin", 3, 0, zipfile.ZIP_DEFLATED, 0x12345678, compressed, size, offset, 0o100755 << 16, b""
+        "big/huge.bin",
+        b"big/huge.bin",
+        3,
+        0,
+        zipfile.ZIP_DEFLATED,
+        0x12345678,
+        compressed,
+        size,
+        offset,
+        0o100755 << 16,
+        b"",
     )
     directory_offset = offset + (7 << 30)
     path = tmp_path / "sparse.zip"
@@ -435,19 +449,35 @@ def test_zip64_headers_for_members_beyond_4_gib(tmp_path: Path) -> None:
     with open(path, "rb") as handle:
         [member], _ = zipdirectory.read_directory(handle.fileno(), path=path)
     assert (member.filename, member.file_size, member.compress_size, member.header_offset) == (
-        "big/huge.bin", size, compressed, offset
-    )  # fmt: skip
+        "big/huge.bin",
+        size,
+        compressed,
+        offset,
+    )
     assert member.extra == entry.extra != b""  # the record as written is the record as read
 
 
-_FIELDS = ("filename", "create_system", "flag_bits", "compress_type", "CRC", "compress_size", "file_size",
-           "header_offset", "external_attr", "extra")  # fmt: skip
+_FIELDS = (
+    "filename",
+    "create_system",
+    "flag_bits",
+    "compress_type",
+    "CRC",
+    "compress_size",
+    "file_size",
+    "header_offset",
+    "external_attr",
+    "extra",
+)
 
 
 def _directories(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """The central directory as our parser reads it, and as zipfile does."""
     with open(path, "rb") as handle:
-        ours = [tuple(getattr(member, field) for field in _FIELDS) for member in zipdirectory.read_directory(handle.fileno(), path=path)[0]]
+        ours = [
+            tuple(getattr(member, field) for field in _FIELDS)
+            for member in zipdirectory.read_directory(handle.fileno(), path=path)[0]
+        ]
     with zipfile.ZipFile(path) as archive:
         theirs = [tuple(getattr(info, field) for field in _FIELDS) for info in archive.infolist()]
     return ours, theirs
@@ -487,7 +517,10 @@ def test_the_central_directory_reads_as_zipfile_reads_it(tmp_path: Path) -> None
     [
         (lambda data: data[:-30], "File is not a zip file"),
         (lambda data: data.replace(b"PK\x01\x02", b"PK\x01\x03", 1), "Bad magic number for central directory"),
-        (lambda data: b"UT\x09\x00".join(data.rsplit(b"UT\x04\x00", 1)), "Corrupt extra field 5455 (size=9)"),  # the central one
+        (
+            lambda data: b"UT\x09\x00".join(data.rsplit(b"UT\x04\x00", 1)),
+            "Corrupt extra field 5455 (size=9)",
+        ),  # the central one
     ],
 )
 def test_a_damaged_central_directory_fails_like_zipfile(tmp_path: Path, damage, message) -> None:
@@ -655,7 +688,9 @@ def test_dist_info_version_must_be_the_file_names(tmp_path: Path) -> None:
     renamed.rename(other)
     with pytest.raises(InvalidWheelError) as caught:
         WheelReader(other)
-    assert _one_line_error(caught) == f"{other.name}: demo-1.0.dist-info: version '1.0' differs from the file name's 2.0"
+    assert (
+        _one_line_error(caught) == f"{other.name}: demo-1.0.dist-info: version '1.0' differs from the file name's 2.0"
+    )
 
 
 def test_symlink_members_are_refused(tmp_path: Path) -> None:
@@ -664,7 +699,9 @@ def test_symlink_members_are_refused(tmp_path: Path) -> None:
         archive.writestr(*_symlink_member("a/link", b"/etc/passwd"))
     with pytest.raises(InvalidWheelError) as caught:
         WheelReader(path)
-    assert _one_line_error(caught) == f"{path.name}: member 'a/link': not a regular file (a symbolic link or special file)"
+    assert (
+        _one_line_error(caught) == f"{path.name}: member 'a/link': not a regular file (a symbolic link or special file)"
+    )
 
 
 def test_invalid_project_name_in_the_file_name(tmp_path: Path) -> None:
@@ -725,7 +762,9 @@ def test_source_date_epoch_is_clamped_to_the_zip_range(
 
 
 @pytest.mark.parametrize("epoch", ["\u00b2", "\u0661\u0662", "-5", "1e9", "soon"])
-def test_source_date_epoch_that_is_not_a_number_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, epoch: str) -> None:
+def test_source_date_epoch_that_is_not_a_number_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, epoch: str
+) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
     with pytest.raises(UsageError) as caught:
         WheelWriter(tmp_path / "n-1-py3-none-any.whl", dist_info="n-1.dist-info")
@@ -745,7 +784,9 @@ def test_source_date_epoch_that_is_not_a_number_is_one_line(tmp_path: Path, monk
         ({"n/x.py": b"", "n/x.py/y.py": b""}, "member 'n/x.py/y.py': n/x.py is a file, not a directory"),
     ],
 )
-def test_writer_refuses_to_finish_what_a_reader_would_refuse(tmp_path: Path, members: dict[str, bytes], message: str) -> None:
+def test_writer_refuses_to_finish_what_a_reader_would_refuse(
+    tmp_path: Path, members: dict[str, bytes], message: str
+) -> None:
     with pytest.raises(InvalidWheelError) as caught:
         with WheelWriter(tmp_path / "n-1-py3-none-any.whl", dist_info="n-1.dist-info") as writer:
             for name, data in {"n-1.dist-info/WHEEL": b"Wheel-Version: 1.0\n", **members}.items():
@@ -755,7 +796,9 @@ def test_writer_refuses_to_finish_what_a_reader_would_refuse(tmp_path: Path, mem
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_writer_checks_what_a_reader_would_parse(wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_writer_checks_what_a_reader_would_parse(
+    wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The writer's check is handed the records and rows it encoded: exactly what parsing the file gives."""
     from patched_wheels.wheelfile import writer as writer_module
 
@@ -794,11 +837,16 @@ def test_the_writer_checks_what_a_reader_would_parse(wheel: Path, tmp_path: Path
         ({"method": 0}, True, "demo/lib.so: local header disagrees with the central directory"),
     ],
 )
-def test_zip_features_a_raw_copy_would_carry_are_refused(wheel: Path, fields: dict[str, int], local_only: bool, message: str) -> None:
+def test_zip_features_a_raw_copy_would_carry_are_refused(
+    wheel: Path, fields: dict[str, int], local_only: bool, message: str
+) -> None:
     """Local headers are copied verbatim: one that other readers would read differently must not pass."""
     edit_headers(wheel, "demo/lib.so", local_only=local_only, **fields)
     with pytest.raises(InvalidWheelError) as caught:
-        with WheelReader(wheel) as reader, WheelWriter(wheel.with_name("out.whl"), dist_info=reader.dist_info) as writer:
+        with (
+            WheelReader(wheel) as reader,
+            WheelWriter(wheel.with_name("out.whl"), dist_info=reader.dist_info) as writer,
+        ):
             writer.copy_raw(reader, "demo/lib.so")
     assert _one_line_error(caught) == f"{wheel.name}: {message}"
 
@@ -897,7 +945,16 @@ def test_a_large_member_keeps_a_cheap_place_for_the_kernel_copy(tmp_path: Path, 
         installer_source.validate_record(validate_contents=True)
     uv = pytest.importorskip("uv").find_uv_bin()
     for client, command in {
-        "pip": [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", "--quiet"],
+        "pip": [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--quiet",
+        ],
         "uv": [uv, "pip", "install", "--no-deps", "--no-index", "--quiet", "--python", sys.executable],
     }.items():
         target = tmp_path / client
@@ -920,7 +977,9 @@ def test_alignment_padding_lands_where_the_copy_is_cheap_and_fits() -> None:
             assert (start + padding) % 65536 == source % 4096
 
 
-def test_without_kernel_copies_the_large_member_goes_through_the_buffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_kernel_copies_the_large_member_goes_through_the_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A file system that cannot copy_file_range between the two files (EXDEV, ENOSYS, ...) gets the same bytes."""
     import errno
 

@@ -175,5 +175,3 @@ def _blank_length(code: str, start: int) -> int:
     while end < len(code) and code[end] in " \t":
         end += 1
     return end - start
-
-

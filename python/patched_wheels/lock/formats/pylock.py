@@ -18,7 +18,18 @@ from typing import Any, Mapping
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lock.formats.tomlread import get, load_toml, tables
-from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_environment, marker_holds
+from patched_wheels.lock.model import (
+    Lock,
+    Pin,
+    PinFile,
+    Span,
+    checked_hash,
+    checked_name,
+    file_url,
+    locked_pin,
+    marker_environment,
+    marker_holds,
+)
 
 
 def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) -> Lock:
@@ -88,12 +99,17 @@ def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
     elif sdist and not files:  # its one file: a reference to it, as `name @ URL` is in a requirements lock
         url = _location(sdist, root, f"{where}: sdist")
     version = get(package, "version", str, where, "") or None
-    return locked_pin(get(package, "name", str, where), (), version, hashes=hashes, url=url, files=files, span=span, where=where)
+    return locked_pin(
+        get(package, "name", str, where), (), version, hashes=hashes, url=url, files=files, span=span, where=where
+    )
 
 
 def _hashes(table: dict[str, Any], where: str, default: dict[str, Any] | None = None) -> list[str]:
     """The table's ``hashes`` as ``algorithm:digest``, each checked (absent: ``default``, or an error when None)."""
-    return [checked_hash(algorithm, digest, where) for algorithm, digest in sorted(get(table, "hashes", dict, where, default).items())]
+    return [
+        checked_hash(algorithm, digest, where)
+        for algorithm, digest in sorted(get(table, "hashes", dict, where, default).items())
+    ]
 
 
 def _vcs_url(vcs: dict[str, Any], root: Path, where: str) -> str:

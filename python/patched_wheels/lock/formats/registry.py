@@ -47,10 +47,26 @@ class LockFormat:
 
 
 LOCK_FORMATS: tuple[LockFormat, ...] = (
-    LockFormat("requirements", "requirements_lock", "a pip requirements lock", "patched_wheels.lock.formats.requirements:read_requirements"),
-    LockFormat("uv-lock", "uv_lock", "a uv.lock, read for this interpreter", "patched_wheels.lock.formats.uvlock:read_uv_lock",
-               "patched_wheels.lock.formats.uvwriter:render_uv_lock", "--out-uv-lock"),  # fmt: skip
-    LockFormat("pylock", "pylock", "a PEP 751 pylock.toml, read for this interpreter", "patched_wheels.lock.formats.pylock:read_pylock"),
+    LockFormat(
+        "requirements",
+        "requirements_lock",
+        "a pip requirements lock",
+        "patched_wheels.lock.formats.requirements:read_requirements",
+    ),
+    LockFormat(
+        "uv-lock",
+        "uv_lock",
+        "a uv.lock, read for this interpreter",
+        "patched_wheels.lock.formats.uvlock:read_uv_lock",
+        "patched_wheels.lock.formats.uvwriter:render_uv_lock",
+        "--out-uv-lock",
+    ),
+    LockFormat(
+        "pylock",
+        "pylock",
+        "a PEP 751 pylock.toml, read for this interpreter",
+        "patched_wheels.lock.formats.pylock:read_pylock",
+    ),
 )
 BY_NAME = {entry.name: entry for entry in LOCK_FORMATS}
 #: The formats' names, as ``Lock.format`` holds them.

@@ -38,8 +38,14 @@ EOL = re.compile(r"(\r\n|\n|\r)$")
 _HASH_OPTION = re.compile(r"(?<!\S)--hash(?:=|[ \t]+)(?P<value>[^\s\\]+)")
 # An option line naming an index: pip's long options take "=value" or " value", its short ones
 # (single letters, parsed by optparse) also take the value glued on ("-fDIR").
-_INDEX_OPTIONS = {"--index-url": "index-url", "-i": "index-url", "--extra-index-url": "extra-index-url",
-                  "--find-links": "find-links", "-f": "find-links", "--no-index": "no-index"}  # fmt: skip
+_INDEX_OPTIONS = {
+    "--index-url": "index-url",
+    "-i": "index-url",
+    "--extra-index-url": "extra-index-url",
+    "--find-links": "find-links",
+    "-f": "find-links",
+    "--no-index": "no-index",
+}
 _INDEX_OPTION = re.compile(r"(--(?:index-url|extra-index-url|find-links|no-index)(?==|\s|$)|-[if])")
 # An option line including another file: -r/--requirement, -c/--constraint.
 _INCLUDE_OPTION = re.compile(r"--(?:requirement|constraint)(?:=|\s|$)|-[rc]")
@@ -124,7 +130,13 @@ def parse_requirements(text: str, source: str) -> RequirementsText:
             raise InvalidLockError(
                 f"{line.span.where}: {line.content}: included files are not followed; put their lines into this lock"
             )
-    pins = tuple(pin for line in logical if line.content for pin in ([_editable_pin(line)] if line.is_option else [_parse_pin(line)]) if pin)
+    pins = tuple(
+        pin
+        for line in logical
+        if line.content
+        for pin in ([_editable_pin(line)] if line.is_option else [_parse_pin(line)])
+        if pin
+    )
     options = tuple(LockOption(line.index_option, line.span, line.content) for line in logical if line.index_option)
     return RequirementsText(source, bom, lines, logical, Lock(source, "requirements", pins, options))
 
@@ -207,12 +219,22 @@ def _editable_pin(line: LogicalLine) -> Pin | None:
         requirement = Requirement(egg.group(1))
     except (InvalidRequirement, RecursionError) as error:
         reason = str(error).splitlines()[0]
-        raise InvalidLockError(f"{line.span.where}: {line.content[:200]!r}: #egg={egg.group(1)[:200]!r}: {reason}") from None
+        raise InvalidLockError(
+            f"{line.span.where}: {line.content[:200]!r}: #egg={egg.group(1)[:200]!r}: {reason}"
+        ) from None
     url = match.group("value")
     version, pin_error = reference_version(requirement.name, url)
     return Pin(
-        name=requirement.name, extras=tuple(sorted(requirement.extras)), head=egg.group(1), version=version, marker=None, hashes=(),
-        url=url, span=line.span, text=line.content, pin_error=pin_error,
+        name=requirement.name,
+        extras=tuple(sorted(requirement.extras)),
+        head=egg.group(1),
+        version=version,
+        marker=None,
+        hashes=(),
+        url=url,
+        span=line.span,
+        text=line.content,
+        pin_error=pin_error,
     )
 
 

@@ -31,7 +31,9 @@ def toml_parser(path: Path | str) -> ModuleType:
 
         return tomli
     except ImportError:
-        raise InvalidLockError(f"{path}: reading a TOML lock below Python 3.11 needs tomli (pip install tomli)") from None
+        raise InvalidLockError(
+            f"{path}: reading a TOML lock below Python 3.11 needs tomli (pip install tomli)"
+        ) from None
 
 
 def load_toml(path: Path) -> tuple[str, dict[str, Any]]:
@@ -54,7 +56,9 @@ def get(table: dict[str, Any], key: str, kind: type[T], where: str, default: T |
         return default
     value = table[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise InvalidLockError(f"{where}: {key!r} must be a {_KINDS.get(kind, kind.__name__)}, not {type(value).__name__}")
+        raise InvalidLockError(
+            f"{where}: {key!r} must be a {_KINDS.get(kind, kind.__name__)}, not {type(value).__name__}"
+        )
     return value
 
 

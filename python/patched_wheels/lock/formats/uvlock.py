@@ -25,11 +25,24 @@ from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lock.formats.tomlread import get, load_toml, tables
-from patched_wheels.lock.model import Lock, Pin, PinFile, Span, checked_hash, checked_name, file_url, locked_pin, marker_environment, marker_holds
+from patched_wheels.lock.model import (
+    Lock,
+    Pin,
+    PinFile,
+    Span,
+    checked_hash,
+    checked_name,
+    file_url,
+    locked_pin,
+    marker_environment,
+    marker_holds,
+)
 
 _HEADER_LINE = re.compile(r"^[ \t]*\[\[package\]\][ \t]*\r?$", re.MULTILINE)
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")
-_NO_EXTRAS: frozenset[str] = frozenset()  # one for every package of a lock without members (an empty set each is 200 bytes)
+_NO_EXTRAS: frozenset[str] = (
+    frozenset()
+)  # one for every package of a lock without members (an empty set each is 200 bytes)
 
 
 @dataclass(frozen=True)
@@ -64,8 +77,14 @@ class UvLock:
             packages = tomllib.loads(self.text[start:end]).get("package")
         except tomllib.TOMLDecodeError:
             packages = None
-        if not isinstance(packages, list) or len(packages) != 1 or _fingerprint(packages[0]) != self.fingerprints[number]:
-            raise InvalidLockError(f"{self.blocks[number].where}: the [[package]] table of {self.names[number]} is not written as uv writes it")
+        if (
+            not isinstance(packages, list)
+            or len(packages) != 1
+            or _fingerprint(packages[0]) != self.fingerprints[number]
+        ):
+            raise InvalidLockError(
+                f"{self.blocks[number].where}: the [[package]] table of {self.names[number]} is not written as uv writes it"
+            )
         return packages[0]
 
 
@@ -99,7 +118,9 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
         fingerprints.append(_fingerprint(package))
         if number in extras and kinds[number] not in _WORKSPACE_SOURCES:
             pins.append(_pin(package, blocks[number], sorted(extras[number]), path.parent))
-    return UvLock(Lock(source, "uv-lock", tuple(pins), members=members), text, blocks, offsets, names, tuple(fingerprints))
+    return UvLock(
+        Lock(source, "uv-lock", tuple(pins), members=members), text, blocks, offsets, names, tuple(fingerprints)
+    )
 
 
 def _blocks(text: str, count: int, source: str) -> tuple[tuple[Span, ...], tuple[tuple[int, int], ...]]:
@@ -119,7 +140,9 @@ def _blocks(text: str, count: int, source: str) -> tuple[tuple[Span, ...], tuple
     return spans, tuple(zip(starts, [*starts[1:], len(text)]))
 
 
-def _refuse_duplicates(packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]) -> None:
+def _refuse_duplicates(
+    packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]
+) -> None:
     """One spelling per project and one package per name, version and source: a second spelling (``Foo``
     beside ``foo``, the same name by PEP 503; uv writes names normalized) or a second package of the same
     name, version and source cannot be told apart by the dependencies naming it, and would be pinned (and
@@ -129,11 +152,15 @@ def _refuse_duplicates(packages: list[dict[str, Any]], names: tuple[NormalizedNa
     for package, name, block in zip(packages, names, blocks):
         first, at = spelled.setdefault(name, (package["name"], block))
         if package["name"] != first:
-            raise InvalidLockError(f"{_where(block, package)}: a second spelling of {name} (the first, {first!r}, is at line {at.start + 1})")
+            raise InvalidLockError(
+                f"{_where(block, package)}: a second spelling of {name} (the first, {first!r}, is at line {at.start + 1})"
+            )
         key = (name, repr(package.get("version")), repr(package.get("source")))
         if key in seen:
-            raise InvalidLockError(f"{_where(block, package)}: a second package {name} {package.get('version')} from the same source "
-                                   f"(the first is at line {seen[key].start + 1})")  # fmt: skip
+            raise InvalidLockError(
+                f"{_where(block, package)}: a second package {name} {package.get('version')} from the same source "
+                f"(the first is at line {seen[key].start + 1})"
+            )
         seen[key] = block
 
 
@@ -145,7 +172,9 @@ def _source_kind(package: dict[str, Any], span: Span) -> str:
     source = get(package, "source", dict, _where(span, package))
     kinds = [kind for kind in ("registry", "url", "path", "git", *_WORKSPACE_SOURCES) if kind in source]
     if len(kinds) != 1 or not isinstance(source[kinds[0]], str):
-        raise InvalidLockError(f"{_where(span, package)}: source must name one registry, url, path, git or workspace member")
+        raise InvalidLockError(
+            f"{_where(span, package)}: source must name one registry, url, path, git or workspace member"
+        )
     return kinds[0]
 
 
@@ -232,14 +261,18 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
         hashes += [_hash(digest, f"{where}: wheel")] if digest else []
         location = _file_location(wheel, base, root, source, where)
         filename = get(wheel, "filename", str, where, "") or location.split("?", 1)[0].rsplit("/", 1)[-1]
-        files.append(PinFile(filename, location, digest.partition(":")[2].lower() if digest.startswith("sha256:") else None))
+        files.append(
+            PinFile(filename, location, digest.partition(":")[2].lower() if digest.startswith("sha256:") else None)
+        )
     sdist = get(package, "sdist", dict, where, {})
     hashes += [_hash(get(sdist, "hash", str, f"{where}: sdist"), f"{where}: sdist")] if "hash" in sdist else []
     url = source["url"] if kind == "url" else _git_url(source["git"], where) if kind == "git" else None
     if kind == "path":
         url = file_url((root / source["path"]).resolve())
     version = get(package, "version", str, where)
-    return locked_pin(get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=files, span=span, where=where)
+    return locked_pin(
+        get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=files, span=span, where=where
+    )
 
 
 def _git_url(written: str, where: str) -> str:

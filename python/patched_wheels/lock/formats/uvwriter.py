@@ -87,19 +87,26 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
     added: list[str] = []
     for pin, files in zip(plan.added, plan.added_files):
         if canonicalize_name(pin.head) in uv.names:
-            raise InvalidLockError(f"{uv.lock.source}: {pin.head} is already a package of this uv.lock; the index cannot add it")
+            raise InvalidLockError(
+                f"{uv.lock.source}: {pin.head} is already a package of this uv.lock; the index cannot add it"
+            )
         added += ["\n", _HEADER + "\n", f'name = "{pin.head}"\n', f'version = "{pin.version}"\n']
         added += [f'source = {{ registry = "{registry}" }}\n'] + _wheels(files, index_dir)
         for parent in pin.via:
             for number in (n for n, name in enumerate(uv.names) if name == parent):
-                (appended if number in appended else edits).setdefault(number, []).append(layout(number).with_dependency(pin.head))
+                (appended if number in appended else edits).setdefault(number, []).append(
+                    layout(number).with_dependency(pin.head)
+                )
     output: list[str] = []
     position = 0  # the text before it is in ``output``: the blocks left alone go as one slice each run
     for number, (start, end) in enumerate(uv.offsets):
         if number not in edits and number not in appended:
             continue
         block = uv.block_lines(number)
-        output += [uv.text[position:start], *(_check(uv, number, _applied(block, edits[number])) if number in edits else block)]
+        output += [
+            uv.text[position:start],
+            *(_check(uv, number, _applied(block, edits[number])) if number in edits else block),
+        ]
         position = end
         if number in appended:
             if not output[-1].endswith("\n"):
@@ -128,7 +135,9 @@ def _fork(package: dict[str, Any], edit: PinEdit, registry: str) -> _Fork | None
     ours, rest = environments.marker(), environments.complement()
     assert ours is not None and rest is not None  # files for every platform keep no hash (plan._kept)
     quoted = (ours.replace('"', "'"), rest.replace('"', "'"))  # uv's spelling; tag values hold no quote
-    return _Fork(package["version"], package["source"], (str(edit.version), {"registry": registry}, quoted[0]), quoted[1])
+    return _Fork(
+        package["version"], package["source"], (str(edit.version), {"registry": registry}, quoted[0]), quoted[1]
+    )
 
 
 def _patched(
@@ -137,12 +146,17 @@ def _patched(
     """The edits making a package table the patched one: version, source and wheels replaced, sdist dropped."""
     keys = layout.keys[""]
     after_source = keys["source"][1]
-    edits: list[Edit] = [(*keys["version"], [f'version = "{version}"\n']), (*keys["source"], [f'source = {{ registry = "{registry}" }}\n'])]
+    edits: list[Edit] = [
+        (*keys["version"], [f'version = "{version}"\n']),
+        (*keys["source"], [f'source = {{ registry = "{registry}" }}\n']),
+    ]
     if fork is not None:
         edits.append(layout.resolution_markers(fork.ours[2]))
     if "sdist" in keys:
         edits.append((*keys["sdist"], []))
-    edits.append((*keys.get("wheels", (after_source, after_source)), _wheels(files, index_dir)))  # sdist only: after the source
+    edits.append(
+        (*keys.get("wheels", (after_source, after_source)), _wheels(files, index_dir))
+    )  # sdist only: after the source
     return edits
 
 
@@ -186,7 +200,9 @@ class _Layout:
             header = _TABLE.fullmatch(text.strip())
             if text.startswith("["):
                 if header is None or not isinstance(_value(package, header.group(1)), dict):
-                    raise InvalidLockError(f"{span.source}:{span.start + line + 1}: a table header uv does not write: {text.strip()[:200]!r}")
+                    raise InvalidLockError(
+                        f"{span.source}:{span.start + line + 1}: a table header uv does not write: {text.strip()[:200]!r}"
+                    )
                 table = header.group(1)
                 keys.setdefault(table, {})
                 line += 1
@@ -198,7 +214,11 @@ class _Layout:
                     end += 1
                 end += 1
             expected = _value(package, table)
-            found = _value_end(lines, line, end, {key.group(1): expected[key.group(1)]}) if key and key.group(1) in expected else None
+            found = (
+                _value_end(lines, line, end, {key.group(1): expected[key.group(1)]})
+                if key and key.group(1) in expected
+                else None
+            )
             if key is None or found is None:
                 raise InvalidLockError(
                     f"{span.source}:{span.start + line + 1}: not written as uv writes a key (one line, or an array "
@@ -217,7 +237,9 @@ class _Layout:
         values = _value(self.package, table)[key]
         rows = list(range(start + 1, end - 1))
         if len(rows) != len(values) or any(not _holds_row(self.lines[row], value) for row, value in zip(rows, values)):
-            raise InvalidLockError(f"{self.where}: {key} is not written one row per line as uv writes it, so it is not edited")
+            raise InvalidLockError(
+                f"{self.where}: {key} is not written one row per line as uv writes it, so it is not edited"
+            )
         return rows
 
     def resolution_markers(self, marker: str) -> Edit:
@@ -233,7 +255,7 @@ class _Layout:
         """The edits making every dependency on a forked package name both sides of the fork."""
         edits: list[Edit] = []
         for table in (t for t in _EDGE_ARRAYS if t in self.keys):
-            for key in (["dependencies"] if table == "" else list(self.keys[table])):
+            for key in ["dependencies"] if table == "" else list(self.keys[table]):
                 if key not in self.keys[table]:
                     continue
                 values = _value(self.package, table)[key]
@@ -303,7 +325,10 @@ def _inline(value: Any) -> str:
 
 def _string(value: str) -> str:
     """A TOML basic string."""
-    escaped = "".join(c if c.isprintable() and c not in '"\\' else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in value)
+    escaped = "".join(
+        c if c.isprintable() and c not in '"\\' else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+        for c in value
+    )
     return f'"{escaped}"'
 
 
@@ -346,7 +371,9 @@ def _check(uv: UvLock, number: int, lines: list[str]) -> list[str]:
     """``lines``, once they parse to one package table (an edit that broke the table is refused)."""
     packages = (_parsed("".join(lines)) or {}).get("package")
     if not isinstance(packages, list) or len(packages) != 1:
-        raise InvalidLockError(f"{uv.blocks[number].where}: package {uv.names[number]} is not written in a layout we can edit")
+        raise InvalidLockError(
+            f"{uv.blocks[number].where}: package {uv.names[number]} is not written in a layout we can edit"
+        )
     return lines
 
 

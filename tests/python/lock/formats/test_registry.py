@@ -17,7 +17,16 @@ from support.starlark import PRIVATE, starlark_constants
 # From the registry, so a format added there is held to the same rule without editing this test.
 READERS = tuple(entry.reader.partition(":")[0].removeprefix(f"{PACKAGE}.") for entry in LOCK_FORMATS)
 WRITERS = tuple(entry.writer.partition(":")[0].removeprefix(f"{PACKAGE}.") for entry in LOCK_FORMATS if entry.writer)
-LATER = ("lock.plan", "lock.apply", "index.simple", "lock.formats.pipwriter", *WRITERS, "lock.resolve", "hub.plan", "hub.build")
+LATER = (
+    "lock.plan",
+    "lock.apply",
+    "index.simple",
+    "lock.formats.pipwriter",
+    *WRITERS,
+    "lock.resolve",
+    "hub.plan",
+    "hub.build",
+)
 
 
 def test_readers_depend_on_the_lock_model_only_and_resolve_not_on_lock() -> None:
@@ -36,5 +45,7 @@ def test_every_format_names_a_reader_writer_flag_and_attribute_that_exist() -> N
         assert entry.writer is None or (callable(entry.write()) and entry.out_flag)
         args = build_parser("lock").parse_args(["lock", entry.flag, "in", "--index", "i", "--out", "o"])
         assert lock_input(args) == (Path("in"), entry.name)
-    assert ast.literal_eval(starlark_constants(PRIVATE / "hub.bzl")["LOCK_ATTRIBUTES"]) == [e.attribute for e in LOCK_FORMATS]
+    assert ast.literal_eval(starlark_constants(PRIVATE / "hub.bzl")["LOCK_ATTRIBUTES"]) == [
+        e.attribute for e in LOCK_FORMATS
+    ]
     assert HUB_LOCK_FORMATS == {e.attribute: e.name for e in LOCK_FORMATS}

@@ -51,8 +51,12 @@ def test_without_either_the_cli_says_what_to_install(tmp_path: Path, monkeypatch
     with pytest.raises(InvalidLockError, match="needs tomli"):
         toml_parser(lock)
     (tmp_path / "index").mkdir()
-    status = main(["lock", "--uv-lock", str(lock), "--index", str(tmp_path / "index"), "--out", str(tmp_path / "out.txt")])
+    status = main(
+        ["lock", "--uv-lock", str(lock), "--index", str(tmp_path / "index"), "--out", str(tmp_path / "out.txt")]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line]
     assert status != 0
-    assert errors == [f"patched-wheels: error: {lock}: reading a TOML lock below Python 3.11 needs tomli (pip install tomli)"]
+    assert errors == [
+        f"patched-wheels: error: {lock}: reading a TOML lock below Python 3.11 needs tomli (pip install tomli)"
+    ]
     assert not (tmp_path / "out.txt").exists()

@@ -24,8 +24,15 @@ from support.wheelbuilder import build_wheel
 
 uv_module = pytest.importorskip("uv", reason="the real uv makes and reads the locks")
 UV = uv_module.find_uv_bin()
-LINUX = {"sys_platform": "linux", "platform_machine": "x86_64", "python_version": "3.11", "python_full_version": "3.11.7",
-         "os_name": "posix", "platform_system": "Linux", "implementation_name": "cpython"}  # fmt: skip
+LINUX = {
+    "sys_platform": "linux",
+    "platform_machine": "x86_64",
+    "python_version": "3.11",
+    "python_full_version": "3.11.7",
+    "os_name": "posix",
+    "platform_system": "Linux",
+    "implementation_name": "cpython",
+}
 WINDOWS = {**LINUX, "sys_platform": "win32", "platform_system": "Windows", "os_name": "nt"}
 PYPROJECT = """[project]
 name = "proj"
@@ -36,12 +43,23 @@ dependencies = ["Foo[bar]==1.0", "winonly ; sys_platform == 'win32'"]
 
 
 def _foo(directory: Path, version: str, *requires: str) -> Path:
-    return build_wheel(directory, "foo", version, {"foo/__init__.py": f"VERSION = {version!r}\n".encode()},
-                       requires=['extradep==1.0 ; extra == "bar"', "bar>=2", *requires], metadata_extra="Provides-Extra: bar\n")  # fmt: skip
+    return build_wheel(
+        directory,
+        "foo",
+        version,
+        {"foo/__init__.py": f"VERSION = {version!r}\n".encode()},
+        requires=['extradep==1.0 ; extra == "bar"', "bar>=2", *requires],
+        metadata_extra="Provides-Extra: bar\n",
+    )
 
 
 def _uv(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**pip_env(), "UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(cwd.parent / "uv-cache"), "UV_PYTHON_DOWNLOADS": "never"}
+    env = {
+        **pip_env(),
+        "UV_NO_CONFIG": "1",
+        "UV_CACHE_DIR": str(cwd.parent / "uv-cache"),
+        "UV_PYTHON_DOWNLOADS": "never",
+    }
     env.pop("VIRTUAL_ENV", None)
     result = subprocess.run([UV, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -74,22 +92,44 @@ def test_uv_lock_pins_for_an_environment(world: dict) -> None:
     Windows-only one only on Windows; the workspace member itself is no pin."""
     lock = read_lock(world["project"] / "uv.lock", "uv-lock", LINUX)
     assert [(pin.head, str(pin.version), len(pin.files), len(pin.hashes)) for pin in lock.pins] == [
-        ("bar", "2.0", 1, 1), ("extradep", "1.0", 1, 1), ("foo[bar]", "1.0", 1, 1)]  # fmt: skip
-    assert all(f.url.startswith(world["url"].removesuffix("/simple")) and f.sha256 for pin in lock.pins for f in pin.files)
+        ("bar", "2.0", 1, 1),
+        ("extradep", "1.0", 1, 1),
+        ("foo[bar]", "1.0", 1, 1),
+    ]
+    assert all(
+        f.url.startswith(world["url"].removesuffix("/simple")) and f.sha256 for pin in lock.pins for f in pin.files
+    )
     assert "winonly" in [pin.name for pin in read_lock(world["project"] / "uv.lock", "uv-lock", WINDOWS).pins]
 
 
 def test_resolve_takes_the_files_a_uv_lock_names(world: dict, tmp_path: Path) -> None:
     wheels = resolve(world["project"] / "uv.lock", pages_dir=tmp_path, index_url="unused", lock_format="uv-lock")
-    assert sorted(w.filename for w in wheels) == ["bar-2.0-py3-none-any.whl", "extradep-1.0-py3-none-any.whl", "foo-1.0-py3-none-any.whl"]
-    assert {w.filename: w.sha256 for w in wheels}["foo-1.0-py3-none-any.whl"] == sha256_of(world["orig"] / "foo-1.0-py3-none-any.whl")
+    assert sorted(w.filename for w in wheels) == [
+        "bar-2.0-py3-none-any.whl",
+        "extradep-1.0-py3-none-any.whl",
+        "foo-1.0-py3-none-any.whl",
+    ]
+    assert {w.filename: w.sha256 for w in wheels}["foo-1.0-py3-none-any.whl"] == sha256_of(
+        world["orig"] / "foo-1.0-py3-none-any.whl"
+    )
 
 
 def test_lock_writes_a_uv_lock_uv_installs_the_patched_wheels_from(world: dict, tmp_path: Path, capsys) -> None:
     source = world["project"] / "uv.lock"
     requirements, written = tmp_path / "requirements.txt", tmp_path / "uv.lock"
-    status = main(["lock", "--uv-lock", str(source), "--index", str(world["index"]), "--out", str(requirements),
-                   "--out-uv-lock", str(written)])  # fmt: skip
+    status = main(
+        [
+            "lock",
+            "--uv-lock",
+            str(source),
+            "--index",
+            str(world["index"]),
+            "--out",
+            str(requirements),
+            "--out-uv-lock",
+            str(written),
+        ]
+    )
     assert status == 0, capsys.readouterr().err
 
     # Every byte but foo's table and the sibling added after the last one is the user's.
@@ -112,10 +152,22 @@ def test_lock_writes_a_uv_lock_uv_installs_the_patched_wheels_from(world: dict, 
 
     # The requirements lock from the same uv.lock: real pip installs the same set.
     report = tmp_path / "report.json"
-    result = run_pip("install", "--dry-run", "--quiet", "--report", str(report), "-r", str(requirements),
-                     "--no-index", "--find-links", str(world["orig"]))  # fmt: skip
+    result = run_pip(
+        "install",
+        "--dry-run",
+        "--quiet",
+        "--report",
+        str(report),
+        "-r",
+        str(requirements),
+        "--no-index",
+        "--find-links",
+        str(world["orig"]),
+    )
     assert result.returncode == 0, result.stderr
-    installed = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+    installed = {
+        i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
+    }
     assert installed == {"foo": "1.0+s.1", "foo-libs": "1.0+s.1", "bar": "2.0", "extradep": "1.0"}
 
 
@@ -124,7 +176,9 @@ def test_pylock_from_uv_gives_the_same_pins_and_lock(world: dict, tmp_path: Path
     pylock.write_text(_uv("export", "--frozen", "--format", "pylock.toml", cwd=world["project"]).stdout)
     from_uv = read_lock(world["project"] / "uv.lock", "uv-lock", LINUX)
     from_pylock = read_lock(pylock, "pylock", LINUX)
-    assert [(p.project, p.version, p.sha256s) for p in from_pylock.pins] == [(p.project, p.version, p.sha256s) for p in from_uv.pins]
+    assert [(p.project, p.version, p.sha256s) for p in from_pylock.pins] == [
+        (p.project, p.version, p.sha256s) for p in from_uv.pins
+    ]
     out = tmp_path / "requirements.txt"
     result = run_cli("lock", "--pylock", str(pylock), "--index", str(world["index"]), "--out", str(out))
     assert result.returncode == 0, result.stderr
@@ -137,23 +191,37 @@ HOSTILE = {
     "wrong-package-type": lambda text: text.replace("[[package]]", "[[package]]\nwheels = 3", 1),
     "not-utf-8": lambda text: text.replace("bar", "b\udcffar"),
     "deep": lambda text: text + "x = " + "[" * 100_000 + "]" * 100_000 + "\n",
-    "no-source": lambda text: text.replace('source = { registry', 'origin = { registry', 1),
+    "no-source": lambda text: text.replace("source = { registry", "origin = { registry", 1),
     "unknown-dependency": lambda text: text.replace('{ name = "bar" }', '{ name = "nope" }', 1),
     # a hash is written into the requirements lock: a line break in it would add an option line
-    "hash-injects-an-option": lambda text: re.sub(r"([0-9a-f]{64})", r"\1\\n--index-url=https://evil.example/simple", text, count=1),
+    "hash-injects-an-option": lambda text: re.sub(
+        r"([0-9a-f]{64})", r"\1\\n--index-url=https://evil.example/simple", text, count=1
+    ),
     "hash-short": lambda text: re.sub(r"([0-9a-f]{64})", "abc", text, count=1),
     # a package listed twice for the same environment (pylock.toml: PEP 751 allows one; uv.lock: a
     # second fork of the same version and source, which its dependents cannot tell apart)
-    "listed-twice": lambda text: text + text[text.index('[[package'):].split("\n\n")[0] + "\n",
+    "listed-twice": lambda text: text + text[text.index("[[package") :].split("\n\n")[0] + "\n",
     # bar as a direct URL (uv.lock: its source; pylock.toml: an archive), a line break in the URL
     "url-injects-an-option": lambda text: re.sub(
         r'(name = "bar"\nversion = "2.0"\n)(source = \{ registry = "[^"]*" \}|index = "[^"]*")',
         r'\1source = { url = "https://x.example/bar-2.0-py3-none-any.whl\\n--index-url=https://evil.example/simple" }\n'
-        r'archive = { url = "https://x.example/bar-2.0.tar.gz\\n--index-url=https://evil.example/simple", hashes = { sha256 = "' + "0" * 64 + '" } }',
-        text, count=1),
+        r'archive = { url = "https://x.example/bar-2.0.tar.gz\\n--index-url=https://evil.example/simple", hashes = { sha256 = "'
+        + "0" * 64
+        + '" } }',
+        text,
+        count=1,
+    ),
     # the same, spelled otherwise (the same project by PEP 503)
-    "listed-twice-spelled-otherwise": lambda text: text + re.sub(
-        r'name = "([^"]+)"', lambda m: f'name = "{m[1].upper()}"', text[text.index("[[package"):].split("\n\n")[0], count=1) + "\n",
+    "listed-twice-spelled-otherwise": lambda text: (
+        text
+        + re.sub(
+            r'name = "([^"]+)"',
+            lambda m: f'name = "{m[1].upper()}"',
+            text[text.index("[[package") :].split("\n\n")[0],
+            count=1,
+        )
+        + "\n"
+    ),
     # a name or extra read from the TOML becomes the start of a requirement: "x@URL#" a direct reference
     "name-smuggles-a-url": lambda text: text.replace('name = "bar"', 'name = "other@https://evil.invalid/x.whl#"'),
     "extra-smuggles-a-url": lambda text: text.replace('extra = ["bar"]', 'extra = ["x]@https://evil.invalid/x.whl#"]'),
@@ -162,16 +230,25 @@ HOSTILE = {
 }
 
 
-HOSTILE_READ_BY_BOTH = {"hash-injects-an-option", "hash-short", "url-injects-an-option", "name-smuggles-a-url",
-                        "marker-undefined-comparison", "listed-twice-spelled-otherwise"}  # fmt: skip
+HOSTILE_READ_BY_BOTH = {
+    "hash-injects-an-option",
+    "hash-short",
+    "url-injects-an-option",
+    "name-smuggles-a-url",
+    "marker-undefined-comparison",
+    "listed-twice-spelled-otherwise",
+}
 HOSTILE_READ_BY_UV = {"extra-smuggles-a-url"}  # pylock.toml has no extras
 
 
 @pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
 @pytest.mark.parametrize("mutation", sorted(HOSTILE))
 def test_hostile_toml_locks_are_one_error_line(world: dict, tmp_path: Path, fmt: str, mutation: str) -> None:
-    text = (world["project"] / "uv.lock").read_text() if fmt == "uv-lock" else _uv(
-        "export", "--frozen", "--format", "pylock.toml", cwd=world["project"]).stdout  # fmt: skip
+    text = (
+        (world["project"] / "uv.lock").read_text()
+        if fmt == "uv-lock"
+        else _uv("export", "--frozen", "--format", "pylock.toml", cwd=world["project"]).stdout
+    )
     bad = tmp_path / ("uv.lock" if fmt == "uv-lock" else "pylock.toml")
     bad.write_bytes(HOSTILE[mutation](text).encode("utf-8", "surrogateescape"))
     flag = "--uv-lock" if fmt == "uv-lock" else "--pylock"
@@ -292,7 +369,9 @@ cuda = [
     ],
     ids=["linux", "windows", "macos", "linux-arm"],
 )
-def test_a_uv_lock_for_several_platforms_gives_each_its_pins(tmp_path: Path, environment: dict, expected: list[str]) -> None:
+def test_a_uv_lock_for_several_platforms_gives_each_its_pins(
+    tmp_path: Path, environment: dict, expected: list[str]
+) -> None:
     """Forks picked by the edge's version and marker, extras asked by an edge followed, dev groups of the
     workspace member included, the member itself no pin."""
     path = tmp_path / "uv.lock"
@@ -306,8 +385,17 @@ def test_a_uv_lock_for_several_platforms_gives_each_its_pins(tmp_path: Path, env
 def test_uv_refuses_the_written_lock_when_the_wheel_is_not_the_one_we_wrote(world: dict, tmp_path: Path) -> None:
     """The sha256 written into the uv.lock is checked by uv: a wheel replaced after locking is refused."""
     written = tmp_path / "uv.lock"
-    result = run_cli("lock", "--uv-lock", str(world["project"] / "uv.lock"), "--index", str(world["index"]),
-                     "--out", str(tmp_path / "r.txt"), "--out-uv-lock", str(written))  # fmt: skip
+    result = run_cli(
+        "lock",
+        "--uv-lock",
+        str(world["project"] / "uv.lock"),
+        "--index",
+        str(world["index"]),
+        "--out",
+        str(tmp_path / "r.txt"),
+        "--out-uv-lock",
+        str(written),
+    )
     assert result.returncode == 0, result.stderr
     sha = sha256_of(world["index"] / "foo-1.0+s.1-py3-none-any.whl")
     project = tmp_path / "project"
@@ -315,8 +403,14 @@ def test_uv_refuses_the_written_lock_when_the_wheel_is_not_the_one_we_wrote(worl
     (project / "pyproject.toml").write_text(PYPROJECT)
     (project / "uv.lock").write_text(written.read_text().replace(sha, "0" * 64))
     env = {**pip_env(), "UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(tmp_path / "cache"), "UV_PYTHON_DOWNLOADS": "never"}
-    refused = subprocess.run([UV, "sync", "--frozen", "--python", sys.executable], cwd=project, env=env,
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    refused = subprocess.run(
+        [UV, "sync", "--frozen", "--python", sys.executable],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode != 0 and "hash" in refused.stderr.lower(), refused.stderr
 
 
@@ -326,8 +420,17 @@ def test_two_outputs_are_written_both_or_neither(world: dict, tmp_path: Path, se
     overwrite) is one error line naming the flag, and --out is not written either."""
     out = tmp_path / "requirements.txt"
     target = {"same-as-out": out, "directory": tmp_path, "missing-directory": tmp_path / "gone" / "uv.lock"}[second]
-    result = run_cli("lock", "--uv-lock", str(world["project"] / "uv.lock"), "--index", str(world["index"]),
-                     "--out", str(out), "--out-uv-lock", str(target))  # fmt: skip
+    result = run_cli(
+        "lock",
+        "--uv-lock",
+        str(world["project"] / "uv.lock"),
+        "--index",
+        str(world["index"]),
+        "--out",
+        str(out),
+        "--out-uv-lock",
+        str(target),
+    )
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"patched-wheels: error: --out-uv-lock {target}: ")
@@ -355,11 +458,24 @@ def two_platforms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     for directory in (orig, index, project):
         directory.mkdir()
     for machine in ("x86_64", "aarch64"):
-        build_wheel(orig, "foo", "1.0", {"foo/__init__.py": f"BUILT = {machine!r}\n".encode()},
-                    tag=f"py3-none-manylinux_2_17_{machine}", requires=["bar>=2"])  # fmt: skip
+        build_wheel(
+            orig,
+            "foo",
+            "1.0",
+            {"foo/__init__.py": f"BUILT = {machine!r}\n".encode()},
+            tag=f"py3-none-manylinux_2_17_{machine}",
+            requires=["bar>=2"],
+        )
     build_wheel(orig, "bar", "2.0", {"bar/__init__.py": b""})
     build_index(orig)
-    build_wheel(index, "foo", "1.0+s.1", {"foo/__init__.py": b"BUILT = 'patched'\n"}, tag="py3-none-manylinux_2_17_x86_64", requires=["bar>=2"])
+    build_wheel(
+        index,
+        "foo",
+        "1.0+s.1",
+        {"foo/__init__.py": b"BUILT = 'patched'\n"},
+        tag="py3-none-manylinux_2_17_x86_64",
+        requires=["bar>=2"],
+    )
     (project / "pyproject.toml").write_text(TWO_PLATFORMS)
     with serve_over_http(orig) as base:
         url = f"{base}/simple"
@@ -370,9 +486,23 @@ def two_platforms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 def _installs(requirements: Path, platform: str, find_links: Path) -> str:
     """The foo the real uv installs from the requirements lock on ``platform`` (``==VERSION`` or `` @ URL``):
     pip evaluates markers for the running machine only, uv for the platform it is given."""
-    result = _uv("pip", "install", "--dry-run", "--python-platform", platform, "--python-version", "3.11", "--no-index",
-                 "--find-links", str(find_links), "--target", str(requirements.parent / platform), "-r", str(requirements),
-                 cwd=requirements.parent)  # fmt: skip
+    result = _uv(
+        "pip",
+        "install",
+        "--dry-run",
+        "--python-platform",
+        platform,
+        "--python-version",
+        "3.11",
+        "--no-index",
+        "--find-links",
+        str(find_links),
+        "--target",
+        str(requirements.parent / platform),
+        "-r",
+        str(requirements),
+        cwd=requirements.parent,
+    )
     (installed,) = re.findall(r"^ \+ foo(==\S+| @ \S+)$", result.stderr, re.MULTILINE)
     return installed
 
@@ -382,8 +512,17 @@ def test_a_uv_lock_for_two_platforms_keeps_the_other_platform_installable(two_pl
     gives aarch64 the upstream wheel with its hash, which uv pip install takes for aarch64. The
     requirements lock from the same uv.lock: pip takes the patched wheel on x86_64, upstream on aarch64."""
     requirements, written = tmp_path / "requirements.txt", tmp_path / "uv.lock"
-    result = run_cli("lock", "--uv-lock", str(two_platforms["project"] / "uv.lock"), "--index", str(two_platforms["index"]),
-                     "--out", str(requirements), "--out-uv-lock", str(written))  # fmt: skip
+    result = run_cli(
+        "lock",
+        "--uv-lock",
+        str(two_platforms["project"] / "uv.lock"),
+        "--index",
+        str(two_platforms["index"]),
+        "--out",
+        str(requirements),
+        "--out-uv-lock",
+        str(written),
+    )
     assert result.returncode == 0, result.stderr
     aarch64 = "foo-1.0-py3-none-manylinux_2_17_aarch64.whl"
     assert aarch64 in written.read_text() and sha256_of(two_platforms["orig"] / aarch64) in written.read_text()
@@ -393,21 +532,43 @@ def test_a_uv_lock_for_two_platforms_keeps_the_other_platform_installable(two_pl
     (project / "pyproject.toml").write_text(TWO_PLATFORMS)
     (project / "uv.lock").write_text(written.read_text())
     with serve_over_http(two_platforms["orig"]) as base:  # the lock's upstream URLs: the fixture's server, moved
-        (project / "uv.lock").write_text(written.read_text().replace(two_platforms["url"].removesuffix("/simple"), base))
+        (project / "uv.lock").write_text(
+            written.read_text().replace(two_platforms["url"].removesuffix("/simple"), base)
+        )
         _uv("sync", "--frozen", "--python", sys.executable, cwd=project)
         site = next((project / ".venv" / "lib").glob("python*/site-packages"))
         assert (site / "foo" / "__init__.py").read_text() == "BUILT = 'patched'\n"
         exported = project / "exported.txt"
         exported.write_text(_uv("export", "--frozen", "--no-header", cwd=project).stdout)
-        assert "foo==1.0 ; " in exported.read_text() and sha256_of(two_platforms["orig"] / aarch64) in exported.read_text()
-        dry_run = _uv("pip", "install", "--dry-run", "--python-platform", "aarch64-manylinux_2_28", "--python-version", "3.11",
-                      "--target", str(project / "aarch64"), "--index-url", f"{base}/simple", "-r", str(exported), cwd=project)  # fmt: skip
+        assert (
+            "foo==1.0 ; " in exported.read_text() and sha256_of(two_platforms["orig"] / aarch64) in exported.read_text()
+        )
+        dry_run = _uv(
+            "pip",
+            "install",
+            "--dry-run",
+            "--python-platform",
+            "aarch64-manylinux_2_28",
+            "--python-version",
+            "3.11",
+            "--target",
+            str(project / "aarch64"),
+            "--index-url",
+            f"{base}/simple",
+            "-r",
+            str(exported),
+            cwd=project,
+        )
     assert "+ foo==1.0\n" in dry_run.stderr, dry_run.stderr
 
     patched = "foo-1.0+s.1-py3-none-manylinux_2_17_x86_64.whl"
     both = tmp_path / "wheels"
     both.mkdir()
-    for wheel in (two_platforms["orig"] / aarch64, two_platforms["orig"] / "bar-2.0-py3-none-any.whl", two_platforms["index"] / patched):
+    for wheel in (
+        two_platforms["orig"] / aarch64,
+        two_platforms["orig"] / "bar-2.0-py3-none-any.whl",
+        two_platforms["index"] / patched,
+    ):
         (both / wheel.name).write_bytes(wheel.read_bytes())
     assert _installs(requirements, "x86_64-manylinux_2_28", both).endswith(f"/{patched}")
     assert _installs(requirements, "aarch64-manylinux_2_28", both) == "==1.0"  # --hash: the upstream aarch64 wheel
@@ -417,12 +578,18 @@ def test_a_pylock_for_two_platforms_keeps_the_other_platform_installable(two_pla
     pylock = tmp_path / "pylock.toml"
     pylock.write_text(_uv("export", "--frozen", "--format", "pylock.toml", cwd=two_platforms["project"]).stdout)
     requirements = tmp_path / "requirements.txt"
-    result = run_cli("lock", "--pylock", str(pylock), "--index", str(two_platforms["index"]), "--out", str(requirements))
+    result = run_cli(
+        "lock", "--pylock", str(pylock), "--index", str(two_platforms["index"]), "--out", str(requirements)
+    )
     assert result.returncode == 0, result.stderr
     aarch64, patched = "foo-1.0-py3-none-manylinux_2_17_aarch64.whl", "foo-1.0+s.1-py3-none-manylinux_2_17_x86_64.whl"
     both = tmp_path / "wheels"
     both.mkdir()
-    for wheel in (two_platforms["orig"] / aarch64, two_platforms["orig"] / "bar-2.0-py3-none-any.whl", two_platforms["index"] / patched):
+    for wheel in (
+        two_platforms["orig"] / aarch64,
+        two_platforms["orig"] / "bar-2.0-py3-none-any.whl",
+        two_platforms["index"] / patched,
+    ):
         (both / wheel.name).write_bytes(wheel.read_bytes())
     assert _installs(requirements, "x86_64-manylinux_2_28", both).endswith(f"/{patched}")
     assert _installs(requirements, "aarch64-manylinux_2_28", both) == "==1.0"  # --hash: the upstream aarch64 wheel
@@ -435,10 +602,21 @@ def test_the_uv_lock_writer_edits_keys_not_lines_that_look_like_them(world: dict
     string = '"""\nsource = { registry = "https://evil.invalid/simple" }\nwheels = [\n]\n"""'
     source = tmp_path / "in.lock"
     assert text.count("]\n\n[package.optional-dependencies]") == 1  # foo's: after its wheels, where uv's keys end
-    source.write_text(text.replace("]\n\n[package.optional-dependencies]", f"]\nnote = {string}\n\n[package.optional-dependencies]"))
+    source.write_text(
+        text.replace("]\n\n[package.optional-dependencies]", f"]\nnote = {string}\n\n[package.optional-dependencies]")
+    )
     written = tmp_path / "uv.lock"
-    result = run_cli("lock", "--uv-lock", str(source), "--index", str(world["index"]), "--out", str(tmp_path / "r.txt"),
-                     "--out-uv-lock", str(written))  # fmt: skip
+    result = run_cli(
+        "lock",
+        "--uv-lock",
+        str(source),
+        "--index",
+        str(world["index"]),
+        "--out",
+        str(tmp_path / "r.txt"),
+        "--out-uv-lock",
+        str(written),
+    )
     assert result.returncode == 0, result.stderr
     from patched_wheels.lock.formats.tomlread import toml_parser
 
@@ -457,8 +635,17 @@ def test_a_workspace_member_in_the_index_is_refused(world: dict, tmp_path: Path)
     for wheel in world["index"].glob("*.whl"):
         (index / wheel.name).write_bytes(wheel.read_bytes())
     build_wheel(index, "proj", "0.1+s.1", {"proj/__init__.py": b""})
-    result = run_cli("lock", "--uv-lock", str(world["project"] / "uv.lock"), "--index", str(index), "--out", str(tmp_path / "r.txt"),
-                     "--out-uv-lock", str(tmp_path / "uv.lock"))  # fmt: skip
+    result = run_cli(
+        "lock",
+        "--uv-lock",
+        str(world["project"] / "uv.lock"),
+        "--index",
+        str(index),
+        "--out",
+        str(tmp_path / "r.txt"),
+        "--out-uv-lock",
+        str(tmp_path / "uv.lock"),
+    )
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"patched-wheels: error: {world['project'] / 'uv.lock'}: proj is a workspace member"), line
@@ -470,13 +657,28 @@ def test_a_forked_package_whose_wheel_rows_share_lines_is_one_error_line(two_pla
     array value runs onto the next line (valid TOML) leaves a line that parses to no document at all, and
     that layout is refused with one line (it was a traceback: the check read a value out of None)."""
     text = (two_platforms["project"] / "uv.lock").read_text()
-    rows = re.findall(r"^    \{ url = \"[^\"]*/foo-1\.0-py3-none-manylinux_2_17_[a-z0-9_]+\.whl\".* \},\n", text, re.MULTILINE)
+    rows = re.findall(
+        r"^    \{ url = \"[^\"]*/foo-1\.0-py3-none-manylinux_2_17_[a-z0-9_]+\.whl\".* \},\n", text, re.MULTILINE
+    )
     assert len(rows) == 2 and "".join(rows) in text  # foo's two wheels, one row per line as uv writes them
     source = tmp_path / "in.lock"
-    source.write_text(text.replace("".join(rows), rows[0].removesuffix(" },\n") + ", note = [\n    ] }, " + rows[1].lstrip()))
-    result = run_cli("lock", "--uv-lock", str(source), "--index", str(two_platforms["index"]), "--out", str(tmp_path / "r.txt"),
-                     "--out-uv-lock", str(tmp_path / "uv.lock"))  # fmt: skip
+    source.write_text(
+        text.replace("".join(rows), rows[0].removesuffix(" },\n") + ", note = [\n    ] }, " + rows[1].lstrip())
+    )
+    result = run_cli(
+        "lock",
+        "--uv-lock",
+        str(source),
+        "--index",
+        str(two_platforms["index"]),
+        "--out",
+        str(tmp_path / "r.txt"),
+        "--out-uv-lock",
+        str(tmp_path / "uv.lock"),
+    )
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     (line,) = result.stderr.splitlines()
-    assert line.startswith("patched-wheels: error: ") and "wheels is not written one row per line as uv writes it" in line, line
+    assert (
+        line.startswith("patched-wheels: error: ") and "wheels is not written one row per line as uv writes it" in line
+    ), line
     assert not (tmp_path / "uv.lock").exists() and not (tmp_path / "r.txt").exists()
