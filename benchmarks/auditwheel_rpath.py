@@ -12,7 +12,7 @@ beside ``site-packages/``).  Exit 1 when a fix that keeps auditwheel's entries l
 wheel's policy or fails to load in either layout.
 
     pip install auditwheel==6.8.2   # any 6.x; in a separate environment is fine
-    .venv/bin/python benchmarks/auditwheel_rpath.py [--auditwheel PATH] [--keep DIR]
+    .venv/bin/python -m benchmarks.auditwheel_rpath [--auditwheel PATH] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -29,12 +29,10 @@ from pathlib import Path
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from tests.support.fakecuda import compile_shared  # the test fixtures' gcc helper
+from tests.support.wheelbuilder import build_wheel
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "python")]  # a script: support.* and the helper
-
-from support.fakecuda import compile_shared  # noqa: E402  (the test fixtures' gcc helper)
-from support.wheelbuilder import build_wheel  # noqa: E402
 
 MEMBER = "cyfes/libcufes.so"
 """The library's path below the data scheme (``CyFES-<version>.data/data/``)."""

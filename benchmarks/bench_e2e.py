@@ -131,7 +131,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import re
 import shutil
 import statistics
@@ -142,11 +141,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-import compat_bazel
-import compat_stacks
-from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
-from harness import add_json_option, print_json
-
+from benchmarks import compat_bazel, compat_stacks
+from benchmarks.example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
+from benchmarks.harness import add_json_option, print_json, process_cpu
+from benchmarks.stacks import STACKS
 from patched_wheels.hub.facts import facts_text
 
 RULES_PYTHON = re.search(
@@ -431,7 +429,7 @@ def make_configs(work: Path, control: bool) -> list[Config]:
 
 #: --stack jax: compat_stacks.py's jax-0.7.2-lock stack (its requirement, package, project and probe, so
 #: compat_bazel.stanza gives its one stanza) without the lock's companions: `jax[cuda12]==0.7.2` alone.
-JAX_STACK = replace(compat_stacks.STACKS["jax-0.7.2-lock"], name="jax-0.7.2", companions=(), companion_probe="")
+JAX_STACK = replace(STACKS["jax-0.7.2-lock"], name="jax-0.7.2", companions=(), companion_probe="")
 JAX_PIP_HUB = "pypi_jax"  # `pypi` is reserved in rules_python 2.x
 JAX_HUB = "patched"  # compat_bazel.stanza's hub
 JAX_BUILD = f"""\
@@ -547,13 +545,6 @@ def memory_counters() -> dict[str, int]:
         if name in values:
             values[name] = int(value)
     return values
-
-
-def process_cpu(pid: int) -> tuple[float, float, float]:
-    """(utime + stime of ``pid``, cutime + cstime of the children it has reaped, stime + cstime), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
-    utime, stime, cutime, cstime = (int(value) / os.sysconf("SC_CLK_TCK") for value in fields[11:15])
-    return utime + stime, cutime + cstime, stime + cstime
 
 
 def disk_used(paths: list[Path]) -> int:

@@ -1,6 +1,6 @@
 """The root torch 2.1.0 example under several rules_python releases: `clean --expunge`, then `bazel test`.
 
-    python benchmarks/bench_example_rules_python.py [--releases 0.22.1 2.3.2] [--keep]
+    python -m benchmarks.bench_example_rules_python [--releases 0.22.1 2.3.2] [--keep]
 
 For each release a copy of the example (MODULE.bazel, calculator/, patches/, third_party/) is made in a
 temporary directory, its MODULE.bazel adapted the way docs/rules-python.md shows for that release (1.x and 2.x:
@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from example_workspace import make_workspace, run, use_offline_modules
-from harness import print_json
+from benchmarks.example_workspace import make_workspace, run, use_offline_modules
+from benchmarks.harness import print_json
 
 FALLBACK = re.compile(r"Could not find a whl or an sdist", re.IGNORECASE)
 

@@ -13,11 +13,12 @@ one run measures:
 and prints the bytes inflated, the ratios against the floor, and checks the
 order the issue is about: libnvJitLink before libcusparse and libcusolver.
 
-Run: ``.venv/bin/python benchmarks/bench_graph.py``
+Run: ``.venv/bin/python -m benchmarks.bench_graph``
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -26,9 +27,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from harness import print_json
-from torch_wheels import NVIDIA, TORCH, ensure_wheels
-
+from benchmarks.harness import own_cpu, print_json
+from benchmarks.torch_wheels import NVIDIA, TORCH, ensure_wheels
 from patched_wheels.base.cache import CacheContext
 from patched_wheels.elf.graph import build_graph, scan_wheels
 from patched_wheels.elf.read import is_shared_library_name
@@ -49,21 +49,17 @@ def elf_members(wheels: list[Path]) -> list[tuple[Path, zipfile.ZipInfo]]:
 
 def zlib_floor(members: list[tuple[Path, zipfile.ZipInfo]]) -> tuple[float, float]:
     """Single-core zlib inflate of every member, output discarded: (wall, CPU) seconds of merely decompressing."""
-    cpu = _cpu_seconds()
+    cpu = own_cpu()
     start = time.perf_counter()
     for wheel, info in members:
         with zipfile.ZipFile(wheel) as archive, archive.open(info) as stream:
             while stream.read(1 << 20):
                 pass
-    return time.perf_counter() - start, _cpu_seconds() - cpu
-
-
-def _cpu_seconds() -> float:
-    times = os.times()
-    return times.user + times.system
+    return time.perf_counter() - start, own_cpu() - cpu
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help only
     wheels = ensure_wheels([TORCH, *NVIDIA])
     members = elf_members(wheels)
     total = sum(info.file_size for _, info in members)
@@ -82,12 +78,12 @@ def main() -> int:
                 pass
     print(f"warm-up read of the wheels: {time.perf_counter() - start:.2f} s")
 
-    cpu = _cpu_seconds()
+    cpu = own_cpu()
     start = time.perf_counter()
     scan = scan_wheels(wheels)
     graph = build_graph(scan.libraries)
     graph_seconds = time.perf_counter() - start
-    cpu_seconds = _cpu_seconds() - cpu
+    cpu_seconds = own_cpu() - cpu
     floor_seconds, floor_cpu_seconds = zlib_floor(members)
 
     with tempfile.TemporaryDirectory() as results:

@@ -1,6 +1,6 @@
 """The hub alone on a CI runner: an empty helper cache, a warm Bazel repository cache; per phase.
 
-    python benchmarks/bench_hub_cold.py [--rounds 3] [--hubs flat split] [--baseline-tree DIR] [--keep]
+    python -m benchmarks.bench_hub_cold [--rounds 3] [--hubs flat split] [--baseline-tree DIR] [--keep]
 
 Issue 34: most CI runners restore Bazel's repository cache but not the helper's cache root
 (``~/.cache/rules_patched_wheels``: ELF rows, probe observations, digests, bytecode). Per hub of the root
@@ -38,9 +38,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench_e2e import HELPER_ROWS, RULES_PYTHON, BazelFailed, drop_statements, helper_rows, process_cpu
-from example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
-from harness import add_json_option, print_json
+from benchmarks.bench_e2e import HELPER_ROWS, RULES_PYTHON, BazelFailed, drop_statements, helper_rows
+from benchmarks.example_workspace import REPO, Timed, make_workspace, remove_workspaces, run, use_offline_modules
+from benchmarks.harness import add_json_option, print_json, process_cpu
 
 HUBS = {"flat": "patched_pypi", "split": "patched_pypi_split"}
 PIP_HUBS = {"patched_pypi": "pypi", "patched_pypi_split": "pypi_split"}

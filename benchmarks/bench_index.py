@@ -10,14 +10,13 @@ Missing wheels are downloaded once with ``pip download --no-deps`` (see ``torch_
 ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/``; the index is built in a
 scratch directory of hard links next to that cache, so the cache itself is never written to.
 
-    python benchmarks/bench_index.py [--repeat N]
+    python -m benchmarks.bench_index [--repeat N]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -25,26 +24,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import print_json
-from torch_wheels import NVIDIA, TORCH, TRITON, cache_dir, ensure_wheels
+from benchmarks.harness import print_json, timed
+from benchmarks.torch_wheels import NVIDIA, TORCH, TRITON, cache_dir, ensure_wheels
 
 
-def timed(command: list[str], *, repeat: int, before=lambda: None) -> tuple[float, float]:
+def best_of(command: list[str], *, repeat: int, before=lambda: None) -> tuple[float, float]:
     """Best wall time and best CPU time (user + sys) of ``repeat`` runs of ``command``.
 
     CPU time is shown beside wall time because it hardly moves when other processes compete
     for the cores, which wall time does.
     """
-    walls, cpus = [], []
+    runs = []
     for _ in range(repeat):
         before()
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        walls.append(time.perf_counter() - start)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - usage.ru_utime + after.ru_stime - usage.ru_stime)
-    return min(walls), min(cpus)
+        runs.append(timed(command))
+    return min(run.wall for run in runs), min(run.cpu for run in runs)
 
 
 def main() -> int:
@@ -67,13 +61,15 @@ def main() -> int:
                 metadata.unlink()
 
         subprocess.run(["cat", *files], check=True, stdout=subprocess.DEVNULL)  # page cache, for both
-        baseline = timed(["sha256sum", *files], repeat=args.repeat)
+        baseline = best_of(["sha256sum", *files], repeat=args.repeat)
         # coreutils' sha256sum may lack SHA-NI; OpenSSL's is the stricter floor, shown beside it.
-        openssl = timed(["openssl", "dgst", "-sha256", *files], repeat=args.repeat) if shutil.which("openssl") else None
-        cold = timed(index, repeat=args.repeat, before=clear_index)
-        warm = timed(index, repeat=max(args.repeat, 5))
+        openssl = (
+            best_of(["openssl", "dgst", "-sha256", *files], repeat=args.repeat) if shutil.which("openssl") else None
+        )
+        cold = best_of(index, repeat=args.repeat, before=clear_index)
+        warm = best_of(index, repeat=max(args.repeat, 5))
         # What a warm run costs beyond starting Python and importing the CLI (the index command).
-        startup = timed(
+        startup = best_of(
             [sys.executable, "-c", "import patched_wheels.cli as c; c.build_parser(only='index')"], repeat=5
         )
         # The floor: the index module called directly, without the CLI's argument parsing.
@@ -82,7 +78,7 @@ def main() -> int:
             "-c",
             "import sys; from patched_wheels.index.simple import build_index; build_index(sys.argv[1])",
         ]
-        warm_alone = timed([*alone, str(work)], repeat=5)
+        warm_alone = best_of([*alone, str(work)], repeat=5)
         from patched_wheels.index.simple import build_index
 
         start = time.perf_counter()

@@ -1,6 +1,6 @@
 """What a ``layout_test`` costs: the test's own run against running its probe once, as a py_test with its deps.
 
-    RPW_BAZEL_MODULES=../shared/bazel-modules python benchmarks/bench_layout_test.py [--rounds N] [--workspace DIR --target //pkg:name]
+    RPW_BAZEL_MODULES=../shared/bazel-modules python -m benchmarks.bench_layout_test [--rounds N] [--workspace DIR --target //pkg:name]
 
 Without ``--workspace``, a workspace of the fake plugin stack (tests/bazel's fixtures, rules_python 0.22.1)
 is generated in a temporary directory with two layout_tests of the patched plugin: ``plugin_layout_test``
@@ -29,31 +29,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from harness import print_json
+from benchmarks.harness import print_json, run_child
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # support.bazelworkspace: the Bazel tests' workspace builder
 TARGET = 2.0
 _SLOW_PROBE = "; ".join(
     ["import fakeplugins.xla_fake as plugin", "plugin.backend()", "sum(i * i for i in range(12_000_000))"]
 )
 
 
-def timed(command: list[str], environment: dict[str, str]) -> tuple[float, float, int]:
-    """Wall time, CPU time (user + system, children included) and exit status of one run."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_utime + usage.ru_stime, process.returncode
-
-
 def generated_workspace(directory: Path) -> tuple[Path, list[str]]:
-    from support.bazelworkspace import make_bzlmod_workspace
+    from tests.support.bazelworkspace import make_bzlmod_workspace
 
     setup = make_bzlmod_workspace(directory)
     with (setup.workspace.root / "BUILD.bazel").open("a", encoding="utf-8") as build:
@@ -78,11 +66,11 @@ def measure(workspace: Path, target: str, rounds: int) -> tuple[bool, dict[str, 
         results: dict[str, list[tuple[float, float]]] = {step: [] for step in steps}
         for index in range(rounds + 1):  # the first round warms the page cache and is not counted
             for step in steps if index % 2 == 0 else reversed(list(steps)):
-                wall, cpu, status = timed(steps[step], environment)
+                status, run = run_child(steps[step], environment, quiet=True)
                 if status != 0:
                     sys.exit(f"{target}: {step} exited {status}")
                 if index:
-                    results[step].append((wall, cpu))
+                    results[step].append((run.wall, run.cpu))
     medians = {
         step: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
         for step, runs in results.items()

@@ -8,20 +8,19 @@ peak RSS (VmHWM) is read back; the input size is printed beside it, since the go
 of the input. ``tomllib.loads`` alone on the same text is measured too: the floor of any reader that
 keeps the parsed document.
 
-    python benchmarks/bench_locks.py [--megabytes 50]
+    python -m benchmarks.bench_locks [--megabytes 50]
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness import print_json
+from benchmarks.harness import children_cpu, print_json
 
 _MEASURE = """
 import sys, time
@@ -70,13 +69,12 @@ def pylock(packages: int) -> str:
 
 def measure(*args: str) -> tuple[int, float, float]:
     """(peak RSS in bytes, seconds, CPU seconds) of one run in a fresh interpreter."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu()
     result = subprocess.run([sys.executable, "-c", _MEASURE, *args], capture_output=True, text=True, check=False)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = children_cpu() - before
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{result.stderr}")
     peak, seconds = result.stderr.splitlines()[-1].split()
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return int(peak), float(seconds), cpu
 
 

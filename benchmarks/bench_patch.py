@@ -11,7 +11,7 @@ Compares, in one run on the same machine and files:
 Peak RSS is that of the ``patched-wheels`` process alone (``os.wait4``).  Targets
 (default mode): >= 30x faster than the baseline, <= 5x ``cp``, peak RSS <= 150 MB.
 
-Usage: ``python benchmarks/bench_patch.py [--wheel W] [--work-dir D] [--repeat N] [--skip-baseline] [--json FILE]``.
+Usage: ``python -m benchmarks.bench_patch [--wheel W] [--work-dir D] [--repeat N] [--skip-baseline] [--json FILE]``.
 The wheel is downloaded once (``pip download``, see ``torch_wheels.py``) into
 ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/``.
 """
@@ -29,8 +29,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from harness import add_json_option, print_json
-from torch_wheels import TORCH, ensure_wheels
+from benchmarks.harness import Step, add_json_option, measure, print_json
+from benchmarks.torch_wheels import TORCH, ensure_wheels
 
 SUFFIX = "bench.1"
 MARKER = "# patched by bench_patch.py"
@@ -47,25 +47,12 @@ def make_patch(wheel: Path, path: Path) -> None:
     path.write_text("".join(diff))
 
 
-def timed(command: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child process, after flushing earlier writes."""
-    os.sync()
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
-    elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"benchmark step failed: {' '.join(command)}")
-    return elapsed, usage.ru_maxrss * 1024  # Linux reports KiB
-
-
 def best_of(repeat: int, command: list[str], output: Path) -> tuple[float, int]:
-    runs = []
-    for _ in range(repeat):
-        shutil.rmtree(output, ignore_errors=True)
-        output.mkdir(parents=True)
-        runs.append(timed(command))
-    return min(runs)
+    """Wall seconds and peak RSS (bytes) of the fastest of ``repeat`` runs, each into an empty ``output``."""
+    fastest = min(
+        (measure(Step(command[0], command, os.environ, output)) for _ in range(repeat)), key=lambda run: run.wall
+    )
+    return fastest.wall, fastest.peak_rss
 
 
 def baseline(wheel: Path, patch: Path, work: Path) -> float:

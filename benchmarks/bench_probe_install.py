@@ -1,6 +1,6 @@
 """The preload probe's install of a wheel set in one site-packages: this tree against a baseline tree.
 
-    python benchmarks/bench_probe_install.py --wheels DIR --baseline-tree DIR [--rounds 3] [--python PYTHON]
+    python -m benchmarks.bench_probe_install --wheels DIR --baseline-tree DIR [--rounds 3] [--python PYTHON]
 
 What a cold hub with ``preload = "auto"`` spends most of its CPU on (issue 34): every wheel of the set
 inflated and written once, in one site-packages, before the probe runs. Each run is a fresh
@@ -30,10 +30,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from harness import add_json_option, print_json, spread
+from benchmarks.harness import add_json_option, print_json, spread, timed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,13 +60,8 @@ def packaging_only(temp: Path) -> str:
 def run(python: str, tree: Path, deps: str, wheels: Path, configuration: str, temp: Path) -> tuple[float, float]:
     """(wall, user + system CPU) seconds of one install in a fresh process."""
     environment = dict(os.environ, PYTHONPATH=f"{tree}:{deps}", TMPDIR=str(temp), PYTHONDONTWRITEBYTECODE="1")
-    start = time.perf_counter()
-    process = subprocess.Popen([python, "-S", "-c", RUN, str(wheels), configuration], env=environment)
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{configuration}: exited {os.waitstatus_to_exitcode(status)}")
-    return wall, usage.ru_utime + usage.ru_stime
+    measured = timed([python, "-S", "-c", RUN, str(wheels), configuration], environment)
+    return measured.wall, measured.cpu
 
 
 def main() -> int:

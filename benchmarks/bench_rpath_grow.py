@@ -1,6 +1,6 @@
 """Benchmark an RPATH edit that does not fit (the string table grows) on the real torch 2.1.0 wheel.
 
-    python benchmarks/bench_rpath_grow.py [--rounds N] [--wheel W] [--baseline-tree DIR]
+    python -m benchmarks.bench_rpath_grow [--rounds N] [--wheel W] [--baseline-tree DIR]
 
 ``patch --prepend-rpath 'torch/lib/libtorch_cuda.so=$ORIGIN/...'`` makes the 739 MB library's
 search path longer than its old string, so the dynamic string table must grow (before: patchelf on a
@@ -31,8 +31,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from harness import Run, Step, add_json_option, alternate, print_json, step_summary
-from torch_wheels import TORCH, ensure_wheels
+from benchmarks.harness import Run, Step, add_json_option, alternate, print_json, step_summary
+from benchmarks.torch_wheels import TORCH, ensure_wheels
 
 CUDA = "torch/lib/libtorch_cuda.so"
 CPU = ("torch/lib/libtorch_cpu.so", "torch/lib/libc10.so")

@@ -1,6 +1,6 @@
 """Benchmark ``patched-wheels split`` and ``patch`` against ``cp`` of the same wheel, in the same rounds.
 
-    python benchmarks/bench_split.py [--rounds N] [--wheel W | --synthetic BYTES] [--graph-wheels W...]
+    python -m benchmarks.bench_split [--rounds N] [--wheel W | --synthetic BYTES] [--graph-wheels W...]
                                      [--baseline-tree DIR] [--skip-no-cache] [--json FILE]
 
 The wheel is the real torch 2.1.0 cp311 wheel (670 MB, downloaded once by ``torch_wheels.py`` into
@@ -44,9 +44,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from harness import Run, Step, add_json_option, alternate, measure, print_json, step_summary
-from synthetic_wheel import build_synthetic_set
-from torch_wheels import TORCH, ensure_wheels
+from benchmarks.harness import Run, Step, add_json_option, alternate, measure, print_json, step_summary
+from benchmarks.synthetic_wheel import build_synthetic_set
+from benchmarks.torch_wheels import TORCH, ensure_wheels
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_SIZE = 300_000_000

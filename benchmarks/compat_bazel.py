@@ -30,14 +30,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from example_workspace import BAZEL, REPO, TOOLCHAIN, use_offline_modules
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-if TYPE_CHECKING:
-    from compat_stacks import Stack
+from benchmarks.example_workspace import BAZEL, REPO, TOOLCHAIN, use_offline_modules
+from benchmarks.harness import process_cpu
+from benchmarks.stacks import Stack
 
 RULES_PYTHON = "2.3.2"
 SUFFIX = "compat.1"
@@ -188,10 +187,10 @@ def _server_cpu(root: Path) -> float:
     """CPU seconds of the workspace's Bazel server and its reaped children (it stays up until shutdown)."""
     pid = subprocess.run([str(BAZEL), "info", "server_pid"], cwd=root, capture_output=True, text=True, check=False)
     try:
-        fields = Path(f"/proc/{pid.stdout.split()[-1]}/stat").read_text().rsplit(")", 1)[1].split()
-    except (IndexError, OSError):
+        own, children, _ = process_cpu(int(pid.stdout.split()[-1]))
+    except (IndexError, ValueError, OSError):
         return float("nan")
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+    return own + children
 
 
 def _layout_test(root: Path, name: str, statuses: dict[str, str]) -> LayoutTest:

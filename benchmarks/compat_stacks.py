@@ -32,7 +32,7 @@ patched per-wheel layout maps fewer of the set's libraries than the flat one, or
 disagrees with the harness (before or after patching), ``graph`` or ``patch`` fails, or (``--bazel``)
 the patched hub's ``layout_test`` does not pass; 2 when a download or an install fails.
 
-    nice -n 10 .venv/bin/python benchmarks/compat_stacks.py [--stacks torch-2.1.0 jax-0.6.2 ...] [--keep] [--bazel]
+    nice -n 10 .venv/bin/python -m benchmarks.compat_stacks [--stacks torch-2.1.0 jax-0.6.2 ...] [--keep] [--bazel]
 
 One stack at a time: its wheels (several GB) are deleted after it is measured unless ``--keep``;
 the installed layouts always are.  ``--no-probe`` patches without ``--probe`` (the static graph only).
@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -59,6 +58,10 @@ from installer.destinations import SchemeDictionaryDestination
 from installer.sources import WheelFile
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from benchmarks import compat_bazel
+from benchmarks.harness import children_cpu
+from benchmarks.stacks import STACKS, Stack
+
 REPO = Path(__file__).resolve().parents[1]
 # pip widens only the legacy manylinux names of an explicit --platform, so every glibc level is listed.
 PLATFORMS = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(28, 4, -1)) + (
@@ -66,138 +69,6 @@ PLATFORMS = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(28, 4, -1)) +
     "manylinux2010_x86_64",
     "manylinux1_x86_64",
 )
-# An ONNX model of one Identity node (float input "x" -> output "y"), opset 13, as protobuf bytes:
-# onnxruntime ships no model builder and the `onnx` package is not part of its wheel set.
-_ONNX_IDENTITY = (
-    "def _f(n, b): return bytes([n << 3 | 2, len(b)]) + b\n"
-    "_t = _f(2, _f(1, bytes([8, 1])))\n"  # TypeProto.tensor_type { elem_type: FLOAT }
-    "_g = _f(1, _f(1, b'x') + _f(2, b'y') + _f(4, b'Identity')) + _f(2, b'g')"
-    " + _f(11, _f(1, b'x') + _t) + _f(12, _f(1, b'y') + _t)\n"
-    "_model = bytes([8, 8]) + _f(7, _g) + _f(8, bytes([16, 13]))\n"  # ir_version 8, graph, opset 13
-)
-
-
-@dataclass(frozen=True)
-class Stack:
-    name: str
-    requirements: tuple[str, ...]
-    package: str
-    """The package as a user names it (``--preload-for``, ``doctor --package``)."""
-    project: str
-    """The project whose wheel gets the preload."""
-    probe: str
-    """Code that makes the stack load its CUDA libraries (they fail later, at the missing driver)."""
-    companions: tuple[str, ...] = ()
-    """A real lock's other wheels (``--stacks NAME-lock``): requirements resolved with the stack where they can be."""
-    companion_probe: str = ""
-    """Code that loads the companions' own libraries: measured in every layout, never given to ``patch``."""
-
-    @property
-    def measured_probe(self) -> str:
-        """What the layouts are compared on: the stack's probe, then its companions' (the patch gets only the first)."""
-        return self.probe + ("\n" + self.companion_probe if self.companion_probe else "")
-
-
-STACKS = {
-    stack.name: stack
-    for stack in (
-        Stack("torch-2.1.0", ("torch==2.1.0",), "torch", "torch", "import torch"),
-        Stack("torch-2.5.1", ("torch==2.5.1",), "torch", "torch", "import torch; torch.cuda.is_available()"),
-        Stack(
-            "jax-0.6.2",
-            ("jax[cuda12]==0.6.2",),
-            "jax_plugins.xla_cuda12",
-            "jax-cuda12-pjrt",
-            "import jax; print(jax.devices())",
-        ),
-        Stack(
-            "tensorflow-2.19.1",
-            ("tensorflow[and-cuda]==2.19.1",),
-            "tensorflow",
-            "tensorflow",
-            "import tensorflow as tf; print(tf.config.list_physical_devices())",
-        ),
-        Stack(
-            "cupy-14.2.0",
-            ("cupy-cuda12x[ctk]==14.2.0",),
-            "cupy",
-            "cupy-cuda12x",
-            # cupy.cuda's attributes (not `import cupy.cuda.cufft`) first load the library with cuda-pathfinder.
-            "import cupy\nfor name in ('cufft', 'curand', 'cublas', 'cusolver', 'cusparse'): getattr(cupy.cuda, name)",
-        ),
-        Stack(
-            "onnxruntime-1.31.1",
-            ("onnxruntime-gpu[cuda,cudnn]==1.31.1",),
-            "onnxruntime",
-            "onnxruntime-gpu",
-            _ONNX_IDENTITY + "import onnxruntime as ort\n"
-            "ort.InferenceSession(_model, providers=['CUDAExecutionProvider', 'CPUExecutionProvider'])\n",
-        ),
-    )
-}
-
-# Common companions of a real lock (issue 30): pillow 13 bundles libfreetype and libharfbuzz, which need
-# each other (a library cycle); opencv, scipy and pyarrow bring their own bundled libraries.
-COMPANIONS = ("pillow>=13", "opencv-python-headless", "scipy", "pyarrow")
-# Loads each companion's compiled libraries: pillow's freetype module maps the cycle's two libraries.
-COMPANION_PROBE = "from PIL import _imagingft\nimport cv2, scipy.linalg, pyarrow"
-_LOCKS = (
-    Stack(
-        "torch-2.8.0-lock",
-        ("torch==2.8.0",),
-        "torch",
-        "torch",
-        "import torch; torch.cuda.is_available()",
-        ("torchvision==0.23.0", *COMPANIONS),
-        "import torchvision, torchvision.io\n" + COMPANION_PROBE,
-    ),
-    Stack(
-        "tensorflow-2.20.0-lock",
-        ("tensorflow[and-cuda]==2.20.0",),
-        "tensorflow",
-        "tensorflow",
-        "import tensorflow as tf; tf.config.list_physical_devices()",
-        COMPANIONS,
-        COMPANION_PROBE,
-    ),
-    Stack(
-        "jax-0.7.2-lock",
-        ("jax[cuda12]==0.7.2",),
-        "jax_plugins.xla_cuda12",
-        "jax-cuda12-pjrt",
-        "import jax; jax.devices()",
-        COMPANIONS,
-        COMPANION_PROBE,
-    ),
-)
-# The newest releases (issue 40), as a new user locks them: torch reaches its CUDA libraries through
-# cuda-toolkit[...] extras, JAX through jax-cuda13-plugin[with-cuda], TensorFlow through its and-cuda extra.
-_NEWEST = (
-    Stack(
-        "torch-2.15.0-lock",
-        ("torch==2.15.0",),
-        "torch",
-        "torch",
-        "import torch; torch.cuda.is_available()",
-        ("torchvision==0.29.2", "pillow>=13"),
-        "import torchvision, torchvision.io\nfrom PIL import _imagingft",
-    ),
-    Stack(
-        "jax-0.10.2-cuda13",
-        ("jax[cuda13]==0.10.2",),
-        "jax_plugins.xla_cuda13",
-        "jax-cuda13-pjrt",
-        "import jax; jax.devices()",
-    ),
-    Stack(
-        "tensorflow-2.21.0",
-        ("tensorflow[and-cuda]==2.21.0",),
-        "tensorflow",
-        "tensorflow",
-        "import tensorflow as tf; tf.config.list_physical_devices()",
-    ),
-)
-STACKS.update((stack.name, stack) for stack in (*_LOCKS, *_NEWEST))
 
 # Runs before the probe in every child: record the mapped files at exit, also after an uncaught exception.
 _RECORD_MAPS = """\
@@ -527,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     results, failed = [], False
     for name in args.stacks:
         stack, directory = STACKS[name], cache_dir(name)
-        started, cpu = time.monotonic(), _children_cpu()
+        started, cpu = time.monotonic(), children_cpu()
         directory.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{name}-layouts-", dir=directory.parent))
         try:
@@ -546,15 +417,12 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 results.append(measure(stack, wheels, work, probe=not args.no_probe))
                 print(report(results[-1]), sep="\n")
-            print(f"  ({time.monotonic() - started:.0f} s wall, {_children_cpu() - cpu:.0f} s CPU)", flush=True)
+            print(f"  ({time.monotonic() - started:.0f} s wall, {children_cpu() - cpu:.0f} s CPU)", flush=True)
             if args.bazel:
-                from compat_bazel import report as bazel_report
-                from compat_bazel import run_stage
-
                 for installed in work.iterdir():  # disk: the workspace installs the set again, twice
                     shutil.rmtree(installed, ignore_errors=True)
-                stage = run_stage(stack, wheels, work / "bazel")
-                print(bazel_report(stage), flush=True)
+                stage = compat_bazel.run_stage(stack, wheels, work / "bazel")
+                print(compat_bazel.report(stage), flush=True)
                 patched = [test for name, test in stage.tests.items() if name.startswith("patched_")]
                 failed |= stage.returncode not in (0, 3) or any(test.status != "PASSED" for test in patched)
         except (subprocess.CalledProcessError, OSError, ValueError) as error:
@@ -567,12 +435,6 @@ def main(argv: list[str] | None = None) -> int:
     if results:
         print(TABLE_HEADER, *map(table_row, results), sep="\n")
     return 1 if failed or any(result.failed for result in results) else 0
-
-
-def _children_cpu() -> float:
-    """CPU seconds of the child processes waited for so far (pip, the probes, patched-wheels, Bazel's client)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

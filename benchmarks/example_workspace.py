@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import NamedTuple, Protocol, Sequence
+
+from benchmarks.harness import children_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 BAZEL = REPO / "tools" / "bazel"
@@ -82,15 +83,13 @@ class Timed(NamedTuple):
 
 def run(root: Path, *args: str, environment: dict[str, str] | None = None) -> Timed:
     """`tools/bazel ARGS` in ``root``, with ``environment`` added to this process's."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
+    before = children_cpu()
+    start = time.perf_counter()
     completed = subprocess.run(
         [str(BAZEL), *args], cwd=root, capture_output=True, text=True, env={**os.environ, **(environment or {})}
     )
-    wall = time.monotonic() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timed(completed.returncode, completed.stdout + completed.stderr, wall, cpu)
+    wall = time.perf_counter() - start
+    return Timed(completed.returncode, completed.stdout + completed.stderr, wall, children_cpu() - before)
 
 
 class Workspace(Protocol):

@@ -1,5 +1,10 @@
-"""What the benchmarks share: a timed child process, alternating rounds, medians with their spread, and the
-JSON line every benchmark prints beside its prose, so the next run can be compared with it mechanically.
+"""What the benchmarks share: a timed child process, CPU clocks, alternating rounds, medians with their spread,
+and the JSON line every benchmark prints beside its prose, so the next run can be compared with it mechanically.
+
+Every benchmark times through this module, so wall and CPU mean the same in every script: wall from
+``time.perf_counter``, CPU as user + system seconds, a child's counted with the children it reaped
+(``os.wait4``, :func:`run_child`) or, for a child whose output is read, as the difference of two readings of
+:func:`children_cpu`; work done in this process by :func:`own_cpu`.
 
 A benchmark ends with :func:`print_json`: one line ``BENCH-JSON {...}`` on stdout (``grep '^BENCH-JSON '``
 finds it among the prose), also written to the file ``--json FILE`` names (:func:`add_json_option`).  Its
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -47,20 +53,58 @@ class Step:
     output: Path
 
 
+def children_cpu() -> float:
+    """User + system seconds of every child process this one has waited for so far: the difference of two
+    readings is the CPU of the children reaped between them, with their own reaped children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def own_cpu() -> float:
+    """User + system seconds of this process itself, for work timed in-process."""
+    times = os.times()
+    return times.user + times.system
+
+
+def process_cpu(pid: int) -> tuple[float, float, float]:
+    """(utime + stime of ``pid``, cutime + cstime of the children it has reaped, stime + cstime), in seconds:
+    the CPU of a process this one did not start (a Bazel server, a daemon that outlives its client)."""
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(value) / os.sysconf("SC_CLK_TCK") for value in fields[11:15])
+    return utime + stime, cutime + cstime, stime + cstime
+
+
+def run_child(command: Sequence[str], env: Mapping[str, str] | None = None, *, quiet: bool = False) -> tuple[int, Run]:
+    """One run of ``command`` (stdout discarded; stderr too when ``quiet``): its exit status and its
+    :class:`Run`.  ``os.wait4`` returns the kernel's RUSAGE_BOTH of the child: its reaped children count."""
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        list(command),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if quiet else None,
+        env=None if env is None else dict(env),
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+    return process.returncode, Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)  # Linux: KiB
+
+
+def timed(command: Sequence[str], env: Mapping[str, str] | None = None) -> Run:
+    """:func:`run_child` of a command that must succeed: a failure stops the benchmark, naming the command."""
+    code, run = run_child(command, env)
+    if code != 0:
+        raise SystemExit(f"benchmark step failed (exit {code}): {' '.join(command)}")
+    return run
+
+
 def measure(step: Step) -> Run:
     """One run of ``step`` into an empty output directory, after writing back the previous run's files
-    (``os.sync``: one step's dirty pages are not another's cost).  ``os.wait4`` returns the kernel's
-    RUSAGE_BOTH of the child: its reaped children count."""
+    (``os.sync``: one step's dirty pages are not another's cost)."""
     shutil.rmtree(step.output, ignore_errors=True)
     step.output.mkdir(parents=True)
     os.sync()
-    start = time.perf_counter()
-    process = subprocess.Popen(step.command, stdout=subprocess.DEVNULL, env=dict(step.env))
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"benchmark step failed: {' '.join(step.command)}")
-    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)  # Linux reports KiB
+    return timed(step.command, step.env)
 
 
 def alternate(steps: Sequence[Step], rounds: int, run: Callable[[Step], Run] = measure) -> dict[str, list[Run]]:

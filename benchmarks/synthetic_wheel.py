@@ -26,10 +26,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests")]  # the test fixtures' gcc helper
-
-from support.fakecuda import compile_shared  # noqa: E402
+from tests.support.fakecuda import compile_shared  # the test fixtures' gcc helper
 
 VERSION = "2.1.0"
 TAG = "cp311-cp311-linux_x86_64"

@@ -16,16 +16,41 @@ LOCK_ATTRIBUTES = ["requirements_lock", "uv_lock", "pylock"]
 # The attributes of a hub as the user writes them: the `patched.index` tag and the WORKSPACE
 # `patched_index` macro (which passes them on to `patched_hub`).
 INDEX_ATTRS = {
-    "requirements_lock": attr.label(allow_single_file = True, doc = "A hashed pip lock (pip-compile --generate-hashes, uv pip compile --generate-hashes, uv export). Give exactly one of `requirements_lock`, `uv_lock` and `pylock`."),
-    "uv_lock": attr.label(allow_single_file = [".lock"], doc = "A `uv.lock` (uv lock); the hub then also writes a `uv.lock` for rules_python >= 2.2's `pip.parse(uv_lock = ...)`."),
-    "pylock": attr.label(allow_single_file = [".toml"], doc = "A PEP 751 `pylock.toml` (pip lock, uv export --format pylock.toml)."),
-    "index_url": attr.string(default = DEFAULT_INDEX_URL, doc = "PEP 503 index whose project pages give the URL of each locked wheel (matched by the lock's hashes); not read for the wheels a `uv.lock` or `pylock.toml` names itself."),
-    "index_option": attr.string(default = "direct", values = INDEX_OPTIONS, doc = "How the generated lock names the patched wheels: `direct` references (every rules_python release), or `index-url` / `extra-index-url` / `find-links` to the hub's index (rules_python < 2 only)."),
-    "python_interpreter": attr.string(default = "python3", doc = "Interpreter (a name on `PATH` or an absolute path) whose tags select the wheels, that runs the helper, and that runs the `probe` of a `preload = \"auto\"` wheel; use the Python your targets run with."),
-    "python_interpreter_target": attr.label(allow_single_file = True, doc = "The interpreter as a label (e.g. a rules_python toolchain's `python3` file); overrides `python_interpreter`."),
-    "restore_extras": attr.bool(default = True, doc = "Make the wheels rules_python wires for a target what pip installs from the lock: rules_python drops the extras of a dependency edge (its issues #4168 and #2399), so `torch` requiring `cuda-toolkit[cudart]` would get no `nvidia-cuda-runtime` and `jax[cuda13]` no plugin. Each wheel whose extras pip installs is rewritten with those extras' requirements as plain `Requires-Dist` entries (local version `+extras`, or the `suffix` of its `patched_wheel`). See docs/rules-python.md#extras."),
-    "extras": attr.string_list(doc = "Root requirements with extras that the lock may not record (a `uv pip compile` lock writes `jax==0.10.2` for `jax[cuda13]`), e.g. `[\"jax[cuda13]\"]`: pip's closure (`restore_extras`, `pip_closure.json`) then includes them. Each project must be pinned by the lock and provide the extra."),
-    "wheel_facts": attr.label(allow_single_file = [".json"], doc = "What an earlier build of this hub read from the wheels (the ELF rows of their libraries, by sha256; the `preload = \"auto\"` probes' observations, by the wheels' sha256s, probe and interpreter): a copy of the hub's own `@<hub>//:wheel_facts.json`, checked in beside the lock. A build with an empty helper cache (a fresh CI runner) then neither inflates nor probes what it answers. Its entries are checked like the helper cache's; one that no longer matches (a lock bump, another interpreter) is read again, and the build says which file to copy over it. See docs/caches-and-trust.md."),
+    "requirements_lock": attr.label(allow_single_file = True, doc = """A hashed pip lock (pip-compile
+        --generate-hashes, uv pip compile --generate-hashes, uv export). Give exactly one of
+        `requirements_lock`, `uv_lock` and `pylock`."""),
+    "uv_lock": attr.label(allow_single_file = [".lock"], doc = """A `uv.lock` (uv lock); the hub then also
+        writes a `uv.lock` for rules_python >= 2.2's `pip.parse(uv_lock = ...)`."""),
+    "pylock": attr.label(allow_single_file = [".toml"], doc = """A PEP 751 `pylock.toml` (pip lock, uv
+        export --format pylock.toml)."""),
+    "index_url": attr.string(default = DEFAULT_INDEX_URL, doc = """PEP 503 index whose project pages give
+        the URL of each locked wheel (matched by the lock's hashes); not read for the wheels a `uv.lock` or
+        `pylock.toml` names itself."""),
+    "index_option": attr.string(default = "direct", values = INDEX_OPTIONS, doc = """How the generated lock
+        names the patched wheels: `direct` references (every rules_python release), or `index-url` /
+        `extra-index-url` / `find-links` to the hub's index (rules_python < 2 only)."""),
+    "python_interpreter": attr.string(default = "python3", doc = """Interpreter (a name on `PATH` or an
+        absolute path) whose tags select the wheels, that runs the helper, and that runs the `probe` of a
+        `preload = "auto"` wheel; use the Python your targets run with."""),
+    "python_interpreter_target": attr.label(allow_single_file = True, doc = """The interpreter as a label
+        (e.g. a rules_python toolchain's `python3` file); overrides `python_interpreter`."""),
+    "restore_extras": attr.bool(default = True, doc = """Make the wheels rules_python wires for a target
+        what pip installs from the lock: rules_python drops the extras of a dependency edge (its issues
+        #4168 and #2399), so `torch` requiring `cuda-toolkit[cudart]` would get no `nvidia-cuda-runtime` and
+        `jax[cuda13]` no plugin. Each wheel whose extras pip installs is rewritten with those extras'
+        requirements as plain `Requires-Dist` entries (local version `+extras`, or the `suffix` of its
+        `patched_wheel`). See docs/rules-python.md#extras."""),
+    "extras": attr.string_list(doc = """Root requirements with extras that the lock may not record (a `uv
+        pip compile` lock writes `jax==0.10.2` for `jax[cuda13]`), e.g. `["jax[cuda13]"]`: pip's closure
+        (`restore_extras`, `pip_closure.json`) then includes them. Each project must be pinned by the lock
+        and provide the extra."""),
+    "wheel_facts": attr.label(allow_single_file = [".json"], doc = """What an earlier build of this hub read
+        from the wheels (the ELF rows of their libraries, by sha256; the `preload = "auto"` probes'
+        observations, by the wheels' sha256s, probe and interpreter): a copy of the hub's own
+        `@<hub>//:wheel_facts.json`, checked in beside the lock. A build with an empty helper cache (a fresh
+        CI runner) then neither inflates nor probes what it answers. Its entries are checked like the helper
+        cache's; one that no longer matches (a lock bump, another interpreter) is read again, and the build
+        says which file to copy over it. See docs/caches-and-trust.md."""),
 }
 
 def project_page_url(index_url, project):
@@ -167,6 +192,7 @@ patched_hub = repository_rule(
         patched = attr.string(default = "[]", doc = "JSON list of patched wheel specs (see specs.bzl)."),
         patches = attr.label_list(allow_files = True),
         bzlmod = attr.bool(doc = "Made by the module extension (errors then name `patched.index`)."),
-        hub_name = attr.string(doc = "The hub's name as the user wrote it, for errors: under bzlmod, `name` is the canonical repository name."),
+        hub_name = attr.string(doc = """The hub's name as the user wrote it, for errors: under bzlmod,
+            `name` is the canonical repository name."""),
     ),
 )

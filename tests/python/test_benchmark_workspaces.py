@@ -9,25 +9,22 @@ of the main repository a copy loads names a file in that copy, and that each hub
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+REPO = Path(__file__).resolve().parents[2]
 # load("//pkg:file.bzl", ...) and use_extension("//pkg:file.bzl", ...): labels of the workspace itself.
 MAIN_REPO_LABEL = re.compile(r'(?:load|use_extension)\(\s*"//([^:"]*):([^"]+)"')
 
 
 @pytest.fixture(scope="module")
 def bench_e2e() -> object:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_e2e
+    """The benchmark as a module of the ``benchmarks`` package (pyproject.toml puts the repository root on
+    pytest's ``pythonpath``)."""
+    from benchmarks import bench_e2e
 
-        yield bench_e2e
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return bench_e2e
 
 
 def test_every_workspace_label_a_copy_loads_is_in_the_copy(tmp_path: Path, bench_e2e: object) -> None:
@@ -103,7 +100,7 @@ def test_jax_workspaces_differ_only_in_the_hub(tmp_path: Path, bench_e2e: object
 def test_jax_lock_pins_each_wheel_by_its_sha256(tmp_path: Path, bench_e2e: object) -> None:
     import hashlib
 
-    import compat_bazel
+    from benchmarks import compat_bazel
 
     wheels = [
         tmp_path / "jax_cuda12_pjrt-0.7.2-py3-none-manylinux_2_27_x86_64.whl",
@@ -191,14 +188,14 @@ def test_compat_workspace_judges_requirement_alone_against_pip_closure(tmp_path:
     """compat_bazel's workspace: plain wires as rules_python does (restore_extras = False), patched names the
     root's extras; each hub has a layout_test over all_requirements and one over requirement(ROOT) alone, both
     judged against the hub's pip_closure.json."""
-    import compat_bazel
-    import compat_stacks
+    from benchmarks import compat_bazel
+    from benchmarks.stacks import STACKS
 
     from support.wheelbuilder import build_wheel
 
     (tmp_path / "wheels").mkdir()
     wheel = build_wheel(tmp_path / "wheels", "jax", "0.10.2", {"jax/__init__.py": b""})
-    compat_bazel.write_workspace(tmp_path / "ws", compat_stacks.STACKS["jax-0.10.2-cuda13"], [wheel])
+    compat_bazel.write_workspace(tmp_path / "ws", STACKS["jax-0.10.2-cuda13"], [wheel])
     module = (tmp_path / "ws" / "MODULE.bazel").read_text(encoding="utf-8")
     assert 'patched.index(name = "plain", ' in module and 'extras = ["jax[cuda13]"], restore_extras = False)' in module
     assert 'patched.index(name = "patched", ' in module and 'extras = ["jax[cuda13]"])' in module
@@ -216,9 +213,9 @@ def test_compat_workspace_judges_requirement_alone_against_pip_closure(tmp_path:
 @pytest.mark.parametrize("release", ["0.22.1", "2.3.2"])
 def test_the_adapted_module_file_names_a_module_of_its_own(release: str, bench_e2e: object) -> None:
     """The copy is a module of its own depending on the checkout, whatever the module(...) call's layout."""
-    import example_workspace
+    from benchmarks import example_workspace
 
-    text = example_workspace.adapt_module((BENCHMARKS.parent / "MODULE.bazel").read_text(encoding="utf-8"), release)
+    text = example_workspace.adapt_module((REPO / "MODULE.bazel").read_text(encoding="utf-8"), release)
     assert 'module(name = "rpw_example")' in text
     assert "module(\n" not in text  # the checkout's own module(...) call is gone
     assert 'local_path_override(module_name = "rules_patched_wheels"' in text

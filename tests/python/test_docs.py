@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def documentation() -> list[Path]:
-    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md"]
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "benchmarks").rglob("README.md"))]
     return pages + sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "benchmarks" / "results").glob("*.md"))
 
 
@@ -70,3 +70,40 @@ def test_readme_is_a_page_with_the_ci_command() -> None:
     blocks = "\n".join(re.findall(r"```sh\n(.*?)```", readme, flags=re.S))
     assert re.search(r"^tools/test\s", blocks, flags=re.M)
     assert re.search(r"^tools/bazel test //calculator/\.\.\.\s", blocks, flags=re.M)
+
+
+DATED_MEASUREMENT = re.compile(
+    r"(?<![\w/.-])20\d\d-\d\d-\d\d(?![\w.-])"  # a date, not a results file's name in a link
+    r"|\b\d+(?:\.\d+)?x (?:plain|rules_python|the probe|`cp`)|\*\*\d+(?:\.\d+)?x\*\*"  # a ratio to a baseline
+    r"|\b\d+(?:\.\d+)? ?s (?:of CPU|wall)\b|\b\d+(?:\.\d+)? s -> \d"  # a time, or a time before -> after
+    r"|(?i:\bmeasured on (?:this|a|the) [\w-]*(?:machine|core|VM))"
+)
+"""What a dated measurement in a user page looks like: figures go to benchmarks/results/, dated, beside the
+machine and the commits they were measured on, and the docs link there with a sentence that stays true."""
+
+
+def dated_measurements(text: str) -> list[str]:
+    return [match.group(0) for match in DATED_MEASUREMENT.finditer(text)]
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda page: page.name)
+def test_docs_hold_no_dated_measurement(page: Path) -> None:
+    assert dated_measurements(page.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("measured on the torch 2.1.0 example (2-core machine,\n2026-11-26; [b](../b.md)):", ["2026-11-26"]),
+        ("costs **1.01x** plain rules_python's CPU (each hub's helper: 3 s of CPU)", ["**1.01x**", "3 s of CPU"]),
+        (
+            "building the tree: 7.4 s -> 1.0 s; the test takes about 1.5x the probe's own wall time",
+            ["7.4 s -> 1", "1.5x the probe"],
+        ),
+        ("Measured on this machine (2 cores, python-isal): ...", ["Measured on this machine"]),
+        ("[results](../benchmarks/results/2026-11-28-compat-newest.md), rules_python 2.3.2, torch 2.1.0", []),
+        ("a ctime under 2 s old; 64 MiB; `--timeout 30s`; 10 %; a 2x2 matrix", []),
+    ],
+)
+def test_the_dated_measurement_rule(text: str, found: list[str]) -> None:
+    assert dated_measurements(text) == found

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support.importgraph import PACKAGE, ROOT, import_graph, module_name
+from support.importgraph import PACKAGE, ROOT, find_cycle, import_graph, module_name
 
 STAGES: tuple[tuple[str, ...], ...] = (
     ("base", "errors", ""),  # shared infrastructure; "" is the package's own __init__
@@ -48,33 +48,6 @@ def stage_violations(graph: dict[str, set[str]]) -> list[str]:
             if theirs > own:
                 found.append(f"{module} -> {target} ({'/'.join(STAGES[own])} -> {'/'.join(STAGES[theirs])})")
     return found
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of ``graph`` as ``[a, b, ..., a]``, or None (depth-first search, in name order)."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for target in sorted(graph.get(node, ())):
-            if state.get(target) == 1:
-                return [*path[path.index(target) :], target]
-            if target not in state:
-                cycle = visit(target)
-                if cycle:
-                    return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            cycle = visit(node)
-            if cycle:
-                return cycle
-    return None
 
 
 def test_the_package_has_no_import_cycle():

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.fakecuda import build_wheel, compile_shared
+from .fakecuda import build_wheel, compile_shared
 
 VERSION = "1.0"
 PIL_LIBRARIES = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from support import fakecuda, wheelbuilder
+from . import fakecuda, wheelbuilder
 
 ANSWER = 4242
 MISSING_ERROR = "No module named 'tk_rt'"

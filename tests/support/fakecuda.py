@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from support import wheelbuilder
+from . import wheelbuilder
 
 NVIDIA_VERSION = "12.1.0"
 TORCH_VERSION = "2.1.0"

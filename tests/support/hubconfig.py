@@ -14,7 +14,8 @@ from packaging.utils import canonicalize_name
 from patched_wheels.cli import main
 from patched_wheels.hub.plan import HubConfig, PatchedWheelSpec
 from patched_wheels.lock.formats.registry import LOCK_FORMATS
-from support.indexfixtures import sha256_of as sha256
+
+from .indexfixtures import sha256_of as sha256
 
 
 def lock_attributes(**given: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""The helper's import graph, read from its source (ast), every import counted: absolute and relative, at
-module level, inside functions and under ``if TYPE_CHECKING:`` (see ``tests/python/test_imports.py``)."""
+"""A package's import graph, read from its source (ast), every import counted: absolute and relative, at
+module level, inside functions and under ``if TYPE_CHECKING:``, and a cycle in it (the helper's:
+``tests/python/test_imports.py``; the benchmarks': ``tests/python/test_benchmark_imports.py``)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,30 @@ def reached(graph: dict[str, set[str]], start: str) -> set[str]:
             seen.add(target)
             work.append(target)
     return seen
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as ``[a, b, ..., a]``, or None (depth-first search, in name order)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import Sequence
 
-from support.wheelbuilder import build_wheel
+from .wheelbuilder import build_wheel
 
 
 def make_wheel(

@@ -22,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from support.fakecuda import build_wheel, compile_shared
+from .fakecuda import build_wheel, compile_shared
 
 NAME = "pkg"
 VERSION = "1.0"

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from support.fakecuda import build_wheel, compile_shared
+from .fakecuda import build_wheel, compile_shared
 
 VERSION = "1.0"
 

@@ -340,7 +340,9 @@ def test_real_torch_order_loads_nvjitlink_before_cusparse_and_cusolver():
         glob.glob(str(REAL_TORCH_DIR / "torch-2.1.0-cp311-*.whl")) + glob.glob(str(REAL_TORCH_DIR / "nvidia_*.whl"))
     )
     if len(wheels) < 13:
-        pytest.skip(f"torch 2.1.0 + 12 nvidia wheels not in {REAL_TORCH_DIR}; run benchmarks/bench_graph.py once")
+        pytest.skip(
+            f"torch 2.1.0 + 12 nvidia wheels not in {REAL_TORCH_DIR}; run `python -m benchmarks.bench_graph` once"
+        )
     graph = read_graph(wheels)
     order = [library.filename for library in graph.load_order]
     assert order.index("libnvJitLink.so.12") < order.index("libcusparse.so.12") < order.index("libcusolver.so.11")

@@ -3,8 +3,8 @@
 Not part of the test suite (CI has no GPU).  Run it with the Python whose single
 site-packages holds the stack (torch or jax, and the nvidia-* CUDA wheels):
 
-    python benchmarks/gpu_check.py jax     # JAX + its CUDA plugin: patch the plugin with --preload-wheels 'nvidia-*'
-    python benchmarks/gpu_check.py torch   # torch: patch torch with the generated preload (preload = "auto")
+    python -m benchmarks.gpu.gpu_check jax     # JAX + its CUDA plugin: patch the plugin with --preload-wheels 'nvidia-*'
+    python -m benchmarks.gpu.gpu_check torch   # torch: patch torch with the generated preload (preload = "auto")
 
 For every distribution the stack requires (Requires-Dist, transitively, markers and
 extras honoured, from importlib.metadata) it rebuilds a wheel from the installed
@@ -17,7 +17,7 @@ exits 0 when CODE fails before and passes after.  `--requirements`, `--package`,
 `--preload-wheels` and `--code` override the preset; `--work DIR` keeps the wheels.
 
 Needs only `packaging` beside this repository's `python/`
-directory (put on the path here); patchelf is not used.
+directory (on the PYTHONPATH of the helper it runs); patchelf is not used.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-REPO_PYTHON = Path(__file__).resolve().parents[1] / "python"
+REPO_PYTHON = Path(__file__).resolve().parents[2] / "python"
 _CHUNK = 1 << 20
 # Written by installers, not part of the wheel; RECORD is written anew.
 _INSTALL_ONLY = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
