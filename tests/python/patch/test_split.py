@@ -274,6 +274,30 @@ def test_split_command_prints_outputs_and_requirements(wheels, tmp_path, capsys)
     assert all(Path(path).is_file() for path in lines[:2])
 
 
+def test_splitting_a_wheel_whose_preload_module_was_edited_is_one_error_and_no_output(wheels, tmp_path, capsys):
+    """An earlier patched wheel's preload is read as the data patched-wheels writes: an edited module (here its
+    entries on one line, which parsing it as Python would accept) is refused, naming the wheel and member."""
+    patched = patch_wheel(
+        wheels.torch,
+        tmp_path / "patched",
+        PatchOptions(suffix="pw.1", preload=plan_package_preload("faketorch", wheels.all)),
+    ).path
+    member = f"faketorch/{PRELOAD_MODULE}.py"
+    with zipfile.ZipFile(patched) as archive:
+        files = {name: archive.read(name) for name in archive.namelist() if ".dist-info/" not in name}
+    libraries = read_preload_module(files[member], where="test").libraries
+    files[member] = f"LIBRARIES = {libraries!r}\n".encode()
+    edited = build_wheel(tmp_path / "edited", "faketorch", "2.1.0+pw.1", files)
+    argv = ["split", "--no-cache", "--wheel", str(edited), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"]
+    assert main([*argv, "--dest-dir", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"patched-wheels: error: {edited.name}: {member}: not a patched-wheels preload module "
+        "(LIBRARIES is not one tuple, one entry a line)\n"
+    )
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 # ---------------------------------------------------------------- patch and split in one rewrite
 
 SPLIT = SplitRequest("faketorch-libs", move=["faketorch/lib/*.so"])
