@@ -13,7 +13,7 @@ from patched_wheels.loading.layout import SITE_PACKAGES
 from patched_wheels.loading.preload import (
     PRELOAD_MODULE,
     PreloadList,
-    preload_member_edits,
+    plan_package_preload,
     read_preload_module,
     render_preload_module,
 )
@@ -49,10 +49,8 @@ def test_each_stack_works_in_one_site_packages_only(stacks, name, tmp_path):
 
 def _patched(stack, tmp_path, **options):
     """The package's wheel patched with preload = "auto" (default probe), and the set with it."""
-    edits = preload_member_edits(stack.package, list(stack.wheels), **options)
-    patched = patch_wheel(
-        stack.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)
-    ).path
+    preload = plan_package_preload(stack.package, list(stack.wheels), **options)
+    patched = patch_wheel(stack.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     return patched, [patched if wheel == stack.package_wheel else wheel for wheel in stack.wheels]
 
 
@@ -230,8 +228,8 @@ def test_doctor_run_fails_each_stack_as_is_and_passes_it_patched(stacks, name, t
 
 def test_a_self_preloading_package_patched_still_works(tmp_path):
     wheels = build_fake_cuda_wheels(tmp_path / "wheels", broken_order=False)
-    edits = preload_member_edits("faketorch", wheels.all)
-    patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
+    preload = plan_package_preload("faketorch", wheels.all)
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     for layout in (flat_layout, per_wheel_layout):
         result = run_import(layout([*wheels.nvidia.values(), patched], tmp_path / layout.__name__))
         assert result.returncode == 0 and result.stdout.strip() == "122", result.stderr

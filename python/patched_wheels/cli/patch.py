@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 
 from patched_wheels.cli import add_elf_cache_option, caches
 from patched_wheels.errors import UsageError
-from patched_wheels.patch.surgery import MemberEdit, PatchOptions, find_patches, patch_wheel
+from patched_wheels.patch.surgery import PatchOptions, find_patches, patch_wheel
 
 if TYPE_CHECKING:
     from patched_wheels.loading.packages import Phrasing
+    from patched_wheels.loading.preload import PackagePreload
     from patched_wheels.patch.request import RpathEdit
 
 # Flag -> RPATH edit mode (the Starlark `rpath_mode` value).
@@ -127,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
         add_requires=args.add_requires,
         delete=args.delete,
         verify=args.verify,
-        member_edits=_preload_edits(args, [args.wheel, *args.preload_from]) if args.preload_for else {},
+        preload=_preload(args, [args.wheel, *args.preload_from]) if args.preload_for else None,
         rpath_edits=_rpath_edits(args.rpath),
     )
     result = patch_wheel(args.wheel, args.dest_dir, options)
@@ -136,19 +137,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _preload_edits(args: argparse.Namespace, wheels: list[Path]) -> dict[str, MemberEdit]:
+def _preload(args: argparse.Namespace, wheels: list[Path]) -> PackagePreload | None:
     # Imported here: the ELF analysis is only needed for --preload-for.
-    from patched_wheels.loading.preload import preload_member_edits
+    from patched_wheels.loading.preload import ElfOnly, Probe, plan_package_preload
 
-    return preload_member_edits(
+    return plan_package_preload(
         args.preload_for,
         list(dict.fromkeys(wheels)),
-        patched=args.wheel,
+        ElfOnly() if args.no_probe else Probe(args.probe),
+        package_wheel=args.wheel,
         phrasing=_phrasing(args),
         preload_wheels=args.preload_wheels,
         caches=caches(args),
-        probe=args.probe,
-        run_probe=not args.no_probe,
     )
 
 

@@ -16,7 +16,7 @@ import shutil
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from packaging.utils import NormalizedName, canonicalize_name
 
@@ -31,7 +31,7 @@ from patched_wheels.index.simple import SIMPLE_DIR, build_index
 from patched_wheels.loading.closure import EXTRAS_SUFFIX, Closure, read_dist, restored_requirements
 from patched_wheels.loading.packages import Phrasing
 from patched_wheels.lock.apply import lock
-from patched_wheels.patch.surgery import MemberEdit, PatchOptions, patch_wheel
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.wheelfile.filename import WheelFilename
 
 if TYPE_CHECKING:
@@ -332,24 +332,22 @@ def patch_into_index(
         raise UsageError(f"patched_wheel {spec.name}: no original wheel placed")
     if graph is None and spec.needs_graph:
         graph = read_graph(wheel_set, lenient=True)
-    member_edits: Mapping[str, MemberEdit] = {}
+    preload = None
     if spec.preloads:
-        from patched_wheels.loading.preload import preload_edits
+        from patched_wheels.loading.preload import ElfOnly, Probe, plan_package_preload
 
         assert graph is not None  # read above
         # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
-        member_edits = preload_edits(
-            graph,
+        preload = plan_package_preload(
             spec.package,
-            spec.wheel,
+            wheel_set,
+            Probe(spec.probe or None, installation) if spec.runs_probe else ElfOnly(),
+            package_wheel=spec.wheel,
+            graph=graph,
             phrasing=phrasing,
             preload_wheels=spec.preload_wheels,
             strict=False,
-            wheels=wheel_set,
-            probe=spec.probe,
-            run_probe=spec.runs_probe,
             caches=caches,
-            installation=installation,
         )
     rpath_edits: list[RpathEdit] = []
     if spec.rpath:
@@ -378,7 +376,7 @@ def patch_into_index(
         remove_requires=spec.remove_requires,
         add_requires=spec.add_requires,
         delete=spec.delete,
-        member_edits=member_edits,
+        preload=preload,
         rpath_edits=rpath_edits,
         split=split,
         graph=graph,

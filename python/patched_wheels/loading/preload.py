@@ -27,7 +27,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence, Union
 
 from packaging.utils import canonicalize_name
 
@@ -284,85 +284,113 @@ def installed_preload(package_wheel: Path, init_member: str) -> PreloadList | No
     return read_preload_module(source, where=f"{package_wheel.name}: {module_member}")
 
 
-def preload_member_edits(
-    package: str,
-    wheels: Sequence[Path],
-    *,
-    patched: Path | None = None,
-    phrasing: Phrasing | None = None,
-    preload_wheels: Sequence[str] = (),
-    caches: CacheContext = OFF,
-    strict: bool = True,
-    probe: str | None = None,
-    run_probe: bool = True,
+@dataclass(frozen=True)
+class PackagePreload:
+    """A package's preload as a value: what its generated module loads, and the ``__init__.py`` members that
+    import it.  :func:`plan_package_preload` makes it, ``patch`` carries it and a split extends it
+    (:func:`patched_wheels.patch.split.plan_split`); :func:`rendered_preload_edits` turns it into source once, when
+    the wheel is written, so no step reads generated code back."""
+
+    package: str
+    """The package's directory (``jax_plugins/xla_cuda12``), which the module's docstring names."""
+    init_members: tuple[str, ...]
+    """The ``__init__.py`` members (each portion's, for a namespace package) that import the module first; a copy
+    of the module lies beside each."""
+    entries: PreloadList
+
+    @property
+    def module_members(self) -> tuple[str, ...]:
+        return tuple(preload_module_member(init_member) for init_member in self.init_members)
+
+
+def rendered_preload_edits(
+    preloads: Sequence[PackagePreload], wheel: str
 ) -> dict[str, Callable[[bytes | None], bytes]]:
-    """Member edits that make ``package`` preload what it needs from the other ``wheels``, read here.
-
-    ``wheels`` includes ``patched``, the wheel being patched, which must ship ``package`` (else the error
-    names the wheel that does, in ``phrasing``'s words); without ``patched``, the wheel of ``wheels`` that
-    ships it.  See :func:`preload_edits`.
-    """
-    wheels = [Path(wheel) for wheel in wheels]
-    package_wheel = patched if patched is not None else find_package(package, wheels).wheel
-    graph = read_graph(wheels, caches=caches, lenient=True)  # preload_edits judges what is unreadable
-    return preload_edits(
-        graph,
-        package,
-        package_wheel,
-        phrasing=phrasing,
-        preload_wheels=preload_wheels,
-        strict=strict,
-        wheels=wheels,
-        probe=probe,
-        run_probe=run_probe,
-        caches=caches,
-    )
+    """Member edits of the wheel file ``wheel`` that write ``preloads``: each module rendered once, beside its
+    ``__init__.py``, which imports it first.  A later preload's module replaces an earlier one's at the same
+    member (a split's extends the patch's), as :func:`patched_wheels.patch.surgery.patch_wheel` expects."""
+    latest = {
+        module_member: (init_member, preload)
+        for preload in preloads
+        for init_member, module_member in zip(preload.init_members, preload.module_members)
+    }
+    rendered = {preload: render_preload_module(preload.package, preload.entries) for _, preload in latest.values()}
+    edits: dict[str, Callable[[bytes | None], bytes]] = {}
+    for module_member, (init_member, preload) in latest.items():
+        edits[module_member] = functools.partial(_replaced, rendered[preload])
+        edits[init_member] = functools.partial(add_preload_import, where=f"{wheel}: {init_member}")
+    return edits
 
 
-def preload_edits(
-    graph: LibraryGraph,
+def _replaced(module: bytes, _current: bytes | None) -> bytes:
+    return module
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Plan with what a probe maps in one site-packages (``preload = "auto"``, ``patch``'s default): ``code``
+    (None: ``import PKG``) runs with the set installed where their tags match this interpreter, or its
+    observation comes from the cache; elsewhere (one warning) the ELF graph alone decides."""
+
+    code: str | None = None
+    installation: Installation | None = None
+    """The set already installed in one site-packages (the hub's, ``doctor --run``); None: installed here."""
+
+
+@dataclass(frozen=True)
+class ElfOnly:
+    """Plan from the ELF graph alone: no package code runs (``preload = "elf"``, ``--no-probe``)."""
+
+
+PreloadMode = Union[Probe, ElfOnly]
+"""How :func:`plan_package_preload` plans: one choice, whose probe carries what only a probe needs."""
+
+
+def plan_package_preload(
     package: str,
-    package_wheel: Path,
+    wheels: Sequence[Path | WheelRef],
+    mode: PreloadMode = Probe(),
     *,
-    phrasing: Phrasing | None = None,
+    package_wheel: Path | None = None,
+    graph: LibraryGraph | None = None,
     preload_wheels: Sequence[str] = (),
     strict: bool = True,
-    wheels: Sequence[Path | WheelRef] = (),
-    probe: str | None = None,
-    run_probe: bool = True,
+    phrasing: Phrasing | None = None,
     caches: CacheContext = OFF,
-    installation: Installation | None = None,
-) -> dict[str, Callable[[bytes | None], bytes]]:
-    """Member edits of ``package_wheel`` that make ``package`` preload what it needs, from a graph read once.
+) -> PackagePreload | None:
+    """What ``package`` preloads from the other ``wheels``, as a value: the planning entry point of ``patch
+    --preload-for`` and the hub.  None: nothing to preload (only where not ``strict``).
 
-    This is the planning entry point of ``patch --preload-for`` and the hub.  ``graph`` is the library
-    graph of the whole set, ``package_wheel`` among it under its file name (the hub reads one graph for
-    all of its specs), read leniently: an unreadable library fails here only if the package may need it
-    (:meth:`~patched_wheels.elf.graph.LibraryGraph.check_problems`).  ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the
-    set's files (or refs with sha256), for the observation: ``probe`` (default ``import PKG``) runs
-    with them in one site-packages where their tags match this interpreter (kept in ``caches``, which may hold
-    it already), and what it maps is preloaded too (see :func:`plan_preload`); without
-    ``wheels``, or where the tags do not match (one warning), the ELF graph alone decides.  ``run_probe``
-    false (``preload = "elf"``, ``--no-probe``): no package code runs, the ELF graph alone decides, and
-    ``wheels`` still locate the package across the set (a wrong ``package`` names the wheel that ships it).
-    ``installation``: ``wheels`` already installed in one site-packages, for the probe (else it installs them).
-    Returns, keyed by archive path: the generated ``_patched_wheels_preload.py`` and the
-    ``__init__.py`` that imports it first (each of them, for a namespace package), as
-    :func:`patched_wheels.patch.surgery.patch_wheel` expects.  ``strict`` (the ``patch`` command): nothing to
-    preload, or a ``preload_wheels`` glob that matches nothing, is an error.  Otherwise (the hub, whose lock
-    may be for a platform without those wheels, e.g. macOS) it is a warning at most and no edit.
+    ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the set's files (or refs with
+    sha256), among them ``package_wheel``, the wheel being patched, which must ship ``package`` (else the error
+    names the wheel that does, in ``phrasing``'s words); without it, the wheel of ``wheels`` that ships it.
+    ``graph``: the library graph of the whole set, ``package_wheel`` among it under its file name (the hub reads
+    one for all of its specs); None: read here (``caches``: the ELF cache).  Read leniently: an unreadable
+    library fails here only if the package may need it
+    (:meth:`~patched_wheels.elf.graph.LibraryGraph.check_problems`).  ``mode``: with a :class:`Probe`, what it
+    maps is preloaded too (see :func:`plan_preload`; kept in ``caches``, which may hold it already); with
+    :class:`ElfOnly`, the ELF graph alone decides, and ``wheels`` still locate the package across the set (a
+    wrong ``package`` names the wheel that ships it).  ``strict`` (the ``patch`` command): nothing to preload,
+    or a ``preload_wheels`` glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for
+    a platform without those wheels, e.g. macOS) it is a warning at most, and None.
     """
+    wheels = [wheel if isinstance(wheel, WheelRef) else Path(wheel) for wheel in wheels]
+    if package_wheel is None:
+        package_wheel = find_package(package, [wheel for wheel in wheels if isinstance(wheel, Path)]).wheel
+    if graph is None:
+        graph = read_graph(wheels, caches=caches, lenient=True)  # check_problems below judges what is unreadable
     phrasing = phrasing or Phrasing.plain(package)
     location = locate_package(package, package_wheel, wheels, phrasing, graph)
-    if probe is not None and not isinstance(probe, str):
-        raise UsageError(f"probe {probe!r}: not Python code (a string)")
+    probe = mode if isinstance(mode, Probe) else None
+    if probe is not None and probe.code is not None and not isinstance(probe.code, str):
+        raise UsageError(f"probe {probe.code!r}: not Python code (a string)")
     observed = None
-    code = probe or location.import_code
+    code = (probe and probe.code) or location.import_code
     own = check_before_probe(graph, package, location.path, package_wheel.name, preload_wheels)
-    if wheels and run_probe:
+    if wheels and probe is not None:
         from patched_wheels.loading.observe import observe  # imported here: observing installs and runs the set
 
-        observed = observe(wheels, code, graph, caches=caches, installation=installation)
+        observed = observe(wheels, code, graph, caches=caches, installation=probe.installation)
     plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     check_shipped(plan.libraries, wheels)
@@ -389,16 +417,10 @@ def preload_edits(
         message += f", and {code!r} maps none in one site-packages" if observed is not None else ""
         message += "; nothing to preload"
         if candidates:
-            message += f" ({runtime_hint(package, candidates, observed, probed=run_probe)})"
+            message += f" ({runtime_hint(package, candidates, observed, probed=probe is not None)})"
         if strict:
             raise UsageError(message)
         if candidates:
             warn(message)
-        return {}
-    module = render_preload_module(location.path, plan.as_list())
-    edits: dict[str, Callable[[bytes | None], bytes]] = {}
-    for init_member in location.init_members:
-        init_where = f"{package_wheel.name}: {init_member}"
-        edits[preload_module_member(init_member)] = lambda _current: module
-        edits[init_member] = functools.partial(add_preload_import, where=init_where)
-    return edits
+        return None
+    return PackagePreload(location.path, tuple(location.init_members), plan.as_list())

@@ -1,16 +1,18 @@
 """The generated preload module: its source, read back, and the rule every one of its entries keeps.
 
 :mod:`patched_wheels.loading.preload` decides what a package preloads; this module writes that down as
-``<package>/_patched_wheels_preload.py`` and reads such a module back (``split`` extends it, ``doctor``
-judges it).  An entry is a path the module loads on every import of the package, so it can only ever be a
-shared library's install path in a wheel (:func:`entry_problem`): checked when the
-module is rendered, when one is read back, and again by the generated code itself at run time, which also
-loads a file only from a ``sys.path`` entry holding installed wheels.
+``<package>/_patched_wheels_preload.py`` and reads such a module's tuples back as data, never parsing or
+running it as code (``split`` extends an earlier patched wheel's, ``doctor`` judges it).  An entry is a path
+the module loads on every import of the package, so it can only ever be a shared library's install path in a
+wheel (:func:`entry_problem`): checked when the module is rendered, when one is read back, and again by the
+generated code itself at run time, which also loads a file only from a ``sys.path`` entry holding installed
+wheels.
 """
 
 from __future__ import annotations
 
-import ast
+import codecs
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -20,6 +22,9 @@ from patched_wheels.wheelfile import is_safe_member_path
 
 PRELOAD_MODULE = "_patched_wheels_preload"
 DEBUG_VARIABLE = "PATCHED_WHEELS_PRELOAD_DEBUG"
+_TUPLES = ("LIBRARIES", "OPTIONAL", "GLOBAL")
+# The escapes ``repr`` writes in a string literal: the only ones an entry line may hold.
+_REPR_ESCAPE = re.compile(r"\\(?:[\\'\"ntr]|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
 
 _TEMPLATE = '''"""Preload the shared libraries {package} needs from other wheels, dependencies first.
 
@@ -147,30 +152,66 @@ def render_preload_module(package: str, preload: PreloadList) -> bytes:
 
 
 def read_preload_module(source: bytes, *, where: str) -> PreloadList:
-    """The ``LIBRARIES`` (and ``OPTIONAL`` and ``GLOBAL``, absent in older modules) of a generated preload module."""
-    values: dict[str, object] = {}
+    """The ``LIBRARIES`` (and ``OPTIONAL`` and ``GLOBAL``, absent in older modules) of a generated preload module.
+
+    Read as the data :func:`render_preload_module` writes, line by line: a ``NAME = (`` line, one string
+    literal per line as ``repr`` spells it, then ``)``.  Nothing in the module is parsed as code or run, so a
+    wheel's module that is not what patched-wheels writes is refused, whatever else it holds."""
     try:
-        for node in ast.parse(source).body:
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    if isinstance(target, ast.Name) and target.id in ("LIBRARIES", "OPTIONAL", "GLOBAL"):
-                        values[target.id] = ast.literal_eval(node.value)
-    except (SyntaxError, ValueError) as error:
+        lines = source.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module ({error})") from error
-    libraries, optional = values.get("LIBRARIES"), values.get("OPTIONAL", ())
-    if not (isinstance(libraries, tuple) and all(isinstance(path, str) for path in libraries)):
+    values = {name: _read_tuple(lines, name, where) for name in _TUPLES}
+    libraries, optional, global_ = values["LIBRARIES"], values["OPTIONAL"] or (), values["GLOBAL"]
+    if libraries is None:
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module (no LIBRARIES tuple)")
     unsafe = [path for path in libraries if entry_problem(path) is not None]
     if unsafe:
         raise InvalidWheelError(f"{where}: LIBRARIES entry {unsafe[0]!r} {entry_problem(unsafe[0])}")
-    if not (isinstance(optional, tuple) and set(optional) <= set(libraries)):
+    if not set(optional) <= set(libraries):
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module (OPTIONAL is not a subset of LIBRARIES)")
-    global_ = values.get("GLOBAL")
-    if global_ is not None and not (isinstance(global_, tuple) and set(global_) <= set(libraries)):
+    if global_ is not None and not set(global_) <= set(libraries):
         raise InvalidWheelError(f"{where}: not a patched-wheels preload module (GLOBAL is not a subset of LIBRARIES)")
     return PreloadList(
         libraries, frozenset(optional), all_is_none(None if global_ is None else frozenset(global_), libraries)
     )
+
+
+def _read_tuple(lines: Sequence[str], name: str, where: str) -> tuple[str, ...] | None:
+    """The entries of the tuple ``name`` as :func:`render_preload_module` lays it out; None where it is absent."""
+    assigned = [number for number, line in enumerate(lines) if re.match(rf"{name}\s*=", line)]
+    if not assigned:
+        return None
+    start = assigned[0]
+    if len(assigned) > 1 or lines[start] != f"{name} = (":
+        raise InvalidWheelError(
+            f"{where}: not a patched-wheels preload module ({name} is not one tuple, one entry a line)"
+        )
+    entries: list[str] = []
+    for number in range(start + 1, len(lines)):
+        line = lines[number]
+        if line == ")":
+            return tuple(entries)
+        entry = _entry(line)
+        if entry is None:
+            raise InvalidWheelError(
+                f"{where}: not a patched-wheels preload module (line {number + 1} of {name} is not a string literal)"
+            )
+        entries.append(entry)
+    raise InvalidWheelError(f"{where}: not a patched-wheels preload module ({name} has no closing line)")
+
+
+def _entry(line: str) -> str | None:
+    """The string of an entry line (``    'path',``), or None: decoded from ``repr``'s escapes, and only where
+    ``repr`` writes it exactly so."""
+    literal = line.removeprefix("    ").removesuffix(",")
+    quoted = literal[1:-1]
+    if len(literal) + 5 != len(line) or len(literal) < 2 or literal[0] not in "'\"" or literal[-1] != literal[0]:
+        return None
+    if "\\" in _REPR_ESCAPE.sub("", quoted):
+        return None
+    text = codecs.decode(quoted.encode("latin-1", "backslashreplace"), "unicode_escape")
+    return text if repr(text) == literal else None
 
 
 def all_is_none(global_: frozenset[str] | None, libraries: Sequence[str]) -> frozenset[str] | None:

@@ -24,8 +24,8 @@ wheel that is patched and split is read and written once: the split plans agains
 the patch's edits (a library deleted by ``delete`` or a patch does not move; one whose
 RPATH an ``rpath_edits`` entry changed moves with that edit, and both wheels get the
 patch's version) and hands back a :class:`PlannedSplit`, a plain value: the main wheel's edits (moved
-members dropped, ``Requires-Dist: NAME==VERSION``, the ``__init__.py`` import and the preload module)
-and the sibling's members; both wheels go through :func:`patched_wheels.patch.rewrite.write_wheel`
+members dropped, ``Requires-Dist: NAME==VERSION``, the patch's preload extended, as a value, which the patch
+renders into the module and the ``__init__.py`` import) and the sibling's members; both wheels go through :func:`patched_wheels.patch.rewrite.write_wheel`
 and are renamed into the destination only once both are complete.  Data flows one way: surgery
 imports this module and calls it; this module never imports surgery (the ``split`` command's
 :func:`patched_wheels.patch.surgery.split_wheel` lives there).
@@ -44,8 +44,8 @@ from patched_wheels.elf.read import DT_SONAME, ElfLibrary, read_dynamic
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.packages import package_init_members
 from patched_wheels.loading.preload import (
+    PackagePreload,
     PreloadList,
-    add_preload_import,
     plan_preload,
     preload_module_member,
     read_preload_module,
@@ -54,7 +54,6 @@ from patched_wheels.loading.preload import (
 from patched_wheels.patch.request import SplitRequest
 from patched_wheels.patch.rewrite import (
     Content,
-    MemberEdit,
     OutputMember,
     Overwritten,
     Scratch,
@@ -92,8 +91,8 @@ class PlannedSplit:
 
     removed: tuple[str, ...]
     """Members (original names) the main wheel no longer holds."""
-    member_edits: Mapping[str, MemberEdit]
-    """For the main wheel: e.g. the ``__init__.py`` import and the preload module."""
+    preload: PackagePreload
+    """The main package's preload after the split, which the main wheel's ``__init__.py`` imports first."""
     requirement: str
     """``NAME==VERSION`` of the sibling: the main wheel's new Requires-Dist, and the sibling's pin."""
     sibling_name: str
@@ -120,13 +119,15 @@ def plan_split(
     main_name: str,
     graph: LibraryGraph | None,
     scratch: Scratch,
+    preload: PackagePreload | None = None,
 ) -> PlannedSplit:
     """What ``request`` moves and what the main wheel becomes, given the patch's other ``edits``.
 
     ``version`` is the output version (both wheels carry it), ``main_name`` the main
     output's file name (the sibling's takes its version and tags), ``graph`` one that
     holds the wheel under its input file name (None: read from the wheel alone),
-    ``scratch`` where a library given a SONAME is written.
+    ``scratch`` where a library given a SONAME is written, ``preload`` the patch's (None: none): the split
+    extends it where it is the main package's, else the preload the wheel already has.
     """
     reader = edits.reader
     wheel = reader.path.name
@@ -161,21 +162,15 @@ def plan_split(
         _Move(name, libraries[name], edits.contents.get(name), f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}")
         for name in selected
     )
-    module_member = preload_module_member(init_member)
-    module = edits.current(module_member)
-    existing = PreloadList() if module is None else read_preload_module(module, where=f"{wheel}: {module_member}")
-    preload = render_preload_module(package, _preload_after_split(graph, package, wheel, moves, existing))
-    init_where = f"{wheel}: {init_member}"
+    existing = _existing_preload(edits, preload_module_member(init_member), preload)
+    after = PackagePreload(package, (init_member,), _preload_after_split(graph, package, wheel, moves, existing))
     sibling_dist_info = f"{sibling_top}-{version}.dist-info"
     summary = f"Shared libraries split out of {reader.filename.name} {version} by patched-wheels"
     sibling_metadata = f"Metadata-Version: 2.1\nName: {request.into}\nVersion: {version}\nSummary: {summary}\n"
     moved = [_moved_member(edits, move, scratch) for move in sorted(moves, key=lambda move: move.target)]
     return PlannedSplit(
         removed=tuple(move.member for move in moves),
-        member_edits={
-            init_member: lambda current: add_preload_import(current, where=init_where),
-            module_member: lambda _current: preload,
-        },
+        preload=after,
         requirement=f"{request.into}=={version}",
         sibling_name=f"{sibling_top}-{main_name.split('-', 1)[1]}",  # same version, build and tags
         sibling_dist_info=sibling_dist_info,
@@ -275,6 +270,17 @@ def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
             data = content.path.stat().st_size
         sizes[name] = data + _ZIP_OVERHEAD + 2 * len(name.encode())
     return sizes
+
+
+def _existing_preload(edits: WheelEdits, module_member: str, preload: PackagePreload | None) -> PreloadList:
+    """What the main package preloads before the split: the patch's preload where it writes ``module_member``,
+    else what the wheel (as edited) holds there, an earlier patch's or split's, read as data."""
+    if preload is not None and module_member in preload.module_members:
+        return preload.entries
+    module = edits.current(module_member)
+    if module is None:
+        return PreloadList()
+    return read_preload_module(module, where=f"{edits.reader.path.name}: {module_member}")
 
 
 def _preload_after_split(

@@ -32,6 +32,7 @@ from patched_wheels.wheelfile import WheelReader, cycle_collection_paused
 
 if TYPE_CHECKING:
     from patched_wheels.elf.graph import LibraryGraph
+    from patched_wheels.loading.preload import PackagePreload
 
 __all__ = ["MemberEdit", "PatchOptions", "PatchResult", "find_patches", "patch_wheel", "split_wheel"]
 
@@ -76,7 +77,10 @@ class PatchOptions:
     delete: Sequence[str] = ()
     """Globs of members to delete, after the patches."""
     member_edits: Mapping[str, MemberEdit] = field(default_factory=dict)
-    """Member name -> function of its current content (None: absent) giving its new one, e.g. the preload."""
+    """Member name -> function of its current content (None: absent) giving its new one."""
+    preload: PackagePreload | None = None
+    """The preload module to generate (:func:`patched_wheels.loading.preload.plan_package_preload`), with the
+    ``__init__.py`` import: written last, once, extended by a split of the same package."""
     rpath_edits: Sequence[RpathEdit] = ()
     """RPATH/RUNPATH edits, in the given order (globs over the same names)."""
     split: SplitRequest | None = None
@@ -145,11 +149,17 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
             from patched_wheels.patch.split import plan_split  # imported here: only a split reads the library graph
 
             planned = plan_split(
-                split, edits, version=version, main_name=dest.name, graph=options.graph, scratch=scratch
+                split,
+                edits,
+                version=version,
+                main_name=dest.name,
+                graph=options.graph,
+                scratch=scratch,
+                preload=options.preload,
             )
             for name in planned.removed:
                 edits.set(name, None)
-            edits.apply_member_edits(planned.member_edits, "split")
+        _write_preloads(edits, wheel.name, options.preload, planned.preload if planned else None)
         project = edits.edit_metadata(
             version,
             options.suffix,
@@ -189,6 +199,15 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
     if planned is None:
         return PatchResult(dest, f"{project}=={version}")
     return PatchResult(dest, f"{project}=={version}", dest_dir / planned.sibling_name, planned.requirement)
+
+
+def _write_preloads(edits: WheelEdits, wheel: str, *preloads: PackagePreload | None) -> None:
+    """The preload modules and their imports, last: each module rendered once, a split's replacing the patch's."""
+    written = [preload for preload in preloads if preload is not None]
+    if written:
+        from patched_wheels.loading.preload import rendered_preload_edits  # imported here: only a preload renders
+
+        edits.apply_member_edits(rendered_preload_edits(written, wheel), "preload")
 
 
 class _Background:

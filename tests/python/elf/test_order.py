@@ -16,8 +16,8 @@ from patched_wheels.hub.build import build_hub
 from patched_wheels.loading.preload import (
     PRELOAD_MODULE,
     PreloadList,
+    plan_package_preload,
     plan_preload,
-    preload_member_edits,
     read_preload_module,
     render_preload_module,
 )
@@ -138,10 +138,9 @@ def test_graph_output_of_an_acyclic_set_names_no_cycle(torch):
 
 def test_a_cycle_beside_the_patched_package_changes_nothing(pil, torch, tmp_path, capsys):
     """The pillow 13 shape: faketorch needs neither bundled library; patching it works, silently."""
-    alone = preload_member_edits("faketorch", torch.all)
-    beside = preload_member_edits("faketorch", [*torch.all, *pil.all])
-    module = f"faketorch/{PRELOAD_MODULE}.py"
-    assert beside[module](None) == alone[module](None)
+    alone = plan_package_preload("faketorch", torch.all)
+    beside = plan_package_preload("faketorch", [*torch.all, *pil.all])
+    assert beside == alone
     code = main(
         [
             "patch",
@@ -185,8 +184,8 @@ def test_a_cycle_the_package_needs_is_preloaded_and_imports_with_one_directory_p
     assert "libcyca.so.1: cannot open shared object file" in without.stderr
     assert run_import(flat_layout(cyc.all, tmp_path / "flat"), CYC_CODE).stdout.strip() == str(CYC_ANSWER)
 
-    edits = preload_member_edits(CYC_PACKAGE, cyc.all)
-    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
+    preload = plan_package_preload(CYC_PACKAGE, cyc.all)
+    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     with zipfile.ZipFile(patched) as archive:
         preload = read_preload_module(archive.read(f"{CYC_PACKAGE}/{PRELOAD_MODULE}.py"), where=patched.name)
     assert preload.libraries == (CYC_LIBRARIES["b"], CYC_LIBRARIES["a"])
@@ -229,11 +228,10 @@ def _warnings(err):
 
 
 def test_an_unreadable_library_the_package_does_not_need_is_one_warning(torch, junk, tmp_path, capsys):
-    alone = preload_member_edits("faketorch", torch.all)
+    alone = plan_package_preload("faketorch", torch.all)
     capsys.readouterr()
-    beside = preload_member_edits("faketorch", [*torch.all, junk])
-    module = f"faketorch/{PRELOAD_MODULE}.py"
-    assert beside[module](None) == alone[module](None)
+    beside = plan_package_preload("faketorch", [*torch.all, junk])
+    assert beside == alone
     (warning,) = _warnings(capsys.readouterr().err)
     assert warning.startswith(f"patched-wheels: warning: {junk.name}: junk/libjunk.so.1: not an ELF file")
     assert warning.endswith(f"faketorch needs nothing of {junk.name}: left out of its library graph")
@@ -267,7 +265,7 @@ def test_an_unreadable_library_the_package_may_need_is_one_error(torch, tmp_path
     )
     wheels = [*(wheel for wheel in torch.all if wheel != jit), broken_jit]
     with pytest.raises(ElfError, match=r"fake_nvidia/jit/lib/libextra\.so\.1: not an ELF file"):
-        preload_member_edits("faketorch", wheels)
+        plan_package_preload("faketorch", wheels)
     # A library the package needs by name, unreadable: blas's wheel ships nothing else.
     broken_blas = build_wheel(tmp_path / "blas", "fake-nvidia-blas", "12.1.0", {LIBRARY_PATHS["blas"]: b"junk"})
     wheels = [*(wheel for wheel in torch.all if wheel != torch.nvidia["blas"]), broken_blas]
@@ -318,7 +316,7 @@ def test_a_hub_with_a_cycle_in_one_spec_and_bystanders_beside_builds_with_one_wa
 
 def test_a_cycle_no_member_of_which_loads_the_others_is_optional_in_path_order_with_a_warning(tmp_path, capsys):
     cyc = build_own_cycle(tmp_path / "wheels", origin=False)
-    edits = preload_member_edits(CYC_PACKAGE, cyc.all)
+    preload = plan_package_preload(CYC_PACKAGE, cyc.all)
     (warning,) = _warnings(capsys.readouterr().err)
     libraries = cyc.libraries_wheel.name
     assert warning == (
@@ -327,12 +325,12 @@ def test_a_cycle_no_member_of_which_loads_the_others_is_optional_in_path_order_w
         "(RPATH/RUNPATH $ORIGIN): the preload skips them (and what needs them) where they fail to load, as they do "
         "with one directory per wheel"
     )
-    preload = read_preload_module(edits[f"{CYC_PACKAGE}/{PRELOAD_MODULE}.py"](None), where="test")
-    assert preload.libraries == (CYC_LIBRARIES["a"], CYC_LIBRARIES["b"])
-    assert preload.optional == set(preload.libraries)
+    assert preload is not None
+    assert preload.entries.libraries == (CYC_LIBRARIES["a"], CYC_LIBRARIES["b"])
+    assert preload.entries.optional == set(preload.entries.libraries)
     # What the warning says: one site-packages still works (the failing preload entries are skipped, and
     # _core.so's DT_RPATH finds both), one directory per wheel does not.
-    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
+    patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     assert run_import(flat_layout([cyc.libraries_wheel, patched], tmp_path / "flat"), CYC_CODE).stdout.strip() == str(
         CYC_ANSWER
     )

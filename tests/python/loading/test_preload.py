@@ -18,11 +18,13 @@ from patched_wheels.elf.graph import read_graph
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.loading.preload import (
     PRELOAD_MODULE,
+    ElfOnly,
     PreloadList,
     PreloadPlan,
+    Probe,
     add_preload_import,
+    plan_package_preload,
     plan_preload,
-    preload_member_edits,
     read_preload_module,
     render_preload_module,
 )
@@ -54,9 +56,9 @@ def wheels(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def preloaded_torch(wheels, tmp_path_factory):
-    edits = preload_member_edits("faketorch", wheels.all)
+    preload = plan_package_preload("faketorch", wheels.all)
     return patch_wheel(
-        wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)
+        wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", preload=preload)
     ).path
 
 
@@ -99,9 +101,9 @@ def test_generated_module_loads_foreign_libraries_dependencies_first(wheels, pre
 
 def test_edits_need_the_package_and_something_to_preload(wheels):
     with pytest.raises(UsageError, match="nosuchpkg: no wheel in the set ships nosuchpkg/__init__.py"):
-        preload_member_edits("nosuchpkg", wheels.all)
+        plan_package_preload("nosuchpkg", wheels.all)
     with pytest.raises(UsageError, match="faketorch needs no shared library from the other wheels"):
-        preload_member_edits("faketorch", [wheels.torch])
+        plan_package_preload("faketorch", [wheels.torch])
 
 
 def test_generated_module_skips_absent_libraries_and_is_a_no_op_off_linux(tmp_path, wheels):
@@ -169,9 +171,9 @@ def runtime(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def preloaded_runtime(runtime, tmp_path_factory):
-    edits = preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=[RUNTIME_GLOB])
+    preload = plan_package_preload(RUNTIME_PACKAGE, runtime.all, preload_wheels=[RUNTIME_GLOB])
     return patch_wheel(
-        runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", member_edits=edits)
+        runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", preload=preload)
     ).path
 
 
@@ -238,7 +240,7 @@ def test_nothing_to_preload_without_a_probe_asks_for_the_wheels_not_for_a_probe(
     # preload = "elf" / --no-probe: no package code may run, so the hint names preload_wheels, and a probe only
     # together with preload = "auto" (the hub refuses a probe with "elf").
     with pytest.raises(UsageError) as error:
-        preload_member_edits(RUNTIME_PACKAGE, runtime.all, run_probe=False)
+        plan_package_preload(RUNTIME_PACKAGE, runtime.all, mode=ElfOnly())
     message = str(error.value)
     assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message, message
     assert "no probe ran to see which" in message and "preload_wheels, --preload-wheels" in message, message
@@ -248,7 +250,7 @@ def test_nothing_to_preload_without_a_probe_asks_for_the_wheels_not_for_a_probe(
 def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_the_hub(runtime, capsys):
     # The probe maps nothing of the other wheels (fakejax opens them only when asked): nothing to preload.
     with pytest.raises(UsageError) as error:
-        preload_member_edits(RUNTIME_PACKAGE, runtime.all, probe="pass")
+        plan_package_preload(RUNTIME_PACKAGE, runtime.all, mode=Probe("pass"))
     message = str(error.value)
     assert message.startswith(
         f"{runtime.package.name}: fakejax needs no shared library from the other wheels given, and 'pass' maps none in one "
@@ -256,28 +258,28 @@ def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_
     )
     assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message and "\n" not in message
     assert "give a probe that makes it do so" in message and "fakert-*" not in message  # no list nobody checked
-    assert preload_member_edits(RUNTIME_PACKAGE, runtime.all, strict=False, probe="pass") == {}
+    assert plan_package_preload(RUNTIME_PACKAGE, runtime.all, strict=False, mode=Probe("pass")) is None
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
     # Nothing required and nothing to hint at (a pure package without the wheels it requires): no edit, and only
     # the probe's failure in one site-packages is reported.
-    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False) == {}
+    assert plan_package_preload(RUNTIME_PACKAGE, [runtime.package], strict=False) is None
     assert capsys.readouterr().err == (
         "patched-wheels: warning: probe 'import fakejax' exits with status 1 in one site-packages (AttributeError: "
         "'NoneType' object has no attribute 'origin'); the preload includes what it mapped until then\n"
     )
-    assert preload_member_edits(RUNTIME_PACKAGE, [runtime.package], strict=False, probe="pass") == {}
+    assert plan_package_preload(RUNTIME_PACKAGE, [runtime.package], strict=False, mode=Probe("pass")) is None
     assert capsys.readouterr().err == ""
 
 
 def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hub(runtime, capsys):
     message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
     with pytest.raises(UsageError, match=re.escape(message)):
-        preload_member_edits(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
+        plan_package_preload(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
     assert (
-        preload_member_edits(
-            RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, probe="pass"
+        plan_package_preload(
+            RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, mode=Probe("pass")
         )
-        == {}
+        is None
     )
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
 
@@ -296,15 +298,50 @@ def test_patch_command_takes_preload_wheels(runtime, tmp_path, capsys):
 
 
 def test_modules_written_before_optional_entries_read_as_all_required():
-    old = b'"""Preload."""\nLIBRARIES = (\n    "a/lib/liba.so",\n)\n'
+    old = b'"""Preload."""\nLIBRARIES = (\n    \'a/lib/liba.so\',\n)\n'
     assert read_preload_module(old, where="x") == PreloadList(("a/lib/liba.so",))
     with pytest.raises(InvalidWheelError, match="OPTIONAL is not a subset of LIBRARIES"):
-        read_preload_module(old + b'OPTIONAL = ("b/libb.so",)\n', where="x")
+        read_preload_module(old + b"OPTIONAL = (\n    'b/libb.so',\n)\n", where="x")
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        ("a/lib/liba.so", "b/lib/libb.so"),
+        ("it's/lib/liba.so", "caf\u00e9/\u4e2d/libb.so"),
+        ("a/\u200b/\n/libc.so", "q\"u'ote/libd.so"),
+    ],
+    ids=["plain", "quote-and-unicode", "escaped"],
+)
+def test_a_rendered_module_reads_back_as_the_value_it_was_rendered_from(entries):
+    preload = PreloadList(entries, frozenset(entries[:1]), frozenset(entries[-1:]))
+    assert read_preload_module(render_preload_module("pkg", preload), where="x") == preload
+
+
+@pytest.mark.parametrize(
+    "tuple_lines",
+    [
+        b'LIBRARIES = ("a/lib/liba.so",)\n',  # one line: not how patched-wheels writes it
+        b'LIBRARIES = (\n    "a/lib/liba.so",\n)\n',  # quoted otherwise than repr
+        b"LIBRARIES = (\n    'a/lib/' 'liba.so',\n)\n",  # an expression
+        b"LIBRARIES = (\n    'a/lib/liba.so',  # a comment\n)\n",
+        b"LIBRARIES = (\n    'a/lib/\\q.so',\n)\n",  # an escape repr never writes
+        b"LIBRARIES = (\n    'a/lib/liba.so',\n",  # never closed
+        b"LIBRARIES = tuple(open('/etc/hosts'))\n",  # code: never run, nor parsed
+        b"LIBRARIES = (\n    'a/lib/liba.so',\n)\nLIBRARIES = (\n    'b/lib/libb.so',\n)\n",  # reassigned
+    ],
+    ids=["one-line", "double-quoted", "concatenated", "comment", "bad-escape", "unclosed", "code", "reassigned"],
+)
+def test_a_module_that_is_not_as_patched_wheels_writes_it_is_refused_without_being_parsed(tuple_lines):
+    with pytest.raises(
+        InvalidWheelError, match=r"^w\.whl: pkg/_patched_wheels_preload\.py: not a patched-wheels preload"
+    ):
+        read_preload_module(b'"""Preload."""\n' + tuple_lines, where="w.whl: pkg/_patched_wheels_preload.py")
 
 
 def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_path):
     with pytest.raises(InvalidWheelError) as caught:
-        preload_member_edits("faketorch", with_escaping_library(wheels, tmp_path))
+        plan_package_preload("faketorch", with_escaping_library(wheels, tmp_path))
     assert str(caught.value) == (
         f"{wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': unsafe path (absolute, '..' or empty component)"
     )

@@ -15,7 +15,7 @@ from patched_wheels.elf import grow as elfgrow
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
-from patched_wheels.loading.preload import PRELOAD_MODULE, preload_member_edits, read_preload_module
+from patched_wheels.loading.preload import PRELOAD_MODULE, plan_package_preload, read_preload_module
 from patched_wheels.patch import rewrite, surgery
 from patched_wheels.patch.request import SplitRequest, rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
@@ -147,7 +147,7 @@ def test_split_extends_an_existing_preload(wheels, tmp_path):
     patched = patch_wheel(
         wheels.torch,
         tmp_path / "patched",
-        PatchOptions(suffix="pw.1", member_edits=preload_member_edits("faketorch", wheels.all)),
+        PatchOptions(suffix="pw.1", preload=plan_package_preload("faketorch", wheels.all)),
     ).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"])
     with zipfile.ZipFile(pair.path) as archive:
@@ -165,8 +165,8 @@ def test_split_keeps_optional_entries_optional(wheels, tmp_path):
 
     runtime = build_runtime_loaded_wheels(tmp_path / "runtime")
     graph_wheels = [*wheels.nvidia.values(), runtime.foo, runtime.bar]
-    edits = preload_member_edits("faketorch", [wheels.torch, *graph_wheels], preload_wheels=[RUNTIME_GLOB])
-    patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", member_edits=edits)).path
+    preload = plan_package_preload("faketorch", [wheels.torch, *graph_wheels], preload_wheels=[RUNTIME_GLOB])
+    patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     pair = split_wheel(
         patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=graph_wheels
     )
@@ -274,6 +274,30 @@ def test_split_command_prints_outputs_and_requirements(wheels, tmp_path, capsys)
     assert all(Path(path).is_file() for path in lines[:2])
 
 
+def test_splitting_a_wheel_whose_preload_module_was_edited_is_one_error_and_no_output(wheels, tmp_path, capsys):
+    """An earlier patched wheel's preload is read as the data patched-wheels writes: an edited module (here its
+    entries on one line, which parsing it as Python would accept) is refused, naming the wheel and member."""
+    patched = patch_wheel(
+        wheels.torch,
+        tmp_path / "patched",
+        PatchOptions(suffix="pw.1", preload=plan_package_preload("faketorch", wheels.all)),
+    ).path
+    member = f"faketorch/{PRELOAD_MODULE}.py"
+    with zipfile.ZipFile(patched) as archive:
+        files = {name: archive.read(name) for name in archive.namelist() if ".dist-info/" not in name}
+    libraries = read_preload_module(files[member], where="test").libraries
+    files[member] = f"LIBRARIES = {libraries!r}\n".encode()
+    edited = build_wheel(tmp_path / "edited", "faketorch", "2.1.0+pw.1", files)
+    argv = ["split", "--no-cache", "--wheel", str(edited), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"]
+    assert main([*argv, "--dest-dir", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"patched-wheels: error: {edited.name}: {member}: not a patched-wheels preload module "
+        "(LIBRARIES is not one tuple, one entry a line)\n"
+    )
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 # ---------------------------------------------------------------- patch and split in one rewrite
 
 SPLIT = SplitRequest("faketorch-libs", move=["faketorch/lib/*.so"])
@@ -291,7 +315,7 @@ def test_patch_and_split_in_one_call_gives_the_wheels_of_patch_then_split(wheels
     options = PatchOptions(
         suffix="pw.1",
         add_requires=["filelock>=3"],
-        member_edits=preload_member_edits("faketorch", wheels.all),
+        preload=plan_package_preload("faketorch", wheels.all),
     )
     patched = patch_wheel(wheels.torch, tmp_path / "patched", options)
     two_steps = split_wheel(
@@ -306,6 +330,23 @@ def test_patch_and_split_in_one_call_gives_the_wheels_of_patch_then_split(wheels
         requires = [line for line in reader.metadata().decode().splitlines() if line.startswith("Requires-Dist")]
     assert requires[-2:] == ["Requires-Dist: filelock>=3", "Requires-Dist: faketorch-libs==2.1.0+pw.1"]
     WheelReader(one_call.sibling, verify=True).close()
+
+
+def test_a_split_in_the_patch_extends_the_preload_as_a_value_and_renders_it_once(wheels, tmp_path, monkeypatch):
+    from patched_wheels.loading import preload as preloading
+    from patched_wheels.patch import split as splitting
+
+    preload = plan_package_preload("faketorch", wheels.all)
+    rendered = []
+    render = preloading.render_preload_module
+    monkeypatch.setattr(preloading, "render_preload_module", lambda *args: rendered.append(args) or render(*args))
+    monkeypatch.setattr(splitting, "read_preload_module", lambda *_args, **_kwargs: pytest.fail("source read back"))
+    options = PatchOptions(suffix="pw.1", preload=preload, split=SPLIT, graph=read_graph(wheels.all))
+    pair = patch_wheel(wheels.torch, tmp_path / "out", options)
+    assert len(rendered) == 1
+    with zipfile.ZipFile(pair.path) as archive:
+        written = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+    assert written.libraries == (*preload.entries.libraries, MOVED)
 
 
 def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_originals(wheels, tmp_path, monkeypatch):
