@@ -61,8 +61,7 @@ def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patc
             for spec in specs
         ],
     }
-    for attribute, label in locks.items():
-        request[attribute] = str(ctx.path(label)) if label else ""
+    request["locks"] = {attribute: str(ctx.path(label)) if label else "" for attribute, label in locks.items()}
     request["wheel_facts"] = str(ctx.path(wheel_facts)) if wheel_facts else ""
     request["restore_extras"] = restore_extras
     request["extras"] = extras
@@ -153,10 +152,10 @@ exports_files(%s)
 
 filegroup(
     name = "wheels",
-    srcs = glob(["index/*.whl"], allow_empty = True),
+    srcs = glob([%s], allow_empty = True),
     visibility = ["//visibility:public"],
 )
-""" % json.encode(plan["exports"]))
+""" % (json.encode(plan["exports"]), json.encode(plan["index_folder"] + "/*.whl")))
 
 patched_hub = repository_rule(
     implementation = _patched_hub_impl,

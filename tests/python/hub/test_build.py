@@ -325,7 +325,7 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         request = {
             "hub": "uv",
             "bzlmod": True,
-            **lock_attributes(uv_lock=str(uv_lock)),
+            "locks": lock_attributes(uv_lock=str(uv_lock)),
             "index_url": f"{url}/simple",
             "index_option": "direct",
             "rules_python_version": "2.3.2",
@@ -492,7 +492,7 @@ def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(
     request = {
         "hub": "test",
         "bzlmod": True,
-        **lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
+        "locks": lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
         "index_url": "",
         "index_option": "index-url",
         "rules_python_version": "1.6.0",
