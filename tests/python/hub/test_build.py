@@ -340,7 +340,8 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         assert resolution["lock_args"] == ["--uv-lock", str(uv_lock)]
         (tmp_path / "explicit.json").write_text(json.dumps(resolution["explicit"]), encoding="utf-8")
         resolve = ["resolve", *resolution["lock_args"], "--explicit", str(tmp_path / "explicit.json")]
-        assert json.loads(run_cli(*resolve, "--list-projects")) == [], "a uv.lock names its wheels: no page to fetch"
+        pages = json.loads(run_cli(*resolve, "--list-projects", "--index-url", f"{url}/simple"))
+        assert pages == [], "a uv.lock names its wheels: no page to fetch"
         (tmp_path / "pages").mkdir()
         resolved = run_cli(*resolve, "--pages", str(tmp_path / "pages"), "--index-url", f"{url}/simple")
         (tmp_path / "resolved.json").write_text(resolved, encoding="utf-8")
