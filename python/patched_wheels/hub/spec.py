@@ -94,11 +94,32 @@ def check_spec(spec: PatchedWheelSpec, call: str) -> None:
 
 
 def spec_problem(spec: PatchedWheelSpec) -> str | None:
-    """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is."""
+    """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is. The first
+    problem is named: attributes given without the one they need before the values each is read as."""
+    for check in (
+        _source_problem,
+        _dependency_problem,
+        _glob_problem,
+        _request_problem,
+        _package_problem,
+        _version_problem,
+    ):
+        if problem := check(spec):
+            return problem
+    return None
+
+
+def _source_problem(spec: PatchedWheelSpec) -> str | None:
+    """``urls`` and ``sha256``: both or neither, and a digest."""
     if bool(spec.urls) != bool(spec.sha256):
         return "urls and sha256 go together: give both or neither"
     if spec.sha256 and not SHA256_HEX.fullmatch(spec.sha256):
         return f'sha256 = "{spec.sha256}" is not 64 lower-case hex digits'
+    return None
+
+
+def _dependency_problem(spec: PatchedWheelSpec) -> str | None:
+    """An attribute given without the one it needs: the preload's options, the split's, ``rpath_mode``."""
     if not spec.preloads:
         for attribute in ("preload_wheels", "preload_package"):
             if getattr(spec, attribute):
@@ -118,10 +139,20 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
                 return f"{attribute} needs split_into"
     if spec.rpath_mode != "set" and not spec.rpath:
         return f'rpath_mode = "{spec.rpath_mode}" needs rpath'
+    return None
+
+
+def _glob_problem(spec: PatchedWheelSpec) -> str | None:
+    """A glob attribute holding a pattern that cannot match as written."""
     for attribute in ("delete", "split_move", "preload_wheels"):
         for glob in getattr(spec, attribute):
             if problem := glob_problem(glob):
                 return f"{attribute} = {shown(glob)}: {problem}"
+    return None
+
+
+def _request_problem(spec: PatchedWheelSpec) -> str | None:
+    """The split and the RPATH edits, as the patch will read them."""
     if spec.split_into:
         try:
             SplitRequest(
@@ -135,6 +166,11 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
                 rpath_edit(glob, entries, spec.rpath_mode, origin=f"rpath = {{{shown(glob)}: {shown(entries)}}}")
             except UsageError as error:
                 return str(error)
+    return None
+
+
+def _package_problem(spec: PatchedWheelSpec) -> str | None:
+    """The package that gets the preload: a module name."""
     if spec.preloads:
         try:
             package_path(spec.package)
@@ -147,6 +183,11 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
             return (
                 f"{written} is not a module name: write the package as Python imports it, e.g. jax_plugins.xla_cuda12"
             )
+    return None
+
+
+def _version_problem(spec: PatchedWheelSpec) -> str | None:
+    """``strip``, the local version ``suffix``, and the ``requirement`` the locked release must satisfy."""
     if spec.strip < 0:
         return f"strip = {spec.strip} is negative"
     try:
