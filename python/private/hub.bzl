@@ -53,16 +53,6 @@ INDEX_ATTRS = {
         says which file to copy over it. See docs/caches-and-trust.md."""),
 }
 
-def project_page_url(index_url, project):
-    """The URL of a project's PEP 503 page.
-
-    A `file://` index (a local or mirrored one) has no server to map `<project>/` to its page: Bazel's
-    downloader (Java's file URL handler) returns the directory's listing instead, so name `index.html`
-    as pip does for `file://` indexes.
-    """
-    url = "%s/%s/" % (index_url.rstrip("/"), project)
-    return url + "index.html" if url.startswith("file:") else url
-
 def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patches, wheel_facts = None, restore_extras = True, extras = [], repository = ""):
     """Writes what the user declared for one hub to `_plan/<hub>.request.json` (patched_wheels.hub.plan.HubRequest reads
     it) and returns struct(hub, path).
@@ -86,8 +76,7 @@ def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patc
             for spec in specs
         ],
     }
-    for attribute, label in locks.items():
-        request[attribute] = str(ctx.path(label)) if label else ""
+    request["locks"] = {attribute: str(ctx.path(label)) if label else "" for attribute, label in locks.items()}
     request["wheel_facts"] = str(ctx.path(wheel_facts)) if wheel_facts else ""
     request["restore_extras"] = restore_extras
     request["extras"] = extras
@@ -110,18 +99,19 @@ def resolve_wheels(ctx, helper, request, resolution, *, index_url):
     folder = "_resolve/%s" % request.hub
     ctx.file(folder + "/explicit.json", json.encode(resolution["explicit"]))
     common = ["resolve"] + resolution["lock_args"] + ["--explicit", str(ctx.path(folder + "/explicit.json"))]
-    projects = json.decode(run_helper(ctx, helper, common + ["--list-projects"], progress = "reading " + resolution["lock_args"][1]))
-    pages = [
-        ctx.download(url = project_page_url(index_url, project), output = "%s/pages/%s.html" % (folder, project), block = False)
-        for project in projects
+    common += ["--index-url", index_url]
+    pages = json.decode(run_helper(ctx, helper, common + ["--list-projects"], progress = "reading " + resolution["lock_args"][1]))
+    pending = [
+        ctx.download(url = page["url"], output = "%s/pages/%s" % (folder, page["file"]), block = False)
+        for page in pages
     ]
-    for page in pages:
-        page.wait()
+    for download in pending:
+        download.wait()
     return json.decode(run_helper(
         ctx,
         helper,
-        common + ["--pages", str(ctx.path(folder + "/pages")), "--index-url", index_url],
-        progress = "choosing wheels for %d projects" % len(projects),
+        common + ["--pages", str(ctx.path(folder + "/pages"))],
+        progress = "choosing wheels for %d projects" % len(pages),
     ))
 
 def _patched_hub_impl(rctx):
@@ -178,10 +168,10 @@ exports_files(%s)
 
 filegroup(
     name = "wheels",
-    srcs = glob(["index/*.whl"], allow_empty = True),
+    srcs = glob([%s], allow_empty = True),
     visibility = ["//visibility:public"],
 )
-""" % json.encode(plan["exports"]))
+""" % (json.encode(plan["exports"]), json.encode(plan["index_folder"] + "/*.whl")))
 
 patched_hub = repository_rule(
     implementation = _patched_hub_impl,

@@ -87,7 +87,7 @@ def _request(repository: Path) -> dict[str, Any]:
     return {
         "hub": "fuzz",
         "bzlmod": True,
-        **lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
+        "locks": lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "2.3.2",

@@ -252,7 +252,7 @@ def test_reading_and_rewriting_a_big_uv_lock_stays_a_small_multiple_of_it(tmp_pa
         path.write_text(_uv_lock(packages))
         for command in ("resolve", "lock"):
             args = (
-                ["--list-projects"]
+                ["--list-projects", "--index-url", "https://pypi.org/simple"]
                 if command == "resolve"
                 else ["--index", tmp_path / "index", "--out", tmp_path / "out.txt"]
             )

@@ -2,17 +2,9 @@
 
 load("//python:repositories.bzl", "patched_wheel")
 load("//python/private:helper.bzl", "isal_wheel")
-load("//python/private:hub.bzl", "project_page_url")
 load("//python/private:rules_python_version.bzl", "features_version")
 load("//python/private:specs.bzl", "PATCHED_WHEEL_SCHEMA", "hub_specs", "patched_wheel_problems", "patched_wheel_spec")
 load(":unittest.bzl", "expect_eq", "starlark_unit_test")
-
-def _project_page_url():
-    return (
-        expect_eq(project_page_url("https://pypi.org/simple", "torch"), "https://pypi.org/simple/torch/", "https") +
-        expect_eq(project_page_url("https://pypi.org/simple/", "torch"), "https://pypi.org/simple/torch/", "trailing slash") +
-        expect_eq(project_page_url("file:///srv/pypi/simple", "torch"), "file:///srv/pypi/simple/torch/index.html", "file:// names index.html")
-    )
 
 def _features_version():
     return (
@@ -75,7 +67,6 @@ def private_test_suite(name, **kwargs):
     starlark_unit_test(
         name = name,
         cases = {
-            "project_page_url": _project_page_url,
             "features_version": _features_version,
             "patched_wheel_defaults": _patched_wheel_defaults,
             "hub_specs_number_patches": _hub_specs_number_patches,

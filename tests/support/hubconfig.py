@@ -19,7 +19,7 @@ from .indexfixtures import sha256_of as sha256
 
 
 def lock_attributes(**given: str) -> dict[str, str]:
-    """The lock attributes of a hub request, every one the registry names: ``given`` ones as given, the
+    """The ``locks`` of a hub request: every lock attribute the registry names: ``given`` ones as given, the
     others "" (not given), so a format added to the registry is in each request the tests write."""
     unknown = set(given) - {entry.attribute for entry in LOCK_FORMATS}
     assert not unknown, f"no lock attribute {sorted(unknown)}"
@@ -66,7 +66,7 @@ def write_config(
     request = {
         "hub": "test",
         "bzlmod": True,
-        **lock_attributes(requirements_lock=str(lock)),
+        "locks": lock_attributes(requirements_lock=str(lock)),
         "index_url": "",
         "index_option": index_option,
         "rules_python_version": "1.6.0",

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from patched_wheels.hub.plan import HubRequest, needs_graph, plan_hub, resolution, resolved_wheels
+    from patched_wheels.hub.plan import HubRequest, plan_hub, resolution, resolved_wheels
 
     request = read_json_input(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
@@ -45,7 +45,7 @@ def _plan(args: argparse.Namespace) -> int:
     if request.wheel_facts:  # a file that is no facts file fails here, before any download (and again in the build)
         read_facts(Path(request.wheel_facts), request.index_call)
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
-    elf_cache = CacheContext.from_environment(enabled=needs_graph(request)).directory("elfgraph")
+    elf_cache = CacheContext.from_environment(enabled=request.needs_graph).directory("elfgraph")
     plan = plan_hub(request, wheels, elf_cache=elf_cache)
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
     print(json.dumps(plan.to_json(), indent=1))

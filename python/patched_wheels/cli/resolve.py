@@ -1,7 +1,8 @@
 """``patched-wheels resolve``: pick each pin's wheel file and URL (used by the Bazel rules).
 
-Two calls: ``--list-projects`` prints (JSON) which project pages to download; then, given the
-downloaded pages, it prints the JSON list of wheels (project, filename, urls, sha256) to fetch.
+Two calls: ``--list-projects`` prints (JSON) which project pages to download, each a URL and the file
+name ``--pages`` reads it as; then, given the downloaded pages, it prints the JSON list of wheels (project,
+filename, urls, sha256) to fetch.
 A uv.lock or pylock.toml names its wheels itself, so its projects need no page.
 """
 
@@ -17,7 +18,7 @@ from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.cli import add_lock_input, lock_input, read_json_input
 from patched_wheels.errors import UsageError
 from patched_wheels.lock.formats.registry import served_pins
-from patched_wheels.lock.resolve import projects_to_resolve, resolve
+from patched_wheels.lock.resolve import page_file, page_url, projects_to_resolve, resolve
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,20 +28,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--explicit", type=Path, help='JSON {"project": {"urls": [...], "sha256": "..."}} given by the user'
     )
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--list-projects", action="store_true", help="print the projects whose index page is needed")
+    mode.add_argument(
+        "--list-projects", action="store_true", help="print the index pages needed: their URLs and file names"
+    )
     mode.add_argument("--pages", type=Path, help="directory of downloaded pages, <project>.html")
-    parser.add_argument("--index-url", help="the index the pages came from (for relative links)")
+    parser.add_argument("--index-url", help="the index the pages come from (their URLs, their relative links)")
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     explicit = read_json_input(args.explicit, _explicit_wheels, "wheels given by --explicit") if args.explicit else {}
     path, lock_format = lock_input(args)
-    if args.list_projects:
-        print(json.dumps(projects_to_resolve(served_pins(path, lock_format), explicit)))
-        return 0
     if not args.index_url:
-        raise UsageError("resolve --pages needs --index-url")
+        raise UsageError(f"resolve {'--list-projects' if args.list_projects else '--pages'} needs --index-url")
+    if args.list_projects:
+        projects = projects_to_resolve(served_pins(path, lock_format), explicit)
+        print(
+            json.dumps([{"url": page_url(args.index_url, project), "file": page_file(project)} for project in projects])
+        )
+        return 0
     wheels = resolve(path, pages_dir=args.pages, index_url=args.index_url, explicit=explicit, lock_format=lock_format)
     print(json.dumps([wheel.as_json() for wheel in wheels], indent=1))
     return 0

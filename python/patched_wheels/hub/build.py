@@ -141,8 +141,7 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
         patched, replaced, references = with_restored_extras(config, closure)
     pins = []
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
-    # split, read only if some spec needs one.
-    needs_graph = any(spec.needs_graph for spec in patched)
+    # split, read only if the plan says some spec needs one.
     with ExitStack() as stack:
         installation = probe_installation(config, caches, stack)
         # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
@@ -155,7 +154,7 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
                     lenient=True,
                     installed=installation.own_copy if installation is not None else None,
                 )
-                if needs_graph
+                if config.needs_graph
                 else None
             )
         for spec in patched:

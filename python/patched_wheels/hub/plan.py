@@ -6,8 +6,9 @@ downloads what the plan lists to where it says, and runs ``patched-wheels hub bu
 between is decided here, once, in pure functions: the cross-field checks (named by the attributes the
 user wrote, and made before the first download), which wheels are fetched and into which folder,
 whether the ELF graph is needed, and the build step's configuration (``_hub.json``),
-whose one schema is :class:`HubConfig` (written by :meth:`HubConfig.to_json`, read by
-:meth:`HubConfig.from_json`; a missing or unknown key is an error, never a default).
+whose one schema is :class:`HubConfig`. The request, the resolved wheels and the configuration are read by
+one reader (:mod:`patched_wheels.hub.schema`) from these dataclasses: a missing or unknown key is an error,
+never a default.
 
 The two phases: without resolved wheels, :func:`resolution` checks the request and says how to resolve
 its lock; with them, :func:`plan_hub` places every wheel. The bzlmod extension runs the first (it
@@ -18,7 +19,7 @@ WORKSPACE mode the rule runs both.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,7 +31,8 @@ from patched_wheels.base.names import module_name
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
-from patched_wheels.hub.spec import PatchedWheelSpec, check_spec, choice_problem, same_keys, type_problem
+from patched_wheels.hub.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json, type_problem
+from patched_wheels.hub.spec import PatchedWheelSpec, check_spec
 from patched_wheels.loading.closure import FILE as CLOSURE
 from patched_wheels.lock.formats import registry
 from patched_wheels.lock.model import check_lock_value
@@ -61,14 +63,29 @@ def index_call(hub: str, bzlmod: bool) -> str:
     return f'patched.index(name = "{hub}")' if bzlmod else f'patched_index(name = "{hub}")'
 
 
+def _request_call(read: Mapping[str, Any], index: int, raw: Any) -> str:
+    """A request's ``patched_wheel`` as the user wrote it, to name it in errors (by its index until its name
+    is a string)."""
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    if isinstance(name, str):
+        return wheel_call(read["hub"], read["bzlmod"], name)
+    return f"{index_call(read['hub'], read['bzlmod'])}: patched[{index}]"
+
+
+def _config_call(_read: Mapping[str, Any], _index: int, raw: Any) -> str:
+    """A configuration's ``patched_wheel``, to name it in the errors of a file the plan wrote."""
+    return f"patched_wheel {raw.get('name')!r}" if isinstance(raw, Mapping) else "patched_wheel"
+
+
 @dataclass(frozen=True)
 class HubRequest:
     """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
-    WORKSPACE ``patched_index`` macro), as the rule writes it; lock and patch labels are paths."""
+    WORKSPACE ``patched_index`` macro), as the rule writes it (``hub_request`` in hub.bzl); lock and patch
+    labels are paths. Its schema: :mod:`patched_wheels.hub.schema`."""
 
     hub: str
     bzlmod: bool
-    locks: Mapping[str, str]
+    locks: Mapping[str, str] = field(metadata={KEYS: tuple(LOCK_FORMATS)})
     """Every lock attribute (LOCK_FORMATS) -> its path, "" when not given."""
     index_url: str
     index_option: str
@@ -76,7 +93,7 @@ class HubRequest:
     """The release in use ("0" before rules_python had features.bzl, "" for an unreleased checkout)."""
     repository: str
     """The hub repository's directory ("" in the extension, which places nothing)."""
-    patched: Sequence[PatchedWheelSpec]
+    patched: Sequence[PatchedWheelSpec] = field(metadata={OMIT: ("wheel",), CALL: _request_call})
     wheel_facts: str = ""
     """The ``wheel_facts`` file's path (:mod:`patched_wheels.hub.facts`), "" when not given."""
     restore_extras: bool = True
@@ -85,65 +102,10 @@ class HubRequest:
     """The lock's root requirements with the extras the lock may not record, as written (``jax[cuda13]``)."""
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "HubRequest":
-        """The request, every value checked against its type before any is used (the specs' too: the
-        :class:`PatchedWheelSpec` schema), each error naming the attribute as the user wrote it."""
-        same_keys(
-            raw,
-            {
-                "hub",
-                "bzlmod",
-                "index_url",
-                "index_option",
-                "rules_python_version",
-                "repository",
-                "patched",
-                "wheel_facts",
-                "restore_extras",
-                "extras",
-                *LOCK_FORMATS,
-            },
-            "hub request",
-        )
-        types = {
-            "hub": "str",
-            "bzlmod": "bool",
-            "index_url": "str",
-            "index_option": "str",
-            "rules_python_version": "str",
-            "repository": "str",
-            "patched": "list",
-            "wheel_facts": "str",
-            "restore_extras": "bool",
-            "extras": "Sequence[str]",
-            **dict.fromkeys(LOCK_FORMATS, "str"),
-        }
-        for key, annotation in types.items():
-            if problem := type_problem(key, raw[key], annotation):
-                raise UsageError(f"hub request: {problem}")
-        shell = cls(raw["hub"], raw["bzlmod"], {}, "", "", "", "", ())  # names the calls in errors
-        patched = []
-        for index, spec in enumerate(raw["patched"]):
-            name = spec.get("name") if isinstance(spec, Mapping) else None
-            call = (
-                shell.wheel_call(PatchedWheelSpec(name, ""))
-                if isinstance(name, str)
-                else f"{shell.index_call}: patched[{index}]"
-            )
-            patched.append(PatchedWheelSpec.from_json(spec, placed=False, call=call))
-        return cls(
-            hub=raw["hub"],
-            bzlmod=raw["bzlmod"],
-            locks={attribute: raw[attribute] for attribute in LOCK_FORMATS},
-            index_url=raw["index_url"],
-            index_option=raw["index_option"],
-            rules_python_version=raw["rules_python_version"],
-            repository=raw["repository"],
-            patched=patched,
-            wheel_facts=raw["wheel_facts"],
-            restore_extras=raw["restore_extras"],
-            extras=tuple(raw["extras"]),
-        )
+    def from_json(cls, raw: object) -> "HubRequest":
+        """The request, every value checked against its type before any is used (the specs' too), each error
+        naming the attribute as the user wrote it."""
+        return read_object(cls, raw, "hub request")
 
     @property
     def index_call(self) -> str:
@@ -159,16 +121,22 @@ class HubRequest:
         (given,) = [(attribute, path) for attribute, path in self.locks.items() if path]
         return given
 
+    @property
+    def needs_graph(self) -> bool:
+        """Whether the build reads the ELF graph of the whole wheel set (then the cache is worth asking): decided
+        here once, and written into the configuration for the build (:attr:`HubConfig.needs_graph`)."""
+        return any(spec.needs_graph for spec in self.patched)
+
 
 @dataclass(frozen=True)
 class HubConfig:
     """The build step's input (``_hub.json``): the one schema of it, written by the plan and read by
-    ``patched-wheels hub build``."""
+    ``patched-wheels hub build`` (:mod:`patched_wheels.hub.schema`)."""
 
     hub: str
     bzlmod: bool
     """The hub's name and how it was declared: the build step's errors name the ``patched_wheel`` as written."""
-    lock_attribute: str
+    lock_attribute: str = field(metadata={VALUES: tuple(LOCK_FORMATS)})
     """Which of LOCK_FORMATS the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
     lock: Path
     index_dir: Path
@@ -179,11 +147,13 @@ class HubConfig:
     wheels: Sequence[WheelRef]
     """The lock's wheels for the hub's interpreter, each fetched: their METADATA gives pip's closure, their
     libraries the ELF graph."""
+    needs_graph: bool
+    """Whether the build reads the ELF graph of the whole set (:attr:`HubRequest.needs_graph`)."""
     elf_cache: Path | None
     """The persistent ELF cache; None: none (``RULES_PATCHED_WHEELS_CACHE=off``)."""
-    patched: Sequence[PatchedWheelSpec]
+    patched: Sequence[PatchedWheelSpec] = field(metadata={CALL: _config_call})
     """Each with ``wheel``, the placed original."""
-    index_option: str
+    index_option: str = field(metadata={VALUES: INDEX_OPTIONS})
     index_url: str
     """Where the lock's unpatched pins come from (direct mode, if the lock names no index)."""
     replaced: Mapping[str, Sequence[str]]
@@ -202,104 +172,16 @@ class HubConfig:
     """Where the build writes pip's closure of the lock (``pip_closure.json``, for ``layout_test``)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "hub": self.hub,
-            "bzlmod": self.bzlmod,
-            "lock_attribute": self.lock_attribute,
-            "lock": str(self.lock),
-            "index_dir": str(self.index_dir),
-            "out": str(self.out),
-            "out_uv_lock": str(self.out_uv_lock) if self.out_uv_lock else None,
-            "wheels": [
-                {"filename": w.filename, "sha256": w.sha256, "path": str(w.path) if w.path else None}
-                for w in self.wheels
-            ],
-            "elf_cache": str(self.elf_cache) if self.elf_cache else None,
-            "patched": [spec.to_json() for spec in self.patched],
-            "index_option": self.index_option,
-            "index_url": self.index_url,
-            "replaced": {project: list(digests) for project, digests in self.replaced.items()},
-            "references": {project: list(reference) for project, reference in self.references.items()},
-            "wheel_facts": str(self.wheel_facts) if self.wheel_facts else None,
-            "facts_out": str(self.facts_out) if self.facts_out else None,
-            "restore_extras": self.restore_extras,
-            "root_extras": {project: list(extras) for project, extras in self.root_extras.items()},
-            "closure_out": str(self.closure_out) if self.closure_out else None,
-        }
+        return to_json(self)
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> "HubConfig":
-        same_keys(raw, {f.name for f in fields(cls)}, "hub configuration")
-        types = {
-            "hub": "str",
-            "bzlmod": "bool",
-            "lock_attribute": "str",
-            "lock": "Path",
-            "index_dir": "Path",
-            "out": "Path",
-            "out_uv_lock": "Path | None",
-            "wheels": "list",
-            "elf_cache": "Path | None",
-            "patched": "list",
-            "index_option": "str",
-            "index_url": "str",
-            "replaced": "dict",
-            "references": "dict",
-            "wheel_facts": "Path | None",
-            "facts_out": "Path | None",
-            "restore_extras": "bool",
-            "root_extras": "dict",
-            "closure_out": "Path | None",
-        }
-        for key, annotation in types.items():
-            if problem := type_problem(key, raw[key], annotation):
-                raise UsageError(f"hub configuration: {problem}")
-        for problem in (
-            choice_problem("lock_attribute", raw["lock_attribute"], LOCK_FORMATS),
-            choice_problem("index_option", raw["index_option"], INDEX_OPTIONS),
-        ):
-            if problem:
-                raise UsageError(f"hub configuration: {problem}")
-        for wheel in raw["wheels"]:
-            same_keys(wheel, {"filename", "sha256", "path"}, "hub configuration wheel")
-            for key, annotation in (("filename", "str"), ("sha256", "str"), ("path", "Path | None")):
-                if problem := type_problem(key, wheel[key], annotation):
-                    raise UsageError(f"hub configuration wheel: {problem}")
-        for project, value in raw["replaced"].items():
-            if problem := type_problem(f"replaced[{project!r}]", value, "Sequence[str]"):
-                raise UsageError(f"hub configuration: {problem}")
-        for project, value in raw["root_extras"].items():
-            if problem := type_problem(f"root_extras[{project!r}]", value, "Sequence[str]"):
-                raise UsageError(f"hub configuration: {problem}")
-        for project, value in raw["references"].items():
-            if not (isinstance(value, list) and len(value) == 2 and all(isinstance(item, str) for item in value)):
-                raise UsageError(f"hub configuration: references[{project!r}]: expected [url, sha256]")
-        optional = {
-            key: Path(raw[key]) if raw[key] else None
-            for key in ("out_uv_lock", "elf_cache", "wheel_facts", "facts_out", "closure_out")
-        }
-        return cls(
-            hub=raw["hub"],
-            bzlmod=raw["bzlmod"],
-            lock_attribute=raw["lock_attribute"],
-            lock=Path(raw["lock"]),
-            index_dir=Path(raw["index_dir"]),
-            out=Path(raw["out"]),
-            wheels=[
-                WheelRef(w["filename"], w["sha256"], Path(w["path"]) if w["path"] else None) for w in raw["wheels"]
-            ],
-            patched=[
-                _checked(PatchedWheelSpec.from_json(spec, placed=True), raw["hub"], raw["bzlmod"])
-                for spec in raw["patched"]
-            ],
-            index_option=raw["index_option"],
-            index_url=raw["index_url"],
-            replaced=dict(raw["replaced"]),
-            references={project: (url, sha256) for project, (url, sha256) in raw["references"].items()},
-            restore_extras=raw["restore_extras"],
-            root_extras={project: tuple(extras) for project, extras in raw["root_extras"].items()},
-            **optional,
-        )
+    def from_json(cls, raw: object) -> "HubConfig":
+        """The configuration, checked whole (types, then every spec as the plan checked it) before the build
+        writes anything."""
+        config = read_object(cls, raw, "hub configuration")
+        for spec in config.patched:
+            check_spec(spec, wheel_call(config.hub, config.bzlmod, spec.name))
+        return config
 
 
 @dataclass(frozen=True)
@@ -313,38 +195,34 @@ class Fetch:
 
 @dataclass(frozen=True)
 class HubPlan:
-    """What the rule does: download ``fetch``, build ``config``, delete ``scratch``, export ``exports``."""
+    """What the rule does: download ``fetch``, build ``config``, delete ``scratch``, export ``exports`` and the
+    wheels of ``index_folder`` (the plan names the hub's folders: the rule writes none of its own)."""
 
     fetch: tuple[Fetch, ...]
     config: HubConfig
     scratch: tuple[str, ...] = (ORIGINALS, READ_ONLY)
     exports: tuple[str, ...] = ()
+    index_folder: str = INDEX
 
     def to_json(self) -> dict[str, Any]:
         """What the rule reads (the config goes to ``_hub.json``, not to the rule)."""
-        return {
-            "fetch": [{"urls": list(f.urls), "sha256": f.sha256, "output": f.output} for f in self.fetch],
-            "scratch": list(self.scratch),
-            "exports": list(self.exports),
-        }
+        return {key: value for key, value in to_json(self).items() if key != "config"}
 
 
 def resolved_wheels(raw: object) -> list[ResolvedWheel]:
     """The wheels ``patched-wheels resolve`` printed (a list of :func:`resolved_wheel`), read strictly."""
-    if problem := type_problem("resolved wheels", raw, "list"):
+    if problem := type_problem("resolved wheels", raw, Sequence[ResolvedWheel]):
         raise UsageError(problem)
-    return [resolved_wheel(wheel) for wheel in raw]  # type: ignore[attr-defined]
+    assert isinstance(raw, list)  # checked above
+    return [resolved_wheel(wheel) for wheel in raw]
 
 
-def resolved_wheel(raw: Mapping[str, Any]) -> ResolvedWheel:
+def resolved_wheel(raw: object) -> ResolvedWheel:
     """One wheel as ``patched-wheels resolve`` prints it (:meth:`ResolvedWheel.as_json`), read strictly."""
-    same_keys(raw, {"project", "filename", "urls", "sha256"}, "resolved wheel")
-    for key, annotation in (("project", "str"), ("filename", "str"), ("urls", "Sequence[str]"), ("sha256", "str")):
-        if problem := type_problem(key, raw[key], annotation):
-            raise UsageError(f"resolved wheel: {problem}")
-    if not raw["urls"]:
-        raise UsageError(f"resolved wheel {raw['filename']!r}: no URL to fetch it from")
-    return ResolvedWheel(canonicalize_name(raw["project"]), raw["filename"], tuple(raw["urls"]), raw["sha256"])
+    wheel = read_object(ResolvedWheel, raw, "resolved wheel")
+    if not wheel.urls:
+        raise UsageError(f"resolved wheel {wheel.filename!r}: no URL to fetch it from")
+    return replace(wheel, project=canonicalize_name(wheel.project))
 
 
 def check_request(request: HubRequest) -> None:
@@ -378,13 +256,6 @@ def check_request(request: HubRequest) -> None:
     _extras_requirements(request)
 
 
-def _checked(spec: PatchedWheelSpec, hub: str, bzlmod: bool) -> PatchedWheelSpec:
-    """``spec``, once the checks that need no wheel pass (the build's configuration is checked whole before
-    anything is written), named as the user wrote it in ``hub``."""
-    check_spec(spec, wheel_call(hub, bzlmod, spec.name))
-    return spec
-
-
 def index_options_for(rules_python_version: str) -> tuple[str, ...]:
     """The ``index_option`` values a rules_python release reads (an unknown one counts as the newest).
 
@@ -408,11 +279,6 @@ def resolution(request: HubRequest) -> dict[str, Any]:
         if spec.urls
     }
     return {"lock_args": [f"--{LOCK_FORMATS[attribute]}", path], "explicit": explicit}
-
-
-def needs_graph(request: HubRequest) -> bool:
-    """Whether the build reads the ELF graph of the whole wheel set (then the cache is worth asking)."""
-    return any(spec.needs_graph for spec in request.patched)
 
 
 def default_probes(specs: Sequence[PatchedWheelSpec]) -> list[str]:
@@ -446,7 +312,7 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
     attribute, lock_path = request.lock
     by_project = {wheel.project: wheel for wheel in wheels}
     root = Path(request.repository)
-    graph = needs_graph(request)
+    graph = request.needs_graph
     patched = []
     for spec in request.patched:
         wheel = by_project.get(canonicalize_name(spec.name))
@@ -476,6 +342,7 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
         out=root / "requirements_lock.txt",
         out_uv_lock=root / "uv.lock" if attribute == "uv_lock" else None,
         wheels=refs,
+        needs_graph=graph,
         elf_cache=elf_cache if graph else None,
         patched=patched,
         index_option=request.index_option,

@@ -2,19 +2,17 @@
 spec that needs no wheel.
 
 The Starlark side (PATCHED_WHEEL_SCHEMA in python/private/specs.bzl) gives Bazel the attributes; the rule
-writes what the user declared as JSON (a WORKSPACE macro's values reach it untyped), and this module reads
-it: :meth:`PatchedWheelSpec.from_json` checks every value against its field's annotation before any is
-used, :func:`check_spec` the attributes together, each error naming the attribute as the user wrote it.
-The hub's plan (:mod:`patched_wheels.hub.plan`) and the build's configuration use both.
+writes what the user declared as JSON (a WORKSPACE macro's values reach it untyped), which the hub's request
+and configuration (:mod:`patched_wheels.hub.plan`) hold: :mod:`patched_wheels.hub.schema` checks every value
+against its field's annotation and metadata before any is used, :func:`check_spec` the attributes together,
+each error naming the attribute as the user wrote it.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -22,59 +20,12 @@ from packaging.utils import canonicalize_name
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import glob_problem, package_path
 from patched_wheels.errors import UsageError
+from patched_wheels.hub.schema import VALUES, shown, to_json
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
 from patched_wheels.patch.version import with_local_suffix
 
 #: The values of ``preload`` (PRELOAD_VALUES in specs.bzl; a test holds the two equal).
 PRELOAD_VALUES = ("auto", "elf", "off")
-
-#: Each annotation the JSON schemas here use -> whether a JSON value has that type, and its name in errors.
-#: The request is written by the rule from what the user declared (a WORKSPACE macro's values are not typed
-#: by Bazel), so every value is checked against its field before it is used.
-_JSON_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
-    "str": (lambda value: isinstance(value, str), "a string"),
-    "int": (lambda value: type(value) is int, "an integer"),
-    "bool": (lambda value: type(value) is bool, "true or false"),
-    "Sequence[str]": (
-        lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value),
-        "a list of strings",
-    ),
-    "Sequence[Path]": (
-        lambda value: isinstance(value, list) and all(isinstance(item, str) for item in value),
-        "a list of paths",
-    ),
-    "Mapping[str, str]": (
-        lambda value: isinstance(value, dict) and all(isinstance(item, str) for item in value.values()),
-        "a dict of strings",
-    ),
-    "Path": (lambda value: isinstance(value, str) and bool(value), "a path"),
-    "Path | None": (lambda value: value is None or isinstance(value, str) and bool(value), "a path or null"),
-    "list": (lambda value: isinstance(value, list), "a list"),
-    "dict": (lambda value: isinstance(value, dict), "an object"),
-}
-
-
-@functools.cache
-def spec_values() -> dict[str, Sequence[str]]:
-    """The attributes of ``patched_wheel`` with a fixed set of values (``values`` in specs.bzl), and those values."""
-    return {"preload": PRELOAD_VALUES, "rpath_mode": MODES}
-
-
-def shown(value: object) -> str:
-    """``value`` as JSON, cut to a length an error line can quote."""
-    text = json.dumps(value)
-    return text if len(text) <= 80 else text[:60] + "..."
-
-
-def type_problem(attribute: str, value: object, annotation: str) -> str | None:
-    """Why ``value`` is not of ``annotation`` (see :data:`_JSON_TYPES`), in the attribute's words; None when it is."""
-    accepts, text = _JSON_TYPES[annotation]
-    return None if accepts(value) else f"{attribute} = {shown(value)}: expected {text}"
-
-
-def choice_problem(attribute: str, value: object, allowed: Collection[str]) -> str | None:
-    """Why ``value`` is none of ``allowed``, in the attribute's words; None when it is one."""
-    return None if value in allowed else f"{attribute} = {shown(value)}: must be one of {', '.join(allowed)}"
 
 
 @dataclass(frozen=True)
@@ -93,7 +44,7 @@ class PatchedWheelSpec:
     remove_requires: Sequence[str] = ()
     add_requires: Sequence[str] = ()
     delete: Sequence[str] = ()
-    preload: str = "off"
+    preload: str = field(default="off", metadata={VALUES: PRELOAD_VALUES})
     preload_package: str = ""
     preload_wheels: Sequence[str] = ()
     probe: str = ""
@@ -105,7 +56,7 @@ class PatchedWheelSpec:
     split_move: Sequence[str] = ()
     rpath: Mapping[str, str] = field(default_factory=dict)
     """GLOB -> ``:``-separated ``$ORIGIN`` entries for the matching ELF members."""
-    rpath_mode: str = "set"
+    rpath_mode: str = field(default="set", metadata={VALUES: MODES})
     wheel: Path | None = None
     """Not an attribute: where the hub put the original wheel (set by :func:`plan_hub`)."""
 
@@ -131,39 +82,8 @@ class PatchedWheelSpec:
         return self.preloads or bool(self.split_into)
 
     def to_json(self) -> dict[str, Any]:
-        raw = {f.name: getattr(self, f.name) for f in fields(self)}
-        lists = {name: list(value) for name, value in raw.items() if isinstance(value, (tuple, list))}
-        return {
-            **raw,
-            **lists,
-            "patches": [str(p) for p in self.patches],
-            "wheel": str(self.wheel) if self.wheel else None,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any], *, placed: bool, call: str | None = None) -> "PatchedWheelSpec":
-        """A spec from JSON with every key (``wheel`` only when ``placed``), each of its field's type and allowed
-        values: the two sides of the schema changed apart if a key is missing or unknown, so say which, never
-        drop or default one.  ``call``: the ``patched_wheel`` as the user wrote it, to name it in errors."""
-        if call is None:
-            call = f"patched_wheel {raw.get('name')!r}" if isinstance(raw, Mapping) else "patched_wheel"
-        if not isinstance(raw, Mapping):
-            raise UsageError(f"{call}: expected an object, got {shown(raw)}")
-        names = {f.name for f in fields(cls)} - (set() if placed else {"wheel"})
-        same_keys(raw, names, call)
-        for spec_field in fields(cls):
-            if spec_field.name in raw:
-                problem = type_problem(spec_field.name, raw[spec_field.name], str(spec_field.type))
-                allowed = spec_values().get(spec_field.name)
-                if problem is None and allowed is not None:
-                    problem = choice_problem(spec_field.name, raw[spec_field.name], allowed)
-                if problem:
-                    raise UsageError(f"{call}: {problem}")
-        values = dict(raw)
-        values["patches"] = [Path(p) for p in raw["patches"]]
-        if placed:
-            values["wheel"] = Path(raw["wheel"]) if raw["wheel"] else None
-        return cls(**values)
+        """The spec as the request and the configuration hold it (read back by :func:`~patched_wheels.hub.schema.read_object`)."""
+        return to_json(self)
 
 
 def check_spec(spec: PatchedWheelSpec, call: str) -> None:
@@ -174,11 +94,32 @@ def check_spec(spec: PatchedWheelSpec, call: str) -> None:
 
 
 def spec_problem(spec: PatchedWheelSpec) -> str | None:
-    """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is."""
+    """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is. The first
+    problem is named: attributes given without the one they need before the values each is read as."""
+    for check in (
+        _source_problem,
+        _dependency_problem,
+        _glob_problem,
+        _request_problem,
+        _package_problem,
+        _version_problem,
+    ):
+        if problem := check(spec):
+            return problem
+    return None
+
+
+def _source_problem(spec: PatchedWheelSpec) -> str | None:
+    """``urls`` and ``sha256``: both or neither, and a digest."""
     if bool(spec.urls) != bool(spec.sha256):
         return "urls and sha256 go together: give both or neither"
     if spec.sha256 and not SHA256_HEX.fullmatch(spec.sha256):
         return f'sha256 = "{spec.sha256}" is not 64 lower-case hex digits'
+    return None
+
+
+def _dependency_problem(spec: PatchedWheelSpec) -> str | None:
+    """An attribute given without the one it needs: the preload's options, the split's, ``rpath_mode``."""
     if not spec.preloads:
         for attribute in ("preload_wheels", "preload_package"):
             if getattr(spec, attribute):
@@ -198,10 +139,20 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
                 return f"{attribute} needs split_into"
     if spec.rpath_mode != "set" and not spec.rpath:
         return f'rpath_mode = "{spec.rpath_mode}" needs rpath'
+    return None
+
+
+def _glob_problem(spec: PatchedWheelSpec) -> str | None:
+    """A glob attribute holding a pattern that cannot match as written."""
     for attribute in ("delete", "split_move", "preload_wheels"):
         for glob in getattr(spec, attribute):
             if problem := glob_problem(glob):
                 return f"{attribute} = {shown(glob)}: {problem}"
+    return None
+
+
+def _request_problem(spec: PatchedWheelSpec) -> str | None:
+    """The split and the RPATH edits, as the patch will read them."""
     if spec.split_into:
         try:
             SplitRequest(
@@ -215,6 +166,11 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
                 rpath_edit(glob, entries, spec.rpath_mode, origin=f"rpath = {{{shown(glob)}: {shown(entries)}}}")
             except UsageError as error:
                 return str(error)
+    return None
+
+
+def _package_problem(spec: PatchedWheelSpec) -> str | None:
+    """The package that gets the preload: a module name."""
     if spec.preloads:
         try:
             package_path(spec.package)
@@ -227,6 +183,11 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
             return (
                 f"{written} is not a module name: write the package as Python imports it, e.g. jax_plugins.xla_cuda12"
             )
+    return None
+
+
+def _version_problem(spec: PatchedWheelSpec) -> str | None:
+    """``strip``, the local version ``suffix``, and the ``requirement`` the locked release must satisfy."""
     if spec.strip < 0:
         return f"strip = {spec.strip} is negative"
     try:
@@ -241,19 +202,3 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
         if canonicalize_name(requirement.name) != canonicalize_name(spec.name):
             return f'requirement = "{spec.requirement}" names another project than name = "{spec.name}"'
     return None
-
-
-def same_keys(raw: Mapping[str, Any], expected: Collection[str], what: str) -> None:
-    """Refuse a JSON object whose keys are not exactly ``expected``: one schema, no silent defaults."""
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{what}: expected an object, got {type(raw).__name__}")
-    missing, unknown = sorted(set(expected) - set(raw)), sorted(set(raw) - set(expected))
-    if missing or unknown:
-        raise ValueError(
-            f"{what}: "
-            + "; ".join(
-                part
-                for part in (f"missing keys {missing}" if missing else "", f"unknown keys {unknown}" if unknown else "")
-                if part
-            )
-        )

@@ -85,8 +85,17 @@ def projects_to_resolve(pins: Sequence[Pin], explicit: Mapping[NormalizedName, o
 
 
 def page_url(index_url: str, project: NormalizedName) -> str:
-    """The PEP 503 page of ``project``, the base its relative links are resolved against."""
-    return f"{index_url.rstrip('/')}/{project}/"
+    """The PEP 503 page of ``project``: where the rule downloads it from, and the base its relative links are
+    resolved against. A ``file://`` index (a local or mirrored one) has no server to map ``<project>/`` to its
+    page: Bazel's downloader (Java's file URL handler) returns the directory's listing instead, so it names
+    ``index.html``, as pip does for ``file://`` indexes (a link resolves against either alike)."""
+    url = f"{index_url.rstrip('/')}/{project}/"
+    return url + "index.html" if url.startswith("file:") else url
+
+
+def page_file(project: NormalizedName) -> str:
+    """The name of ``project``'s downloaded page in the pages directory :func:`resolve` reads."""
+    return f"{project}.html"
 
 
 def resolve(
@@ -118,7 +127,7 @@ def resolve(
             resolved.append(_choose(pin, links, ranking, str(lock_path)))
             continue
         page = read_lock_input(
-            pages_dir / f"{pin.project}.html", max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}"
+            pages_dir / page_file(pin.project), max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}"
         )
         links = parse_project_page(page, page_url(index_url, pin.project), sha256s=pin.sha256s)
         resolved.append(_choose(pin, links, ranking, page_url(index_url, pin.project)))

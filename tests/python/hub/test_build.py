@@ -325,7 +325,7 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         request = {
             "hub": "uv",
             "bzlmod": True,
-            **lock_attributes(uv_lock=str(uv_lock)),
+            "locks": lock_attributes(uv_lock=str(uv_lock)),
             "index_url": f"{url}/simple",
             "index_option": "direct",
             "rules_python_version": "2.3.2",
@@ -340,7 +340,8 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         assert resolution["lock_args"] == ["--uv-lock", str(uv_lock)]
         (tmp_path / "explicit.json").write_text(json.dumps(resolution["explicit"]), encoding="utf-8")
         resolve = ["resolve", *resolution["lock_args"], "--explicit", str(tmp_path / "explicit.json")]
-        assert json.loads(run_cli(*resolve, "--list-projects")) == [], "a uv.lock names its wheels: no page to fetch"
+        pages = json.loads(run_cli(*resolve, "--list-projects", "--index-url", f"{url}/simple"))
+        assert pages == [], "a uv.lock names its wheels: no page to fetch"
         (tmp_path / "pages").mkdir()
         resolved = run_cli(*resolve, "--pages", str(tmp_path / "pages"), "--index-url", f"{url}/simple")
         (tmp_path / "resolved.json").write_text(resolved, encoding="utf-8")
@@ -492,7 +493,7 @@ def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(
     request = {
         "hub": "test",
         "bzlmod": True,
-        **lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
+        "locks": lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
         "index_url": "",
         "index_option": "index-url",
         "rules_python_version": "1.6.0",

@@ -17,6 +17,7 @@ import pytest
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.plan import (
+    LOCK_FORMATS,
     HubConfig,
     HubRequest,
     PatchedWheelSpec,
@@ -103,10 +104,12 @@ def spec_json(**values: object) -> dict[str, object]:
 
 
 def request(*specs: dict[str, object], **values: object) -> HubRequest:
+    """A request as the rule writes it; ``values`` replace its keys, or give a lock attribute's path."""
+    given = {attribute: str(values.pop(attribute)) for attribute in list(values) if attribute in LOCK_FORMATS}
     raw: dict[str, object] = {
         "hub": "fixed",
         "bzlmod": True,
-        **lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
+        "locks": lock_attributes(**{"requirements_lock": "/ws/requirements_lock.txt", **given}),
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "2.3.2",
@@ -320,7 +323,7 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
     raw = {
         "hub": "fixed",
         "bzlmod": True,
-        **lock_attributes(requirements_lock="/ws/req.txt"),
+        "locks": lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "0",
@@ -367,7 +370,7 @@ def test_the_plan_imports_no_elf_reader(tmp_path: Path) -> None:
     raw = {
         "hub": "fixed",
         "bzlmod": True,
-        **lock_attributes(requirements_lock="/ws/req.txt"),
+        "locks": lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "0",
@@ -401,6 +404,13 @@ def test_a_request_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytes
     assert error.count("\n") == 1 and "cannot read the hub request: hub request: missing keys" in error, error
 
 
+def test_whether_the_build_reads_the_graph_is_the_plans_decision_in_the_config() -> None:
+    """Decided once, from the request: the build reads the configuration's answer and decides nothing again."""
+    for spec, reads in ((spec_json(preload="elf"), True), (spec_json(split_into="libs", split_max_size=1), True)):
+        assert plan_hub(request(spec), WHEELS, elf_cache=None).config.needs_graph is reads
+    assert plan_hub(request(spec_json()), WHEELS, elf_cache=None).config.needs_graph is False
+
+
 def test_the_probe_travels_from_the_request_to_the_build_config() -> None:
     probe = "import faketorch; faketorch.answer()"
     config = plan_hub(request(spec_json(preload="auto", probe=probe)), WHEELS, elf_cache=None).config
@@ -412,7 +422,7 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
     request_json = {
         "hub": "fixed",
         "bzlmod": True,
-        **lock_attributes(requirements_lock="/ws/req.txt"),
+        "locks": lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "",
         "index_option": "direct",
         "rules_python_version": "0",
@@ -468,7 +478,7 @@ def _raw_request(**spec: object) -> dict[str, object]:
     return {
         "hub": "fixed",
         "bzlmod": True,
-        **lock_attributes(requirements_lock="/ws/req.txt"),
+        "locks": lock_attributes(requirements_lock="/ws/req.txt"),
         "index_url": "https://pypi.org/simple",
         "index_option": "direct",
         "rules_python_version": "2.3.2",

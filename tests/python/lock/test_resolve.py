@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from packaging.tags import Tag
+from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import main
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.resolve import parse_project_page, resolve
+from patched_wheels.lock.resolve import page_url, parse_project_page, resolve
 
 INDEX = "https://example.invalid/simple"
 LINUX = [
@@ -81,6 +82,23 @@ def test_relative_links_are_resolved_against_the_page(torch_page: Path) -> None:
     assert sdist[0].sha256 == digest("sdist")
 
 
+@pytest.mark.parametrize(
+    ("index_url", "page"),
+    [
+        ("https://pypi.org/simple", "https://pypi.org/simple/torch/"),
+        ("https://pypi.org/simple/", "https://pypi.org/simple/torch/"),
+        # Bazel's downloader lists a file:// directory instead of serving its page: the page is named.
+        ("file:///srv/pypi/simple", "file:///srv/pypi/simple/torch/index.html"),
+    ],
+)
+def test_the_page_url_is_where_the_rule_downloads_the_page_and_what_links_resolve_against(
+    index_url: str, page: str
+) -> None:
+    assert page_url(index_url, canonicalize_name("torch")) == page
+    (link,) = parse_project_page('<a href="../../files/torch-2.1.0-py3-none-any.whl">t</a>', page)
+    assert link.url == index_url.rstrip("/").rsplit("/", 1)[0] + "/files/torch-2.1.0-py3-none-any.whl"
+
+
 def test_only_the_wanted_hashes_are_kept_and_joined(torch_page: Path) -> None:
     page = (torch_page / "torch.html").read_text()
     every = parse_project_page(page, f"{INDEX}/torch/")
@@ -129,8 +147,9 @@ def test_cli_lists_projects_then_resolves(tmp_path: Path, capsys: pytest.Capture
         json.dumps({"torch": {"urls": ["https://x.invalid/torch-2.1.0-py3-none-any.whl"], "sha256": "cd" * 32}})
     )
     common = ["resolve", "--requirements", str(requirements), "--explicit", str(explicit)]
-    assert main([*common, "--list-projects"]) == 0
-    assert json.loads(capsys.readouterr().out) == ["six"]
+    assert main([*common, "--list-projects", "--index-url", INDEX]) == 0
+    # Each page to download and the name --pages reads it by: the rule computes neither.
+    assert json.loads(capsys.readouterr().out) == [{"url": f"{INDEX}/six/", "file": "six.html"}]
     assert main([*common, "--pages", str(tmp_path / "pages"), "--index-url", INDEX]) == 0
     resolved = json.loads(capsys.readouterr().out)
     assert [(w["project"], w["filename"]) for w in resolved] == [
@@ -164,7 +183,11 @@ def test_a_malformed_explicit_file_is_one_error_line(
     requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('linux')}\n")
     path = tmp_path / "explicit.json"
     path.write_text(explicit, encoding="utf-8")
-    args = [mode] if mode == "--list-projects" else [mode, str(tmp_path / "pages"), "--index-url", INDEX]
+    args = (
+        [mode, "--index-url", INDEX]
+        if mode == "--list-projects"
+        else [mode, str(tmp_path / "pages"), "--index-url", INDEX]
+    )
     code = main(["resolve", "--requirements", str(requirements), "--explicit", str(path), *args])
     captured = capsys.readouterr()
     assert code == 1 and captured.out == "" and captured.err.count("\n") == 1, captured

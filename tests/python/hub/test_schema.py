@@ -1,0 +1,148 @@
+"""The one reader of the JSON the Starlark side hands the helper (``hub/schema.py``): every document is its
+dataclasses, read strictly, and the keys hub.bzl writes are the ones the dataclasses declare."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pytest
+
+from patched_wheels.errors import UsageError
+from patched_wheels.hub.plan import INDEX, ORIGINALS, READ_ONLY, HubRequest
+from patched_wheels.hub.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json
+from support.starlark import PRIVATE
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    size: int
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Document:
+    """One field of each kind the documents use, so a new field of any kind needs nothing but its declaration."""
+
+    name: str
+    flag: bool
+    count: int
+    mode: str = field(metadata={VALUES: ("a", "b")})
+    where: Path
+    maybe: Path | None
+    words: Sequence[str]
+    paths: Sequence[Path]
+    pairs: Mapping[str, tuple[str, str]]
+    lists: Mapping[str, Sequence[str]]
+    fixed: Mapping[str, str] = field(metadata={KEYS: ("x", "y")})
+    items: Sequence[Item] = field(
+        metadata={OMIT: ("path",), CALL: lambda read, index, raw: f"item {index} of {read['name']}"}
+    )
+
+
+def _raw(**change: object) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "name": "doc",
+        "flag": True,
+        "count": 3,
+        "mode": "b",
+        "where": "/w",
+        "maybe": None,
+        "words": ["a"],
+        "paths": ["/p"],
+        "pairs": {"k": ["u", "s"]},
+        "lists": {"k": ["e"]},
+        "fixed": {"x": "1", "y": ""},
+        "items": [{"name": "i", "size": 1}],
+    }
+    return {**raw, **change}
+
+
+def test_a_document_is_built_from_its_annotations_and_written_back_as_it_came() -> None:
+    document = read_object(Document, _raw(), "the document")
+    assert document == Document(
+        name="doc",
+        flag=True,
+        count=3,
+        mode="b",
+        where=Path("/w"),
+        maybe=None,
+        words=("a",),
+        paths=(Path("/p"),),
+        pairs={"k": ("u", "s")},
+        lists={"k": ("e",)},
+        fixed={"x": "1", "y": ""},
+        items=(Item("i", 1),),
+    )
+    written = to_json(document)
+    written["items"][0].pop("path")  # omitted by the parent's schema: it keeps its default
+    assert written == _raw()
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"count": True}, UsageError, "the document: count = true: expected an integer"),
+        ({"flag": 1}, UsageError, "the document: flag = 1: expected true or false"),
+        ({"where": ""}, UsageError, 'the document: where = "": expected a path'),
+        ({"maybe": 3}, UsageError, "the document: maybe = 3: expected a path or null"),
+        ({"words": "a"}, UsageError, 'the document: words = "a": expected a list of strings'),
+        ({"paths": [""]}, UsageError, 'the document: paths = [""]: expected a list of paths'),
+        (
+            {"pairs": {"k": ["u"]}},
+            UsageError,
+            'the document: pairs = {"k": ["u"]}: expected a dict of lists of 2 strings',
+        ),
+        ({"lists": {"k": "e"}}, UsageError, 'the document: lists = {"k": "e"}: expected a dict of lists of strings'),
+        ({"mode": "c"}, UsageError, 'the document: mode = "c": must be one of a, b'),
+        ({"fixed": {"x": ""}}, ValueError, "the document: fixed: missing keys ['y']"),
+        ({"items": [{"name": "i"}]}, ValueError, "item 0 of doc: missing keys ['size']"),
+        ({"items": [{"name": "i", "size": 1, "path": "/x"}]}, ValueError, "item 0 of doc: unknown keys ['path']"),
+        ({"items": [{"name": "i", "size": "1"}]}, UsageError, 'item 0 of doc: size = "1": expected an integer'),
+        ({"items": ["i"]}, ValueError, 'item 0 of doc: expected an object, got "i"'),
+        ({"extra": 1}, ValueError, "the document: unknown keys ['extra']"),
+    ],
+)
+def test_a_value_off_the_schema_is_named_by_its_document_and_key(
+    change: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        read_object(Document, _raw(**change), "the document")
+    assert type(raised.value) is error and str(raised.value) == message
+
+
+def _hub_request_function() -> ast.FunctionDef:
+    module = ast.parse((PRIVATE / "hub.bzl").read_text(encoding="utf-8"))
+    (function,) = [node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "hub_request"]
+    return function
+
+
+def test_the_request_hub_bzl_writes_has_exactly_the_keys_hub_request_declares() -> None:
+    """hub.bzl writes the request as a dict literal and assignments to it: its keys are HubRequest's fields."""
+    written = set()
+    for node in ast.walk(_hub_request_function()):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "request":
+            assert isinstance(node.value, ast.Dict)
+            written |= {key.value for key in node.value.keys if isinstance(key, ast.Constant)}
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+            target = node.targets[0]
+            if isinstance(target.value, ast.Name) and target.value.id == "request":
+                assert isinstance(target.slice, ast.Constant), "a key hub.bzl computes: the test cannot read it"
+                written.add(target.slice.value)
+    assert written == {f.name for f in fields(HubRequest)}
+
+
+def test_hub_bzl_names_no_folder_of_the_hub_repository() -> None:
+    """The plan names the hub's folders (what to fetch where, what to delete, which wheels to export): the rule
+    only follows it, so no string of hub.bzl names one."""
+    module = ast.parse((PRIVATE / "hub.bzl").read_text(encoding="utf-8"))
+    strings = [
+        node.value for node in ast.walk(module) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+    for folder in (INDEX, ORIGINALS, READ_ONLY):
+        named = re.compile(rf"(?<![\w.-]){re.escape(folder)}(/|$)")
+        assert not [text for text in strings if named.search(text)], folder
