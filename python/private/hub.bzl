@@ -48,7 +48,8 @@ INDEX_ATTRS = {
         from the wheels (the ELF rows of their libraries, by sha256; the `preload = "auto"` probes'
         observations, by the wheels' sha256s, probe and interpreter): a copy of the hub's own
         `@<hub>//:wheel_facts.json`, checked in beside the lock. A build with an empty helper cache (a fresh
-        CI runner) then neither inflates nor probes what it answers. Its entries are checked like the helper
+        CI runner) then neither installs nor probes the set for what it answers; it still reads each library's
+        dynamic section, to check every row against its wheel. Its entries are checked like the helper
         cache's; one that no longer matches (a lock bump, another interpreter) is read again, and the build
         says which file to copy over it. See docs/caches-and-trust.md."""),
 }

@@ -11,20 +11,20 @@ through :mod:`patched_wheels.base.cache` (trust, bounds, a miss for anything wro
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from patched_wheels.base.cache import CacheContext
-from patched_wheels.elf.read import ElfLibrary, is_shared_library_name, starts_as_elf
+from patched_wheels.elf.read import ElfLibrary, is_shared_library_name
 from patched_wheels.errors import warn
-from patched_wheels.wheelfile import ZipMember, is_safe_member_path
-from patched_wheels.wheelfile.schemes import data_scheme
+from patched_wheels.wheelfile import is_safe_member_path
 
 # In every cache file name: rows of another layout or reader are never read (2: keyed by sha256, rows without
 # the file name; 3: data-scheme libraries included; 4: read by the helper's own ELF reader, which refuses what
 # pyelftools read on, so rows it wrote are not believed).
 CACHE_SCHEMA = 4
 _ROW_FIELDS = frozenset(field for field in ElfLibrary.__dataclass_fields__ if field != "wheel")
+_CHECKED_FIELDS = tuple(field for field in ElfLibrary.__dataclass_fields__ if field not in ("wheel", "path"))
+"""What a row says of its library beside its path, each compared with the member's own dynamic section."""
 # Bounds on what a cache file may hold, whatever it claims (a row is a few hundred bytes).
 _MAX_CACHE_BYTES = 16 << 20
 _MAX_ROWS = 1 << 16
@@ -40,8 +40,8 @@ class ElfCache:
 
     The rows hold no wheel file name (it is filled in on load), so a renamed copy of a wheel hits.
     A row becomes a path every import of a patched package loads, so it is believed only as a wheel
-    member would be (:func:`rows_problem`), and against the wheel itself when it is at hand
-    (:func:`wheel_problem`); a bad row makes the whole entry a miss, read again.
+    member would be (:func:`rows_problem`), and, when the wheel is at hand, only if it says what the wheel's
+    members say (:func:`wheel_problem`); a bad row makes the whole entry a miss, read again.
     """
 
     KIND = "elfgraph"
@@ -155,24 +155,27 @@ def _library_from_row(row: Mapping[str, Any], wheel: str) -> ElfLibrary:
     return ElfLibrary(wheel, row["path"], row["soname"], *lists)
 
 
-def wheel_problem(wheel: Path, members: Mapping[str, ZipMember], libraries: Sequence[ElfLibrary]) -> str | None:
-    """Why cached rows do not describe ``wheel`` (at hand), or None.
+def wheel_problem(wheel: str, shipped: Mapping[str, ElfLibrary | str], libraries: Sequence[ElfLibrary]) -> str | None:
+    """Why cached rows do not describe the wheel ``wheel``, or None.
 
-    ``members``: the wheel's shared libraries by install path.  The rows must list exactly those (but a
-    data-scheme file that is not ELF), and each must start as an ELF file does (a few bytes inflated each,
-    not the member).
+    ``shipped``: what the wheel's own members say, by install path: each shared library as read from its
+    dynamic section (:func:`patched_wheels.elf.read.read_library`), or why it cannot be read.  The rows must
+    list exactly those libraries, each with the SONAME, DT_NEEDED, RPATH and RUNPATH its member holds:
+    every field the graph and a preload are built from, so no row decides what is loaded unchecked.
     """
-    listed = {library.path for library in libraries}
-    absent = sorted(listed - members.keys())
-    # A .so-named data-scheme file that is no ELF file has no row (see elfread.read_library).
-    unlisted = [
-        path for path in sorted(members.keys() - listed) if not data_scheme(path) or starts_as_elf(wheel, members[path])
-    ]
+    listed = {library.path: library for library in libraries}
+    absent = sorted(listed.keys() - shipped.keys())
+    unlisted = sorted(shipped.keys() - listed.keys())
     if absent:
-        return f"{absent[0]}: no shared library of {wheel.name} has this path"
+        return f"{absent[0]}: no shared library of {wheel} has this path"
     if unlisted:
-        return f"{unlisted[0]}: shipped by {wheel.name}, but no row lists it"
-    for path in sorted(listed):
-        if not starts_as_elf(wheel, members[path]):
-            return f"{path}: not an ELF file in {wheel.name}"
+        return f"{unlisted[0]}: shipped by {wheel}, but no row lists it"
+    for path, row in sorted(listed.items()):
+        member = shipped[path]
+        if isinstance(member, str):
+            return member  # the reader's error, which names the wheel and the member
+        for key in _CHECKED_FIELDS:
+            claim, truth = getattr(row, key), getattr(member, key)
+            if claim != truth:
+                return f"{path}: the row says {key} {_quoted(claim)}, {wheel} says {_quoted(truth)}"
     return None

@@ -182,11 +182,14 @@ def scan_wheels(
     ``installed``: (wheel file name, install path) -> the member's installed copy, or None; a library
     with a copy is read from it rather than inflated (the hub's probe installs the set first).
 
-    With ``caches`` (:class:`~patched_wheels.base.cache.CacheContext`), a wheel whose rows are cached (by
-    sha256) is not inflated: the rows are checked against its file (:func:`_cached_libraries`); a wheel the
-    hub did not fetch, named by its sha256 alone, takes the rows of the cache's own files, never a facts file's
-    (they cannot be checked); the others are read and their rows stored.  A wheel given by its file alone is hashed for that
-    key, unless ``digest_dir`` (:mod:`patched_wheels.base.digestmemo`) remembers the file's digest.
+    With ``caches`` (:class:`~patched_wheels.base.cache.CacheContext`), rows cached for a wheel (by sha256) are
+    claims: each becomes a path or an edge of every preload, so a wheel at hand is read all the same and its
+    rows must be what its members' dynamic sections say (:func:`~patched_wheels.elf.cache.wheel_problem`); one
+    that disagrees is one warning naming the entry (the facts file's, or the cache file) and the wheel, and
+    the wheel's own rows are used and stored.  Only a wheel the hub did not fetch, named by its sha256 alone,
+    takes rows unread: the cache's own files' (trusted as their owner), never a facts file's.  A wheel given
+    by its file alone is hashed for that key, unless ``digest_dir`` (:mod:`patched_wheels.base.digestmemo`)
+    remembers the file's digest.
     Members are inflated largest first on ``workers`` threads (default: one
     per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
     read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
@@ -201,6 +204,7 @@ def scan_wheels(
             raise UsageError(f"{ref.path}: no such wheel")
     cache = None if caches.root is None else ElfCache(caches)
     found: dict[str, list[ElfLibrary]] = {}
+    claimed: dict[str, list[ElfLibrary]] = {}
     jobs: list[tuple[Path, ZipMember, str]] = []
     scanned: list[tuple[WheelRef, str]] = []
     workers = workers or os.cpu_count() or 1
@@ -210,33 +214,50 @@ def scan_wheels(
         else [ref.sha256 for ref in refs]
     )
     for ref, digest in zip(refs, digests):
-        cached = None if cache is None or not digest else _cached_libraries(cache, ref, digest)
-        if cached is not None:
+        # A facts entry only for a wheel at hand: rows without their wheel cannot be checked.
+        cached = None if cache is None or not digest else cache.load(digest, ref.filename, given=ref.path is not None)
+        if ref.path is None:
+            if cached is None:
+                raise UsageError(
+                    f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}"
+                )
             found[ref.filename] = cached
             continue
-        if ref.path is None:
-            raise UsageError(
-                f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}"
-            )
+        if cached is not None:
+            claimed[ref.filename] = cached
         found[ref.filename] = []
         scanned.append((ref, digest))
         jobs.extend((ref.path, info, install) for info, install in library_members(ref.path))
     jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
     problems: dict[str, LibraryProblem] = {}
+    shipped: dict[str, dict[str, ElfLibrary | str]] = {ref.filename: {} for ref, _ in scanned}
     read = _read_or_problem if installed is None else lambda job: _read_or_problem(job, installed(job[0].name, job[2]))
     for (wheel, _, path), library in zip(jobs, _map_on_threads(read, jobs, workers)):
         if isinstance(library, ElfError):
+            shipped[wheel.name][path] = str(library)
             if wheel.name not in problems or path < problems[wheel.name].path:
                 problems[wheel.name] = LibraryProblem(path, str(library))
         elif library is not None:  # None: an installed data-scheme copy that is not ELF, so no library
+            shipped[wheel.name][path] = library
             found[library.wheel].append(library)
+    believed = 0
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
+        if cache is None:
+            continue
+        rows = claimed.get(ref.filename)
+        problem = None if rows is None else wheel_problem(ref.filename, shipped[ref.filename], rows)
+        if rows is not None and problem is None:
+            believed += 1
+            continue
+        if problem is not None:
+            cache.refuse(digest, problem)
         # A wheel with an unreadable library is not cached: its rows would list less than the wheel ships.
-        if cache is not None and ref.filename not in problems:
+        if ref.filename not in problems:
             cache.store(digest, found[ref.filename])
     libraries = tuple(library for ref in refs for library in found[ref.filename])
-    return WheelScan(libraries, sum(job[1].file_size for job in jobs), len(refs) - len(scanned), problems)
+    cached_wheels = len(refs) - len(scanned) + believed
+    return WheelScan(libraries, sum(job[1].file_size for job in jobs), cached_wheels, problems)
 
 
 def _read_or_problem(job: tuple[Path, ZipMember, str], file: Path | None = None) -> ElfLibrary | ElfError | None:
@@ -262,24 +283,6 @@ def _map_on_threads(function: Callable[[_Item], _Result], items: Sequence[_Item]
 
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         return list(pool.map(function, items))
-
-
-def _cached_libraries(cache: ElfCache, ref: WheelRef, digest: str) -> list[ElfLibrary] | None:
-    """The cached libraries of ``ref``, or None on a miss.
-
-    When its file is at hand, the rows must describe it (each becomes a path that every import of a
-    patched package loads): a mismatch is a miss with one warning naming the entry (a facts file's, or the
-    cache file) and the wheel, and the rows are read again from the wheel.  Without the file, only the
-    cache's own files answer (see :func:`scan_wheels`).
-    """
-    cached = cache.load(digest, ref.filename, given=ref.path is not None)
-    if cached is None or ref.path is None:
-        return cached
-    problem = wheel_problem(ref.path, {install: info for info, install in library_members(ref.path)}, cached)
-    if problem is None:
-        return cached
-    cache.refuse(digest, problem)
-    return None
 
 
 def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary | None:

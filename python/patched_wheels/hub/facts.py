@@ -6,14 +6,15 @@ the ``preload = "auto"`` probe's observation (the whole set installed in one sit
 imported). Both depend on the wheels' contents alone (their sha256s, the probe, the interpreter), like
 the lock itself, so they can be recorded once and checked in: the hub writes ``wheel_facts.json`` with
 every such entry its build used, and ``wheel_facts`` on ``patched.index`` / ``patched_index`` gives such
-a file back to later builds, which then inflate and probe nothing the file answers.
+a file back to later builds, which then install and probe nothing the file answers.
 
 The entries are the helper cache's own (:data:`patched_wheels.base.cache.RECORDED_KINDS`, by
 ``kind/file name``), laid over the cache (:meth:`patched_wheels.base.cache.CacheContext.recording`). They
 are claims, never instructions: each is checked by its reader against the wheels, which the hub holds
-(ELF rows against the wheel's zip directory, :func:`patched_wheels.elf.cache.wheel_problem`; an observation
-against the set's libraries), and one that disagrees is one warning naming this file and the wheel, and is
-read from the wheel instead; what is and is not verified is listed in docs/caches-and-trust.md. A file that
+(each ELF row against its member's path and dynamic section, which is read for that,
+:func:`patched_wheels.elf.cache.wheel_problem`; an observation against the set's libraries), and one that
+disagrees is one warning naming this file and the wheel, and is read from the wheel instead; what is and
+is not verified, and so what the file still saves, is listed in docs/caches-and-trust.md. A file that
 is not a facts file at all is an error naming the attribute; one that no longer matches the lock (a bump,
 another interpreter) costs the work it no longer saves, and one warning saying which file to copy over it.
 """

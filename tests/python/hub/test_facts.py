@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -77,7 +78,7 @@ def served(directory: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted((directory / "index").glob("*.whl"))}
 
 
-def test_a_runner_with_an_empty_cache_and_the_facts_inflates_and_probes_nothing(
+def test_a_runner_with_an_empty_cache_and_the_facts_installs_and_probes_nothing(
     tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, work: dict[str, int], capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = build(tmp_path, "first", fake_set, cache="cache-a")
@@ -97,8 +98,8 @@ def test_a_runner_with_an_empty_cache_and_the_facts_inflates_and_probes_nothing(
 
     work.update(dict.fromkeys(work, 0))
     second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
-    assert work == {"inflated": 0, "installed reads": 0, "installs": 0}, (
-        "an empty cache, and nothing read from the wheels"
+    assert work == {"inflated": len(fakecuda.LIBRARY_PATHS), "installed reads": 0, "installs": 0}, (
+        "an empty cache: nothing installed nor probed, each library read once to check its row"
     )
     assert len(list((second / "_wheels").glob("*.whl"))) == len(fake_set.nvidia), (
         "the wheels at hand, to check the facts against"
@@ -252,44 +253,99 @@ def test_a_file_that_is_no_facts_file_is_one_error_line_before_anything_is_writt
     assert capsys.readouterr().err == error and not (tmp_path / "out.json").exists()
 
 
-def _lies(entries: dict[str, object], fake_set: fakecuda.FakeCudaWheels) -> dict[str, tuple[dict[str, object], str]]:
-    """Edited facts, each with what the warning about it says: every one disagrees with a wheel the hub holds."""
+def _edited_rows(
+    entries: dict[str, object], library: str, edit: Callable[[dict[str, object]], object]
+) -> dict[str, object]:
+    """``entries`` with ``edit`` applied to the rows of the entry that lists ``library`` (a path ending)."""
+    name = next(
+        name
+        for name, rows in entries.items()
+        if name.startswith("elfgraph/") and any(row["path"].endswith(library) for row in rows)  # type: ignore[attr-defined, index]
+    )
+    return {**entries, name: edit(entries[name])}  # type: ignore[arg-type]
+
+
+def _with(library: str, **fields: object) -> Callable[[list[dict[str, object]]], list[dict[str, object]]]:
+    """An edit of one library's row: ``fields`` replaced, its path kept (so its wheel's zip directory agrees)."""
+    return lambda rows: [{**row, **fields} if str(row["path"]).endswith(library) else row for row in rows]
+
+
+def _swap_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """What two libraries of one wheel say, exchanged; each keeps its own path."""
+    first, second = rows
+    return [{**second, "path": first["path"]}, {**first, "path": second["path"]}]
+
+
+def _lies(
+    entries: dict[str, object], fake_set: fakecuda.FakeCudaWheels
+) -> dict[str, tuple[dict[str, object], str, int]]:
+    """Edited facts, each with what the warning about it says and how many entries lie (a warning each): every
+    one disagrees with a wheel the hub holds."""
     rows_of = {name: rows for name, rows in entries.items() if name.startswith("elfgraph/")}
     blas = next(name for name, rows in rows_of.items() if any("libblas" in row["path"] for row in rows))  # type: ignore[index]
     sparse = next(name for name, rows in rows_of.items() if any("libsparse" in row["path"] for row in rows))  # type: ignore[index]
     blas_rows = rows_of[blas]
     assert isinstance(blas_rows, list)
+    torch = fake_set.torch.name
     return {
         # One edited path: the preload would load evil/libpwdep.so.1 from the working directory on every import.
         "evil path": (
             {**entries, blas: [{**blas_rows[0], "path": "evil/libpwdep.so.1"}, *blas_rows[1:]]},
             "evil/libpwdep.so.1: no shared library of",
+            1,
         ),
-        "rows empty": ({**entries, blas: []}, "but no row lists it"),
-        "swapped digests": ({**entries, blas: entries[sparse], sparse: entries[blas]}, "no shared library of"),
+        "rows empty": ({**entries, blas: []}, "but no row lists it", 1),
+        "swapped digests": ({**entries, blas: entries[sparse], sparse: entries[blas]}, "no shared library of", 2),
+        # Issue 41: rows whose paths are right but whose dynamic sections are not the members'.
+        "needs nothing": (
+            _edited_rows(entries, "libfaketorch.so", _with("libfaketorch.so", needed=[])),
+            f"faketorch/lib/libfaketorch.so: the row says needed (), {torch} says ('libsolver.so.12', 'libblas.so.12')",
+            1,
+        ),
+        "swapped rows": (
+            _edited_rows(entries, "libfaketorch.so", _swap_rows),
+            f"faketorch/_core.so: the row says soname 'libfaketorch.so', {torch} says None",
+            1,
+        ),
+        "other soname": (
+            _edited_rows(entries, "libsolver.so.12", _with("libsolver.so.12", soname="libblas.so.12")),
+            "fake_nvidia/solver/lib/libsolver.so.12: the row says soname 'libblas.so.12', "
+            "fake_nvidia_solver-12.1.0-py3-none-linux_x86_64.whl says 'libsolver.so.12'",
+            1,
+        ),
+        "other rpath": (
+            _edited_rows(entries, "libfaketorch.so", _with("libfaketorch.so", rpath=["/tmp/evil"])),
+            f"faketorch/lib/libfaketorch.so: the row says rpath ('/tmp/evil',), {torch} says ('$ORIGIN/../../",
+            1,
+        ),
     }
 
 
-@pytest.mark.parametrize("lie", ["evil path", "rows empty", "swapped digests"])
+@pytest.mark.parametrize(
+    "lie",
+    ["evil path", "rows empty", "swapped digests", "needs nothing", "swapped rows", "other soname", "other rpath"],
+)
 def test_facts_that_disagree_with_a_wheel_are_one_warning_naming_both_and_the_wheel_is_read(
     tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str], lie: str
 ) -> None:
     """Facts are claims: each row is checked against the wheel it names by sha256 (the hub holds every wheel),
-    so an edited file changes no preload and loads nothing outside the set; the warning names the file and the wheel."""
+    its path against the zip directory and its SONAME, DT_NEEDED, RPATH and RUNPATH against the member's
+    dynamic section, so an edited file changes no preload and loads nothing outside the set; the warning
+    names the file and the wheel."""
     first = build(tmp_path, "first", fake_set, cache="cache-a")
     entries = json.loads((first / "wheel_facts.json").read_text(encoding="utf-8"))["entries"]
-    edited, says = _lies(entries, fake_set)[lie]
+    edited, says, lying = _lies(entries, fake_set)[lie]
     given = tmp_path / "given.json"
     given.write_text(facts_text(edited), encoding="utf-8")
     capsys.readouterr()
 
     second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
-    assert served(second) == served(first), "the same patched wheels, the same preload"
+    assert served(second) == served(first), "the same patched wheels, the same preload, as with no facts"
     assert (second / "wheel_facts.json").read_bytes() == (first / "wheel_facts.json").read_bytes(), (
         "what is true is recorded"
     )
     warnings = [line for line in capsys.readouterr().err.splitlines() if "cache entry ignored" in line]
-    assert warnings and all(
+    assert len(warnings) == lying and all(
         line.startswith(f"patched-wheels: warning: {given}: entry elfgraph/") for line in warnings
     ), warnings
     assert says in warnings[0] and ".whl" in warnings[0], warnings
