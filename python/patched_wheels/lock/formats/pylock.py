@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.formats.tomlread import get, parse_part, split_lock, tables
+from patched_wheels.lock.formats.tomlread import get, parse_part, split_lock, tables, toml_parser
 from patched_wheels.lock.model import (
     Lock,
     Pin,
@@ -39,10 +39,11 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
     text, head, parts = split_lock(path, "packages")
     get(head, "lock-version", str, source)
     env = marker_environment(environment)
+    tomllib = toml_parser(path)
     pins, projects = [], set()
     for part in parts:
         span = Span(source, part.line, part.line + 1)
-        for package in tables(parse_part(path, text, part), "packages", span.where):
+        for package in tables(parse_part(tomllib, path, text, part), "packages", span.where):
             where = f"{span.where}: package {package.get('name')!r}"
             marker = get(package, "marker", str, where, "")
             if marker and not marker_holds(marker, env, where=where):

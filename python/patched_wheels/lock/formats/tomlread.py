@@ -64,16 +64,16 @@ def split_lock(path: Path, key: str) -> tuple[str, dict[str, Any], tuple[Part, .
         starts.append(match.start())
         lines.append(total)
         position = match.start()
-    head = parse_part(path, text, Part(0, starts[0] if starts else len(text), 0))
+    head = parse_part(toml_parser(path), path, text, Part(0, starts[0] if starts else len(text), 0))
     if key in head:
         raise InvalidLockError(f"{path}: its {key} are not written each under its own [[{key}]] line")
     return text, head, tuple(Part(*row) for row in zip(starts, [*starts[1:], len(text)], lines))
 
 
-def parse_part(path: Path | str, text: str, part: Part) -> dict[str, Any]:
+def parse_part(tomllib: ModuleType, path: Path | str, text: str, part: Part) -> dict[str, Any]:
     """The TOML document of ``part`` of ``text``, the lock ``path``; a syntax error names its line in the lock,
-    after the line of the part's header (its "end of document" is the end of that table)."""
-    tomllib = toml_parser(path)
+    after the line of the part's header (its "end of document" is the end of that table). ``tomllib``: what
+    :func:`toml_parser` gave, asked once a lock (below Python 3.11 a failed ``import tomllib`` searches the path)."""
     where = f"{path}:{part.line + 1}" if part.start else str(path)
     try:
         try:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import AbstractSet, Any, Mapping
 
 from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.formats.tomlread import Part, get, parse_part, split_lock, tables
+from patched_wheels.lock.formats.tomlread import Part, get, parse_part, split_lock, tables, toml_parser
 from patched_wheels.lock.model import (
     Lock,
     Pin,
@@ -74,7 +75,7 @@ class UvLock:
 
     def package(self, number: int) -> dict[str, Any]:
         """The table of block ``number``, parsed from the block alone."""
-        return _table(self.lock.source, self.text, self.parts[number], self.blocks[number])
+        return _table(toml_parser(self.lock.source), self.text, self.parts[number], self.blocks[number])
 
 
 def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None) -> UvLock:
@@ -85,9 +86,10 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     ends = [part.line for part in parts[1:]]
     ends += [parts[-1].line + text.count("\n", parts[-1].start) + (not text.endswith("\n"))] if parts else []
     blocks = tuple(Span(source, part.line, end) for part, end in zip(parts, ends))
+    tomllib = toml_parser(path)
     packages = []
     for part, block in zip(parts, blocks):
-        table = _table(source, text, part, block)
+        table = _table(tomllib, text, part, block)
         packages.append({key: table[key] for key in _GRAPH_KEYS if key in table})
     env = marker_environment(environment)
     names = tuple(
@@ -100,16 +102,16 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     members = tuple(sorted({names[n] for n, kind in enumerate(kinds) if kind in _WORKSPACE_SOURCES}))
     del packages  # the pins are built from their blocks parsed again, whole
     pins = [
-        _pin(_table(source, text, parts[number], blocks[number]), blocks[number], sorted(extras[number]), path.parent)
+        _pin(_table(tomllib, text, parts[number], blocks[number]), blocks[number], sorted(extras[number]), path.parent)
         for number in sorted(extras)
         if kinds[number] not in _WORKSPACE_SOURCES
     ]
     return UvLock(Lock(source, "uv-lock", tuple(pins), members=members), text, blocks, parts, names)
 
 
-def _table(source: str, text: str, part: Part, block: Span) -> dict[str, Any]:
+def _table(tomllib: ModuleType, text: str, part: Part, block: Span) -> dict[str, Any]:
     """The one package table of a block, parsed alone (a header spelt otherwise would make it two)."""
-    packages = tables(parse_part(source, text, part), "package", block.where)
+    packages = tables(parse_part(tomllib, block.source, text, part), "package", block.where)
     if len(packages) != 1:
         raise InvalidLockError(
             f"{block.where}: its [[package]] tables are not written each under its own line as uv writes them"

@@ -39,7 +39,9 @@ def test_without_tomllib_tomli_reads_the_lock(tmp_path: Path, monkeypatch: pytes
     assert toml_parser(lock) is parser
     text, head, parts = split_lock(lock, "package")
     assert head == {"version": 1, "requires-python": ">=3.9"}
-    assert [parse_part(lock, text, part) for part in parts] == [{"package": [{"name": "foo", "version": "1.0"}]}]
+    assert [parse_part(parser, lock, text, part) for part in parts] == [
+        {"package": [{"name": "foo", "version": "1.0"}]}
+    ]
     lock.write_text("version = = 1\n", encoding="utf-8")
     with pytest.raises(InvalidLockError, match=r"uv\.lock: not TOML"):
         split_lock(lock, "package")
@@ -76,7 +78,7 @@ def test_a_part_that_does_not_parse_names_the_line_the_whole_document_would(tmp_
     text, _, parts = split_lock(lock, "package")
     with pytest.raises(InvalidLockError) as error:
         for part in parts:
-            parse_part(lock, text, part)
+            parse_part(parser, lock, text, part)
     assert str(error.value) == f"{lock}:11: not TOML: {whole.value}"  # the header's line, then tomllib's
     assert "line 13" in str(error.value)
 
@@ -88,7 +90,7 @@ def test_a_header_line_inside_a_string_does_not_cut_a_table(tmp_path: Path) -> N
     text, _, parts = split_lock(lock, "package")
     assert len(parts) == 2
     with pytest.raises(InvalidLockError, match=r"uv\.lock:4: not TOML: Unterminated string"):
-        parse_part(lock, text, parts[0])
+        parse_part(_real_parser(), lock, text, parts[0])
 
 
 def test_packages_written_in_the_head_are_refused(tmp_path: Path) -> None:
