@@ -56,6 +56,8 @@ def one_line(message: str) -> str:
 def warn(message: str) -> None:
     """Report something the user should know that is not an error, as one ``patched-wheels: warning:`` line.
 
-    The Bazel repository rules show these lines of a successful helper run (see ``python/private/helper.bzl``).
+    The command line holds them until the command ends and shows them only when it ends without an error
+    line (:func:`patched_wheels.cli.main`), so a failed run says one line; the Bazel repository rules show these
+    lines of a successful helper run (see ``python/private/helper.bzl``).
     """
     print(f"patched-wheels: warning: {one_line(message)}", file=sys.stderr)

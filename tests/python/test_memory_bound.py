@@ -12,6 +12,9 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Callable
+
+import pytest
 
 from patched_wheels.elf.read import parse_elf
 from support.fakecuda import compile_shared
@@ -265,3 +268,48 @@ def test_reading_and_rewriting_a_big_uv_lock_stays_a_small_multiple_of_it(tmp_pa
     for command in ("resolve", "lock"):
         grown = peaks["big.lock", command] - peaks["tiny.lock", command]
         assert grown < bound * size, f"{command}: {grown / size:.1f} times the input"
+
+
+def _pylock(packages: int) -> str:
+    """A pylock.toml of ``packages`` packages of three wheels each (about 640 bytes a package)."""
+    out = ['lock-version = "1.0"\ncreated-by = "uv"\nrequires-python = ">=3.11"\n']
+    for number in range(packages):
+        wheels = "".join(
+            f'    {{ url = "https://files.example/pkg{number}-1.0-cp311-cp311-manylinux_2_17_{machine}.whl", hashes = {{ sha256 = "{"a" * 64}" }} }},\n'
+            for machine in ("x86_64", "aarch64", "ppc64le")
+        )
+        out.append(
+            f'\n[[packages]]\nname = "pkg{number}"\nversion = "1.0"\nindex = "https://pypi.example/simple"\nwheels = [\n{wheels}]\n'
+        )
+    return "".join(out)
+
+
+LOCK_BOUND = 200 << 20  # peak RSS allowed locking a 30 MB pylock.toml (issue 41)
+UV_LOCK_BOUND = 300 << 20  # and a 50 MB uv.lock: issue 41 asks 200 MiB, which its pins alone nearly take
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "bound"),
+    [
+        ("--pylock", lambda: _pylock(48_000), LOCK_BOUND),  # 30 MB
+        ("--uv-lock", lambda: _uv_lock(80_000), UV_LOCK_BOUND),  # 50 MB
+    ],
+    ids=["pylock-30mb", "uv-lock-50mb"],
+)
+def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
+    tmp_path: Path, flag: str, text: Callable[[], str], bound: int
+) -> None:
+    """Issue 41: the whole document parsed at once took 228 MiB on this pylock.toml and 400 MiB on this
+    uv.lock; each ``[[package]]`` table is now parsed alone and dropped, and what stays is the pins and
+    the text (kept for the uv.lock writer)."""
+    lock = tmp_path / "lock.toml"
+    lock.write_text(text())
+    (tmp_path / "index").mkdir()
+    args = ["--out-uv-lock", tmp_path / "out.lock"] if flag == "--uv-lock" else []
+
+    status, _, err, peak = _run("lock", flag, lock, "--index", tmp_path / "index", "--out", tmp_path / "out.txt", *args)
+
+    assert status == 0, err
+    assert peak < bound, f"peak RSS {peak >> 20} MiB"
+    assert (tmp_path / "out.txt").read_text().count("==1.0 \\\n") == (48_000 if flag == "--pylock" else 80_000)
+    assert flag == "--pylock" or (tmp_path / "out.lock").read_bytes() == lock.read_bytes()

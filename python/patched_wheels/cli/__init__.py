@@ -10,7 +10,9 @@ readers and more): start-up is most of a warm ``index`` run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import os
 import sys
 from pathlib import Path
@@ -121,12 +123,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     args = build_parser(only=command).parse_args(argv)
+    held = io.StringIO()  # every warning (errors.warn, wherever it is raised), until the command ends
+    error_line = None
     try:
-        status = args.run(args)
+        with contextlib.redirect_stderr(held):
+            status = args.run(args)
         sys.stdout.flush()  # here, not at exit, so a reader gone before the last write is seen below
         return status
     except PatchedWheelsError as error:
-        print(f"patched-wheels: error: {one_line(str(error))}", file=sys.stderr)
+        error_line = one_line(str(error))
         return 1
     except OSError as error:  # a destination that cannot be written, a file that vanished, ...
         if isinstance(error, BrokenPipeError) and _stdout_closed():
@@ -137,11 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         where = f"{error.filename}: " if error.filename else ""
-        print(f"patched-wheels: error: {one_line(f'{where}{error.strerror or error}')}", file=sys.stderr)
+        error_line = one_line(f"{where}{error.strerror or error}")
         return 1
     except KeyboardInterrupt:
         return 130
     finally:
+        # A run that fails says one line, its error, not the warnings on the way to it; any other end (a success,
+        # an interrupt, a bug's traceback) shows them.
+        sys.stderr.write(f"patched-wheels: error: {error_line}\n" if error_line else held.getvalue())
         # The words before the first option (`hub build`, `resolve`): never a path.
         words = argv[: next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))]
         facts = None

@@ -61,8 +61,9 @@ def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequenc
             str(staging),
             *pip_args,
         ]
-        # pip's progress and errors go to stderr; stdout stays ours.
-        status = subprocess.run(command, stdout=sys.stderr, check=False).returncode
+        # pip's progress and errors go to this process's stderr itself (descriptor 2), as they come: not held with
+        # our warnings (patched_wheels.cli.main), and before our error line when it fails; stdout stays ours.
+        status = subprocess.run(command, stdout=2, check=False).returncode
         if status != 0:
             raise InvalidLockError(f"{requirements}: pip download failed (exit {status}); pip's message is above")
         added = _publish(staging, directory, present)

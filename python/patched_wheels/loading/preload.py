@@ -394,10 +394,12 @@ def plan_package_preload(
     plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
     graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     check_shipped(plan.libraries, wheels)
+    unseen = None  # why the probe may have missed what the package opens: a warning, and part of the error below
     if observed is not None:
         lazy = unprobed_libraries(graph, location.path, package_wheel.name, plan.libraries, observed)
         if lazy is not None:
-            warn(lazy_warning(package_wheel.name, package, observed.probe, lazy, phrasing))
+            unseen = lazy_warning(package_wheel.name, package, observed.probe, lazy, phrasing)
+            warn(unseen)
     planned = set(plan.libraries)
     for members in stuck_cycles(graph.cycles, graph.providers):
         if planned.issuperset(members):
@@ -418,8 +420,8 @@ def plan_package_preload(
         message += "; nothing to preload"
         if candidates:
             message += f" ({runtime_hint(package, candidates, observed, probed=probe is not None)})"
-        if strict:
-            raise UsageError(message)
+        if strict:  # the run's one line (the CLI shows no warning of a failed run): with the probe's advice
+            raise UsageError(message if unseen is None else f"{message}; {unseen}")
         if candidates:
             warn(message)
         return None

@@ -91,12 +91,23 @@ class Span:
 
 @dataclass(frozen=True)
 class PinFile:
-    """A file the lock itself names for a pin (uv.lock, pylock.toml), so no index page is needed."""
+    """A file the lock itself names for a pin (uv.lock, pylock.toml), so no index page is needed. Its name
+    and sha256 are derived when asked, not held: a big lock names hundreds of thousands of files."""
 
-    __slots__ = ("filename", "url", "sha256")  # three or more per pin: no dict each
-    filename: str
+    __slots__ = ("url", "hash", "name")  # three or more per pin: no dict each
     url: str
-    sha256: str | None
+    hash: str | None  # "<algorithm>:<hex>", the very string among the pin's hashes
+    name: str | None  # the file's name as the lock writes it; None: the last segment of ``url``
+
+    @property
+    def filename(self) -> str:
+        return self.name or self.url.split("?", 1)[0].rsplit("/", 1)[-1]
+
+    @property
+    def sha256(self) -> str | None:
+        """The lower-case hex digest of a sha256 ``hash``; None for another algorithm or none."""
+        algorithm, _, digest = (self.hash or "").partition(":")
+        return digest.lower() if algorithm == "sha256" else None
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,27 @@ def test_preload_auto_preloads_what_the_probe_maps_and_a_probe_mapping_nothing_i
         assert not [name for name in archive.namelist() if "_patched_wheels_preload" in name]
 
 
+def test_a_build_that_warns_then_fails_says_only_its_error(
+    tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A probe that maps nothing is a warning (above); a ``delete`` glob that matches nothing then fails the
+    patch, and the run says one line, its error (issue 41), as every command does."""
+    config = set_config(
+        tmp_path,
+        [runtime_set.foo, runtime_set.bar],
+        runtime_set.package,
+        "fakejax",
+        preload="auto",
+        preload_package="fakejax",
+        probe="pass",
+        delete=["fakejax/no-such-member"],
+    )
+    assert main(["hub", "build", "--config", str(config)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "patched-wheels: error: --delete 'fakejax/no-such-member': matches no member of fakejax-1.0-py3-none-linux_x86_64.whl"
+    ]
+
+
 def test_spec_with_an_unknown_key_is_one_error_line(
     tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]
 ) -> None:

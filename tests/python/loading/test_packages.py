@@ -194,14 +194,12 @@ def test_patch_warns_with_the_probe_flag_when_the_default_probe_never_maps_the_p
         "--preload-from",
         *rest,
     ]
-    assert main(arguments) == 1  # strict: nothing to preload is an error, and the warning says why
+    assert main(arguments) == 1  # strict: nothing to preload is an error, which says why (its one line)
     captured = capsys.readouterr()
-    warning, error = captured.err.splitlines()
-    assert warning.startswith(
-        f"patched-wheels: warning: {pjrt.name}: the probe 'import jaxlike_plugins.xla_fake' never maps"
-    )
-    assert warning.endswith("--probe 'import jax; jax.devices()' for a JAX plugin")
-    assert error.startswith("patched-wheels: error: ")
+    (error,) = captured.err.splitlines()
+    assert error.startswith(f"patched-wheels: error: {pjrt.name}: jaxlike_plugins.xla_fake needs no shared library")
+    assert f"nothing to preload; {pjrt.name}: the probe 'import jaxlike_plugins.xla_fake' never maps" in error
+    assert error.endswith("--probe 'import jax; jax.devices()' for a JAX plugin")
     assert main([*arguments, "--probe", stackshapes.SPLIT_PLUGIN_PROBE]) == 0
     assert "warning" not in capsys.readouterr().err
 

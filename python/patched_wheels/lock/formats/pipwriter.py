@@ -68,14 +68,14 @@ def render_exported(lock: Lock, plan: LockPlan) -> str:
     file, from the model (the pins' names, extras and URLs were checked by their reader)."""
     edits = {id(edit.pin): edit for edit in plan.edits}
     lines = [f"# from {lock.source}\n", *([f"{plan.option}\n"] if plan.option else [])]
-    for pin in lock.pins:
+    for pin in lock.pins:  # a string a pin, not one a line: a big lock's lines would take twice the text
         edit = edits.get(id(pin))
         if edit is not None and edit.lines:
-            lines.extend(line for new in edit.lines for line in pin_block(new, "\n"))
+            lines.append("".join(line for new in edit.lines for line in pin_block(new, "\n")))
             continue
         version = edit.version if edit is not None else pin.version if pin.url else pin.pinned_version()
         hashes = edit.hashes if edit is not None and edit.hashes is not None else tuple(sorted(pin.hashes))
-        lines.extend(pin_block(NewPin(pin.head, version, pin.url, pin.marker, hashes), "\n"))
+        lines.append("".join(pin_block(NewPin(pin.head, version, pin.url, pin.marker, hashes), "\n")))
     for added in plan.added:
         lines.extend(pin_block(added, "\n"))
     return "".join(lines)

@@ -12,12 +12,11 @@ requirements lock (and a uv.lock) from it.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.formats.tomlread import get, load_toml, tables
+from patched_wheels.lock.formats.tomlread import get, parse_part, split_lock, tables, toml_parser
 from patched_wheels.lock.model import (
     Lock,
     Pin,
@@ -33,54 +32,38 @@ from patched_wheels.lock.model import (
 
 
 def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) -> Lock:
-    """The pins of ``path`` that apply in ``environment``."""
+    """The pins of ``path`` that apply in ``environment``, each ``[[packages]]`` table parsed alone and
+    dropped once its pin is built (the whole document is several times the text)."""
     path = Path(path)
     source = str(path)
-    text, document = load_toml(path)
-    get(document, "lock-version", str, source)
-    packages = tables(document, "packages", source)
-    headers = _header_lines(text)
-    del text, document  # each table goes once its pin is built: the pins grow as the document shrinks
+    text, head, parts = split_lock(path, "packages")
+    get(head, "lock-version", str, source)
     env = marker_environment(environment)
+    tomllib = toml_parser(path)
     pins, projects = [], set()
-    for number, package in enumerate(packages):
-        packages[number] = {}
-        line = headers[number] if len(headers) == len(packages) else 0
-        span = Span(source, line, line + 1)
-        where = f"{span.where}: package {package.get('name')!r}"
-        marker = get(package, "marker", str, where, "")
-        if marker and not marker_holds(marker, env, where=where):
-            continue
-        pin = _pin(package, span, where, path.parent)
-        if pin.project in projects:  # PEP 751: at most one entry of a package applies
-            raise InvalidLockError(f"{where}: a second entry of {pin.project} for this environment")
-        projects.add(pin.project)
-        pins.append(pin)
+    for part in parts:
+        span = Span(source, part.line, part.line + 1)
+        for package in tables(parse_part(tomllib, path, text, part), "packages", span.where):
+            where = f"{span.where}: package {package.get('name')!r}"
+            marker = get(package, "marker", str, where, "")
+            if marker and not marker_holds(marker, env, where=where):
+                continue
+            pin = _pin(package, span, where, path.parent)
+            if pin.project in projects:  # PEP 751: at most one entry of a package applies
+                raise InvalidLockError(f"{where}: a second entry of {pin.project} for this environment")
+            projects.add(pin.project)
+            pins.append(pin)
     return Lock(source, "pylock", tuple(pins))
-
-
-_HEADER_LINE = re.compile(r"^[ \t]*\[\[packages\]\][ \t]*\r?$", re.MULTILINE)
-
-
-def _header_lines(text: str) -> list[int]:
-    """The (0-based) line of each ``[[packages]]`` header, counted in one pass (the text is not held
-    a second time as lines)."""
-    lines, position, total = [], 0, 0
-    for match in _HEADER_LINE.finditer(text):
-        total += text.count("\n", position, match.start())
-        lines.append(total)
-        position = match.start()
-    return lines
 
 
 def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
     files, hashes = [], []
     for wheel in tables(package, "wheels", where):
         location = _location(wheel, root, f"{where}: wheel")
-        sha256 = get(wheel, "hashes", dict, f"{where}: wheel").get("sha256")
-        hashes += _hashes(wheel, f"{where}: wheel")
-        filename = get(wheel, "name", str, where, "") or location.split("?", 1)[0].rsplit("/", 1)[-1]
-        files.append(PinFile(filename, location, sha256.lower() if isinstance(sha256, str) else None))
+        own = _hashes(wheel, f"{where}: wheel")
+        hashes += own
+        sha256 = next((written for written in own if written.startswith("sha256:")), None)
+        files.append(PinFile(location, sha256, get(wheel, "name", str, where, "") or None))
     sdist = get(package, "sdist", dict, where, {})
     hashes += _hashes(sdist, f"{where}: sdist", {})
     references = [kind for kind in ("archive", "vcs", "directory") if kind in package]

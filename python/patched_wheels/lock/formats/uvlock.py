@@ -9,22 +9,24 @@ the package's ``resolution-markers`` pick one. A pin's hashes and files are the 
 sdist), so ``resolve`` needs no index page for them.
 
 The reader keeps the text cut into ``[[package]]`` blocks for :mod:`patched_wheels.lock.formats.uvwriter` to edit,
-not the parsed document: each block the writer edits is parsed again alone and checked to be its package
-(:meth:`UvLock.package`). It depends on the lock model only.
+not the parsed document (several times the text): each block is parsed alone
+(:func:`~patched_wheels.lock.formats.tomlread.split_lock`), first for what the walk from the members
+reads, then again for the pin of each package installed, and once more by the writer for each block it
+edits (:meth:`UvLock.package`). It depends on the lock model only.
 """
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import AbstractSet, Any, Mapping
 
 from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.formats.tomlread import get, load_toml, tables
+from patched_wheels.lock.formats.tomlread import Part, get, parse_part, split_lock, tables, toml_parser
 from patched_wheels.lock.model import (
     Lock,
     Pin,
@@ -38,70 +40,57 @@ from patched_wheels.lock.model import (
     marker_holds,
 )
 
-_HEADER_LINE = re.compile(r"^[ \t]*\[\[package\]\][ \t]*\r?$", re.MULTILINE)
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")
 _NO_EXTRAS: frozenset[str] = (
     frozenset()
 )  # one for every package of a lock without members (an empty set each is 200 bytes)
 
 
+# What the walk from the members reads of each package: not its files (most of a lock), read for its pin.
+_GRAPH_KEYS = (
+    "name",
+    "version",
+    "source",
+    "dependencies",
+    "optional-dependencies",
+    "dev-dependencies",
+    "resolution-markers",
+)
+
+
 @dataclass(frozen=True)
 class UvLock:
-    """A uv.lock read for one environment: its pins, and its text cut into ``[[package]]`` blocks.
-
-    The parsed document is not kept (on a big lock it is four times the text): the writer parses again
-    the few blocks it edits, and :meth:`package` checks each such parse against the fingerprint of the
-    table the whole document read there."""
+    """A uv.lock read for one environment: its pins, and its text cut into ``[[package]]`` blocks."""
 
     lock: Lock
     text: str
     blocks: tuple[Span, ...]  # the lines of each [[package]] table, in file order
-    offsets: tuple[tuple[int, int], ...]  # the characters [start, end) of each block in ``text``
+    parts: tuple[Part, ...]  # the characters of each block in ``text``
     names: tuple[NormalizedName, ...]  # each block's package
-    fingerprints: tuple[int, ...]  # each block's table as the whole document read it (:func:`_fingerprint`)
 
     def block_lines(self, number: int) -> list[str]:
         """The lines of block ``number``, each with its line ending."""
-        start, end = self.offsets[number]
+        start, end, _ = self.parts[number]
         return self.text[start:end].splitlines(keepends=True)
 
     def package(self, number: int) -> dict[str, Any]:
-        """The table of block ``number``, parsed from the block alone; a block that does not parse to
-        exactly the table the whole document read there (a ``[[package]]`` line inside a string, a header
-        spelt otherwise, a table of another package) is refused with one line, never guessed at."""
-        from patched_wheels.lock.formats.tomlread import toml_parser
-
-        tomllib = toml_parser(self.lock.source)
-        start, end = self.offsets[number]
-        try:
-            packages = tomllib.loads(self.text[start:end]).get("package")
-        except tomllib.TOMLDecodeError:
-            packages = None
-        if (
-            not isinstance(packages, list)
-            or len(packages) != 1
-            or _fingerprint(packages[0]) != self.fingerprints[number]
-        ):
-            raise InvalidLockError(
-                f"{self.blocks[number].where}: the [[package]] table of {self.names[number]} is not written as uv writes it"
-            )
-        return packages[0]
-
-
-def _fingerprint(package: dict[str, Any]) -> int:
-    """What tells a package table from any other: the hash of its ``repr`` (TOML's values are strings,
-    numbers, booleans, dates, arrays and tables, whose ``repr`` is equal exactly when they are, key order
-    included); ``str`` hashes are salted per process, so no lock can be written to collide."""
-    return hash(repr(package))
+        """The table of block ``number``, parsed from the block alone."""
+        return _table(toml_parser(self.lock.source), self.text, self.parts[number], self.blocks[number])
 
 
 def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None) -> UvLock:
     """The pins ``path`` installs in ``environment`` (default: the running interpreter)."""
     path = Path(path)
     source = str(path)
-    text, document = load_toml(path)
-    packages = tables(document, "package", source)
-    blocks, offsets = _blocks(text, len(packages), source)
+    text, _, parts = split_lock(path, "package")
+    ends = [part.line for part in parts[1:]]
+    ends += [parts[-1].line + text.count("\n", parts[-1].start) + (not text.endswith("\n"))] if parts else []
+    blocks = tuple(Span(source, part.line, end) for part, end in zip(parts, ends))
+    tomllib = toml_parser(path)
+    packages = []
+    for part, block in zip(parts, blocks):
+        table = _table(tomllib, text, part, block)
+        packages.append({key: table[key] for key in _GRAPH_KEYS if key in table})
     env = marker_environment(environment)
     names = tuple(
         canonicalize_name(checked_name(get(package, "name", str, _where(block, package)), _where(block, package)))
@@ -111,33 +100,23 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     extras = _installed(packages, names, blocks, env)
     kinds = [_source_kind(package, block) for package, block in zip(packages, blocks)]
     members = tuple(sorted({names[n] for n, kind in enumerate(kinds) if kind in _WORKSPACE_SOURCES}))
-    del document  # each table goes once its pin is built: the pins grow as the document shrinks
-    pins, fingerprints = [], []
-    for number, package in enumerate(packages):
-        packages[number] = {}
-        fingerprints.append(_fingerprint(package))
-        if number in extras and kinds[number] not in _WORKSPACE_SOURCES:
-            pins.append(_pin(package, blocks[number], sorted(extras[number]), path.parent))
-    return UvLock(
-        Lock(source, "uv-lock", tuple(pins), members=members), text, blocks, offsets, names, tuple(fingerprints)
-    )
+    del packages  # the pins are built from their blocks parsed again, whole
+    pins = [
+        _pin(_table(tomllib, text, parts[number], blocks[number]), blocks[number], sorted(extras[number]), path.parent)
+        for number in sorted(extras)
+        if kinds[number] not in _WORKSPACE_SOURCES
+    ]
+    return UvLock(Lock(source, "uv-lock", tuple(pins), members=members), text, blocks, parts, names)
 
 
-def _blocks(text: str, count: int, source: str) -> tuple[tuple[Span, ...], tuple[tuple[int, int], ...]]:
-    """The lines and characters of each ``[[package]]`` table, found in one pass over ``text`` (a 50 MB
-    lock is not held a second time as lines). The writer checks each block it edits parses to its package
-    alone; here their number must be the packages' number."""
-    starts = [match.start() for match in _HEADER_LINE.finditer(text)]
-    if len(starts) != count:
-        raise InvalidLockError(f"{source}: its [[package]] tables are not written one after another as uv writes them")
-    lines, position, total = [], 0, 0
-    for start in starts:
-        total += text.count("\n", position, start)
-        lines.append(total)
-        position = start
-    last = total + text.count("\n", position) + (0 if text.endswith("\n") or not text else 1)
-    spans = tuple(Span(source, line, end) for line, end in zip(lines, [*lines[1:], last]))
-    return spans, tuple(zip(starts, [*starts[1:], len(text)]))
+def _table(tomllib: ModuleType, text: str, part: Part, block: Span) -> dict[str, Any]:
+    """The one package table of a block, parsed alone (a header spelt otherwise would make it two)."""
+    packages = tables(parse_part(tomllib, block.source, text, part), "package", block.where)
+    if len(packages) != 1:
+        raise InvalidLockError(
+            f"{block.where}: its [[package]] tables are not written each under its own line as uv writes them"
+        )
+    return packages[0]
 
 
 def _refuse_duplicates(
@@ -260,10 +239,7 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
         digest = get(wheel, "hash", str, f"{where}: wheel", "")
         hashes += [_hash(digest, f"{where}: wheel")] if digest else []
         location = _file_location(wheel, base, root, source, where)
-        filename = get(wheel, "filename", str, where, "") or location.split("?", 1)[0].rsplit("/", 1)[-1]
-        files.append(
-            PinFile(filename, location, digest.partition(":")[2].lower() if digest.startswith("sha256:") else None)
-        )
+        files.append(PinFile(location, digest or None, get(wheel, "filename", str, where, "") or None))
     sdist = get(package, "sdist", dict, where, {})
     hashes += [_hash(get(sdist, "hash", str, f"{where}: sdist"), f"{where}: sdist")] if "hash" in sdist else []
     url = source["url"] if kind == "url" else _git_url(source["git"], where) if kind == "git" else None

@@ -13,7 +13,7 @@ import pytest
 
 from patched_wheels.cli import main
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.formats.tomlread import load_toml, toml_parser
+from patched_wheels.lock.formats.tomlread import parse_part, split_lock, toml_parser
 
 LOCK = 'version = 1\nrequires-python = ">=3.9"\n\n[[package]]\nname = "foo"\nversion = "1.0"\n'
 
@@ -37,10 +37,14 @@ def test_without_tomllib_tomli_reads_the_lock(tmp_path: Path, monkeypatch: pytes
     lock = tmp_path / "uv.lock"
     lock.write_text(LOCK, encoding="utf-8")
     assert toml_parser(lock) is parser
-    assert load_toml(lock)[1]["package"] == [{"name": "foo", "version": "1.0"}]
+    text, head, parts = split_lock(lock, "package")
+    assert head == {"version": 1, "requires-python": ">=3.9"}
+    assert [parse_part(parser, lock, text, part) for part in parts] == [
+        {"package": [{"name": "foo", "version": "1.0"}]}
+    ]
     lock.write_text("version = = 1\n", encoding="utf-8")
     with pytest.raises(InvalidLockError, match=r"uv\.lock: not TOML"):
-        load_toml(lock)
+        split_lock(lock, "package")
 
 
 def test_without_either_the_cli_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
@@ -60,3 +64,37 @@ def test_without_either_the_cli_says_what_to_install(tmp_path: Path, monkeypatch
         f"patched-wheels: error: {lock}: reading a TOML lock below Python 3.11 needs tomli (pip install tomli)"
     ]
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_a_part_that_does_not_parse_names_the_line_the_whole_document_would(tmp_path: Path) -> None:
+    """Each [[package]] table is parsed alone (a big lock's document is several times its text): a syntax error
+    in the third is still reported at its line in the lock, as tomllib reports it parsing the whole."""
+    lock = tmp_path / "uv.lock"
+    text = LOCK + '\n[[package]]\nname = "bar"\n\n[[package]]\nname = "baz"\nversion = = "1.0"\n'
+    lock.write_text(text, encoding="utf-8")
+    parser = _real_parser()
+    with pytest.raises(parser.TOMLDecodeError) as whole:
+        parser.loads(text)
+    text, _, parts = split_lock(lock, "package")
+    with pytest.raises(InvalidLockError) as error:
+        for part in parts:
+            parse_part(parser, lock, text, part)
+    assert str(error.value) == f"{lock}:11: not TOML: {whole.value}"  # the header's line, then tomllib's
+    assert "line 13" in str(error.value)
+
+
+def test_a_header_line_inside_a_string_does_not_cut_a_table(tmp_path: Path) -> None:
+    """The part before a [[package]] line inside a multi-line string ends inside that string: refused."""
+    lock = tmp_path / "uv.lock"
+    lock.write_text(LOCK + 'description = """\n[[package]]\nname = "evil"\n"""\n', encoding="utf-8")
+    text, _, parts = split_lock(lock, "package")
+    assert len(parts) == 2
+    with pytest.raises(InvalidLockError, match=r"uv\.lock:4: not TOML: Unterminated string"):
+        parse_part(_real_parser(), lock, text, parts[0])
+
+
+def test_packages_written_in_the_head_are_refused(tmp_path: Path) -> None:
+    lock = tmp_path / "pylock.toml"
+    lock.write_text('lock-version = "1.0"\npackages = [{ name = "foo" }]\n', encoding="utf-8")
+    with pytest.raises(InvalidLockError, match=r"pylock\.toml: its packages are not written each under its own"):
+        split_lock(lock, "packages")
