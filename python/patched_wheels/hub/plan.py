@@ -89,10 +89,12 @@ class IndexAttributes:
     pylock: Path | None
     """The lock attributes (LOCK_FORMATS), exactly one of them given (:func:`check_request`)."""
     index_url: str
+    """Where the lock's unpatched pins come from (direct mode, if the lock names no index)."""
     index_option: str = field(metadata={VALUES: INDEX_OPTIONS})
+    """How the written lock names the hub's wheels; which a rules_python release reads is the plan's check."""
     python_interpreter: str
     python_interpreter_target: Path | None
-    """The interpreter the rule runs the helper with (the helper is that interpreter): recorded, not read."""
+    """The interpreter the rule runs the helper with (the helper runs as it): recorded, not read."""
     restore_extras: bool
     """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.loading.closure`)."""
     extras: Sequence[str]
@@ -157,7 +159,7 @@ class HubConfig:
     bzlmod: bool
     """The hub's name and how it was declared: the build step's errors name the ``patched_wheel`` as written."""
     attributes: IndexAttributes
-    """The request's, as the user gave them."""
+    """The request's, as the user gave them: the build reads each there (the plan copies none)."""
     lock_attribute: str = field(metadata={VALUES: tuple(LOCK_FORMATS)})
     """Which of LOCK_FORMATS the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
     lock: Path
