@@ -17,7 +17,7 @@ cache).
 """
 
 load("//python/private:helper.bzl", "HELPER_DEPS_REPOSITORY", "helper_deps_repository")
-load("//python/private:hub.bzl", "DEFAULT_INDEX_URL", "patched_hub")
+load("//python/private:hub.bzl", "INDEX_ATTRS", "patched_hub")
 load("//python/private:specs.bzl", "PATCHED_WHEEL_DEFAULTS", "hub_specs", "patched_wheel_problems")
 
 def patched_wheels_dependencies():
@@ -34,35 +34,22 @@ def patched_wheel(**kwargs):
         fail("rules_patched_wheels: patched_wheel(name = \"%s\"): %s" % (kwargs.get("name", "?"), "; ".join(problems)))
     return struct(**dict(PATCHED_WHEEL_DEFAULTS, **kwargs))
 
-def patched_index(
-        name,
-        requirements_lock = None,
-        uv_lock = None,
-        pylock = None,
-        wheels = [],
-        index_url = DEFAULT_INDEX_URL,
-        index_option = "direct",
-        python_interpreter = "python3",
-        python_interpreter_target = None,
-        wheel_facts = None,
-        restore_extras = True,
-        extras = []):
+def patched_index(name, wheels = [], **attributes):
     """A hub repository `name` with `requirements_lock.txt` for pip_parse (and `uv.lock` for a `uv_lock`),
-    serving the lock's wheels (those in `wheels` patched) from a local index."""
+    serving the lock's wheels (those in `wheels` patched) from a local index; takes the attributes of the
+    bzlmod `index` tag, with the same defaults."""
+    unknown = sorted([key for key in attributes if key not in INDEX_ATTRS])
+    if unknown:
+        fail("rules_patched_wheels: patched_index(name = \"%s\"): unknown attributes %s; known: name, wheels, %s" % (
+            name,
+            ", ".join(unknown),
+            ", ".join(INDEX_ATTRS),
+        ))
     specs, patches = hub_specs(wheels)
     patched_wheels_dependencies()
     patched_hub(
         name = name,
-        requirements_lock = requirements_lock,
-        uv_lock = uv_lock,
-        pylock = pylock,
-        index_url = index_url,
-        index_option = index_option,
         patched = json.encode(specs),
         patches = patches,
-        python_interpreter = python_interpreter,
-        python_interpreter_target = python_interpreter_target,
-        wheel_facts = wheel_facts,
-        restore_extras = restore_extras,
-        extras = extras,
+        **attributes
     )

@@ -188,11 +188,7 @@ def _attribute_rows(attrs: dict[str, Attribute]) -> list[str]:
             )
         elif kwargs.get("allow_files") and isinstance(kwargs["allow_files"], list):
             kind += " (" + " ".join(kwargs["allow_files"]) + ")"
-        default = (
-            "mandatory"
-            if kwargs.get("mandatory")
-            else _code(kwargs.get("default", _EMPTY_DEFAULTS.get(attribute.kind)))
-        )
+        default = "mandatory" if kwargs.get("mandatory") else _code(attribute_default(attribute))
         doc = attribute.doc
         if kwargs.get("values"):
             doc += " One of " + ", ".join(f"`{value}`" for value in kwargs["values"]) + "."
@@ -236,6 +232,26 @@ def macro_arguments(macro: Any) -> dict[str, str]:
 def macro_summary(macro: Any) -> str:
     """A macro's docstring up to its ``Args:`` section, as one paragraph."""
     return (inspect.getdoc(macro) or "").split("\nArgs:", 1)[0].strip()
+
+
+def attribute_default(attribute: Attribute) -> object:
+    """What Bazel gives an attribute the user leaves out."""
+    return attribute.kwargs.get("default", _EMPTY_DEFAULTS.get(attribute.kind))
+
+
+def workspace_parameters(api: dict[str, Any]) -> dict[str, object]:
+    """Each parameter of the WORKSPACE `patched_index` -> its default (``inspect.Parameter.empty``: mandatory): its
+    named parameters, then, for its ``**attributes``, the `index` tag's attributes but `name`, with their defaults
+    (the macro passes them on to the rule the tag's hub is, refusing any other)."""
+    parameters: dict[str, object] = {}
+    for name, parameter in inspect.signature(api["patched_index"]).parameters.items():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            for attribute, declared in api["tags"]["index"].items():
+                if attribute != "name":
+                    parameters[attribute] = attribute_default(declared)
+        else:
+            parameters[name] = parameter.default
+    return parameters
 
 
 def workspace_parameter_docs(api: dict[str, Any]) -> dict[str, str]:
@@ -287,7 +303,6 @@ def render(root: Path = ROOT) -> str:
         "",
     ]
     index_macro = api["patched_index"]
-    parameters = inspect.signature(index_macro).parameters
     docs = workspace_parameter_docs(api)
     lines += [
         "### `patched_index`",
@@ -297,8 +312,8 @@ def render(root: Path = ROOT) -> str:
         "| parameter | default | doc |",
         "| --- | --- | --- |",
     ]
-    for name, parameter in parameters.items():
-        default = "mandatory" if parameter.default is inspect.Parameter.empty else _code(parameter.default)
+    for name, value in workspace_parameters(api).items():
+        default = "mandatory" if value is inspect.Parameter.empty else _code(value)
         lines.append(f"| `{name}` | {default} | {_cell(docs.get(name, ''))} |")
     workspace_wheel = [name for name in wheel_attrs if name != "hub"]
     lines += [

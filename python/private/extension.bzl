@@ -7,7 +7,7 @@ and re-reads the index pages). The wheels always come from the repository cache 
 """
 
 load(":helper.bzl", "prepare_helper")
-load(":hub.bzl", "INDEX_ATTRS", "LOCK_ATTRIBUTES", "check_hub", "hub_request", "patched_hub", "resolve_wheels")
+load(":hub.bzl", "INDEX_ATTRS", "check_hub", "hub_request", "index_attributes", "patched_hub", "resolve_wheels")
 load(":specs.bzl", "PATCHED_WHEEL_ATTRS", "hub_specs")
 
 _INDEX_TAG_ATTRS = dict(
@@ -37,45 +37,25 @@ def _patched_impl(module_ctx):
     hubs = []
     for index in indexes:
         specs, patches = hub_specs(patched_by_hub.get(index.name, []))
-        locks = {attribute: getattr(index, attribute) for attribute in LOCK_ATTRIBUTES}
+        attributes = index_attributes(index)
         helper = prepare_helper(
             module_ctx,
             python_interpreter = index.python_interpreter,
             python_interpreter_target = index.python_interpreter_target,
         )
-        request = hub_request(
-            module_ctx,
-            hub = index.name,
-            bzlmod = True,
-            locks = locks,
-            index_url = index.index_url,
-            index_option = index.index_option,
-            specs = specs,
-            patches = patches,
-            wheel_facts = index.wheel_facts,
-            restore_extras = index.restore_extras,
-            extras = index.extras,
-        )
+        request = hub_request(module_ctx, attributes, hub = index.name, bzlmod = True, specs = specs, patches = patches)
         resolution = check_hub(module_ctx, helper, request)
-        hubs.append(struct(index = index, specs = specs, patches = patches, locks = locks, helper = helper, request = request, resolution = resolution))
+        hubs.append(struct(name = index.name, attributes = attributes, specs = specs, patches = patches, helper = helper, request = request, resolution = resolution))
 
     for hub in hubs:
-        index = hub.index
         patched_hub(
-            name = index.name,
-            resolved = json.encode(resolve_wheels(module_ctx, hub.helper, hub.request, hub.resolution, index_url = index.index_url)),
-            index_url = index.index_url,
-            index_option = index.index_option,
+            name = hub.name,
+            resolved = json.encode(resolve_wheels(module_ctx, hub.helper, hub.request, hub.resolution, index_url = hub.attributes["index_url"])),
             patched = json.encode(hub.specs),
             patches = hub.patches,
-            python_interpreter = index.python_interpreter,
-            python_interpreter_target = index.python_interpreter_target,
-            wheel_facts = index.wheel_facts,
-            restore_extras = index.restore_extras,
-            extras = index.extras,
             bzlmod = True,
-            hub_name = index.name,
-            **hub.locks
+            hub_name = hub.name,
+            **hub.attributes
         )
 
     # Not reproducible: the result (every wheel's URL and sha256) comes from index pages that change and

@@ -10,11 +10,11 @@ load(":rules_python_version.bzl", "INDEX_OPTIONS", "rules_python_version")
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 
-# The lock attributes of a hub, exactly one of which is given (the helper's plan checks it, naming them).
-LOCK_ATTRIBUTES = ["requirements_lock", "uv_lock", "pylock"]
-
 # The attributes of a hub as the user writes them: the `patched.index` tag and the WORKSPACE
-# `patched_index` macro (which passes them on to `patched_hub`).
+# `patched_index` macro (which passes them on to `patched_hub`). Each reaches the helper as it is given
+# (`hub_request`), as a field of patched_wheels.hub.plan.IndexAttributes: a new attribute is its entry here,
+# its field there and the code that reads it. Exactly one lock attribute (`requirements_lock`, `uv_lock`,
+# `pylock`: the helper's lock format registry) is given; the helper's plan checks it, naming them.
 INDEX_ATTRS = {
     "requirements_lock": attr.label(allow_single_file = True, doc = """A hashed pip lock (pip-compile
         --generate-hashes, uv pip compile --generate-hashes, uv export). Give exactly one of
@@ -54,19 +54,34 @@ INDEX_ATTRS = {
         says which file to copy over it. See docs/caches-and-trust.md."""),
 }
 
-def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patches, wheel_facts = None, restore_extras = True, extras = [], repository = ""):
+def index_attributes(given):
+    """The value of every INDEX_ATTRS attribute of `given`, a `patched.index` tag or a `patched_hub`'s `rctx.attr`:
+    what `hub_request` writes and the extension passes on to `patched_hub`."""
+    return {name: getattr(given, name) for name in INDEX_ATTRS}
+
+def _request_value(ctx, value):
+    if type(value) == "list":
+        return [str(ctx.path(item)) if type(item) == "Label" else item for item in value]
+    return str(ctx.path(value)) if type(value) == "Label" else value
+
+def request_attributes(ctx, attributes):
+    """Every INDEX_ATTRS attribute's value in `attributes` (`index_attributes`) as the request holds it, by one
+    rule: a label as its file's path (`ctx.path`; in a list too), any other value as Bazel gives it (an unset
+    label is None: null)."""
+    return {name: _request_value(ctx, attributes[name]) for name in INDEX_ATTRS}
+
+def hub_request(ctx, attributes, *, hub, bzlmod, specs, patches, repository = ""):
     """Writes what the user declared for one hub to `_plan/<hub>.request.json` (patched_wheels.hub.plan.HubRequest reads
     it) and returns struct(hub, path).
 
-    `locks` maps each lock attribute to its label or None; `specs` are `hub_specs` specs, whose
-    `patch_indices` name their labels in `patches`; `wheel_facts` is that attribute's label or None. Works with a module_ctx and a repository_ctx.
+    `attributes` maps every INDEX_ATTRS attribute to its value (`index_attributes`); `specs` are `hub_specs`
+    specs, whose `patch_indices` name their labels in `patches`. Works with a module_ctx and a repository_ctx.
     """
     patch_paths = [str(ctx.path(label)) for label in patches]
     request = {
         "hub": hub,
         "bzlmod": bzlmod,
-        "index_url": index_url,
-        "index_option": index_option,
+        "attributes": request_attributes(ctx, attributes),
         "rules_python_version": rules_python_version(ctx),
         "repository": repository,
         "patched": [
@@ -77,10 +92,6 @@ def hub_request(ctx, *, hub, bzlmod, locks, index_url, index_option, specs, patc
             for spec in specs
         ],
     }
-    request["locks"] = {attribute: str(ctx.path(label)) if label else "" for attribute, label in locks.items()}
-    request["wheel_facts"] = str(ctx.path(wheel_facts)) if wheel_facts else ""
-    request["restore_extras"] = restore_extras
-    request["extras"] = extras
     path = "_plan/%s.request.json" % hub
     ctx.file(path, json.encode_indent(request))
     return struct(hub = hub, path = str(ctx.path(path)))
@@ -126,16 +137,11 @@ def _patched_hub_impl(rctx):
     )
     request = hub_request(
         rctx,
+        index_attributes(rctx.attr),
         hub = rctx.attr.hub_name or rctx.attr.name,
         bzlmod = rctx.attr.bzlmod,
-        locks = {attribute: getattr(rctx.attr, attribute) for attribute in LOCK_ATTRIBUTES},
-        index_url = rctx.attr.index_url,
-        index_option = rctx.attr.index_option,
         specs = specs,
         patches = rctx.attr.patches,
-        wheel_facts = rctx.attr.wheel_facts,
-        restore_extras = rctx.attr.restore_extras,
-        extras = rctx.attr.extras,
         repository = str(rctx.path(".")),
     )
     if rctx.attr.resolved:

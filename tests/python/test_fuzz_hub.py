@@ -26,7 +26,7 @@ import pytest
 
 from patched_wheels.hub.plan import PatchedWheelSpec
 from support.fuzzing import run_cli
-from support.hubconfig import lock_attributes
+from support.hubconfig import index_attributes
 
 _SEED_SETTING = os.environ.get("RPW_FUZZ_SEED", "20261126")
 SEED = time.time_ns() % 1_000_000_007 if _SEED_SETTING == "random" else int(_SEED_SETTING)
@@ -87,14 +87,9 @@ def _request(repository: Path) -> dict[str, Any]:
     return {
         "hub": "fuzz",
         "bzlmod": True,
-        "locks": lock_attributes(requirements_lock="/ws/requirements_lock.txt"),
-        "index_url": "https://pypi.org/simple",
-        "index_option": "direct",
+        "attributes": index_attributes(requirements_lock="/ws/requirements_lock.txt"),
         "rules_python_version": "2.3.2",
         "repository": str(repository),
-        "wheel_facts": "",
-        "restore_extras": True,
-        "extras": [],
         "patched": [spec, {**spec, "name": "other", "split_into": "other-libs", "split_max_size": 10}],
     }
 

@@ -4,27 +4,20 @@ name every attribute Bazel sees, each with a doc."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from support.starlark import load_generator
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gen_reference.py"
-
-
-def load_generator():
-    spec = importlib.util.spec_from_file_location("gen_reference", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 gen_reference = load_generator()
@@ -60,13 +53,45 @@ def test_every_declared_attribute_is_documented() -> None:
 
 def test_api_as_bazel_sees_it() -> None:
     """The evaluation, not the text: the tag classes hold the schema plus `hub` / `name`, and the WORKSPACE
-    macro's parameters are the index attributes plus `name` and `wheels`."""
+    macro's parameters are the index attributes plus `name` and `wheels`, each with the tag's default."""
     api = gen_reference.reference(gen_reference.Loader())
     schema = declared_keys((ROOT / "python/private/specs.bzl").read_text(), "PATCHED_WHEEL_SCHEMA")
     index = declared_keys((ROOT / "python/private/hub.bzl").read_text(), "INDEX_ATTRS")
     assert set(api["tags"]["patched_wheel"]) == set(schema) | {"hub"}
     assert set(api["tags"]["index"]) == set(index) | {"name"}
-    assert set(inspect.signature(api["patched_index"]).parameters) == set(index) | {"name", "wheels"}
+    parameters = gen_reference.workspace_parameters(api)
+    assert list(parameters) == ["name", "wheels", *index]
+    for name in index:
+        assert parameters[name] == gen_reference.attribute_default(api["tags"]["index"][name]), name
+
+
+def _patched_index_calls() -> tuple[Any, list[dict[str, Any]]]:
+    """The WORKSPACE `patched_index` as Bazel loads it, and the `patched_hub` calls it makes (recorded)."""
+    repositories = gen_reference.Loader().globals(ROOT / "python" / "repositories.bzl")
+    calls: list[dict[str, Any]] = []
+    repositories["patched_hub"] = lambda **kwargs: calls.append(kwargs)
+    return repositories["patched_index"], calls
+
+
+def test_patched_index_passes_every_index_attribute_on_to_the_hub() -> None:
+    """The macro names no attribute itself: each of INDEX_ATTRS, and only those, reaches `patched_hub` as given."""
+    patched_index, calls = _patched_index_calls()
+    index = declared_keys((ROOT / "python/private/hub.bzl").read_text(), "INDEX_ATTRS")
+    given = {name: f"value of {name}" for name in index}
+    patched_index(name="hub", **given)
+    (call,) = calls
+    assert call == {"name": "hub", "patched": "[]", "patches": [], **given}
+
+
+def test_patched_index_refuses_unknown_attributes_in_one_fail() -> None:
+    patched_index, calls = _patched_index_calls()
+    with pytest.raises(gen_reference.StarlarkError) as raised:
+        patched_index(name="hub", requirements_lock="//:lock.txt", restore_extra=False, hub_name="x")
+    message = str(raised.value)
+    assert message.startswith(
+        'rules_patched_wheels: patched_index(name = "hub"): unknown attributes hub_name, restore_extra; known: name, wheels, requirements_lock, '
+    )
+    assert calls == []
 
 
 def test_stale_reference_fails(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 load("//python:repositories.bzl", "patched_wheel")
 load("//python/private:helper.bzl", "isal_wheel")
+load("//python/private:hub.bzl", "INDEX_ATTRS", "request_attributes")
 load("//python/private:rules_python_version.bzl", "features_version")
 load("//python/private:specs.bzl", "PATCHED_WHEEL_SCHEMA", "hub_specs", "patched_wheel_problems", "patched_wheel_spec")
 load(":unittest.bzl", "expect_eq", "starlark_unit_test")
@@ -49,6 +50,21 @@ def _spec_follows_schema():
         "one key per attribute (patches travel by index)",
     )
 
+def _fake_path(label):
+    return "/files/" + label.name
+
+def _request_attributes():
+    given = {name: "as given" for name in INDEX_ATTRS}
+    given.update(requirements_lock = Label("//:lock.txt"), uv_lock = None, restore_extras = False, extras = ["jax[cuda13]"])
+    written = request_attributes(struct(path = _fake_path), given)
+    return (
+        expect_eq(list(written), list(INDEX_ATTRS), "every attribute of INDEX_ATTRS, in its order") +
+        expect_eq(written["requirements_lock"], "/files/lock.txt", "a label: its file's path") +
+        expect_eq(request_attributes(struct(path = _fake_path), dict(given, extras = [Label("//:a.txt"), "b"]))["extras"], ["/files/a.txt", "b"], "labels in a list") +
+        expect_eq(written["uv_lock"], None, "an unset label: null") +
+        expect_eq([written[name] for name in ("restore_extras", "extras", "index_url")], [False, ["jax[cuda13]"], "as given"], "any other value as given")
+    )
+
 def _isal_wheel():
     cpython = {"implementation": "cpython", "version": "3.11", "machine": "x86_64", "abiflags": "", "libc": "glibc 2.36"}
     picked = isal_wheel(cpython)
@@ -73,6 +89,7 @@ def private_test_suite(name, **kwargs):
             "schema_problems": _schema_problems,
             "spec_follows_schema": _spec_follows_schema,
             "isal_wheel": _isal_wheel,
+            "request_attributes": _request_attributes,
         },
         **kwargs
     )

@@ -13,17 +13,20 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import main
 from patched_wheels.hub.plan import HubConfig, PatchedWheelSpec
-from patched_wheels.lock.formats.registry import LOCK_FORMATS
 
 from .indexfixtures import sha256_of as sha256
+from .starlark import index_attribute_defaults
+
+#: Every attribute of ``INDEX_ATTRS`` (hub.bzl) -> its default, as hub.bzl writes it into a request.
+INDEX_ATTRIBUTES = index_attribute_defaults()
 
 
-def lock_attributes(**given: str) -> dict[str, str]:
-    """The ``locks`` of a hub request: every lock attribute the registry names: ``given`` ones as given, the
-    others "" (not given), so a format added to the registry is in each request the tests write."""
-    unknown = set(given) - {entry.attribute for entry in LOCK_FORMATS}
-    assert not unknown, f"no lock attribute {sorted(unknown)}"
-    return {entry.attribute: given.get(entry.attribute, "") for entry in LOCK_FORMATS}
+def index_attributes(**given: object) -> dict[str, object]:
+    """The ``attributes`` of a hub request: ``given`` ones as given, the others at their defaults in hub.bzl, so
+    an attribute added there is in each request the tests write."""
+    unknown = set(given) - set(INDEX_ATTRIBUTES)
+    assert not unknown, f"no attribute {sorted(unknown)} in INDEX_ATTRS"
+    return {**INDEX_ATTRIBUTES, **given}
 
 
 @pytest.fixture(autouse=True)
@@ -66,15 +69,15 @@ def write_config(
     request = {
         "hub": "test",
         "bzlmod": True,
-        "locks": lock_attributes(requirements_lock=str(lock)),
-        "index_url": "",
-        "index_option": index_option,
+        "attributes": index_attributes(
+            requirements_lock=str(lock),
+            index_url="",
+            index_option=index_option,
+            wheel_facts=str(wheel_facts) if wheel_facts else None,
+        ),
         "rules_python_version": "1.6.0",
         "repository": str(tmp_path),
         "patched": specs,
-        "wheel_facts": str(wheel_facts) if wheel_facts else "",
-        "restore_extras": True,
-        "extras": [],
     }
     sources = {wheel.name: wheel for wheel in [*others, *originals]}
     resolved = [

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
+from typing import Any
 
-PRIVATE = Path(__file__).resolve().parents[2] / "python" / "private"
+ROOT = Path(__file__).resolve().parents[2]
+PRIVATE = ROOT / "python" / "private"
 
 
 def starlark_constants(path: Path) -> dict[str, ast.expr]:
@@ -17,3 +21,21 @@ def starlark_constants(path: Path) -> dict[str, ast.expr]:
         for node in module.body
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
     }
+
+
+def load_generator() -> Any:
+    """tools/gen_reference.py as a module: its ``Loader`` evaluates .bzl files as Bazel loads them."""
+    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "tools" / "gen_reference.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def index_attribute_defaults() -> dict[str, object]:
+    """Every attribute of hub.bzl's ``INDEX_ATTRS`` -> the value Bazel gives it when the user leaves it out (an
+    unset label: None), evaluated, not parsed."""
+    generator = load_generator()
+    declared = generator.Loader().globals(PRIVATE / "hub.bzl")["INDEX_ATTRS"]
+    return {name: generator.attribute_default(attribute) for name, attribute in declared.items()}

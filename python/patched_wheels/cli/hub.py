@@ -42,8 +42,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.config_out is None:
         raise UsageError("hub plan --resolved needs --config-out")
     wheels = read_json_input(args.resolved, resolved_wheels, "resolved wheels", content_errors=True)
-    if request.wheel_facts:  # a file that is no facts file fails here, before any download (and again in the build)
-        read_facts(Path(request.wheel_facts), request.index_call)
+    if request.attributes.wheel_facts is not None:  # no facts file fails here, before any download (and in the build)
+        read_facts(request.attributes.wheel_facts, request.index_call)
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
     elf_cache = CacheContext.from_environment(enabled=request.needs_graph).directory("elfgraph")
     plan = plan_hub(request, wheels, elf_cache=elf_cache)

@@ -56,7 +56,7 @@ def build_hub(config: HubConfig) -> list[str]:
     # The plan's ELF cache is <root>/elfgraph: the observations lie beside it, under the same root.
     caches = CacheContext(config.elf_cache.parent if config.elf_cache else None)
     if config.facts_out is not None:
-        caches = caches.recording(given_facts, str(config.wheel_facts or ""))
+        caches = caches.recording(given_facts, str(config.attributes.wheel_facts or ""))
     with temp_directory(config.index_dir.parent, "hub-build") as work:
         staged = _staged(config, work)
         pins = _build(staged, caches, served=config.index_dir)
@@ -64,14 +64,14 @@ def build_hub(config: HubConfig) -> list[str]:
         if staged.facts_out is not None:
             write_facts(staged.facts_out, read_from_wheels)
         _place(staged, config)
-    if config.wheel_facts is not None and config.facts_out is None:
+    if config.attributes.wheel_facts is not None and config.facts_out is None:
         unused_facts_warning(config)
-    elif config.wheel_facts is not None and config.facts_out is not None:
+    elif config.attributes.wheel_facts is not None and config.facts_out is not None:
         stale_warning(
             given_facts,
             read_from_wheels,
             call=index_call(config.hub, config.bzlmod),
-            given_path=config.wheel_facts,
+            given_path=config.attributes.wheel_facts,
             written=config.facts_out,
         )
     return pins
@@ -183,8 +183,8 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
             config.lock,
             index,
             config.out,
-            index_option=config.index_option,
-            upstream_index_url=config.index_url or None,
+            index_option=config.attributes.index_option,
+            upstream_index_url=config.attributes.index_url or None,
             replaced=replaced,
             references=references,
             lock_format=LOCK_FORMATS[config.lock_attribute],
@@ -248,7 +248,7 @@ def with_restored_extras(
     patched = list(config.patched)
     replaced = dict(config.replaced)
     references = dict(config.references)
-    if not config.restore_extras:
+    if not config.attributes.restore_extras:
         return patched, replaced, references
     call = index_call(config.hub, config.bzlmod)
     closure.check_pinned(f"{call}: restore_extras")
@@ -272,15 +272,15 @@ def read_given_facts(config: HubConfig) -> dict[str, object]:
     """The ``wheel_facts`` file's entries ({} when none is given). Read even where they cannot be used (the
     cache off, or no spec reading the wheels: :func:`unused_facts_warning`), so that a file that is no facts
     file fails every build, not only some."""
-    if config.wheel_facts is None:
+    if config.attributes.wheel_facts is None:
         return {}
-    return read_facts(config.wheel_facts, index_call(config.hub, config.bzlmod))
+    return read_facts(config.attributes.wheel_facts, index_call(config.hub, config.bzlmod))
 
 
 def unused_facts_warning(config: HubConfig) -> None:
     """The warning of a ``wheel_facts`` file given to a build that reads nothing from the wheels."""
     warn(
-        f'{index_call(config.hub, config.bzlmod)}: {ATTRIBUTE} = "{config.wheel_facts}" is not used: no patched_wheel of this hub reads '
+        f'{index_call(config.hub, config.bzlmod)}: {ATTRIBUTE} = "{config.attributes.wheel_facts}" is not used: no patched_wheel of this hub reads '
         "the wheels (preload, split_into), or the helper cache is off (RULES_PATCHED_WHEELS_CACHE=off), which reads everything again"
     )
 

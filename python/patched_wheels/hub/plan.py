@@ -31,7 +31,7 @@ from patched_wheels.base.names import module_name
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
-from patched_wheels.hub.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json, type_problem
+from patched_wheels.hub.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.hub.spec import PatchedWheelSpec, check_spec
 from patched_wheels.loading.closure import FILE as CLOSURE
 from patched_wheels.lock.formats import registry
@@ -78,28 +78,56 @@ def _config_call(_read: Mapping[str, Any], _index: int, raw: Any) -> str:
 
 
 @dataclass(frozen=True)
+class IndexAttributes:
+    """The attributes of ``patched.index`` / ``patched_index`` as the user gave them: one field per entry of
+    ``INDEX_ATTRS`` in hub.bzl, whose ``hub_request`` writes each (a label as its path, an unset one as null).
+    The request and the build's configuration both hold this object, so a new attribute is its entry there,
+    its field here and the code that reads it."""
+
+    requirements_lock: Path | None
+    uv_lock: Path | None
+    pylock: Path | None
+    """The lock attributes (LOCK_FORMATS), exactly one of them given (:func:`check_request`)."""
+    index_url: str
+    """Where the lock's unpatched pins come from (direct mode, if the lock names no index)."""
+    index_option: str = field(metadata={VALUES: INDEX_OPTIONS})
+    """How the written lock names the hub's wheels; which a rules_python release reads is the plan's check."""
+    python_interpreter: str
+    python_interpreter_target: Path | None
+    """The interpreter the rule runs the helper with (the helper runs as it): recorded, not read."""
+    restore_extras: bool
+    """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.loading.closure`)."""
+    extras: Sequence[str]
+    """The lock's root requirements with the extras the lock may not record, as written (``jax[cuda13]``)."""
+    wheel_facts: Path | None
+    """The facts file the user gave (:mod:`patched_wheels.hub.facts`), laid over the ELF and probe caches."""
+
+    @property
+    def locks(self) -> dict[str, Path | None]:
+        """Every lock attribute (LOCK_FORMATS) -> its path, None when not given."""
+        return {attribute: getattr(self, attribute) for attribute in LOCK_FORMATS}
+
+    @property
+    def lock(self) -> tuple[str, Path]:
+        """The one lock attribute given and its path (:func:`check_request` made sure there is one)."""
+        (given,) = [(attribute, path) for attribute, path in self.locks.items() if path is not None]
+        return given
+
+
+@dataclass(frozen=True)
 class HubRequest:
     """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
-    WORKSPACE ``patched_index`` macro), as the rule writes it (``hub_request`` in hub.bzl); lock and patch
-    labels are paths. Its schema: :mod:`patched_wheels.hub.schema`."""
+    WORKSPACE ``patched_index`` macro), as the rule writes it (``hub_request`` in hub.bzl); labels are
+    paths. Its schema: :mod:`patched_wheels.hub.schema`."""
 
     hub: str
     bzlmod: bool
-    locks: Mapping[str, str] = field(metadata={KEYS: tuple(LOCK_FORMATS)})
-    """Every lock attribute (LOCK_FORMATS) -> its path, "" when not given."""
-    index_url: str
-    index_option: str
+    attributes: IndexAttributes
     rules_python_version: str
     """The release in use ("0" before rules_python had features.bzl, "" for an unreleased checkout)."""
     repository: str
     """The hub repository's directory ("" in the extension, which places nothing)."""
     patched: Sequence[PatchedWheelSpec] = field(metadata={OMIT: ("wheel",), CALL: _request_call})
-    wheel_facts: str = ""
-    """The ``wheel_facts`` file's path (:mod:`patched_wheels.hub.facts`), "" when not given."""
-    restore_extras: bool = True
-    """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.loading.closure`)."""
-    extras: Sequence[str] = ()
-    """The lock's root requirements with the extras the lock may not record, as written (``jax[cuda13]``)."""
 
     @classmethod
     def from_json(cls, raw: object) -> "HubRequest":
@@ -116,12 +144,6 @@ class HubRequest:
         return wheel_call(self.hub, self.bzlmod, spec.name)
 
     @property
-    def lock(self) -> tuple[str, str]:
-        """The one lock attribute given and its path (:func:`check_request` made sure there is one)."""
-        (given,) = [(attribute, path) for attribute, path in self.locks.items() if path]
-        return given
-
-    @property
     def needs_graph(self) -> bool:
         """Whether the build reads the ELF graph of the whole wheel set (then the cache is worth asking): decided
         here once, and written into the configuration for the build (:attr:`HubConfig.needs_graph`)."""
@@ -136,6 +158,8 @@ class HubConfig:
     hub: str
     bzlmod: bool
     """The hub's name and how it was declared: the build step's errors name the ``patched_wheel`` as written."""
+    attributes: IndexAttributes
+    """The request's, as the user gave them: the build reads each there (the plan copies none)."""
     lock_attribute: str = field(metadata={VALUES: tuple(LOCK_FORMATS)})
     """Which of LOCK_FORMATS the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
     lock: Path
@@ -153,19 +177,12 @@ class HubConfig:
     """The persistent ELF cache; None: none (``RULES_PATCHED_WHEELS_CACHE=off``)."""
     patched: Sequence[PatchedWheelSpec] = field(metadata={CALL: _config_call})
     """Each with ``wheel``, the placed original."""
-    index_option: str = field(metadata={VALUES: INDEX_OPTIONS})
-    index_url: str
-    """Where the lock's unpatched pins come from (direct mode, if the lock names no index)."""
     replaced: Mapping[str, Sequence[str]]
     """Project -> sha256 of the originals its patched wheel replaces in the lock."""
     references: Mapping[str, tuple[str, str]]
     """Unpatched project -> (url, sha256) of its wheel, so its pin can name the file directly."""
-    wheel_facts: Path | None = None
-    """The facts file the user gave (``wheel_facts``), laid over the ELF and probe caches."""
     facts_out: Path | None = None
     """Where the build writes the facts it read (``wheel_facts.json``); None without an ELF cache to record."""
-    restore_extras: bool = True
-    """Rewrite the wheels whose extras pip installs, so that rules_python's wiring reaches pip's closure."""
     root_extras: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """Project -> the extras the user's ``extras`` attribute asks of it (the lock's own are read from the lock)."""
     closure_out: Path | None = None
@@ -228,24 +245,22 @@ def resolved_wheel(raw: object) -> ResolvedWheel:
 def check_request(request: HubRequest) -> None:
     """Every check that needs no wheel, each naming the attributes the user wrote: contradictory
     attributes fail here, before the first download."""
-    given = [attribute for attribute, path in request.locks.items() if path]
+    given = [attribute for attribute, path in request.attributes.locks.items() if path is not None]
     if len(given) != 1:
         raise UsageError(
             f"{request.index_call}: give exactly one of {', '.join(LOCK_FORMATS)}"
             + (f", not {' and '.join(given)}" if given else "")
         )
-    allowed = index_options_for(request.rules_python_version)
-    if request.index_option not in allowed:
-        reason = (
-            f"is not one of {', '.join(INDEX_OPTIONS)}"
-            if request.index_option not in INDEX_OPTIONS
-            else f"cannot be read by rules_python {request.rules_python_version or '(unreleased)'}, whose pip.parse "
-            "fetches index pages with Bazel's downloader (a file:// index page is a directory listing to it); "
+    index_option, index_url = request.attributes.index_option, request.attributes.index_url
+    if index_option not in index_options_for(request.rules_python_version):  # one of INDEX_OPTIONS: the schema's
+        raise UsageError(
+            f'{request.index_call}: index_option = "{index_option}" cannot be read by rules_python '
+            f"{request.rules_python_version or '(unreleased)'}, whose pip.parse fetches index pages with Bazel's "
+            "downloader (a file:// index page is a directory listing to it); "
             'use index_option = "direct" (the default)'
         )
-        raise UsageError(f'{request.index_call}: index_option = "{request.index_option}" {reason}')
-    if request.index_url:  # written into the lock as --index-url: named here, not as the lock command's flag
-        check_lock_value(request.index_url, f"{request.index_call}: index_url")
+    if index_url:  # written into the lock as --index-url: named here, not as the lock command's flag
+        check_lock_value(index_url, f"{request.index_call}: index_url")
     seen: set[str] = set()
     for spec in request.patched:
         name = canonicalize_name(spec.name)
@@ -272,13 +287,13 @@ def resolution(request: HubRequest) -> dict[str, Any]:
     """Phase one: the request checked, and how ``patched-wheels resolve`` reads its lock: the lock's
     flag and path, and the wheels the user named by ``urls`` + ``sha256`` (resolved from no page)."""
     check_request(request)
-    attribute, path = request.lock
+    attribute, path = request.attributes.lock
     explicit = {
         canonicalize_name(spec.name): {"urls": list(spec.urls), "sha256": spec.sha256}
         for spec in request.patched
         if spec.urls
     }
-    return {"lock_args": [f"--{LOCK_FORMATS[attribute]}", path], "explicit": explicit}
+    return {"lock_args": [f"--{LOCK_FORMATS[attribute]}", str(path)], "explicit": explicit}
 
 
 def default_probes(specs: Sequence[PatchedWheelSpec]) -> list[str]:
@@ -309,7 +324,7 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
         raise UsageError(
             f"{error} (it lies in Bazel's output base: give Bazel one without it, --output_user_root)"
         ) from None
-    attribute, lock_path = request.lock
+    attribute, lock_path = request.attributes.lock
     by_project = {wheel.project: wheel for wheel in wheels}
     root = Path(request.repository)
     graph = request.needs_graph
@@ -327,7 +342,11 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
     for wheel in wheels:
         _check_filename(wheel, request)
         folder = (
-            ORIGINALS if wheel.project in patched_projects else READ_ONLY if request.index_option == "direct" else INDEX
+            ORIGINALS
+            if wheel.project in patched_projects
+            else READ_ONLY
+            if request.attributes.index_option == "direct"
+            else INDEX
         )
         output = f"{folder}/{wheel.filename}"
         fetch.append(Fetch(wheel.urls, wheel.sha256, output))
@@ -336,8 +355,9 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
     config = HubConfig(
         hub=request.hub,
         bzlmod=request.bzlmod,
+        attributes=request.attributes,
         lock_attribute=attribute,
-        lock=Path(lock_path),
+        lock=lock_path,
         index_dir=root / INDEX,
         out=root / "requirements_lock.txt",
         out_uv_lock=root / "uv.lock" if attribute == "uv_lock" else None,
@@ -345,15 +365,11 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
         needs_graph=graph,
         elf_cache=elf_cache if graph else None,
         patched=patched,
-        index_option=request.index_option,
-        index_url=request.index_url,
         replaced={wheel.project: [wheel.sha256] for wheel in wheels if wheel.project in patched_projects},
         references={
             wheel.project: (wheel.urls[0], wheel.sha256) for wheel in wheels if wheel.project not in patched_projects
         },
-        wheel_facts=Path(request.wheel_facts) if request.wheel_facts else None,
         facts_out=root / FACTS if graph and elf_cache is not None else None,
-        restore_extras=request.restore_extras,
         root_extras=root_extras,
         closure_out=root / CLOSURE,
     )
@@ -378,7 +394,7 @@ def _check_filename(wheel: ResolvedWheel, request: HubRequest) -> None:
     except InvalidWheelFilename:
         valid = False
     if not valid or not SHA256_HEX.fullmatch(wheel.sha256):
-        attribute, path = request.lock
+        attribute, path = request.attributes.lock
         raise UsageError(
             f'{request.index_call}: {attribute} = "{path}": {wheel.project} resolves to {wheel.filename!r} '
             f"(sha256 {wheel.sha256!r}), not a wheel file name with a sha256"
@@ -392,7 +408,7 @@ def _root_extras(request: HubRequest, pinned: Mapping[NormalizedName, ResolvedWh
     for written, requirement in _extras_requirements(request):
         project = canonicalize_name(requirement.name)
         if project not in pinned:
-            attribute, lock_path = request.lock
+            attribute, lock_path = request.attributes.lock
             raise UsageError(
                 f'{request.index_call}: extras = ["{written}"]: {requirement.name} is not pinned in {attribute} = "{lock_path}"'
             )
@@ -406,7 +422,7 @@ def _root_extras(request: HubRequest, pinned: Mapping[NormalizedName, ResolvedWh
 def _extras_requirements(request: HubRequest) -> list[tuple[str, Requirement]]:
     """The ``extras`` attribute read: each a project and its extras (``jax[cuda13]``), nothing else."""
     read = []
-    for written in request.extras:
+    for written in request.attributes.extras:
         try:
             requirement = Requirement(written)
         except (InvalidRequirement, RecursionError):

@@ -8,7 +8,8 @@ named, never dropped or defaulted. A value of the wrong type, or not one of a fi
 by its key as the user wrote it. So a new attribute touches its dataclass field and the code that uses it, and
 no table of keys and types beside them.
 
-What a field's ``metadata`` may say: :data:`VALUES`, the values a string may take; :data:`KEYS`, the keys an
+A field may be an object of its own (a dataclass: its errors start with ``<document>: <field>``), or a list of
+them. What a field's ``metadata`` may say: :data:`VALUES`, the values a string may take; :data:`KEYS`, the keys an
 object must have exactly; :data:`OMIT`, the fields a list's objects leave out (they keep their defaults);
 :data:`CALL`, how an error names each object of a list (given the fields read before it, its index and its
 JSON), by default ``<document>: <field>[<index>]``.
@@ -104,6 +105,8 @@ def _read_field(annotation: object, value: object, field: dataclasses.Field, wha
         raise UsageError(f"{what}: {problem}")
     if KEYS in field.metadata:
         same_keys(value, field.metadata[KEYS], f"{what}: {field.name}")
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return read_object(annotation, value, f"{what}: {field.name}")
     item = _item_type(annotation)
     if isinstance(item, type) and dataclasses.is_dataclass(item):
         call: ItemCall = field.metadata.get(CALL, lambda _read, index, _raw: f"{what}: {field.name}[{index}]")

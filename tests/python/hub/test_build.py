@@ -22,7 +22,7 @@ from patched_wheels.loading import probe
 from patched_wheels.loading.preload import read_preload_module
 from patched_wheels.wheelfile import ZipMember
 from support import fakecuda
-from support.hubconfig import load_config, lock_attributes, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
+from support.hubconfig import index_attributes, load_config, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
 from support.uvfixture import run_uv, serve_over_http, uv_locks
 
 
@@ -348,14 +348,9 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         request = {
             "hub": "uv",
             "bzlmod": True,
-            "locks": lock_attributes(uv_lock=str(uv_lock)),
-            "index_url": f"{url}/simple",
-            "index_option": "direct",
+            "attributes": index_attributes(uv_lock=str(uv_lock), index_url=f"{url}/simple"),
             "rules_python_version": "2.3.2",
             "repository": str(repo),
-            "wheel_facts": "",
-            "restore_extras": True,
-            "extras": [],
             "patched": [spec],
         }
         (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
@@ -412,7 +407,12 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
             {"lock_attribute": "bogus"},
             'hub configuration: lock_attribute = "bogus": must be one of requirements_lock, uv_lock, pylock',
         ),
-        ({"index_option": 3}, "hub configuration: index_option = 3: expected a string"),
+        ({"attributes": {"index_option": 3}}, "hub configuration: attributes: index_option = 3: expected a string"),
+        (
+            {"attributes": {"index_option": "bogus"}},
+            'hub configuration: attributes: index_option = "bogus": must be one of direct, extra-index-url',
+        ),
+        ({"attributes": {"restore_extras": None}}, "hub configuration: attributes: restore_extras = null: expected"),
         ({"lock": "MISSING"}, '/MISSING": not a file'),
         ({"patched": [{"strip": "1"}]}, 'strip = "1": expected an integer'),
         ({"patched": [{"rpath": {"a/*.so": "$ORIGIN/a\u0000b"}}]}, "hold the control character"),
@@ -429,6 +429,8 @@ def test_the_build_checks_its_configuration_before_writing_anything(
     raw = json.loads(config.read_text(encoding="utf-8"))
     if "patched" in change:
         raw["patched"][0].update(change["patched"][0])  # type: ignore[index]
+    elif "attributes" in change:
+        raw["attributes"].update(change["attributes"])  # type: ignore[arg-type]
     elif change.get("lock") == "MISSING":
         raw["lock"] = str(tmp_path / "MISSING")
     else:
@@ -516,14 +518,11 @@ def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(
     request = {
         "hub": "test",
         "bzlmod": True,
-        "locks": lock_attributes(requirements_lock=str(tmp_path / "lock.txt")),
-        "index_url": "",
-        "index_option": "index-url",
+        "attributes": index_attributes(
+            requirements_lock=str(tmp_path / "lock.txt"), index_url="", index_option="index-url"
+        ),
         "rules_python_version": "1.6.0",
         "repository": str(tmp_path),
-        "wheel_facts": "",
-        "restore_extras": True,
-        "extras": [],
         "patched": [spec],
     }
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")

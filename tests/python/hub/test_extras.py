@@ -79,7 +79,8 @@ def test_restore_extras_false_leaves_the_lock_to_rules_python_and_still_writes_t
 ) -> None:
     config = write_config(tmp_path, wheels.all, [], index_option="direct")
     raw = json.loads(config.read_text(encoding="utf-8"))
-    config.write_text(json.dumps({**raw, "restore_extras": False}), encoding="utf-8")
+    raw["attributes"]["restore_extras"] = False
+    config.write_text(json.dumps(raw), encoding="utf-8")
     assert main(["hub", "build", "--config", str(config)]) == 0
     assert list((tmp_path / "index").glob("*.whl")) == []
     assert "+extras" not in (tmp_path / "requirements_lock.txt").read_text(encoding="utf-8")

@@ -230,7 +230,7 @@ def test_a_file_that_is_no_facts_file_is_one_error_line_before_anything_is_writt
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
     config = write_config(tmp_path / "hub", list(fake_set.nvidia.values()), patched(fake_set), index_option="direct")
     raw = json.loads(config.read_text(encoding="utf-8"))
-    raw["wheel_facts"] = str(bad)
+    raw["attributes"]["wheel_facts"] = str(bad)
     config.write_text(json.dumps(raw), encoding="utf-8")
     capsys.readouterr()
     assert main(["hub", "build", "--config", str(config)]) == 1
@@ -241,7 +241,7 @@ def test_a_file_that_is_no_facts_file_is_one_error_line_before_anything_is_writt
 
     # The plan reads it first, before any download.
     request = json.loads((tmp_path / "hub" / "request.json").read_text(encoding="utf-8"))
-    request["wheel_facts"] = str(bad)
+    request["attributes"]["wheel_facts"] = str(bad)
     (tmp_path / "hub" / "request.json").write_text(json.dumps(request), encoding="utf-8")
     arguments = [
         "--request",
@@ -366,7 +366,7 @@ def test_the_facts_schema_is_an_integer_not_a_bool_or_a_float(
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
     write_config(tmp_path / "hub", list(fake_set.nvidia.values()), patched(fake_set), index_option="direct")
     request = json.loads((tmp_path / "hub" / "request.json").read_text(encoding="utf-8"))
-    request["wheel_facts"] = str(bad)
+    request["attributes"]["wheel_facts"] = str(bad)
     (tmp_path / "hub" / "request.json").write_text(json.dumps(request), encoding="utf-8")
     capsys.readouterr()
     arguments = [

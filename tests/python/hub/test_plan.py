@@ -17,7 +17,6 @@ import pytest
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.plan import (
-    LOCK_FORMATS,
     HubConfig,
     HubRequest,
     PatchedWheelSpec,
@@ -27,7 +26,7 @@ from patched_wheels.hub.plan import (
 )
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel
-from support.hubconfig import lock_attributes
+from support.hubconfig import INDEX_ATTRIBUTES, index_attributes
 from support.starlark import PRIVATE, starlark_constants
 
 
@@ -104,19 +103,14 @@ def spec_json(**values: object) -> dict[str, object]:
 
 
 def request(*specs: dict[str, object], **values: object) -> HubRequest:
-    """A request as the rule writes it; ``values`` replace its keys, or give a lock attribute's path."""
-    given = {attribute: str(values.pop(attribute)) for attribute in list(values) if attribute in LOCK_FORMATS}
+    """A request as the rule writes it; ``values`` replace its keys or its attributes (a lock attribute's path)."""
+    given = {name: values.pop(name) for name in list(values) if name in INDEX_ATTRIBUTES}
     raw: dict[str, object] = {
         "hub": "fixed",
         "bzlmod": True,
-        "locks": lock_attributes(**{"requirements_lock": "/ws/requirements_lock.txt", **given}),
-        "index_url": "https://pypi.org/simple",
-        "index_option": "direct",
+        "attributes": index_attributes(**{"requirements_lock": "/ws/requirements_lock.txt", **given}),
         "rules_python_version": "2.3.2",
         "repository": "/out/external/fixed",
-        "wheel_facts": "",
-        "restore_extras": True,
-        "extras": [],
         "patched": list(specs) or [spec_json()],
     }
     raw.update(values)
@@ -192,14 +186,14 @@ def test_workspace_errors_name_the_macros() -> None:
 @pytest.mark.parametrize(
     ("locks", "message"),
     [
-        ({"requirements_lock": ""}, "give exactly one of requirements_lock, uv_lock, pylock$"),
+        ({"requirements_lock": None}, "give exactly one of requirements_lock, uv_lock, pylock$"),
         (
             {"uv_lock": "/ws/uv.lock"},
             "give exactly one of requirements_lock, uv_lock, pylock, not requirements_lock and uv_lock$",
         ),
     ],
 )
-def test_exactly_one_lock_attribute(locks: dict[str, str], message: str) -> None:
+def test_exactly_one_lock_attribute(locks: dict[str, str | None], message: str) -> None:
     with pytest.raises(UsageError, match=r'^patched\.index\(name = "fixed"\): ' + message):
         check_request(request(**locks))
 
@@ -230,7 +224,7 @@ def test_a_project_given_twice_is_refused_whatever_its_spelling() -> None:
 
 def test_resolution_names_the_lock_flag_and_the_explicit_wheels() -> None:
     explicit = spec_json(name="Fake.Torch", urls=["https://x/fake_torch-1-py3-none-any.whl"], sha256="ab" * 32)
-    assert resolution(request(explicit, spec_json(name="other"), requirements_lock="", uv_lock="/ws/uv.lock")) == {
+    assert resolution(request(explicit, spec_json(name="other"), requirements_lock=None, uv_lock="/ws/uv.lock")) == {
         "lock_args": ["--uv-lock", "/ws/uv.lock"],
         "explicit": {"fake-torch": {"urls": ["https://x/fake_torch-1-py3-none-any.whl"], "sha256": "ab" * 32}},
     }
@@ -287,7 +281,7 @@ def test_an_index_option_serves_every_wheel_from_the_hub() -> None:
 
 def test_a_uv_lock_input_exports_a_uv_lock() -> None:
     split = spec_json(preload="auto", split_into="faketorch-libs", split_move=["*.so"])
-    plan = plan_hub(request(split, requirements_lock="", uv_lock="/ws/uv.lock"), WHEELS, elf_cache=None)
+    plan = plan_hub(request(split, requirements_lock=None, uv_lock="/ws/uv.lock"), WHEELS, elf_cache=None)
     assert plan.exports == ("requirements_lock.txt", "pip_closure.json", "uv.lock")
     assert plan.config.out_uv_lock == Path("/out/external/fixed/uv.lock") and plan.config.lock_attribute == "uv_lock"
 
@@ -303,7 +297,7 @@ def test_a_release_the_requirement_refuses_fails_before_any_download() -> None:
 
 def test_a_patched_project_the_lock_does_not_pin_is_named_with_the_lock_attribute() -> None:
     with pytest.raises(UsageError, match=r'faketorch is not pinned in pylock = "/ws/pylock.toml"'):
-        plan_hub(request(requirements_lock="", pylock="/ws/pylock.toml"), WHEELS[1:], elf_cache=None)
+        plan_hub(request(requirements_lock=None, pylock="/ws/pylock.toml"), WHEELS[1:], elf_cache=None)
 
 
 def test_the_config_round_trips_and_refuses_a_missing_or_unknown_key() -> None:
@@ -323,14 +317,9 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
     raw = {
         "hub": "fixed",
         "bzlmod": True,
-        "locks": lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "https://pypi.org/simple",
-        "index_option": "direct",
+        "attributes": index_attributes(requirements_lock="/ws/req.txt"),
         "rules_python_version": "0",
         "repository": str(tmp_path / "repo"),
-        "wheel_facts": "",
-        "restore_extras": True,
-        "extras": [],
         "patched": [spec_json(split_into="x")],
     }
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
@@ -370,14 +359,9 @@ def test_the_plan_imports_no_elf_reader(tmp_path: Path) -> None:
     raw = {
         "hub": "fixed",
         "bzlmod": True,
-        "locks": lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "https://pypi.org/simple",
-        "index_option": "direct",
+        "attributes": index_attributes(requirements_lock="/ws/req.txt"),
         "rules_python_version": "0",
         "repository": str(tmp_path / "repo"),
-        "wheel_facts": "",
-        "restore_extras": True,
-        "extras": [],
         "patched": [spec_json(preload="auto")],
     }
     (tmp_path / "request.json").write_text(json.dumps(raw), encoding="utf-8")
@@ -422,14 +406,9 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
     request_json = {
         "hub": "fixed",
         "bzlmod": True,
-        "locks": lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "",
-        "index_option": "direct",
+        "attributes": index_attributes(requirements_lock="/ws/req.txt", index_url=""),
         "rules_python_version": "0",
         "repository": str(tmp_path),
-        "wheel_facts": "",
-        "restore_extras": True,
-        "extras": [],
         "patched": [raw],
     }
     (tmp_path / "request.json").write_text(json.dumps(request_json), encoding="utf-8")
@@ -478,14 +457,9 @@ def _raw_request(**spec: object) -> dict[str, object]:
     return {
         "hub": "fixed",
         "bzlmod": True,
-        "locks": lock_attributes(requirements_lock="/ws/req.txt"),
-        "index_url": "https://pypi.org/simple",
-        "index_option": "direct",
+        "attributes": index_attributes(requirements_lock="/ws/req.txt"),
         "rules_python_version": "2.3.2",
         "repository": "/out/external/fixed",
-        "wheel_facts": "",
-        "restore_extras": True,
-        "extras": [],
         "patched": [spec_json(**spec)],
     }
 

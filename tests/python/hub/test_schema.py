@@ -12,9 +12,10 @@ from typing import Any, Mapping, Sequence
 import pytest
 
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.plan import INDEX, ORIGINALS, READ_ONLY, HubRequest
+from patched_wheels.hub.plan import INDEX, ORIGINALS, READ_ONLY, HubConfig, HubRequest, IndexAttributes
 from patched_wheels.hub.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json
-from support.starlark import PRIVATE
+from support.hubconfig import INDEX_ATTRIBUTES, index_attributes
+from support.starlark import PRIVATE, starlark_constants
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Document:
     items: Sequence[Item] = field(
         metadata={OMIT: ("path",), CALL: lambda read, index, raw: f"item {index} of {read['name']}"}
     )
+    one: Item
 
 
 def _raw(**change: object) -> dict[str, Any]:
@@ -58,6 +60,7 @@ def _raw(**change: object) -> dict[str, Any]:
         "lists": {"k": ["e"]},
         "fixed": {"x": "1", "y": ""},
         "items": [{"name": "i", "size": 1}],
+        "one": {"name": "o", "size": 2, "path": "/o"},
     }
     return {**raw, **change}
 
@@ -77,6 +80,7 @@ def test_a_document_is_built_from_its_annotations_and_written_back_as_it_came() 
         lists={"k": ("e",)},
         fixed={"x": "1", "y": ""},
         items=(Item("i", 1),),
+        one=Item("o", 2, Path("/o")),
     )
     written = to_json(document)
     written["items"][0].pop("path")  # omitted by the parent's schema: it keeps its default
@@ -105,6 +109,13 @@ def test_a_document_is_built_from_its_annotations_and_written_back_as_it_came() 
         ({"items": [{"name": "i", "size": "1"}]}, UsageError, 'item 0 of doc: size = "1": expected an integer'),
         ({"items": ["i"]}, ValueError, 'item 0 of doc: expected an object, got "i"'),
         ({"extra": 1}, ValueError, "the document: unknown keys ['extra']"),
+        ({"one": {"name": "o", "size": 2}}, ValueError, "the document: one: missing keys ['path']"),
+        (
+            {"one": {"name": "o", "size": 2, "path": 3}},
+            UsageError,
+            "the document: one: path = 3: expected a path or null",
+        ),
+        ({"one": []}, ValueError, "the document: one: expected an object, got []"),
     ],
 )
 def test_a_value_off_the_schema_is_named_by_its_document_and_key(
@@ -119,6 +130,27 @@ def _hub_request_function() -> ast.FunctionDef:
     module = ast.parse((PRIVATE / "hub.bzl").read_text(encoding="utf-8"))
     (function,) = [node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "hub_request"]
     return function
+
+
+def test_every_attribute_of_index_attrs_is_a_field_of_the_request_and_of_the_configuration() -> None:
+    """What makes a new attribute of ``patched.index`` one entry of INDEX_ATTRS, one field of IndexAttributes and
+    the code that reads it: the two list the same attributes, in the same order, and the request and the build's
+    configuration each hold the one IndexAttributes (no field copied from one to the other)."""
+    declared = starlark_constants(PRIVATE / "hub.bzl")["INDEX_ATTRS"]
+    assert isinstance(declared, ast.Dict)
+    index_attrs = [key.value for key in declared.keys if isinstance(key, ast.Constant)]
+    assert [f.name for f in fields(IndexAttributes)] == index_attrs
+    for document in (HubRequest, HubConfig):
+        assert [f.name for f in fields(document) if f.type in (IndexAttributes, "IndexAttributes")] == ["attributes"]
+        assert not {f.name for f in fields(document)} & set(index_attrs), document
+
+
+def test_the_defaults_hub_bzl_writes_are_read_as_the_attributes() -> None:
+    """Each attribute's type in IndexAttributes reads the value Bazel gives it (its default, or a label's path)."""
+    labels = {name: "/ws/file" for name, default in INDEX_ATTRIBUTES.items() if default is None}
+    attributes = read_object(IndexAttributes, index_attributes(**labels), "attributes")
+    assert attributes.requirements_lock == Path("/ws/file") and attributes.restore_extras is True
+    assert read_object(IndexAttributes, index_attributes(), "attributes").locks == dict.fromkeys(attributes.locks)
 
 
 def test_the_request_hub_bzl_writes_has_exactly_the_keys_hub_request_declares() -> None:

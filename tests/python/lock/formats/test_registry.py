@@ -45,7 +45,8 @@ def test_every_format_names_a_reader_writer_flag_and_attribute_that_exist() -> N
         assert entry.writer is None or (callable(entry.write()) and entry.out_flag)
         args = build_parser("lock").parse_args(["lock", entry.flag, "in", "--index", "i", "--out", "o"])
         assert lock_input(args) == (Path("in"), entry.name)
-    assert ast.literal_eval(starlark_constants(PRIVATE / "hub.bzl")["LOCK_ATTRIBUTES"]) == [
-        e.attribute for e in LOCK_FORMATS
-    ]
+    index_attrs = starlark_constants(PRIVATE / "hub.bzl")["INDEX_ATTRS"]
+    assert isinstance(index_attrs, ast.Dict)
+    declared = [key.value for key in index_attrs.keys if isinstance(key, ast.Constant)]
+    assert [name for name in declared if name in HUB_LOCK_FORMATS] == [e.attribute for e in LOCK_FORMATS]
     assert HUB_LOCK_FORMATS == {e.attribute: e.name for e in LOCK_FORMATS}
