@@ -19,7 +19,7 @@ import time
 import zlib
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, Optional, Sequence, Tuple
 
 from patched_wheels.base.fsutil import create_temp_file, current_umask
 from patched_wheels.errors import InvalidWheelError, UsageError
@@ -71,6 +71,34 @@ def _dos_timestamp() -> tuple[int, int]:
 def _deflate_bound(size: int) -> int:
     """zlib's compressBound: the most deflate can expand ``size`` bytes."""
     return size + (size >> 12) + (size >> 14) + (size >> 25) + 13
+
+
+def _is_zip64(info: ZipMember) -> bool:
+    """Whether a raw copy of ``info`` needs ZIP64 sizes in its headers."""
+    return info.file_size > ZIP64_LIMIT or info.compress_size > ZIP64_LIMIT
+
+
+def _raw_entry(info: ZipMember, arcname: str, verbatim: bool, offset: int) -> ZipMember:
+    """The central directory record of a raw copy of ``info`` as ``arcname`` whose local header goes at ``offset``
+    (``verbatim``: the input's name bytes and flags kept, as its local header is)."""
+    if verbatim:
+        encoded, flags = info.raw_name, info.flag_bits
+    else:
+        encoded, utf8_flag = encode_name(arcname)
+        flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
+    return ZipMember(
+        arcname,
+        encoded,
+        info.create_system,
+        flags,
+        info.compress_type,
+        info.CRC,
+        info.compress_size,
+        info.file_size,
+        offset,
+        info.external_attr,
+        b"",
+    )
 
 
 _COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
@@ -210,8 +238,8 @@ class WheelWriter:
         writer's timestamp in it: small members are read with their header in one window of the
         input (:class:`ReadAhead`) and go out through the buffer.  The data of large ones goes out
         in kernel copies, like ``cp``, after a header of ours padded so that the data keeps its
-        place within a page (:func:`local_header`), in the copier's thread while this loop goes on
-        (:class:`_Copier`).  One call for a run of members,
+        place within a page (:func:`local_header`), in the copier's thread, started before this loop
+        begins (:meth:`_start_kernel_copies`, :class:`_Copier`).  One call for a run of members,
         with what every member needs looked up once: a patch copies 10,600 of torch's.
         """
         source = self._source
@@ -227,63 +255,95 @@ class WheelWriter:
             self._timestamp,
         )
         buffer = self._buffer
-        for name, arcname in members:
+        members = list(members)
+        started = self._start_kernel_copies(reader, members)
+        for index, (name, arcname) in enumerate(members):
             info = info_of(name)
             renamed = arcname != name
             claim(arcname, checked=not renamed)  # the reader checked its names
-            header_offset, compress_size, file_size, raw_name = (
-                info.header_offset,
-                info.compress_size,
-                info.file_size,
-                info.raw_name,
-            )
-            # The local header checked in the window (RawMember.locate's check, without a RawMember per member).
-            data_start = data_offset(read(header_offset, LOCAL_HEADER_SIZE + len(raw_name)), info, archive)
-            verbatim = not renamed and not info.flag_bits & FLAG_DATA_DESCRIPTOR
-            if verbatim:
-                encoded, flags = raw_name, info.flag_bits
-            else:
-                encoded, utf8_flag = encode_name(arcname)
-                flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
-            entry = ZipMember(
-                arcname,
-                encoded,
-                info.create_system,
-                flags,
-                info.compress_type,
-                info.CRC,
-                compress_size,
-                file_size,
-                self._offset,
-                info.external_attr,
-                b"",
-            )
-            zip64 = file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT  # noted for the central record's version
+            compress_size = info.compress_size
+            zip64 = _is_zip64(info)  # noted for the central record's version
             if zip64:
                 self._zip64_local.add(arcname)
-            if not kernel_copied(compress_size):
-                start = header_offset if verbatim else data_start  # the input header, if kept, then the data
-                length = data_start + compress_size - start
-                copied = read(start, length)
-                if len(copied) != length:
-                    raise InvalidWheelError(f"{archive}: {name}: truncated member data")
-                if not verbatim:
-                    write(local_header(entry, zip64, self._dos_date, self._dos_time))
-                # Straight into the buffer (one copy of the window's bytes), the timestamp set there.
-                at = len(buffer)
-                buffer += copied
-                if verbatim:
-                    buffer[at + LOCAL_TIMESTAMP_OFFSET : at + LOCAL_TIMESTAMP_OFFSET + 4] = timestamp
-                self._offset += length
-                if len(buffer) >= CHUNK_SIZE:
-                    self._flush()
-            else:  # a kernel copy, its data at the same place within a page as in the input
-                write(local_header(entry, zip64, self._dos_date, self._dos_time, data_like=data_start))
-                self._copy_range(window.fd, data_start, compress_size, f"{archive}: {name}")
+            ahead = started.pop(index, None) if started else None
+            if ahead is not None and ahead[0].header_offset != self._offset:  # the input had unused bytes before it
+                self._copier.wait()  # the copies started at the places foreseen end before anything is written there
+                started, ahead = {}, None
+            if ahead is not None:  # its header checked and its data on its way since the run began
+                entry, header = ahead
+                write(header)
+                self._flush()
+                self._offset += compress_size
+            else:
+                header_offset = info.header_offset
+                # The local header checked in the window (RawMember.locate's check, without a RawMember per member).
+                data_start = data_offset(read(header_offset, LOCAL_HEADER_SIZE + len(info.raw_name)), info, archive)
+                verbatim = not renamed and not info.flag_bits & FLAG_DATA_DESCRIPTOR
+                entry = _raw_entry(info, arcname, verbatim, self._offset)
+                if not kernel_copied(compress_size):
+                    start = header_offset if verbatim else data_start  # the input header, if kept, then the data
+                    length = data_start + compress_size - start
+                    copied = read(start, length)
+                    if len(copied) != length:
+                        raise InvalidWheelError(f"{archive}: {name}: truncated member data")
+                    if not verbatim:
+                        write(local_header(entry, zip64, self._dos_date, self._dos_time))
+                    # Straight into the buffer (one copy of the window's bytes), the timestamp set there.
+                    at = len(buffer)
+                    buffer += copied
+                    if verbatim:
+                        buffer[at + LOCAL_TIMESTAMP_OFFSET : at + LOCAL_TIMESTAMP_OFFSET + 4] = timestamp
+                    self._offset += length
+                    if len(buffer) >= CHUNK_SIZE:
+                        self._flush()
+                else:  # a kernel copy, its data at the same place within a page as in the input
+                    write(local_header(entry, zip64, self._dos_date, self._dos_time, data_like=data_start))
+                    self._copy_range(window.fd, data_start, compress_size, f"{archive}: {name}")
             entries.append(entry)
             row = row_of(name)
             if row is not None:
                 record.append(RecordEntry(arcname, row.hash, row.size) if renamed else row)
+
+    def _start_kernel_copies(
+        self, reader: WheelReader, members: Sequence[tuple[str, str]]
+    ) -> dict[int, tuple[ZipMember, bytes]]:
+        """Start the kernel copies of the large members of a run of raw copies now, each to the place the
+        members before it will leave it, so that they run beside the whole loop over the small ones: torch's
+        large libraries lie near the end of the wheel, and copied when the loop reaches them they would
+        follow nearly all of it instead.  Returns each started member's entry and local header (its input
+        header checked, as the loop checks the others), by its index in ``members``.
+
+        The places are foreseen from the central directory: a small member that keeps its local header
+        takes the input's bytes from that header to the next member's (``end_offset``), which are exactly
+        its header and data unless the input leaves bytes unused after them.  Then a large member after
+        it is not where it was foreseen when the loop reaches it: the loop waits for these copies (the
+        bytes they put in the wrong places are written over, and :meth:`close` cuts off any past the end)
+        and copies the rest of the large members as it reaches them.
+        """
+        info_of = reader.info
+        large = [index for index, (name, _) in enumerate(members) if kernel_copied(info_of(name).compress_size)]
+        if not large:
+            return {}
+        started: dict[int, tuple[ZipMember, bytes]] = {}
+        date, time_ = self._dos_date, self._dos_time
+        offset = self._offset
+        for index, (name, arcname) in enumerate(members[: large[-1] + 1]):
+            info = info_of(name)
+            verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
+            if kernel_copied(info.compress_size):
+                raw = reader.raw_member(name)
+                entry = _raw_entry(info, arcname, verbatim, offset)
+                header = local_header(entry, _is_zip64(info), date, time_, data_like=raw.data_offset)
+                job = (raw.fd, raw.data_offset, info.compress_size, offset + len(header), f"{reader.name}: {name}")
+                self._copier.submit(job)
+                started[index] = entry, header
+                offset += len(header) + info.compress_size
+            elif verbatim:
+                offset += info.end_offset - info.header_offset
+            else:
+                header = local_header(_raw_entry(info, arcname, verbatim, offset), _is_zip64(info), date, time_)
+                offset += len(header) + info.compress_size
+        return started
 
     def write_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644) -> None:
         self._write_deflated(arcname, (data,), len(data), mode)
@@ -330,6 +390,7 @@ class WheelWriter:
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._flush()  # the buffer's tail
             self._copier.wait()
+            os.ftruncate(self._file.fileno(), self._offset)  # a copy started ahead to a place foreseen past the end
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
             WheelReader(
