@@ -17,9 +17,10 @@ import struct
 import threading
 import time
 import zlib
+from collections import deque
 from pathlib import Path
-from queue import SimpleQueue
-from typing import Iterable, Optional, Sequence, Tuple
+from queue import Empty, SimpleQueue
+from typing import Iterable, NamedTuple, Sequence
 
 from patched_wheels.base.fsutil import create_temp_file, current_umask
 from patched_wheels.errors import InvalidWheelError, UsageError
@@ -103,8 +104,30 @@ def _raw_entry(info: ZipMember, arcname: str, verbatim: bool, offset: int) -> Zi
 
 _COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
 
-_CopyJob = Tuple[int, int, int, int, str]
-"""(input descriptor, input offset, byte count, output offset, the member as errors name it)."""
+
+class _Copy(NamedTuple):
+    """A large member's data, copied from the input into the room the writer left for it."""
+
+    source_fd: int
+    offset: int
+    length: int
+    dest: int
+    """Where it goes in the output."""
+    member: str
+    """The member, as errors name it."""
+
+
+class _Write(NamedTuple):
+    """Bytes of the writer's own (its buffer, a header), written at ``offset`` of the output."""
+
+    data: bytes | bytearray
+    offset: int
+
+
+_COPY_SLICE = 8 << 20
+"""The most one kernel copy call moves, so that the writer's writes waiting for the thread go out in between."""
+_MAX_WAITING_WRITES = 16
+"""Writes (the buffer's, about CHUNK_SIZE each) the thread may owe the writer; one more waits: bounded memory."""
 
 
 class _Copier:
@@ -112,26 +135,41 @@ class _Copier:
     the writer goes on with the members after them: the kernel's copy (what ``cp`` costs) and the writer's
     own work (every small member, the central directory) overlap instead of adding up.
 
-    Each job names the output offset its bytes go to (the writer leaves that room and writes around it with
-    positional writes), so the output is the same bytes whichever finishes first.  A job's error is raised
-    by the next :meth:`submit` or by :meth:`wait`, which the writer calls before it reads, closes or removes
-    the file; the thread never outlives the descriptors it copies between.
+    While the thread runs, it also makes the writer's own writes (:meth:`write`), between slices of its
+    copies: one thread writes the file, since a write beside a kernel copy into the same file waits for the
+    file's lock, which the copy takes for every piece it moves (on a busy machine, for as long as the
+    copying thread waits for a core).  Each job names the output offset its bytes go to (the writer leaves
+    room for a copy and writes around it), so the output is the same bytes in whatever order they land.
+    A job's error is raised by the next :meth:`submit` or :meth:`write`, or by :meth:`wait`, which the
+    writer calls before it reads, closes or removes the file; the thread never outlives the descriptors it
+    copies between.
     """
 
     def __init__(self, out_fd: int) -> None:
         self._out = out_fd
-        self._jobs: SimpleQueue[Optional[_CopyJob]] = SimpleQueue()
+        self._jobs: SimpleQueue[_Copy | _Write | None] = SimpleQueue()
+        self._waiting_writes = threading.BoundedSemaphore(_MAX_WAITING_WRITES)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._kernel = hasattr(os, "copy_file_range")
 
-    def submit(self, job: _CopyJob) -> None:
+    def submit(self, job: _Copy) -> None:
         if self._error is not None:
             self.wait()  # raises it
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="wheel-copy", daemon=True)
             self._thread.start()
         self._jobs.put(job)
+
+    def write(self, data: bytes | bytearray, offset: int) -> None:
+        """``data`` (no longer changed by the caller) at ``offset``: by the thread while it runs, else here."""
+        if self._thread is None:
+            _write_all(self._out, data, offset)
+            return
+        if self._error is not None:
+            self.wait()  # raises it
+        self._waiting_writes.acquire()
+        self._jobs.put(_Write(data, offset))
 
     def wait(self) -> None:
         """Return once every job submitted is done; raise the first one's error."""
@@ -144,19 +182,44 @@ class _Copier:
             raise error
 
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            if self._error is None:  # after a failure the rest is skipped: the output is dropped anyway
+        later: deque[_Copy | None] = deque()  # copies (and the end) met while writing between slices of another
+        while (job := later.popleft() if later else self._jobs.get()) is not None:
+            if isinstance(job, _Write):
+                self._write(job)
+            elif self._error is None:  # after a failure the rest is skipped: the output is dropped anyway
                 try:
-                    self._copy(*job)
+                    self._copy(job, later)
                 except BaseException as error:  # handed to the writer's thread
                     self._error = error
 
-    def _copy(self, source_fd: int, offset: int, count: int, dest: int, member: str) -> None:
-        """``count`` bytes at ``offset`` to ``dest``: in kernel copies, like ``cp``, or read and written
-        where the file system cannot copy between these files."""
+    def _write(self, job: _Write) -> None:
+        try:
+            if self._error is None:
+                _write_all(self._out, job.data, job.offset)
+        except BaseException as error:  # handed to the writer's thread
+            self._error = error
+        finally:
+            self._waiting_writes.release()
+
+    def _write_waiting(self, later: deque[_Copy | None]) -> None:
+        """Make the writes queued so far; set aside the copies (and the end) queued between them."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except Empty:
+                return
+            if isinstance(job, _Write):
+                self._write(job)
+            else:
+                later.append(job)
+
+    def _copy(self, job: _Copy, later: deque[_Copy | None]) -> None:
+        """``job``'s bytes: in kernel copies, like ``cp``, or read and written where the file system cannot
+        copy between these files; the writes waiting made between its slices."""
+        source_fd, offset, count, dest, member = job
         while count and self._kernel:
             try:
-                copied = os.copy_file_range(source_fd, self._out, count, offset, dest)
+                copied = os.copy_file_range(source_fd, self._out, min(count, _COPY_SLICE), offset, dest)
             except OSError as error:
                 if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
                     raise OSError(error.errno, error.strerror, member) from None  # named: the writer reports it later
@@ -165,12 +228,14 @@ class _Copier:
             if not copied:
                 raise InvalidWheelError(f"{member}: truncated member data")
             offset, dest, count = offset + copied, dest + copied, count - copied
+            self._write_waiting(later)
         while count:
             chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
             if not chunk:
                 raise InvalidWheelError(f"{member}: truncated member data")
             _write_all(self._out, chunk, dest)
             offset, dest, count = offset + len(chunk), dest + len(chunk), count - len(chunk)
+            self._write_waiting(later)
 
 
 def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
@@ -254,7 +319,6 @@ class WheelWriter:
             self._record,
             self._timestamp,
         )
-        buffer = self._buffer
         members = list(members)
         started = self._start_kernel_copies(reader, members)
         for index, (name, arcname) in enumerate(members):
@@ -289,6 +353,7 @@ class WheelWriter:
                     if not verbatim:
                         write(local_header(entry, zip64, self._dos_date, self._dos_time))
                     # Straight into the buffer (one copy of the window's bytes), the timestamp set there.
+                    buffer = self._buffer  # not kept across a flush, which hands it over
                     at = len(buffer)
                     buffer += copied
                     if verbatim:
@@ -334,8 +399,9 @@ class WheelWriter:
                 raw = reader.raw_member(name)
                 entry = _raw_entry(info, arcname, verbatim, offset)
                 header = local_header(entry, _is_zip64(info), date, time_, data_like=raw.data_offset)
-                job = (raw.fd, raw.data_offset, info.compress_size, offset + len(header), f"{reader.name}: {name}")
-                self._copier.submit(job)
+                self._copier.submit(
+                    _Copy(raw.fd, raw.data_offset, info.compress_size, offset + len(header), f"{reader.name}: {name}")
+                )
                 started[index] = entry, header
                 offset += len(header) + info.compress_size
             elif verbatim:
@@ -458,7 +524,7 @@ class WheelWriter:
         if not zip64 and max(entry.file_size, entry.compress_size) > ZIP64_LIMIT:
             raise InvalidWheelError(f"{self.dest.name}: {arcname} grew past 2 GiB while being written")
         self._flush()  # before the header is written over its placeholder
-        _write_all(self._file.fileno(), local_header(entry, zip64, self._dos_date, self._dos_time), entry.header_offset)
+        self._copier.write(local_header(entry, zip64, self._dos_date, self._dos_time), entry.header_offset)
         self._entries.append(entry)
         if arcname != self._record_name:
             self._record.append(RecordEntry(arcname, record_hash(hasher.digest()), entry.file_size))
@@ -473,9 +539,10 @@ class WheelWriter:
         """Leave room for ``count`` input bytes at ``offset`` (the data of ``member``, as errors name it, a
         large one), which the copier's thread copies there while the writer goes on after them."""
         self._flush()
-        self._copier.submit((source_fd, offset, count, self._offset, member))
+        self._copier.submit(_Copy(source_fd, offset, count, self._offset, member))
         self._offset += count
 
     def _flush(self) -> None:
-        _write_all(self._file.fileno(), self._buffer, self._offset - len(self._buffer))
-        self._buffer.clear()
+        if self._buffer:  # handed over whole (the copier's thread may write it later): a new buffer follows
+            self._copier.write(self._buffer, self._offset - len(self._buffer))
+            self._buffer = bytearray()
