@@ -17,9 +17,10 @@ import struct
 import threading
 import time
 import zlib
+from collections import deque
 from pathlib import Path
-from queue import SimpleQueue
-from typing import Iterable, Optional, Tuple
+from queue import Empty, SimpleQueue
+from typing import Iterable, NamedTuple, Sequence
 
 from patched_wheels.base.fsutil import create_temp_file, current_umask
 from patched_wheels.errors import InvalidWheelError, UsageError
@@ -73,10 +74,60 @@ def _deflate_bound(size: int) -> int:
     return size + (size >> 12) + (size >> 14) + (size >> 25) + 13
 
 
+def _is_zip64(info: ZipMember) -> bool:
+    """Whether a raw copy of ``info`` needs ZIP64 sizes in its headers."""
+    return info.file_size > ZIP64_LIMIT or info.compress_size > ZIP64_LIMIT
+
+
+def _raw_entry(info: ZipMember, arcname: str, verbatim: bool, offset: int) -> ZipMember:
+    """The central directory record of a raw copy of ``info`` as ``arcname`` whose local header goes at ``offset``
+    (``verbatim``: the input's name bytes and flags kept, as its local header is)."""
+    if verbatim:
+        encoded, flags = info.raw_name, info.flag_bits
+    else:
+        encoded, utf8_flag = encode_name(arcname)
+        flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
+    return ZipMember(
+        arcname,
+        encoded,
+        info.create_system,
+        flags,
+        info.compress_type,
+        info.CRC,
+        info.compress_size,
+        info.file_size,
+        offset,
+        info.external_attr,
+        b"",
+    )
+
+
 _COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
 
-_CopyJob = Tuple[int, int, int, int, str]
-"""(input descriptor, input offset, byte count, output offset, the member as errors name it)."""
+
+class _Copy(NamedTuple):
+    """A large member's data, copied from the input into the room the writer left for it."""
+
+    source_fd: int
+    offset: int
+    length: int
+    dest: int
+    """Where it goes in the output."""
+    member: str
+    """The member, as errors name it."""
+
+
+class _Write(NamedTuple):
+    """Bytes of the writer's own (its buffer, a header), written at ``offset`` of the output."""
+
+    data: bytes | bytearray
+    offset: int
+
+
+_COPY_SLICE = 8 << 20
+"""The most one kernel copy call moves, so that the writer's writes waiting for the thread go out in between."""
+_MAX_WAITING_WRITES = 16
+"""Writes (the buffer's, about CHUNK_SIZE each) the thread may owe the writer; one more waits: bounded memory."""
 
 
 class _Copier:
@@ -84,26 +135,41 @@ class _Copier:
     the writer goes on with the members after them: the kernel's copy (what ``cp`` costs) and the writer's
     own work (every small member, the central directory) overlap instead of adding up.
 
-    Each job names the output offset its bytes go to (the writer leaves that room and writes around it with
-    positional writes), so the output is the same bytes whichever finishes first.  A job's error is raised
-    by the next :meth:`submit` or by :meth:`wait`, which the writer calls before it reads, closes or removes
-    the file; the thread never outlives the descriptors it copies between.
+    While the thread runs, it also makes the writer's own writes (:meth:`write`), between slices of its
+    copies: one thread writes the file, since a write beside a kernel copy into the same file waits for the
+    file's lock, which the copy takes for every piece it moves (on a busy machine, for as long as the
+    copying thread waits for a core).  Each job names the output offset its bytes go to (the writer leaves
+    room for a copy and writes around it), so the output is the same bytes in whatever order they land.
+    A job's error is raised by the next :meth:`submit` or :meth:`write`, or by :meth:`wait`, which the
+    writer calls before it reads, closes or removes the file; the thread never outlives the descriptors it
+    copies between.
     """
 
     def __init__(self, out_fd: int) -> None:
         self._out = out_fd
-        self._jobs: SimpleQueue[Optional[_CopyJob]] = SimpleQueue()
+        self._jobs: SimpleQueue[_Copy | _Write | None] = SimpleQueue()
+        self._waiting_writes = threading.BoundedSemaphore(_MAX_WAITING_WRITES)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._kernel = hasattr(os, "copy_file_range")
 
-    def submit(self, job: _CopyJob) -> None:
+    def submit(self, job: _Copy) -> None:
         if self._error is not None:
             self.wait()  # raises it
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="wheel-copy", daemon=True)
             self._thread.start()
         self._jobs.put(job)
+
+    def write(self, data: bytes | bytearray, offset: int) -> None:
+        """``data`` (no longer changed by the caller) at ``offset``: by the thread while it runs, else here."""
+        if self._thread is None:
+            _write_all(self._out, data, offset)
+            return
+        if self._error is not None:
+            self.wait()  # raises it
+        self._waiting_writes.acquire()
+        self._jobs.put(_Write(data, offset))
 
     def wait(self) -> None:
         """Return once every job submitted is done; raise the first one's error."""
@@ -116,19 +182,44 @@ class _Copier:
             raise error
 
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            if self._error is None:  # after a failure the rest is skipped: the output is dropped anyway
+        later: deque[_Copy | None] = deque()  # copies (and the end) met while writing between slices of another
+        while (job := later.popleft() if later else self._jobs.get()) is not None:
+            if isinstance(job, _Write):
+                self._write(job)
+            elif self._error is None:  # after a failure the rest is skipped: the output is dropped anyway
                 try:
-                    self._copy(*job)
+                    self._copy(job, later)
                 except BaseException as error:  # handed to the writer's thread
                     self._error = error
 
-    def _copy(self, source_fd: int, offset: int, count: int, dest: int, member: str) -> None:
-        """``count`` bytes at ``offset`` to ``dest``: in kernel copies, like ``cp``, or read and written
-        where the file system cannot copy between these files."""
+    def _write(self, job: _Write) -> None:
+        try:
+            if self._error is None:
+                _write_all(self._out, job.data, job.offset)
+        except BaseException as error:  # handed to the writer's thread
+            self._error = error
+        finally:
+            self._waiting_writes.release()
+
+    def _write_waiting(self, later: deque[_Copy | None]) -> None:
+        """Make the writes queued so far; set aside the copies (and the end) queued between them."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except Empty:
+                return
+            if isinstance(job, _Write):
+                self._write(job)
+            else:
+                later.append(job)
+
+    def _copy(self, job: _Copy, later: deque[_Copy | None]) -> None:
+        """``job``'s bytes: in kernel copies, like ``cp``, or read and written where the file system cannot
+        copy between these files; the writes waiting made between its slices."""
+        source_fd, offset, count, dest, member = job
         while count and self._kernel:
             try:
-                copied = os.copy_file_range(source_fd, self._out, count, offset, dest)
+                copied = os.copy_file_range(source_fd, self._out, min(count, _COPY_SLICE), offset, dest)
             except OSError as error:
                 if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
                     raise OSError(error.errno, error.strerror, member) from None  # named: the writer reports it later
@@ -137,12 +228,14 @@ class _Copier:
             if not copied:
                 raise InvalidWheelError(f"{member}: truncated member data")
             offset, dest, count = offset + copied, dest + copied, count - copied
+            self._write_waiting(later)
         while count:
             chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
             if not chunk:
                 raise InvalidWheelError(f"{member}: truncated member data")
             _write_all(self._out, chunk, dest)
             offset, dest, count = offset + len(chunk), dest + len(chunk), count - len(chunk)
+            self._write_waiting(later)
 
 
 def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
@@ -210,8 +303,8 @@ class WheelWriter:
         writer's timestamp in it: small members are read with their header in one window of the
         input (:class:`ReadAhead`) and go out through the buffer.  The data of large ones goes out
         in kernel copies, like ``cp``, after a header of ours padded so that the data keeps its
-        place within a page (:func:`local_header`), in the copier's thread while this loop goes on
-        (:class:`_Copier`).  One call for a run of members,
+        place within a page (:func:`local_header`), in the copier's thread, started before this loop
+        begins (:meth:`_start_kernel_copies`, :class:`_Copier`).  One call for a run of members,
         with what every member needs looked up once: a patch copies 10,600 of torch's.
         """
         source = self._source
@@ -226,64 +319,97 @@ class WheelWriter:
             self._record,
             self._timestamp,
         )
-        buffer = self._buffer
-        for name, arcname in members:
+        members = list(members)
+        started = self._start_kernel_copies(reader, members)
+        for index, (name, arcname) in enumerate(members):
             info = info_of(name)
             renamed = arcname != name
             claim(arcname, checked=not renamed)  # the reader checked its names
-            header_offset, compress_size, file_size, raw_name = (
-                info.header_offset,
-                info.compress_size,
-                info.file_size,
-                info.raw_name,
-            )
-            # The local header checked in the window (RawMember.locate's check, without a RawMember per member).
-            data_start = data_offset(read(header_offset, LOCAL_HEADER_SIZE + len(raw_name)), info, archive)
-            verbatim = not renamed and not info.flag_bits & FLAG_DATA_DESCRIPTOR
-            if verbatim:
-                encoded, flags = raw_name, info.flag_bits
-            else:
-                encoded, utf8_flag = encode_name(arcname)
-                flags = (info.flag_bits & FLAG_DEFLATE_OPTIONS) | utf8_flag
-            entry = ZipMember(
-                arcname,
-                encoded,
-                info.create_system,
-                flags,
-                info.compress_type,
-                info.CRC,
-                compress_size,
-                file_size,
-                self._offset,
-                info.external_attr,
-                b"",
-            )
-            zip64 = file_size > ZIP64_LIMIT or compress_size > ZIP64_LIMIT  # noted for the central record's version
+            compress_size = info.compress_size
+            zip64 = _is_zip64(info)  # noted for the central record's version
             if zip64:
                 self._zip64_local.add(arcname)
-            if not kernel_copied(compress_size):
-                start = header_offset if verbatim else data_start  # the input header, if kept, then the data
-                length = data_start + compress_size - start
-                copied = read(start, length)
-                if len(copied) != length:
-                    raise InvalidWheelError(f"{archive}: {name}: truncated member data")
-                if not verbatim:
-                    write(local_header(entry, zip64, self._dos_date, self._dos_time))
-                # Straight into the buffer (one copy of the window's bytes), the timestamp set there.
-                at = len(buffer)
-                buffer += copied
-                if verbatim:
-                    buffer[at + LOCAL_TIMESTAMP_OFFSET : at + LOCAL_TIMESTAMP_OFFSET + 4] = timestamp
-                self._offset += length
-                if len(buffer) >= CHUNK_SIZE:
-                    self._flush()
-            else:  # a kernel copy, its data at the same place within a page as in the input
-                write(local_header(entry, zip64, self._dos_date, self._dos_time, data_like=data_start))
-                self._copy_range(window.fd, data_start, compress_size, f"{archive}: {name}")
+            ahead = started.pop(index, None) if started else None
+            if ahead is not None and ahead[0].header_offset != self._offset:  # the input had unused bytes before it
+                self._copier.wait()  # the copies started at the places foreseen end before anything is written there
+                started, ahead = {}, None
+            if ahead is not None:  # its header checked and its data on its way since the run began
+                entry, header = ahead
+                write(header)
+                self._flush()
+                self._offset += compress_size
+            else:
+                header_offset = info.header_offset
+                # The local header checked in the window (RawMember.locate's check, without a RawMember per member).
+                data_start = data_offset(read(header_offset, LOCAL_HEADER_SIZE + len(info.raw_name)), info, archive)
+                verbatim = not renamed and not info.flag_bits & FLAG_DATA_DESCRIPTOR
+                entry = _raw_entry(info, arcname, verbatim, self._offset)
+                if not kernel_copied(compress_size):
+                    start = header_offset if verbatim else data_start  # the input header, if kept, then the data
+                    length = data_start + compress_size - start
+                    copied = read(start, length)
+                    if len(copied) != length:
+                        raise InvalidWheelError(f"{archive}: {name}: truncated member data")
+                    if not verbatim:
+                        write(local_header(entry, zip64, self._dos_date, self._dos_time))
+                    # Straight into the buffer (one copy of the window's bytes), the timestamp set there.
+                    buffer = self._buffer  # not kept across a flush, which hands it over
+                    at = len(buffer)
+                    buffer += copied
+                    if verbatim:
+                        buffer[at + LOCAL_TIMESTAMP_OFFSET : at + LOCAL_TIMESTAMP_OFFSET + 4] = timestamp
+                    self._offset += length
+                    if len(buffer) >= CHUNK_SIZE:
+                        self._flush()
+                else:  # a kernel copy, its data at the same place within a page as in the input
+                    write(local_header(entry, zip64, self._dos_date, self._dos_time, data_like=data_start))
+                    self._copy_range(window.fd, data_start, compress_size, f"{archive}: {name}")
             entries.append(entry)
             row = row_of(name)
             if row is not None:
                 record.append(RecordEntry(arcname, row.hash, row.size) if renamed else row)
+
+    def _start_kernel_copies(
+        self, reader: WheelReader, members: Sequence[tuple[str, str]]
+    ) -> dict[int, tuple[ZipMember, bytes]]:
+        """Start the kernel copies of the large members of a run of raw copies now, each to the place the
+        members before it will leave it, so that they run beside the whole loop over the small ones: torch's
+        large libraries lie near the end of the wheel, and copied when the loop reaches them they would
+        follow nearly all of it instead.  Returns each started member's entry and local header (its input
+        header checked, as the loop checks the others), by its index in ``members``.
+
+        The places are foreseen from the central directory: a small member that keeps its local header
+        takes the input's bytes from that header to the next member's (``end_offset``), which are exactly
+        its header and data unless the input leaves bytes unused after them.  Then a large member after
+        it is not where it was foreseen when the loop reaches it: the loop waits for these copies (the
+        bytes they put in the wrong places are written over, and :meth:`close` cuts off any past the end)
+        and copies the rest of the large members as it reaches them.
+        """
+        info_of = reader.info
+        large = [index for index, (name, _) in enumerate(members) if kernel_copied(info_of(name).compress_size)]
+        if not large:
+            return {}
+        started: dict[int, tuple[ZipMember, bytes]] = {}
+        date, time_ = self._dos_date, self._dos_time
+        offset = self._offset
+        for index, (name, arcname) in enumerate(members[: large[-1] + 1]):
+            info = info_of(name)
+            verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
+            if kernel_copied(info.compress_size):
+                raw = reader.raw_member(name)
+                entry = _raw_entry(info, arcname, verbatim, offset)
+                header = local_header(entry, _is_zip64(info), date, time_, data_like=raw.data_offset)
+                self._copier.submit(
+                    _Copy(raw.fd, raw.data_offset, info.compress_size, offset + len(header), f"{reader.name}: {name}")
+                )
+                started[index] = entry, header
+                offset += len(header) + info.compress_size
+            elif verbatim:
+                offset += info.end_offset - info.header_offset
+            else:
+                header = local_header(_raw_entry(info, arcname, verbatim, offset), _is_zip64(info), date, time_)
+                offset += len(header) + info.compress_size
+        return started
 
     def write_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644) -> None:
         self._write_deflated(arcname, (data,), len(data), mode)
@@ -330,6 +456,7 @@ class WheelWriter:
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._flush()  # the buffer's tail
             self._copier.wait()
+            os.ftruncate(self._file.fileno(), self._offset)  # a copy started ahead to a place foreseen past the end
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
             self._file.close()
             WheelReader(
@@ -397,7 +524,7 @@ class WheelWriter:
         if not zip64 and max(entry.file_size, entry.compress_size) > ZIP64_LIMIT:
             raise InvalidWheelError(f"{self.dest.name}: {arcname} grew past 2 GiB while being written")
         self._flush()  # before the header is written over its placeholder
-        _write_all(self._file.fileno(), local_header(entry, zip64, self._dos_date, self._dos_time), entry.header_offset)
+        self._copier.write(local_header(entry, zip64, self._dos_date, self._dos_time), entry.header_offset)
         self._entries.append(entry)
         if arcname != self._record_name:
             self._record.append(RecordEntry(arcname, record_hash(hasher.digest()), entry.file_size))
@@ -412,9 +539,10 @@ class WheelWriter:
         """Leave room for ``count`` input bytes at ``offset`` (the data of ``member``, as errors name it, a
         large one), which the copier's thread copies there while the writer goes on after them."""
         self._flush()
-        self._copier.submit((source_fd, offset, count, self._offset, member))
+        self._copier.submit(_Copy(source_fd, offset, count, self._offset, member))
         self._offset += count
 
     def _flush(self) -> None:
-        _write_all(self._file.fileno(), self._buffer, self._offset - len(self._buffer))
-        self._buffer.clear()
+        if self._buffer:  # handed over whole (the copier's thread may write it later): a new buffer follows
+            self._copier.write(self._buffer, self._offset - len(self._buffer))
+            self._buffer = bytearray()

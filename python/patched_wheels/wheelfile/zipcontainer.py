@@ -152,7 +152,7 @@ def bound_members(members: Sequence[ZipMember], directory_offset: int) -> tuple[
 # --------------------------------------------------------------------------- member data
 
 
-def data_offset(header: bytes, info: ZipMember, archive: str) -> int:
+def data_offset(header: bytes | memoryview, info: ZipMember, archive: str) -> int:
     """Where ``info``'s compressed bytes start, once ``header`` (the bytes at its local header, at least
     through the name) is checked: it names the same file and agrees with the central directory, since a
     small member's local header is copied verbatim into patched wheels, and with its extra field the data
@@ -243,13 +243,14 @@ class ReadAhead:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._start = 0
-        self._window = b""
+        self._window = memoryview(b"")
 
-    def read(self, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset``, or fewer where the file ends (callers check the length)."""
+    def read(self, offset: int, length: int) -> memoryview:
+        """``length`` bytes at ``offset``, or fewer where the file ends (callers check the length): a view of
+        the window, not a copy (the writer copies a small member's bytes once, into its buffer)."""
         start = offset - self._start
         if start < 0 or start + length > len(self._window):
-            self._window = os.pread(self.fd, max(length, CHUNK_SIZE), offset)
+            self._window = memoryview(os.pread(self.fd, max(length, CHUNK_SIZE), offset))
             self._start, start = offset, 0
         return self._window[start : start + length]
 

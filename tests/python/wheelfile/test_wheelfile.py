@@ -962,6 +962,51 @@ def test_a_large_member_keeps_a_cheap_place_for_the_kernel_copy(tmp_path: Path, 
         assert (target / "big" / "moved.so").read_bytes() == files["big/lib.so"], client
 
 
+def _rewritten(wheel: Path, dest: Path, *, unused_after: str = "", unused: int = 0) -> Path:
+    """``wheel``'s members written again by zipfile into ``dest``, ``unused`` bytes of nothing after the data of
+    ``unused_after`` (a gap no member claims: the next member's local header starts after it)."""
+    with zipfile.ZipFile(wheel) as source:
+        entries = [(info, source.read(info)) for info in source.infolist()]
+    with zipfile.ZipFile(dest, "w") as out:
+        for info, data in entries:
+            out.writestr(info, data)
+            if info.filename == unused_after:
+                out.fp.write(b"\xaa" * unused)  # type: ignore[union-attr]
+                out.start_dir = out.fp.tell()  # type: ignore[union-attr]  # the next member after the gap
+    return dest
+
+
+def test_unused_bytes_in_the_input_leave_the_output_as_without_them(tmp_path: Path) -> None:
+    """The large members' copies start before the small members are copied, to the places foreseen from the
+    central directory; unused bytes after a small member put them elsewhere, and the output is still the one
+    the same members without the gap give, byte for byte (the copies put where foreseen are written over,
+    what they wrote past the end cut off)."""
+    files = {
+        "big/a.txt": os.urandom(1000),
+        "big/lib.so": os.urandom(3 << 20),
+        "big/lib2.so": os.urandom(2 << 20),
+        "big/z.py": b"ANSWER = 42\n",
+    }
+    (tmp_path / "in").mkdir()
+    built = build_wheel(tmp_path / "in", "big", "1.0", files, compression=zipfile.ZIP_STORED)
+    outputs = []
+    for kind, unused in (("tight", 0), ("gap", 4 << 20)):
+        (tmp_path / kind).mkdir()
+        wheel = _rewritten(built, tmp_path / kind / built.name, unused_after="big/a.txt", unused=unused)
+        dest = tmp_path / kind / "out" / built.name
+        dest.parent.mkdir()
+        with WheelReader(wheel) as reader:
+            with WheelWriter(dest, dist_info=reader.dist_info) as writer:
+                names = [name for name in reader.members() if name != f"{reader.dist_info}/RECORD"]
+                writer.copy_raw_members(reader, ((name, name) for name in names))
+        outputs.append(dest.read_bytes())
+    sizes = [(tmp_path / kind / built.name).stat().st_size for kind in ("tight", "gap")]
+    assert sizes[1] == sizes[0] + (4 << 20)  # the gap is there
+    assert outputs[0] == outputs[1]
+    with WheelReader(tmp_path / "gap" / "out" / built.name, verify=True) as reader:
+        assert reader.read("big/lib2.so") == files["big/lib2.so"]
+
+
 def test_alignment_padding_lands_where_the_copy_is_cheap_and_fits() -> None:
     """Every start and source: nothing, or an extra field (6 bytes at least) that ends at the source's offset
     within a page, in the first page of a 64 KiB block unless the extra field has no room for that."""
