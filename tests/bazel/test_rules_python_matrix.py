@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -38,6 +37,7 @@ from support.bazelworkspace import (
     fixture_uv_locks,
     render,
     serve_over_http,
+    string_template,
     summary_statuses,
 )
 
@@ -175,10 +175,6 @@ def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple
 
 def layout_tests(hubs: list[str]) -> list[str]:
     return [f"//:{hub}_layout_test" for hub in hubs if hub in LAYOUT_TEST_HUBS]
-
-
-def string_template(template: str, values: dict[str, str]) -> str:
-    return string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
 
 
 @dataclass(frozen=True)
