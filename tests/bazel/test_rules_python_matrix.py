@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -38,6 +37,7 @@ from support.bazelworkspace import (
     fixture_uv_locks,
     render,
     serve_over_http,
+    string_template,
     summary_statuses,
 )
 
@@ -177,10 +177,6 @@ def layout_tests(hubs: list[str]) -> list[str]:
     return [f"//:{hub}_layout_test" for hub in hubs if hub in LAYOUT_TEST_HUBS]
 
 
-def string_template(template: str, values: dict[str, str]) -> str:
-    return string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
-
-
 @dataclass(frozen=True)
 class Matrix:
     configuration: Configuration
@@ -267,8 +263,9 @@ def test_layout_test_runs_in_the_configurations_layout(matrix: Matrix) -> None:
 
 
 def test_hub_holds_only_the_wheels_it_wrote(matrix: Matrix) -> None:
-    """Direct references: the lock names our files; the unpatched pins stay as locked, fetched by
-    rules_python itself (by sha256), so the hub keeps no copy of them."""
+    """Direct references: the lock names our files. Under rules_python 2.x the unpatched pins stay as locked,
+    fetched by rules_python itself (by sha256), so the hub keeps no copy of them; under a release that installs
+    with pip, which would fetch them by URL after every `clean --expunge`, the hub's index serves them too."""
     assert summary_statuses(matrix.result.output).get("//:fixed_test") == "PASSED", matrix.result.tail()
     expectations = {"fixed": [f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-"]}
     if "split" in matrix.hubs:
@@ -276,25 +273,28 @@ def test_hub_holds_only_the_wheels_it_wrote(matrix: Matrix) -> None:
             f"faketorch-{fakecuda.TORCH_VERSION}+{SUFFIX}-",
             f"faketorch_libs-{fakecuda.TORCH_VERSION}+{SUFFIX}-",
         ]
+    nvidia_served = not matrix.configuration.release_2
+    pypi = matrix.workspace.root / "pypi"
     for name, prefixes in expectations.items():
         hub = matrix.workspace.hub(name)
         wheels = sorted(path.name for path in (hub / "index").glob("*.whl"))
         elsewhere = [path for path in hub.rglob("*.whl") if path.parent.name not in ("index", "_helper")]
         assert elsewhere == [], elsewhere  # _helper: the helper's own pinned dependencies
-        assert len(wheels) == len(prefixes) and all(w.startswith(p) for w, p in zip(wheels, prefixes)), wheels
+        patched = [wheel for wheel in wheels if not wheel.startswith("fake_nvidia_")]
+        assert len(patched) == len(prefixes) and all(w.startswith(p) for w, p in zip(patched, prefixes)), wheels
+        assert len(wheels) - len(patched) == (4 if nvidia_served else 0), wheels
         lock = (hub / "requirements_lock.txt").read_text(encoding="utf-8")
-        for wheel in wheels:
+        for wheel in patched:
             assert f" @ file://{hub / 'index' / wheel}" in lock, lock
-        # The unpatched pins name the upstream file they were resolved to (sha256-pinned), so no index
-        # page is read for them either.
         nvidia = [line for line in lock.splitlines() if line.startswith("fake-nvidia-")]
-        pypi = matrix.workspace.root / "pypi"
-        assert len(nvidia) == 4 and all(
-            re.fullmatch(
-                rf"fake-nvidia-[a-z]+ @ file://{pypi}/fake_nvidia_[a-z]+-{fakecuda.NVIDIA_VERSION}-\S+\.whl \\", line
-            )
-            for line in nvidia
-        ), lock
+        # Pip (before 2) reads the hub's index alone; 2.x fetches the upstream file each unpatched pin was
+        # resolved to (sha256-pinned), so no index page is read for them either.
+        served = rf"fake-nvidia-[a-z]+=={fakecuda.NVIDIA_VERSION} \\"
+        upstream = rf"fake-nvidia-[a-z]+ @ file://{pypi}/fake_nvidia_[a-z]+-{fakecuda.NVIDIA_VERSION}-\S+\.whl \\"
+        assert len(nvidia) == 4 and all(re.fullmatch(served if nvidia_served else upstream, line) for line in nvidia), (
+            lock
+        )
+        assert (f"--index-url={(hub / 'index' / 'simple').as_uri()}" in lock.splitlines()) == nvidia_served, lock
 
 
 def test_uv_lock_hub_writes_a_uv_lock_pointing_at_the_patched_wheel(matrix: Matrix) -> None:

@@ -25,10 +25,16 @@ def test_workspace_macros_fix_import(workspace_mode: Setup) -> None:
     lock = (hub / "requirements_lock.txt").read_text(encoding="utf-8")
     # The default index_option: a direct reference to the wheel the hub wrote (any rules_python reads it).
     assert f"faketorch @ file://{patched[0]} \\\n    --hash=sha256:{sha256_of(patched[0])}\n" in lock, lock
-    # The unpatched wheels are not copied into the hub: the lock names their upstream files.
-    assert sorted(path.name for path in (hub / "index").glob("*.whl")) == [patched[0].name]
-    for wheel in workspace_mode.pypi.wheels.nvidia.values():
-        assert f" @ file://{wheel} \\\n    --hash=sha256:{sha256_of(wheel)}\n" in lock, lock
+    # rules_python 0.22.1 installs with pip, which would fetch the upstream files by URL after every
+    # `clean --expunge`: the hub's index serves the unpatched wheels too, and pip reads that index alone.
+    nvidia = workspace_mode.pypi.wheels.nvidia
+    assert sorted(path.name for path in (hub / "index").glob("*.whl")) == sorted(
+        [patched[0].name, *(wheel.name for wheel in nvidia.values())]
+    )
+    assert f"--index-url={(hub / 'index' / 'simple').as_uri()}\n" in lock, lock
+    for name, wheel in nvidia.items():
+        assert sha256_of(hub / "index" / wheel.name) == sha256_of(wheel)
+        assert f"fake-nvidia-{name}=={fakecuda.NVIDIA_VERSION} \\\n    --hash=sha256:{sha256_of(wheel)}\n" in lock, lock
 
 
 def test_workspace_macro_reads_a_uv_lock(workspace_mode: Setup) -> None:

@@ -155,6 +155,11 @@ def write_lock(wheels: Sequence[Path], path: Path) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
+def string_template(template: str, values: dict[str, str]) -> str:
+    """A template of ``TEMPLATES`` with ``values`` substituted."""
+    return string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
+
+
 def render(template: str, destination: Path, **values: str) -> None:
     text = string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
     destination.write_text(text, encoding="utf-8")

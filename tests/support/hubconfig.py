@@ -46,11 +46,13 @@ def write_config(
     patched: list[tuple[Path, dict[str, object]]],
     *,
     index_option: str = "index-url",
+    rules_python_version: str = "1.6.0",
     wheel_facts: Path | None = None,
 ) -> Path:
     """The hub's ``_hub.json`` for patching each ``(original, spec)`` of ``patched``, made as the rule makes
     it: the request and the resolved wheels go through ``patched-wheels hub plan`` (the one writer of the
     config), and every file the plan lists is copied where it says, as the rule downloads it.
+    ``rules_python_version``: the release the hub is for (before 2, every pin is served from the hub's index);
     ``wheel_facts``: the hub's ``wheel_facts`` file."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     originals = [original for original, _ in patched]
@@ -75,7 +77,7 @@ def write_config(
             index_option=index_option,
             wheel_facts=str(wheel_facts) if wheel_facts else None,
         ),
-        "rules_python_version": "1.6.0",
+        "rules_python_version": rules_python_version,
         "repository": str(tmp_path),
         "patched": specs,
     }

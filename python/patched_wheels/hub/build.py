@@ -190,6 +190,7 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
             lock_format=LOCK_FORMATS[config.lock_attribute],
             out_uv_lock=config.out_uv_lock,
             served_from=served,
+            every_pin_served=config.every_pin_served,
         )
     if config.closure_out is not None:
         write_atomic(

@@ -187,6 +187,10 @@ class HubConfig:
     """Project -> the extras the user's ``extras`` attribute asks of it (the lock's own are read from the lock)."""
     closure_out: Path | None = None
     """Where the build writes pip's closure of the lock (``pip_closure.json``, for ``layout_test``)."""
+    every_pin_served: bool = False
+    """``direct`` for a rules_python that installs with pip (:func:`installs_with_pip`): the index holds every
+    wheel the plan fetched and the lock sends pip there alone, so a ``clean --expunge`` reads no wheel from the
+    network (the hub's copies come from Bazel's repository cache)."""
 
     def to_json(self) -> dict[str, Any]:
         return to_json(self)
@@ -279,8 +283,17 @@ def index_options_for(rules_python_version: str) -> tuple[str, ...]:
     then falls back to pip for every pin and ``extra-index-url`` fails inside rules_python. Direct
     references are fetched by URL in every release, so they are the one form 2.x gets.
     """
+    return INDEX_OPTIONS if installs_with_pip(rules_python_version) else ("direct",)
+
+
+def installs_with_pip(rules_python_version: str) -> bool:
+    """Whether the release downloads the lock's wheels with pip (before 2; an unknown one counts as the newest).
+
+    Pip keeps no wheel in Bazel's repository cache: what it fetches by URL it fetches again after every
+    ``bazel clean --expunge``. Such a hub serves every pin from its own index instead (``every_pin_served``).
+    """
     major = rules_python_version.partition(".")[0]
-    return INDEX_OPTIONS if major.isdigit() and int(major) < 2 else ("direct",)
+    return major.isdigit() and int(major) < 2
 
 
 def resolution(request: HubRequest) -> dict[str, Any]:
@@ -308,10 +321,12 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
 
     Every wheel is fetched: the build reads the ``METADATA`` of each (pip's closure, the extras to restore)
     and checks what a facts file or the helper cache says of it against the wheel itself. A patched original
-    goes to ``originals/``; with an index option every other wheel goes to the hub's index, which serves
-    them all; with direct references rules_python fetches each unpatched wheel itself (by sha256, so the
-    hub's copy comes from the repository cache, not the network), and the hub's goes to ``_wheels/``,
-    deleted after the build.
+    goes to ``originals/``; with an index option, or for a rules_python that installs with pip, every other
+    wheel goes to the hub's index, which serves them all (the hub fetched them by sha256, through the
+    repository cache: pip, fetching by URL, would read them from the network after each ``clean --expunge``);
+    with direct references rules_python 2.x fetches each unpatched wheel itself (by sha256, so the hub's copy
+    comes from the repository cache, not the network), and the hub's goes to ``_wheels/``, deleted after the
+    build.
     """
     check_request(request)
     if not request.repository:
@@ -337,17 +352,14 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
         patched.append(replace(spec, wheel=root / ORIGINALS / wheel.filename))
     patched_projects = {canonicalize_name(spec.name) for spec in patched}
     root_extras = _root_extras(request, by_project)
+    direct = request.attributes.index_option == "direct"
+    every_pin_served = direct and installs_with_pip(request.rules_python_version)
 
     fetch, refs = [], []
     for wheel in wheels:
         _check_filename(wheel, request)
-        folder = (
-            ORIGINALS
-            if wheel.project in patched_projects
-            else READ_ONLY
-            if request.attributes.index_option == "direct"
-            else INDEX
-        )
+        read_only = direct and not every_pin_served
+        folder = ORIGINALS if wheel.project in patched_projects else READ_ONLY if read_only else INDEX
         output = f"{folder}/{wheel.filename}"
         fetch.append(Fetch(wheel.urls, wheel.sha256, output))
         refs.append(WheelRef(wheel.filename, wheel.sha256, root / output))
@@ -372,6 +384,7 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
         facts_out=root / FACTS if graph and elf_cache is not None else None,
         root_extras=root_extras,
         closure_out=root / CLOSURE,
+        every_pin_served=every_pin_served,
     )
     exports = (
         ("requirements_lock.txt", CLOSURE)

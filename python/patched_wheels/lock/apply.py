@@ -49,6 +49,7 @@ def lock(
     lock_format: str = "requirements",
     out_uv_lock: Path | str | None = None,
     served_from: Path | None = None,
+    every_pin_served: bool = False,
 ) -> LockResult:
     """Write ``out``: the lock ``source`` pointed at ``index``, what ``index.build_index`` returned.
 
@@ -70,6 +71,7 @@ def lock(
             canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in (replaced or {}).items()
         },
         references={canonicalize_name(name): (url, sha256) for name, (url, sha256) in (references or {}).items()},
+        every_pin_served=every_pin_served,
     )
     unserved = index.unserved_pages()
     if unserved:

@@ -19,6 +19,9 @@ Given the lock's pins (any format), the files of our index and the index option,
   project; without an entry, for a lock that names its files (uv.lock, pylock.toml), the wheels that
   install where the patched wheel installs (by their tags: an aarch64 wheel stays beside a patched x86_64
   one), and for any other pin every hash. The hashes left are each edit's ``kept``, for every writer;
+* ``direct`` with ``every_pin_served`` (a hub for a rules_python that installs with pip, whose index holds
+  the wheel of every pin): the patched pins as in ``direct``, every other pin as in ``index-url``, so pip
+  reads the hub's copies and never the network (a direct reference to an original becomes a pin by version);
 * otherwise one option line makes pip look at the index, written ``--option=value`` (rules_python
   0.22.1 passes each option line to pip as one argument). Under the lock's own ``--no-index`` pip reads
   no index URL at all, so the index is then named as ``--find-links=`` (a directory of wheels) in every
@@ -72,6 +75,8 @@ class LockOptions:
     its own. ``replaced``: project -> sha256 of the original wheels its patched wheel replaces (the
     pin's other hashes stay for other platforms; without an entry every hash is replaced).
     ``references``: unpatched project -> (url, sha256) of the one file its pin admits here (``direct``).
+    ``every_pin_served``: ``direct`` only, the index holds the wheel of every pin that applies here: pip is sent
+    to it alone, as ``index-url`` sends it, and the patched pins stay direct references.
     """
 
     index_dir: Path  # absolute
@@ -79,10 +84,13 @@ class LockOptions:
     upstream_index_url: str | None = None
     replaced: Mapping[NormalizedName, frozenset[str]] = field(default_factory=dict)
     references: Mapping[NormalizedName, tuple[str, str]] = field(default_factory=dict)
+    every_pin_served: bool = False
 
     def __post_init__(self) -> None:
         if self.index_option not in INDEX_OPTIONS:
             raise UsageError(f"--index-option {self.index_option}: expected one of {', '.join(INDEX_OPTIONS)}")
+        if self.every_pin_served and self.index_option != "direct":
+            raise UsageError(f"--index-option {self.index_option}: every pin is served from the index only in direct")
         check_lock_value(str(self.index_dir), "--index")
         if self.upstream_index_url is not None:
             check_lock_value(self.upstream_index_url, "--upstream-index-url")
@@ -156,12 +164,13 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
         target_files = tuple(f for f in index[project] if f.version == target)
         _record_parents(parents, project, pin, target_files)
         if direct or pin.url:
-            if target == pinned:
+            served_original = target == pinned and pin.url is not None and options.every_pin_served
+            if target == pinned and not served_original:
                 continue  # the index holds the original itself: the lock's own index (or URL) serves it
             kept = _kept(pin, target_files, options.replaced.get(project))
-            if direct:
+            if direct and not served_original:
                 lines = _direct_pin(pin, target_files, options.index_dir, kept, hashed)
-            else:  # a direct reference to the original, for an index option: a pin by version, from the index
+            else:  # a direct reference, for an index option or to an original the index serves: a pin by version
                 new_hashes = tuple(sorted(f"sha256:{f.sha256}" for f in target_files)) if hashed else ()
                 lines = (NewPin(pin.head, target, None, pin.marker, new_hashes),)
             edits.append(PinEdit(pin, target, None, lines, target_files, kept))
@@ -205,16 +214,17 @@ def _spelled(pin: Pin, pinned: Version) -> str:
 
 def _option_line(lock: Lock, options: LockOptions) -> tuple[str | None, tuple[LockOption, ...]]:
     """The index option line to add and the lock's option lines to drop (module docstring)."""
-    if options.index_option == "direct":
+    mode = "index-url" if options.every_pin_served else options.index_option
+    if mode == "direct":
         if options.upstream_index_url is None or lock.options:
             return None, ()
         option = f"--index-url={options.upstream_index_url}"
-    elif options.index_option == "find-links" or any(o.kind == "no-index" for o in lock.options):
+    elif mode == "find-links" or any(o.kind == "no-index" for o in lock.options):
         option = f"--find-links={options.index_dir.as_uri()}"
     else:
-        option = f"--{options.index_option}={(options.index_dir / SIMPLE_DIR).as_uri()}"
+        option = f"--{mode}={(options.index_dir / SIMPLE_DIR).as_uri()}"
     dropped: tuple[LockOption, ...] = ()
-    if options.index_option == "index-url":
+    if mode == "index-url":
         dropped = tuple(o for o in lock.options if o.kind != "no-index" and o.text != option)
     if any(o.text == option for o in lock.options):
         return None, dropped  # already there: locking its own output changes nothing

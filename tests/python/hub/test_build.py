@@ -258,7 +258,7 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     monkeypatch.setattr(elfgraph, "read_installed_library", counting_installed)
     monkeypatch.setattr(probe, "installed", counting_installs)
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "user-cache"))
-    first = write_config(tmp_path / "first", others, patched, index_option="direct")
+    first = write_config(tmp_path / "first", others, patched, index_option="direct", rules_python_version="2.3.2")
     assert len(list((tmp_path / "first" / "_wheels").glob("*.whl"))) == len(others)
     assert main(["hub", "build", "--config", str(first)]) == 0
     assert reads == Counter(dict.fromkeys(every_library, 1)), "every library of the set read, each once"
@@ -266,7 +266,7 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     assert installs == [(len(others) + 2, False)], "the set installed once for both probes, RECORD not hashed again"
 
     reads.clear()
-    second = write_config(tmp_path / "second", others, patched, index_option="direct")
+    second = write_config(tmp_path / "second", others, patched, index_option="direct", rules_python_version="2.3.2")
     assert len(list((tmp_path / "second" / "_wheels").glob("*.whl"))) == len(others), (
         "every wheel at hand, to check the cache against"
     )
@@ -285,7 +285,7 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
 
     # The probes' observations gone, the ELF rows kept: the probes must run on the files, so all are fetched.
     shutil.rmtree(tmp_path / "user-cache" / "observed")
-    third = write_config(tmp_path / "third", others, patched, index_option="direct")
+    third = write_config(tmp_path / "third", others, patched, index_option="direct", rules_python_version="2.3.2")
     assert len(list((tmp_path / "third" / "_wheels").glob("*.whl"))) == len(others), (
         "every wheel fetched for the probes"
     )
@@ -307,10 +307,21 @@ def test_a_cache_emptied_between_plan_and_build_is_read_again_from_the_wheels(
     others = list(fake_set.nvidia.values())
     patched = [(fake_set.torch, {"name": "faketorch", "preload": "auto"})]
     assert (
-        main(["hub", "build", "--config", str(write_config(tmp_path / "fill", others, patched, index_option="direct"))])
+        main(
+            [
+                "hub",
+                "build",
+                "--config",
+                str(
+                    write_config(
+                        tmp_path / "fill", others, patched, index_option="direct", rules_python_version="2.3.2"
+                    )
+                ),
+            ]
+        )
         == 0
     )
-    config = write_config(tmp_path / "hub", others, patched, index_option="direct")
+    config = write_config(tmp_path / "hub", others, patched, index_option="direct", rules_python_version="2.3.2")
     shutil.rmtree(cache)
     assert main(["hub", "build", "--config", str(config)]) == 0
     built = sorted((tmp_path / "hub" / "index").glob("*.whl"))

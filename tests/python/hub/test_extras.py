@@ -77,7 +77,7 @@ def test_the_hub_wires_what_pip_installs_without_any_patched_wheel(
 def test_restore_extras_false_leaves_the_lock_to_rules_python_and_still_writes_the_closure(
     tmp_path: Path, wheels: extrasfixture.ExtrasWheels
 ) -> None:
-    config = write_config(tmp_path, wheels.all, [], index_option="direct")
+    config = write_config(tmp_path, wheels.all, [], index_option="direct", rules_python_version="2.3.2")
     raw = json.loads(config.read_text(encoding="utf-8"))
     raw["attributes"]["restore_extras"] = False
     config.write_text(json.dumps(raw), encoding="utf-8")
@@ -91,7 +91,9 @@ def test_a_root_extra_the_lock_does_not_record_is_restored_and_one_the_wheel_lac
     tmp_path: Path, wheels: extrasfixture.ExtrasWheels, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``toolkit[rt]`` asked by the user, not by ``app`` (left out of the set)."""
-    config = write_config(tmp_path / "ok", [wheels.toolkit, wheels.tk_rt], [], index_option="direct")
+    config = write_config(
+        tmp_path / "ok", [wheels.toolkit, wheels.tk_rt], [], index_option="direct", rules_python_version="2.3.2"
+    )
     raw = json.loads(config.read_text(encoding="utf-8"))
     config.write_text(json.dumps({**raw, "root_extras": {"toolkit": ["rt"]}}), encoding="utf-8")
     assert main(["hub", "build", "--config", str(config)]) == 0

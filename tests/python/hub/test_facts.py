@@ -68,6 +68,7 @@ def build(
             list(fake_set.nvidia.values()),
             patched(fake_set),
             index_option="direct",
+            rules_python_version="2.3.2",
             wheel_facts=wheel_facts,
         )
         assert main(["hub", "build", "--config", str(config)]) == 0
@@ -228,7 +229,13 @@ def test_a_file_that_is_no_facts_file_is_one_error_line_before_anything_is_writt
     bad = tmp_path / "bad.json"
     expected = _bad_facts(kind, bad)
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
-    config = write_config(tmp_path / "hub", list(fake_set.nvidia.values()), patched(fake_set), index_option="direct")
+    config = write_config(
+        tmp_path / "hub",
+        list(fake_set.nvidia.values()),
+        patched(fake_set),
+        index_option="direct",
+        rules_python_version="2.3.2",
+    )
     raw = json.loads(config.read_text(encoding="utf-8"))
     raw["attributes"]["wheel_facts"] = str(bad)
     config.write_text(json.dumps(raw), encoding="utf-8")
@@ -364,7 +371,13 @@ def test_the_facts_schema_is_an_integer_not_a_bool_or_a_float(
         '{"format": "rules_patched_wheels wheel facts", "schema": ' + schema + ', "entries": {}}', encoding="utf-8"
     )
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
-    write_config(tmp_path / "hub", list(fake_set.nvidia.values()), patched(fake_set), index_option="direct")
+    write_config(
+        tmp_path / "hub",
+        list(fake_set.nvidia.values()),
+        patched(fake_set),
+        index_option="direct",
+        rules_python_version="2.3.2",
+    )
     request = json.loads((tmp_path / "hub" / "request.json").read_text(encoding="utf-8"))
     request["attributes"]["wheel_facts"] = str(bad)
     (tmp_path / "hub" / "request.json").write_text(json.dumps(request), encoding="utf-8")

@@ -279,6 +279,22 @@ def test_an_index_option_serves_every_wheel_from_the_hub() -> None:
     ]
 
 
+@pytest.mark.parametrize("release", ["0", "1.6.0"])
+def test_direct_references_for_a_pip_release_serve_every_wheel_from_the_hub(release: str) -> None:
+    """rules_python before 2 installs with pip, which would fetch each unpatched wheel by URL again after every
+    `clean --expunge`: the hub keeps the copies it fetched by sha256 (through the repository cache) in its index
+    and the lock sends pip there alone. 2.x fetches the unpatched wheels itself, by sha256."""
+    plan = plan_hub(request(rules_python_version=release), WHEELS, elf_cache=None)
+    assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [
+        f"index/{w.filename}" for w in WHEELS[1:]
+    ]
+    assert plan.config.every_pin_served and plan.config.index_option == "direct"
+    for modern in ("2.3.2", ""):
+        assert not plan_hub(request(rules_python_version=modern), WHEELS, elf_cache=None).config.every_pin_served
+    pip_index = plan_hub(request(index_option="index-url", rules_python_version=release), WHEELS, elf_cache=None)
+    assert not pip_index.config.every_pin_served  # that option sends pip to the hub's index already
+
+
 def test_a_uv_lock_input_exports_a_uv_lock() -> None:
     split = spec_json(preload="auto", split_into="faketorch-libs", split_move=["*.so"])
     plan = plan_hub(request(split, requirements_lock=None, uv_lock="/ws/uv.lock"), WHEELS, elf_cache=None)
@@ -339,9 +355,10 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
         "sha256": WHEELS[0].sha256,
         "output": f"originals/{WHEELS[0].filename}",
     }
-    assert [fetch["output"] for fetch in printed["fetch"][1:]] == [f"_wheels/{w.filename}" for w in WHEELS[1:]]
+    assert [fetch["output"] for fetch in printed["fetch"][1:]] == [f"index/{w.filename}" for w in WHEELS[1:]]
     config = HubConfig.from_json(json.loads((tmp_path / "_hub.json").read_text(encoding="utf-8")))
     assert config.patched[0].wheel == tmp_path / "repo" / "originals" / WHEELS[0].filename
+    assert config.every_pin_served
 
 
 _IMPORTED = """

@@ -51,7 +51,9 @@ def build(
         "split_into": "faketorch-libs",
         "split_move": ["faketorch/lib/*.so"],
     }
-    config = write_config(root, list(wheels.nvidia.values()), [(wheels.torch, spec)], index_option="direct")
+    config = write_config(
+        root, list(wheels.nvidia.values()), [(wheels.torch, spec)], index_option="direct", rules_python_version="2.3.2"
+    )
     assert main(["hub", "build", "--config", str(config)]) == 0
     return files(root)
 

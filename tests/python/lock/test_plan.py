@@ -131,6 +131,14 @@ CASES = [
         [],
     ),
     (
+        "every-pin-served",
+        f"bar @ https://h.example/bar-2.0-py3-none-any.whl --hash=sha256:{sha('bar-2.0-py3-none-any.whl')}\n"
+        f"foo==1.0 --hash=sha256:{A}\nbaz==3.0 --hash=sha256:{sha('baz-3.0-py3-none-any.whl')}\n",
+        (FOO, indexed("bar-2.0-py3-none-any.whl"), indexed("baz-3.0-py3-none-any.whl")),
+        {"every_pin_served": True},
+        [("bar==2.0", (f"sha256:{sha('bar-2.0-py3-none-any.whl')}",)), (f"foo @ {URL}", (f"sha256:{FOO.sha256}",))],
+    ),
+    (
         "mirrored-original",
         f"foo==1.0 --hash=sha256:{sha('foo-1.0-py3-none-any.whl')}\n",
         (FOO, indexed("foo-1.0-py3-none-any.whl")),
@@ -225,6 +233,28 @@ def test_plan_index_option(options: str, mode: str, added: str | None, dropped: 
     result = plan(options + "foo==1.0\n", index_option=mode, upstream_index_url="https://up.example/simple")
     assert result.option == added
     assert [option.kind for option in result.dropped] == dropped
+
+
+@pytest.mark.parametrize(
+    "options, added, dropped",
+    [
+        ("", "--index-url=file:///idx/simple", []),
+        (
+            "-i https://pypi.example/simple\n--extra-index-url=https://x.example\n",
+            "--index-url=file:///idx/simple",
+            ["index-url", "extra-index-url"],
+        ),
+        ("--no-index\n--find-links ./orig\n", "--find-links=file:///idx", ["find-links"]),
+    ],
+)
+def test_every_pin_served_sends_pip_to_the_index_alone(options: str, added: str, dropped: list[str]) -> None:
+    """A hub for a rules_python that installs with pip serves every pin: pip must read no other index (nor the
+    upstream one the hub resolved from), so that a rebuild after `clean --expunge` reads nothing from the network."""
+    result = plan(options + "foo==1.0\n", every_pin_served=True, upstream_index_url="https://up.example/simple")
+    assert result.option == added
+    assert [option.kind for option in result.dropped] == dropped
+    with pytest.raises(UsageError, match="only in direct"):
+        plan("foo==1.0\n", every_pin_served=True, index_option="extra-index-url")
 
 
 @pytest.mark.parametrize(
