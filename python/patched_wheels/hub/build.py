@@ -49,8 +49,9 @@ def build_hub(config: HubConfig) -> list[str]:
     the hub as it found it. What the build read from the wheels (ELF rows, probe observations:
     :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out``. Its warnings come once the
     outputs are in place: a failed build says one line, its error."""
-    if not config.lock.is_file():
-        raise UsageError(f'{config.lock_attribute} = "{config.lock}": not a file')
+    attribute, lock_path = config.attributes.lock
+    if not lock_path.is_file():
+        raise UsageError(f'{attribute} = "{lock_path}": not a file')
     _check_places(config)
     given_facts = read_given_facts(config)
     # The plan's ELF cache is <root>/elfgraph: the observations lie beside it, under the same root.
@@ -178,16 +179,17 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
     with phase("index"):
         index = build_index(config.index_dir)
+    attribute, lock_path = config.attributes.lock
     with phase("lock"):
         lock(
-            config.lock,
+            lock_path,
             index,
             config.out,
             index_option=config.attributes.index_option,
             upstream_index_url=config.attributes.index_url or None,
             replaced=replaced,
             references=references,
-            lock_format=LOCK_FORMATS[config.lock_attribute],
+            lock_format=LOCK_FORMATS[attribute],
             out_uv_lock=config.out_uv_lock,
             served_from=served,
             every_pin_served=config.every_pin_served,
@@ -224,7 +226,8 @@ def read_closure(config: HubConfig) -> Closure:
         )
         dists[dist.project] = dist
     roots: dict[NormalizedName, set[str]] = {}
-    for pin in read_lock(config.lock, LOCK_FORMATS[config.lock_attribute]).pins:
+    attribute, lock_path = config.attributes.lock
+    for pin in read_lock(lock_path, LOCK_FORMATS[attribute]).pins:
         if pin.extras and pin.project in dists and pin.applies():
             roots.setdefault(pin.project, set()).update(canonicalize_name(extra) for extra in pin.extras)
     call = index_call(config.hub, config.bzlmod)

@@ -160,9 +160,6 @@ class HubConfig:
     """The hub's name and how it was declared: the build step's errors name the ``patched_wheel`` as written."""
     attributes: IndexAttributes
     """The request's, as the user gave them: the build reads each there (the plan copies none)."""
-    lock_attribute: str = field(metadata={VALUES: tuple(LOCK_FORMATS)})
-    """Which of LOCK_FORMATS the user's lock came as: it decides the reader (and the ``uv.lock`` written)."""
-    lock: Path
     index_dir: Path
     out: Path
     """The ``requirements_lock.txt`` written (every rules_python release reads it)."""
@@ -368,8 +365,6 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
         hub=request.hub,
         bzlmod=request.bzlmod,
         attributes=request.attributes,
-        lock_attribute=attribute,
-        lock=lock_path,
         index_dir=root / INDEX,
         out=root / "requirements_lock.txt",
         out_uv_lock=root / "uv.lock" if attribute == "uv_lock" else None,

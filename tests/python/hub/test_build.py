@@ -95,7 +95,7 @@ def test_config_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytest.C
     assert main(["hub", "build", "--config", str(tmp_path / "hub.json")]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "cannot read the hub configuration: hub configuration: missing keys" in error
-    assert "'lock'" in error and "'patched'" in error
+    assert "'attributes'" in error and "'patched'" in error
 
 
 def test_unwritable_destination_is_one_error_line(
@@ -414,17 +414,13 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (
-            {"lock_attribute": "bogus"},
-            'hub configuration: lock_attribute = "bogus": must be one of requirements_lock, uv_lock, pylock',
-        ),
         ({"attributes": {"index_option": 3}}, "hub configuration: attributes: index_option = 3: expected a string"),
         (
             {"attributes": {"index_option": "bogus"}},
             'hub configuration: attributes: index_option = "bogus": must be one of direct, extra-index-url',
         ),
         ({"attributes": {"restore_extras": None}}, "hub configuration: attributes: restore_extras = null: expected"),
-        ({"lock": "MISSING"}, '/MISSING": not a file'),
+        ({"attributes": {"requirements_lock": "/MISSING"}}, 'requirements_lock = "/MISSING": not a file'),
         ({"patched": [{"strip": "1"}]}, 'strip = "1": expected an integer'),
         ({"patched": [{"rpath": {"a/*.so": "$ORIGIN/a\u0000b"}}]}, "hold the control character"),
     ],

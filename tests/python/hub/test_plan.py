@@ -288,7 +288,7 @@ def test_direct_references_for_a_pip_release_serve_every_wheel_from_the_hub(rele
     assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [
         f"index/{w.filename}" for w in WHEELS[1:]
     ]
-    assert plan.config.every_pin_served and plan.config.index_option == "direct"
+    assert plan.config.every_pin_served and plan.config.attributes.index_option == "direct"
     for modern in ("2.3.2", ""):
         assert not plan_hub(request(rules_python_version=modern), WHEELS, elf_cache=None).config.every_pin_served
     pip_index = plan_hub(request(index_option="index-url", rules_python_version=release), WHEELS, elf_cache=None)
@@ -299,7 +299,9 @@ def test_a_uv_lock_input_exports_a_uv_lock() -> None:
     split = spec_json(preload="auto", split_into="faketorch-libs", split_move=["*.so"])
     plan = plan_hub(request(split, requirements_lock=None, uv_lock="/ws/uv.lock"), WHEELS, elf_cache=None)
     assert plan.exports == ("requirements_lock.txt", "pip_closure.json", "uv.lock")
-    assert plan.config.out_uv_lock == Path("/out/external/fixed/uv.lock") and plan.config.lock_attribute == "uv_lock"
+    assert (
+        plan.config.out_uv_lock == Path("/out/external/fixed/uv.lock") and plan.config.attributes.lock[0] == "uv_lock"
+    )
 
 
 def test_a_release_the_requirement_refuses_fails_before_any_download() -> None:
