@@ -11,14 +11,15 @@ file is kept byte for byte.
 
 from __future__ import annotations
 
+import filecmp
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Collection, Mapping
+from typing import Callable, Collection, Iterable, Mapping
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.base.fsutil import holds, write_temp
+from patched_wheels.base.fsutil import write_temp
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index.simple import IndexResult
 from patched_wheels.lock.formats import registry
@@ -84,8 +85,9 @@ def lock(
             raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
     document = entry.read(source)
     plan = plan_lock(registry.lock_model(document), index.files, options)
+    outputs: dict[Path, tuple[str, Callable[[], Iterable[str]]]]
     if isinstance(document, RequirementsText):
-        outputs = {out: ("--out", lambda: render_requirements(document, plan))}
+        outputs = {out: ("--out", lambda: [render_requirements(document, plan)])}
     else:
         outputs = {out: ("--out", lambda: render_exported(registry.lock_model(document), plan))}
     if out_uv_lock is not None:
@@ -94,27 +96,36 @@ def lock(
     return LockResult(out=out, changes=plan.changes)
 
 
-def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], str]]]) -> None:
-    """Write every output (path: flag, its renderer) or none: each is rendered and staged beside its
-    target in turn (one output's text is held at a time, written a chunk at a time), then all are
-    renamed; an output that cannot be written is one error naming its flag."""
+def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], Iterable[str]]]]) -> None:
+    """Write every output (path: flag, its renderer, which checks what it renders and gives its text a piece
+    at a time) or none: each is staged beside its target in turn as it is rendered (none is held whole),
+    then all are renamed; an output that cannot be written is one error naming its flag."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, (flag, render) in outputs.items():
-            content = render()
-            if holds(path, content):
-                continue
+            pieces = render()
             if os.path.exists(path) and not os.path.isfile(path):
                 raise UsageError(
                     f"{flag} {path}: not a regular file"
                 )  # a directory, or a device renaming would replace
             try:
-                staged.append((write_temp(path, content), path))
+                temp = write_temp(path, pieces)
             except OSError as error:
                 raise UsageError(f"{flag} {path}: cannot be written ({error.strerror or error})") from None
-            del content
+            if _holds_staged(path, temp):
+                temp.unlink()
+            else:
+                staged.append((temp, path))
         for temp, path in staged:
             os.replace(temp, path)
     finally:
         for temp, _ in staged:
             temp.unlink(missing_ok=True)
+
+
+def _holds_staged(path: Path, temp: Path) -> bool:
+    """Whether ``path`` is a regular file (not a link) holding what ``temp`` holds: it is then left alone."""
+    try:
+        return not path.is_symlink() and path.is_file() and filecmp.cmp(path, temp, shallow=False)
+    except OSError:
+        return False
