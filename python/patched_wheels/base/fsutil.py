@@ -50,9 +50,10 @@ def write_atomic(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> None:
         raise
 
 
-def holds(path: Path, data: bytes | str, *, mode: int | None = None) -> bool:
-    """Whether ``path`` is a readable regular file holding exactly ``data`` (a text: in UTF-8, compared
-    a chunk at a time; a FIFO, a device or a longer file is not read: it does not hold ``data``) and,
+def holds(path: Path, data: bytes | str | Iterable[str], *, mode: int | None = None) -> bool:
+    """Whether ``path`` is a readable regular file holding exactly ``data`` (a text, or its pieces as they are
+    made: in UTF-8, compared a chunk at a time, up to the first that differs; a FIFO, a device or a longer file
+    is not read: it does not hold ``data``) and,
     given ``mode``, one of ours with those permission bits (a cache file someone made group-writable is
     replaced, not kept for its content)."""
     try:
@@ -65,8 +66,10 @@ def holds(path: Path, data: bytes | str, *, mode: int | None = None) -> bool:
             return False
         if isinstance(data, bytes):
             return read_descriptor(handle, max_bytes=len(data), size=status.st_size) == data
+        pieces = [data] if isinstance(data, str) else data
         with os.fdopen(os.dup(handle), "rb") as stream:
-            return all(stream.read(len(chunk)) == chunk for chunk in utf8_chunks(data)) and stream.read(1) == b""
+            chunks = (chunk for piece in pieces for chunk in utf8_chunks(piece))
+            return all(stream.read(len(chunk)) == chunk for chunk in chunks) and stream.read(1) == b""
     except (OSError, ValueError):
         return False
     finally:

@@ -11,7 +11,6 @@ file is kept byte for byte.
 
 from __future__ import annotations
 
-import filecmp
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Callable, Collection, Iterable, Mapping
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.base.fsutil import write_temp
+from patched_wheels.base.fsutil import holds, write_temp
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index.simple import IndexResult
 from patched_wheels.lock.formats import registry
@@ -98,34 +97,24 @@ def lock(
 
 def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], Iterable[str]]]]) -> None:
     """Write every output (path: flag, its renderer, which checks what it renders and gives its text a piece
-    at a time) or none: each is staged beside its target in turn as it is rendered (none is held whole),
-    then all are renamed; an output that cannot be written is one error naming its flag."""
+    at a time) or none: each is rendered once to compare it with what its target holds, and again as it is
+    staged beside its target (none is held whole), then all are renamed; an output that cannot be written is
+    one error naming its flag."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, (flag, render) in outputs.items():
-            pieces = render()
+            if holds(path, render()):
+                continue
             if os.path.exists(path) and not os.path.isfile(path):
                 raise UsageError(
                     f"{flag} {path}: not a regular file"
                 )  # a directory, or a device renaming would replace
             try:
-                temp = write_temp(path, pieces)
+                staged.append((write_temp(path, render()), path))
             except OSError as error:
                 raise UsageError(f"{flag} {path}: cannot be written ({error.strerror or error})") from None
-            if _holds_staged(path, temp):
-                temp.unlink()
-            else:
-                staged.append((temp, path))
         for temp, path in staged:
             os.replace(temp, path)
     finally:
         for temp, _ in staged:
             temp.unlink(missing_ok=True)
-
-
-def _holds_staged(path: Path, temp: Path) -> bool:
-    """Whether ``path`` is a regular file (not a link) holding what ``temp`` holds: it is then left alone."""
-    try:
-        return not path.is_symlink() and path.is_file() and filecmp.cmp(path, temp, shallow=False)
-    except OSError:
-        return False
