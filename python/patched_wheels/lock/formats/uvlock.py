@@ -143,7 +143,8 @@ def _first_pin(table: dict[str, Any], files: "_LockedFiles") -> Pin | InvalidLoc
     try:
         return _pin(table, files, [])
     except InvalidLockError as error:
-        return error.with_traceback(None)  # its frames would hold the table
+        error.__context__ = None  # its traceback, and the one of the error it was raised from, would hold the table
+        return error.with_traceback(None)
 
 
 def _installed_pin(first: Pin | InvalidLockError, extras: list[str]) -> Pin:
