@@ -6,14 +6,16 @@ A uv.lock (and a pylock.toml) of N packages with three wheels each is generated 
 second time as lines and parsing every block twice). Each command runs in a fresh interpreter whose
 peak RSS (VmHWM) is read back; the input size is printed beside it, since the goal is a small multiple
 of the input. ``tomllib.loads`` alone on the same text is measured too: the floor of any reader that
-keeps the parsed document.
+keeps the parsed document. ``--baseline DIR`` measures the ``python/`` directory of another checkout (the
+code before a change) on the same inputs in the same run, before this one.
 
-    python -m benchmarks.bench_locks [--megabytes 50]
+    python -m benchmarks.bench_locks [--megabytes 50] [--pylock-megabytes 30] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -67,10 +69,14 @@ def pylock(packages: int) -> str:
     return "".join(out)
 
 
-def measure(*args: str) -> tuple[int, float, float]:
-    """(peak RSS in bytes, seconds, CPU seconds) of one run in a fresh interpreter."""
+def measure(*args: str, code: Path | None = None) -> tuple[int, float, float]:
+    """(peak RSS in bytes, seconds, CPU seconds) of one run in a fresh interpreter, of the package in ``code``
+    (a ``python/`` directory; None: the one installed)."""
     before = children_cpu()
-    result = subprocess.run([sys.executable, "-c", _MEASURE, *args], capture_output=True, text=True, check=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")])} if code else None
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *args], capture_output=True, text=True, check=False, env=env
+    )
     cpu = children_cpu() - before
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{result.stderr}")
@@ -81,21 +87,32 @@ def measure(*args: str) -> tuple[int, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=50)
+    parser.add_argument("--pylock-megabytes", type=float, help="the pylock.toml's size (default: --megabytes)")
+    parser.add_argument("--baseline", type=Path, help="a python/ directory measured first, as 'baseline'")
     args = parser.parse_args()
     packages = int(args.megabytes * 1e6 / 630)
+    pylock_packages = int((args.pylock_megabytes or args.megabytes) * 1e6 / 630)
+    codes = {**({"baseline": args.baseline.resolve()} if args.baseline else {}), "current": None}
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         (root / "index").mkdir()
         files = {"uv-lock": root / "uv.lock", "pylock": root / "pylock.toml"}
         files["uv-lock"].write_text(uv_lock(packages))
-        files["pylock"].write_text(pylock(packages))
-        print(f"{packages} packages, three wheels each")
+        files["pylock"].write_text(pylock(pylock_packages))
+        print(f"{packages} uv.lock and {pylock_packages} pylock.toml packages, three wheels each")
         results: dict[str, dict[str, object]] = {}
         for lock_format, path in files.items():
             size = path.stat().st_size
             runs = {
                 "tomllib.loads": ("tomllib", str(path)),
-                "resolve --list-projects": ("resolve", f"--{lock_format}", str(path), "--list-projects"),
+                "resolve --list-projects": (
+                    "resolve",
+                    f"--{lock_format}",
+                    str(path),
+                    "--list-projects",
+                    "--index-url",
+                    "https://pypi.org/simple",
+                ),
                 "lock": (
                     "lock",
                     f"--{lock_format}",
@@ -108,20 +125,22 @@ def main() -> None:
                 ),
             }
             for name, command in runs.items():
-                started = time.monotonic()
-                peak, seconds, cpu = measure(*command)
-                print(
-                    f"{lock_format:8} {size / 2**20:6.1f} MiB  {name:24} peak {peak / 2**20:6.0f} MiB "
-                    f"({peak / size:4.1f}x the input)  {seconds:5.1f} s (wall {time.monotonic() - started:.1f} s, CPU {cpu:.1f} s)"
-                )
-                results[f"{lock_format}: {name}"] = {
-                    "bytes": size,
-                    "peak_rss": peak,
-                    "ratio_input": peak / size,
-                    "seconds": seconds,
-                    "cpu": cpu,
-                }
-    print_json("bench_locks", {"packages": packages, "megabytes": args.megabytes}, results)
+                for label, code in codes.items() if name != "tomllib.loads" else [("", None)]:
+                    started = time.monotonic()
+                    peak, seconds, cpu = measure(*command, code=code)
+                    print(
+                        f"{lock_format:8} {size / 2**20:6.1f} MiB  {name:24} {label:9} peak {peak / 2**20:6.0f} MiB "
+                        f"({peak / size:4.1f}x the input)  {seconds:5.1f} s (wall {time.monotonic() - started:.1f} s, CPU {cpu:.1f} s)"
+                    )
+                    results[f"{lock_format}: {name}{f' ({label})' if label else ''}"] = {
+                        "bytes": size,
+                        "peak_rss": peak,
+                        "ratio_input": peak / size,
+                        "seconds": seconds,
+                        "cpu": cpu,
+                    }
+    inputs = {"packages": packages, "pylock_packages": pylock_packages, "megabytes": args.megabytes}
+    print_json("bench_locks", {**inputs, "baseline": str(args.baseline) if args.baseline else None}, results)
 
 
 if __name__ == "__main__":

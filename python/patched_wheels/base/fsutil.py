@@ -22,7 +22,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 _FILE_MODE = 0o644
 """Temp files are created 0600; what is published (index pages, the index's hash cache) must stay world-readable."""
@@ -50,9 +50,10 @@ def write_atomic(path: Path, data: bytes, *, mode: int = _FILE_MODE) -> None:
         raise
 
 
-def holds(path: Path, data: bytes | str, *, mode: int | None = None) -> bool:
-    """Whether ``path`` is a readable regular file holding exactly ``data`` (a text: in UTF-8, compared
-    a chunk at a time; a FIFO, a device or a longer file is not read: it does not hold ``data``) and,
+def holds(path: Path, data: bytes | str | Iterable[str], *, mode: int | None = None) -> bool:
+    """Whether ``path`` is a readable regular file holding exactly ``data`` (a text, or its pieces as they are
+    made: in UTF-8, compared a chunk at a time, up to the first that differs; a FIFO, a device or a longer file
+    is not read: it does not hold ``data``) and,
     given ``mode``, one of ours with those permission bits (a cache file someone made group-writable is
     replaced, not kept for its content)."""
     try:
@@ -65,8 +66,10 @@ def holds(path: Path, data: bytes | str, *, mode: int | None = None) -> bool:
             return False
         if isinstance(data, bytes):
             return read_descriptor(handle, max_bytes=len(data), size=status.st_size) == data
+        pieces = [data] if isinstance(data, str) else data
         with os.fdopen(os.dup(handle), "rb") as stream:
-            return all(stream.read(len(chunk)) == chunk for chunk in utf8_chunks(data)) and stream.read(1) == b""
+            chunks = (chunk for piece in pieces for chunk in utf8_chunks(piece))
+            return all(stream.read(len(chunk)) == chunk for chunk in chunks) and stream.read(1) == b""
     except (OSError, ValueError):
         return False
     finally:
@@ -160,14 +163,18 @@ def read_input_text(path: Path, *, max_bytes: int, what: str, where: str, error:
         raise error(f"{where}: not UTF-8 ({problem.reason} at byte {problem.start})") from None
 
 
-def write_temp(path: Path, data: bytes | str, *, mode: int = _FILE_MODE) -> Path:
-    """``data`` (a text: in UTF-8, :func:`utf8_chunks`) in a new temp file next to ``path``
-    (world-readable unless ``mode`` says otherwise), for the caller to rename onto ``path`` (or remove);
-    nothing is left behind when writing fails."""
+def write_temp(path: Path, data: bytes | str | Iterable[str], *, mode: int = _FILE_MODE) -> Path:
+    """``data`` (a text, or its pieces as they are made, which a big output is never held whole as: in UTF-8,
+    :func:`utf8_chunks`) in a new temp file next to ``path`` (world-readable unless ``mode`` says otherwise),
+    for the caller to rename onto ``path`` (or remove); nothing is left behind when writing fails."""
     handle, temp = create_temp_file(path.parent, path.name)
+    pieces = [data] if isinstance(data, str) else data
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.writelines([data] if isinstance(data, bytes) else utf8_chunks(data))
+            if isinstance(pieces, bytes):
+                stream.write(pieces)
+            else:
+                stream.writelines(chunk for piece in pieces for chunk in utf8_chunks(piece))
         os.chmod(temp, mode)
     except BaseException:
         temp.unlink(missing_ok=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Collection, Mapping
+from typing import Callable, Collection, Iterable, Mapping
 
 from packaging.utils import canonicalize_name
 
@@ -86,8 +86,9 @@ def lock(
             raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
     document = entry.read(source)
     plan = plan_lock(registry.lock_model(document), index.files, options)
+    outputs: dict[Path, tuple[str, Callable[[], Iterable[str]]]]
     if isinstance(document, RequirementsText):
-        outputs = {out: ("--out", lambda: render_requirements(document, plan))}
+        outputs = {out: ("--out", lambda: [render_requirements(document, plan)])}
     else:
         outputs = {out: ("--out", lambda: render_exported(registry.lock_model(document), plan))}
     if out_uv_lock is not None:
@@ -96,25 +97,24 @@ def lock(
     return LockResult(out=out, changes=plan.changes)
 
 
-def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], str]]]) -> None:
-    """Write every output (path: flag, its renderer) or none: each is rendered and staged beside its
-    target in turn (one output's text is held at a time, written a chunk at a time), then all are
-    renamed; an output that cannot be written is one error naming its flag."""
+def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], Iterable[str]]]]) -> None:
+    """Write every output (path: flag, its renderer, which checks what it renders and gives its text a piece
+    at a time) or none: each is rendered once to compare it with what its target holds, and again as it is
+    staged beside its target (none is held whole), then all are renamed; an output that cannot be written is
+    one error naming its flag."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, (flag, render) in outputs.items():
-            content = render()
-            if holds(path, content):
+            if holds(path, render()):
                 continue
             if os.path.exists(path) and not os.path.isfile(path):
                 raise UsageError(
                     f"{flag} {path}: not a regular file"
                 )  # a directory, or a device renaming would replace
             try:
-                staged.append((write_temp(path, content), path))
+                staged.append((write_temp(path, render()), path))
             except OSError as error:
                 raise UsageError(f"{flag} {path}: cannot be written ({error.strerror or error})") from None
-            del content
         for temp, path in staged:
             os.replace(temp, path)
     finally:

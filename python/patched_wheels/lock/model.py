@@ -118,6 +118,20 @@ class Pin:
     as written; a writer that respells the pin (a direct reference, a split by platform) keeps both.
     """
 
+    __slots__ = (  # a 50 MB uv.lock has 80,000: no dict each (and so no defaults)
+        "name",
+        "extras",
+        "head",
+        "version",
+        "marker",
+        "hashes",
+        "url",
+        "span",
+        "text",
+        "pin_error",
+        "version_text",
+        "files",
+    )
     name: str
     extras: tuple[str, ...]
     head: str
@@ -127,9 +141,9 @@ class Pin:
     url: str | None  # a direct reference's URL
     span: Span
     text: str  # the requirement as packaging writes it, for messages
-    pin_error: str | None = None  # why ``version`` is None
-    version_text: str | None = None  # the version of an ``==`` pin as written, for a writer to find it
-    files: tuple[PinFile, ...] = ()
+    pin_error: str | None  # why ``version`` is None
+    version_text: str | None  # the version of an ``==`` pin as written, for a writer to find it
+    files: Sequence[PinFile]  # a reader may read them again from the lock when asked
 
     @property
     def project(self) -> NormalizedName:

@@ -12,12 +12,14 @@ requirements file by :func:`render_exported`, one pin per project.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Iterator, Mapping, Sequence
+
+from packaging.version import Version
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lock.formats.requirements import EOL, RequirementsText, hash_options, split_comment
 from patched_wheels.lock.model import Lock, Pin
-from patched_wheels.lock.plan import LockPlan, NewPin
+from patched_wheels.lock.plan import LockPlan, NewPin, PinEdit
 
 # A physical line holding one --hash option and nothing else (pip-compile's layout).
 _HASH_ONLY_LINE = re.compile(
@@ -62,23 +64,34 @@ def render_requirements(requirements: RequirementsText, plan: LockPlan) -> str:
     return requirements.bom + "".join(output)
 
 
-def render_exported(lock: Lock, plan: LockPlan) -> str:
+def render_exported(lock: Lock, plan: LockPlan) -> Iterator[str]:
     """A requirements lock with the pins of ``lock`` (read from another format), one per project in the
     lock's order, and ``plan`` applied: written as :func:`render_requirements` writes a plan onto such a
-    file, from the model (the pins' names, extras and URLs were checked by their reader)."""
+    file, from the model (the pins' names, extras and URLs were checked by their reader). Each pin is
+    checked first (one error, nothing written), then its lines are given one pin at a time: a big lock's
+    export is never held whole."""
     edits = {id(edit.pin): edit for edit in plan.edits}
-    lines = [f"# from {lock.source}\n", *([f"{plan.option}\n"] if plan.option else [])]
-    for pin in lock.pins:  # a string a pin, not one a line: a big lock's lines would take twice the text
+    versions = [
+        edit.version if edit is not None else pin.version if pin.url else pin.pinned_version()
+        for pin, edit in ((pin, edits.get(id(pin))) for pin in lock.pins)
+    ]
+    return _exported(lock, plan, edits, versions)
+
+
+def _exported(
+    lock: Lock, plan: LockPlan, edits: Mapping[int, PinEdit], versions: Sequence[Version | None]
+) -> Iterator[str]:
+    yield f"# from {lock.source}\n"
+    yield from [f"{plan.option}\n"] if plan.option else []
+    for pin, version in zip(lock.pins, versions):
         edit = edits.get(id(pin))
         if edit is not None and edit.lines:
-            lines.append("".join(line for new in edit.lines for line in pin_block(new, "\n")))
+            yield "".join(line for new in edit.lines for line in pin_block(new, "\n"))
             continue
-        version = edit.version if edit is not None else pin.version if pin.url else pin.pinned_version()
         hashes = edit.hashes if edit is not None and edit.hashes is not None else tuple(sorted(pin.hashes))
-        lines.append("".join(pin_block(NewPin(pin.head, version, pin.url, pin.marker, hashes), "\n")))
+        yield "".join(pin_block(NewPin(pin.head, version, pin.url, pin.marker, hashes), "\n"))
     for added in plan.added:
-        lines.extend(pin_block(added, "\n"))
-    return "".join(lines)
+        yield from pin_block(added, "\n")
 
 
 def pin_block(pin: NewPin, eol: str) -> list[str]:

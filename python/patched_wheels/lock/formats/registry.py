@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from patched_wheels.errors import UsageError
 from patched_wheels.lock.model import Lock, Pin
@@ -29,7 +29,7 @@ class LockFormat:
     attribute: str
     help: str
     reader: str  # (path, environment) -> a document whose lock model :func:`lock_model` gives
-    writer: str | None = None  # (document, plan, index_dir) -> the text of the same format
+    writer: str | None = None  # (document, plan, index_dir) -> the text of the same format, in pieces
     out_flag: str | None = None  # the CLI flag naming where the writer's output goes
 
     @property
@@ -40,7 +40,7 @@ class LockFormat:
         """The document of ``path`` (the format's own reader result), read for ``environment``."""
         return _function(self.reader)(path, environment)
 
-    def write(self) -> Callable[..., str]:
+    def write(self) -> Callable[..., Iterable[str]]:
         """The format's own writer (:attr:`writer` must be set)."""
         assert self.writer is not None, self.name
         return _function(self.writer)

@@ -203,6 +203,7 @@ def _parse_pin(line: LogicalLine) -> Pin:
         text=str(requirement),
         pin_error=pin_error,
         version_text=None if requirement.url or version is None else next(iter(requirement.specifier)).version,
+        files=(),
     )
 
 
@@ -235,6 +236,8 @@ def _editable_pin(line: LogicalLine) -> Pin | None:
         span=line.span,
         text=line.content,
         pin_error=pin_error,
+        version_text=None,
+        files=(),
     )
 
 

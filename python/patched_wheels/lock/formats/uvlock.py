@@ -10,18 +10,20 @@ sdist), so ``resolve`` needs no index page for them.
 
 The reader keeps the text cut into ``[[package]]`` blocks for :mod:`patched_wheels.lock.formats.uvwriter` to edit,
 not the parsed document (several times the text): each block is parsed alone
-(:func:`~patched_wheels.lock.formats.tomlread.split_lock`), first for what the walk from the members
-reads, then again for the pin of each package installed, and once more by the writer for each block it
-edits (:meth:`UvLock.package`). It depends on the lock model only.
+(:func:`~patched_wheels.lock.formats.tomlread.split_lock`), once, for both what the walk from the members
+reads (a row of values, :class:`_Graph`) and the package's pin, kept until the walk says whether it is
+installed. A pin holds its hashes but not its files, mostly URLs, which only a patched pin's plan and
+``resolve`` read: they are read again from the block when asked (:class:`_LockedFiles`), as the writer
+reads again each block it edits (:meth:`UvLock.package`). It depends on the lock model only.
 """
 
 from __future__ import annotations
 
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import AbstractSet, Any, Mapping
+from typing import AbstractSet, Any, Iterator, Mapping, Sequence, overload
 
 from packaging.utils import NormalizedName, canonicalize_name
 
@@ -87,26 +89,108 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     ends += [parts[-1].line + text.count("\n", parts[-1].start) + (not text.endswith("\n"))] if parts else []
     blocks = tuple(Span(source, part.line, end) for part, end in zip(parts, ends))
     tomllib = toml_parser(path)
-    packages = []
+    root = path.parent
+    packages = _Graph()
+    pins: list[Pin | InvalidLockError] = []  # each package's pin without extras, or why it has none
     for part, block in zip(parts, blocks):
         table = _table(tomllib, text, part, block)
-        packages.append({key: table[key] for key in _GRAPH_KEYS if key in table})
+        packages.add(table)
+        pins.append(_first_pin(table, _LockedFiles(tomllib, text, part, block, root, 0)))
     env = marker_environment(environment)
     names = tuple(
-        canonicalize_name(checked_name(get(package, "name", str, _where(block, package)), _where(block, package)))
-        for package, block in zip(packages, blocks)
+        _project(get(package, "name", str, _where(block, package)), block) for package, block in zip(packages, blocks)
     )
     _refuse_duplicates(packages, names, blocks)
     extras = _installed(packages, names, blocks, env)
     kinds = [_source_kind(package, block) for package, block in zip(packages, blocks)]
     members = tuple(sorted({names[n] for n, kind in enumerate(kinds) if kind in _WORKSPACE_SOURCES}))
-    del packages  # the pins are built from their blocks parsed again, whole
-    pins = [
-        _pin(_table(tomllib, text, parts[number], blocks[number]), blocks[number], sorted(extras[number]), path.parent)
+    del packages
+    installed = [
+        _installed_pin(pins[number], sorted(extras[number]))
         for number in sorted(extras)
         if kinds[number] not in _WORKSPACE_SOURCES
     ]
-    return UvLock(Lock(source, "uv-lock", tuple(pins), members=members), text, blocks, parts, names)
+    return UvLock(Lock(source, "uv-lock", tuple(installed), members=members), text, blocks, parts, names)
+
+
+class _Graph:
+    """What the walk from the members reads of each package (``_GRAPH_KEYS``), held as a row of values (a dict
+    each would take as much as the pins) and given as the table's dict of those keys when asked."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self.sources: dict[str, Any] = {}  # one object per source written: a big lock names one registry throughout
+
+    def add(self, table: dict[str, Any]) -> None:
+        source = table.get("source")
+        if isinstance(source, dict):
+            table["source"] = self.sources.setdefault(repr(source), source)
+        self.rows.append(tuple(table.get(key) for key in _GRAPH_KEYS))  # None: absent (TOML has no null)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, number: int) -> dict[str, Any]:
+        return {key: value for key, value in zip(_GRAPH_KEYS, self.rows[number]) if value is not None}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self[number] for number in range(len(self.rows)))
+
+
+def _first_pin(table: dict[str, Any], files: "_LockedFiles") -> Pin | InvalidLockError:
+    """The pin of a package asked for no extras, or the error reading it, raised only if it is installed: the
+    one parse of each block reads both what the walk from the members needs and the pin."""
+    try:
+        return _pin(table, files, [])
+    except InvalidLockError as error:
+        error.__context__ = None  # its traceback, and the one of the error it was raised from, would hold the table
+        return error.with_traceback(None)
+
+
+def _installed_pin(first: Pin | InvalidLockError, extras: list[str]) -> Pin:
+    """The pin of an installed package with the ``extras`` asked of it (its block parsed again: rare)."""
+    if isinstance(first, InvalidLockError):
+        raise first
+    if not extras:
+        return first
+    files = first.files
+    assert isinstance(files, _LockedFiles)
+    return _pin(files.table(), files, extras)
+
+
+@dataclass(frozen=True)
+class _LockedFiles(Sequence[PinFile]):
+    """The files a package's table names, read again from its block when asked: only a patched pin's are
+    (and a resolve's), and a big lock names hundreds of thousands, mostly URLs and hashes."""
+
+    __slots__ = ("tomllib", "text", "part", "block", "root", "length")  # one per pin: no dict each
+    tomllib: ModuleType
+    text: str
+    part: Part
+    block: Span
+    root: Path  # the lock's directory, which relative paths are relative to
+    length: int  # how many there are, known without reading them
+
+    def table(self) -> dict[str, Any]:
+        return _table(self.tomllib, self.text, self.part, self.block)
+
+    def _files(self) -> list[PinFile]:
+        return _files(self.table(), self.block, self.root)[0]
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> PinFile: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[PinFile]: ...
+
+    def __getitem__(self, index: int | slice) -> PinFile | Sequence[PinFile]:
+        return self._files()[index]
+
+    def __iter__(self) -> Iterator[PinFile]:
+        return iter(self._files())
 
 
 def _table(tomllib: ModuleType, text: str, part: Part, block: Span) -> dict[str, Any]:
@@ -119,28 +203,42 @@ def _table(tomllib: ModuleType, text: str, part: Part, block: Span) -> dict[str,
     return packages[0]
 
 
-def _refuse_duplicates(
-    packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]
-) -> None:
+def _refuse_duplicates(packages: _Graph, names: tuple[NormalizedName, ...], blocks: tuple[Span, ...]) -> None:
     """One spelling per project and one package per name, version and source: a second spelling (``Foo``
     beside ``foo``, the same name by PEP 503; uv writes names normalized) or a second package of the same
     name, version and source cannot be told apart by the dependencies naming it, and would be pinned (and
     rewritten) twice."""
-    seen: dict[tuple[NormalizedName, str, str], Span] = {}
-    spelled: dict[NormalizedName, tuple[str, Span]] = {}
-    for package, name, block in zip(packages, names, blocks):
-        first, at = spelled.setdefault(name, (package["name"], block))
-        if package["name"] != first:
+    first: dict[NormalizedName, int] = {}  # the first package of each name
+    seen: dict[tuple[NormalizedName, str, str], int] = {}  # the packages of the names written twice only
+    for number, name in enumerate(names):
+        earlier = first.setdefault(name, number)
+        if earlier == number:
+            continue
+        package, at = packages[number], blocks[earlier]
+        spelling = packages[earlier]["name"]
+        if package["name"] != spelling:
             raise InvalidLockError(
-                f"{_where(block, package)}: a second spelling of {name} (the first, {first!r}, is at line {at.start + 1})"
+                f"{_where(blocks[number], package)}: a second spelling of {name} (the first, {spelling!r}, is at line {at.start + 1})"
             )
-        key = (name, repr(package.get("version")), repr(package.get("source")))
+        seen.setdefault(_identity(name, packages[earlier]), earlier)
+        key = _identity(name, package)
         if key in seen:
             raise InvalidLockError(
-                f"{_where(block, package)}: a second package {name} {package.get('version')} from the same source "
-                f"(the first is at line {seen[key].start + 1})"
+                f"{_where(blocks[number], package)}: a second package {name} {package.get('version')} from the same source "
+                f"(the first is at line {blocks[seen[key]].start + 1})"
             )
-        seen[key] = block
+        seen[key] = number
+
+
+def _identity(name: NormalizedName, package: dict[str, Any]) -> tuple[NormalizedName, str, str]:
+    """What tells the packages of one name apart: their version and source."""
+    return name, repr(package.get("version")), repr(package.get("source"))
+
+
+def _project(name: str, block: Span) -> NormalizedName:
+    """The project ``name`` names, the very string when it is written normalized (as uv writes names)."""
+    project = canonicalize_name(checked_name(name, f"{block.where}: package {name!r}"))
+    return NormalizedName(name) if project == name else project
 
 
 def _where(span: Span, package: dict[str, Any]) -> str:
@@ -158,32 +256,33 @@ def _source_kind(package: dict[str, Any], span: Span) -> str:
 
 
 def _installed(
-    packages: list[dict[str, Any]], names: tuple[NormalizedName, ...], blocks: tuple[Span, ...], env: dict[str, str]
+    packages: _Graph, names: tuple[NormalizedName, ...], blocks: tuple[Span, ...], env: dict[str, str]
 ) -> Mapping[int, AbstractSet[str]]:
     """The packages installed in ``env`` (by position) with the extras asked of each (module docstring)."""
-    by_name: dict[NormalizedName, list[int]] = {}
-    for number, name in enumerate(names):
-        by_name.setdefault(name, []).append(number)
     roots = [n for n, package in enumerate(packages) if _source_kind(package, blocks[n]) in _WORKSPACE_SOURCES]
     if not roots:  # no workspace member: every package that applies here
         return {n: _NO_EXTRAS for n, package in enumerate(packages) if _forks_hold(package, blocks[n], env)}
-    extras: dict[int, set[str]] = {}
+    by_name: dict[NormalizedName, list[int]] = {}
+    for number, name in enumerate(names):
+        by_name.setdefault(name, []).append(number)
+    extras: dict[int, frozenset[str]] = {}  # most are _NO_EXTRAS, one object for all
     work: list[tuple[int, frozenset[str]]] = []
     for root in roots:
         optional = get(packages[root], "optional-dependencies", dict, _where(blocks[root], packages[root]), {})
         work.append((root, frozenset(optional)))
     while work:
         number, asked = work.pop()
-        if number in extras and asked <= extras[number]:
+        known = extras.get(number)
+        if known is not None and asked <= known:
             continue
-        extras.setdefault(number, set()).update(asked)
+        extras[number] = asked if known is None else known | asked
         for edge in _edges(packages[number], blocks[number], asked, number in roots):
             where = _where(blocks[number], packages[number])
             marker = get(edge, "marker", str, where, "")
             if marker and not marker_holds(marker, env, where=where):
                 continue
             for target in _targets(edge, by_name, packages, blocks, env, where):
-                work.append((target, frozenset(get(edge, "extra", list, where, []))))
+                work.append((target, frozenset(get(edge, "extra", list, where, [])) or _NO_EXTRAS))
     return extras
 
 
@@ -204,7 +303,7 @@ def _edges(package: dict[str, Any], span: Span, extras: frozenset[str], root: bo
 def _targets(
     edge: dict[str, Any],
     by_name: Mapping[NormalizedName, list[int]],
-    packages: list[dict[str, Any]],
+    packages: _Graph,
     blocks: tuple[Span, ...],
     env: dict[str, str],
     where: str,
@@ -228,8 +327,25 @@ def _forks_hold(package: dict[str, Any], span: Span, env: dict[str, str]) -> boo
     return not markers or any(marker_holds(str(m), env, where=_where(span, package)) for m in markers)
 
 
-def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> Pin:
+def _pin(package: dict[str, Any], files: _LockedFiles, extras: list[str]) -> Pin:
     """The pin of an installed package: its version, hashes and files, and its URL when it is no registry's."""
+    span, root = files.block, files.root
+    where = _where(span, package)
+    source = get(package, "source", dict, where)
+    kind = _source_kind(package, span)
+    found, hashes = _files(package, span, root)
+    url = source["url"] if kind == "url" else _git_url(source["git"], where) if kind == "git" else None
+    if kind == "path":
+        url = file_url((root / source["path"]).resolve())
+    version = get(package, "version", str, where)
+    pin = locked_pin(
+        get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=found, span=span, where=where
+    )
+    return replace(pin, files=replace(files, length=len(found)))
+
+
+def _files(package: dict[str, Any], span: Span, root: Path) -> tuple[list[PinFile], list[str]]:
+    """The files a package's table names (its wheels) and its hashes (its wheels', then its sdist's)."""
     where = _where(span, package)
     source = get(package, "source", dict, where)
     kind = _source_kind(package, span)
@@ -242,13 +358,7 @@ def _pin(package: dict[str, Any], span: Span, extras: list[str], root: Path) -> 
         files.append(PinFile(location, digest or None, get(wheel, "filename", str, where, "") or None))
     sdist = get(package, "sdist", dict, where, {})
     hashes += [_hash(get(sdist, "hash", str, f"{where}: sdist"), f"{where}: sdist")] if "hash" in sdist else []
-    url = source["url"] if kind == "url" else _git_url(source["git"], where) if kind == "git" else None
-    if kind == "path":
-        url = file_url((root / source["path"]).resolve())
-    version = get(package, "version", str, where)
-    return locked_pin(
-        get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=files, span=span, where=where
-    )
+    return files, hashes
 
 
 def _git_url(written: str, where: str) -> str:

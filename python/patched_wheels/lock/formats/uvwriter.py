@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from packaging.utils import NormalizedName, canonicalize_name
 
@@ -36,6 +36,7 @@ from patched_wheels.lock.model import file_url
 from patched_wheels.lock.plan import LockPlan, PinEdit
 
 _HEADER = "[[package]]"
+_CHUNK = 1 << 20  # the characters of the lock left alone given at once
 _KEY = re.compile(r"([A-Za-z0-9_-]+)[ \t]*=")
 _TABLE = re.compile(r"\[package\.([A-Za-z0-9_.-]+)\][ \t]*(?:#.*)?")
 _EDGE_ARRAYS = ("", "optional-dependencies", "dev-dependencies")  # the tables whose arrays are dependencies
@@ -54,8 +55,9 @@ class _Fork:
     rest: str  # the marker of every other platform
 
 
-def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
-    """The text of ``uv`` with each patched package pointing at our wheels (module docstring)."""
+def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> Iterator[str]:
+    """The text of ``uv`` with each patched package pointing at our wheels (module docstring), every edit
+    checked first, then given a piece at a time."""
     registry = (index_dir / SIMPLE_DIR).as_uri()
     block_of = {span.start: number for number, span in enumerate(uv.blocks)}
     layouts: dict[int, _Layout] = {}  # of the blocks edited only: a block we leave alone may be laid out any way
@@ -97,24 +99,45 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> str:
                 (appended if number in appended else edits).setdefault(number, []).append(
                     layout(number).with_dependency(pin.head)
                 )
-    output: list[str] = []
+    output: list[str | slice] = []  # a slice: those characters of the text, left alone
     position = 0  # the text before it is in ``output``: the blocks left alone go as one slice each run
     for number, (start, end, _) in enumerate(uv.parts):
         if number not in edits and number not in appended:
             continue
         block = uv.block_lines(number)
         output += [
-            uv.text[position:start],
+            slice(position, start),
             *(_check(uv, number, _applied(block, edits[number])) if number in edits else block),
         ]
         position = end
         if number in appended:
-            if not output[-1].endswith("\n"):
-                output[-1] += "\n"
+            last = output[-1]
+            assert isinstance(last, str)  # a block's last line
+            if not last.endswith("\n"):
+                output[-1] = last + "\n"
             output += ([] if output[-1] == "\n" else ["\n"]) + _check(uv, number, _applied(block, appended[number]))
-    output.append(uv.text[position:])
-    written = "".join(output)
-    return written + ("\n" if added and written and not written.endswith("\n") else "") + "".join(added)
+    output.append(slice(position, len(uv.text)))
+    ended = _last_character(uv.text, output) in ("", "\n")
+    return _pieces(uv.text, [*output, *([] if ended or not added else ["\n"]), *added])
+
+
+def _last_character(text: str, output: list[str | slice]) -> str:
+    """The last character ``output`` writes ("": none)."""
+    for piece in reversed(output):
+        last = piece[-1:] if isinstance(piece, str) else text[max(piece.start, piece.stop - 1) : piece.stop]
+        if last:
+            return last
+    return ""
+
+
+def _pieces(text: str, output: list[str | slice]) -> Iterator[str]:
+    """The strings of ``output``, and each slice of ``text`` a chunk at a time: the lock is not copied whole."""
+    for piece in output:
+        if isinstance(piece, str):
+            yield piece
+        else:
+            for start in range(piece.start, piece.stop, _CHUNK):
+                yield text[start : min(start + _CHUNK, piece.stop)]
 
 
 def _names_a_fork(package: dict[str, Any], forks: dict[NormalizedName, tuple["_Fork", ...]]) -> bool:

@@ -37,7 +37,7 @@ PWU = IndexedFile(
 
 def planned(lock: Lock) -> str:
     """The requirements lock written from ``lock`` for an index holding the patched pwu."""
-    return render_exported(lock, plan_lock(lock, [PWU], LockOptions(index_dir=Path("/idx"))))
+    return "".join(render_exported(lock, plan_lock(lock, [PWU], LockOptions(index_dir=Path("/idx")))))
 
 
 def pylock(tmp_path: Path, *packages: str) -> Lock:
