@@ -48,7 +48,7 @@ from benchmarks.harness import Run, Step, add_json_option, alternate, own_cpu, p
 from benchmarks.synthetic_wheel import build_synthetic_set
 from benchmarks.torch_wheels import NVIDIA, TORCH, ensure_wheels
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.base.digestmemo import sha256_of
+from patched_wheels.base.fsutil import hash_file
 from patched_wheels.elf.graph import WheelRef, build_graph, scan_wheels
 from patched_wheels.elf.read import is_shared_library_name
 from patched_wheels.hub.facts import read_facts, write_facts
@@ -134,7 +134,7 @@ def facts_check(args: argparse.Namespace) -> int:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         script = [sys.executable, "-m", "benchmarks.bench_graph", "--scan"]
         # Hashed in steps: a child's peak RSS counts what its parent held when it forked.
-        names = [f"{wheel}={sha256_of(wheel, None)}" for wheel in wheels]
+        names = [f"{wheel}={hash_file(wheel)}" for wheel in wheels]
         steps = [
             Step("cold", [*script, "-", *names], env, work / "cold"),
             Step("facts, checked", [*script, str(facts), *names], env, work / "checked"),

@@ -319,20 +319,20 @@ def test_an_unwritable_cache_costs_a_read_not_the_command(tmp_path, wheels):
 
 
 def test_graph_command_prints_libraries_and_load_order(wheels, capsys):
-    assert main(["graph", "--no-cache", *map(str, wheels.all)]) == 0
+    assert main(["graph", *map(str, wheels.all)]) == 0
     out = capsys.readouterr().out
     order = out.split("load order (dependencies first):\n")[1].splitlines()
     assert len(order) == len(LIBRARY_PATHS)
     names = [line.split(". ", 1)[1].split(" ")[0] for line in order]
     assert names.index(LIBRARY_PATHS["jit"]) < names.index(LIBRARY_PATHS["sparse"])
     assert "libc.so.6 (system, not followed)" in out
-    assert main(["graph", "--no-cache", "--json", *map(str, wheels.all)]) == 0
+    assert main(["graph", "--json", *map(str, wheels.all)]) == 0
     assert '"load_order"' in capsys.readouterr().out
 
 
 def test_graph_command_reports_a_bad_member_on_one_line(tmp_path, capsys):
     wheel = build_wheel(tmp_path, "broken", "1.0", {"broken/libfoo.so": b"garbage"})
-    assert main(["graph", "--no-cache", str(wheel)]) == 1
+    assert main(["graph", str(wheel)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
         "patched-wheels: error: broken-1.0-py3-none-linux_x86_64.whl: broken/libfoo.so"
@@ -649,7 +649,7 @@ def test_reading_libraries_uses_the_one_reader_not_pyelftools(tmp_path, wheels):
     )
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run(
-        [sys.executable, "-c", code, "graph", "--no-cache", *map(str, wheels.all)],
+        [sys.executable, "-c", code, "graph", *map(str, wheels.all)],
         capture_output=True,
         text=True,
         env=environment,
