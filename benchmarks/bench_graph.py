@@ -8,7 +8,8 @@ one run measures:
   result cache (every ELF member inflated), on all cores -- target <= 10 s on 2 cores;
 * ``floor``: inflating the very same members with zlib on one core, output discarded
   (what the naive approach costs before any ELF parsing);
-* ``cached``: the same graph again with a warm per-wheel result cache;
+* ``cached``: the same graph again with a warm per-wheel result cache (each wheel keyed by its sha256,
+  hashed untimed, as the hub has it from the lock);
 
 and prints the bytes inflated, the ratios against the floor, and checks the
 order the issue is about: libnvJitLink before libcusparse and libcusolver.
@@ -48,7 +49,7 @@ from benchmarks.harness import Run, Step, add_json_option, alternate, own_cpu, p
 from benchmarks.synthetic_wheel import build_synthetic_set
 from benchmarks.torch_wheels import NVIDIA, TORCH, ensure_wheels
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.base.digestmemo import sha256_of
+from patched_wheels.base.fsutil import hash_file
 from patched_wheels.elf.graph import WheelRef, build_graph, scan_wheels
 from patched_wheels.elf.read import is_shared_library_name
 from patched_wheels.hub.facts import read_facts, write_facts
@@ -123,18 +124,20 @@ def facts_check(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench_graph."))
     try:
         facts = work / "wheel_facts.json"
+        # Hashed in steps: a child's peak RSS counts what its parent held when it forked.  Each wheel comes with
+        # its sha256, as the hub's do (a wheel given by its file alone is neither cached nor checked against facts).
+        refs = [WheelRef(wheel.name, hash_file(wheel), wheel) for wheel in wheels]
         recording = CacheContext(work / "record").recording({}, "")
-        scan_wheels(wheels, caches=recording)
+        scan_wheels(refs, caches=recording)
         assert recording.recorded is not None
         write_facts(facts, recording.recorded)
         checked = CacheContext(work / "check").recording(read_facts(facts, "bench_graph"), str(facts))
-        assert scan_wheels(wheels, caches=checked).cached_wheels == len(wheels), "the facts describe the wheels"
+        assert scan_wheels(refs, caches=checked).cached_wheels == len(refs), "the facts describe the wheels"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
         env.pop("RULES_PATCHED_WHEELS_CACHE", None)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         script = [sys.executable, "-m", "benchmarks.bench_graph", "--scan"]
-        # Hashed in steps: a child's peak RSS counts what its parent held when it forked.
-        names = [f"{wheel}={sha256_of(wheel, None)}" for wheel in wheels]
+        names = [f"{ref.path}={ref.sha256}" for ref in refs]
         steps = [
             Step("cold", [*script, "-", *names], env, work / "cold"),
             Step("facts, checked", [*script, str(facts), *names], env, work / "checked"),
@@ -211,10 +214,11 @@ def torch_graph() -> int:
     cpu_seconds = own_cpu() - cpu
     floor_seconds, floor_cpu_seconds = zlib_floor(members)
 
+    refs = [WheelRef(wheel.name, hash_file(wheel), wheel) for wheel in wheels]  # the cache's keys, as the hub has them
     with tempfile.TemporaryDirectory() as results:
-        scan_wheels(wheels, caches=CacheContext(Path(results)))
+        scan_wheels(refs, caches=CacheContext(Path(results)))
         start = time.perf_counter()
-        cached = build_graph(scan_wheels(wheels, caches=CacheContext(Path(results))).libraries)
+        cached = build_graph(scan_wheels(refs, caches=CacheContext(Path(results))).libraries)
         cached_seconds = time.perf_counter() - start
     assert cached.load_order == graph.load_order
 

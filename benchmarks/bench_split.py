@@ -1,7 +1,7 @@
 """Benchmark ``patched-wheels split`` and ``patch`` against ``cp`` of the same wheel, in the same rounds.
 
     python -m benchmarks.bench_split [--rounds N] [--wheel W | --synthetic BYTES] [--graph-wheels W...]
-                                     [--baseline-tree DIR] [--skip-no-cache] [--json FILE]
+                                     [--baseline-tree DIR] [--json FILE]
 
 The wheel is the real torch 2.1.0 cp311 wheel (670 MB, downloaded once by ``torch_wheels.py`` into
 ``${XDG_CACHE_HOME:-~/.cache}/rules_patched_wheels/torch-2.1.0/``), ``--wheel W``, or with ``--synthetic
@@ -12,9 +12,9 @@ each step a fresh process:
 
 * ``cp`` of the wheel: the floor, since a split writes as many bytes as the wheel holds;
 * ``patch --suffix bench.1 --remove-requires triton``: the rewrite every patched wheel gets;
-* ``split --max-size 300000000 --into <name>-cuda-libs`` with a warm ELF cache and digest memo (primed
-  once, untimed: the repeat run, and the hub's case, whose graph is read once for the whole set);
-* the same with ``--no-cache`` (the graph scan inflates every library: the first run on a machine);
+* ``split --max-size 300000000 --into <name>-cuda-libs``: given the wheel's file alone, the command reads
+  every library for its graph and keeps no ELF cache (cached rows would be checked against the members
+  all the same), so every run is as the first on a machine;
 * ``split (sha256 known)``: the same split through the library, as the Bazel hub runs it: the wheel's
   sha256 comes from the lock, so the ELF cache is read without hashing the wheel first; with the
   ``--graph-wheels`` (synthetic: the deps wheel) in its graph, as the hub reads the whole set, so the
@@ -27,7 +27,7 @@ the rounds, and the ratio to ``cp``'s median; then the JSON line of ``harness.pr
 ``PYTHONPATH`` (e.g. ``git worktree add --detach /tmp/split-base main``), alternating with this tree's,
 so a change is measured against the code before it in the same run.
 
-Targets (issues 19 and 43): split (warm ELF cache) <= 3x ``cp`` and patch <= 2x ``cp``, the hub's split
+Targets (issues 19 and 43): split <= 3x ``cp`` and patch <= 2x ``cp``, the hub's split
 <= 4x ``cp``, each in wall time (``cp``'s CPU is its kernel copy alone, so the CPU ratios are printed
 beside, not judged); split <= 200 MiB peak RSS.  Exit 1 when this tree misses one.
 """
@@ -115,12 +115,9 @@ def steps_for(
     wheels: list[tuple[Path, str]],
     work: Path,
     env: dict[str, str],
-    *,
-    no_cache: bool = True,
 ) -> list[Step]:
     """The patch and split steps of one source tree (``python_dir`` first on PYTHONPATH; None: the installed
-    one); ``wheels``: the wheel and the graph's other wheels, each with its sha256; ``no_cache``: with the
-    ``--no-cache`` split."""
+    one); ``wheels``: the wheel and the graph's other wheels, each with its sha256."""
     if python_dir is not None:
         env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(python_dir), env.get("PYTHONPATH", "")]))}
     wheel = wheels[0][0]
@@ -164,10 +161,9 @@ def steps_for(
             out / "patch",
         ),
         Step(f"{tree}: split", [*split, str(out / "split")], env, out / "split"),
-        Step(f"{tree}: split --no-cache", [*split, str(out / "split-nc"), "--no-cache"], env, out / "split-nc"),
         Step(f"{tree}: split (sha256 known)", as_the_hub, env, out / "split-hub"),
     ]
-    return [step for step in steps if no_cache or not step.label.endswith("--no-cache")]
+    return steps
 
 
 def main() -> int:
@@ -196,9 +192,6 @@ def main() -> int:
         "--baseline-tree", type=Path, help="a checkout of the code to compare with (its python/ is used)"
     )
     parser.add_argument("--work-dir", type=Path, help="scratch directory (default: a new temp dir, removed at the end)")
-    parser.add_argument(
-        "--skip-no-cache", action="store_true", help="leave out the --no-cache split (it inflates every library)"
-    )
     add_json_option(parser)
     args = parser.parse_args()
 
@@ -216,11 +209,9 @@ def main() -> int:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     steps = [Step("cp", ["cp", str(wheel), str(work / "cp")], env, work / "cp")]
     wheels = [(path, _sha256(path)) for path in [wheel, *graph_wheels]]
-    steps += steps_for("this tree", None, wheels, work, env, no_cache=not args.skip_no_cache)
+    steps += steps_for("this tree", None, wheels, work, env)
     if args.baseline_tree is not None:
-        steps += steps_for(
-            "baseline", args.baseline_tree.resolve() / "python", wheels, work, env, no_cache=not args.skip_no_cache
-        )
+        steps += steps_for("baseline", args.baseline_tree.resolve() / "python", wheels, work, env)
     trees = [REPO / "python", *([args.baseline_tree.resolve() / "python"] if args.baseline_tree is not None else [])]
     for tree in trees:  # as installed: byte-compiled once (under PYTHONDONTWRITEBYTECODE every run compiles again)
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True, stdout=subprocess.DEVNULL)
@@ -231,7 +222,7 @@ def main() -> int:
             )  # the same warm page cache for all
         for step in steps:
             if step.label.endswith((": split", "(sha256 known)")):
-                measure(step)  # primes the ELF cache; untimed
+                measure(step)  # primes the hub's ELF cache (and a baseline's); untimed
                 print(f"{step.label}: {check_split(step.output, wheel)}", flush=True)
         runs: dict[str, list[Run]] = alternate(steps, args.rounds)
     finally:

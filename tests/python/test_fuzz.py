@@ -189,7 +189,7 @@ def _check_patch(case_dir: Path, wheel: Path, sample: str) -> None:
 
 
 def _check_graph(case_dir: Path, wheel: Path, sample: str) -> None:
-    status, out, err = run_cli(["graph", "--no-cache", str(wheel)])
+    status, out, err = run_cli(["graph", str(wheel)])
     if status != 0:
         one_error_line(status, out, err)
     assert sorted(path.name for path in case_dir.iterdir()) == [wheel.name]

@@ -226,7 +226,6 @@ def test_split_publishes_both_wheels_or_neither(
     error named a temp file that no longer exists; then a sibling of an earlier run was replaced and removed."""
     command = [
         "split",
-        "--no-cache",
         "--wheel",
         str(torch_wheel),
         "--dest-dir",
@@ -296,7 +295,6 @@ def test_a_split_whose_sibling_fails_while_the_main_wheel_is_written_is_one_erro
     status = main(
         [
             "split",
-            "--no-cache",
             "--wheel",
             str(wheel),
             "--move",

@@ -122,7 +122,7 @@ def test_graph_keeps_windows_not_the_member_when_dynamic_is_near_the_start(tmp_p
     data = library.read_bytes()
     wheel = _padded_library_wheel(tmp_path, data)
 
-    status, out, err, peak = _run("graph", "--no-cache", "--json", wheel)
+    status, out, err, peak = _run("graph", "--json", wheel)
 
     assert status == 0, err
     expected = parse_elf(data, wheel=wheel.name, path="pad/libpad.so")
@@ -164,7 +164,6 @@ def test_rpath_edit_and_split_of_a_200_mib_library_stay_bounded(tmp_path: Path) 
 
     status, out, err, peak = _run(
         "split",
-        "--no-cache",
         "--wheel",
         patched,
         "--move",
@@ -210,7 +209,6 @@ def test_an_rpath_edit_that_grows_the_table_and_an_added_soname_of_a_200_mib_lib
 
     status, out, err, peak = _run(
         "split",
-        "--no-cache",
         "--wheel",
         patched,
         "--move",

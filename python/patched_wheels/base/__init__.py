@@ -1,1 +1,1 @@
-"""Shared infrastructure of every stage: atomic files, the persistent caches, the digest memo, bytecode, names, supervised children."""
+"""Shared infrastructure of every stage: atomic files, the persistent caches, bytecode, names, supervised children."""

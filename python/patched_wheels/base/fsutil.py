@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import io
 import os
 import re
 import shutil
@@ -327,41 +326,11 @@ def _is_alive(pid: int) -> bool:
 
 
 def hash_file(path: Path) -> str:
-    """sha256 hex digest of a file, streamed (hashlib releases the GIL, so threads scale)."""
-    with open(path, "rb") as stream:
-        return hash_stream(stream)
-
-
-def hash_stream(stream: io.BufferedIOBase) -> str:
-    """sha256 hex digest of what is left in ``stream``, read in chunks into one buffer."""
+    """sha256 hex digest of a file, read in chunks into one buffer (hashlib releases the GIL, so threads scale)."""
     digest = hashlib.sha256()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
-    while True:
-        size = stream.readinto(buffer)
-        if not size:
-            break
-        digest.update(view[:size])
+    with open(path, "rb") as stream:
+        while size := stream.readinto(buffer):
+            digest.update(view[:size])
     return digest.hexdigest()
-
-
-SETTLED_NS = 2_000_000_000
-"""How old a file's ctime must be before its status is trusted to change with its content (see settled_stamp)."""
-
-FileStamp = tuple[int, int, int, int, int]
-
-
-def settled_stamp(status: os.stat_result) -> FileStamp | None:
-    """(device, inode, size, mtime_ns, ctime_ns) of a file: equal stamps mean the same content, so what was
-    derived from the content may be reused; None when the file is too new for that.
-
-    Any write moves mtime and ctime, and ctime cannot be set by a user (``utime`` sets mtime and moves
-    ctime to now), so a rewritten, truncated or replaced file (a new inode, or the old inode reused with
-    a new ctime) gets another stamp.  Timestamps are only as fine as the kernel's clock tick, though: a
-    file written in the tick it is read in could change again unseen (git's "racy" index entries).  So
-    a file whose ctime is less than :data:`SETTLED_NS` old has no stamp: a wheel being downloaded or
-    written now is always read again, a wheel downloaded earlier is not.
-    """
-    if time.time_ns() - status.st_ctime_ns < SETTLED_NS:
-        return None
-    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)

@@ -30,12 +30,13 @@ COMMANDS = ("doctor", "graph", "hub", "index", "lock", "mirror", "patch", "resol
 """The subcommands, in ``--help`` order; each is the module of this package of that name, imported only when run."""
 
 
-def add_elf_cache_option(parser: argparse.ArgumentParser) -> None:
-    """``--no-cache`` for the commands that read the ELF graph (graph, doctor, split, patch --preload-for)."""
+def add_cache_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-cache`` for the commands that may run a probe (doctor, patch --preload-for): the wheels they are
+    given by path are read whole anyway, so only the probe's observation is worth keeping."""
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="do not read or write the per-wheel ELF result cache (nor the memo of wheel digests that keys it)",
+        help="do not read or write the helper's cache of probe observations",
     )
 
 
@@ -64,13 +65,6 @@ def caches(args: argparse.Namespace) -> CacheContext:
     from patched_wheels.base.cache import CacheContext
 
     return CacheContext.from_environment(enabled=not args.no_cache)
-
-
-def digest_memo_dir(args: argparse.Namespace) -> Path | None:
-    """Where the wheels' digests (the ELF cache's keys) are remembered by file status; None with ``--no-cache``."""
-    from patched_wheels.base.cache import cache_dir
-
-    return None if args.no_cache else cache_dir("digests")
 
 
 # The rules' JSON files are small (a spec per patched wheel, a row per locked wheel): a bigger one is not theirs.

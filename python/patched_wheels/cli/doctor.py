@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.cli import add_elf_cache_option, caches
+from patched_wheels.cli import add_cache_option, caches
 from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.doctor import diagnose, format_diagnosis, format_run
@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="a library file name the target system provides even if this machine lacks it (repeatable)",
     )
-    add_elf_cache_option(parser)
+    add_cache_option(parser)
     parser.set_defaults(run=_run)
 
 

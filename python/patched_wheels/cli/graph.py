@@ -13,7 +13,6 @@ import argparse
 import json
 from pathlib import Path
 
-from patched_wheels.cli import add_elf_cache_option, caches, digest_memo_dir
 from patched_wheels.elf.graph import format_graph, graph_as_json, read_graph
 
 
@@ -26,12 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")
     parser.add_argument("--json", action="store_true", help="print the graph as JSON")
-    add_elf_cache_option(parser)
     parser.add_argument("--jobs", type=int, metavar="N", help="inflate on N threads (default: one per core)")
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    graph = read_graph(args.wheels, caches=caches(args), workers=args.jobs, digest_dir=digest_memo_dir(args))
+    graph = read_graph(args.wheels, workers=args.jobs)
     print(json.dumps(graph_as_json(graph), indent=2) if args.json else format_graph(graph))
     return 0

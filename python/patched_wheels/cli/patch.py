@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patched_wheels.cli import add_elf_cache_option, caches
+from patched_wheels.cli import add_cache_option, caches
 from patched_wheels.errors import UsageError
 from patched_wheels.patch.surgery import PatchOptions, find_patches, patch_wheel
 
@@ -104,7 +104,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help='with --preload-for: run no package code; the preload comes from the ELF graph alone (preload = "elf")',
     )
-    add_elf_cache_option(parser)
+    add_cache_option(parser)
     parser.set_defaults(run=_run)
 
 

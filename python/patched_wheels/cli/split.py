@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.cli import add_elf_cache_option, caches, digest_memo_dir
 from patched_wheels.patch.surgery import split_wheel
 
 
@@ -37,7 +36,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--graph-wheels", type=Path, nargs="+", default=[], metavar="WHEEL", help="other wheels the libraries may need"
     )
-    add_elf_cache_option(parser)
     parser.set_defaults(run=_run)
 
 
@@ -49,8 +47,6 @@ def _run(args: argparse.Namespace) -> int:
         move=args.move or (),
         max_size=args.max_size,
         graph_wheels=args.graph_wheels,
-        caches=caches(args),
-        digest_dir=digest_memo_dir(args),
     )
     print(result.path)
     print(result.sibling)

@@ -3,9 +3,11 @@
 Results are cached per wheel *content*: keyed by the wheel's sha256 (and the cache
 schema), holding no file name, so a renamed copy hits and a wheel whose sha256 is
 known (the hub's, pinned by the lock and verified by Bazel) needs no file at all when
-its rows are cached -- the hub then need not even fetch it.  Inflating is what costs:
-hashing a wheel that comes without a digest is far cheaper.  Files are read and written
-through :mod:`patched_wheels.base.cache` (trust, bounds, a miss for anything wrong).
+its rows are cached -- the hub then need not even fetch it.  Only a wheel that comes with
+its sha256 is cached: the rows of a wheel at hand are checked against its members, so one
+given by its file alone is read all the same, and hashing it for a key would spare nothing.
+Files are read and written through :mod:`patched_wheels.base.cache` (trust, bounds, a miss
+for anything wrong).
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.base.digestmemo import sha256_of
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.elf.cache import ElfCache, wheel_problem
 from patched_wheels.elf.order import components_load_order, order_key, strong_components
@@ -163,18 +162,11 @@ def library_members(wheel: Path) -> list[tuple[ZipMember, str]]:
     return members
 
 
-def _digest(wheel: WheelRef, digest_dir: Path | None) -> str:
-    if wheel.sha256 or wheel.path is None:
-        return wheel.sha256
-    return sha256_of(wheel.path, digest_dir)
-
-
 def scan_wheels(
     wheels: Sequence[Path | str | WheelRef],
     *,
     caches: CacheContext = OFF,
     workers: int | None = None,
-    digest_dir: Path | None = None,
     installed: Callable[[str, str], Path | None] | None = None,
 ) -> WheelScan:
     """Read the dynamic section of every shared library in ``wheels``.
@@ -188,8 +180,8 @@ def scan_wheels(
     that disagrees is one warning naming the entry (the facts file's, or the cache file) and the wheel, and
     the wheel's own rows are used and stored.  Only a wheel the hub did not fetch, named by its sha256 alone,
     takes rows unread: the cache's own files' (trusted as their owner), never a facts file's.  A wheel given
-    by its file alone is hashed for that key, unless ``digest_dir`` (:mod:`patched_wheels.base.digestmemo`)
-    remembers the file's digest.
+    by its file alone (no sha256: the commands) is read and neither hashed nor cached: its rows would be
+    read all the same, so a key would cost a pass over the file and spare nothing.
     Members are inflated largest first on ``workers`` threads (default: one
     per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
     read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
@@ -208,12 +200,8 @@ def scan_wheels(
     jobs: list[tuple[Path, ZipMember, str]] = []
     scanned: list[tuple[WheelRef, str]] = []
     workers = workers or os.cpu_count() or 1
-    digests = (
-        _map_on_threads(lambda ref: _digest(ref, digest_dir), refs, workers)
-        if cache is not None
-        else [ref.sha256 for ref in refs]
-    )
-    for ref, digest in zip(refs, digests):
+    for ref in refs:
+        digest = ref.sha256
         # A facts entry only for a wheel at hand: rows without their wheel cannot be checked.
         cached = None if cache is None or not digest else cache.load(digest, ref.filename, given=ref.path is not None)
         if ref.path is None:
@@ -243,7 +231,7 @@ def scan_wheels(
     believed = 0
     for ref, digest in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
-        if cache is None:
+        if cache is None or not digest:
             continue
         rows = claimed.get(ref.filename)
         problem = None if rows is None else wheel_problem(ref.filename, shipped[ref.filename], rows)
@@ -338,7 +326,6 @@ def read_graph(
     *,
     caches: CacheContext = OFF,
     workers: int | None = None,
-    digest_dir: Path | None = None,
     lenient: bool = False,
     installed: Callable[[str, str], Path | None] | None = None,
 ) -> LibraryGraph:
@@ -348,7 +335,7 @@ def read_graph(
     out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
     against the package being patched (the whole lock is read, and most of its wheels are bystanders).
     """
-    scan = scan_wheels(wheels, caches=caches, workers=workers, digest_dir=digest_dir, installed=installed)
+    scan = scan_wheels(wheels, caches=caches, workers=workers, installed=installed)
     if scan.problems and not lenient:
         first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
         raise ElfError(scan.problems[first].message)

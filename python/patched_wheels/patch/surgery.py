@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.patch.request import RpathEdit, SplitRequest
 from patched_wheels.patch.rewrite import MemberEdit, Scratch, WheelEdits, write_wheel
@@ -272,18 +271,15 @@ def split_wheel(
     move: Sequence[str] = (),
     max_size: int | None = None,
     graph_wheels: Sequence[Path] = (),
-    caches: CacheContext = OFF,
-    digest_dir: Path | None = None,
 ) -> PatchResult:
     """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
 
     ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
     with them, the preload also loads what the moved libraries need from those wheels,
-    so the pair works with one directory per wheel on its own.  ``caches`` and ``digest_dir``: the ELF
-    cache and the memo of the wheels' digests that key it (see :func:`patched_wheels.elf.graph.scan_wheels`).
+    so the pair works with one directory per wheel on its own.
     """
     # Imported here: the `patch` command, which imports this module, reads no library graph unless asked.
     from patched_wheels.elf.graph import read_graph
 
-    graph = read_graph([Path(wheel), *graph_wheels], caches=caches, digest_dir=digest_dir)
+    graph = read_graph([Path(wheel), *graph_wheels])
     return patch_wheel(wheel, dest_dir, PatchOptions(split=SplitRequest(into, move, max_size), graph=graph))

@@ -1,9 +1,10 @@
 """A run that fails says one line, its error: never the warnings given on the way to it (issue 41).
 
 The CLI holds every ``patched-wheels: warning:`` line until the command ends, and shows them only when it
-ends without an error line. Each command family gets a warning here, then an error: the ELF commands
-(``graph``, ``doctor``, ``split``, ``patch``) read an ELF cache whose directory is writable by others, and
-the index commands (``index``, ``lock``) a hash cache that is no JSON.
+ends without an error line. Each command family that can warn gets a warning here, then an error: the ELF
+commands that judge a package (``doctor``, ``patch --preload-for``) are given a bystander wheel with a library
+they cannot read, and the index commands (``index``, ``lock``) a hash cache that is no JSON.  ``graph`` and
+``split`` have no warning to hold: they keep no cache, and fail on any library they cannot read.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ def _run(env: dict[str, str], *args: object) -> subprocess.CompletedProcess[str]
 
 
 @pytest.fixture
-def elf_world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A wheel holding a library, and an environment whose ELF cache holds its entry in a directory that
-    others may write (so every read of it is one warning)."""
+def elf_world(tmp_path: Path) -> tuple[Path, Path]:
+    """A wheel holding a library, and a bystander wheel whose library is no ELF file: a command judging the
+    first wheel's package warns that the bystander is left out of its library graph."""
     library = compile_shared(tmp_path, "libdemo.so", "int demo(void) { return 1; }\n", "-Wl,-soname,libdemo.so")
     wheel = build_wheel(
         tmp_path,
@@ -46,11 +47,8 @@ def elf_world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         {"demo/__init__.py": b"", "demo/libdemo.so": library.read_bytes()},
         tag="py3-none-linux_x86_64",
     )
-    env = {**os.environ, "RULES_PATCHED_WHEELS_CACHE": str(tmp_path / "cache")}
-    filled = _run(env, "graph", wheel)
-    assert (filled.returncode, filled.stderr) == (0, "")
-    (tmp_path / "cache" / "elfgraph").chmod(0o777)
-    return wheel, env
+    bystander = build_wheel(tmp_path, "junk", "1.0", {"junk/libjunk.so": b"not ELF"}, tag="py3-none-linux_x86_64")
+    return wheel, bystander
 
 
 def _not_a_zip(directory: Path) -> Path:
@@ -59,41 +57,39 @@ def _not_a_zip(directory: Path) -> Path:
     return bad
 
 
-ELF_FAILURES: dict[str, Callable[[Path, Path], list[object]]] = {
-    "graph": lambda wheel, tmp: ["graph", wheel, _not_a_zip(tmp)],
-    "doctor": lambda wheel, tmp: ["doctor", wheel, _not_a_zip(tmp)],
-    "split": lambda wheel, tmp: [
-        *("split", "--wheel", wheel, "--move", "demo/*.so", "--into", "demo-libs", "--dest-dir", tmp / "a-file"),
+ELF_FAILURES: dict[str, Callable[[Path, Path, Path], list[object]]] = {
+    "doctor": lambda wheel, bystander, tmp: [
+        *("doctor", "--package", "demo", wheel, bystander, "--preload-wheels", "nothing-*"),  # matches no wheel
     ],
-    "patch": lambda wheel, tmp: [
+    "patch": lambda wheel, bystander, tmp: [
         *("patch", "--wheel", wheel, "--dest-dir", tmp, "--suffix", "s", "--no-probe"),
-        *("--preload-for", "demo", "--preload-from", wheel),  # it needs no library of the wheels given
+        *("--preload-for", "demo", "--preload-from", wheel, bystander),  # it needs no library of the wheels given
     ],
 }
 
 
 @pytest.mark.parametrize("command", sorted(ELF_FAILURES))
 def test_an_elf_command_that_fails_after_a_warning_says_only_its_error(
-    elf_world: tuple[Path, dict[str, str]], tmp_path: Path, command: str
+    elf_world: tuple[Path, Path], tmp_path: Path, command: str
 ) -> None:
-    wheel, env = elf_world
-    (tmp_path / "a-file").write_text("")  # a --dest-dir that is a file: the run fails after reading the wheel
+    wheel, bystander = elf_world
 
-    result = _run(env, *ELF_FAILURES[command](wheel, tmp_path))
+    result = _run(dict(os.environ), *ELF_FAILURES[command](wheel, bystander, tmp_path))
 
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith(ERROR)
 
 
-def test_an_elf_command_that_succeeds_shows_its_warning(elf_world: tuple[Path, dict[str, str]]) -> None:
-    wheel, env = elf_world
+def test_an_elf_command_that_succeeds_shows_its_warning(elf_world: tuple[Path, Path]) -> None:
+    wheel, bystander = elf_world
 
-    result = _run(env, "graph", wheel)
+    result = _run(dict(os.environ), "doctor", "--package", "demo", wheel, bystander)
 
     assert result.returncode == 0
     (line,) = result.stderr.splitlines()
-    assert line.startswith(WARNING) and "cache directory not read" in line
+    assert line.startswith(f"{WARNING}{bystander.name}: junk/libjunk.so: not an ELF file")
+    assert line.endswith("demo needs nothing of junk-1.0-py3-none-linux_x86_64.whl: left out of its library graph")
 
 
 @pytest.fixture

@@ -40,6 +40,20 @@ real_torch = pytest.mark.skipif(
 )
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _ref(path: Path) -> WheelRef:
+    """``path`` with its sha256, as the hub gives a wheel: the ELF cache's key (a wheel given by its file
+    alone is read, never cached)."""
+    return WheelRef(path.name, _digest(path), path)
+
+
+def _refs(paths) -> list[WheelRef]:
+    return [_ref(Path(path)) for path in paths]
+
+
 def _cached(digests, caches):
     """The digests whose rows the cache's own files hold, valid (never facts laid over it)."""
     cache = elfcache.ElfCache(caches)
@@ -252,33 +266,48 @@ def test_cached_rows_of_a_wheel_at_hand_are_believed_once_its_members_say_the_sa
     """A row is a claim about what gets loaded: with the wheel at hand it is read all the same (issue 41), and
     the entry is believed, neither warned about nor rewritten, when it says what the members do."""
     cache = tmp_path / "cache" / "elfgraph"
-    first = scan_wheels(wheels.all, caches=CacheContext(cache.parent))
+    first = scan_wheels(_refs(wheels.all), caches=CacheContext(cache.parent))
     assert first.inflated_bytes > 0 and first.cached_wheels == 0
     written = {entry: entry.stat().st_mtime_ns for entry in cache.iterdir()}
-    second = scan_wheels(wheels.all, caches=CacheContext(cache.parent))
+    second = scan_wheels(_refs(wheels.all), caches=CacheContext(cache.parent))
     assert second.libraries == first.libraries
     assert (second.inflated_bytes, second.cached_wheels) == (first.inflated_bytes, len(wheels.all))
     assert {entry: entry.stat().st_mtime_ns for entry in cache.iterdir()} == written
     assert capsys.readouterr().err == ""
-    os.utime(wheels.torch, ns=(1, 1))  # the key is the content: a touched file still hits
-    assert scan_wheels(wheels.all, caches=CacheContext(cache.parent)).cached_wheels == len(wheels.all)
     changed = tmp_path / "changed" / wheels.torch.name
     changed.parent.mkdir()
     shutil.copyfile(wheels.torch, changed)
     with zipfile.ZipFile(changed, "a") as archive:
         archive.comment = b"other bytes, same members"
-    third = scan_wheels([*wheels.nvidia.values(), changed], caches=CacheContext(cache.parent))
+    third = scan_wheels(_refs([*wheels.nvidia.values(), changed]), caches=CacheContext(cache.parent))
     assert third.cached_wheels == len(wheels.all) - 1 and third.libraries == first.libraries
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _lying_entry(tmp_path: Path, wheel: Path) -> Path:
+    """A cache root whose entry for ``wheel``'s sha256 lists a library the wheel does not ship (believed, it
+    would be an edge of every preload): a scan that keys ``wheel`` by its sha256 warns about it and rewrites it."""
+    root = tmp_path / "cache"
+    scan_wheels([_ref(wheel)], caches=CacheContext(root))
+    _poison(root / "elfgraph", wheel, lambda rows: [*rows, _row(path="faketorch/lib/libevil.so", needed=[])])
+    return root
+
+
+def test_a_wheel_given_by_its_file_alone_is_read_and_never_cached(tmp_path, wheels, capsys):
+    """Its rows would be checked against its members all the same (issue 43): a key would cost a pass over the
+    file and spare nothing, so the cache is neither read (a lying entry for its sha256 goes unseen) nor written."""
+    root = _lying_entry(tmp_path, wheels.torch)
+    before = {entry: entry.read_bytes() for entry in (root / "elfgraph").iterdir()}
+    capsys.readouterr()
+    scan = scan_wheels(wheels.all, caches=CacheContext(root))
+    assert scan.cached_wheels == 0 and scan.libraries == scan_wheels(wheels.all).libraries
+    assert capsys.readouterr().err == ""
+    assert {entry: entry.read_bytes() for entry in (root / "elfgraph").iterdir()} == before
 
 
 def test_a_cache_hit_needs_no_file_and_reports_the_name_it_is_given(tmp_path, wheels):
     """Rows hold no file name: the hub names a wheel it did not fetch by its sha256, under any file name."""
     cache = tmp_path / "cache" / "elfgraph"
-    first = scan_wheels(wheels.all, caches=CacheContext(cache.parent))
+    first = scan_wheels(_refs(wheels.all), caches=CacheContext(cache.parent))
     renamed = "faketorch-2.1.0-py3-none-manylinux_2_17_x86_64.whl"
     refs = [WheelRef(path.name, _digest(path)) for path in wheels.nvidia.values()] + [
         WheelRef(renamed, _digest(wheels.torch))
@@ -301,38 +330,40 @@ def test_a_cache_hit_needs_no_file_and_reports_the_name_it_is_given(tmp_path, wh
 @pytest.mark.parametrize("entry", [b"{not json", b'[{"path": 1}]', b'[{"wheel": "x.whl", "path": "a.so"}]', b"{}"])
 def test_a_corrupt_cache_entry_is_read_again_and_rewritten(tmp_path, wheels, entry):
     cache = tmp_path / "cache" / "elfgraph"
-    first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
+    first = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     (stored,) = cache.iterdir()
     assert stored.name == f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
     assert "wheel" not in json.loads(stored.read_text(encoding="utf-8"))[0]
     stored.write_bytes(entry)
     assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == []
-    again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
+    again = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.inflated_bytes > 0 and again.libraries == first.libraries
-    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1, "the entry was rewritten"
+    assert scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent)).cached_wheels == 1, (
+        "the entry was rewritten"
+    )
 
 
 def test_an_unwritable_cache_costs_a_read_not_the_command(tmp_path, wheels):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory", encoding="utf-8")
-    assert scan_wheels(wheels.all, caches=CacheContext(blocker)).libraries == scan_wheels(wheels.all).libraries
+    assert scan_wheels(_refs(wheels.all), caches=CacheContext(blocker)).libraries == scan_wheels(wheels.all).libraries
 
 
 def test_graph_command_prints_libraries_and_load_order(wheels, capsys):
-    assert main(["graph", "--no-cache", *map(str, wheels.all)]) == 0
+    assert main(["graph", *map(str, wheels.all)]) == 0
     out = capsys.readouterr().out
     order = out.split("load order (dependencies first):\n")[1].splitlines()
     assert len(order) == len(LIBRARY_PATHS)
     names = [line.split(". ", 1)[1].split(" ")[0] for line in order]
     assert names.index(LIBRARY_PATHS["jit"]) < names.index(LIBRARY_PATHS["sparse"])
     assert "libc.so.6 (system, not followed)" in out
-    assert main(["graph", "--no-cache", "--json", *map(str, wheels.all)]) == 0
+    assert main(["graph", "--json", *map(str, wheels.all)]) == 0
     assert '"load_order"' in capsys.readouterr().out
 
 
 def test_graph_command_reports_a_bad_member_on_one_line(tmp_path, capsys):
     wheel = build_wheel(tmp_path, "broken", "1.0", {"broken/libfoo.so": b"garbage"})
-    assert main(["graph", "--no-cache", str(wheel)]) == 1
+    assert main(["graph", str(wheel)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
         "patched-wheels: error: broken-1.0-py3-none-linux_x86_64.whl: broken/libfoo.so"
@@ -457,7 +488,7 @@ def _poison(cache: Path, wheel: Path, edit) -> Path:
 )
 def test_a_bad_row_is_a_miss_with_one_warning_and_is_rewritten(tmp_path, wheels, capsys, edit, problem):
     cache = tmp_path / "cache" / "elfgraph"
-    first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
+    first = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     capsys.readouterr()
     entry = _poison(cache, wheels.torch, edit)
     if problem == "RecursionError":
@@ -465,13 +496,13 @@ def test_a_bad_row_is_a_miss_with_one_warning_and_is_rewritten(tmp_path, wheels,
     assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == [], (
         "--list-cached reports only valid entries"
     )
-    again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
+    again = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     warnings = capsys.readouterr().err.splitlines()
     assert len(warnings) == 2 and all(
         line.startswith(f"patched-wheels: warning: {entry}: cache ") and problem in line for line in warnings
     )
-    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1, (
+    assert scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent)).cached_wheels == 1, (
         "the entry was rewritten from the wheel"
     )
     assert capsys.readouterr().err == ""
@@ -510,16 +541,16 @@ def test_rows_that_do_not_describe_the_wheel_at_hand_are_read_again(tmp_path, wh
     """Valid rows, but not this wheel's (its paths, or what a member's dynamic section says): a cache hit is
     believed unread only without the wheel (the hub's unfetched wheels)."""
     cache = tmp_path / "cache" / "elfgraph"
-    first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
+    first = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     capsys.readouterr()
     entry = _poison(cache, wheels.torch, edit)
     assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == [_digest(wheels.torch)]
-    again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
+    again = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     (warning,) = capsys.readouterr().err.splitlines()
     assert warning.startswith(f"patched-wheels: warning: {entry}: cache entry ignored (") and problem in warning
     assert warning.endswith("; read again from the wheel")
-    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1
+    assert scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent)).cached_wheels == 1
 
 
 def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused(tmp_path, capsys):
@@ -529,7 +560,7 @@ def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused
     entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
     entry.write_text(json.dumps([_row(path="textlib/libx.so")]), encoding="utf-8")
     with pytest.raises(ElfError, match="textlib/libx.so: not an ELF file"):
-        read_graph([wheel], caches=CacheContext(cache.parent))
+        read_graph([_ref(wheel)], caches=CacheContext(cache.parent))
     (warning,) = capsys.readouterr().err.splitlines()
     assert (
         warning
@@ -548,9 +579,9 @@ def test_a_data_scheme_file_named_like_a_library_but_not_elf_keeps_its_cache_ent
         {"datalib-1.0.data/data/share/notes.so": b"plain text", "datalib-1.0.data/data/lib/libdata.so": library},
     )
     cache = tmp_path / "cache" / "elfgraph"
-    first = scan_wheels([wheel], caches=CacheContext(cache.parent))
+    first = scan_wheels([_ref(wheel)], caches=CacheContext(cache.parent))
     assert [library.path for library in first.libraries] == ["datalib-1.0.data/data/lib/libdata.so"]
-    second = scan_wheels([wheel], caches=CacheContext(cache.parent))
+    second = scan_wheels([_ref(wheel)], caches=CacheContext(cache.parent))
     assert (second.cached_wheels, second.libraries) == (1, first.libraries)
     assert capsys.readouterr().err == ""
 
@@ -582,9 +613,9 @@ def test_checking_cached_rows_streams_each_member_once_as_a_cold_read_does(tmp_p
             yield piece
 
     monkeypatch.setattr(elfread, "inflated_chunks", counting)
-    assert scan_wheels([wheel], caches=CacheContext(cache.parent)).cached_wheels == 0
+    assert scan_wheels([_ref(wheel)], caches=CacheContext(cache.parent)).cached_wheels == 0
     cold, inflated[:] = sum(inflated), []
-    assert scan_wheels([wheel], caches=CacheContext(cache.parent)).cached_wheels == 1
+    assert scan_wheels([_ref(wheel)], caches=CacheContext(cache.parent)).cached_wheels == 1
     assert sum(inflated) == cold == len(data)
 
 
@@ -593,7 +624,7 @@ def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(
     tmp_path, wheels, capsys, monkeypatch, kind
 ):
     cache = tmp_path / "cache" / "elfgraph"
-    first = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
+    first = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     entry = cache / f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
     if kind == "group-writable":
         entry.chmod(0o660)
@@ -607,7 +638,7 @@ def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(
     read_bytes = count_read_bytes(monkeypatch)
     capsys.readouterr()
     assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == []
-    again = scan_wheels([wheels.torch], caches=CacheContext(cache.parent))
+    again = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     warnings = capsys.readouterr().err.splitlines()
     assert len(warnings) == 2 and all(
@@ -615,22 +646,59 @@ def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(
     )
     assert sum(read_bytes) < 1 << 20  # the 150 MB file was refused by its size, not read
     assert entry.is_file() and not entry.is_symlink() and stat.S_IMODE(entry.stat().st_mode) == 0o600
-    assert scan_wheels([wheels.torch], caches=CacheContext(cache.parent)).cached_wheels == 1
+    assert scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent)).cached_wheels == 1
 
 
-def test_the_graph_command_never_caches_into_the_working_directory(tmp_path, wheels, monkeypatch, capsys):
-    """Issue 22: a relative XDG_CACHE_HOME is ignored (XDG spec); a relative RULES_PATCHED_WHEELS_CACHE is one error."""
+def test_the_graph_command_neither_hashes_its_wheels_nor_touches_a_cache(tmp_path, wheels):
+    """``graph`` is given files: it reads their libraries and nothing more (issue 43: hashing torch's set for
+    a cache key was a pass over gigabytes that spared nothing), and keeps no cache: an empty cache directory
+    stays empty, and a lying entry for a wheel's sha256 is never looked at (no warning, not rewritten)."""
+    with zipfile.ZipFile(wheels.nvidia["jit"]) as archive:
+        library = archive.read(LIBRARY_PATHS["jit"])
+    bulk = 32 << 20  # a stored member no scan inflates: more than anything else the run reads
+    bulky = wheelbuilder.build_wheel(
+        tmp_path,
+        "bulky",
+        "1.0",
+        {"bulky/libjit.so.12": library, "bulky/weights.bin": bytes(bulk)},
+        tag="py3-none-linux_x86_64",
+        compression=zipfile.ZIP_STORED,
+    )
+    code = (
+        "import sys; from patched_wheels.cli import main; status = main(sys.argv[1:]); "
+        "print(next(line for line in open('/proc/self/io') if line.startswith('rchar:')).split()[1]); sys.exit(status)"
+    )
+    empty, poisoned = tmp_path / "empty", _lying_entry(tmp_path, wheels.torch)
+    empty.mkdir()
+    before = {entry: entry.read_bytes() for entry in poisoned.rglob("*") if entry.is_file()}
+    for root in (empty, poisoned):
+        result = subprocess.run(
+            [sys.executable, "-c", code, "graph", str(bulky), *map(str, wheels.all)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "RULES_PATCHED_WHEELS_CACHE": str(root)},
+        )
+        assert (result.returncode, result.stderr) == (0, "")
+        assert "faketorch/lib/libevil.so" not in result.stdout and "bulky/libjit.so.12" in result.stdout
+        assert int(result.stdout.splitlines()[-1]) < bulk, "a wheel was read whole: hashed"
+    assert list(empty.iterdir()) == []
+    assert {entry: entry.read_bytes() for entry in poisoned.rglob("*") if entry.is_file()} == before
+
+
+def test_no_command_caches_into_the_working_directory(tmp_path, wheels, monkeypatch, capsys):
+    """Issue 22: a relative XDG_CACHE_HOME is ignored (XDG spec); a relative RULES_PATCHED_WHEELS_CACHE is one
+    error of a command that keeps a cache (``doctor``'s probe observations; ``graph`` keeps none)."""
     monkeypatch.delenv("RULES_PATCHED_WHEELS_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "relcache")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    assert main(["graph", *map(str, wheels.all)]) == 0
+    doctor = ["doctor", "--package", "faketorch", "--probe", "import faketorch", *map(str, wheels.all)]
+    assert main(doctor) == 1  # a report: libraries that fail as they are, none with the preload
     assert not (tmp_path / "relcache").exists()
-    entries = list((tmp_path / "home" / ".cache" / "rules_patched_wheels" / "elfgraph").iterdir())
-    assert len(entries) == len(wheels.all)
+    assert len(list((tmp_path / "home" / ".cache" / "rules_patched_wheels" / "observed").iterdir())) == 1
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "relcache")
     capsys.readouterr()
-    assert main(["graph", *map(str, wheels.all)]) == 1
+    assert main(doctor) == 1
     assert (
         capsys.readouterr().err
         == "patched-wheels: error: RULES_PATCHED_WHEELS_CACHE=relcache: expected an absolute directory or off\n"
@@ -649,7 +717,7 @@ def test_reading_libraries_uses_the_one_reader_not_pyelftools(tmp_path, wheels):
     )
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run(
-        [sys.executable, "-c", code, "graph", "--no-cache", *map(str, wheels.all)],
+        [sys.executable, "-c", code, "graph", *map(str, wheels.all)],
         capture_output=True,
         text=True,
         env=environment,

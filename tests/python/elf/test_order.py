@@ -105,7 +105,7 @@ def test_a_graph_of_thousands_of_libraries_in_one_cycle_orders_without_recursion
 
 
 def test_graph_command_exits_0_on_a_cycle_and_prints_it(pil, capsys):
-    assert main(["graph", "--no-cache", str(pil.package_wheel)]) == 0
+    assert main(["graph", str(pil.package_wheel)]) == 0
     out = capsys.readouterr().out
     wheel = pil.package_wheel.name
     order = out.split("load order (dependencies first):\n")[1].splitlines()
@@ -118,7 +118,7 @@ def test_graph_command_exits_0_on_a_cycle_and_prints_it(pil, capsys):
         "cycles (libraries that need each other; each loads as one, first member first):",
         f"  cycle 1: {PIL_LIBRARIES['harfbuzz']} ({wheel}) <-> {PIL_LIBRARIES['freetype']} ({wheel})",
     ]
-    assert main(["graph", "--no-cache", "--json", str(pil.package_wheel)]) == 0
+    assert main(["graph", "--json", str(pil.package_wheel)]) == 0
     cycles = json.loads(capsys.readouterr().out)["cycles"]
     assert cycles == [
         [{"wheel": wheel, "path": PIL_LIBRARIES["harfbuzz"]}, {"wheel": wheel, "path": PIL_LIBRARIES["freetype"]}]
@@ -291,7 +291,7 @@ def test_an_unreadable_library_the_package_may_need_is_one_error(torch, tmp_path
         f"patched-wheels: error: {broken_blas.name}: {LIBRARY_PATHS['blas']}: not an ELF file"
     ), err
     # The graph command lists what it is given: a library it cannot read is still its error.
-    assert main(["graph", "--no-cache", *map(str, wheels)]) == 1
+    assert main(["graph", *map(str, wheels)]) == 1
     assert capsys.readouterr().err.startswith(f"patched-wheels: error: {broken_blas.name}")
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.cli import main
-from patched_wheels.elf.graph import read_graph
+from patched_wheels.elf.graph import WheelRef, read_graph
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.loading.preload import (
     PRELOAD_MODULE,
@@ -349,45 +350,53 @@ def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_p
 
 @pytest.mark.parametrize("evil", ["../../../../../tmp/evil.so", "fakert_foo/lib/libevil.so"])
 def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, capsys, monkeypatch, evil):
-    """Issue 20's attack: ``graph`` fills the cache, a row is added to fakert-foo's entry, then ``patch`` with the
-    cache: the preload is what the wheels justify, and one warning names the cache file. An unsafe path fails the
-    row check; a safe one that the wheel lacks fails the check against the wheel at hand."""
-    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
-    assert main(["graph", *map(str, runtime.all)]) == 0
-    digest = hashlib.sha256(runtime.foo.read_bytes()).hexdigest()
-    (entry,) = (tmp_path / "cache" / "elfgraph").glob(f"{digest}.*.json")
+    """Issue 20's attack: the hub's scan fills the cache (each wheel by its sha256), a row is added to fakert-foo's
+    entry, then the hub plans with the cache: the preload is what the wheels justify, and one warning names the
+    cache file. An unsafe path fails the row check; a safe one that the wheel lacks fails the check against the
+    wheel at hand. ``patch --preload-for``, given the files alone, never even looks at the entry."""
+    caches = CacheContext(tmp_path / "cache")
+    refs = [WheelRef(path.name, hashlib.sha256(path.read_bytes()).hexdigest(), path) for path in runtime.all]
+    read_graph(refs, caches=caches)
+    (entry,) = (tmp_path / "cache" / "elfgraph").glob(f"{refs[runtime.all.index(runtime.foo)].sha256}.*.json")
     rows = json.loads(entry.read_text(encoding="utf-8"))
-    rows.insert(0, {"path": evil, "soname": "libevil.so", "needed": [], "rpath": [], "runpath": []})
-    entry.write_text(json.dumps(rows), encoding="utf-8")
+    poisoned_entry = json.dumps(
+        [{"path": evil, "soname": "libevil.so", "needed": [], "rpath": [], "runpath": []}, *rows]
+    )
+    entry.write_text(poisoned_entry, encoding="utf-8")
     capsys.readouterr()
 
-    def patched_preload(*options: str) -> PreloadList:
-        dest = tmp_path / f"out{len(options)}"
-        argv = ["patch", *options, "--wheel", str(runtime.package), "--dest-dir", str(dest), "--suffix", "p.1"]
-        assert (
-            main(
-                [
-                    *argv,
-                    "--preload-for",
-                    RUNTIME_PACKAGE,
-                    "--preload-from",
-                    *map(str, runtime.all),
-                    "--preload-wheels",
-                    "fakert-foo",
-                ]
-            )
-            == 0
+    def planned(caches: CacheContext) -> PreloadList:
+        plan = plan_package_preload(
+            RUNTIME_PACKAGE,
+            refs,
+            ElfOnly(),
+            package_wheel=runtime.package,
+            preload_wheels=["fakert-foo"],
+            caches=caches,
         )
-        (wheel,) = dest.glob("*.whl")
-        with zipfile.ZipFile(wheel) as archive:
-            return read_preload_module(archive.read(f"{RUNTIME_PACKAGE}/{PRELOAD_MODULE}.py"), where="test")
+        assert plan is not None
+        return plan.entries
 
-    poisoned = patched_preload()
+    poisoned = planned(caches)
     warnings = capsys.readouterr().err.splitlines()
     assert len(warnings) == 1 and warnings[0].startswith(f"patched-wheels: warning: {entry}: cache entry ignored (")
     assert not any("evil" in path for path in poisoned.libraries)
     assert RUNTIME_LIBRARY_PATHS["foo"] in poisoned.libraries
-    assert poisoned == patched_preload("--no-cache")
+    assert poisoned == planned(OFF)
+    entry.write_text(poisoned_entry, encoding="utf-8")  # the plan rewrote it from the wheel
+
+    def patched_preload(*options: str) -> PreloadList:
+        dest = tmp_path / f"out{len(options)}"
+        argv = ["patch", *options, "--wheel", str(runtime.package), "--dest-dir", str(dest), "--suffix", "p.1"]
+        argv += ["--preload-for", RUNTIME_PACKAGE, "--preload-from", *map(str, runtime.all)]
+        assert main([*argv, "--preload-wheels", "fakert-foo"]) == 0
+        (wheel,) = dest.glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            return read_preload_module(archive.read(f"{RUNTIME_PACKAGE}/{PRELOAD_MODULE}.py"), where="test")
+
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
+    assert patched_preload() == patched_preload("--no-cache")
+    assert capsys.readouterr().err == "" and entry.read_text(encoding="utf-8") == poisoned_entry
 
 
 def _announcing_library(directory: Path, name: str) -> Path:

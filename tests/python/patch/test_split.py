@@ -262,7 +262,7 @@ def test_output_must_not_replace_the_input(wheels):
 
 
 def test_split_command_prints_outputs_and_requirements(wheels, tmp_path, capsys):
-    argv = ["split", "--no-cache", "--wheel", str(wheels.torch), "--move", "faketorch/lib/*.so"]
+    argv = ["split", "--wheel", str(wheels.torch), "--move", "faketorch/lib/*.so"]
     assert main([*argv, "--into", "faketorch-libs", "--dest-dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
@@ -288,7 +288,7 @@ def test_splitting_a_wheel_whose_preload_module_was_edited_is_one_error_and_no_o
     libraries = read_preload_module(files[member], where="test").libraries
     files[member] = f"LIBRARIES = {libraries!r}\n".encode()
     edited = build_wheel(tmp_path / "edited", "faketorch", "2.1.0+pw.1", files)
-    argv = ["split", "--no-cache", "--wheel", str(edited), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"]
+    argv = ["split", "--wheel", str(edited), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"]
     assert main([*argv, "--dest-dir", str(tmp_path / "out")]) == 1
     captured = capsys.readouterr()
     assert captured.err == (
