@@ -17,9 +17,11 @@ JSON), by default ``<document>: <field>[<index>]``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import json
-import types
+import sys
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -69,11 +71,38 @@ def read_object(cls: type[T], raw: object, what: str, *, omit: Collection[str] =
     fields = [field for field in dataclasses.fields(cls) if field.name not in omit]  # type: ignore[arg-type]
     same_keys(raw, [field.name for field in fields], what)
     assert isinstance(raw, Mapping)  # same_keys refused anything else
-    annotations = typing.get_type_hints(cls)  # evaluated: the modules write them as strings
+    annotations = _field_types(typing.cast(type, cls))
     values: dict[str, Any] = {}
     for field in fields:
         values[field.name] = _read_field(annotations[field.name], raw[field.name], field, what, values)
     return cls(**values)
+
+
+class _UnionsAsTyping(ast.NodeTransformer):
+    """``A | B`` in an annotation rewritten as ``typing.Union[A, B]``, which Python 3.9 evaluates."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.BitOr):
+            return node
+        union = ast.Attribute(value=ast.Name(id="typing", ctx=ast.Load()), attr="Union", ctx=ast.Load())
+        return ast.Subscript(value=union, slice=ast.Tuple(elts=[node.left, node.right], ctx=ast.Load()), ctx=ast.Load())
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:
+    """The fields' annotations of ``cls``, evaluated in its module: the modules write them as strings, with
+    ``X | None``, which ``typing.get_type_hints`` cannot evaluate before Python 3.10 (the helper runs on 3.9).
+    Cached by class: a class's annotations never change, and a list of a thousand wheels reads one class."""
+    namespace = {**vars(sys.modules[cls.__module__]), "typing": typing}
+    types_by_name = {}
+    for field in dataclasses.fields(cls):
+        annotation = field.type
+        if isinstance(annotation, str):
+            tree = ast.fix_missing_locations(_UnionsAsTyping().visit(ast.parse(annotation, mode="eval")))
+            annotation = eval(compile(tree, f"<{cls.__name__}.{field.name}>", "eval"), namespace)
+        types_by_name[field.name] = annotation
+    return types_by_name
 
 
 def to_json(value: Any) -> Any:
@@ -125,7 +154,7 @@ def _base(annotation: Any) -> Any:
 
 def _optional(annotation: Any) -> Any | None:
     """``X`` of ``X | None``; None for any other annotation."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+    if typing.get_origin(annotation) is typing.Union:  # X | None is read as typing.Union (_field_types)
         others = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(others) == 1:
             return others[0]
