@@ -27,9 +27,13 @@ the rounds, and the ratio to ``cp``'s median; then the JSON line of ``harness.pr
 ``PYTHONPATH`` (e.g. ``git worktree add --detach /tmp/split-base main``), alternating with this tree's,
 so a change is measured against the code before it in the same run.
 
+Two more steps in every round: ``cp (control)``, the same ``cp`` again (its ratio to ``cp`` is the noise
+between two runs of the same work), and ``start-up: patch --help``, the interpreter's start-up and the patch
+command's imports (what every command of the helper pays before reading a byte).
+
 Targets (issues 19 and 43): split <= 3x ``cp`` and patch <= 2x ``cp``, the hub's split
-<= 4x ``cp``, each in wall time (``cp``'s CPU is its kernel copy alone, so the CPU ratios are printed
-beside, not judged); split <= 200 MiB peak RSS.  Exit 1 when this tree misses one.
+<= 4x ``cp``, each in wall time and in CPU (``cp``'s CPU is its kernel copy alone); split <= 200 MiB peak
+RSS.  Exit 1 when this tree misses one.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ MAX_SIZE = 300_000_000
 TARGETS = {"patch": 2.0, "split": 3.0, "split (sha256 known)": 4.0}
 """Each step's most, in ``cp``'s wall and CPU time."""
 RSS_TARGET = 200 << 20
+CONTROL = "cp (control)"
+STARTUP = "start-up: patch --help"
 MIB = 1 << 20
 
 
@@ -207,7 +213,13 @@ def main() -> int:
     env = {**os.environ, "XDG_CACHE_HOME": str(work / "xdg")}
     env.pop("RULES_PATCHED_WHEELS_CACHE", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    steps = [Step("cp", ["cp", str(wheel), str(work / "cp")], env, work / "cp")]
+    steps = [
+        Step("cp", ["cp", str(wheel), str(work / "cp")], env, work / "cp"),
+        # The control: the same copy again, so the noise between two runs of the same work shows beside each ratio.
+        Step(CONTROL, ["cp", str(wheel), str(work / "cp-control")], env, work / "cp-control"),
+        # The floor of any command of the helper: the interpreter's start-up and the patch command's imports.
+        Step(STARTUP, [sys.executable, "-m", "patched_wheels", "patch", "--help"], env, work / "startup"),
+    ]
     wheels = [(path, _sha256(path)) for path in [wheel, *graph_wheels]]
     steps += steps_for("this tree", None, wheels, work, env)
     if args.baseline_tree is not None:
