@@ -40,36 +40,22 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 from benchmarks.harness import Run, Step, add_json_option, alternate, print_json, step_summary
+from benchmarks.inflate_floor import cpu_features, floor_step, library_members
 from benchmarks.synthetic_wheel import build_synthetic_set
 from benchmarks.torch_wheels import NVIDIA, TORCH, ensure_wheels
 from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.base.fsutil import hash_file
 from patched_wheels.elf.graph import WheelRef, scan_wheels
-from patched_wheels.elf.read import is_shared_library_name
 from patched_wheels.hub.facts import read_facts, write_facts
 from patched_wheels.wheelfile import INFLATER_NAME
-from patched_wheels.wheelfile.schemes import install_path
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def elf_members(wheels: list[Path]) -> list[tuple[Path, zipfile.ZipInfo]]:
-    members = []
-    for wheel in wheels:
-        with zipfile.ZipFile(wheel) as archive:
-            for info in archive.infolist():
-                path = install_path(info.filename)
-                if path is not None and is_shared_library_name(path):
-                    members.append((wheel, info))
-    return members
 
 
 def main() -> int:
@@ -118,7 +104,7 @@ def facts_check(args: argparse.Namespace) -> int:
     """``--facts-check``: cold scan, facts checked, facts trusted (the code before the check), alternating."""
     synthetic = build_synthetic_set(args.cache_dir, args.facts_check)
     wheels = [synthetic.main, synthetic.deps]
-    members = elf_members(wheels)
+    members = library_members(wheels)
     work = Path(tempfile.mkdtemp(prefix="bench_graph."))
     try:
         facts = work / "wheel_facts.json"
@@ -185,57 +171,11 @@ def _in_output(step: Step) -> Step:
     )
 
 
-# The floor's child: every member named in the JSON file argv[1] (wheel path, data offset, deflated size),
-# inflated on one thread in 1 MiB reads, output discarded, with the inflater the helper picks (python-isal
-# when the interpreter has it, else zlib); nothing parsed, no CRC.
-_INFLATE_FLOOR = """
-import json, os, sys
-try:
-    from isal import isal_zlib as inflate
-except ImportError:
-    import zlib as inflate
-for wheel, offset, size in json.load(open(sys.argv[1])):
-    fd = os.open(wheel, os.O_RDONLY)
-    inflater, end = inflate.decompressobj(-15), offset + size
-    while offset < end:
-        chunk = os.pread(fd, min(1 << 20, end - offset), offset)
-        offset += len(chunk)
-        while chunk:
-            inflater.decompress(chunk, 1 << 20)
-            chunk = inflater.unconsumed_tail
-    os.close(fd)
-"""
-
-
-def data_extents(members: list[tuple[Path, zipfile.ZipInfo]]) -> list[tuple[str, int, int]]:
-    """(wheel, offset of the deflated bytes, their size) of each member, past its local header."""
-    extents = []
-    for wheel, info in members:
-        with open(wheel, "rb") as handle:
-            handle.seek(info.header_offset + 26)
-            name_length, extra_length = struct.unpack("<HH", handle.read(4))
-        extents.append((str(wheel), info.header_offset + 30 + name_length + extra_length, info.compress_size))
-    return extents
-
-
-def cpu_features() -> dict[str, object]:
-    """The CPU's model and the instruction sets inflaters speed up with (ISA-L's and libdeflate's fast paths
-    use AVX2 and BMI2): an inflate floor is only comparable between machines that share them."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    flags = {name.strip(): value.strip() for name, value in fields.items()}
-    present = set(flags.get("flags", "").split())
-    return {"model": flags.get("model name"), **{flag: flag in present for flag in ("avx2", "bmi2", "avx512f")}}
-
-
 def torch_graph(args: argparse.Namespace) -> int:
     """Issue 43's cold ``graph`` (a fresh process, an empty helper cache: each wheel given by its file, as a
     user runs it) against the floor of inflating the same libraries once, in alternating rounds."""
     wheels = ensure_wheels([TORCH, *NVIDIA])
-    members = elf_members(wheels)
+    members = library_members(wheels)
     total = sum(info.file_size for _, info in members)
     compressed = sum(info.compress_size for _, info in members)
     python = str(args.python)
@@ -247,8 +187,6 @@ def torch_graph(args: argparse.Namespace) -> int:
     ).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="bench_graph."))
     try:
-        extents = work / "extents.json"
-        extents.write_text(json.dumps(data_extents(members)), encoding="utf-8")
         env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
         graph_json = subprocess.run(  # untimed: warms the page cache and bytecode, and gives the order checked
             [python, "-m", "patched_wheels", "graph", "--json", *map(str, wheels)],
@@ -264,7 +202,7 @@ def torch_graph(args: argparse.Namespace) -> int:
                 env,
                 work / "graph",
             ),
-            Step("inflate floor", [python, "-c", _INFLATE_FLOOR, str(extents)], env, work / "floor"),
+            floor_step("inflate floor", python, wheels, work, env),
         ]
         runs = alternate(steps, args.rounds)
         left = sorted(path.name for path in (work / "graph").rglob("*") if path.is_file())

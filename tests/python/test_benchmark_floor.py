@@ -11,7 +11,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from benchmarks.bench_graph import _INFLATE_FLOOR, data_extents
+from benchmarks.inflate_floor import FLOOR_CODE, data_extents
 
 
 def _wheel(path: Path) -> Path:
@@ -41,8 +41,8 @@ def test_the_floor_inflates_the_extents_and_fails_on_bytes_that_are_not_deflate(
         extents = data_extents([(wheel, info) for info in archive.infolist()])
     good = tmp_path / "good.json"
     good.write_text(json.dumps(extents), encoding="utf-8")
-    assert subprocess.run([sys.executable, "-c", _INFLATE_FLOOR, str(good)], check=False).returncode == 0
+    assert subprocess.run([sys.executable, "-c", FLOOR_CODE, str(good)], check=False).returncode == 0
     shifted = tmp_path / "shifted.json"  # the local headers' bytes read as deflate data
     shifted.write_text(json.dumps([(name, 0, size) for name, _, size in extents]), encoding="utf-8")
-    failed = subprocess.run([sys.executable, "-c", _INFLATE_FLOOR, str(shifted)], check=False, capture_output=True)
+    failed = subprocess.run([sys.executable, "-c", FLOOR_CODE, str(shifted)], check=False, capture_output=True)
     assert failed.returncode != 0 and b"error" in failed.stderr.lower()
