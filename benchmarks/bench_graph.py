@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import Run, Step, add_json_option, alternate, print_json, step_summary
 from benchmarks.inflate_floor import cpu_features, floor_step, library_members
@@ -144,14 +145,7 @@ def facts_check(args: argparse.Namespace) -> int:
         f"libraries, {inflated >> 20} MiB inflated; inflater {INFLATER_NAME}; medians of {args.rounds} alternating "
         "rounds, [min-max], x cold: the medians' ratio"
     )
-    print(f"{'step':<18}{'wall':>8}{'range':>15}{'x cold':>8}{'CPU':>8}{'range':>15}{'x cold':>8}{'peak RSS':>11}")
-    for label, summary in results.items():
-        wall, cpu, ratio = summary["wall"], summary["cpu"], summary.get("ratio", {"wall": 1.0, "cpu": 1.0})
-        print(
-            f"{label:<18}{wall['median']:7.2f}s [{wall['min']:.2f}-{wall['max']:.2f}]{ratio['wall']:7.2f}x"
-            f"{cpu['median']:7.2f}s [{cpu['min']:.2f}-{cpu['max']:.2f}]{ratio['cpu']:7.2f}x"
-            f"{summary['peak_rss'] / 2**20:7.0f} MiB"
-        )
+    print_steps(results, "cold")
     inputs = {
         "wheels": [wheel.name for wheel in wheels],
         "wheel_bytes": [wheel.stat().st_size for wheel in wheels],
@@ -162,6 +156,20 @@ def facts_check(args: argparse.Namespace) -> int:
     }
     print_json("bench_graph --facts-check", inputs, results, args.json)
     return 0
+
+
+def print_steps(summaries: dict[str, dict[str, Any]], baseline: str) -> None:
+    """One line per step: wall and CPU medians with their range and their ratio to ``baseline``'s, peak RSS."""
+    print(
+        f"{'step':<18}{'wall':>8}{'range':>15}{'x ' + baseline:>9}{'CPU':>8}{'range':>15}{'x ' + baseline:>9}{'peak RSS':>11}"
+    )
+    for label, summary in summaries.items():
+        wall, cpu, ratio = summary["wall"], summary["cpu"], summary.get("ratio", {"wall": 1.0, "cpu": 1.0})
+        print(
+            f"{label:<18}{wall['median']:7.2f}s [{wall['min']:.2f}-{wall['max']:.2f}]{ratio['wall']:8.2f}x"
+            f"{cpu['median']:7.2f}s [{cpu['min']:.2f}-{cpu['max']:.2f}]{ratio['cpu']:8.2f}x"
+            f"{summary['peak_rss'] / 2**20:7.0f} MiB"
+        )
 
 
 def _in_output(step: Step) -> Step:
@@ -220,13 +228,7 @@ def torch_graph(args: argparse.Namespace) -> int:
         f"{compressed / 2**30:.2f} GiB deflated; {python} inflates with {inflater}; CPU {cpu_features()}; "
         f"medians of {args.rounds} alternating rounds [min-max]"
     )
-    for label, summary in summaries.items():
-        wall, cpu, ratio = summary["wall"], summary["cpu"], summary.get("ratio", {"cpu": 1.0, "wall": 1.0})
-        print(
-            f"{label:<14} CPU {cpu['median']:6.2f} s [{cpu['min']:.2f}-{cpu['max']:.2f}] ({ratio['cpu']:.2f}x floor), "
-            f"wall {wall['median']:6.2f} s [{wall['min']:.2f}-{wall['max']:.2f}], "
-            f"{total / 2**20 / cpu['median']:.0f} MiB/s of CPU, peak RSS {summary['peak_rss'] / 2**20:.0f} MiB"
-        )
+    print_steps(summaries, "floor")
     print(f"target: cold graph <= 12 s CPU: {'met' if graph_cpu <= 12 else 'MISSED'}; cache files written: {len(left)}")
     print(f"libnvJitLink before libcusparse before libcusolver: {'yes' if ordered else 'NO'}")
     inputs = {
