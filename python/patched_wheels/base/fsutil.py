@@ -65,10 +65,8 @@ def holds(path: Path, data: bytes | str | Iterable[str], *, mode: int | None = N
             return False
         if isinstance(data, bytes):
             return read_descriptor(handle, max_bytes=len(data), size=status.st_size) == data
-        pieces = [data] if isinstance(data, str) else data
         with os.fdopen(os.dup(handle), "rb") as stream:
-            chunks = (chunk for piece in pieces for chunk in utf8_chunks(piece))
-            return all(stream.read(len(chunk)) == chunk for chunk in chunks) and stream.read(1) == b""
+            return all(stream.read(len(chunk)) == chunk for chunk in utf8_chunks(data)) and stream.read(1) == b""
     except (OSError, ValueError):
         return False
     finally:
@@ -78,11 +76,12 @@ def holds(path: Path, data: bytes | str | Iterable[str], *, mode: int | None = N
 _TEXT_CHUNK = 1 << 20
 
 
-def utf8_chunks(text: str) -> Iterator[bytes]:
-    """``text`` in UTF-8, a chunk at a time: an output of tens of megabytes (a uv.lock) is compared and
-    written without being held a second time as bytes."""
-    for start in range(0, len(text), _TEXT_CHUNK):
-        yield text[start : start + _TEXT_CHUNK].encode("utf-8")
+def utf8_chunks(text: str | Iterable[str]) -> Iterator[bytes]:
+    """``text`` (or its pieces, as they are made) in UTF-8, a chunk at a time: an output of tens of megabytes
+    (a uv.lock) is compared and written without being held a second time as bytes."""
+    for piece in [text] if isinstance(text, str) else text:
+        for start in range(0, len(piece), _TEXT_CHUNK):
+            yield piece[start : start + _TEXT_CHUNK].encode("utf-8")
 
 
 class NotRegularFileError(ValueError):
@@ -167,13 +166,12 @@ def write_temp(path: Path, data: bytes | str | Iterable[str], *, mode: int = _FI
     :func:`utf8_chunks`) in a new temp file next to ``path`` (world-readable unless ``mode`` says otherwise),
     for the caller to rename onto ``path`` (or remove); nothing is left behind when writing fails."""
     handle, temp = create_temp_file(path.parent, path.name)
-    pieces = [data] if isinstance(data, str) else data
     try:
         with os.fdopen(handle, "wb") as stream:
-            if isinstance(pieces, bytes):
-                stream.write(pieces)
+            if isinstance(data, bytes):
+                stream.write(data)
             else:
-                stream.writelines(chunk for piece in pieces for chunk in utf8_chunks(piece))
+                stream.writelines(utf8_chunks(data))
         os.chmod(temp, mode)
     except BaseException:
         temp.unlink(missing_ok=True)
