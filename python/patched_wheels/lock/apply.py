@@ -99,13 +99,13 @@ def lock(
 
 def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], Iterable[str]]]]) -> None:
     """Write every output (path: flag, its renderer, which checks what it renders and gives its text a piece
-    at a time) or none: each is rendered once to compare it with what its target holds, and again as it is
-    staged beside its target (none is held whole), then all are renamed; an output that cannot be written is
-    one error naming its flag."""
+    at a time) or none: each is rendered as it is staged beside its target (none is held whole), and before
+    that once more to compare it with what its target holds, where the target is a file already; then all
+    are renamed; an output that cannot be written is one error naming its flag."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, (flag, render) in outputs.items():
-            if holds(path, render()):
+            if os.path.isfile(path) and holds(path, render()):  # no target (the hub's case): nothing to compare
                 continue
             if os.path.exists(path) and not os.path.isfile(path):
                 raise UsageError(

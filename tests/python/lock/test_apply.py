@@ -13,7 +13,7 @@ import pytest
 
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import INDEX_OPTIONS, LockResult, lock
+from patched_wheels.lock.apply import INDEX_OPTIONS, LockResult, _write_all, lock
 from patched_wheels.lock.formats import requirements
 from patched_wheels.lock.formats.registry import served_pins as read_pins
 from patched_wheels.lock.formats.requirements import comment_start, parse_requirements
@@ -906,3 +906,21 @@ def test_a_megabyte_of_blanks_is_read_in_linear_work(hostile) -> None:
     small, large = _steps(hostile(1 << 18)), _steps(hostile(1 << 20))
     assert large <= 4.5 * small + 100
     assert large <= 3 * (1 << 20)
+
+
+def test_an_output_is_rendered_for_comparison_only_where_its_target_is_a_file(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def render() -> list[str]:
+        calls.append("render")
+        return ["pinned==1.0\n"]
+
+    target = tmp_path / "requirements_lock.txt"
+    _write_all({target: ("--out", render)})  # no target yet, as in the hub: rendered once, as it is written
+    assert (target.read_text(encoding="utf-8"), len(calls)) == ("pinned==1.0\n", 1)
+    stamp = target.stat().st_mtime_ns
+    _write_all({target: ("--out", render)})  # the same text there: compared, not written again
+    assert (len(calls), target.stat().st_mtime_ns) == (2, stamp)
+    target.write_text("other==2.0\n", encoding="utf-8")
+    _write_all({target: ("--out", render)})  # another text there: compared, then written
+    assert (target.read_text(encoding="utf-8"), len(calls)) == ("pinned==1.0\n", 4)
