@@ -198,7 +198,7 @@ def scan_wheels(
     found: dict[str, list[ElfLibrary]] = {}
     claimed: dict[str, list[ElfLibrary]] = {}
     jobs: list[tuple[Path, ZipMember, str]] = []
-    scanned: list[tuple[WheelRef, str]] = []
+    scanned: list[WheelRef] = []
     workers = workers or os.cpu_count() or 1
     for ref in refs:
         digest = ref.sha256
@@ -214,11 +214,11 @@ def scan_wheels(
         if cached is not None:
             claimed[ref.filename] = cached
         found[ref.filename] = []
-        scanned.append((ref, digest))
+        scanned.append(ref)
         jobs.extend((ref.path, info, install) for info, install in library_members(ref.path))
     jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
     problems: dict[str, LibraryProblem] = {}
-    shipped: dict[str, dict[str, ElfLibrary | str]] = {ref.filename: {} for ref, _ in scanned}
+    shipped: dict[str, dict[str, ElfLibrary | str]] = {ref.filename: {} for ref in scanned}
     read = _read_or_problem if installed is None else lambda job: _read_or_problem(job, installed(job[0].name, job[2]))
     for (wheel, _, path), library in zip(jobs, _map_on_threads(read, jobs, workers)):
         if isinstance(library, ElfError):
@@ -229,9 +229,9 @@ def scan_wheels(
             shipped[wheel.name][path] = library
             found[library.wheel].append(library)
     believed = 0
-    for ref, digest in scanned:
+    for ref in scanned:
         found[ref.filename].sort(key=lambda library: library.path)
-        if cache is None or not digest:
+        if cache is None or not ref.sha256:
             continue
         rows = claimed.get(ref.filename)
         problem = None if rows is None else wheel_problem(ref.filename, shipped[ref.filename], rows)
@@ -239,10 +239,10 @@ def scan_wheels(
             believed += 1
             continue
         if problem is not None:
-            cache.refuse(digest, problem)
+            cache.refuse(ref.sha256, problem)
         # A wheel with an unreadable library is not cached: its rows would list less than the wheel ships.
         if ref.filename not in problems:
-            cache.store(digest, found[ref.filename])
+            cache.store(ref.sha256, found[ref.filename])
     libraries = tuple(library for ref in refs for library in found[ref.filename])
     cached_wheels = len(refs) - len(scanned) + believed
     return WheelScan(libraries, sum(job[1].file_size for job in jobs), cached_wheels, problems)

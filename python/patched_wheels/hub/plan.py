@@ -351,11 +351,11 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
     root_extras = _root_extras(request, by_project)
     direct = request.attributes.index_option == "direct"
     every_pin_served = direct and installs_with_pip(request.rules_python_version)
+    read_only = direct and not every_pin_served  # rules_python 2.x fetches each unpatched wheel itself
 
     fetch, refs = [], []
     for wheel in wheels:
         _check_filename(wheel, request)
-        read_only = direct and not every_pin_served
         folder = ORIGINALS if wheel.project in patched_projects else READ_ONLY if read_only else INDEX
         output = f"{folder}/{wheel.filename}"
         fetch.append(Fetch(wheel.urls, wheel.sha256, output))
