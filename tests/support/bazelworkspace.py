@@ -161,8 +161,8 @@ def string_template(template: str, values: dict[str, str]) -> str:
 
 
 def render(template: str, destination: Path, **values: str) -> None:
-    text = string.Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
-    destination.write_text(text, encoding="utf-8")
+    """:func:`string_template` written to ``destination``."""
+    destination.write_text(string_template(template, values), encoding="utf-8")
 
 
 def common_files(root: Path) -> FakePypi:
