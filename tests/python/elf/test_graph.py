@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
 import io
 import json
 import os
@@ -30,6 +29,7 @@ from patched_wheels.wheelfile import WheelReader
 from support import wheelbuilder
 from support.fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
 from support.hostile import count_read_bytes, make_special_file
+from support.indexfixtures import sha256_of
 from support.rpathfixture import patchelf_binary
 
 REAL_TORCH_DIR = (
@@ -40,14 +40,10 @@ real_torch = pytest.mark.skipif(
 )
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _ref(path: Path) -> WheelRef:
     """``path`` with its sha256, as the hub gives a wheel: the ELF cache's key (a wheel given by its file
     alone is read, never cached)."""
-    return WheelRef(path.name, _digest(path), path)
+    return WheelRef(path.name, sha256_of(path), path)
 
 
 def _refs(paths) -> list[WheelRef]:
@@ -309,8 +305,8 @@ def test_a_cache_hit_needs_no_file_and_reports_the_name_it_is_given(tmp_path, wh
     cache = tmp_path / "cache" / "elfgraph"
     first = scan_wheels(_refs(wheels.all), caches=CacheContext(cache.parent))
     renamed = "faketorch-2.1.0-py3-none-manylinux_2_17_x86_64.whl"
-    refs = [WheelRef(path.name, _digest(path)) for path in wheels.nvidia.values()] + [
-        WheelRef(renamed, _digest(wheels.torch))
+    refs = [WheelRef(path.name, sha256_of(path)) for path in wheels.nvidia.values()] + [
+        WheelRef(renamed, sha256_of(wheels.torch))
     ]
     second = scan_wheels(refs, caches=CacheContext(cache.parent))
     assert (second.inflated_bytes, second.cached_wheels) == (0, len(wheels.all))
@@ -318,7 +314,7 @@ def test_a_cache_hit_needs_no_file_and_reports_the_name_it_is_given(tmp_path, wh
     assert torch_rows == [
         replace(library, wheel=renamed) for library in first.libraries if library.wheel == wheels.torch.name
     ]
-    assert _cached([_digest(wheels.torch), "0" * 64], CacheContext(cache.parent)) == [_digest(wheels.torch)]
+    assert _cached([sha256_of(wheels.torch), "0" * 64], CacheContext(cache.parent)) == [sha256_of(wheels.torch)]
     with pytest.raises(
         UsageError, match=rf"^{renamed}: no file given, and no ELF rows are cached for its sha256 {'0' * 64}$"
     ):
@@ -332,10 +328,10 @@ def test_a_corrupt_cache_entry_is_read_again_and_rewritten(tmp_path, wheels, ent
     cache = tmp_path / "cache" / "elfgraph"
     first = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     (stored,) = cache.iterdir()
-    assert stored.name == f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
+    assert stored.name == f"{sha256_of(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
     assert "wheel" not in json.loads(stored.read_text(encoding="utf-8"))[0]
     stored.write_bytes(entry)
-    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == []
+    assert _cached([sha256_of(wheels.torch)], CacheContext(cache.parent)) == []
     again = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.inflated_bytes > 0 and again.libraries == first.libraries
     assert scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent)).cached_wheels == 1, (
@@ -469,7 +465,7 @@ def test_rows_as_the_cache_writes_them_pass():
 
 def _poison(cache: Path, wheel: Path, edit) -> Path:
     """The cache entry of ``wheel`` with its rows changed by ``edit`` (as an attacker with write access would)."""
-    entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
+    entry = cache / f"{sha256_of(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
     rows = json.loads(entry.read_text(encoding="utf-8"))
     entry.write_text(json.dumps(edit(rows)), encoding="utf-8")
     return entry
@@ -493,7 +489,7 @@ def test_a_bad_row_is_a_miss_with_one_warning_and_is_rewritten(tmp_path, wheels,
     entry = _poison(cache, wheels.torch, edit)
     if problem == "RecursionError":
         entry.write_text("[" * 200_000, encoding="utf-8")
-    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == [], (
+    assert _cached([sha256_of(wheels.torch)], CacheContext(cache.parent)) == [], (
         "--list-cached reports only valid entries"
     )
     again = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
@@ -544,7 +540,7 @@ def test_rows_that_do_not_describe_the_wheel_at_hand_are_read_again(tmp_path, wh
     first = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     capsys.readouterr()
     entry = _poison(cache, wheels.torch, edit)
-    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == [_digest(wheels.torch)]
+    assert _cached([sha256_of(wheels.torch)], CacheContext(cache.parent)) == [sha256_of(wheels.torch)]
     again = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     (warning,) = capsys.readouterr().err.splitlines()
@@ -557,7 +553,7 @@ def test_a_cached_library_that_is_not_elf_in_the_wheel_is_read_again_and_refused
     wheel = build_wheel(tmp_path, "textlib", "1.0", {"textlib/libx.so": b"not an ELF file at all"})
     cache = tmp_path / "cache" / "elfgraph"
     cache.mkdir(mode=0o700, parents=True)
-    entry = cache / f"{_digest(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
+    entry = cache / f"{sha256_of(wheel)}.v{elfcache.CACHE_SCHEMA}.json"
     entry.write_text(json.dumps([_row(path="textlib/libx.so")]), encoding="utf-8")
     with pytest.raises(ElfError, match="textlib/libx.so: not an ELF file"):
         read_graph([_ref(wheel)], caches=CacheContext(cache.parent))
@@ -625,7 +621,7 @@ def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(
 ):
     cache = tmp_path / "cache" / "elfgraph"
     first = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
-    entry = cache / f"{_digest(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
+    entry = cache / f"{sha256_of(wheels.torch)}.v{elfcache.CACHE_SCHEMA}.json"
     if kind == "group-writable":
         entry.chmod(0o660)
     else:
@@ -637,7 +633,7 @@ def test_a_hostile_elf_cache_file_is_a_miss_with_one_warning_and_is_replaced(
             make_special_file(kind, entry)
     read_bytes = count_read_bytes(monkeypatch)
     capsys.readouterr()
-    assert _cached([_digest(wheels.torch)], CacheContext(cache.parent)) == []
+    assert _cached([sha256_of(wheels.torch)], CacheContext(cache.parent)) == []
     again = scan_wheels([_ref(wheels.torch)], caches=CacheContext(cache.parent))
     assert again.cached_wheels == 0 and again.libraries == first.libraries
     warnings = capsys.readouterr().err.splitlines()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import shutil
@@ -23,11 +22,8 @@ from patched_wheels.loading.preload import read_preload_module
 from patched_wheels.wheelfile import ZipMember
 from support import fakecuda
 from support.hubconfig import index_attributes, load_config, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
+from support.indexfixtures import sha256_of
 from support.uvfixture import run_uv, serve_over_http, uv_locks
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +49,7 @@ def test_preload_auto_makes_the_per_wheel_layout_import(tmp_path: Path, fake_set
     assert fixed.stdout.strip() == str(fakecuda.EXPECTED_ANSWER)
 
     lock = (tmp_path / "requirements_lock.txt").read_text(encoding="utf-8")
-    assert f"faketorch==2.1.0+test.1 \\\n    --hash=sha256:{sha256(patched)}\n" in lock
+    assert f"faketorch==2.1.0+test.1 \\\n    --hash=sha256:{sha256_of(patched)}\n" in lock
     assert f"--index-url={(tmp_path / 'index' / 'simple').as_uri()}\n" in lock
     assert (tmp_path / "index" / "simple" / "faketorch" / "index.html").is_file()
     assert not (tmp_path / "index" / fake_set.torch.name).exists(), (
@@ -75,7 +71,7 @@ def test_split_serves_both_wheels_and_pins_the_sibling(tmp_path: Path, fake_set:
     main_wheel = index / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl"
     sibling = index / "faketorch_libs-2.1.0+test.1-py3-none-linux_x86_64.whl"
     lock = (tmp_path / "requirements_lock.txt").read_text(encoding="utf-8")
-    assert f"--hash=sha256:{sha256(sibling)}" in lock and "faketorch-libs==2.1.0+test.1" in lock
+    assert f"--hash=sha256:{sha256_of(sibling)}" in lock and "faketorch-libs==2.1.0+test.1" in lock
     result = fakecuda.run_import(
         fakecuda.per_wheel_layout([*fake_set.nvidia.values(), main_wheel, sibling], tmp_path / "split")
     )
@@ -281,7 +277,7 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     served = sorted(path.name for path in (tmp_path / "first" / "index").glob("*.whl"))
     assert served == sorted(path.name for path in (tmp_path / "second" / "index").glob("*.whl")) and len(served) == 2
     for name in served:
-        assert sha256(tmp_path / "first" / "index" / name) == sha256(tmp_path / "second" / "index" / name)
+        assert sha256_of(tmp_path / "first" / "index" / name) == sha256_of(tmp_path / "second" / "index" / name)
 
     # The probes' observations gone, the ELF rows kept: the probes must run on the files, so all are fetched.
     shutil.rmtree(tmp_path / "user-cache" / "observed")
@@ -291,7 +287,7 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     )
     assert main(["hub", "build", "--config", str(third)]) == 0
     for name in served:
-        assert sha256(tmp_path / "first" / "index" / name) == sha256(tmp_path / "third" / "index" / name)
+        assert sha256_of(tmp_path / "first" / "index" / name) == sha256_of(tmp_path / "third" / "index" / name)
 
 
 def test_a_cache_emptied_between_plan_and_build_is_read_again_from_the_wheels(
@@ -325,8 +321,8 @@ def test_a_cache_emptied_between_plan_and_build_is_read_again_from_the_wheels(
     shutil.rmtree(cache)
     assert main(["hub", "build", "--config", str(config)]) == 0
     built = sorted((tmp_path / "hub" / "index").glob("*.whl"))
-    assert [sha256(path) for path in built] == [
-        sha256(tmp_path / "fill" / "index" / path.name) for path in built
+    assert [sha256_of(path) for path in built] == [
+        sha256_of(tmp_path / "fill" / "index" / path.name) for path in built
     ] and built
 
 
@@ -389,7 +385,7 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         for fetch in plan["fetch"]:
             (repo / fetch["output"]).parent.mkdir(parents=True, exist_ok=True)
             urllib.request.urlretrieve(fetch["urls"][0], repo / fetch["output"])
-            assert sha256(repo / fetch["output"]) == fetch["sha256"]
+            assert sha256_of(repo / fetch["output"]) == fetch["sha256"]
         assert plan["exports"] == ["requirements_lock.txt", "pip_closure.json", "uv.lock"]
         assert run_cli("hub", "build", "--config", str(repo / "_hub.json")) == "faketorch==2.1.0+test.1\n"
 
@@ -397,9 +393,9 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         requirements = (repo / "requirements_lock.txt").read_text(encoding="utf-8")
         assert f"faketorch @ file://{patched} " in requirements, requirements
         written = (repo / "uv.lock").read_text(encoding="utf-8")
-        assert sha256(patched) in written and fake_set.torch.name not in written, written
+        assert sha256_of(patched) in written and fake_set.torch.name not in written, written
         for wheel in fake_set.nvidia.values():
-            assert f"/{wheel.name}" in written and sha256(wheel) in written, "the unpatched packages stay as locked"
+            assert f"/{wheel.name}" in written and sha256_of(wheel) in written, "the unpatched packages stay as locked"
         # The real uv reads the hub's uv.lock and installs from it, checking every sha256: the patched
         # wheel from the hub's index, the others from the fake PyPI.
         project = tmp_path / "project"
@@ -588,7 +584,9 @@ def test_doctor_no_probe_and_probe_together_are_one_error_line(
 
 def _tree(root: Path) -> dict[str, str]:
     """Every path under ``root`` with its kind and, for a file, its sha256: what a failed build must leave as it was."""
-    return {str(path.relative_to(root)): "dir" if path.is_dir() else sha256(path) for path in sorted(root.rglob("*"))}
+    return {
+        str(path.relative_to(root)): "dir" if path.is_dir() else sha256_of(path) for path in sorted(root.rglob("*"))
+    }
 
 
 def test_a_build_that_fails_at_its_last_step_leaves_the_hub_as_it_was(

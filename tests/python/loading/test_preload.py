@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -48,6 +47,7 @@ from support.fakecuda import (
     run_import,
     with_escaping_library,
 )
+from support.indexfixtures import sha256_of
 
 
 @pytest.fixture(scope="module")
@@ -355,7 +355,7 @@ def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, c
     cache file. An unsafe path fails the row check; a safe one that the wheel lacks fails the check against the
     wheel at hand. ``patch --preload-for``, given the files alone, never even looks at the entry."""
     caches = CacheContext(tmp_path / "cache")
-    refs = [WheelRef(path.name, hashlib.sha256(path.read_bytes()).hexdigest(), path) for path in runtime.all]
+    refs = [WheelRef(path.name, sha256_of(path), path) for path in runtime.all]
     read_graph(refs, caches=caches)
     (entry,) = (tmp_path / "cache" / "elfgraph").glob(f"{refs[runtime.all.index(runtime.foo)].sha256}.*.json")
     rows = json.loads(entry.read_text(encoding="utf-8"))

@@ -14,7 +14,6 @@ for a reason that is not the writer's.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import zipfile
 import zlib
@@ -25,6 +24,7 @@ import pytest
 from patched_wheels.patch.request import SplitRequest
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support import fakecuda
+from support.indexfixtures import sha256_of
 from support.wheelbuilder import build_wheel
 
 pytestmark = pytest.mark.skipif("ng" in zlib.ZLIB_RUNTIME_VERSION, reason="zlib-ng deflates other bytes than zlib")
@@ -34,10 +34,6 @@ pytestmark = pytest.mark.skipif("ng" in zlib.ZLIB_RUNTIME_VERSION, reason="zlib-
 def _default_timestamp(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every member's timestamp is the writer's default (SOURCE_DATE_EPOCH would change it)."""
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _files(big: bytes) -> dict[str, bytes]:
@@ -69,8 +65,8 @@ def test_patch_writes_the_same_bytes(tmp_path: Path) -> None:
     big = random.Random("big").randbytes(3 << 20)
     wheel = build_wheel(tmp_path / "in", "demo", "1.0", _files(big), tag="py3-none-any")
     _with_data_descriptor(wheel, "demo/module7.py")
-    if _sha256(wheel) != PATCH_INPUT:
-        pytest.skip(f"the input wheel is built differently here ({_sha256(wheel)})")
+    if sha256_of(wheel) != PATCH_INPUT:
+        pytest.skip(f"the input wheel is built differently here ({sha256_of(wheel)})")
     stored = build_wheel(
         tmp_path / "stored", "demo", "1.0", _files(big), tag="py3-none-any", compression=zipfile.ZIP_STORED
     )
@@ -80,7 +76,7 @@ def test_patch_writes_the_same_bytes(tmp_path: Path) -> None:
         "delete": patch_wheel(wheel, tmp_path / "c", PatchOptions(delete=["demo/module1*"], suffix="d.2")).path,
         "stored": patch_wheel(stored, tmp_path / "d", PatchOptions(suffix="s.1")).path,
     }
-    assert {key: _sha256(path) for key, path in outputs.items()} == PATCH_OUTPUTS
+    assert {key: sha256_of(path) for key, path in outputs.items()} == PATCH_OUTPUTS
 
 
 def test_split_writes_the_same_bytes(tmp_path: Path) -> None:
@@ -93,13 +89,13 @@ def test_split_writes_the_same_bytes(tmp_path: Path) -> None:
     files["demo/lib/libbig.so"] = big.read_bytes()
     files["demo/lib/libsmall.so"] = small.read_bytes()
     wheel = build_wheel(tmp_path / "in", "demo", "1.0", files, tag="py3-none-linux_x86_64")
-    if _sha256(wheel) != SPLIT_INPUT:
-        pytest.skip(f"the input wheel is built differently here (another compiler?): {_sha256(wheel)}")
+    if sha256_of(wheel) != SPLIT_INPUT:
+        pytest.skip(f"the input wheel is built differently here (another compiler?): {sha256_of(wheel)}")
     result = patch_wheel(
         wheel, tmp_path / "out", PatchOptions(split=SplitRequest("demo-libs", move=("demo/lib/*",)), suffix="s.1")
     )
     assert result.sibling is not None
-    assert {"main": _sha256(result.path), "sibling": _sha256(result.sibling)} == SPLIT_OUTPUTS
+    assert {"main": sha256_of(result.path), "sibling": sha256_of(result.sibling)} == SPLIT_OUTPUTS
 
 
 PATCH_INPUT = "80450ca4ebcdf5e17bd30ebb7534e4c4143e0276dbb69272def5ec669c78f478"

@@ -3,7 +3,6 @@ on a gcc-built auditwheel-shaped wheel, checked by loading the libraries and rea
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 from io import BytesIO
@@ -24,6 +23,7 @@ from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.wheelfile import WheelReader
 from support import rpathfixture
 from support.fakecuda import flat_layout, per_wheel_layout, run_import
+from support.indexfixtures import sha256_of
 from support.rpathfixture import DATA_MEMBER, EXT_MEMBER, FIX
 
 # The data-scheme library's way to pkg.libs: pip's prefix layout, then rules_python's repository layout.
@@ -64,10 +64,6 @@ def _search_tags(wheel: Path, member: str) -> dict[str, list[str]]:
 
 def _imports(wheel: Path, root: Path) -> list[subprocess.CompletedProcess[str]]:
     return [run_import(layout([wheel], root / layout.__name__), rpathfixture.IMPORT_CODE) for layout in LAYOUTS]
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -213,7 +209,7 @@ def test_library_api_is_reproducible_and_matches_the_cli(wheels: dict[str, Path]
     second = patch_wheel(wheels["rpath"], tmp_path / "two", PatchOptions(suffix="s.1", rpath_edits=edits))
     by_cli = _patch(wheels["rpath"], tmp_path / "cli", "--suffix", "s.1", "--add-rpath", f"pkg/*.so={FIX}")
     assert first.requirement == "pkg==1.0+s.1"
-    assert _sha256(first.path) == _sha256(second.path) == _sha256(by_cli)
+    assert sha256_of(first.path) == sha256_of(second.path) == sha256_of(by_cli)
     assert _search_tags(first.path, EXT_MEMBER) == {"DT_RPATH": ["$ORIGIN", FIX]}
     with WheelReader(wheels["rpath"]) as original, WheelReader(first.path) as patched:
         changed = [name for name in original.members() if name in patched and original.read(name) != patched.read(name)]

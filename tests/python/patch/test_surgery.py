@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import subprocess
@@ -17,6 +16,7 @@ from packaging.tags import sys_tags
 from patched_wheels.cli import main
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.patch.surgery import PatchOptions, PatchResult, patch_wheel
+from support.indexfixtures import sha256_of
 from support.wheelbuilder import build_wheel, replace_members
 
 INIT = b"".join(b"line = %d\n" % number for number in range(1, 11))
@@ -80,10 +80,6 @@ def _pip_install(wheel: Path, target: Path) -> None:
 def _validate_record(wheel: Path) -> None:
     with InstallerWheel.open(wheel) as source:
         source.validate_record(validate_contents=True)
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------- round trips
@@ -256,7 +252,7 @@ def test_patching_twice_gives_identical_bytes(tmp_path: Path) -> None:
             )
             == 0
         )
-        digests.add(_sha256(tmp_path / run / "demo-1.0+s.1-py3-none-any.whl"))
+        digests.add(sha256_of(tmp_path / run / "demo-1.0+s.1-py3-none-any.whl"))
     assert len(digests) == 1
 
 
