@@ -43,7 +43,6 @@ RSS.  Exit 1 when this tree misses one.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -57,6 +56,7 @@ from benchmarks.harness import Run, Step, add_json_option, alternate, measure, p
 from benchmarks.inflate_floor import cpu_features, floor_step
 from benchmarks.synthetic_wheel import build_synthetic_set
 from benchmarks.torch_wheels import TORCH, ensure_wheels
+from patched_wheels.base.fsutil import hash_file
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_SIZE = 300_000_000
@@ -87,14 +87,6 @@ patch_wheel(refs[0].path, Path(dest), PatchOptions(split=SplitRequest(sibling, m
 """
     % MAX_SIZE
 )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def sibling_of(wheel: Path) -> str:
@@ -250,7 +242,7 @@ def main() -> int:
         Step(STARTUP, [sys.executable, "-m", "patched_wheels", "patch", "--help"], env, work / "startup"),
         floor_step(FLOOR, sys.executable, [wheel, *graph_wheels], work, env),
     ]
-    wheels = [(path, _sha256(path)) for path in [wheel, *graph_wheels]]
+    wheels = [(path, hash_file(path)) for path in [wheel, *graph_wheels]]
     steps += steps_for("this tree", None, wheels, work, env)
     if args.baseline_tree is not None:
         steps += steps_for("baseline", args.baseline_tree.resolve() / "python", wheels, work, env)
