@@ -924,3 +924,42 @@ def test_an_output_is_rendered_for_comparison_only_where_its_target_is_a_file(tm
     target.write_text("other==2.0\n", encoding="utf-8")
     _write_all({target: ("--out", render)})  # another text there: compared, then written
     assert (target.read_text(encoding="utf-8"), len(calls)) == ("pinned==1.0\n", 4)
+
+
+_DIGEST = "a" * 64
+
+
+@pytest.mark.parametrize(
+    "options, message, pip_refuses",
+    [
+        ("--has", "option '--has' is not one pip takes", True),
+        ("--bogus=1", "option '--bogus' is not one pip takes", True),
+        ("--hash", "option --hash has no value", True),
+        ("--hash=md5:abc", "--hash 'md5:abc': not a hash pip takes", True),
+        (f"--hash='sha256:{_DIGEST}", "No closing quotation", True),
+        ("--hash=sha256:", "--hash 'sha256:': not a hash pip takes", False),  # pip takes it, and matches nothing
+        (f'--hash="sha256:{_DIGEST}"', "write each --hash unquoted", False),  # read otherwise by the writer
+        (f"--has=sha256:{_DIGEST}", "option '--has' is not one pip takes", False),  # optparse's abbreviation
+    ],
+)
+def test_a_requirements_options_pip_refuses_or_reads_otherwise_are_one_error(
+    tmp_path: Path, options: str, message: str, pip_refuses: bool
+) -> None:
+    """A requirement's options are read as pip reads them, not only its ``--hash`` values: a lock pip refuses
+    (or would pin otherwise than the lock's writer reads it) is an error naming the line, not rewritten."""
+    text = f"foo==1.0 {options}\n"
+    with pytest.raises(InvalidLockError, match=re.escape("in.txt:1: ") + ".*" + re.escape(message)):
+        parse_requirements(text, "in.txt")
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(text, encoding="utf-8")
+    judged = run_pip("install", "--dry-run", "--no-index", "--find-links", str(tmp_path), "-r", str(requirements))
+    assert (judged.returncode != 0 and "Invalid requirement" in judged.stderr) == pip_refuses, judged.stderr
+
+
+@pytest.mark.parametrize(
+    "options",
+    [f"--hash=sha256:{_DIGEST}", f"--hash sha256:{_DIGEST} --hash=sha512:ab", "--global-option=x", "-Ck=v", "-C k=v"],
+)
+def test_a_requirements_options_pip_takes_are_read(options: str) -> None:
+    (pin,) = parse_requirements(f"foo==1.0 {options}\n", "in.txt").lock.pins
+    assert pin.hashes == tuple(word.removeprefix("--hash=") for word in options.split() if "sha" in word)

@@ -22,6 +22,7 @@ while the rewritten lock pins the patched wheel, and pip would fail on the misma
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -36,6 +37,10 @@ BOM = "\ufeff"
 EOL = re.compile(r"(\r\n|\n|\r)$")
 #: One ``--hash`` option, from its first character (the blanks before it are found by walking back).
 _HASH_OPTION = re.compile(r"(?<!\S)--hash(?:=|[ \t]+)(?P<value>[^\s\\]+)")
+# The options pip takes on a requirement line (its SUPPORTED_OPTIONS_REQ), each with a value, and the hash
+# algorithms its --hash accepts (STRONG_HASHES).
+_REQUIREMENT_OPTIONS = ("--hash", "--global-option", "--config-settings", "-C")
+_HASH_ALGORITHMS = ("sha256", "sha384", "sha512")
 # An option line naming an index: pip's long options take "=value" or " value", its short ones
 # (single letters, parsed by optparse) also take the value glued on ("-fDIR").
 _INDEX_OPTIONS = {
@@ -188,6 +193,7 @@ def _parse_pin(line: LogicalLine) -> Pin:
         reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
         raise InvalidLockError(f"{line.span.where}: {requirement_text!r}: {reason}") from None
     hashes = tuple(value for _, _, value in hash_options(" ".join(tokens[first_option:])))
+    _check_options(" ".join(tokens[first_option:]), hashes, line.span.where)
     head = _HEAD.match(requirement_text)
     assert head is not None  # packaging accepted the requirement, so it starts with a name
     version, pin_error = _version(requirement, line.span)
@@ -205,6 +211,46 @@ def _parse_pin(line: LogicalLine) -> Pin:
         version_text=None if requirement.url or version is None else next(iter(requirement.specifier)).version,
         files=(),
     )
+
+
+def _check_options(options: str, hashes: tuple[str, ...], where: str) -> None:
+    """Refuse a requirement's options that pip refuses (an unknown or valueless option, a ``--hash`` that is no
+    ``sha256:``/``sha384:``/``sha512:`` value) or reads otherwise than :func:`hash_options` (a quoted or
+    abbreviated ``--hash``): the lock pip would install from must be the one read here."""
+    try:
+        tokens = shlex.split(options)
+    except ValueError as error:
+        raise InvalidLockError(f"{where}: {options!r}: {error}") from None
+    read: list[str] = []
+    position = 0
+    while position < len(tokens):
+        token = tokens[position]
+        position += 1
+        if not token.startswith("-"):
+            continue  # pip ignores words among the options
+        name, equals, value = token.partition("=")
+        if name.startswith("-C") and not name.startswith("--") and len(name) > 2:
+            name, equals, value = "-C", "=", token[2:]  # optparse's glued short form, -Ckey=value
+        if name not in _REQUIREMENT_OPTIONS:
+            raise InvalidLockError(
+                f"{where}: option {name!r} is not one pip takes on a requirement line, spelled in full: "
+                + ", ".join(_REQUIREMENT_OPTIONS)
+            )
+        if not equals:
+            if position == len(tokens):
+                raise InvalidLockError(f"{where}: option {name} has no value")
+            value, position = tokens[position], position + 1
+        if name == "--hash":
+            algorithm, colon, digest = value.partition(":")
+            if algorithm not in _HASH_ALGORITHMS or not colon or not digest:
+                raise InvalidLockError(
+                    f"{where}: --hash {value!r}: not a hash pip takes ("
+                    + ", ".join(f"{a}:<hex>" for a in _HASH_ALGORITHMS)
+                    + ")"
+                )
+            read.append(value)
+    if tuple(read) != hashes:
+        raise InvalidLockError(f"{where}: write each --hash unquoted, as --hash=<name>:<hex> or --hash <name>:<hex>")
 
 
 def _editable_pin(line: LogicalLine) -> Pin | None:
