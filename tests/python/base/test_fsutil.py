@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path

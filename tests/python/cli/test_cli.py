@@ -111,7 +111,9 @@ def test_an_error_in_a_json_input_names_its_file(tmp_path: Path) -> None:
         raise AssertionError("accepted")
 
 
-def test_a_removed_no_cache_is_accepted_for_a_release_with_one_warning_and_changes_nothing(tmp_path: Path, capsys) -> None:
+def test_a_removed_no_cache_is_accepted_for_a_release_with_one_warning_and_changes_nothing(
+    tmp_path: Path, capsys
+) -> None:
     """Issue 49: ``graph --no-cache`` and ``split --no-cache`` ended in a usage error once the two commands kept
     no cache. A script written for the release before runs on: the same output, and one line saying why the
     flag does nothing."""
