@@ -46,8 +46,8 @@ def build_hub(config: HubConfig) -> list[str]:
     ``wheel_facts`` file are looked at here, before anything is written. Every output (the patched wheels,
     ``simple/``, the lock(s), the facts) is written into a temporary directory beside them and moved into
     place only once all of them were written (:func:`_place`), so a build that fails, at any step, leaves
-    the hub as it found it; builds into one directory run one at a time. What the build read from the wheels (ELF rows, probe observations:
-    :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out``. Its warnings come once the
+    the hub as it found it; builds into one directory run one at a time. What the build read from the wheels
+    (ELF rows, probe observations: :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out``. Its warnings come once the
     outputs are in place: a failed build says one line, its error."""
     attribute, lock_path = config.attributes.lock
     if not lock_path.is_file():
