@@ -9,6 +9,8 @@ With a host Bazel (no chroot) the same holds trivially.
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from support.bazelworkspace import BAZEL, REPO_ROOT
+from support.offlineroot import checkout_tools, module_archive, stand_in_root, status
 
 pytestmark = pytest.mark.bazel
 
@@ -99,3 +102,53 @@ def test_default_cache_is_the_hosts(probe: Probe) -> None:
         assert marker.read_text() == probe.markers["default"]
     finally:
         marker.unlink(missing_ok=True)
+
+
+def test_two_checkouts_of_one_content_share_the_root_and_rewrite_nothing_in_it(tmp_path: Path) -> None:
+    """Issue 49: the registry's stamp held the checkout's path (and the archives' times), so the same commit from
+    two clones rewrote the shared root's registry under each other's running server. Two copies of tools/ at
+    other paths, the same archive content (copied again, with another time): the second launch rewrites neither
+    the registry nor the modules the root serves; a changed archive makes a new registry beside the old one.
+    The launches run against a stand-in root (nothing provisioned, Bazel never starts: chroot finds no env)."""
+    if os.geteuid() != 0 or not os.path.isdir("/proc/self/ns"):
+        pytest.skip("the offline path needs root and Linux namespaces")
+    recipe = re.search(r'readonly root_recipe="([^"]+)"', (REPO_ROOT / "tools" / "bazel").read_text(encoding="utf-8"))
+    assert recipe is not None
+    cache = tmp_path / "cache"
+    root = stand_in_root(cache / recipe[1])
+    modules = tmp_path / "bazel-modules"
+    release = module_archive(modules, "rules_python-9.9.9", 'module(name = "rules_python")\n# first\n')
+    first, second = checkout_tools(tmp_path / "clone-a"), checkout_tools(tmp_path / "clone-b")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "MODULE.bazel").write_text("", encoding="utf-8")
+    env = {**os.environ, "RPW_BAZEL_MODE": "offline", "RPW_CACHE_DIR": str(cache), "RPW_BAZEL_MODULES": str(modules)}
+    out = root / "opt" / "rpw-modules"
+
+    def launch(tools: Path) -> None:
+        completed = subprocess.run(
+            [str(tools / "bazel"), "version"], cwd=workspace, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "chroot: failed to run command" in completed.stderr, completed.stderr  # it got as far as Bazel
+
+    try:
+        launch(first)
+        served = [root / "opt" / "rpw", *(root / "opt" / "rpw").rglob("*"), out, *out.rglob("*")]
+        before = {path: status(path) for path in served}
+        os.utime(release, (1, 1))
+        launch(second)
+        assert {path: status(path) for path in served} == before
+        assert sorted((root / "opt").rglob("*")) == sorted(served)  # nor added anything
+        (generation,) = [path for path in out.iterdir() if path.is_dir()]
+        module_archive(modules, "rules_python-9.9.9", 'module(name = "rules_python")\n# other\n')
+        os.utime(release, (1, 1))
+        launch(second)
+        (newer,) = [path for path in out.iterdir() if path.is_dir() and path != generation]
+        assert (out / "modules.bazelrc").read_text(encoding="utf-8").endswith(f"/{newer.name}/registry\n")
+        assert {path: status(path) for path in generation.rglob("*")} == {
+            path: before[path] for path in generation.rglob("*")
+        }
+    finally:
+        holder = Path(f"{root}.namespace-pid")
+        if holder.is_file():  # the launcher's namespace holder (a sleeping process) of this stand-in root
+            os.kill(int(holder.read_text(encoding="ascii")), signal.SIGTERM)

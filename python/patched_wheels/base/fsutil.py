@@ -232,13 +232,18 @@ def switch_tree(staged: Path, target: Path) -> None:
     """Put the directory ``staged`` at ``target`` and remove the tree that was there.
 
     Two renames: a reader sees the old tree or the new one (for an instant, none); if the
-    second rename fails, the old tree is put back.
+    first rename fails, the empty directory made for the old tree is removed; if the second fails, the
+    old tree is put back. Two writers of one target must take turns (:func:`locked_directory`).
     """
     if not os.path.lexists(target):
         os.rename(staged, target)
         return
     old = Path(tempfile.mkdtemp(dir=target.parent, prefix=_temp_prefix(target.name), suffix=_TEMP_SUFFIX))
-    os.rename(target, old)  # onto the empty directory just made
+    try:
+        os.rename(target, old)  # onto the empty directory just made
+    except BaseException:
+        os.rmdir(old)
+        raise
     try:
         os.rename(staged, target)
     except BaseException:

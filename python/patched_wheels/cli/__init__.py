@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from patched_wheels.base import timings
-from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
+from patched_wheels.errors import PatchedWheelsError, UsageError, one_line, warn
 
 if TYPE_CHECKING:
     from patched_wheels.base.cache import CacheContext
@@ -38,6 +38,21 @@ def add_cache_option(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not read or write the helper's cache of probe observations",
     )
+
+
+def add_removed_cache_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-cache`` on ``graph`` and ``split``, which keep no cache since the last release: still accepted, hidden
+    from ``--help``, so a script written for that release runs on (:func:`warn_removed_cache_option`)."""
+    parser.add_argument("--no-cache", action="store_true", help=argparse.SUPPRESS)
+
+
+def warn_removed_cache_option(args: argparse.Namespace) -> None:
+    """The one warning a ``--no-cache`` given to ``graph`` or ``split`` earns: it does nothing now, and why."""
+    if args.no_cache:
+        warn(
+            f"--no-cache is deprecated and does nothing: {args.command} keeps no cache (a wheel given by its file "
+            "is read whole, never cached); it will be refused in a later release"
+        )
 
 
 def add_lock_input(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from patched_wheels.cli import add_removed_cache_option, warn_removed_cache_option
 from patched_wheels.elf.graph import format_graph, graph_as_json, read_graph
 
 
@@ -26,10 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")
     parser.add_argument("--json", action="store_true", help="print the graph as JSON")
     parser.add_argument("--jobs", type=int, metavar="N", help="inflate on N threads (default: one per core)")
+    add_removed_cache_option(parser)
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    warn_removed_cache_option(args)
     graph = read_graph(args.wheels, workers=args.jobs)
     print(json.dumps(graph_as_json(graph), indent=2) if args.json else format_graph(graph))
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.cli import add_removed_cache_option, warn_removed_cache_option
 from patched_wheels.patch.surgery import split_wheel
 
 
@@ -36,10 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--graph-wheels", type=Path, nargs="+", default=[], metavar="WHEEL", help="other wheels the libraries may need"
     )
+    add_removed_cache_option(parser)
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    warn_removed_cache_option(args)
     result = split_wheel(
         args.wheel,
         args.dest_dir,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 from packaging.utils import NormalizedName, canonicalize_name
 
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.base.fsutil import switch_tree, temp_directory, write_atomic
+from patched_wheels.base.fsutil import locked_directory, switch_tree, temp_directory, write_atomic
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
 from patched_wheels.errors import UsageError, warn
@@ -46,8 +46,8 @@ def build_hub(config: HubConfig) -> list[str]:
     ``wheel_facts`` file are looked at here, before anything is written. Every output (the patched wheels,
     ``simple/``, the lock(s), the facts) is written into a temporary directory beside them and moved into
     place only once all of them were written (:func:`_place`), so a build that fails, at any step, leaves
-    the hub as it found it. What the build read from the wheels (ELF rows, probe observations:
-    :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out``. Its warnings come once the
+    the hub as it found it; builds into one directory run one at a time. What the build read from the wheels
+    (ELF rows, probe observations: :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out``. Its warnings come once the
     outputs are in place: a failed build says one line, its error."""
     attribute, lock_path = config.attributes.lock
     if not lock_path.is_file():
@@ -58,7 +58,9 @@ def build_hub(config: HubConfig) -> list[str]:
     caches = CacheContext(config.elf_cache.parent if config.elf_cache else None)
     if config.facts_out is not None:
         caches = caches.recording(given_facts, str(config.attributes.wheel_facts or ""))
-    with temp_directory(config.index_dir.parent, "hub-build") as work:
+    # Builds into one repository take turns: each stages from the index the one before it put in place.
+    repository = config.index_dir.parent
+    with locked_directory(repository), temp_directory(repository, "hub-build") as work:
         staged = _staged(config, work)
         pins = _build(staged, caches, served=config.index_dir)
         read_from_wheels = caches.recorded or {}

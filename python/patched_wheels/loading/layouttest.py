@@ -222,7 +222,9 @@ def is_wheel_entry(entry: str, runfiles: str) -> bool:
     if real == os.path.realpath(runfiles) or not inside(real, os.path.realpath(runfiles)):
         return False
     try:
-        return any(name.endswith(".dist-info") for name in os.listdir(entry))
+        return any(
+            name.endswith(".dist-info") and os.path.isdir(os.path.join(entry, name)) for name in os.listdir(entry)
+        )
     except OSError:  # a zip file, a directory that does not exist
         return False
 

@@ -70,10 +70,15 @@ def _is_relative(path):
 
 
 def _holds_wheels(entry, seen):
-    """Whether a sys.path entry holds installed wheels (a *.dist-info directory), listed once per entry."""
+    """Whether a sys.path entry holds installed wheels, listed once per entry: a *.dist-info directory, or a
+    link to one (importlib.metadata reads through it); a file of that name is no installed wheel."""
     if entry not in seen:
         try:
-            seen[entry] = any(name.endswith(".dist-info") for name in os.listdir(entry or os.curdir))
+            directory = entry or os.curdir
+            seen[entry] = any(
+                name.endswith(".dist-info") and os.path.isdir(os.path.join(directory, name))
+                for name in os.listdir(directory)
+            )
         except OSError:
             seen[entry] = False
     return seen[entry]

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from patched_wheels.base.fsutil import holds, remove_stale_temps, write_atomic
+from patched_wheels.base import fsutil
+from patched_wheels.base.fsutil import holds, remove_stale_temps, switch_tree, write_atomic
 from support.hostile import make_special_file
 from support.wheelbuilder import build_wheel
 
@@ -38,6 +41,28 @@ def _dead_pid() -> int:
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
     )
     return int(process.stdout)
+
+
+def test_a_tree_taken_away_while_it_is_switched_leaves_no_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52: another writer that moves the target away between the check and the rename (what a concurrent
+    build did) fails the switch; the empty directory made for the old tree goes with it."""
+    staged, target = tmp_path / "staged", tmp_path / "index"
+    staged.mkdir()
+    target.mkdir()
+
+    make = tempfile.mkdtemp
+
+    def made_then_taken(**where: str) -> str:
+        made = make(**where)
+        shutil.rmtree(target)  # the other writer's move, at the worst moment
+        return made
+
+    monkeypatch.setattr(fsutil.tempfile, "mkdtemp", made_then_taken)
+    with pytest.raises(FileNotFoundError):
+        switch_tree(staged, target)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["staged"]
 
 
 def test_temp_files_of_dead_runs_are_removed_and_others_kept(tmp_path: Path) -> None:

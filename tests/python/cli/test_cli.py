@@ -109,3 +109,30 @@ def test_an_error_in_a_json_input_names_its_file(tmp_path: Path) -> None:
         ), error
     else:
         raise AssertionError("accepted")
+
+
+def test_a_removed_no_cache_is_accepted_for_a_release_with_one_warning_and_changes_nothing(
+    tmp_path: Path, capsys
+) -> None:
+    """Issue 49: ``graph --no-cache`` and ``split --no-cache`` ended in a usage error once the two commands kept
+    no cache. A script written for the release before runs on: the same output, and one line saying why the
+    flag does nothing."""
+    from support.fakecuda import build_fake_cuda_wheels
+
+    wheels = build_fake_cuda_wheels(tmp_path / "wheels")
+    given = [str(wheel) for wheel in wheels.all]
+    split = ["split", "--wheel", str(wheels.torch), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"]
+    for command, argv in (("graph", ["graph", *given]), ("split", [*split, "--graph-wheels", *given])):
+        runs = []
+        for options in ([], ["--no-cache"]):
+            dest = ["--dest-dir", str(tmp_path / f"{command}{len(options)}")] if command == "split" else []
+            assert cli.main([*argv, *dest, *options]) == 0
+            runs.append(capsys.readouterr())
+        assert runs[0].err == "" and runs[1].err == (
+            f"patched-wheels: warning: --no-cache is deprecated and does nothing: {command} keeps no cache (a wheel "
+            "given by its file is read whole, never cached); it will be refused in a later release\n"
+        )
+        assert runs[1].out == runs[0].out.replace(f"{command}0", f"{command}1")
+    assert [path.read_bytes() for path in sorted((tmp_path / "split0").iterdir())] == [
+        path.read_bytes() for path in sorted((tmp_path / "split1").iterdir())
+    ]

@@ -6,6 +6,9 @@ import contextlib
 import io
 import json
 import shutil
+import subprocess
+import sys
+import time
 import urllib.request
 import zipfile
 from collections import Counter
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from patched_wheels.base.fsutil import locked_directory
 from patched_wheels.cli import main
 from patched_wheels.elf import graph as elfgraph
 from patched_wheels.hub.build import build_hub
@@ -629,3 +633,46 @@ def test_an_output_place_taken_by_a_directory_is_refused_before_anything_is_writ
         == f"patched-wheels: error: {tmp_path / 'hub' / 'requirements_lock.txt'}: in the way of the hub's output (a link, or not a regular file)\n"
     )
     assert _tree(tmp_path) == before
+
+
+def _start_build(config: Path) -> subprocess.Popen[str]:
+    """``patched-wheels hub build`` of ``config`` in its own process."""
+    command = [sys.executable, "-m", "patched_wheels", "hub", "build", "--config", str(config)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_concurrent_builds_into_one_repository_all_succeed_and_leave_no_temporary_directory(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels
+) -> None:
+    """Issue 52: of eight builds run at once into one repository, one failed (``.index.pw-…tmp: Directory not
+    empty``: another build's index had taken the place of its own) and left its old index behind."""
+    config = hub_config(tmp_path / "hub", fake_set)
+    builds = [_start_build(config) for _ in range(8)]
+    results = [(build.wait(timeout=300), build.communicate()[1]) for build in builds]
+    assert results == [(0, "")] * len(builds)
+    assert not [path.name for path in (tmp_path / "hub").iterdir() if ".pw-" in path.name]
+    assert (tmp_path / "hub" / "index" / "faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl").is_file()
+
+
+def _waits_for_a_lock(pid: int) -> bool:
+    """Whether process ``pid`` is blocked taking a flock (Linux lists each waiter in /proc/locks as ``-> FLOCK``)."""
+    lines = Path("/proc/locks").read_text(encoding="ascii").splitlines()
+    return any(line.split()[1:3] == ["->", "FLOCK"] and line.split()[5] == str(pid) for line in lines)
+
+
+def test_a_build_waits_while_another_build_of_the_repository_runs(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels
+) -> None:
+    """A build takes its turn: while the repository is locked as a running build locks it, a second build writes
+    nothing and waits; once the lock is let go, it builds."""
+    config = hub_config(tmp_path / "hub", fake_set)
+    before = _tree(tmp_path)
+    with locked_directory(tmp_path / "hub"):
+        build = _start_build(config)
+        deadline = time.monotonic() + 120
+        while build.poll() is None and not _waits_for_a_lock(build.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert build.poll() is None, build.communicate()
+        assert _tree(tmp_path) == before
+    assert build.wait(timeout=300) == 0, build.communicate()
+    assert "hub/index/faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl" in _tree(tmp_path)

@@ -259,6 +259,20 @@ def test_only_entries_in_the_runfiles_hold_the_deps_wheels(tmp_path) -> None:
     assert not is_wheel_entry(str(tmp_path / "t.runfiles" / "_main"), runfiles)
 
 
+def test_a_file_named_like_a_dist_info_holds_no_deps_wheel(tmp_path) -> None:
+    """Issue 52's look-alike: a file (or a link to one) named ``*.dist-info`` is no installed wheel; a link to a
+    *.dist-info directory is one, as importlib.metadata reads it."""
+    runfiles = tmp_path / "t.runfiles"
+    entry = runfiles / "fake" / "site-packages"
+    entry.mkdir(parents=True)
+    (entry / "fake-1.0.dist-info").write_bytes(b"")
+    (entry / "link-1.0.dist-info").symlink_to(entry / "fake-1.0.dist-info")
+    assert not is_wheel_entry(str(entry), str(runfiles))
+    (runfiles / "real-1.0.dist-info").mkdir()
+    (entry / "real-1.0.dist-info").symlink_to(runfiles / "real-1.0.dist-info")
+    assert is_wheel_entry(str(entry), str(runfiles))
+
+
 def test_a_preload_that_misses_libraries_asks_for_the_probe(plugin, tmp_path, capsys) -> None:
     """The package's wheel already has a generated preload (the hub's probe was `import PKG`, say): the fix
     is the same patched_wheel, now with this test's probe."""

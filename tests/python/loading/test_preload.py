@@ -399,11 +399,12 @@ def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, c
     assert capsys.readouterr().err == "" and entry.read_text(encoding="utf-8") == poisoned_entry
 
 
-def _announcing_library(directory: Path, name: str) -> Path:
-    """A library whose constructor writes ``LOADED <name>`` on stdout: what the loader ran is visible."""
+def _announcing_library(directory: Path, name: str, says: str = "") -> Path:
+    """A library whose constructor writes ``LOADED <says or name>`` on stdout: what the loader ran is visible."""
+    said = says or name
     source = (
         "#include <unistd.h>\n"
-        f'__attribute__((constructor)) static void announce(void) {{ write(1, "LOADED {name}\\n", {len(name) + 8}); }}\n'
+        f'__attribute__((constructor)) static void announce(void) {{ write(1, "LOADED {said}\\n", {len(said) + 8}); }}\n'
     )
     directory.mkdir(parents=True, exist_ok=True)
     return compile_shared(directory, name, source, f"-Wl,-soname,{name}")
@@ -473,6 +474,43 @@ def test_the_generated_module_loads_nothing_outside_an_installed_wheel(tmp_path)
         == f"patched-wheels preload: refused {os.curdir}/evil/libpwdep.so.1: {os.curdir} holds no installed wheel"
     )
     assert len(refused) == len(hostile) + len(linked) + 1, result.stderr
+
+
+def test_a_file_named_like_a_dist_info_makes_no_entry_hold_installed_wheels(tmp_path):
+    """Issue 52's look-alike: an empty file ``fake-1.0.dist-info`` beside a same-path library in the working
+    directory (sys.path[0] of python -c) does not make it hold an installed wheel, nor does a link to such a file
+    or a dangling link of that name: that library's constructor never runs, the installed one loads. A link to a
+    *.dist-info directory counts, as importlib.metadata reads one through it."""
+    work, site, linked = tmp_path / "work", tmp_path / "site", tmp_path / "linked"
+    _announcing_library(work / "evil", "libpwdep.so.1", "attacker")
+    (work / "fake-1.0.dist-info").write_bytes(b"")
+    (site / "real-1.0.dist-info").mkdir(parents=True)
+    _announcing_library(site / "evil", "libpwdep.so.1", "installed")
+    _announcing_library(linked / "evil", "libpwdep.so.1", "linked")
+    (linked / "file-1.0.dist-info").symlink_to(work / "fake-1.0.dist-info")
+    (linked / "dangling-1.0.dist-info").symlink_to(tmp_path / "nowhere")
+    (site / "probe.py").write_bytes(_edited_module("probe", ("evil/libpwdep.so.1",)))
+
+    def loaded(*path: Path) -> tuple[list[str], list[str]]:
+        result = subprocess.run(
+            [sys.executable, "-s", "-c", "import probe"],
+            env={"PYTHONPATH": os.pathsep.join(map(str, path))},
+            cwd=str(work),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines(), result.stderr.splitlines()
+
+    stdout, stderr = loaded(linked, site)
+    assert stdout == ["LOADED installed"]
+    assert stderr == [
+        f"patched-wheels preload: refused {os.curdir}/evil/libpwdep.so.1: {os.curdir} holds no installed wheel",
+        f"patched-wheels preload: refused {linked}/evil/libpwdep.so.1: {linked} holds no installed wheel",
+    ]
+    (linked / "real-1.0.dist-info").symlink_to(site / "real-1.0.dist-info")
+    assert loaded(linked, site) == (["LOADED linked"], stderr[:1])
 
 
 def test_the_module_and_the_entry_rule_agree_on_what_a_relative_path_is():

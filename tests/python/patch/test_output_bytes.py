@@ -107,6 +107,7 @@ PATCH_OUTPUTS = {
 }
 SPLIT_INPUT = "e9338e5365093f8d01f479923ec29970e9df2c0e4413d7af4e312d9966db2c1d"
 SPLIT_OUTPUTS = {
-    "main": "d44cb9077245c1034873ffea066e2fd7d9d1e7f5f450890c25136687b54d7af0",  # the run-time-checked preload module (issue 41)
+    # The run-time-checked preload module (issue 41), whose *.dist-info must be a directory (issue 52).
+    "main": "bb73480d3b4d169a28c8375c2b0890b7e3c0534c637542fb804533fe22993a8b",
     "sibling": "888a6ce496781d94f80d838b92e6b43bcc8c78187bf6ad12dd8961d455ee4943",
 }
