@@ -100,11 +100,11 @@ class IndexAttributes:
     """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.loading.closure`)."""
     extras: Sequence[str]
     """The lock's root requirements with the extras the lock may not record, as written (``jax[cuda13]``)."""
-    wheel_facts: Path | None
-    """The facts file the user gave (:mod:`patched_wheels.hub.facts`), laid over the ELF and probe caches."""
     verified_stacks: bool
     """Whether a stack of the verified table (:mod:`patched_wheels.hub.verified`) the lock holds gets its row's
     ``patched_wheel`` where the user wrote none of that name."""
+    wheel_facts: Path | None
+    """The facts file the user gave (:mod:`patched_wheels.hub.facts`), laid over the ELF and probe caches."""
 
     @property
     def locks(self) -> dict[str, Path | None]:

@@ -16,7 +16,7 @@ from benchmarks.stacks import STACKS
 
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
-from patched_wheels.hub.plan import HubPlan, HubRequest, plan_hub, resolved_wheels
+from patched_wheels.hub.plan import HubConfig, HubPlan, HubRequest, plan_hub, resolved_wheels
 from patched_wheels.hub.schema import to_json
 from patched_wheels.hub.verified import TABLE, VerifiedTable, product_table, read_table
 from patched_wheels.loading.preload import read_preload_module
@@ -114,7 +114,9 @@ def test_a_row_with_recorded_libraries_preloads_them_in_graph_order_and_runs_no_
     assert (spec.preload, spec.probe, tuple(spec.recorded)) == ("elf", "", ("libfoo.so.1",))
     assert "(its recorded libraries: no probe runs)" in plan.notes[0]
 
-    assert build_hub(plan.config) == ["fakejax==1.0+verified"]
+    # Built from the configuration as the build step reads it back (the recording travels in _hub.json).
+    config = HubConfig.from_json(json.loads(json.dumps(plan.config.to_json())))
+    assert build_hub(config) == ["fakejax==1.0+verified"]
     assert not marker.exists(), "a recorded row must run no package code at fetch time"
     patched = tmp_path / "hub" / "index" / PATCHED
     # libfoo is recorded; libbar comes with it, first, because libfoo needs it (DT_NEEDED).
