@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from benchmarks.stacks import STACKS
 
+from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import HubConfig, HubPlan, HubRequest, plan_hub, resolved_wheels
@@ -238,3 +239,29 @@ def test_a_fifo_is_not_read(tmp_path: Path) -> None:
 def test_the_table_round_trips_through_its_schema() -> None:
     table = product_table()
     assert json.loads(json.dumps(to_json(table))) == json.loads(TABLE.read_text("utf-8"))
+
+
+def test_hub_plan_says_which_rows_it_applies_in_one_warning_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command the rule runs: the product's table, and its one line on stderr (the rule shows warning lines)."""
+    files = []
+    for name in ("jax-0.10.2", "jax_cuda13_pjrt-0.10.2"):
+        files.append(tmp_path / f"{name}-py3-none-any.whl")
+        files[-1].write_bytes(name.encode())  # the plan reads no wheel
+    request, resolved, _ = hub_inputs(tmp_path / "hub", files, [])
+    (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
+    (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
+    arguments = [
+        "hub",
+        "plan",
+        "--request",
+        str(tmp_path / "request.json"),
+        "--resolved",
+        str(tmp_path / "resolved.json"),
+    ]
+    assert main([*arguments, "--config-out", str(tmp_path / "_hub.json")]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("patched-wheels: warning: ") and 'name = "jax-cuda13-pjrt"' in line
+    config = HubConfig.from_json(json.loads((tmp_path / "_hub.json").read_text(encoding="utf-8")))
+    assert [spec.name for spec in config.patched] == ["jax-cuda13-pjrt"]
