@@ -457,7 +457,7 @@ def plan_package_preload(
         candidates = [] if preload_wheels else runtime_candidates(graph, package_wheel)
         message = f"{package_wheel.name}: {package} needs no shared library from the other wheels given"
         message += f", and {code!r} maps none in one site-packages" if observed is not None else ""
-        message += ", nor does the set ship what was recorded" if recorded is not None else ""
+        message += ", and no library recorded for it is preloaded" if recorded is not None else ""
         message += "; nothing to preload"
         if candidates:
             message += f" ({runtime_hint(package, candidates, observed, probed=probe is not None)})"

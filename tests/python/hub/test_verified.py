@@ -60,17 +60,15 @@ def table_file(tmp_path: Path, *rows: dict[str, Any], **values: object) -> Path:
 
 def plan_fake_hub(
     tmp_path: Path,
-    wheels: fakecuda.RuntimeLoadedWheels,
-    table: VerifiedTable | None,
+    wheels: list[Path],
+    table: VerifiedTable,
     *specs: dict[str, object],
     **attributes: object,
 ) -> HubPlan:
-    """The plan of a hub over the fake stack's lock (``table``: the verified stacks; None: the product's), its
+    """The plan of a hub over a lock of ``wheels`` (``table``: the verified stacks), its
     files fetched where it says."""
-    request, resolved, sources = hub_inputs(tmp_path, wheels.all, list(specs), index_option="index-url", **attributes)
-    plan = plan_hub(
-        HubRequest.from_json(request), resolved_wheels(resolved), elf_cache=None, **({"stacks": table} if table else {})
-    )
+    request, resolved, sources = hub_inputs(tmp_path, wheels, list(specs), index_option="index-url", **attributes)
+    plan = plan_hub(HubRequest.from_json(request), resolved_wheels(resolved), elf_cache=None, stacks=table)
     fetch_into(tmp_path, [dataclasses.asdict(fetch) for fetch in plan.fetch], sources)
     return plan
 
@@ -91,7 +89,7 @@ def test_a_stack_of_the_table_is_patched_with_its_row_when_no_stanza_names_it(
 ) -> None:
     marker = tmp_path / "probe-ran"
     table = read_table(table_file(tmp_path, fixture_row(marker)))
-    plan = plan_fake_hub(tmp_path / "hub", runtime_set, table)
+    plan = plan_fake_hub(tmp_path / "hub", runtime_set.all, table)
     (spec,) = plan.config.patched
     assert (spec.name, spec.suffix, spec.preload, spec.probe) == ("fakejax", "verified", "auto", table.stacks[0].probe)
     (note,) = plan.notes
@@ -110,7 +108,7 @@ def test_a_row_with_recorded_libraries_preloads_them_in_graph_order_and_runs_no_
 ) -> None:
     marker = tmp_path / "probe-ran"
     table = read_table(table_file(tmp_path, fixture_row(marker, recorded=["libfoo.so.1"])))
-    plan = plan_fake_hub(tmp_path / "hub", runtime_set, table)
+    plan = plan_fake_hub(tmp_path / "hub", runtime_set.all, table)
     (spec,) = plan.config.patched
     assert (spec.preload, spec.probe, tuple(spec.recorded)) == ("elf", "", ("libfoo.so.1",))
     assert "(its recorded libraries: no probe runs)" in plan.notes[0]
@@ -130,7 +128,9 @@ def test_a_users_stanza_of_the_rows_name_replaces_the_row(
 ) -> None:
     marker = tmp_path / "probe-ran"
     table = read_table(table_file(tmp_path, fixture_row(marker)))
-    plan = plan_fake_hub(tmp_path / "hub", runtime_set, table, {"name": "FakeJax", "remove_requires": ["fakert-bar"]})
+    plan = plan_fake_hub(
+        tmp_path / "hub", runtime_set.all, table, {"name": "FakeJax", "remove_requires": ["fakert-bar"]}
+    )
     (spec,) = plan.config.patched
     assert (spec.name, spec.suffix, spec.preload, spec.probe) == ("FakeJax", "test.1", "off", "")
     assert plan.notes == ()
@@ -144,11 +144,11 @@ def test_verified_stacks_false_and_a_lock_without_the_stack_apply_no_row(
     tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels
 ) -> None:
     table = read_table(table_file(tmp_path, fixture_row(tmp_path / "probe-ran")))
-    off = plan_fake_hub(tmp_path / "off", runtime_set, table, verified_stacks=False)
+    off = plan_fake_hub(tmp_path / "off", runtime_set.all, table, verified_stacks=False)
     assert (list(off.config.patched), off.notes) == ([], ())
     # A stack is the row's every pin: fakejax without any fakert-* wheel is not it.
     without = read_table(table_file(tmp_path, fixture_row(tmp_path / "probe-ran", lock_pins=["fakejax", "fakecuda-*"])))
-    assert list(plan_fake_hub(tmp_path / "other", runtime_set, without).config.patched) == []
+    assert list(plan_fake_hub(tmp_path / "other", runtime_set.all, without).config.patched) == []
 
 
 def wheel(project: str, version: str = "1.0") -> ResolvedWheel:
@@ -265,3 +265,24 @@ def test_hub_plan_says_which_rows_it_applies_in_one_warning_line(
     assert line.startswith("patched-wheels: warning: ") and 'name = "jax-cuda13-pjrt"' in line
     config = HubConfig.from_json(json.loads((tmp_path / "_hub.json").read_text(encoding="utf-8")))
     assert [spec.name for spec in config.patched] == ["jax-cuda13-pjrt"]
+
+
+def test_a_recorded_soname_two_wheels_ship_is_preloaded_from_neither_with_one_warning(
+    tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Which copy a run maps only a run shows: the recording names a SONAME, not a wheel."""
+    with zipfile.ZipFile(runtime_set.foo) as archive:
+        foo = archive.read(fakecuda.RUNTIME_LIBRARY_PATHS["foo"])
+    copy = fakecuda.build_wheel(tmp_path / "copy", "fakert-copy", "1.0", {"fakert_copy/lib/libfoo.so.1": foo})
+    marker = tmp_path / "probe-ran"
+    table = read_table(table_file(tmp_path, fixture_row(marker, recorded=["libfoo.so.1", "libbar.so.1"])))
+    plan = plan_fake_hub(tmp_path / "hub", [*runtime_set.all, copy], table)
+    assert build_hub(plan.config) == ["fakejax==1.0+verified"]
+    warnings = capsys.readouterr().err.splitlines()
+    assert [line for line in warnings if "libfoo.so.1 is shipped by 2 wheels" in line] == [
+        "patched-wheels: warning: fakejax-1.0-py3-none-linux_x86_64.whl: the recorded libfoo.so.1 is shipped by 2 "
+        "wheels of the set (fakert_copy-1.0-py3-none-linux_x86_64.whl, fakert_foo-1.0-py3-none-linux_x86_64.whl): "
+        "preloaded from none of them"
+    ]
+    assert not marker.exists()
+    assert preload_of(tmp_path / "hub" / "index" / PATCHED) == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"],)
