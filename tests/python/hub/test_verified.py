@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from benchmarks.stacks import STACKS
 
-from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import HubConfig, HubPlan, HubRequest, plan_hub, resolved_wheels
@@ -23,7 +22,7 @@ from patched_wheels.hub.verified import TABLE, VerifiedTable, product_table, rea
 from patched_wheels.loading.preload import read_preload_module
 from patched_wheels.lock.resolve import ResolvedWheel
 from support import fakecuda
-from support.hubconfig import fetch_into, hub_inputs, no_user_cache  # noqa: F401  (no_user_cache: autouse)
+from support.hubconfig import fetch_into, hub_inputs, load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 
 ROOT = Path(__file__).resolve().parents[3]
 PATCHED = "fakejax-1.0+verified-py3-none-linux_x86_64.whl"
@@ -249,21 +248,9 @@ def test_hub_plan_says_which_rows_it_applies_in_one_warning_line(
     for name in ("jax-0.10.2", "jax_cuda13_pjrt-0.10.2"):
         files.append(tmp_path / f"{name}-py3-none-any.whl")
         files[-1].write_bytes(name.encode())  # the plan reads no wheel
-    request, resolved, _ = hub_inputs(tmp_path / "hub", files, [])
-    (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
-    (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
-    arguments = [
-        "hub",
-        "plan",
-        "--request",
-        str(tmp_path / "request.json"),
-        "--resolved",
-        str(tmp_path / "resolved.json"),
-    ]
-    assert main([*arguments, "--config-out", str(tmp_path / "_hub.json")]) == 0
+    config = load_config(write_config(tmp_path / "hub", files, []))  # hub plan, as the rule runs it
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("patched-wheels: warning: ") and 'name = "jax-cuda13-pjrt"' in line
-    config = HubConfig.from_json(json.loads((tmp_path / "_hub.json").read_text(encoding="utf-8")))
     assert [spec.name for spec in config.patched] == ["jax-cuda13-pjrt"]
 
 
