@@ -44,6 +44,12 @@ INDEX_ATTRS = {
         pip compile` lock writes `jax==0.10.2` for `jax[cuda13]`), e.g. `["jax[cuda13]"]`: pip's closure
         (`restore_extras`, `pip_closure.json`) then includes them. Each project must be pinned by the lock
         and provide the extra."""),
+    "verified_stacks": attr.bool(default = True, doc = """Apply the row of each verified stack the lock holds
+        (torch, JAX cuda12 and cuda13, TensorFlow, CuPy, onnxruntime: the table in docs/verified-stacks.md, kept
+        in `patched_wheels/hub/verified_stacks.json`) where no `patched_wheel` of the row's `name` is given: its
+        project's wheel gets the row's preload and probe (local version `+verified`; a row with recorded
+        libraries runs no probe), and the hub says which in one line. A `patched_wheel` of that name replaces
+        the row. `False`: no row applies, as before."""),
     "wheel_facts": attr.label(allow_single_file = [".json"], doc = """What an earlier build of this hub read
         from the wheels (the ELF rows of their libraries, by sha256; the `preload = "auto"` probes'
         observations, by the wheels' sha256s, probe and interpreter): a copy of the hub's own

@@ -26,7 +26,7 @@ import pytest
 
 from patched_wheels.hub.plan import PatchedWheelSpec
 from support.fuzzing import run_cli
-from support.hubconfig import index_attributes
+from support.hubconfig import index_attributes, spec_request_json
 
 _SEED_SETTING = os.environ.get("RPW_FUZZ_SEED", "20261126")
 SEED = time.time_ns() % 1_000_000_007 if _SEED_SETTING == "random" else int(_SEED_SETTING)
@@ -81,8 +81,7 @@ VALUES: list[Any] = [
 
 
 def _request(repository: Path) -> dict[str, Any]:
-    spec = PatchedWheelSpec(name="faketorch", suffix="test.1").to_json()
-    del spec["wheel"]
+    spec = spec_request_json(PatchedWheelSpec(name="faketorch", suffix="test.1"))
     spec.update(preload="auto", preload_wheels=["nvidia-*"], rpath={"faketorch/*.so": "$ORIGIN/../x"}, delete=["*.txt"])
     return {
         "hub": "fuzz",

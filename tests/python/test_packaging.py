@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,4 +30,6 @@ def test_building_the_wheel_leaves_the_tree_as_it_was(tmp_path: Path) -> None:
     )
     assert built.returncode == 0, built.stderr
     assert [path.name for path in (tmp_path / "out").iterdir()] == ["patched_wheels-0.1.0-py3-none-any.whl"]
+    with zipfile.ZipFile(tmp_path / "out" / "patched_wheels-0.1.0-py3-none-any.whl") as built_wheel:
+        assert "patched_wheels/hub/verified_stacks.json" in built_wheel.namelist(), "the hub reads its table there"
     assert sorted(_files(source) - before) == []

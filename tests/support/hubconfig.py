@@ -13,6 +13,7 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import main
 from patched_wheels.hub.plan import HubConfig, PatchedWheelSpec
+from patched_wheels.hub.spec import NOT_ATTRIBUTES
 
 from .indexfixtures import sha256_of as sha256
 from .starlark import index_attribute_defaults
@@ -35,6 +36,11 @@ def no_user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "off")
 
 
+def spec_request_json(spec: PatchedWheelSpec) -> dict[str, object]:
+    """``spec`` as the rule writes it into a request: its attributes, not the fields the plan sets."""
+    return {key: value for key, value in spec.to_json().items() if key not in NOT_ATTRIBUTES}
+
+
 def set_config(tmp_path: Path, others: list[Path], original: Path, name: str, **spec: object) -> Path:
     """hub.json for patching one project, the ``others`` served as they are (see :func:`write_config`)."""
     return write_config(tmp_path, others, [(original, {"name": name, **spec})])
@@ -50,47 +56,18 @@ def write_config(
     wheel_facts: Path | None = None,
 ) -> Path:
     """The hub's ``_hub.json`` for patching each ``(original, spec)`` of ``patched``, made as the rule makes
-    it: the request and the resolved wheels go through ``patched-wheels hub plan`` (the one writer of the
-    config), and every file the plan lists is copied where it says, as the rule downloads it.
+    it: the request and the resolved wheels (:func:`hub_inputs`) go through ``patched-wheels hub plan`` (the one
+    writer of the config), and every file the plan lists is copied where it says, as the rule downloads it.
     ``rules_python_version``: the release the hub is for (before 2, every pin is served from the hub's index);
     ``wheel_facts``: the hub's ``wheel_facts`` file."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    originals = [original for original, _ in patched]
-    lock = tmp_path / "user_lock.txt"
-    lock.write_text(
-        "# the user's lock\n"
-        + "".join(
-            f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n"
-            for w in [*others, *originals]
-        ),
-        encoding="utf-8",
+    request, resolved, sources = hub_inputs(
+        tmp_path,
+        [*others, *(original for original, _ in patched)],
+        [spec for _, spec in patched],
+        index_option=index_option,
+        rules_python_version=rules_python_version,
+        wheel_facts=str(wheel_facts) if wheel_facts else None,
     )
-    specs = [{**PatchedWheelSpec(name=str(spec["name"]), suffix="test.1").to_json(), **spec} for _, spec in patched]
-    for spec in specs:
-        del spec["wheel"]
-    request = {
-        "hub": "test",
-        "bzlmod": True,
-        "attributes": index_attributes(
-            requirements_lock=str(lock),
-            index_url="",
-            index_option=index_option,
-            wheel_facts=str(wheel_facts) if wheel_facts else None,
-        ),
-        "rules_python_version": rules_python_version,
-        "repository": str(tmp_path),
-        "patched": specs,
-    }
-    sources = {wheel.name: wheel for wheel in [*others, *originals]}
-    resolved = [
-        {
-            "project": canonicalize_name(name.split("-")[0]),
-            "filename": name,
-            "urls": [wheel.as_uri()],
-            "sha256": sha256(wheel),
-        }
-        for name, wheel in sources.items()
-    ]
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
     (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
     config = tmp_path / "_hub.json"
@@ -109,10 +86,60 @@ def write_config(
             ]
         )
     assert code == 0
-    for fetch in json.loads(out.getvalue())["fetch"]:
-        (tmp_path / fetch["output"]).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(sources[fetch["output"].rsplit("/", 1)[1]], tmp_path / fetch["output"])
+    fetch_into(tmp_path, json.loads(out.getvalue())["fetch"], sources)
     return config
+
+
+def hub_inputs(
+    tmp_path: Path,
+    wheels: list[Path],
+    specs: list[dict[str, object]],
+    *,
+    rules_python_version: str = "1.6.0",
+    **attributes: object,
+) -> tuple[dict[str, object], list[dict[str, object]], dict[str, Path]]:
+    """What the rule hands ``hub plan`` for a lock of ``wheels`` (written beside, as ``user_lock.txt``): the request
+    holding ``specs`` (each completed with the defaults, ``suffix = "test.1"``) and ``attributes`` (the others at
+    hub.bzl's defaults), the resolved wheels, and each wheel's file by name (for :func:`fetch_into`)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    lock = tmp_path / "user_lock.txt"
+    lock.write_text(
+        "# the user's lock\n"
+        + "".join(
+            f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n"
+            for w in wheels
+        ),
+        encoding="utf-8",
+    )
+    request = {
+        "hub": "test",
+        "bzlmod": True,
+        "attributes": index_attributes(**{"requirements_lock": str(lock), "index_url": "", **attributes}),
+        "rules_python_version": rules_python_version,
+        "repository": str(tmp_path),
+        "patched": [
+            {**spec_request_json(PatchedWheelSpec(name=str(spec["name"]), suffix="test.1")), **spec} for spec in specs
+        ],
+    }
+    sources = {wheel.name: wheel for wheel in wheels}
+    resolved: list[dict[str, object]] = [
+        {
+            "project": canonicalize_name(name.split("-")[0]),
+            "filename": name,
+            "urls": [wheel.as_uri()],
+            "sha256": sha256(wheel),
+        }
+        for name, wheel in sources.items()
+    ]
+    return request, resolved, sources
+
+
+def fetch_into(tmp_path: Path, fetch: list[dict[str, object]], sources: dict[str, Path]) -> None:
+    """Copy each file a plan's ``fetch`` lists where it says, as the rule downloads it."""
+    for entry in fetch:
+        output = str(entry["output"])
+        (tmp_path / output).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sources[output.rsplit("/", 1)[1]], tmp_path / output)
 
 
 def load_config(path: Path) -> HubConfig:

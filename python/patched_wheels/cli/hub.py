@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from patched_wheels.cli import read_json_input
-from patched_wheels.errors import UsageError
+from patched_wheels.errors import UsageError, warn
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from patched_wheels.hub.plan import HubRequest, plan_hub, resolution, resolved_wheels
+    from patched_wheels.hub.plan import HubRequest, plan_hub, resolution, resolved_wheels, with_verified_stacks
 
     request = read_json_input(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
@@ -45,9 +45,13 @@ def _plan(args: argparse.Namespace) -> int:
     if request.attributes.wheel_facts is not None:  # no facts file fails here, before any download (and in the build)
         read_facts(request.attributes.wheel_facts, request.index_call)
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
-    elf_cache = CacheContext.from_environment(enabled=request.needs_graph).directory("elfgraph")
+    # Asked only where some spec reads the wheels, the verified stacks' included (the plan applies them again).
+    graph = with_verified_stacks(request, wheels)[0].needs_graph
+    elf_cache = CacheContext.from_environment(enabled=graph).directory("elfgraph")
     plan = plan_hub(request, wheels, elf_cache=elf_cache)
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
+    for note in plan.notes:
+        warn(note)
     print(json.dumps(plan.to_json(), indent=1))
     return 0
 

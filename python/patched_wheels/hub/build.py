@@ -346,7 +346,9 @@ def patch_into_index(
         preload = plan_package_preload(
             spec.package,
             wheel_set,
-            Probe(spec.probe or None, installation) if spec.runs_probe else ElfOnly(),
+            Probe(spec.probe or None, installation)
+            if spec.runs_probe
+            else ElfOnly(spec.recorded, spec.recorded_global),
             package_wheel=spec.wheel,
             graph=graph,
             phrasing=phrasing,

@@ -32,7 +32,8 @@ from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
 from patched_wheels.hub.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
-from patched_wheels.hub.spec import PatchedWheelSpec, check_spec
+from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_spec
+from patched_wheels.hub.verified import VerifiedTable, applicable_rows, product_table, row_spec, stanza_attributes
 from patched_wheels.loading.closure import FILE as CLOSURE
 from patched_wheels.lock.formats import registry
 from patched_wheels.lock.model import check_lock_value
@@ -99,6 +100,9 @@ class IndexAttributes:
     """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.loading.closure`)."""
     extras: Sequence[str]
     """The lock's root requirements with the extras the lock may not record, as written (``jax[cuda13]``)."""
+    verified_stacks: bool
+    """Whether a stack of the verified table (:mod:`patched_wheels.hub.verified`) the lock holds gets its row's
+    ``patched_wheel`` where the user wrote none of that name."""
     wheel_facts: Path | None
     """The facts file the user gave (:mod:`patched_wheels.hub.facts`), laid over the ELF and probe caches."""
 
@@ -127,7 +131,7 @@ class HubRequest:
     """The release in use ("0" before rules_python had features.bzl, "" for an unreleased checkout)."""
     repository: str
     """The hub repository's directory ("" in the extension, which places nothing)."""
-    patched: Sequence[PatchedWheelSpec] = field(metadata={OMIT: ("wheel",), CALL: _request_call})
+    patched: Sequence[PatchedWheelSpec] = field(metadata={OMIT: NOT_ATTRIBUTES, CALL: _request_call})
 
     @classmethod
     def from_json(cls, raw: object) -> "HubRequest":
@@ -221,10 +225,13 @@ class HubPlan:
     scratch: tuple[str, ...] = (ORIGINALS, READ_ONLY)
     exports: tuple[str, ...] = ()
     index_folder: str = INDEX
+    notes: tuple[str, ...] = ()
+    """What the user should hear of the plan's own decisions (the verified stacks applied): one warning line each,
+    said by the command."""
 
     def to_json(self) -> dict[str, Any]:
-        """What the rule reads (the config goes to ``_hub.json``, not to the rule)."""
-        return {key: value for key, value in to_json(self).items() if key != "config"}
+        """What the rule reads (the config goes to ``_hub.json``, the notes to the warnings, not to the rule)."""
+        return {key: value for key, value in to_json(self).items() if key not in ("config", "notes")}
 
 
 def resolved_wheels(raw: object) -> list[ResolvedWheel]:
@@ -313,7 +320,43 @@ def default_probes(specs: Sequence[PatchedWheelSpec]) -> list[str]:
     return [spec.probe or f"import {module_name(spec.package)}" for spec in specs if spec.runs_probe]
 
 
-def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache: Path | None) -> HubPlan:
+def with_verified_stacks(
+    request: HubRequest, wheels: Sequence[ResolvedWheel], stacks: VerifiedTable | None = None
+) -> tuple[HubRequest, str | None]:
+    """``request`` with the ``patched_wheel`` of each verified stack its lock holds where the user wrote none of
+    that name (``stacks``: the table, by default the product's), and the one line that says which; ``request``
+    itself and None when no row applies or ``verified_stacks = False``. Each applied spec is checked as the user's
+    are (:func:`check_spec`): a row is data, and a flawed one fails here, before any download."""
+    if not request.attributes.verified_stacks:
+        return request, None
+    table = product_table() if stacks is None else stacks
+    written = {canonicalize_name(spec.name) for spec in request.patched}
+    rows = applicable_rows(table, {wheel.project for wheel in wheels}, written)
+    if not rows:
+        return request, None
+    applied = [row_spec(row, table.suffix) for row in rows]
+    for spec in applied:
+        check_spec(spec, f"verified stack {spec.name}: {request.wheel_call(spec)}")
+    said = "; ".join(
+        f"{row.stack}: {wheel_call(request.hub, request.bzlmod, row.name, stanza_attributes(row))}"
+        + (" (its recorded libraries: no probe runs)" if row.recorded else "")
+        for row in rows
+    )
+    note = (
+        f"{request.index_call}: the lock holds verified stacks, so the hub applies their rows "
+        f'(docs/verified-stacks.md; suffix "{table.suffix}"): {said}; a patched_wheel of that name overrides '
+        "its row, verified_stacks = False turns them off"
+    )
+    return replace(request, patched=(*request.patched, *applied)), note
+
+
+def plan_hub(
+    request: HubRequest,
+    wheels: Sequence[ResolvedWheel],
+    *,
+    elf_cache: Path | None,
+    stacks: VerifiedTable | None = None,
+) -> HubPlan:
     """Phase two: where each resolved wheel goes, and the build step's configuration.
 
     Every wheel is fetched: the build reads the ``METADATA`` of each (pip's closure, the extras to restore)
@@ -323,9 +366,10 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
     repository cache: pip, fetching by URL, would read them from the network after each ``clean --expunge``);
     with direct references rules_python 2.x fetches each unpatched wheel itself (by sha256, so the hub's copy
     comes from the repository cache, not the network), and the hub's goes to ``_wheels/``, deleted after the
-    build.
+    build. The verified stacks' rows apply first (:func:`with_verified_stacks`, ``stacks``: the table).
     """
     check_request(request)
+    request, note = with_verified_stacks(request, wheels, stacks)
     if not request.repository:
         raise UsageError(f"{request.index_call}: internal: the plan needs the hub repository's directory")
     # The lock names the patched wheels by file:// URL, which Bazel's downloader opens as written (undecoded):
@@ -390,6 +434,7 @@ def plan_hub(request: HubRequest, wheels: Sequence[ResolvedWheel], *, elf_cache:
         fetch=tuple(fetch),
         config=config,
         exports=exports,
+        notes=(note,) if note else (),
     )
 
 

@@ -24,6 +24,9 @@ from patched_wheels.hub.schema import VALUES, shown, to_json
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
 from patched_wheels.patch.version import with_local_suffix
 
+#: The fields of :class:`PatchedWheelSpec` that are no attribute of ``patched_wheel``: the plan sets them, a
+#: request never holds them.
+NOT_ATTRIBUTES = ("wheel", "recorded", "recorded_global")
 #: The values of ``preload`` (PRELOAD_VALUES in specs.bzl; a test holds the two equal).
 PRELOAD_VALUES = ("auto", "elf", "off")
 
@@ -59,6 +62,11 @@ class PatchedWheelSpec:
     rpath_mode: str = field(default="set", metadata={VALUES: MODES})
     wheel: Path | None = None
     """Not an attribute: where the hub put the original wheel (set by :func:`plan_hub`)."""
+    recorded: Sequence[str] = ()
+    """Not an attribute: with ``preload = "elf"``, the SONAMEs a verified stack's row recorded its probe mapping
+    (:mod:`patched_wheels.hub.verified`), preloaded as an observation would be, with no package code run."""
+    recorded_global: Sequence[str] = ()
+    """Not an attribute: of ``recorded``, those loaded RTLD_GLOBAL."""
 
     @property
     def package(self) -> str:
@@ -137,6 +145,10 @@ def _dependency_problem(spec: PatchedWheelSpec) -> str | None:
         for attribute in ("split_max_size", "split_move"):
             if getattr(spec, attribute):
                 return f"{attribute} needs split_into"
+    if spec.recorded and spec.preload != "elf":
+        return f'recorded libraries need preload = "elf" (preload = "{spec.preload}")'
+    if not set(spec.recorded_global) <= set(spec.recorded):
+        return f"recorded_global {sorted(set(spec.recorded_global) - set(spec.recorded))} not among recorded"
     if spec.rpath_mode != "set" and not spec.rpath:
         return f'rpath_mode = "{spec.rpath_mode}" needs rpath'
     return None

@@ -339,7 +339,44 @@ class Probe:
 
 @dataclass(frozen=True)
 class ElfOnly:
-    """Plan from the ELF graph alone: no package code runs (``preload = "elf"``, ``--no-probe``)."""
+    """Plan from the ELF graph alone: no package code runs (``preload = "elf"``, ``--no-probe``); with ``recorded``,
+    the graph and what a probe was recorded mapping (a verified stack's row: :mod:`patched_wheels.hub.verified`)."""
+
+    recorded: Sequence[str] = ()
+    """SONAMEs a probe mapped in one site-packages, recorded: preloaded where the set ships them
+    (:func:`recorded_observation`)."""
+    recorded_global: Sequence[str] = ()
+    """Of ``recorded``, those loaded RTLD_GLOBAL."""
+
+
+def recorded_observation(graph: LibraryGraph, mode: ElfOnly, package_wheel: str, probe: str) -> Observation | None:
+    """What ``mode``'s recording says a probe maps, as an observation of this set: the libraries of the other
+    wheels whose SONAME (a file name, for a library without one) is recorded, so that :func:`plan_preload` orders
+    and filters them as it does a run's. A SONAME that several other wheels ship is left out, with one warning:
+    which of them a run maps only a run shows (the ELF graph still preloads the one a DT_NEEDED edge names).
+    None without a recording."""
+    if not mode.recorded:
+        return None
+    from patched_wheels.loading.observe import Observation  # the observation's type, not its run
+
+    by_name: dict[str, list[ElfLibrary]] = {}
+    for library in graph.libraries:
+        if library.wheel != package_wheel:
+            by_name.setdefault(library.soname or library.filename, []).append(library)
+    mapped, needs_global = set(), set()
+    for soname in mode.recorded:
+        found = by_name.get(soname, [])
+        if len(found) > 1:
+            warn(
+                f"{package_wheel}: the recorded {soname} is shipped by {len(found)} wheels of the set "
+                f"({', '.join(sorted({library.wheel for library in found}))}): preloaded from none of them"
+            )
+            continue
+        keys = {(library.wheel, library.path) for library in found}
+        mapped |= keys
+        if soname in mode.recorded_global:
+            needs_global |= keys
+    return Observation(probe, frozenset(mapped), frozenset(), frozenset(needs_global))
 
 
 PreloadMode = Union[Probe, ElfOnly]
@@ -391,7 +428,10 @@ def plan_package_preload(
         from patched_wheels.loading.observe import observe  # imported here: observing installs and runs the set
 
         observed = observe(wheels, code, graph, caches=caches, installation=probe.installation)
-    plan = plan_preload(graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed)
+    recorded = None if isinstance(mode, Probe) else recorded_observation(graph, mode, package_wheel.name, "recorded")
+    plan = plan_preload(
+        graph, location.path, package_wheel.name, preload_wheels=preload_wheels, observed=observed or recorded
+    )
     graph.check_problems(package, package_wheel.name, [*own, *plan.libraries])
     check_shipped(plan.libraries, wheels)
     unseen = None  # why the probe may have missed what the package opens: a warning, and part of the error below
@@ -417,6 +457,7 @@ def plan_package_preload(
         candidates = [] if preload_wheels else runtime_candidates(graph, package_wheel)
         message = f"{package_wheel.name}: {package} needs no shared library from the other wheels given"
         message += f", and {code!r} maps none in one site-packages" if observed is not None else ""
+        message += ", and no library recorded for it is preloaded" if recorded is not None else ""
         message += "; nothing to preload"
         if candidates:
             message += f" ({runtime_hint(package, candidates, observed, probed=probe is not None)})"

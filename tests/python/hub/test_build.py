@@ -25,7 +25,7 @@ from patched_wheels.loading import probe
 from patched_wheels.loading.preload import read_preload_module
 from patched_wheels.wheelfile import ZipMember
 from support import fakecuda
-from support.hubconfig import index_attributes, load_config, no_user_cache, set_config, write_config  # noqa: F401  (no_user_cache: autouse)
+from support.hubconfig import index_attributes, load_config, no_user_cache, set_config, spec_request_json, write_config  # noqa: F401  (no_user_cache: autouse)
 from support.indexfixtures import sha256_of
 from support.uvfixture import run_uv, serve_over_http, uv_locks
 
@@ -354,8 +354,7 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         uv_lock, _ = uv_locks(
             tmp_path / "project", url, ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in fake_set.nvidia)]
         )
-        spec = {**PatchedWheelSpec(name="faketorch", suffix="test.1", preload="auto").to_json()}
-        del spec["wheel"]
+        spec = spec_request_json(PatchedWheelSpec(name="faketorch", suffix="test.1", preload="auto"))
         request = {
             "hub": "uv",
             "bzlmod": True,
@@ -517,11 +516,10 @@ def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = {
-        **PatchedWheelSpec(name="faketorch", suffix="test.1").to_json(),
+        **spec_request_json(PatchedWheelSpec(name="faketorch", suffix="test.1")),
         "preload": "elf",
         "probe": "import faketorch",
     }
-    del spec["wheel"]
     request = {
         "hub": "test",
         "bzlmod": True,

@@ -24,9 +24,10 @@ from patched_wheels.hub.plan import (
     plan_hub,
     resolution,
 )
+from patched_wheels.hub.spec import NOT_ATTRIBUTES
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel
-from support.hubconfig import INDEX_ATTRIBUTES, index_attributes
+from support.hubconfig import INDEX_ATTRIBUTES, index_attributes, spec_request_json
 from support.starlark import PRIVATE, starlark_constants
 
 
@@ -69,7 +70,7 @@ KIND_ANNOTATIONS = {
 
 def test_starlark_schema_and_python_spec_agree_in_both_directions() -> None:
     schema = starlark_schema()
-    spec_fields = {f.name: f for f in fields(PatchedWheelSpec) if f.name != "wheel"}
+    spec_fields = {f.name: f for f in fields(PatchedWheelSpec) if f.name not in NOT_ATTRIBUTES}
     assert sorted(schema) == sorted(spec_fields), "an attribute one side lacks"
     for name, attribute in schema.items():
         field = spec_fields[name]
@@ -96,10 +97,7 @@ def test_the_attribute_values_the_schema_allows_are_the_ones_the_helper_knows() 
 
 def spec_json(**values: object) -> dict[str, object]:
     """A spec as the rule writes it: every attribute, the defaults of the Python side."""
-    spec = PatchedWheelSpec(name="faketorch", suffix="test.1")
-    raw = spec.to_json()
-    del raw["wheel"]
-    return {**raw, **values}
+    return {**spec_request_json(PatchedWheelSpec(name="faketorch", suffix="test.1")), **values}
 
 
 def request(*specs: dict[str, object], **values: object) -> HubRequest:
