@@ -120,9 +120,19 @@ def plugin(tmp_path_factory: pytest.TempPathFactory):
     return build_plugin_stack(tmp_path_factory.mktemp("plugin"))
 
 
-def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = False, pip_closure: str = "") -> str:
+def make_test(
+    directory: Path,
+    wheels,
+    probe: str,
+    *,
+    one_site_packages: bool = False,
+    pip_closure: str = "",
+    repository: str = "",
+    bzlmod: bool = True,
+) -> str:
     """The files of one layout_test in ``directory``; returns its main's path. ``pip_closure``: the closure
-    file's path under ``directory`` (which stands in for the runfiles root)."""
+    file's path under ``directory`` (which stands in for the runfiles root); ``repository``: the canonical name
+    of the repository Bazel says holds it; ``bzlmod``: whether Bazel reads MODULE.bazel."""
     kind = FLAT if one_site_packages else PER_WHEEL
     layout = Layout(kind, PurePosixPath(directory / "installed"))
     for wheel in wheels:
@@ -131,7 +141,16 @@ def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = 
     base = directory / "pkg" / "plugin_layout_test"
     base.parent.mkdir(parents=True)
     (base.parent / (base.name + CONFIG_SUFFIX)).write_text(
-        json.dumps({"probe": probe, "test": LABEL, "pip_closure": pip_closure}), encoding="utf-8"
+        json.dumps(
+            {
+                "probe": probe,
+                "test": LABEL,
+                "pip_closure": pip_closure,
+                "pip_closure_repository": repository,
+                "bzlmod": bzlmod,
+            }
+        ),
+        encoding="utf-8",
     )
     program = base.parent / (base.name + PROBE_SUFFIX)
     program.write_text(
@@ -161,9 +180,14 @@ def test_fails_where_one_directory_per_wheel_maps_fewer_libraries(plugin, tmp_pa
         assert library in missing, out
     assert "first error: " in out and "Unable to load CUDA" in out, out
     assert "layout_test: FAILED" in out, out
-    stanza = f'patched_wheel(name = "fakeplug-cuda", preload = "auto", probe = {json.dumps(plugin.code)}, preload_package = "fakeplugins.xla_fake")'
+    stanza = (
+        f'patched.patched_wheel(name = "fakeplug-cuda", hub = "HUB", suffix = "preload.1", preload = "auto", probe = '
+        f'{json.dumps(plugin.code)}, preload_package = "fakeplugins.xla_fake")'
+    )
     assert (
-        f"fakeplugins.xla_fake has no generated preload: patch its wheel in the hub the deps come from: {stanza}" in out
+        "fakeplugins.xla_fake has no generated preload: patch its wheel: add to MODULE.bazel (suffix preload.1 is yours to "
+        'change: a PEP 440 local label; HUB: the hub of the deps, which pip_closure = "@HUB//:pip_closure.json" names): '
+        f"{stanza}" in out
     ), out
 
 
@@ -282,7 +306,9 @@ def test_a_preload_that_misses_libraries_asks_for_the_probe(plugin, tmp_path, ca
     code, out, err = run_main(main_file, capsys)
     assert code == 1, out + err
     assert (
-        "fakeplugins.xla_fake has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: patched_wheel("
+        "fakeplugins.xla_fake has a generated preload that does not cover this probe: give its patched_wheel this probe: add to "
+        "MODULE.bazel (suffix preload.1 is yours to change: a PEP 440 local label; HUB: the hub of the deps, which "
+        'pip_closure = "@HUB//:pip_closure.json" names): patched.patched_wheel(name = "fakeplug-cuda", hub = "HUB", '
         in out
     ), out
 
@@ -542,8 +568,9 @@ def test_the_fix_for_a_plugin_host_names_the_plugin_never_the_host(tmp_path, cap
     (fix,) = [line for line in out.splitlines() if line.startswith("layout_test: fix:")]
     assert fix == (
         "layout_test: fix: jaxlike loads its plugin jaxlike_plugins.xla_fake by entry point jaxlike_plugins:xla_fake: preload the "
-        f'plugin in the hub the deps come from: patched_wheel(name = "jaxlike-cuda-pjrt", preload = "auto", probe = "{SPLIT_PLUGIN_PROBE}", '
-        'preload_package = "jaxlike_plugins.xla_fake")'
+        "plugin: add to MODULE.bazel (suffix preload.1 is yours to change: a PEP 440 local label; HUB: the hub of the deps, "
+        'which pip_closure = "@HUB//:pip_closure.json" names): patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "HUB", '
+        f'suffix = "preload.1", preload = "auto", probe = "{SPLIT_PLUGIN_PROBE}", preload_package = "jaxlike_plugins.xla_fake")'
     ), out
 
 
