@@ -325,7 +325,10 @@ def make_fix_line_workspace(root: Path, probe: str) -> BazelWorkspace:
     root.mkdir(parents=True, exist_ok=True)
     stack = stackshapes.build_plugin_stack(root / "pypi")
     subprocess.run(
-        [sys.executable, "-m", "patched_wheels", "index", str(root / "pypi")], check=True, capture_output=True, text=True
+        [sys.executable, "-m", "patched_wheels", "index", str(root / "pypi")],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     _settings(root)
     write_lock(stack.wheels, root / "plugin_requirements_lock.txt")

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from patched_wheels.base.fsutil import NotRegularFileError, read_input_text, read_regular_file
-from patched_wheels.base.supervise import stop_runs, supervise
 from patched_wheels.base.names import is_valid_project_name
+from patched_wheels.base.supervise import stop_runs, supervise
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line, printable
 from patched_wheels.loading.closure import Closure, missing_from
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
@@ -436,13 +436,20 @@ def patched_wheel_line(config: Config, project: str, attributes: Sequence[tuple[
     and a ``suffix`` beside ``attributes``, in the spelling of that declaration (a tag in MODULE.bazel, or an
     item of ``patched_index(wheels = [...])`` in WORKSPACE); where to paste it, then the line itself, last."""
     hub = config.hub or UNKNOWN_HUB
-    known = f"; {UNKNOWN_HUB}: the hub of the deps, which pip_closure = \"@{UNKNOWN_HUB}//:pip_closure.json\" names" if not config.hub else ""
+    known = (
+        f'; {UNKNOWN_HUB}: the hub of the deps, which pip_closure = "@{UNKNOWN_HUB}//:pip_closure.json" names'
+        if not config.hub
+        else ""
+    )
     values = [("name", project), ("suffix", FIX_SUFFIX), *attributes]
     if config.tag_spelling == "bzlmod":
         values.insert(1, ("hub", hub))
         where, call = "add to MODULE.bazel", "patched.patched_wheel"
     else:
-        where, call = f"add to patched_index(name = {starlark_string(hub)}, wheels = [...]) in WORKSPACE", "patched_wheel"
+        where, call = (
+            f"add to patched_index(name = {starlark_string(hub)}, wheels = [...]) in WORKSPACE",
+            "patched_wheel",
+        )
     rendered = ", ".join(f"{key} = {starlark_string(value)}" for key, value in values)
     return f"{where} (suffix {FIX_SUFFIX} is yours to change: a PEP 440 local label{known}): {call}({rendered})"
 
@@ -531,10 +538,17 @@ def _check_project_names(closure: Closure, what: str) -> None:
     """Refuse a closure naming a project that no wheel can have (PEP 508): the hub writes only names of the
     lock's wheels, so such a name is a file made by hand, and no verdict should quote it."""
     names = [*closure.dists, *closure.root_extras]
-    names += [edge.project for dist in closure.dists.values() for edges in (dist.requires, *dist.extras.values()) for edge in edges]
+    names += [
+        edge.project
+        for dist in closure.dists.values()
+        for edges in (dist.requires, *dist.extras.values())
+        for edge in edges
+    ]
     for name in names:
         if not is_valid_project_name(name):
-            raise UsageError(f"{what}: not a pip closure file: {printable(repr(name))[:200]} is not a project name (PEP 508)")
+            raise UsageError(
+                f"{what}: not a pip closure file: {printable(repr(name))[:200]} is not a project name (PEP 508)"
+            )
 
 
 #: The most wheels the verdict lists that deps lack (each with its chain, bounded by closure.MAX_STEPS); the rest

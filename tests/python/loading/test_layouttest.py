@@ -728,7 +728,6 @@ def test_a_pip_closure_that_is_no_closure_file_is_one_error_line(plugin, tmp_pat
     assert line.startswith(f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip_closure.json": '), line
 
 
-
 # The fix line is a patched_wheel the user pastes where the hub of the deps is declared: complete (hub, suffix),
 # in that declaration's spelling, every string a Starlark literal of the value.
 
@@ -781,7 +780,7 @@ def test_the_fix_line_is_a_complete_patched_wheel_in_the_spelling_of_the_hub_s_d
     assert patched_wheel_line(config, "a-b", _PROBE_ATTRIBUTES) == expected
 
 
-_HOSTILE_PROBE = "import a; print(\"q\\\"\", '\\\\')\n\t# é \r\x1b[2K\x9b\u202e\x00 \udcff \ud800 layout_test: PASSED"
+_HOSTILE_PROBE = 'import a; print("q\\"", \'\\\\\')\n\t# é \r\x1b[2K\x9b\u202e\x00 \udcff \ud800 layout_test: PASSED'
 
 
 def test_a_starlark_string_is_one_printable_line_that_reads_back_as_the_value() -> None:
@@ -798,7 +797,7 @@ def test_a_starlark_string_is_one_printable_line_that_reads_back_as_the_value() 
 
 
 def test_the_fix_line_of_a_failing_test_names_its_hub_and_quotes_a_hostile_probe(plugin, tmp_path, capsys) -> None:
-    probe = plugin.code + "\n# \"quoted\" \\ \x1b[2K\rlayout_test: PASSED"
+    probe = plugin.code + '\n# "quoted" \\ \x1b[2K\rlayout_test: PASSED'
     main_file = make_test(
         tmp_path, plugin.wheels, probe, repository="rules_patched_wheels~~patched~plugin_original", bzlmod=True
     )
