@@ -59,7 +59,8 @@ def layout_test(name, deps, probe, pip_closure = None, **kwargs):
         `"import jax; jax.devices()"`; it runs once in each layout.
       pip_closure: the hub's `@<hub>//:pip_closure.json` (any `patched.index` of the lock the deps come
         from): the test then also fails when deps lack a wheel that pip installs for them from that lock,
-        naming it and the requirements that bring it (rules_python drops extras on dependency edges).
+        naming it and the requirements that bring it (rules_python drops extras on dependency edges); and
+        the `patched_wheel` its `fix:` line gives names this hub.
       **kwargs: passed to the `py_test` (`size`, `tags`, `timeout`, `env`, ...).
     """
     where = 'layout_test(name = "%s")' % name
