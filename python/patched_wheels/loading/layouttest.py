@@ -578,7 +578,9 @@ def closure_lines(closure: Closure | None, comparison: Comparison, merged: Merge
     named = [name for name in shipped if f"{name}: cannot open shared object file" in error]
     if comparison.matches and named:
         lines.append(
-            f"layout_test: FAILED: both layouts fail loading {named[0]}, which a wheel of the deps ships: {one_line(error)[:300]}"
+            one_line(
+                f"layout_test: FAILED: both layouts fail loading {named[0]}, which a wheel of the deps ships: {one_line(error)[:300]}"
+            )
         )
     return lines
 
