@@ -11,7 +11,6 @@ import sys
 # A message quotes its input (a lock line, a patch header, a probe's error line, a cached observation), which
 # may be megabytes long or hold line breaks and terminal controls that would forge another line.
 MAX_LINE = 2000
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class PatchedWheelsError(Exception):
@@ -43,10 +42,31 @@ class UsageError(PatchedWheelsError):
     """Options or a hub configuration that contradict each other or the wheels they name."""
 
 
+def printable(text: str) -> str:
+    """``text`` from a file (a name, a requirement, a path) as printable characters: each character a terminal
+    would act on rather than show (a line break, a carriage return, ESC, a C1 control such as CSI, a bidirectional
+    override, a line separator) escaped as Python writes it, and each byte that is not UTF-8 (os.fsdecode's
+    surrogates) as ``\\xNN``. Printable text comes back as it was, so a message quotes it as the user wrote it."""
+    return text if text.isprintable() else _NOT_PRINTABLE_ASCII.sub(_escaped, text)
+
+
+# What may need escaping: printable ASCII never does (one scan at C speed); a match is kept when it is printable.
+_NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    character = match.group()
+    if character.isprintable():
+        return character
+    if "\udc80" <= character <= "\udcff":  # a byte os.fsdecode could not decode
+        return f"\\x{ord(character) - 0xDC00:02x}"
+    return repr(character)[1:-1]
+
+
 def one_line(message: str) -> str:
     """``message`` as one printable line of bounded length, whatever it quotes (a third-party reason, a name with a
     newline, a 200 MB logical line): its start names what is at fault and its end says why, so the middle goes."""
-    line = _CONTROL.sub(lambda match: repr(match.group())[1:-1], " ".join(message.splitlines()))
+    line = printable(" ".join(message.splitlines()))
     if len(line) <= MAX_LINE:
         return line
     head, tail = MAX_LINE * 2 // 3, MAX_LINE // 3

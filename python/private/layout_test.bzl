@@ -11,6 +11,9 @@ layout judged is the one Bazel really gives a `py_test` with those deps under th
 
 load("@rules_python//python:defs.bzl", "py_binary", "py_test")
 
+# Whether Bazel reads MODULE.bazel: labels are canonical (@@) only then (rules_python's own test).
+_BZLMOD = str(Label("//:unused")).startswith("@@")
+
 def _layout_files_impl(ctx):
     ctx.actions.expand_template(template = ctx.file._probe_template, output = ctx.outputs.probe_main, substitutions = {})
     ctx.actions.expand_template(template = ctx.file._main_template, output = ctx.outputs.test_main, substitutions = {})
@@ -20,6 +23,9 @@ def _layout_files_impl(ctx):
         "test": ctx.attr.test,
         # Its path under the runfiles root (an external repository's short_path starts with ../).
         "pip_closure": "%s/%s" % (ctx.workspace_name, closure.short_path) if closure else "",
+        # Where the fix line's patched_wheel goes: the hub the closure comes from ("": the main repository's file).
+        "pip_closure_repository": closure.owner.workspace_name if closure else "",
+        "bzlmod": _BZLMOD,
     }))
     return [DefaultInfo(files = depset([ctx.outputs.probe_main, ctx.outputs.test_main, ctx.outputs.config]))]
 
@@ -53,7 +59,8 @@ def layout_test(name, deps, probe, pip_closure = None, **kwargs):
         `"import jax; jax.devices()"`; it runs once in each layout.
       pip_closure: the hub's `@<hub>//:pip_closure.json` (any `patched.index` of the lock the deps come
         from): the test then also fails when deps lack a wheel that pip installs for them from that lock,
-        naming it and the requirements that bring it (rules_python drops extras on dependency edges).
+        naming it and the requirements that bring it (rules_python drops extras on dependency edges); and
+        the `patched_wheel` its `fix:` line gives names this hub.
       **kwargs: passed to the `py_test` (`size`, `tags`, `timeout`, `env`, ...).
     """
     where = 'layout_test(name = "%s")' % name

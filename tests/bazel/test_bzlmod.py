@@ -207,8 +207,9 @@ def test_layout_test_fails_on_the_unpatched_plugin_and_passes_on_the_patched_one
     missing = log.split("NOT in the test's layout:", 1)[1].split("layout_test:", 1)[0]
     assert all(library in missing for library in stackshapes.PLUGIN_LIBRARIES.values()), log[-3000:]
     assert (
-        'has no generated preload: patch its wheel in the hub the deps come from: patched_wheel(name = "fakeplug-cuda", preload = "auto", probe = '
-        in log
+        "has no generated preload: patch its wheel: add to MODULE.bazel (suffix preload.1 is yours to change: a PEP 440 local "
+        'label; HUB: the hub of the deps, which pip_closure = "@HUB//:pip_closure.json" names): patched.patched_wheel(name = '
+        '"fakeplug-cuda", hub = "HUB", suffix = "preload.1", preload = "auto", probe = ' in log
     ), log[-3000:]
     log = workspace.test_log("plugin_layout_test")
     assert log.count("mapped: 2 of the wheels' 2 libraries") == 2 and "layout_test: PASSED" in log, log[-3000:]

@@ -165,9 +165,8 @@ def render(template: str, destination: Path, **values: str) -> None:
     destination.write_text(string_template(template, values), encoding="utf-8")
 
 
-def common_files(root: Path) -> FakePypi:
-    root.mkdir(parents=True, exist_ok=True)
-    pypi = build_fake_pypi(root / "pypi")
+def _settings(root: Path) -> None:
+    """What every test workspace holds beside its rules: ``.bazelignore``, ``.bazelrc`` and ``logs/``."""
     # The fake PyPI lives inside the workspace so the offline launcher's chroot sees it; not a package.
     # So do the helper's persistent caches (CACHE_DIR): a test starts from none of the user's, and can
     # look at them at the path the helper used, inside the launcher's chroot or not.
@@ -179,12 +178,18 @@ def common_files(root: Path) -> FakePypi:
         "test --test_output=errors\n",
         encoding="utf-8",
     )
+    (root / "logs").mkdir()
+
+
+def common_files(root: Path) -> FakePypi:
+    root.mkdir(parents=True, exist_ok=True)
+    pypi = build_fake_pypi(root / "pypi")
+    _settings(root)
     write_lock(pypi.wheels.all, root / "requirements_lock.txt")
     write_lock(pypi.runtime.all, root / "requirements_runtime_lock.txt")
     write_lock(pypi.extras.all, root / "requirements_extras_lock.txt")
     for script in ("check_faketorch.py", "check_answer.py"):
         (root / script).write_text((TEMPLATES / script).read_text(encoding="utf-8"))
-    (root / "logs").mkdir()
     return pypi
 
 
@@ -311,3 +316,24 @@ def make_workspace_mode_workspace(root: Path, http_url: str) -> Setup:
         root / "BUILD.bazel", "uv.BUILD.bazel.workspace.tmpl", dict(expected=str(fakecuda.EXPECTED_ANSWER))
     )
     return Setup(BazelWorkspace(root, root / "logs", config=["--config=workspace"]), pypi)
+
+
+def make_fix_line_workspace(root: Path, probe: str) -> BazelWorkspace:
+    """The smallest workspace of both modes: one hub `plugin` of the JAX-shaped plugin stack with no
+    `patched_wheel`, declared in MODULE.bazel and in WORKSPACE (``--config=workspace``), and a layout_test of it
+    whose ``probe`` (a Starlark string literal) fails until the fix line it prints is pasted."""
+    root.mkdir(parents=True, exist_ok=True)
+    stack = stackshapes.build_plugin_stack(root / "pypi")
+    subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "index", str(root / "pypi")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    _settings(root)
+    write_lock(stack.wheels, root / "plugin_requirements_lock.txt")
+    values = dict(repo_root=str(REPO_ROOT), index_url=(root / "pypi" / "simple").as_uri())
+    render("fixline.MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
+    render("fixline.WORKSPACE.tmpl", root / "WORKSPACE", **values)
+    render("fixline.BUILD.bazel.tmpl", root / "BUILD.bazel", probe=probe)
+    return BazelWorkspace(root, root / "logs")

@@ -18,6 +18,7 @@ The model travels between the hub and ``layout_test`` as one JSON document (:met
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -318,40 +319,82 @@ def restored_requirements(closure: Closure) -> dict[NormalizedName, list[str]]:
     return added
 
 
+#: The most requirement steps a :class:`Missing` keeps (the innermost ones, then the outermost): a chain of
+#: thousands of links costs what those steps cost, never its length, in memory and in what is printed.
+MAX_STEPS = 8
+
+
 @dataclass(frozen=True)
 class Missing:
-    """A wheel pip installs that the installed set lacks, and the requirements that bring it, outermost first."""
+    """A wheel pip installs that the installed set lacks, and the requirements that bring it."""
 
     project: NormalizedName
     chain: tuple[tuple[NormalizedName, str], ...]
-    """(requiring project, its ``Requires-Dist`` entry) from an installed project down to the missing one."""
+    """(requiring project, its ``Requires-Dist`` entry), outermost first, from an installed project down to the
+    missing one; of a chain longer than :data:`MAX_STEPS`, its outermost step and the innermost ones."""
+    left_out: int = 0
+    """How many steps of the chain were left out between its outermost step and the innermost ones kept."""
 
     def describe(self) -> str:
-        steps = " <- ".join(f"{requirer} requires {requirement!r}" for requirer, requirement in reversed(self.chain))
-        return f"{self.project} ({steps})"
+        """The project and its chain, innermost step first (text from a file: the caller escapes it)."""
+        steps = [f"{requirer} requires {requirement!r}" for requirer, requirement in reversed(self.chain)]
+        if self.left_out:
+            steps[-1:-1] = [f"... {self.left_out} more"]
+        return f"{self.project} ({' <- '.join(steps)})"
 
 
-def missing_from(closure: Closure, installed: Iterable[str]) -> list[Missing]:
+@dataclass(frozen=True)
+class _Step:
+    """How breadth-first search first reached a (project, extra): one ``Requires-Dist`` entry and the step before
+    it (a parent pointer: a chain costs one step, never a copy of the chain), its depth and its chain's first step."""
+
+    requirer: NormalizedName
+    requirement: str
+    parent: "_Step | None"
+    depth: int
+    outermost: tuple[NormalizedName, str]
+
+    def chain(self, keep: int) -> tuple[tuple[tuple[NormalizedName, str], ...], int]:
+        """This chain as :attr:`Missing.chain` and :attr:`Missing.left_out` keep it (at most ``keep`` steps)."""
+        whole = self.depth <= keep
+        inner: list[tuple[NormalizedName, str]] = []
+        step: _Step | None = self
+        while step is not None and len(inner) < (self.depth if whole else keep - 1):
+            inner.append((step.requirer, step.requirement))
+            step = step.parent
+        if whole:
+            return tuple(reversed(inner)), 0
+        return (self.outermost, *reversed(inner)), self.depth - len(inner) - 1
+
+
+def missing_from(closure: Closure, installed: Iterable[str], *, keep: int = MAX_STEPS) -> list[Missing]:
     """The wheels pip would install for ``installed`` (each with the extras the lock's roots ask of it) that
-    are not among them, breadth first, so each comes with its shortest chain of requirements."""
+    are not among them, breadth first, so each comes with its shortest chain of requirements (at most ``keep``
+    steps of it). Linear in the closure's size: each (project, extra) is reached once, by one step."""
     have = {canonicalize_name(name) for name in installed}
     seen: set[tuple[NormalizedName, str]] = set()
-    chains: dict[NormalizedName, tuple[tuple[NormalizedName, str], ...]] = {}
-    queue: list[tuple[NormalizedName, tuple[str, ...], tuple[tuple[NormalizedName, str], ...]]] = [
-        (project, closure.root_extras.get(project, ()), ()) for project in sorted(have) if project in closure.dists
-    ]
+    first: dict[NormalizedName, _Step] = {}
+    queue: deque[tuple[NormalizedName, tuple[str, ...], _Step | None]] = deque(
+        (project, closure.root_extras.get(project, ()), None) for project in sorted(have) if project in closure.dists
+    )
     while queue:
-        project, extras, chain = queue.pop(0)
+        project, extras, before = queue.popleft()
         dist = closure.dists.get(project)
         if dist is None:
             continue
         edges = list(dist.requires) + [edge for extra in extras for edge in dist.extras.get(extra, ())]
         for edge in edges:
-            step = chain + ((project, edge.requirement),)
-            if edge.project not in have and edge.project not in chains:
-                chains[edge.project] = step
-            for extra in ("", *edge.extras):
-                if (edge.project, extra) not in seen:
-                    seen.add((edge.project, extra))
-                    queue.append((edge.project, (extra,) if extra else (), step))
-    return [Missing(project, chain) for project, chain in sorted(chains.items())]
+            # A project reached before has all its states seen, and its shortest chain already.
+            states = [(edge.project, extra) for extra in ("", *edge.extras) if (edge.project, extra) not in seen]
+            if not states:
+                continue
+            if before is None:
+                step = _Step(project, edge.requirement, None, 1, (project, edge.requirement))
+            else:
+                step = _Step(project, edge.requirement, before, before.depth + 1, before.outermost)
+            if edge.project not in have:
+                first.setdefault(edge.project, step)
+            for state in states:
+                seen.add(state)
+                queue.append((edge.project, (state[1],) if state[1] else (), step))
+    return [Missing(project, *first[project].chain(keep)) for project in sorted(first)]

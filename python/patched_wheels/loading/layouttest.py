@@ -29,6 +29,7 @@ import ast
 import json
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -40,8 +41,9 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from patched_wheels.base.fsutil import NotRegularFileError, read_input_text, read_regular_file
+from patched_wheels.base.names import is_valid_project_name
 from patched_wheels.base.supervise import stop_runs, supervise
-from patched_wheels.errors import PatchedWheelsError, UsageError, one_line
+from patched_wheels.errors import PatchedWheelsError, UsageError, one_line, printable
 from patched_wheels.loading.closure import Closure, missing_from
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
 from patched_wheels.loading.mergedtree import Merged, dists, inside, merge, owners
@@ -82,6 +84,26 @@ class Config:
     """The probe program (a py_binary with the test's deps; its main runs its first argument as code)."""
     pip_closure: str = ""
     """``pip_closure``'s path under the runfiles root ("": not given)."""
+    pip_closure_repository: str = ""
+    """The canonical name of the repository holding ``pip_closure`` ("": none given, or the main repository's)."""
+    bzlmod: bool = True
+    """Whether Bazel reads the main repository's MODULE.bazel (the label of layout_test.bzl is canonical)."""
+
+    @property
+    def hub(self) -> str:
+        """The hub ``pip_closure`` comes from, as its ``index`` tag or ``patched_index`` names it ("": unknown):
+        the last part of a module extension's canonical name (``rules_patched_wheels~~patched~patched_pypi``,
+        ``+`` since Bazel 8), or the name of a WORKSPACE's repository."""
+        return re.split(r"[~+]", self.pip_closure_repository)[-1]
+
+    @property
+    def tag_spelling(self) -> str:
+        """How the user declares a patched wheel of that hub: ``bzlmod`` (a tag of the module extension, which
+        names its repositories with ``~`` or ``+``) or ``workspace`` (a ``patched_index`` macro)."""
+        repository = self.pip_closure_repository
+        if repository:
+            return "bzlmod" if re.search(r"[~+]", repository) else "workspace"
+        return "bzlmod" if self.bzlmod else "workspace"
 
     @property
     def subject(self) -> str:
@@ -139,14 +161,23 @@ def read_config(main_file: str) -> Config:
         raise UsageError(
             f"{path}: not a layout_test config: a JSON {_JSON_KINDS.get(type(value), type(value).__name__)}, not an object"
         )
-    for key in ("test", "probe", "pip_closure"):
-        if not isinstance(value.get(key), str):
-            found = "missing" if key not in value else f"{json.dumps(value[key])[:80]}, not a string"
+    for key, kind in _CONFIG_KEYS.items():
+        if not isinstance(value.get(key), kind):
+            found = "missing" if key not in value else f"{json.dumps(value[key])[:80]}, not a {_JSON_KINDS[kind]}"
             raise UsageError(f"{path}: not a layout_test config: {key!r} is {found}")
-    return Config(value["test"], value["probe"], Path(base + PROBE_SUFFIX), value["pip_closure"])
+    return Config(
+        value["test"],
+        value["probe"],
+        Path(base + PROBE_SUFFIX),
+        value["pip_closure"],
+        value["pip_closure_repository"],
+        value["bzlmod"],
+    )
 
 
 _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+# What python/private/layout_test.bzl writes into the config, and each value's kind.
+_CONFIG_KEYS = {"test": str, "probe": str, "pip_closure": str, "pip_closure_repository": str, "bzlmod": bool}
 
 
 def check_probe(test: str, probe: str) -> list[str]:
@@ -374,7 +405,56 @@ def _run_lines(title: str, result: RunResult, total: int) -> list[str]:
     return lines
 
 
-def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str]) -> str | None:
+#: The ``suffix`` of the ``patched_wheel`` a fix line gives: the version's PEP 440 local label (``1.0+preload.1``),
+#: the user's to choose (an organisation's name and a counter, say).
+FIX_SUFFIX = "preload.1"
+#: What a fix line gives as ``hub`` when the test does not know it (no ``pip_closure`` of a hub).
+UNKNOWN_HUB = "HUB"
+
+
+def starlark_string(text: str) -> str:
+    """``text`` as a Starlark string literal that parses back to it, on one printable line: quotes and
+    backslashes escaped, ``\\n``/``\\r``/``\\t``, and every other character a terminal would act on as the octal
+    escapes of its UTF-8 bytes (Bazel's Starlark holds a string as those bytes, so they are the character)."""
+    out = []
+    for character in text:
+        if character in _STARLARK_ESCAPES:
+            out.append(_STARLARK_ESCAPES[character])
+        elif character.isprintable():
+            out.append(character)
+        else:  # a byte os.fsdecode could not decode is that byte again; another lone surrogate, its three bytes
+            byte_error = "surrogateescape" if "\udc80" <= character <= "\udcff" else "surrogatepass"
+            out += [f"\\{byte:03o}" for byte in character.encode("utf-8", byte_error)]
+    return '"' + "".join(out) + '"'
+
+
+_STARLARK_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def patched_wheel_line(config: Config, project: str, attributes: Sequence[tuple[str, str]]) -> str:
+    """The ``patched_wheel`` of ``project`` a user pastes where the test's hub is declared, complete: its ``hub``
+    and a ``suffix`` beside ``attributes``, in the spelling of that declaration (a tag in MODULE.bazel, or an
+    item of ``patched_index(wheels = [...])`` in WORKSPACE); where to paste it, then the line itself, last."""
+    hub = config.hub or UNKNOWN_HUB
+    known = (
+        f'; {UNKNOWN_HUB}: the hub of the deps, which pip_closure = "@{UNKNOWN_HUB}//:pip_closure.json" names'
+        if not config.hub
+        else ""
+    )
+    values = [("name", project), ("suffix", FIX_SUFFIX), *attributes]
+    if config.tag_spelling == "bzlmod":
+        values.insert(1, ("hub", hub))
+        where, call = "add to MODULE.bazel", "patched.patched_wheel"
+    else:
+        where, call = (
+            f"add to patched_index(name = {starlark_string(hub)}, wheels = [...]) in WORKSPACE",
+            "patched_wheel",
+        )
+    rendered = ", ".join(f"{key} = {starlark_string(value)}" for key, value in values)
+    return f"{where} (suffix {FIX_SUFFIX} is yours to change: a PEP 440 local label{known}): {call}({rendered})"
+
+
+def fix_stanza(config: Config, modules: Sequence[str], wheel_entries: Sequence[str]) -> str | None:
     """The ``patched_wheel`` that makes the probe's package preload what one site-packages maps; None when the
     probe's first imported package is in none of the wheels."""
     from patched_wheels.loading.preload import PRELOAD_MODULE  # only a failing test needs it
@@ -385,13 +465,16 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
         for dist in dists(entry)
         for point in _declared_entry_points(os.path.join(entry, f"{dist}.dist-info", "entry_points.txt"))
     ]
+    preload = [("preload", "auto"), ("probe", config.probe)]
     for module in modules:
         plugin = hosted_plugin(module, declared)
         if plugin is not None:  # the host's own preload is what fails on a GPU: name the plugin's
             dist, point = plugin
             project = dist.rsplit("-", 1)[0].replace("_", "-").lower()
-            stanza = f'patched_wheel(name = "{project}", preload = "auto", probe = {json.dumps(probe)}, preload_package = {json.dumps(point.module)})'
-            return f"{module} loads its plugin {point.module} by entry point {point}: preload the plugin in the hub the deps come from: {stanza}"
+            stanza = patched_wheel_line(config, project, [*preload, ("preload_package", point.module)])
+            return printable(
+                f"{module} loads its plugin {point.module} by entry point {point}: preload the plugin: {stanza}"
+            )
         relative = module.replace(".", "/")
         for entry in wheel_entries:
             if not os.path.isdir(os.path.join(entry, relative)):
@@ -401,13 +484,13 @@ def fix_stanza(probe: str, modules: Sequence[str], wheel_entries: Sequence[str])
             if owner is None:
                 continue
             project = owner.split("-")[0].replace("_", "-").lower()
-            stanza = f'patched_wheel(name = "{project}", preload = "auto", probe = {json.dumps(probe)}'
-            if module != project.replace("-", "_").replace(".", "_"):
-                stanza += f", preload_package = {json.dumps(module)}"
-            stanza += ")"
+            package = [("preload_package", module)] if module != project.replace("-", "_").replace(".", "_") else []
+            stanza = patched_wheel_line(config, project, [*preload, *package])
             if os.path.isfile(os.path.join(entry, relative, f"{PRELOAD_MODULE}.py")):
-                return f"{module} has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: {stanza}"
-            return f"{module} has no generated preload: patch its wheel in the hub the deps come from: {stanza}"
+                return printable(
+                    f"{module} has a generated preload that does not cover this probe: give its patched_wheel this probe: {stanza}"
+                )
+            return printable(f"{module} has no generated preload: patch its wheel: {stanza}")
     return None
 
 
@@ -418,12 +501,6 @@ def _declared_entry_points(path: str) -> list[EntryPoint]:
         return parse_entry_points(read_regular_file(path, max_bytes=1 << 20, follow_links=True))
     except (OSError, PatchedWheelsError):
         return []
-
-
-def _printable(name: str) -> str:
-    """A file name as one printable line: bytes that are not UTF-8 (os.fsdecode's surrogates) escaped, since
-    no stdout can print them."""
-    return one_line(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
 def unrecorded(comparison: Comparison) -> list[str]:
@@ -441,8 +518,10 @@ def read_pip_closure(config: Config, runfiles: str) -> Closure | None:
     """The hub's ``pip_closure.json`` the test was given (None: not given), read bounded and checked."""
     if not config.pip_closure:
         return None
-    path = Path(os.path.normpath(os.path.join(runfiles, config.pip_closure)))
     what = f"layout_test {config.test}: pip_closure = {json.dumps(config.pip_closure)}"
+    if "\0" in config.pip_closure:  # open() would say "embedded null byte" with no name
+        raise UsageError(f"{what}: a path with a NUL character, which no file's path holds")
+    path = Path(os.path.normpath(os.path.join(runfiles, config.pip_closure)))
     text = read_input_text(path, max_bytes=_MAX_CLOSURE, what="a pip closure file", where=what, error=UsageError)
     try:
         raw = json.loads(text)
@@ -450,7 +529,31 @@ def read_pip_closure(config: Config, runfiles: str) -> Closure | None:
         raise UsageError(
             f"{what}: not a pip closure file: {one_line(str(error))[:200] or 'nested too deeply'}"
         ) from None
-    return Closure.from_json(raw, what)
+    closure = Closure.from_json(raw, what)
+    _check_project_names(closure, what)
+    return closure
+
+
+def _check_project_names(closure: Closure, what: str) -> None:
+    """Refuse a closure naming a project that no wheel can have (PEP 508): the hub writes only names of the
+    lock's wheels, so such a name is a file made by hand, and no verdict should quote it."""
+    names = [*closure.dists, *closure.root_extras]
+    names += [
+        edge.project
+        for dist in closure.dists.values()
+        for edges in (dist.requires, *dist.extras.values())
+        for edge in edges
+    ]
+    for name in names:
+        if not is_valid_project_name(name):
+            raise UsageError(
+                f"{what}: not a pip closure file: {printable(repr(name))[:200]} is not a project name (PEP 508)"
+            )
+
+
+#: The most wheels the verdict lists that deps lack (each with its chain, bounded by closure.MAX_STEPS); the rest
+#: are counted, so a closure of thousands of projects prints a few lines.
+MAX_MISSING = 20
 
 
 def closure_lines(closure: Closure | None, comparison: Comparison, merged: Merged) -> list[str]:
@@ -460,16 +563,24 @@ def closure_lines(closure: Closure | None, comparison: Comparison, merged: Merge
     if closure is None:
         return []
     installed = [dist.rsplit("-", 1)[0] for entry in merged.wheel_entries for dist in dists(entry)]
+    missing = missing_from(closure, installed)
     lines = [
-        f"layout_test: FAILED: deps lack {missing.describe()}, which pip installs from the same lock"
-        for missing in missing_from(closure, installed)
+        one_line(f"layout_test: FAILED: deps lack {one.describe()}, which pip installs from the same lock")
+        for one in missing[:MAX_MISSING]
     ]
+    if len(missing) > MAX_MISSING:
+        lines.append(
+            f"layout_test: FAILED: deps lack {_plural(len(missing) - MAX_MISSING, 'more wheel')} that pip installs from the "
+            f"same lock (the first {MAX_MISSING} by name are listed above)"
+        )
     error = comparison.flat.error_line or ""
     shipped = {os.path.basename(path) for path in merged.libraries}
     named = [name for name in shipped if f"{name}: cannot open shared object file" in error]
     if comparison.matches and named:
         lines.append(
-            f"layout_test: FAILED: both layouts fail loading {named[0]}, which a wheel of the deps ships: {one_line(error)[:300]}"
+            one_line(
+                f"layout_test: FAILED: both layouts fail loading {named[0]}, which a wheel of the deps ships: {one_line(error)[:300]}"
+            )
         )
     return lines
 
@@ -480,7 +591,7 @@ def format_verdict(
     """What both runs did, and the verdict: ``incomplete`` (:func:`closure_lines`: why the deps are not pip's
     closure), what the test's layout does differently, and the fix."""
     total = len(set(merged.libraries.values()))
-    lines = [f"layout_test {config.test}: probe: {json.dumps(config.probe)}"]
+    lines = [printable(f"layout_test {config.test}: probe: {json.dumps(config.probe)}")]
     lines += _run_lines(
         f"the test's layout ({_plural(len(merged.wheel_entries), 'directory')} of wheels on sys.path)",
         comparison.per_wheel,
@@ -489,7 +600,7 @@ def format_verdict(
     lines += _run_lines("every wheel in one site-packages (links, in a virtual environment)", comparison.flat, total)
     if comparison.missing:
         lines.append("  mapped in one site-packages, NOT in the test's layout:")
-        lines += [f"    {_printable(str(library))}" for library in comparison.missing]
+        lines += [f"    {one_line(str(library))}" for library in comparison.missing]
     if incomplete:
         lines += incomplete
         lines.append(
@@ -516,7 +627,7 @@ def format_verdict(
             + "; ".join(comparison.differences)
         )
     )
-    fix = fix_stanza(config.probe, modules, merged.wheel_entries) if comparison.missing else None
+    fix = fix_stanza(config, modules, merged.wheel_entries) if comparison.missing else None
     if fix:
         lines.append(f"layout_test: fix: {fix}")
     return "\n".join(lines)

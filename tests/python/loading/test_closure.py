@@ -7,7 +7,7 @@ import json
 import pytest
 
 from patched_wheels.errors import UsageError
-from patched_wheels.loading.closure import Closure, missing_from, read_dist, restored_requirements
+from patched_wheels.loading.closure import MAX_STEPS, Closure, missing_from, read_dist, restored_requirements
 
 LINUX = {"sys_platform": "linux", "python_version": "3.11", "platform_machine": "x86_64"}
 
@@ -125,3 +125,25 @@ def test_a_requirement_no_parser_reads_is_one_warning_and_left_out(capsys: pytes
     assert line.startswith("patched-wheels: warning: toolkit-1.0.whl: METADATA: Requires-Dist 'tk ((>= 1' ignored: "), (
         line
     )
+
+
+def test_a_long_chain_keeps_its_outermost_and_innermost_steps_and_counts_the_rest() -> None:
+    """A chain of 30 links: each missing project keeps at most MAX_STEPS steps (the outermost, then the innermost),
+    saying how many it left out; a chain as short as MAX_STEPS is kept whole. Before, every missing project held
+    (and printed) its whole chain: quadratic in the chain's length."""
+    links = [dist("root", ["link-1"])] + [dist(f"link-{i}", [f"link-{i + 1}==1.0"]) for i in range(1, 30)]
+    missing = {one.project: one for one in missing_from(closure(*links, dist("link-30", [])), ["root"])}
+    assert sorted(missing) == sorted(f"link-{i}" for i in range(1, 31))
+    assert missing["link-30"].chain == (
+        ("root", "link-1"),
+        *((f"link-{i}", f"link-{i + 1}==1.0") for i in range(23, 30)),
+    )
+    assert missing["link-30"].left_out == 30 - MAX_STEPS
+    assert missing["link-30"].describe() == (
+        "link-30 (link-29 requires 'link-30==1.0' <- link-28 requires 'link-29==1.0' <- link-27 requires 'link-28==1.0' <- "
+        "link-26 requires 'link-27==1.0' <- link-25 requires 'link-26==1.0' <- link-24 requires 'link-25==1.0' <- "
+        "link-23 requires 'link-24==1.0' <- ... 22 more <- root requires 'link-1')"
+    )
+    whole = missing[f"link-{MAX_STEPS}"]
+    assert (len(whole.chain), whole.left_out) == (MAX_STEPS, 0) and whole.chain[0] == ("root", "link-1")
+    assert all(len(one.chain) <= MAX_STEPS for one in missing.values())

@@ -10,6 +10,7 @@ launcher does.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -26,11 +27,15 @@ from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
 from patched_wheels.loading.layouttest import (
     CONFIG_SUFFIX,
     MAIN_SUFFIX,
+    MAX_MISSING,
     PROBE_SUFFIX,
+    Config,
     check_probe,
     flat_path,
     is_wheel_entry,
     main,
+    patched_wheel_line,
+    starlark_string,
 )
 from support import extrasfixture, rpathfixture
 from support.fakecuda import build_wheel, compile_shared
@@ -120,9 +125,19 @@ def plugin(tmp_path_factory: pytest.TempPathFactory):
     return build_plugin_stack(tmp_path_factory.mktemp("plugin"))
 
 
-def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = False, pip_closure: str = "") -> str:
+def make_test(
+    directory: Path,
+    wheels,
+    probe: str,
+    *,
+    one_site_packages: bool = False,
+    pip_closure: str = "",
+    repository: str = "",
+    bzlmod: bool = True,
+) -> str:
     """The files of one layout_test in ``directory``; returns its main's path. ``pip_closure``: the closure
-    file's path under ``directory`` (which stands in for the runfiles root)."""
+    file's path under ``directory`` (which stands in for the runfiles root); ``repository``: the canonical name
+    of the repository Bazel says holds it; ``bzlmod``: whether Bazel reads MODULE.bazel."""
     kind = FLAT if one_site_packages else PER_WHEEL
     layout = Layout(kind, PurePosixPath(directory / "installed"))
     for wheel in wheels:
@@ -131,7 +146,16 @@ def make_test(directory: Path, wheels, probe: str, *, one_site_packages: bool = 
     base = directory / "pkg" / "plugin_layout_test"
     base.parent.mkdir(parents=True)
     (base.parent / (base.name + CONFIG_SUFFIX)).write_text(
-        json.dumps({"probe": probe, "test": LABEL, "pip_closure": pip_closure}), encoding="utf-8"
+        json.dumps(
+            {
+                "probe": probe,
+                "test": LABEL,
+                "pip_closure": pip_closure,
+                "pip_closure_repository": repository,
+                "bzlmod": bzlmod,
+            }
+        ),
+        encoding="utf-8",
     )
     program = base.parent / (base.name + PROBE_SUFFIX)
     program.write_text(
@@ -161,9 +185,14 @@ def test_fails_where_one_directory_per_wheel_maps_fewer_libraries(plugin, tmp_pa
         assert library in missing, out
     assert "first error: " in out and "Unable to load CUDA" in out, out
     assert "layout_test: FAILED" in out, out
-    stanza = f'patched_wheel(name = "fakeplug-cuda", preload = "auto", probe = {json.dumps(plugin.code)}, preload_package = "fakeplugins.xla_fake")'
+    stanza = (
+        f'patched.patched_wheel(name = "fakeplug-cuda", hub = "HUB", suffix = "preload.1", preload = "auto", probe = '
+        f'{json.dumps(plugin.code)}, preload_package = "fakeplugins.xla_fake")'
+    )
     assert (
-        f"fakeplugins.xla_fake has no generated preload: patch its wheel in the hub the deps come from: {stanza}" in out
+        "fakeplugins.xla_fake has no generated preload: patch its wheel: add to MODULE.bazel (suffix preload.1 is yours to "
+        'change: a PEP 440 local label; HUB: the hub of the deps, which pip_closure = "@HUB//:pip_closure.json" names): '
+        f"{stanza}" in out
     ), out
 
 
@@ -282,7 +311,9 @@ def test_a_preload_that_misses_libraries_asks_for_the_probe(plugin, tmp_path, ca
     code, out, err = run_main(main_file, capsys)
     assert code == 1, out + err
     assert (
-        "fakeplugins.xla_fake has a generated preload that does not cover this probe: give the hub's patched_wheel this probe: patched_wheel("
+        "fakeplugins.xla_fake has a generated preload that does not cover this probe: give its patched_wheel this probe: add to "
+        "MODULE.bazel (suffix preload.1 is yours to change: a PEP 440 local label; HUB: the hub of the deps, which "
+        'pip_closure = "@HUB//:pip_closure.json" names): patched.patched_wheel(name = "fakeplug-cuda", hub = "HUB", '
         in out
     ), out
 
@@ -542,8 +573,9 @@ def test_the_fix_for_a_plugin_host_names_the_plugin_never_the_host(tmp_path, cap
     (fix,) = [line for line in out.splitlines() if line.startswith("layout_test: fix:")]
     assert fix == (
         "layout_test: fix: jaxlike loads its plugin jaxlike_plugins.xla_fake by entry point jaxlike_plugins:xla_fake: preload the "
-        f'plugin in the hub the deps come from: patched_wheel(name = "jaxlike-cuda-pjrt", preload = "auto", probe = "{SPLIT_PLUGIN_PROBE}", '
-        'preload_package = "jaxlike_plugins.xla_fake")'
+        "plugin: add to MODULE.bazel (suffix preload.1 is yours to change: a PEP 440 local label; HUB: the hub of the deps, "
+        'which pip_closure = "@HUB//:pip_closure.json" names): patched.patched_wheel(name = "jaxlike-cuda-pjrt", hub = "HUB", '
+        f'suffix = "preload.1", preload = "auto", probe = "{SPLIT_PLUGIN_PROBE}", preload_package = "jaxlike_plugins.xla_fake")'
     ), out
 
 
@@ -694,3 +726,196 @@ def test_a_pip_closure_that_is_no_closure_file_is_one_error_line(plugin, tmp_pat
     assert code == 2 and "layout_test: " not in out, out
     (line,) = err.splitlines()
     assert line.startswith(f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip_closure.json": '), line
+
+
+# The fix line is a patched_wheel the user pastes where the hub of the deps is declared: complete (hub, suffix),
+# in that declaration's spelling, every string a Starlark literal of the value.
+
+_PROBE_ATTRIBUTES = [("preload", "auto"), ("probe", "import a\nprint('x')"), ("preload_package", "a")]
+
+
+@pytest.mark.parametrize(
+    ("repository", "bzlmod", "expected"),
+    [
+        (
+            "rules_patched_wheels~~patched~patched_pypi",
+            True,
+            'add to MODULE.bazel (suffix preload.1 is yours to change: a PEP 440 local label): patched.patched_wheel(name = "a-b", '
+            'hub = "patched_pypi", suffix = "preload.1", preload = "auto", probe = "import a\\nprint(\'x\')", preload_package = "a")',
+        ),
+        (
+            "rules_patched_wheels++patched+patched_pypi",
+            True,
+            'add to MODULE.bazel (suffix preload.1 is yours to change: a PEP 440 local label): patched.patched_wheel(name = "a-b", '
+            'hub = "patched_pypi", suffix = "preload.1", preload = "auto", probe = "import a\\nprint(\'x\')", preload_package = "a")',
+        ),
+        (
+            "patched_pypi",
+            False,
+            'add to patched_index(name = "patched_pypi", wheels = [...]) in WORKSPACE (suffix preload.1 is yours to change: a PEP '
+            '440 local label): patched_wheel(name = "a-b", suffix = "preload.1", preload = "auto", probe = "import a\\nprint(\'x\')", '
+            'preload_package = "a")',
+        ),
+        (
+            "patched_pypi",
+            True,  # bzlmod, and the hub a repository of WORKSPACE.bzlmod: its patched_index takes the wheel
+            'add to patched_index(name = "patched_pypi", wheels = [...]) in WORKSPACE (suffix preload.1 is yours to change: a PEP '
+            '440 local label): patched_wheel(name = "a-b", suffix = "preload.1", preload = "auto", probe = "import a\\nprint(\'x\')", '
+            'preload_package = "a")',
+        ),
+        (
+            "",
+            False,
+            'add to patched_index(name = "HUB", wheels = [...]) in WORKSPACE (suffix preload.1 is yours to change: a PEP 440 local '
+            'label; HUB: the hub of the deps, which pip_closure = "@HUB//:pip_closure.json" names): patched_wheel(name = "a-b", '
+            'suffix = "preload.1", preload = "auto", probe = "import a\\nprint(\'x\')", preload_package = "a")',
+        ),
+    ],
+    ids=["bzlmod", "bzlmod-bazel-8", "workspace", "workspace-bzlmod", "no-pip-closure"],
+)
+def test_the_fix_line_is_a_complete_patched_wheel_in_the_spelling_of_the_hub_s_declaration(
+    repository: str, bzlmod: bool, expected: str
+) -> None:
+    config = Config(LABEL, "import a", Path("p"), "x/pip_closure.json" if repository else "", repository, bzlmod)
+    assert patched_wheel_line(config, "a-b", _PROBE_ATTRIBUTES) == expected
+
+
+_HOSTILE_PROBE = 'import a; print("q\\"", \'\\\\\')\n\t# é \r\x1b[2K\x9b\u202e\x00 \udcff \ud800 layout_test: PASSED'
+
+
+def test_a_starlark_string_is_one_printable_line_that_reads_back_as_the_value() -> None:
+    """Bazel reads a BUILD or MODULE.bazel file's bytes as Latin-1 and holds a string as those bytes, which an octal
+    escape writes one by one: read as Bazel reads it, the literal is the value's bytes again (a surrogate of
+    os.fsdecode, the byte it stands for)."""
+    literal = starlark_string(_HOSTILE_PROBE)
+    assert literal.isprintable() and "\n" not in literal, literal
+    as_bazel_reads_it = ast.literal_eval(literal.encode("utf-8").decode("latin-1"))
+    assert as_bazel_reads_it.encode("latin-1") == _HOSTILE_PROBE.encode("utf-8", "surrogatepass").replace(
+        "\udcff".encode("utf-8", "surrogatepass"), b"\xff"
+    )
+    assert starlark_string('say "hi"') == '"say \\"hi\\""'
+
+
+def test_the_fix_line_of_a_failing_test_names_its_hub_and_quotes_a_hostile_probe(plugin, tmp_path, capsys) -> None:
+    probe = plugin.code + '\n# "quoted" \\ \x1b[2K\rlayout_test: PASSED'
+    main_file = make_test(
+        tmp_path, plugin.wheels, probe, repository="rules_patched_wheels~~patched~plugin_original", bzlmod=True
+    )
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1, out + err
+    lines = out.splitlines()
+    assert all(line.isprintable() for line in lines), out
+    assert not [line for line in lines if line.startswith("layout_test: PASSED")], "the probe's text forged no verdict"
+    (fix,) = [line for line in lines if line.startswith("layout_test: fix:")]
+    call = fix[fix.index("patched.patched_wheel(") :]
+    assert call == (
+        'patched.patched_wheel(name = "fakeplug-cuda", hub = "plugin_original", suffix = "preload.1", preload = "auto", '
+        f'probe = {starlark_string(probe)}, preload_package = "fakeplugins.xla_fake")'
+    ), fix
+
+
+def test_a_dist_info_name_cannot_forge_a_line_of_the_verdict(plugin, tmp_path, capsys) -> None:
+    """The deps' file names reach the fix line (the project it names): escaped, in its text and its Starlark."""
+    main_file = make_test(tmp_path, plugin.wheels, plugin.code)
+    (dist_info,) = (tmp_path / "installed").glob("fakeplug_cuda-*/site-packages/fakeplug_cuda-1.0.dist-info")
+    dist_info.rename(dist_info.with_name("fakeplug\x1b]0;x\x07\nLAYOUT_TEST: PASSED\r\x9b-1.0.dist-info"))
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1, out + err
+    lines = out.splitlines()
+    assert all(line.isprintable() for line in lines), out
+    assert [line for line in lines if line.lower().startswith("layout")] == [
+        line for line in lines if line.startswith(("layout_test: FAILED", "layout_test: fix:", f"layout_test {LABEL}:"))
+    ], out
+    assert 'patched.patched_wheel(name = "fakeplug\\033]0;x\\007\\nlayout-test: passed\\r\\302\\233", ' in out, out
+
+
+def _chain_closure(path: Path, root: str, links: int) -> None:
+    """A pip_closure.json in which ``root`` requires link-1, which requires link-2, ... link-``links``."""
+    projects = {
+        f"link-{i}": {"version": "1.0", "requires": [_edge(f"link-{i + 1}")] if i < links else [], "extras": {}}
+        for i in range(1, links + 1)
+    }
+    projects[root] = {"version": "1.0", "requires": [_edge("link-1")], "extras": {}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": projects}
+    path.write_text(json.dumps(document), encoding="utf-8")
+
+
+def _edge(project: str) -> dict[str, object]:
+    return {"project": project, "extras": [], "requirement": f"{project}==1.0"}
+
+
+def test_deps_that_lack_many_wheels_list_a_bounded_few_and_count_the_rest(plugin, tmp_path, capsys) -> None:
+    _chain_closure(tmp_path / "hub" / "pip_closure.json", "fakeplug-cuda", 30)
+    main_file = make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json")
+    code, out, err = run_main(main_file, capsys)
+    assert code == 1, out + err
+    lacking = [line for line in out.splitlines() if line.startswith("layout_test: FAILED: deps lack")]
+    assert len(lacking) == MAX_MISSING + 1, out
+    assert lacking[-1] == (
+        f"layout_test: FAILED: deps lack {30 - MAX_MISSING} more wheels that pip installs from the same lock (the first "
+        f"{MAX_MISSING} by name are listed above)"
+    ), out
+    assert "link-30" not in out and "... 2 more <- fakeplug-cuda requires 'link-1==1.0')" in out, out
+
+
+# The runner's own peak (VmHWM), its address space capped so that a runner gone quadratic fails fast rather than
+# taking the machine's memory (the closure check of old took 488 MiB for 3,000 links, and 20,000 ended in MemoryError).
+_MEASURE = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+from patched_wheels.loading.layouttest import main
+status = main(sys.argv[1])
+sys.stdout.flush()
+with open("/proc/self/status", encoding="ascii") as status_file:
+    print(next(int(line.split()[1]) for line in status_file if line.startswith("VmHWM:")) * 1024)
+sys.exit(status)
+"""
+
+
+def test_the_closure_check_of_a_20000_link_chain_is_linear_in_memory_and_bounded_in_output(plugin, tmp_path) -> None:
+    _chain_closure(tmp_path / "hub" / "pip_closure.json", "fakeplug-cuda", 20_000)
+    main_file = make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json")
+    env = dict(os.environ, PYTHONPATH=str(PROBE_PROGRAM.parents[1]), RUNFILES_DIR=str(Path(main_file).parents[1]))
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, main_file], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    *out, peak = result.stdout.splitlines() or ["0"]
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len("\n".join(out)) < 64 << 10, f"{len(chr(10).join(out))} characters printed"
+    assert int(peak) < 120 << 20, f"peak RSS {int(peak) >> 20} MiB"
+    assert sum(line.startswith("layout_test: FAILED: deps lack") for line in out) == MAX_MISSING + 1, out[-5:]
+
+
+def test_a_pip_closure_naming_a_project_no_wheel_can_have_is_one_error_line(plugin, tmp_path, capsys) -> None:
+    """A name that is not PEP 508's (here one that would print a verdict line of its own) is a file made by hand:
+    one error line naming pip_closure, escaped, and no verdict."""
+    forged = "evil\nlayout_test: PASSED: forged\x1b[2K\r"
+    (tmp_path / "hub").mkdir()
+    document = {
+        "format": "rules_patched_wheels.pip_closure/1",
+        "root_extras": {},
+        "projects": {"fakeplug-cuda": {"version": "1.0", "requires": [_edge(forged)], "extras": {}}},
+    }
+    (tmp_path / "hub" / "pip_closure.json").write_text(json.dumps(document), encoding="utf-8")
+    code, out, err = run_main(
+        make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json"), capsys
+    )
+    assert (code, out) == (2, ""), out
+    (line,) = err.splitlines()
+    assert line == (
+        f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip_closure.json": not a pip closure file: '
+        "'evil\\nlayout-test: passed: forged\\x1b[2k\\r' is not a project name (PEP 508)"
+    ), line
+
+
+def test_a_nul_in_the_pip_closure_path_is_one_error_line_naming_pip_closure(plugin, tmp_path, capsys) -> None:
+    code, out, err = run_main(
+        make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip\x00closure.json"), capsys
+    )
+    assert (code, out) == (2, ""), out
+    (line,) = err.splitlines()
+    assert line == (
+        f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip\\u0000closure.json": a path with a NUL '
+        "character, which no file's path holds"
+    ), line
