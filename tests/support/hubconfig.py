@@ -48,23 +48,27 @@ def write_config(
     index_option: str = "index-url",
     rules_python_version: str = "1.6.0",
     wheel_facts: Path | None = None,
+    lock: tuple[str, Path] | None = None,
+    attributes: dict[str, object] | None = None,
 ) -> Path:
     """The hub's ``_hub.json`` for patching each ``(original, spec)`` of ``patched``, made as the rule makes
     it: the request and the resolved wheels go through ``patched-wheels hub plan`` (the one writer of the
     config), and every file the plan lists is copied where it says, as the rule downloads it.
     ``rules_python_version``: the release the hub is for (before 2, every pin is served from the hub's index);
-    ``wheel_facts``: the hub's ``wheel_facts`` file."""
+    ``wheel_facts``: the hub's ``wheel_facts`` file; ``lock``: the lock attribute and its file, if not the
+    requirements lock written here (its pins must be the wheels given); ``attributes``: other attributes set."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     originals = [original for original, _ in patched]
-    lock = tmp_path / "user_lock.txt"
-    lock.write_text(
-        "# the user's lock\n"
-        + "".join(
-            f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n"
-            for w in [*others, *originals]
-        ),
-        encoding="utf-8",
-    )
+    if lock is None:
+        lock = ("requirements_lock", tmp_path / "user_lock.txt")
+        lock[1].write_text(
+            "# the user's lock\n"
+            + "".join(
+                f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n"
+                for w in [*others, *originals]
+            ),
+            encoding="utf-8",
+        )
     specs = [{**PatchedWheelSpec(name=str(spec["name"]), suffix="test.1").to_json(), **spec} for _, spec in patched]
     for spec in specs:
         del spec["wheel"]
@@ -72,10 +76,11 @@ def write_config(
         "hub": "test",
         "bzlmod": True,
         "attributes": index_attributes(
-            requirements_lock=str(lock),
+            **{lock[0]: str(lock[1])},
             index_url="",
             index_option=index_option,
             wheel_facts=str(wheel_facts) if wheel_facts else None,
+            **(attributes or {}),
         ),
         "rules_python_version": rules_python_version,
         "repository": str(tmp_path),
