@@ -17,7 +17,7 @@ from patched_wheels.cli import main
 from patched_wheels.loading.closure import Closure, missing_from
 from support import extrasfixture, fakecuda, wheelbuilder
 from support.hubconfig import no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
-from support.uvfixture import run_uv, serve_over_http, uv_locks
+from support.uvfixture import compile_lock, serve_over_http, uv_locks
 
 
 @pytest.fixture(scope="module")
@@ -128,13 +128,6 @@ def root_extra_locks(tmp_path_factory: pytest.TempPathFactory, wheels: extrasfix
     for wheel in (wheels.toolkit, wheels.tk_rt):
         shutil.copyfile(wheel, pypi / wheel.name)
     assert main(["index", str(pypi)]) == 0
-    (root / "compile").mkdir()
-    (root / "compile" / "requirements.in").write_text("toolkit[rt]==1.0\n", encoding="utf-8")
-    run_uv(
-        root / "compile",
-        *("pip", "compile", "--generate-hashes", "--no-index", "--find-links", str(pypi)),
-        *("requirements.in", "-o", "requirements_lock.txt", "--python-version", "3.11"),
-    )
     with serve_over_http(pypi) as url:
         uv_lock, pylock = uv_locks(root / "project", url, ["toolkit[rt]==1.0"])
     blocks = uv_lock.read_text(encoding="utf-8").split("\n[[package]]\n")
@@ -143,7 +136,7 @@ def root_extra_locks(tmp_path_factory: pytest.TempPathFactory, wheels: extrasfix
     rootless.write_text("\n[[package]]\n".join(b for b in blocks if 'name = "rpw-fixture"' not in b), encoding="utf-8")
     assert len(rootless.read_text(encoding="utf-8")) < len(uv_lock.read_text(encoding="utf-8"))
     return {
-        "requirements_lock": root / "compile" / "requirements_lock.txt",
+        "requirements_lock": compile_lock(root / "compile", pypi, ["toolkit[rt]==1.0"]),
         "uv_lock": uv_lock,
         "uv_lock without its project": rootless,
         "pylock": pylock,
