@@ -19,7 +19,7 @@ The model travels between the hub and ``layout_test`` as one JSON document (:met
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Iterable, Iterator, Mapping, Sequence
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName, Value, Variable
 from packaging.requirements import InvalidRequirement, Requirement
@@ -377,29 +377,30 @@ def inferred_root_extras(closure: Closure, decided: AbstractSet[NormalizedName] 
       plugin's ``standalone`` extra requiring its host), and restoring ``E`` would make a dependency cycle,
       which rules_python refuses."""
     active = closure.activated()
-    required_by: dict[NormalizedName, set[NormalizedName]] = {}
+    requires: dict[NormalizedName, set[NormalizedName]] = {}  # the known closure's edges, a wheel's own left out
     for project, dist in closure.dists.items():
         known = [*dist.requires, *(edge for extra in active.get(project, ()) for edge in dist.extras.get(extra, ()))]
-        for edge in known:
-            if edge.project != project:
-                required_by.setdefault(edge.project, set()).add(project)
-    found = []
+        requires[project] = {edge.project for edge in known if edge.project != project}
+    required = set().union(*requires.values())
+    candidates = []
     for project, dist in sorted(closure.dists.items()):
         if project in decided:
             continue
-        requirers: set[NormalizedName] | None = None  # what requires ``project``, found once if needed
         for extra, edges in sorted(dist.extras.items()):
             if extra in active.get(project, ()) or not edges or extra not in dist.provides:
                 continue
-            evidence = sorted({edge.project for edge in edges if edge.project != project} - set(required_by))
-            reached = _pinned_reach(closure, project, extra)
-            if not evidence or reached is None:
-                continue
-            if requirers is None:
-                requirers = _requirers(required_by, project)
-            if not reached & requirers:
-                found.append(InferredExtra(project, extra, tuple(evidence)))
-    return found
+            evidence = sorted({edge.project for edge in edges if edge.project != project} - required)
+            reached = _pinned_reach(closure, project, extra) if evidence else None
+            if reached is not None:
+                candidates.append((InferredExtra(project, extra, tuple(evidence)), reached))
+    if not candidates:
+        return []
+    owners = sorted({found.project for found, _ in candidates})
+    reaches = _reaching(requires, owners)
+    bit = {owner: 1 << number for number, owner in enumerate(owners)}
+    return [
+        found for found, reached in candidates if not any(reaches.get(pin, 0) & bit[found.project] for pin in reached)
+    ]
 
 
 def _pinned_reach(closure: Closure, project: NormalizedName, extra: str) -> set[NormalizedName] | None:
@@ -431,19 +432,56 @@ def _pin_satisfies(dist: Dist, edge: Edge) -> bool:
         return False
 
 
-def _requirers(
-    required_by: Mapping[NormalizedName, AbstractSet[NormalizedName]], project: NormalizedName
-) -> set[NormalizedName]:
-    """Every project that requires ``project``, directly or through others (``required_by``: the known edges,
-    reversed)."""
-    found: set[NormalizedName] = set()
-    work = [project]
-    while work:
-        for requirer in required_by.get(work.pop(), ()):
-            if requirer not in found:
-                found.add(requirer)
-                work.append(requirer)
-    return found
+def _reaching(
+    requires: Mapping[NormalizedName, AbstractSet[NormalizedName]], targets: Sequence[NormalizedName]
+) -> dict[NormalizedName, int]:
+    """Project -> the ``targets`` it requires, directly or through others (bit ``i``: ``targets[i]``; itself
+    included). Linear in the graph's size: Tarjan's strongly connected components, iterative (a 10,000-link
+    chain is no deeper a recursion than one link), each component's set made once from those it requires."""
+    bit = {target: 1 << number for number, target in enumerate(targets)}
+    index: dict[NormalizedName, int] = {}
+    low: dict[NormalizedName, int] = {}
+    stack: list[NormalizedName] = []
+    on_stack: set[NormalizedName] = set()
+    reach: dict[NormalizedName, int] = {}
+
+    def enter(node: NormalizedName) -> tuple[NormalizedName, Iterator[NormalizedName]]:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        return node, iter(sorted(requires.get(node, ())))
+
+    for root in sorted(requires):
+        if root in index:
+            continue
+        work = [enter(root)]
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    work.append(enter(child))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] != index[node]:
+                    continue
+                component = set()
+                while node not in component:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                bits = 0
+                for member in component:
+                    bits |= bit.get(member, 0)
+                    for child in requires.get(member, ()):
+                        bits |= reach.get(child, 0)  # a member's own component has no entry yet
+                for member in component:
+                    reach[member] = bits
+    return reach
 
 
 def restored_requirements(closure: Closure) -> dict[NormalizedName, list[str]]:

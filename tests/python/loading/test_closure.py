@@ -165,6 +165,8 @@ def test_an_extra_that_would_close_a_cycle_is_not_inferred() -> None:
     host = dist("sphinx", ["applehelp"])
     plugin = dist("applehelp", ['sphinx>=1; extra == "standalone"'], ["standalone"])
     assert inferred(host, plugin) == []
+    through = [dist("sphinx", ["docutils"]), dist("docutils", ["roman", "applehelp"]), dist("roman", ["docutils"])]
+    assert inferred(*through, plugin) == [], "sphinx requires applehelp through a cycle of its own"
     assert inferred(dist("sphinx", []), plugin) == [("applehelp", "standalone", ("sphinx",))]
 
 
