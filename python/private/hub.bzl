@@ -39,11 +39,14 @@ INDEX_ATTRS = {
         #4168 and #2399), so `torch` requiring `cuda-toolkit[cudart]` would get no `nvidia-cuda-runtime` and
         `jax[cuda13]` no plugin. Each wheel whose extras pip installs is rewritten with those extras'
         requirements as plain `Requires-Dist` entries (local version `+extras`, or the `suffix` of its
-        `patched_wheel`). See docs/rules-python.md#extras."""),
+        `patched_wheel`). False restores nothing; `pip_closure.json` still holds pip's closure, root
+        extras inferred from the lock included. See docs/rules-python.md#extras."""),
     "extras": attr.string_list(doc = """Root requirements with extras that the lock may not record (a `uv
-        pip compile` lock writes `jax==0.10.2` for `jax[cuda13]`), e.g. `["jax[cuda13]"]`: pip's closure
-        (`restore_extras`, `pip_closure.json`) then includes them. Each project must be pinned by the lock
-        and provide the extra."""),
+        pip compile` lock writes `jax==0.10.2` for `jax[cuda13]`), e.g. `["jax[cuda13]"]`, or `["jax[]"]`
+        for none: pip's closure (`restore_extras`, `pip_closure.json`) then includes them beside the extras
+        the lock records, and no extra is inferred for a project named here (without it, the hub infers a
+        root extra from the lock's pins and says which). Each project must be pinned by the lock and provide
+        the extra. See docs/rules-python.md#extras."""),
     "verified_stacks": attr.bool(default = True, doc = """Apply the row of each verified stack the lock holds
         (torch, JAX cuda12 and cuda13, TensorFlow, CuPy, onnxruntime: the table in docs/verified-stacks.md, kept
         in `patched_wheels/hub/verified_stacks.json`) where no `patched_wheel` of the row's `name` is given: its

@@ -104,7 +104,7 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Released]:
         with (root / ".bazelrc").open("a", encoding="utf-8") as rc:
             rc.write(registry_flags(root))
         (root / ".bazelignore").write_text(
-            (root / ".bazelignore").read_text() + "archives\nregistry\nuvproject\nuvextras\n"
+            (root / ".bazelignore").read_text() + "archives\nregistry\nuvproject\nuvextras\nuvcompile\n"
         )
         values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
         module_file = (TEMPLATES / "MODULE.bazel.tmpl").read_text(encoding="utf-8")

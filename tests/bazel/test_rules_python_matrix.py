@@ -96,6 +96,9 @@ CONFIGURATIONS = {
 # The hubs of the extras set (tests/support/extrasfixture.py), in every configuration: no patched_wheel,
 # the extra restored from each lock format; extras_plain (restore_extras = False) is wired as rules_python wires it.
 EXTRAS_HUBS = ("extras", "extras_plain", "extras_uv", "extras_pylock")
+# The hubs of toolkit[rt] as a root no lock records (uv pip compile): inferred and restored; restore_extras = False.
+# Each gets a layout_test of requirement("toolkit") with this probe.
+ROOT_EXTRA_HUBS = {"extras_root": "import toolkit, tk_rt", "extras_root_plain": "import toolkit"}
 
 
 def _hubs(configuration: Configuration) -> list[str]:
@@ -122,12 +125,13 @@ def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple
     hub_attr = "hub_name" if configuration.modern else "name"
     pip_args = ', python_version = "3.11", python_interpreter = "python3"' if configuration.modern else ""
     pips = []
-    for hub in [*hubs[1:], *EXTRAS_HUBS]:
+    for hub in [*hubs[1:], *EXTRAS_HUBS, *ROOT_EXTRA_HUBS]:
         uv = hub in ("uvfixed", "extras_uv") and configuration.release_2
         lock = f'uv_lock = "@{hub}//:uv.lock"' if uv else f'requirements_lock = "@{hub}//:requirements_lock.txt"'
         pips.append(f'pip.parse({hub_attr} = "pypi_{hub}", {lock}{pip_args})\n')
-    pips.append(f"use_repo(patched, {', '.join(json.dumps(hub) for hub in [*hubs, *EXTRAS_HUBS])})\n")
-    pips.append(f"use_repo(pip, {', '.join(json.dumps('pypi_' + hub) for hub in [*hubs, *EXTRAS_HUBS])})\n")
+    every_hub = [*hubs, *EXTRAS_HUBS, *ROOT_EXTRA_HUBS]
+    pips.append(f"use_repo(patched, {', '.join(json.dumps(hub) for hub in every_hub)})\n")
+    pips.append(f"use_repo(pip, {', '.join(json.dumps('pypi_' + hub) for hub in every_hub)})\n")
     render(
         "matrix/MODULE.bazel.tmpl",
         root / "MODULE.bazel",
@@ -161,12 +165,15 @@ def _workspace(root: Path, configuration: Configuration, http_url: str) -> tuple
         string_template("matrix/extras.BUILD.bazel.tmpl", dict(hub=hub, answer=str(extrasfixture.ANSWER)))
         for hub in EXTRAS_HUBS
     ]
+    tests += [
+        string_template("matrix/extras_root.BUILD.bazel.tmpl", dict(hub=hub, probe=probe))
+        for hub, probe in ROOT_EXTRA_HUBS.items()
+    ]
     render(
         "matrix/BUILD.bazel.tmpl",
         root / "BUILD.bazel",
         loads="".join(
-            f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n'
-            for hub in [*hubs, *EXTRAS_HUBS]
+            f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n' for hub in every_hub
         ),
         tests="".join(tests),
     )
@@ -193,6 +200,7 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         workspace, hubs = _workspace(root, configuration, http_url)
         targets = [*(f"//:{hub}_test" for hub in hubs), *layout_tests(hubs)]
         targets += [f"//:{hub}_{kind}" for hub in EXTRAS_HUBS for kind in ("test", "layout_test")]
+        targets += [f"//:{hub}_layout_test" for hub in ROOT_EXTRA_HUBS]
         result = workspace.run("test", "--keep_going", *configuration.flags, *targets)
         yield Matrix(configuration, workspace, hubs, result)
         workspace.shutdown()
@@ -230,6 +238,22 @@ def test_requirement_alone_gets_what_pip_installs_from_every_lock_format(matrix:
     ), plain[-3000:]
     for hub in restored:
         assert f"app.answer() == {extrasfixture.ANSWER}" in matrix.workspace.test_log(f"{hub}_test")
+
+
+def test_a_root_extra_no_lock_records_is_inferred_and_layout_test_holds_the_layout_to_it(matrix: Matrix) -> None:
+    """A uv pip compile lock of `toolkit[rt]` writes `toolkit==1.0`: the hub infers the extra from the lock's pins
+    (said once), so requirement("toolkit") brings tk-rt; with restore_extras = False it does not, and layout_test
+    given that hub's pip_closure fails the layout, naming tk-rt."""
+    statuses = summary_statuses(matrix.result.output)
+    expected = {"//:extras_root_layout_test": "PASSED", "//:extras_root_plain_layout_test": "FAILED"}
+    assert {target: statuses.get(target) for target in expected} == expected, matrix.result.tail()
+    plain = matrix.workspace.test_log("extras_root_plain_layout_test")
+    assert "layout_test: FAILED: deps lack tk-rt (toolkit requires 'tk-rt==1.0; extra == \"rt\"')" in plain, plain[
+        -3000:
+    ]
+    output = matrix.result.output
+    assert output.count(": restores toolkit[rt], which requirements_lock = ") == 1, matrix.result.tail()
+    assert output.count(": puts in pip_closure.json (restore_extras = False) toolkit[rt], which ") == 1
 
 
 def test_one_site_packages_needs_no_preload(matrix: Matrix) -> None:

@@ -30,7 +30,7 @@ from . import (
     stackshapes,  # noqa: E402
 )
 from .indexfixtures import sha256_of  # noqa: E402  (re-exported to the Bazel tests)
-from .uvfixture import serve_over_http, uv_locks  # noqa: E402, F401  (serve_over_http: re-exported to the Bazel tests)
+from .uvfixture import compile_lock, serve_over_http, uv_locks  # noqa: E402, F401  (serve_over_http: re-exported to the Bazel tests)
 
 # Must match the `suffix` / `split_into` the templates give the patched wheels.
 SUFFIX = "test.1"
@@ -287,7 +287,8 @@ def make_cycles_workspace(root: Path) -> tuple[Setup, Path]:
 
 
 def fixture_uv_locks(root: Path, pypi: FakePypi, http_url: str) -> None:
-    """``root/uv.lock`` and ``root/pylock.toml`` of the fake CUDA set, made by uv (see :func:`uv_locks`)."""
+    """``root/uv.lock`` and ``root/pylock.toml`` of the fake CUDA set, made by uv (see :func:`uv_locks`), and the
+    extras set's locks: ``extras_uv.lock``, ``pylock.extras.toml`` and ``requirements_extras_root_lock.txt``."""
     requirements = ["faketorch==2.1.0", *(f"fake-nvidia-{name}" for name in pypi.wheels.nvidia)]
     for made in uv_locks(root / "uvproject", http_url, requirements):
         (root / made.name).write_bytes(made.read_bytes())
@@ -295,6 +296,10 @@ def fixture_uv_locks(root: Path, pypi: FakePypi, http_url: str) -> None:
     made_uv, made_pylock = uv_locks(root / "uvextras", http_url, ["app==1.0"])
     (root / "extras_uv.lock").write_bytes(made_uv.read_bytes())
     (root / "pylock.extras.toml").write_bytes(made_pylock.read_bytes())
+    # The extras set's root toolkit[rt], compiled by uv pip compile (which writes `toolkit==1.0`: no lock
+    # records the extra, the hub infers it).
+    compiled = compile_lock(root / "uvcompile", pypi.directory, ["toolkit[rt]==1.0"])
+    (root / "requirements_extras_root_lock.txt").write_bytes(compiled.read_bytes())
 
 
 def make_workspace_mode_workspace(root: Path, http_url: str) -> Setup:

@@ -54,12 +54,15 @@ def write_config(
     index_option: str = "index-url",
     rules_python_version: str = "1.6.0",
     wheel_facts: Path | None = None,
+    lock: tuple[str, Path] | None = None,
+    attributes: dict[str, object] | None = None,
 ) -> Path:
     """The hub's ``_hub.json`` for patching each ``(original, spec)`` of ``patched``, made as the rule makes
     it: the request and the resolved wheels (:func:`hub_inputs`) go through ``patched-wheels hub plan`` (the one
     writer of the config), and every file the plan lists is copied where it says, as the rule downloads it.
     ``rules_python_version``: the release the hub is for (before 2, every pin is served from the hub's index);
-    ``wheel_facts``: the hub's ``wheel_facts`` file."""
+    ``wheel_facts``: the hub's ``wheel_facts`` file; ``lock``: the lock attribute and its file, if not the
+    requirements lock written here (its pins must be the wheels given); ``attributes``: other attributes set."""
     request, resolved, sources = hub_inputs(
         tmp_path,
         [*others, *(original for original, _ in patched)],
@@ -67,6 +70,8 @@ def write_config(
         index_option=index_option,
         rules_python_version=rules_python_version,
         wheel_facts=str(wheel_facts) if wheel_facts else None,
+        lock=lock,
+        **(attributes or {}),
     )
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
     (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
@@ -96,25 +101,28 @@ def hub_inputs(
     specs: list[dict[str, object]],
     *,
     rules_python_version: str = "1.6.0",
+    lock: tuple[str, Path] | None = None,
     **attributes: object,
 ) -> tuple[dict[str, object], list[dict[str, object]], dict[str, Path]]:
-    """What the rule hands ``hub plan`` for a lock of ``wheels`` (written beside, as ``user_lock.txt``): the request
-    holding ``specs`` (each completed with the defaults, ``suffix = "test.1"``) and ``attributes`` (the others at
-    hub.bzl's defaults), the resolved wheels, and each wheel's file by name (for :func:`fetch_into`)."""
+    """What the rule hands ``hub plan`` for a lock of ``wheels`` (``lock``: its attribute and file; by default a
+    requirements lock written beside, as ``user_lock.txt``): the request holding ``specs`` (each completed with
+    the defaults, ``suffix = "test.1"``) and ``attributes`` (the others at hub.bzl's defaults), the resolved
+    wheels, and each wheel's file by name (for :func:`fetch_into`)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    lock = tmp_path / "user_lock.txt"
-    lock.write_text(
-        "# the user's lock\n"
-        + "".join(
-            f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n"
-            for w in wheels
-        ),
-        encoding="utf-8",
-    )
+    if lock is None:
+        lock = ("requirements_lock", tmp_path / "user_lock.txt")
+        lock[1].write_text(
+            "# the user's lock\n"
+            + "".join(
+                f"{w.name.split('-')[0].replace('_', '-')}=={w.name.split('-')[1]} \\\n    --hash=sha256:{sha256(w)}\n"
+                for w in wheels
+            ),
+            encoding="utf-8",
+        )
     request = {
         "hub": "test",
         "bzlmod": True,
-        "attributes": index_attributes(**{"requirements_lock": str(lock), "index_url": "", **attributes}),
+        "attributes": index_attributes(**{lock[0]: str(lock[1]), "index_url": "", **attributes}),
         "rules_python_version": rules_python_version,
         "repository": str(tmp_path),
         "patched": [

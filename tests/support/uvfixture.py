@@ -83,6 +83,20 @@ default = true
     return project / "uv.lock", project / "pylock.toml"
 
 
+def compile_lock(project: Path, find_links: Path, requirements: Sequence[str]) -> Path:
+    """``requirements_lock.txt`` of ``requirements`` as the real ``uv pip compile --generate-hashes`` writes it
+    (``# via`` comments; a root's extras dropped: ``toolkit[rt]`` is written ``toolkit==1.0``), from the wheels in
+    ``find_links`` alone, for Python 3.11."""
+    project.mkdir(parents=True)
+    (project / "requirements.in").write_text("".join(f"{line}\n" for line in requirements), encoding="utf-8")
+    run_uv(
+        project,
+        *("pip", "compile", "--generate-hashes", "--no-index", "--find-links", str(find_links)),
+        *("requirements.in", "-o", "requirements_lock.txt", "--python-version", "3.11"),
+    )
+    return project / "requirements_lock.txt"
+
+
 def run_uv(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``uv ARGS`` in ``project`` with the test's own cache and no user configuration; fails the test
     with uv's output when uv fails."""

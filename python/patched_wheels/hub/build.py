@@ -28,7 +28,14 @@ from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
-from patched_wheels.loading.closure import EXTRAS_SUFFIX, Closure, read_dist, restored_requirements
+from patched_wheels.loading.closure import (
+    EXTRAS_SUFFIX,
+    Closure,
+    InferredExtra,
+    inferred_root_extras,
+    read_dist,
+    restored_requirements,
+)
 from patched_wheels.loading.packages import Phrasing
 from patched_wheels.lock.apply import lock
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
@@ -242,7 +249,33 @@ def read_closure(config: HubConfig) -> Closure:
                     f'{call}: extras = ["{project}[{extra}]"]: {project} {dist.version} provides no extra {extra} (it provides: {provided})'
                 )
             roots.setdefault(dist.project, set()).add(extra)
-    return Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()})
+    known = Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()})
+    inferred = inferred_root_extras(known, frozenset(canonicalize_name(project) for project in config.root_extras))
+    for found in inferred:
+        roots[found.project] = {*roots.get(found.project, ()), found.extra}
+        warn(inferred_warning(config, found))
+    closure = (
+        Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()}) if inferred else known
+    )
+    for project, extra, asker in closure.unprovided():
+        who = f"{asker} requires" if asker else f'{attribute} = "{lock_path}" asks for'
+        warn(
+            f"{call}: {who} {project}[{extra}], but {project} {dists[project].version} does not provide the extra "
+            f"{extra!r} (Provides-Extra): pip installs it without the extra, and so does the hub"
+        )
+    return closure
+
+
+def inferred_warning(config: HubConfig, found: InferredExtra) -> str:
+    """The one line saying that the hub took ``found`` as a root extra, the pins that show it, and how to override."""
+    attribute, lock_path = config.attributes.lock
+    done = "restores" if config.attributes.restore_extras else "puts in pip_closure.json (restore_extras = False)"
+    return (
+        f"{index_call(config.hub, config.bzlmod)}: {done} {found.project}[{found.extra}], which {attribute} = "
+        f'"{lock_path}" does not record: the lock pins every requirement of that extra, and nothing else requires '
+        f"{', '.join(found.evidence)} (pip install -r installs them); name {found.project}'s extras in extras "
+        f'(["{found.project}[]"] for none) to decide otherwise'
+    )
 
 
 def with_restored_extras(

@@ -185,7 +185,8 @@ class HubConfig:
     facts_out: Path | None = None
     """Where the build writes the facts it read (``wheel_facts.json``); None without an ELF cache to record."""
     root_extras: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    """Project -> the extras the user's ``extras`` attribute asks of it (the lock's own are read from the lock)."""
+    """Project -> the extras the user's ``extras`` attribute asks of it, maybe none (``jax[]``); the lock's own are read
+    from the lock, and no extra is inferred for a project named here."""
     closure_out: Path | None = None
     """Where the build writes pip's closure of the lock (``pip_closure.json``, for ``layout_test``)."""
     every_pin_served: bool = False
@@ -473,7 +474,8 @@ def _root_extras(request: HubRequest, pinned: Mapping[NormalizedName, ResolvedWh
 
 
 def _extras_requirements(request: HubRequest) -> list[tuple[str, Requirement]]:
-    """The ``extras`` attribute read: each a project and its extras (``jax[cuda13]``), nothing else."""
+    """The ``extras`` attribute read: each a project and its extras (``jax[cuda13]``), nothing else; ``jax[]``
+    says the root ``jax`` was asked with no extra (none is inferred for it: :func:`~patched_wheels.loading.closure.inferred_root_extras`)."""
     read = []
     for written in request.attributes.extras:
         try:
@@ -482,14 +484,14 @@ def _extras_requirements(request: HubRequest) -> list[tuple[str, Requirement]]:
             requirement = None
         if (
             requirement is None
-            or not requirement.extras
+            or (not requirement.extras and "[" not in written)
             or requirement.specifier
             or requirement.marker
             or requirement.url
         ):
             raise UsageError(
                 f'{request.index_call}: extras = [{json.dumps(written[:200])}]: write a project and its extras, e.g. "jax[cuda13]" '
-                "(the version is the lock's)"
+                '(the version is the lock\'s; "jax[]" for none)'
             )
         read.append((written, requirement))
     return read

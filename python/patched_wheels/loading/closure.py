@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Iterable, Iterator, Mapping, Sequence
 
-from packaging.markers import InvalidMarker, Marker, Value, Variable
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName, Value, Variable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import UsageError, warn
 
@@ -73,7 +74,11 @@ def read_dist(
     environment: Mapping[str, str] | None = None,
 ) -> Dist:
     """The edges of one wheel from its ``Requires-Dist`` and ``Provides-Extra`` values, markers evaluated in
-    ``environment`` (default: this interpreter's, which is the hub's). ``origin`` names the wheel in errors."""
+    ``environment`` (default: this interpreter's, which is the hub's). ``origin`` names the wheel in errors.
+
+    An extra the markers use but ``Provides-Extra`` does not declare gets no edges: pip never installs it
+    (``a 1.0 does not provide the extra 'x'``), so neither the hub nor ``pip_closure.json`` may; asking for it
+    is :meth:`Closure.unprovided`'s warning."""
     provides = frozenset(canonicalize_name(extra) for extra in provides_extra)
     requires: list[Edge] = []
     by_extra: dict[str, list[Edge]] = {}
@@ -84,23 +89,46 @@ def read_dist(
             # A third party's wheel the user cannot fix: said once, and left out as rules_python leaves it out.
             warn(f"{origin}: Requires-Dist {text[:200]!r} ignored: {str(error).splitlines()[0][:200]}")
             continue
-        marker = requirement.marker
-        base = _partial(marker, None) if marker is not None else True
-        if _holds(base, environment):
-            requires.append(_edge(requirement, text, base))
-        if marker is None:
+        try:
+            base, extras = _residuals(requirement.marker, provides, environment)
+        except (UndefinedComparison, UndefinedEnvironmentName) as error:
+            # pip 26 stops on such a wheel with UndefinedComparison's traceback, whichever extras are asked; the
+            # hub cannot install what pip refuses, so it leaves the requirement out (as an unparsable one) and
+            # goes on: one line, never a traceback (packaging raises these from evaluate(), not from parsing).
+            warn(
+                f"{origin}: Requires-Dist {text[:200]!r} ignored: its marker cannot be evaluated "
+                f"({str(error).splitlines()[0][:200]}); pip refuses to install this wheel"
+            )
             continue
-        for extra in sorted(_mentioned_extras(marker)):
-            residual = _partial(marker, extra)
-            if residual != base and _holds(residual, environment):
-                by_extra.setdefault(extra, []).append(_edge(requirement, text, residual))
+        if base is not None:
+            requires.append(_edge(requirement, text, base))
+        for extra, residual in extras:
+            by_extra.setdefault(extra, []).append(_edge(requirement, text, residual))
     return Dist(
         canonicalize_name(project),
         version,
         tuple(requires),
         {extra: tuple(edges) for extra, edges in sorted(by_extra.items())},
-        provides | frozenset(by_extra),
+        provides,
     )
+
+
+def _residuals(
+    marker: Marker | None, provides: AbstractSet[str], environment: Mapping[str, str] | None
+) -> tuple[bool | str | None, list[tuple[str, bool | str]]]:
+    """A requirement's marker decided for no extra (None: it does not hold here) and for each declared extra
+    that changes it and holds here. The whole marker is evaluated first, as pip evaluates it for a wheel asked
+    with no extra, so a marker that cannot be evaluated raises here whatever its ``extra`` clauses decide."""
+    if marker is None:
+        return True, []
+    marker.evaluate(dict(environment or {}, extra=""))
+    base = _partial(marker, None)
+    extras = []
+    for extra in sorted(_mentioned_extras(marker) & provides):
+        residual = _partial(marker, extra)
+        if residual != base and _holds(residual, environment):
+            extras.append((extra, residual))
+    return (base if _holds(base, environment) else None), extras
 
 
 def _edge(requirement: Requirement, text: str, residual: bool | str) -> Edge:
@@ -202,22 +230,39 @@ class Closure:
     def activated(self) -> dict[NormalizedName, set[str]]:
         """Every extra pip installs somewhere in the lock: asked by a root, by an edge of any wheel (pip
         installs them all), and by the edges those extras add, to a fixed point. Extras a wheel does not
-        provide are ignored, as pip ignores them (with a warning)."""
+        provide are ignored, as pip ignores them (with a warning: :meth:`unprovided`)."""
+        return self._walk()[0]
+
+    def unprovided(self) -> list[tuple[NormalizedName, str, str]]:
+        """(project, extra, who asks) for each extra pip would be asked that the pinned wheel does not provide
+        (``Provides-Extra``): pip installs the wheel without it and says ``a 1.0 does not provide the extra 'x'``.
+        ``who asks`` is a requiring project, or ``""`` for a root. Sorted, one row per project and extra."""
+        return [(project, extra, asker) for (project, extra), asker in sorted(self._walk()[1].items())]
+
+    def _walk(self) -> tuple[dict[NormalizedName, set[str]], dict[tuple[NormalizedName, str], str]]:
         active: dict[NormalizedName, set[str]] = {}
-        work: list[tuple[NormalizedName, str]] = [
-            (project, extra) for project, extras in self.root_extras.items() for extra in extras
+        unprovided: dict[tuple[NormalizedName, str], str] = {}
+        work: list[tuple[NormalizedName, str, str]] = [
+            (project, extra, "") for project, extras in self.root_extras.items() for extra in extras
         ]
         work += [
-            (edge.project, extra) for dist in self.dists.values() for edge in dist.requires for extra in edge.extras
+            (edge.project, extra, dist.project)
+            for dist in self.dists.values()
+            for edge in dist.requires
+            for extra in edge.extras
         ]
         while work:
-            project, extra = work.pop()
+            project, extra, asker = work.pop()
             dist = self.dists.get(project)
-            if dist is None or extra not in dist.provides or extra in active.get(project, set()):
+            if dist is None or extra in active.get(project, set()):
+                continue
+            if extra not in dist.provides:
+                known = unprovided.get((project, extra))
+                unprovided[(project, extra)] = asker if known is None else min(known, asker)
                 continue
             active.setdefault(project, set()).add(extra)
-            work += [(edge.project, more) for edge in dist.extras.get(extra, ()) for more in edge.extras]
-        return active
+            work += [(edge.project, more, project) for edge in dist.extras.get(extra, ()) for more in edge.extras]
+        return active, unprovided
 
     def check_pinned(self, what: str) -> None:
         """Refuse a lock that is not pip's closure here: an activated extra requires a project it does not pin
@@ -301,6 +346,143 @@ class Closure:
             name = canonicalize_name(project)
             dists[name] = Dist(name, value["version"], edges(value["requires"], project), by_extra, frozenset(by_extra))
         return cls(dists, {canonicalize_name(p): tuple(e) for p, e in roots.items()})
+
+
+@dataclass(frozen=True)
+class InferredExtra:
+    """A root extra the lock does not record but shows (:func:`inferred_root_extras`)."""
+
+    project: NormalizedName
+    extra: str
+    evidence: tuple[NormalizedName, ...]
+    """The pins of the extra's requirements that nothing else requires (what only the extra explains)."""
+
+
+def inferred_root_extras(closure: Closure, decided: AbstractSet[NormalizedName] = frozenset()) -> list[InferredExtra]:
+    """The extras a root of the lock was asked with that the lock does not record (a ``uv pip compile`` lock
+    writes ``onnxruntime-gpu==…`` for ``onnxruntime-gpu[cuda]``; a pylock, or a uv.lock with no project, records
+    no root's extras), sorted. ``decided``: projects whose root extras the user chose (the ``extras``
+    attribute), never inferred.
+
+    Extra ``E`` of pinned ``D`` is inferred when, in ``closure`` as it stands (one pass: an inferred extra
+    does not make another one, so the answer does not depend on any order):
+
+    * ``E`` is not already installed (asked by a root or an edge) and ``D`` declares it (``Provides-Extra``);
+    * the lock pins every requirement ``E`` has here (the edges :func:`read_dist` keeps, their markers holding on
+      the hub's interpreter; at least one), each pin's version within the requirement's specifier, and so every
+      requirement of the extras those requirements ask in turn;
+    * at least one of those pins is required by nothing else pip installs from the lock: no requirement of any
+      pinned wheel, nor of an extra already installed, names it. Only ``D[E]`` explains why the lock pins it,
+      and ``pip install -r`` of the lock installs it, so restoring ``E`` wires only what pip installs anyway;
+    * no pin ``E`` requires already requires ``D``: then that pin is more likely a root that brought ``D`` (a
+      plugin's ``standalone`` extra requiring its host), and restoring ``E`` would make a dependency cycle,
+      which rules_python refuses."""
+    active = closure.activated()
+    requires: dict[NormalizedName, set[NormalizedName]] = {}  # the known closure's edges, a wheel's own left out
+    for project, dist in closure.dists.items():
+        known = [*dist.requires, *(edge for extra in active.get(project, ()) for edge in dist.extras.get(extra, ()))]
+        requires[project] = {edge.project for edge in known if edge.project != project}
+    required = set().union(*requires.values())
+    candidates = []
+    for project, dist in sorted(closure.dists.items()):
+        if project in decided:
+            continue
+        for extra, edges in sorted(dist.extras.items()):
+            if extra in active.get(project, ()) or not edges or extra not in dist.provides:
+                continue
+            evidence = sorted({edge.project for edge in edges if edge.project != project} - required)
+            reached = _pinned_reach(closure, project, extra) if evidence else None
+            if reached is not None:
+                candidates.append((InferredExtra(project, extra, tuple(evidence)), reached))
+    if not candidates:
+        return []
+    owners = sorted({found.project for found, _ in candidates})
+    reaches = _reaching(requires, owners)
+    bit = {owner: 1 << number for number, owner in enumerate(owners)}
+    return [
+        found for found, reached in candidates if not any(reaches.get(pin, 0) & bit[found.project] for pin in reached)
+    ]
+
+
+def _pinned_reach(closure: Closure, project: NormalizedName, extra: str) -> set[NormalizedName] | None:
+    """The projects ``project[extra]`` requires, with the extras those requirements ask in turn, or None if the
+    lock does not pin one of them in a version the requirement takes."""
+    reached: set[NormalizedName] = set()
+    seen = {(project, extra)}
+    work = [(project, extra)]
+    while work:
+        asker, asked = work.pop()
+        for edge in closure.dists[asker].extras.get(asked, ()):
+            target = closure.dists.get(edge.project)
+            if target is None or not _pin_satisfies(target, edge):
+                return None
+            reached.add(edge.project)
+            for more in edge.extras:
+                if more in target.provides and (edge.project, more) not in seen:
+                    seen.add((edge.project, more))
+                    work.append((edge.project, more))
+    return reached - {project}
+
+
+def _pin_satisfies(dist: Dist, edge: Edge) -> bool:
+    """Whether the pinned version is one ``edge`` takes (a requirement by URL takes the pin the lock made)."""
+    try:
+        requirement = Requirement(edge.requirement)
+        return requirement.specifier.contains(Version(dist.version), prereleases=True)
+    except (InvalidRequirement, InvalidVersion, RecursionError):
+        return False
+
+
+def _reaching(
+    requires: Mapping[NormalizedName, AbstractSet[NormalizedName]], targets: Sequence[NormalizedName]
+) -> dict[NormalizedName, int]:
+    """Project -> the ``targets`` it requires, directly or through others (bit ``i``: ``targets[i]``; itself
+    included). Linear in the graph's size: Tarjan's strongly connected components, iterative (a 10,000-link
+    chain is no deeper a recursion than one link), each component's set made once from those it requires."""
+    bit = {target: 1 << number for number, target in enumerate(targets)}
+    index: dict[NormalizedName, int] = {}
+    low: dict[NormalizedName, int] = {}
+    stack: list[NormalizedName] = []
+    on_stack: set[NormalizedName] = set()
+    reach: dict[NormalizedName, int] = {}
+
+    def enter(node: NormalizedName) -> tuple[NormalizedName, Iterator[NormalizedName]]:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        return node, iter(sorted(requires.get(node, ())))
+
+    for root in sorted(requires):
+        if root in index:
+            continue
+        work = [enter(root)]
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    work.append(enter(child))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] != index[node]:
+                    continue
+                component = set()
+                while node not in component:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                bits = 0
+                for member in component:
+                    bits |= bit.get(member, 0)
+                    for child in requires.get(member, ()):
+                        bits |= reach.get(child, 0)  # a member's own component has no entry yet
+                for member in component:
+                    reach[member] = bits
+    return reach
 
 
 def restored_requirements(closure: Closure) -> dict[NormalizedName, list[str]]:

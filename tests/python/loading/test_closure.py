@@ -7,7 +7,14 @@ import json
 import pytest
 
 from patched_wheels.errors import UsageError
-from patched_wheels.loading.closure import MAX_STEPS, Closure, missing_from, read_dist, restored_requirements
+from patched_wheels.loading.closure import (
+    MAX_STEPS,
+    Closure,
+    inferred_root_extras,
+    missing_from,
+    read_dist,
+    restored_requirements,
+)
 
 LINUX = {"sys_platform": "linux", "python_version": "3.11", "platform_machine": "x86_64"}
 
@@ -147,3 +154,86 @@ def test_a_long_chain_keeps_its_outermost_and_innermost_steps_and_counts_the_res
     whole = missing[f"link-{MAX_STEPS}"]
     assert (len(whole.chain), whole.left_out) == (MAX_STEPS, 0) and whole.chain[0] == ("root", "link-1")
     assert all(len(one.chain) <= MAX_STEPS for one in missing.values())
+
+
+def inferred(
+    *dists: object, roots: dict[str, tuple[str, ...]] | None = None, decided: frozenset[str] = frozenset()
+) -> list[tuple[str, str, tuple[str, ...]]]:
+    found = inferred_root_extras(closure(*dists, roots=roots), decided)  # type: ignore[arg-type]
+    return [(row.project, row.extra, row.evidence) for row in found]
+
+
+def test_a_root_extra_is_inferred_where_the_lock_pins_all_it_requires_and_only_it_explains_a_pin() -> None:
+    rt = dist("tk-rt", [])
+    toolkit = dist(
+        "toolkit",
+        ['tk-rt>=1; extra == "rt"', 'tk-win; extra == "rt" and sys_platform == "win32"', 'tk-x; extra == "x"'],
+        ["rt", "x"],
+    )
+    assert inferred(toolkit, rt) == [("toolkit", "rt", ("tk-rt",))], "tk-win does not apply; x's pin is not locked"
+    assert inferred(toolkit, rt, dist("app", ["toolkit[rt]"])) == [], "already asked by an edge"
+    assert inferred(toolkit, rt, roots={"toolkit": ("rt",)}) == [], "already asked by the lock's root"
+    assert inferred(toolkit, rt, decided=frozenset({"toolkit"})) == [], "the extras attribute decided toolkit's extras"
+    assert inferred(toolkit, rt, dist("other", ["tk-rt"])) == [], "tk-rt is explained by another requirement"
+    partly = dist("toolkit", ['tk-rt; extra == "rt"', 'tk-missing; extra == "rt"'], ["rt"])
+    assert inferred(partly, rt) == [], "the lock does not pin tk-missing: the extra was not asked"
+    assert inferred(dist("toolkit", ['tk-rt<1; extra == "rt"'], ["rt"]), rt) == [], "the pin is outside the specifier"
+    assert inferred(dist("toolkit", ['tk-rt; extra == "rt"']), rt) == [], "an extra Provides-Extra does not declare"
+    nested = dist("toolkit", ['tk-rt[gpu]; extra == "rt"'], ["rt"])
+    rt_gpu = dist("tk-rt", ['tk-gpu; extra == "gpu"'], ["gpu"])
+    assert inferred(nested, rt_gpu) == [], "tk-rt[gpu] requires tk-gpu, which the lock does not pin"
+    assert inferred(nested, rt_gpu, dist("tk-gpu", [])) == [
+        ("tk-rt", "gpu", ("tk-gpu",)),  # one pass: each explains an unexplained pin on its own
+        ("toolkit", "rt", ("tk-rt",)),
+    ]
+
+
+def test_an_extra_that_would_close_a_cycle_is_not_inferred() -> None:
+    """A plugin's ``standalone`` extra requiring its host, the host a root requiring the plugin (sphinx and
+    sphinxcontrib-applehelp): the host is the root, and rules_python refuses the cycle restoring would make."""
+    host = dist("sphinx", ["applehelp"])
+    plugin = dist("applehelp", ['sphinx>=1; extra == "standalone"'], ["standalone"])
+    assert inferred(host, plugin) == []
+    through = [dist("sphinx", ["docutils"]), dist("docutils", ["roman", "applehelp"]), dist("roman", ["docutils"])]
+    assert inferred(*through, plugin) == [], "sphinx requires applehelp through a cycle of its own"
+    assert inferred(dist("sphinx", []), plugin) == [("applehelp", "standalone", ("sphinx",))]
+
+
+def test_inference_is_one_pass_over_the_known_closure() -> None:
+    """Both extras explain the same unexplained pin: both are inferred, whichever is looked at first."""
+    b = dist("b", [])
+    a = dist("a", ['b; extra == "x"'], ["x"])
+    c = dist("c", ['b; extra == "z"'], ["z"])
+    assert inferred(a, b, c) == inferred(c, b, a) == [("a", "x", ("b",)), ("c", "z", ("b",))]
+
+
+def test_an_undeclared_extra_gets_no_edges_and_asking_for_it_is_reported() -> None:
+    a = dist("a", ['c; extra == "x"', 'd; extra == "y"'], ["y"])
+    assert set(a.extras) == {"y"}  # type: ignore[attr-defined]
+    whole = closure(a, dist("app", ["a[x,y]"]), dist("c", []), dist("d", []), roots={"a": ("w",)})
+    assert whole.activated() == {"a": {"y"}}
+    assert whole.unprovided() == [("a", "w", ""), ("a", "x", "app")]
+    assert "x" not in whole.to_json()["projects"]["a"]["extras"]
+    assert restored_requirements(whole) == {"a": ["d"]}
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        'extra == "y" and implementation_name ~= "1"',
+        'extra ~= "1.0"',
+        'extra === "y"',
+        '"1.0" ~= extra',
+        'platform_machine ~= "1"',
+    ],
+)
+def test_a_marker_that_cannot_be_evaluated_leaves_its_requirement_out_with_one_warning(
+    marker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = dist("a", [f"c; {marker}", 'd; extra == "y"', "e"], ["y"])
+    assert [e.project for e in a.requires] == ["e"]  # type: ignore[attr-defined]
+    assert {x: [e.project for e in v] for x, v in a.extras.items()} == {"y": ["d"]}  # type: ignore[attr-defined]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"patched-wheels: warning: a: Requires-Dist {f'c; {marker}'!r} ignored: its marker cannot be evaluated ("
+    )
