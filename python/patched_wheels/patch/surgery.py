@@ -271,15 +271,17 @@ def split_wheel(
     move: Sequence[str] = (),
     max_size: int | None = None,
     graph_wheels: Sequence[Path] = (),
+    workers: int | None = None,
 ) -> PatchResult:
     """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
 
     ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
     with them, the preload also loads what the moved libraries need from those wheels,
-    so the pair works with one directory per wheel on its own.
+    so the pair works with one directory per wheel on its own.  ``workers``: the threads the libraries are
+    inflated on, as for ``graph --jobs`` (:func:`patched_wheels.elf.graph.scan_wheels`; default one per core).
     """
     # Imported here: the `patch` command, which imports this module, reads no library graph unless asked.
     from patched_wheels.elf.graph import read_graph
 
-    graph = read_graph([Path(wheel), *graph_wheels])
+    graph = read_graph([Path(wheel), *graph_wheels], workers=workers)
     return patch_wheel(wheel, dest_dir, PatchOptions(split=SplitRequest(into, move, max_size), graph=graph))

@@ -474,3 +474,42 @@ def test_both_wheels_install_with_pip_uv_and_installer(wheels, split_pair, tmp_p
         assert (target / MOVED).is_file() and not (target / LIBRARY_PATHS["faketorch"]).exists(), client
         result = run_import([target])
         assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), (client, result.stderr)
+
+
+def test_split_jobs_reads_on_that_many_threads_and_writes_the_same_bytes(wheels, tmp_path, monkeypatch):
+    """``split --jobs N`` inflates the libraries of the wheel and its --graph-wheels (five gcc-built wheels, six
+    libraries) on N threads, as ``graph --jobs`` does; one thread or several, the outputs are the same bytes."""
+    given: list[int | None] = []
+    real_scan = elfgraph.scan_wheels
+
+    def recording_scan(paths, **kwargs):
+        given.append(kwargs.get("workers"))
+        return real_scan(paths, **kwargs)
+
+    monkeypatch.setattr(elfgraph, "scan_wheels", recording_scan)
+    outputs = {}
+    for jobs in ("1", "4"):
+        argv = ["split", "--wheel", str(wheels.torch), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"]
+        graph_wheels = ["--graph-wheels", *map(str, wheels.nvidia.values())]
+        assert main([*argv, *graph_wheels, "--jobs", jobs, "--dest-dir", str(tmp_path / jobs)]) == 0
+        outputs[jobs] = {path.name: path.read_bytes() for path in (tmp_path / jobs).iterdir()}
+    assert given == [1, 4]
+    assert len(outputs["1"]) == 2 and outputs["1"] == outputs["4"]
+
+
+@pytest.mark.parametrize("command", ["split", "graph"])
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_jobs_that_is_no_number_of_threads_is_one_error(wheels, tmp_path, capsys, command, jobs):
+    argv = {
+        "split": ["split", "--wheel", str(wheels.torch), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"],
+        "graph": ["graph", str(wheels.torch)],
+    }[command]
+    dest = ["--dest-dir", str(tmp_path / "out")] if command == "split" else []
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, *dest, f"--jobs={jobs}"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert (
+        error == f"patched-wheels {command}: error: argument --jobs: {jobs!r} is not a number of threads (at least 1)"
+    )
+    assert not (tmp_path / "out").exists()
