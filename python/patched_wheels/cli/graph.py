@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 from patched_wheels.cli import add_jobs_option
-
 from patched_wheels.elf.graph import format_graph, graph_as_json, read_graph
 
 

@@ -16,7 +16,6 @@ import argparse
 from pathlib import Path
 
 from patched_wheels.cli import add_jobs_option
-
 from patched_wheels.patch.surgery import split_wheel
 
 
