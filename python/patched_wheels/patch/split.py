@@ -186,7 +186,7 @@ def plan_split(
     existing = _existing_preload(edits, preload_module_member(init_member), preload)
 
     @functools.cache
-    def after() -> PackagePreload:  # once: the main wheel's writer asks for it, maybe the sibling's first
+    def after() -> PackagePreload:  # once, when the main wheel's writer reaches the preload module
         return PackagePreload(
             package, (init_member,), _preload_after_split(reading.result(), package, wheel, moves, existing)
         )
