@@ -55,6 +55,19 @@ def warn_removed_cache_option(args: argparse.Namespace) -> None:
         )
 
 
+def add_jobs_option(parser: argparse.ArgumentParser) -> None:
+    """``--jobs N`` for the commands that read a wheel set's libraries (graph, split): the threads they inflate on,
+    one per core by default (:func:`patched_wheels.elf.graph.scan_wheels`'s ``workers``)."""
+    parser.add_argument("--jobs", type=_positive, metavar="N", help="inflate on N threads (default: one per core)")
+
+
+def _positive(text: str) -> int:
+    """A count of at least 1: ``--jobs 0`` or ``-1`` would mean no thread at all (argparse words the error)."""
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads (at least 1)")
+    return int(text)
+
+
 def add_lock_input(parser: argparse.ArgumentParser) -> None:
     """``--requirements`` / ``--uv-lock`` / ``--pylock``: exactly one lock to read (``lock`` and ``resolve``)."""
     from patched_wheels.lock.formats.registry import LOCK_FORMATS

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from patched_wheels.cli import add_removed_cache_option, warn_removed_cache_option
+from patched_wheels.cli import add_jobs_option, add_removed_cache_option, warn_removed_cache_option
 from patched_wheels.elf.graph import format_graph, graph_as_json, read_graph
 
 
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")
     parser.add_argument("--json", action="store_true", help="print the graph as JSON")
-    parser.add_argument("--jobs", type=int, metavar="N", help="inflate on N threads (default: one per core)")
+    add_jobs_option(parser)
     add_removed_cache_option(parser)
     parser.set_defaults(run=_run)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.cli import add_removed_cache_option, warn_removed_cache_option
+from patched_wheels.cli import add_jobs_option, add_removed_cache_option, warn_removed_cache_option
 from patched_wheels.patch.surgery import split_wheel
 
 
@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--graph-wheels", type=Path, nargs="+", default=[], metavar="WHEEL", help="other wheels the libraries may need"
     )
+    add_jobs_option(parser)
     add_removed_cache_option(parser)
     parser.set_defaults(run=_run)
 
@@ -50,6 +51,7 @@ def _run(args: argparse.Namespace) -> int:
         move=args.move or (),
         max_size=args.max_size,
         graph_wheels=args.graph_wheels,
+        workers=args.jobs,
     )
     print(result.path)
     print(result.sibling)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import posixpath
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.base.fsutil import SHA256_HEX
@@ -186,66 +187,106 @@ def scan_wheels(
     per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
     read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
     """
-    refs = list({(ref.path.resolve() if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values())
-    names = [ref.filename for ref in refs]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise UsageError(f"{duplicates[0]}: two different files with this name are given")
-    for ref in refs:
-        if ref.path is not None and not ref.path.is_file():
-            raise UsageError(f"{ref.path}: no such wheel")
-    cache = None if caches.root is None else ElfCache(caches)
-    found: dict[str, list[ElfLibrary]] = {}
-    claimed: dict[str, list[ElfLibrary]] = {}
-    jobs: list[tuple[Path, ZipMember, str]] = []
-    scanned: list[WheelRef] = []
-    workers = workers or os.cpu_count() or 1
-    for ref in refs:
-        digest = ref.sha256
-        # A facts entry only for a wheel at hand: rows without their wheel cannot be checked.
-        cached = None if cache is None or not digest else cache.load(digest, ref.filename, given=ref.path is not None)
-        if ref.path is None:
-            if cached is None:
-                raise UsageError(
-                    f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}"
-                )
-            found[ref.filename] = cached
-            continue
-        if cached is not None:
-            claimed[ref.filename] = cached
-        found[ref.filename] = []
-        scanned.append(ref)
-        jobs.extend((ref.path, info, install) for info, install in library_members(ref.path))
-    jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
-    problems: dict[str, LibraryProblem] = {}
-    shipped: dict[str, dict[str, ElfLibrary | str]] = {ref.filename: {} for ref in scanned}
-    read = _read_or_problem if installed is None else lambda job: _read_or_problem(job, installed(job[0].name, job[2]))
-    for (wheel, _, path), library in zip(jobs, _map_on_threads(read, jobs, workers)):
-        if isinstance(library, ElfError):
-            shipped[wheel.name][path] = str(library)
-            if wheel.name not in problems or path < problems[wheel.name].path:
-                problems[wheel.name] = LibraryProblem(path, str(library))
-        elif library is not None:  # None: an installed data-scheme copy that is not ELF, so no library
-            shipped[wheel.name][path] = library
-            found[library.wheel].append(library)
-    believed = 0
-    for ref in scanned:
-        found[ref.filename].sort(key=lambda library: library.path)
-        if cache is None or not ref.sha256:
-            continue
-        rows = claimed.get(ref.filename)
-        problem = None if rows is None else wheel_problem(ref.filename, shipped[ref.filename], rows)
-        if rows is not None and problem is None:
-            believed += 1
-            continue
-        if problem is not None:
-            cache.refuse(ref.sha256, problem)
-        # A wheel with an unreadable library is not cached: its rows would list less than the wheel ships.
-        if ref.filename not in problems:
-            cache.store(ref.sha256, found[ref.filename])
-    libraries = tuple(library for ref in refs for library in found[ref.filename])
-    cached_wheels = len(refs) - len(scanned) + believed
-    return WheelScan(libraries, sum(job[1].file_size for job in jobs), cached_wheels, problems)
+    with _Scan(wheels, caches=caches, workers=workers, installed=installed) as scan:
+        return scan.finish()
+
+
+class _Scan:
+    """:func:`scan_wheels` under way: made, it has listed every wheel's libraries (:attr:`listed`) and started
+    inflating them on the worker threads; :meth:`finish` waits for them and judges the rows; leaving the ``with``
+    ends the threads (a library not started yet is not read)."""
+
+    def __init__(
+        self,
+        wheels: Sequence[Path | str | WheelRef],
+        *,
+        caches: CacheContext = OFF,
+        workers: int | None = None,
+        installed: Callable[[str, str], Path | None] | None = None,
+    ) -> None:
+        refs = list(
+            {(ref.path.resolve() if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values()
+        )
+        names = [ref.filename for ref in refs]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise UsageError(f"{duplicates[0]}: two different files with this name are given")
+        for ref in refs:
+            if ref.path is not None and not ref.path.is_file():
+                raise UsageError(f"{ref.path}: no such wheel")
+        self._refs = refs
+        self._cache = cache = None if caches.root is None else ElfCache(caches)
+        self._found: dict[str, list[ElfLibrary]] = {}
+        self._claimed: dict[str, list[ElfLibrary]] = {}
+        self._scanned: list[WheelRef] = []
+        jobs: list[tuple[Path, ZipMember, str]] = []
+        for ref in refs:
+            digest = ref.sha256
+            # A facts entry only for a wheel at hand: rows without their wheel cannot be checked.
+            cached = (
+                None if cache is None or not digest else cache.load(digest, ref.filename, given=ref.path is not None)
+            )
+            if ref.path is None:
+                if cached is None:
+                    raise UsageError(
+                        f"{ref.filename}: no file given, and no ELF rows are cached for its sha256 {digest or '(none)'}"
+                    )
+                self._found[ref.filename] = cached
+                continue
+            if cached is not None:
+                self._claimed[ref.filename] = cached
+            self._found[ref.filename] = []
+            self._scanned.append(ref)
+            jobs.extend((ref.path, info, install) for info, install in library_members(ref.path))
+        jobs.sort(key=lambda job: (-job[1].file_size, job[0].name, job[1].filename))
+        self._jobs = jobs
+        listed: dict[str, list[str]] = {name: [library.path for library in rows] for name, rows in self._found.items()}
+        for wheel, _, path in jobs:
+            listed[wheel.name].append(path)
+        self.listed: Mapping[str, tuple[str, ...]] = {name: tuple(sorted(paths)) for name, paths in listed.items()}
+        """Per wheel file name, the install paths of its libraries (cached rows', or the members being read)."""
+        read = (
+            _read_or_problem if installed is None else lambda job: _read_or_problem(job, installed(job[0].name, job[2]))
+        )
+        self._results, self._stop = _start_on_threads(read, jobs, workers or os.cpu_count() or 1)
+
+    def __enter__(self) -> _Scan:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop()
+
+    def finish(self) -> WheelScan:
+        """Every library read (waiting for the threads), the cache's rows checked and stored."""
+        refs, cache, found, claimed, jobs = self._refs, self._cache, self._found, self._claimed, self._jobs
+        problems: dict[str, LibraryProblem] = {}
+        shipped: dict[str, dict[str, ElfLibrary | str]] = {ref.filename: {} for ref in self._scanned}
+        for (wheel, _, path), library in zip(jobs, self._results):
+            if isinstance(library, ElfError):
+                shipped[wheel.name][path] = str(library)
+                if wheel.name not in problems or path < problems[wheel.name].path:
+                    problems[wheel.name] = LibraryProblem(path, str(library))
+            elif library is not None:  # None: an installed data-scheme copy that is not ELF, so no library
+                shipped[wheel.name][path] = library
+                found[library.wheel].append(library)
+        believed = 0
+        for ref in self._scanned:
+            found[ref.filename].sort(key=lambda library: library.path)
+            if cache is None or not ref.sha256:
+                continue
+            rows = claimed.get(ref.filename)
+            problem = None if rows is None else wheel_problem(ref.filename, shipped[ref.filename], rows)
+            if rows is not None and problem is None:
+                believed += 1
+                continue
+            if problem is not None:
+                cache.refuse(ref.sha256, problem)
+            # A wheel with an unreadable library is not cached: its rows would list less than the wheel ships.
+            if ref.filename not in problems:
+                cache.store(ref.sha256, found[ref.filename])
+        libraries = tuple(library for ref in refs for library in found[ref.filename])
+        cached_wheels = len(refs) - len(self._scanned) + believed
+        return WheelScan(libraries, sum(job[1].file_size for job in jobs), cached_wheels, problems)
 
 
 def _read_or_problem(job: tuple[Path, ZipMember, str], file: Path | None = None) -> ElfLibrary | ElfError | None:
@@ -262,15 +303,18 @@ _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
 
-def _map_on_threads(function: Callable[[_Item], _Result], items: Sequence[_Item], workers: int) -> list[_Result]:
-    """``function`` of each item, in order, on up to ``workers`` threads; in this one for a single item (a
-    split's own wheel, answered by the cache: no pool, nor the import of the thread pool's module)."""
+def _start_on_threads(
+    function: Callable[[_Item], _Result], items: Sequence[_Item], workers: int
+) -> tuple[Iterator[_Result], Callable[[], None]]:
+    """``function`` of each item, started now on up to ``workers`` threads: the results, in order, as they come,
+    and what ends the threads (an item not started yet is dropped).  A single item (a split's own wheel, answered
+    by the cache) is done by the thread that reads the results: no pool, nor the import of the pool's module."""
     if len(items) <= 1:
-        return [function(item) for item in items]
+        return map(function, items), lambda: None
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        return list(pool.map(function, items))
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(items)))
+    return pool.map(function, items), lambda: pool.shutdown(cancel_futures=True)
 
 
 def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary | None:
@@ -335,11 +379,66 @@ def read_graph(
     out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
     against the package being patched (the whole lock is read, and most of its wheels are bystanders).
     """
-    scan = scan_wheels(wheels, caches=caches, workers=workers, installed=installed)
+    return _graph_of(scan_wheels(wheels, caches=caches, workers=workers, installed=installed), wheels, lenient)
+
+
+def _graph_of(scan: WheelScan, wheels: Sequence[Path | str | WheelRef], lenient: bool) -> LibraryGraph:
     if scan.problems and not lenient:
         first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
         raise ElfError(scan.problems[first].message)
     return build_graph(scan.libraries, scan.problems)
+
+
+class GraphReading:
+    """A library graph on its way: which libraries each wheel has is known at once (:attr:`listed`), the graph
+    once their dynamic sections are read (:meth:`result`), on worker threads meanwhile.  So a split decides
+    what moves and copies the members that stay compressed while the libraries inflate (:func:`start_graph`);
+    :meth:`of` wraps a graph already read, so the split has one way to ask."""
+
+    def __init__(
+        self,
+        listed: Mapping[str, tuple[str, ...]],
+        finish: Callable[[], LibraryGraph],
+        stop: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.listed = listed
+        """Per wheel file name, the install paths of its libraries (sorted): those of the graph, once read."""
+        self._finish, self._stop = finish, stop
+        self._lock = threading.Lock()  # the main wheel's writer and the sibling's may both ask first
+        self._done: LibraryGraph | BaseException | None = None
+
+    @classmethod
+    def of(cls, graph: LibraryGraph) -> GraphReading:
+        listed: dict[str, list[str]] = {}
+        for library in graph.libraries:  # in (path, wheel) order: sorted per wheel
+            listed.setdefault(library.wheel, []).append(library.path)
+        return cls({wheel: tuple(paths) for wheel, paths in listed.items()}, lambda: graph)
+
+    def result(self) -> LibraryGraph:
+        """The graph, waiting for the reads; the error of a library that cannot be read, each time it is asked."""
+        with self._lock:
+            if self._done is None:
+                try:
+                    self._done = self._finish()
+                except Exception as error:  # kept: asked again (the other wheel's writer), it is raised again
+                    self._done = error
+        if isinstance(self._done, BaseException):
+            raise self._done
+        return self._done
+
+    def __enter__(self) -> GraphReading:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop()
+
+
+def start_graph(wheels: Sequence[Path], *, workers: int | None = None) -> GraphReading:
+    """:func:`read_graph` of ``wheels`` (strict, no cache: the ``split`` command's), started: listed now, read on
+    ``workers`` threads while the caller goes on; use it in a ``with``, which ends the threads.  Strict, so the
+    graph, once read, holds every library listed (or :meth:`GraphReading.result` raises)."""
+    scan = _Scan(wheels, workers=workers)
+    return GraphReading(scan.listed, lambda: _graph_of(scan.finish(), wheels, lenient=False), scan.__exit__)
 
 
 def format_graph(graph: LibraryGraph) -> str:

@@ -316,10 +316,19 @@ def rendered_preload_edits(
     }
     rendered = {preload: render_preload_module(preload.package, preload.entries) for _, preload in latest.values()}
     edits: dict[str, Callable[[bytes | None], bytes]] = {}
-    for module_member, (init_member, preload) in latest.items():
+    for module_member, (_, preload) in latest.items():
         edits[module_member] = functools.partial(_replaced, rendered[preload])
-        edits[init_member] = functools.partial(add_preload_import, where=f"{wheel}: {init_member}")
-    return edits
+    return {**edits, **preload_import_edits(preloads, wheel)}
+
+
+def preload_import_edits(preloads: Sequence[PackagePreload], wheel: str) -> dict[str, Callable[[bytes | None], bytes]]:
+    """The edits of :func:`rendered_preload_edits` that make each ``__init__.py`` import its preload module first:
+    they depend on where the modules go, not on what they load (a split writes them before its graph is read)."""
+    return {
+        init_member: functools.partial(add_preload_import, where=f"{wheel}: {init_member}")
+        for preload in preloads
+        for init_member in preload.init_members
+    }
 
 
 def _replaced(module: bytes, _current: bytes | None) -> bytes:

@@ -37,6 +37,7 @@ from patched_wheels.wheelfile import metadata as metadata_edits
 
 __all__ = [
     "Content",
+    "Later",
     "MemberEdit",
     "OutputMember",
     "Overwritten",
@@ -71,6 +72,16 @@ class Spilled:
 Content = Union[bytes, Overwritten, Spilled]
 
 
+@dataclass(frozen=True)
+class Later:
+    """Content known only once work under way is done (a split's preload module and moved libraries: once the
+    library graph is read, on other threads): :func:`write_wheel` calls ``resolve`` when it reaches the member, so
+    the members before it are written meanwhile.  ``resolve`` returns the content, or None for the source
+    member's compressed bytes, copied raw; the output is the same bytes as with that content given at once."""
+
+    resolve: Callable[[], Content | None]
+
+
 class OutputMember(NamedTuple):
     """One member of an output wheel (a named tuple: a wheel has 10,000 of them, a dataclass costs 3x more)."""
 
@@ -78,7 +89,7 @@ class OutputMember(NamedTuple):
     """Its name in the output."""
     source: str | None
     """The input member it comes from (its mode is kept); None for a new file."""
-    content: Content | None = None
+    content: Content | Later | None = None
     """None: ``source``'s compressed bytes, copied raw."""
 
 
@@ -173,16 +184,21 @@ def _is_raw_copy(member: OutputMember) -> bool:
 
 
 def _write_new(writer: WheelWriter, reader: WheelReader, member: OutputMember) -> None:
-    """Write an output member with content of its own (not the input's compressed bytes)."""
+    """Write an output member with content of its own (not the input's compressed bytes), or whose content
+    comes :class:`Later` (which may be the input's compressed bytes after all)."""
+    content = member.content.resolve() if isinstance(member.content, Later) else member.content
+    if content is None:  # a Later's raw copy: the bytes a run of raw copies gives it (no state spans members)
+        assert member.source is not None  # a new file has content
+        writer.copy_raw_members(reader, ((member.source, member.arcname),))
+        return
     mode = (reader.mode(member.source) if member.source is not None and member.source in reader else None) or 0o644
-    if isinstance(member.content, bytes):
-        writer.write_bytes(member.arcname, member.content, mode=mode)
-    elif isinstance(member.content, Spilled):
-        writer.write_file(member.arcname, member.content.path, mode=mode)
+    if isinstance(content, bytes):
+        writer.write_bytes(member.arcname, content, mode=mode)
+    elif isinstance(content, Spilled):
+        writer.write_file(member.arcname, content.path, mode=mode)
     else:
-        assert member.content is not None  # raw copies are write_wheel's
-        size = reader.file_size(member.content.source)
-        writer.write_stream(member.arcname, content_chunks(reader, member.content), size=size, mode=mode)
+        size = reader.file_size(content.source)
+        writer.write_stream(member.arcname, content_chunks(reader, content), size=size, mode=mode)
 
 
 class WheelEdits:
@@ -194,7 +210,7 @@ class WheelEdits:
 
     def __init__(self, reader: WheelReader) -> None:
         self.reader = reader
-        self.contents: dict[str, Content | None] = {}
+        self.contents: dict[str, Content | Later | None] = {}
         self._generated = generated_members(reader.dist_info)  # rewritten or dropped, never edited
         self._protected = self._generated | {f"{reader.dist_info}/{name}" for name in _REQUIRED}
 
@@ -206,6 +222,13 @@ class WheelEdits:
         if content is None or isinstance(content, bytes):
             return content
         raise UsageError(f"{self.reader.path.name}: {name}: its RPATH is edited; it cannot also be edited as a file")
+
+    def edited(self, name: str) -> Content | None:
+        """What the edits made of ``name`` (None: the input member as is, or none): asked while planning, before
+        any content comes :class:`Later` (the preload modules of a split, set last)."""
+        content = self.contents.get(name)
+        assert not isinstance(content, Later)
+        return content
 
     def exists(self, name: str) -> bool:
         return self.contents[name] is not None if name in self.contents else name in self.reader
@@ -220,7 +243,7 @@ class WheelEdits:
         deleted = {name for name, content in self.contents.items() if content is None}
         return [name for name in self.reader.members() if name not in deleted]
 
-    def set(self, name: str, content: Content | None) -> None:
+    def set(self, name: str, content: Content | Later | None) -> None:
         self.contents[name] = content
 
     def check_editable(self, name: str, source: str) -> None:

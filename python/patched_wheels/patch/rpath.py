@@ -46,7 +46,7 @@ def apply_rpath_edits(edits: WheelEdits, rpath_edits: Sequence[RpathEdit], scrat
         for name in names:
             matched.setdefault(name, []).append(rpath_edit)
     for name, applied in matched.items():
-        content = edits.contents.get(name)  # None: the input member, unchanged so far
+        content = edits.edited(name)  # None: the input member, unchanged so far
         edited = _edit_library(edits, name, content, applied, scratch)
         if edited is not None:
             edits.set(name, edited)

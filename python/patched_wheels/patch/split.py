@@ -29,17 +29,25 @@ renders into the module and the ``__init__.py`` import) and the sibling's member
 and are renamed into the destination only once both are complete.  Data flows one way: surgery
 imports this module and calls it; this module never imports surgery (the ``split`` command's
 :func:`patched_wheels.patch.surgery.split_wheel` lives there).
+
+What moves is decided from which libraries the graph lists and the members' sizes, which a graph still
+being read (:class:`patched_wheels.elf.graph.GraphReading`, the ``split`` command's) knows at once; what
+needs the libraries' dynamic sections (the preload's entries, whether a moved library has a SONAME) comes
+:class:`~patched_wheels.patch.rewrite.Later`, asked for by the writers when they reach those members.  So the
+members that stay compressed are copied while the libraries inflate, and the bytes written are the same as
+from a graph read first.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.elf.graph import LibraryGraph, read_graph
+from patched_wheels.elf.graph import GraphReading, LibraryGraph, read_graph
 from patched_wheels.elf.read import DT_SONAME, ElfLibrary, read_dynamic
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.packages import package_init_members
@@ -54,6 +62,7 @@ from patched_wheels.loading.preload import (
 from patched_wheels.patch.request import SplitRequest
 from patched_wheels.patch.rewrite import (
     Content,
+    Later,
     OutputMember,
     Overwritten,
     Scratch,
@@ -74,8 +83,9 @@ _GROWTH_SLACK = 4096
 class _Move:
     member: str
     """Archive path in the main wheel."""
-    library: ElfLibrary
-    """The library as the graph knows it (the unedited wheel's): the node the preload is planned on."""
+    path: str
+    """Its install path: the graph's library of the wheel there (the unedited wheel's) is the node the preload is
+    planned on."""
     content: Content | None
     """What the patch's other edits made of it (an RPATH edit); None: the input member as is."""
     target: str
@@ -86,13 +96,17 @@ class _Move:
 class PlannedSplit:
     """What a split adds to a patch: the main wheel's edits, and the sibling wheel written beside it.
 
-    A plain value :func:`plan_split` returns and :func:`patched_wheels.patch.surgery.patch_wheel`
-    applies: nothing in it calls back into the split."""
+    A value :func:`plan_split` returns and :func:`patched_wheels.patch.surgery.patch_wheel` applies; its late
+    parts (:attr:`preload`, the moved members' :class:`~patched_wheels.patch.rewrite.Later` contents) wait for the
+    graph being read and compute from it, never from the writer's state."""
 
     removed: tuple[str, ...]
     """Members (original names) the main wheel no longer holds."""
-    preload: PackagePreload
-    """The main package's preload after the split, which the main wheel's ``__init__.py`` imports first."""
+    preload_shape: PackagePreload
+    """The main package's preload after the split, which the main wheel's ``__init__.py`` imports first, with no
+    entries: which members it writes (known at once)."""
+    preload: Callable[[], PackagePreload]
+    """The same with its entries, known once the library graph is read (it waits for that)."""
     requirement: str
     """``NAME==VERSION`` of the sibling: the main wheel's new Requires-Dist, and the sibling's pin."""
     sibling_name: str
@@ -117,7 +131,7 @@ def plan_split(
     *,
     version: str,
     main_name: str,
-    graph: LibraryGraph | None,
+    graph: LibraryGraph | GraphReading | None,
     scratch: Scratch,
     preload: PackagePreload | None = None,
 ) -> PlannedSplit:
@@ -125,31 +139,38 @@ def plan_split(
 
     ``version`` is the output version (both wheels carry it), ``main_name`` the main
     output's file name (the sibling's takes its version and tags), ``graph`` one that
-    holds the wheel under its input file name (None: read from the wheel alone),
+    holds the wheel under its input file name, or is being read (None: read from the wheel alone),
     ``scratch`` where a library given a SONAME is written, ``preload`` the patch's (None: none): the split
     extends it where it is the main package's, else the preload the wheel already has.
+
+    What moves is decided from the libraries the graph lists (their paths and the members' sizes): a graph
+    being read (:func:`patched_wheels.elf.graph.start_graph`) lists them at once.  What needs their dynamic
+    sections, the preload's entries and the SONAME a moved library may lack, comes :class:`Later`, when the
+    writers reach those members: the members before them are copied while the libraries inflate.
     """
     reader = edits.reader
     wheel = reader.path.name
     if graph is None:
         graph = read_graph([reader.path])
-    by_path = {library.path: library for library in graph.libraries if library.wheel == wheel}
+    reading = graph if isinstance(graph, GraphReading) else GraphReading.of(graph)
+    listed = set(reading.listed.get(wheel, ()))
     members = edits.existing()
     # Libraries outside site-packages (data scheme) stay: the preload finds libraries on sys.path only.
     libraries = {
-        member: by_path[path]
-        for member in members
-        if (path := install_path(member)) in by_path and not data_scheme(path)
+        member: path for member in members if (path := install_path(member)) in listed and not data_scheme(path)
     }
-    every_path = tuple(library.path for library in graph.libraries)  # an upper bound: all listed, all optional
+    # An upper bound: all listed, all optional (in the graph's order, (path, wheel)).
+    every_path = tuple(
+        path for path, _ in sorted((path, name) for name, paths in reading.listed.items() for path in paths)
+    )
     preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
     selected = (
         _select_by_globs(request, edits, libraries)
         if request.move
         else _select_by_size(request, edits, members, libraries, preload_estimate)
     )
-    packages = sorted({libraries[name].path.split("/", 1)[0] for name in selected})
-    if len(packages) > 1 or any("/" not in libraries[name].path for name in selected):
+    packages = sorted({libraries[name].split("/", 1)[0] for name in selected})
+    if len(packages) > 1 or any("/" not in libraries[name] for name in selected):
         raise UsageError(
             f"{wheel}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
         )
@@ -159,17 +180,24 @@ def plan_split(
         raise UsageError(f"{wheel}: no {package}/__init__.py to import the preload from")
     sibling_top = canonicalize_name(request.into).replace("-", "_")
     moves = tuple(
-        _Move(name, libraries[name], edits.contents.get(name), f"{sibling_top}/{libraries[name].path.split('/', 1)[1]}")
+        _Move(name, libraries[name], edits.edited(name), f"{sibling_top}/{libraries[name].split('/', 1)[1]}")
         for name in selected
     )
     existing = _existing_preload(edits, preload_module_member(init_member), preload)
-    after = PackagePreload(package, (init_member,), _preload_after_split(graph, package, wheel, moves, existing))
+
+    @functools.cache
+    def after() -> PackagePreload:  # once, when the main wheel's writer reaches the preload module
+        return PackagePreload(
+            package, (init_member,), _preload_after_split(reading.result(), package, wheel, moves, existing)
+        )
+
     sibling_dist_info = f"{sibling_top}-{version}.dist-info"
     summary = f"Shared libraries split out of {reader.filename.name} {version} by patched-wheels"
     sibling_metadata = f"Metadata-Version: 2.1\nName: {request.into}\nVersion: {version}\nSummary: {summary}\n"
-    moved = [_moved_member(edits, move, scratch) for move in sorted(moves, key=lambda move: move.target)]
+    moved = [_moved_member(edits, move, reading, scratch) for move in sorted(moves, key=lambda move: move.target)]
     return PlannedSplit(
         removed=tuple(move.member for move in moves),
+        preload_shape=PackagePreload(package, (init_member,), PreloadList()),
         preload=after,
         requirement=f"{request.into}=={version}",
         sibling_name=f"{sibling_top}-{main_name.split('-', 1)[1]}",  # same version, build and tags
@@ -184,7 +212,7 @@ def plan_split(
     )
 
 
-def _select_by_globs(request: SplitRequest, edits: WheelEdits, libraries: Mapping[str, ElfLibrary]) -> list[str]:
+def _select_by_globs(request: SplitRequest, edits: WheelEdits, libraries: Mapping[str, str]) -> list[str]:
     wheel = edits.reader.path.name
     option = request.names.move
     selected: list[str] = []
@@ -207,7 +235,7 @@ def _select_by_size(
     request: SplitRequest,
     edits: WheelEdits,
     members: Sequence[str],
-    libraries: Mapping[str, ElfLibrary],
+    libraries: Mapping[str, str],
     preload_growth: int,
 ) -> list[str]:
     """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
@@ -230,20 +258,30 @@ def _select_by_size(
     return selected
 
 
-def _moved_member(edits: WheelEdits, move: _Move, scratch: Scratch) -> OutputMember:
+def _moved_member(edits: WheelEdits, move: _Move, reading: GraphReading, scratch: Scratch) -> OutputMember:
     """The sibling's copy of a moved library: its bytes as they are (copied raw when unedited), unless it has
-    no SONAME, which the preload needs: other libraries' DT_NEEDED then match the one it loaded."""
-    if move.library.soname:
-        return OutputMember(move.target, move.member, move.content)
-    from patched_wheels.elf.grow import grow_dynamic  # imported here: only a library without a SONAME grows
+    no SONAME, which the preload needs: other libraries' DT_NEEDED then match the one it loaded.  Whether it
+    has one is known once the graph is read: the sibling's writer asks then (:class:`Later`)."""
 
-    open_chunks = member_chunks(edits.reader, move.member, move.content)
-    where = f"{edits.reader.path.name}: {move.member}"
-    file = scratch.new_file()
-    grow_dynamic(
-        open_chunks, read_dynamic(open_chunks, where), {DT_SONAME: move.library.filename.encode()}, file, where
-    )
-    return OutputMember(move.target, move.member, Spilled(file))
+    def content() -> Content | None:
+        library = _library_at(reading.result(), edits.reader.path.name, move.path)
+        if library.soname:
+            return move.content
+        from patched_wheels.elf.grow import grow_dynamic  # imported here: only a library without a SONAME grows
+
+        open_chunks = member_chunks(edits.reader, move.member, move.content)
+        where = f"{edits.reader.path.name}: {move.member}"
+        file = scratch.new_file()
+        grow_dynamic(open_chunks, read_dynamic(open_chunks, where), {DT_SONAME: library.filename.encode()}, file, where)
+        return Spilled(file)
+
+    return OutputMember(move.target, move.member, Later(content))
+
+
+def _library_at(graph: LibraryGraph, wheel: str, path: str) -> ElfLibrary:
+    """The library of ``wheel`` at install ``path`` in ``graph`` (the last of two members installed there, as the
+    split's selection saw them)."""
+    return {library.path: library for library in graph.libraries if library.wheel == wheel}[path]
 
 
 def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
@@ -267,6 +305,7 @@ def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
         elif isinstance(content, Overwritten):
             data = reader.file_size(content.source)
         else:
+            assert isinstance(content, Spilled)  # planned before any content comes Later
             data = content.path.stat().st_size
         sizes[name] = data + _ZIP_OVERHEAD + 2 * len(name.encode())
     return sizes
@@ -294,11 +333,12 @@ def _preload_after_split(
     this graph does not know (libraries of wheels not given) at the front, the
     others in graph order, optional ones still optional unless now required.
     """
-    new_path = {move.library: move.target for move in moves}
+    moved = [_library_at(graph, wheel, move.path) for move in moves]
+    new_path = {library: move.target for library, move in zip(moved, moves)}
     by_path: dict[str, ElfLibrary] = {}
     for library in graph.libraries:
         by_path.setdefault(new_path.get(library, library.path), library)
-    plan = plan_preload(graph, package, wheel, moved=[move.library for move in moves])
+    plan = plan_preload(graph, package, wheel, moved=moved)
     unknown = [path for path in existing.libraries if path not in by_path]
     kept = {by_path[path] for path in existing.libraries if path in by_path}
     libraries = unknown + [new_path.get(library, library.path) for library in graph.ordered(set(plan.libraries) | kept)]

@@ -18,6 +18,7 @@ nothing behind.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -26,12 +27,13 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.patch.request import RpathEdit, SplitRequest
-from patched_wheels.patch.rewrite import MemberEdit, Scratch, WheelEdits, write_wheel
+from patched_wheels.patch.rewrite import Later, MemberEdit, Scratch, WheelEdits, write_wheel
 from patched_wheels.wheelfile import WheelReader, cycle_collection_paused
 
 if TYPE_CHECKING:
-    from patched_wheels.elf.graph import LibraryGraph
+    from patched_wheels.elf.graph import GraphReading, LibraryGraph
     from patched_wheels.loading.preload import PackagePreload
+    from patched_wheels.patch.split import PlannedSplit
 
 __all__ = ["MemberEdit", "PatchOptions", "PatchResult", "find_patches", "patch_wheel", "split_wheel"]
 
@@ -85,9 +87,10 @@ class PatchOptions:
     split: SplitRequest | None = None
     """Libraries to move into a sibling wheel, planned on the result of the edits above: a deleted library
     does not move, an RPATH-edited one moves with its edit."""
-    graph: LibraryGraph | None = None
+    graph: LibraryGraph | GraphReading | None = None
     """The library graph the split reads (a set holding the wheel under its file name, so the preload also
-    covers the other wheels); None: the split reads the wheel's alone.  Unused without ``split``."""
+    covers the other wheels), or one being read (:func:`patched_wheels.elf.graph.start_graph`: the split copies
+    what stays compressed meanwhile); None: the split reads the wheel's alone.  Unused without ``split``."""
     remove_requires: Sequence[str] = ()
     """Projects whose ``Requires-Dist`` lines are dropped (METADATA edits come last)."""
     add_requires: Sequence[str] = ()
@@ -158,7 +161,7 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
             )
             for name in planned.removed:
                 edits.set(name, None)
-        _write_preloads(edits, wheel.name, options.preload, planned.preload if planned else None)
+        _write_preloads(edits, wheel.name, options.preload, planned)
         project = edits.edit_metadata(
             version,
             options.suffix,
@@ -200,13 +203,29 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
     return PatchResult(dest, f"{project}=={version}", dest_dir / planned.sibling_name, planned.requirement)
 
 
-def _write_preloads(edits: WheelEdits, wheel: str, *preloads: PackagePreload | None) -> None:
-    """The preload modules and their imports, last: each module rendered once, a split's replacing the patch's."""
-    written = [preload for preload in preloads if preload is not None]
-    if written:
-        from patched_wheels.loading.preload import rendered_preload_edits  # imported here: only a preload renders
+def _write_preloads(edits: WheelEdits, wheel: str, preload: PackagePreload | None, split: PlannedSplit | None) -> None:
+    """The preload modules and their imports, last: each module rendered once, a split's replacing the patch's.
 
-        edits.apply_member_edits(rendered_preload_edits(written, wheel), "preload")
+    A split's preload is known once its library graph is read: then the imports are written now and the modules
+    :class:`~patched_wheels.patch.rewrite.Later` (rendered when the writer reaches them, all at once)."""
+    if preload is None and split is None:
+        return
+    from patched_wheels.loading.preload import (  # imported here: only a preload renders
+        preload_import_edits,
+        rendered_preload_edits,
+    )
+
+    if split is None:
+        assert preload is not None
+        edits.apply_member_edits(rendered_preload_edits([preload], wheel), "preload")
+        return
+    kept = [preload] if preload is not None else []
+    shapes = [*kept, split.preload_shape]
+    edits.apply_member_edits(preload_import_edits(shapes, wheel), "preload")
+    rendered = functools.cache(lambda: rendered_preload_edits([*kept, split.preload()], wheel))
+    for module_member in dict.fromkeys(member for shape in shapes for member in shape.module_members):
+        edits.check_editable(module_member, "preload")
+        edits.set(module_member, Later(functools.partial(lambda member: rendered()[member](None), module_member)))
 
 
 class _Background:
@@ -271,15 +290,22 @@ def split_wheel(
     move: Sequence[str] = (),
     max_size: int | None = None,
     graph_wheels: Sequence[Path] = (),
+    workers: int | None = None,
 ) -> PatchResult:
     """Move shared libraries of ``wheel`` into the sibling wheel ``into``, with no other edit (the ``split`` command).
 
     ``graph_wheels`` are the other wheels of the environment (e.g. the nvidia ones):
     with them, the preload also loads what the moved libraries need from those wheels,
-    so the pair works with one directory per wheel on its own.
+    so the pair works with one directory per wheel on its own.  ``workers``: the threads the libraries are
+    inflated on, as for ``graph --jobs`` (:func:`patched_wheels.elf.graph.scan_wheels`; default one per core).
     """
     # Imported here: the `patch` command, which imports this module, reads no library graph unless asked.
-    from patched_wheels.elf.graph import read_graph
+    from patched_wheels.elf.graph import start_graph
 
-    graph = read_graph([Path(wheel), *graph_wheels])
-    return patch_wheel(wheel, dest_dir, PatchOptions(split=SplitRequest(into, move, max_size), graph=graph))
+    # Read while the split plans and writes: it waits for the graph only at the members whose bytes need it.
+    with start_graph([Path(wheel), *graph_wheels], workers=workers) as reading:
+        try:
+            return patch_wheel(wheel, dest_dir, PatchOptions(split=SplitRequest(into, move, max_size), graph=reading))
+        except Exception:
+            reading.result()  # a library that cannot be read is the error, as when the graph was read first
+            raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from patched_wheels.loading.preload import PRELOAD_MODULE, plan_package_preload,
 from patched_wheels.patch import rewrite, surgery
 from patched_wheels.patch.request import SplitRequest, rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
-from patched_wheels.wheelfile import WheelReader
+from patched_wheels.wheelfile import WheelReader, WheelWriter
 from support.fakecuda import (
     EXPECTED_ANSWER,
     LIBRARY_PATHS,
@@ -474,3 +475,77 @@ def test_both_wheels_install_with_pip_uv_and_installer(wheels, split_pair, tmp_p
         assert (target / MOVED).is_file() and not (target / LIBRARY_PATHS["faketorch"]).exists(), client
         result = run_import([target])
         assert result.returncode == 0 and result.stdout.strip() == str(EXPECTED_ANSWER), (client, result.stderr)
+
+
+def _split_argv(wheels, dest: Path, *more: str) -> list[str]:
+    argv = ["split", "--wheel", str(wheels.torch), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"]
+    return [*argv, "--graph-wheels", *map(str, wheels.nvidia.values()), "--dest-dir", str(dest), *more]
+
+
+def test_split_jobs_reads_on_that_many_threads_and_writes_the_same_bytes(wheels, tmp_path, monkeypatch):
+    """``split --jobs N`` inflates the libraries of the wheel and its --graph-wheels (five gcc-built wheels, six
+    libraries) N at a time, as ``graph --jobs`` does; one thread or several, the outputs are the same bytes."""
+    threads: list[str] = []
+    together = threading.Barrier(4, timeout=30)  # the first four reads of --jobs 4 must be under way at once
+    real_read = elfgraph.read_library
+
+    def recording_read(*args):
+        threads.append(threading.current_thread().name)
+        if jobs == "4" and len(threads) <= 4:
+            together.wait()
+        return real_read(*args)
+
+    monkeypatch.setattr(elfgraph, "read_library", recording_read)
+    outputs = {}
+    for jobs in ("1", "4"):
+        threads.clear()
+        assert main(_split_argv(wheels, tmp_path / jobs, "--jobs", jobs)) == 0
+        outputs[jobs] = {path.name: path.read_bytes() for path in (tmp_path / jobs).iterdir()}
+        assert len(threads) == 6 and len(set(threads)) == int(jobs)
+    assert len(outputs["1"]) == 2 and outputs["1"] == outputs["4"]
+    # And the same bytes as from a graph read whole before the split (the hub's way).
+    graph = read_graph([wheels.torch, *wheels.nvidia.values()])
+    pair = patch_wheel(wheels.torch, tmp_path / "read-first", PatchOptions(split=SPLIT, graph=graph))
+    assert {pair.path.name: pair.path.read_bytes(), pair.sibling.name: pair.sibling.read_bytes()} == outputs["1"]
+
+
+def test_split_copies_what_stays_compressed_while_the_libraries_inflate(wheels, tmp_path, monkeypatch):
+    """The main wheel's members that need no dynamic section (here ``faketorch/_core.so``, copied raw) are written
+    while the libraries are still being read: the first read waits for that copy, which would never come if
+    the split read its graph first."""
+    copied = threading.Event()
+    overlapped: list[bool] = []
+    real_read, real_copy = elfgraph.read_library, WheelWriter.copy_raw_members
+
+    def waiting_read(*args):
+        if not overlapped:
+            overlapped.append(copied.wait(timeout=10))
+        return real_read(*args)
+
+    def copy(self, reader, members):
+        members = list(members)
+        copied.set()
+        return real_copy(self, reader, members)
+
+    monkeypatch.setattr(elfgraph, "read_library", waiting_read)
+    monkeypatch.setattr(WheelWriter, "copy_raw_members", copy)
+    assert main(_split_argv(wheels, tmp_path / "out", "--jobs", "1")) == 0
+    assert overlapped == [True]
+
+
+@pytest.mark.parametrize("command", ["split", "graph"])
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_jobs_that_is_no_number_of_threads_is_one_error(wheels, tmp_path, capsys, command, jobs):
+    argv = {
+        "split": ["split", "--wheel", str(wheels.torch), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"],
+        "graph": ["graph", str(wheels.torch)],
+    }[command]
+    dest = ["--dest-dir", str(tmp_path / "out")] if command == "split" else []
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, *dest, f"--jobs={jobs}"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert (
+        error == f"patched-wheels {command}: error: argument --jobs: {jobs!r} is not a number of threads (at least 1)"
+    )
+    assert not (tmp_path / "out").exists()
