@@ -100,12 +100,13 @@ def test_a_rebuild_after_clean_expunge_needs_no_network(tmp_path: Path) -> None:
         assert len(locks) == len(MODES), locks  # one hub per mode
         for lock in locks:  # pip is sent to the hub's copies only
             assert str(root / "pypi") not in lock.read_text(encoding="utf-8"), lock
-        # One record per pin, under the cache root the workspace's .bazelrc gives the hub (not the user's).
-        assert len(list((root / CACHE_DIR / "indexlinks").iterdir())) == pins
         online.ok("clean", "--expunge")
         shutil.move(root / "pypi", root / "hidden-wheels")
         running = offline
         for mode in MODES:
             _test_passes(offline, mode)
+        # What answered the pages: one record per pin, under the cache root the workspace's .bazelrc gives
+        # the hub (not the user's).
+        assert len(list((root / CACHE_DIR / "indexlinks").iterdir())) == pins
     finally:
         running.shutdown()

@@ -176,11 +176,9 @@ def _page_links(pin: Pin, page: Path | None, url: str, caches: CacheContext) -> 
     text = read_lock_input(page, max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}")
     links = parse_project_page(text, url, sha256s=pin.sha256s)
     kept = [link for _, link, _ in _candidates(pin, links)]
-    caches.write(
-        RECORD_KIND,
-        name,
-        {"v": _RECORD_VERSION, "page": url, "files": [{"url": link.url, "sha256": link.sha256} for link in kept]},
-    )
+    if kept:  # else the pin fails here and now: nothing to record
+        files = [{"url": link.url, "sha256": link.sha256} for link in kept]
+        caches.write(RECORD_KIND, name, {"v": _RECORD_VERSION, "page": url, "files": files})
     return kept
 
 
