@@ -12,8 +12,8 @@ pip_parse(name = "pypi", requirements_lock = "@patched_pypi//:requirements_lock.
 ```
 Give the hub exactly one of `requirements_lock`, `uv_lock` (then also `pip_parse` the hub's `uv.lock` with
 rules_python >= 2.2) and `pylock`. Without an extension to record it, the hub resolves the wheel URLs
-itself (index pages are fetched again after `clean --expunge`; the wheels still come from the repository
-cache).
+itself (index pages are fetched again after `clean --expunge`, and one that cannot be fetched is answered by
+what an earlier fetch of it recorded in the helper's cache; the wheels still come from the repository cache).
 """
 
 load("//python/private:helper.bzl", "HELPER_DEPS_REPOSITORY", "helper_deps_repository")

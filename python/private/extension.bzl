@@ -2,8 +2,10 @@
 
 Wheel URLs are resolved here, in the extension, rather than in the hub: the extension's result (the
 hub's attributes, with every URL and sha256) is recorded in MODULE.bazel.lock by a Bazel that writes
-it, so after `bazel clean --expunge` nothing is resolved again (Debian's bootstrap Bazel writes `{}`
-and re-reads the index pages). The wheels always come from the repository cache by sha256.
+it, so after `bazel clean --expunge` nothing is resolved again. Debian's bootstrap Bazel writes `{}` and
+resolves again: it downloads the index pages, and where one cannot be downloaded (no network) the helper
+answers with what an earlier download of it taught (kept in its cache root). The wheels always come from
+the repository cache by sha256.
 """
 
 load(":helper.bzl", "prepare_helper")
@@ -47,10 +49,13 @@ def _patched_impl(module_ctx):
         resolution = check_hub(module_ctx, helper, request)
         hubs.append(struct(name = index.name, attributes = attributes, specs = specs, patches = patches, helper = helper, request = request, resolution = resolution))
 
+    pages = 0
     for hub in hubs:
+        resolution = resolve_wheels(module_ctx, hub.helper, hub.request, hub.resolution, index_url = hub.attributes["index_url"])
+        pages += resolution.pages
         patched_hub(
             name = hub.name,
-            resolved = json.encode(resolve_wheels(module_ctx, hub.helper, hub.request, hub.resolution, index_url = hub.attributes["index_url"])),
+            resolved = json.encode(resolution.wheels),
             patched = json.encode(hub.specs),
             patches = hub.patches,
             bzlmod = True,
@@ -58,9 +63,12 @@ def _patched_impl(module_ctx):
             **hub.attributes
         )
 
-    # Not reproducible: the result (every wheel's URL and sha256) comes from index pages that change and
-    # from the host's python_interpreter, which picks the wheels; Bazel records it in MODULE.bazel.lock.
-    return module_ctx.extension_metadata(reproducible = False)
+    # Reproducible when no hub read an index page (every lock names its files: uv.lock, pylock.toml): the
+    # result then follows from the locks and the host's python_interpreter alone, and is computed again
+    # rather than recorded. A page changes: a Bazel that writes MODULE.bazel.lock records that result.
+    # (Bazel 7.7.1 has no extension facts; Debian's bootstrap build writes the lock file as `{}`, so there a
+    # page that cannot be fetched is answered by the helper's record of it: resolve_wheels.)
+    return module_ctx.extension_metadata(reproducible = pages == 0)
 
 patched = module_extension(
     implementation = _patched_impl,

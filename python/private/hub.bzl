@@ -113,27 +113,37 @@ def check_hub(ctx, helper, request):
 def resolve_wheels(ctx, helper, request, resolution, *, index_url):
     """Picks the wheel file (url, sha256) of every pin of the request's lock for the helper's interpreter.
 
+    Returns struct(wheels, pages): the helper's list of wheels, and how many index pages were asked for (none
+    when the lock names every file itself: uv.lock, pylock.toml).
     Works with a module_ctx (the extension resolves once; a Bazel that writes MODULE.bazel.lock keeps
-    the result, so a `clean --expunge` fetches no page again) and with a repository_ctx (WORKSPACE mode).
-    Wheels are fetched by sha256 in either case, so an expunge never downloads them again.
+    the result) and with a repository_ctx (WORKSPACE mode). A page that cannot be downloaded (no network
+    after `clean --expunge`) is answered by what an earlier download of it taught, kept in the helper's
+    cache (patched_wheels.lock.resolve). Wheels are fetched by sha256 in either case, so an expunge never
+    downloads them again.
     """
     folder = "_resolve/%s" % request.hub
     ctx.file(folder + "/explicit.json", json.encode(resolution["explicit"]))
     common = ["resolve"] + resolution["lock_args"] + ["--explicit", str(ctx.path(folder + "/explicit.json"))]
     common += ["--index-url", index_url]
     pages = json.decode(run_helper(ctx, helper, common + ["--list-projects"], progress = "reading " + resolution["lock_args"][1]))
-    pending = [
-        ctx.download(url = page["url"], output = "%s/pages/%s" % (folder, page["file"]), block = False)
-        for page in pages
-    ]
-    for download in pending:
-        download.wait()
-    return json.decode(run_helper(
+    unfetched = _download_pages(ctx, pages, folder + "/pages/")
+    wheels = json.decode(run_helper(
         ctx,
         helper,
-        common + ["--pages", str(ctx.path(folder + "/pages"))],
+        common + ["--pages", str(ctx.path(folder + "/pages"))] + ["--unfetched=" + file for file in unfetched],
         progress = "choosing wheels for %d projects" % len(pages),
     ))
+    return struct(wheels = wheels, pages = len(pages))
+
+def _download_pages(ctx, pages, prefix):
+    """Downloads each page (`--list-projects`' {url, file}) to `PREFIX<file>`, in parallel; returns the files
+    of those that could not be downloaded. Not an error here: the helper then reads what an earlier download
+    of each recorded (`--unfetched`), and fails naming the page only when there is no record."""
+    pending = [
+        (page["file"], ctx.download(url = page["url"], output = prefix + page["file"], allow_fail = True, block = False))
+        for page in pages
+    ]
+    return [file for file, download in pending if not download.wait().success]
 
 def _patched_hub_impl(rctx):
     """Runs the plan (the helper decides), downloads what it lists, runs the build step."""
@@ -156,7 +166,7 @@ def _patched_hub_impl(rctx):
     if rctx.attr.resolved:
         resolved = json.decode(rctx.attr.resolved)
     else:
-        resolved = resolve_wheels(rctx, helper, request, check_hub(rctx, helper, request), index_url = rctx.attr.index_url)
+        resolved = resolve_wheels(rctx, helper, request, check_hub(rctx, helper, request), index_url = rctx.attr.index_url).wheels
     rctx.file("_plan/resolved.json", json.encode_indent(resolved))
     config = str(rctx.path("_hub.json"))
     plan = json.decode(run_helper(

@@ -61,13 +61,28 @@ class BazelResult:
         )
 
 
+# Run by `unshare --net` in a new network namespace, before Bazel: brings its loopback up (Bazel's client talks
+# to its server over 127.0.0.1; nothing else is reachable), then runs the command (argv[1:]). Python's ioctl
+# rather than `ip link set lo up`, which a minimal CI image may lack.
+_LOOPBACK_UP = """\
+import fcntl, os, socket, struct, sys
+with socket.socket() as s:
+    flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH", b"lo", 0)))[1]  # SIOCGIFFLAGS
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 0x1))  # SIOCSIFFLAGS: IFF_UP
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+WITHOUT_NETWORK = ("unshare", "--net", "--", sys.executable, "-c", _LOOPBACK_UP)
+"""A ``launcher`` of :class:`BazelWorkspace`: Bazel (client and the server it starts) with no network but loopback."""
+
+
 class BazelWorkspace:
     """A generated workspace and the `tools/bazel` commands run in it (output kept in ``logs/``)."""
 
-    def __init__(self, root: Path, logs: Path, *, config: Sequence[str] = ()) -> None:
+    def __init__(self, root: Path, logs: Path, *, config: Sequence[str] = (), launcher: Sequence[str] = ()) -> None:
         self.root = root
         self.logs = logs
         self.config = tuple(config)  # flags every command of this workspace needs, e.g. --config=workspace
+        self.launcher = tuple(launcher)  # what runs tools/bazel, e.g. WITHOUT_NETWORK
         self._count = 0
         self._output_base: Path | None = None
 
@@ -76,7 +91,12 @@ class BazelWorkspace:
         log = self.logs / f"{self._count:02d}-{args[0]}.log"
         with log.open("w", encoding="utf-8") as out:
             completed = subprocess.run(
-                [str(BAZEL), *args], cwd=self.root, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+                [*self.launcher, str(BAZEL), *args],
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
             )
         return BazelResult(args, completed.returncode, log.read_text(encoding="utf-8", errors="replace"), log)
 

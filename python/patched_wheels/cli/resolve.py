@@ -3,7 +3,9 @@
 Two calls: ``--list-projects`` prints (JSON) which project pages to download, each a URL and the file
 name ``--pages`` reads it as; then, given the downloaded pages, it prints the JSON list of wheels (project,
 filename, urls, sha256) to fetch.
-A uv.lock or pylock.toml names its wheels itself, so its projects need no page.
+A uv.lock or pylock.toml names its wheels itself, so its projects need no page. A page named by
+``--unfetched`` (the rule could not download it) is answered by what an earlier run recorded of it in the helper's
+cache (:mod:`patched_wheels.lock.resolve`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from packaging.utils import NormalizedName, canonicalize_name
 
+from patched_wheels.base.cache import CacheContext
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.cli import add_lock_input, lock_input, read_json_input
 from patched_wheels.errors import UsageError
@@ -33,6 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     mode.add_argument("--pages", type=Path, help="directory of downloaded pages, <project>.html")
     parser.add_argument("--index-url", help="the index the pages come from (their URLs, their relative links)")
+    parser.add_argument(
+        "--unfetched",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="with --pages: a page (its file name there) that could not be downloaded; answered by the helper "
+        "cache's record of an earlier download of it (repeatable)",
+    )
     parser.set_defaults(run=_run)
 
 
@@ -47,7 +58,15 @@ def _run(args: argparse.Namespace) -> int:
             json.dumps([{"url": page_url(args.index_url, project), "file": page_file(project)} for project in projects])
         )
         return 0
-    wheels = resolve(path, pages_dir=args.pages, index_url=args.index_url, explicit=explicit, lock_format=lock_format)
+    wheels = resolve(
+        path,
+        pages_dir=args.pages,
+        index_url=args.index_url,
+        explicit=explicit,
+        lock_format=lock_format,
+        caches=CacheContext.from_environment(),
+        unfetched=frozenset(args.unfetched),
+    )
     print(json.dumps([wheel.as_json() for wheel in wheels], indent=1))
     return 0
 

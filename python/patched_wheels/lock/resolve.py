@@ -5,11 +5,20 @@ sha256 per file. The repository rules download each project's PEP 503 page (PyPI
 this module picks, among the files whose ``#sha256=`` fragment is one of the pin's hashes, the wheel
 whose tags rank best for the running interpreter (``packaging.tags.sys_tags``): exactly what pip
 itself would install from that lock, so the rules can fetch it once and serve it from their index.
+
+What a page taught is kept in the helper's cache (:data:`RECORD_KIND`: per pin, its wheels' URLs and sha256s on
+that page) and read back only when the rule could not download the page (an index down, a runner without
+network after ``bazel clean --expunge``, whose wheels all sit in Bazel's repository cache). An online run
+always resolves against the page as the index serves it now. A record can send the rule to another URL only for
+a file the lock itself pins (only links with one of the pin's hashes are kept or read), and Bazel's downloader
+checks that sha256: a stale or edited record can make a fetch fail, never bring another file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html.parser
+import json
 import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,6 +27,8 @@ from typing import Collection, Iterable, Mapping, Sequence
 from packaging.tags import Tag, sys_tags
 from packaging.utils import NormalizedName
 
+from patched_wheels.base.cache import OFF, CacheContext
+from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.errors import InvalidLockError, InvalidWheelError
 from patched_wheels.lock.formats.registry import served_pins
 from patched_wheels.lock.model import Pin, read_lock_input
@@ -106,11 +117,15 @@ def resolve(
     explicit: Mapping[NormalizedName, tuple[Sequence[str], str]] | None = None,
     tags: Iterable[Tag] | None = None,
     lock_format: str = "requirements",
+    caches: CacheContext = OFF,
+    unfetched: Collection[str] = (),
 ) -> list[ResolvedWheel]:
     """One ``ResolvedWheel`` per applicable pin of ``lock_path``.
 
-    ``pages_dir`` holds ``<project>.html``, the pages downloaded from ``index_url``; ``explicit``
-    maps projects to the (urls, sha256) the user gave, which wins over the lock and the index.
+    ``pages_dir`` holds ``<project>.html``, the pages downloaded from ``index_url``, but for those named in
+    ``unfetched`` (:func:`page_file` names), which could not be downloaded; ``explicit`` maps projects to the
+    (urls, sha256) the user gave, which wins over the lock and the index. ``caches``: where what the pages taught
+    is recorded, and read back for an unfetched page.
     """
     explicit = explicit or {}
     ranking = {tag: rank for rank, tag in enumerate(tags if tags is not None else sys_tags())}
@@ -126,12 +141,74 @@ def resolve(
             links = [_Link(f.filename, f.url, f.sha256) for f in pin.files]
             resolved.append(_choose(pin, links, ranking, str(lock_path)))
             continue
-        page = read_lock_input(
-            pages_dir / page_file(pin.project), max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}"
-        )
-        links = parse_project_page(page, page_url(index_url, pin.project), sha256s=pin.sha256s)
-        resolved.append(_choose(pin, links, ranking, page_url(index_url, pin.project)))
+        url = page_url(index_url, pin.project)
+        page = None if page_file(pin.project) in unfetched else pages_dir / page_file(pin.project)
+        resolved.append(_choose(pin, _page_links(pin, page, url, caches), ranking, url))
     return resolved
+
+
+#: The cache kind of what index pages taught (:func:`_page_links`); not a wheel fact, so never in ``wheel_facts``.
+RECORD_KIND = "indexlinks"
+_RECORD_VERSION = 1
+_MAX_RECORD_BYTES = 1 << 20
+_MAX_RECORD_FILES = 1000
+_MAX_URL = 8192
+
+
+def _page_links(pin: Pin, page: Path | None, url: str, caches: CacheContext) -> list[_Link]:
+    """The links of ``pin``'s files on its index page ``url``, downloaded to ``page``; recorded for a later run.
+
+    ``page`` None: the rule could not download it. Then the record of an earlier run's page stands in for it
+    (see the module docstring), and without one the error says what is missing and where it was looked for.
+    """
+    name = _record_name(url, pin)
+    if page is None:
+        recorded = _recorded_links(caches.read(RECORD_KIND, name, max_bytes=_MAX_RECORD_BYTES), url)
+        kept = [link for _, link, _ in _candidates(pin, recorded or [])]
+        if kept:
+            return kept
+        where = caches.where(RECORD_KIND, name) if caches.root is not None else "none: RULES_PATCHED_WHEELS_CACHE=off"
+        raise InvalidLockError(
+            f"{pin.span.where}: the index page {url} could not be downloaded, and no earlier download of it "
+            f"recorded the files of {pin.project}=={pin.pinned_version()} (record: {where}); "
+            "build once with the index reachable"
+        )
+    text = read_lock_input(page, max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}")
+    links = parse_project_page(text, url, sha256s=pin.sha256s)
+    kept = [link for _, link, _ in _candidates(pin, links)]
+    if kept:  # else the pin fails here and now: nothing to record
+        files = [{"url": link.url, "sha256": link.sha256} for link in kept]
+        caches.write(RECORD_KIND, name, {"v": _RECORD_VERSION, "page": url, "files": files})
+    return kept
+
+
+def _record_name(url: str, pin: Pin) -> str:
+    """The record's file: one per page and pin (version and hashes), so two locks pinning a project differently
+    never overwrite each other's."""
+    key = json.dumps([url, str(pin.pinned_version()), sorted(pin.sha256s)])
+    return f"{hashlib.sha256(key.encode()).hexdigest()}.v{_RECORD_VERSION}.json"
+
+
+def _recorded_links(value: object, url: str) -> list[_Link] | None:
+    """The links a record holds, or None when it is no record of ``url`` (a miss: the caller says so)."""
+    if not (isinstance(value, dict) and value.get("v") == _RECORD_VERSION and value.get("page") == url):
+        return None
+    files = value.get("files")
+    if not isinstance(files, list) or len(files) > _MAX_RECORD_FILES:
+        return None
+    links = []
+    for entry in files:
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("url"), str)
+            and 0 < len(entry["url"]) <= _MAX_URL
+            and entry["url"].isprintable()
+            and isinstance(entry.get("sha256"), str)
+            and SHA256_HEX.fullmatch(entry["sha256"])
+        ):
+            return None
+        links.append(_Link(_filename_of(entry["url"]), entry["url"], entry["sha256"]))
+    return links
 
 
 def _filename_of(url: str) -> str:
@@ -139,25 +216,35 @@ def _filename_of(url: str) -> str:
     return urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
 
 
-def _choose(pin: Pin, links: Sequence[_Link], ranking: Mapping[Tag, int], url: str) -> ResolvedWheel:
+def _candidates(pin: Pin, links: Sequence[_Link]) -> list[tuple[WheelFilename, _Link, str]]:
+    """The links that may be ``pin``'s wheel, whatever the interpreter: a wheel of the pinned project and
+    version with a sha256 (one of the lock's, when it has hashes); sdists and other files are left out (pip
+    would build them, we only patch wheels)."""
     version = pin.pinned_version()
     sha256s = pin.sha256s
-    best: tuple[int, _Link, str] | None = None  # (rank, link, its sha256)
+    candidates = []
     for link in links:
-        if sha256s and link.sha256 not in sha256s:
+        sha256 = link.sha256
+        if sha256 is None or (sha256s and sha256 not in sha256s):
             continue
         try:
             wheel = WheelFilename.parse(link.filename)
         except InvalidWheelError:
-            continue  # an sdist or other file: pip would build it, we only patch wheels
-        if wheel.name != pin.project or wheel.version != version or link.sha256 is None:
             continue
+        if wheel.name == pin.project and wheel.version == version:
+            candidates.append((wheel, link, sha256))
+    return candidates
+
+
+def _choose(pin: Pin, links: Sequence[_Link], ranking: Mapping[Tag, int], url: str) -> ResolvedWheel:
+    best: tuple[int, _Link, str] | None = None  # (rank, link, its sha256)
+    for wheel, link, sha256 in _candidates(pin, links):
         rank = min((ranking[tag] for tag in wheel.tags if tag in ranking), default=None)
         if rank is not None and (best is None or rank < best[0]):
-            best = (rank, link, link.sha256)
+            best = (rank, link, sha256)
     if best is None:
         raise InvalidLockError(
-            f"{pin.span.where}: no wheel of {pin.project}=={version} on {url} matches "
+            f"{pin.span.where}: no wheel of {pin.project}=={pin.pinned_version()} on {url} matches "
             f"the lock's {len(pin.hashes)} hash(es) and this interpreter's tags (best: {next(iter(ranking), 'none')})"
         )
     _, link, sha256 = best

@@ -6,14 +6,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 
+from patched_wheels.base.cache import CacheContext
 from patched_wheels.cli import main
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.resolve import page_url, parse_project_page, resolve
+from patched_wheels.lock.resolve import RECORD_KIND, page_url, parse_project_page, resolve
 
 INDEX = "https://example.invalid/simple"
 LINUX = [
@@ -21,6 +23,14 @@ LINUX = [
     Tag("cp311", "cp311", "manylinux1_x86_64"),
     Tag("py3", "none", "any"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's helper cache is its own: `resolve` records what pages taught there."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(root))
+    return root
 
 
 def digest(text: str) -> str:
@@ -205,6 +215,116 @@ def test_missing_page_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFi
     error = capsys.readouterr().err
     assert code == 1
     assert error.count("\n") == 1 and "six.html" in error and "cannot read the index page of six" in error
+
+
+@pytest.mark.parametrize("cache", ["on", "off"])
+def test_a_page_never_downloaded_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, own_cache: Path, cache: str
+) -> None:
+    """No page and no record of one: the error names the pin, the page and where its record was looked for."""
+    if cache == "off":
+        monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", "off")
+    requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
+    code, _, error = _resolve_cli(requirements, tmp_path / "none", capsys, unfetched=["six.html"])
+    assert code == 1 and error.count("\n") == 1, error
+    assert error.startswith(
+        f"patched-wheels: error: {requirements}:1: the index page {INDEX}/six/ could not be downloaded, and no "
+        "earlier download of it recorded the files of six==1.16.0 (record: "
+    ), error
+    where = str(own_cache / RECORD_KIND) if cache == "on" else "none: RULES_PATCHED_WHEELS_CACHE=off"
+    assert where in error, error
+
+
+def _resolve_cli(
+    requirements: Path, pages: Path, capsys: pytest.CaptureFixture[str], *, unfetched: Sequence[str] = ()
+) -> tuple[int, str, str]:
+    """`resolve --pages` as the rule runs it: ``unfetched`` names the pages it could not download."""
+    args = ["resolve", "--requirements", str(requirements), "--pages", str(pages), "--index-url", INDEX]
+    code = main([*args, *(f"--unfetched={name}" for name in unfetched)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_page_that_cannot_be_downloaded_again_is_answered_by_what_it_taught(
+    tmp_path: Path, torch_page: Path, own_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After `clean --expunge` with no network the rule has no page: the earlier run's record picks the same
+    wheel, and keeps only the lock's files (the Windows wheel is locked, the sdist and cp310 wheel are not)."""
+    requirements = lock(
+        tmp_path, f"torch==2.1.0 \\\n    --hash=sha256:{digest('win')} \\\n    --hash=sha256:{digest('linux')}\n"
+    )
+    code, online, _ = _resolve_cli(requirements, torch_page, capsys)
+    assert code == 0
+    [record] = (own_cache / RECORD_KIND).iterdir()
+    assert sorted(file["sha256"] for file in json.loads(record.read_text())["files"]) == sorted(
+        [digest("win"), digest("linux")]
+    )
+    # A page left over from an earlier attempt is not read: the rule says which pages it could not download.
+    code, offline, error = _resolve_cli(requirements, torch_page, capsys, unfetched=["torch.html"])
+    assert (code, offline, error) == (0, online, ""), error
+    # The record holds every locked wheel, not only this interpreter's choice: another interpreter chooses too.
+    [windows] = resolve(
+        requirements,
+        pages_dir=tmp_path / "no-pages",
+        index_url=INDEX,
+        tags=[Tag("cp311", "cp311", "win_amd64")],
+        caches=CacheContext.from_environment(),
+        unfetched={"torch.html"},
+    )
+    assert windows.filename == "torch-2.1.0-cp311-cp311-win_amd64.whl" and windows.sha256 == digest("win")
+    # Another pin of the project (a lock bump) has no record: the page is needed again.
+    bumped = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('linux')}\n")
+    code, _, error = _resolve_cli(bumped, tmp_path / "no-pages", capsys, unfetched=["torch.html"])
+    assert code == 1 and "could not be downloaded" in error, error
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["unlocked-hash", "another-page", "not-json", "url-not-a-string", "short-sha256", "a-directory"],
+)
+def test_a_record_that_is_not_one_of_this_page_and_pin_is_a_miss(
+    tmp_path: Path, torch_page: Path, own_cache: Path, capsys: pytest.CaptureFixture[str], edit: str
+) -> None:
+    """A record is a cache file (owner-trusted, bounded, never a traceback) and a claim about the lock's own files:
+    a record of another file than the lock's, or of another page, never answers; the page is then needed."""
+    requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('linux')}\n")
+    assert _resolve_cli(requirements, torch_page, capsys)[0] == 0
+    [record] = (own_cache / RECORD_KIND).iterdir()
+    value = json.loads(record.read_text())
+    wheel = value["files"][0]
+    if edit == "unlocked-hash":
+        value["files"] = [{"url": wheel["url"].replace("bb/", "evil/"), "sha256": digest("cp310")}]
+    elif edit == "another-page":
+        value["page"] = "https://elsewhere.invalid/simple/torch/"
+    elif edit == "url-not-a-string":
+        value["files"] = [{"url": ["x"], "sha256": wheel["sha256"]}]
+    elif edit == "short-sha256":
+        value["files"] = [{"url": wheel["url"], "sha256": "ab"}]
+    if edit == "not-json":
+        record.write_bytes(b"\xff{")
+    elif edit == "a-directory":
+        record.unlink()
+        record.mkdir()
+    else:
+        record.write_text(json.dumps(value))
+    code, out, error = _resolve_cli(requirements, tmp_path / "no-pages", capsys, unfetched=["torch.html"])
+    assert code == 1 and out == "" and "Traceback" not in error, error
+    assert error.splitlines()[-1].startswith("patched-wheels: error: ") and "could not be downloaded" in error, error
+    assert all(line.startswith("patched-wheels: ") for line in error.splitlines()), error
+
+
+def test_a_page_read_again_replaces_its_record(
+    tmp_path: Path, torch_page: Path, own_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Online, the page wins over the record and rewrites it: a moved file is recorded where it is now."""
+    requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('linux')}\n")
+    assert _resolve_cli(requirements, torch_page, capsys)[0] == 0
+    moved = "https://mirror.example.invalid/torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl"
+    write_page(torch_page, "torch", {moved: digest("linux")})
+    code, out, _ = _resolve_cli(requirements, torch_page, capsys)
+    assert code == 0 and json.loads(out)[0]["urls"] == [moved]
+    code, out, _ = _resolve_cli(requirements, tmp_path / "no-pages", capsys, unfetched=["torch.html"])
+    assert code == 0 and json.loads(out)[0]["urls"] == [moved]
 
 
 @pytest.mark.parametrize(
