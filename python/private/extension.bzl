@@ -7,7 +7,7 @@ and re-reads the index pages). The wheels always come from the repository cache 
 """
 
 load(":helper.bzl", "prepare_helper")
-load(":hub.bzl", "INDEX_ATTRS", "check_hub", "hub_request", "index_attributes", "patched_hub", "resolve_wheels")
+load(":hub.bzl", "INDEX_ATTRS", "check_hub", "hub_request", "index_attributes", "index_credentials", "patched_hub", "resolve_wheels")
 load(":specs.bzl", "PATCHED_WHEEL_ATTRS", "hub_specs")
 
 _INDEX_TAG_ATTRS = dict(
@@ -50,7 +50,14 @@ def _patched_impl(module_ctx):
     for hub in hubs:
         patched_hub(
             name = hub.name,
-            resolved = json.encode(resolve_wheels(module_ctx, hub.helper, hub.request, hub.resolution, index_url = hub.attributes["index_url"])),
+            resolved = json.encode(resolve_wheels(
+                module_ctx,
+                hub.helper,
+                hub.request,
+                hub.resolution,
+                index_url = hub.attributes["index_url"],
+                credentials = index_credentials(module_ctx, hub.attributes),
+            )),
             patched = json.encode(hub.specs),
             patches = hub.patches,
             bzlmod = True,
