@@ -57,7 +57,7 @@ INDEX_ATTRS = {
         (the index pages and the wheels) send to the hosts it names, as rules_python's `pip.parse(netrc =
         ...)` and `http_archive` do; without it, the file `$NETRC` names, else `~/.netrc`. Bazel's
         `--credential_helper` applies as well. The credentials are never written into the request, the lock or any generated
-        file. See docs/caches-and-trust.md#credentials."""),
+        file. See docs/credentials.md."""),
     "auth_patterns": attr.string_dict(doc = """Host -> the `Authorization` header to send it instead of basic
         auth, with `<login>` and `<password>` replaced by the netrc entry's (e.g. `{"artifactory.corp":
         "Bearer <password>"}`), as rules_python's `pip.parse(auth_patterns = ...)` and `http_archive` take
@@ -86,14 +86,19 @@ def download_auth(credentials, urls):
     the netrc names; the other URLs go without (Bazel's `--credential_helper` may still answer for them)."""
     return use_netrc(credentials.netrc, urls, credentials.patterns)
 
+def url_credentials_host(url):
+    """The host of `url` when the URL holds a user name or password (`scheme://user:password@host/...`), else ""."""
+    _, separator, rest = url.partition("://")
+    _, at, host = rest.partition("/")[0].rpartition("@")
+    return host if separator and at else ""
+
 def check_index_url(index_url, hub, bzlmod):
     """Fails on an `index_url` with a user name or password in it: such a URL would be written into the
     request, the lock and Bazel's own messages. The error names the host, never the userinfo."""
-    scheme, separator, rest = index_url.partition("://")
-    userinfo, at, host = rest.partition("/")[0].rpartition("@")
-    if separator and at:
+    host = url_credentials_host(index_url)
+    if host:
         call = ("patched.index" if bzlmod else "patched_index") + "(name = \"%s\")" % hub
-        fail("rules_patched_wheels: %s: index_url holds credentials (%s://…@%s); give the URL without them and the credentials in a netrc file (netrc = ...), or through Bazel's --credential_helper (docs/caches-and-trust.md#credentials)" % (call, scheme, host))
+        fail("rules_patched_wheels: %s: index_url holds credentials (%s://…@%s); give the URL without them and the credentials in a netrc file (netrc = ...), or through Bazel's --credential_helper (docs/credentials.md)" % (call, index_url.partition("://")[0], host))
 
 def _request_value(ctx, value):
     if type(value) == "list":

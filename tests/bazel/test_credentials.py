@@ -103,10 +103,10 @@ def _workspace(root: Path, server: nginx.Server, mode: str) -> BazelWorkspace:
     return BazelWorkspace(root, root / "logs", config=["--config=workspace"] if mode == "workspace" else [])
 
 
-def _declare(root: Path, server: nginx.Server, mode: str, *, netrc: bool) -> None:
+def _declare(root: Path, mode: str, index_url: str, *, netrc: bool) -> None:
     """The workspace's MODULE.bazel or WORKSPACE: the hub on the private index, with or without `netrc`."""
     attribute = f'\n    netrc = "{root / "secrets" / "netrc"}",' if netrc else ""
-    values = dict(repo_root=str(REPO_ROOT), index_url=f"{server.url}/simple", suffix=SUFFIX, netrc=attribute)
+    values = dict(repo_root=str(REPO_ROOT), index_url=index_url, suffix=SUFFIX, netrc=attribute)
     name, template = ("MODULE.bazel", BZLMOD) if mode == "bzlmod" else ("WORKSPACE", WORKSPACE)
     (root / name).write_text(template.format(**values), encoding="utf-8")
     if mode == "bzlmod":
@@ -136,9 +136,7 @@ def _assert_no_secret(result: BazelResult) -> None:
 
 
 @pytest.mark.parametrize("mode", ["bzlmod", "workspace"])
-def test_the_hub_fetches_pages_and_wheels_behind_basic_auth_with_the_netrc_attribute(
-    tmp_path: Path, mode: str
-) -> None:
+def test_the_hub_fetches_pages_and_wheels_behind_basic_auth_with_the_netrc_attribute(tmp_path: Path, mode: str) -> None:
     """Fails where the hub sends no credentials (or has no `netrc` attribute): every request is a 401."""
     if not os.access(BAZEL, os.X_OK):
         pytest.skip(f"{BAZEL} is not executable")
@@ -151,13 +149,23 @@ def test_the_hub_fetches_pages_and_wheels_behind_basic_auth_with_the_netrc_attri
     with nginx.serve(root / "pypi", root / "nginx", tls=True, basic_auth=(LOGIN, PASSWORD)) as server:
         workspace = _workspace(root, server, mode)
         try:
-            _declare(root, server, mode, netrc=False)
+            index_url = f"{server.url}/simple"
+            _declare(root, mode, index_url, netrc=False)
             refused = workspace.run("build", *workspace.config, "@private//:wheels")
             assert refused.returncode != 0, refused.tail()
-            assert "401 Unauthorized" in refused.output and f"{server.url}/simple/" in refused.output, refused.tail()
+            assert "401 Unauthorized" in refused.output and f"{index_url}/" in refused.output, refused.tail()
             _assert_no_secret(refused)
 
-            _declare(root, server, mode, netrc=True)
+            # Credentials in the URL, as pip takes them: refused before anything is written, naming the host only.
+            _declare(root, mode, index_url.replace("://", f"://{LOGIN}:{PASSWORD}@"), netrc=False)
+            in_url = workspace.run("build", *workspace.config, "@private//:wheels")
+            assert in_url.returncode != 0, in_url.tail()
+            assert f"index_url holds credentials (https://…@{server.url.partition('://')[2]})" in in_url.output, (
+                in_url.tail()
+            )
+            _assert_no_secret(in_url)
+
+            _declare(root, mode, index_url, netrc=True)
             built = workspace.run("build", *workspace.config, "@private//:wheels")
             assert built.returncode == 0, built.tail()
             _assert_no_secret(built)

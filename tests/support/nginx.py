@@ -158,7 +158,9 @@ def serve(
         (work / "htpasswd").write_text(f"{login}:{{SSHA}}{digest}\n", encoding="utf-8")
         locations.append(f'      auth_basic "rpw test index";\n      auth_basic_user_file {work / "htpasswd"};')
     if webdav:
-        locations.append("      dav_methods PUT DELETE MKCOL;\n      create_full_put_path on;\n      client_max_body_size 0;")
+        locations.append(
+            "      dav_methods PUT DELETE MKCOL;\n      create_full_put_path on;\n      client_max_body_size 0;"
+        )
     locations.append("    }")
     certificate = _certificate(work) if tls else None
     trust_store = None
