@@ -56,8 +56,8 @@ INDEX_ATTRS = {
     "netrc": attr.string(doc = """A `.netrc` file (an absolute path) whose credentials the hub's downloads
         (the index pages and the wheels) send to the hosts it names, as rules_python's `pip.parse(netrc =
         ...)` and `http_archive` do; without it, the file `$NETRC` names, else `~/.netrc`. Bazel's
-        `--credential_helper` applies as well. The credentials are never written into the request, the lock or any generated
-        file. See docs/credentials.md."""),
+        `--credential_helper` applies as well. The credentials are never written into the request, the
+        lock or any generated file. See docs/credentials.md."""),
     "auth_patterns": attr.string_dict(doc = """Host -> the `Authorization` header to send it instead of basic
         auth, with `<login>` and `<password>` replaced by the netrc entry's (e.g. `{"artifactory.corp":
         "Bearer <password>"}`), as rules_python's `pip.parse(auth_patterns = ...)` and `http_archive` take
