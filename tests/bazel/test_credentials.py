@@ -19,7 +19,15 @@ from pathlib import Path
 import pytest
 
 from support import nginx
-from support.bazelworkspace import BAZEL, CACHE_DIR, REPO_ROOT, BazelResult, BazelWorkspace, write_lock
+from support.bazelworkspace import (
+    BAZEL,
+    CACHE_DIR,
+    REPO_ROOT,
+    TEMPLATES,
+    BazelResult,
+    BazelWorkspace,
+    write_lock,
+)
 from support.wheelbuilder import build_wheel
 
 pytestmark = pytest.mark.bazel
@@ -45,19 +53,10 @@ patched.index(
 use_repo(patched, "private")
 """
 
-WORKSPACE = """\
-workspace(name = "rpw_credentials")
-
-load("@bazel_tools//tools/build_defs/repo:http.bzl", "http_archive")
-
-# Online Bazel only: tools/bazel's offline path overrides it with Debian's packaged rules_python 0.22.1.
-http_archive(
-    name = "rules_python",
-    sha256 = "a5640fddd4beb03e8c1fde5ed7160c0ba6bd477e7d048661c30c06936a26fd63",
-    strip_prefix = "rules_python-0.22.1",
-    url = "https://github.com/bazelbuild/rules_python/archive/refs/tags/0.22.1.tar.gz",
-)
-
+# The integration workspace's head (rules_python, which the offline launcher overrides), then the hub.
+WORKSPACE = (
+    (TEMPLATES / "WORKSPACE.tmpl").read_text(encoding="utf-8").partition("local_repository(")[0]
+    + """\
 local_repository(name = "rules_patched_wheels", path = "{repo_root}")
 
 load("@rules_patched_wheels//python:repositories.bzl", "patched_index", "patched_wheel")
@@ -69,6 +68,7 @@ patched_index(
     wheels = [patched_wheel(name = "alpha", suffix = "{suffix}")],{netrc}
 )
 """
+)
 
 
 def _private_index(directory: Path) -> list[Path]:
