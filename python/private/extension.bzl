@@ -9,7 +9,7 @@ the repository cache by sha256.
 """
 
 load(":helper.bzl", "prepare_helper")
-load(":hub.bzl", "INDEX_ATTRS", "check_hub", "hub_request", "index_attributes", "patched_hub", "resolve_wheels")
+load(":hub.bzl", "INDEX_ATTRS", "check_hub", "hub_request", "index_attributes", "index_credentials", "patched_hub", "resolve_wheels")
 load(":specs.bzl", "PATCHED_WHEEL_ATTRS", "hub_specs")
 
 _INDEX_TAG_ATTRS = dict(
@@ -51,7 +51,14 @@ def _patched_impl(module_ctx):
 
     pages = 0
     for hub in hubs:
-        resolution = resolve_wheels(module_ctx, hub.helper, hub.request, hub.resolution, index_url = hub.attributes["index_url"])
+        resolution = resolve_wheels(
+            module_ctx,
+            hub.helper,
+            hub.request,
+            hub.resolution,
+            index_url = hub.attributes["index_url"],
+            credentials = index_credentials(module_ctx, hub.attributes),
+        )
         pages += resolution.pages
         patched_hub(
             name = hub.name,

@@ -5,6 +5,7 @@ Starlark keeps what Bazel needs at load time (the attributes) and the I/O (downl
 helper); every decision is the helper's plan (python/patched_wheels/hub/plan.py), which this file only
 feeds (`hub_request`) and follows."""
 
+load("@bazel_tools//tools/build_defs/repo:utils.bzl", "read_netrc", "read_user_netrc", "use_netrc")
 load(":helper.bzl", "prepare_helper", "run_helper")
 load(":rules_python_version.bzl", "INDEX_OPTIONS", "rules_python_version")
 
@@ -61,12 +62,52 @@ INDEX_ATTRS = {
         dynamic section, to check every row against its wheel. Its entries are checked like the helper
         cache's; one that no longer matches (a lock bump, another interpreter) is read again, and the build
         says which file to copy over it. See docs/caches-and-trust.md."""),
+    "netrc": attr.string(doc = """A `.netrc` file (an absolute path) whose credentials the hub's downloads
+        (the index pages and the wheels) send to the hosts it names, as rules_python's `pip.parse(netrc =
+        ...)` and `http_archive` do; without it, the file `$NETRC` names, else `~/.netrc`. Bazel's
+        `--credential_helper` applies as well. The credentials are never written into the request, the
+        lock or any generated file. See docs/credentials.md."""),
+    "auth_patterns": attr.string_dict(doc = """Host -> the `Authorization` header to send it instead of basic
+        auth, with `<login>` and `<password>` replaced by the netrc entry's (e.g. `{"artifactory.corp":
+        "Bearer <password>"}`), as rules_python's `pip.parse(auth_patterns = ...)` and `http_archive` take
+        it."""),
 }
 
 def index_attributes(given):
     """The value of every INDEX_ATTRS attribute of `given`, a `patched.index` tag or a `patched_hub`'s `rctx.attr`:
     what `hub_request` writes and the extension passes on to `patched_hub`."""
     return {name: getattr(given, name) for name in INDEX_ATTRS}
+
+def index_credentials(ctx, attributes):
+    """The credentials of a hub's downloads, found as rules_python's pip.parse and Bazel's http_archive find
+    them: the `netrc` attribute's file, else the one `$NETRC` names, else `~/.netrc`; with `auth_patterns`.
+    Read once per hub; never written anywhere (`download_auth` hands them to Bazel's downloader alone)."""
+    if attributes["netrc"]:
+        netrc = read_netrc(ctx, attributes["netrc"])
+    elif "NETRC" in ctx.os.environ:
+        netrc = read_netrc(ctx, ctx.os.environ["NETRC"])
+    else:
+        netrc = read_user_netrc(ctx)
+    return struct(netrc = netrc, patterns = attributes["auth_patterns"])
+
+def download_auth(credentials, urls):
+    """The `auth` argument of `ctx.download` for `urls` (`index_credentials`): an entry for each URL whose host
+    the netrc names; the other URLs go without (Bazel's `--credential_helper` may still answer for them)."""
+    return use_netrc(credentials.netrc, urls, credentials.patterns)
+
+def url_credentials_host(url):
+    """The host of `url` when the URL holds a user name or password (`scheme://user:password@host/...`), else ""."""
+    _, separator, rest = url.partition("://")
+    _, at, host = rest.partition("/")[0].rpartition("@")
+    return host if separator and at else ""
+
+def check_index_url(index_url, hub, bzlmod):
+    """Fails on an `index_url` with a user name or password in it: such a URL would be written into the
+    request, the lock and Bazel's own messages. The error names the host, never the userinfo."""
+    host = url_credentials_host(index_url)
+    if host:
+        call = ("patched.index" if bzlmod else "patched_index") + "(name = \"%s\")" % hub
+        fail("rules_patched_wheels: %s: index_url holds credentials (%s://…@%s); give the URL without them and the credentials in a netrc file (netrc = ...), or through Bazel's --credential_helper (docs/credentials.md)" % (call, index_url.partition("://")[0], host))
 
 def _request_value(ctx, value):
     if type(value) == "list":
@@ -86,6 +127,7 @@ def hub_request(ctx, attributes, *, hub, bzlmod, specs, patches, repository = ""
     `attributes` maps every INDEX_ATTRS attribute to its value (`index_attributes`); `specs` are `hub_specs`
     specs, whose `patch_indices` name their labels in `patches`. Works with a module_ctx and a repository_ctx.
     """
+    check_index_url(attributes["index_url"], hub, bzlmod)
     patch_paths = [str(ctx.path(label)) for label in patches]
     request = {
         "hub": hub,
@@ -110,7 +152,7 @@ def check_hub(ctx, helper, request):
     download, naming them) and how to resolve its lock (the `resolution` for `resolve_wheels`)."""
     return json.decode(run_helper(ctx, helper, ["hub", "plan", "--request", request.path], progress = "checking hub %s" % request.hub))
 
-def resolve_wheels(ctx, helper, request, resolution, *, index_url):
+def resolve_wheels(ctx, helper, request, resolution, *, index_url, credentials):
     """Picks the wheel file (url, sha256) of every pin of the request's lock for the helper's interpreter.
 
     Returns struct(wheels, pages): the helper's list of wheels, and how many index pages were asked for (none
@@ -126,7 +168,7 @@ def resolve_wheels(ctx, helper, request, resolution, *, index_url):
     common = ["resolve"] + resolution["lock_args"] + ["--explicit", str(ctx.path(folder + "/explicit.json"))]
     common += ["--index-url", index_url]
     pages = json.decode(run_helper(ctx, helper, common + ["--list-projects"], progress = "reading " + resolution["lock_args"][1]))
-    unfetched = _download_pages(ctx, pages, folder + "/pages/")
+    unfetched = _download_pages(ctx, pages, folder + "/pages/", credentials)
     wheels = json.decode(run_helper(
         ctx,
         helper,
@@ -135,12 +177,19 @@ def resolve_wheels(ctx, helper, request, resolution, *, index_url):
     ))
     return struct(wheels = wheels, pages = len(pages))
 
-def _download_pages(ctx, pages, prefix):
-    """Downloads each page (`--list-projects`' {url, file}) to `PREFIX<file>`, in parallel; returns the files
-    of those that could not be downloaded. Not an error here: the helper then reads what an earlier download
-    of each recorded (`--unfetched`), and fails naming the page only when there is no record."""
+def _download_pages(ctx, pages, prefix, credentials):
+    """Downloads each page (`--list-projects`' {url, file}) to `PREFIX<file>`, in parallel, with `credentials`
+    (`index_credentials`); returns the files of those that could not be downloaded. Not an error here: the
+    helper then reads what an earlier download of each recorded (`--unfetched`), and fails naming the page
+    only when there is no record."""
     pending = [
-        (page["file"], ctx.download(url = page["url"], output = prefix + page["file"], allow_fail = True, block = False))
+        (page["file"], ctx.download(
+            url = page["url"],
+            output = prefix + page["file"],
+            auth = download_auth(credentials, [page["url"]]),
+            allow_fail = True,
+            block = False,
+        ))
         for page in pages
     ]
     return [file for file, download in pending if not download.wait().success]
@@ -163,10 +212,11 @@ def _patched_hub_impl(rctx):
         patches = rctx.attr.patches,
         repository = str(rctx.path(".")),
     )
+    credentials = index_credentials(rctx, index_attributes(rctx.attr))
     if rctx.attr.resolved:
         resolved = json.decode(rctx.attr.resolved)
     else:
-        resolved = resolve_wheels(rctx, helper, request, check_hub(rctx, helper, request), index_url = rctx.attr.index_url).wheels
+        resolved = resolve_wheels(rctx, helper, request, check_hub(rctx, helper, request), index_url = rctx.attr.index_url, credentials = credentials).wheels
     rctx.file("_plan/resolved.json", json.encode_indent(resolved))
     config = str(rctx.path("_hub.json"))
     plan = json.decode(run_helper(
@@ -179,7 +229,7 @@ def _patched_hub_impl(rctx):
     # Issued together, waited on once: Bazel's downloader fetches them in parallel (as rules_python's do).
     rctx.report_progress("fetching %d wheels" % len(plan["fetch"]))
     pending = [
-        rctx.download(url = fetch["urls"], output = fetch["output"], sha256 = fetch["sha256"], block = False)
+        rctx.download(url = fetch["urls"], output = fetch["output"], sha256 = fetch["sha256"], auth = download_auth(credentials, fetch["urls"]), block = False)
         for fetch in plan["fetch"]
     ]
     for download in pending:

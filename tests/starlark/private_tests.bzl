@@ -2,7 +2,7 @@
 
 load("//python:repositories.bzl", "patched_wheel")
 load("//python/private:helper.bzl", "isal_wheel")
-load("//python/private:hub.bzl", "INDEX_ATTRS", "request_attributes")
+load("//python/private:hub.bzl", "INDEX_ATTRS", "download_auth", "index_credentials", "request_attributes", "url_credentials_host")
 load("//python/private:rules_python_version.bzl", "features_version")
 load("//python/private:specs.bzl", "PATCHED_WHEEL_SCHEMA", "hub_specs", "patched_wheel_problems", "patched_wheel_spec")
 load(":unittest.bzl", "expect_eq", "starlark_unit_test")
@@ -65,6 +65,39 @@ def _request_attributes():
         expect_eq([written[name] for name in ("restore_extras", "extras", "index_url")], [False, ["jax[cuda13]"], "as given"], "any other value as given")
     )
 
+def _url_credentials_host():
+    return (
+        expect_eq(url_credentials_host("https://ci:s3cret@artifactory.corp/simple"), "artifactory.corp", "login and password") +
+        expect_eq(url_credentials_host("https://token@host:8443/simple"), "host:8443", "a login alone") +
+        expect_eq(url_credentials_host("https://host/simple/a@b/"), "", "an @ in the path") +
+        expect_eq(url_credentials_host("https://pypi.org/simple"), "", "none") +
+        expect_eq(url_credentials_host("user@host"), "", "no scheme: not a URL")
+    )
+
+_NETRC = "machine private.corp login ci password s3cret\nmachine token.corp login x password t0ken\n"
+
+def _fake_ctx(environ, files):
+    return struct(
+        os = struct(name = "linux", environ = environ),
+        read = lambda path, watch = None: files[path],
+        path = lambda path: struct(exists = path in files),
+    )
+
+def _credentials():
+    files = {"/given": _NETRC, "/env": "default login e password env\n", "/home/u/.netrc": "default login h password home\n"}
+    environ = {"NETRC": "/env", "HOME": "/home/u"}
+    given = index_credentials(_fake_ctx(environ, files), {"netrc": "/given", "auth_patterns": {"token.corp": "Bearer <password>"}})
+    urls = ["https://private.corp/simple/six/", "https://token.corp/a.whl", "https://files.pythonhosted.org/b.whl"]
+    found = lambda environ: download_auth(index_credentials(_fake_ctx(environ, files), {"netrc": "", "auth_patterns": {}}), urls[2:])
+    return (
+        expect_eq(download_auth(given, urls[:1]), {urls[0]: {"type": "basic", "login": "ci", "password": "s3cret"}}, "basic auth for a host of the netrc attribute's file") +
+        expect_eq(download_auth(given, urls[1:2])[urls[1]]["pattern"], "Bearer <password>", "auth_patterns: the host's header") +
+        expect_eq(download_auth(given, urls[2:]), {}, "a host the file does not name: no credentials") +
+        expect_eq(found(environ)[urls[2]]["password"], "env", "no attribute: $NETRC's file") +
+        expect_eq(found({"HOME": "/home/u"})[urls[2]]["password"], "home", "no $NETRC: ~/.netrc") +
+        expect_eq(found({"HOME": "/nowhere"}), {}, "no file at all: no credentials")
+    )
+
 def _isal_wheel():
     cpython = {"implementation": "cpython", "version": "3.11", "machine": "x86_64", "abiflags": "", "libc": "glibc 2.36"}
     picked = isal_wheel(cpython)
@@ -90,6 +123,8 @@ def private_test_suite(name, **kwargs):
             "spec_follows_schema": _spec_follows_schema,
             "isal_wheel": _isal_wheel,
             "request_attributes": _request_attributes,
+            "url_credentials_host": _url_credentials_host,
+            "credentials": _credentials,
         },
         **kwargs
     )

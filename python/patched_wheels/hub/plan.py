@@ -105,6 +105,10 @@ class IndexAttributes:
     ``patched_wheel`` where the user wrote none of that name."""
     wheel_facts: Path | None
     """The facts file the user gave (:mod:`patched_wheels.hub.facts`), laid over the ELF and probe caches."""
+    netrc: str
+    auth_patterns: Mapping[str, str]
+    """Where the rule's downloads find their credentials (hub.bzl's ``index_credentials``): recorded, not read;
+    a path and ``<password>`` patterns, never a credential (an ``index_url`` holding one is refused before)."""
 
     @property
     def locks(self) -> dict[str, Path | None]:
