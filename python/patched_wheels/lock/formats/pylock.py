@@ -36,7 +36,7 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
     dropped once its pin is built (the whole document is several times the text)."""
     path = Path(path)
     source = str(path)
-    text, head, parts = split_lock(path, "packages")
+    text, head, parts = split_lock(path, "packages", inline=True)
     get(head, "lock-version", str, source)
     env = marker_environment(environment)
     tomllib = toml_parser(path)

@@ -10,10 +10,17 @@ text, so a big lock is parsed a part at a time (:func:`split_lock`, :func:`parse
 text from one header line to the next, which parses alone to exactly the table the whole document holds
 there. A header line inside a multi-line string cannot fool the cut: the part before it then ends
 inside that string, and fails to parse.
+
+A pylock.toml may also hold its packages as one inline array (``packages = [{name = ...}, ...]``): valid TOML,
+read as any other. Its elements are found by a scan that knows TOML's strings, comments and brackets
+(:func:`_inline_parts`), and each is parsed alone as a one-element array; the head is the document with the
+array emptied, and must then hold exactly that empty array, so a scan fooled by a text no full parse would read
+so (the key under a table, inside a string) falls back to parsing the whole document.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from types import ModuleType
@@ -46,16 +53,28 @@ def toml_parser(path: Path | str) -> ModuleType:
 
 class Part(NamedTuple):
     """One package's text in a lock: the characters [start, end) from its header line, which is ``line``
-    (0-based)."""
+    (0-based); or, with ``inline`` set, one element of an inline array of packages, which starts on ``line``."""
 
     start: int
     end: int
     line: int
+    inline: str | None = None  # the key of the inline array the element is one of
 
 
-def split_lock(path: Path, key: str) -> tuple[str, dict[str, Any], tuple[Part, ...]]:
-    """The text of ``path``, its head parsed, and the part of each ``[[key]]`` header line. The head holds
-    no ``key``: the packages are written each under its own header, as every lock writer does."""
+class _NotInline(Exception):
+    """The text is not an inline array this scan reads: the whole document is parsed instead."""
+
+
+# What ends a plain run inside an inline array, and the start of a line assigning it (one such line in a lock).
+_ARRAY_SPECIAL = re.compile(r"""["'\[\]{}#,]""")
+_BASIC_STRING_SPECIAL = re.compile(r'["\\\n]')
+_MULTILINE_BASIC_SPECIAL = re.compile(r'"""|\\')
+
+
+def split_lock(path: Path, key: str, *, inline: bool = False) -> tuple[str, dict[str, Any], tuple[Part, ...]]:
+    """The text of ``path``, its head parsed, and the part of each ``[[key]]`` header line, or with ``inline`` of
+    each element of a ``key = [...]`` array written instead. Otherwise the head holds no ``key``: the packages are
+    written each under its own header, as every lock writer does."""
     text = read_lock_text(path)
     header = re.compile(rf"^[ \t]*\[\[{re.escape(key)}\]\][ \t]*\r?$", re.MULTILINE)
     starts, lines, position, total = [], [], 0, 0
@@ -64,10 +83,112 @@ def split_lock(path: Path, key: str) -> tuple[str, dict[str, Any], tuple[Part, .
         starts.append(match.start())
         lines.append(total)
         position = match.start()
-    head = parse_part(toml_parser(path), path, text, Part(0, starts[0] if starts else len(text), 0))
+    tomllib = toml_parser(path)
+    if inline and not starts:
+        return (text, *_inline_lock(tomllib, path, text, key))
+    head = parse_part(tomllib, path, text, Part(0, starts[0] if starts else len(text), 0))
     if key in head:
         raise InvalidLockError(f"{path}: its {key} are not written each under its own [[{key}]] line")
     return text, head, tuple(Part(*row) for row in zip(starts, [*starts[1:], len(text)], lines))
+
+
+def _inline_lock(tomllib: ModuleType, path: Path, text: str, key: str) -> tuple[dict[str, Any], tuple[Part, ...]]:
+    """The head and parts of a lock whose ``key`` is an inline array (or absent): each element its own part."""
+    assignment = re.compile(
+        rf"""^[ \t]*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')[ \t]*=[ \t]*\[""", re.M
+    )
+    found = list(itertools.islice(assignment.finditer(text), 2))
+    if len(found) == 1:
+        try:
+            opening = found[0].end() - 1
+            closing, parts = _inline_parts(text, opening, key)
+            head = parse_part(tomllib, path, text[:opening] + "[]" + text[closing:], Part(0, len(text), 0))
+            if head.get(key) == []:
+                return {name: value for name, value in head.items() if name != key}, parts
+        except (_NotInline, InvalidLockError):
+            pass  # the whole document's parse says what is wrong, or reads what the scan could not
+    whole = Part(0, len(text), 0)  # parsed whole, as the head, and again as the one part holding the packages
+    head = parse_part(tomllib, path, text, whole)
+    return {name: value for name, value in head.items() if name != key}, (whole,) if key in head else ()
+
+
+def _inline_parts(text: str, opening: int, key: str) -> tuple[int, tuple[Part, ...]]:
+    """Where the inline array opened at ``opening`` ends (after its "]") and each element's part, found by a
+    scan that skips strings and comments and counts brackets: linear in the text. Raises :class:`_NotInline`
+    where the scan cannot follow the text (an unclosed string or bracket, an empty element), which TOML
+    refuses too."""
+    parts: list[Part] = []
+    depth, start, position, seen = 1, opening + 1, opening + 1, False
+    line = text.count("\n", 0, start)
+    while True:
+        special = _ARRAY_SPECIAL.search(text, position)
+        if special is None:
+            raise _NotInline
+        seen = seen or (depth == 1 and bool(text[position : special.start()].strip()))
+        char, position = special.group(), special.end()
+        if char in "\"'":
+            position, seen = _string_end(text, special.start()), True
+        elif char == "#":
+            newline = text.find("\n", position)
+            position = len(text) if newline < 0 else newline
+        elif char in "[{":
+            depth, seen = depth + 1, True
+        elif char in "]}":
+            depth -= 1
+        if depth == 0 or char == "," and depth == 1:
+            if char == "," and not seen:
+                raise _NotInline  # an element missing before a comma
+            if seen:
+                first = _first_code(text, start)
+                parts.append(Part(first, special.start(), line + text.count("\n", start, first), key))
+            if depth == 0:
+                return position, tuple(parts)
+            line += text.count("\n", start, position)
+            start, seen = position, False
+
+
+def _first_code(text: str, start: int) -> int:
+    """Where the first character that is neither a blank nor in a comment is, from ``start``."""
+    while True:
+        start = len(text) - len(text[start:].lstrip()) if start < len(text) else start
+        if not text.startswith("#", start):
+            return start
+        newline = text.find("\n", start)
+        start = len(text) if newline < 0 else newline
+
+
+def _string_end(text: str, start: int) -> int:
+    """Where the TOML string opened at ``start`` ends (after its closing quotes)."""
+    if text.startswith("'''", start) or text.startswith('"""', start):
+        quotes = text[start : start + 3]
+        if quotes == "'''":
+            close = text.find(quotes, start + 3)
+        else:
+            close, position = -1, start + 3
+            while (special := _MULTILINE_BASIC_SPECIAL.search(text, position)) is not None:
+                if special.group() == '"""':
+                    close = special.start()
+                    break
+                position = special.end() + 1  # an escaped character
+        if close < 0:
+            raise _NotInline
+        end = close + 3
+        while end < close + 5 and text.startswith(quotes[0], end):  # up to two quotes end the content
+            end += 1
+        return end
+    if text[start] == "'":
+        close = text.find("'", start + 1)
+        if close < 0 or "\n" in text[start:close]:
+            raise _NotInline
+        return close + 1
+    position = start + 1
+    while (special := _BASIC_STRING_SPECIAL.search(text, position)) is not None:
+        if special.group() == '"':
+            return special.end()
+        if special.group() == "\n":
+            break
+        position = special.end() + 1
+    raise _NotInline
 
 
 def parse_part(tomllib: ModuleType, path: Path | str, text: str, part: Part) -> dict[str, Any]:
@@ -75,13 +196,16 @@ def parse_part(tomllib: ModuleType, path: Path | str, text: str, part: Part) -> 
     after the line of the part's header (its "end of document" is the end of that table). ``tomllib``: what
     :func:`toml_parser` gave, asked once a lock (below Python 3.11 a failed ``import tomllib`` searches the path)."""
     where = f"{path}:{part.line + 1}" if part.start else str(path)
+    document = text[part.start : part.end]
+    if part.inline is not None:  # an element of an inline array, parsed as a one-element array
+        document = f"{part.inline} = [{document}\n]"
     try:
         try:
-            return tomllib.loads(text[part.start : part.end])
+            return tomllib.loads(document)
         except tomllib.TOMLDecodeError:
             # Parsed again behind the empty lines that stand for the lines before it, for the message to count
             # the lock's lines: only on a failure, since a big lock has tens of thousands of parts.
-            return tomllib.loads("\n" * part.line + text[part.start : part.end])
+            return tomllib.loads("\n" * part.line + document)
     except tomllib.TOMLDecodeError as error:
         raise InvalidLockError(f"{where}: not TOML: {error}") from None
     except RecursionError:

@@ -72,8 +72,8 @@ class UvLock:
 
     def block_lines(self, number: int) -> list[str]:
         """The lines of block ``number``, each with its line ending."""
-        start, end, _ = self.parts[number]
-        return self.text[start:end].splitlines(keepends=True)
+        part = self.parts[number]
+        return self.text[part.start : part.end].splitlines(keepends=True)
 
     def package(self, number: int) -> dict[str, Any]:
         """The table of block ``number``, parsed from the block alone."""
