@@ -268,13 +268,14 @@ def test_reading_and_rewriting_a_big_uv_lock_stays_a_small_multiple_of_it(tmp_pa
         assert grown < bound * size, f"{command}: {grown / size:.1f} times the input"
 
 
-def _pylock(packages: int) -> str:
-    """A pylock.toml of ``packages`` packages of three wheels each (about 640 bytes a package)."""
+def _pylock(packages: int, machines: tuple[str, ...] = ("x86_64", "aarch64", "ppc64le")) -> str:
+    """A pylock.toml of ``packages`` packages of a wheel for each of ``machines`` (about 640 bytes a package of
+    three wheels, 200 of one)."""
     out = ['lock-version = "1.0"\ncreated-by = "uv"\nrequires-python = ">=3.11"\n']
     for number in range(packages):
         wheels = "".join(
             f'    {{ url = "https://files.example/pkg{number}-1.0-cp311-cp311-manylinux_2_17_{machine}.whl", hashes = {{ sha256 = "{"a" * 64}" }} }},\n'
-            for machine in ("x86_64", "aarch64", "ppc64le")
+            for machine in machines
         )
         out.append(
             f'\n[[packages]]\nname = "pkg{number}"\nversion = "1.0"\nindex = "https://pypi.example/simple"\nwheels = [\n{wheels}]\n'
@@ -289,9 +290,10 @@ LOCK_BOUND = 200 << 20  # peak RSS allowed locking a 30 MB pylock.toml or a 50 M
     ("flag", "text"),
     [
         ("--pylock", lambda: _pylock(48_000)),  # 30 MB
+        ("--pylock", lambda: _pylock(150_000, ("x86_64",))),  # 30 MB
         ("--uv-lock", lambda: _uv_lock(80_000)),  # 50 MB
     ],
-    ids=["pylock-30mb", "uv-lock-50mb"],
+    ids=["pylock-30mb", "pylock-30mb-one-wheel-each", "uv-lock-50mb"],
 )
 def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
     tmp_path: Path, flag: str, text: Callable[[], str]
@@ -300,7 +302,8 @@ def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
     uv.lock; each ``[[package]]`` table is now parsed alone, once, and dropped, and what stays is the text
     (kept for the uv.lock writer) and pins without their files (read again from the text when asked); the
     requirements lock and the uv.lock are written a piece at a time. Before the pins dropped their files
-    and the outputs were streamed, this uv.lock took 268 MiB."""
+    and the outputs were streamed, this uv.lock took 268 MiB. Issue 52: the pylock.toml of 150,000 packages
+    of one wheel took 233 MiB; its parts are now made as they are read, and pins share their Version."""
     lock = tmp_path / "lock.toml"
     lock.write_text(text())
     (tmp_path / "index").mkdir()
@@ -310,5 +313,6 @@ def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
 
     assert status == 0, err
     assert peak < LOCK_BOUND, f"peak RSS {peak >> 20} MiB"
-    assert (tmp_path / "out.txt").read_text().count("==1.0 \\\n") == (48_000 if flag == "--pylock" else 80_000)
+    packages = lock.read_text().count("\nname = ")
+    assert (tmp_path / "out.txt").read_text().count("==1.0 \\\n") == packages
     assert flag == "--pylock" or (tmp_path / "out.lock").read_bytes() == lock.read_bytes()

@@ -17,6 +17,7 @@ lock. Markers are parsed and evaluated by :func:`marker_holds`, whose every fail
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,12 +221,21 @@ def checked_name(value: str, where: str, what: str = "name") -> str:
 
 def checked_version(written: str, where: str) -> Version:
     """The PEP 440 version ``written``, which is written back as it is and so must be one token."""
+    parsed = _parsed_version(written)
+    if parsed is None:
+        raise InvalidLockError(f"{where}: version {written[:200]!r} is not a PEP 440 version")
+    return parsed
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_version(written: str) -> Version | None:
+    """``Version(written)`` (None if it is none, or not one token), one object for a text met recently: a Version
+    takes 150 bytes, and a big lock's pins repeat their versions (issue 52: 150,000 pins of a 30 MB pylock.toml).
+    A Version is never changed, so pins share it; the cache is bounded, whatever the lock."""
     try:
-        if written != written.strip():
-            raise InvalidVersion(written)
-        return Version(written)
+        return Version(written) if written == written.strip() else None
     except InvalidVersion:
-        raise InvalidLockError(f"{where}: version {written[:200]!r} is not a PEP 440 version") from None
+        return None
 
 
 def reference_version(name: str, url: str) -> tuple[Version | None, str | None]:

@@ -24,7 +24,7 @@ import itertools
 import re
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Iterable, Iterator, NamedTuple, TypeVar
 
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lock.model import read_lock_text
@@ -71,25 +71,35 @@ _BASIC_STRING_SPECIAL = re.compile(r'["\\\n]')
 _MULTILINE_BASIC_SPECIAL = re.compile(r'"""|\\')
 
 
-def split_lock(path: Path, key: str, *, inline: bool = False) -> tuple[str, dict[str, Any], tuple[Part, ...]]:
-    """The text of ``path``, its head parsed, and the part of each ``[[key]]`` header line, or with ``inline`` of
-    each element of a ``key = [...]`` array written instead. Otherwise the head holds no ``key``: the packages are
-    written each under its own header, as every lock writer does."""
+def split_lock(path: Path, key: str, *, inline: bool = False) -> tuple[str, dict[str, Any], Iterable[Part]]:
+    """The text of ``path``, its head parsed, and the part of each ``[[key]]`` header line (made as they are
+    iterated: a lock of 150,000 packages does not hold 150,000 parts), or with ``inline`` of each element of a
+    ``key = [...]`` array written instead. Otherwise the head holds no ``key``: the packages are written each
+    under its own header, as every lock writer does."""
     text = read_lock_text(path)
     header = re.compile(rf"^[ \t]*\[\[{re.escape(key)}\]\][ \t]*\r?$", re.MULTILINE)
-    starts, lines, position, total = [], [], 0, 0
-    for match in header.finditer(text):  # one pass: a 50 MB lock is not held a second time as lines
-        total += text.count("\n", position, match.start())
-        starts.append(match.start())
-        lines.append(total)
-        position = match.start()
+    first = header.search(text)
     tomllib = toml_parser(path)
-    if inline and not starts:
+    if inline and first is None:
         return (text, *_inline_lock(tomllib, path, text, key))
-    head = parse_part(tomllib, path, text, Part(0, starts[0] if starts else len(text), 0))
+    head = parse_part(tomllib, path, text, Part(0, first.start() if first else len(text), 0))
     if key in head:
         raise InvalidLockError(f"{path}: its {key} are not written each under its own [[{key}]] line")
-    return text, head, tuple(Part(*row) for row in zip(starts, [*starts[1:], len(text)], lines))
+    return text, head, _header_parts(text, header.finditer(text, first.start()) if first else iter(()))
+
+
+def _header_parts(text: str, headers: Iterator[re.Match[str]]) -> Iterator[Part]:
+    """The part of each header line matched, its line counted from the previous one (one pass over the text)."""
+    start, line = -1, 0
+    for match in headers:
+        if start >= 0:
+            yield Part(start, match.start(), line)
+            line += text.count("\n", start, match.start())
+        else:
+            line = text.count("\n", 0, match.start())
+        start = match.start()
+    if start >= 0:
+        yield Part(start, len(text), line)
 
 
 def _inline_lock(tomllib: ModuleType, path: Path, text: str, key: str) -> tuple[dict[str, Any], tuple[Part, ...]]:
