@@ -924,4 +924,3 @@ def test_an_output_is_rendered_for_comparison_only_where_its_target_is_a_file(tm
     target.write_text("other==2.0\n", encoding="utf-8")
     _write_all({target: ("--out", render)})  # another text there: compared, then written
     assert (target.read_text(encoding="utf-8"), len(calls)) == ("pinned==1.0\n", 4)
-

@@ -27,6 +27,7 @@ pins the patched wheel, and pip would fail on the mismatch far from the cause.
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,12 +100,12 @@ _INDEX_KINDS = {
 _SHELL_SPECIAL = re.compile(r"[ \t\r\n'\"\\]")
 _SHELL_BLANKS = re.compile(r"[ \t\r\n]*")
 _DOUBLE_QUOTED_SPECIAL = re.compile(r'["\\]')
+# Where pip's break_args_options cuts a requirement line: before the first space-separated word starting with "-".
+_FIRST_OPTION = re.compile(r" (?=-)")
 # The name and extras a requirement starts with, as written.
 _HEAD = re.compile(r"[ \t]*([A-Za-z0-9][A-Za-z0-9._-]*[ \t]*(?:\[[^\]]*\])?)")
 # The project an editable requirement's "#egg=" fragment names (pip's own pattern).
 _EGG = re.compile(r"[#&]egg=([^&]*)")
-#: How much of a line an error quotes: a line may be megabytes long.
-SHOWN = 200
 
 
 def comment_start(line: str) -> int | None:
@@ -176,11 +177,9 @@ def parse_requirements(text: str, source: str) -> RequirementsText:
         if not line.is_option:
             pins.append(_parse_pin(line))
             continue
-        read = _option_line(line)
-        kinds = [_INDEX_KINDS[name] for name, _ in read if name in _INDEX_KINDS]
-        if kinds:
-            options.append(LockOption(kinds[0], line.span, line.content))
-        editable = next((value for name, value in read if name == "--editable"), None)
+        kind, editable = _option_line(line)
+        if kind is not None:
+            options.append(LockOption(kind, line.span, line.content))
         pin = _editable_pin(line, editable) if editable is not None else None
         if pin is not None:
             pins.append(pin)
@@ -225,15 +224,14 @@ def _logical_lines(lines: Sequence[str], source: str) -> Iterator[LogicalLine]:
 def _parse_pin(line: LogicalLine) -> Pin:
     """Split a requirement line like pip's ``break_args_options``: the requirement is every
     space-separated token before the first one starting with '-'."""
-    tokens = line.content.split(" ")
-    first_option = next((i for i, token in enumerate(tokens) if token.startswith("-")), len(tokens))
-    requirement_text = " ".join(tokens[:first_option])
+    cut = _FIRST_OPTION.search(line.content)  # not split(" "): a value with a blank every few characters
+    requirement_text = line.content[: cut.start()] if cut else line.content
+    options = line.content[cut.end() :] if cut else ""
     try:
         requirement = Requirement(requirement_text)
     except (InvalidRequirement, RecursionError) as error:  # packaging's parser recurses per "("
         reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
         raise InvalidLockError(f"{line.span.where}: {requirement_text!r}: {reason}") from None
-    options = " ".join(tokens[first_option:])
     hashes = tuple(value for _, _, value in hash_options(options))
     _check_requirement_options(options, hashes, line.span.where)
     head = _HEAD.match(requirement_text)
@@ -255,24 +253,20 @@ def _parse_pin(line: LogicalLine) -> Pin:
     )
 
 
-def shown(text: str) -> str:
-    """``text`` quoted for an error line, cut to :data:`SHOWN` characters."""
-    return repr(text[:SHOWN]) + ("..." if len(text) > SHOWN else "")
-
-
-def shell_words(text: str) -> list[str]:
+def shell_words(text: str) -> Iterator[str]:
     """``shlex.split(text)``, the words pip's option parser is given, in linear time: shlex grows a word a
-    character at a time (a megabyte takes seconds, ten take minutes), and a lock's option value is as long as
+    character at a time (a megabyte takes a minute, ten take hours), and a lock's option value is as long as
     whoever wrote the lock made it. The same words, and the same :class:`ValueError` on an open quote or a
-    final backslash."""
-    words: list[str] = []
-    word: list[str] | None = None  # the pieces of the word being read, None between words
+    final backslash. A word is built in a :class:`io.StringIO`, not as a list of its pieces: a value of
+    alternating quotes or escapes has a piece every few characters (each a string object of 50 bytes); and the
+    words are given one at a time, since a line may hold millions of them."""
+    word: io.StringIO | None = None  # the word being read, None between words
     position = _SHELL_BLANKS.match(text).end()  # type: ignore[union-attr]  # it matches the empty string
     while position < len(text):
         special = _SHELL_SPECIAL.search(text, position)
         stop = special.start() if special else len(text)
-        word = [] if word is None else word
-        word.append(text[position:stop])
+        word = io.StringIO() if word is None else word
+        word.write(text[position:stop])
         if special is None:
             break
         char = special.group()
@@ -280,73 +274,68 @@ def shell_words(text: str) -> list[str]:
             close = text.find("'", stop + 1)
             if close < 0:
                 raise ValueError("No closing quotation")
-            word.append(text[stop + 1 : close])
+            word.write(text[stop + 1 : close])
             position = close + 1
         elif char == '"':
             position = _double_quoted(text, stop + 1, word)
         elif char == "\\":
             if stop + 1 == len(text):
                 raise ValueError("No escaped character")
-            word.append(text[stop + 1])
+            word.write(text[stop + 1])
             position = stop + 2
         else:  # a blank ends the word
-            words.append("".join(word))
+            yield word.getvalue()
             word = None
             position = _SHELL_BLANKS.match(text, stop).end()  # type: ignore[union-attr]
     if word is not None:
-        words.append("".join(word))
-    return words
+        yield word.getvalue()
 
 
-def _double_quoted(text: str, position: int, word: list[str]) -> int:
+def _double_quoted(text: str, position: int, word: io.StringIO) -> int:
     """Read the double-quoted string from ``position`` (after its quote) into ``word``, as shlex in POSIX mode:
     a backslash escapes only a quote or a backslash, and stays before any other character. Where it ends."""
     while True:
         special = _DOUBLE_QUOTED_SPECIAL.search(text, position)
         if special is None:
             raise ValueError("No closing quotation")
-        word.append(text[position : special.start()])
+        word.write(text[position : special.start()])
         if special.group() == '"':
             return special.end()
         if special.end() == len(text):
             raise ValueError("No escaped character")
         escaped = text[special.end()]
-        word.append(escaped if escaped in '"\\' else "\\" + escaped)
+        word.write(escaped if escaped in '"\\' else "\\" + escaped)
         position = special.end() + 1
 
 
-def pip_options(options: str, where: str) -> list[tuple[str, str | None]]:
+def pip_options(options: str, where: str) -> Iterator[tuple[str, str | None]]:
     """The options written in ``options`` as pip's parser reads them, each as (its long name, its value or None
     for a flag), or one error naming ``where``: an option pip does not know (or an abbreviation, which pip
     takes: see :data:`_PIP_OPTIONS`), a flag given a value, a missing value, or a value pip's parser refuses.
     Words among the options are skipped, as pip skips them."""
+    words = shell_words(options)
     try:
-        words = shell_words(options)
-    except ValueError as error:
-        raise InvalidLockError(f"{where}: {shown(options)}: {error}") from None
-    read: list[tuple[str, str | None]] = []
-    position = 0
-    while position < len(words):
-        word = words[position]
-        position += 1
-        if word == "--":
-            raise InvalidLockError(f"{where}: '--': pip ignores every option after it; remove it")
-        if not word.startswith("-") or word == "-":
-            continue
-        spelling, equals, value = word.partition("=") if word.startswith("--") else (word[:2], "", word[2:])
-        name = _known_option(spelling, where)
-        if name in _FLAGS:
-            if equals:
-                raise InvalidLockError(f"{where}: option {spelling} takes no value")
-            read.append((name, None))
-            continue
-        if not equals and not value:
-            if position == len(words):
-                raise InvalidLockError(f"{where}: option {spelling} has no value")
-            value, position = words[position], position + 1
-        _check_value(name, spelling, value, where)
-        read.append((name, value))
-    return read
+        for word in words:
+            if word == "--":
+                raise InvalidLockError(f"{where}: '--': pip ignores every option after it; remove it")
+            if not word.startswith("-") or word == "-":
+                continue
+            spelling, equals, value = word.partition("=") if word.startswith("--") else (word[:2], "", word[2:])
+            name = _known_option(spelling, where)
+            if name in _FLAGS:
+                if equals:
+                    raise InvalidLockError(f"{where}: option {spelling} takes no value")
+                yield name, None
+                continue
+            if not equals and not value:
+                following = next(words, None)
+                if following is None:
+                    raise InvalidLockError(f"{where}: option {spelling} has no value")
+                value = following
+            _check_value(name, spelling, value, where)
+            yield name, value
+    except ValueError as error:  # shlex's words: an open quote, a final backslash
+        raise InvalidLockError(f"{where}: {options!r}: {error}") from None
 
 
 def _known_option(spelling: str, where: str) -> str:
@@ -357,7 +346,7 @@ def _known_option(spelling: str, where: str) -> str:
         raise InvalidLockError(f"{where}: option {spelling}: {_REMOVED[spelling]}, and it refuses a lock naming it")
     meant = sorted(name for name in _PIP_OPTIONS if spelling.startswith("--") and name.startswith(spelling))
     raise InvalidLockError(
-        f"{where}: option {shown(spelling)} is not one pip reads in a requirements file"
+        f"{where}: option {spelling!r} is not one pip reads in a requirements file"
         + (f" (write {' or '.join(meant)} in full)" if meant else "")
     )
 
@@ -368,58 +357,66 @@ def _check_value(name: str, spelling: str, value: str, where: str) -> None:
         algorithm, colon, digest = value.partition(":")
         if algorithm not in _HASH_ALGORITHMS or not colon or not digest:  # pip takes an empty digest, matching none
             raise InvalidLockError(
-                f"{where}: --hash {shown(value)}: not a hash pip takes ("
+                f"{where}: --hash {value!r}: not a hash pip takes ("
                 + ", ".join(f"{a}:<hex>" for a in _HASH_ALGORITHMS)
                 + ")"
             )
     elif name == "--config-settings" and "=" not in value:
-        raise InvalidLockError(f"{where}: option {spelling} {shown(value)}: pip takes it as KEY=VALUE")
+        raise InvalidLockError(f"{where}: option {spelling} {value!r}: pip takes it as KEY=VALUE")
     elif name == "--use-feature" and value not in _FEATURES:
         raise InvalidLockError(
-            f"{where}: --use-feature {shown(value)}: pip knows no such feature (it knows {', '.join(_FEATURES)})"
+            f"{where}: --use-feature {value!r}: pip knows no such feature (it knows {', '.join(_FEATURES)})"
         )
     elif name in _NAME_LISTS and value.startswith("-"):
-        raise InvalidLockError(f"{where}: option {spelling} has no value (pip reads {shown(value)} as an option)")
+        raise InvalidLockError(f"{where}: option {spelling} has no value (pip reads {value!r} as an option)")
 
 
 def _check_requirement_options(options: str, hashes: tuple[str, ...], where: str) -> None:
     """Refuse a requirement's options that pip refuses or ignores (every option but those of
     :data:`_REQUIREMENT_OPTIONS`), or reads otherwise than :func:`hash_options` (a quoted ``--hash``): the
     lock pip would install from must be the one read here."""
-    read = pip_options(options, where)
-    for name, _ in read:
+    read: list[str] = []
+    for name, value in pip_options(options, where):
         if name not in _REQUIREMENT_OPTIONS:
             raise InvalidLockError(
                 f"{where}: option {name} is not one pip takes on a requirement line, spelled in full: "
                 + ", ".join(_REQUIREMENT_OPTIONS)
                 + " (or -C)"
             )
-    if tuple(value for name, value in read if name == "--hash") != hashes:
+        if name == "--hash" and value is not None:
+            read.append(value)
+    if tuple(read) != hashes:
         raise InvalidLockError(f"{where}: write each --hash unquoted, as --hash=<name>:<hex> or --hash <name>:<hex>")
 
 
-def _option_line(line: LogicalLine) -> list[tuple[str, str | None]]:
-    """The options of an option line, read as pip reads them, or one error naming the line: besides what pip
-    refuses, an included file (whose pins would keep the old hashes while the rewritten lock pins the patched
-    wheel), an index option beside other options (index lines are dropped or replaced whole), and a
-    requirement's option on a line of its own, which pip ignores: a ``--hash`` after a blank or comment line
-    that ended the pin's continuation checks nothing."""
+def _option_line(line: LogicalLine) -> tuple[str | None, str | None]:
+    """The kind of index an option line names (``index-url``, ``extra-index-url``, ``find-links``, ``no-index``)
+    and the value of its ``--editable`` (each None if it has none), its options read as pip reads them; or one
+    error naming the line: besides what pip refuses, an included file (whose pins would keep the old hashes while
+    the rewritten lock pins the patched wheel), an index option beside other options (index lines are dropped or
+    replaced whole), and a requirement's option on a line of its own, which pip ignores: a ``--hash`` after a
+    blank or comment line that ended the pin's continuation checks nothing."""
     where = line.span.where
-    read = pip_options(line.content, where)
-    names = [name for name, _ in read]
+    names: set[str] = set()  # a set, and not every option read: a line may repeat one a million times
+    count, kind, editable = 0, None, None
+    for name, value in pip_options(line.content, where):
+        names.add(name)
+        count += 1
+        kind = kind or _INDEX_KINDS.get(name)
+        editable = value if name == "--editable" and editable is None else editable
     if "--requirement" in names or "--constraint" in names:
         raise InvalidLockError(
-            f"{where}: {line.content[:SHOWN]}: included files are not followed; put their lines into this lock"
+            f"{where}: {line.content}: included files are not followed; put their lines into this lock"
         )
-    if any(name in _INDEX_KINDS for name in names) and len(names) > 1:
-        raise InvalidLockError(f"{where}: {shown(line.content)}: write an index option on a line of its own")
-    stray = [name for name in names if name == "--hash" or name == "--config-settings" and "--editable" not in names]
-    if stray:
+    if kind is not None and count > 1:
+        raise InvalidLockError(f"{where}: {line.content!r}: write an index option on a line of its own")
+    stray = "--hash" if "--hash" in names else "--config-settings" if editable is None else None
+    if stray in names:
         raise InvalidLockError(
-            f"{where}: {stray[0]} on a line of its own belongs to no requirement, and pip ignores it "
+            f"{where}: {stray} on a line of its own belongs to no requirement, and pip ignores it "
             "(a blank or comment line ends a requirement's continuation lines)"
         )
-    return read
+    return kind, editable
 
 
 def _editable_pin(line: LogicalLine, url: str) -> Pin | None:
@@ -435,7 +432,7 @@ def _editable_pin(line: LogicalLine, url: str) -> Pin | None:
     except (InvalidRequirement, RecursionError) as error:
         reason = str(error).splitlines()[0]
         raise InvalidLockError(
-            f"{line.span.where}: {shown(line.content)}: #egg={shown(egg.group(1))}: {reason}"
+            f"{line.span.where}: {line.content[:200]!r}: #egg={egg.group(1)[:200]!r}: {reason}"
         ) from None
     version, pin_error = reference_version(requirement.name, url)
     return Pin(

@@ -206,7 +206,7 @@ def test_options_are_split_into_the_words_shlex_gives() -> None:
         except ValueError as error:
             expected = str(error)
         try:
-            got: object = shell_words(text)
+            got: object = list(shell_words(text))
         except ValueError as error:
             got = str(error)
         assert got == expected, repr(text)
