@@ -320,13 +320,14 @@ def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
 
 @pytest.mark.parametrize(
     "options",
-    [f"--hash=sha256:{'ab' * (2 << 20)}", '-C "key=' + 'a\\\\ b\\"' * (1 << 19) + '"'],
-    ids=["4-mb-hash", "4-mb-quoted-value"],
+    [f"--hash=sha256:{'ab' * (4 << 20)}", '-C "key=' + 'a\\\\ b\\"' * (1 << 20) + '"'],
+    ids=["8-mb-hash", "6-mb-quoted-value"],
 )
 def test_a_requirement_with_megabytes_of_options_is_read_in_one_pass(tmp_path: Path, options: str) -> None:
     """Issue 52, cause 6: a requirement's options are split into pip's words (shlex's), and shlex grows a word a
     character at a time: a 1 MB value took a minute, 10 MB got no answer in two. They are split in one pass now,
-    the value held a few times at most (the subprocess's timeout is a safety net, not the measure)."""
+    the value held a few times at most (the subprocess's timeout is a safety net, not the measure: shlex would
+    take half an hour on 8 MB)."""
     requirements = tmp_path / "requirements.txt"
     requirements.write_text(f"foo==1.0 {options}\n", encoding="utf-8")
     (tmp_path / "index").mkdir()
