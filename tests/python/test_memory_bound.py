@@ -268,18 +268,24 @@ def test_reading_and_rewriting_a_big_uv_lock_stays_a_small_multiple_of_it(tmp_pa
         assert grown < bound * size, f"{command}: {grown / size:.1f} times the input"
 
 
-def _pylock(packages: int, machines: tuple[str, ...] = ("x86_64", "aarch64", "ppc64le")) -> str:
+def _pylock(packages: int, machines: tuple[str, ...] = ("x86_64", "aarch64", "ppc64le"), inline: bool = False) -> str:
     """A pylock.toml of ``packages`` packages of a wheel for each of ``machines`` (about 640 bytes a package of
-    three wheels, 200 of one)."""
+    three wheels, 200 of one), each under its ``[[packages]]`` header or, ``inline``, one table of an array."""
     out = ['lock-version = "1.0"\ncreated-by = "uv"\nrequires-python = ">=3.11"\n']
+    out += ["packages = [\n"] if inline else []
     for number in range(packages):
         wheels = "".join(
             f'    {{ url = "https://files.example/pkg{number}-1.0-cp311-cp311-manylinux_2_17_{machine}.whl", hashes = {{ sha256 = "{"a" * 64}" }} }},\n'
             for machine in machines
         )
-        out.append(
-            f'\n[[packages]]\nname = "pkg{number}"\nversion = "1.0"\nindex = "https://pypi.example/simple"\nwheels = [\n{wheels}]\n'
-        )
+        keys = [
+            f'name = "pkg{number}"',
+            'version = "1.0"',
+            'index = "https://pypi.example/simple"',
+            f"wheels = [\n{wheels}]",
+        ]
+        out.append(f"{{ {', '.join(keys)} }},\n" if inline else "\n[[packages]]\n" + "\n".join(keys) + "\n")
+    out += ["]\n"] if inline else []
     return "".join(out)
 
 
@@ -291,9 +297,10 @@ LOCK_BOUND = 200 << 20  # peak RSS allowed locking a 30 MB pylock.toml or a 50 M
     [
         ("--pylock", lambda: _pylock(48_000)),  # 30 MB
         ("--pylock", lambda: _pylock(150_000, ("x86_64",))),  # 30 MB
+        ("--pylock", lambda: _pylock(48_000, inline=True)),  # 30 MB, packages = [{ ... }, ...]
         ("--uv-lock", lambda: _uv_lock(80_000)),  # 50 MB
     ],
-    ids=["pylock-30mb", "pylock-30mb-one-wheel-each", "uv-lock-50mb"],
+    ids=["pylock-30mb", "pylock-30mb-one-wheel-each", "pylock-30mb-inline", "uv-lock-50mb"],
 )
 def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
     tmp_path: Path, flag: str, text: Callable[[], str]
@@ -313,7 +320,7 @@ def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
 
     assert status == 0, err
     assert peak < LOCK_BOUND, f"peak RSS {peak >> 20} MiB"
-    packages = lock.read_text().count("\nname = ")
+    packages = lock.read_text().count('name = "pkg')
     assert (tmp_path / "out.txt").read_text().count("==1.0 \\\n") == packages
     assert flag == "--pylock" or (tmp_path / "out.lock").read_bytes() == lock.read_bytes()
 

@@ -69,6 +69,8 @@ class _NotInline(Exception):
 _ARRAY_SPECIAL = re.compile(r"""["'\[\]{}#,]""")
 _BASIC_STRING_SPECIAL = re.compile(r'["\\\n]')
 _MULTILINE_BASIC_SPECIAL = re.compile(r'"""|\\')
+# What TOML allows between an array's values: blanks, line ends, comments (no control character but a tab).
+_GAP = re.compile(r"(?:[ \t]|\r?\n|#[^\x00-\x08\n-\x1f\x7f]*)*")
 
 
 def split_lock(path: Path, key: str, *, inline: bool = False) -> tuple[str, dict[str, Any], Iterable[Part]]:
@@ -146,25 +148,15 @@ def _inline_parts(text: str, opening: int, key: str) -> tuple[int, tuple[Part, .
         elif char in "]}":
             depth -= 1
         if depth == 0 or char == "," and depth == 1:
-            if char == "," and not seen:
-                raise _NotInline  # an element missing before a comma
-            if seen:
-                first = _first_code(text, start)
+            first = _GAP.match(text, start).end()  # type: ignore[union-attr]  # it matches the empty string
+            if not seen and (char == "," or first != special.start()):
+                raise _NotInline  # an element missing before a comma, or what TOML allows nowhere
+            if seen:  # parsed from its first character: the gap before it was matched, the rest is the parser's
                 parts.append(Part(first, special.start(), line + text.count("\n", start, first), key))
             if depth == 0:
                 return position, tuple(parts)
             line += text.count("\n", start, position)
             start, seen = position, False
-
-
-def _first_code(text: str, start: int) -> int:
-    """Where the first character that is neither a blank nor in a comment is, from ``start``."""
-    while True:
-        start = len(text) - len(text[start:].lstrip()) if start < len(text) else start
-        if not text.startswith("#", start):
-            return start
-        newline = text.find("\n", start)
-        start = len(text) if newline < 0 else newline
 
 
 def _string_end(text: str, start: int) -> int:
@@ -208,7 +200,7 @@ def parse_part(tomllib: ModuleType, path: Path | str, text: str, part: Part) -> 
     where = f"{path}:{part.line + 1}" if part.start else str(path)
     document = text[part.start : part.end]
     if part.inline is not None:  # an element of an inline array, parsed as a one-element array
-        document = f"{part.inline} = [{document}\n]"
+        document = f"{part.inline} = [{document}]"  # it ends before a "," or "]", never in a comment
     try:
         try:
             return tomllib.loads(document)

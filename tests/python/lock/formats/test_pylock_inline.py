@@ -3,6 +3,7 @@ with one ``[[packages]]`` header per package (issue 52, cause 10: it was refused
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,60 @@ def test_an_inline_array_toml_refuses_is_one_error(tmp_path: Path, text: str, me
         assert all(isinstance(package, dict) for package in packages)
     with pytest.raises(InvalidLockError, match=message):
         read_pylock(lock, {})
+
+
+PIECES = [
+    '{ name = "a" }',
+    "{ name = 'b]', v = [1, [2, 3]] }",
+    '{ name = "c\\"],#" }',
+    '{ s = """x\n]"""}',
+    "{ s = '''#,]'''}",
+    "{ s = '''x'''''}",
+    "# c ] , {\n",
+    ",",
+    ", ",
+    "\n",
+    "\r\n",
+    "\r",
+    "\t",
+    "\x0b",
+    "]",
+    "[",
+    "{",
+    '"',
+    "'",
+    "3",
+    "#\x01\n",
+]
+
+
+def test_an_inline_array_is_read_as_a_whole_parse_reads_it(tmp_path: Path) -> None:
+    """The element scan against tomllib parsing the whole document, on arrays of strings holding brackets, commas
+    and quotes, comments, nested arrays, line ends and characters TOML refuses: the same packages, or an error."""
+    from patched_wheels.lock.formats.tomlread import parse_part, split_lock, tables
+
+    rng = random.Random(52)
+    lock = tmp_path / "pylock.toml"
+    for _ in range(3000):
+        body = "".join(rng.choice(PIECES) for _ in range(rng.randrange(6)))
+        text = f"{HEAD}packages = [{body}]\ntail = 1\n"
+        lock.write_bytes(text.encode())
+        try:
+            expected: object = tomllib.loads(text)["packages"]
+        except tomllib.TOMLDecodeError:
+            expected = "error"
+        try:
+            source, head, parts = split_lock(lock, "packages", inline=True)
+            got: object = [p for part in parts for p in tables(parse_part(tomllib, lock, source, part), "packages", "")]
+            assert head == {"lock-version": "1.0", "created-by": "hand", "tail": 1}
+        except InvalidLockError:
+            got = "error"
+        assert (
+            got == expected
+            or expected != "error"
+            and got == "error"
+            and any(
+                not isinstance(package, dict)
+                for package in expected  # type: ignore[union-attr]
+            )
+        ), repr(text)
