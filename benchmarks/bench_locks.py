@@ -9,7 +9,10 @@ of the input. ``tomllib.loads`` alone on the same text is measured too: the floo
 keeps the parsed document. ``--baseline DIR`` measures the ``python/`` directory of another checkout (the
 code before a change) on the same inputs in the same run, before this one.
 
-    python -m benchmarks.bench_locks [--megabytes 50] [--pylock-megabytes 30] [--baseline DIR]
+A requirements lock of one pin whose ``--hash`` value is ``--option-megabytes`` long (default 10: issue 52 found
+no answer in 120 s, shlex splitting it a character at a time) is locked too.
+
+    python -m benchmarks.bench_locks [--megabytes 50] [--pylock-megabytes 30] [--option-megabytes 10] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=50)
     parser.add_argument("--pylock-megabytes", type=float, help="the pylock.toml's size (default: --megabytes)")
+    parser.add_argument("--option-megabytes", type=float, default=10, help="the requirements lock's option value")
     parser.add_argument("--baseline", type=Path, help="a python/ directory measured first, as 'baseline'")
     args = parser.parse_args()
     packages = int(args.megabytes * 1e6 / 630)
@@ -96,9 +100,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         (root / "index").mkdir()
-        files = {"uv-lock": root / "uv.lock", "pylock": root / "pylock.toml"}
+        files = {"uv-lock": root / "uv.lock", "pylock": root / "pylock.toml", "requirements": root / "options.txt"}
         files["uv-lock"].write_text(uv_lock(packages))
         files["pylock"].write_text(pylock(pylock_packages))
+        files["requirements"].write_text(f"pkg==1.0 --hash=sha256:{'ab' * int(args.option_megabytes * 5e5)}\n")
         print(f"{packages} uv.lock and {pylock_packages} pylock.toml packages, three wheels each")
         results: dict[str, dict[str, object]] = {}
         for lock_format, path in files.items():
@@ -124,6 +129,8 @@ def main() -> None:
                     *(("--out-uv-lock", str(root / "out.lock")) if lock_format == "uv-lock" else ()),
                 ),
             }
+            if lock_format == "requirements":  # not TOML, and resolve would look its pin up on an index
+                runs = {"lock": runs["lock"]}
             for name, command in runs.items():
                 for label, code in codes.items() if name != "tomllib.loads" else [("", None)]:
                     started = time.monotonic()

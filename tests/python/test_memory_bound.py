@@ -268,17 +268,26 @@ def test_reading_and_rewriting_a_big_uv_lock_stays_a_small_multiple_of_it(tmp_pa
         assert grown < bound * size, f"{command}: {grown / size:.1f} times the input"
 
 
-def _pylock(packages: int) -> str:
-    """A pylock.toml of ``packages`` packages of three wheels each (about 640 bytes a package)."""
+def _pylock(
+    packages: int,
+    machines: tuple[str, ...] = ("x86_64", "aarch64", "ppc64le"),
+    inline: bool = False,
+    index: str | None = "https://pypi.example/simple",
+) -> str:
+    """A pylock.toml of ``packages`` packages of a wheel for each of ``machines`` (about 640 bytes a package of
+    three wheels, 215 of one without ``index``), each under its ``[[packages]]`` header or, ``inline``, one table
+    of an array."""
     out = ['lock-version = "1.0"\ncreated-by = "uv"\nrequires-python = ">=3.11"\n']
+    out += ["packages = [\n"] if inline else []
     for number in range(packages):
         wheels = "".join(
             f'    {{ url = "https://files.example/pkg{number}-1.0-cp311-cp311-manylinux_2_17_{machine}.whl", hashes = {{ sha256 = "{"a" * 64}" }} }},\n'
-            for machine in ("x86_64", "aarch64", "ppc64le")
+            for machine in machines
         )
-        out.append(
-            f'\n[[packages]]\nname = "pkg{number}"\nversion = "1.0"\nindex = "https://pypi.example/simple"\nwheels = [\n{wheels}]\n'
-        )
+        keys = [f'name = "pkg{number}"', 'version = "1.0"', *([f'index = "{index}"'] if index else [])]
+        keys.append(f"wheels = [\n{wheels}]")
+        out.append(f"{{ {', '.join(keys)} }},\n" if inline else "\n[[packages]]\n" + "\n".join(keys) + "\n")
+    out += ["]\n"] if inline else []
     return "".join(out)
 
 
@@ -289,9 +298,11 @@ LOCK_BOUND = 200 << 20  # peak RSS allowed locking a 30 MB pylock.toml or a 50 M
     ("flag", "text"),
     [
         ("--pylock", lambda: _pylock(48_000)),  # 30 MB
+        ("--pylock", lambda: _pylock(130_000, ("x86_64",), index=None)),  # 30 MB
+        ("--pylock", lambda: _pylock(48_000, inline=True)),  # 30 MB, packages = [{ ... }, ...]
         ("--uv-lock", lambda: _uv_lock(80_000)),  # 50 MB
     ],
-    ids=["pylock-30mb", "uv-lock-50mb"],
+    ids=["pylock-30mb", "pylock-30mb-one-wheel-each", "pylock-30mb-inline", "uv-lock-50mb"],
 )
 def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
     tmp_path: Path, flag: str, text: Callable[[], str]
@@ -300,7 +311,8 @@ def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
     uv.lock; each ``[[package]]`` table is now parsed alone, once, and dropped, and what stays is the text
     (kept for the uv.lock writer) and pins without their files (read again from the text when asked); the
     requirements lock and the uv.lock are written a piece at a time. Before the pins dropped their files
-    and the outputs were streamed, this uv.lock took 268 MiB."""
+    and the outputs were streamed, this uv.lock took 268 MiB. Issue 52: the pylock.toml of 130,000 packages
+    of one wheel took 210 MiB (159 now); its parts are made as they are read, and pins share their version."""
     lock = tmp_path / "lock.toml"
     lock.write_text(text())
     (tmp_path / "index").mkdir()
@@ -310,5 +322,29 @@ def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
 
     assert status == 0, err
     assert peak < LOCK_BOUND, f"peak RSS {peak >> 20} MiB"
-    assert (tmp_path / "out.txt").read_text().count("==1.0 \\\n") == (48_000 if flag == "--pylock" else 80_000)
+    packages = lock.read_text().count('name = "pkg')
+    assert (tmp_path / "out.txt").read_text().count("==1.0 \\\n") == packages
     assert flag == "--pylock" or (tmp_path / "out.lock").read_bytes() == lock.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [f"--hash=sha256:{'ab' * (4 << 20)}", '-C "key=' + 'a\\\\ b\\"' * (1 << 20) + '"'],
+    ids=["8-mb-hash", "6-mb-quoted-value"],
+)
+def test_a_requirement_with_megabytes_of_options_is_read_in_one_pass(tmp_path: Path, options: str) -> None:
+    """Issue 52, cause 6: a requirement's options are split into pip's words (shlex's), and shlex grows a word a
+    character at a time: a 1 MB value took a minute, 10 MB got no answer in two. They are split in one pass now,
+    the value held a few times at most (the subprocess's timeout is a safety net, not the measure: shlex would
+    take half an hour on 8 MB)."""
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"foo==1.0 {options}\n", encoding="utf-8")
+    (tmp_path / "index").mkdir()
+
+    status, _, err, peak = _run(
+        "lock", "--requirements", requirements, "--index", tmp_path / "index", "--out", tmp_path / "out.txt"
+    )
+
+    assert status == 0, err
+    assert (tmp_path / "out.txt").read_bytes() == requirements.read_bytes()
+    assert peak < BOUND, f"peak RSS {peak >> 20} MiB"

@@ -88,7 +88,7 @@ class IndexAttributes:
     requirements_lock: Path | None
     uv_lock: Path | None
     pylock: Path | None
-    """The lock attributes (LOCK_FORMATS), exactly one of them given (:func:`check_request`)."""
+    """The lock attributes (LOCK_FORMATS), exactly one of them given (:meth:`check_one_lock`)."""
     index_url: str
     """Where the lock's unpatched pins come from (direct mode, if the lock names no index)."""
     index_option: str = field(metadata={VALUES: INDEX_OPTIONS})
@@ -117,9 +117,19 @@ class IndexAttributes:
 
     @property
     def lock(self) -> tuple[str, Path]:
-        """The one lock attribute given and its path (:func:`check_request` made sure there is one)."""
+        """The one lock attribute given and its path (:meth:`check_one_lock` made sure there is one)."""
         (given,) = [(attribute, path) for attribute, path in self.locks.items() if path is not None]
         return given
+
+    def check_one_lock(self, where: str) -> None:
+        """Refuse attributes naming no lock or several, naming ``where`` (the request's ``patched.index`` call,
+        or the configuration's attributes: the build step reads a file anyone may have edited)."""
+        given = [attribute for attribute, path in self.locks.items() if path is not None]
+        if len(given) != 1:
+            raise UsageError(
+                f"{where}: give exactly one of {', '.join(LOCK_FORMATS)}"
+                + (f", not {' and '.join(given)}" if given else "")
+            )
 
 
 @dataclass(frozen=True)
@@ -206,6 +216,7 @@ class HubConfig:
         """The configuration, checked whole (types, then every spec as the plan checked it) before the build
         writes anything."""
         config = read_object(cls, raw, "hub configuration")
+        config.attributes.check_one_lock("hub configuration: attributes")
         for spec in config.patched:
             check_spec(spec, wheel_call(config.hub, config.bzlmod, spec.name))
         return config
@@ -258,12 +269,7 @@ def resolved_wheel(raw: object) -> ResolvedWheel:
 def check_request(request: HubRequest) -> None:
     """Every check that needs no wheel, each naming the attributes the user wrote: contradictory
     attributes fail here, before the first download."""
-    given = [attribute for attribute, path in request.attributes.locks.items() if path is not None]
-    if len(given) != 1:
-        raise UsageError(
-            f"{request.index_call}: give exactly one of {', '.join(LOCK_FORMATS)}"
-            + (f", not {' and '.join(given)}" if given else "")
-        )
+    request.attributes.check_one_lock(request.index_call)
     index_option, index_url = request.attributes.index_option, request.attributes.index_url
     if index_option not in index_options_for(request.rules_python_version):  # one of INDEX_OPTIONS: the schema's
         raise UsageError(

@@ -17,6 +17,7 @@ lock. Markers are parsed and evaluated by :func:`marker_holds`, whose every fail
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,12 +221,25 @@ def checked_name(value: str, where: str, what: str = "name") -> str:
 
 def checked_version(written: str, where: str) -> Version:
     """The PEP 440 version ``written``, which is written back as it is and so must be one token."""
+    return shared_version(written, where)[1]
+
+
+def shared_version(written: str, where: str) -> tuple[str, Version]:
+    """``written`` and its :func:`checked_version`, both the very objects of the last pin that had the same text:
+    a Version takes 150 bytes and its text 50, and a big lock's pins repeat their versions (issue 52: 130,000
+    pins of a 30 MB pylock.toml). Neither is ever changed, so pins share them; the cache is bounded."""
+    parsed = _parsed_version(written)
+    if parsed is None:
+        raise InvalidLockError(f"{where}: version {written[:200]!r} is not a PEP 440 version")
+    return parsed
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_version(written: str) -> tuple[str, Version] | None:
     try:
-        if written != written.strip():
-            raise InvalidVersion(written)
-        return Version(written)
+        return (written, Version(written)) if written == written.strip() else None
     except InvalidVersion:
-        raise InvalidLockError(f"{where}: version {written[:200]!r} is not a PEP 440 version") from None
+        return None
 
 
 def reference_version(name: str, url: str) -> tuple[Version | None, str | None]:
@@ -266,7 +280,7 @@ def locked_pin(
     checked_name(name, where)
     for extra in extras:
         checked_name(extra, where, "extra")
-    parsed = checked_version(version, where) if version else None
+    version, parsed = shared_version(version, where) if version else (version, None)
     for value in [url] if url else []:
         checked_url(value, where)
     for file in files:

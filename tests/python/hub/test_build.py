@@ -420,6 +420,15 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
         ),
         ({"attributes": {"restore_extras": None}}, "hub configuration: attributes: restore_extras = null: expected"),
         ({"attributes": {"requirements_lock": "/MISSING"}}, 'requirements_lock = "/MISSING": not a file'),
+        (  # issue 52: no lock was a traceback (ValueError in IndexAttributes.lock)
+            {"attributes": {"requirements_lock": None}},
+            "hub configuration: attributes: give exactly one of requirements_lock, uv_lock, pylock",
+        ),
+        (
+            {"attributes": {"uv_lock": "LOCK", "pylock": "LOCK"}},
+            "hub configuration: attributes: give exactly one of requirements_lock, uv_lock, pylock, not "
+            "requirements_lock and uv_lock and pylock",
+        ),
         ({"patched": [{"strip": "1"}]}, 'strip = "1": expected an integer'),
         ({"patched": [{"rpath": {"a/*.so": "$ORIGIN/a\u0000b"}}]}, "hold the control character"),
     ],
@@ -436,7 +445,10 @@ def test_the_build_checks_its_configuration_before_writing_anything(
     if "patched" in change:
         raw["patched"][0].update(change["patched"][0])  # type: ignore[index]
     elif "attributes" in change:
-        raw["attributes"].update(change["attributes"])  # type: ignore[arg-type]
+        lock = raw["attributes"]["requirements_lock"]  # a file that exists, for "LOCK"
+        raw["attributes"].update(
+            {key: lock if value == "LOCK" else value for key, value in change["attributes"].items()}
+        )  # type: ignore[attr-defined]
     elif change.get("lock") == "MISSING":
         raw["lock"] = str(tmp_path / "MISSING")
     else:

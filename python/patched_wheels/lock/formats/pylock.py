@@ -36,7 +36,7 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
     dropped once its pin is built (the whole document is several times the text)."""
     path = Path(path)
     source = str(path)
-    text, head, parts = split_lock(path, "packages")
+    text, head, parts = split_lock(path, "packages", inline=True)
     get(head, "lock-version", str, source)
     env = marker_environment(environment)
     tomllib = toml_parser(path)
@@ -49,9 +49,10 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
             if marker and not marker_holds(marker, env, where=where):
                 continue
             pin = _pin(package, span, where, path.parent)
-            if pin.project in projects:  # PEP 751: at most one entry of a package applies
-                raise InvalidLockError(f"{where}: a second entry of {pin.project} for this environment")
-            projects.add(pin.project)
+            project = pin.project
+            if project in projects:  # PEP 751: at most one entry of a package applies
+                raise InvalidLockError(f"{where}: a second entry of {project} for this environment")
+            projects.add(pin.name if project == pin.name else project)  # not a second string where one is equal
             pins.append(pin)
     return Lock(source, "pylock", tuple(pins))
 

@@ -72,8 +72,8 @@ class UvLock:
 
     def block_lines(self, number: int) -> list[str]:
         """The lines of block ``number``, each with its line ending."""
-        start, end, _ = self.parts[number]
-        return self.text[start:end].splitlines(keepends=True)
+        part = self.parts[number]
+        return self.text[part.start : part.end].splitlines(keepends=True)
 
     def package(self, number: int) -> dict[str, Any]:
         """The table of block ``number``, parsed from the block alone."""
@@ -84,7 +84,8 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     """The pins ``path`` installs in ``environment`` (default: the running interpreter)."""
     path = Path(path)
     source = str(path)
-    text, _, parts = split_lock(path, "package")
+    text, _, header_parts = split_lock(path, "package")
+    parts = tuple(header_parts)  # the writer finds each package's block by its number
     ends = [part.line for part in parts[1:]]
     ends += [parts[-1].line + text.count("\n", parts[-1].start) + (not text.endswith("\n"))] if parts else []
     blocks = tuple(Span(source, part.line, end) for part, end in zip(parts, ends))

@@ -101,7 +101,7 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> Iterator[str]
                 )
     output: list[str | slice] = []  # a slice: those characters of the text, left alone
     position = 0  # the text before it is in ``output``: the blocks left alone go as one slice each run
-    for number, (start, end, _) in enumerate(uv.parts):
+    for number, (start, end, *_) in enumerate(uv.parts):
         if number not in edits and number not in appended:
             continue
         block = uv.block_lines(number)

@@ -87,13 +87,16 @@ def test_a_header_line_inside_a_string_does_not_cut_a_table(tmp_path: Path) -> N
     """The part before a [[package]] line inside a multi-line string ends inside that string: refused."""
     lock = tmp_path / "uv.lock"
     lock.write_text(LOCK + 'description = """\n[[package]]\nname = "evil"\n"""\n', encoding="utf-8")
-    text, _, parts = split_lock(lock, "package")
+    text, _, header_parts = split_lock(lock, "package")
+    parts = tuple(header_parts)
     assert len(parts) == 2
     with pytest.raises(InvalidLockError, match=r"uv\.lock:4: not TOML: Unterminated string"):
         parse_part(_real_parser(), lock, text, parts[0])
 
 
-def test_packages_written_in_the_head_are_refused(tmp_path: Path) -> None:
+def test_packages_written_in_the_head_of_a_uv_lock_are_refused(tmp_path: Path) -> None:
+    """uv writes each package under its header, and its writer rewrites those blocks; a pylock.toml's inline
+    array is read (test_pylock_inline.py)."""
     lock = tmp_path / "pylock.toml"
     lock.write_text('lock-version = "1.0"\npackages = [{ name = "foo" }]\n', encoding="utf-8")
     with pytest.raises(InvalidLockError, match=r"pylock\.toml: its packages are not written each under its own"):
