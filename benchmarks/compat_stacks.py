@@ -153,6 +153,13 @@ def download(stack: Stack, directory: Path) -> tuple[list[Path], tuple[str, ...]
     return sorted(directory.glob("*.whl")), tuple(resolvable[len(stack.requirements) :])
 
 
+def download_lock(lock: Path, directory: Path) -> tuple[list[Path], tuple[str, ...]]:
+    """The wheels ``lock`` pins, fetched by pip into ``directory`` as ``pip install -r`` would (``--require-hashes``),
+    and no companion (the lock is the user's own)."""
+    subprocess.run(_pip("download", "--no-deps", "--require-hashes", "-r", str(lock), "-d", str(directory)), check=True)
+    return sorted(directory.glob("*.whl")), ()
+
+
 def install_per_wheel(wheel: Path, directory: Path) -> None:
     """Install ``wheel`` as rules_python's ``whl_library`` does: its schemes as directories of one repository."""
     schemes = {"purelib": "site-packages", "platlib": "site-packages", "headers": "include", "scripts": "bin"}
@@ -388,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-probe", action="store_true", help="patch without --probe (the static graph only)")
     parser.add_argument("--bazel", action="store_true", help="also the Bazel stage (benchmarks/compat_bazel.py)")
     parser.add_argument(
+        "--lock",
+        action="store_true",
+        help="resolve as a new user does, `uv pip compile --generate-hashes` of the stack's requirements (root "
+        "extras and all); with --bazel, the lock stage: patched.index(name, lock) alone, plain against the hub",
+    )
+    parser.add_argument(
         "--no-layouts",
         action="store_true",
         help="skip the harness's own layouts, probes, doctor --run and patch (the slow part): graph and static doctor only",
@@ -402,8 +415,11 @@ def main(argv: list[str] | None = None) -> int:
         directory.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{name}-layouts-", dir=directory.parent))
         try:
+            lock = directory / "requirements_lock.txt"
             if args.reuse and any(directory.glob("*.whl")):
                 wheels, companions = sorted(directory.glob("*.whl")), stack.companions
+            elif args.lock:
+                wheels, companions = download_lock(compat_bazel.compile_lock(stack.requirements, directory), directory)
             else:
                 wheels, companions = download(stack, directory)
             print(f"## {name}: {len(wheels)} wheels, companions {' '.join(companions) or '-'}", flush=True)
@@ -421,9 +437,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.bazel:
                 for installed in work.iterdir():  # disk: the workspace installs the set again, twice
                     shutil.rmtree(installed, ignore_errors=True)
-                stage = compat_bazel.run_stage(stack, wheels, work / "bazel")
+                if args.lock:
+                    stage = compat_bazel.run_lock_stage(stack, wheels, lock, work / "bazel")
+                else:
+                    stage = compat_bazel.run_stage(stack, wheels, work / "bazel")
                 print(compat_bazel.report(stage), flush=True)
-                patched = [test for name, test in stage.tests.items() if name.startswith("patched_")]
+                patched = [test for name, test in stage.tests.items() if name.startswith(("patched_", "hub_"))]
                 failed |= stage.returncode not in (0, 3) or any(test.status != "PASSED" for test in patched)
         except (subprocess.CalledProcessError, OSError, ValueError) as error:
             print(f"compat_stacks: {name}: {error}", file=sys.stderr)
