@@ -22,7 +22,10 @@ Real locks (``NAME-lock`` stacks, issue 30): the stack is resolved with common c
 that does not resolve with the stack is left out and named); ``patched-wheels graph`` must exit 0 on the
 whole set; the layouts are compared on the stack's probe followed by code loading the companions'
 libraries (``patch`` gets the stack's probe alone, as a user's one stanza does). ``--bazel`` then runs
-``compat_bazel.py``: the stack's own workspace under rules_python 2.3.2, plain against patched.
+``compat_bazel.py``: the stack's own workspace under rules_python 2.3.2, plain against patched. ``--lock``
+resolves as a new user does instead (``uv pip compile --generate-hashes`` of the stack's requirements and
+companions, the pins downloaded by ``pip download --require-hashes``), and its Bazel stage is that lock's
+workspace: ``patched.index(name, lock)`` alone against rules_python's own wiring (issue 48).
 
 The harness is the oracle the product is judged by, so it installs and observes on its own, with
 nothing from ``patched_wheels``.  Layout verdict: **ok** when the per-wheel run maps every library
@@ -153,11 +156,10 @@ def download(stack: Stack, directory: Path) -> tuple[list[Path], tuple[str, ...]
     return sorted(directory.glob("*.whl")), tuple(resolvable[len(stack.requirements) :])
 
 
-def download_lock(lock: Path, directory: Path) -> tuple[list[Path], tuple[str, ...]]:
-    """The wheels ``lock`` pins, fetched by pip into ``directory`` as ``pip install -r`` would (``--require-hashes``),
-    and no companion (the lock is the user's own)."""
+def download_lock(lock: Path, directory: Path) -> list[Path]:
+    """The wheels ``lock`` pins, fetched by pip into ``directory`` as ``pip install -r`` would (``--require-hashes``)."""
     subprocess.run(_pip("download", "--no-deps", "--require-hashes", "-r", str(lock), "-d", str(directory)), check=True)
-    return sorted(directory.glob("*.whl")), ()
+    return sorted(directory.glob("*.whl"))
 
 
 def install_per_wheel(wheel: Path, directory: Path) -> None:
@@ -419,7 +421,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.reuse and any(directory.glob("*.whl")):
                 wheels, companions = sorted(directory.glob("*.whl")), stack.companions
             elif args.lock:
-                wheels, companions = download_lock(compat_bazel.compile_lock(stack.requirements, directory), directory)
+                # The user's own requirements.in: the stack and its companions, all resolved together.
+                lock = compat_bazel.compile_lock((*stack.requirements, *stack.companions), directory)
+                wheels, companions = download_lock(lock, directory), stack.companions
             else:
                 wheels, companions = download(stack, directory)
             print(f"## {name}: {len(wheels)} wheels, companions {' '.join(companions) or '-'}", flush=True)
