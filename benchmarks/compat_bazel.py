@@ -17,6 +17,15 @@ stanza, and what do plain and patched map against one venv, with every wheel and
 Everything the run writes stays under the workspace (the local index, the helper's cache through
 ``RULES_PATCHED_WHEELS_CACHE``, no repository cache) or in its output base, which ``clean --expunge``
 removes; the caller deletes the workspace.
+
+The lock stage (:func:`run_lock_stage`, issue 48) is a new user's workspace instead: the user's own
+``requirements.in`` (the root extras the stack's install docs give) compiled by ``uv pip compile
+--generate-hashes`` (:func:`compile_lock`), which records no root extra, and two hubs of that lock written as
+nothing but ``patched.index(name, requirements_lock)``: ``plain`` with ``restore_extras = False,
+verified_stacks = False`` (rules_python's own wiring), ``hub`` with nothing more. Each gets a ``py_test`` of
+``[requirement(ROOT)]`` running the stack's probe (it prints the wheels' libraries it mapped) and a
+``layout_test`` of the same deps judged against the hub's ``pip_closure.json``; the hub's warning lines (the
+inferred root extras, the verified rows applied) are kept.
 """
 
 from __future__ import annotations
@@ -25,10 +34,12 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -44,6 +55,8 @@ HUBS = ("plain", "patched")
 #: The layout tests of each hub: over all_requirements, and over requirement(ROOT) alone.
 KINDS = {"all": "{hub}_all_requirements", "requirement": "[{hub}_requirement({root})]"}
 _MAPPED = re.compile(r"mapped: (\d+) of the wheels' (\d+) librar(?:y|ies)")
+#: The lock stage's hubs and what each writes beyond ``patched.index(name, requirements_lock)``.
+LOCK_HUBS = {"plain": ", restore_extras = False, verified_stacks = False", "hub": ""}
 _STATUS = re.compile(r"^(//\S+)\s+(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS)\b", re.MULTILINE)
 
 
@@ -102,18 +115,17 @@ def pip_hubs(locks: dict[str, str]) -> str:
     return f'pip = use_extension("@rules_python//python/extensions:pip.bzl", "pip")\n{parses}use_repo(pip, {", ".join(map(json.dumps, locks))})\n'
 
 
-def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
-    """The workspace: the wheels (hard links) indexed under ``pypi/``, a hashed lock, MODULE and BUILD."""
+def local_index(root: Path, wheels: list[Path]) -> str:
+    """The wheels (hard links) indexed under ``root/pypi`` by ``patched-wheels index``, the workspace's
+    ``.bazelignore`` and ``.bazelrc``; the index's URL."""
     pypi = root / "pypi"
     pypi.mkdir(parents=True)
     for wheel in wheels:
         os.link(wheel, pypi / wheel.name)
-    (root / "requirements_lock.txt").write_text(lock_text(wheels), encoding="utf-8")
     environment = os.environ | {"PYTHONPATH": str(REPO / "python")}
     subprocess.run(
         [sys.executable, "-m", "patched_wheels", "index", str(pypi)], env=environment, check=True, capture_output=True
     )
-    index_url = (pypi / "simple").as_uri()
     (root / ".bazelignore").write_text("pypi\nrpw-cache\n", encoding="utf-8")
     (root / ".bazelrc").write_text(
         f"common --repo_env=RULES_PATCHED_WHEELS_CACHE={root / 'rpw-cache'}\n"
@@ -121,6 +133,13 @@ def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
         "test --test_output=errors\n",
         encoding="utf-8",
     )
+    return (pypi / "simple").as_uri()
+
+
+def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
+    """The workspace: the wheels indexed under ``pypi/``, a hashed lock, MODULE and BUILD."""
+    index_url = local_index(root, wheels)
+    (root / "requirements_lock.txt").write_text(lock_text(wheels), encoding="utf-8")
     wanted = Requirement(stack.requirements[0])
     extras = json.dumps([f"{wanted.name}[{','.join(sorted(wanted.extras))}]"]) if wanted.extras else "[]"
     # Both name the root's extras (the lock's own fact, which pip_closure.json needs); plain restores none.
@@ -155,6 +174,68 @@ def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
     )
 
 
+def compile_lock(requirements: Sequence[str], root: Path) -> Path:
+    """``root/requirements_lock.txt``: the user's own ``requirements.in`` (``requirements``, root extras and all)
+    compiled as a new user does, ``uv pip compile --generate-hashes`` for CPython 3.11 on manylinux x86-64 (uv
+    beside this interpreter, as tools/dev-env installs it). Such a lock records no root's extras."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "requirements.in").write_text("".join(f"{line}\n" for line in requirements), encoding="utf-8")
+    uv = Path(sys.executable).with_name("uv")
+    command = [str(uv), "pip", "compile", "--quiet", "--generate-hashes", "--python-version", "3.11"]
+    command += ["--python-platform", "x86_64-manylinux_2_28", "requirements.in", "-o", "requirements_lock.txt"]
+    subprocess.run(command, cwd=root, check=True)
+    return root / "requirements_lock.txt"
+
+
+# The probe a lock stage's py_test runs, then the wheels' libraries (under the runfiles' external repositories)
+# it mapped, by name: what requirement(ROOT) alone wires.
+_PROBE_TEST = """\
+import atexit, os
+
+def _mapped():
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        paths = {line.split(maxsplit=5)[5].strip() for line in maps if len(line.split(maxsplit=5)) == 6}
+    names = sorted({os.path.basename(path) for path in paths if "/site-packages/" in path and ".so" in path})
+    print(f"probe_test: mapped {len(names)} of the wheels' libraries: {' '.join(names)}", flush=True)
+
+atexit.register(_mapped)
+"""
+
+
+def write_lock_workspace(root: Path, stack: Stack, wheels: list[Path], lock: Path) -> None:
+    """The lock stage's workspace in ``root``: :func:`compile_lock`'s ``lock``, the wheels indexed under
+    ``pypi/``, both hubs of the lock (:data:`LOCK_HUBS`; the index is the local one, the only attribute beyond
+    the lock), and each hub's py_test and layout_test of ``[requirement(ROOT)]`` with the stack's probe."""
+    index_url = local_index(root, wheels)
+    shutil.copyfile(lock, root / "requirements_lock.txt")
+    indexes = "".join(
+        f'patched.index(name = "{hub}", requirements_lock = "//:requirements_lock.txt", index_url = "{index_url}"{more})\n'
+        for hub, more in LOCK_HUBS.items()
+    )
+    (root / "MODULE.bazel").write_text(
+        module_start(f"Generated by benchmarks/compat_bazel.py (the lock stage) for {stack.name}.", "rpw_compat_lock")
+        + f"{indexes}use_repo(patched, {', '.join(map(json.dumps, LOCK_HUBS))})\n\n"
+        + pip_hubs({f"pypi_{hub}": f"@{hub}//:requirements_lock.txt" for hub in LOCK_HUBS}),
+        encoding="utf-8",
+    )
+    (root / "probe_test.py").write_text(_PROBE_TEST + stack.probe + "\n", encoding="utf-8")
+    root_name = json.dumps(Requirement(stack.requirements[0]).name)
+    loads = "".join(f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n' for hub in LOCK_HUBS)
+    tests = "".join(
+        f'\npy_test(\n    name = "{hub}_probe_test",\n    srcs = ["probe_test.py"],\n    main = "probe_test.py",\n'
+        f'    deps = [{hub}_requirement({root_name})],\n    timeout = "long",\n)\n'
+        f'\nlayout_test(\n    name = "{hub}_layout_test",\n    deps = [{hub}_requirement({root_name})],\n'
+        f'    probe = {json.dumps(stack.probe)},\n    pip_closure = "@{hub}//:pip_closure.json",\n    timeout = "long",\n)\n'
+        for hub in LOCK_HUBS
+    )
+    (root / "BUILD.bazel").write_text(
+        f'{loads}load("@rules_python//python:py_test.bzl", "py_test")\n'
+        f'load("@rules_patched_wheels//python:defs.bzl", "layout_test")\n\n'
+        f'exports_files(["requirements_lock.txt"])\n{tests}',
+        encoding="utf-8",
+    )
+
+
 @dataclass(frozen=True)
 class LayoutTest:
     """One hub's layout_test: its status and what its log says each layout mapped."""
@@ -181,6 +262,12 @@ class BazelStage:
     wall: float
     cpu: float
     """Seconds of CPU: the Bazel server with everything it waited for (fetches, the hub's probe, the tests)."""
+    warnings: list[str] = field(default_factory=list)
+    """The hubs' ``patched-wheels: warning:`` lines, as Bazel printed them."""
+    hubs: dict[str, float] = field(default_factory=dict)
+    """The lock stage: seconds to build each hub cold (``bazel build @HUB//:pip_closure.json``, in order)."""
+    mapped: dict[str, str] = field(default_factory=dict)
+    """The lock stage: each py_test's ``probe_test: mapped ...`` line."""
 
 
 def _server_cpu(root: Path) -> float:
@@ -218,18 +305,53 @@ def run_stage(stack: Stack, wheels: list[Path], root: Path) -> BazelStage:
     """Write the workspace in ``root``, `bazel test` both layout tests, read their logs, expunge."""
     use_offline_modules()
     write_workspace(root, stack, wheels)
+    return _bazel_test(root, test_names(), ())
+
+
+def lock_test_names() -> list[str]:
+    return [f"{hub}_{kind}_test" for hub in LOCK_HUBS for kind in ("probe", "layout")]
+
+
+def run_lock_stage(stack: Stack, wheels: list[Path], lock: Path, root: Path) -> BazelStage:
+    """The lock stage in ``root`` of :func:`compile_lock`'s ``lock``, whose pins are ``wheels``: each hub
+    built cold on its own (timed), then `bazel test` of both hubs' py_test and layout_test; expunge."""
+    use_offline_modules()
+    write_lock_workspace(root, stack, wheels, lock)
+    return _bazel_test(root, lock_test_names(), tuple(LOCK_HUBS))
+
+
+def _bazel_test(root: Path, names: list[str], hubs: Sequence[str]) -> BazelStage:
+    """In the workspace ``root``: build each of ``hubs`` (timed), `bazel test` ``names``, read the logs, expunge."""
     started = time.monotonic()
     try:
+        built = {}
         with open(root / "test.log", "w", encoding="utf-8") as out:
-            command = [str(BAZEL), "test", "--keep_going", *(f"//:{name}" for name in test_names())]
+            for hub in hubs:
+                begun = time.monotonic()
+                command = [str(BAZEL), "build", f"@{hub}//:pip_closure.json"]
+                subprocess.run(command, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=False)
+                built[hub] = time.monotonic() - begun
+            command = [str(BAZEL), "test", "--keep_going", *(f"//:{name}" for name in names)]
             returncode = subprocess.run(command, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
         wall = time.monotonic() - started
         cpu = _server_cpu(root)
         output = (root / "test.log").read_text(encoding="utf-8", errors="replace")
         statuses = dict(_STATUS.findall(output))
-        tests = {name: _layout_test(root, name, statuses) for name in test_names()}
+        tests = {name: _layout_test(root, name, statuses) for name in names}
         errors = [line.strip() for line in output.splitlines() if "patched-wheels: error:" in line]
-        return BazelStage(returncode, tests, errors, wall, cpu)
+        # From the helper's progress on (Bazel prefixes the file and line that printed it).
+        warnings = [
+            line[line.find("rules_patched_wheels: ") :]
+            for line in output.splitlines()
+            if "patched-wheels: warning:" in line
+        ]
+        mapped = {}
+        for name in names:
+            log = root / "bazel-testlogs" / name / "test.log"
+            found = re.search(r"probe_test: mapped .*", log.read_text("utf-8", "replace")) if log.is_file() else None
+            if found:
+                mapped[name] = found[0]
+        return BazelStage(returncode, tests, errors, wall, cpu, warnings, built, mapped)
     finally:
         # Also stops the server (a `shutdown` after it would start a client that leaves an empty output base).
         subprocess.run([str(BAZEL), "clean", "--expunge"], cwd=root, capture_output=True, check=False)
@@ -240,7 +362,12 @@ def report(stage: BazelStage) -> str:
         f"  bazel (rules_python {RULES_PYTHON}, one directory per wheel): exit {stage.returncode}, {stage.wall:.0f} s wall, {stage.cpu:.0f} s CPU"
     ]
     lines += [
-        f"    {name}: {test.cell()}; first error: {test.first_error or '-'}" for name, test in stage.tests.items()
+        f"    {name}: {test.status}; {stage.mapped[name]}"
+        if name in stage.mapped
+        else f"    {name}: {test.cell()}; first error: {test.first_error or '-'}"
+        for name, test in stage.tests.items()
     ]
     lines += [f"    error line: {line}" for line in stage.errors]
+    lines += [f"    hub {hub} built cold: {seconds:.0f} s" for hub, seconds in stage.hubs.items()]
+    lines += [f"    warning line: {line}" for line in stage.warnings]
     return "\n".join(lines)

@@ -22,7 +22,10 @@ Real locks (``NAME-lock`` stacks, issue 30): the stack is resolved with common c
 that does not resolve with the stack is left out and named); ``patched-wheels graph`` must exit 0 on the
 whole set; the layouts are compared on the stack's probe followed by code loading the companions'
 libraries (``patch`` gets the stack's probe alone, as a user's one stanza does). ``--bazel`` then runs
-``compat_bazel.py``: the stack's own workspace under rules_python 2.3.2, plain against patched.
+``compat_bazel.py``: the stack's own workspace under rules_python 2.3.2, plain against patched. ``--lock``
+resolves as a new user does instead (``uv pip compile --generate-hashes`` of the stack's requirements and
+companions, the pins downloaded by ``pip download --require-hashes``), and its Bazel stage is that lock's
+workspace: ``patched.index(name, lock)`` alone against rules_python's own wiring (issue 48).
 
 The harness is the oracle the product is judged by, so it installs and observes on its own, with
 nothing from ``patched_wheels``.  Layout verdict: **ok** when the per-wheel run maps every library
@@ -151,6 +154,12 @@ def download(stack: Stack, directory: Path) -> tuple[list[Path], tuple[str, ...]
         stale.unlink()
     subprocess.run(_pip("download", "-d", str(directory), *resolvable), check=True)
     return sorted(directory.glob("*.whl")), tuple(resolvable[len(stack.requirements) :])
+
+
+def download_lock(lock: Path, directory: Path) -> list[Path]:
+    """The wheels ``lock`` pins, fetched by pip into ``directory`` as ``pip install -r`` would (``--require-hashes``)."""
+    subprocess.run(_pip("download", "--no-deps", "--require-hashes", "-r", str(lock), "-d", str(directory)), check=True)
+    return sorted(directory.glob("*.whl"))
 
 
 def install_per_wheel(wheel: Path, directory: Path) -> None:
@@ -388,6 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-probe", action="store_true", help="patch without --probe (the static graph only)")
     parser.add_argument("--bazel", action="store_true", help="also the Bazel stage (benchmarks/compat_bazel.py)")
     parser.add_argument(
+        "--lock",
+        action="store_true",
+        help="resolve as a new user does, `uv pip compile --generate-hashes` of the stack's requirements (root "
+        "extras and all); with --bazel, the lock stage: patched.index(name, lock) alone, plain against the hub",
+    )
+    parser.add_argument(
         "--no-layouts",
         action="store_true",
         help="skip the harness's own layouts, probes, doctor --run and patch (the slow part): graph and static doctor only",
@@ -402,8 +417,13 @@ def main(argv: list[str] | None = None) -> int:
         directory.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{name}-layouts-", dir=directory.parent))
         try:
+            lock = directory / "requirements_lock.txt"
             if args.reuse and any(directory.glob("*.whl")):
                 wheels, companions = sorted(directory.glob("*.whl")), stack.companions
+            elif args.lock:
+                # The user's own requirements.in: the stack and its companions, all resolved together.
+                lock = compat_bazel.compile_lock((*stack.requirements, *stack.companions), directory)
+                wheels, companions = download_lock(lock, directory), stack.companions
             else:
                 wheels, companions = download(stack, directory)
             print(f"## {name}: {len(wheels)} wheels, companions {' '.join(companions) or '-'}", flush=True)
@@ -421,9 +441,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.bazel:
                 for installed in work.iterdir():  # disk: the workspace installs the set again, twice
                     shutil.rmtree(installed, ignore_errors=True)
-                stage = compat_bazel.run_stage(stack, wheels, work / "bazel")
+                if args.lock:
+                    stage = compat_bazel.run_lock_stage(stack, wheels, lock, work / "bazel")
+                else:
+                    stage = compat_bazel.run_stage(stack, wheels, work / "bazel")
                 print(compat_bazel.report(stage), flush=True)
-                patched = [test for name, test in stage.tests.items() if name.startswith("patched_")]
+                patched = [test for name, test in stage.tests.items() if name.startswith(("patched_", "hub_"))]
                 failed |= stage.returncode not in (0, 3) or any(test.status != "PASSED" for test in patched)
         except (subprocess.CalledProcessError, OSError, ValueError) as error:
             print(f"compat_stacks: {name}: {error}", file=sys.stderr)

@@ -70,7 +70,11 @@ STACKS = {
             ("onnxruntime-gpu[cuda,cudnn]==1.31.1",),
             "onnxruntime",
             "onnxruntime-gpu",
-            _ONNX_IDENTITY + "import onnxruntime as ort\n"
+            # preload_dlls() first, as onnxruntime's install docs give for the nvidia wheels: the CUDA provider has
+            # no RUNPATH to them and needs libcuda.so.1 (the driver), so without a GPU its dlopen fails and unmaps
+            # all it loaded: the session alone maps no nvidia library even in one venv (issue 48: 7 of the set's
+            # libraries against preload_dlls()'s 14).
+            _ONNX_IDENTITY + "import onnxruntime as ort\nort.preload_dlls()\n"
             "ort.InferenceSession(_model, providers=['CUDAExecutionProvider', 'CPUExecutionProvider'])\n",
         ),
     )

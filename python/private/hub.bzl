@@ -234,7 +234,10 @@ def _patched_hub_impl(rctx):
     ]
     for download in pending:
         download.wait()
-    run_helper(rctx, helper, ["hub", "build", "--config", config], progress = "patching %s" % ", ".join([spec["name"] for spec in specs]))
+
+    # The plan's specs, not the user's: a verified stack's row patches a wheel no patched_wheel names.
+    patching = [spec["name"] for spec in json.decode(rctx.read(config))["patched"]]
+    run_helper(rctx, helper, ["hub", "build", "--config", config], progress = "patching %s" % ", ".join(patching) if patching else "building the hub")
     for scratch in plan["scratch"]:
         rctx.delete(scratch)
     rctx.delete("_helper")  # the helper's dependencies and bytecode: only this rule runs it

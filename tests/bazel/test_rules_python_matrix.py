@@ -254,6 +254,9 @@ def test_a_root_extra_no_lock_records_is_inferred_and_layout_test_holds_the_layo
     output = matrix.result.output
     assert output.count(": restores toolkit[rt], which requirements_lock = ") == 1, matrix.result.tail()
     assert output.count(": puts in pip_closure.json (restore_extras = False) toolkit[rt], which ") == 1
+    # The hub patches nothing: its build's progress, which prefixes its warnings, names no empty list of wheels.
+    assert "rules_patched_wheels: patching : " not in output, matrix.result.tail()
+    assert "rules_patched_wheels: building the hub: patched-wheels: warning: " in output, matrix.result.tail()
 
 
 def test_one_site_packages_needs_no_preload(matrix: Matrix) -> None:

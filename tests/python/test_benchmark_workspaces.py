@@ -210,6 +210,46 @@ def test_compat_workspace_judges_requirement_alone_against_pip_closure(tmp_path:
     ]
 
 
+def test_compat_lock_workspace_is_patched_index_alone_beside_rules_pythons_wiring(
+    tmp_path: Path, bench_e2e: object
+) -> None:
+    """compat_bazel's lock stage (issue 48): the user's uv-compiled lock as is; ``hub`` is patched.index(name,
+    lock) with nothing but the local index, ``plain`` turns the extras and the verified rows off; each has a
+    py_test of requirement(ROOT) running the stack's probe and a layout_test judged against its pip_closure."""
+    from benchmarks import compat_bazel
+    from benchmarks.stacks import STACKS
+
+    from support.wheelbuilder import build_wheel
+
+    (tmp_path / "wheels").mkdir()
+    wheel = build_wheel(tmp_path / "wheels", "onnxruntime-gpu", "1.31.1", {"onnxruntime/__init__.py": b""})
+    lock = tmp_path / "requirements_lock.txt"
+    lock.write_text("onnxruntime-gpu==1.31.1 --hash=sha256:" + "0" * 64 + "\n", encoding="utf-8")
+    stack = STACKS["onnxruntime-1.31.1"]
+    compat_bazel.write_lock_workspace(tmp_path / "ws", stack, [wheel], lock)
+    root = tmp_path / "ws"
+    assert (root / "requirements_lock.txt").read_bytes() == lock.read_bytes()
+    module = (root / "MODULE.bazel").read_text(encoding="utf-8")
+    index_url = (root / "pypi" / "simple").as_uri()
+    lock_attribute = f'requirements_lock = "//:requirements_lock.txt", index_url = "{index_url}"'
+    assert f'patched.index(name = "hub", {lock_attribute})\n' in module
+    assert f'patched.index(name = "plain", {lock_attribute}, restore_extras = False, verified_stacks = False)' in module
+    assert "patched.patched_wheel(" not in module
+    build = (root / "BUILD.bazel").read_text(encoding="utf-8")
+    for hub in compat_bazel.LOCK_HUBS:
+        assert f'name = "{hub}_probe_test",\n    srcs = ["probe_test.py"],' in build
+        assert f'name = "{hub}_layout_test",\n    deps = [{hub}_requirement("onnxruntime-gpu")],' in build
+        assert f'pip_closure = "@{hub}//:pip_closure.json"' in build
+    assert build.count('deps = [hub_requirement("onnxruntime-gpu")]') == 2
+    compile(build, "BUILD.bazel", "exec")
+    probe_test = (root / "probe_test.py").read_text(encoding="utf-8")
+    assert probe_test.endswith(stack.probe + "\n")
+    compile(probe_test, "probe_test.py", "exec")
+    assert compat_bazel.lock_test_names() == [
+        f"{hub}_{kind}_test" for hub in compat_bazel.LOCK_HUBS for kind in ("probe", "layout")
+    ]
+
+
 @pytest.mark.parametrize("release", ["0.22.1", "2.3.2"])
 def test_the_adapted_module_file_names_a_module_of_its_own(release: str, bench_e2e: object) -> None:
     """The copy is a module of its own depending on the checkout, whatever the module(...) call's layout."""
