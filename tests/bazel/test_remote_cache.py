@@ -115,8 +115,8 @@ def _test_in_both(
 def _spawns(log: Path) -> list[dict[str, Any]]:
     """The spawns of an ``--execution_log_json_file``: JSON objects one after another (not one document)."""
     text, decoder, spawns, at = log.read_text(encoding="utf-8"), json.JSONDecoder(), [], 0
-    while (at := len(text) - len(text[at:].lstrip())) < len(text):
-        spawn, at = decoder.raw_decode(text, at)
+    while (start := re.compile(r"\S").search(text, at)) is not None:
+        spawn, at = decoder.raw_decode(text, start.start())
         spawns.append(spawn)
     return spawns
 
@@ -138,8 +138,7 @@ def _why_missed(checkouts: Sequence[BazelWorkspace]) -> str:
     for spawn in second:
         if spawn.get("remoteCacheHit"):
             continue
-        outputs = [entry.rsplit("/", 1)[-1] for entry in spawn.get("listedOutputs", [])[:1]]
-        lines.append(f"ran again: {' '.join([*key(spawn)[:2], *outputs])}")
+        lines.append(f"ran again: {' '.join(key(spawn)[:2])}")
         before = earlier.get(key(spawn), {})
         old, new = inputs(before), inputs(spawn)
         lines += [
@@ -163,6 +162,7 @@ def _assert_the_second_run_only_hits_the_cache(
     assert summary_statuses(first.output) == dict.fromkeys(tests, "PASSED"), first.tail()
     count = len(tests)
     assert f"Executed {count} out of {count} test" in first.output, first.tail()
+    assert second.returncode == 0, second.tail()
     processes = _processes(second)
     assert processes.get("remote cache hit", 0) > 0 and set(processes) <= {"remote cache hit", "internal"}, (
         f"{second.tail(12)}\n{_why_missed(checkouts)}"
