@@ -10,10 +10,12 @@ up front rather than new workspaces.
 
 from __future__ import annotations
 
+import difflib
 import re
 import string
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -151,6 +153,13 @@ class FakePypi:
         return (self.directory / "simple").as_uri()
 
 
+def index_wheels(directory: Path) -> None:
+    """The PEP 503 pages (sha256 fragments) of the wheels in ``directory``, written by the CLI the users run."""
+    subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "index", str(directory)], check=True, capture_output=True, text=True
+    )
+
+
 def build_fake_pypi(directory: Path) -> FakePypi:
     """The fake CUDA and runtime-loaded wheel sets and the RPATH fixture, indexed by the CLI the users run
     (PEP 503 pages with sha256 fragments)."""
@@ -160,9 +169,7 @@ def build_fake_pypi(directory: Path) -> FakePypi:
     plugin = stackshapes.build_plugin_stack(directory)
     split_plugin = stackshapes.build_split_plugin_stack(directory)
     extras = extrasfixture.build_extras_wheels(directory)
-    subprocess.run(
-        [sys.executable, "-m", "patched_wheels", "index", str(directory)], check=True, capture_output=True, text=True
-    )
+    index_wheels(directory)
     return FakePypi(directory, wheels, rpath_wheel, runtime, plugin, split_plugin, extras)
 
 
@@ -287,12 +294,7 @@ def make_cycles_workspace(root: Path) -> tuple[Setup, Path]:
     Returns the setup and fakepil's wheel."""
     pypi = common_files(root)
     pil = cyclefixture.build_pillow_shape(pypi.directory).package_wheel
-    subprocess.run(
-        [sys.executable, "-m", "patched_wheels", "index", str(pypi.directory)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    index_wheels(pypi.directory)
     write_lock([*pypi.wheels.all, pil], root / "requirements_lock.txt")
     values = dict(repo_root=str(REPO_ROOT), index_url=pypi.index_url, suffix=SUFFIX)
     render("cycles.MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
@@ -349,16 +351,57 @@ def make_fix_line_workspace(root: Path, probe: str) -> BazelWorkspace:
     whose ``probe`` (a Starlark string literal) fails until the fix line it prints is pasted."""
     root.mkdir(parents=True, exist_ok=True)
     stack = stackshapes.build_plugin_stack(root / "pypi")
-    subprocess.run(
-        [sys.executable, "-m", "patched_wheels", "index", str(root / "pypi")],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    index_wheels(root / "pypi")
     _settings(root)
     write_lock(stack.wheels, root / "plugin_requirements_lock.txt")
     values = dict(repo_root=str(REPO_ROOT), index_url=(root / "pypi" / "simple").as_uri())
     render("fixline.MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
     render("fixline.WORKSPACE.tmpl", root / "WORKSPACE", **values)
     render("fixline.BUILD.bazel.tmpl", root / "BUILD.bazel", probe=probe)
+    return BazelWorkspace(root, root / "logs")
+
+
+# What answer.patch adds to faketorch.answer() in the shared hub: its test passes only if the patch applied.
+PATCHED_ANSWER_OFFSET = 1000
+
+
+def _write_answer_patch(path: Path, torch_wheel: Path) -> None:
+    """A unified diff of faketorch/__init__.py (made from the wheel's own file, so it applies strictly) that adds
+    PATCHED_ANSWER_OFFSET to what ``answer()`` returns."""
+    with zipfile.ZipFile(torch_wheel) as archive:
+        original = archive.read("faketorch/__init__.py").decode("utf-8")
+    returned = "    return _core.core_answer()\n"
+    assert original.count(returned) == 1, original
+    patched = original.replace(returned, returned.rstrip("\n") + f" + {PATCHED_ANSWER_OFFSET}\n")
+    diff = difflib.unified_diff(
+        original.splitlines(keepends=True),
+        patched.splitlines(keepends=True),
+        "a/faketorch/__init__.py",
+        "b/faketorch/__init__.py",
+    )
+    path.write_text("".join(diff), encoding="utf-8")
+
+
+def make_shared_hub_workspace(root: Path, pypi: Path, wheels: fakecuda.FakeCudaWheels, module: str) -> BazelWorkspace:
+    """A MODULE.bazel workspace of one hub `shared` whose faketorch is patched (``answer.patch``), split into
+    SPLIT_SIBLING and preloaded (preload = "auto"); `//:shared_test` (py_test) and `//:shared_layout_test` import
+    faketorch through it. ``pypi``: the indexed fake PyPI holding ``wheels``, outside ``root`` so that two
+    checkouts name the same index; ``module``: the rules module's path, relative to ``root`` as a checkout has it."""
+    root.mkdir(parents=True)
+    _settings(root)
+    write_lock(wheels.all, root / "requirements_lock.txt")
+    (root / "check_faketorch.py").write_text((TEMPLATES / "check_faketorch.py").read_text(encoding="utf-8"))
+    _write_answer_patch(root / "answer.patch", wheels.torch)
+    values = dict(repo_root=module, index_url=(pypi / "simple").as_uri(), suffix=SUFFIX, sibling=SPLIT_SIBLING)
+    render("shared.MODULE.bazel.tmpl", root / "MODULE.bazel", **values)
+    render(
+        "shared.BUILD.bazel.tmpl",
+        root / "BUILD.bazel",
+        expected=str(fakecuda.EXPECTED_ANSWER + PATCHED_ANSWER_OFFSET),
+        offset=str(PATCHED_ANSWER_OFFSET),
+        version=f"{fakecuda.TORCH_VERSION}+{SUFFIX}",
+        moved_from=SPLIT_MOVED_FROM,
+        moved_to=SPLIT_MOVED_TO,
+        sibling_dist=SPLIT_SIBLING.replace("-", "_"),
+    )
     return BazelWorkspace(root, root / "logs")
