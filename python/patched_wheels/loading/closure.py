@@ -91,13 +91,13 @@ def read_dist(
             continue
         try:
             base, extras = _residuals(requirement.marker, provides, environment)
-        except (UndefinedComparison, UndefinedEnvironmentName) as error:
+        except (UndefinedComparison, UndefinedEnvironmentName, KeyError) as error:
             # pip 26 stops on such a wheel with UndefinedComparison's traceback, whichever extras are asked; the
             # hub cannot install what pip refuses, so it leaves the requirement out (as an unparsable one) and
             # goes on: one line, never a traceback (packaging raises these from evaluate(), not from parsing).
             warn(
                 f"{origin}: Requires-Dist {text[:200]!r} ignored: its marker cannot be evaluated "
-                f"({str(error).splitlines()[0][:200]}); pip refuses to install this wheel"
+                f"({unevaluable_reason(error)[:200]}); pip refuses to install this wheel"
             )
             continue
         if base is not None:
@@ -111,6 +111,14 @@ def read_dist(
         {extra: tuple(edges) for extra, edges in sorted(by_extra.items())},
         provides,
     )
+
+
+def unevaluable_reason(error: Exception) -> str:
+    """Why packaging could not parse or evaluate a marker, in one line: its message, or for the KeyError of a
+    variable it knows but has no value for (``extras``, ``dependency_groups``), that variable."""
+    if isinstance(error, KeyError):
+        return f"{error.args[0]!r} is a variable of a pylock's markers (PEP 751), evaluated by no reader here"
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _residuals(

@@ -225,6 +225,8 @@ def test_an_undeclared_extra_gets_no_edges_and_asking_for_it_is_reported() -> No
         'extra === "y"',
         '"1.0" ~= extra',
         'platform_machine ~= "1"',
+        '"y" in extras',  # PEP 751's variables: packaging has no value for them in a wheel (a KeyError)
+        'extra == "y" and dependency_groups == "g"',
     ],
 )
 def test_a_marker_that_cannot_be_evaluated_leaves_its_requirement_out_with_one_warning(
