@@ -562,21 +562,33 @@ def missing_from(closure: Closure, installed: Iterable[str], *, keep: int = MAX_
     are not among them, breadth first, so each comes with its shortest chain of requirements (at most ``keep``
     steps of it). Linear in the closure's size: each (project, extra) is reached once, by one step."""
     have = {canonicalize_name(name) for name in installed}
-    seen: set[tuple[NormalizedName, str]] = set()
+    # Each project's states reached ("": with no extra), and only the extras its wheel provides: an extra it does
+    # not provide brings nothing (pip ignores it), so a million of them asked cost no state and no queue entry.
+    seen: dict[NormalizedName, set[str]] = {}
     first: dict[NormalizedName, _Step] = {}
-    queue: deque[tuple[NormalizedName, tuple[str, ...], _Step | None]] = deque(
-        (project, closure.root_extras.get(project, ()), None) for project in sorted(have) if project in closure.dists
+    # (project, whether its plain requirements are new, the extras newly reached, the step that reached them)
+    queue: deque[tuple[NormalizedName, bool, tuple[str, ...], _Step | None]] = deque(
+        (project, True, closure.root_extras.get(project, ()), None)
+        for project in sorted(have)
+        if project in closure.dists
     )
     while queue:
-        project, extras, before = queue.popleft()
-        dist = closure.dists.get(project)
-        if dist is None:
-            continue
-        edges = list(dist.requires) + [edge for extra in extras for edge in dist.extras.get(extra, ())]
+        project, plain, extras, before = queue.popleft()
+        dist = closure.dists[project]
+        edges = [*(dist.requires if plain else ()), *(edge for extra in extras for edge in dist.extras.get(extra, ()))]
         for edge in edges:
             # A project reached before has all its states seen, and its shortest chain already.
-            states = [(edge.project, extra) for extra in ("", *edge.extras) if (edge.project, extra) not in seen]
-            if not states:
+            target = closure.dists.get(edge.project)
+            reached = seen.setdefault(edge.project, set())
+            new_plain = "" not in reached
+            new_extras = sorted(
+                {
+                    extra
+                    for extra in edge.extras
+                    if extra not in reached and target is not None and extra in target.extras
+                }
+            )
+            if not new_plain and not new_extras:
                 continue
             if before is None:
                 step = _Step(project, edge.requirement, None, 1, (project, edge.requirement))
@@ -584,7 +596,8 @@ def missing_from(closure: Closure, installed: Iterable[str], *, keep: int = MAX_
                 step = _Step(project, edge.requirement, before, before.depth + 1, before.outermost)
             if edge.project not in have:
                 first.setdefault(edge.project, step)
-            for state in states:
-                seen.add(state)
-                queue.append((edge.project, (state[1],) if state[1] else (), step))
+            reached.add("")
+            reached.update(new_extras)
+            if target is not None:
+                queue.append((edge.project, new_plain, tuple(new_extras), step))
     return [Missing(project, *first[project].chain(keep)) for project in sorted(first)]
