@@ -414,7 +414,8 @@ def inferred_root_extras(closure: Closure, decided: AbstractSet[NormalizedName] 
 
 def _pinned_reach(closure: Closure, project: NormalizedName, extra: str) -> set[NormalizedName] | None:
     """The projects ``project[extra]`` requires, with the extras those requirements ask in turn, or None if the
-    lock does not pin one of them in a version the requirement takes."""
+    lock does not pin one of them in a version the requirement takes, or if one of those extras requires
+    ``project`` back (restoring them would make a cycle through the extras' own edges)."""
     reached: set[NormalizedName] = set()
     seen = {(project, extra)}
     work = [(project, extra)]
@@ -424,6 +425,8 @@ def _pinned_reach(closure: Closure, project: NormalizedName, extra: str) -> set[
             target = closure.dists.get(edge.project)
             if target is None or not _pin_satisfies(target, edge):
                 return None
+            if edge.project == project and asker != project:
+                return None  # restoring would make ``asker`` require ``project``, which requires it: a cycle
             reached.add(edge.project)
             for more in edge.extras:
                 if more in target.provides and (edge.project, more) not in seen:

@@ -197,6 +197,11 @@ def test_an_extra_that_would_close_a_cycle_is_not_inferred() -> None:
     through = [dist("sphinx", ["docutils"]), dist("docutils", ["roman", "applehelp"]), dist("roman", ["docutils"])]
     assert inferred(*through, plugin) == [], "sphinx requires applehelp through a cycle of its own"
     assert inferred(dist("sphinx", []), plugin) == [("applehelp", "standalone", ("sphinx",))]
+    # The cycle made by the extras' own edges (issue 52, a new variant: both were inferred, a requiring b and
+    # b requiring a once restored): a[x] asks b[y], whose requirement names a.
+    a, c = dist("a", ['b[y]; extra == "x"'], ["x"]), dist("c", [])
+    assert inferred(a, dist("b", ['a[x]; extra == "y"', 'c; extra == "y"'], ["y"]), c) == [], "through b[y]"
+    assert inferred(a, dist("b", ['a; extra == "y"'], ["y"])) == [("b", "y", ("a",))], "b[y] alone closes none"
 
 
 def test_inference_is_one_pass_over_the_known_closure() -> None:
