@@ -694,6 +694,9 @@ def test_every_config_error_is_one_line(tmp_path, config: str | bytes, reason: s
         "nested",
         "another schema",
         "huge",
+        "a 100,000-digit number",
+        "a byte-order mark",
+        "the format's key twice",
         "fifo",
         "dev-zero-link",
         "dangling-link",
@@ -713,6 +716,10 @@ def test_a_pip_closure_that_is_no_closure_file_is_one_error_line(plugin, tmp_pat
         "nested": _DEEP.encode(),
         "another schema": b'{"format": "rules_patched_wheels.pip_closure/1", "root_extras": [], "projects": {}}',
         "huge": b" " * (64 << 20) + b"{}",
+        "a 100,000-digit number": b'{"format": ' + b"9" * 100_000 + b"}",  # int() refuses over 4,300 digits
+        "a byte-order mark": b'\xef\xbb\xbf{"format": "rules_patched_wheels.pip_closure/1"}',
+        "the format's key twice": b'{"format": "rules_patched_wheels.pip_closure/1", "format": "x", "root_extras": {}, '
+        b'"projects": {}}',
     }
     if kind in contents:
         bad.write_bytes(contents[kind])
