@@ -67,7 +67,9 @@ RUNFILES = "runfiles"
 # The probe program's sys.path, written (the program's own sys.path[0] first) to the file named after it.
 _SYS_PATH_CODE = "import json, sys; open({!r}, 'w', encoding='utf-8').write(json.dumps(sys.path))"
 _MAX_SYS_PATH = 1 << 20
-_MAX_CLOSURE = 64 << 20
+#: pip_closure.json's bound: JSON of short strings takes 10 to 20 times its size in Python's objects, so 8 MiB
+#: (some 50,000 requirements, ten times a large lock's) peaks under 200 MiB; 64 MiB took 1.6 GB.
+_MAX_CLOSURE = 8 << 20
 # Linux's MAX_ARG_STRLEN (32 pages), its NUL included: the most one argument of a new program may hold.
 _MAX_ARGUMENT = 32 * 4096
 # Of Bazel's $TEST_TIMEOUT, what the runs leave to the runner to report and clean up before Bazel kills it.

@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from patched_wheels.base.fsutil import read_input_text
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
+from patched_wheels.loading.closure import unevaluable_reason
 from patched_wheels.wheelfile.filename import WheelFilename
 
 #: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.
@@ -201,9 +202,12 @@ def marker_holds(marker: str, environment: Mapping[str, str] | None, *, where: s
         RecursionError,
         SyntaxError,
         ValueError,
+        KeyError,
     ) as error:
-        # packaging's parser recurses per "(" and hands a quoted value to ast.literal_eval (a line break in it: SyntaxError)
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        # packaging's parser recurses per "(" and hands a quoted value to ast.literal_eval (a line break in it:
+        # SyntaxError); packaging >= 25 parses PEP 751's ``extras`` and ``dependency_groups`` but evaluates them
+        # only in a lock file's context, raising KeyError outside it (pip's requirements readers do the same).
+        reason = unevaluable_reason(error)
         raise InvalidLockError(f"{where}: marker {marker[:200]!r}: {reason[:200]}") from None
 
 

@@ -694,6 +694,9 @@ def test_every_config_error_is_one_line(tmp_path, config: str | bytes, reason: s
         "nested",
         "another schema",
         "huge",
+        "a 100,000-digit number",
+        "a byte-order mark",
+        "the format's key twice",
         "fifo",
         "dev-zero-link",
         "dangling-link",
@@ -713,6 +716,10 @@ def test_a_pip_closure_that_is_no_closure_file_is_one_error_line(plugin, tmp_pat
         "nested": _DEEP.encode(),
         "another schema": b'{"format": "rules_patched_wheels.pip_closure/1", "root_extras": [], "projects": {}}',
         "huge": b" " * (64 << 20) + b"{}",
+        "a 100,000-digit number": b'{"format": ' + b"9" * 100_000 + b"}",  # int() refuses over 4,300 digits
+        "a byte-order mark": b'\xef\xbb\xbf{"format": "rules_patched_wheels.pip_closure/1"}',
+        "the format's key twice": b'{"format": "rules_patched_wheels.pip_closure/1", "format": "x", "root_extras": {}, '
+        b'"projects": {}}',
     }
     if kind in contents:
         bad.write_bytes(contents[kind])
@@ -885,6 +892,48 @@ def test_the_closure_check_of_a_20000_link_chain_is_linear_in_memory_and_bounded
     assert len("\n".join(out)) < 64 << 10, f"{len(chr(10).join(out))} characters printed"
     assert int(peak) < 120 << 20, f"peak RSS {int(peak) >> 20} MiB"
     assert sum(line.startswith("layout_test: FAILED: deps lack") for line in out) == MAX_MISSING + 1, out[-5:]
+
+
+def _five_letters(count: int) -> list[str]:
+    return ["".join(chr(97 + number // 26**place % 26) for place in range(5)) for number in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("shape", "count"),
+    [
+        ("extras the wheel does not provide", 1_000_000),  # 7.6 MiB: 315 MiB before, a state queued per extra
+        ("extras the wheel provides", 440_000),  # 8.0 MiB: 227 MiB before (each state a tuple in a set)
+        ("over the bound", 1_200_000),  # 9.2 MiB: 364 MiB before (read up to 64 MiB), now one error line
+    ],
+)
+def test_a_pip_closure_of_many_extras_stays_under_200_mib(plugin, tmp_path, shape: str, count: int) -> None:
+    """An edge asking half a million extras (issue 52, cause 3, a new variant): what the check keeps per extra is
+    one string in a set, and only for an extra the wheel provides; the file's bound keeps Python's objects of it
+    under 200 MiB."""
+    extras = _five_letters(count)
+    provided = {extra: [] for extra in extras} if shape == "extras the wheel provides" else {}
+    projects = {
+        "fakeplug-cuda": {"version": "1", "requires": [{**_edge("zz"), "extras": extras}], "extras": {}},
+        "zz": {"version": "1", "requires": [], "extras": provided},
+    }
+    document = {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": projects}
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "pip_closure.json").write_text(json.dumps(document, separators=(",", ":")), encoding="utf-8")
+    main_file = make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json")
+    env = dict(os.environ, PYTHONPATH=str(PROBE_PROGRAM.parents[1]), RUNFILES_DIR=str(Path(main_file).parents[1]))
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, main_file], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    *out, peak = result.stdout.splitlines() or ["0"]
+    assert int(peak) < 200 << 20, f"peak RSS {int(peak) >> 20} MiB"
+    if shape == "over the bound":
+        assert (result.returncode, out) == (2, []), result.stdout[-2000:]
+        assert result.stderr.endswith("larger than 8388608 bytes; not a pip closure file we read\n"), result.stderr
+    else:
+        assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+        assert [line for line in out if "deps lack" in line] == [
+            "layout_test: FAILED: deps lack zz (fakeplug-cuda requires 'zz==1.0'), which pip installs from the same lock"
+        ], out
 
 
 def test_a_pip_closure_naming_a_project_no_wheel_can_have_is_one_error_line(plugin, tmp_path, capsys) -> None:

@@ -317,3 +317,16 @@ def test_a_deeply_nested_marker_of_a_uv_lock_or_pylock_is_one_error_line() -> No
     with pytest.raises(InvalidLockError, match=r"^uv\.lock: foo: marker '\(+") as caught:
         marker_holds(DEEP_MARKER, None, where="uv.lock: foo")
     assert len(str(caught.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "marker", ["'x' in extras", "dependency_groups == 'g'", "python_version > '3' and 'x' in extras"]
+)
+def test_a_marker_of_pep_751_variables_is_one_error_line(marker: str) -> None:
+    """packaging parses ``extras`` and ``dependency_groups`` but has no value for them outside a lock file's
+    context: its KeyError was a traceback of ``lock --pylock`` (issue 52, cause 1, a new variant)."""
+    with pytest.raises(
+        InvalidLockError, match=r"^pylock\.toml: foo: marker .*'(extras|dependency_groups)' is"
+    ) as caught:
+        marker_holds(marker, None, where="pylock.toml: foo")
+    assert len(str(caught.value).splitlines()) == 1
