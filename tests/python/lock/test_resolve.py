@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name
 from patched_wheels.base.cache import CacheContext
 from patched_wheels.cli import main
 from patched_wheels.errors import InvalidLockError
+from patched_wheels.lock import resolve as resolve_module
 from patched_wheels.lock.resolve import RECORD_KIND, page_url, parse_project_page, resolve
 
 INDEX = "https://example.invalid/simple"
@@ -235,6 +236,12 @@ def test_a_page_never_downloaded_is_one_error_line(
     assert where in error, error
 
 
+@pytest.fixture
+def cp311_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI as a CPython 3.11 on Linux runs it (the pages' wheels are cp311), whatever runs the suite."""
+    monkeypatch.setattr(resolve_module, "sys_tags", lambda: iter(LINUX))
+
+
 def _resolve_cli(
     requirements: Path, pages: Path, capsys: pytest.CaptureFixture[str], *, unfetched: Sequence[str] = ()
 ) -> tuple[int, str, str]:
@@ -246,7 +253,7 @@ def _resolve_cli(
 
 
 def test_a_page_that_cannot_be_downloaded_again_is_answered_by_what_it_taught(
-    tmp_path: Path, torch_page: Path, own_cache: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, torch_page: Path, own_cache: Path, cp311_linux: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """After `clean --expunge` with no network the rule has no page: the earlier run's record picks the same
     wheel, and keeps only the lock's files (the Windows wheel is locked, the sdist and cp310 wheel are not)."""
@@ -283,7 +290,7 @@ def test_a_page_that_cannot_be_downloaded_again_is_answered_by_what_it_taught(
     ["unlocked-hash", "another-page", "not-json", "url-not-a-string", "short-sha256", "a-directory"],
 )
 def test_a_record_that_is_not_one_of_this_page_and_pin_is_a_miss(
-    tmp_path: Path, torch_page: Path, own_cache: Path, capsys: pytest.CaptureFixture[str], edit: str
+    tmp_path: Path, torch_page: Path, own_cache: Path, cp311_linux: None, capsys: pytest.CaptureFixture[str], edit: str
 ) -> None:
     """A record is a cache file (owner-trusted, bounded, never a traceback) and a claim about the lock's own files:
     a record of another file than the lock's, or of another page, never answers; the page is then needed."""
@@ -314,7 +321,7 @@ def test_a_record_that_is_not_one_of_this_page_and_pin_is_a_miss(
 
 
 def test_a_page_read_again_replaces_its_record(
-    tmp_path: Path, torch_page: Path, own_cache: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, torch_page: Path, own_cache: Path, cp311_linux: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Online, the page wins over the record and rewrites it: a moved file is recorded where it is now."""
     requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('linux')}\n")
