@@ -33,7 +33,14 @@ from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
 from patched_wheels.hub.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_spec
-from patched_wheels.hub.verified import VerifiedTable, applicable_rows, product_table, row_spec, stanza_attributes
+from patched_wheels.hub.verified import (
+    VerifiedTable,
+    applicable_rows,
+    product_table,
+    row_spec,
+    stanza_attributes,
+    uses_recording,
+)
 from patched_wheels.loading.closure import FILE as CLOSURE
 from patched_wheels.lock.formats import registry
 from patched_wheels.lock.model import check_lock_value
@@ -345,12 +352,19 @@ def with_verified_stacks(
     rows = applicable_rows(table, {wheel.project for wheel in wheels}, written)
     if not rows:
         return request, None
-    applied = [row_spec(row, table.suffix) for row in rows]
+    recording = {row.stack: uses_recording(row, _versions(wheels, canonicalize_name(row.name))) for row in rows}
+    applied = [row_spec(row, table.suffix, recording=recording[row.stack]) for row in rows]
     for spec in applied:
         check_spec(spec, f"verified stack {spec.name}: {request.wheel_call(spec)}")
     said = "; ".join(
         f"{row.stack}: {wheel_call(request.hub, request.bzlmod, row.name, stanza_attributes(row))}"
-        + (" (its recorded libraries: no probe runs)" if row.recorded else "")
+        + (
+            f" (its libraries recorded for {row.name}{row.recorded_for}: no probe runs)"
+            if recording[row.stack]
+            else f" (its recording is for {row.name}{row.recorded_for}: the probe runs)"
+            if row.recorded
+            else ""
+        )
         for row in rows
     )
     note = (
@@ -359,6 +373,19 @@ def with_verified_stacks(
         "its row, verified_stacks = False turns them off"
     )
     return replace(request, patched=(*request.patched, *applied)), note
+
+
+def _versions(wheels: Sequence[ResolvedWheel], project: NormalizedName) -> list[str]:
+    """The versions of ``project``'s wheels, as their file names give them; a name that is no wheel's gives
+    none here (the plan refuses it, naming the lock: :func:`_check_filename`), so no recording is used for it."""
+    versions = []
+    for wheel in wheels:
+        if wheel.project == project:
+            try:
+                versions.append(str(parse_wheel_filename(wheel.filename)[1]))
+            except InvalidWheelFilename:
+                return []
+    return versions
 
 
 def plan_hub(
