@@ -1,4 +1,4 @@
-"""The one reader of the JSON the Starlark side hands the helper (``hub/schema.py``): every document is its
+"""The one reader of the JSON the Starlark side hands the helper (``base/schema.py``): every document is its
 dataclasses, read strictly, and the keys hub.bzl writes are the ones the dataclasses declare."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.plan import INDEX, ORIGINALS, READ_ONLY, HubConfig, HubRequest, IndexAttributes
-from patched_wheels.hub.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json
+from patched_wheels.base.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json
 from support.hubconfig import INDEX_ATTRIBUTES, index_attributes
 from support.starlark import PRIVATE, starlark_constants
 
