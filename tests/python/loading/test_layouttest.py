@@ -660,17 +660,44 @@ _DEEP = "[" * 100_000 + "]" * 100_000
 @pytest.mark.parametrize(
     ("config", "reason"),
     [
-        ("[]", "not a layout_test config: a JSON array, not an object"),
-        ("3", "not a layout_test config: a JSON number, not an object"),
+        ("[]", "not a layout_test config: expected an object, got []"),
+        ("3", "not a layout_test config: expected an object, got 3"),
         (_DEEP, "not a layout_test config: nested too deeply"),
-        ('{"test": null, "probe": "import a"}', "not a layout_test config: 'test' is null, not a string"),
-        ('{"test": "//:t", "probe": 5}', "not a layout_test config: 'probe' is 5, not a string"),
-        ('{"test": "//:t"}', "not a layout_test config: 'probe' is missing"),
+        (
+            '{"test": null, "probe": "import a", "pip_closure": "", "pip_closure_repository": "", "bzlmod": true}',
+            "not a layout_test config: test = null: expected a string",
+        ),
+        (
+            '{"test": "//:t", "probe": 5, "pip_closure": "", "pip_closure_repository": "", "bzlmod": true}',
+            "not a layout_test config: probe = 5: expected a string",
+        ),
+        (
+            '{"test": "//:t", "probe": "import a", "pip_closure": "", "pip_closure_repository": "", "bzlmod": 1}',
+            "not a layout_test config: bzlmod = 1: expected true or false",
+        ),
+        ('{"test": "//:t"}', "not a layout_test config: missing keys ['bzlmod', 'pip_closure', 'pip_closure_repository', 'probe']"),
+        (
+            '{"test": "//:t", "probe": "import a", "pip_closure": "", "pip_closure_repository": "", "bzlmod": true, '
+            '"program": "/bin/sh"}',
+            "not a layout_test config: unknown keys ['program']",
+        ),
         ('{"test": "//:t", "probe": "import a"', "not a layout_test config: Expecting"),
         (b'{"test": "\xff"}', "not a layout_test config: 'utf-8' codec can't decode byte 0xff"),
         ("FIFO", "not a regular file (a FIFO, device, socket or directory); not a layout_test config"),
     ],
-    ids=["list", "number", "nested", "test-null", "probe-number", "probe-missing", "truncated", "not-utf-8", "fifo"],
+    ids=[
+        "list",
+        "number",
+        "nested",
+        "test-null",
+        "probe-number",
+        "bzlmod-number",
+        "keys-missing",
+        "key-unknown",
+        "truncated",
+        "not-utf-8",
+        "fifo",
+    ],
 )
 def test_every_config_error_is_one_line(tmp_path, config: str | bytes, reason: str) -> None:
     """Run as Bazel runs it (a process of its own: a FIFO config hung the old runner, which a test must not)."""
