@@ -239,7 +239,9 @@ def _converted(annotation: Any, value: Any, where: str) -> Any:
         return tuple(_converted(item, entry, f"{where}[{index}]") for index, entry in enumerate(value))
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is tuple:
-        return tuple(_converted(kind, entry, f"{where}[{index}]") for index, (kind, entry) in enumerate(zip(args, value)))
+        return tuple(
+            _converted(kind, entry, f"{where}[{index}]") for index, (kind, entry) in enumerate(zip(args, value))
+        )
     if origin is frozenset:
         return frozenset(_converted(args[0], entry, where) for entry in value)
     if origin is Mapping:

@@ -28,10 +28,10 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import module_name
+from patched_wheels.base.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
-from patched_wheels.base.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_spec
 from patched_wheels.hub.verified import VerifiedTable, applicable_rows, product_table, row_spec, stanza_attributes
 from patched_wheels.loading.closure import FILE as CLOSURE

@@ -19,8 +19,8 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import glob_problem, package_path
-from patched_wheels.errors import UsageError
 from patched_wheels.base.schema import VALUES, shown, to_json
+from patched_wheels.errors import UsageError
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
 from patched_wheels.patch.version import with_local_suffix
 

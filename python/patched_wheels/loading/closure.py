@@ -91,10 +91,11 @@ def read_dist(
             continue
         try:
             base, extras = _residuals(requirement.marker, provides, environment)
-        except (UndefinedComparison, UndefinedEnvironmentName, KeyError) as error:
+        except (UndefinedComparison, UndefinedEnvironmentName, KeyError, InvalidVersion) as error:
             # pip 26 stops on such a wheel with UndefinedComparison's traceback, whichever extras are asked; the
             # hub cannot install what pip refuses, so it leaves the requirement out (as an unparsable one) and
-            # goes on: one line, never a traceback (packaging raises these from evaluate(), not from parsing).
+            # goes on: one line, never a traceback (packaging raises these from evaluate(), not from parsing;
+            # packaging 23.1, the oldest we take, raises InvalidVersion for ``extra === "y"``).
             warn(
                 f"{origin}: Requires-Dist {text[:200]!r} ignored: its marker cannot be evaluated "
                 f"({unevaluable_reason(error)[:200]}); pip refuses to install this wheel"
@@ -172,14 +173,22 @@ def _mentioned_extras(marker: Marker) -> set[str]:
                 elif isinstance(rhs, Variable) and rhs.value == "extra" and isinstance(lhs, Value):
                     found.add(canonicalize_name(lhs.value))
 
-    walk(marker._markers)  # packaging's parsed form (stable since packaging 22, the oldest we take)
+    walk(_parsed(marker))
     return found
+
+
+def _parsed(marker: Marker) -> Sequence[Any]:
+    """packaging's parsed form of ``marker``, which it keeps private: a list of ``(lhs, op, rhs)`` tuples of
+    ``Variable``/``Op``/``Value``, nested lists and ``"and"``/``"or"``. The same from packaging 23.1 (the oldest
+    pyproject.toml takes) to the one the helper pins; tests/python/loading/test_packaging_floor.py runs this
+    module's marker reading under the oldest and holds it to the pinned one's."""
+    return marker._markers
 
 
 def _partial(marker: Marker, extra: str | None) -> bool | str:
     """``marker`` with every comparison of ``extra`` decided (``None``: no extra asked), the rest kept as
     text: True or False when nothing else is left."""
-    return _partial_items(marker._markers, extra)
+    return _partial_items(_parsed(marker), extra)
 
 
 def _partial_items(items: Sequence[Any], extra: str | None) -> bool | str:

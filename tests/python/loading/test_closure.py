@@ -128,7 +128,9 @@ def _written(whole: Closure) -> object:
 def test_a_closure_read_back_is_the_closure_written() -> None:
     """The document keeps what the hub was given: each edge's restored requirement (read back, /1 restored
     ``'tk-rt==1.0; extra == "rt"'``, its marker and all) and the extras a wheel provides with no edge here."""
-    toolkit = dist("toolkit", ['tk-rt==1.0; extra == "rt"', 'tk-win; extra == "win" and sys_platform == "win32"'], ["rt", "win"])
+    toolkit = dist(
+        "toolkit", ['tk-rt==1.0; extra == "rt"', 'tk-win; extra == "win" and sys_platform == "win32"'], ["rt", "win"]
+    )
     whole = closure(dist("app", ["toolkit[rt,win]==1.0"]), toolkit, dist("tk-rt", []), roots={"app": ()})
     restored = Closure.from_json(_written(whole), "pip_closure.json")
     assert restored == whole

@@ -675,7 +675,10 @@ _DEEP = "[" * 100_000 + "]" * 100_000
             '{"test": "//:t", "probe": "import a", "pip_closure": "", "pip_closure_repository": "", "bzlmod": 1}',
             "not a layout_test config: bzlmod = 1: expected true or false",
         ),
-        ('{"test": "//:t"}', "not a layout_test config: missing keys ['bzlmod', 'pip_closure', 'pip_closure_repository', 'probe']"),
+        (
+            '{"test": "//:t"}',
+            "not a layout_test config: missing keys ['bzlmod', 'pip_closure', 'pip_closure_repository', 'probe']",
+        ),
         (
             '{"test": "//:t", "probe": "import a", "pip_closure": "", "pip_closure_repository": "", "bzlmod": true, '
             '"program": "/bin/sh"}',
