@@ -45,9 +45,9 @@ def shown(value: object) -> str:
     return text if len(text) <= 80 else text[:60] + "..."
 
 
-def choice_problem(attribute: str, value: object, allowed: Collection[str]) -> str | None:
+def choice_problem(attribute: str, value: object, allowed: Collection[object]) -> str | None:
     """Why ``value`` is none of ``allowed``, in the attribute's words; None when it is one."""
-    return None if value in allowed else f"{attribute} = {shown(value)}: must be one of {', '.join(allowed)}"
+    return None if value in allowed else f"{attribute} = {shown(value)}: must be one of {', '.join(map(str, allowed))}"
 
 
 def same_keys(raw: object, expected: Collection[str], what: str) -> None:
