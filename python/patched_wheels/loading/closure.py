@@ -95,7 +95,7 @@ def read_dist(
             # pip 26 stops on such a wheel with UndefinedComparison's traceback, whichever extras are asked; the
             # hub cannot install what pip refuses, so it leaves the requirement out (as an unparsable one) and
             # goes on: one line, never a traceback (packaging raises these from evaluate(), not from parsing;
-            # packaging 23.1, the oldest we take, raises InvalidVersion for ``extra === "y"``).
+            # packaging 23.2, the oldest we take, raises InvalidVersion for ``extra === "y"``).
             warn(
                 f"{origin}: Requires-Dist {text[:200]!r} ignored: its marker cannot be evaluated "
                 f"({unevaluable_reason(error)[:200]}); pip refuses to install this wheel"
@@ -179,7 +179,7 @@ def _mentioned_extras(marker: Marker) -> set[str]:
 
 def _parsed(marker: Marker) -> Sequence[Any]:
     """packaging's parsed form of ``marker``, which it keeps private: a list of ``(lhs, op, rhs)`` tuples of
-    ``Variable``/``Op``/``Value``, nested lists and ``"and"``/``"or"``. The same from packaging 23.1 (the oldest
+    ``Variable``/``Op``/``Value``, nested lists and ``"and"``/``"or"``. The same from packaging 23.2 (the oldest
     pyproject.toml takes) to the one the helper pins; tests/python/loading/test_packaging_floor.py runs this
     module's marker reading under the oldest and holds it to the pinned one's."""
     return marker._markers

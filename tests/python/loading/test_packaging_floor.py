@@ -1,5 +1,6 @@
-"""The oldest packaging pyproject.toml takes: every module of the helper imports with it, and pip's closure reads
-markers through packaging's private parsed form (``closure._parsed``) the same as with the pinned release.
+"""The oldest packaging pyproject.toml takes: every module of the helper imports with it, a bad wheel file name is
+the helper's own error, and pip's closure reads markers through packaging's private parsed form
+(``closure._parsed``) the same as with the pinned release.
 
 packaging is a dependency users resolve (``packaging>=X``), so a helper installed beside an old one must work
 with it; the floor is read from pyproject.toml, installed with the suite's own pip into a throwaway directory,
@@ -42,6 +43,12 @@ for module in pkgutil.walk_packages(patched_wheels.__path__, "patched_wheels."):
 from patched_wheels.base.schema import to_json
 from patched_wheels.index.simple import _requires_python  # the index's one import of packaging.metadata, cold
 assert _requires_python(b"Metadata-Version: 2.1\\nName: a\\nVersion: 1\\nRequires-Python: >=3.9\\n") == ">=3.9"
+from patched_wheels.errors import InvalidWheelError
+from patched_wheels.wheelfile.filename import WheelFilename
+try:  # packaging before 23.2 raised InvalidVersion here, which the helper does not catch: a traceback
+    WheelFilename.parse("foo-notaversion-py3-none-any.whl")
+except InvalidWheelError:
+    pass
 from patched_wheels.loading.closure import read_dist
 environment = {"sys_platform": "linux", "python_version": "3.11", "platform_machine": "x86_64", "os_name": "posix"}
 dist = read_dist("toolkit", "1.0", json.loads(sys.argv[1]), ["rt", "all"], origin="toolkit", environment=environment)
