@@ -40,6 +40,8 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from packaging.utils import canonicalize_name
+
 from patched_wheels.base.fsutil import NotRegularFileError, read_input_text, read_regular_file
 from patched_wheels.base.names import is_valid_project_name
 from patched_wheels.base.schema import read_object
@@ -525,8 +527,9 @@ def read_pip_closure(config: Config, runfiles: str) -> Closure | None:
 
 
 def _check_project_names(closure: Closure, what: str) -> None:
-    """Refuse a closure naming a project that no wheel can have (PEP 508): the hub writes only names of the
-    lock's wheels, so such a name is a file made by hand, and no verdict should quote it."""
+    """Refuse a closure naming a project that no wheel can have (PEP 508), or not as the hub writes it
+    (normalized, which the check looks names up by): the hub writes only names of the lock's wheels, so such a
+    name is a file made by hand, and no verdict should quote it."""
     names = [*closure.dists, *closure.root_extras]
     names += [
         edge.project
@@ -538,6 +541,10 @@ def _check_project_names(closure: Closure, what: str) -> None:
         if not is_valid_project_name(name):
             raise UsageError(
                 f"{what}: not a pip closure file: {printable(repr(name))[:200]} is not a project name (PEP 508)"
+            )
+        if canonicalize_name(name) != name:
+            raise UsageError(
+                f"{what}: not a pip closure file: {name!r} is not normalized ({canonicalize_name(name)!r})"
             )
 
 

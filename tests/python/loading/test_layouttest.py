@@ -1004,3 +1004,19 @@ def test_a_nul_in_the_pip_closure_path_is_one_error_line_naming_pip_closure(plug
         f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip\\u0000closure.json": a path with a NUL '
         "character, which no file's path holds"
     ), line
+
+
+def test_a_pip_closure_naming_a_project_otherwise_than_normalized_is_one_error_line(plugin, tmp_path, capsys) -> None:
+    """The check looks projects up by their normalized names, as the hub writes them: a name spelled otherwise
+    would match no installed wheel and check nothing, so it is refused, not read past."""
+    (tmp_path / "hub").mkdir()
+    document = _closure_document({"fakeplug-cuda": {"version": "1.0", "requires": [_edge("Tk_RT")], "extras": {}}})
+    (tmp_path / "hub" / "pip_closure.json").write_text(json.dumps(document), encoding="utf-8")
+    code, out, err = run_main(
+        make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json"), capsys
+    )
+    assert (code, out) == (2, ""), out
+    assert err == (
+        f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip_closure.json": not a pip closure file: '
+        "'Tk_RT' is not normalized ('tk-rt')\n"
+    ), err
