@@ -7,7 +7,7 @@ between is decided here, once, in pure functions: the cross-field checks (named 
 user wrote, and made before the first download), which wheels are fetched and into which folder,
 whether the ELF graph is needed, and the build step's configuration (``_hub.json``),
 whose one schema is :class:`HubConfig`. The request, the resolved wheels and the configuration are read by
-one reader (:mod:`patched_wheels.hub.schema`) from these dataclasses: a missing or unknown key is an error,
+one reader (:mod:`patched_wheels.base.schema`) from these dataclasses: a missing or unknown key is an error,
 never a default.
 
 The two phases: without resolved wheels, :func:`resolution` checks the request and says how to resolve
@@ -28,10 +28,10 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import module_name
+from patched_wheels.base.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
-from patched_wheels.hub.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_spec
 from patched_wheels.hub.verified import (
     VerifiedTable,
@@ -143,7 +143,7 @@ class IndexAttributes:
 class HubRequest:
     """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
     WORKSPACE ``patched_index`` macro), as the rule writes it (``hub_request`` in hub.bzl); labels are
-    paths. Its schema: :mod:`patched_wheels.hub.schema`."""
+    paths. Its schema: :mod:`patched_wheels.base.schema`."""
 
     hub: str
     bzlmod: bool
@@ -178,7 +178,7 @@ class HubRequest:
 @dataclass(frozen=True)
 class HubConfig:
     """The build step's input (``_hub.json``): the one schema of it, written by the plan and read by
-    ``patched-wheels hub build`` (:mod:`patched_wheels.hub.schema`)."""
+    ``patched-wheels hub build`` (:mod:`patched_wheels.base.schema`)."""
 
     hub: str
     bzlmod: bool

@@ -18,6 +18,7 @@ The model travels between the hub and ``layout_test`` as one JSON document (:met
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Iterable, Iterator, Mapping, Sequence
@@ -27,10 +28,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from patched_wheels.base.schema import read_object, to_json
 from patched_wheels.errors import UsageError, warn
 
-#: The closure document's format; a reader refuses any other.
-FORMAT = "rules_patched_wheels.pip_closure/1"
+#: The closure document's format; a reader refuses any other. /2 keeps each edge's restored requirement and each
+#: wheel's ``Provides-Extra``, which /1 left out (read back, an edge restored its marked requirement).
+FORMAT = "rules_patched_wheels.pip_closure/2"
 #: Its file name in the hub repository (``@<hub>//:pip_closure.json``).
 FILE = "pip_closure.json"
 #: The PEP 440 local label of a wheel the hub rewrote only to restore extras (``0.10.2+extras``).
@@ -47,9 +50,6 @@ class Edge:
     """As the wheel wrote it, for messages."""
     restored: str
     """The entry as a plain requirement: its extra clauses resolved (what the hub adds to ``METADATA``)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"project": self.project, "extras": list(self.extras), "requirement": self.requirement}
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,11 @@ def read_dist(
             continue
         try:
             base, extras = _residuals(requirement.marker, provides, environment)
-        except (UndefinedComparison, UndefinedEnvironmentName, KeyError) as error:
+        except (UndefinedComparison, UndefinedEnvironmentName, KeyError, InvalidVersion) as error:
             # pip 26 stops on such a wheel with UndefinedComparison's traceback, whichever extras are asked; the
             # hub cannot install what pip refuses, so it leaves the requirement out (as an unparsable one) and
-            # goes on: one line, never a traceback (packaging raises these from evaluate(), not from parsing).
+            # goes on: one line, never a traceback (packaging raises these from evaluate(), not from parsing;
+            # packaging 23.2, the oldest we take, raises InvalidVersion for ``extra === "y"``).
             warn(
                 f"{origin}: Requires-Dist {text[:200]!r} ignored: its marker cannot be evaluated "
                 f"({unevaluable_reason(error)[:200]}); pip refuses to install this wheel"
@@ -172,14 +173,22 @@ def _mentioned_extras(marker: Marker) -> set[str]:
                 elif isinstance(rhs, Variable) and rhs.value == "extra" and isinstance(lhs, Value):
                     found.add(canonicalize_name(lhs.value))
 
-    walk(marker._markers)  # packaging's parsed form (stable since packaging 22, the oldest we take)
+    walk(_parsed(marker))
     return found
+
+
+def _parsed(marker: Marker) -> Sequence[Any]:
+    """packaging's parsed form of ``marker``, which it keeps private: a list of ``(lhs, op, rhs)`` tuples of
+    ``Variable``/``Op``/``Value``, nested lists and ``"and"``/``"or"``. The same from packaging 23.2 (the oldest
+    pyproject.toml takes) to the one the helper pins; tests/python/loading/test_packaging_floor.py runs this
+    module's marker reading under the oldest and holds it to the pinned one's."""
+    return marker._markers
 
 
 def _partial(marker: Marker, extra: str | None) -> bool | str:
     """``marker`` with every comparison of ``extra`` decided (``None``: no extra asked), the rest kept as
     text: True or False when nothing else is left."""
-    return _partial_items(marker._markers, extra)
+    return _partial_items(_parsed(marker), extra)
 
 
 def _partial_items(items: Sequence[Any], extra: str | None) -> bool | str:
@@ -285,18 +294,8 @@ class Closure:
                         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "root_extras": {project: list(extras) for project, extras in sorted(self.root_extras.items())},
-            "projects": {
-                project: {
-                    "version": dist.version,
-                    "requires": [edge.to_json() for edge in dist.requires],
-                    "extras": {extra: [edge.to_json() for edge in edges] for extra, edges in dist.extras.items()},
-                }
-                for project, dist in sorted(self.dists.items())
-            },
-        }
+        """The document :meth:`from_json` reads back into an equal closure (:mod:`patched_wheels.base.schema`)."""
+        return {"format": FORMAT, **to_json(self)}
 
     @classmethod
     def from_json(cls, raw: object, what: str) -> "Closure":
@@ -307,53 +306,14 @@ class Closure:
 
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise bad(f"format is not {FORMAT!r}")
-        if set(raw) != {"format", "root_extras", "projects"}:
-            raise bad(f"keys {sorted(raw)}")
-        roots, projects = raw["root_extras"], raw["projects"]
-        if not isinstance(roots, dict) or not all(
-            isinstance(v, list) and all(isinstance(e, str) for e in v) for v in roots.values()
-        ):
-            raise bad("root_extras is not an object of string lists")
-        if not isinstance(projects, dict):
-            raise bad("projects is not an object")
-
-        def edges(value: object, where: str) -> tuple[Edge, ...]:
-            if not isinstance(value, list):
-                raise bad(f"{where} is not a list")
-            out = []
-            for item in value:
-                if not (
-                    isinstance(item, dict)
-                    and set(item) == {"project", "extras", "requirement"}
-                    and isinstance(item["project"], str)
-                    and isinstance(item["requirement"], str)
-                    and isinstance(item["extras"], list)
-                    and all(isinstance(e, str) for e in item["extras"])
-                ):
-                    raise bad(f"an edge of {where} is not {{project, extras, requirement}}")
-                out.append(
-                    Edge(
-                        canonicalize_name(item["project"]),
-                        tuple(item["extras"]),
-                        item["requirement"],
-                        item["requirement"],
-                    )
-                )
-            return tuple(out)
-
-        dists = {}
-        for project, value in projects.items():
-            if not (
-                isinstance(value, dict)
-                and set(value) == {"version", "requires", "extras"}
-                and isinstance(value["version"], str)
-                and isinstance(value["extras"], dict)
-            ):
-                raise bad(f"project {project!r} is not {{version, requires, extras}}")
-            by_extra = {extra: edges(items, f"{project}[{extra}]") for extra, items in value["extras"].items()}
-            name = canonicalize_name(project)
-            dists[name] = Dist(name, value["version"], edges(value["requires"], project), by_extra, frozenset(by_extra))
-        return cls(dists, {canonicalize_name(p): tuple(e) for p, e in roots.items()})
+        try:
+            closure = read_object(cls, {key: value for key, value in raw.items() if key != "format"}, "closure")
+        except (UsageError, ValueError) as error:
+            raise bad(str(error)) from None
+        for project, dist in closure.dists.items():
+            if dist.project != project:
+                raise bad(f"dists[{json.dumps(project)}] holds project {json.dumps(dist.project)}")
+        return closure
 
 
 @dataclass(frozen=True)

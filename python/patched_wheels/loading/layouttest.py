@@ -40,8 +40,11 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from packaging.utils import canonicalize_name
+
 from patched_wheels.base.fsutil import NotRegularFileError, read_input_text, read_regular_file
 from patched_wheels.base.names import is_valid_project_name
+from patched_wheels.base.schema import read_object
 from patched_wheels.base.supervise import stop_runs, supervise
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line, printable
 from patched_wheels.loading.closure import Closure, missing_from
@@ -79,6 +82,8 @@ _MIN_MARGIN_S = 5
 
 @dataclass(frozen=True)
 class Config:
+    """A test's config: what ``layout_test.bzl`` writes (every field but ``program``), and its probe program."""
+
     test: str
     """The test's label, as the user wrote the target."""
     probe: str
@@ -143,12 +148,14 @@ _MAX_CONFIG_BYTES = 1 << 20
 
 
 def read_config(main_file: str) -> Config:
-    """The test's config, found beside its main ``NAME_layout_main.py``: a JSON object of two strings, ``test``
-    and ``probe``, as ``layout_test.bzl`` writes it; anything else is one error naming the file."""
+    """The test's config, found beside its main ``NAME_layout_main.py``: the JSON object of :class:`Config`'s fields
+    (but ``program``, the probe program beside it) that ``layout_test.bzl`` writes, read by the schema reader;
+    anything else is one error naming the file."""
     if not main_file.endswith(MAIN_SUFFIX):
         raise UsageError(f"{main_file}: not a layout_test main (expected a name ending in {MAIN_SUFFIX})")
     base = main_file[: -len(MAIN_SUFFIX)]
     path = base + CONFIG_SUFFIX
+    what = f"{path}: not a layout_test config"
     try:
         value = json.loads(read_regular_file(path, max_bytes=_MAX_CONFIG_BYTES, follow_links=True).decode("utf-8"))
     except NotRegularFileError as problem:  # a FIFO is not waited on, a device not read
@@ -156,30 +163,13 @@ def read_config(main_file: str) -> Config:
     except OSError as problem:
         raise UsageError(f"{path}: cannot read the layout_test config: {problem.strerror or problem}") from None
     except RecursionError:  # json nests a Python call per "[" or "{"
-        raise UsageError(f"{path}: not a layout_test config: nested too deeply") from None
+        raise UsageError(f"{what}: nested too deeply") from None
     except ValueError as problem:  # not UTF-8, not JSON
-        raise UsageError(f"{path}: not a layout_test config: {problem}") from None
-    if not isinstance(value, dict):
-        raise UsageError(
-            f"{path}: not a layout_test config: a JSON {_JSON_KINDS.get(type(value), type(value).__name__)}, not an object"
-        )
-    for key, kind in _CONFIG_KEYS.items():
-        if not isinstance(value.get(key), kind):
-            found = "missing" if key not in value else f"{json.dumps(value[key])[:80]}, not a {_JSON_KINDS[kind]}"
-            raise UsageError(f"{path}: not a layout_test config: {key!r} is {found}")
-    return Config(
-        value["test"],
-        value["probe"],
-        Path(base + PROBE_SUFFIX),
-        value["pip_closure"],
-        value["pip_closure_repository"],
-        value["bzlmod"],
-    )
-
-
-_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
-# What python/private/layout_test.bzl writes into the config, and each value's kind.
-_CONFIG_KEYS = {"test": str, "probe": str, "pip_closure": str, "pip_closure_repository": str, "bzlmod": bool}
+        raise UsageError(f"{what}: {problem}") from None
+    try:
+        return read_object(Config, value, what, given={"program": Path(base + PROBE_SUFFIX)})
+    except ValueError as problem:  # not an object, or not of the config's keys
+        raise UsageError(str(problem)) from None
 
 
 def check_probe(test: str, probe: str) -> list[str]:
@@ -537,8 +527,9 @@ def read_pip_closure(config: Config, runfiles: str) -> Closure | None:
 
 
 def _check_project_names(closure: Closure, what: str) -> None:
-    """Refuse a closure naming a project that no wheel can have (PEP 508): the hub writes only names of the
-    lock's wheels, so such a name is a file made by hand, and no verdict should quote it."""
+    """Refuse a closure naming a project that no wheel can have (PEP 508), or not as the hub writes it
+    (normalized, which the check looks names up by): the hub writes only names of the lock's wheels, so such a
+    name is a file made by hand, and no verdict should quote it."""
     names = [*closure.dists, *closure.root_extras]
     names += [
         edge.project
@@ -550,6 +541,10 @@ def _check_project_names(closure: Closure, what: str) -> None:
         if not is_valid_project_name(name):
             raise UsageError(
                 f"{what}: not a pip closure file: {printable(repr(name))[:200]} is not a project name (PEP 508)"
+            )
+        if canonicalize_name(name) != name:
+            raise UsageError(
+                f"{what}: not a pip closure file: {name!r} is not normalized ({canonicalize_name(name)!r})"
             )
 
 

@@ -55,8 +55,8 @@ from patched_wheels.loading.preload import (
     PackagePreload,
     PreloadList,
     plan_preload,
-    preload_module_member,
-    read_preload_module,
+    read_installed_preload,
+    render_preload_data,
     render_preload_module,
 )
 from patched_wheels.patch.request import SplitRequest
@@ -163,7 +163,8 @@ def plan_split(
     every_path = tuple(
         path for path, _ in sorted((path, name) for name, paths in reading.listed.items() for path in paths)
     )
-    preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
+    bound = PreloadList(every_path, frozenset(every_path))
+    preload_estimate = len(render_preload_module("x", bound)) + len(render_preload_data("x", bound))
     selected = (
         _select_by_globs(request, edits, libraries)
         if request.move
@@ -183,7 +184,7 @@ def plan_split(
         _Move(name, libraries[name], edits.edited(name), f"{sibling_top}/{libraries[name].split('/', 1)[1]}")
         for name in selected
     )
-    existing = _existing_preload(edits, preload_module_member(init_member), preload)
+    existing = _existing_preload(edits, init_member, preload)
 
     @functools.cache
     def after() -> PackagePreload:  # once, when the main wheel's writer reaches the preload module
@@ -311,15 +312,12 @@ def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
     return sizes
 
 
-def _existing_preload(edits: WheelEdits, module_member: str, preload: PackagePreload | None) -> PreloadList:
-    """What the main package preloads before the split: the patch's preload where it writes ``module_member``,
-    else what the wheel (as edited) holds there, an earlier patch's or split's, read as data."""
-    if preload is not None and module_member in preload.module_members:
+def _existing_preload(edits: WheelEdits, init_member: str, preload: PackagePreload | None) -> PreloadList:
+    """What the main package preloads before the split: the patch's preload where it writes beside
+    ``init_member``, else what the wheel (as edited) holds there, an earlier patch's or split's, read from its data."""
+    if preload is not None and init_member in preload.init_members:
         return preload.entries
-    module = edits.current(module_member)
-    if module is None:
-        return PreloadList()
-    return read_preload_module(module, where=f"{edits.reader.path.name}: {module_member}")
+    return read_installed_preload(edits.current, init_member, edits.reader.path.name) or PreloadList()
 
 
 def _preload_after_split(

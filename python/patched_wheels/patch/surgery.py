@@ -223,9 +223,9 @@ def _write_preloads(edits: WheelEdits, wheel: str, preload: PackagePreload | Non
     shapes = [*kept, split.preload_shape]
     edits.apply_member_edits(preload_import_edits(shapes, wheel), "preload")
     rendered = functools.cache(lambda: rendered_preload_edits([*kept, split.preload()], wheel))
-    for module_member in dict.fromkeys(member for shape in shapes for member in shape.module_members):
-        edits.check_editable(module_member, "preload")
-        edits.set(module_member, Later(functools.partial(lambda member: rendered()[member](None), module_member)))
+    for written in dict.fromkeys(member for shape in shapes for member in shape.written_members):
+        edits.check_editable(written, "preload")
+        edits.set(written, Later(functools.partial(lambda member: rendered()[member](None), written)))
 
 
 class _Background:

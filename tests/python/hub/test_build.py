@@ -22,7 +22,7 @@ from patched_wheels.elf import graph as elfgraph
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import PatchedWheelSpec
 from patched_wheels.loading import probe
-from patched_wheels.loading.preload import read_preload_module
+from patched_wheels.loading.preload import read_preload_data
 from patched_wheels.wheelfile import ZipMember
 from support import fakecuda
 from support.hubconfig import index_attributes, load_config, no_user_cache, set_config, spec_request_json, write_config  # noqa: F401  (no_user_cache: autouse)
@@ -144,7 +144,7 @@ def test_preload_auto_preloads_what_the_probe_maps_and_a_probe_mapping_nothing_i
     assert main(["hub", "build", "--config", str(config)]) == 0
     assert capsys.readouterr().err == ""
     with zipfile.ZipFile(tmp_path / "default" / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
-        preload = read_preload_module(archive.read("fakejax/_patched_wheels_preload.py"), where="test")
+        preload = read_preload_data(archive.read("fakejax/_patched_wheels_preload.json"), where="test")
     assert (
         preload.libraries == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"], fakecuda.RUNTIME_LIBRARY_PATHS["foo"])
         and preload.optional
@@ -487,7 +487,7 @@ def marked_torch(fake_set: fakecuda.FakeCudaWheels, dest: Path, marker: Path) ->
 
 def preloaded(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
-        return sorted(read_preload_module(archive.read("faketorch/_patched_wheels_preload.py"), where="test").libraries)
+        return sorted(read_preload_data(archive.read("faketorch/_patched_wheels_preload.json"), where="test").libraries)
 
 
 def test_preload_elf_runs_no_package_code_and_preloads_the_elf_graph_alone(

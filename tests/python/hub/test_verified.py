@@ -19,7 +19,7 @@ from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import HubConfig, HubPlan, HubRequest, plan_hub, resolved_wheels
 from patched_wheels.hub.schema import to_json
 from patched_wheels.hub.verified import TABLE, VerifiedTable, product_table, read_table
-from patched_wheels.loading.preload import read_preload_module
+from patched_wheels.loading.preload import read_preload_data
 from patched_wheels.lock.resolve import ResolvedWheel
 from support import fakecuda
 from support.hubconfig import fetch_into, hub_inputs, load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
@@ -75,7 +75,7 @@ def plan_fake_hub(
 
 def preload_of(wheel: Path) -> tuple[str, ...]:
     with zipfile.ZipFile(wheel) as archive:
-        return read_preload_module(archive.read("fakejax/_patched_wheels_preload.py"), where="test").libraries
+        return read_preload_data(archive.read("fakejax/_patched_wheels_preload.json"), where="test").libraries
 
 
 def answer_per_wheel(tmp_path: Path, wheels: list[Path]) -> str:

@@ -9,6 +9,7 @@ import pytest
 from patched_wheels.errors import UsageError
 from patched_wheels.loading import closure as closure_module
 from patched_wheels.loading.closure import (
+    FORMAT,
     MAX_STEPS,
     Closure,
     inferred_root_extras,
@@ -107,12 +108,40 @@ def test_missing_names_each_wheel_and_the_chain_that_brings_it_and_survives_json
     [
         [],
         {"format": "x"},
-        {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": {"a": {}}},
-        {"format": "rules_patched_wheels.pip_closure/1", "root_extras": [], "projects": {}},
+        {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": {}},
+        {"format": FORMAT, "root_extras": {}, "dists": {"a": {}}},
+        {"format": FORMAT, "root_extras": [], "dists": {}},
+        {"format": FORMAT, "root_extras": {}, "dists": {}, "projects": {}},
+        {"format": FORMAT, "root_extras": {"a": [1]}, "dists": {}},
     ],
 )
 def test_a_document_that_is_not_a_closure_is_one_error(raw: object) -> None:
     with pytest.raises(UsageError, match=r"^f\.json: not a pip closure file"):
+        Closure.from_json(raw, "f.json")
+
+
+def _written(whole: Closure) -> object:
+    """``whole`` as the hub writes ``pip_closure.json`` and a test reads it back (hub/build.py's spelling)."""
+    return json.loads(json.dumps(whole.to_json(), indent=1, sort_keys=True) + "\n")
+
+
+def test_a_closure_read_back_is_the_closure_written() -> None:
+    """The document keeps what the hub was given: each edge's restored requirement (read back, /1 restored
+    ``'tk-rt==1.0; extra == "rt"'``, its marker and all) and the extras a wheel provides with no edge here."""
+    toolkit = dist(
+        "toolkit", ['tk-rt==1.0; extra == "rt"', 'tk-win; extra == "win" and sys_platform == "win32"'], ["rt", "win"]
+    )
+    whole = closure(dist("app", ["toolkit[rt,win]==1.0"]), toolkit, dist("tk-rt", []), roots={"app": ()})
+    restored = Closure.from_json(_written(whole), "pip_closure.json")
+    assert restored == whole
+    assert restored_requirements(restored) == {"toolkit": ["tk-rt==1.0"]}
+    assert restored.unprovided() == whole.unprovided() == []
+
+
+def test_a_closure_naming_a_wheel_under_another_name_is_one_error() -> None:
+    raw = _written(closure(dist("a", [])))
+    raw["dists"]["b"] = raw["dists"].pop("a")  # type: ignore[index]
+    with pytest.raises(UsageError, match=r'^f\.json: not a pip closure file .*: dists\["b"\] holds project "a"$'):
         Closure.from_json(raw, "f.json")
 
 
@@ -219,7 +248,7 @@ def test_an_undeclared_extra_gets_no_edges_and_asking_for_it_is_reported() -> No
     whole = closure(a, dist("app", ["a[x,y]"]), dist("c", []), dist("d", []), roots={"a": ("w",)})
     assert whole.activated() == {"a": {"y"}}
     assert whole.unprovided() == [("a", "w", ""), ("a", "x", "app")]
-    assert "x" not in whole.to_json()["projects"]["a"]["extras"]
+    assert "x" not in whole.to_json()["dists"]["a"]["extras"]
     assert restored_requirements(whole) == {"a": ["d"]}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patched_wheels.cli import main
-from patched_wheels.loading.preload import PRELOAD_MODULE, read_preload_module
+from patched_wheels.loading.preload import PRELOAD_DATA, PRELOAD_MODULE, read_preload_data
 from support import stackshapes
 from support.fakecuda import build_wheel, flat_layout, per_wheel_layout, run_import
 from support.hubconfig import no_user_cache, set_config  # noqa: F401  (no_user_cache: autouse, the user's caches stay out)
@@ -145,7 +145,7 @@ def test_hub_warns_once_when_the_default_probe_never_maps_the_plugins_own_librar
     )
     assert err == ""
     with zipfile.ZipFile(patched) as archive:
-        preload = read_preload_module(archive.read(f"jaxlike_plugins/xla_fake/{PRELOAD_MODULE}.py"), where="test")
+        preload = read_preload_data(archive.read(f"jaxlike_plugins/xla_fake/{PRELOAD_DATA}"), where="test")
     assert preload.libraries == (stack.libraries["cudart"],)
     wheel_set = [patched, *others(stack, "jaxlike-cuda-pjrt")]
     result = run_import(per_wheel_layout(wheel_set, tmp_path / "per-wheel"), stack.code)
