@@ -9,7 +9,7 @@ gets the row's spec (:func:`applicable_rows`, :func:`row_spec`; applied by :func
 which says so in one line). ``docs/verified-stacks.md`` shows the table as :func:`render_stanzas` writes it
 (``tools/gen_verified_stacks.py``; a test holds the page equal to the table).
 
-The file is read by the one schema reader (:func:`patched_wheels.hub.schema.read_object`) and checked whole
+The file is read by the one schema reader (:func:`patched_wheels.base.schema.read_object`) and checked whole
 (:func:`check_table`): every row's spec passes :func:`~patched_wheels.hub.spec.check_spec` as a user's would.
 """
 
@@ -27,8 +27,8 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.base.fsutil import read_regular_file
 from patched_wheels.base.names import glob_problem
+from patched_wheels.base.schema import read_object
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.schema import read_object
 from patched_wheels.hub.spec import PatchedWheelSpec, spec_problem
 
 #: The product's table.

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from benchmarks.stacks import STACKS
 
+from patched_wheels.base.schema import to_json
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import HubConfig, HubPlan, HubRequest, plan_hub, resolved_wheels
-from patched_wheels.hub.schema import to_json
 from patched_wheels.hub.verified import TABLE, VerifiedTable, product_table, read_table
 from patched_wheels.loading.preload import read_preload_data
 from patched_wheels.lock.resolve import ResolvedWheel
