@@ -31,11 +31,12 @@ imports this module and calls it; this module never imports surgery (the ``split
 :func:`patched_wheels.patch.surgery.split_wheel` lives there).
 
 What moves is decided from which libraries the graph lists and the members' sizes, which a graph still
-being read (:class:`patched_wheels.elf.graph.GraphReading`, the ``split`` command's) knows at once; what
-needs the libraries' dynamic sections (the preload's entries, whether a moved library has a SONAME) comes
+being read (:class:`patched_wheels.elf.graph.GraphReading`, the ``split`` command's and the hub's) knows at once;
+what needs the libraries' dynamic sections (the preload's entries, whether a moved library has a SONAME) comes
 :class:`~patched_wheels.patch.rewrite.Later`, asked for by the writers when they reach those members.  So the
 members that stay compressed are copied while the libraries inflate, and the bytes written are the same as
-from a graph read first.
+from a graph read first (a lenient graph that lists a library it then cannot read raises
+:class:`~patched_wheels.elf.graph.ListingChanged` there, and the patch plans again from the graph).
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def plan_split(
     @functools.cache
     def after() -> PackagePreload:  # once, when the main wheel's writer reaches the preload module
         return PackagePreload(
-            package, (init_member,), _preload_after_split(reading.result(), package, wheel, moves, existing)
+            package, (init_member,), _preload_after_split(reading.result_as_listed(), package, wheel, moves, existing)
         )
 
     sibling_dist_info = f"{sibling_top}-{version}.dist-info"
@@ -265,7 +266,7 @@ def _moved_member(edits: WheelEdits, move: _Move, reading: GraphReading, scratch
     has one is known once the graph is read: the sibling's writer asks then (:class:`Later`)."""
 
     def content() -> Content | None:
-        library = _library_at(reading.result(), edits.reader.path.name, move.path)
+        library = _library_at(reading.result_as_listed(), edits.reader.path.name, move.path)
         if library.soname:
             return move.content
         from patched_wheels.elf.grow import grow_dynamic  # imported here: only a library without a SONAME grows

@@ -359,14 +359,14 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
             written.append(Path(dest).name)
             super().__init__(dest, **kwargs)
 
-    real_scan = elfgraph.scan_wheels
+    real_read = elfgraph.read_library
 
-    def recording_scan(paths, **kwargs):
-        scanned.extend(Path(path).name for path in paths)
-        return real_scan(paths, **kwargs)
+    def recording_read(wheel, *args):
+        scanned.append(Path(wheel).name)
+        return real_read(wheel, *args)
 
     monkeypatch.setattr(rewrite, "WheelWriter", CountingWriter)
-    monkeypatch.setattr(elfgraph, "scan_wheels", recording_scan)
+    monkeypatch.setattr(elfgraph, "read_library", recording_read)
     spec = PatchedWheelSpec(
         name="faketorch",
         wheel=wheels.torch,
