@@ -22,6 +22,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("loading",),
     ("patch",),
     ("lock",),
+    ("layouttest",),
     ("hub",),
     ("cli", "__main__"),
 )

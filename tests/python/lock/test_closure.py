@@ -7,8 +7,8 @@ import json
 import pytest
 
 from patched_wheels.errors import UsageError
-from patched_wheels.loading import closure as closure_module
-from patched_wheels.loading.closure import (
+from patched_wheels.lock import closure as closure_module
+from patched_wheels.lock.closure import (
     FORMAT,
     MAX_STEPS,
     Closure,

@@ -180,7 +180,7 @@ def _mentioned_extras(marker: Marker) -> set[str]:
 def _parsed(marker: Marker) -> Sequence[Any]:
     """packaging's parsed form of ``marker``, which it keeps private: a list of ``(lhs, op, rhs)`` tuples of
     ``Variable``/``Op``/``Value``, nested lists and ``"and"``/``"or"``. The same from packaging 23.2 (the oldest
-    pyproject.toml takes) to the one the helper pins; tests/python/loading/test_packaging_floor.py runs this
+    pyproject.toml takes) to the one the helper pins; tests/python/lock/test_packaging_floor.py runs this
     module's marker reading under the oldest and holds it to the pinned one's."""
     return marker._markers
 

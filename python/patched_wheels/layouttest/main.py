@@ -47,7 +47,6 @@ from patched_wheels.base.names import is_valid_project_name
 from patched_wheels.base.schema import read_object
 from patched_wheels.base.supervise import stop_runs, supervise
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line, printable
-from patched_wheels.loading.closure import Closure, missing_from
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
 from patched_wheels.loading.mergedtree import Merged, dists, inside, merge, owners
 from patched_wheels.loading.packages import EntryPoint, hosted_plugin, parse_entry_points
@@ -60,6 +59,7 @@ from patched_wheels.loading.probe import (
     run_child,
     run_timeout,
 )
+from patched_wheels.lock.closure import Closure, missing_from
 
 # The files python/private/layout_test.bzl writes for a test NAME, beside each other in the runfiles.
 MAIN_SUFFIX = "_layout_main.py"

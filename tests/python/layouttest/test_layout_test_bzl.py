@@ -1,4 +1,4 @@
-"""The contract between ``python/private/layout_test.bzl`` and its runner (``loading/layouttest.py``), checked
+"""The contract between ``python/private/layout_test.bzl`` and its runner (``layouttest/``), checked
 without Bazel: the .bzl file executed by Python with Bazel's builtins stood in for, its outputs handed to the
 runner as Bazel would lay them out in the runfiles. The names of the files the macro writes beside the test's
 main, the config's keys and kinds, and the ``workspace_name/short_path`` path of ``pip_closure`` under the
@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from patched_wheels.loading.closure import Closure, read_dist
-from patched_wheels.loading.layouttest import (
+from patched_wheels.layouttest.main import (
     CONFIG_SUFFIX,
     MAIN_SUFFIX,
     PROBE_SUFFIX,
@@ -22,6 +21,7 @@ from patched_wheels.loading.layouttest import (
     read_config,
     read_pip_closure,
 )
+from patched_wheels.lock.closure import Closure, read_dist
 from support.starlark import PRIVATE, Recorder, evaluate_bzl
 
 
