@@ -1,4 +1,4 @@
-"""layout_test's runner (patched_wheels.layouttest.main) outside Bazel, on real ELF fixtures.
+"""layout_test's runner (patched_wheels.layouttest) outside Bazel, on real ELF fixtures.
 
 A simulated test directory stands in for the runfiles: the files layout_test.bzl writes (the config and
 the probe program beside the main) and the wheels installed as rules_python lays them out -- one
@@ -23,19 +23,11 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from patched_wheels.errors import UsageError
-from patched_wheels.layouttest.main import (
-    CONFIG_SUFFIX,
-    MAIN_SUFFIX,
-    MAX_MISSING,
-    PROBE_SUFFIX,
-    Config,
-    check_probe,
-    flat_path,
-    is_wheel_entry,
-    main,
-    patched_wheel_line,
-    starlark_string,
-)
+from patched_wheels.layouttest.closurecheck import MAX_MISSING
+from patched_wheels.layouttest.config import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, Config, check_probe
+from patched_wheels.layouttest.main import main
+from patched_wheels.layouttest.report import patched_wheel_line, starlark_string
+from patched_wheels.layouttest.runs import flat_path, is_wheel_entry
 from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
 from patched_wheels.lock.closure import FORMAT
 from support import extrasfixture, rpathfixture
