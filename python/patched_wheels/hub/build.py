@@ -28,7 +28,6 @@ from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
-from patched_wheels.loading.packages import Phrasing
 from patched_wheels.lock.apply import lock
 from patched_wheels.lock.closure import (
     EXTRAS_SUFFIX,
@@ -39,6 +38,7 @@ from patched_wheels.lock.closure import (
     restored_requirements,
 )
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
+from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile.filename import WheelFilename
 
 if TYPE_CHECKING:
