@@ -29,14 +29,9 @@ from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
 from patched_wheels.lock.apply import lock
-from patched_wheels.lock.closure import (
-    EXTRAS_SUFFIX,
-    Closure,
-    InferredExtra,
-    inferred_root_extras,
-    read_dist,
-    restored_requirements,
-)
+from patched_wheels.lock.closure import EXTRAS_SUFFIX, Closure, restored_requirements
+from patched_wheels.lock.requiresdist import read_dist
+from patched_wheels.lock.rootextras import InferredExtra, inferred_root_extras
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile.filename import WheelFilename

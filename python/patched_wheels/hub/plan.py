@@ -512,7 +512,7 @@ def _root_extras(request: HubRequest, pinned: Mapping[NormalizedName, ResolvedWh
 
 def _extras_requirements(request: HubRequest) -> list[tuple[str, Requirement]]:
     """The ``extras`` attribute read: each a project and its extras (``jax[cuda13]``), nothing else; ``jax[]``
-    says the root ``jax`` was asked with no extra (none is inferred for it: :func:`~patched_wheels.lock.closure.inferred_root_extras`)."""
+    says the root ``jax`` was asked with no extra (none is inferred for it: :func:`~patched_wheels.lock.rootextras.inferred_root_extras`)."""
     read = []
     for written in request.attributes.extras:
         try:

@@ -15,7 +15,8 @@ import pytest
 
 from patched_wheels.layouttest.closurecheck import read_pip_closure
 from patched_wheels.layouttest.config import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, Config, read_config
-from patched_wheels.lock.closure import Closure, read_dist
+from patched_wheels.lock.closure import Closure
+from patched_wheels.lock.requiresdist import read_dist
 from support.starlark import PRIVATE, Recorder, evaluate_bzl
 
 

@@ -525,7 +525,8 @@ def test_a_library_whose_name_is_not_utf_8_is_named_in_the_verdict(tmp_path, cap
 def test_deps_that_lack_a_wheel_pip_installs_fail_naming_it_where_both_layouts_fail_alike(tmp_path, capsys) -> None:
     """rules_python drops the extras of ``app``'s ``toolkit[rt]``: both layouts fail alike on the missing
     ``tk_rt``, which once passed; judged against pip's closure of the lock, the test fails naming the wheel."""
-    from patched_wheels.lock.closure import Closure, read_dist
+    from patched_wheels.lock.closure import Closure
+    from patched_wheels.lock.requiresdist import read_dist
 
     wheels = extrasfixture.build_extras_wheels(tmp_path / "wheels")
     closure = Closure(

@@ -7,16 +7,10 @@ import json
 import pytest
 
 from patched_wheels.errors import UsageError
-from patched_wheels.lock import closure as closure_module
-from patched_wheels.lock.closure import (
-    FORMAT,
-    MAX_STEPS,
-    Closure,
-    inferred_root_extras,
-    missing_from,
-    read_dist,
-    restored_requirements,
-)
+from patched_wheels.lock import rootextras
+from patched_wheels.lock.closure import FORMAT, MAX_STEPS, Closure, missing_from, restored_requirements
+from patched_wheels.lock.requiresdist import read_dist
+from patched_wheels.lock.rootextras import inferred_root_extras
 
 LINUX = {"sys_platform": "linux", "python_version": "3.11", "platform_machine": "x86_64"}
 
@@ -287,8 +281,8 @@ def test_inference_reads_each_requirement_of_a_chain_of_extras_once(monkeypatch:
     ]
     dists += [dist(f"q{i}", []) for i in range(links)]
     checked: list[str] = []
-    real = closure_module._pin_satisfies
-    monkeypatch.setattr(closure_module, "_pin_satisfies", lambda d, e: checked.append(e.requirement) or real(d, e))
+    real = rootextras._pin_satisfies
+    monkeypatch.setattr(rootextras, "_pin_satisfies", lambda d, e: checked.append(e.requirement) or real(d, e))
     found = inferred(*dists)
     assert len(found) == links and found[0] == ("a0", "x", ("a1", "q0"))
     assert len(checked) == 2 * links - 1, f"{len(checked)} checks of {2 * links - 1} requirements"
