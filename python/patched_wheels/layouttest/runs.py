@@ -26,6 +26,8 @@ from patched_wheels.loading.probe import (
     CHILD,
     TIMEOUT_VARIABLE,
     Comparison,
+    Launch,
+    LayoutContents,
     RunResult,
     create_flat_environment,
     run_child,
@@ -189,31 +191,24 @@ def run_layouts(
         environment, PYTHONPATH=os.pathsep.join(flat_path(entries, wheel_entries, merged.site_packages))
     )
     runs = {
-        RUNFILES: ([str(config.program), CHILD], environment, wheel_entries, wheel_entries),
+        RUNFILES: (
+            Launch([str(config.program), CHILD], environment),
+            LayoutContents(merged.libraries, wheel_entries, wheel_entries),
+        ),
         FLAT: (
-            [str(python), "-c", CHILD],
-            flat_environment,
-            [str(merged.site_packages)],
-            [str(merged.site_packages), str(merged.root)],
+            Launch([str(python), "-c", CHILD], flat_environment),
+            LayoutContents(
+                merged.libraries, [str(merged.site_packages)], [str(merged.site_packages), str(merged.root)]
+            ),
         ),
     }
 
     def run(kind: str) -> RunResult:
-        command, env, kind_entries, places = runs[kind]
+        launch, contents = runs[kind]
         directory = work / f"run-{kind}"
         directory.mkdir()
         try:
-            return run_child(
-                kind,
-                command,
-                config.probe,
-                root=directory,
-                environment=env,
-                by_file=merged.libraries,
-                entries=kind_entries,
-                places=places,
-                timeout=deadline.left(),
-            )
+            return run_child(kind, launch, config.probe, contents, root=directory, timeout=deadline.left())
         except UsageError:
             if time.monotonic() < deadline.at:
                 raise
