@@ -28,17 +28,12 @@ from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
-from patched_wheels.loading.closure import (
-    EXTRAS_SUFFIX,
-    Closure,
-    InferredExtra,
-    inferred_root_extras,
-    read_dist,
-    restored_requirements,
-)
-from patched_wheels.loading.packages import Phrasing
 from patched_wheels.lock.apply import lock
+from patched_wheels.lock.closure import EXTRAS_SUFFIX, Closure, restored_requirements
+from patched_wheels.lock.requiresdist import read_dist
+from patched_wheels.lock.rootextras import InferredExtra, inferred_root_extras
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
+from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile.filename import WheelFilename
 
 if TYPE_CHECKING:
@@ -217,7 +212,7 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
 
 
 def read_closure(config: HubConfig) -> Closure:
-    """Pip's closure of the lock on this interpreter (:mod:`patched_wheels.loading.closure`), from the METADATA
+    """Pip's closure of the lock on this interpreter (:mod:`patched_wheels.lock.closure`), from the METADATA
     of every wheel the plan fetched and the extras the lock's own pins and the ``extras`` attribute ask for."""
     from patched_wheels.lock.formats.registry import read_lock
     from patched_wheels.wheelfile.metadata import field_values

@@ -41,7 +41,7 @@ from patched_wheels.hub.verified import (
     stanza_attributes,
     uses_recording,
 )
-from patched_wheels.loading.closure import FILE as CLOSURE
+from patched_wheels.lock.closure import FILE as CLOSURE
 from patched_wheels.lock.formats import registry
 from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
@@ -104,7 +104,7 @@ class IndexAttributes:
     python_interpreter_target: Path | None
     """The interpreter the rule runs the helper with (the helper runs as it): recorded, not read."""
     restore_extras: bool
-    """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.loading.closure`)."""
+    """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.lock.closure`)."""
     extras: Sequence[str]
     """The lock's root requirements with the extras the lock may not record, as written (``jax[cuda13]``)."""
     verified_stacks: bool
@@ -512,7 +512,7 @@ def _root_extras(request: HubRequest, pinned: Mapping[NormalizedName, ResolvedWh
 
 def _extras_requirements(request: HubRequest) -> list[tuple[str, Requirement]]:
     """The ``extras`` attribute read: each a project and its extras (``jax[cuda13]``), nothing else; ``jax[]``
-    says the root ``jax`` was asked with no extra (none is inferred for it: :func:`~patched_wheels.loading.closure.inferred_root_extras`)."""
+    says the root ``jax`` was asked with no extra (none is inferred for it: :func:`~patched_wheels.lock.rootextras.inferred_root_extras`)."""
     read = []
     for written in request.attributes.extras:
         try:

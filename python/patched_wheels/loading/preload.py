@@ -38,7 +38,7 @@ from patched_wheels.elf.order import stuck_cycles
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.loading.lazyload import is_extension_module, lazy_warning, unprobed_libraries
-from patched_wheels.loading.packages import Phrasing, find_package, locate_package, package_libraries
+from patched_wheels.loading.packages import find_package, locate_package, package_libraries
 from patched_wheels.loading.preloadmodule import (
     PRELOAD_DATA,
     PRELOAD_MODULE,
@@ -48,6 +48,7 @@ from patched_wheels.loading.preloadmodule import (
     render_preload_data,
     render_preload_module,
 )
+from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile import WheelFilename, WheelReader
 from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.wheelfile.schemes import data_scheme

@@ -209,7 +209,8 @@ def test_a_wheel_the_hub_did_not_fetch_is_found_by_its_cached_libraries(stack):
     is then found by the graph's rows under the package's directory."""
     from patched_wheels.elf.graph import WheelRef, read_graph
     from patched_wheels.errors import UsageError
-    from patched_wheels.loading.packages import Phrasing, locate_package
+    from patched_wheels.loading.packages import locate_package
+    from patched_wheels.phrasing import Phrasing
 
     plugin = wheel(stack, "jaxlike-cuda-plugin")
     graph = read_graph(stack.wheels)
@@ -281,7 +282,7 @@ def test_the_lazy_load_warning_asks_for_a_probe_only_when_it_would_suggest_anoth
     plugin still maps nothing, and the warning asked for the very probe it had."""
     from patched_wheels.elf.read import ElfLibrary
     from patched_wheels.loading.lazyload import JAX_PROBE, Unprobed, lazy_warning
-    from patched_wheels.loading.packages import Phrasing
+    from patched_wheels.phrasing import Phrasing
 
     own = ElfLibrary(
         "jax_cuda13_pjrt-1-py3-none-any.whl", "jax_plugins/xla_cuda13/xla_cuda_plugin.so", None, (), (), ()

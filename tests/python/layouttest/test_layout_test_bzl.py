@@ -1,4 +1,4 @@
-"""The contract between ``python/private/layout_test.bzl`` and its runner (``loading/layouttest.py``), checked
+"""The contract between ``python/private/layout_test.bzl`` and its runner (``layouttest/``), checked
 without Bazel: the .bzl file executed by Python with Bazel's builtins stood in for, its outputs handed to the
 runner as Bazel would lay them out in the runfiles. The names of the files the macro writes beside the test's
 main, the config's keys and kinds, and the ``workspace_name/short_path`` path of ``pip_closure`` under the
@@ -13,15 +13,10 @@ from typing import Any
 
 import pytest
 
-from patched_wheels.loading.closure import Closure, read_dist
-from patched_wheels.loading.layouttest import (
-    CONFIG_SUFFIX,
-    MAIN_SUFFIX,
-    PROBE_SUFFIX,
-    Config,
-    read_config,
-    read_pip_closure,
-)
+from patched_wheels.layouttest.closurecheck import read_pip_closure
+from patched_wheels.layouttest.config import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, Config, read_config
+from patched_wheels.lock.closure import Closure
+from patched_wheels.lock.requiresdist import read_dist
 from support.starlark import PRIVATE, Recorder, evaluate_bzl
 
 

@@ -1,6 +1,6 @@
 """The oldest packaging pyproject.toml takes: every module of the helper imports with it, a bad wheel file name is
 the helper's own error, and pip's closure reads markers through packaging's private parsed form
-(``closure._parsed``) the same as with the pinned release.
+(``requiresdist._parsed``) the same as with the pinned release.
 
 packaging is a dependency users resolve (``packaging>=X``), so a helper installed beside an old one must work
 with it; the floor is read from pyproject.toml, installed with the suite's own pip into a throwaway directory,
@@ -49,7 +49,7 @@ try:  # packaging before 23.2 raised InvalidVersion here, which the helper does 
     WheelFilename.parse("foo-notaversion-py3-none-any.whl")
 except InvalidWheelError:
     pass
-from patched_wheels.loading.closure import read_dist
+from patched_wheels.lock.requiresdist import read_dist
 environment = {"sys_platform": "linux", "python_version": "3.11", "platform_machine": "x86_64", "os_name": "posix"}
 dist = read_dist("toolkit", "1.0", json.loads(sys.argv[1]), ["rt", "all"], origin="toolkit", environment=environment)
 print(json.dumps({"version": packaging.__version__, "dist": to_json(dist)}))

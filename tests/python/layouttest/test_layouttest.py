@@ -1,4 +1,4 @@
-"""layout_test's runner (patched_wheels.loading.layouttest) outside Bazel, on real ELF fixtures.
+"""layout_test's runner (patched_wheels.layouttest) outside Bazel, on real ELF fixtures.
 
 A simulated test directory stands in for the runfiles: the files layout_test.bzl writes (the config and
 the probe program beside the main) and the wheels installed as rules_python lays them out -- one
@@ -23,21 +23,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from patched_wheels.errors import UsageError
-from patched_wheels.loading.closure import FORMAT
+from patched_wheels.layouttest.closurecheck import MAX_MISSING
+from patched_wheels.layouttest.config import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, Config, check_probe
+from patched_wheels.layouttest.main import main
+from patched_wheels.layouttest.report import patched_wheel_line, starlark_string
+from patched_wheels.layouttest.runs import flat_path, is_wheel_entry
 from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
-from patched_wheels.loading.layouttest import (
-    CONFIG_SUFFIX,
-    MAIN_SUFFIX,
-    MAX_MISSING,
-    PROBE_SUFFIX,
-    Config,
-    check_probe,
-    flat_path,
-    is_wheel_entry,
-    main,
-    patched_wheel_line,
-    starlark_string,
-)
+from patched_wheels.lock.closure import FORMAT
 from support import extrasfixture, rpathfixture
 from support.fakecuda import build_wheel, compile_shared
 from support.stackshapes import PLUGIN_LIBRARIES, build_plugin_stack
@@ -365,7 +357,7 @@ def _runner(main_file: str, environment: dict[str, str]) -> subprocess.Popen[str
         RUNFILES_DIR=str(Path(main_file).parents[1]),
         **environment,
     )
-    code = "import sys; from patched_wheels.loading.layouttest import main; sys.exit(main(sys.argv[1]))"
+    code = "import sys; from patched_wheels.layouttest.main import main; sys.exit(main(sys.argv[1]))"
     return subprocess.Popen(
         [sys.executable, "-c", code, main_file],
         env=env,
@@ -533,7 +525,8 @@ def test_a_library_whose_name_is_not_utf_8_is_named_in_the_verdict(tmp_path, cap
 def test_deps_that_lack_a_wheel_pip_installs_fail_naming_it_where_both_layouts_fail_alike(tmp_path, capsys) -> None:
     """rules_python drops the extras of ``app``'s ``toolkit[rt]``: both layouts fail alike on the missing
     ``tk_rt``, which once passed; judged against pip's closure of the lock, the test fails naming the wheel."""
-    from patched_wheels.loading.closure import Closure, read_dist
+    from patched_wheels.lock.closure import Closure
+    from patched_wheels.lock.requiresdist import read_dist
 
     wheels = extrasfixture.build_extras_wheels(tmp_path / "wheels")
     closure = Closure(
@@ -910,7 +903,7 @@ def test_deps_that_lack_many_wheels_list_a_bounded_few_and_count_the_rest(plugin
 _MEASURE = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-from patched_wheels.loading.layouttest import main
+from patched_wheels.layouttest.main import main
 status = main(sys.argv[1])
 sys.stdout.flush()
 with open("/proc/self/status", encoding="ascii") as status_file:
