@@ -3,6 +3,8 @@
 says which extra of the wheel brings it and what it reads as once that extra is asked (:class:`Edge`'s
 ``restored``). :mod:`patched_wheels.lock.closure` builds pip's closure of a lock from them."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 

@@ -2,6 +2,8 @@
 ``jax[cuda13]`` pins the extra's wheels but writes ``jax`` bare), inferred from what only the extra explains:
 :func:`inferred_root_extras`, on a :class:`~patched_wheels.lock.closure.Closure` as it stands."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import AbstractSet, Iterator, Mapping, Sequence
 
