@@ -40,6 +40,14 @@ POSTGRES_USER = "postgres"  # the root's own account: PostgreSQL refuses to run 
 DATABASE = "bgd"
 INSTANCE = ""  # BuildGrid's unnamed instance: Bazel needs no --remote_instance_name
 START_TIMEOUT = 120.0
+# BuildGrid tells clients to batch up to 4 MiB of blobs (less 1 KiB), and Bazel fills a batch to that; with the
+# digests of hundreds of small files (a Python's standard library) the message exceeds gRPC's default 4 MiB limit
+# on what a server receives, and the whole batch fails ("Error while uploading artifact").
+GRPC_MESSAGE_LIMIT = 16 << 20
+# BuildGrid serves as many RPCs at once as it has threads (default: five per core) and refuses the rest
+# (RESOURCE_EXHAUSTED: Concurrent RPC limit exceeded!), which Bazel does not retry; Bazel uploads an action's
+# missing inputs a hundred at a time.
+GRPC_THREADS = 256
 # The worker's system, bound read-only into each action's sandbox, whose root is the action's staged input tree
 # (a worker image, as a real engine's workers have one): the shell and coreutils Bazel's test runner needs, and
 # the worker's own python3, which a test runs under when no Python toolchain is registered.
@@ -63,32 +71,28 @@ class EngineError(RuntimeError):
     """The engine could not start: names the process and the end of its log."""
 
 
+def _provision(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(PROVISION), *args], capture_output=True, text=True, check=False)
+
+
 def root_path() -> Path:
-    """The engine's root, as tools/remote/provision names it (it installs nothing when the root is there)."""
-    completed = subprocess.run([str(PROVISION)], capture_output=True, text=True, check=False)
+    """The engine's root, installed by tools/remote/provision if missing (minutes, once per recipe)."""
+    completed = _provision()
     if completed.returncode != 0:
         raise EngineError(completed.stderr.strip().splitlines()[-1] if completed.stderr.strip() else "provision failed")
     return Path(completed.stdout.strip())
 
 
 def available() -> str | None:
-    """None when the engine can be started here; else why not (for a test's skip)."""
+    """None when the engine is installed and can be started here; else why not (for a test's skip)."""
     if os.geteuid() != 0:
-        return "the remote engine runs chrooted: it needs root"
-    root = _existing_root()
-    if root is None:
+        return "the remote engine runs in a root of its own (pivot_root): it needs root"
+    completed = _provision("--check")
+    if completed.returncode == 3:
         return "the remote engine is not installed (tools/remote/provision; .ci/run installs it)"
+    if completed.returncode != 0:
+        return completed.stderr.strip().splitlines()[-1] if completed.stderr.strip() else "provision --check failed"
     return None
-
-
-def _existing_root() -> Path | None:
-    """The installed root of this recipe, without installing it (provision would take minutes)."""
-    recipe = subprocess.run(["sha256sum", str(PROVISION)], capture_output=True, text=True, check=True).stdout[:12]
-    cache = os.environ.get("RPW_CACHE_DIR") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rules_patched_wheels"
-    )
-    root = Path(cache) / f"sid-remote-engine-{recipe}"
-    return root if (root / ".rpw-complete").is_file() else None
 
 
 def free_port() -> int:
@@ -215,6 +219,9 @@ server:
   - !channel
     address: "127.0.0.1:{port}"
     insecure-mode: true
+thread-pool-size: {GRPC_THREADS}
+grpc-server-options:
+  grpc.max_receive_message_length: {GRPC_MESSAGE_LIMIT}
 authorization:
   method: none
 connections:
