@@ -3,8 +3,8 @@ buildbox-worker with the bubblewrap runner, on 127.0.0.1): every test action run
 whose root is the action's staged inputs plus the worker's own system (Debian unstable, its python3 a newer one
 than the build's), with no view of the checkout, the output base or the helper's cache.
 
-* The engine itself: it stops every process it started, when its block ends and when its starter is killed while
-  it starts.
+* The engine itself: it stops every process it started (and what they forked) when its block ends, and when its
+  starter is killed while it starts.
 * `e2e/bzlmod` and a hub that patches, splits and preloads the gcc-built faketorch, with a registered Python
   toolchain (the build's interpreter, an input of each test: a test that ran the worker's `python3` fails):
   `bazel test --remote_executor=... --noremote_accept_cached` runs every test action remotely (Bazel's `N remote`)
@@ -96,22 +96,6 @@ def _wait_gone(groups: set[int], seconds: float = 20) -> list[str]:
     while (alive := _groups_alive(groups)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return alive
-
-
-def test_the_engine_registers_its_worker_and_stops_every_process_when_the_block_ends(scratch: Path) -> None:
-    work = scratch / "engine-block"
-    with remote_engine.serve(work) as started:
-        groups = _started_groups(work)
-        assert started.endpoint.startswith("grpc://127.0.0.1:")
-        assert {line.split()[1] for line in (work / "pids").read_text(encoding="utf-8").splitlines()} == {
-            "postgres",
-            "buildgrid",
-            "casd",
-            "worker",
-        }
-        assert len(_groups_alive(groups)) >= 4  # PostgreSQL forks its own helpers into its group
-        assert "Starting buildbox-worker" in (work / "worker.log").read_text(encoding="utf-8")
-    assert _wait_gone(groups, seconds=2) == []
 
 
 def test_a_starter_killed_mid_start_leaves_no_process_of_the_engine_behind(scratch: Path) -> None:
@@ -392,9 +376,16 @@ def test_the_fixture_hub_runs_every_test_on_the_worker_with_the_verdicts_it_has_
 def test_the_unsplit_wheel_hits_the_engines_input_limit_and_the_split_pair_passes(
     hub: BazelWorkspace, scratch: Path
 ) -> None:
-    with remote_engine.serve(scratch / "limited-engine", input_limit=LIMIT) as limited:
+    work = scratch / "limited-engine"
+    with remote_engine.serve(work, input_limit=LIMIT) as limited:
+        started = dict(reversed(line.split()) for line in (work / "pids").read_text(encoding="utf-8").splitlines())
+        assert set(started) == {"postgres", "buildgrid", "casd", "worker"}
+        groups = {int(pid) for pid in started.values()}
+        assert len(_groups_alive(groups)) >= len(groups)
         # Each external file once in the runfiles (Bazel 7 also puts it under _main/external/ by default).
         result = _remote_test(hub, limited, *WHEEL_TESTS, flags=("--nolegacy_external_runfiles",))
+    # The engine's end stops every process it started, and what they forked.
+    assert _wait_gone(groups, seconds=2) == []
     statuses = summary_statuses(result.output)
     assert statuses["//:halves_main_wheel_test"] == statuses["//:halves_libs_wheel_test"] == "PASSED", result.tail()
     assert statuses["//:whole_wheel_test"] != "PASSED", result.tail()

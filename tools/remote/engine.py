@@ -4,18 +4,20 @@ Bots), buildbox-casd (the worker's local CAS) and buildbox-worker running each a
 buildbox-run-bubblewrap (a sandbox holding the action's inputs and the worker root's system, nothing of the
 host's). Installed by tools/remote/provision (CI: .ci/run); this module only starts and stops it.
 
-Every process is started by this module in a session of its own, run chrooted in the engine's root (BuildGrid
-runs under the host's Python, from the root's virtual environment), and stopped by its process group id when
+Every process is started by this module in a session of its own, run in the engine's root (entered by pivot_root
+in a private mount namespace; BuildGrid runs on the host, under the host's Python, from the root's virtual
+environment), and stopped by its process group id when
 the ``with`` block ends, also on failure; each one also gets SIGKILL from the kernel if the process that started
 it dies (``PR_SET_PDEATHSIG``), so a starter killed mid-start leaves nothing behind. The pids are listed in
 ``WORK/pids`` as they start, for whoever checks that.
 
 ``input_limit``: the engine refuses an action whose input tree (every file the runner staged for it, hard links
 counted once) holds more than that many bytes. BuildGrid and buildbox offer no such limit themselves (casd's
-quota bounds its cache, not an action): the worker runs ``limit-runner``, a wrapper of bubblewrap that measures
-the staged input root before running the command and fails the action with a one-line message when over.
+quota bounds its cache, not an action): the bubblewrap runner finds ``WORK/limit-runner/bwrap`` first on its PATH,
+a wrapper of bwrap that measures the staged input root before running the command and fails the action with a
+one-line message when over.
 
-    python3 tools/remote/engine.py [--input-limit BYTES] [--work DIR]   # serves until Ctrl-C or SIGTERM
+    python3.11 tools/remote/engine.py [--input-limit BYTES] [--work DIR]   # serves until Ctrl-C or SIGTERM
 """
 
 from __future__ import annotations
@@ -40,10 +42,6 @@ POSTGRES_USER = "postgres"  # the root's own account: PostgreSQL refuses to run 
 DATABASE = "bgd"
 INSTANCE = ""  # BuildGrid's unnamed instance: Bazel needs no --remote_instance_name
 START_TIMEOUT = 120.0
-# BuildGrid tells clients to batch up to 4 MiB of blobs (less 1 KiB), and Bazel fills a batch to that; with the
-# digests of hundreds of small files (a Python's standard library) the message exceeds gRPC's default 4 MiB limit
-# on what a server receives, and the whole batch fails ("Error while uploading artifact").
-GRPC_MESSAGE_LIMIT = 16 << 20
 # BuildGrid serves as many RPCs at once as it has threads (default: five per core) and refuses the rest
 # (RESOURCE_EXHAUSTED: Concurrent RPC limit exceeded!), which Bazel does not retry; Bazel uploads an action's
 # missing inputs a hundred at a time.
@@ -157,13 +155,15 @@ class _Processes:
         return process
 
     def stop(self) -> None:
-        for _, process in reversed(self.started):
-            _stop(process)
+        for name, process in reversed(self.started):
+            # PostgreSQL's fast shutdown is SIGINT (SIGTERM waits for its clients to leave).
+            _stop(process, signal.SIGINT if name == "postgres" else signal.SIGTERM)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the process's group, SIGKILL if it lingers (PostgreSQL's backends, the worker's runners)."""
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+def _stop(process: subprocess.Popen[bytes], first: signal.Signals) -> None:
+    """``first`` to the process's group, SIGKILL if it lingers (PostgreSQL's backends, the worker's runners): the
+    engine's state is thrown away, nothing needs a slow shutdown."""
+    for sig, wait in ((first, 5.0), (signal.SIGKILL, 10.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         try:
@@ -220,8 +220,6 @@ server:
     address: "127.0.0.1:{port}"
     insecure-mode: true
 thread-pool-size: {GRPC_THREADS}
-grpc-server-options:
-  grpc.max_receive_message_length: {GRPC_MESSAGE_LIMIT}
 authorization:
   method: none
 connections:
@@ -315,6 +313,8 @@ def _start(root: Path, work: Path, processes: _Processes, input_limit: int | Non
 
     pg_port, grid_port = free_port(), free_port()
     pgdata = work / "pgdata"
+    if pgdata.exists():
+        raise EngineError(f"{work} already holds an engine's state: give a new work folder")
     pgdata.mkdir()
     uid, gid = _account(root, POSTGRES_USER)
     os.chown(pgdata, uid, gid)
@@ -423,6 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--input-limit", type=int, help="refuse actions whose input tree holds more bytes")
     parser.add_argument("--work", type=Path, help="logs and state (default: a new temporary folder)")
     args = parser.parse_args(argv)
+    if args.input_limit is not None and args.input_limit <= 0:
+        parser.error(f"--input-limit {args.input_limit}: a number of bytes above 0")
     work = args.work or Path(tempfile.mkdtemp(prefix="rpw-remote-engine-"))
     # SIGTERM ends the block as Ctrl-C does, so the engine stops too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -433,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
             signal.pause()
-    except EngineError as error:
+    except (EngineError, OSError) as error:
         print(f"tools/remote/engine.py: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
