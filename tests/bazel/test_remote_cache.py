@@ -162,7 +162,7 @@ def test_a_second_checkout_at_another_path_gets_every_test_result_from_the_remot
     assert '"PUT /ac/' in log and '"PUT /cas/' in log and re.search(r'"GET /ac/\S+ HTTP/1.1" 200 ', log), log
 
 
-def test_a_hub_that_patches_splits_and_preloads_a_wheel_is_a_remote_cache_hit_from_anothercopy_checkout(
+def test_a_hub_that_patches_splits_and_preloads_a_wheel_is_a_remote_cache_hit_from_another_checkout(
     runners: Path, remote_cache: nginx.Server
 ) -> None:
     """The fake faketorch patched by a source patch, its library split into a sibling wheel, a preload generated
