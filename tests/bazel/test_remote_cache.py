@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -24,19 +22,19 @@ import pytest
 from support import nginx
 from support.bazelworkspace import (
     BAZEL,
-    REPO_ROOT,
     BazelResult,
     BazelWorkspace,
+    bound_scratch,
+    copy_checkout,
     fakecuda,
     index_wheels,
     make_shared_hub_workspace,
+    process_summary,
     summary_statuses,
 )
 
 pytestmark = pytest.mark.bazel
 
-# What e2e/bzlmod's `local_path_override(path = "../..")` needs of a checkout: the module and its sources.
-CHECKOUT = ("MODULE.bazel", "BUILD.bazel", ".bazelignore", "python", "e2e")
 # Where each runner checks the repository out: two different depths, so no relative path can line up.
 PLACES = ("runner-a/src", "elsewhere/b/clone")
 EXECUTION_LOG = "execution.json"  # in each workspace's logs/: what each spawn's cache key held
@@ -45,21 +43,13 @@ EXECUTION_LOG = "execution.json"  # in each workspace's logs/: what each spawn's
 @pytest.fixture(scope="module")
 def runners() -> Iterator[Path]:
     """The folder the checkouts (and the fake PyPI both runners read) lie in, bound into the offline launcher's
-    root: it binds the workspace alone, and the module two folders up and the repository caches lie in the
-    checkouts. A name never used before, outside pytest's folders: the launcher's namespace keeps its binds,
-    and nothing can be bound below one whose directory was deleted (a rerun of pytest with the same --basetemp)."""
+    root: the module two folders up and the repository caches lie in the checkouts."""
     if not os.access(BAZEL, os.X_OK):
         pytest.skip(f"{BAZEL} is not executable")
     if not nginx.available():
         pytest.skip(f"{nginx.NGINX} is missing (.ci/run installs Debian's nginx-light)")
-    directory = Path(tempfile.mkdtemp(prefix="rpw-runners-"))
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            binds = [os.environ.get("RPW_BIND_DIRS"), str(directory)]
-            patch.setenv("RPW_BIND_DIRS", " ".join(filter(None, binds)))
-            yield directory
-    finally:
-        shutil.rmtree(directory)
+    with bound_scratch("rpw-runners-") as directory:
+        yield directory
 
 
 @pytest.fixture(scope="module")
@@ -69,24 +59,6 @@ def remote_cache(runners: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     (work / "cache").mkdir()
     with nginx.serve(work / "cache", work / "nginx", webdav=True) as server:
         yield server
-
-
-def _checkout(destination: Path) -> Path:
-    """A copy of the module and e2e/bzlmod at ``destination``, as a second clone of the repository would be."""
-    destination.mkdir(parents=True)
-    for name in CHECKOUT:
-        source = REPO_ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, destination / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copyfile(source, destination / name)
-    return destination
-
-
-def _processes(result: BazelResult) -> dict[str, int]:
-    """Bazel's process summary (`INFO: 3 processes: 2 remote cache hit, 1 internal.`) as kind -> count."""
-    (summary,) = re.findall(r"^INFO: \d+ process(?:es)?: (.*)\.$", result.output, re.MULTILINE)
-    return {kind: int(count) for count, kind in re.findall(r"(\d+) ([a-z][a-z -]*[a-z])", summary)}
 
 
 def _test_in_both(
@@ -163,7 +135,7 @@ def _assert_the_second_run_only_hits_the_cache(
     count = len(tests)
     assert f"Executed {count} out of {count} test" in first.output, first.tail()
     assert second.returncode == 0, second.tail()
-    processes = _processes(second)
+    processes = process_summary(second.output)
     assert processes.get("remote cache hit", 0) > 0 and set(processes) <= {"remote cache hit", "internal"}, (
         f"{second.tail(12)}\n{_why_missed(checkouts)}"
     )
@@ -178,7 +150,7 @@ def test_a_second_checkout_at_another_path_gets_every_test_result_from_the_remot
     """Fails when any test action of the second checkout runs again (a path of the first one in its inputs)."""
     checkouts = []
     for place in PLACES:
-        checkout = _checkout(runners / "e2e" / place)
+        checkout = copy_checkout(runners / "e2e" / place)
         (checkout / "logs").mkdir()
         checkouts.append((checkout, BazelWorkspace(checkout / "e2e" / "bzlmod", checkout / "logs")))
     results = _test_in_both(checkouts, remote_cache)
@@ -200,7 +172,7 @@ def test_a_hub_that_patches_splits_and_preloads_a_wheel_is_a_remote_cache_hit_fr
     index_wheels(pypi)
     checkouts = []
     for place in PLACES:
-        checkout = _checkout(runners / "hub" / place)
+        checkout = copy_checkout(runners / "hub" / place)
         workspace = make_shared_hub_workspace(checkout / "e2e" / "shared_hub", pypi, wheels, "../..")
         checkouts.append((checkout, workspace))
     results = _test_in_both(checkouts, remote_cache)

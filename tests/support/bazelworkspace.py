@@ -10,15 +10,19 @@ up front rather than new workspaces.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import os
 import re
+import shutil
 import string
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BAZEL = REPO_ROOT / "tools" / "bazel"
@@ -48,6 +52,47 @@ ABSENT_DRIVER = "libfake_driver_absent.so.1"
 def summary_statuses(output: str) -> dict[str, str]:
     """`//:target -> PASSED|FAILED|...` from the summary `bazel test` prints."""
     return dict(re.findall(r"^(//\S+)\s+(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS)\b", output, re.MULTILINE))
+
+
+def process_summary(output: str) -> dict[str, int]:
+    """Bazel's process summary (`INFO: 3 processes: 2 remote cache hit, 1 internal.`) as kind -> count."""
+    (summary,) = re.findall(r"^INFO: \d+ process(?:es)?: (.*)\.$", output, re.MULTILINE)
+    return {kind: int(count) for count, kind in re.findall(r"(\d+) ([a-z][a-z -]*[a-z])", summary)}
+
+
+# What e2e/bzlmod's `local_path_override(path = "../..")` needs of a checkout: the module and its sources.
+CHECKOUT = ("MODULE.bazel", "BUILD.bazel", ".bazelignore", "python", "e2e")
+
+
+def copy_checkout(destination: Path) -> Path:
+    """A copy of the module and e2e/ at ``destination``, as another clone of the repository would be."""
+    destination.mkdir(parents=True)
+    for name in CHECKOUT:
+        source = REPO_ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, destination / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copyfile(source, destination / name)
+    return destination
+
+
+@contextlib.contextmanager
+def bound_scratch(prefix: str) -> Iterator[Path]:
+    """A new folder (removed afterwards) that the offline launcher binds into its root, for workspaces whose module
+    lies folders above them: the launcher binds the workspace alone. A name never used before, outside pytest's
+    folders: the launcher's namespace keeps its binds, and nothing can be bound below one whose directory was
+    deleted (a rerun of pytest with the same --basetemp)."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    previous = os.environ.get("RPW_BIND_DIRS")
+    os.environ["RPW_BIND_DIRS"] = " ".join(filter(None, [previous, str(directory)]))
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            os.environ.pop("RPW_BIND_DIRS", None)
+        else:
+            os.environ["RPW_BIND_DIRS"] = previous
+        shutil.rmtree(directory)
 
 
 @dataclass(frozen=True)
