@@ -60,6 +60,8 @@ def scratch() -> Iterator[Path]:
     if not os.access(BAZEL, os.X_OK):
         pytest.skip(f"{BAZEL} is not executable")
     reason = remote_engine.available()
+    if reason is not None and os.environ.get("RPW_REMOTE_ENGINE_REQUIRED"):
+        pytest.fail(f"RPW_REMOTE_ENGINE_REQUIRED is set (.ci/run installed the engine), yet: {reason}")
     if reason is not None:
         pytest.skip(reason)
     with bound_scratch("rpw-remote-") as directory:
