@@ -15,11 +15,13 @@ each step a fresh process:
 * ``split --max-size 300000000 --into <name>-cuda-libs``: given the wheel's file alone, the command reads
   every library for its graph and keeps no ELF cache (cached rows would be checked against the members
   all the same), so every run is as the first on a machine;
-* ``split (sha256 known)``: the same split through the library, as the Bazel hub runs it: the wheel's
-  sha256 comes from the lock and keys the ELF cache (filled by an untimed run), whose rows are checked
-  against the wheel's libraries, read again (issue 41); with the ``--graph-wheels`` (synthetic: the deps
-  wheel) in its graph, as the hub reads the whole set, so the preload written for the sibling also loads
-  what the moved libraries need from them;
+* ``the hub's split``: the same split through the hub's own function (``hub.build.patch_into_index``, a
+  ``patched_wheel`` with ``split_into`` and ``split_max_size``, no preload of its own, suffix ``bench.1``), its
+  graph as the hub's build step starts it: the wheels' sha256 (from the lock) key the ELF cache (filled by an
+  untimed run), whose rows are checked against the wheels' libraries, read again (issue 41); with the
+  ``--graph-wheels`` (synthetic: the deps wheel) in it, as the hub reads the whole set, so the preload written
+  for the sibling also loads what the moved libraries need from them.  This tree's hub writes while the graph
+  is read (issue 50); a baseline tree whose ``start_graph`` does not take the hub's arguments reads it first;
 * ``inflate floor``: every library of the wheel and the ``--graph-wheels`` inflated once on one thread,
   output discarded (``inflate_floor.py``): what reading their dynamic sections costs at the least, which
   both splits pay before they write a byte.
@@ -74,24 +76,30 @@ FLOOR = "inflate floor"
 MIB = 1 << 20
 
 
-# The hub's call (hub.patch_into_index): the graph of the set by sha256, the ELF cache under XDG_CACHE_HOME checked
-# against the wheels.
-_AS_THE_HUB = (
-    """
-import os, sys
+# The hub's split, through the hub's own function (hub.build.patch_into_index) as hub.build._build calls it: the
+# set's graph by sha256, the ELF cache under XDG_CACHE_HOME checked against the wheels, lenient; started and
+# handed over unread where the tree's start_graph takes the hub's arguments (issue 50), else read first (the
+# hub of a baseline tree before it, which read its graph before any spec).
+_AS_THE_HUB = """
+import inspect, os, sys
+from contextlib import ExitStack
 from pathlib import Path
 from patched_wheels.base.cache import CacheContext
-from patched_wheels.elf.graph import WheelRef, read_graph
-from patched_wheels.patch.request import SplitRequest
-from patched_wheels.patch.surgery import PatchOptions, patch_wheel
-sibling, dest, wheel, *others = sys.argv[1:]
+from patched_wheels.elf import graph as elfgraph
+from patched_wheels.hub.build import patch_into_index
+from patched_wheels.hub.spec import PatchedWheelSpec
+sibling, max_size, dest, wheel, *others = sys.argv[1:]
 caches = CacheContext(Path(os.environ["XDG_CACHE_HOME"]) / "rules_patched_wheels")
-refs = [WheelRef(Path(path).name, sha256, Path(path)) for path, sha256 in (item.rsplit("=", 1) for item in [wheel, *others])]
-graph = read_graph(refs, caches=caches, lenient=True)
-patch_wheel(refs[0].path, Path(dest), PatchOptions(split=SplitRequest(sibling, max_size=%d), graph=graph))
+refs = [elfgraph.WheelRef(Path(path).name, sha256, Path(path)) for path, sha256 in (item.rsplit("=", 1) for item in [wheel, *others])]
+spec = PatchedWheelSpec(name=refs[0].filename.split("-", 1)[0], suffix="bench.1", wheel=refs[0].path, split_into=sibling, split_max_size=int(max_size))
+with ExitStack() as stack:
+    if "lenient" in inspect.signature(getattr(elfgraph, "start_graph", lambda: None)).parameters:
+        graph = stack.enter_context(elfgraph.start_graph(refs, caches=caches, lenient=True))
+    else:
+        graph = elfgraph.read_graph(refs, caches=caches, lenient=True)
+    patch_into_index(spec, refs, Path(dest), graph=graph, caches=caches)
 """
-    % MAX_SIZE
-)
+HUB = "the hub's split"
 
 
 def sibling_of(wheel: Path) -> str:
@@ -150,6 +158,7 @@ def steps_for(
         "-c",
         _AS_THE_HUB,
         sibling_of(wheel),
+        str(MAX_SIZE),
         str(out / "split-hub"),
         *(f"{path}={sha256}" for path, sha256 in wheels),
     ]
@@ -172,7 +181,7 @@ def steps_for(
             out / "patch",
         ),
         Step(f"{tree}: split", [*split, str(out / "split")], env, out / "split"),
-        Step(f"{tree}: split (sha256 known)", as_the_hub, env, out / "split-hub"),
+        Step(f"{tree}: {HUB}", as_the_hub, env, out / "split-hub"),
     ]
     return steps
 
@@ -191,7 +200,7 @@ def floor_ratios(results: dict[str, Any], cores: int) -> dict[str, dict[str, flo
             / (floor["wall"]["median"] / cores + cp["wall"]["median"]),
         }
         for label, summary in results.items()
-        if label.endswith(("split", "(sha256 known)"))
+        if label.endswith(("split", HUB))
     }
     for label, ratios in over_floor.items():
         print(
@@ -237,7 +246,7 @@ def judge(results: dict[str, Any], over_floor: dict[str, dict[str, float]], core
         for step, most in TARGETS.items()
         for field in ("wall", "cpu")
     }
-    for step in ("split", "split (sha256 known)"):
+    for step in ("split", HUB):
         verdicts[f"{step} wall <= {FLOOR_TARGET:g}x (floor / {cores} cores + cp)"] = (
             over_floor[f"this tree: {step}"]["wall over floor / cores + cp"] <= FLOOR_TARGET
         )
@@ -310,7 +319,7 @@ def main() -> int:
                 ["cat", str(path)], check=True, stdout=subprocess.DEVNULL
             )  # the same warm page cache for all
         for step in steps:
-            if step.label.endswith((": split", "(sha256 known)")):
+            if step.label.endswith((": split", HUB)):
                 measure(step)  # primes the hub's ELF cache (and a baseline's); untimed
                 print(f"{step.label}: {check_split(step.output, wheel)}", flush=True)
         runs: dict[str, list[Run]] = alternate(steps, args.rounds)
@@ -338,6 +347,8 @@ def main() -> int:
         "baseline_tree": str(args.baseline_tree or ""),
         "cpu": cpu_features(),
         "load before": load_before,
+        "load after": list(os.getloadavg()),
+        "cores": cores,
     }
     print(f"load average (1, 5, 15 min): {load_before} before, {list(os.getloadavg())} after, on {cores} cores")
     print_json(

@@ -49,13 +49,23 @@ def _text(size: int, seed: str) -> bytes:
     return random.Random(seed).randbytes(size).translate(table)
 
 
+_RANDOM_STEP = (1 << 28) - 1
+"""The most bytes one ``randbytes`` call gives (it draws ``8 * n`` bits, under 2**31): a torch-sized library has more."""
+
+
+def _random(size: int, seed: str) -> bytes:
+    """``size`` incompressible bytes, deterministic for ``seed`` (one draw up to :data:`_RANDOM_STEP`, as before)."""
+    generator = random.Random(seed)
+    return b"".join(generator.randbytes(min(_RANDOM_STEP, size - start)) for start in range(0, size, _RANDOM_STEP))
+
+
 def _library(build: Path, name: str, random_bytes: int, text_bytes: int, *flags: str) -> Path:
     """A gcc-built shared library carrying ``random_bytes`` incompressible and ``text_bytes`` compressible bytes."""
     blobs = []
     for kind, size in (("random", random_bytes), ("text", text_bytes)):
         if size:
             blob = build / f"{name}.{kind}.bin"
-            blob.write_bytes(random.Random(f"{name}.{kind}").randbytes(size) if kind == "random" else _text(size, name))
+            blob.write_bytes(_random(size, f"{name}.{kind}") if kind == "random" else _text(size, name))
             blobs.append(f'.globl {kind}_blob\\n{kind}_blob:\\n.incbin \\"{blob}\\"\\n')
     source = f'__asm__(".section .rodata\\n{"".join(blobs)}.text");\nint {name.split(".")[0]}_answer(void) {{ return 42; }}\n'
     library = compile_shared(build, name, source, *flags)

@@ -4,7 +4,7 @@ A macro around the user's rules_python `py_binary`/`py_test` (public API of ever
 layout judged is the one Bazel really gives a `py_test` with those deps under the user's flags. It makes:
 
 * `NAME_layout_probe`: a `py_binary` with `deps`, whose main runs its first argument as code;
-* `NAME`: the `py_test` whose main (patched_wheels.loading.layouttest) runs the probe through it and in one
+* `NAME`: the `py_test` whose main (patched_wheels.layouttest) runs the probe through it and in one
   site-packages built of links at test time, and fails on any difference;
 * `NAME_layout_files`: the two mains and the test's config (the probe code), written beside each other.
 """
@@ -43,7 +43,7 @@ _layout_files = rule(
     },
 )
 
-# Names of the generated files: patched_wheels.loading.layouttest finds the config and the probe program beside its main.
+# Names of the generated files: patched_wheels.layouttest.config finds the config and the probe program beside its main.
 _PROBE = "%s_layout_probe"
 _MAIN = "%s_layout_main.py"
 _CONFIG = "%s_layout_test.json"

@@ -1,7 +1,7 @@
-"""A layout_test's main, written beside each test by //python/private:layout_test.bzl (see patched_wheels.loading.layouttest)."""
+"""A layout_test's main, written beside each test by //python/private:layout_test.bzl (see patched_wheels.layouttest)."""
 
 import sys
 
-from patched_wheels.loading.layouttest import main
+from patched_wheels.layouttest.main import main
 
 sys.exit(main(__file__))

@@ -1,7 +1,7 @@
 """A layout_test's probe program, written beside each test by //python/private:layout_test.bzl.
 
 A py_binary with the test's deps, so Bazel gives it the sys.path of a py_test with those deps; it runs its
-first argument as code, as `python -c CODE ARGS...` does (patched_wheels.loading.layouttest passes doctor --run's child).
+first argument as code, as `python -c CODE ARGS...` does (patched_wheels.layouttest passes doctor --run's child).
 """
 
 import sys

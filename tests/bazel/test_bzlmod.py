@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from patched_wheels.loading.preload import read_preload_module
+from patched_wheels.loading.preload import read_preload_data
 from support.bazelworkspace import (
     ABSENT_DRIVER,
     CACHE_DIR,
@@ -110,8 +110,8 @@ def test_preload_auto_alone_covers_what_a_plugin_opens_itself(bzlmod: Setup, fir
     assert f"{package}.answer() == {stackshapes.PLUGIN_ANSWER}" in bzlmod.workspace.test_log("plugin_test")
     (served,) = (bzlmod.workspace.hub("plugin") / "index").glob(f"fakeplug_cuda-1.0+{SUFFIX}-*.whl")
     with zipfile.ZipFile(served) as archive:
-        module = archive.read(f"{package.replace('.', '/')}/_patched_wheels_preload.py")
-    preload = read_preload_module(module, where=served.name)
+        data = archive.read(f"{package.replace('.', '/')}/_patched_wheels_preload.json")
+    preload = read_preload_data(data, where=served.name)
     assert preload.libraries == (stackshapes.PLUGIN_LIBRARIES["cudep"], stackshapes.PLUGIN_LIBRARIES["cu"])
 
 

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pytest
 
-from patched_wheels.loading.layouttest import starlark_string
+from patched_wheels.layouttest.report import starlark_string
 from support.bazelworkspace import BAZEL, BazelWorkspace, make_fix_line_workspace, summary_statuses
 
 pytestmark = pytest.mark.bazel

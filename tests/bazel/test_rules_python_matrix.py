@@ -82,7 +82,7 @@ BAZEL_8_FLAGS = (
     "--incompatible_no_implicit_file_export",
     "--nolegacy_external_runfiles",
 )
-# The hubs that also get a layout_test (patched_wheels.loading.layouttest): the patched ones pass in every layout, the
+# The hubs that also get a layout_test (patched_wheels.layouttest): the patched ones pass in every layout, the
 # control passes in one site-packages (it only exists in that configuration).
 LAYOUT_TEST_HUBS = ("fixed", "split", "original")
 CONFIGURATIONS = {

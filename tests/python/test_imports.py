@@ -15,13 +15,14 @@ import pytest
 from support.importgraph import PACKAGE, ROOT, find_cycle, import_graph, module_name
 
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("base", "errors", ""),  # shared infrastructure; "" is the package's own __init__
+    ("base", "errors", "phrasing", ""),  # shared infrastructure; "" is the package's own __init__
     ("wheelfile",),
     ("elf",),
     ("index",),
     ("loading",),
     ("patch",),
     ("lock",),
+    ("layouttest",),
     ("hub",),
     ("cli", "__main__"),
 )
@@ -101,7 +102,7 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
         ),
         (
             {"errors.py": "from pkg.cli import main\n", "cli/__init__.py": ""},
-            ["pkg.errors -> pkg.cli (base/errors/ -> cli/__main__)"],
+            ["pkg.errors -> pkg.cli (base/errors/phrasing/ -> cli/__main__)"],
         ),
         (
             {

@@ -11,10 +11,11 @@ from patched_wheels.cli import main
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.loading.layout import SITE_PACKAGES
 from patched_wheels.loading.preload import (
+    PRELOAD_DATA,
     PRELOAD_MODULE,
     PreloadList,
     plan_package_preload,
-    read_preload_module,
+    read_preload_data,
     render_preload_module,
 )
 from patched_wheels.loading.probe import compare
@@ -56,7 +57,7 @@ def _patched(stack, tmp_path, **options):
 
 def _preload_of(wheel, member):
     with zipfile.ZipFile(wheel) as archive:
-        return read_preload_module(archive.read(member), where=member)
+        return read_preload_data(archive.read(member), where=member)
 
 
 def _works(result, stack):
@@ -70,7 +71,7 @@ def test_plugin_in_a_namespace_package_gets_what_one_site_packages_maps(stacks, 
     # fakeplugins has no __init__.py (and gets none): the preload goes into its regular package xla_fake.
     with zipfile.ZipFile(patched) as archive:
         assert "fakeplugins/__init__.py" not in archive.namelist()
-    preload = _preload_of(patched, f"fakeplugins/xla_fake/{PRELOAD_MODULE}.py")
+    preload = _preload_of(patched, f"fakeplugins/xla_fake/{PRELOAD_DATA}")
     assert preload.libraries == (stack.libraries["cudep"], stack.libraries["cu"])  # dependencies first
     assert preload.optional == set(preload.libraries) and preload.global_ == frozenset()
     result = run_import(per_wheel_layout(wheel_set, tmp_path / "per-wheel"), stack.code)
@@ -105,7 +106,7 @@ def test_rtld_global_only_where_a_library_needs_it(stacks, tmp_path):
     """libdupa (opened locally by fakedup) must stay RTLD_LOCAL; libglue (used by an underlinked module) RTLD_GLOBAL."""
     stack = stacks["symbol"]
     patched, wheel_set = _patched(stack, tmp_path)
-    preload = _preload_of(patched, f"fakedup/{PRELOAD_MODULE}.py")
+    preload = _preload_of(patched, f"fakedup/{PRELOAD_DATA}")
     assert set(preload.libraries) == {stack.libraries[name] for name in ("dupa", "dupb", "glue")}
     assert preload.optional == {stack.libraries["dupa"], stack.libraries["glue"]}  # libdupb: libuser's DT_NEEDED
     assert preload.global_ == {stack.libraries["glue"]}
@@ -126,7 +127,7 @@ def test_rtld_global_only_where_a_library_needs_it(stacks, tmp_path):
 def test_tensorflow_shape_never_preloads_its_own_library_or_an_extension_module(stacks, tmp_path):
     stack = stacks["framework"]
     patched, wheel_set = _patched(stack, tmp_path, preload_wheels=["fake*"])  # even when globs name them
-    preload = _preload_of(patched, f"faketf/{PRELOAD_MODULE}.py")
+    preload = _preload_of(patched, f"faketf/{PRELOAD_DATA}")
     assert preload.libraries == (stack.libraries["cudartx"],) and preload.global_ == frozenset()
     result = run_import(per_wheel_layout(wheel_set, tmp_path / "per-wheel"), stack.code)
     assert _works(result, stack) and result.stderr == "", result.stderr
@@ -245,6 +246,6 @@ def test_a_package_searching_site_getsitepackages_is_judged_against_a_real_envir
     assert before.flat.stdout.strip() == stack.expected and before.per_wheel.stdout.strip() == "0"
     assert [library.path for library in before.missing] == [stack.libraries["fft"]]
     patched, wheel_set = _patched(stack, tmp_path)
-    assert _preload_of(patched, f"fakecupy/{PRELOAD_MODULE}.py").libraries == (stack.libraries["fft"],)
+    assert _preload_of(patched, f"fakecupy/{PRELOAD_DATA}").libraries == (stack.libraries["fft"],)
     after = compare(wheel_set, stack.code, read_graph(wheel_set))
     assert after.per_wheel.stdout.strip() == stack.expected and not after.missing, after.differences

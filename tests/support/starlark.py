@@ -39,3 +39,43 @@ def index_attribute_defaults() -> dict[str, object]:
     generator = load_generator()
     declared = generator.Loader().globals(PRIVATE / "hub.bzl")["INDEX_ATTRS"]
     return {name: generator.attribute_default(attribute) for name, attribute in declared.items()}
+
+
+class Recorder:
+    """A stand-in for a rule or macro another file defines: each call's keyword arguments, in order."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.definition = kwargs
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, **kwargs: Any) -> None:
+        self.calls.append(kwargs)
+
+
+def evaluate_bzl(path: Path, external: dict[str, Any], **builtins: Any) -> dict[str, Any]:
+    """The globals of the .bzl file ``path`` executed by Python (Starlark's syntax and these files' semantics are a
+    subset of Python's), so a test can call its rules' implementations and macros with stand-ins: ``external``,
+    what its ``load()`` statements bind (by exported name); ``builtins``, Bazel's (``native``, ``attr``, ...).
+    ``rule()`` gives a :class:`Recorder` whose ``definition`` holds the implementation and attributes."""
+
+    def load(_label: str, *names: str) -> None:
+        for name in names:
+            namespace[name] = external[name]
+
+    namespace: dict[str, Any] = {"load": load, "Label": str, "rule": Recorder, "type": _starlark_type, **builtins}
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+    return namespace
+
+
+def _starlark_type(value: object) -> str:
+    """Starlark's ``type()``: the name of a value's kind (``"string"``), which a macro compares with."""
+    kinds = {
+        str: "string",
+        bool: "bool",
+        int: "int",
+        list: "list",
+        dict: "dict",
+        tuple: "tuple",
+        type(None): "NoneType",
+    }
+    return kinds.get(type(value), type(value).__name__)

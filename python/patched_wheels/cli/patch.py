@@ -22,9 +22,9 @@ from patched_wheels.errors import UsageError
 from patched_wheels.patch.surgery import PatchOptions, find_patches, patch_wheel
 
 if TYPE_CHECKING:
-    from patched_wheels.loading.packages import Phrasing
     from patched_wheels.loading.preload import PackagePreload
     from patched_wheels.patch.request import RpathEdit
+    from patched_wheels.phrasing import Phrasing
 
 # Flag -> RPATH edit mode (the Starlark `rpath_mode` value).
 RPATH_FLAGS = {"--set-rpath": "set", "--prepend-rpath": "prepend", "--add-rpath": "append"}
@@ -154,7 +154,7 @@ def _preload(args: argparse.Namespace, wheels: list[Path]) -> PackagePreload | N
 
 def _phrasing(args: argparse.Namespace) -> Phrasing:
     """How placement errors and probe warnings name this command's flags, and the command to run instead."""
-    from patched_wheels.loading.packages import Phrasing
+    from patched_wheels.phrasing import Phrasing
 
     def write(filename: str, module: str) -> str:
         home = next(wheel for wheel in [args.wheel, *args.preload_from] if wheel.name == filename)

@@ -379,7 +379,8 @@ def read_graph(
     out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
     against the package being patched (the whole lock is read, and most of its wheels are bystanders).
     """
-    return _graph_of(scan_wheels(wheels, caches=caches, workers=workers, installed=installed), wheels, lenient)
+    with start_graph(wheels, caches=caches, workers=workers, lenient=lenient, installed=installed) as reading:
+        return reading.result()
 
 
 def _graph_of(scan: WheelScan, wheels: Sequence[Path | str | WheelRef], lenient: bool) -> LibraryGraph:
@@ -387,6 +388,15 @@ def _graph_of(scan: WheelScan, wheels: Sequence[Path | str | WheelRef], lenient:
         first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
         raise ElfError(scan.problems[first].message)
     return build_graph(scan.libraries, scan.problems)
+
+
+class ListingChanged(Exception):
+    """A lenient graph holds fewer libraries than its reading listed (:meth:`GraphReading.result_as_listed`): what
+    was planned from the listing is planned again from :attr:`graph`."""
+
+    def __init__(self, graph: LibraryGraph) -> None:
+        super().__init__("the library graph holds fewer libraries than were listed")
+        self.graph = graph
 
 
 class GraphReading:
@@ -426,6 +436,26 @@ class GraphReading:
             raise self._done
         return self._done
 
+    def result_as_listed(self) -> LibraryGraph:
+        """:meth:`result`, which must hold every library :attr:`listed` said: what was planned from the listing
+        holds for it.  A lenient graph that left some out (unreadable; an installed copy that is no ELF file)
+        raises :class:`ListingChanged`, carrying it."""
+        graph = self.result()
+        if GraphReading.of(graph).listed != {wheel: paths for wheel, paths in self.listed.items() if paths}:
+            raise ListingChanged(graph)
+        return graph
+
+    def checked(self, check: Callable[[LibraryGraph], None]) -> GraphReading:
+        """This reading, listed the same, whose graph is given to ``check`` (which raises) before anyone gets it:
+        a check that needs the dynamic sections is made when they are read, not before."""
+
+        def finish() -> LibraryGraph:
+            graph = self.result()
+            check(graph)
+            return graph
+
+        return GraphReading(self.listed, finish)
+
     def __enter__(self) -> GraphReading:
         return self
 
@@ -433,12 +463,20 @@ class GraphReading:
         self._stop()
 
 
-def start_graph(wheels: Sequence[Path], *, workers: int | None = None) -> GraphReading:
-    """:func:`read_graph` of ``wheels`` (strict, no cache: the ``split`` command's), started: listed now, read on
-    ``workers`` threads while the caller goes on; use it in a ``with``, which ends the threads.  Strict, so the
-    graph, once read, holds every library listed (or :meth:`GraphReading.result` raises)."""
-    scan = _Scan(wheels, workers=workers)
-    return GraphReading(scan.listed, lambda: _graph_of(scan.finish(), wheels, lenient=False), scan.__exit__)
+def start_graph(
+    wheels: Sequence[Path | str | WheelRef],
+    *,
+    caches: CacheContext = OFF,
+    workers: int | None = None,
+    lenient: bool = False,
+    installed: Callable[[str, str], Path | None] | None = None,
+) -> GraphReading:
+    """:func:`read_graph`, started: listed now, read on ``workers`` threads while the caller goes on (the ``split``
+    command's graph and the hub's, which its splits write beside); use it in a ``with``, which ends the threads.
+    Strict, the graph, once read, holds every library listed (or :meth:`GraphReading.result` raises); ``lenient``,
+    it leaves out those that cannot be read, which :meth:`GraphReading.result_as_listed` tells."""
+    scan = _Scan(wheels, caches=caches, workers=workers, installed=installed)
+    return GraphReading(scan.listed, lambda: _graph_of(scan.finish(), wheels, lenient), scan.__exit__)
 
 
 def format_graph(graph: LibraryGraph) -> str:

@@ -23,22 +23,17 @@ from packaging.utils import NormalizedName, canonicalize_name
 from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.base.fsutil import locked_directory, switch_tree, temp_directory, write_atomic
 from patched_wheels.base.timings import phase
-from patched_wheels.elf.graph import LibraryGraph, WheelRef, read_graph
+from patched_wheels.elf.graph import GraphReading, LibraryGraph, WheelRef, start_graph
 from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
-from patched_wheels.loading.closure import (
-    EXTRAS_SUFFIX,
-    Closure,
-    InferredExtra,
-    inferred_root_extras,
-    read_dist,
-    restored_requirements,
-)
-from patched_wheels.loading.packages import Phrasing
 from patched_wheels.lock.apply import lock
+from patched_wheels.lock.closure import EXTRAS_SUFFIX, Closure, restored_requirements
+from patched_wheels.lock.requiresdist import read_dist
+from patched_wheels.lock.rootextras import InferredExtra, inferred_root_extras
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
+from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile.filename import WheelFilename
 
 if TYPE_CHECKING:
@@ -155,14 +150,18 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
     with ExitStack() as stack:
         installation = probe_installation(config, caches, stack)
         # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
-        # A library the probes' installation holds is read there, not inflated a second time.
+        # A library the probes' installation holds is read there, not inflated a second time.  Started, not
+        # waited for: the first spec's split copies what stays compressed while the libraries inflate, on every
+        # core (its time then counts as the patch's); a preload waits for the graph (timed as "graph").
         with phase("graph"):
             graph = (
-                read_graph(
-                    config.wheels,
-                    caches=caches,
-                    lenient=True,
-                    installed=installation.own_copy if installation is not None else None,
+                stack.enter_context(
+                    start_graph(
+                        config.wheels,
+                        caches=caches,
+                        lenient=True,
+                        installed=installation.own_copy if installation is not None else None,
+                    )
                 )
                 if config.needs_graph
                 else None
@@ -213,7 +212,7 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
 
 
 def read_closure(config: HubConfig) -> Closure:
-    """Pip's closure of the lock on this interpreter (:mod:`patched_wheels.loading.closure`), from the METADATA
+    """Pip's closure of the lock on this interpreter (:mod:`patched_wheels.lock.closure`), from the METADATA
     of every wheel the plan fetched and the extras the lock's own pins and the ``extras`` attribute ask for."""
     from patched_wheels.lock.formats.registry import read_lock
     from patched_wheels.wheelfile.metadata import field_values
@@ -352,15 +351,17 @@ def patch_into_index(
     wheel_set: Sequence[Path | WheelRef],
     index_dir: Path,
     *,
-    graph: LibraryGraph | None = None,
+    graph: LibraryGraph | GraphReading | None = None,
     caches: CacheContext = OFF,
     phrasing: Phrasing | None = None,
     installation: Installation | None = None,
 ) -> list[str]:
     """Patch (and maybe split) one wheel; the results land in ``index_dir``. Returns their pins.
 
-    ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), read
-    here (without a cache) if the spec needs it and none is given.  ``caches``: where the preload
+    ``graph``: the library graph of ``wheel_set`` (``spec.wheel`` included, under its file name), or one being
+    read (:func:`~patched_wheels.elf.graph.start_graph`), read here (without a cache) if the spec needs it and
+    none is given.  A split without a preload of its own writes while it is read, as the ``split`` command
+    does (:func:`~patched_wheels.patch.surgery.patch_wheel`); a preload's plan waits for it.  ``caches``: where the preload
     probe's observation is looked up and kept.  ``phrasing``: how errors name the spec's attributes
     (:func:`phrasing`; default: by the spec's name alone).  ``installation``: the set already installed in
     one site-packages (:func:`probe_installation`), for the probe to run in. The spec was checked by the plan
@@ -368,60 +369,69 @@ def patch_into_index(
     """
     if spec.wheel is None:
         raise UsageError(f"patched_wheel {spec.name}: no original wheel placed")
-    if graph is None and spec.needs_graph:
-        graph = read_graph(wheel_set, lenient=True)
-    preload = None
-    if spec.preloads:
-        from patched_wheels.loading.preload import ElfOnly, Probe, plan_package_preload
+    with ExitStack() as stack:
+        if graph is None and spec.needs_graph:
+            graph = stack.enter_context(start_graph(wheel_set, lenient=True))
+        reading = GraphReading.of(graph) if isinstance(graph, LibraryGraph) else graph
+        preload = None
+        if spec.preloads:
+            from patched_wheels.loading.preload import ElfOnly, Probe, plan_package_preload
 
-        assert graph is not None  # read above
-        # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
-        preload = plan_package_preload(
-            spec.package,
-            wheel_set,
-            Probe(spec.probe or None, installation)
-            if spec.runs_probe
-            else ElfOnly(spec.recorded, spec.recorded_global),
-            package_wheel=spec.wheel,
-            graph=graph,
-            phrasing=phrasing,
-            preload_wheels=spec.preload_wheels,
-            strict=False,
-            caches=caches,
-        )
-    rpath_edits: list[RpathEdit] = []
-    if spec.rpath:
-        from patched_wheels.patch.request import rpath_edit
+            assert reading is not None  # started above
+            with phase("graph"):  # what is left of it to read
+                graph = reading.result()
+            # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
+            preload = plan_package_preload(
+                spec.package,
+                wheel_set,
+                Probe(spec.probe or None, installation)
+                if spec.runs_probe
+                else ElfOnly(spec.recorded, spec.recorded_global),
+                package_wheel=spec.wheel,
+                graph=graph,
+                phrasing=phrasing,
+                preload_wheels=spec.preload_wheels,
+                strict=False,
+                caches=caches,
+            )
+        rpath_edits: list[RpathEdit] = []
+        if spec.rpath:
+            from patched_wheels.patch.request import rpath_edit
 
-        # In glob order, documented, so two globs matching one library do not depend on how the dict travels.
-        rpath_edits = [
-            rpath_edit(glob, entries, spec.rpath_mode, origin=f"patched_wheel {spec.name}: rpath {glob!r}")
-            for glob, entries in sorted(spec.rpath.items())
-        ]
-    split = None
-    if spec.split_into:
-        from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
+            # In glob order, documented, so two globs matching one library do not depend on how the dict travels.
+            rpath_edits = [
+                rpath_edit(glob, entries, spec.rpath_mode, origin=f"patched_wheel {spec.name}: rpath {glob!r}")
+                for glob, entries in sorted(spec.rpath.items())
+            ]
+        split = None
+        if spec.split_into:
+            from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
 
-        assert graph is not None  # a split needs one
-        graph.check_problems(
-            spec.name, spec.wheel.name, [library for library in graph.libraries if library.wheel == spec.wheel.name]
+            assert reading is not None  # a split needs one
+            split = SplitRequest(
+                spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES
+            )
+            wheel = spec.wheel.name
+
+            def check(graph: LibraryGraph) -> None:  # once read: the split writes meanwhile
+                graph.check_problems(
+                    spec.name, wheel, [library for library in graph.libraries if library.wheel == wheel]
+                )
+
+            reading = reading.checked(check)
+        options = PatchOptions(
+            suffix=spec.suffix,
+            patches=sorted(spec.patches, key=lambda patch: patch.name),  # numbered files apply in order
+            strip=spec.strip,
+            remove_requires=spec.remove_requires,
+            add_requires=spec.add_requires,
+            delete=spec.delete,
+            preload=preload,
+            rpath_edits=rpath_edits,
+            split=split,
+            graph=reading,
         )
-        split = SplitRequest(
-            spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES
-        )
-    options = PatchOptions(
-        suffix=spec.suffix,
-        patches=sorted(spec.patches, key=lambda patch: patch.name),  # numbered files apply in order
-        strip=spec.strip,
-        remove_requires=spec.remove_requires,
-        add_requires=spec.add_requires,
-        delete=spec.delete,
-        preload=preload,
-        rpath_edits=rpath_edits,
-        split=split,
-        graph=graph,
-    )
-    return list(patch_wheel(spec.wheel, index_dir, options).requirements)
+        return list(patch_wheel(spec.wheel, index_dir, options).requirements)
 
 
 def phrasing(config: HubConfig, spec: PatchedWheelSpec) -> Phrasing:

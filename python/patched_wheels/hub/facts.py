@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from patched_wheels.base.cache import RECORDED_KINDS, is_int
+from patched_wheels.base.cache import RECORDED_KINDS
 from patched_wheels.base.fsutil import read_input_text, write_atomic
+from patched_wheels.base.schema import VALUES, read_object, to_json
 from patched_wheels.errors import UsageError, warn
 
 FILE = "wheel_facts.json"
@@ -41,6 +43,16 @@ _MAX_BYTES = 16 << 20
 _NAME = re.compile(rf"(?:{'|'.join(RECORDED_KINDS)})/[0-9a-z][0-9a-z.]*\.json")
 
 
+@dataclass(frozen=True)
+class FactsFile:
+    """``wheel_facts.json``: its format and schema (a reader refuses any other) and its entries, each a cache
+    entry's value (checked by that entry's reader against the wheel, :mod:`patched_wheels.base.cache`)."""
+
+    format: str = field(metadata={VALUES: (_FORMAT,)})
+    schema: int = field(metadata={VALUES: (_SCHEMA,)})
+    entries: Mapping[str, object]
+
+
 def read_facts(path: Path, call: str) -> dict[str, object]:
     """The entries of the facts file ``path`` (``kind/file name`` -> value), as :func:`write_facts` writes them;
     anything else is one error naming ``call`` (the hub as the user declared it) and the attribute."""
@@ -52,32 +64,21 @@ def read_facts(path: Path, call: str) -> dict[str, object]:
         raise UsageError(f"{where}: not a facts file (nested too deeply)") from None
     except ValueError as error:
         raise UsageError(f"{where}: not JSON ({error})") from None
-    problem = _facts_problem(value)
-    if problem is not None:
-        raise UsageError(f"{where}: not a facts file the hub writes ({problem}); copy @<hub>//:{FILE} over it")
-    assert isinstance(value, dict)  # _facts_problem says so
-    return dict(value["entries"])
-
-
-def _facts_problem(value: object) -> str | None:
-    if not isinstance(value, dict) or value.get("format") != _FORMAT:
-        return f'no "format": "{_FORMAT}"'
-    if not is_int(value.get("schema")) or value["schema"] != _SCHEMA:
-        return f"schema {json.dumps(value.get('schema'))[:20]}, not {_SCHEMA}"
-    if set(value) != {"format", "schema", "entries"}:
-        return f"keys {sorted(value)[:5]}, not format, schema and entries"
-    entries = value["entries"]
-    if not isinstance(entries, dict):
-        return "entries is not an object"
-    for name in entries:
-        if not _NAME.fullmatch(name):
-            return f"entry {json.dumps(name)[:80]} is no {' or '.join(RECORDED_KINDS)} entry"
-    return None
+    try:
+        if not isinstance(value, dict) or value.get("format") != _FORMAT:  # another document: say what this one is
+            raise ValueError(f'no "format": "{_FORMAT}"')
+        facts = read_object(FactsFile, value, FILE)
+        for name in facts.entries:
+            if not _NAME.fullmatch(name):
+                raise ValueError(f"entry {json.dumps(name)[:80]} is no {' or '.join(RECORDED_KINDS)} entry")
+    except (UsageError, ValueError) as error:
+        raise UsageError(f"{where}: not a facts file the hub writes ({error}); copy @<hub>//:{FILE} over it") from None
+    return dict(facts.entries)
 
 
 def facts_text(entries: Mapping[str, object]) -> str:
     """The file for ``entries``: sorted and indented, so that a lock bump is a readable diff."""
-    return json.dumps({"format": _FORMAT, "schema": _SCHEMA, "entries": entries}, indent=1, sort_keys=True) + "\n"
+    return json.dumps(to_json(FactsFile(_FORMAT, _SCHEMA, entries)), indent=1, sort_keys=True) + "\n"
 
 
 def write_facts(path: Path, entries: Mapping[str, object]) -> None:

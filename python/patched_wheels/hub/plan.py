@@ -7,7 +7,7 @@ between is decided here, once, in pure functions: the cross-field checks (named 
 user wrote, and made before the first download), which wheels are fetched and into which folder,
 whether the ELF graph is needed, and the build step's configuration (``_hub.json``),
 whose one schema is :class:`HubConfig`. The request, the resolved wheels and the configuration are read by
-one reader (:mod:`patched_wheels.hub.schema`) from these dataclasses: a missing or unknown key is an error,
+one reader (:mod:`patched_wheels.base.schema`) from these dataclasses: a missing or unknown key is an error,
 never a default.
 
 The two phases: without resolved wheels, :func:`resolution` checks the request and says how to resolve
@@ -28,13 +28,20 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import module_name
+from patched_wheels.base.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
-from patched_wheels.hub.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_spec
-from patched_wheels.hub.verified import VerifiedTable, applicable_rows, product_table, row_spec, stanza_attributes
-from patched_wheels.loading.closure import FILE as CLOSURE
+from patched_wheels.hub.verified import (
+    VerifiedTable,
+    applicable_rows,
+    product_table,
+    row_spec,
+    stanza_attributes,
+    uses_recording,
+)
+from patched_wheels.lock.closure import FILE as CLOSURE
 from patched_wheels.lock.formats import registry
 from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
@@ -97,7 +104,7 @@ class IndexAttributes:
     python_interpreter_target: Path | None
     """The interpreter the rule runs the helper with (the helper runs as it): recorded, not read."""
     restore_extras: bool
-    """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.loading.closure`)."""
+    """Whether the wheels rules_python wires reach pip's closure (:mod:`patched_wheels.lock.closure`)."""
     extras: Sequence[str]
     """The lock's root requirements with the extras the lock may not record, as written (``jax[cuda13]``)."""
     verified_stacks: bool
@@ -136,7 +143,7 @@ class IndexAttributes:
 class HubRequest:
     """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
     WORKSPACE ``patched_index`` macro), as the rule writes it (``hub_request`` in hub.bzl); labels are
-    paths. Its schema: :mod:`patched_wheels.hub.schema`."""
+    paths. Its schema: :mod:`patched_wheels.base.schema`."""
 
     hub: str
     bzlmod: bool
@@ -171,7 +178,7 @@ class HubRequest:
 @dataclass(frozen=True)
 class HubConfig:
     """The build step's input (``_hub.json``): the one schema of it, written by the plan and read by
-    ``patched-wheels hub build`` (:mod:`patched_wheels.hub.schema`)."""
+    ``patched-wheels hub build`` (:mod:`patched_wheels.base.schema`)."""
 
     hub: str
     bzlmod: bool
@@ -345,12 +352,19 @@ def with_verified_stacks(
     rows = applicable_rows(table, {wheel.project for wheel in wheels}, written)
     if not rows:
         return request, None
-    applied = [row_spec(row, table.suffix) for row in rows]
+    recording = {row.stack: uses_recording(row, _versions(wheels, canonicalize_name(row.name))) for row in rows}
+    applied = [row_spec(row, table.suffix, recording=recording[row.stack]) for row in rows]
     for spec in applied:
         check_spec(spec, f"verified stack {spec.name}: {request.wheel_call(spec)}")
     said = "; ".join(
         f"{row.stack}: {wheel_call(request.hub, request.bzlmod, row.name, stanza_attributes(row))}"
-        + (" (its recorded libraries: no probe runs)" if row.recorded else "")
+        + (
+            f" (its libraries recorded for {row.name}{row.recorded_for}: no probe runs)"
+            if recording[row.stack]
+            else f" (its recording is for {row.name}{row.recorded_for}: the probe runs)"
+            if row.recorded
+            else ""
+        )
         for row in rows
     )
     note = (
@@ -359,6 +373,19 @@ def with_verified_stacks(
         "its row, verified_stacks = False turns them off"
     )
     return replace(request, patched=(*request.patched, *applied)), note
+
+
+def _versions(wheels: Sequence[ResolvedWheel], project: NormalizedName) -> list[str]:
+    """The versions of ``project``'s wheels, as their file names give them; a name that is no wheel's gives
+    none here (the plan refuses it, naming the lock: :func:`_check_filename`), so no recording is used for it."""
+    versions = []
+    for wheel in wheels:
+        if wheel.project == project:
+            try:
+                versions.append(str(parse_wheel_filename(wheel.filename)[1]))
+            except InvalidWheelFilename:
+                return []
+    return versions
 
 
 def plan_hub(
@@ -485,7 +512,7 @@ def _root_extras(request: HubRequest, pinned: Mapping[NormalizedName, ResolvedWh
 
 def _extras_requirements(request: HubRequest) -> list[tuple[str, Requirement]]:
     """The ``extras`` attribute read: each a project and its extras (``jax[cuda13]``), nothing else; ``jax[]``
-    says the root ``jax`` was asked with no extra (none is inferred for it: :func:`~patched_wheels.loading.closure.inferred_root_extras`)."""
+    says the root ``jax`` was asked with no extra (none is inferred for it: :func:`~patched_wheels.lock.rootextras.inferred_root_extras`)."""
     read = []
     for written in request.attributes.extras:
         try:

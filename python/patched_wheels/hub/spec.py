@@ -3,7 +3,7 @@ spec that needs no wheel.
 
 The Starlark side (PATCHED_WHEEL_SCHEMA in python/private/specs.bzl) gives Bazel the attributes; the rule
 writes what the user declared as JSON (a WORKSPACE macro's values reach it untyped), which the hub's request
-and configuration (:mod:`patched_wheels.hub.plan`) hold: :mod:`patched_wheels.hub.schema` checks every value
+and configuration (:mod:`patched_wheels.hub.plan`) hold: :mod:`patched_wheels.base.schema` checks every value
 against its field's annotation and metadata before any is used, :func:`check_spec` the attributes together,
 each error naming the attribute as the user wrote it.
 """
@@ -19,8 +19,8 @@ from packaging.utils import canonicalize_name
 
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import glob_problem, package_path
+from patched_wheels.base.schema import VALUES, shown, to_json
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.schema import VALUES, shown, to_json
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
 from patched_wheels.patch.version import with_local_suffix
 
@@ -90,7 +90,7 @@ class PatchedWheelSpec:
         return self.preloads or bool(self.split_into)
 
     def to_json(self) -> dict[str, Any]:
-        """The spec as the request and the configuration hold it (read back by :func:`~patched_wheels.hub.schema.read_object`)."""
+        """The spec as the request and the configuration hold it (read back by :func:`~patched_wheels.base.schema.read_object`)."""
         return to_json(self)
 
 

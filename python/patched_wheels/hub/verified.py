@@ -3,13 +3,13 @@
 As pypa auditwheel keeps its manylinux policies as JSON it reads, the hub keeps ``verified_stacks.json``: per
 stack (torch, JAX, TensorFlow, CuPy, onnxruntime) which project's wheel gets the preload, the probe that makes
 the stack load its CUDA libraries, the lock pins that identify the stack, optionally the libraries the stack
-loads at run time (recorded as SONAMEs, so that no package code runs at fetch time), and the evidence behind
-the row. A lock that pins a row's stack, in a hub whose user wrote no ``patched_wheel`` of the row's ``name``,
+loads at run time (recorded as SONAMEs for the releases they were measured on, so that no package code runs at
+fetch time for those), and the evidence behind the row. A lock that pins a row's stack, in a hub whose user wrote no ``patched_wheel`` of the row's ``name``,
 gets the row's spec (:func:`applicable_rows`, :func:`row_spec`; applied by :func:`patched_wheels.hub.plan.plan_hub`,
 which says so in one line). ``docs/verified-stacks.md`` shows the table as :func:`render_stanzas` writes it
 (``tools/gen_verified_stacks.py``; a test holds the page equal to the table).
 
-The file is read by the one schema reader (:func:`patched_wheels.hub.schema.read_object`) and checked whole
+The file is read by the one schema reader (:func:`patched_wheels.base.schema.read_object`) and checked whole
 (:func:`check_table`): every row's spec passes :func:`~patched_wheels.hub.spec.check_spec` as a user's would.
 """
 
@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Sequence
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from patched_wheels.base.fsutil import read_regular_file
 from patched_wheels.base.names import glob_problem
+from patched_wheels.base.schema import read_object
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.schema import read_object
 from patched_wheels.hub.spec import PatchedWheelSpec, spec_problem
 
 #: The product's table.
@@ -76,6 +77,11 @@ class VerifiedStack:
     recorded_global: Sequence[str]
     """Of ``recorded``, those the probe's symbol tables showed another library using without linking to them:
     loaded RTLD_GLOBAL (:mod:`patched_wheels.loading.observe`)."""
+    recorded_for: str
+    """The releases of ``name`` the recording was made on, a PEP 440 specifier (``==2.15.0``); ``""`` exactly
+    when nothing is recorded. A lock pinning another release gets the probe instead: another release loads other
+    libraries (torch 2.8's ``libcudart.so.12`` against 2.15's ``.so.13``), which a recording would silently miss
+    (:func:`uses_recording`)."""
     evidence: Sequence[Evidence]
 
 
@@ -130,8 +136,18 @@ def check_table(table: VerifiedTable) -> None:
                 raise ValueError(f"{where}: lock_pins {glob!r}: {problem}")
         if not any(matches([glob], [canonicalize_name(row.name)]) for glob in row.lock_pins):
             raise ValueError(f"{where}: lock_pins {list(row.lock_pins)}: none matches name {row.name!r}")
-        if problem := spec_problem(row_spec(row, table.suffix)):
-            raise ValueError(f"{where}: {problem}")
+        if bool(row.recorded) != bool(row.recorded_for):
+            raise ValueError(
+                f"{where}: recorded libraries and recorded_for (the releases they were recorded on) go together"
+            )
+        if row.recorded_for:
+            try:
+                SpecifierSet(row.recorded_for)
+            except InvalidSpecifier:
+                raise ValueError(f"{where}: recorded_for {row.recorded_for!r} is not a PEP 440 specifier") from None
+        for recording in (False, True):
+            if problem := spec_problem(row_spec(row, table.suffix, recording=recording and bool(row.recorded))):
+                raise ValueError(f"{where}: {problem}")
 
 
 def matches(globs: Sequence[str], pinned: Collection[str]) -> bool:
@@ -150,17 +166,27 @@ def applicable_rows(table: VerifiedTable, pinned: Collection[str], written: Coll
     ]
 
 
-def row_spec(row: VerifiedStack, suffix: str) -> PatchedWheelSpec:
-    """The ``patched_wheel`` a row stands for: ``preload = "auto"`` with its probe, or, with recorded libraries,
-    ``preload = "elf"`` with them (no package code runs at fetch time)."""
+def uses_recording(row: VerifiedStack, versions: Collection[str]) -> bool:
+    """Whether the row's recorded libraries stand for its probe in a lock whose wheels of ``name`` have
+    ``versions``: only where every one of them is a release the recording was made on (``recorded_for``)."""
+    if not row.recorded or not versions:
+        return False
+    releases = SpecifierSet(row.recorded_for)
+    return all(releases.contains(version, prereleases=True) for version in versions)
+
+
+def row_spec(row: VerifiedStack, suffix: str, *, recording: bool) -> PatchedWheelSpec:
+    """The ``patched_wheel`` a row stands for: ``preload = "auto"`` with its probe, or, with ``recording`` (see
+    :func:`uses_recording`), ``preload = "elf"`` with the recorded libraries (no package code runs at fetch
+    time)."""
     return PatchedWheelSpec(
         name=row.name,
         suffix=suffix,
-        preload="elf" if row.recorded else "auto",
+        preload="elf" if recording else "auto",
         preload_package=row.preload_package,
-        probe="" if row.recorded else row.probe,
-        recorded=tuple(row.recorded),
-        recorded_global=tuple(row.recorded_global),
+        probe="" if recording else row.probe,
+        recorded=tuple(row.recorded) if recording else (),
+        recorded_global=tuple(row.recorded_global) if recording else (),
     )
 
 
@@ -183,7 +209,9 @@ def render_stanzas(table: VerifiedTable) -> str:
     for row in table.stacks:
         stanza = f'`patched_wheel(name = "{row.name}", {stanza_attributes(row)})`'
         if row.recorded:
-            stanza += f"; recorded, so no probe runs: {', '.join(f'`{soname}`' for soname in row.recorded)}"
+            stanza += f"; for `{row.name}{row.recorded_for}` recorded, so no probe runs: " + ", ".join(
+                f"`{soname}`" for soname in row.recorded
+            )
         evidence = "<br>".join(
             f"{item.versions}: "
             + "; ".join([*([item.cpu] if item.cpu else []), f"GPU: {item.gpu or 'not measured'}"])

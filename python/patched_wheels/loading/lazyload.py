@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Collection
 
 from patched_wheels.elf.graph import LibraryGraph
 from patched_wheels.elf.read import ElfLibrary
-from patched_wheels.loading.packages import Phrasing, package_libraries
+from patched_wheels.loading.packages import package_libraries
+from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile import WheelFilename
 from patched_wheels.wheelfile.schemes import data_scheme
 

@@ -11,12 +11,13 @@ import configparser
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from patched_wheels.base.names import module_name, package_path
 from patched_wheels.elf.graph import LibraryGraph, WheelRef
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
+from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile import WheelReader
 from patched_wheels.wheelfile.schemes import install_path
 
@@ -104,31 +105,6 @@ def _outermost_packages(members: Iterable[str]) -> tuple[str, ...]:
         for init, member in sorted(inits.items())
         if not any(init != other and init.startswith(other[: -len("__init__.py")]) for other in inits)
     )
-
-
-@dataclass(frozen=True)
-class Phrasing:
-    """How one front end names what its user wrote, so that a placement error says what to write instead:
-    the hub names ``patched_wheel`` attributes, ``patch`` its flags (see :func:`locate_package`)."""
-
-    option: str
-    """The option naming the package, as written: ``preload_package = "jax_plugins.xla_cuda12"``, ``--preload-for X``."""
-    wheel: Callable[[str], str]
-    """A wheel (by file name) as the user names it: its project (Bazel), the file (CLI)."""
-    write: Callable[[str, str], str]
-    """What to write instead: the wheel (by file name) to patch, and the package to give it."""
-    probe: Callable[[str], str]
-    """The probe option with this code: ``probe = "CODE"`` (Bazel), ``--probe 'CODE'`` (CLI)."""
-
-    @classmethod
-    def plain(cls, package: str) -> Phrasing:
-        """For a caller with no options of its own (a script calling the library): arguments by their names."""
-        return cls(
-            option=f"package {package!r}",
-            wheel=lambda filename: filename,
-            write=lambda filename, module: f"package = {module!r} with {filename} as the wheel to patch",
-            probe=lambda code: f"probe = {code!r}",
-        )
 
 
 @dataclass(frozen=True)

@@ -38,14 +38,17 @@ from patched_wheels.elf.order import stuck_cycles
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import InvalidWheelError, UsageError, warn
 from patched_wheels.loading.lazyload import is_extension_module, lazy_warning, unprobed_libraries
-from patched_wheels.loading.packages import Phrasing, find_package, locate_package, package_libraries
+from patched_wheels.loading.packages import find_package, locate_package, package_libraries
 from patched_wheels.loading.preloadmodule import (
+    PRELOAD_DATA,
     PRELOAD_MODULE,
     PreloadList,
     all_is_none,
-    read_preload_module,
+    read_preload_data,
+    render_preload_data,
     render_preload_module,
 )
+from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile import WheelFilename, WheelReader
 from patched_wheels.wheelfile.metadata import required_projects
 from patched_wheels.wheelfile.schemes import data_scheme
@@ -118,6 +121,29 @@ def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
 def preload_module_member(init_member: str) -> str:
     """Archive path of the generated preload module: next to the package's ``__init__.py``."""
     return f"{init_member.rsplit('/', 1)[0]}/{PRELOAD_MODULE}.py"
+
+
+def preload_data_member(init_member: str) -> str:
+    """Archive path of the preload's data, beside its module: what later runs read back."""
+    return f"{init_member.rsplit('/', 1)[0]}/{PRELOAD_DATA}"
+
+
+def read_installed_preload(read: Callable[[str], bytes | None], init_member: str, wheel: str) -> PreloadList | None:
+    """The preload an earlier ``patch``/``split`` put beside ``init_member`` of the wheel file ``wheel`` (None: no
+    preload), read from its data file with ``read`` (a member's bytes, None when absent). A module with no data
+    beside it was written by a release before the data file: its source is never parsed, so it is refused,
+    saying to patch the original wheel again."""
+    data_member = preload_data_member(init_member)
+    data = read(data_member)
+    if data is not None:
+        return read_preload_data(data, where=f"{wheel}: {data_member}")
+    module_member = preload_module_member(init_member)
+    if read(module_member) is not None:
+        raise InvalidWheelError(
+            f"{wheel}: {module_member} has no {PRELOAD_DATA} beside it (an older patched-wheels wrote it, or not "
+            "patched-wheels): patch the original wheel again"
+        )
+    return None
 
 
 def project_name(wheel: str) -> str:
@@ -276,12 +302,10 @@ def check_before_probe(
 
 def installed_preload(package_wheel: Path, init_member: str) -> PreloadList | None:
     """The preload a previous ``patch``/``split`` put into the package's wheel, or None."""
-    module_member = preload_module_member(init_member)
     with WheelReader(package_wheel) as reader:
-        if module_member not in reader:
-            return None
-        source = reader.read(module_member)
-    return read_preload_module(source, where=f"{package_wheel.name}: {module_member}")
+        return read_installed_preload(
+            lambda member: reader.read(member) if member in reader else None, init_member, package_wheel.name
+        )
 
 
 @dataclass(frozen=True)
@@ -302,22 +326,35 @@ class PackagePreload:
     def module_members(self) -> tuple[str, ...]:
         return tuple(preload_module_member(init_member) for init_member in self.init_members)
 
+    @property
+    def data_members(self) -> tuple[str, ...]:
+        return tuple(preload_data_member(init_member) for init_member in self.init_members)
+
+    @property
+    def written_members(self) -> tuple[str, ...]:
+        """The members :func:`rendered_preload_edits` writes: each module and its data."""
+        return (*self.module_members, *self.data_members)
+
 
 def rendered_preload_edits(
     preloads: Sequence[PackagePreload], wheel: str
 ) -> dict[str, Callable[[bytes | None], bytes]]:
-    """Member edits of the wheel file ``wheel`` that write ``preloads``: each module rendered once, beside its
-    ``__init__.py``, which imports it first.  A later preload's module replaces an earlier one's at the same
-    member (a split's extends the patch's), as :func:`patched_wheels.patch.surgery.patch_wheel` expects."""
-    latest = {
-        module_member: (init_member, preload)
-        for preload in preloads
-        for init_member, module_member in zip(preload.init_members, preload.module_members)
+    """Member edits of the wheel file ``wheel`` that write ``preloads``: each module and its data rendered once,
+    beside its ``__init__.py``, which imports the module first.  A later preload's files replace an earlier one's
+    at the same members (a split's extends the patch's), as :func:`patched_wheels.patch.surgery.patch_wheel`
+    expects."""
+    latest = {member: preload for preload in preloads for member in preload.written_members}
+    rendered = {
+        preload: (
+            render_preload_module(preload.package, preload.entries),
+            render_preload_data(preload.package, preload.entries),
+        )
+        for preload in dict.fromkeys(latest.values())  # each once, though it writes several members
     }
-    rendered = {preload: render_preload_module(preload.package, preload.entries) for _, preload in latest.values()}
     edits: dict[str, Callable[[bytes | None], bytes]] = {}
-    for module_member, (_, preload) in latest.items():
-        edits[module_member] = functools.partial(_replaced, rendered[preload])
+    for member, preload in latest.items():
+        module, data = rendered[preload]
+        edits[member] = functools.partial(_replaced, data if member.endswith(f"/{PRELOAD_DATA}") else module)
     return {**edits, **preload_import_edits(preloads, wheel)}
 
 
@@ -331,8 +368,8 @@ def preload_import_edits(preloads: Sequence[PackagePreload], wheel: str) -> dict
     }
 
 
-def _replaced(module: bytes, _current: bytes | None) -> bytes:
-    return module
+def _replaced(content: bytes, _current: bytes | None) -> bytes:
+    return content
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,57 @@
-"""The generated preload module: its source, read back, and the rule every one of its entries keeps.
+"""The generated preload module, the data it ships beside it, and the rule every one of its entries keeps.
 
-:mod:`patched_wheels.loading.preload` decides what a package preloads; this module writes that down as
-``<package>/_patched_wheels_preload.py`` and reads such a module's tuples back as data, never parsing or
-running it as code (``split`` extends an earlier patched wheel's, ``doctor`` judges it).  An entry is a path
-the module loads on every import of the package, so it can only ever be a shared library's install path in a
-wheel (:func:`entry_problem`): checked when the module is rendered, when one is read back, and again by the
-generated code itself at run time, which also loads a file only from a ``sys.path`` entry holding installed
-wheels.
+:mod:`patched_wheels.loading.preload` decides what a package preloads; this module writes that down twice, from
+one value: as ``<package>/_patched_wheels_preload.py``, the code that loads it, and as
+``<package>/_patched_wheels_preload.json`` beside it, the same value as data (:class:`PreloadData`, read by the
+schema reader), which is what a later run reads back (``split`` extends an earlier patched wheel's preload,
+``doctor`` judges it); the module's source is never parsed or run.  An entry is a path the module loads on every
+import of the package, so it can only ever be a shared library's install path in a wheel (:func:`entry_problem`):
+checked when the module is rendered, when the data is read back, and again by the generated code itself at run
+time, which applies the same path rule (:data:`_IS_RELATIVE`, written once, run here and copied into the module)
+and loads a file only from a ``sys.path`` entry holding installed wheels.
 """
 
 from __future__ import annotations
 
-import codecs
-import re
-from dataclasses import dataclass
-from typing import Sequence
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
+from patched_wheels.base.schema import VALUES, read_object, to_json
 from patched_wheels.elf.read import is_shared_library_name
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.wheelfile import is_safe_member_path
 
 PRELOAD_MODULE = "_patched_wheels_preload"
+PRELOAD_DATA = f"{PRELOAD_MODULE}.json"
+"""The data file beside the module, which later runs read (:func:`read_preload_data`)."""
 DEBUG_VARIABLE = "PATCHED_WHEELS_PRELOAD_DEBUG"
-_TUPLES = ("LIBRARIES", "OPTIONAL", "GLOBAL")
-# The escapes ``repr`` writes in a string literal: the only ones an entry line may hold.
-_REPR_ESCAPE = re.compile(r"\\(?:[\\'\"ntr]|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
+_DATA_FORMAT = "rules_patched_wheels.preload/1"
+# A preload lists a set's libraries (torch 2.1.0's: 60); the bound keeps a lying wheel's file from being decoded
+# into gigabytes, as a cache file's does.
+_MAX_DATA_BYTES = 16 << 20
+
+# Whether an entry is a relative path inside a sys.path entry, outside a wheel's .dist-info and .data directories:
+# the rule the generated module applies at run time (where patched_wheels is not installed), written once. The
+# module's text holds it as is (its comment included: the modules' bytes stay those of every earlier release),
+# and entry_problem runs the same function.
+_IS_RELATIVE = r"""def _is_relative(path):
+    # preloadmodule.entry_problem's rule, restated: this module runs where patched_wheels is not installed.
+    parts = path.split("/")
+    return (
+        "\\" not in path and "\0" not in path and ":" not in parts[0]
+        and all(part not in ("", ".", "..") for part in parts)
+        and not parts[0].endswith((".data", ".dist-info"))
+    )"""
+
+
+def _compiled_rule() -> Callable[[str], bool]:
+    namespace: dict[str, Callable[[str], bool]] = {}
+    exec(compile(_IS_RELATIVE, "<preload rule>", "exec"), namespace)  # a constant of this module, never input
+    return namespace["_is_relative"]
+
+
+is_relative_entry = _compiled_rule()
 
 _TEMPLATE = '''"""Preload the shared libraries {package} needs from other wheels, dependencies first.
 
@@ -59,14 +86,7 @@ GLOBAL = (
 {global_})
 
 
-def _is_relative(path):
-    # preloadmodule.entry_problem's rule, restated: this module runs where patched_wheels is not installed.
-    parts = path.split("/")
-    return (
-        "\\\\" not in path and "\\0" not in path and ":" not in parts[0]
-        and all(part not in ("", ".", "..") for part in parts)
-        and not parts[0].endswith((".data", ".dist-info"))
-    )
+{is_relative}
 
 
 def _holds_wheels(entry, seen):
@@ -143,80 +163,71 @@ class PreloadList:
         return self.global_ is None or path in self.global_
 
 
+@dataclass(frozen=True)
+class PreloadData:
+    """``<package>/_patched_wheels_preload.json``: the preload its module loads, as a value."""
+
+    format: str = field(metadata={VALUES: (_DATA_FORMAT,)})
+    package: str
+    """The package's directory, as the module's docstring names it."""
+    preload: PreloadList
+
+
 def render_preload_module(package: str, preload: PreloadList) -> bytes:
     """The source of ``<package>/_patched_wheels_preload.py`` loading ``preload`` in order."""
-    for path in preload.libraries:
-        if (problem := entry_problem(path)) is not None:
-            raise UsageError(f"{package}: preload entry {path!r}: {problem}")
+    _check_entries(package, preload)
     entries = "".join(f"    {path!r},\n" for path in preload.libraries)
     optional = "".join(f"    {path!r},\n" for path in preload.libraries if path in preload.optional)
     global_ = "".join(f"    {path!r},\n" for path in preload.libraries if preload.is_global(path))
     return _TEMPLATE.format(
-        package=package, entries=entries, optional=optional, global_=global_, debug=DEBUG_VARIABLE
+        package=package,
+        entries=entries,
+        optional=optional,
+        global_=global_,
+        debug=DEBUG_VARIABLE,
+        is_relative=_IS_RELATIVE,
     ).encode("utf-8")
 
 
-def read_preload_module(source: bytes, *, where: str) -> PreloadList:
-    """The ``LIBRARIES`` (and ``OPTIONAL`` and ``GLOBAL``, absent in older modules) of a generated preload module.
+def render_preload_data(package: str, preload: PreloadList) -> bytes:
+    """The data file beside the module :func:`render_preload_module` writes for the same arguments."""
+    _check_entries(package, preload)
+    document = to_json(PreloadData(_DATA_FORMAT, package, preload))
+    return (json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
-    Read as the data :func:`render_preload_module` writes, line by line: a ``NAME = (`` line, one string
-    literal per line as ``repr`` spells it, then ``)``.  Nothing in the module is parsed as code or run, so a
-    wheel's module that is not what patched-wheels writes is refused, whatever else it holds."""
+
+def _check_entries(package: str, preload: PreloadList) -> None:
+    for path in preload.libraries:
+        if (problem := entry_problem(path)) is not None:
+            raise UsageError(f"{package}: preload entry {path!r}: {problem}")
+
+
+def read_preload_data(data: bytes, *, where: str) -> PreloadList:
+    """The preload of a data file :func:`render_preload_data` wrote (``where``: the wheel and member, for errors).
+
+    Read by the schema reader and checked as the module's own entries are: each a shared library's relative path
+    (:func:`entry_problem`), the optional and global ones among them; anything else is the wheel's fault."""
+
+    def bad(reason: str) -> InvalidWheelError:
+        return InvalidWheelError(f"{where}: not patched-wheels preload data ({reason})")
+
+    if len(data) > _MAX_DATA_BYTES:
+        raise bad(f"{len(data)} bytes, more than the {_MAX_DATA_BYTES} a preload takes")
     try:
-        lines = source.decode("utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise InvalidWheelError(f"{where}: not a patched-wheels preload module ({error})") from error
-    values = {name: _read_tuple(lines, name, where) for name in _TUPLES}
-    libraries, optional, global_ = values["LIBRARIES"], values["OPTIONAL"] or (), values["GLOBAL"]
-    if libraries is None:
-        raise InvalidWheelError(f"{where}: not a patched-wheels preload module (no LIBRARIES tuple)")
-    unsafe = [path for path in libraries if entry_problem(path) is not None]
+        document = read_object(PreloadData, json.loads(data.decode("utf-8")), PRELOAD_DATA)
+    except RecursionError:  # json nests a Python call per "[" or "{"
+        raise bad("nested too deeply") from None
+    except (UsageError, ValueError) as error:  # not UTF-8, not JSON, not the document
+        raise bad(str(error).splitlines()[0][:300]) from None
+    preload = document.preload
+    unsafe = [path for path in preload.libraries if entry_problem(path) is not None]
     if unsafe:
-        raise InvalidWheelError(f"{where}: LIBRARIES entry {unsafe[0]!r} {entry_problem(unsafe[0])}")
-    if not set(optional) <= set(libraries):
-        raise InvalidWheelError(f"{where}: not a patched-wheels preload module (OPTIONAL is not a subset of LIBRARIES)")
-    if global_ is not None and not set(global_) <= set(libraries):
-        raise InvalidWheelError(f"{where}: not a patched-wheels preload module (GLOBAL is not a subset of LIBRARIES)")
-    return PreloadList(
-        libraries, frozenset(optional), all_is_none(None if global_ is None else frozenset(global_), libraries)
-    )
-
-
-def _read_tuple(lines: Sequence[str], name: str, where: str) -> tuple[str, ...] | None:
-    """The entries of the tuple ``name`` as :func:`render_preload_module` lays it out; None where it is absent."""
-    assigned = [number for number, line in enumerate(lines) if re.match(rf"{name}\s*=", line)]
-    if not assigned:
-        return None
-    start = assigned[0]
-    if len(assigned) > 1 or lines[start] != f"{name} = (":
-        raise InvalidWheelError(
-            f"{where}: not a patched-wheels preload module ({name} is not one tuple, one entry a line)"
-        )
-    entries: list[str] = []
-    for number in range(start + 1, len(lines)):
-        line = lines[number]
-        if line == ")":
-            return tuple(entries)
-        entry = _entry(line)
-        if entry is None:
-            raise InvalidWheelError(
-                f"{where}: not a patched-wheels preload module (line {number + 1} of {name} is not a string literal)"
-            )
-        entries.append(entry)
-    raise InvalidWheelError(f"{where}: not a patched-wheels preload module ({name} has no closing line)")
-
-
-def _entry(line: str) -> str | None:
-    """The string of an entry line (``    'path',``), or None: decoded from ``repr``'s escapes, and only where
-    ``repr`` writes it exactly so."""
-    literal = line.removeprefix("    ").removesuffix(",")
-    quoted = literal[1:-1]
-    if len(literal) + 5 != len(line) or len(literal) < 2 or literal[0] not in "'\"" or literal[-1] != literal[0]:
-        return None
-    if "\\" in _REPR_ESCAPE.sub("", quoted):
-        return None
-    text = codecs.decode(quoted.encode("latin-1", "backslashreplace"), "unicode_escape")
-    return text if repr(text) == literal else None
+        raise InvalidWheelError(f"{where}: libraries entry {unsafe[0]!r} {entry_problem(unsafe[0])}")
+    if not preload.optional <= set(preload.libraries):
+        raise bad("optional is not a subset of libraries")
+    if preload.global_ is not None and not preload.global_ <= set(preload.libraries):
+        raise bad("global_ is not a subset of libraries")
+    return PreloadList(preload.libraries, preload.optional, all_is_none(preload.global_, preload.libraries))
 
 
 def all_is_none(global_: frozenset[str] | None, libraries: Sequence[str]) -> frozenset[str] | None:
@@ -226,13 +237,14 @@ def all_is_none(global_: frozenset[str] | None, libraries: Sequence[str]) -> fro
 
 def entry_problem(path: str) -> str | None:
     """Why ``path`` cannot be a preload entry, or None: it must be a safe relative path (no absolute path, ``..``,
-    backslash or NUL: a wheel member's rule) of a shared library, not in a wheel's ``.dist-info`` or ``.data``
-    directory (a data-scheme file lies outside site-packages)."""
-    top = path.split("/")[0]
-    if not is_safe_member_path(path) or path.endswith("/"):
+    backslash or NUL: a wheel member's rule, and the generated module's, :data:`_IS_RELATIVE`) of a shared
+    library, not in a wheel's ``.dist-info`` or ``.data`` directory (a data-scheme file lies outside
+    site-packages)."""
+    if not is_relative_entry(path):  # the rule; which part of it failed, in words:
+        top = path.split("/")[0]
+        if is_safe_member_path(path) and not path.endswith("/"):
+            return f"lies in {top}, which is not installed into site-packages"
         return "is not a relative path inside a sys.path entry"
-    if top.endswith((".dist-info", ".data")):
-        return f"lies in {top}, which is not installed into site-packages"
     if not is_shared_library_name(path):
         return "is not a shared library's name"
     return None

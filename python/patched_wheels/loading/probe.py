@@ -172,48 +172,57 @@ class Installation:
         else:  # rules_python: the interpreter with the wheels' directories on sys.path, no site-packages
             command = [sys.executable, "-S", "-c", CHILD]
             environment["PYTHONPATH"] = os.pathsep.join(entries)
-        return run_child(
-            kind,
-            command,
-            code,
-            root=self.root,
-            environment=environment,
-            by_file=by_file,
-            entries=entries,
-            places=(*entries, str(layout.root)),
-        )
+        contents = LayoutContents(by_file, entries, places=(*entries, str(layout.root)))
+        return run_child(kind, Launch(command, environment), code, contents, root=self.root)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one run of :data:`CHILD` starts: its command (``python -c``, or a program that runs its first argument
+    as code: ``layout_test``'s) and its environment (the variables that would let the loader look outside the
+    wheels are dropped by :func:`run_child`)."""
+
+    command: Sequence[str]
+    environment: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LayoutContents:
+    """What a run's layout holds, for reading what the run did: the set's libraries by real path (``by_file``),
+    the layout's ``sys.path`` directories (``entries``), and the directories an error line names that differ
+    between layouts (``places``)."""
+
+    by_file: dict[str, ElfLibrary]
+    entries: Sequence[str]
+    places: Sequence[str]
 
 
 def run_child(
-    kind: str,
-    command: Sequence[str],
-    code: str,
-    *,
-    root: Path,
-    environment: dict[str, str],
-    by_file: dict[str, ElfLibrary],
-    entries: Sequence[str],
-    places: Sequence[str],
-    timeout: int | None = None,
+    kind: str, launch: Launch, code: str, contents: LayoutContents, *, root: Path, timeout: int | None = None
 ) -> RunResult:
-    """Run ``[*command, FD, code]``, where ``command`` runs :data:`CHILD` (with ``python -c``, or a program
-    that runs its first argument as code: ``layout_test``'s), under :func:`supervise`, in a new directory
-    under ``root``, without the variables that would let the loader look outside the wheels; ``by_file``: the
-    set's libraries by real path, ``entries``: the layout's ``sys.path`` directories, ``places``: the
-    directories an error line names that differ between layouts; ``timeout``: seconds, else :func:`run_timeout`."""
-    environment = {key: value for key, value in environment.items() if key not in _DROPPED_VARIABLES}
+    """Run ``[*launch.command, FD, code]`` under :func:`supervise`, in a new directory under ``root``, in the
+    layout ``kind`` that holds ``contents``; ``timeout``: seconds, else :func:`run_timeout`."""
+    environment = {key: value for key, value in launch.environment.items() if key not in _DROPPED_VARIABLES}
     if "\0" in code:
         raise UsageError(f"code {code!r}: contains a NUL character")
     timeout = run_timeout() if timeout is None else timeout
     # A fresh current directory (sys.path[0] for -c) for each run: nothing an earlier run left is seen.
     with tempfile.TemporaryDirectory(prefix=f"cwd-{kind}-", dir=root) as workdir:
-        captured = supervise(command, code, environment, Path(workdir), timeout, wanted=set(by_file))
+        captured = supervise(launch.command, code, environment, Path(workdir), timeout, wanted=set(contents.by_file))
     if captured is None:
         raise UsageError(f"code {code!r}: still running after {timeout} s with {LAYOUT_TEXT.get(kind, kind)}; stopped")
+    by_file = contents.by_file
     mapped = None if captured.mapped is None else tuple(by_file[path] for path in by_file if path in captured.mapped)
     error = captured.stderr.first_error or (captured.stderr.last if captured.returncode != 0 else None)
     return RunResult(
-        kind, code, captured.returncode, captured.stdout.text(), error, len(entries), mapped, tuple(places)
+        kind,
+        code,
+        captured.returncode,
+        captured.stdout.text(),
+        error,
+        len(contents.entries),
+        mapped,
+        tuple(contents.places),
     )
 
 

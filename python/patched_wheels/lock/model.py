@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from patched_wheels.base.fsutil import read_input_text
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
-from patched_wheels.loading.closure import unevaluable_reason
+from patched_wheels.lock.requiresdist import unevaluable_reason
 from patched_wheels.wheelfile.filename import WheelFilename
 
 #: The largest lock we read: torch's universal uv.lock is under 1 MiB; a lock is an input anyone can hand a CI job.

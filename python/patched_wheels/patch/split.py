@@ -31,11 +31,12 @@ imports this module and calls it; this module never imports surgery (the ``split
 :func:`patched_wheels.patch.surgery.split_wheel` lives there).
 
 What moves is decided from which libraries the graph lists and the members' sizes, which a graph still
-being read (:class:`patched_wheels.elf.graph.GraphReading`, the ``split`` command's) knows at once; what
-needs the libraries' dynamic sections (the preload's entries, whether a moved library has a SONAME) comes
+being read (:class:`patched_wheels.elf.graph.GraphReading`, the ``split`` command's and the hub's) knows at once;
+what needs the libraries' dynamic sections (the preload's entries, whether a moved library has a SONAME) comes
 :class:`~patched_wheels.patch.rewrite.Later`, asked for by the writers when they reach those members.  So the
 members that stay compressed are copied while the libraries inflate, and the bytes written are the same as
-from a graph read first.
+from a graph read first (a lenient graph that lists a library it then cannot read raises
+:class:`~patched_wheels.elf.graph.ListingChanged` there, and the patch plans again from the graph).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ from patched_wheels.loading.preload import (
     PackagePreload,
     PreloadList,
     plan_preload,
-    preload_module_member,
-    read_preload_module,
+    read_installed_preload,
+    render_preload_data,
     render_preload_module,
 )
 from patched_wheels.patch.request import SplitRequest
@@ -163,7 +164,8 @@ def plan_split(
     every_path = tuple(
         path for path, _ in sorted((path, name) for name, paths in reading.listed.items() for path in paths)
     )
-    preload_estimate = len(render_preload_module("x", PreloadList(every_path, frozenset(every_path))))
+    bound = PreloadList(every_path, frozenset(every_path))
+    preload_estimate = len(render_preload_module("x", bound)) + len(render_preload_data("x", bound))
     selected = (
         _select_by_globs(request, edits, libraries)
         if request.move
@@ -183,12 +185,12 @@ def plan_split(
         _Move(name, libraries[name], edits.edited(name), f"{sibling_top}/{libraries[name].split('/', 1)[1]}")
         for name in selected
     )
-    existing = _existing_preload(edits, preload_module_member(init_member), preload)
+    existing = _existing_preload(edits, init_member, preload)
 
     @functools.cache
     def after() -> PackagePreload:  # once, when the main wheel's writer reaches the preload module
         return PackagePreload(
-            package, (init_member,), _preload_after_split(reading.result(), package, wheel, moves, existing)
+            package, (init_member,), _preload_after_split(reading.result_as_listed(), package, wheel, moves, existing)
         )
 
     sibling_dist_info = f"{sibling_top}-{version}.dist-info"
@@ -264,7 +266,7 @@ def _moved_member(edits: WheelEdits, move: _Move, reading: GraphReading, scratch
     has one is known once the graph is read: the sibling's writer asks then (:class:`Later`)."""
 
     def content() -> Content | None:
-        library = _library_at(reading.result(), edits.reader.path.name, move.path)
+        library = _library_at(reading.result_as_listed(), edits.reader.path.name, move.path)
         if library.soname:
             return move.content
         from patched_wheels.elf.grow import grow_dynamic  # imported here: only a library without a SONAME grows
@@ -311,15 +313,12 @@ def _stored_sizes(edits: WheelEdits, members: Sequence[str]) -> dict[str, int]:
     return sizes
 
 
-def _existing_preload(edits: WheelEdits, module_member: str, preload: PackagePreload | None) -> PreloadList:
-    """What the main package preloads before the split: the patch's preload where it writes ``module_member``,
-    else what the wheel (as edited) holds there, an earlier patch's or split's, read as data."""
-    if preload is not None and module_member in preload.module_members:
+def _existing_preload(edits: WheelEdits, init_member: str, preload: PackagePreload | None) -> PreloadList:
+    """What the main package preloads before the split: the patch's preload where it writes beside
+    ``init_member``, else what the wheel (as edited) holds there, an earlier patch's or split's, read from its data."""
+    if preload is not None and init_member in preload.init_members:
         return preload.entries
-    module = edits.current(module_member)
-    if module is None:
-        return PreloadList()
-    return read_preload_module(module, where=f"{edits.reader.path.name}: {module_member}")
+    return read_installed_preload(edits.current, init_member, edits.reader.path.name) or PreloadList()
 
 
 def _preload_after_split(

@@ -21,7 +21,7 @@ import errno
 import functools
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -105,9 +105,30 @@ class PatchOptions:
 def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions = PatchOptions()) -> PatchResult:
     """Write the patched copy of ``wheel`` (and, with ``options.split``, its sibling) into ``dest_dir``.
 
-    ``options`` says what to edit, in which order (:class:`PatchOptions`).
+    ``options`` says what to edit, in which order (:class:`PatchOptions`).  With a split whose graph is still being
+    read (the ``split`` command's, the hub's), the outputs are the bytes a graph read first gives: an error while
+    it is read yields to the graph's own (a library that cannot be read), as when it was read first, and a lenient
+    graph that leaves out a library it listed has the split planned again from what it holds.
     """
-    wheel, dest_dir = Path(wheel), Path(dest_dir)
+    if options.split is None or options.graph is None:
+        return _patch_wheel(Path(wheel), Path(dest_dir), options)
+    # Imported here: the `patch` command, which imports this module, reads no library graph unless asked.
+    from patched_wheels.elf.graph import GraphReading, ListingChanged
+
+    reading = options.graph
+    if not isinstance(reading, GraphReading):
+        return _patch_wheel(Path(wheel), Path(dest_dir), options)
+    try:
+        return _patch_wheel(Path(wheel), Path(dest_dir), options)
+    except Exception:  # nothing was published
+        try:
+            reading.result_as_listed()  # a library that cannot be read is the error, as when the graph was read first
+        except ListingChanged as changed:  # planned from a library the hub's lenient graph left out: plan again
+            return _patch_wheel(Path(wheel), Path(dest_dir), replace(options, graph=changed.graph))
+        raise
+
+
+def _patch_wheel(wheel: Path, dest_dir: Path, options: PatchOptions) -> PatchResult:
     # Paused: the outputs' members and RECORD rows are tens of thousands of objects without cycles.
     with (
         cycle_collection_paused(),
@@ -223,9 +244,9 @@ def _write_preloads(edits: WheelEdits, wheel: str, preload: PackagePreload | Non
     shapes = [*kept, split.preload_shape]
     edits.apply_member_edits(preload_import_edits(shapes, wheel), "preload")
     rendered = functools.cache(lambda: rendered_preload_edits([*kept, split.preload()], wheel))
-    for module_member in dict.fromkeys(member for shape in shapes for member in shape.module_members):
-        edits.check_editable(module_member, "preload")
-        edits.set(module_member, Later(functools.partial(lambda member: rendered()[member](None), module_member)))
+    for written in dict.fromkeys(member for shape in shapes for member in shape.written_members):
+        edits.check_editable(written, "preload")
+        edits.set(written, Later(functools.partial(lambda member: rendered()[member](None), written)))
 
 
 class _Background:
@@ -304,8 +325,4 @@ def split_wheel(
 
     # Read while the split plans and writes: it waits for the graph only at the members whose bytes need it.
     with start_graph([Path(wheel), *graph_wheels], workers=workers) as reading:
-        try:
-            return patch_wheel(wheel, dest_dir, PatchOptions(split=SplitRequest(into, move, max_size), graph=reading))
-        except Exception:
-            reading.result()  # a library that cannot be read is the error, as when the graph was read first
-            raise
+        return patch_wheel(wheel, dest_dir, PatchOptions(split=SplitRequest(into, move, max_size), graph=reading))

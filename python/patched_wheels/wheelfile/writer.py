@@ -3,27 +3,24 @@
 Patching a 670 MB torch wheel touches a few kilobytes, so :meth:`WheelWriter.copy_raw`
 copies a member's *compressed* bytes straight from the input (CRC and sizes kept, RECORD
 row reused), a large member's in kernel copies in a thread of their own while the writer goes
-on with the rest (:class:`_Copier`), and only what was rewritten is deflated.
+on with the rest (:class:`~patched_wheels.wheelfile.copier.Copier`), and only what was rewritten is deflated.
 What is written must pass :class:`WheelReader`'s checks before it is renamed into place.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
 import struct
-import threading
 import time
 import zlib
-from collections import deque
 from pathlib import Path
-from queue import Empty, SimpleQueue
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Sequence
 
 from patched_wheels.base.fsutil import create_temp_file, current_umask
 from patched_wheels.errors import InvalidWheelError, UsageError
+from patched_wheels.wheelfile.copier import Copier, Copy
 from patched_wheels.wheelfile.filename import is_safe_member_path
 from patched_wheels.wheelfile.reader import WheelReader, WrittenArchive
 from patched_wheels.wheelfile.record import RecordEntry, record_hash, serialize_record
@@ -102,151 +99,6 @@ def _raw_entry(info: ZipMember, arcname: str, verbatim: bool, offset: int) -> Zi
     )
 
 
-_COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
-
-
-class _Copy(NamedTuple):
-    """A large member's data, copied from the input into the room the writer left for it."""
-
-    source_fd: int
-    offset: int
-    length: int
-    dest: int
-    """Where it goes in the output."""
-    member: str
-    """The member, as errors name it."""
-
-
-class _Write(NamedTuple):
-    """Bytes of the writer's own (its buffer, a header), written at ``offset`` of the output."""
-
-    data: bytes | bytearray
-    offset: int
-
-
-_COPY_SLICE = 8 << 20
-"""The most one kernel copy call moves, so that the writer's writes waiting for the thread go out in between."""
-_MAX_WAITING_WRITES = 16
-"""Writes (the buffer's, about CHUNK_SIZE each) the thread may owe the writer; one more waits: bounded memory."""
-
-
-class _Copier:
-    """Copies of large members' data into the output, in a thread of their own and in the order given, while
-    the writer goes on with the members after them: the kernel's copy (what ``cp`` costs) and the writer's
-    own work (every small member, the central directory) overlap instead of adding up.
-
-    While the thread runs, it also makes the writer's own writes (:meth:`write`), between slices of its
-    copies: one thread writes the file, since a write beside a kernel copy into the same file waits for the
-    file's lock, which the copy takes for every piece it moves (on a busy machine, for as long as the
-    copying thread waits for a core).  Each job names the output offset its bytes go to (the writer leaves
-    room for a copy and writes around it), so the output is the same bytes in whatever order they land.
-    A job's error is raised by the next :meth:`submit` or :meth:`write`, or by :meth:`wait`, which the
-    writer calls before it reads, closes or removes the file; the thread never outlives the descriptors it
-    copies between.
-    """
-
-    def __init__(self, out_fd: int) -> None:
-        self._out = out_fd
-        self._jobs: SimpleQueue[_Copy | _Write | None] = SimpleQueue()
-        self._waiting_writes = threading.BoundedSemaphore(_MAX_WAITING_WRITES)
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._kernel = hasattr(os, "copy_file_range")
-
-    def submit(self, job: _Copy) -> None:
-        if self._error is not None:
-            self.wait()  # raises it
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="wheel-copy", daemon=True)
-            self._thread.start()
-        self._jobs.put(job)
-
-    def write(self, data: bytes | bytearray, offset: int) -> None:
-        """``data`` (no longer changed by the caller) at ``offset``: by the thread while it runs, else here."""
-        if self._thread is None:
-            _write_all(self._out, data, offset)
-            return
-        if self._error is not None:
-            self.wait()  # raises it
-        self._waiting_writes.acquire()
-        self._jobs.put(_Write(data, offset))
-
-    def wait(self) -> None:
-        """Return once every job submitted is done; raise the first one's error."""
-        if self._thread is not None:
-            self._jobs.put(None)
-            self._thread.join()
-            self._thread = None
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-
-    def _run(self) -> None:
-        later: deque[_Copy | None] = deque()  # copies (and the end) met while writing between slices of another
-        while (job := later.popleft() if later else self._jobs.get()) is not None:
-            if isinstance(job, _Write):
-                self._write(job)
-            elif self._error is None:  # after a failure the rest is skipped: the output is dropped anyway
-                try:
-                    self._copy(job, later)
-                except BaseException as error:  # handed to the writer's thread
-                    self._error = error
-
-    def _write(self, job: _Write) -> None:
-        try:
-            if self._error is None:
-                _write_all(self._out, job.data, job.offset)
-        except BaseException as error:  # handed to the writer's thread
-            self._error = error
-        finally:
-            self._waiting_writes.release()
-
-    def _write_waiting(self, later: deque[_Copy | None]) -> None:
-        """Make the writes queued so far; set aside the copies (and the end) queued between them."""
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except Empty:
-                return
-            if isinstance(job, _Write):
-                self._write(job)
-            else:
-                later.append(job)
-
-    def _copy(self, job: _Copy, later: deque[_Copy | None]) -> None:
-        """``job``'s bytes: in kernel copies, like ``cp``, or read and written where the file system cannot
-        copy between these files; the writes waiting made between its slices."""
-        source_fd, offset, count, dest, member = job
-        while count and self._kernel:
-            try:
-                copied = os.copy_file_range(source_fd, self._out, min(count, _COPY_SLICE), offset, dest)
-            except OSError as error:
-                if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
-                    raise OSError(error.errno, error.strerror, member) from None  # named: the writer reports it later
-                self._kernel = False
-                break
-            if not copied:
-                raise InvalidWheelError(f"{member}: truncated member data")
-            offset, dest, count = offset + copied, dest + copied, count - copied
-            self._write_waiting(later)
-        while count:
-            chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
-            if not chunk:
-                raise InvalidWheelError(f"{member}: truncated member data")
-            _write_all(self._out, chunk, dest)
-            offset, dest, count = offset + len(chunk), dest + len(chunk), count - len(chunk)
-            self._write_waiting(later)
-
-
-def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
-    """All of ``data`` at ``offset`` of ``fd`` (a positional write may take only part of it)."""
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-    view.release()
-
-
 class WheelWriter:
     """Writes a wheel to ``<dest>`` atomically: a temp file in the same directory, renamed on success.
 
@@ -278,7 +130,7 @@ class WheelWriter:
         """Members whose local header has the ZIP64 extra: the central record says so in its version."""
         self._record: list[RecordEntry] = []
         self._names: set[str] = set()
-        self._copier = _Copier(fd)
+        self._copier = Copier(fd)
 
     def __enter__(self) -> WheelWriter:
         return self
@@ -304,7 +156,7 @@ class WheelWriter:
         input (:class:`ReadAhead`) and go out through the buffer.  The data of large ones goes out
         in kernel copies, like ``cp``, after a header of ours padded so that the data keeps its
         place within a page (:func:`local_header`), in the copier's thread, started before this loop
-        begins (:meth:`_start_kernel_copies`, :class:`_Copier`).  One call for a run of members,
+        begins (:meth:`_start_kernel_copies`, :class:`~patched_wheels.wheelfile.copier.Copier`).  One call for a run of members,
         with what every member needs looked up once: a patch copies 10,600 of torch's.
         """
         source = self._source
@@ -400,7 +252,7 @@ class WheelWriter:
                 entry = _raw_entry(info, arcname, verbatim, offset)
                 header = local_header(entry, _is_zip64(info), date, time_, data_like=raw.data_offset)
                 self._copier.submit(
-                    _Copy(raw.fd, raw.data_offset, info.compress_size, offset + len(header), f"{reader.name}: {name}")
+                    Copy(raw.fd, raw.data_offset, info.compress_size, offset + len(header), f"{reader.name}: {name}")
                 )
                 started[index] = entry, header
                 offset += len(header) + info.compress_size
@@ -539,7 +391,7 @@ class WheelWriter:
         """Leave room for ``count`` input bytes at ``offset`` (the data of ``member``, as errors name it, a
         large one), which the copier's thread copies there while the writer goes on after them."""
         self._flush()
-        self._copier.submit(_Copy(source_fd, offset, count, self._offset, member))
+        self._copier.submit(Copy(source_fd, offset, count, self._offset, member))
         self._offset += count
 
     def _flush(self) -> None:

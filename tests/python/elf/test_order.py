@@ -14,11 +14,11 @@ from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import ElfError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.loading.preload import (
-    PRELOAD_MODULE,
+    PRELOAD_DATA,
     PreloadList,
     plan_package_preload,
     plan_preload,
-    read_preload_module,
+    read_preload_data,
     render_preload_module,
 )
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
@@ -187,7 +187,7 @@ def test_a_cycle_the_package_needs_is_preloaded_and_imports_with_one_directory_p
     preload = plan_package_preload(CYC_PACKAGE, cyc.all)
     patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     with zipfile.ZipFile(patched) as archive:
-        preload = read_preload_module(archive.read(f"{CYC_PACKAGE}/{PRELOAD_MODULE}.py"), where=patched.name)
+        preload = read_preload_data(archive.read(f"{CYC_PACKAGE}/{PRELOAD_DATA}"), where=patched.name)
     assert preload.libraries == (CYC_LIBRARIES["b"], CYC_LIBRARIES["a"])
     for layout in (per_wheel_layout, flat_layout):
         result = run_import(layout([cyc.libraries_wheel, patched], tmp_path / f"with-{layout.__name__}"), CYC_CODE)

@@ -8,22 +8,27 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import zipfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from patched_wheels.base.fsutil import locked_directory
 from patched_wheels.cli import main
 from patched_wheels.elf import graph as elfgraph
+from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import PatchedWheelSpec
 from patched_wheels.loading import probe
-from patched_wheels.loading.preload import read_preload_module
-from patched_wheels.wheelfile import ZipMember
+from patched_wheels.loading.preload import read_preload_data
+from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
+from patched_wheels.patch.surgery import PatchOptions, patch_wheel
+from patched_wheels.wheelfile import WheelWriter, ZipMember
 from support import fakecuda
 from support.hubconfig import index_attributes, load_config, no_user_cache, set_config, spec_request_json, write_config  # noqa: F401  (no_user_cache: autouse)
 from support.indexfixtures import sha256_of
@@ -81,6 +86,87 @@ def test_split_serves_both_wheels_and_pins_the_sibling(tmp_path: Path, fake_set:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(fakecuda.EXPECTED_ANSWER)
+
+
+def test_the_hubs_split_copies_while_the_set_is_read_and_writes_the_bytes_of_a_graph_read_first(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub's split (``split_max_size``, no preload of its own) copies the main wheel's members that stay
+    compressed while the set's libraries inflate on every core, as the ``split`` command does, and writes the
+    bytes of the same split planned from a graph read first (the hub before it overlapped).  The set holds a
+    bystander whose library cannot be read: listed, then left out of the lenient graph.  At the least size at
+    which the graph's split moves one library, that listed path in the preload's estimate moves two: the split
+    is planned again from the graph, and the bytes are still those of the graph read first."""
+    broken = fakecuda.build_wheel(
+        tmp_path / "broken",
+        "fake-broken",
+        "1.0",
+        {"fake_broken/__init__.py": b"", "fake_broken/libbroken.so": b"not an ELF file"},
+    )
+    others = [*fake_set.nvidia.values(), broken]
+    graph = elfgraph.read_graph([*others, fake_set.torch], lenient=True)
+
+    def read_first(max_size: int, dest: Path) -> dict[str, bytes]:  # the hub's options for this spec
+        split = SplitRequest("faketorch-libs", max_size=max_size, names=BAZEL_NAMES)
+        result = patch_wheel(fake_set.torch, dest, PatchOptions(suffix="test.1", split=split, graph=graph))
+        return {path.name: path.read_bytes() for path in (result.path, result.sibling) if path is not None}
+
+    def moved(max_size: int) -> int:  # how many libraries move: fewer as the size grows
+        try:
+            written = read_first(max_size, tmp_path / "sizes")
+        except UsageError as error:  # cannot fit, or fits already
+            return len(graph.libraries) if "cannot fit" in str(error) else 0
+        sibling = next(data for name, data in written.items() if name.startswith("faketorch_libs-"))
+        with zipfile.ZipFile(io.BytesIO(sibling)) as archive:
+            return sum(name.endswith(".so") for name in archive.namelist())
+
+    def least(most_moved: int) -> int:  # the least size at which at most that many libraries move
+        low, high = 1, 1 << 20
+        assert moved(low) > most_moved >= moved(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if moved(middle) <= most_moved else (middle, high)
+        return high
+
+    one, fits = least(1), least(0)
+    assert moved(one) == 1 and moved(one - 1) == 2 and fits - one > 2
+
+    def hub_split(max_size: int) -> dict[str, bytes]:
+        config = load_config(
+            set_config(
+                tmp_path / f"hub-{max_size}",
+                others,
+                fake_set.torch,
+                "faketorch",
+                split_into="faketorch-libs",
+                split_max_size=max_size,
+            )
+        )
+        assert build_hub(config) == ["faketorch==2.1.0+test.1", "faketorch-libs==2.1.0+test.1"]
+        return {path.name: path.read_bytes() for path in config.index_dir.glob("*+test.1-*.whl")}
+
+    assert hub_split(one) == read_first(one, tmp_path / "first")
+
+    # Above that size, the main wheel keeps _core.so, copied raw: before the first library is read.
+    copied, first = threading.Event(), threading.Lock()
+    overlapped: list[bool] = []
+    real_read, real_copy = elfgraph.read_library, WheelWriter.copy_raw_members
+
+    def waiting_read(*args: Any) -> Any:
+        if first.acquire(blocking=False):
+            overlapped.append(copied.wait(timeout=10))
+        return real_read(*args)
+
+    def copy(self: WheelWriter, reader: Any, members: Any) -> Any:
+        members = list(members)
+        copied.set()
+        return real_copy(self, reader, members)
+
+    monkeypatch.setattr(elfgraph, "read_library", waiting_read)
+    monkeypatch.setattr(WheelWriter, "copy_raw_members", copy)
+    above = (one + fits) // 2
+    assert hub_split(above) == read_first(above, tmp_path / "first-above")
+    assert overlapped == [True]
 
 
 def test_unreadable_config_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,7 +230,7 @@ def test_preload_auto_preloads_what_the_probe_maps_and_a_probe_mapping_nothing_i
     assert main(["hub", "build", "--config", str(config)]) == 0
     assert capsys.readouterr().err == ""
     with zipfile.ZipFile(tmp_path / "default" / "index" / "fakejax-1.0+test.1-py3-none-linux_x86_64.whl") as archive:
-        preload = read_preload_module(archive.read("fakejax/_patched_wheels_preload.py"), where="test")
+        preload = read_preload_data(archive.read("fakejax/_patched_wheels_preload.json"), where="test")
     assert (
         preload.libraries == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"], fakecuda.RUNTIME_LIBRARY_PATHS["foo"])
         and preload.optional
@@ -487,7 +573,7 @@ def marked_torch(fake_set: fakecuda.FakeCudaWheels, dest: Path, marker: Path) ->
 
 def preloaded(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
-        return sorted(read_preload_module(archive.read("faketorch/_patched_wheels_preload.py"), where="test").libraries)
+        return sorted(read_preload_data(archive.read("faketorch/_patched_wheels_preload.json"), where="test").libraries)
 
 
 def test_preload_elf_runs_no_package_code_and_preloads_the_elf_graph_alone(

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import main
-from patched_wheels.loading.closure import Closure, missing_from
+from patched_wheels.lock.closure import Closure, missing_from
 from support import extrasfixture, fakecuda, wheelbuilder
 from support.hubconfig import no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 from support.uvfixture import compile_lock, serve_over_http, uv_locks

@@ -11,7 +11,8 @@ import pytest
 
 from patched_wheels.cli import main
 from patched_wheels.elf import graph as elfgraph
-from patched_wheels.hub.facts import facts_text
+from patched_wheels.errors import UsageError
+from patched_wheels.hub.facts import facts_text, read_facts, write_facts
 from patched_wheels.loading import probe
 from support import fakecuda
 from support.hostile import make_special_file
@@ -189,7 +190,7 @@ def _bad_facts(kind: str, path: Path) -> str:
         return 'no "format": "rules_patched_wheels wheel facts"'
     if kind == "another schema":
         path.write_text(json.dumps({**good, "schema": 99}), encoding="utf-8")
-        return "schema 99, not 1"
+        return "wheel_facts.json: schema = 99: must be one of 1"
     if kind == "a hostile entry":
         path.write_text(json.dumps({**good, "entries": {"../../etc/passwd": 1}}), encoding="utf-8")
         return "is no elfgraph or observed entry"
@@ -390,4 +391,14 @@ def test_the_facts_schema_is_an_integer_not_a_bool_or_a_float(
     ]
     assert main(["hub", "plan", *arguments, "--config-out", str(tmp_path / "out.json")]) == 1
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and f"schema {schema}, not 1" in error, error
+    assert error.count("\n") == 1 and f"(wheel_facts.json: schema = {schema}: expected an integer)" in error, error
+
+
+def test_a_facts_file_reads_back_as_written_and_refuses_a_key_it_does_not_declare(tmp_path: Path) -> None:
+    entries = {"elfgraph/ab.json": {"rows": [["lib/a.so", 1, None]]}, "observed/cd.json": {"schema": 3}}
+    write_facts(tmp_path / "facts.json", entries)
+    assert read_facts(tmp_path / "facts.json", "hub") == entries
+    document = json.loads((tmp_path / "facts.json").read_text(encoding="utf-8"))
+    (tmp_path / "facts.json").write_text(json.dumps({**document, "written_by": "x"}), encoding="utf-8")
+    with pytest.raises(UsageError, match=r"\(wheel_facts\.json: unknown keys \['written_by'\]\); copy @<hub>"):
+        read_facts(tmp_path / "facts.json", "hub")

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from benchmarks.stacks import STACKS
 
+from patched_wheels.base.schema import to_json
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import HubConfig, HubPlan, HubRequest, plan_hub, resolved_wheels
-from patched_wheels.hub.schema import to_json
 from patched_wheels.hub.verified import TABLE, VerifiedTable, product_table, read_table
-from patched_wheels.loading.preload import read_preload_module
+from patched_wheels.loading.preload import read_preload_data
 from patched_wheels.lock.resolve import ResolvedWheel
 from support import fakecuda
 from support.hubconfig import fetch_into, hub_inputs, load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
@@ -46,6 +46,7 @@ def fixture_row(marker: Path, **values: object) -> dict[str, Any]:
         "lock_pins": ["fakejax", fakecuda.RUNTIME_GLOB],
         "recorded": [],
         "recorded_global": [],
+        "recorded_for": "",
         "evidence": [{"versions": "fakejax 1.0", "cpu": "a test", "gpu": "", "results": "tests/python/hub"}],
         **values,
     }
@@ -74,7 +75,7 @@ def plan_fake_hub(
 
 def preload_of(wheel: Path) -> tuple[str, ...]:
     with zipfile.ZipFile(wheel) as archive:
-        return read_preload_module(archive.read("fakejax/_patched_wheels_preload.py"), where="test").libraries
+        return read_preload_data(archive.read("fakejax/_patched_wheels_preload.json"), where="test").libraries
 
 
 def answer_per_wheel(tmp_path: Path, wheels: list[Path]) -> str:
@@ -106,11 +107,11 @@ def test_a_row_with_recorded_libraries_preloads_them_in_graph_order_and_runs_no_
     tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels
 ) -> None:
     marker = tmp_path / "probe-ran"
-    table = read_table(table_file(tmp_path, fixture_row(marker, recorded=["libfoo.so.1"])))
+    table = read_table(table_file(tmp_path, fixture_row(marker, recorded=["libfoo.so.1"], recorded_for="==1.0")))
     plan = plan_fake_hub(tmp_path / "hub", runtime_set.all, table)
     (spec,) = plan.config.patched
     assert (spec.preload, spec.probe, tuple(spec.recorded)) == ("elf", "", ("libfoo.so.1",))
-    assert "(its recorded libraries: no probe runs)" in plan.notes[0]
+    assert "(its libraries recorded for fakejax==1.0: no probe runs)" in plan.notes[0]
 
     # Built from the configuration as the build step reads it back (the recording travels in _hub.json).
     config = HubConfig.from_json(json.loads(json.dumps(plan.config.to_json())))
@@ -120,6 +121,23 @@ def test_a_row_with_recorded_libraries_preloads_them_in_graph_order_and_runs_no_
     # libfoo is recorded; libbar comes with it, first, because libfoo needs it (DT_NEEDED).
     assert preload_of(patched) == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"], fakecuda.RUNTIME_LIBRARY_PATHS["foo"])
     assert answer_per_wheel(tmp_path, [runtime_set.foo, runtime_set.bar, patched]) == str(fakecuda.RUNTIME_ANSWER)
+
+
+def test_a_recording_made_on_another_release_is_not_used_the_probe_runs(
+    tmp_path: Path, runtime_set: fakecuda.RuntimeLoadedWheels
+) -> None:
+    """Another release loads other libraries (torch 2.8's libcudart.so.12, 2.15's .so.13): a recording stands
+    for the probe only on the releases it was made on; elsewhere the row's probe runs, as without a recording."""
+    marker = tmp_path / "probe-ran"
+    row = fixture_row(marker, recorded=["libfoo.so.1"], recorded_for=">=2")
+    plan = plan_fake_hub(tmp_path / "hub", runtime_set.all, read_table(table_file(tmp_path, row)))
+    (spec,) = plan.config.patched
+    assert (spec.preload, spec.probe, tuple(spec.recorded)) == ("auto", row["probe"], ())
+    assert "(its recording is for fakejax>=2: the probe runs)" in plan.notes[0]
+    assert build_hub(plan.config) == ["fakejax==1.0+verified"]
+    assert marker.exists()
+    patched = tmp_path / "hub" / "index" / PATCHED
+    assert preload_of(patched) == (fakecuda.RUNTIME_LIBRARY_PATHS["bar"], fakecuda.RUNTIME_LIBRARY_PATHS["foo"])
 
 
 def test_a_users_stanza_of_the_rows_name_replaces_the_row(
@@ -207,7 +225,13 @@ def test_docs_verified_stacks_shows_the_table_the_hub_applies() -> None:
         ({"row": {"probe": 3}}, "probe = 3: expected a string"),
         ({"row": {"lock_pins": ["jax"]}}, "none matches name 'fakejax'"),
         ({"row": {"lock_pins": ["fakejax", "fake[jax"]}}, "lock_pins 'fake[jax'"),
-        ({"row": {"recorded_global": ["libx.so"]}}, "recorded_global ['libx.so'] not among recorded"),
+        (
+            {"row": {"recorded": ["liby.so"], "recorded_global": ["libx.so"], "recorded_for": "==1.0"}},
+            "recorded_global ['libx.so'] not among recorded",
+        ),
+        ({"row": {"recorded": ["libx.so"]}}, "recorded libraries and recorded_for"),
+        ({"row": {"recorded_for": "==1.0"}}, "recorded libraries and recorded_for"),
+        ({"row": {"recorded": ["libx.so"], "recorded_for": "1.0"}}, "recorded_for '1.0' is not a PEP 440 specifier"),
         ({"row": {"preload_package": "fake-jax"}}, 'preload_package = "fake-jax" is not a module name'),
         ({"row": {"evidence": []}}, "no evidence"),
         ({"twice": True}, "a second row"),
@@ -265,7 +289,9 @@ def test_a_recorded_soname_two_wheels_ship_is_preloaded_from_neither_with_one_wa
         foo = archive.read(fakecuda.RUNTIME_LIBRARY_PATHS["foo"])
     copy = fakecuda.build_wheel(tmp_path / "copy", "fakert-copy", "1.0", {"fakert_copy/lib/libfoo.so.1": foo})
     marker = tmp_path / "probe-ran"
-    table = read_table(table_file(tmp_path, fixture_row(marker, recorded=["libfoo.so.1", "libbar.so.1"])))
+    table = read_table(
+        table_file(tmp_path, fixture_row(marker, recorded=["libfoo.so.1", "libbar.so.1"], recorded_for="==1.0"))
+    )
     plan = plan_fake_hub(tmp_path / "hub", [*runtime_set.all, copy], table)
     assert build_hub(plan.config) == ["fakejax==1.0+verified"]
     warnings = capsys.readouterr().err.splitlines()

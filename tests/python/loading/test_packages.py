@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patched_wheels.cli import main
-from patched_wheels.loading.preload import PRELOAD_MODULE, read_preload_module
+from patched_wheels.loading.preload import PRELOAD_DATA, PRELOAD_MODULE, read_preload_data
 from support import stackshapes
 from support.fakecuda import build_wheel, flat_layout, per_wheel_layout, run_import
 from support.hubconfig import no_user_cache, set_config  # noqa: F401  (no_user_cache: autouse, the user's caches stay out)
@@ -145,7 +145,7 @@ def test_hub_warns_once_when_the_default_probe_never_maps_the_plugins_own_librar
     )
     assert err == ""
     with zipfile.ZipFile(patched) as archive:
-        preload = read_preload_module(archive.read(f"jaxlike_plugins/xla_fake/{PRELOAD_MODULE}.py"), where="test")
+        preload = read_preload_data(archive.read(f"jaxlike_plugins/xla_fake/{PRELOAD_DATA}"), where="test")
     assert preload.libraries == (stack.libraries["cudart"],)
     wheel_set = [patched, *others(stack, "jaxlike-cuda-pjrt")]
     result = run_import(per_wheel_layout(wheel_set, tmp_path / "per-wheel"), stack.code)
@@ -209,7 +209,8 @@ def test_a_wheel_the_hub_did_not_fetch_is_found_by_its_cached_libraries(stack):
     is then found by the graph's rows under the package's directory."""
     from patched_wheels.elf.graph import WheelRef, read_graph
     from patched_wheels.errors import UsageError
-    from patched_wheels.loading.packages import Phrasing, locate_package
+    from patched_wheels.loading.packages import locate_package
+    from patched_wheels.phrasing import Phrasing
 
     plugin = wheel(stack, "jaxlike-cuda-plugin")
     graph = read_graph(stack.wheels)
@@ -281,7 +282,7 @@ def test_the_lazy_load_warning_asks_for_a_probe_only_when_it_would_suggest_anoth
     plugin still maps nothing, and the warning asked for the very probe it had."""
     from patched_wheels.elf.read import ElfLibrary
     from patched_wheels.loading.lazyload import JAX_PROBE, Unprobed, lazy_warning
-    from patched_wheels.loading.packages import Phrasing
+    from patched_wheels.phrasing import Phrasing
 
     own = ElfLibrary(
         "jax_cuda13_pjrt-1-py3-none-any.whl", "jax_plugins/xla_cuda13/xla_cuda_plugin.so", None, (), (), ()

@@ -17,6 +17,7 @@ from patched_wheels.cli import main
 from patched_wheels.elf.graph import WheelRef, read_graph
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.loading.preload import (
+    PRELOAD_DATA,
     PRELOAD_MODULE,
     ElfOnly,
     PreloadList,
@@ -25,10 +26,11 @@ from patched_wheels.loading.preload import (
     add_preload_import,
     plan_package_preload,
     plan_preload,
-    read_preload_module,
+    read_installed_preload,
+    read_preload_data,
     render_preload_module,
 )
-from patched_wheels.loading.preloadmodule import DEBUG_VARIABLE, entry_problem
+from patched_wheels.loading.preloadmodule import DEBUG_VARIABLE, entry_problem, render_preload_data
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.fakecuda import (
     EXPECTED_ANSWER,
@@ -89,7 +91,7 @@ def test_the_failure_is_the_preload_order(tmp_path):
 
 def test_generated_module_loads_foreign_libraries_dependencies_first(wheels, preloaded_torch):
     with zipfile.ZipFile(preloaded_torch) as archive:
-        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+        preload = read_preload_data(archive.read(f"faketorch/{PRELOAD_DATA}"), where="test")
         init = archive.read("faketorch/__init__.py").decode()
     libraries = preload.libraries
     assert preload.optional == frozenset()  # all needed through DT_NEEDED: a failure stays an error
@@ -158,11 +160,66 @@ def test_import_into_broken_or_missing_init_is_an_error():
         add_preload_import(None, where="pkg/__init__.py")
 
 
-def test_reading_a_module_that_is_not_a_preload_is_an_error():
-    with pytest.raises(
-        InvalidWheelError, match="^w.whl: pkg/_patched_wheels_preload.py: not a patched-wheels preload module"
-    ):
-        read_preload_module(b"X = 1\n", where="w.whl: pkg/_patched_wheels_preload.py")
+_DATA = "w.whl: pkg/_patched_wheels_preload.json"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"X = 1\n", "Expecting value"),
+        (b'{"format": "rules_patched_wheels.preload/1", "package": "pkg", "preload": {', "Expecting"),
+        (b'{"format": "\xff"}', "'utf-8' codec can't decode byte 0xff"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b" " * (17 << 20), "bytes, more than the"),
+        (b"[]", "_patched_wheels_preload.json: expected an object, got []"),
+        (
+            json.dumps({"format": "rules_patched_wheels.preload/2", "package": "pkg", "preload": {}}).encode(),
+            'format = "rules_patched_wheels.preload/2": must be one of rules_patched_wheels.preload/1',
+        ),
+        (
+            json.dumps(
+                {**json.loads(render_preload_data("pkg", PreloadList(("a/liba.so",)))), "LIBRARIES": []}
+            ).encode(),
+            "unknown keys ['LIBRARIES']",
+        ),
+        (
+            render_preload_data("pkg", PreloadList(("a/liba.so",))).replace(b'"libraries": [', b'"libraries": [1, '),
+            "preload: libraries = [1",
+        ),
+        (
+            render_preload_data("pkg", PreloadList(("a/liba.so",))).replace(
+                b'"optional": []', b'"optional": ["b/libb.so"]'
+            ),
+            "optional is not a subset of libraries",
+        ),
+    ],
+    ids=[
+        "python",
+        "truncated",
+        "not-utf-8",
+        "nested",
+        "huge",
+        "a-list",
+        "another-format",
+        "unknown-key",
+        "wrong-type",
+        "optional",
+    ],
+)
+def test_data_that_is_not_what_patched_wheels_writes_is_one_error_naming_the_member(data: bytes, reason: str):
+    with pytest.raises(InvalidWheelError) as caught:
+        read_preload_data(data, where=_DATA)
+    message = str(caught.value)
+    assert message.startswith(f"{_DATA}: not patched-wheels preload data (") and reason in message, message
+    assert "\n" not in message and len(message) < 500, message
+
+
+def test_a_preload_module_with_no_data_beside_it_is_refused_and_never_parsed():
+    """A wheel an older release patched holds the module alone: its source is not read back as data."""
+    members = {"pkg/__init__.py": b"", f"pkg/{PRELOAD_MODULE}.py": render_preload_module("pkg", PreloadList())}
+    with pytest.raises(InvalidWheelError, match=rf"^w\.whl: pkg/{PRELOAD_MODULE}\.py has no {PRELOAD_DATA} beside it"):
+        read_installed_preload(members.get, "pkg/__init__.py", "w.whl")
+    assert read_installed_preload({"pkg/__init__.py": b""}.get, "pkg/__init__.py", "w.whl") is None
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +252,7 @@ def test_library_loaded_at_run_time_needs_preload_wheels_per_wheel_only(runtime,
 
 def test_preload_wheels_are_optional_and_loaded_in_graph_order(runtime, preloaded_runtime):
     with zipfile.ZipFile(preloaded_runtime) as archive:
-        preload = read_preload_module(archive.read(f"fakejax/{PRELOAD_MODULE}.py"), where="test")
+        preload = read_preload_data(archive.read(f"fakejax/{PRELOAD_DATA}"), where="test")
     assert set(preload.libraries) == set(RUNTIME_LIBRARY_PATHS.values()) == preload.optional
     assert preload.libraries.index(RUNTIME_LIBRARY_PATHS["bar"]) < preload.libraries.index(RUNTIME_LIBRARY_PATHS["foo"])
 
@@ -293,16 +350,9 @@ def test_patch_command_takes_preload_wheels(runtime, tmp_path, capsys):
     assert main([*argv, "--preload-for", RUNTIME_PACKAGE, *preload_from, "--preload-wheels", RUNTIME_GLOB]) == 0
     patched = Path(capsys.readouterr().out.splitlines()[0])
     with zipfile.ZipFile(patched) as archive:
-        assert read_preload_module(archive.read(f"fakejax/{PRELOAD_MODULE}.py"), where="test").optional
+        assert read_preload_data(archive.read(f"fakejax/{PRELOAD_DATA}"), where="test").optional
     assert main([*argv, "--preload-wheels", RUNTIME_GLOB]) == 1
     assert "--preload-wheels needs --preload-for" in capsys.readouterr().err
-
-
-def test_modules_written_before_optional_entries_read_as_all_required():
-    old = b'"""Preload."""\nLIBRARIES = (\n    \'a/lib/liba.so\',\n)\n'
-    assert read_preload_module(old, where="x") == PreloadList(("a/lib/liba.so",))
-    with pytest.raises(InvalidWheelError, match="OPTIONAL is not a subset of LIBRARIES"):
-        read_preload_module(old + b"OPTIONAL = (\n    'b/libb.so',\n)\n", where="x")
 
 
 @pytest.mark.parametrize(
@@ -314,30 +364,13 @@ def test_modules_written_before_optional_entries_read_as_all_required():
     ],
     ids=["plain", "quote-and-unicode", "escaped"],
 )
-def test_a_rendered_module_reads_back_as_the_value_it_was_rendered_from(entries):
-    preload = PreloadList(entries, frozenset(entries[:1]), frozenset(entries[-1:]))
-    assert read_preload_module(render_preload_module("pkg", preload), where="x") == preload
-
-
-@pytest.mark.parametrize(
-    "tuple_lines",
-    [
-        b'LIBRARIES = ("a/lib/liba.so",)\n',  # one line: not how patched-wheels writes it
-        b'LIBRARIES = (\n    "a/lib/liba.so",\n)\n',  # quoted otherwise than repr
-        b"LIBRARIES = (\n    'a/lib/' 'liba.so',\n)\n",  # an expression
-        b"LIBRARIES = (\n    'a/lib/liba.so',  # a comment\n)\n",
-        b"LIBRARIES = (\n    'a/lib/\\q.so',\n)\n",  # an escape repr never writes
-        b"LIBRARIES = (\n    'a/lib/liba.so',\n",  # never closed
-        b"LIBRARIES = tuple(open('/etc/hosts'))\n",  # code: never run, nor parsed
-        b"LIBRARIES = (\n    'a/lib/liba.so',\n)\nLIBRARIES = (\n    'b/lib/libb.so',\n)\n",  # reassigned
-    ],
-    ids=["one-line", "double-quoted", "concatenated", "comment", "bad-escape", "unclosed", "code", "reassigned"],
-)
-def test_a_module_that_is_not_as_patched_wheels_writes_it_is_refused_without_being_parsed(tuple_lines):
-    with pytest.raises(
-        InvalidWheelError, match=r"^w\.whl: pkg/_patched_wheels_preload\.py: not a patched-wheels preload"
+def test_rendered_data_reads_back_as_the_value_it_was_rendered_from(entries):
+    for preload in (
+        PreloadList(entries, frozenset(entries[:1]), frozenset(entries[-1:])),
+        PreloadList(entries),
+        PreloadList(entries, global_=frozenset()),
     ):
-        read_preload_module(b'"""Preload."""\n' + tuple_lines, where="w.whl: pkg/_patched_wheels_preload.py")
+        assert read_preload_data(render_preload_data("pkg", preload), where="x") == preload
 
 
 def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_path):
@@ -392,7 +425,7 @@ def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, c
         assert main([*argv, "--preload-wheels", "fakert-foo"]) == 0
         (wheel,) = dest.glob("*.whl")
         with zipfile.ZipFile(wheel) as archive:
-            return read_preload_module(archive.read(f"{RUNTIME_PACKAGE}/{PRELOAD_MODULE}.py"), where="test")
+            return read_preload_data(archive.read(f"{RUNTIME_PACKAGE}/{PRELOAD_DATA}"), where="test")
 
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
     assert patched_preload() == patched_preload("--no-cache")
@@ -556,8 +589,12 @@ def test_the_module_and_the_entry_rule_agree_on_what_a_relative_path_is():
 def test_a_preload_entry_that_is_no_library_path_in_site_packages_is_refused_when_rendered_and_read(entry):
     with pytest.raises(UsageError, match=rf"^probe: preload entry {re.escape(repr(entry))}: "):
         render_preload_module("probe", PreloadList(("ok/libok.so", entry)))
-    with pytest.raises(InvalidWheelError, match=rf"^x: LIBRARIES entry {re.escape(repr(entry))} "):
-        read_preload_module(_edited_module("probe", ("ok/libok.so", entry)), where="x")
+    with pytest.raises(UsageError, match=rf"^probe: preload entry {re.escape(repr(entry))}: "):
+        render_preload_data("probe", PreloadList(("ok/libok.so", entry)))
+    data = render_preload_data("probe", PreloadList(("ok/libok.so", "placeholder/libplaceholder.so")))
+    edited = data.replace(b'"placeholder/libplaceholder.so"', json.dumps(entry).encode())
+    with pytest.raises(InvalidWheelError, match=rf"^x: libraries entry {re.escape(repr(entry))} "):
+        read_preload_data(edited, where="x")
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,8 @@ PATCH_OUTPUTS = {
 }
 SPLIT_INPUT = "e9338e5365093f8d01f479923ec29970e9df2c0e4413d7af4e312d9966db2c1d"
 SPLIT_OUTPUTS = {
-    # The run-time-checked preload module (issue 41), whose *.dist-info must be a directory (issue 52).
-    "main": "bb73480d3b4d169a28c8375c2b0890b7e3c0534c637542fb804533fe22993a8b",
+    # The run-time-checked preload module (issue 41), whose *.dist-info must be a directory (issue 52), and the
+    # preload's data beside it (issue 51: the module's bytes unchanged, one member and its RECORD line added).
+    "main": "1545b500209473ef0362d26e604383f3007ecb54c328defb8f528861160817b9",
     "sibling": "888a6ce496781d94f80d838b92e6b43bcc8c78187bf6ad12dd8961d455ee4943",
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import zipfile
 from dataclasses import replace
@@ -16,7 +17,7 @@ from patched_wheels.elf import grow as elfgrow
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
-from patched_wheels.loading.preload import PRELOAD_MODULE, plan_package_preload, read_preload_module
+from patched_wheels.loading.preload import PRELOAD_DATA, PRELOAD_MODULE, plan_package_preload, read_preload_data
 from patched_wheels.patch import rewrite, surgery
 from patched_wheels.patch.request import SplitRequest, rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
@@ -117,7 +118,7 @@ def test_outputs_have_same_version_and_tags_valid_record_requirement_and_preload
     with WheelReader(split_pair.path, verify=True) as main_wheel:
         assert LIBRARY_PATHS["faketorch"] not in main_wheel.members()
         assert "Requires-Dist: faketorch-libs==2.1.0" in main_wheel.metadata().decode().splitlines()
-        preload = read_preload_module(main_wheel.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
+        preload = read_preload_data(main_wheel.read(f"faketorch/{PRELOAD_DATA}"), where="test").libraries
     assert preload[-1] == MOVED
     assert (
         preload.index(LIBRARY_PATHS["jit"])
@@ -152,7 +153,7 @@ def test_split_extends_an_existing_preload(wheels, tmp_path):
     ).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"])
     with zipfile.ZipFile(pair.path) as archive:
-        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test").libraries
+        preload = read_preload_data(archive.read(f"faketorch/{PRELOAD_DATA}"), where="test").libraries
         init = archive.read("faketorch/__init__.py").decode()
     assert preload[:-1] == tuple(LIBRARY_PATHS[name] for name in ("blas", "jit", "sparse", "solver"))
     assert preload[-1] == MOVED
@@ -172,7 +173,7 @@ def test_split_keeps_optional_entries_optional(wheels, tmp_path):
         patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=graph_wheels
     )
     with zipfile.ZipFile(pair.path) as archive:
-        preload = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+        preload = read_preload_data(archive.read(f"faketorch/{PRELOAD_DATA}"), where="test")
     assert preload.optional == set(RUNTIME_LIBRARY_PATHS.values())
     assert set(preload.libraries) == {
         *RUNTIME_LIBRARY_PATHS.values(),
@@ -275,26 +276,25 @@ def test_split_command_prints_outputs_and_requirements(wheels, tmp_path, capsys)
     assert all(Path(path).is_file() for path in lines[:2])
 
 
-def test_splitting_a_wheel_whose_preload_module_was_edited_is_one_error_and_no_output(wheels, tmp_path, capsys):
-    """An earlier patched wheel's preload is read as the data patched-wheels writes: an edited module (here its
-    entries on one line, which parsing it as Python would accept) is refused, naming the wheel and member."""
+def test_splitting_a_wheel_whose_preload_data_was_edited_is_one_error_and_no_output(wheels, tmp_path, capsys):
+    """An earlier patched wheel's preload is read from the data beside its module: data edited out of the
+    schema (here a key it does not declare) is refused, naming the wheel and member."""
     patched = patch_wheel(
         wheels.torch,
         tmp_path / "patched",
         PatchOptions(suffix="pw.1", preload=plan_package_preload("faketorch", wheels.all)),
     ).path
-    member = f"faketorch/{PRELOAD_MODULE}.py"
+    member = f"faketorch/{PRELOAD_DATA}"
     with zipfile.ZipFile(patched) as archive:
         files = {name: archive.read(name) for name in archive.namelist() if ".dist-info/" not in name}
-    libraries = read_preload_module(files[member], where="test").libraries
-    files[member] = f"LIBRARIES = {libraries!r}\n".encode()
+    files[member] = json.dumps({**json.loads(files[member]), "LIBRARIES": []}).encode()
     edited = build_wheel(tmp_path / "edited", "faketorch", "2.1.0+pw.1", files)
     argv = ["split", "--wheel", str(edited), "--move", "faketorch/lib/*.so", "--into", "faketorch-libs"]
     assert main([*argv, "--dest-dir", str(tmp_path / "out")]) == 1
     captured = capsys.readouterr()
     assert captured.err == (
-        f"patched-wheels: error: {edited.name}: {member}: not a patched-wheels preload module "
-        "(LIBRARIES is not one tuple, one entry a line)\n"
+        f"patched-wheels: error: {edited.name}: {member}: not patched-wheels preload data "
+        f"({PRELOAD_DATA}: unknown keys ['LIBRARIES'])\n"
     )
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -341,12 +341,12 @@ def test_a_split_in_the_patch_extends_the_preload_as_a_value_and_renders_it_once
     rendered = []
     render = preloading.render_preload_module
     monkeypatch.setattr(preloading, "render_preload_module", lambda *args: rendered.append(args) or render(*args))
-    monkeypatch.setattr(splitting, "read_preload_module", lambda *_args, **_kwargs: pytest.fail("source read back"))
+    monkeypatch.setattr(splitting, "read_installed_preload", lambda *_args, **_kwargs: pytest.fail("preload read back"))
     options = PatchOptions(suffix="pw.1", preload=preload, split=SPLIT, graph=read_graph(wheels.all))
     pair = patch_wheel(wheels.torch, tmp_path / "out", options)
     assert len(rendered) == 1
     with zipfile.ZipFile(pair.path) as archive:
-        written = read_preload_module(archive.read(f"faketorch/{PRELOAD_MODULE}.py"), where="test")
+        written = read_preload_data(archive.read(f"faketorch/{PRELOAD_DATA}"), where="test")
     assert written.libraries == (*preload.entries.libraries, MOVED)
 
 
@@ -359,14 +359,14 @@ def test_the_hub_writes_a_patched_and_split_wheel_once_from_one_scan_of_the_orig
             written.append(Path(dest).name)
             super().__init__(dest, **kwargs)
 
-    real_scan = elfgraph.scan_wheels
+    real_read = elfgraph.read_library
 
-    def recording_scan(paths, **kwargs):
-        scanned.extend(Path(path).name for path in paths)
-        return real_scan(paths, **kwargs)
+    def recording_read(wheel, *args):
+        scanned.append(Path(wheel).name)
+        return real_read(wheel, *args)
 
     monkeypatch.setattr(rewrite, "WheelWriter", CountingWriter)
-    monkeypatch.setattr(elfgraph, "scan_wheels", recording_scan)
+    monkeypatch.setattr(elfgraph, "read_library", recording_read)
     spec = PatchedWheelSpec(
         name="faketorch",
         wheel=wheels.torch,

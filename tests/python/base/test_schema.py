@@ -1,4 +1,4 @@
-"""The one reader of the JSON the Starlark side hands the helper (``hub/schema.py``): every document is its
+"""The one reader of the JSON the Starlark side hands the helper (``base/schema.py``): every document is its
 dataclasses, read strictly, and the keys hub.bzl writes are the ones the dataclasses declare."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any, Mapping, Sequence
 
 import pytest
 
+from patched_wheels.base.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.plan import INDEX, ORIGINALS, READ_ONLY, HubConfig, HubRequest, IndexAttributes
-from patched_wheels.hub.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json
 from support.hubconfig import INDEX_ATTRIBUTES, index_attributes
 from support.starlark import PRIVATE, starlark_constants
 
@@ -178,3 +178,35 @@ def test_hub_bzl_names_no_folder_of_the_hub_repository() -> None:
     for folder in (INDEX, ORIGINALS, READ_ONLY):
         named = re.compile(rf"(?<![\w.-]){re.escape(folder)}(/|$)")
         assert not [text for text in strings if named.search(text)], folder
+
+
+@dataclass(frozen=True)
+class Nested:
+    """The kinds the helper's own documents add (pip_closure.json, wheel_facts.json, a layout_test's config)."""
+
+    by_key: Mapping[str, tuple[Item, ...]]
+    tags: frozenset[str]
+    anything: object
+    origin: Path
+
+
+def test_objects_in_a_dict_sets_and_any_json_round_trip_and_a_field_may_be_given() -> None:
+    raw = {"by_key": {"k": [{"name": "i", "size": 1, "path": None}]}, "tags": ["b", "a"], "anything": {"x": [1]}}
+    document = read_object(Nested, raw, "doc", given={"origin": Path("/here")})
+    assert document == Nested({"k": (Item("i", 1),)}, frozenset({"a", "b"}), {"x": [1]}, Path("/here"))
+    assert to_json(document) == {**raw, "tags": ["a", "b"], "origin": "/here"}, "a set is written sorted"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"by_key": {"k": [{"name": "i"}]}}, r'^doc: by_key\["k"\]\[0\]: missing keys \[.path., .size.\]$'),
+        ({"by_key": {"k": [{"name": "i", "size": "1", "path": None}]}}, r'^doc: by_key\["k"\]\[0\]: size = "1"'),
+        ({"tags": "a"}, r'^doc: tags = "a": expected a list of strings$'),
+        ({"origin": "/elsewhere"}, r"^doc: unknown keys \['origin'\]$"),
+    ],
+)
+def test_an_object_in_a_dict_is_named_by_its_key(change: dict[str, object], message: str) -> None:
+    raw = {"by_key": {}, "tags": [], "anything": None, **change}
+    with pytest.raises((UsageError, ValueError), match=message):
+        read_object(Nested, raw, "doc", given={"origin": Path("/here")})

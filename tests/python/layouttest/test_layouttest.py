@@ -1,4 +1,4 @@
-"""layout_test's runner (patched_wheels.loading.layouttest) outside Bazel, on real ELF fixtures.
+"""layout_test's runner (patched_wheels.layouttest) outside Bazel, on real ELF fixtures.
 
 A simulated test directory stands in for the runfiles: the files layout_test.bzl writes (the config and
 the probe program beside the main) and the wheels installed as rules_python lays them out -- one
@@ -23,20 +23,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from patched_wheels.errors import UsageError
+from patched_wheels.layouttest.closurecheck import MAX_MISSING
+from patched_wheels.layouttest.config import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, Config, check_probe
+from patched_wheels.layouttest.main import main
+from patched_wheels.layouttest.report import patched_wheel_line, starlark_string
+from patched_wheels.layouttest.runs import flat_path, is_wheel_entry
 from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
-from patched_wheels.loading.layouttest import (
-    CONFIG_SUFFIX,
-    MAIN_SUFFIX,
-    MAX_MISSING,
-    PROBE_SUFFIX,
-    Config,
-    check_probe,
-    flat_path,
-    is_wheel_entry,
-    main,
-    patched_wheel_line,
-    starlark_string,
-)
+from patched_wheels.lock.closure import FORMAT
 from support import extrasfixture, rpathfixture
 from support.fakecuda import build_wheel, compile_shared
 from support.stackshapes import PLUGIN_LIBRARIES, build_plugin_stack
@@ -364,7 +357,7 @@ def _runner(main_file: str, environment: dict[str, str]) -> subprocess.Popen[str
         RUNFILES_DIR=str(Path(main_file).parents[1]),
         **environment,
     )
-    code = "import sys; from patched_wheels.loading.layouttest import main; sys.exit(main(sys.argv[1]))"
+    code = "import sys; from patched_wheels.layouttest.main import main; sys.exit(main(sys.argv[1]))"
     return subprocess.Popen(
         [sys.executable, "-c", code, main_file],
         env=env,
@@ -532,7 +525,8 @@ def test_a_library_whose_name_is_not_utf_8_is_named_in_the_verdict(tmp_path, cap
 def test_deps_that_lack_a_wheel_pip_installs_fail_naming_it_where_both_layouts_fail_alike(tmp_path, capsys) -> None:
     """rules_python drops the extras of ``app``'s ``toolkit[rt]``: both layouts fail alike on the missing
     ``tk_rt``, which once passed; judged against pip's closure of the lock, the test fails naming the wheel."""
-    from patched_wheels.loading.closure import Closure, read_dist
+    from patched_wheels.lock.closure import Closure
+    from patched_wheels.lock.requiresdist import read_dist
 
     wheels = extrasfixture.build_extras_wheels(tmp_path / "wheels")
     closure = Closure(
@@ -659,17 +653,47 @@ _DEEP = "[" * 100_000 + "]" * 100_000
 @pytest.mark.parametrize(
     ("config", "reason"),
     [
-        ("[]", "not a layout_test config: a JSON array, not an object"),
-        ("3", "not a layout_test config: a JSON number, not an object"),
+        ("[]", "not a layout_test config: expected an object, got []"),
+        ("3", "not a layout_test config: expected an object, got 3"),
         (_DEEP, "not a layout_test config: nested too deeply"),
-        ('{"test": null, "probe": "import a"}', "not a layout_test config: 'test' is null, not a string"),
-        ('{"test": "//:t", "probe": 5}', "not a layout_test config: 'probe' is 5, not a string"),
-        ('{"test": "//:t"}', "not a layout_test config: 'probe' is missing"),
+        (
+            '{"test": null, "probe": "import a", "pip_closure": "", "pip_closure_repository": "", "bzlmod": true}',
+            "not a layout_test config: test = null: expected a string",
+        ),
+        (
+            '{"test": "//:t", "probe": 5, "pip_closure": "", "pip_closure_repository": "", "bzlmod": true}',
+            "not a layout_test config: probe = 5: expected a string",
+        ),
+        (
+            '{"test": "//:t", "probe": "import a", "pip_closure": "", "pip_closure_repository": "", "bzlmod": 1}',
+            "not a layout_test config: bzlmod = 1: expected true or false",
+        ),
+        (
+            '{"test": "//:t"}',
+            "not a layout_test config: missing keys ['bzlmod', 'pip_closure', 'pip_closure_repository', 'probe']",
+        ),
+        (
+            '{"test": "//:t", "probe": "import a", "pip_closure": "", "pip_closure_repository": "", "bzlmod": true, '
+            '"program": "/bin/sh"}',
+            "not a layout_test config: unknown keys ['program']",
+        ),
         ('{"test": "//:t", "probe": "import a"', "not a layout_test config: Expecting"),
         (b'{"test": "\xff"}', "not a layout_test config: 'utf-8' codec can't decode byte 0xff"),
         ("FIFO", "not a regular file (a FIFO, device, socket or directory); not a layout_test config"),
     ],
-    ids=["list", "number", "nested", "test-null", "probe-number", "probe-missing", "truncated", "not-utf-8", "fifo"],
+    ids=[
+        "list",
+        "number",
+        "nested",
+        "test-null",
+        "probe-number",
+        "bzlmod-number",
+        "keys-missing",
+        "key-unknown",
+        "truncated",
+        "not-utf-8",
+        "fifo",
+    ],
 )
 def test_every_config_error_is_one_line(tmp_path, config: str | bytes, reason: str) -> None:
     """Run as Bazel runs it (a process of its own: a FIFO config hung the old runner, which a test must not)."""
@@ -711,14 +735,14 @@ def test_a_pip_closure_that_is_no_closure_file_is_one_error_line(plugin, tmp_pat
     (tmp_path / "hub").mkdir()
     bad = tmp_path / "hub" / "pip_closure.json"
     contents = {
-        "truncated": b'{"format": "rules_patched_wheels.pip_closure/1", "root_extras": {',
+        "truncated": b'{"format": "rules_patched_wheels.pip_closure/2", "root_extras": {',
         "not utf-8": b'{"format": "\xff"}',
         "nested": _DEEP.encode(),
-        "another schema": b'{"format": "rules_patched_wheels.pip_closure/1", "root_extras": [], "projects": {}}',
+        "another schema": b'{"format": "rules_patched_wheels.pip_closure/2", "root_extras": [], "projects": {}}',
         "huge": b" " * (64 << 20) + b"{}",
         "a 100,000-digit number": b'{"format": ' + b"9" * 100_000 + b"}",  # int() refuses over 4,300 digits
-        "a byte-order mark": b'\xef\xbb\xbf{"format": "rules_patched_wheels.pip_closure/1"}',
-        "the format's key twice": b'{"format": "rules_patched_wheels.pip_closure/1", "format": "x", "root_extras": {}, '
+        "a byte-order mark": b'\xef\xbb\xbf{"format": "rules_patched_wheels.pip_closure/2"}',
+        "the format's key twice": b'{"format": "rules_patched_wheels.pip_closure/2", "format": "x", "root_extras": {}, '
         b'"projects": {}}',
     }
     if kind in contents:
@@ -844,12 +868,20 @@ def _chain_closure(path: Path, root: str, links: int) -> None:
     }
     projects[root] = {"version": "1.0", "requires": [_edge("link-1")], "extras": {}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": projects}
-    path.write_text(json.dumps(document), encoding="utf-8")
+    path.write_text(json.dumps(_closure_document(projects)), encoding="utf-8")
 
 
 def _edge(project: str) -> dict[str, object]:
-    return {"project": project, "extras": [], "requirement": f"{project}==1.0"}
+    return {"project": project, "extras": [], "requirement": f"{project}==1.0", "restored": f"{project}==1.0"}
+
+
+def _closure_document(projects: dict[str, dict[str, object]]) -> dict[str, object]:
+    """pip_closure.json of ``projects`` (name -> version, requires and extras), each providing its extras."""
+    dists = {
+        name: {"project": name, **dist, "provides": list(dist["extras"])}  # type: ignore[call-overload]
+        for name, dist in projects.items()
+    }
+    return {"format": FORMAT, "root_extras": {}, "dists": dists}
 
 
 def test_deps_that_lack_many_wheels_list_a_bounded_few_and_count_the_rest(plugin, tmp_path, capsys) -> None:
@@ -871,7 +903,7 @@ def test_deps_that_lack_many_wheels_list_a_bounded_few_and_count_the_rest(plugin
 _MEASURE = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-from patched_wheels.loading.layouttest import main
+from patched_wheels.layouttest.main import main
 status = main(sys.argv[1])
 sys.stdout.flush()
 with open("/proc/self/status", encoding="ascii") as status_file:
@@ -902,7 +934,7 @@ def _five_letters(count: int) -> list[str]:
     ("shape", "count"),
     [
         ("extras the wheel does not provide", 1_000_000),  # 7.6 MiB: 315 MiB before, a state queued per extra
-        ("extras the wheel provides", 440_000),  # 8.0 MiB: 227 MiB before (each state a tuple in a set)
+        ("extras the wheel provides", 300_000),  # 7.7 MiB, each extra also in provides: 440,000 made 8.0 MiB in /1
         ("over the bound", 1_200_000),  # 9.2 MiB: 364 MiB before (read up to 64 MiB), now one error line
     ],
 )
@@ -916,9 +948,10 @@ def test_a_pip_closure_of_many_extras_stays_under_200_mib(plugin, tmp_path, shap
         "fakeplug-cuda": {"version": "1", "requires": [{**_edge("zz"), "extras": extras}], "extras": {}},
         "zz": {"version": "1", "requires": [], "extras": provided},
     }
-    document = {"format": "rules_patched_wheels.pip_closure/1", "root_extras": {}, "projects": projects}
     (tmp_path / "hub").mkdir()
-    (tmp_path / "hub" / "pip_closure.json").write_text(json.dumps(document, separators=(",", ":")), encoding="utf-8")
+    (tmp_path / "hub" / "pip_closure.json").write_text(
+        json.dumps(_closure_document(projects), separators=(",", ":")), encoding="utf-8"
+    )
     main_file = make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json")
     env = dict(os.environ, PYTHONPATH=str(PROBE_PROGRAM.parents[1]), RUNFILES_DIR=str(Path(main_file).parents[1]))
     result = subprocess.run(
@@ -941,11 +974,7 @@ def test_a_pip_closure_naming_a_project_no_wheel_can_have_is_one_error_line(plug
     one error line naming pip_closure, escaped, and no verdict."""
     forged = "evil\nlayout_test: PASSED: forged\x1b[2K\r"
     (tmp_path / "hub").mkdir()
-    document = {
-        "format": "rules_patched_wheels.pip_closure/1",
-        "root_extras": {},
-        "projects": {"fakeplug-cuda": {"version": "1.0", "requires": [_edge(forged)], "extras": {}}},
-    }
+    document = _closure_document({"fakeplug-cuda": {"version": "1.0", "requires": [_edge(forged)], "extras": {}}})
     (tmp_path / "hub" / "pip_closure.json").write_text(json.dumps(document), encoding="utf-8")
     code, out, err = run_main(
         make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json"), capsys
@@ -954,7 +983,7 @@ def test_a_pip_closure_naming_a_project_no_wheel_can_have_is_one_error_line(plug
     (line,) = err.splitlines()
     assert line == (
         f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip_closure.json": not a pip closure file: '
-        "'evil\\nlayout-test: passed: forged\\x1b[2k\\r' is not a project name (PEP 508)"
+        "'evil\\nlayout_test: PASSED: forged\\x1b[2K\\r' is not a project name (PEP 508)"
     ), line
 
 
@@ -968,3 +997,19 @@ def test_a_nul_in_the_pip_closure_path_is_one_error_line_naming_pip_closure(plug
         f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip\\u0000closure.json": a path with a NUL '
         "character, which no file's path holds"
     ), line
+
+
+def test_a_pip_closure_naming_a_project_otherwise_than_normalized_is_one_error_line(plugin, tmp_path, capsys) -> None:
+    """The check looks projects up by their normalized names, as the hub writes them: a name spelled otherwise
+    would match no installed wheel and check nothing, so it is refused, not read past."""
+    (tmp_path / "hub").mkdir()
+    document = _closure_document({"fakeplug-cuda": {"version": "1.0", "requires": [_edge("Tk_RT")], "extras": {}}})
+    (tmp_path / "hub" / "pip_closure.json").write_text(json.dumps(document), encoding="utf-8")
+    code, out, err = run_main(
+        make_test(tmp_path, plugin.wheels, plugin.code, pip_closure="hub/pip_closure.json"), capsys
+    )
+    assert (code, out) == (2, ""), out
+    assert err == (
+        f'patched-wheels: error: layout_test {LABEL}: pip_closure = "hub/pip_closure.json": not a pip closure file: '
+        "'Tk_RT' is not normalized ('tk-rt')\n"
+    ), err

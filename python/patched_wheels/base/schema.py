@@ -1,5 +1,6 @@
-"""The one reader of the JSON files the Starlark side hands the helper: the hub request, the resolved wheels, the
-build step's configuration.
+"""The one reader of the JSON documents the helper reads or writes: the hub request, the resolved wheels and the
+build step's configuration the Starlark side hands it; pip's closure (``pip_closure.json``), the wheel facts
+(``wheel_facts.json``), a ``layout_test``'s config and the preload data a patched wheel ships.
 
 Each document is declared once, as frozen dataclasses whose annotations are its schema; :func:`read_object`
 checks a decoded JSON value against them before any of it is used (a WORKSPACE macro's values reach the rule
@@ -12,7 +13,8 @@ A field may be an object of its own (a dataclass: its errors start with ``<docum
 them. What a field's ``metadata`` may say: :data:`VALUES`, the values a string may take; :data:`KEYS`, the keys an
 object must have exactly; :data:`OMIT`, the fields a list's objects leave out (they keep their defaults);
 :data:`CALL`, how an error names each object of a list (given the fields read before it, its index and its
-JSON), by default ``<document>: <field>[<index>]``.
+JSON), by default ``<document>: <field>[<index>]``. An object inside a dict or a list is read the same way, its
+errors naming it ``<document>: <field>["<key>"]`` or ``[<index>]``.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ def shown(value: object) -> str:
     return text if len(text) <= 80 else text[:60] + "..."
 
 
-def choice_problem(attribute: str, value: object, allowed: Collection[str]) -> str | None:
+def choice_problem(attribute: str, value: object, allowed: Collection[object]) -> str | None:
     """Why ``value`` is none of ``allowed``, in the attribute's words; None when it is one."""
-    return None if value in allowed else f"{attribute} = {shown(value)}: must be one of {', '.join(allowed)}"
+    return None if value in allowed else f"{attribute} = {shown(value)}: must be one of {', '.join(map(str, allowed))}"
 
 
 def same_keys(raw: object, expected: Collection[str], what: str) -> None:
@@ -65,17 +67,21 @@ def same_keys(raw: object, expected: Collection[str], what: str) -> None:
         )
 
 
-def read_object(cls: type[T], raw: object, what: str, *, omit: Collection[str] = ()) -> T:
-    """A ``cls`` (a dataclass) from ``raw``, a decoded JSON object holding every field but ``omit``, each checked
-    against its annotation (and its metadata) in the order the fields are declared; errors start with ``what``."""
-    fields = [field for field in dataclasses.fields(cls) if field.name not in omit]  # type: ignore[arg-type]
+def read_object(
+    cls: type[T], raw: object, what: str, *, omit: Collection[str] = (), given: Mapping[str, Any] | None = None
+) -> T:
+    """A ``cls`` (a dataclass) from ``raw``, a decoded JSON object holding every field but ``omit`` and ``given``,
+    each checked against its annotation (and its metadata) in the order the fields are declared; errors start with
+    ``what``. ``given``: fields the reader knows and the document does not hold (where the file was found)."""
+    given = given or {}
+    fields = [field for field in dataclasses.fields(cls) if field.name not in omit and field.name not in given]  # type: ignore[arg-type]
     same_keys(raw, [field.name for field in fields], what)
     assert isinstance(raw, Mapping)  # same_keys refused anything else
     annotations = _field_types(typing.cast(type, cls))
     values: dict[str, Any] = {}
     for field in fields:
         values[field.name] = _read_field(annotations[field.name], raw[field.name], field, what, values)
-    return cls(**values)
+    return cls(**values, **given)
 
 
 class _UnionsAsTyping(ast.NodeTransformer):
@@ -107,11 +113,13 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 def to_json(value: Any) -> Any:
     """``value`` (a dataclass of this vocabulary, or one of its fields' values) as JSON that :func:`read_object`
-    reads back: fields in declared order, paths as strings, tuples as lists."""
+    reads back: fields in declared order, paths as strings, tuples as lists, sets as sorted lists."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {field.name: to_json(getattr(value, field.name)) for field in dataclasses.fields(value)}
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(to_json(entry) for entry in value)
     if isinstance(value, (tuple, list)):
         return [to_json(entry) for entry in value]
     if isinstance(value, Mapping):
@@ -134,15 +142,13 @@ def _read_field(annotation: object, value: object, field: dataclasses.Field, wha
         raise UsageError(f"{what}: {problem}")
     if KEYS in field.metadata:
         same_keys(value, field.metadata[KEYS], f"{what}: {field.name}")
-    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-        return read_object(annotation, value, f"{what}: {field.name}")
     item = _item_type(annotation)
-    if isinstance(item, type) and dataclasses.is_dataclass(item):
+    if isinstance(item, type) and dataclasses.is_dataclass(item) and (CALL in field.metadata or OMIT in field.metadata):
         call: ItemCall = field.metadata.get(CALL, lambda _read, index, _raw: f"{what}: {field.name}[{index}]")
         omit = field.metadata.get(OMIT, ())
         assert isinstance(value, list)  # checked above
         return tuple(read_object(item, entry, call(read, index, entry), omit=omit) for index, entry in enumerate(value))
-    return _converted(annotation, value)
+    return _converted(annotation, value, f"{what}: {field.name}")
 
 
 def _base(annotation: Any) -> Any:
@@ -179,10 +185,14 @@ def _accepts(annotation: Any, value: object) -> bool:
         return isinstance(value, list) and all(_accepts(item, entry) for entry in value)
     if origin is tuple:
         return isinstance(value, list) and len(value) == len(args) and all(map(_accepts, args, value))
+    if origin is frozenset:
+        return isinstance(value, list) and all(_accepts(args[0], entry) for entry in value)
     if origin is Mapping:
         return isinstance(value, dict) and all(_accepts(args[1], entry) for entry in value.values())
     if dataclasses.is_dataclass(annotation):
         return True  # read by read_object, which names the object at fault
+    if annotation is object:
+        return True  # any JSON value: its own reader checks it
     if annotation is Path:
         return isinstance(value, str) and bool(value)
     if annotation in (int, bool):  # exactly: JSON's true is no integer, 1 no boolean
@@ -202,6 +212,8 @@ def _described(annotation: Any, *, plural: bool = False) -> str:
         return f"{'lists' if plural else 'a list'} of {_described(item, plural=True)}"
     if origin is tuple:
         return f"{'lists' if plural else 'a list'} of {len(args)} {_described(args[0], plural=True)}"
+    if origin is frozenset:
+        return f"{'lists' if plural else 'a list'} of {_described(args[0], plural=True)}"
     if origin is Mapping:
         return f"{'dicts' if plural else 'a dict'} of {_described(args[1], plural=True)}"
     singular, many = {
@@ -213,18 +225,25 @@ def _described(annotation: Any, *, plural: bool = False) -> str:
     return many if plural else singular
 
 
-def _converted(annotation: Any, value: Any) -> Any:
-    """The checked JSON ``value`` as ``annotation`` holds it: paths as :class:`Path`, lists as tuples."""
+def _converted(annotation: Any, value: Any, where: str) -> Any:
+    """The checked JSON ``value`` as ``annotation`` holds it: objects read by :func:`read_object` (its errors
+    starting with ``where``, and the object's key or index), paths as :class:`Path`, lists as tuples or sets."""
     annotation = _base(annotation)
     if value is None:
         return None
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return read_object(annotation, value, where)
     if (inner := _optional(annotation)) is not None:
-        return _converted(inner, value)
+        return _converted(inner, value, where)
     if (item := _item_type(annotation)) is not None:
-        return tuple(_converted(item, entry) for entry in value)
+        return tuple(_converted(item, entry, f"{where}[{index}]") for index, entry in enumerate(value))
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is tuple:
-        return tuple(map(_converted, args, value))
+        return tuple(
+            _converted(kind, entry, f"{where}[{index}]") for index, (kind, entry) in enumerate(zip(args, value))
+        )
+    if origin is frozenset:
+        return frozenset(_converted(args[0], entry, where) for entry in value)
     if origin is Mapping:
-        return {key: _converted(args[1], entry) for key, entry in value.items()}
+        return {key: _converted(args[1], entry, f"{where}[{json.dumps(key)}]") for key, entry in value.items()}
     return Path(value) if annotation is Path else value

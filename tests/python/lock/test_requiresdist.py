@@ -1,0 +1,73 @@
+"""One wheel's Requires-Dist edges: each marker evaluated here, its extra clauses resolved, a bad entry one warning."""
+
+from __future__ import annotations
+
+import pytest
+
+from patched_wheels.lock.requiresdist import read_dist
+from support.closures import LINUX, dist
+
+
+def test_an_extra_keeps_the_rest_of_its_marker_and_drops_what_does_not_hold_here() -> None:
+    toolkit = dist(
+        "toolkit",
+        [
+            'tk-rt==1.0; extra == "rt"',
+            'tk-linux; extra == "rt" and sys_platform == "linux"',
+            'tk-win; sys_platform == "win32" and extra == "rt"',
+            'tk-either; python_version >= "3.9" and (extra == "rt" or extra == "all")',
+            'tk-base; sys_platform == "linux"',
+            "tk-always",
+        ],
+        ["rt", "all"],
+    )
+    assert [e.project for e in toolkit.requires] == ["tk-base", "tk-always"]  # type: ignore[attr-defined]
+    assert [e.restored for e in toolkit.extras["rt"]] == [  # type: ignore[attr-defined]
+        "tk-rt==1.0",
+        'tk-linux ; sys_platform == "linux"',
+        'tk-either ; python_version >= "3.9"',
+    ]
+    assert [e.project for e in toolkit.extras["all"]] == ["tk-either"]  # type: ignore[attr-defined]
+
+
+def test_a_requirement_no_parser_reads_is_one_warning_and_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """A third party's wheel the user cannot fix must not stop the hub: one warning naming the wheel and the line."""
+    toolkit = read_dist(
+        "toolkit",
+        "1.0",
+        ["tk-base", "tk ((>= 1", 'tk-rt; extra == "rt"'],
+        ["rt"],
+        origin="toolkit-1.0.whl: METADATA",
+        environment=LINUX,
+    )
+    assert [e.project for e in toolkit.requires] == ["tk-base"] and [e.project for e in toolkit.extras["rt"]] == [
+        "tk-rt"
+    ]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("patched-wheels: warning: toolkit-1.0.whl: METADATA: Requires-Dist 'tk ((>= 1' ignored: "), (
+        line
+    )
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        'extra == "y" and implementation_name ~= "1"',
+        'extra ~= "1.0"',
+        'extra === "y"',
+        '"1.0" ~= extra',
+        'platform_machine ~= "1"',
+        '"y" in extras',  # PEP 751's variables: packaging has no value for them in a wheel (a KeyError)
+        'extra == "y" and dependency_groups == "g"',
+    ],
+)
+def test_a_marker_that_cannot_be_evaluated_leaves_its_requirement_out_with_one_warning(
+    marker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = dist("a", [f"c; {marker}", 'd; extra == "y"', "e"], ["y"])
+    assert [e.project for e in a.requires] == ["e"]  # type: ignore[attr-defined]
+    assert {x: [e.project for e in v] for x, v in a.extras.items()} == {"y": ["d"]}  # type: ignore[attr-defined]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"patched-wheels: warning: a: Requires-Dist {f'c; {marker}'!r} ignored: its marker cannot be evaluated ("
+    )
