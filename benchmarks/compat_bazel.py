@@ -30,6 +30,7 @@ inferred root extras, the verified rows applied) are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -37,7 +38,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,7 +95,7 @@ def lock_text(wheels: list[Path]) -> str:
     return "".join(lock)
 
 
-def module_start(comment: str, module: str, *, patched: bool = True) -> str:
+def module_start(comment: str, module: str, *, patched: bool = True, python: str = "python3") -> str:
     """MODULE.bazel up to the hubs: rules_python RULES_PYTHON on the host's Python 3.11 (TOOLCHAIN) and, when
     ``patched``, this checkout as rules_patched_wheels with its ``patched`` extension (also bench_e2e.py's JAX
     workspaces)."""
@@ -100,16 +103,17 @@ def module_start(comment: str, module: str, *, patched: bool = True) -> str:
     if patched:
         text += 'bazel_dep(name = "rules_patched_wheels", version = "0.1.0")\n'
         text += f'local_path_override(module_name = "rules_patched_wheels", path = "{REPO}")\n'
-    text += f"{TOOLCHAIN}\n"
+    text += TOOLCHAIN.replace('interpreter_path = "python3"', f"interpreter_path = {json.dumps(python)}") + "\n"
     if patched:
         text += 'patched = use_extension("@rules_patched_wheels//python:extensions.bzl", "patched")\n'
     return text
 
 
-def pip_hubs(locks: dict[str, str]) -> str:
-    """rules_python's ``pip.parse`` of each lock (hub name -> lock label) for the host's Python 3.11, and their use_repo."""
+def pip_hubs(locks: dict[str, str], version: str = "3.11", python: str = "python3") -> str:
+    """rules_python's ``pip.parse`` of each lock (hub name -> lock label) for the host's Python ``version`` (the
+    interpreter ``python``), and their use_repo."""
     parses = "".join(
-        f'pip.parse(hub_name = "{hub}", requirements_lock = "{lock}", python_version = "3.11", python_interpreter = "python3")\n'
+        f'pip.parse(hub_name = "{hub}", requirements_lock = "{lock}", python_version = "{version}", python_interpreter = {json.dumps(python)})\n'
         for hub, lock in locks.items()
     )
     return f'pip = use_extension("@rules_python//python/extensions:pip.bzl", "pip")\n{parses}use_repo(pip, {", ".join(map(json.dumps, locks))})\n'
@@ -174,14 +178,29 @@ def write_workspace(root: Path, stack: Stack, wheels: list[Path]) -> None:
     )
 
 
-def compile_lock(requirements: Sequence[str], root: Path) -> Path:
+def interpreter(version: str) -> str:
+    """The interpreter a stack's workspace runs for CPython ``version``: the host's ``python3`` (3.11, the offline
+    launcher's), else pyenv's newest ``version`` by absolute path (bound into the offline root: ``RPW_BIND_DIRS``,
+    set by :func:`run_lock_stage`)."""
+    if version == "3.11":
+        return "python3"
+    found = sorted(
+        (Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python{version}"),
+        key=lambda path: [int(part) for part in path.parents[1].name.split(".") if part.isdigit()],
+    )
+    if not found:
+        raise ValueError(f"no CPython {version} under ~/.pyenv/versions for the stack's workspace")
+    return str(found[-1])
+
+
+def compile_lock(requirements: Sequence[str], root: Path, version: str = "3.11") -> Path:
     """``root/requirements_lock.txt``: the user's own ``requirements.in`` (``requirements``, root extras and all)
     compiled as a new user does, ``uv pip compile --generate-hashes`` for CPython 3.11 on manylinux x86-64 (uv
     beside this interpreter, as tools/dev-env installs it). Such a lock records no root's extras."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "requirements.in").write_text("".join(f"{line}\n" for line in requirements), encoding="utf-8")
     uv = Path(sys.executable).with_name("uv")
-    command = [str(uv), "pip", "compile", "--quiet", "--generate-hashes", "--python-version", "3.11"]
+    command = [str(uv), "pip", "compile", "--quiet", "--generate-hashes", "--python-version", version]
     command += ["--python-platform", "x86_64-manylinux_2_28", "requirements.in", "-o", "requirements_lock.txt"]
     subprocess.run(command, cwd=root, check=True)
     return root / "requirements_lock.txt"
@@ -208,16 +227,26 @@ def write_lock_workspace(root: Path, stack: Stack, wheels: list[Path], lock: Pat
     the lock), and each hub's py_test and layout_test of ``[requirement(ROOT)]`` with the stack's probe."""
     index_url = local_index(root, wheels)
     shutil.copyfile(lock, root / "requirements_lock.txt")
+    python = interpreter(stack.python)
+    # Another interpreter than python3 on PATH is the one attribute more a user of it writes.
+    chosen = "" if python == "python3" else f", python_interpreter = {json.dumps(python)}"
     indexes = "".join(
-        f'patched.index(name = "{hub}", requirements_lock = "//:requirements_lock.txt", index_url = "{index_url}"{more})\n'
+        f'patched.index(name = "{hub}", requirements_lock = "//:requirements_lock.txt", index_url = "{index_url}"{chosen}{more})\n'
         for hub, more in LOCK_HUBS.items()
     )
     (root / "MODULE.bazel").write_text(
-        module_start(f"Generated by benchmarks/compat_bazel.py (the lock stage) for {stack.name}.", "rpw_compat_lock")
+        module_start(
+            f"Generated by benchmarks/compat_bazel.py (the lock stage) for {stack.name}.",
+            "rpw_compat_lock",
+            python=python,
+        )
         + f"{indexes}use_repo(patched, {', '.join(map(json.dumps, LOCK_HUBS))})\n\n"
-        + pip_hubs({f"pypi_{hub}": f"@{hub}//:requirements_lock.txt" for hub in LOCK_HUBS}),
+        + pip_hubs({f"pypi_{hub}": f"@{hub}//:requirements_lock.txt" for hub in LOCK_HUBS}, stack.python, python),
         encoding="utf-8",
     )
+    if stack.python != "3.11":  # rules_python's default version, whose wheels its hubs' aliases select otherwise
+        with open(root / ".bazelrc", "a", encoding="utf-8") as bazelrc:
+            bazelrc.write(f"common --@rules_python//python/config_settings:python_version={stack.python}\n")
     (root / "probe_test.py").write_text(_PROBE_TEST + stack.probe + "\n", encoding="utf-8")
     root_name = json.dumps(Requirement(stack.requirements[0]).name)
     loads = "".join(f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n' for hub in LOCK_HUBS)
@@ -268,6 +297,8 @@ class BazelStage:
     """The lock stage: seconds to build each hub cold (``bazel build @HUB//:pip_closure.json``, in order)."""
     mapped: dict[str, str] = field(default_factory=dict)
     """The lock stage: each py_test's ``probe_test: mapped ...`` line."""
+    observed: list[str] = field(default_factory=list)
+    """The lock stage: what the hubs' probe runs recorded (:func:`observations`), one line per observation."""
 
 
 def _server_cpu(root: Path) -> float:
@@ -317,7 +348,60 @@ def run_lock_stage(stack: Stack, wheels: list[Path], lock: Path, root: Path) -> 
     built cold on its own (timed), then `bazel test` of both hubs' py_test and layout_test; expunge."""
     use_offline_modules()
     write_lock_workspace(root, stack, wheels, lock)
-    return _bazel_test(root, lock_test_names(), tuple(LOCK_HUBS))
+    python = interpreter(stack.python)
+    if python != "python3":  # the offline launcher's root sees only the host's Python 3.11 unless told
+        os.environ["RPW_BIND_DIRS"] = " ".join(
+            filter(None, (os.environ.get("RPW_BIND_DIRS"), str(Path(python).parents[1])))
+        )
+    stage = _bazel_test(root, lock_test_names(), tuple(LOCK_HUBS))
+    try:
+        observed = observations(root / "rpw-cache", wheels, stack.project)
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:  # the tests' verdicts still count
+        observed = [f"cannot read the hubs' observations: {error!r}"]
+    return dataclasses.replace(stage, observed=observed)
+
+
+def _soname(wheel: Path, member: str) -> str:
+    """The DT_SONAME of ``member`` of ``wheel`` (binutils' readelf), else its file name: how a verified row
+    records a library (``recorded``)."""
+    with zipfile.ZipFile(wheel) as archive, tempfile.NamedTemporaryFile() as copy:
+        with archive.open(member) as source:
+            shutil.copyfileobj(source, copy)
+        copy.flush()
+        dynamic = subprocess.run(["readelf", "-d", copy.name], capture_output=True, text=True, check=False).stdout
+    found = re.search(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", dynamic)
+    return found[1] if found else Path(member).name
+
+
+def observations(cache: Path, wheels: list[Path], project: str) -> list[str]:
+    """The probe observations the hubs wrote to their cache (``RULES_PATCHED_WHEELS_CACHE``): per observation,
+    the SONAMEs it mapped in one site-packages that are not Python extension modules nor libraries of
+    ``project``'s own wheel (the preload is of the other wheels'), and of those the ones it found needing
+    RTLD_GLOBAL, as a verified row's ``recorded`` and ``recorded_global`` take them."""
+    by_digest = {
+        _sha256(wheel): wheel
+        for wheel in wheels
+        if canonicalize_name(parse_wheel_filename(wheel.name)[0]) != canonicalize_name(project)
+    }
+    lines = []
+    for entry in sorted(cache.rglob("observed/*.json")) if cache.is_dir() else []:
+        value = json.loads(entry.read_text(encoding="utf-8"))
+        extensions = {tuple(row) for row in value["extensions"]}
+
+        def sonames(rows: list[list[str]], extensions: set[tuple[str, ...]] = extensions) -> list[str]:
+            return sorted(
+                {
+                    _soname(by_digest[digest], path)
+                    for digest, path in rows
+                    if (digest, path) not in extensions and digest in by_digest
+                }
+            )
+
+        lines.append(
+            f"probe {value['probe']!r}, exit {value['returncode']}: recorded = {json.dumps(sonames(value['mapped']))}"
+            f", recorded_global = {json.dumps(sonames(value['global']))}"
+        )
+    return lines
 
 
 def _bazel_test(root: Path, names: list[str], hubs: Sequence[str]) -> BazelStage:
@@ -370,4 +454,5 @@ def report(stage: BazelStage) -> str:
     lines += [f"    error line: {line}" for line in stage.errors]
     lines += [f"    hub {hub} built cold: {seconds:.0f} s" for hub, seconds in stage.hubs.items()]
     lines += [f"    warning line: {line}" for line in stage.warnings]
+    lines += [f"    observed: {line}" for line in stage.observed]
     return "\n".join(lines)

@@ -121,11 +121,12 @@ def cache_dir(stack: str) -> Path:
     return Path(base) / "rules_patched_wheels" / "compat" / stack
 
 
-def _pip(verb: str, *arguments: str) -> list[str]:
-    """pip ``verb`` (download, install) for CPython 3.11 on manylinux x86-64, wheels only."""
+def _pip(verb: str, *arguments: str, python: str = "3.11") -> list[str]:
+    """pip ``verb`` (download, install) for CPython ``python`` on manylinux x86-64, wheels only."""
     platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     command = [sys.executable, "-m", "pip", verb, "--quiet", "--no-cache-dir", "--only-binary=:all:"]
-    return [*command, "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", *platforms, *arguments]
+    abi = "cp" + python.replace(".", "")
+    return [*command, "--python-version", python, "--implementation", "cp", "--abi", abi, *platforms, *arguments]
 
 
 def download(stack: Stack, directory: Path) -> tuple[list[Path], tuple[str, ...]]:
@@ -156,9 +157,10 @@ def download(stack: Stack, directory: Path) -> tuple[list[Path], tuple[str, ...]
     return sorted(directory.glob("*.whl")), tuple(resolvable[len(stack.requirements) :])
 
 
-def download_lock(lock: Path, directory: Path) -> list[Path]:
+def download_lock(lock: Path, directory: Path, python: str = "3.11") -> list[Path]:
     """The wheels ``lock`` pins, fetched by pip into ``directory`` as ``pip install -r`` would (``--require-hashes``)."""
-    subprocess.run(_pip("download", "--no-deps", "--require-hashes", "-r", str(lock), "-d", str(directory)), check=True)
+    arguments = ("--no-deps", "--require-hashes", "-r", str(lock), "-d", str(directory))
+    subprocess.run(_pip("download", *arguments, python=python), check=True)
     return sorted(directory.glob("*.whl"))
 
 
@@ -422,8 +424,8 @@ def main(argv: list[str] | None = None) -> int:
                 wheels, companions = sorted(directory.glob("*.whl")), stack.companions
             elif args.lock:
                 # The user's own requirements.in: the stack and its companions, all resolved together.
-                lock = compat_bazel.compile_lock((*stack.requirements, *stack.companions), directory)
-                wheels, companions = download_lock(lock, directory), stack.companions
+                lock = compat_bazel.compile_lock((*stack.requirements, *stack.companions), directory, stack.python)
+                wheels, companions = download_lock(lock, directory, stack.python), stack.companions
             else:
                 wheels, companions = download(stack, directory)
             print(f"## {name}: {len(wheels)} wheels, companions {' '.join(companions) or '-'}", flush=True)

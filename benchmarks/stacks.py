@@ -31,6 +31,9 @@ class Stack:
     """A real lock's other wheels (``--stacks NAME-lock``): requirements resolved with the stack where they can be."""
     companion_probe: str = ""
     """Code that loads the companions' own libraries: measured in every layout, never given to ``patch``."""
+    python: str = "3.11"
+    """The CPython the stack is resolved for and run by (``--lock`` only: a release that needs a newer one, such as
+    jax 0.11 and later, which need 3.12; its interpreter is pyenv's, compat_bazel.interpreter)."""
 
     @property
     def measured_probe(self) -> str:
@@ -139,6 +142,23 @@ _NEWEST = (
         "tensorflow",
         "tensorflow",
         "import tensorflow as tf; tf.config.list_physical_devices()",
+    ),
+    # jax 0.11 and later publish wheels for CPython 3.12 and later only (issue 48's newest releases).
+    Stack(
+        "jax-0.12.0.1-cuda13",
+        ("jax[cuda13]==0.12.0.1",),
+        "jax_plugins.xla_cuda13",
+        "jax-cuda13-pjrt",
+        "import jax; jax.devices()",
+        python="3.12",
+    ),
+    Stack(
+        "jax-0.12.0.1-cuda12",
+        ("jax[cuda12]==0.12.0.1",),
+        "jax_plugins.xla_cuda12",
+        "jax-cuda12-pjrt",
+        "import jax; jax.devices()",
+        python="3.12",
     ),
 )
 STACKS.update((stack.name, stack) for stack in (*_LOCKS, *_NEWEST))

@@ -174,18 +174,23 @@ def wheel(project: str, version: str = "1.0") -> ResolvedWheel:
 
 
 def test_the_products_table_applies_the_jax_cuda13_row_to_a_lock_pinning_its_plugin(tmp_path: Path) -> None:
-    """The real table is the default: a lock pinning jax-cuda13-pjrt gets the JAX row, found by that pin."""
+    """The real table is the default: a lock pinning jax-cuda13-pjrt gets the JAX row, found by that pin; its
+    recording (benchmarks/results/2026-11-29-no-stanza-newest.md) stands for the probe on the release it was made
+    on, and another release gets the probe."""
     request, _, _ = hub_inputs(tmp_path, [], [])
-    wheels = [wheel("jax", "0.10.2"), wheel("jax-cuda13-plugin", "0.10.2"), wheel("jax-cuda13-pjrt", "0.10.2")]
-    plan = plan_hub(HubRequest.from_json({**request, "repository": str(tmp_path)}), wheels, elf_cache=None)
-    (spec,) = plan.config.patched
-    assert (spec.name, spec.preload_package, spec.probe, spec.suffix) == (
-        "jax-cuda13-pjrt",
-        "jax_plugins.xla_cuda13",
-        "import jax; jax.devices()",
-        "verified",
-    )
-    assert plan.config.needs_graph and "jax-cuda13: " in plan.notes[0]
+    for version, preload, probe in (("0.10.2", "auto", "import jax; jax.devices()"), ("0.12.0.1", "elf", "")):
+        wheels = [wheel(project, version) for project in ("jax", "jax-cuda13-plugin", "jax-cuda13-pjrt")]
+        plan = plan_hub(HubRequest.from_json({**request, "repository": str(tmp_path)}), wheels, elf_cache=None)
+        (spec,) = plan.config.patched
+        assert (spec.name, spec.preload_package, spec.preload, spec.probe, spec.suffix) == (
+            "jax-cuda13-pjrt",
+            "jax_plugins.xla_cuda13",
+            preload,
+            probe,
+            "verified",
+        )
+        assert ("libcudart.so.13" in spec.recorded) == (preload == "elf")
+        assert plan.config.needs_graph and "jax-cuda13: " in plan.notes[0]
 
 
 def test_the_products_table_has_a_valid_row_for_each_verified_stack() -> None:
