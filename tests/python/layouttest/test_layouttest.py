@@ -326,6 +326,11 @@ def test_data_scheme_libraries_are_linked_where_pip_puts_them(tmp_path, capsys) 
 # earn, a hang, a forged line or a process left running.
 
 
+# The never-ending probes' texts, unique to this pytest process: tools/test runs the suites of several Pythons at
+# once, and a marker shared between them would let one suite count, or kill, another's probes.
+NEVER_ENDS = {number: f"never-ends-{number}-{os.getpid()}" for number in (1, 2, 3)}
+
+
 def _left_running(marker: str) -> list[int]:
     """Processes still running that hold ``marker`` (a probe's own text) in their command line."""
     found = []
@@ -380,8 +385,8 @@ def _ended(runner: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
 
 def test_a_probe_that_never_ends_is_stopped_inside_bazel_s_timeout(plugin, tmp_path, markers) -> None:
     """Bazel kills a test at $TEST_TIMEOUT; the runs end before, with one line naming the probe."""
-    probe = "import fake_cu\nwhile 'never-ends-1': pass"
-    markers.append("never-ends-1")
+    probe = f"import fake_cu\nwhile {NEVER_ENDS[1]!r}: pass"
+    markers.append(NEVER_ENDS[1])
     started = time.monotonic()
     runner = _runner(make_test(tmp_path, plugin.wheels, probe), {"TEST_TIMEOUT": "8", "TEST_TMPDIR": str(tmp_path)})
     out, err = _ended(runner, 60)
@@ -390,7 +395,7 @@ def test_a_probe_that_never_ends_is_stopped_inside_bazel_s_timeout(plugin, tmp_p
         f"patched-wheels: error: layout_test {LABEL}: probe = {json.dumps(probe)}: still running after 3 s with every wheel in one "
         "site-packages (the test's timeout is 8 s: give it a larger size or timeout); stopped\n"
     ), err
-    assert not _left_running("never-ends-1") and sorted(path.name for path in tmp_path.iterdir()) == [
+    assert not _left_running(NEVER_ENDS[1]) and sorted(path.name for path in tmp_path.iterdir()) == [
         "installed",
         "pkg",
     ]
@@ -399,12 +404,12 @@ def test_a_probe_that_never_ends_is_stopped_inside_bazel_s_timeout(plugin, tmp_p
 def test_bazel_s_kill_stops_the_runs_with_the_runner(plugin, tmp_path, markers) -> None:
     """SIGTERM (Bazel's at the timeout; the runs are in their own sessions, out of its reach): the runner kills
     them, removes its directory and says so, in one line."""
-    probe = "import fake_cu\nwhile 'never-ends-2': pass"
-    markers.append("never-ends-2")
+    probe = f"import fake_cu\nwhile {NEVER_ENDS[2]!r}: pass"
+    markers.append(NEVER_ENDS[2])
     (tmp_path / "tmp").mkdir()
     runner = _runner(make_test(tmp_path, plugin.wheels, probe), {"TEST_TMPDIR": str(tmp_path / "tmp")})
     deadline = time.monotonic() + 60
-    while len(_left_running("never-ends-2")) < 2 and time.monotonic() < deadline:  # both runs under way
+    while len(_left_running(NEVER_ENDS[2])) < 2 and time.monotonic() < deadline:  # both runs under way
         time.sleep(0.05)
     runner.send_signal(signal.SIGTERM)
     out, err = _ended(runner, 30)
@@ -413,7 +418,7 @@ def test_bazel_s_kill_stops_the_runs_with_the_runner(plugin, tmp_path, markers) 
         err
         == f"patched-wheels: error: layout_test {LABEL}: stopped by SIGTERM (Bazel's timeout, or Ctrl-C); its runs were killed\n"
     )
-    assert _left_running("never-ends-2") == [] and list((tmp_path / "tmp").iterdir()) == []
+    assert _left_running(NEVER_ENDS[2]) == [] and list((tmp_path / "tmp").iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -485,12 +490,12 @@ def test_a_test_tmpdir_that_takes_no_directory_is_one_error_line(plugin, tmp_pat
 
 def test_a_dep_whose_start_up_code_never_ends_is_stopped(plugin, tmp_path, markers) -> None:
     """A wheel's sitecustomize runs in every interpreter with the deps, the sys.path report too."""
-    markers.append("never-ends-3")
+    markers.append(NEVER_ENDS[3])
     main_file = make_test(tmp_path, plugin.wheels, plugin.code)
     startup = tmp_path / "startup"
     startup.mkdir()
     (startup / "sitecustomize.py").write_text(
-        "import sys\nsys.stdout.write('x' * (1 << 20))\nwhile 'never-ends-3': pass\n"
+        f"import sys\nsys.stdout.write('x' * (1 << 20))\nwhile {NEVER_ENDS[3]!r}: pass\n"
     )
     program = Path(main_file.replace(MAIN_SUFFIX, PROBE_SUFFIX))
     program.write_text(program.read_text().replace("PYTHONPATH=", f"PYTHONPATH={startup}:").replace(" -S ", " "))
@@ -501,7 +506,7 @@ def test_a_dep_whose_start_up_code_never_ends_is_stopped(plugin, tmp_path, marke
         f"patched-wheels: error: layout_test {LABEL}: plugin_layout_test_layout_probe (the probe program, with deps) did not report its "
         "sys.path: still running after 2 s (the test's timeout is 7 s: give it a larger size or timeout); stopped: a dep's start-up code never ends\n"
     ), err
-    assert _left_running("never-ends-3") == []
+    assert _left_running(NEVER_ENDS[3]) == []
 
 
 def test_a_library_whose_name_is_not_utf_8_is_named_in_the_verdict(tmp_path, capsys) -> None:
