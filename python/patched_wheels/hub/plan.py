@@ -34,6 +34,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import FILE as FACTS
 from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_spec
 from patched_wheels.hub.verified import (
+    VerifiedStack,
     VerifiedTable,
     applicable_rows,
     product_table,
@@ -358,13 +359,7 @@ def with_verified_stacks(
         check_spec(spec, f"verified stack {spec.name}: {request.wheel_call(spec)}")
     said = "; ".join(
         f"{row.stack}: {wheel_call(request.hub, request.bzlmod, row.name, stanza_attributes(row))}"
-        + (
-            f" (its libraries recorded for {row.name}{row.recorded_for}: no probe runs)"
-            if recording[row.stack]
-            else f" (its recording is for {row.name}{row.recorded_for}: the probe runs)"
-            if row.recorded
-            else ""
-        )
+        + _recording_said(row, recording[row.stack])
         for row in rows
     )
     note = (
@@ -373,6 +368,13 @@ def with_verified_stacks(
         "its row, verified_stacks = False turns them off"
     )
     return replace(request, patched=(*request.patched, *applied)), note
+
+
+def _recording_said(row: VerifiedStack, used: bool) -> str:
+    """What the hub's line adds of a row's recording: used (no probe runs), or made on another release."""
+    if used:
+        return f" (its libraries recorded for {row.name}{row.recorded_for}: no probe runs)"
+    return f" (its recording is for {row.name}{row.recorded_for}: the probe runs)" if row.recorded else ""
 
 
 def _versions(wheels: Sequence[ResolvedWheel], project: NormalizedName) -> list[str]:

@@ -145,8 +145,8 @@ def check_table(table: VerifiedTable) -> None:
                 SpecifierSet(row.recorded_for)
             except InvalidSpecifier:
                 raise ValueError(f"{where}: recorded_for {row.recorded_for!r} is not a PEP 440 specifier") from None
-        for recording in (False, True):
-            if problem := spec_problem(row_spec(row, table.suffix, recording=recording and bool(row.recorded))):
+        for recording in (False, True) if row.recorded else (False,):
+            if problem := spec_problem(row_spec(row, table.suffix, recording=recording)):
                 raise ValueError(f"{where}: {problem}")
 
 
