@@ -139,15 +139,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def _preload(args: argparse.Namespace, wheels: list[Path]) -> PackagePreload | None:
     # Imported here: the ELF analysis is only needed for --preload-for.
-    from patched_wheels.loading.preload import ElfOnly, Probe, plan_package_preload
+    from patched_wheels.loading.preload import ElfOnly, PreloadRequest, Probe, plan_package_preload
 
+    mode = ElfOnly() if args.no_probe else Probe(args.probe)
     return plan_package_preload(
-        args.preload_for,
+        PreloadRequest(args.preload_for, mode, args.wheel, args.preload_wheels),
         list(dict.fromkeys(wheels)),
-        ElfOnly() if args.no_probe else Probe(args.probe),
-        package_wheel=args.wheel,
         phrasing=_phrasing(args),
-        preload_wheels=args.preload_wheels,
         caches=caches(args),
     )
 

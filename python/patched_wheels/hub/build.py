@@ -377,22 +377,22 @@ def patch_into_index(
         reading = GraphReading.of(graph) if isinstance(graph, LibraryGraph) else graph
         preload = None
         if spec.preloads:
-            from patched_wheels.loading.preload import ElfOnly, Probe, plan_package_preload
+            from patched_wheels.loading.preload import ElfOnly, PreloadRequest, Probe, plan_package_preload
 
             assert reading is not None  # started above
             with phase("graph"):  # what is left of it to read
                 graph = reading.result()
             # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
-            preload = plan_package_preload(
-                spec.package,
-                wheel_set,
+            mode = (
                 Probe(spec.probe or None, installation)
                 if spec.runs_probe
-                else ElfOnly(spec.recorded, spec.recorded_global),
-                package_wheel=spec.wheel,
+                else ElfOnly(spec.recorded, spec.recorded_global)
+            )
+            preload = plan_package_preload(
+                PreloadRequest(spec.package, mode, spec.wheel, spec.preload_wheels),
+                wheel_set,
                 graph=graph,
                 phrasing=phrasing,
-                preload_wheels=spec.preload_wheels,
                 strict=False,
                 caches=caches,
             )

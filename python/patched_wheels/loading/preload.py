@@ -429,34 +429,47 @@ PreloadMode = Union[Probe, ElfOnly]
 """How :func:`plan_package_preload` plans: one choice, whose probe carries what only a probe needs."""
 
 
+@dataclass(frozen=True)
+class PreloadRequest:
+    """What a user asks a package to preload, as one value: what a ``patched_wheel`` spec says (``preload_package``,
+    ``preload``/``probe``, its wheel, ``preload_wheels``) and ``patch``'s flags say (``--preload-for``,
+    ``--probe``/``--no-probe``, ``--wheel``, ``--preload-wheels``), which :class:`~patched_wheels.phrasing.Phrasing`
+    names in errors.
+
+    ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``mode``: with a :class:`Probe`, what it maps is
+    preloaded too (see :func:`plan_preload`); with :class:`ElfOnly`, the ELF graph alone decides.  ``wheel``: the
+    wheel being patched, which must ship ``package`` (else the error names the wheel that does); None: the wheel of
+    the set that ships it.  ``preload_wheels``: globs of other wheels whose every library is preloaded too."""
+
+    package: str
+    mode: PreloadMode = Probe()
+    wheel: Path | None = None
+    preload_wheels: Sequence[str] = ()
+
+
 def plan_package_preload(
-    package: str,
+    request: PreloadRequest,
     wheels: Sequence[Path | WheelRef],
-    mode: PreloadMode = Probe(),
     *,
-    package_wheel: Path | None = None,
     graph: LibraryGraph | None = None,
-    preload_wheels: Sequence[str] = (),
     strict: bool = True,
     phrasing: Phrasing | None = None,
     caches: CacheContext = OFF,
 ) -> PackagePreload | None:
-    """What ``package`` preloads from the other ``wheels``, as a value: the planning entry point of ``patch
+    """What ``request``'s package preloads from the other ``wheels``, as a value: the planning entry point of ``patch
     --preload-for`` and the hub.  None: nothing to preload (only where not ``strict``).
 
-    ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the set's files (or refs with
-    sha256), among them ``package_wheel``, the wheel being patched, which must ship ``package`` (else the error
-    names the wheel that does, in ``phrasing``'s words); without it, the wheel of ``wheels`` that ships it.
-    ``graph``: the library graph of the whole set, ``package_wheel`` among it under its file name (the hub reads
-    one for all of its specs); None: read here (``caches``: the ELF cache).  Read leniently: an unreadable
-    library fails here only if the package may need it
-    (:meth:`~patched_wheels.elf.graph.LibraryGraph.check_problems`).  ``mode``: with a :class:`Probe`, what it
-    maps is preloaded too (see :func:`plan_preload`; kept in ``caches``, which may hold it already); with
-    :class:`ElfOnly`, the ELF graph alone decides, and ``wheels`` still locate the package across the set (a
-    wrong ``package`` names the wheel that ships it).  ``strict`` (the ``patch`` command): nothing to preload,
-    or a ``preload_wheels`` glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for
-    a platform without those wheels, e.g. macOS) it is a warning at most, and None.
+    ``wheels``: the set's files (or refs with sha256), among them the request's wheel when it names one (errors
+    about where the package lies are in ``phrasing``'s words).  ``graph``: the library graph of the whole set, the
+    request's wheel among it under its file name (the hub reads one for all of its specs); None: read here
+    (``caches``: the ELF cache).  Read leniently: an unreadable library fails here only if the package may need it
+    (:meth:`~patched_wheels.elf.graph.LibraryGraph.check_problems`).  A probe's observation is kept in ``caches``,
+    which may hold it already; with :class:`ElfOnly`, ``wheels`` still locate the package across the set (a wrong
+    package names the wheel that ships it).  ``strict`` (the ``patch`` command): nothing to preload, or a
+    ``preload_wheels`` glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for a platform
+    without those wheels, e.g. macOS) it is a warning at most, and None.
     """
+    package, mode, package_wheel, preload_wheels = request.package, request.mode, request.wheel, request.preload_wheels
     wheels = [wheel if isinstance(wheel, WheelRef) else Path(wheel) for wheel in wheels]
     if package_wheel is None:
         package_wheel = find_package(package, [wheel for wheel in wheels if isinstance(wheel, Path)]).wheel
