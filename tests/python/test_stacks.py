@@ -10,12 +10,11 @@ import pytest
 from patched_wheels.cli import main
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.loading.layout import SITE_PACKAGES
-from patched_wheels.loading.preload import (
+from patched_wheels.loading.preload import PreloadRequest, plan_package_preload
+from patched_wheels.loading.preloadmodule import (
     PRELOAD_DATA,
     PRELOAD_MODULE,
     PreloadList,
-    PreloadRequest,
-    plan_package_preload,
     read_preload_data,
     render_preload_module,
 )

@@ -22,7 +22,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.patch.surgery import PatchOptions, find_patches, patch_wheel
 
 if TYPE_CHECKING:
-    from patched_wheels.loading.preload import PackagePreload
+    from patched_wheels.loading.preloadfiles import PackagePreload
     from patched_wheels.patch.request import RpathEdit
     from patched_wheels.phrasing import Phrasing
 

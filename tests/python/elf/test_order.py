@@ -13,15 +13,8 @@ from patched_wheels.elf.graph import build_graph, format_graph, read_graph
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import ElfError
 from patched_wheels.hub.build import build_hub
-from patched_wheels.loading.preload import (
-    PRELOAD_DATA,
-    PreloadList,
-    PreloadRequest,
-    plan_package_preload,
-    plan_preload,
-    read_preload_data,
-    render_preload_module,
-)
+from patched_wheels.loading.preload import PreloadRequest, plan_package_preload, plan_preload
+from patched_wheels.loading.preloadmodule import PRELOAD_DATA, PreloadList, read_preload_data, render_preload_module
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.cyclefixture import (
     CYC_ANSWER,

@@ -17,21 +17,24 @@ from patched_wheels.cli import main
 from patched_wheels.elf.graph import WheelRef, read_graph
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.loading.preload import (
-    PRELOAD_DATA,
-    PRELOAD_MODULE,
     ElfOnly,
-    PreloadList,
     PreloadPlan,
     PreloadRequest,
     Probe,
-    add_preload_import,
     plan_package_preload,
     plan_preload,
-    read_installed_preload,
+)
+from patched_wheels.loading.preloadfiles import add_preload_import, read_installed_preload
+from patched_wheels.loading.preloadmodule import (
+    DEBUG_VARIABLE,
+    PRELOAD_DATA,
+    PRELOAD_MODULE,
+    PreloadList,
+    entry_problem,
     read_preload_data,
+    render_preload_data,
     render_preload_module,
 )
-from patched_wheels.loading.preloadmodule import DEBUG_VARIABLE, entry_problem, render_preload_data
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.fakecuda import (
     EXPECTED_ANSWER,

@@ -17,13 +17,8 @@ from patched_wheels.elf import grow as elfgrow
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
-from patched_wheels.loading.preload import (
-    PRELOAD_DATA,
-    PRELOAD_MODULE,
-    PreloadRequest,
-    plan_package_preload,
-    read_preload_data,
-)
+from patched_wheels.loading.preload import PreloadRequest, plan_package_preload
+from patched_wheels.loading.preloadmodule import PRELOAD_DATA, PRELOAD_MODULE, read_preload_data
 from patched_wheels.patch import rewrite, surgery
 from patched_wheels.patch.request import SplitRequest, rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
@@ -342,7 +337,7 @@ def test_patch_and_split_in_one_call_gives_the_wheels_of_patch_then_split(wheels
 
 
 def test_a_split_in_the_patch_extends_the_preload_as_a_value_and_renders_it_once(wheels, tmp_path, monkeypatch):
-    from patched_wheels.loading import preload as preloading
+    from patched_wheels.loading import preloadfiles as preloading
     from patched_wheels.patch import split as splitting
 
     preload = plan_package_preload(PreloadRequest("faketorch"), wheels.all)
