@@ -9,7 +9,8 @@ import zipfile
 import pytest
 
 from patched_wheels.cli import main
-from patched_wheels.elf.graph import build_graph, format_graph, read_graph
+from patched_wheels.elf.graph import build_graph, read_graph
+from patched_wheels.elf.graphtext import format_graph
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import ElfError
 from patched_wheels.hub.build import build_hub
