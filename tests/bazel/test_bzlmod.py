@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from patched_wheels.loading.preload import read_preload_data
+from patched_wheels.loading.preloadmodule import read_preload_data
 from support.bazelworkspace import (
     ABSENT_DRIVER,
     CACHE_DIR,

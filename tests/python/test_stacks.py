@@ -10,11 +10,11 @@ import pytest
 from patched_wheels.cli import main
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.loading.layout import SITE_PACKAGES
-from patched_wheels.loading.preload import (
+from patched_wheels.loading.preload import PreloadRequest, plan_package_preload
+from patched_wheels.loading.preloadmodule import (
     PRELOAD_DATA,
     PRELOAD_MODULE,
     PreloadList,
-    plan_package_preload,
     read_preload_data,
     render_preload_module,
 )
@@ -50,7 +50,7 @@ def test_each_stack_works_in_one_site_packages_only(stacks, name, tmp_path):
 
 def _patched(stack, tmp_path, **options):
     """The package's wheel patched with preload = "auto" (default probe), and the set with it."""
-    preload = plan_package_preload(stack.package, list(stack.wheels), **options)
+    preload = plan_package_preload(PreloadRequest(stack.package, **options), list(stack.wheels))
     patched = patch_wheel(stack.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     return patched, [patched if wheel == stack.package_wheel else wheel for wheel in stack.wheels]
 
@@ -229,7 +229,7 @@ def test_doctor_run_fails_each_stack_as_is_and_passes_it_patched(stacks, name, t
 
 def test_a_self_preloading_package_patched_still_works(tmp_path):
     wheels = build_fake_cuda_wheels(tmp_path / "wheels", broken_order=False)
-    preload = plan_package_preload("faketorch", wheels.all)
+    preload = plan_package_preload(PreloadRequest("faketorch"), wheels.all)
     patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     for layout in (flat_layout, per_wheel_layout):
         result = run_import(layout([*wheels.nvidia.values(), patched], tmp_path / layout.__name__))

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 from patched_wheels.cli import add_jobs_option, add_removed_cache_option, warn_removed_cache_option
-from patched_wheels.elf.graph import format_graph, graph_as_json, read_graph
+from patched_wheels.elf.graph import read_graph
+from patched_wheels.elf.graphtext import format_graph, graph_as_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

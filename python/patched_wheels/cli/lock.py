@@ -7,7 +7,7 @@ from pathlib import Path
 
 from patched_wheels.cli import add_lock_input, lock_input
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, lock
+from patched_wheels.lock.apply import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, lock
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,15 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     path, lock_format = lock_input(args)
     index = build_index(args.index)  # the hashes the lock pins are then those the pages serve
-    result = lock(
-        path,
-        index,
-        args.out,
-        index_option=args.index_option,
-        upstream_index_url=args.upstream_index_url,
-        lock_format=lock_format,
-        out_uv_lock=args.out_uv_lock,
-    )
+    options = LockOptions(index.directory.resolve(), args.index_option, args.upstream_index_url)
+    result = lock(path, index, args.out, options, lock_format=lock_format, out_uv_lock=args.out_uv_lock)
     for change in result.changes:
         print(change)
     print(f"wrote {result.out}")

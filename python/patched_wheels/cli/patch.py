@@ -22,7 +22,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.patch.surgery import PatchOptions, find_patches, patch_wheel
 
 if TYPE_CHECKING:
-    from patched_wheels.loading.preload import PackagePreload
+    from patched_wheels.loading.preloadfiles import PackagePreload
     from patched_wheels.patch.request import RpathEdit
     from patched_wheels.phrasing import Phrasing
 
@@ -139,15 +139,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def _preload(args: argparse.Namespace, wheels: list[Path]) -> PackagePreload | None:
     # Imported here: the ELF analysis is only needed for --preload-for.
-    from patched_wheels.loading.preload import ElfOnly, Probe, plan_package_preload
+    from patched_wheels.loading.preload import ElfOnly, PreloadRequest, Probe, plan_package_preload
 
+    mode = ElfOnly() if args.no_probe else Probe(args.probe)
     return plan_package_preload(
-        args.preload_for,
+        PreloadRequest(args.preload_for, mode, args.wheel, args.preload_wheels),
         list(dict.fromkeys(wheels)),
-        ElfOnly() if args.no_probe else Probe(args.probe),
-        package_wheel=args.wheel,
         phrasing=_phrasing(args),
-        preload_wheels=args.preload_wheels,
         caches=caches(args),
     )
 

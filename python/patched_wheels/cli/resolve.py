@@ -21,7 +21,7 @@ from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.cli import add_lock_input, lock_input, read_json_input
 from patched_wheels.errors import UsageError
 from patched_wheels.lock.formats.registry import served_pins
-from patched_wheels.lock.resolve import page_file, page_url, projects_to_resolve, resolve
+from patched_wheels.lock.resolve import IndexPages, page_file, page_url, projects_to_resolve, resolve
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,12 +60,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     wheels = resolve(
         path,
-        pages_dir=args.pages,
-        index_url=args.index_url,
+        IndexPages(args.pages, args.index_url, frozenset(args.unfetched)),
         explicit=explicit,
         lock_format=lock_format,
         caches=CacheContext.from_environment(),
-        unfetched=frozenset(args.unfetched),
     )
     print(json.dumps([wheel.as_json() for wheel in wheels], indent=1))
     return 0

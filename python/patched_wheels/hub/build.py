@@ -28,7 +28,7 @@ from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import LOCK_FORMATS, HubConfig, PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
-from patched_wheels.lock.apply import lock
+from patched_wheels.lock.apply import LockOptions, lock
 from patched_wheels.lock.closure import EXTRAS_SUFFIX, Closure, restored_requirements
 from patched_wheels.lock.requiresdist import read_dist
 from patched_wheels.lock.rootextras import InferredExtra, inferred_root_extras
@@ -193,14 +193,16 @@ def _build(config: HubConfig, caches: CacheContext, *, served: Path) -> list[str
             lock_path,
             index,
             config.out,
-            index_option=config.attributes.index_option,
-            upstream_index_url=config.attributes.index_url or None,
-            replaced=replaced,
-            references=references,
+            LockOptions(
+                served.resolve(),
+                index_option=config.attributes.index_option,
+                upstream_index_url=config.attributes.index_url or None,
+                replaced=replaced,
+                references=references,
+                every_pin_served=config.every_pin_served,
+            ),
             lock_format=LOCK_FORMATS[attribute],
             out_uv_lock=config.out_uv_lock,
-            served_from=served,
-            every_pin_served=config.every_pin_served,
         )
     if config.closure_out is not None:
         write_atomic(
@@ -375,22 +377,22 @@ def patch_into_index(
         reading = GraphReading.of(graph) if isinstance(graph, LibraryGraph) else graph
         preload = None
         if spec.preloads:
-            from patched_wheels.loading.preload import ElfOnly, Probe, plan_package_preload
+            from patched_wheels.loading.preload import ElfOnly, PreloadRequest, Probe, plan_package_preload
 
             assert reading is not None  # started above
             with phase("graph"):  # what is left of it to read
                 graph = reading.result()
             # Not strict: a lock for a platform without the other wheels (macOS, a pure package) needs no preload.
-            preload = plan_package_preload(
-                spec.package,
-                wheel_set,
+            mode = (
                 Probe(spec.probe or None, installation)
                 if spec.runs_probe
-                else ElfOnly(spec.recorded, spec.recorded_global),
-                package_wheel=spec.wheel,
+                else ElfOnly(spec.recorded, spec.recorded_global)
+            )
+            preload = plan_package_preload(
+                PreloadRequest(spec.package, mode, spec.wheel, spec.preload_wheels),
+                wheel_set,
                 graph=graph,
                 phrasing=phrasing,
-                preload_wheels=spec.preload_wheels,
                 strict=False,
                 caches=caches,
             )

@@ -90,7 +90,7 @@ def patched_wheel_line(config: Config, project: str, attributes: Sequence[tuple[
 def fix_stanza(config: Config, modules: Sequence[str], wheel_entries: Sequence[str]) -> str | None:
     """The ``patched_wheel`` that makes the probe's package preload what one site-packages maps; None when the
     probe's first imported package is in none of the wheels."""
-    from patched_wheels.loading.preload import PRELOAD_MODULE  # only a failing test needs it
+    from patched_wheels.loading.preloadmodule import PRELOAD_MODULE  # only a failing test needs it
 
     declared = [
         (dist, point)

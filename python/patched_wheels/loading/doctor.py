@@ -39,17 +39,16 @@ from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.loading.observe import observe
-from patched_wheels.loading.packages import find_package
+from patched_wheels.loading.packages import find_package, package_libraries
 from patched_wheels.loading.preload import (
-    PreloadList,
     check_before_probe,
-    installed_preload,
-    package_libraries,
     plan_preload,
     project_name,
     runtime_candidates,
     runtime_hint,
 )
+from patched_wheels.loading.preloadfiles import installed_preload
+from patched_wheels.loading.preloadmodule import PreloadList
 from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:

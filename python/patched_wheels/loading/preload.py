@@ -15,16 +15,13 @@ wheels a probe maps with every wheel in one site-packages (the observation), plu
 request, every library of the wheels whose project names match ``preload_wheels``
 globs -- for packages that open libraries themselves at run time (JAX's CUDA plugin
 locates the ``nvidia-*`` packages and dlopens their libraries), which no ELF edge shows.
-``doctor``, ``patch``, ``split`` and the hub all use it.
+``doctor``, ``patch``, ``split`` and the hub all use it; :mod:`patched_wheels.loading.preloadfiles` writes what it
+decides into the wheel.
 """
 
 from __future__ import annotations
 
-import ast
-import codecs
 import fnmatch
-import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, Union
@@ -36,17 +33,13 @@ from patched_wheels.base.names import glob_problem
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, library_members, read_graph
 from patched_wheels.elf.order import stuck_cycles
 from patched_wheels.elf.read import ElfLibrary
-from patched_wheels.errors import InvalidWheelError, UsageError, warn
+from patched_wheels.errors import UsageError, warn
 from patched_wheels.loading.lazyload import is_extension_module, lazy_warning, unprobed_libraries
 from patched_wheels.loading.packages import find_package, locate_package, package_libraries
+from patched_wheels.loading.preloadfiles import PackagePreload
 from patched_wheels.loading.preloadmodule import (
-    PRELOAD_DATA,
-    PRELOAD_MODULE,
     PreloadList,
     all_is_none,
-    read_preload_data,
-    render_preload_data,
-    render_preload_module,
 )
 from patched_wheels.phrasing import Phrasing
 from patched_wheels.wheelfile import WheelFilename, WheelReader
@@ -56,9 +49,6 @@ from patched_wheels.wheelfile.schemes import data_scheme
 if TYPE_CHECKING:
     from patched_wheels.loading.observe import Observation
     from patched_wheels.loading.probe import Installation
-
-_IMPORT_LINE = f"from . import {PRELOAD_MODULE}  # patched-wheels: load shared libraries from other wheels first"
-_CODING_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]")
 
 
 @dataclass(frozen=True)
@@ -86,64 +76,6 @@ class PreloadPlan:
         return PreloadList(
             libraries, frozenset(path(library) for library in self.optional), all_is_none(global_, libraries)
         )
-
-
-def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
-    """``__init__.py`` with the preload imported first: after the docstring and ``__future__`` imports, which must lead."""
-    if init_source is None:
-        raise InvalidWheelError(f"{where}: missing; the preload is imported from the package's __init__.py")
-    if _IMPORT_LINE.encode() in init_source:
-        return init_source
-    try:
-        tree = ast.parse(init_source)
-    except (SyntaxError, ValueError) as error:
-        raise InvalidWheelError(f"{where}: cannot parse ({error})") from error
-    # A UTF-8 byte order mark must stay the file's first bytes: the line goes after it, not before.
-    bom = codecs.BOM_UTF8 if init_source.startswith(codecs.BOM_UTF8) else b""
-    lines = init_source[len(bom) :].splitlines(keepends=True)
-    insert_at = 0
-    for number, line in enumerate(lines[:2], start=1):
-        if _CODING_COOKIE.match(line):
-            insert_at = number
-    for index, node in enumerate(tree.body):
-        is_docstring = index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-        is_future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
-        if not (is_docstring or is_future):
-            break
-        insert_at = max(insert_at, node.end_lineno or 0)
-    newline = b"\r\n" if lines and lines[0].endswith(b"\r\n") else b"\n"
-    if insert_at and not lines[insert_at - 1].endswith((b"\n", b"\r")):
-        lines[insert_at - 1] += newline
-    lines.insert(insert_at, _IMPORT_LINE.encode() + newline)
-    return bom + b"".join(lines)
-
-
-def preload_module_member(init_member: str) -> str:
-    """Archive path of the generated preload module: next to the package's ``__init__.py``."""
-    return f"{init_member.rsplit('/', 1)[0]}/{PRELOAD_MODULE}.py"
-
-
-def preload_data_member(init_member: str) -> str:
-    """Archive path of the preload's data, beside its module: what later runs read back."""
-    return f"{init_member.rsplit('/', 1)[0]}/{PRELOAD_DATA}"
-
-
-def read_installed_preload(read: Callable[[str], bytes | None], init_member: str, wheel: str) -> PreloadList | None:
-    """The preload an earlier ``patch``/``split`` put beside ``init_member`` of the wheel file ``wheel`` (None: no
-    preload), read from its data file with ``read`` (a member's bytes, None when absent). A module with no data
-    beside it was written by a release before the data file: its source is never parsed, so it is refused,
-    saying to patch the original wheel again."""
-    data_member = preload_data_member(init_member)
-    data = read(data_member)
-    if data is not None:
-        return read_preload_data(data, where=f"{wheel}: {data_member}")
-    module_member = preload_module_member(init_member)
-    if read(module_member) is not None:
-        raise InvalidWheelError(
-            f"{wheel}: {module_member} has no {PRELOAD_DATA} beside it (an older patched-wheels wrote it, or not "
-            "patched-wheels): patch the original wheel again"
-        )
-    return None
 
 
 def project_name(wheel: str) -> str:
@@ -300,78 +232,6 @@ def check_before_probe(
     return own
 
 
-def installed_preload(package_wheel: Path, init_member: str) -> PreloadList | None:
-    """The preload a previous ``patch``/``split`` put into the package's wheel, or None."""
-    with WheelReader(package_wheel) as reader:
-        return read_installed_preload(
-            lambda member: reader.read(member) if member in reader else None, init_member, package_wheel.name
-        )
-
-
-@dataclass(frozen=True)
-class PackagePreload:
-    """A package's preload as a value: what its generated module loads, and the ``__init__.py`` members that
-    import it.  :func:`plan_package_preload` makes it, ``patch`` carries it and a split extends it
-    (:func:`patched_wheels.patch.split.plan_split`); :func:`rendered_preload_edits` turns it into source once, when
-    the wheel is written, so no step reads generated code back."""
-
-    package: str
-    """The package's directory (``jax_plugins/xla_cuda12``), which the module's docstring names."""
-    init_members: tuple[str, ...]
-    """The ``__init__.py`` members (each portion's, for a namespace package) that import the module first; a copy
-    of the module lies beside each."""
-    entries: PreloadList
-
-    @property
-    def module_members(self) -> tuple[str, ...]:
-        return tuple(preload_module_member(init_member) for init_member in self.init_members)
-
-    @property
-    def data_members(self) -> tuple[str, ...]:
-        return tuple(preload_data_member(init_member) for init_member in self.init_members)
-
-    @property
-    def written_members(self) -> tuple[str, ...]:
-        """The members :func:`rendered_preload_edits` writes: each module and its data."""
-        return (*self.module_members, *self.data_members)
-
-
-def rendered_preload_edits(
-    preloads: Sequence[PackagePreload], wheel: str
-) -> dict[str, Callable[[bytes | None], bytes]]:
-    """Member edits of the wheel file ``wheel`` that write ``preloads``: each module and its data rendered once,
-    beside its ``__init__.py``, which imports the module first.  A later preload's files replace an earlier one's
-    at the same members (a split's extends the patch's), as :func:`patched_wheels.patch.surgery.patch_wheel`
-    expects."""
-    latest = {member: preload for preload in preloads for member in preload.written_members}
-    rendered = {
-        preload: (
-            render_preload_module(preload.package, preload.entries),
-            render_preload_data(preload.package, preload.entries),
-        )
-        for preload in dict.fromkeys(latest.values())  # each once, though it writes several members
-    }
-    edits: dict[str, Callable[[bytes | None], bytes]] = {}
-    for member, preload in latest.items():
-        module, data = rendered[preload]
-        edits[member] = functools.partial(_replaced, data if member.endswith(f"/{PRELOAD_DATA}") else module)
-    return {**edits, **preload_import_edits(preloads, wheel)}
-
-
-def preload_import_edits(preloads: Sequence[PackagePreload], wheel: str) -> dict[str, Callable[[bytes | None], bytes]]:
-    """The edits of :func:`rendered_preload_edits` that make each ``__init__.py`` import its preload module first:
-    they depend on where the modules go, not on what they load (a split writes them before its graph is read)."""
-    return {
-        init_member: functools.partial(add_preload_import, where=f"{wheel}: {init_member}")
-        for preload in preloads
-        for init_member in preload.init_members
-    }
-
-
-def _replaced(content: bytes, _current: bytes | None) -> bytes:
-    return content
-
-
 @dataclass(frozen=True)
 class Probe:
     """Plan with what a probe maps in one site-packages (``preload = "auto"``, ``patch``'s default): ``code``
@@ -429,34 +289,47 @@ PreloadMode = Union[Probe, ElfOnly]
 """How :func:`plan_package_preload` plans: one choice, whose probe carries what only a probe needs."""
 
 
+@dataclass(frozen=True)
+class PreloadRequest:
+    """What a user asks a package to preload, as one value: what a ``patched_wheel`` spec says (``preload_package``,
+    ``preload``/``probe``, its wheel, ``preload_wheels``) and ``patch``'s flags say (``--preload-for``,
+    ``--probe``/``--no-probe``, ``--wheel``, ``--preload-wheels``), which :class:`~patched_wheels.phrasing.Phrasing`
+    names in errors.
+
+    ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``mode``: with a :class:`Probe`, what it maps is
+    preloaded too (see :func:`plan_preload`); with :class:`ElfOnly`, the ELF graph alone decides.  ``wheel``: the
+    wheel being patched, which must ship ``package`` (else the error names the wheel that does); None: the wheel of
+    the set that ships it.  ``preload_wheels``: globs of other wheels whose every library is preloaded too."""
+
+    package: str
+    mode: PreloadMode = Probe()
+    wheel: Path | None = None
+    preload_wheels: Sequence[str] = ()
+
+
 def plan_package_preload(
-    package: str,
+    request: PreloadRequest,
     wheels: Sequence[Path | WheelRef],
-    mode: PreloadMode = Probe(),
     *,
-    package_wheel: Path | None = None,
     graph: LibraryGraph | None = None,
-    preload_wheels: Sequence[str] = (),
     strict: bool = True,
     phrasing: Phrasing | None = None,
     caches: CacheContext = OFF,
 ) -> PackagePreload | None:
-    """What ``package`` preloads from the other ``wheels``, as a value: the planning entry point of ``patch
+    """What ``request``'s package preloads from the other ``wheels``, as a value: the planning entry point of ``patch
     --preload-for`` and the hub.  None: nothing to preload (only where not ``strict``).
 
-    ``package``: as users write it (``jax_plugins.xla_cuda12``).  ``wheels``: the set's files (or refs with
-    sha256), among them ``package_wheel``, the wheel being patched, which must ship ``package`` (else the error
-    names the wheel that does, in ``phrasing``'s words); without it, the wheel of ``wheels`` that ships it.
-    ``graph``: the library graph of the whole set, ``package_wheel`` among it under its file name (the hub reads
-    one for all of its specs); None: read here (``caches``: the ELF cache).  Read leniently: an unreadable
-    library fails here only if the package may need it
-    (:meth:`~patched_wheels.elf.graph.LibraryGraph.check_problems`).  ``mode``: with a :class:`Probe`, what it
-    maps is preloaded too (see :func:`plan_preload`; kept in ``caches``, which may hold it already); with
-    :class:`ElfOnly`, the ELF graph alone decides, and ``wheels`` still locate the package across the set (a
-    wrong ``package`` names the wheel that ships it).  ``strict`` (the ``patch`` command): nothing to preload,
-    or a ``preload_wheels`` glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for
-    a platform without those wheels, e.g. macOS) it is a warning at most, and None.
+    ``wheels``: the set's files (or refs with sha256), among them the request's wheel when it names one (errors
+    about where the package lies are in ``phrasing``'s words).  ``graph``: the library graph of the whole set, the
+    request's wheel among it under its file name (the hub reads one for all of its specs); None: read here
+    (``caches``: the ELF cache).  Read leniently: an unreadable library fails here only if the package may need it
+    (:meth:`~patched_wheels.elf.graph.LibraryGraph.check_problems`).  A probe's observation is kept in ``caches``,
+    which may hold it already; with :class:`ElfOnly`, ``wheels`` still locate the package across the set (a wrong
+    package names the wheel that ships it).  ``strict`` (the ``patch`` command): nothing to preload, or a
+    ``preload_wheels`` glob that matches nothing, is an error.  Otherwise (the hub, whose lock may be for a platform
+    without those wheels, e.g. macOS) it is a warning at most, and None.
     """
+    package, mode, package_wheel, preload_wheels = request.package, request.mode, request.wheel, request.preload_wheels
     wheels = [wheel if isinstance(wheel, WheelRef) else Path(wheel) for wheel in wheels]
     if package_wheel is None:
         package_wheel = find_package(package, [wheel for wheel in wheels if isinstance(wheel, Path)]).wheel

@@ -1,6 +1,6 @@
 """Point a lock at the patched wheels of a local index: the I/O around :func:`~patched_wheels.lock.plan.plan_lock`.
 
-``lock(IN, INDEX, OUT)`` reads the lock IN once (its format's reader, :mod:`patched_wheels.lock.formats.registry`),
+``lock(IN, INDEX, OUT, OPTIONS)`` reads the lock IN once (its format's reader, :mod:`patched_wheels.lock.formats.registry`),
 asks :mod:`patched_wheels.lock.plan` once what must change for INDEX (the files ``index.build_index``
 just published) and hands that plan to every writer: OUT, a requirements lock
 (:mod:`patched_wheels.lock.formats.pipwriter`), and for a format with a writer of its own (uv.lock) the same file.
@@ -14,9 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Mapping
-
-from packaging.utils import canonicalize_name
+from typing import Callable, Iterable, Mapping
 
 from patched_wheels.base.fsutil import holds, write_temp
 from patched_wheels.errors import InvalidLockError, UsageError
@@ -26,7 +24,7 @@ from patched_wheels.lock.formats.pipwriter import render_exported, render_requir
 from patched_wheels.lock.formats.requirements import RequirementsText
 from patched_wheels.lock.plan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
 
-__all__ = ["DEFAULT_INDEX_OPTION", "INDEX_OPTIONS", "LockResult", "lock"]
+__all__ = ["DEFAULT_INDEX_OPTION", "INDEX_OPTIONS", "LockOptions", "LockResult", "lock"]
 
 
 @dataclass(frozen=True)
@@ -41,38 +39,23 @@ def lock(
     source: Path | str,
     index: IndexResult,
     out: Path | str,
+    options: LockOptions,
     *,
-    index_option: str = DEFAULT_INDEX_OPTION,
-    upstream_index_url: str | None = None,
-    replaced: Mapping[str, Collection[str]] | None = None,
-    references: Mapping[str, tuple[str, str]] | None = None,
     lock_format: str = "requirements",
     out_uv_lock: Path | str | None = None,
-    served_from: Path | None = None,
-    every_pin_served: bool = False,
 ) -> LockResult:
-    """Write ``out``: the lock ``source`` pointed at ``index``, what ``index.build_index`` returned.
+    """Write ``out``: the lock ``source`` pointed at ``index``, what ``index.build_index`` returned, as ``options`` say.
 
     The caller indexes the directory first (``build_index`` is incremental, so that is cheap when
     nothing changed): the hashes written to the lock are then those of the index's files, and a
     result whose pages were since rewritten for other files is refused rather than written from.
+    ``options.index_dir`` is where the index is served from: its own directory, or where a hub's build,
+    staged in a temporary directory, will put it; the locks name it.
     ``lock_format``: what ``source`` is (one of ``lock.formats.registry.FORMATS``); ``out`` is a
     requirements lock whatever it is, and ``out_uv_lock`` (a ``uv-lock`` input only) the same uv.lock
-    pointing at the patched wheels. ``served_from``: where the index will be served from, when it is built
-    elsewhere first (a hub's build, staged in a temporary directory); the locks name it.
-    The other arguments are :class:`~patched_wheels.lock.plan.LockOptions`'.
+    pointing at the patched wheels.
     """
     out = Path(out)
-    options = LockOptions(
-        index_dir=(served_from or index.directory).resolve(),
-        index_option=index_option,
-        upstream_index_url=upstream_index_url,
-        replaced={
-            canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in (replaced or {}).items()
-        },
-        references={canonicalize_name(name): (url, sha256) for name, (url, sha256) in (references or {}).items()},
-        every_pin_served=every_pin_served,
-    )
     unserved = index.unserved_pages()
     if unserved:
         raise InvalidLockError(

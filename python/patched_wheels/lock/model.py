@@ -267,6 +267,12 @@ def checked_url(value: str, where: str) -> str:
         raise InvalidLockError(str(error)) from None
 
 
+def package_where(span: Span, name: object) -> str:
+    """How an error names a TOML lock's package: ``FILE:LINE: package 'NAME'``, its name as written (whatever
+    its type: the error may be that it is no string)."""
+    return f"{span.where}: package {name!r}"
+
+
 def locked_pin(
     name: str,
     extras: Sequence[str],
@@ -276,11 +282,12 @@ def locked_pin(
     url: str | None,
     files: Sequence[PinFile],
     span: Span,
-    where: str,
 ) -> Pin:
-    """The pin of a TOML lock's package, every value checked (module docstring); no version: a pin that
-    is an error when its version is needed (a pylock.toml entry may leave it out). With ``url`` (a direct
-    reference), its version is :func:`reference_version`'s, whatever ``version`` says."""
+    """The pin of a TOML lock's package written at ``span``, every value checked (module docstring), errors
+    naming it as :func:`package_where` does; no version: a pin that is an error when its version is needed (a
+    pylock.toml entry may leave it out). With ``url`` (a direct reference), its version is
+    :func:`reference_version`'s, whatever ``version`` says."""
+    where = package_where(span, name)
     checked_name(name, where)
     for extra in extras:
         checked_name(extra, where, "extra")

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
-from packaging.utils import NormalizedName
+from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
@@ -69,24 +69,33 @@ DEFAULT_INDEX_OPTION = "direct"
 
 @dataclass(frozen=True)
 class LockOptions:
-    """How the lock should name our index (the ``lock`` command's flags, the hub's configuration).
+    """How the lock should name our index (the ``lock`` command's flags, the hub's configuration): one value,
+    what every writer of the plan reads, checked and made canonical once, when it is made.
 
-    ``upstream_index_url``: ``direct`` only, written as ``--index-url`` when the lock names no index of
-    its own. ``replaced``: project -> sha256 of the original wheels its patched wheel replaces (the
-    pin's other hashes stay for other platforms; without an entry every hash is replaced).
+    ``index_dir``: where the index is served from, absolute (a hub builds it in a temporary directory first;
+    the locks name where it will be). ``upstream_index_url``: ``direct`` only, written as ``--index-url`` when
+    the lock names no index of its own. ``replaced``: project -> sha256 of the original wheels its patched
+    wheel replaces (the pin's other hashes stay for other platforms; without an entry every hash is replaced).
     ``references``: unpatched project -> (url, sha256) of the one file its pin admits here (``direct``).
     ``every_pin_served``: ``direct`` only, the index holds the wheel of every pin that applies here: pip is sent
-    to it alone, as ``index-url`` sends it, and the patched pins stay direct references.
+    to it alone, as ``index-url`` sends it, and the patched pins stay direct references. Project names are
+    kept canonical and ``replaced``'s digests lower-case, however they were given.
     """
 
-    index_dir: Path  # absolute
+    index_dir: Path
     index_option: str = DEFAULT_INDEX_OPTION
     upstream_index_url: str | None = None
-    replaced: Mapping[NormalizedName, frozenset[str]] = field(default_factory=dict)
-    references: Mapping[NormalizedName, tuple[str, str]] = field(default_factory=dict)
+    replaced: Mapping[str, Collection[str]] = field(default_factory=dict)
+    references: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     every_pin_served: bool = False
 
     def __post_init__(self) -> None:
+        replaced = {
+            canonicalize_name(name): frozenset(d.lower() for d in digests) for name, digests in self.replaced.items()
+        }
+        object.__setattr__(self, "replaced", replaced)
+        references = {canonicalize_name(name): (url, sha256) for name, (url, sha256) in self.references.items()}
+        object.__setattr__(self, "references", references)
         if self.index_option not in INDEX_OPTIONS:
             raise UsageError(f"--index-option {self.index_option}: expected one of {', '.join(INDEX_OPTIONS)}")
         if self.every_pin_served and self.index_option != "direct":
@@ -231,7 +240,7 @@ def _option_line(lock: Lock, options: LockOptions) -> tuple[str | None, tuple[Lo
     return option, dropped
 
 
-def _kept(pin: Pin, files: Sequence[IndexedFile], replaced: frozenset[str] | None) -> tuple[str, ...]:
+def _kept(pin: Pin, files: Sequence[IndexedFile], replaced: Collection[str] | None) -> tuple[str, ...]:
     """The pin's hashes that the patched ``files`` leave in use (module docstring).
 
     Patched files for every platform (a pure wheel) replace the whole pin whatever ``replaced`` says: they

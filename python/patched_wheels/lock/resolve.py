@@ -109,23 +109,32 @@ def page_file(project: NormalizedName) -> str:
     return f"{project}.html"
 
 
+@dataclass(frozen=True)
+class IndexPages:
+    """The index pages the rule downloaded for :func:`resolve`: one value, because a page is read as the page of
+    ``index_url`` it was downloaded from (its links resolve against that URL, errors and records name it).
+
+    ``directory`` holds each as ``<project>.html`` (:func:`page_file`), but for those named in ``unfetched``,
+    which could not be downloaded: what an earlier run recorded of them answers instead."""
+
+    directory: Path
+    index_url: str
+    unfetched: Collection[str] = ()
+
+
 def resolve(
     lock_path: Path,
+    pages: IndexPages,
     *,
-    pages_dir: Path,
-    index_url: str,
     explicit: Mapping[NormalizedName, tuple[Sequence[str], str]] | None = None,
     tags: Iterable[Tag] | None = None,
     lock_format: str = "requirements",
     caches: CacheContext = OFF,
-    unfetched: Collection[str] = (),
 ) -> list[ResolvedWheel]:
-    """One ``ResolvedWheel`` per applicable pin of ``lock_path``.
+    """One ``ResolvedWheel`` per applicable pin of ``lock_path``, its files found on the downloaded ``pages``.
 
-    ``pages_dir`` holds ``<project>.html``, the pages downloaded from ``index_url``, but for those named in
-    ``unfetched`` (:func:`page_file` names), which could not be downloaded; ``explicit`` maps projects to the
-    (urls, sha256) the user gave, which wins over the lock and the index. ``caches``: where what the pages taught
-    is recorded, and read back for an unfetched page.
+    ``explicit`` maps projects to the (urls, sha256) the user gave, which wins over the lock and the index.
+    ``caches``: where what the pages taught is recorded, and read back for an unfetched page.
     """
     explicit = explicit or {}
     ranking = {tag: rank for rank, tag in enumerate(tags if tags is not None else sys_tags())}
@@ -141,8 +150,8 @@ def resolve(
             links = [_Link(f.filename, f.url, f.sha256) for f in pin.files]
             resolved.append(_choose(pin, links, ranking, str(lock_path)))
             continue
-        url = page_url(index_url, pin.project)
-        page = None if page_file(pin.project) in unfetched else pages_dir / page_file(pin.project)
+        url = page_url(pages.index_url, pin.project)
+        page = None if page_file(pin.project) in pages.unfetched else pages.directory / page_file(pin.project)
         resolved.append(_choose(pin, _page_links(pin, page, url, caches), ranking, url))
     return resolved
 

@@ -52,14 +52,9 @@ from patched_wheels.elf.graph import GraphReading, LibraryGraph, read_graph
 from patched_wheels.elf.read import DT_SONAME, ElfLibrary, read_dynamic
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.packages import package_init_members
-from patched_wheels.loading.preload import (
-    PackagePreload,
-    PreloadList,
-    plan_preload,
-    read_installed_preload,
-    render_preload_data,
-    render_preload_module,
-)
+from patched_wheels.loading.preload import plan_preload
+from patched_wheels.loading.preloadfiles import PackagePreload, read_installed_preload
+from patched_wheels.loading.preloadmodule import PreloadList, render_preload_data, render_preload_module
 from patched_wheels.patch.request import SplitRequest
 from patched_wheels.patch.rewrite import (
     Content,

@@ -32,7 +32,7 @@ from patched_wheels.wheelfile import WheelReader, cycle_collection_paused
 
 if TYPE_CHECKING:
     from patched_wheels.elf.graph import GraphReading, LibraryGraph
-    from patched_wheels.loading.preload import PackagePreload
+    from patched_wheels.loading.preloadfiles import PackagePreload
     from patched_wheels.patch.split import PlannedSplit
 
 __all__ = ["MemberEdit", "PatchOptions", "PatchResult", "find_patches", "patch_wheel", "split_wheel"]
@@ -231,7 +231,7 @@ def _write_preloads(edits: WheelEdits, wheel: str, preload: PackagePreload | Non
     :class:`~patched_wheels.patch.rewrite.Later` (rendered when the writer reaches them, all at once)."""
     if preload is None and split is None:
         return
-    from patched_wheels.loading.preload import (  # imported here: only a preload renders
+    from patched_wheels.loading.preloadfiles import (  # imported here: only a preload renders
         preload_import_edits,
         rendered_preload_edits,
     )

@@ -384,18 +384,7 @@ def local_header(
             extra += _ALIGNMENT_EXTRA.pack(ALIGNMENT_EXTRA_ID, padding - 4, PAGE_SIZE) + bytes(
                 padding - _ALIGNMENT_EXTRA.size
             )
-    header = _LOCAL_HEADER.pack(
-        _LOCAL_SIG,
-        version,
-        member.flag_bits,
-        member.compress_type,
-        dos_time,
-        dos_date,
-        member.CRC,
-        *sizes,
-        len(name),
-        len(extra),
-    )
+    header = _LOCAL_HEADER.pack(_LOCAL_SIG, *_shared_fields(member, version, dos_date, dos_time, sizes, extra))
     return header + name + extra
 
 
@@ -418,16 +407,7 @@ def central_header(member: ZipMember, local_zip64: bool, dos_date: int, dos_time
     header = CENTRAL_HEADER.pack(
         CENTRAL_SIG,
         member.create_system << 8 | version,
-        version,
-        member.flag_bits,
-        member.compress_type,
-        dos_time,
-        dos_date,
-        member.CRC,
-        compress_size,
-        file_size,
-        len(name),
-        len(extra),
+        *_shared_fields(member, version, dos_date, dos_time, (compress_size, file_size), extra),
         0,  # comment length
         0,  # disk number
         0,  # internal attributes
@@ -435,6 +415,25 @@ def central_header(member: ZipMember, local_zip64: bool, dos_date: int, dos_time
         offset,
     )
     return header + name + extra
+
+
+def _shared_fields(
+    member: ZipMember, version: int, dos_date: int, dos_time: int, sizes: tuple[int, int], extra: bytes
+) -> tuple[int, ...]:
+    """The run of fields a local header and its central record both write, in the same order (APPNOTE 4.3.7,
+    4.3.12): version needed, flags, method, DOS time and date, CRC-32, the two sizes as that record writes them,
+    and the lengths of the name and of that record's ``extra``."""
+    return (
+        version,
+        member.flag_bits,
+        member.compress_type,
+        dos_time,
+        dos_date,
+        member.CRC,
+        *sizes,
+        len(member.raw_name),
+        len(extra),
+    )
 
 
 def end_records(count: int, directory_offset: int, directory_size: int) -> bytes:

@@ -76,7 +76,7 @@ class ZipMember:
     )
     end_offset: int  # declared for the type checker only: set by bound_members, not here
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one parameter per field of a central directory record, filled from one unpack
         self,
         filename: str,
         raw_name: bytes,

@@ -9,18 +9,13 @@ import zipfile
 import pytest
 
 from patched_wheels.cli import main
-from patched_wheels.elf.graph import build_graph, format_graph, read_graph
+from patched_wheels.elf.graph import build_graph, read_graph
+from patched_wheels.elf.graphtext import format_graph
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import ElfError
 from patched_wheels.hub.build import build_hub
-from patched_wheels.loading.preload import (
-    PRELOAD_DATA,
-    PreloadList,
-    plan_package_preload,
-    plan_preload,
-    read_preload_data,
-    render_preload_module,
-)
+from patched_wheels.loading.preload import PreloadRequest, plan_package_preload, plan_preload
+from patched_wheels.loading.preloadmodule import PRELOAD_DATA, PreloadList, read_preload_data, render_preload_module
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.cyclefixture import (
     CYC_ANSWER,
@@ -138,8 +133,8 @@ def test_graph_output_of_an_acyclic_set_names_no_cycle(torch):
 
 def test_a_cycle_beside_the_patched_package_changes_nothing(pil, torch, tmp_path, capsys):
     """The pillow 13 shape: faketorch needs neither bundled library; patching it works, silently."""
-    alone = plan_package_preload("faketorch", torch.all)
-    beside = plan_package_preload("faketorch", [*torch.all, *pil.all])
+    alone = plan_package_preload(PreloadRequest("faketorch"), torch.all)
+    beside = plan_package_preload(PreloadRequest("faketorch"), [*torch.all, *pil.all])
     assert beside == alone
     code = main(
         [
@@ -184,7 +179,7 @@ def test_a_cycle_the_package_needs_is_preloaded_and_imports_with_one_directory_p
     assert "libcyca.so.1: cannot open shared object file" in without.stderr
     assert run_import(flat_layout(cyc.all, tmp_path / "flat"), CYC_CODE).stdout.strip() == str(CYC_ANSWER)
 
-    preload = plan_package_preload(CYC_PACKAGE, cyc.all)
+    preload = plan_package_preload(PreloadRequest(CYC_PACKAGE), cyc.all)
     patched = patch_wheel(cyc.package_wheel, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     with zipfile.ZipFile(patched) as archive:
         preload = read_preload_data(archive.read(f"{CYC_PACKAGE}/{PRELOAD_DATA}"), where=patched.name)
@@ -228,9 +223,9 @@ def _warnings(err):
 
 
 def test_an_unreadable_library_the_package_does_not_need_is_one_warning(torch, junk, tmp_path, capsys):
-    alone = plan_package_preload("faketorch", torch.all)
+    alone = plan_package_preload(PreloadRequest("faketorch"), torch.all)
     capsys.readouterr()
-    beside = plan_package_preload("faketorch", [*torch.all, junk])
+    beside = plan_package_preload(PreloadRequest("faketorch"), [*torch.all, junk])
     assert beside == alone
     (warning,) = _warnings(capsys.readouterr().err)
     assert warning.startswith(f"patched-wheels: warning: {junk.name}: junk/libjunk.so.1: not an ELF file")
@@ -265,7 +260,7 @@ def test_an_unreadable_library_the_package_may_need_is_one_error(torch, tmp_path
     )
     wheels = [*(wheel for wheel in torch.all if wheel != jit), broken_jit]
     with pytest.raises(ElfError, match=r"fake_nvidia/jit/lib/libextra\.so\.1: not an ELF file"):
-        plan_package_preload("faketorch", wheels)
+        plan_package_preload(PreloadRequest("faketorch"), wheels)
     # A library the package needs by name, unreadable: blas's wheel ships nothing else.
     broken_blas = build_wheel(tmp_path / "blas", "fake-nvidia-blas", "12.1.0", {LIBRARY_PATHS["blas"]: b"junk"})
     wheels = [*(wheel for wheel in torch.all if wheel != torch.nvidia["blas"]), broken_blas]
@@ -316,7 +311,7 @@ def test_a_hub_with_a_cycle_in_one_spec_and_bystanders_beside_builds_with_one_wa
 
 def test_a_cycle_no_member_of_which_loads_the_others_is_optional_in_path_order_with_a_warning(tmp_path, capsys):
     cyc = build_own_cycle(tmp_path / "wheels", origin=False)
-    preload = plan_package_preload(CYC_PACKAGE, cyc.all)
+    preload = plan_package_preload(PreloadRequest(CYC_PACKAGE), cyc.all)
     (warning,) = _warnings(capsys.readouterr().err)
     libraries = cyc.libraries_wheel.name
     assert warning == (

@@ -25,7 +25,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import PatchedWheelSpec
 from patched_wheels.loading import probe
-from patched_wheels.loading.preload import read_preload_data
+from patched_wheels.loading.preloadmodule import read_preload_data
 from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.wheelfile import WheelWriter, ZipMember

@@ -19,7 +19,7 @@ from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
 from patched_wheels.hub.plan import HubConfig, HubPlan, HubRequest, plan_hub, resolved_wheels
 from patched_wheels.hub.verified import TABLE, VerifiedTable, product_table, read_table
-from patched_wheels.loading.preload import read_preload_data
+from patched_wheels.loading.preloadmodule import read_preload_data
 from patched_wheels.lock.resolve import ResolvedWheel
 from support import fakecuda
 from support.hubconfig import fetch_into, hub_inputs, load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)

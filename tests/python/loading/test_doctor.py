@@ -17,7 +17,7 @@ from patched_wheels.loading.doctor import (
     SKIPPED,
     diagnose,
 )
-from patched_wheels.loading.preload import plan_package_preload
+from patched_wheels.loading.preload import PreloadRequest, plan_package_preload
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.fakecuda import (
     LIBRARY_PATHS,
@@ -42,7 +42,7 @@ def wheels(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def patched_torch(wheels, tmp_path_factory):
-    preload = plan_package_preload("faketorch", wheels.all)
+    preload = plan_package_preload(PreloadRequest("faketorch"), wheels.all)
     return patch_wheel(
         wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", preload=preload)
     ).path
@@ -55,7 +55,7 @@ def runtime(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def patched_runtime(runtime, tmp_path_factory):
-    preload = plan_package_preload("fakejax", runtime.all, preload_wheels=[RUNTIME_GLOB])
+    preload = plan_package_preload(PreloadRequest("fakejax", preload_wheels=[RUNTIME_GLOB]), runtime.all)
     return patch_wheel(
         runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", preload=preload)
     ).path
@@ -105,7 +105,9 @@ def test_patched_set_loads_as_is(wheels, patched_torch):
 
 def test_installed_preload_is_read_from_the_wheel(wheels, tmp_path):
     # Patched against solver+sparse only: its preload cannot know jit and blas.
-    preload = plan_package_preload("faketorch", [wheels.torch, wheels.nvidia["solver"], wheels.nvidia["sparse"]])
+    preload = plan_package_preload(
+        PreloadRequest("faketorch"), [wheels.torch, wheels.nvidia["solver"], wheels.nvidia["sparse"]]
+    )
     patched = patch_wheel(wheels.torch, tmp_path / "out", PatchOptions(suffix="pw.1", preload=preload)).path
     diagnosis = diagnose([*wheels.nvidia.values(), patched], package="faketorch")
     assert diagnosis.installed

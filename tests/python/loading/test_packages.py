@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patched_wheels.cli import main
-from patched_wheels.loading.preload import PRELOAD_DATA, PRELOAD_MODULE, read_preload_data
+from patched_wheels.loading.preloadmodule import PRELOAD_DATA, PRELOAD_MODULE, read_preload_data
 from support import stackshapes
 from support.fakecuda import build_wheel, flat_layout, per_wheel_layout, run_import
 from support.hubconfig import no_user_cache, set_config  # noqa: F401  (no_user_cache: autouse, the user's caches stay out)

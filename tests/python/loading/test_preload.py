@@ -17,20 +17,24 @@ from patched_wheels.cli import main
 from patched_wheels.elf.graph import WheelRef, read_graph
 from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.loading.preload import (
-    PRELOAD_DATA,
-    PRELOAD_MODULE,
     ElfOnly,
-    PreloadList,
     PreloadPlan,
+    PreloadRequest,
     Probe,
-    add_preload_import,
     plan_package_preload,
     plan_preload,
-    read_installed_preload,
+)
+from patched_wheels.loading.preloadfiles import add_preload_import, read_installed_preload
+from patched_wheels.loading.preloadmodule import (
+    DEBUG_VARIABLE,
+    PRELOAD_DATA,
+    PRELOAD_MODULE,
+    PreloadList,
+    entry_problem,
     read_preload_data,
+    render_preload_data,
     render_preload_module,
 )
-from patched_wheels.loading.preloadmodule import DEBUG_VARIABLE, entry_problem, render_preload_data
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from support.fakecuda import (
     EXPECTED_ANSWER,
@@ -59,7 +63,7 @@ def wheels(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def preloaded_torch(wheels, tmp_path_factory):
-    preload = plan_package_preload("faketorch", wheels.all)
+    preload = plan_package_preload(PreloadRequest("faketorch"), wheels.all)
     return patch_wheel(
         wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", preload=preload)
     ).path
@@ -104,9 +108,9 @@ def test_generated_module_loads_foreign_libraries_dependencies_first(wheels, pre
 
 def test_edits_need_the_package_and_something_to_preload(wheels):
     with pytest.raises(UsageError, match="nosuchpkg: no wheel in the set ships nosuchpkg/__init__.py"):
-        plan_package_preload("nosuchpkg", wheels.all)
+        plan_package_preload(PreloadRequest("nosuchpkg"), wheels.all)
     with pytest.raises(UsageError, match="faketorch needs no shared library from the other wheels"):
-        plan_package_preload("faketorch", [wheels.torch])
+        plan_package_preload(PreloadRequest("faketorch"), [wheels.torch])
 
 
 def test_generated_module_skips_absent_libraries_and_is_a_no_op_off_linux(tmp_path, wheels):
@@ -229,7 +233,7 @@ def runtime(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def preloaded_runtime(runtime, tmp_path_factory):
-    preload = plan_package_preload(RUNTIME_PACKAGE, runtime.all, preload_wheels=[RUNTIME_GLOB])
+    preload = plan_package_preload(PreloadRequest(RUNTIME_PACKAGE, preload_wheels=[RUNTIME_GLOB]), runtime.all)
     return patch_wheel(
         runtime.package, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", preload=preload)
     ).path
@@ -298,7 +302,7 @@ def test_nothing_to_preload_without_a_probe_asks_for_the_wheels_not_for_a_probe(
     # preload = "elf" / --no-probe: no package code may run, so the hint names preload_wheels, and a probe only
     # together with preload = "auto" (the hub refuses a probe with "elf").
     with pytest.raises(UsageError) as error:
-        plan_package_preload(RUNTIME_PACKAGE, runtime.all, mode=ElfOnly())
+        plan_package_preload(PreloadRequest(RUNTIME_PACKAGE, mode=ElfOnly()), runtime.all)
     message = str(error.value)
     assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message, message
     assert "no probe ran to see which" in message and "preload_wheels, --preload-wheels" in message, message
@@ -308,7 +312,7 @@ def test_nothing_to_preload_without_a_probe_asks_for_the_wheels_not_for_a_probe(
 def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_the_hub(runtime, capsys):
     # The probe maps nothing of the other wheels (fakejax opens them only when asked): nothing to preload.
     with pytest.raises(UsageError) as error:
-        plan_package_preload(RUNTIME_PACKAGE, runtime.all, mode=Probe("pass"))
+        plan_package_preload(PreloadRequest(RUNTIME_PACKAGE, mode=Probe("pass")), runtime.all)
     message = str(error.value)
     assert message.startswith(
         f"{runtime.package.name}: fakejax needs no shared library from the other wheels given, and 'pass' maps none in one "
@@ -316,26 +320,31 @@ def test_nothing_to_preload_is_an_error_with_a_hint_for_patch_and_a_warning_for_
     )
     assert "fakejax requires fakert-bar, fakert-foo, which ship shared libraries" in message and "\n" not in message
     assert "give a probe that makes it do so" in message and "fakert-*" not in message  # no list nobody checked
-    assert plan_package_preload(RUNTIME_PACKAGE, runtime.all, strict=False, mode=Probe("pass")) is None
+    assert plan_package_preload(PreloadRequest(RUNTIME_PACKAGE, mode=Probe("pass")), runtime.all, strict=False) is None
     assert capsys.readouterr().err == f"patched-wheels: warning: {message}\n"
     # Nothing required and nothing to hint at (a pure package without the wheels it requires): no edit, and only
     # the probe's failure in one site-packages is reported.
-    assert plan_package_preload(RUNTIME_PACKAGE, [runtime.package], strict=False) is None
+    assert plan_package_preload(PreloadRequest(RUNTIME_PACKAGE), [runtime.package], strict=False) is None
     assert capsys.readouterr().err == (
         "patched-wheels: warning: probe 'import fakejax' exits with status 1 in one site-packages (AttributeError: "
         "'NoneType' object has no attribute 'origin'); the preload includes what it mapped until then\n"
     )
-    assert plan_package_preload(RUNTIME_PACKAGE, [runtime.package], strict=False, mode=Probe("pass")) is None
+    assert (
+        plan_package_preload(PreloadRequest(RUNTIME_PACKAGE, mode=Probe("pass")), [runtime.package], strict=False)
+        is None
+    )
     assert capsys.readouterr().err == ""
 
 
 def test_a_glob_matching_no_wheel_is_an_error_for_patch_and_a_warning_for_the_hub(runtime, capsys):
     message = f"{runtime.package.name}: preload wheels glob 'nvidia-*' matches no other wheel with shared libraries"
     with pytest.raises(UsageError, match=re.escape(message)):
-        plan_package_preload(RUNTIME_PACKAGE, runtime.all, preload_wheels=["nvidia-*"])
+        plan_package_preload(PreloadRequest(RUNTIME_PACKAGE, preload_wheels=["nvidia-*"]), runtime.all)
     assert (
         plan_package_preload(
-            RUNTIME_PACKAGE, [runtime.package], preload_wheels=["nvidia-*"], strict=False, mode=Probe("pass")
+            PreloadRequest(RUNTIME_PACKAGE, mode=Probe("pass"), preload_wheels=["nvidia-*"]),
+            [runtime.package],
+            strict=False,
         )
         is None
     )
@@ -375,7 +384,7 @@ def test_rendered_data_reads_back_as_the_value_it_was_rendered_from(entries):
 
 def test_a_wheel_with_an_escaping_member_never_reaches_the_preload(wheels, tmp_path):
     with pytest.raises(InvalidWheelError) as caught:
-        plan_package_preload("faketorch", with_escaping_library(wheels, tmp_path))
+        plan_package_preload(PreloadRequest("faketorch"), with_escaping_library(wheels, tmp_path))
     assert str(caught.value) == (
         f"{wheels.nvidia['jit'].name}: member '../../../../tmp/x/libjit.so.12': unsafe path (absolute, '..' or empty component)"
     )
@@ -400,11 +409,8 @@ def test_a_poisoned_elf_cache_row_never_reaches_the_preload(runtime, tmp_path, c
 
     def planned(caches: CacheContext) -> PreloadList:
         plan = plan_package_preload(
-            RUNTIME_PACKAGE,
+            PreloadRequest(RUNTIME_PACKAGE, ElfOnly(), wheel=runtime.package, preload_wheels=["fakert-foo"]),
             refs,
-            ElfOnly(),
-            package_wheel=runtime.package,
-            preload_wheels=["fakert-foo"],
             caches=caches,
         )
         assert plan is not None

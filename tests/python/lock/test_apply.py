@@ -13,7 +13,7 @@ import pytest
 
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import INDEX_OPTIONS, LockResult, _write_all, lock
+from patched_wheels.lock.apply import INDEX_OPTIONS, LockOptions, LockResult, _write_all, lock
 from patched_wheels.lock.formats import requirements
 from patched_wheels.lock.formats.registry import served_pins as read_pins
 from patched_wheels.lock.formats.requirements import comment_start, parse_requirements
@@ -37,7 +37,8 @@ INSTALLED = [
 
 def index_and_lock(requirements: Path, directory: Path, out: Path, **options) -> LockResult:
     """What the ``lock`` command and the hub do: index ``directory``, then lock against that index."""
-    return lock(requirements, build_index(directory), out, **options)
+    index = build_index(directory)
+    return lock(requirements, index, out, LockOptions(index.directory.resolve(), **options))
 
 
 @pytest.fixture
@@ -618,7 +619,7 @@ def test_lock_writes_from_the_index_it_is_given_and_touches_nothing_else(index_d
     source.write_text("torchfake==2.1.0\n")
     out = tmp_path / "out.txt"
 
-    lock(source, index, out, index_option="index-url")
+    lock(source, index, out, LockOptions(index.directory.resolve(), index_option="index-url"))
 
     assert {path: path.stat().st_mtime_ns for path in index_dir.rglob("*")} == before
     assert "torchfake==2.1.0+stripe.5" in out.read_text().splitlines()
@@ -637,7 +638,7 @@ def test_lock_refuses_an_index_whose_pages_serve_other_files(index_dir: Path, tm
     with pytest.raises(
         InvalidLockError, match=r"simple/torchfake/index.html: does not list the files the lock would pin"
     ) as caught:
-        lock(source, stale, out)
+        lock(source, stale, out, LockOptions(stale.directory.resolve()))
 
     assert len(str(caught.value).splitlines()) == 1
     assert not out.exists()

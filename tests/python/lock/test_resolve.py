@@ -16,7 +16,7 @@ from patched_wheels.base.cache import CacheContext
 from patched_wheels.cli import main
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lock import resolve as resolve_module
-from patched_wheels.lock.resolve import RECORD_KIND, page_url, parse_project_page, resolve
+from patched_wheels.lock.resolve import RECORD_KIND, IndexPages, page_url, parse_project_page, resolve
 
 INDEX = "https://example.invalid/simple"
 LINUX = [
@@ -74,7 +74,7 @@ def test_picks_the_wheel_whose_hash_is_locked_and_whose_tags_match(tmp_path: Pat
         tmp_path,
         f"torch==2.1.0 \\\n    --hash=sha256:{digest('win')} \\\n    --hash=sha256:{digest('linux')} \\\n    --hash=sha256:{digest('cp310')}\n",
     )
-    [wheel] = resolve(requirements, pages_dir=torch_page, index_url=INDEX, tags=LINUX)
+    [wheel] = resolve(requirements, IndexPages(torch_page, INDEX), tags=LINUX)
     assert wheel.filename == "torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl"
     assert wheel.urls == ("https://files.example.invalid/bb/torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl",)
     assert wheel.sha256 == digest("linux")
@@ -83,7 +83,7 @@ def test_picks_the_wheel_whose_hash_is_locked_and_whose_tags_match(tmp_path: Pat
 def test_a_file_whose_hash_is_not_locked_is_never_chosen(tmp_path: Path, torch_page: Path) -> None:
     requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('win')}\n")
     with pytest.raises(InvalidLockError, match=r"requirements_lock.txt:1: no wheel of torch==2.1.0 .* matches"):
-        resolve(requirements, pages_dir=torch_page, index_url=INDEX, tags=LINUX)
+        resolve(requirements, IndexPages(torch_page, INDEX), tags=LINUX)
 
 
 def test_relative_links_are_resolved_against_the_page(torch_page: Path) -> None:
@@ -122,7 +122,7 @@ def test_only_the_wanted_hashes_are_kept_and_joined(torch_page: Path) -> None:
 def test_percent_encoded_local_versions_are_decoded(tmp_path: Path) -> None:
     write_page(tmp_path / "pages", "torch", {"torch-2.1.0%2Bstripe.5-py3-none-any.whl": digest("local")})
     requirements = lock(tmp_path, f"torch==2.1.0+stripe.5 --hash=sha256:{digest('local')}\n")
-    [wheel] = resolve(requirements, pages_dir=tmp_path / "pages", index_url=INDEX, tags=LINUX)
+    [wheel] = resolve(requirements, IndexPages(tmp_path / "pages", INDEX), tags=LINUX)
     assert wheel.filename == "torch-2.1.0+stripe.5-py3-none-any.whl"
     assert wheel.urls == (f"{INDEX}/torch/torch-2.1.0%2Bstripe.5-py3-none-any.whl",)
 
@@ -133,7 +133,7 @@ def test_pins_whose_marker_is_false_are_skipped(tmp_path: Path, torch_page: Path
         f'pywin32==306 ; sys_platform == "win32" --hash=sha256:{digest("x")}\n'
         f"torch==2.1.0 --hash=sha256:{digest('linux')}\n",
     )
-    wheels = resolve(requirements, pages_dir=torch_page, index_url=INDEX, tags=LINUX)
+    wheels = resolve(requirements, IndexPages(torch_page, INDEX), tags=LINUX)
     assert [wheel.project for wheel in wheels] == ["torch"]
 
 
@@ -141,7 +141,7 @@ def test_explicit_urls_win_and_need_no_page(tmp_path: Path) -> None:
     requirements = lock(tmp_path, "torch==2.1.0 --hash=sha256:" + digest("linux") + "\n")
     url = "https://mirror.example.invalid/torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl"
     [wheel] = resolve(
-        requirements, pages_dir=tmp_path / "absent", index_url=INDEX, explicit={"torch": ([url], "ab" * 32)}, tags=LINUX
+        requirements, IndexPages(tmp_path / "absent", INDEX), explicit={"torch": ([url], "ab" * 32)}, tags=LINUX
     )
     assert (wheel.filename, wheel.urls, wheel.sha256) == (
         "torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl",
@@ -272,11 +272,9 @@ def test_a_page_that_cannot_be_downloaded_again_is_answered_by_what_it_taught(
     # The record holds every locked wheel, not only this interpreter's choice: another interpreter chooses too.
     [windows] = resolve(
         requirements,
-        pages_dir=tmp_path / "no-pages",
-        index_url=INDEX,
+        IndexPages(tmp_path / "no-pages", INDEX, {"torch.html"}),
         tags=[Tag("cp311", "cp311", "win_amd64")],
         caches=CacheContext.from_environment(),
-        unfetched={"torch.html"},
     )
     assert windows.filename == "torch-2.1.0-cp311-cp311-win_amd64.whl" and windows.sha256 == digest("win")
     # Another pin of the project (a lock bump) has no record: the page is needed again.
@@ -370,5 +368,5 @@ def test_a_query_string_is_not_part_of_the_filename(tmp_path: Path) -> None:
         tmp_path / "pages", "six", {"https://mirror.invalid/six-1.16.0-py2.py3-none-any.whl?token=abc": digest("six")}
     )
     requirements = lock(tmp_path, f"six==1.16.0 --hash=sha256:{digest('six')}\n")
-    [wheel] = resolve(requirements, pages_dir=tmp_path / "pages", index_url=INDEX, tags=LINUX)
+    [wheel] = resolve(requirements, IndexPages(tmp_path / "pages", INDEX), tags=LINUX)
     assert wheel.filename == "six-1.16.0-py2.py3-none-any.whl"

@@ -17,7 +17,8 @@ from patched_wheels.elf import grow as elfgrow
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
-from patched_wheels.loading.preload import PRELOAD_DATA, PRELOAD_MODULE, plan_package_preload, read_preload_data
+from patched_wheels.loading.preload import PreloadRequest, plan_package_preload
+from patched_wheels.loading.preloadmodule import PRELOAD_DATA, PRELOAD_MODULE, read_preload_data
 from patched_wheels.patch import rewrite, surgery
 from patched_wheels.patch.request import SplitRequest, rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel, split_wheel
@@ -149,7 +150,7 @@ def test_split_extends_an_existing_preload(wheels, tmp_path):
     patched = patch_wheel(
         wheels.torch,
         tmp_path / "patched",
-        PatchOptions(suffix="pw.1", preload=plan_package_preload("faketorch", wheels.all)),
+        PatchOptions(suffix="pw.1", preload=plan_package_preload(PreloadRequest("faketorch"), wheels.all)),
     ).path
     pair = split_wheel(patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"])
     with zipfile.ZipFile(pair.path) as archive:
@@ -167,7 +168,9 @@ def test_split_keeps_optional_entries_optional(wheels, tmp_path):
 
     runtime = build_runtime_loaded_wheels(tmp_path / "runtime")
     graph_wheels = [*wheels.nvidia.values(), runtime.foo, runtime.bar]
-    preload = plan_package_preload("faketorch", [wheels.torch, *graph_wheels], preload_wheels=[RUNTIME_GLOB])
+    preload = plan_package_preload(
+        PreloadRequest("faketorch", preload_wheels=[RUNTIME_GLOB]), [wheels.torch, *graph_wheels]
+    )
     patched = patch_wheel(wheels.torch, tmp_path / "patched", PatchOptions(suffix="pw.1", preload=preload)).path
     pair = split_wheel(
         patched, tmp_path / "out", into="faketorch-libs", move=["faketorch/lib/*.so"], graph_wheels=graph_wheels
@@ -282,7 +285,7 @@ def test_splitting_a_wheel_whose_preload_data_was_edited_is_one_error_and_no_out
     patched = patch_wheel(
         wheels.torch,
         tmp_path / "patched",
-        PatchOptions(suffix="pw.1", preload=plan_package_preload("faketorch", wheels.all)),
+        PatchOptions(suffix="pw.1", preload=plan_package_preload(PreloadRequest("faketorch"), wheels.all)),
     ).path
     member = f"faketorch/{PRELOAD_DATA}"
     with zipfile.ZipFile(patched) as archive:
@@ -316,7 +319,7 @@ def test_patch_and_split_in_one_call_gives_the_wheels_of_patch_then_split(wheels
     options = PatchOptions(
         suffix="pw.1",
         add_requires=["filelock>=3"],
-        preload=plan_package_preload("faketorch", wheels.all),
+        preload=plan_package_preload(PreloadRequest("faketorch"), wheels.all),
     )
     patched = patch_wheel(wheels.torch, tmp_path / "patched", options)
     two_steps = split_wheel(
@@ -334,10 +337,10 @@ def test_patch_and_split_in_one_call_gives_the_wheels_of_patch_then_split(wheels
 
 
 def test_a_split_in_the_patch_extends_the_preload_as_a_value_and_renders_it_once(wheels, tmp_path, monkeypatch):
-    from patched_wheels.loading import preload as preloading
+    from patched_wheels.loading import preloadfiles as preloading
     from patched_wheels.patch import split as splitting
 
-    preload = plan_package_preload("faketorch", wheels.all)
+    preload = plan_package_preload(PreloadRequest("faketorch"), wheels.all)
     rendered = []
     render = preloading.render_preload_module
     monkeypatch.setattr(preloading, "render_preload_module", lambda *args: rendered.append(args) or render(*args))

@@ -28,6 +28,7 @@ from patched_wheels.lock.model import (
     locked_pin,
     marker_environment,
     marker_holds,
+    package_where,
 )
 
 
@@ -44,7 +45,7 @@ def read_pylock(path: Path | str, environment: Mapping[str, str] | None = None) 
     for part in parts:
         span = Span(source, part.line, part.line + 1)
         for package in tables(parse_part(tomllib, path, text, part), "packages", span.where):
-            where = f"{span.where}: package {package.get('name')!r}"
+            where = package_where(span, package.get("name"))
             marker = get(package, "marker", str, where, "")
             if marker and not marker_holds(marker, env, where=where):
                 continue
@@ -83,9 +84,7 @@ def _pin(package: dict[str, Any], span: Span, where: str, root: Path) -> Pin:
     elif sdist and not files:  # its one file: a reference to it, as `name @ URL` is in a requirements lock
         url = _location(sdist, root, f"{where}: sdist")
     version = get(package, "version", str, where, "") or None
-    return locked_pin(
-        get(package, "name", str, where), (), version, hashes=hashes, url=url, files=files, span=span, where=where
-    )
+    return locked_pin(get(package, "name", str, where), (), version, hashes=hashes, url=url, files=files, span=span)
 
 
 def _hashes(table: dict[str, Any], where: str, default: dict[str, Any] | None = None) -> list[str]:

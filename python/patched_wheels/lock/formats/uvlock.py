@@ -40,6 +40,7 @@ from patched_wheels.lock.model import (
     locked_pin,
     marker_environment,
     marker_holds,
+    package_where,
 )
 
 _WORKSPACE_SOURCES = ("virtual", "editable", "directory")
@@ -243,7 +244,7 @@ def _project(name: str, block: Span) -> NormalizedName:
 
 
 def _where(span: Span, package: dict[str, Any]) -> str:
-    return f"{span.where}: package {package.get('name')!r}"
+    return package_where(span, package.get("name"))
 
 
 def _source_kind(package: dict[str, Any], span: Span) -> str:
@@ -339,9 +340,7 @@ def _pin(package: dict[str, Any], files: _LockedFiles, extras: list[str]) -> Pin
     if kind == "path":
         url = file_url((root / source["path"]).resolve())
     version = get(package, "version", str, where)
-    pin = locked_pin(
-        get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=found, span=span, where=where
-    )
+    pin = locked_pin(get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=found, span=span)
     return replace(pin, files=replace(files, length=len(found)))
 
 

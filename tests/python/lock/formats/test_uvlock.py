@@ -17,7 +17,7 @@ from patched_wheels.cli import main
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock import model as pins_module
 from patched_wheels.lock.formats.registry import read_lock
-from patched_wheels.lock.resolve import resolve
+from patched_wheels.lock.resolve import IndexPages, resolve
 from support.indexfixtures import pip_env, run_cli, run_pip, sha256_of
 from support.uvfixture import serve_over_http
 from support.wheelbuilder import build_wheel
@@ -103,7 +103,7 @@ def test_uv_lock_pins_for_an_environment(world: dict) -> None:
 
 
 def test_resolve_takes_the_files_a_uv_lock_names(world: dict, tmp_path: Path) -> None:
-    wheels = resolve(world["project"] / "uv.lock", pages_dir=tmp_path, index_url="unused", lock_format="uv-lock")
+    wheels = resolve(world["project"] / "uv.lock", IndexPages(tmp_path, "unused"), lock_format="uv-lock")
     assert sorted(w.filename for w in wheels) == [
         "bar-2.0-py3-none-any.whl",
         "extradep-1.0-py3-none-any.whl",

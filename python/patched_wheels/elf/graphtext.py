@@ -1,0 +1,57 @@
+"""The library graph as ``patched-wheels graph`` prints it: a listing to read, and JSON for tools.
+
+:mod:`patched_wheels.elf.graph` reads and builds the graph; this module only renders one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from patched_wheels.elf.graph import LibraryGraph
+
+
+def format_graph(graph: LibraryGraph) -> str:
+    """Human-readable listing: each library with its edges, then the load order."""
+    lines: list[str] = []
+    for library in graph.libraries:
+        lines.append(str(library))
+        if library.soname:
+            lines.append(f"  soname:  {library.soname}")
+        if library.rpath:
+            lines.append(f"  rpath:   {':'.join(library.rpath)}")
+        if library.runpath:
+            lines.append(f"  runpath: {':'.join(library.runpath)}")
+        for dependency in graph.dependencies[library]:
+            lines.append(f"  needs    {dependency}")
+        for name in graph.system[library]:
+            lines.append(f"  needs    {name} (system, not followed)")
+    lines.append("load order (dependencies first):")
+    width = len(str(len(graph.load_order)))
+    cycle_of = {library: number for number, members in enumerate(graph.cycles, start=1) for library in members}
+    for index, library in enumerate(graph.load_order, start=1):
+        mark = f"  (cycle {cycle_of[library]})" if library in cycle_of else ""
+        lines.append(f"  {index:>{width}}. {library}{mark}")
+    if graph.cycles:
+        # Only when there are any: the listing of an acyclic set stays as it was.
+        lines.append("cycles (libraries that need each other; each loads as one, first member first):")
+        for number, members in enumerate(graph.cycles, start=1):
+            lines.append(f"  cycle {number}: " + " <-> ".join(map(str, members)))
+    return "\n".join(lines)
+
+
+def graph_as_json(graph: LibraryGraph) -> dict[str, object]:
+    """The graph as plain data, for tools that consume ``patched-wheels graph --json``."""
+    return {
+        "libraries": [
+            {
+                **asdict(library),
+                "dependencies": [
+                    {"wheel": dependency.wheel, "path": dependency.path} for dependency in graph.dependencies[library]
+                ],
+                "system": list(graph.system[library]),
+            }
+            for library in graph.libraries
+        ],
+        "load_order": [{"wheel": library.wheel, "path": library.path} for library in graph.load_order],
+        "cycles": [[{"wheel": library.wheel, "path": library.path} for library in members] for members in graph.cycles],
+    }
