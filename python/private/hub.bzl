@@ -13,7 +13,7 @@ DEFAULT_INDEX_URL = "https://pypi.org/simple"
 
 # The attributes of a hub as the user writes them: the `patched.index` tag and the WORKSPACE
 # `patched_index` macro (which passes them on to `patched_hub`). Each reaches the helper as it is given
-# (`hub_request`), as a field of patched_wheels.hub.plan.IndexAttributes: a new attribute is its entry here,
+# (`hub_request`), as a field of patched_wheels.hub.documents.IndexAttributes: a new attribute is its entry here,
 # its field there and the code that reads it. Exactly one lock attribute (`requirements_lock`, `uv_lock`,
 # `pylock`: the helper's lock format registry) is given; the helper's plan checks it, naming them.
 INDEX_ATTRS = {
@@ -121,7 +121,7 @@ def request_attributes(ctx, attributes):
     return {name: _request_value(ctx, attributes[name]) for name in INDEX_ATTRS}
 
 def hub_request(ctx, attributes, *, hub, bzlmod, specs, patches, repository = ""):
-    """Writes what the user declared for one hub to `_plan/<hub>.request.json` (patched_wheels.hub.plan.HubRequest reads
+    """Writes what the user declared for one hub to `_plan/<hub>.request.json` (patched_wheels.hub.documents.HubRequest reads
     it) and returns struct(hub, path).
 
     `attributes` maps every INDEX_ATTRS attribute to its value (`index_attributes`); `specs` are `hub_specs`

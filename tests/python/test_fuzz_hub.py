@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from patched_wheels.hub.plan import PatchedWheelSpec
+from patched_wheels.hub.spec import PatchedWheelSpec
 from support.fuzzing import run_cli
 from support.hubconfig import index_attributes, spec_request_json
 

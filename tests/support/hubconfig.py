@@ -12,8 +12,8 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import main
-from patched_wheels.hub.plan import HubConfig, PatchedWheelSpec
-from patched_wheels.hub.spec import NOT_ATTRIBUTES
+from patched_wheels.hub.documents import HubConfig
+from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec
 
 from .indexfixtures import sha256_of as sha256
 from .starlark import index_attribute_defaults

@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from patched_wheels.hub.plan import HubRequest, plan_hub, resolution, resolved_wheels, with_verified_stacks
+    from patched_wheels.hub.documents import HubRequest, resolved_wheels
+    from patched_wheels.hub.plan import checked_request, plan_hub, resolution
 
     request = read_json_input(args.request, HubRequest.from_json, "hub request")
     if args.resolved is None:
@@ -45,10 +46,9 @@ def _plan(args: argparse.Namespace) -> int:
     if request.attributes.wheel_facts is not None:  # no facts file fails here, before any download (and in the build)
         read_facts(request.attributes.wheel_facts, request.index_call)
     # RULES_PATCHED_WHEELS_CACHE, XDG_CACHE_HOME and HOME come from Bazel's client environment (helper.bzl).
-    # Asked only where some spec reads the wheels, the verified stacks' included (the plan applies them again).
-    graph = with_verified_stacks(request, wheels)[0].needs_graph
-    elf_cache = CacheContext.from_environment(enabled=graph).directory("elfgraph")
-    plan = plan_hub(request, wheels, elf_cache=elf_cache)
+    # Asked only where some spec reads the wheels, the verified stacks' included (applied once, here).
+    checked = checked_request(request, wheels)
+    plan = plan_hub(checked, cache_root=CacheContext.from_environment(enabled=checked.request.needs_graph).root)
     args.config_out.write_text(json.dumps(plan.config.to_json(), indent=1), encoding="utf-8")
     for note in plan.notes:
         warn(note)
@@ -58,7 +58,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from patched_wheels.hub.build import build_hub
-    from patched_wheels.hub.plan import HubConfig
+    from patched_wheels.hub.documents import HubConfig
 
     for pin in build_hub(read_json_input(args.config, HubConfig.from_json, "hub configuration")):
         print(pin)

@@ -3,7 +3,7 @@ spec that needs no wheel.
 
 The Starlark side (PATCHED_WHEEL_SCHEMA in python/private/specs.bzl) gives Bazel the attributes; the rule
 writes what the user declared as JSON (a WORKSPACE macro's values reach it untyped), which the hub's request
-and configuration (:mod:`patched_wheels.hub.plan`) hold: :mod:`patched_wheels.base.schema` checks every value
+and configuration (:mod:`patched_wheels.hub.documents`) hold: :mod:`patched_wheels.base.schema` checks every value
 against its field's annotation and metadata before any is used, :func:`check_spec` the attributes together,
 each error naming the attribute as the user wrote it.
 """
@@ -61,7 +61,7 @@ class PatchedWheelSpec:
     """GLOB -> ``:``-separated ``$ORIGIN`` entries for the matching ELF members."""
     rpath_mode: str = field(default="set", metadata={VALUES: MODES})
     wheel: Path | None = None
-    """Not an attribute: where the hub put the original wheel (set by :func:`plan_hub`)."""
+    """Not an attribute: where the hub put the original wheel (set by :func:`~patched_wheels.hub.plan.plan_hub`)."""
     recorded: Sequence[str] = ()
     """Not an attribute: with ``preload = "elf"``, the SONAMEs a verified stack's row recorded its probe mapping
     (:mod:`patched_wheels.hub.verified`), preloaded as an observation would be, with no package code run."""
@@ -92,6 +92,27 @@ class PatchedWheelSpec:
     def to_json(self) -> dict[str, Any]:
         """The spec as the request and the configuration hold it (read back by :func:`~patched_wheels.base.schema.read_object`)."""
         return to_json(self)
+
+
+def wheel_call(hub: str, bzlmod: bool, name: str, attributes: str = "") -> str:
+    """A ``patched_wheel`` of ``hub`` as the user writes it, with ``attributes`` (``preload = "auto", …``) if
+    given: what an error names, or tells the user to write."""
+    more = f", {attributes}" if attributes else ""
+    if bzlmod:
+        return f'patched.patched_wheel(name = "{name}", hub = "{hub}"{more})'
+    return f'patched_wheel(name = "{name}"{more}) of patched_index(name = "{hub}")'
+
+
+def index_call(hub: str, bzlmod: bool) -> str:
+    """The hub as the user wrote it, to name it in errors."""
+    return f'patched.index(name = "{hub}")' if bzlmod else f'patched_index(name = "{hub}")'
+
+
+def check_specs(specs: Sequence[PatchedWheelSpec], hub: str, bzlmod: bool) -> None:
+    """:func:`check_spec` each of a hub's specs, each named as the user writes it: the configuration's, read by
+    the build, and those the build makes (:func:`patched_wheels.hub.extras.restored_extras`)."""
+    for spec in specs:
+        check_spec(spec, wheel_call(hub, bzlmod, spec.name))
 
 
 def check_spec(spec: PatchedWheelSpec, call: str) -> None:

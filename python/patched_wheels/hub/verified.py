@@ -5,7 +5,7 @@ stack (torch, JAX, TensorFlow, CuPy, onnxruntime) which project's wheel gets the
 the stack load its CUDA libraries, the lock pins that identify the stack, optionally the libraries the stack
 loads at run time (recorded as SONAMEs for the releases they were measured on, so that no package code runs at
 fetch time for those), and the evidence behind the row. A lock that pins a row's stack, in a hub whose user wrote no ``patched_wheel`` of the row's ``name``,
-gets the row's spec (:func:`applicable_rows`, :func:`row_spec`; applied by :func:`patched_wheels.hub.plan.plan_hub`,
+gets the row's spec (:func:`applicable_rows`, :func:`row_spec`; applied by :func:`patched_wheels.hub.plan.checked_request`,
 which says so in one line). ``docs/verified-stacks.md`` shows the table as :func:`render_stanzas` writes it
 (``tools/gen_verified_stacks.py``; a test holds the page equal to the table).
 

@@ -13,7 +13,7 @@ import pytest
 
 from patched_wheels.base.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.plan import INDEX, ORIGINALS, READ_ONLY, HubConfig, HubRequest, IndexAttributes
+from patched_wheels.hub.documents import INDEX, ORIGINALS, READ_ONLY, HubConfig, HubRequest, IndexAttributes
 from support.hubconfig import INDEX_ATTRIBUTES, index_attributes
 from support.starlark import PRIVATE, starlark_constants
 

@@ -93,7 +93,7 @@ def test_an_error_in_a_json_input_names_its_file(tmp_path: Path) -> None:
     import json
 
     from patched_wheels.errors import UsageError
-    from patched_wheels.hub.plan import resolved_wheels
+    from patched_wheels.hub.documents import resolved_wheels
 
     path = tmp_path / "resolved.json"
     path.write_text(

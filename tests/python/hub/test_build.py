@@ -22,8 +22,8 @@ from patched_wheels.base.fsutil import locked_directory
 from patched_wheels.cli import main
 from patched_wheels.elf import graph as elfgraph
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.build import build_hub
-from patched_wheels.hub.plan import PatchedWheelSpec
+from patched_wheels.hub.build import Staging, build_hub
+from patched_wheels.hub.spec import PatchedWheelSpec
 from patched_wheels.loading import probe
 from patched_wheels.loading.preloadmodule import read_preload_data
 from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
@@ -772,3 +772,30 @@ def test_a_build_waits_while_another_build_of_the_repository_runs(
         assert _tree(tmp_path) == before
     assert build.wait(timeout=300) == 0, build.communicate()
     assert "hub/index/faketorch-2.1.0+test.1-py3-none-linux_x86_64.whl" in _tree(tmp_path)
+
+
+def test_a_staging_links_the_hubs_wheels_and_places_each_output_where_it_belongs(tmp_path: Path) -> None:
+    """What a build writes goes to the staging's temporary places, named by the final ones; the index starts as
+    the hub's, hard-linked, less simple/ (made again), and everything is renamed into place at the end."""
+    index = tmp_path / "index"
+    (index / "simple").mkdir(parents=True)
+    (index / "a.whl").write_bytes(b"a")
+    (index / "simple" / "index.html").write_text("old", encoding="utf-8")
+    lock, facts = tmp_path / "requirements_lock.txt", tmp_path / "wheel_facts.json"
+    lock.write_text("old", encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    staging = Staging.of(index, [lock, facts], work)
+    assert list(staging.outputs) == [lock, facts] and {path.parent for path in staging.outputs.values()} == {work}
+    assert [entry.name for entry in staging.index_dir.iterdir()] == ["a.whl"]
+    assert (staging.index_dir / "a.whl").stat().st_ino == (index / "a.whl").stat().st_ino
+    (staging.index_dir / "b.whl").write_bytes(b"b")
+    for final, written in staging.outputs.items():
+        written.write_text(f"new {final.name}", encoding="utf-8")
+    assert lock.read_text(encoding="utf-8") == "old" and not facts.exists()
+    staging.place(index)
+    assert sorted(entry.name for entry in index.iterdir()) == ["a.whl", "b.whl"]
+    assert [path.read_text(encoding="utf-8") for path in (lock, facts)] == [
+        "new requirements_lock.txt",
+        "new wheel_facts.json",
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -14,7 +15,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from patched_wheels.cli import main
+from patched_wheels.elf.graph import WheelRef
+from patched_wheels.errors import UsageError
+from patched_wheels.hub.extras import Restoration, restored_extras
+from patched_wheels.hub.spec import PatchedWheelSpec
 from patched_wheels.lock.closure import Closure, missing_from
+from patched_wheels.lock.requiresdist import read_dist
 from support import extrasfixture, fakecuda, wheelbuilder
 from support.hubconfig import no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 from support.uvfixture import compile_lock, serve_over_http, uv_locks
@@ -304,3 +310,78 @@ def test_a_marker_packaging_cannot_evaluate_is_one_warning_not_a_traceback(
     ), warnings
     closure = read_closure_file(tmp_path / "hub")
     assert [e.project for e in closure.dists["a"].requires] == ["d"] and closure.dists["a"].extras == {}
+
+
+# The decision itself (hub/extras.py): pure, from pip's closure and the plan's specs, pins and references.
+
+TOOLKIT = "toolkit-1.0-py3-none-any.whl"
+SET = [
+    WheelRef("app-1.0-py3-none-any.whl", "a" * 64, Path("/hub/_wheels/app-1.0-py3-none-any.whl")),
+    WheelRef(TOOLKIT, "b" * 64, Path(f"/hub/_wheels/{TOOLKIT}")),
+    WheelRef("tk_rt-1.0-py3-none-any.whl", "c" * 64, Path("/hub/_wheels/tk_rt-1.0-py3-none-any.whl")),
+]
+PLANNED = Restoration(
+    (),
+    {},
+    {
+        "app": ("https://x/app-1.0-py3-none-any.whl", "a" * 64),
+        "toolkit": (f"https://x/{TOOLKIT}", "b" * 64),
+        "tk-rt": ("https://x/tk_rt-1.0-py3-none-any.whl", "c" * 64),
+    },
+)
+
+
+def closure_of(*dists: tuple[str, list[str], list[str]]) -> Closure:
+    """Pip's closure of the dists given as (project, Requires-Dist, Provides-Extra), each at 1.0, with no root extra."""
+    read = [read_dist(project, "1.0", requires, provides, origin=project) for project, requires, provides in dists]
+    return Closure({dist.project: dist for dist in read}, {})
+
+
+APP_SET = closure_of(
+    ("app", ["toolkit[rt]==1.0"], []),
+    ("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]),
+    ("tk-rt", [], []),
+)
+
+
+def test_a_wheel_whose_extra_pip_installs_gets_a_spec_of_its_own_and_its_pin_is_replaced() -> None:
+    restored = restored_extras(PLANNED, APP_SET, SET, hub="h", bzlmod=True)
+    assert restored.patched == (
+        PatchedWheelSpec(name="toolkit", suffix="extras", add_requires=("tk-rt==1.0",), wheel=SET[1].path),
+    )
+    assert restored.replaced == {"toolkit": ["b" * 64]}
+    assert restored.references == {key: PLANNED.references[key] for key in ("app", "tk-rt")}
+    assert (
+        restored_extras(
+            PLANNED, closure_of(*[(p, [], []) for p in ("app", "toolkit", "tk-rt")]), SET, hub="h", bzlmod=True
+        )
+        == PLANNED
+    )
+
+
+def test_the_users_patched_wheel_of_that_project_gets_the_requirements_instead() -> None:
+    user = PatchedWheelSpec(
+        name="Toolkit", suffix="test.1", add_requires=("app==1.0",), wheel=Path(f"/hub/originals/{TOOLKIT}")
+    )
+    planned = Restoration(
+        (user,), {"toolkit": ["b" * 64]}, {k: v for k, v in PLANNED.references.items() if k != "toolkit"}
+    )
+    restored = restored_extras(planned, APP_SET, SET, hub="h", bzlmod=True)
+    assert restored == Restoration(
+        (dataclasses.replace(user, add_requires=("app==1.0", "tk-rt==1.0")),), planned.replaced, planned.references
+    )
+
+
+def test_every_spec_it_returns_is_checked_as_the_configurations_are() -> None:
+    flawed = PatchedWheelSpec(name="app", suffix="test.1", preload_package="app", wheel=SET[0].path)
+    with pytest.raises(
+        UsageError,
+        match=r'^patched_wheel\(name = "app"\) of patched_index\(name = "h"\): preload_package needs preload = "auto" or "elf"$',
+    ):
+        restored_extras(dataclasses.replace(PLANNED, patched=(flawed,)), APP_SET, SET, hub="h", bzlmod=False)
+
+
+def test_an_extra_whose_requirement_the_lock_does_not_pin_is_refused_naming_restore_extras() -> None:
+    unpinned = closure_of(("app", ["toolkit[rt]==1.0"], []), ("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]))
+    with pytest.raises(UsageError, match=r'^patched\.index\(name = "h"\): restore_extras: toolkit\[rt\] requires '):
+        restored_extras(PLANNED, unpinned, SET[:2], hub="h", bzlmod=True)

@@ -16,15 +16,9 @@ import pytest
 
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.plan import (
-    HubConfig,
-    HubRequest,
-    PatchedWheelSpec,
-    check_request,
-    plan_hub,
-    resolution,
-)
-from patched_wheels.hub.spec import NOT_ATTRIBUTES
+from patched_wheels.hub.documents import HubConfig, HubPlan, HubRequest
+from patched_wheels.hub.plan import check_request, checked_request, plan_hub, resolution
+from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel
 from support.hubconfig import INDEX_ATTRIBUTES, index_attributes, spec_request_json
@@ -116,6 +110,11 @@ def request(*specs: dict[str, object], **values: object) -> HubRequest:
 
 
 CALL = 'patched.patched_wheel(name = "faketorch", hub = "fixed")'
+
+
+def planned(request: HubRequest, wheels: list[ResolvedWheel], *, cache_root: Path | None) -> HubPlan:
+    """The plan of ``request`` over ``wheels``, as ``hub plan`` makes it."""
+    return plan_hub(checked_request(request, wheels), cache_root=cache_root)
 
 
 @pytest.mark.parametrize(
@@ -237,7 +236,7 @@ WHEELS = [wheel("faketorch", "2.1.0"), wheel("fake-nvidia-jit"), wheel("fake-nvi
 
 
 def test_direct_references_name_the_unpatched_wheels_upstream() -> None:
-    plan = plan_hub(request(), WHEELS, elf_cache=None)
+    plan = planned(request(), WHEELS, cache_root=None)
     assert plan.exports == ("requirements_lock.txt", "pip_closure.json") and "needs_patchelf" not in plan.to_json()
     config = plan.config
     assert [w.filename for w in config.wheels] == [w.filename for w in WHEELS]
@@ -253,25 +252,25 @@ def test_an_output_base_with_a_blank_is_refused_before_any_download_naming_it() 
         UsageError,
         match=r"^patched\.index\(name = \"fixed\"\): the hub repository's directory '/home/J Doe/out/fixed': holds ' '",
     ):
-        plan_hub(request(repository="/home/J Doe/out/fixed"), WHEELS, elf_cache=None)
+        planned(request(repository="/home/J Doe/out/fixed"), WHEELS, cache_root=None)
 
 
 def test_every_wheel_is_fetched_for_the_build_to_read() -> None:
     """Pip's closure needs each wheel's METADATA, and whatever a cache or facts file says of a wheel is checked
     against the wheel: every wheel is fetched, the unpatched ones into _wheels/, deleted after the build."""
-    cache = Path("/home/u/.cache/rules_patched_wheels/elfgraph")
+    cache = Path("/home/u/.cache/rules_patched_wheels")
     for specs in ([spec_json(preload="auto")], [spec_json()]):
-        plan = plan_hub(request(*specs), WHEELS, elf_cache=cache)
+        plan = planned(request(*specs), WHEELS, cache_root=cache)
         assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [
             f"_wheels/{w.filename}" for w in WHEELS[1:]
         ]
         assert all(w.path is not None for w in plan.config.wheels)
         assert plan.scratch == ("originals", "_wheels") and "pip_closure.json" in plan.exports
-    assert plan_hub(request(spec_json(preload="auto")), WHEELS, elf_cache=cache).config.elf_cache == cache
+    assert planned(request(spec_json(preload="auto")), WHEELS, cache_root=cache).config.cache_root == cache
 
 
 def test_an_index_option_serves_every_wheel_from_the_hub() -> None:
-    plan = plan_hub(request(index_option="index-url", rules_python_version="1.6.0"), WHEELS, elf_cache=None)
+    plan = planned(request(index_option="index-url", rules_python_version="1.6.0"), WHEELS, cache_root=None)
     assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [
         f"index/{w.filename}" for w in WHEELS[1:]
     ]
@@ -282,20 +281,20 @@ def test_direct_references_for_a_pip_release_serve_every_wheel_from_the_hub(rele
     """rules_python before 2 installs with pip, which would fetch each unpatched wheel by URL again after every
     `clean --expunge`: the hub keeps the copies it fetched by sha256 (through the repository cache) in its index
     and the lock sends pip there alone. 2.x fetches the unpatched wheels itself, by sha256."""
-    plan = plan_hub(request(rules_python_version=release), WHEELS, elf_cache=None)
+    plan = planned(request(rules_python_version=release), WHEELS, cache_root=None)
     assert [f.output for f in plan.fetch] == [f"originals/{WHEELS[0].filename}"] + [
         f"index/{w.filename}" for w in WHEELS[1:]
     ]
     assert plan.config.every_pin_served and plan.config.attributes.index_option == "direct"
     for modern in ("2.3.2", ""):
-        assert not plan_hub(request(rules_python_version=modern), WHEELS, elf_cache=None).config.every_pin_served
-    pip_index = plan_hub(request(index_option="index-url", rules_python_version=release), WHEELS, elf_cache=None)
+        assert not planned(request(rules_python_version=modern), WHEELS, cache_root=None).config.every_pin_served
+    pip_index = planned(request(index_option="index-url", rules_python_version=release), WHEELS, cache_root=None)
     assert not pip_index.config.every_pin_served  # that option sends pip to the hub's index already
 
 
 def test_a_uv_lock_input_exports_a_uv_lock() -> None:
     split = spec_json(preload="auto", split_into="faketorch-libs", split_move=["*.so"])
-    plan = plan_hub(request(split, requirements_lock=None, uv_lock="/ws/uv.lock"), WHEELS, elf_cache=None)
+    plan = planned(request(split, requirements_lock=None, uv_lock="/ws/uv.lock"), WHEELS, cache_root=None)
     assert plan.exports == ("requirements_lock.txt", "pip_closure.json", "uv.lock")
     assert (
         plan.config.out_uv_lock == Path("/out/external/fixed/uv.lock") and plan.config.attributes.lock[0] == "uv_lock"
@@ -307,17 +306,17 @@ def test_a_release_the_requirement_refuses_fails_before_any_download() -> None:
         UsageError,
         match=r'the lock pins faketorch-2\.1\.0-.*\.whl, version 2\.1\.0, which does not satisfy requirement = "faketorch==2\.2\.0"',
     ):
-        plan_hub(request(spec_json(requirement="faketorch==2.2.0")), WHEELS, elf_cache=None)
-    assert plan_hub(request(spec_json(requirement="faketorch>=2")), WHEELS, elf_cache=None).fetch
+        planned(request(spec_json(requirement="faketorch==2.2.0")), WHEELS, cache_root=None)
+    assert planned(request(spec_json(requirement="faketorch>=2")), WHEELS, cache_root=None).fetch
 
 
 def test_a_patched_project_the_lock_does_not_pin_is_named_with_the_lock_attribute() -> None:
     with pytest.raises(UsageError, match=r'faketorch is not pinned in pylock = "/ws/pylock.toml"'):
-        plan_hub(request(requirements_lock=None, pylock="/ws/pylock.toml"), WHEELS[1:], elf_cache=None)
+        planned(request(requirements_lock=None, pylock="/ws/pylock.toml"), WHEELS[1:], cache_root=None)
 
 
 def test_the_config_round_trips_and_refuses_a_missing_or_unknown_key() -> None:
-    config = plan_hub(request(spec_json(preload="auto")), WHEELS, elf_cache=Path("/c")).config
+    config = planned(request(spec_json(preload="auto")), WHEELS, cache_root=Path("/c")).config
     assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).to_json() == config.to_json()
     raw = config.to_json()
     del raw["references"]
@@ -408,13 +407,13 @@ def test_a_request_missing_a_key_is_one_error_line(tmp_path: Path, capsys: pytes
 def test_whether_the_build_reads_the_graph_is_the_plans_decision_in_the_config() -> None:
     """Decided once, from the request: the build reads the configuration's answer and decides nothing again."""
     for spec, reads in ((spec_json(preload="elf"), True), (spec_json(split_into="libs", split_max_size=1), True)):
-        assert plan_hub(request(spec), WHEELS, elf_cache=None).config.needs_graph is reads
-    assert plan_hub(request(spec_json()), WHEELS, elf_cache=None).config.needs_graph is False
+        assert planned(request(spec), WHEELS, cache_root=None).config.needs_graph is reads
+    assert planned(request(spec_json()), WHEELS, cache_root=None).config.needs_graph is False
 
 
 def test_the_probe_travels_from_the_request_to_the_build_config() -> None:
     probe = "import faketorch; faketorch.answer()"
-    config = plan_hub(request(spec_json(preload="auto", probe=probe)), WHEELS, elf_cache=None).config
+    config = planned(request(spec_json(preload="auto", probe=probe)), WHEELS, cache_root=None).config
     assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).patched[0].probe == probe
 
 
@@ -447,7 +446,7 @@ def test_a_resolved_name_that_is_not_a_wheel_file_name_is_refused(filename: str)
         UsageError,
         match=r'requirements_lock = "/ws/requirements_lock.txt": faketorch resolves to .*not a wheel file name',
     ):
-        plan_hub(request(), [bad, *WHEELS[1:]], elf_cache=None)
+        planned(request(), [bad, *WHEELS[1:]], cache_root=None)
 
 
 @pytest.mark.parametrize("hostile", ["fifo", "/dev/zero", "directory", "latin1"])
@@ -571,9 +570,9 @@ def test_python_preload_values_are_the_starlark_ones() -> None:
 )
 def test_the_extras_attribute_is_checked_before_any_download(extras: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=r'^patched\.index\(name = "fixed"\): ' + message):
-        plan_hub(request(extras=extras), WHEELS, elf_cache=None)
+        planned(request(extras=extras), WHEELS, cache_root=None)
 
 
 def test_the_extras_attribute_reaches_the_build_by_canonical_project() -> None:
-    config = plan_hub(request(extras=["Fake_Nvidia.JIT[Cu_Da]", "fake-nvidia-jit[rt]"]), WHEELS, elf_cache=None).config
+    config = planned(request(extras=["Fake_Nvidia.JIT[Cu_Da]", "fake-nvidia-jit[rt]"]), WHEELS, cache_root=None).config
     assert config.root_extras == {"fake-nvidia-jit": ["cu-da", "rt"]}

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from benchmarks.stacks import STACKS
 from patched_wheels.base.schema import to_json
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import build_hub
-from patched_wheels.hub.plan import HubConfig, HubPlan, HubRequest, plan_hub, resolved_wheels
+from patched_wheels.hub.documents import HubConfig, HubPlan, HubRequest, resolved_wheels
+from patched_wheels.hub.plan import checked_request, plan_hub
 from patched_wheels.hub.verified import TABLE, VerifiedTable, product_table, read_table
 from patched_wheels.loading.preloadmodule import read_preload_data
 from patched_wheels.lock.resolve import ResolvedWheel
@@ -68,7 +70,7 @@ def plan_fake_hub(
     """The plan of a hub over a lock of ``wheels`` (``table``: the verified stacks), its
     files fetched where it says."""
     request, resolved, sources = hub_inputs(tmp_path, wheels, list(specs), index_option="index-url", **attributes)
-    plan = plan_hub(HubRequest.from_json(request), resolved_wheels(resolved), elf_cache=None, stacks=table)
+    plan = plan_hub(checked_request(HubRequest.from_json(request), resolved_wheels(resolved), table), cache_root=None)
     fetch_into(tmp_path, [dataclasses.asdict(fetch) for fetch in plan.fetch], sources)
     return plan
 
@@ -180,7 +182,9 @@ def test_the_products_table_applies_the_jax_cuda13_row_to_a_lock_pinning_its_plu
     request, _, _ = hub_inputs(tmp_path, [], [])
     for version, preload, probe in (("0.10.2", "auto", "import jax; jax.devices()"), ("0.12.0.1", "elf", "")):
         wheels = [wheel(project, version) for project in ("jax", "jax-cuda13-plugin", "jax-cuda13-pjrt")]
-        plan = plan_hub(HubRequest.from_json({**request, "repository": str(tmp_path)}), wheels, elf_cache=None)
+        plan = plan_hub(
+            checked_request(HubRequest.from_json({**request, "repository": str(tmp_path)}), wheels), cache_root=None
+        )
         (spec,) = plan.config.patched
         assert (spec.name, spec.preload_package, spec.preload, spec.probe, spec.suffix) == (
             "jax-cuda13-pjrt",
@@ -281,6 +285,38 @@ def test_hub_plan_says_which_rows_it_applies_in_one_warning_line(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("patched-wheels: warning: ") and 'name = "jax-cuda13-pjrt"' in line
     assert [spec.name for spec in config.patched] == ["jax-cuda13-pjrt"]
+
+
+def test_hub_plan_applies_the_table_once_and_reads_each_file_name_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command asks where the cache is only when some spec reads the wheels, the rows' included: the rows are
+    applied once, and that one request is what the plan places; each resolved file name is read once, for the
+    row's recording, the ``requirement`` and the file's place alike."""
+    from patched_wheels.hub import plan
+
+    applied, parsed = Counter[int](), Counter[str]()
+
+    def counted_stacks(*args: Any, **kwargs: Any) -> Any:
+        applied[0] += 1
+        return with_verified_stacks(*args, **kwargs)
+
+    def counted_parse(filename: str) -> Any:
+        parsed[filename] += 1
+        return parse_wheel_filename(filename)
+
+    with_verified_stacks, parse_wheel_filename = plan.with_verified_stacks, plan.parse_wheel_filename
+    monkeypatch.setattr(plan, "with_verified_stacks", counted_stacks)
+    monkeypatch.setattr(plan, "parse_wheel_filename", counted_parse)
+    files = []
+    for name in ("jax-0.12.0.1", "jax_cuda13_pjrt-0.12.0.1"):
+        files.append(tmp_path / f"{name}-py3-none-any.whl")
+        files[-1].write_bytes(name.encode())  # the plan reads no wheel
+    spec = {"name": "jax", "requirement": "jax==0.12.0.1"}
+    config = load_config(write_config(tmp_path / "hub", files[1:], [(files[0], spec)]))
+    assert [(spec.name, spec.preload) for spec in config.patched] == [("jax", "off"), ("jax-cuda13-pjrt", "elf")]
+    assert applied[0] == 1
+    assert parsed == {file.name: 1 for file in files}
 
 
 def test_a_recorded_soname_two_wheels_ship_is_preloaded_from_neither_with_one_warning(

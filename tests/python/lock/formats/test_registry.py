@@ -9,7 +9,7 @@ import inspect
 from pathlib import Path
 
 from patched_wheels.cli import build_parser, lock_input
-from patched_wheels.hub.plan import LOCK_FORMATS as HUB_LOCK_FORMATS
+from patched_wheels.hub.documents import LOCK_FORMATS as HUB_LOCK_FORMATS
 from patched_wheels.lock.formats.registry import LOCK_FORMATS
 from support.importgraph import PACKAGE, ROOT, import_graph, reached
 from support.starlark import PRIVATE, starlark_constants
@@ -24,6 +24,7 @@ LATER = (
     "lock.formats.pipwriter",
     *WRITERS,
     "lock.resolve",
+    "hub.documents",
     "hub.plan",
     "hub.build",
 )
