@@ -108,8 +108,9 @@ class WheelWriter:
     output depends only on the input bytes and the order of calls.  Before the rename the
     file is opened as a :class:`WheelReader` under its final name, given the records and
     RECORD rows just encoded (:class:`WrittenArchive`): what we write passes the checks of
-    what we read (one ``.dist-info`` with METADATA and WHEEL, names and versions that
-    agree, no file where a directory is).
+    what we read that this class does not make true by itself (one ``.dist-info`` with
+    METADATA and WHEEL, names and versions that agree, no file where a directory is,
+    RECORD listing every member).
     """
 
     def __init__(self, dest: Path | str, *, dist_info: str) -> None:
