@@ -37,14 +37,8 @@ class _Write(NamedTuple):
     offset: int
 
 
-_COPY_SLICE = 64 << 20
-"""The most one kernel copy call moves, so that the writer's writes waiting for the thread go out in between.
-
-Large, because after each call the thread waits for the interpreter's lock, which the writer's loop over the
-small members holds for up to the switch interval (5 ms) at a time: a 2.4 ms slice (8 MiB) left the copy
-running a quarter to a third of the time that loop ran, a 19 ms one (64 MiB, about 20 ms of a page cache copy
-here) 0.7-0.95 of it (a thread sleeping in slices of that length beside a busy one, 9 trials each).  The
-writes waiting (at most :data:`_MAX_WAITING_WRITES`) wait one slice longer."""
+_COPY_SLICE = 8 << 20
+"""The most one kernel copy call moves, so that the writer's writes waiting for the thread go out in between."""
 _MAX_WAITING_WRITES = 16
 """Writes (the buffer's, about CHUNK_SIZE each) the thread may owe the writer; one more waits: bounded memory."""
 
