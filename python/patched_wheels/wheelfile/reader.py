@@ -285,8 +285,8 @@ class WheelReader:
         layout = _MemberLayout()
         if written:
             for info in infos:
-                if problem := layout.add(info.filename):
-                    raise InvalidWheelError(f"{self.name}: member {info.filename!r}: {problem}")
+                if conflict := layout.add(info.filename):
+                    raise InvalidWheelError(f"{self.name}: member {info.filename!r}: {conflict}")
             return {info.filename: info for info in infos}, layout.top_level()
         indexed: dict[str, ZipMember] = {}
         for info in infos:
