@@ -33,6 +33,10 @@ the rounds, and the ratio to ``cp``'s median; then the JSON line of ``harness.pr
 ``PYTHONPATH`` (e.g. ``git worktree add --detach /tmp/split-base main``), alternating with this tree's,
 so a change is measured against the code before it in the same run.
 
+``--steps patch`` (or ``split``, ``hub``, several allowed) times only those steps of each tree beside ``cp``, its
+control and the start-up (the floor only with a split): more rounds of ``patch`` fit where the splits take seconds
+each; the targets judged are those of the steps run.
+
 Two more steps in every round: ``cp (control)``, the same ``cp`` again (its ratio to ``cp`` is the noise
 between two runs of the same work), and ``start-up: patch --help``, the interpreter's start-up and the patch
 command's imports (what every command of the helper pays before reading a byte).
@@ -55,7 +59,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from benchmarks.harness import Run, Step, add_json_option, alternate, measure, print_json, step_summary
 from benchmarks.inflate_floor import cpu_features, floor_step
@@ -128,15 +132,21 @@ def check_split(output: Path, wheel: Path) -> str:
     return f"main {main[0].stat().st_size / MIB:.0f} MiB, sibling {moved_wheel[0].stat().st_size / MIB:.0f} MiB ({len(moved)} libraries)"
 
 
+STEPS = {"patch": "patch", "split": "split", "hub": HUB}
+"""``--steps`` choices: the step of each tree they name."""
+
+
 def steps_for(
     tree: str,
     python_dir: Path | None,
     wheels: list[tuple[Path, str]],
     work: Path,
     env: dict[str, str],
+    chosen: Sequence[str] = tuple(STEPS),
 ) -> list[Step]:
     """The patch and split steps of one source tree (``python_dir`` first on PYTHONPATH; None: the installed
-    one); ``wheels``: the wheel and the graph's other wheels, each with its sha256."""
+    one) among those ``chosen`` (keys of :data:`STEPS`); ``wheels``: the wheel and the graph's other wheels,
+    each with its sha256."""
     if python_dir is not None:
         env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(python_dir), env.get("PYTHONPATH", "")]))}
     wheel = wheels[0][0]
@@ -183,7 +193,8 @@ def steps_for(
         Step(f"{tree}: split", [*split, str(out / "split")], env, out / "split"),
         Step(f"{tree}: {HUB}", as_the_hub, env, out / "split-hub"),
     ]
-    return steps
+    labels = {f"{tree}: {STEPS[name]}" for name in chosen}
+    return [step for step in steps if step.label in labels]
 
 
 def floor_ratios(results: dict[str, Any], cores: int) -> dict[str, dict[str, float]]:
@@ -191,6 +202,8 @@ def floor_ratios(results: dict[str, Any], cores: int) -> dict[str, dict[str, flo
     split reads every library before it writes the members that need them, so its CPU is compared with the
     inflate's, its wall with the floor's on ``cores`` threads and ``cp``'s together (issue 50's target), and
     with the floor's on one thread and ``cp``'s (issue 43's figure)."""
+    if FLOOR not in results:  # no split run (--steps)
+        return {}
     floor, cp = results[FLOOR], results["cp"]
     over_floor = {
         label: {
@@ -240,13 +253,14 @@ def print_table(results: dict[str, Any]) -> None:
 
 
 def judge(results: dict[str, Any], over_floor: dict[str, dict[str, float]], cores: int) -> dict[str, bool]:
-    """This tree's steps against issue 50's targets (see the module docstring)."""
+    """This tree's steps against issue 50's targets (see the module docstring), those of the steps run."""
     verdicts = {
         f"{step} <= {most:g}x cp {field}": results[f"this tree: {step}"]["ratio"][field] <= most
         for step, most in TARGETS.items()
+        if f"this tree: {step}" in results
         for field in ("wall", "cpu")
     }
-    for step in ("split", HUB):
+    for step in (step for step in ("split", HUB) if f"this tree: {step}" in results):
         verdicts[f"{step} wall <= {FLOOR_TARGET:g}x (floor / {cores} cores + cp)"] = (
             over_floor[f"this tree: {step}"]["wall over floor / cores + cp"] <= FLOOR_TARGET
         )
@@ -256,7 +270,7 @@ def judge(results: dict[str, Any], over_floor: dict[str, dict[str, float]], core
     return verdicts
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
@@ -282,9 +296,19 @@ def main() -> int:
         "--baseline-tree", type=Path, help="a checkout of the code to compare with (its python/ is used)"
     )
     parser.add_argument("--work-dir", type=Path, help="scratch directory (default: a new temp dir, removed at the end)")
+    parser.add_argument(
+        "--steps",
+        nargs="+",
+        choices=STEPS,
+        default=list(STEPS),
+        help="the steps of each tree to time (default: all); the floor is timed with a split",
+    )
     add_json_option(parser)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> int:
+    args = parse_args()
     load_before = list(os.getloadavg())
     graph_wheels = [path.resolve() for path in args.graph_wheels]
     if args.synthetic:
@@ -304,12 +328,13 @@ def main() -> int:
         Step(CONTROL, ["cp", str(wheel), str(work / "cp-control")], env, work / "cp-control"),
         # The floor of any command of the helper: the interpreter's start-up and the patch command's imports.
         Step(STARTUP, [sys.executable, "-m", "patched_wheels", "patch", "--help"], env, work / "startup"),
-        floor_step(FLOOR, sys.executable, [wheel, *graph_wheels], work, env),
     ]
+    if {"split", "hub"} & set(args.steps):
+        steps.append(floor_step(FLOOR, sys.executable, [wheel, *graph_wheels], work, env))
     wheels = [(path, hash_file(path)) for path in [wheel, *graph_wheels]]
-    steps += steps_for("this tree", None, wheels, work, env)
+    steps += steps_for("this tree", None, wheels, work, env, args.steps)
     if args.baseline_tree is not None:
-        steps += steps_for("baseline", args.baseline_tree.resolve() / "python", wheels, work, env)
+        steps += steps_for("baseline", args.baseline_tree.resolve() / "python", wheels, work, env, args.steps)
     trees = [REPO / "python", *([args.baseline_tree.resolve() / "python"] if args.baseline_tree is not None else [])]
     for tree in trees:  # as installed: byte-compiled once (under PYTHONDONTWRITEBYTECODE every run compiles again)
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True, stdout=subprocess.DEVNULL)
@@ -345,6 +370,7 @@ def main() -> int:
         "rounds": args.rounds,
         "synthetic": bool(args.synthetic),
         "baseline_tree": str(args.baseline_tree or ""),
+        "steps": args.steps,
         "cpu": cpu_features(),
         "load before": load_before,
         "load after": list(os.getloadavg()),

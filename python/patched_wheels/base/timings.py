@@ -17,7 +17,6 @@ Bazel's client environment (``--repo_env``) without declaring it, so setting it 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from contextlib import contextmanager
@@ -84,10 +83,9 @@ def record(command: Sequence[str], facts: Mapping[str, str] | None = None) -> No
         "phases": phases,
         **(facts or {}),
     }
-    from patched_wheels.base.fsutil import (
-        NotRegularFileError,
-        open_regular_file,
-    )  # only when asked: every command imports this
+    import json  # only when asked, as fsutil: every command imports this module
+
+    from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file
 
     try:  # a FIFO without a reader, a device or a link is no place for them, and must not hang the run
         with os.fdopen(open_regular_file(path, append=True), "a", encoding="utf-8") as file:

@@ -46,12 +46,22 @@ _SUPPORTED_WHEEL_VERSION = 1  # major Wheel-Version pip installs
 
 
 class WrittenArchive(NamedTuple):
-    """What :class:`~patched_wheels.wheelfile.WheelWriter` wrote, known without parsing it back.
+    """What :class:`~patched_wheels.wheelfile.WheelWriter` wrote, known without parsing it back: the check of
+    a wheel about to be published (``WheelReader(..., written=...)``) asks of it only what its writer's callers
+    decide.
 
-    The central directory's records and RECORD's rows, as the writer encoded them into the
-    file: a reader given them checks them exactly as if it had parsed them (every check of
-    the module docstring; METADATA and WHEEL are still read from the file and hash-checked),
-    and skips only decoding what was just encoded.
+    The central directory's records and RECORD's rows, as the writer encoded them into the file.  True by the
+    writer's construction, so not checked again (each costs a pass over torch's 10,600 members): member
+    names safe and distinct (``WheelWriter._claim`` refuses any other); each record sound (a raw copy keeps the
+    record the input's own check passed, a deflated member's is the writer's); members one after another, the
+    central directory after the last (no overlap, nothing past the end); RECORD a row per member written, no
+    other, each a raw copy's input row (its size the same record's) or one counted from the bytes deflated.
+
+    Still checked, since the members written decide them (a patch that adds ``a.py/b``, a rename, a METADATA
+    or WHEEL edited): no file where a directory is; one ``.dist-info``, named as the file; RECORD lists every
+    member but directories and RECORD's own files, and hashes all but those; METADATA and WHEEL there, UTF-8,
+    their name, version and Wheel-Version agreeing, read back from the file (their local headers checked,
+    their bytes against RECORD's hashes).
     """
 
     members: list[ZipMember]
@@ -116,20 +126,20 @@ class WheelReader:
             raise
 
     def _check(self, file_size: int, written: WrittenArchive | None) -> _Checked:
-        """The structural checks, METADATA's and WHEEL's (the module docstring): what they found."""
+        """The structural checks, METADATA's and WHEEL's (the module docstring): what they found.  Given what a
+        writer ``written``, those its construction does not make true (:class:`WrittenArchive`)."""
         if written is None:
             members, directory_offset = read_directory(self._fd, path=self.path)
         else:
             members, directory_offset = written.members, written.directory_offset
-        # The writer refused every unsafe name it wrote (WheelWriter._claim): the same check, not run twice.
-        self._infos, top_level = self._index_members(members, file_size, names_checked=written is not None)
-        overlap = bound_members(members, directory_offset)
+        self._infos, top_level = self._index_members(members, file_size, written=written is not None)
+        overlap = bound_members(members, directory_offset)  # also each member's end, for reading METADATA and WHEEL
         if overlap is not None:
             member, next_member = overlap
             into = "the central directory" if next_member is None else f"member {next_member.filename!r}"
             raise InvalidWheelError(f"{self.name}: member {member.filename!r}: overlaps {into}")
         self.dist_info = self._find_dist_info(top_level)
-        self._record = self._load_record(None if written is None else written.record)
+        self._record = self._load_record() if written is None else self._written_record(written.record)
         metadata = self._check_metadata()
         self._check_wheel_file()
         return _Checked(self._infos, self.dist_info, self._record, metadata)
@@ -268,15 +278,20 @@ class WheelReader:
     # -- structural checks
 
     def _index_members(
-        self, infos: Sequence[ZipMember], file_size: int, *, names_checked: bool
+        self, infos: Sequence[ZipMember], file_size: int, *, written: bool
     ) -> tuple[dict[str, ZipMember], set[str]]:
-        """The members by name, once each passed its checks (``names_checked``: the paths' safety is known),
-        and the top-level directories."""
-        indexed: dict[str, ZipMember] = {}
+        """The members by name, once each passed its checks (``written``: a writer's, whose names and records
+        are sound by its construction, so only their layout is checked), and the top-level directories."""
         layout = _MemberLayout()
+        if written:
+            for info in infos:
+                if conflict := layout.add(info.filename):
+                    raise InvalidWheelError(f"{self.name}: member {info.filename!r}: {conflict}")
+            return {info.filename: info for info in infos}, layout.top_level()
+        indexed: dict[str, ZipMember] = {}
         for info in infos:
             name = info.filename
-            if not names_checked and not is_safe_member_path(name):
+            if not is_safe_member_path(name):
                 problem: str | None = "unsafe path (absolute, '..' or empty component)"
             elif name in indexed:
                 problem = "duplicate member name"
@@ -303,14 +318,11 @@ class WheelReader:
             )
         return directory
 
-    def _load_record(self, rows: Sequence[RecordEntry] | None) -> dict[str, RecordEntry]:
-        """RECORD's rows (``rows``: those the writer wrote), checked against the zip's members."""
+    def _load_record(self) -> dict[str, RecordEntry]:
+        """RECORD's rows, checked against the zip's members."""
+        origin = self._record_origin()
         record_name = f"{self.dist_info}/RECORD"
-        origin = f"{self.name}: {record_name}"
-        if record_name not in self._infos:
-            raise InvalidWheelError(f"{origin}: missing")
-        if rows is None:
-            rows = parse_record(b"".join(member_content(self.raw_member(record_name))), origin=origin)
+        rows = parse_record(b"".join(member_content(self.raw_member(record_name))), origin=origin)
         record: dict[str, RecordEntry] = {}
         unhashed_allowed = generated_members(self.dist_info)
         infos = self._infos
@@ -328,13 +340,37 @@ class WheelReader:
             if hash_ and size is None:
                 raise InvalidWheelError(f"{origin}: {path} has no size")
             record[path] = entry
-        for name in self._infos:
-            if not name.endswith("/") and name not in record and name not in unhashed_allowed:
-                raise InvalidWheelError(f"{origin}: does not list {name}")
+        self._check_listed(record, origin)
+        return record
+
+    def _written_record(self, rows: Sequence[RecordEntry]) -> dict[str, RecordEntry]:
+        """The rows a writer wrote (:class:`WrittenArchive`: one per member written, sizes its own), once they
+        list and hash what a wheel's RECORD must."""
+        origin = self._record_origin()
+        record = {row[0]: row for row in rows}
+        unhashed_allowed = generated_members(self.dist_info)
+        for path, hash_, _ in rows:
+            if not hash_ and path not in unhashed_allowed:
+                raise InvalidWheelError(f"{origin}: {path} has no hash")
+        self._check_listed(record, origin)
+        return record
+
+    def _record_origin(self) -> str:
+        """RECORD as errors name it, once it is known to be there."""
+        origin = f"{self.name}: {self.dist_info}/RECORD"
+        if f"{self.dist_info}/RECORD" not in self._infos:
+            raise InvalidWheelError(f"{origin}: missing")
+        return origin
+
+    def _check_listed(self, record: dict[str, RecordEntry], origin: str) -> None:
+        """Every member but directories and RECORD's own files is in ``record``; METADATA and WHEEL are there."""
+        unlisted = self._infos.keys() - record.keys() - generated_members(self.dist_info)
+        missing = {name for name in unlisted if not name.endswith("/")}
+        if missing:  # the first in the zip's order, as errors name it
+            raise InvalidWheelError(f"{origin}: does not list {next(name for name in self._infos if name in missing)}")
         for required in _REQUIRED_FILES:
             if f"{self.dist_info}/{required}" not in self._infos:
                 raise InvalidWheelError(f"{self.name}: {self.dist_info}/{required}: missing")
-        return record
 
     # -- METADATA and WHEEL (small members, read once)
 

@@ -108,8 +108,9 @@ class WheelWriter:
     output depends only on the input bytes and the order of calls.  Before the rename the
     file is opened as a :class:`WheelReader` under its final name, given the records and
     RECORD rows just encoded (:class:`WrittenArchive`): what we write passes the checks of
-    what we read (one ``.dist-info`` with METADATA and WHEEL, names and versions that
-    agree, no file where a directory is).
+    what we read that this class does not make true by itself (one ``.dist-info`` with
+    METADATA and WHEEL, names and versions that agree, no file where a directory is,
+    RECORD listing every member).
     """
 
     def __init__(self, dest: Path | str, *, dist_info: str) -> None:
@@ -172,9 +173,9 @@ class WheelWriter:
             self._timestamp,
         )
         members = list(members)
-        started = self._start_kernel_copies(reader, members)
-        for index, (name, arcname) in enumerate(members):
-            info = info_of(name)
+        infos = [info_of(name) for name, _ in members]  # looked up once: the copies started ahead need them too
+        started = self._start_kernel_copies(reader, members, infos)
+        for index, ((name, arcname), info) in enumerate(zip(members, infos)):
             renamed = arcname != name
             claim(arcname, checked=not renamed)  # the reader checked its names
             compress_size = info.compress_size
@@ -222,13 +223,13 @@ class WheelWriter:
                 record.append(RecordEntry(arcname, row.hash, row.size) if renamed else row)
 
     def _start_kernel_copies(
-        self, reader: WheelReader, members: Sequence[tuple[str, str]]
+        self, reader: WheelReader, members: Sequence[tuple[str, str]], infos: Sequence[ZipMember]
     ) -> dict[int, tuple[ZipMember, bytes]]:
         """Start the kernel copies of the large members of a run of raw copies now, each to the place the
         members before it will leave it, so that they run beside the whole loop over the small ones: torch's
         large libraries lie near the end of the wheel, and copied when the loop reaches them they would
         follow nearly all of it instead.  Returns each started member's entry and local header (its input
-        header checked, as the loop checks the others), by its index in ``members``.
+        header checked, as the loop checks the others), by its index in ``members`` (``infos``: their records).
 
         The places are foreseen from the central directory: a small member that keeps its local header
         takes the input's bytes from that header to the next member's (``end_offset``), which are exactly
@@ -237,15 +238,13 @@ class WheelWriter:
         bytes they put in the wrong places are written over, and :meth:`close` cuts off any past the end)
         and copies the rest of the large members as it reaches them.
         """
-        info_of = reader.info
-        large = [index for index, (name, _) in enumerate(members) if kernel_copied(info_of(name).compress_size)]
+        large = [index for index, info in enumerate(infos) if kernel_copied(info.compress_size)]
         if not large:
             return {}
         started: dict[int, tuple[ZipMember, bytes]] = {}
         date, time_ = self._dos_date, self._dos_time
         offset = self._offset
-        for index, (name, arcname) in enumerate(members[: large[-1] + 1]):
-            info = info_of(name)
+        for index, ((name, arcname), info) in enumerate(zip(members[: large[-1] + 1], infos)):
             verbatim = arcname == name and not info.flag_bits & FLAG_DATA_DESCRIPTOR
             if kernel_copied(info.compress_size):
                 raw = reader.raw_member(name)

@@ -829,6 +829,25 @@ def test_the_writer_checks_what_a_reader_would_parse(
         assert written.record == parse_record(archive.read("demo-1.0.dist-info/RECORD"), origin="RECORD")
 
 
+def test_the_written_check_runs_only_what_the_writer_does_not_make_true(
+    wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each record a writer wrote is the input's (checked when it was opened) or its own: the check of the written
+    wheel runs no record's check again (what it still checks: test_writer_refuses_to_finish_what_a_reader_would_refuse)."""
+    from patched_wheels.wheelfile import reader as reader_module
+
+    checked: list[str] = []
+    real = reader_module.member_problem
+    monkeypatch.setattr(
+        reader_module, "member_problem", lambda info, size: checked.append(info.filename) or real(info, size)
+    )
+    with WheelReader(wheel) as reader:
+        opened = list(checked)
+        (tmp_path / "out").mkdir()
+        _copy_all(reader, tmp_path / "out" / wheel.name)
+    assert opened == reader.members() and checked == opened
+
+
 @pytest.mark.parametrize(
     ("fields", "local_only", "message"),
     [
