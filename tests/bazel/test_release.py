@@ -33,7 +33,7 @@ from support.bazelworkspace import (
     serve_over_http,
     summary_statuses,
 )
-from support.releasetool import load_release  # noqa: E402
+from support.releasetool import load_release
 
 pytestmark = pytest.mark.bazel
 

@@ -29,14 +29,14 @@ BAZEL = REPO_ROOT / "tools" / "bazel"
 TEMPLATES = REPO_ROOT / "tests" / "bazel" / "templates"
 
 from . import (
-    cyclefixture,  # noqa: E402
-    extrasfixture,  # noqa: E402
-    fakecuda,  # noqa: E402
-    rpathfixture,  # noqa: E402
-    stackshapes,  # noqa: E402
+    cyclefixture,
+    extrasfixture,
+    fakecuda,
+    rpathfixture,
+    stackshapes,
 )
-from .indexfixtures import sha256_of  # noqa: E402  (re-exported to the Bazel tests)
-from .uvfixture import compile_lock, serve_over_http, uv_locks  # noqa: E402, F401  (serve_over_http: re-exported to the Bazel tests)
+from .indexfixtures import sha256_of  # re-exported to the Bazel tests
+from .uvfixture import compile_lock, serve_over_http, uv_locks  # noqa: F401  (serve_over_http: re-exported to the Bazel tests)
 
 # Must match the `suffix` / `split_into` the templates give the patched wheels.
 SUFFIX = "test.1"

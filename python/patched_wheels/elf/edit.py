@@ -63,7 +63,7 @@ def names_inside(open_chunks: OpenChunks, layout: DynamicLayout, tags: tuple[int
     """
     (start,) = {value for tag in tags for value in layout.values(tag)}
     end = start + len(layout.strings[start])  # the NUL stays where it is: a name pointing at it stays ""
-    inside = lambda offset: start <= offset < end  # noqa: E731
+    inside = lambda offset: start <= offset < end
     if any(inside(value) for tag, value in layout.entries if tag in _NAME_TAGS and tag not in tags):
         return True
     if not layout.shnum:

@@ -322,7 +322,7 @@ class WheelWriter:
         """Drop everything written so far: a failed patch leaves no output behind."""
         try:
             self._copier.wait()  # before the descriptor closes (and its number is reused)
-        except BaseException:  # noqa: S110 - the failure being handled is the one that counts
+        except BaseException:  # ignored: the failure being handled is the one that counts
             pass
         self._file.close()
         self._temp.unlink(missing_ok=True)

@@ -94,7 +94,7 @@ def test_lock_rewrites_only_the_patched_pins(index_dir: Path, tmp_path: Path) ->
 
     result = index_and_lock(source, index_dir, out, index_option="extra-index-url")
 
-    h = lambda name: _hash(index_dir, name)  # noqa: E731
+    h = lambda name: _hash(index_dir, name)
     original = _lock_text(index_dir).splitlines(keepends=True)
     expected = (
         original[:3]
@@ -874,7 +874,7 @@ def _steps(text: str) -> int:
     count = 0
     module = requirements.__file__
 
-    def trace(frame, event, arg):  # noqa: ANN001, ANN202
+    def trace(frame, event, arg):
         nonlocal count
         if frame.f_code.co_filename != module:
             return None

@@ -356,7 +356,7 @@ wheels = [
 cuda = [
     { name = "nvidia-cublas", marker = "platform_machine == 'x86_64'" },
 ]
-""" % {letter: letter * 64 for letter in "abcdef"}  # noqa: UP031
+""" % {letter: letter * 64 for letter in "abcdef"}
 
 
 @pytest.mark.parametrize(
