@@ -98,8 +98,12 @@ def decided_closure(
     lines, so they can be checked without wheels on disk."""
     roots = {project: set(extras) for project, extras in pinned.items()}
     for written, extras in asked.items():
+        dist = dists.get(canonicalize_name(written))
+        if dist is None:  # the plan names only projects it fetched: a configuration written by hand
+            raise UsageError(
+                f"{call}: internal: the configuration's root_extras names {written}, which was not fetched"
+            )
         for extra in extras:
-            dist = dists[canonicalize_name(written)]
             if extra not in dist.provides:
                 provided = ", ".join(sorted(dist.provides)) or "none"
                 raise UsageError(

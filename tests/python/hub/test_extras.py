@@ -438,6 +438,10 @@ def test_an_extra_the_attribute_asks_that_the_wheel_does_not_provide_is_the_one_
     )
     with pytest.raises(UsageError, match=r"tk-rt 1\.0 provides no extra x \(it provides: none\)$"):
         decided(asked={"tk-rt": ["x"]})
+    with pytest.raises(
+        UsageError, match=r"internal: the configuration's root_extras names other, which was not fetched$"
+    ):
+        decided(asked={"other": []})
 
 
 def test_an_extra_asked_that_the_wheel_does_not_provide_is_a_warning_each_after_the_inferred_ones() -> None:
