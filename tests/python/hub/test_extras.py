@@ -402,7 +402,7 @@ def decided(
     """The root extras of the closure :func:`decided_closure` returns for ``dists``' wheels, and its warning lines."""
     closure, warnings = decided_closure(
         dists.dists,
-        pinned or {},  # type: ignore[arg-type]
+        {canonicalize_name(project): extras for project, extras in (pinned or {}).items()},
         asked or {},
         call='patched.index(name = "h")',
         lock=LOCK,
