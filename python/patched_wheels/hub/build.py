@@ -16,7 +16,7 @@ import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from packaging.utils import NormalizedName, canonicalize_name
 
@@ -26,20 +26,27 @@ from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import GraphReading, LibraryGraph, WheelRef, start_graph
 from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.documents import LOCK_FORMATS, HubConfig
-from patched_wheels.hub.extras import Restoration, restored_extras
+from patched_wheels.hub.extras import Restoration, decided_closure, restored_extras
 from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
+from patched_wheels.hub.plan import default_probes
 from patched_wheels.hub.spec import PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
+from patched_wheels.loading.layout import FLAT
+from patched_wheels.loading.observe import is_observed, tag_mismatch
+from patched_wheels.loading.preload import ElfOnly, PreloadRequest, Probe, plan_package_preload, project_name
 from patched_wheels.lock.apply import LockOptions, lock
 from patched_wheels.lock.closure import Closure
-from patched_wheels.lock.requiresdist import read_dist
-from patched_wheels.lock.rootextras import InferredExtra, inferred_root_extras
+from patched_wheels.lock.formats.registry import read_lock
+from patched_wheels.lock.requiresdist import Dist, read_dist
+from patched_wheels.patch.request import BAZEL_NAMES, RpathEdit, SplitRequest, rpath_edit
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
 from patched_wheels.phrasing import Phrasing
+from patched_wheels.wheelfile.metadata import field_values
+from patched_wheels.wheelfile.reader import WheelReader
 
 if TYPE_CHECKING:
+    # Only for its type: loading.probe (venv, the supervised runs) is imported when a probe runs (probe_installation).
     from patched_wheels.loading.probe import Installation
-    from patched_wheels.patch.request import RpathEdit
 
 
 def build_hub(config: HubConfig) -> list[str]:
@@ -67,7 +74,15 @@ def build_hub(config: HubConfig) -> list[str]:
     repository = config.index_dir.parent
     with locked_directory(repository), temp_directory(repository, "hub-build") as work:
         staging = Staging.of(config.index_dir, _outputs(config), work)
-        pins = _build(config, staging, caches, call)
+        with phase("closure"):
+            closure, planned = _decided(config, call)
+        pins = _build(config, planned, staging, caches)
+        if config.closure_out is not None:
+            write_atomic(
+                staging.outputs[config.closure_out],
+                (json.dumps(closure.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8"),
+                mode=0o644,
+            )
         read_from_wheels = caches.recorded or {}
         if config.facts_out is not None:
             write_facts(staging.outputs[config.facts_out], read_from_wheels)
@@ -77,6 +92,17 @@ def build_hub(config: HubConfig) -> list[str]:
     elif given_path is not None and config.facts_out is not None:
         stale_warning(given_facts, read_from_wheels, call=call, given_path=given_path, written=config.facts_out)
     return pins
+
+
+def _decided(config: HubConfig, call: str) -> tuple[Closure, Restoration]:
+    """Pip's closure of the lock (:func:`read_closure`; ``call``: the hub as the user wrote it) and what the build
+    makes of the plan's specs, replaced pins and references: with extras restored
+    (:func:`~patched_wheels.hub.extras.restored_extras`), or as planned (``restore_extras = False``)."""
+    closure = read_closure(config, call)
+    planned = Restoration(tuple(config.patched), config.replaced, config.references)
+    if config.attributes.restore_extras:
+        planned = restored_extras(planned, closure, config.wheels, hub=config.hub, bzlmod=config.bzlmod)
+    return closure, planned
 
 
 def _outputs(config: HubConfig) -> list[Path]:
@@ -134,18 +160,12 @@ class Staging:
             os.replace(written, target)
 
 
-def _build(config: HubConfig, staging: Staging, caches: CacheContext, call: str) -> list[str]:
-    """:func:`build_hub` but for the facts and the outputs' places: pip's closure, patch, index, lock, reading the
-    wheels through ``caches``, writing where ``staging`` says (``config.index_dir``: where its index will be,
-    which the locks name; ``call``: the hub as the user wrote it)."""
+def _build(config: HubConfig, planned: Restoration, staging: Staging, caches: CacheContext) -> list[str]:
+    """:func:`build_hub` once pip's closure is known, but for the documents beside the lock: patch ``planned``'s
+    specs (extras restored or not: decided before), index, lock, reading the wheels through ``caches``, writing
+    where ``staging`` says (``config.index_dir``: where its index will be, which the locks name)."""
     index_dir, served = staging.index_dir, config.index_dir
     index_dir.mkdir(parents=True, exist_ok=True)
-    with phase("closure"):
-        closure = read_closure(config, call)
-        planned = Restoration(tuple(config.patched), config.replaced, config.references)
-        if config.attributes.restore_extras:
-            planned = restored_extras(planned, closure, config.wheels, hub=config.hub, bzlmod=config.bzlmod)
-        patched, replaced, references = planned.patched, planned.replaced, planned.references
     pins = []
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
     # split, read only if the plan says some spec needs one.
@@ -168,7 +188,7 @@ def _build(config: HubConfig, staging: Staging, caches: CacheContext, call: str)
                 if config.needs_graph
                 else None
             )
-        for spec in patched:
+        for spec in planned.patched:
             with phase("patch"):  # the preload's plan and the split included; its probe is a phase of its own
                 pins.extend(
                     patch_into_index(
@@ -200,32 +220,40 @@ def _build(config: HubConfig, staging: Staging, caches: CacheContext, call: str)
                 served.resolve(),
                 index_option=config.attributes.index_option,
                 upstream_index_url=config.attributes.index_url or None,
-                replaced=replaced,
-                references=references,
+                replaced=planned.replaced,
+                references=planned.references,
                 every_pin_served=config.every_pin_served,
             ),
             lock_format=LOCK_FORMATS[attribute],
             out_uv_lock=out_uv_lock,
         )
-    if config.closure_out is not None:
-        write_atomic(
-            staging.outputs[config.closure_out],
-            (json.dumps(closure.to_json(), indent=1, sort_keys=True) + "\n").encode("utf-8"),
-            mode=0o644,
-        )
     return pins
 
 
 def read_closure(config: HubConfig, call: str) -> Closure:
-    """Pip's closure of the lock on this interpreter (:mod:`patched_wheels.lock.closure`), from the METADATA
-    of every wheel the plan fetched and the extras the lock's own pins and the ``extras`` attribute ask for
-    (``call``: the hub as the user wrote it, which its errors and warnings name)."""
-    from patched_wheels.lock.formats.registry import read_lock
-    from patched_wheels.wheelfile.metadata import field_values
-    from patched_wheels.wheelfile.reader import WheelReader
+    """Pip's closure of the lock on this interpreter, decided by :func:`~patched_wheels.hub.extras.decided_closure`
+    from the METADATA of every wheel the plan fetched, the extras the lock's own pins ask and those the ``extras``
+    attribute asks; its warnings said here (``call``: the hub as the user wrote it, which they name)."""
+    dists = read_dists(config.wheels, call)
+    attribute, lock_path = config.attributes.lock
+    closure, warnings = decided_closure(
+        dists,
+        pinned_root_extras(lock_path, LOCK_FORMATS[attribute], dists),
+        config.root_extras,
+        call=call,
+        lock=config.attributes.lock,
+        restores=config.attributes.restore_extras,
+    )
+    for line in warnings:
+        warn(line)
+    return closure
 
+
+def read_dists(wheels: Sequence[WheelRef], call: str) -> dict[NormalizedName, Dist]:
+    """Each fetched wheel's edges (:func:`~patched_wheels.lock.requiresdist.read_dist`), by project, from its
+    ``METADATA`` (``call``: the hub as the user wrote it, for the error of a wheel the plan did not fetch)."""
     dists = {}
-    for wheel in config.wheels:
+    for wheel in wheels:
         if wheel.path is None:
             raise UsageError(f"{call}: internal: {wheel.filename} was not fetched")
         with WheelReader(wheel.path, filename=wheel.filename) as reader:
@@ -239,48 +267,19 @@ def read_closure(config: HubConfig, call: str) -> Closure:
             origin=f"{wheel.filename}: METADATA",
         )
         dists[dist.project] = dist
+    return dists
+
+
+def pinned_root_extras(
+    lock_path: Path, lock_format: str, projects: Collection[NormalizedName]
+) -> dict[NormalizedName, set[str]]:
+    """Project -> the extras the lock's pins ask of it (normalized), in the lock's order, for the pins of
+    ``projects`` (the wheels fetched) whose marker holds on this interpreter (evaluated for those alone)."""
     roots: dict[NormalizedName, set[str]] = {}
-    attribute, lock_path = config.attributes.lock
-    for pin in read_lock(lock_path, LOCK_FORMATS[attribute]).pins:
-        if pin.extras and pin.project in dists and pin.applies():
+    for pin in read_lock(lock_path, lock_format).pins:
+        if pin.extras and pin.project in projects and pin.applies():
             roots.setdefault(pin.project, set()).update(canonicalize_name(extra) for extra in pin.extras)
-    for project, extras in config.root_extras.items():
-        for extra in extras:
-            dist = dists[canonicalize_name(project)]
-            if extra not in dist.provides:
-                provided = ", ".join(sorted(dist.provides)) or "none"
-                raise UsageError(
-                    f'{call}: extras = ["{project}[{extra}]"]: {project} {dist.version} provides no extra {extra} (it provides: {provided})'
-                )
-            roots.setdefault(dist.project, set()).add(extra)
-    known = Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()})
-    inferred = inferred_root_extras(known, frozenset(canonicalize_name(project) for project in config.root_extras))
-    for found in inferred:
-        roots[found.project] = {*roots.get(found.project, ()), found.extra}
-        warn(inferred_warning(call, config.attributes.lock, config.attributes.restore_extras, found))
-    closure = (
-        Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()}) if inferred else known
-    )
-    for project, extra, asker in closure.unprovided():
-        who = f"{asker} requires" if asker else f'{attribute} = "{lock_path}" asks for'
-        warn(
-            f"{call}: {who} {project}[{extra}], but {project} {dists[project].version} does not provide the extra "
-            f"{extra!r} (Provides-Extra): pip installs it without the extra, and so does the hub"
-        )
-    return closure
-
-
-def inferred_warning(call: str, lock: tuple[str, Path], restores: bool, found: InferredExtra) -> str:
-    """The one line saying that the hub (``call``, whose lock is ``lock``: attribute and path; ``restores``: its
-    ``restore_extras``) took ``found`` as a root extra, the pins that show it, and how to override."""
-    attribute, lock_path = lock
-    done = "restores" if restores else "puts in pip_closure.json (restore_extras = False)"
-    return (
-        f"{call}: {done} {found.project}[{found.extra}], which {attribute} = "
-        f'"{lock_path}" does not record: the lock pins every requirement of that extra, and nothing else requires '
-        f"{', '.join(found.evidence)} (pip install -r installs them); name {found.project}'s extras in extras "
-        f'(["{found.project}[]"] for none) to decide otherwise'
-    )
+    return roots
 
 
 def unused_facts_warning(call: str, given_path: Path) -> None:
@@ -301,17 +300,13 @@ def probe_installation(
     Installed before the ELF graph is read, which then reads the installed libraries instead of inflating
     every member twice; removed when ``stack`` closes. RECORD's hashes are not checked: Bazel's downloader
     checked each whole wheel against the sha256 of the lock."""
-    from patched_wheels.hub.plan import default_probes
-    from patched_wheels.loading.observe import is_observed, tag_mismatch
-
     probes = default_probes(patched)
     paths = [wheel.path for wheel in wheels]
     if not probes or None in paths or tag_mismatch(wheel.filename for wheel in wheels) is not None:
         return None
     if all(is_observed([wheel.sha256 for wheel in wheels], probe, caches) for probe in probes):
         return None
-    from patched_wheels.loading.layout import FLAT
-    from patched_wheels.loading.probe import installed
+    from patched_wheels.loading.probe import installed  # imported here: only a probe that runs installs anything
 
     with phase("probe: install"):
         return stack.enter_context(installed([path for path in paths if path is not None], (FLAT,), check_record=False))
@@ -346,8 +341,6 @@ def patch_into_index(
         reading = GraphReading.of(graph) if isinstance(graph, LibraryGraph) else graph
         preload = None
         if spec.preloads:
-            from patched_wheels.loading.preload import ElfOnly, PreloadRequest, Probe, plan_package_preload
-
             assert reading is not None  # started above
             with phase("graph"):  # what is left of it to read
                 graph = reading.result()
@@ -367,8 +360,6 @@ def patch_into_index(
             )
         rpath_edits: list[RpathEdit] = []
         if spec.rpath:
-            from patched_wheels.patch.request import rpath_edit
-
             # In glob order, documented, so two globs matching one library do not depend on how the dict travels.
             rpath_edits = [
                 rpath_edit(glob, entries, spec.rpath_mode, origin=f"patched_wheel {spec.name}: rpath {glob!r}")
@@ -376,8 +367,6 @@ def patch_into_index(
             ]
         split = None
         if spec.split_into:
-            from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
-
             assert reading is not None  # a split needs one
             split = SplitRequest(
                 spec.split_into, move=spec.split_move, max_size=spec.split_max_size or None, names=BAZEL_NAMES
@@ -408,8 +397,6 @@ def patch_into_index(
 def phrasing(hub: str, bzlmod: bool, spec: PatchedWheelSpec) -> Phrasing:
     """How the build step's placement errors and probe warnings name ``spec``: by the ``patched_wheel`` of ``hub``
     the user wrote, its ``preload_package`` and ``probe`` attributes, and the one to write instead."""
-    from patched_wheels.loading.preload import project_name
-
     call = wheel_call(hub, bzlmod, spec.name)
     if spec.preload_package:
         option = f"{call}: preload_package = {json.dumps(spec.preload_package)}"

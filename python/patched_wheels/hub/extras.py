@@ -5,7 +5,9 @@ rules_python drops the extras of every requirement edge (:mod:`patched_wheels.lo
 ``restore_extras`` the hub rewrites each wheel pip would install with extras so that the extras' requirements
 are plain ``Requires-Dist`` entries. Which wheels, with which entries, and what that changes in the lock is
 decided here by a pure function (:func:`restored_extras`) from pip's closure, which needs the fetched wheels'
-``METADATA``, and the plan's specs, pins and references; its specs are checked as the configuration's are.
+``METADATA``, and the plan's specs, pins and references; its specs are checked as the configuration's are. Pip's
+closure itself, the root extras it starts from (the lock's, the attribute's, the inferred ones) and what the user
+is told about them, are decided by :func:`decided_closure` from values the build read.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Collection, Mapping, Sequence
+from typing import AbstractSet, Collection, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import NormalizedName, canonicalize_name
@@ -22,6 +24,8 @@ from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.spec import PatchedWheelSpec, check_specs, index_call
 from patched_wheels.lock.closure import EXTRAS_SUFFIX, Closure, restored_requirements
+from patched_wheels.lock.requiresdist import Dist
+from patched_wheels.lock.rootextras import InferredExtra, inferred_root_extras
 from patched_wheels.wheelfile.filename import WheelFilename
 
 
@@ -69,6 +73,73 @@ def root_extras(
             extra for extra in sorted(canonicalize_name(e) for e in requirement.extras) if extra not in asked[project]
         ]
     return asked
+
+
+def decided_closure(
+    dists: Mapping[NormalizedName, Dist],
+    pinned: Mapping[NormalizedName, AbstractSet[str]],
+    asked: Mapping[str, Sequence[str]],
+    *,
+    call: str,
+    lock: tuple[str, Path],
+    restores: bool,
+) -> tuple[Closure, list[str]]:
+    """Pip's closure of the lock (:mod:`patched_wheels.lock.closure`) and the warning lines that go with it, from
+    what the build read: ``dists``, the fetched wheels' edges by project; ``pinned``, the extras the lock's own
+    pins ask of a project of ``dists``, in the lock's order (pins whose marker holds here); ``asked``, the ``extras``
+    attribute as the plan read it (:func:`root_extras`). ``call``: the hub as the user wrote it; ``lock``: its
+    attribute and path; ``restores``: its ``restore_extras``; all three only name things in messages.
+
+    An extra the attribute asks that the wheel does not provide (``Provides-Extra``) is the one error: the user
+    chose it, so it is refused, not guessed around. A root extra the lock shows but does not record
+    (:func:`~patched_wheels.lock.rootextras.inferred_root_extras`, for the projects the attribute does not decide)
+    is taken, with a warning each; so is every extra pip would be asked that its wheel does not provide, which
+    pip installs without (:meth:`~patched_wheels.lock.closure.Closure.unprovided`). Pure: the caller says the
+    lines, so they can be checked without wheels on disk."""
+    roots = {project: set(extras) for project, extras in pinned.items()}
+    for written, extras in asked.items():
+        dist = dists.get(canonicalize_name(written))
+        if dist is None:  # the plan names only projects it fetched: a configuration written by hand
+            raise UsageError(
+                f"{call}: internal: the configuration's root_extras names {written}, which was not fetched"
+            )
+        for extra in extras:
+            if extra not in dist.provides:
+                provided = ", ".join(sorted(dist.provides)) or "none"
+                raise UsageError(
+                    f'{call}: extras = ["{written}[{extra}]"]: {written} {dist.version} provides no extra {extra} (it provides: {provided})'
+                )
+            roots.setdefault(dist.project, set()).add(extra)
+    known = Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()})
+    inferred = inferred_root_extras(known, frozenset(canonicalize_name(project) for project in asked))
+    warnings = []
+    for found in inferred:
+        roots[found.project] = {*roots.get(found.project, ()), found.extra}
+        warnings.append(inferred_warning(call, lock, restores, found))
+    closure = (
+        Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()}) if inferred else known
+    )
+    attribute, lock_path = lock
+    for project, extra, asker in closure.unprovided():
+        who = f"{asker} requires" if asker else f'{attribute} = "{lock_path}" asks for'
+        warnings.append(
+            f"{call}: {who} {project}[{extra}], but {project} {dists[project].version} does not provide the extra "
+            f"{extra!r} (Provides-Extra): pip installs it without the extra, and so does the hub"
+        )
+    return closure, warnings
+
+
+def inferred_warning(call: str, lock: tuple[str, Path], restores: bool, found: InferredExtra) -> str:
+    """The one line saying that the hub (``call``, whose lock is ``lock``: attribute and path; ``restores``: its
+    ``restore_extras``) took ``found`` as a root extra, the pins that show it, and how to override."""
+    attribute, lock_path = lock
+    done = "restores" if restores else "puts in pip_closure.json (restore_extras = False)"
+    return (
+        f"{call}: {done} {found.project}[{found.extra}], which {attribute} = "
+        f'"{lock_path}" does not record: the lock pins every requirement of that extra, and nothing else requires '
+        f"{', '.join(found.evidence)} (pip install -r installs them); name {found.project}'s extras in extras "
+        f'(["{found.project}[]"] for none) to decide otherwise'
+    )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from patched_wheels.cli import main
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.extras import Restoration, restored_extras
+from patched_wheels.hub.extras import Restoration, decided_closure, restored_extras
 from patched_wheels.hub.spec import PatchedWheelSpec
 from patched_wheels.lock.closure import Closure, missing_from
 from patched_wheels.lock.requiresdist import read_dist
@@ -385,3 +385,87 @@ def test_an_extra_whose_requirement_the_lock_does_not_pin_is_refused_naming_rest
     unpinned = closure_of(("app", ["toolkit[rt]==1.0"], []), ("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]))
     with pytest.raises(UsageError, match=r'^patched\.index\(name = "h"\): restore_extras: toolkit\[rt\] requires '):
         restored_extras(PLANNED, unpinned, SET[:2], hub="h", bzlmod=True)
+
+
+# pip's closure and its messages decided from values, as the build reads them (decided_closure): no wheel on disk.
+LOCK = ("requirements_lock", Path("/ws/requirements_lock.txt"))
+TOOLKIT_SET = closure_of(("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]), ("tk-rt", [], []))
+
+
+def decided(
+    dists: Closure = TOOLKIT_SET,
+    pinned: dict[str, set[str]] | None = None,
+    asked: dict[str, list[str]] | None = None,
+    *,
+    restores: bool = True,
+) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """The root extras of the closure :func:`decided_closure` returns for ``dists``' wheels, and its warning lines."""
+    closure, warnings = decided_closure(
+        dists.dists,
+        {canonicalize_name(project): extras for project, extras in (pinned or {}).items()},
+        asked or {},
+        call='patched.index(name = "h")',
+        lock=LOCK,
+        restores=restores,
+    )
+    assert closure.dists == dists.dists
+    return dict(closure.root_extras), warnings
+
+
+INFERRED = (
+    'patched.index(name = "h"): restores toolkit[rt], which requirements_lock = "/ws/requirements_lock.txt" does not '
+    "record: the lock pins every requirement of that extra, and nothing else requires tk-rt (pip install -r installs "
+    """them); name toolkit's extras in extras (["toolkit[]"] for none) to decide otherwise"""
+)
+
+
+def test_a_root_extra_the_lock_shows_is_inferred_with_one_warning_and_the_attribute_decides_instead() -> None:
+    assert decided() == ({"toolkit": ("rt",)}, [INFERRED])
+    assert decided(restores=False) == (
+        {"toolkit": ("rt",)},
+        [INFERRED.replace("restores", "puts in pip_closure.json (restore_extras = False)", 1)],
+    )
+    assert decided(asked={"toolkit": []}) == ({}, []), '"toolkit[]": none inferred, nothing said'
+    assert decided(asked={"toolkit": ["rt"]}) == ({"toolkit": ("rt",)}, [])
+    assert decided(pinned={"toolkit": {"rt"}}) == ({"toolkit": ("rt",)}, []), "the lock records it"
+
+
+def test_an_extra_the_attribute_asks_that_the_wheel_does_not_provide_is_the_one_error_before_any_warning() -> None:
+    with pytest.raises(UsageError) as raised:
+        decided(pinned={"toolkit": {"nope"}}, asked={"toolkit": ["rt", "gpu"]})
+    assert str(raised.value) == (
+        'patched.index(name = "h"): extras = ["toolkit[gpu]"]: toolkit 1.0 provides no extra gpu (it provides: rt)'
+    )
+    with pytest.raises(UsageError, match=r"tk-rt 1\.0 provides no extra x \(it provides: none\)$"):
+        decided(asked={"tk-rt": ["x"]})
+    with pytest.raises(
+        UsageError, match=r"internal: the configuration's root_extras names other, which was not fetched$"
+    ):
+        decided(asked={"other": []})
+
+
+def test_an_extra_asked_that_the_wheel_does_not_provide_is_a_warning_each_after_the_inferred_ones() -> None:
+    dists = closure_of(
+        ("app", ["other[gpu]"], []),
+        ("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]),
+        ("tk-rt", [], []),
+        ("other", [], []),
+    )
+    unprovided = [
+        'patched.index(name = "h"): requirements_lock = "/ws/requirements_lock.txt" asks for other[cli], but other 1.0 '
+        "does not provide the extra 'cli' (Provides-Extra): pip installs it without the extra, and so does the hub",
+        "patched.index(name = \"h\"): app requires other[gpu], but other 1.0 does not provide the extra 'gpu' "
+        "(Provides-Extra): pip installs it without the extra, and so does the hub",
+    ]
+    assert decided(dists, pinned={"other": {"cli"}}) == (
+        {"other": ("cli",), "toolkit": ("rt",)},
+        [INFERRED, *unprovided],
+    )
+    roots, warnings = decided(dists, pinned={"other": {"cli"}, "toolkit": {"rt", "docs"}})
+    assert roots == {"other": ("cli",), "toolkit": ("docs", "rt")}
+    assert warnings == [
+        *unprovided,
+        'patched.index(name = "h"): requirements_lock = "/ws/requirements_lock.txt" asks for toolkit[docs], but '
+        "toolkit 1.0 does not provide the extra 'docs' (Provides-Extra): pip installs it without the extra, and so "
+        "does the hub",
+    ]
