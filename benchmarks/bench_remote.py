@@ -141,9 +141,10 @@ class Bench:
 
     def server_pid(self) -> int:
         code, output, _, _ = self.bazel("info", "server_pid")
-        if code != 0:
+        found = re.search(r"^(\d+)$", output, re.MULTILINE)  # stdout's line, among stderr's
+        if code != 0 or found is None:
             raise SystemExit(f"bazel info server_pid failed:\n{output[-3000:]}")
-        return int(output.strip().splitlines()[-1])
+        return int(found.group(1))
 
     def engine_pids(self) -> list[int]:
         if self.engine_work is None:
@@ -185,6 +186,15 @@ def describe(m: Measured) -> str:
     return text
 
 
+def prepare_workspace(work: Path) -> Path:
+    """The example's copy with both hubs at ``work/example``, the build's Python (``work/python``) registered
+    as its toolchain; its root."""
+    root = work / "example"
+    make_workspace(root, "0.22.1")
+    register_build_python(root, relocatable_python(work / "python"))
+    return root
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     reason = remote_engine.available()
@@ -196,9 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     # The launcher binds the workspace only: the build's Python and the engine's folder lie beside it.
     os.environ["RPW_BIND_DIRS"] = " ".join(filter(None, [os.environ.get("RPW_BIND_DIRS"), str(work)]))
-    root = work / "example"
-    make_workspace(root, "0.22.1")
-    register_build_python(root, relocatable_python(work / "python"))
+    root = prepare_workspace(work)
     bench = Bench(root, Path.home() / ".cache" / "bazel" / work.name / "example")
     print(f"workspace {root}, output base {bench.output_base}, checkout {REPO}", flush=True)
     runs: list[Measured] = []
