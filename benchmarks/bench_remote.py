@@ -98,7 +98,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def run_summary(output: str) -> tuple[dict[str, int], dict[str, str]]:
     """Bazel's process summary (``INFO: 7 processes: 1 internal, 6 remote.``) as kind -> count, and each test's
     status; an empty summary when Bazel printed none (it stopped before executing: the output says why)."""
-    processes = process_summary(output) if re.search(r"^INFO: \d+ process", output, re.MULTILINE) else {}
+    # `INFO: 0 processes.` (nothing executed: a build with --nobuild) has no kinds.
+    processes = process_summary(output) if re.search(r"^INFO: \d+ process(?:es)?: ", output, re.MULTILINE) else {}
     return processes, summary_statuses(output)
 
 

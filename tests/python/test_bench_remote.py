@@ -43,6 +43,10 @@ def test_a_summary_of_local_and_cached_kinds_keeps_their_names() -> None:
 def test_a_run_that_stopped_before_executing_has_an_empty_summary() -> None:
     output = "ERROR: Analysis of target '//calculator:calc_test' failed; build aborted\nINFO: Elapsed time: 3.0s\n"
     assert bench_remote.run_summary(output) == ({}, {})
+    assert bench_remote.run_summary("INFO: 0 processes.\nINFO: Build completed successfully, 0 total actions\n") == (
+        {},
+        {},
+    )
 
 
 def test_a_work_folder_that_is_not_empty_is_refused_in_one_line(
