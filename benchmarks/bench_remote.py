@@ -104,12 +104,17 @@ def run_summary(output: str) -> tuple[dict[str, int], dict[str, str]]:
 
 
 def store_size(path: Path) -> Store:
-    """Files and bytes under ``path`` (hard links counted once; nothing when it does not exist)."""
+    """Files and bytes under ``path`` (hard links counted once; nothing when it does not exist). A file that
+    goes while it is walked is left out: casd removes an action's staging folder after the action ends, which
+    can be as Bazel returns."""
     seen: set[tuple[int, int]] = set()
     total = 0
     for folder, _, names in os.walk(path):
         for name in names:
-            stat = os.lstat(os.path.join(folder, name))
+            try:
+                stat = os.lstat(os.path.join(folder, name))
+            except FileNotFoundError:
+                continue
             if (stat.st_dev, stat.st_ino) not in seen:
                 seen.add((stat.st_dev, stat.st_ino))
                 total += stat.st_size
