@@ -441,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with serve(work, input_limit=args.input_limit) as engine:
             print(
-                f"engine ready: --remote_executor={engine.endpoint} (logs in {engine.work}); Ctrl-C stops it",
+                f"engine ready: bazel test {' '.join(engine.bazel_flags())} … (logs in {engine.work}); Ctrl-C stops it",
                 flush=True,
             )
             signal.pause()
