@@ -61,8 +61,18 @@ class Engine:
     """The logs (``*.log``), databases and caches of this run."""
 
     def bazel_flags(self) -> list[str]:
-        """What a ``bazel test`` needs to run every action on this engine and none from its cache."""
-        return [f"--remote_executor={self.endpoint}", "--noremote_accept_cached", "--remote_timeout=600"]
+        """What a ``bazel test`` needs to run every action on this engine and none from its cache.
+
+        ``--remote_max_connections=1``: Bazel makes up to 100 RPCs at once per connection and opens up to 100
+        connections; the root example's ~7,600 missing inputs per test then took every one of BuildGrid's
+        GRPC_THREADS (uploads failed with ``Concurrent RPC limit exceeded!``) and the worker, refused its bot
+        session update, exited (benchmarks/bench_remote.py, 2026-11-29). One connection keeps Bazel to 100."""
+        return [
+            f"--remote_executor={self.endpoint}",
+            "--noremote_accept_cached",
+            "--remote_timeout=600",
+            "--remote_max_connections=1",
+        ]
 
 
 class EngineError(RuntimeError):
@@ -431,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with serve(work, input_limit=args.input_limit) as engine:
             print(
-                f"engine ready: --remote_executor={engine.endpoint} (logs in {engine.work}); Ctrl-C stops it",
+                f"engine ready: bazel test {' '.join(engine.bazel_flags())} … (logs in {engine.work}); Ctrl-C stops it",
                 flush=True,
             )
             signal.pause()
