@@ -124,6 +124,21 @@ the JAX set is 3.1 GB); and the JAX stanza was verified under 2.3.2 (docs/verifi
 builds and its layout_test passes). Targets: CPU patched <= 1.02x plain, with ``--cold`` <= 1.25x (issue
 34); the hub's repository no bigger than 1.01x the wheels it wrote. ``--parts-rounds``: plain's
 ``jax-cuda12-pjrt`` repository; the hub alone; the hub with ``jax-cuda12-pjrt`` installed from its index.
+
+``--stack torch-2.15`` / ``--stack jax-0.12`` (issue 50): issue 48's newest releases as a new user writes them,
+no stanza and no ``wheel_facts`` (LOCK_STACKS: torch 2.15.0 + torchvision on CPython 3.11, ``jax[cuda13]==0.12.0.1``
+on CPython 3.12), the same rounds, rotation, figures, --cold, --warmup and --control:
+
+(a) plain: rules_python 2.3.2's own ``pip.parse`` of the lock (compat_bazel.compile_lock, compiled at every start);
+    ``//:probe_test`` is ``py_test(deps = [requirement(ROOT)])`` running the stack's probe. rules_python does not
+    wire the roots' CUDA wheels (issue 48), so the test may fail: it is timed all the same and marked FAILED.
+(b) hub: ``patched.index(name = "hub", requirements_lock = ...)`` alone and ``pip.parse`` of the hub's lock; the
+    same BUILD file and test. The hub applies the verified row, whose ``recorded`` libraries stand for the
+    measured release, so no probe runs (its warning line says so; the helper rows show no probe phase).
+
+The workspaces share a repository cache of their own beside the output bases (one untimed ``bazel fetch`` of
+plain's test fills it when there is no warm-up) and each output base is expunged once measured. Target: CPU
+hub <= 1.15x plain (issue 50).
 """
 
 from __future__ import annotations
