@@ -130,14 +130,16 @@ no stanza and no ``wheel_facts`` (LOCK_STACKS: torch 2.15.0 + torchvision on CPy
 on CPython 3.12), the same rounds, rotation, figures, --cold, --warmup and --control:
 
 (a) plain: rules_python 2.3.2's own ``pip.parse`` of the lock (compat_bazel.compile_lock, compiled at every start);
-    ``//:probe_test`` is ``py_test(deps = [requirement(ROOT)])`` running the stack's probe. rules_python does not
-    wire the roots' CUDA wheels (issue 48), so the test may fail: it is timed all the same and marked FAILED.
+    ``//:probe_test`` runs the stack's probe over ``all_requirements``, as --stack jax's test does (rules_python does
+    not follow the root's extras: ``requirement(ROOT)`` would leave the CUDA wheels out and install a fraction of
+    the set). One directory per wheel, so the test may fail (issue 48): it is timed all the same, marked FAILED.
 (b) hub: ``patched.index(name = "hub", requirements_lock = ...)`` alone and ``pip.parse`` of the hub's lock; the
-    same BUILD file and test. The hub applies the verified row, whose ``recorded`` libraries stand for the
+    same test over ``[requirement(ROOT)]``, as a user writes it. The hub applies the verified row, whose ``recorded`` libraries stand for the
     measured release, so no probe runs (its warning line says so; the helper rows show no probe phase).
 
-The workspaces share a repository cache of their own beside the output bases (one untimed ``bazel fetch`` of
-plain's test fills it when there is no warm-up) and each output base is expunged once measured. Target: CPU
+The workspaces share a repository cache of their own beside the output bases (LOCK_REPOSITORY_CACHE; an untimed
+``bazel fetch`` of plain's test and of the hub's fills it when there is no warm-up) and each output base is
+expunged once measured. Target: CPU
 hub <= 1.15x plain (issue 50).
 """
 
@@ -540,6 +542,9 @@ def jax_wheels() -> list[Path]:
 #: hub applies the verified row, whose recording stands for the measured release (no probe runs).
 LOCK_STACKS = {"torch-2.15": STACKS["torch-2.15.0-lock"], "jax-0.12": STACKS["jax-0.12.0.1-cuda13"]}
 LOCK_PIP_HUB = "pypi_lock"
+#: Their shared repository cache, beside the output bases (bound into the offline root): one folder for every run,
+#: so that a run stopped early leaves the set to the next; removed at the end unless --keep.
+LOCK_REPOSITORY_CACHE = Path.home() / ".cache" / "bazel" / "rpw-bench-e2e-repository-cache"
 LOCK_HUB = "hub"
 
 
@@ -564,24 +569,27 @@ def lock_module(stack_option: str, name: str, patched: bool, python: str) -> str
     return text + compat_bazel.pip_hubs({LOCK_PIP_HUB: lock}, stack.python, python)
 
 
-def lock_build(stack_option: str) -> str:
-    """BUILD.bazel of every workspace of a lock stack: one py_test of ``[requirement(ROOT)]`` running the stack's
-    probe (compat_bazel's lock stage test), as a user writes it."""
+def lock_build(stack_option: str, patched: bool) -> str:
+    """BUILD.bazel of a lock stack's workspace: one py_test running the stack's probe (compat_bazel's lock stage
+    test). The hub's depends on ``[requirement(ROOT)]``, as a user writes it; plain's on ``all_requirements``, as
+    ``--stack jax``'s does: rules_python does not follow the root's extras, so ``requirement(ROOT)`` would install
+    a fraction of the set (none of the CUDA wheels the hub wires) and the two would not do the same work."""
     root = json.dumps(Requirement(LOCK_STACKS[stack_option].requirements[0]).name)
+    symbol, deps = ("requirement", f"[requirement({root})]") if patched else ("all_requirements", "all_requirements")
     return (
-        f'load("@{LOCK_PIP_HUB}//:requirements.bzl", "requirement")\n'
+        f'load("@{LOCK_PIP_HUB}//:requirements.bzl", "{symbol}")\n'
         'load("@rules_python//python:py_test.bzl", "py_test")\n\n'
         'exports_files(["requirements_lock.txt"])\n\n'
         f'py_test(\n    name = "probe_test",\n    size = "medium",\n    srcs = ["probe_test.py"],\n'
-        f'    main = "probe_test.py",\n    deps = [requirement({root})],\n)\n'
+        f'    main = "probe_test.py",\n    deps = {deps},\n)\n'
     )
 
 
 def make_lock_configs(work: Path, control: bool, stack_option: str, lock: str, python: str) -> list[Config]:
     """The workspaces of the lock stack ``stack_option`` under ``work`` on the requirements lock ``lock`` (text), run
-    by the interpreter ``python``: plain, hub, and with ``control`` plain's again. They share one repository cache
-    of their own beside their output bases (removed with them); plain's test may fail (rules_python does not
-    wire the roots' CUDA wheels: issue 48) and is timed all the same; each output base is expunged once measured."""
+    by the interpreter ``python``: plain, hub, and with ``control`` plain's again. They share LOCK_REPOSITORY_CACHE;
+    plain's test may fail (one directory per wheel: issue 48) and is timed all the same; each output base is
+    expunged once measured."""
     stack = LOCK_STACKS[stack_option]
     output_bases = output_bases_of(work)
     configs = []
@@ -590,11 +598,11 @@ def make_lock_configs(work: Path, control: bool, stack_option: str, lock: str, p
         root.mkdir()
         files = {
             "MODULE.bazel": lock_module(stack_option, name, patched, python),
-            "BUILD.bazel": lock_build(stack_option),
+            "BUILD.bazel": lock_build(stack_option, patched),
             "probe_test.py": compat_bazel.PROBE_TEST + stack.probe + "\n",
             "requirements_lock.txt": lock,
             ".bazelrc": (REPO / ".bazelrc").read_text(encoding="utf-8")
-            + f"common --repository_cache={output_bases / 'repository-cache'}\n"
+            + f"common --repository_cache={LOCK_REPOSITORY_CACHE}\n"
             + compat_bazel.python_version_flag(stack.python),
         }
         for file, text in files.items():
@@ -994,9 +1002,10 @@ def main() -> int:
     )
     try:
         if configs[0].expunge_after and not args.warmup:  # the shared repository cache gets the set, untimed
-            print("fetching plain's repositories once (untimed): the set into the shared repository cache", flush=True)
-            bazel(configs[0], "fetch", configs[0].target)
-            bazel(configs[0], "clean", "--expunge")
+            print("fetching plain's and the hub's repositories once (untimed): into the repository cache", flush=True)
+            for config in {config.patched_hub: config for config in configs}.values():
+                bazel(config, "fetch", config.target)
+                bazel(config, "clean", "--expunge")
         for number in range(1, args.warmup + 1):
             print(f"warm-up round {number}/{args.warmup} (not counted)", flush=True)
             measure_round(configs, caches, args.cold)
@@ -1021,6 +1030,8 @@ def main() -> int:
     finally:
         if not args.keep:
             remove_workspaces(configs, work)
+            if configs[0].expunge_after:
+                shutil.rmtree(LOCK_REPOSITORY_CACHE, ignore_errors=True)
     print(
         f"repository cache: {', '.join(map(str, sorted(caches)))}"
         + (" (shared by all)" if len(caches) == 1 else " (NOT shared)")

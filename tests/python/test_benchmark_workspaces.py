@@ -258,8 +258,9 @@ def test_lock_stack_workspaces_are_the_lock_alone_against_plain_rules_python(
     tmp_path: Path, bench_e2e: object, option: str, root: str, version: str, python: str
 ) -> None:
     """--stack torch-2.15 / jax-0.12 (issue 50): the hub is ``patched.index(name, lock)`` alone (no stanza, no
-    wheel_facts) for the stack's CPython; plain is rules_python's pip.parse of the same lock; every workspace has
-    the same py_test of requirement(ROOT), shares one repository cache and is expunged once measured."""
+    wheel_facts) for the stack's CPython, its test over requirement(ROOT); plain is rules_python's pip.parse of the
+    same lock, the same test over all_requirements (rules_python does not follow extras); all share one repository
+    cache and are expunged once measured."""
     from benchmarks import compat_bazel
 
     lock = f"{root}==1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"
@@ -271,17 +272,19 @@ def test_lock_stack_workspaces_are_the_lock_alone_against_plain_rules_python(
     ]
     assert all(config.expunge_after and config.target == "//:probe_test" for config in configs)
     assert len({config.output_base for config in configs}) == 3
-    for name in ("BUILD.bazel", "probe_test.py", "requirements_lock.txt", ".bazelrc"):
+    for name in ("probe_test.py", "requirements_lock.txt", ".bazelrc"):
         assert len({(config.root / name).read_text(encoding="utf-8") for config in configs}) == 1, name
     assert (configs[0].root / "requirements_lock.txt").read_text(encoding="utf-8") == lock
-    build = (configs[0].root / "BUILD.bazel").read_text(encoding="utf-8")
-    assert f'deps = [requirement("{root}")],' in build and "all_requirements" not in build
-    compile(build, "BUILD.bazel", "exec")
+    builds = {config.name: (config.root / "BUILD.bazel").read_text(encoding="utf-8") for config in configs}
+    assert f'deps = [requirement("{root}")],' in builds["hub"] and "all_requirements" not in builds["hub"]
+    assert builds["plain"] == builds["plain-again"] and "deps = all_requirements," in builds["plain"]
+    for build in builds.values():
+        compile(build, "BUILD.bazel", "exec")
     probe_test = (configs[0].root / "probe_test.py").read_text(encoding="utf-8")
     assert probe_test.endswith(bench_e2e.LOCK_STACKS[option].probe + "\n")  # type: ignore[attr-defined]
     compile(probe_test, "probe_test.py", "exec")
     bazelrc = (configs[0].root / ".bazelrc").read_text(encoding="utf-8")
-    assert f"common --repository_cache={configs[0].output_base.parent / 'repository-cache'}\n" in bazelrc
+    assert f"common --repository_cache={bench_e2e.LOCK_REPOSITORY_CACHE}\n" in bazelrc  # type: ignore[attr-defined]
     flag = f"common --@rules_python//python/config_settings:python_version={version}"
     assert (flag in bazelrc) == (version != "3.11")
     modules = {config.name: (config.root / "MODULE.bazel").read_text(encoding="utf-8") for config in configs}
