@@ -193,6 +193,27 @@ def interpreter(version: str) -> str:
     return str(found[-1])
 
 
+def interpreter_attribute(python: str) -> str:
+    """What a ``patched.index`` gains for the interpreter ``python`` (:func:`interpreter`): nothing for the host's
+    ``python3``; another is the one attribute more a user of it writes."""
+    return "" if python == "python3" else f", python_interpreter = {json.dumps(python)}"
+
+
+def python_version_flag(version: str) -> str:
+    """The ``.bazelrc`` line a workspace for CPython ``version`` needs: rules_python's ``python_version`` flag,
+    whose default (3.11) its hubs' aliases select wheels for otherwise; none for 3.11."""
+    return "" if version == "3.11" else f"common --@rules_python//python/config_settings:python_version={version}\n"
+
+
+def bind_interpreter(python: str) -> None:
+    """Bind the folder of the interpreter ``python`` into the offline launcher's root (``RPW_BIND_DIRS``): its root
+    sees only the host's Python 3.11 unless told."""
+    if python != "python3":
+        os.environ["RPW_BIND_DIRS"] = " ".join(
+            filter(None, (os.environ.get("RPW_BIND_DIRS"), str(Path(python).parents[1])))
+        )
+
+
 def compile_lock(requirements: Sequence[str], root: Path, version: str = "3.11") -> Path:
     """``root/requirements_lock.txt``: the user's own ``requirements.in`` (``requirements``, root extras and all)
     compiled as a new user does, ``uv pip compile --generate-hashes`` for CPython 3.11 on manylinux x86-64 (uv
@@ -207,8 +228,8 @@ def compile_lock(requirements: Sequence[str], root: Path, version: str = "3.11")
 
 
 # The probe a lock stage's py_test runs, then the wheels' libraries (under the runfiles' external repositories)
-# it mapped, by name: what requirement(ROOT) alone wires.
-_PROBE_TEST = """\
+# it mapped, by name: what requirement(ROOT) alone wires (also bench_e2e.py's lock stacks' test).
+PROBE_TEST = """\
 import atexit, os
 
 def _mapped():
@@ -228,8 +249,7 @@ def write_lock_workspace(root: Path, stack: Stack, wheels: list[Path], lock: Pat
     index_url = local_index(root, wheels)
     shutil.copyfile(lock, root / "requirements_lock.txt")
     python = interpreter(stack.python)
-    # Another interpreter than python3 on PATH is the one attribute more a user of it writes.
-    chosen = "" if python == "python3" else f", python_interpreter = {json.dumps(python)}"
+    chosen = interpreter_attribute(python)
     indexes = "".join(
         f'patched.index(name = "{hub}", requirements_lock = "//:requirements_lock.txt", index_url = "{index_url}"{chosen}{more})\n'
         for hub, more in LOCK_HUBS.items()
@@ -244,10 +264,9 @@ def write_lock_workspace(root: Path, stack: Stack, wheels: list[Path], lock: Pat
         + pip_hubs({f"pypi_{hub}": f"@{hub}//:requirements_lock.txt" for hub in LOCK_HUBS}, stack.python, python),
         encoding="utf-8",
     )
-    if stack.python != "3.11":  # rules_python's default version, whose wheels its hubs' aliases select otherwise
-        with open(root / ".bazelrc", "a", encoding="utf-8") as bazelrc:
-            bazelrc.write(f"common --@rules_python//python/config_settings:python_version={stack.python}\n")
-    (root / "probe_test.py").write_text(_PROBE_TEST + stack.probe + "\n", encoding="utf-8")
+    with open(root / ".bazelrc", "a", encoding="utf-8") as bazelrc:
+        bazelrc.write(python_version_flag(stack.python))
+    (root / "probe_test.py").write_text(PROBE_TEST + stack.probe + "\n", encoding="utf-8")
     root_name = json.dumps(Requirement(stack.requirements[0]).name)
     loads = "".join(f'load("@pypi_{hub}//:requirements.bzl", {hub}_requirement = "requirement")\n' for hub in LOCK_HUBS)
     tests = "".join(
@@ -348,11 +367,7 @@ def run_lock_stage(stack: Stack, wheels: list[Path], lock: Path, root: Path) -> 
     built cold on its own (timed), then `bazel test` of both hubs' py_test and layout_test; expunge."""
     use_offline_modules()
     write_lock_workspace(root, stack, wheels, lock)
-    python = interpreter(stack.python)
-    if python != "python3":  # the offline launcher's root sees only the host's Python 3.11 unless told
-        os.environ["RPW_BIND_DIRS"] = " ".join(
-            filter(None, (os.environ.get("RPW_BIND_DIRS"), str(Path(python).parents[1])))
-        )
+    bind_interpreter(interpreter(stack.python))
     stage = _bazel_test(root, lock_test_names(), tuple(LOCK_HUBS))
     try:
         observed = observations(root / "rpw-cache", wheels, stack.project)

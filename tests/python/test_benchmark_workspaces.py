@@ -250,6 +250,58 @@ def test_compat_lock_workspace_is_patched_index_alone_beside_rules_pythons_wirin
     ]
 
 
+@pytest.mark.parametrize(
+    ("option", "root", "version", "python"),
+    [("torch-2.15", "torch", "3.11", "python3"), ("jax-0.12", "jax", "3.12", "/opt/cpython-3.12/bin/python3.12")],
+)
+def test_lock_stack_workspaces_are_the_lock_alone_against_plain_rules_python(
+    tmp_path: Path, bench_e2e: object, option: str, root: str, version: str, python: str
+) -> None:
+    """--stack torch-2.15 / jax-0.12 (issue 50): the hub is ``patched.index(name, lock)`` alone (no stanza, no
+    wheel_facts) for the stack's CPython, its test over requirement(ROOT); plain is rules_python's pip.parse of the
+    same lock, the same test over all_requirements (rules_python does not follow extras); all share one repository
+    cache and are expunged once measured."""
+    from benchmarks import compat_bazel
+
+    lock = f"{root}==1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"
+    configs = bench_e2e.make_lock_configs(tmp_path, control=True, stack_option=option, lock=lock, python=python)  # type: ignore[attr-defined]
+    assert [(config.name, config.patched_hub, config.may_fail) for config in configs] == [
+        ("plain", None, True),
+        ("hub", "hub", False),
+        ("plain-again", None, True),
+    ]
+    assert all(config.expunge_after and config.target == "//:probe_test" for config in configs)
+    assert len({config.output_base for config in configs}) == 3
+    for name in ("probe_test.py", "requirements_lock.txt", ".bazelrc"):
+        assert len({(config.root / name).read_text(encoding="utf-8") for config in configs}) == 1, name
+    assert (configs[0].root / "requirements_lock.txt").read_text(encoding="utf-8") == lock
+    builds = {config.name: (config.root / "BUILD.bazel").read_text(encoding="utf-8") for config in configs}
+    assert f'deps = [requirement("{root}")],' in builds["hub"] and "all_requirements" not in builds["hub"]
+    assert builds["plain"] == builds["plain-again"] and "deps = all_requirements," in builds["plain"]
+    for build in builds.values():
+        compile(build, "BUILD.bazel", "exec")
+    probe_test = (configs[0].root / "probe_test.py").read_text(encoding="utf-8")
+    assert probe_test.endswith(bench_e2e.LOCK_STACKS[option].probe + "\n")  # type: ignore[attr-defined]
+    compile(probe_test, "probe_test.py", "exec")
+    bazelrc = (configs[0].root / ".bazelrc").read_text(encoding="utf-8")
+    assert f"common --repository_cache={bench_e2e.LOCK_REPOSITORY_CACHE}\n" in bazelrc  # type: ignore[attr-defined]
+    flag = f"common --@rules_python//python/config_settings:python_version={version}"
+    assert (flag in bazelrc) == (version != "3.11")
+    modules = {config.name: (config.root / "MODULE.bazel").read_text(encoding="utf-8") for config in configs}
+    chosen = "" if python == "python3" else f', python_interpreter = "{python}"'
+    assert f'patched.index(name = "hub", requirements_lock = "//:requirements_lock.txt"{chosen})\n' in modules["hub"]
+    for text in modules.values():
+        compile(text, "MODULE.bazel", "exec")
+        assert "patched.patched_wheel(" not in text and "wheel_facts" not in text
+        assert f'python_version = "{version}", python_interpreter = "{python}"' in text
+        assert f'interpreter_path = "{python}"' in text
+    assert 'requirements_lock = "@hub//:requirements_lock.txt"' in modules["hub"]
+    for plain in ("plain", "plain-again"):
+        assert "rules_patched_wheels" not in modules[plain]
+        assert 'pip.parse(hub_name = "pypi_lock", requirements_lock = "//:requirements_lock.txt"' in modules[plain]
+    assert compat_bazel.interpreter_attribute(python) == chosen
+
+
 @pytest.mark.parametrize("release", ["0.22.1", "2.3.2"])
 def test_the_adapted_module_file_names_a_module_of_its_own(release: str, bench_e2e: object) -> None:
     """The copy is a module of its own depending on the checkout, whatever the module(...) call's layout."""
