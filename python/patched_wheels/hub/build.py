@@ -170,7 +170,7 @@ def _build(config: HubConfig, planned: Restoration, staging: Staging, caches: Ca
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
     # split, read only if the plan says some spec needs one.
     with ExitStack() as stack:
-        installation = probe_installation(config.patched, config.wheels, caches, stack)
+        installation = probe_installation(planned.patched, config.wheels, caches, stack)
         # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
         # A library the probes' installation holds is read there, not inflated a second time.  Started, not
         # waited for: the first spec's split copies what stays compressed while the libraries inflate, on every
