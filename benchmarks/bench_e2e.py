@@ -148,6 +148,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import re
 import shutil
 import statistics
@@ -661,6 +662,17 @@ def memory_counters() -> dict[str, int]:
     return values
 
 
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_caches() -> None:
+    """Write the dirty pages out, then empty the page cache (root only): every run starts from the same memory,
+    as a fresh CI runner's, instead of reclaiming what the runs before it left (the kernel time that otherwise
+    swings with the order of the runs)."""
+    os.sync()
+    DROP_CACHES.write_text("3\n", encoding="ascii")
+
+
 def disk_used(paths: list[Path]) -> int:
     """Bytes on disk under ``paths`` together (`du`: a hard-linked file counts once)."""
     if not paths:
@@ -765,14 +777,16 @@ def parts_cpu(config: Config, rounds: int, parts: dict[str, tuple[str, ...]]) ->
     return {label: statistics.median(values) - empty for label, values in runs.items()}
 
 
-def measure(config: Config, cold: bool) -> tuple[Measurement, Path]:
-    """One cold `bazel test` of ``config`` (``cold``: with the helper's cache emptied first); also returns
-    the repository cache it used."""
+def measure(config: Config, cold: bool, empty_page_cache: bool) -> tuple[Measurement, Path]:
+    """One cold `bazel test` of ``config`` (``cold``: with the helper's cache emptied first; ``empty_page_cache``:
+    and the kernel's, :func:`drop_caches`); also returns the repository cache it used."""
     if cold:
         shutil.rmtree(config.helper_cache, ignore_errors=True)
     config.timings.unlink(missing_ok=True)
     bazel(config, "clean", "--expunge")
     bazel(config, "shutdown")
+    if empty_page_cache:
+        drop_caches()
     received, memory = received_bytes(), memory_counters()
     test = bazel(config, "test", config.target, failed_tests=config.may_fail)
     received = received_bytes() - received
@@ -821,12 +835,14 @@ def measure(config: Config, cold: bool) -> tuple[Measurement, Path]:
     return measurement, Path(info["repository_cache"])
 
 
-def measure_round(configs: Sequence[Config], caches: set[Path], cold: bool) -> dict[str, Measurement]:
+def measure_round(
+    configs: Sequence[Config], caches: set[Path], cold: bool, empty_page_cache: bool
+) -> dict[str, Measurement]:
     """One `measure` of each of ``configs`` in that order, each printed; adds the repository caches
     they used to ``caches``."""
     results: dict[str, Measurement] = {}
     for config in configs:
-        results[config.name], cache = measure(config, cold)
+        results[config.name], cache = measure(config, cold, empty_page_cache)
         caches.add(cache)
         print(describe(config, results[config.name]), flush=True)
     return results
@@ -957,7 +973,8 @@ def stack_configs(option: str, control: bool) -> tuple[list[Config], Path]:
     return make_configs(work, control), work
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The options, checked against each other and against what this machine lets a run do."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (0: none)")
@@ -974,6 +991,12 @@ def main() -> int:
         "--cold", action="store_true", help="empty each hub's helper cache before every run (a CI runner: issue 34)"
     )
     parser.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help=f"empty the kernel's page cache before every timed run (root: {DROP_CACHES}), so that no run reclaims "
+        "what the runs before it left",
+    )
+    parser.add_argument(
         "--without-facts",
         action="store_true",
         help=f"also the first hub without wheel_facts ({NO_FACTS}): the cost they save",
@@ -988,10 +1011,17 @@ def main() -> int:
     )
     add_json_option(parser)
     args = parser.parse_args()
-    bench = BENCHES[args.stack]
-    use_offline_modules()
     if args.without_facts and args.stack in LOCK_STACKS:
         parser.error(f"--stack {args.stack} gives no wheel_facts: its hub is already without them")
+    if args.drop_caches and not os.access(DROP_CACHES, os.W_OK):
+        parser.error(f"--drop-caches: {DROP_CACHES} is not writable here (it needs root)")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    bench = BENCHES[args.stack]
+    use_offline_modules()
     configs, work = stack_configs(args.stack, args.control)
     if args.without_facts:
         add_without_facts(configs, work)
@@ -1008,13 +1038,13 @@ def main() -> int:
                 bazel(config, "clean", "--expunge")
         for number in range(1, args.warmup + 1):
             print(f"warm-up round {number}/{args.warmup} (not counted)", flush=True)
-            measure_round(configs, caches, args.cold)
+            measure_round(configs, caches, args.cold, args.drop_caches)
         if args.warmup:
             record_facts(configs)
         for number in range(1, args.rounds + 1):
             print(f"round {number}/{args.rounds}", flush=True)
             start = (number - 1) % len(configs)
-            results = measure_round(configs[start:] + configs[:start], caches, args.cold)
+            results = measure_round(configs[start:] + configs[:start], caches, args.cold, args.drop_caches)
             print(f"  round {number}: {ratios(results, list(bench.targets))}", flush=True)
             rounds.append(results)
         if args.parts_rounds and bench.parts:
@@ -1045,6 +1075,7 @@ def main() -> int:
         "cold": args.cold,
         "control": args.control,
         "without_facts": args.without_facts,
+        "drop_caches": args.drop_caches,
         "rules_python": bench.rules_python,
     }
     measured = [
