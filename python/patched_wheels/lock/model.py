@@ -178,7 +178,9 @@ def checked_hash(algorithm: object, digest: object, where: str) -> str:
     text = f"{algorithm}:{digest}"
     match = _HASH.fullmatch(text) if isinstance(algorithm, str) and isinstance(digest, str) else None
     if match is None or len(match[2]) != _DIGEST_LENGTHS.get(match[1], len(match[2])):
-        raise InvalidLockError(f"{where}: hash {text!r} is not <algorithm>:<hex digest>")
+        length = _DIGEST_LENGTHS.get(algorithm) if isinstance(algorithm, str) else None
+        expected = f" ({algorithm}: {length} hex digits)" if length else ""
+        raise InvalidLockError(f"{where}: hash {text!r} is not <algorithm>:<hex digest>{expected}")
     return text
 
 

@@ -896,10 +896,11 @@ def _steps(text: str) -> int:
         lambda n: "foo==1.0 \\\n" + " \t" * (n // 2) + "\\\n; python_version >= '3'\n",  # on a continuation line
         lambda n: "foo==1.0 \\\n" + (" " * 60 + "\t\\\n") * (n // 64) + "\n",  # many continuations
         lambda n: "foo==1.0 --hash=sha256:" + "a" * 64 + "\t" * n + " --hash=sha256:" + "b" * 64 + "\n",
-        lambda n: "foo==1.0 --hash=sha256:" + "x#" * (n // 2) + "\n",  # '#'s that start no comment
+        # '#'s that start no comment, in a value the reader takes (a digest must be hex: it is checked)
+        lambda n: "foo==1.0 -Ck=" + "x#" * (n // 2) + "\n",
         lambda n: "\t" * n + "# comment\n",
     ],
-    ids=["spaces", "continuation", "continuations", "between-hashes", "hashes", "comment"],
+    ids=["spaces", "continuation", "continuations", "between-hashes", "signs-in-a-value", "comment"],
 )
 def test_a_megabyte_of_blanks_is_read_in_linear_work(hostile) -> None:
     """Work (lines executed here) grows at most linearly from 256 KB to 1 MB; a quadratic scan done in C

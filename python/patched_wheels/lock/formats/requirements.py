@@ -37,7 +37,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.model import Lock, LockOption, Pin, Span, read_lock_text, reference_version
+from patched_wheels.lock.model import Lock, LockOption, Pin, Span, checked_hash, read_lock_text, reference_version
 
 BOM = "\ufeff"
 EOL = re.compile(r"(\r\n|\n|\r)$")
@@ -361,6 +361,8 @@ def _check_value(name: str, spelling: str, value: str, where: str) -> None:
                 + ", ".join(f"{a}:<hex>" for a in _HASH_ALGORITHMS)
                 + ")"
             )
+        # pip takes any digest (``sha256:ab``) and then matches no file; a hub would hand it to Bazel's downloader.
+        checked_hash(algorithm, digest, where)
     elif name == "--config-settings" and "=" not in value:
         raise InvalidLockError(f"{where}: option {spelling} {value!r}: pip takes it as KEY=VALUE")
     elif name == "--use-feature" and value not in _FEATURES:

@@ -100,7 +100,7 @@ def test_an_option_line_is_refused_exactly_where_pip_refuses_it(tmp_path: Path, 
 # A requirement's options that pip reads as this reader does.
 REQUIREMENT_OPTIONS = [
     (f"--hash=sha256:{DIGEST}", None),
-    (f"--hash sha256:{DIGEST} --hash=sha512:ab", None),
+    (f"--hash sha256:{DIGEST} --hash=sha512:{DIGEST * 2}", None),
     ("-Ck=v", None),
     ("-C k=v", None),
     ("--config-settings=k=v", None),
@@ -143,6 +143,10 @@ STRICTER = [
     (f"foo==1.0 --index-url {URL}\n", "option --index-url is not one pip takes on a requirement line"),
     # pip takes an empty digest, which matches no file; a quoted --hash is read otherwise by the lock's writer.
     ("foo==1.0 --hash=sha256:\n", "not a hash pip takes"),
+    # pip takes any digest of a strong algorithm, which then matches no file; a hub would hand it to Bazel.
+    ("foo==1.0 --hash=sha256:ab\n", "hash 'sha256:ab' is not <algorithm>:<hex digest> (sha256: 64 hex digits)"),
+    (f"foo==1.0 --hash=sha512:{DIGEST}\n", "is not <algorithm>:<hex digest> (sha512: 128 hex digits)"),
+    (f"foo==1.0 --hash=sha256:{'g' * 64}\n", "is not <algorithm>:<hex digest> (sha256: 64 hex digits)"),
     (f'foo==1.0 --hash="sha256:{DIGEST}"\n', "write each --hash unquoted"),
     # A requirement's option on a line of its own belongs to no requirement: pip ignores it.
     (f"foo==1.0\n--hash=sha256:{DIGEST}\n", "--hash on a line of its own belongs to no requirement"),
