@@ -39,7 +39,10 @@ each; the targets judged are those of the steps run.
 
 Two more steps in every round: ``cp (control)``, the same ``cp`` again (its ratio to ``cp`` is the noise
 between two runs of the same work), and ``start-up: patch --help``, the interpreter's start-up and the patch
-command's imports (what every command of the helper pays before reading a byte).
+command's imports (what every command of the helper pays before reading a byte); with ``patch``, a third:
+``start-up + the input's checks``, those imports and the checks of a wheel the helper accepts (``WheelReader``),
+what a patch pays before it knows where its first byte goes: with ``cp``'s time after it, patch's floor, each
+tree's patch printed as a multiple of it.
 
 Targets (issue 50, restated against the floor): split and the hub's split wall <= 1.5x (the inflate floor's
 wall / cores + ``cp``'s wall), the floor being one thread's and a split reading on every core; patch <= 2x
@@ -76,6 +79,15 @@ FLOOR_TARGET = 1.5
 RSS_TARGET = 200 << 20
 CONTROL = "cp (control)"
 STARTUP = "start-up: patch --help"
+CHECKS = "start-up + the input's checks"
+_OPEN_THE_WHEEL = (
+    "import sys, patched_wheels.cli.patch\n"
+    "from patched_wheels.wheelfile import WheelReader\n"
+    "WheelReader(sys.argv[1]).close()\n"
+)
+"""The patch command's imports and the checks of a wheel it accepts (WheelReader: the central directory, every
+member's path and record, RECORD against the members, METADATA and WHEEL): what ``patch`` pays before it can decide
+where its first byte goes, so with ``cp`` after it, the floor of a patch that keeps those checks."""
 FLOOR = "inflate floor"
 MIB = 1 << 20
 
@@ -224,6 +236,25 @@ def floor_ratios(results: dict[str, Any], cores: int) -> dict[str, dict[str, flo
     return over_floor
 
 
+def patch_floor_ratios(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each tree's patch over its floor measured in the same rounds: the start-up and the input's checks, then
+    ``cp`` (:data:`CHECKS`), in wall and CPU time; printed, and returned for the JSON."""
+    if CHECKS not in results:
+        return {}
+    floor = {field: results[CHECKS][field]["median"] + results["cp"][field]["median"] for field in ("wall", "cpu")}
+    ratios = {
+        label: {field: summary[field]["median"] / floor[field] for field in ("wall", "cpu")}
+        for label, summary in results.items()
+        if label.endswith(": patch")
+    }
+    for label, ratio in ratios.items():
+        print(
+            f"{label}: wall {ratio['wall']:.2f}x, CPU {ratio['cpu']:.2f}x its floor ({CHECKS}, then cp: "
+            f"{floor['wall']:.2f} s wall, {floor['cpu']:.2f} s CPU)"
+        )
+    return ratios
+
+
 def baseline_ratios(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Each step of this tree over the baseline's same step (medians), printed and returned for the JSON."""
     ratios = {}
@@ -329,6 +360,8 @@ def main() -> int:
         # The floor of any command of the helper: the interpreter's start-up and the patch command's imports.
         Step(STARTUP, [sys.executable, "-m", "patched_wheels", "patch", "--help"], env, work / "startup"),
     ]
+    if "patch" in args.steps:
+        steps.append(Step(CHECKS, [sys.executable, "-c", _OPEN_THE_WHEEL, str(wheel)], env, work / "checks"))
     if {"split", "hub"} & set(args.steps):
         steps.append(floor_step(FLOOR, sys.executable, [wheel, *graph_wheels], work, env))
     wheels = [(path, hash_file(path)) for path in [wheel, *graph_wheels]]
@@ -360,6 +393,7 @@ def main() -> int:
     print_table(results)
     cores = os.cpu_count() or 1
     over_floor = floor_ratios(results, cores)
+    over_floor.update(patch_floor_ratios(results))
     over_baseline = baseline_ratios(results)
     verdicts = judge(results, over_floor, cores)
     print("targets: " + ", ".join(f"{name}: {'PASS' if ok else 'FAIL'}" for name, ok in verdicts.items()))
