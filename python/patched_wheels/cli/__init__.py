@@ -141,7 +141,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+SWITCH_INTERVAL = 0.0005
+"""Seconds a thread that wants the interpreter lock waits before the one holding it is asked to let go (Python's
+default: 0.005). The helper's threads spend their time in C calls that release the lock (a kernel copy of 8 MiB of a
+large member, an inflate) and then need it for a few lines between two such calls; at the default, each of those
+waits up to 5 ms for the main thread's loop over 10,600 members, and a patch's copies of torch's libraries ended
+90 ms after a `cp` of the whole wheel would have."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    sys.setswitchinterval(SWITCH_INTERVAL)
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     args = build_parser(only=command).parse_args(argv)
