@@ -329,8 +329,8 @@ def test_locking_a_huge_toml_lock_parses_it_a_package_at_a_time(
 
 @pytest.mark.parametrize(
     "options",
-    [f"--hash=sha256:{'ab' * (4 << 20)}", '-C "key=' + 'a\\\\ b\\"' * (1 << 20) + '"'],
-    ids=["8-mb-hash", "6-mb-quoted-value"],
+    [f"-Ckey={'ab' * (4 << 20)}", '-C "key=' + 'a\\\\ b\\"' * (1 << 20) + '"'],
+    ids=["8-mb-value", "6-mb-quoted-value"],
 )
 def test_a_requirement_with_megabytes_of_options_is_read_in_one_pass(tmp_path: Path, options: str) -> None:
     """Issue 52, cause 6: a requirement's options are split into pip's words (shlex's), and shlex grows a word a
@@ -347,4 +347,25 @@ def test_a_requirement_with_megabytes_of_options_is_read_in_one_pass(tmp_path: P
 
     assert status == 0, err
     assert (tmp_path / "out.txt").read_bytes() == requirements.read_bytes()
+    assert peak < BOUND, f"peak RSS {peak >> 20} MiB"
+
+
+@pytest.mark.parametrize(
+    "hash_option", [f"--hash=sha256:{'ab' * (4 << 20)}", f"--hash=md5:{'ab' * (4 << 20)}"], ids=["sha256", "md5"]
+)
+def test_a_megabytes_long_hash_is_one_short_error_line(tmp_path: Path, hash_option: str) -> None:
+    """An 8 MB digest is no digest (sha256's is 64 hex digits; md5 is no hash pip takes): the error quotes the
+    start of it, not 8 MB, read in one pass and in bounded memory, and no lock is written."""
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"foo==1.0 {hash_option}\n", encoding="utf-8")
+    (tmp_path / "index").mkdir()
+
+    status, _, err, peak = _run(
+        "lock", "--requirements", requirements, "--index", tmp_path / "index", "--out", tmp_path / "out.txt"
+    )
+
+    assert status == 1
+    assert err.startswith(f"patched-wheels: error: {requirements}:1: ") and err.count("\n") == 1, err[:300]
+    assert len(err) < 400, f"{len(err)} characters: {err[:200]}..."
+    assert not (tmp_path / "out.txt").exists()
     assert peak < BOUND, f"peak RSS {peak >> 20} MiB"

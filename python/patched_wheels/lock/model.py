@@ -29,6 +29,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels.base.fsutil import read_input_text
+from patched_wheels.base.schema import shown
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.lock.requiresdist import unevaluable_reason
 from patched_wheels.wheelfile.filename import WheelFilename
@@ -180,7 +181,7 @@ def checked_hash(algorithm: object, digest: object, where: str) -> str:
     if match is None or len(match[2]) != _DIGEST_LENGTHS.get(match[1], len(match[2])):
         length = _DIGEST_LENGTHS.get(algorithm) if isinstance(algorithm, str) else None
         expected = f" ({algorithm}: {length} hex digits)" if length else ""
-        raise InvalidLockError(f"{where}: hash {text!r} is not <algorithm>:<hex digest>{expected}")
+        raise InvalidLockError(f"{where}: hash {shown(text)} is not <algorithm>:<hex digest>{expected}")
     return text
 
 

@@ -36,6 +36,7 @@ from typing import Iterator, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from patched_wheels.base.schema import shown
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lock.model import Lock, LockOption, Pin, Span, checked_hash, read_lock_text, reference_version
 
@@ -357,7 +358,7 @@ def _check_value(name: str, spelling: str, value: str, where: str) -> None:
         algorithm, colon, digest = value.partition(":")
         if algorithm not in _HASH_ALGORITHMS or not colon or not digest:  # pip takes an empty digest, matching none
             raise InvalidLockError(
-                f"{where}: --hash {value!r}: not a hash pip takes ("
+                f"{where}: --hash {shown(value)}: not a hash pip takes ("
                 + ", ".join(f"{a}:<hex>" for a in _HASH_ALGORITHMS)
                 + ")"
             )

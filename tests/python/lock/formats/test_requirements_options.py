@@ -108,7 +108,7 @@ REQUIREMENT_OPTIONS = [
     ("--has", "option '--has' is not one pip reads in a requirements file (write --hash in full)"),
     ("--bogus=1", "option '--bogus' is not one pip reads"),
     ("--hash", "option --hash has no value"),
-    ("--hash=md5:abc", "--hash 'md5:abc': not a hash pip takes"),
+    ("--hash=md5:abc", '--hash "md5:abc": not a hash pip takes'),
     (f"--hash='sha256:{DIGEST}", "No closing quotation"),
     ("-C novalue", "pip takes it as KEY=VALUE"),
 ]
@@ -144,7 +144,7 @@ STRICTER = [
     # pip takes an empty digest, which matches no file; a quoted --hash is read otherwise by the lock's writer.
     ("foo==1.0 --hash=sha256:\n", "not a hash pip takes"),
     # pip takes any digest of a strong algorithm, which then matches no file; a hub would hand it to Bazel.
-    ("foo==1.0 --hash=sha256:ab\n", "hash 'sha256:ab' is not <algorithm>:<hex digest> (sha256: 64 hex digits)"),
+    ("foo==1.0 --hash=sha256:ab\n", 'hash "sha256:ab" is not <algorithm>:<hex digest> (sha256: 64 hex digits)'),
     (f"foo==1.0 --hash=sha512:{DIGEST}\n", "is not <algorithm>:<hex digest> (sha512: 128 hex digits)"),
     (f"foo==1.0 --hash=sha256:{'g' * 64}\n", "is not <algorithm>:<hex digest> (sha256: 64 hex digits)"),
     (f'foo==1.0 --hash="sha256:{DIGEST}"\n', "write each --hash unquoted"),
