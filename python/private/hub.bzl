@@ -114,6 +114,21 @@ def _request_value(ctx, value):
         return [str(ctx.path(item)) if type(item) == "Label" else item for item in value]
     return str(ctx.path(value)) if type(value) == "Label" else value
 
+def label_as_written(label):
+    """`label` as a user writes it in MODULE.bazel or WORKSPACE: `//pkg:name` for the main repository (Bazel 7 prints
+    it `@@//pkg:name` with bzlmod, `@//pkg:name` without), any other repository's label as Bazel prints it."""
+    text = str(label)
+    for main in ("@@//", "@//"):
+        if text.startswith(main):
+            return text[len(main) - 2:]
+    return text
+
+def request_labels(attributes):
+    """Each label attribute given in `attributes` (`index_attributes`) -> its label as the user wrote it
+    (`label_as_written`): the request's `labels`, which the helper's messages name it by (the request holds
+    its path)."""
+    return {name: label_as_written(value) for name, value in attributes.items() if type(value) == "Label"}
+
 def request_attributes(ctx, attributes):
     """Every INDEX_ATTRS attribute's value in `attributes` (`index_attributes`) as the request holds it, by one
     rule: a label as its file's path (`ctx.path`; in a list too), any other value as Bazel gives it (an unset
@@ -133,6 +148,7 @@ def hub_request(ctx, attributes, *, hub, bzlmod, specs, patches, repository = ""
         "hub": hub,
         "bzlmod": bzlmod,
         "attributes": request_attributes(ctx, attributes),
+        "labels": request_labels(attributes),
         "rules_python_version": rules_python_version(ctx),
         "repository": repository,
         "patched": [

@@ -160,6 +160,27 @@ def test_a_preload_package_of_another_project_fails_naming_the_project_to_write(
     assert all(line.endswith(expected) for line in errors), errors
 
 
+def test_a_hub_names_its_lock_attribute_by_the_label_the_user_wrote(bzlmod: Setup) -> None:
+    """Not by the path Bazel resolved it to: the request holds both, and the message says what MODULE.bazel says."""
+    workspace = bzlmod.workspace
+    module = workspace.root / "MODULE.bazel"
+    text = module.read_text(encoding="utf-8")
+    declared = 'patched.index(name = "plugin", requirements_lock = "//:plugin_requirements_lock.txt",'
+    assert text.count(declared) == 1, text
+    module.write_text(text.replace(declared, declared + ' extras = ["notpinned[x]"],'), encoding="utf-8")
+    try:
+        result = workspace.run("build", "@plugin//:requirements_lock.txt")
+    finally:
+        module.write_text(text, encoding="utf-8")
+    assert result.returncode != 0, result.tail()
+    errors = [line for line in result.output.splitlines() if "patched-wheels: error:" in line]
+    assert len(errors) == 1, result.tail()
+    assert errors[0].endswith(
+        'patched.index(name = "plugin"): extras = ["notpinned[x]"]: notpinned is not pinned in '
+        'requirements_lock = "//:plugin_requirements_lock.txt"'
+    ), errors
+
+
 def _lockfile_records_resolution(workspace: BazelWorkspace, pypi_dir: Path) -> bool:
     """Whether MODULE.bazel.lock keeps the extension's resolved wheel URLs.
 

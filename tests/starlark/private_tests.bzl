@@ -2,7 +2,7 @@
 
 load("//python:repositories.bzl", "patched_wheel")
 load("//python/private:helper.bzl", "isal_wheel")
-load("//python/private:hub.bzl", "INDEX_ATTRS", "download_auth", "index_credentials", "request_attributes", "url_credentials_host")
+load("//python/private:hub.bzl", "INDEX_ATTRS", "download_auth", "index_credentials", "label_as_written", "request_attributes", "request_labels", "url_credentials_host")
 load("//python/private:rules_python_version.bzl", "features_version")
 load("//python/private:specs.bzl", "PATCHED_WHEEL_SCHEMA", "hub_specs", "patched_wheel_problems", "patched_wheel_spec")
 load(":unittest.bzl", "expect_eq", "starlark_unit_test")
@@ -65,6 +65,15 @@ def _request_attributes():
         expect_eq([written[name] for name in ("restore_extras", "extras", "index_url")], [False, ["jax[cuda13]"], "as given"], "any other value as given")
     )
 
+def _request_labels():
+    given = {name: "as given" for name in INDEX_ATTRS}
+    given.update(requirements_lock = Label("//third_party:lock.txt"), wheel_facts = Label("//:wheel_facts.json"), uv_lock = None)
+    return (
+        expect_eq(request_labels(given), {"requirements_lock": "//third_party:lock.txt", "wheel_facts": "//:wheel_facts.json"}, "each label attribute given, as written in the main repository") +
+        expect_eq(label_as_written(Label("@rules_python//python:defs.bzl")).endswith("//python:defs.bzl"), True, "another repository's label keeps its repository") +
+        expect_eq(label_as_written(Label("@rules_python//python:defs.bzl")).startswith("@"), True, "and its @")
+    )
+
 def _url_credentials_host():
     return (
         expect_eq(url_credentials_host("https://ci:s3cret@artifactory.corp/simple"), "artifactory.corp", "login and password") +
@@ -123,6 +132,7 @@ def private_test_suite(name, **kwargs):
             "spec_follows_schema": _spec_follows_schema,
             "isal_wheel": _isal_wheel,
             "request_attributes": _request_attributes,
+            "request_labels": _request_labels,
             "url_credentials_host": _url_credentials_host,
             "credentials": _credentials,
         },

@@ -56,13 +56,15 @@ def write_config(
     wheel_facts: Path | None = None,
     lock: tuple[str, Path] | None = None,
     attributes: dict[str, object] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> Path:
     """The hub's ``_hub.json`` for patching each ``(original, spec)`` of ``patched``, made as the rule makes
     it: the request and the resolved wheels (:func:`hub_inputs`) go through ``patched-wheels hub plan`` (the one
     writer of the config), and every file the plan lists is copied where it says, as the rule downloads it.
     ``rules_python_version``: the release the hub is for (before 2, every pin is served from the hub's index);
     ``wheel_facts``: the hub's ``wheel_facts`` file; ``lock``: the lock attribute and its file, if not the
-    requirements lock written here (its pins must be the wheels given); ``attributes``: other attributes set."""
+    requirements lock written here (its pins must be the wheels given); ``attributes``: other attributes set;
+    ``labels``: the request's (how the user wrote its label attributes; none by default)."""
     request, resolved, sources = hub_inputs(
         tmp_path,
         [*others, *(original for original, _ in patched)],
@@ -71,6 +73,7 @@ def write_config(
         rules_python_version=rules_python_version,
         wheel_facts=str(wheel_facts) if wheel_facts else None,
         lock=lock,
+        labels=labels,
         **(attributes or {}),
     )
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
@@ -102,6 +105,7 @@ def hub_inputs(
     *,
     rules_python_version: str = "1.6.0",
     lock: tuple[str, Path] | None = None,
+    labels: dict[str, str] | None = None,
     **attributes: object,
 ) -> tuple[dict[str, object], list[dict[str, object]], dict[str, Path]]:
     """What the rule hands ``hub plan`` for a lock of ``wheels`` (``lock``: its attribute and file; by default a
@@ -124,6 +128,7 @@ def hub_inputs(
         "bzlmod": True,
         "attributes": index_attributes(**{lock[0]: str(lock[1]), "index_url": "", **attributes}),
         "rules_python_version": rules_python_version,
+        "labels": labels or {},
         "repository": str(tmp_path),
         "patched": [
             {**spec_request_json(PatchedWheelSpec(name=str(spec["name"]), suffix="test.1")), **spec} for spec in specs

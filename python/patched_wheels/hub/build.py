@@ -27,7 +27,8 @@ from patched_wheels.elf.graph import GraphReading, LibraryGraph, WheelRef, start
 from patched_wheels.errors import UsageError, warn
 from patched_wheels.hub.documents import LOCK_FORMATS, HubConfig
 from patched_wheels.hub.extras import Restoration, decided_closure, restored_extras
-from patched_wheels.hub.facts import ATTRIBUTE, read_facts, stale_warning, write_facts
+from patched_wheels.hub.facts import ATTRIBUTE as FACTS_ATTRIBUTE
+from patched_wheels.hub.facts import read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import default_probes
 from patched_wheels.hub.spec import PatchedWheelSpec, index_call, wheel_call
 from patched_wheels.index.simple import SIMPLE_DIR, build_index
@@ -59,9 +60,8 @@ def build_hub(config: HubConfig) -> list[str]:
     the hub as it found it; builds into one directory run one at a time. What the build read from the wheels
     (ELF rows, probe observations: :mod:`patched_wheels.hub.facts`) is written to ``config.facts_out``. Its warnings come once the
     outputs are in place: a failed build says one line, its error."""
-    attribute, lock_path = config.attributes.lock
-    if not lock_path.is_file():
-        raise UsageError(f'{attribute} = "{lock_path}": not a file')
+    if not config.attributes.lock[1].is_file():
+        raise UsageError(f"{config.attributes.lock_as_written(config.labels)}: not a file")
     call, given_path = index_call(config.hub, config.bzlmod), config.attributes.wheel_facts
     _check_places(config.index_dir, _outputs(config))
     # Read even where they cannot be used (the cache off, or no spec reading the wheels), so that a file that is
@@ -87,10 +87,13 @@ def build_hub(config: HubConfig) -> list[str]:
         if config.facts_out is not None:
             write_facts(staging.outputs[config.facts_out], read_from_wheels)
         staging.place(config.index_dir)
+    facts_shown = config.attributes.as_written(FACTS_ATTRIBUTE, config.labels)
     if given_path is not None and config.facts_out is None:
-        unused_facts_warning(call, given_path)
+        unused_facts_warning(call, facts_shown)
     elif given_path is not None and config.facts_out is not None:
-        stale_warning(given_facts, read_from_wheels, call=call, given_path=given_path, written=config.facts_out)
+        stale_warning(
+            given_facts, read_from_wheels, call=call, shown=facts_shown, given_path=given_path, written=config.facts_out
+        )
     return pins
 
 
@@ -241,7 +244,7 @@ def read_closure(config: HubConfig, call: str) -> Closure:
         pinned_root_extras(lock_path, LOCK_FORMATS[attribute], dists),
         config.root_extras,
         call=call,
-        lock=config.attributes.lock,
+        lock=config.attributes.lock_as_written(config.labels),
         restores=config.attributes.restore_extras,
     )
     for line in warnings:
@@ -282,11 +285,11 @@ def pinned_root_extras(
     return roots
 
 
-def unused_facts_warning(call: str, given_path: Path) -> None:
-    """The warning of a ``wheel_facts`` file (``given_path``) given to a build (``call``: the hub as the user wrote
-    it) that reads nothing from the wheels."""
+def unused_facts_warning(call: str, shown: str) -> None:
+    """The warning of a ``wheel_facts`` file (``shown``: the attribute as the user wrote it) given to a build
+    (``call``: the hub as the user wrote it) that reads nothing from the wheels."""
     warn(
-        f'{call}: {ATTRIBUTE} = "{given_path}" is not used: no patched_wheel of this hub reads '
+        f"{call}: {shown} is not used: no patched_wheel of this hub reads "
         "the wheels (preload, split_into), or the helper cache is off (RULES_PATCHED_WHEELS_CACHE=off), which reads everything again"
     )
 

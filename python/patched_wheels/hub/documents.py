@@ -90,6 +90,16 @@ class IndexAttributes:
         (given,) = [(attribute, path) for attribute, path in self.locks.items() if path is not None]
         return given
 
+    def as_written(self, attribute: str, labels: Mapping[str, str]) -> str:
+        """``wheel_facts = "//third_party:wheel_facts.json"``: ``attribute`` and its value as the user wrote it, for
+        messages (``labels``: the request's, each label attribute's spelling); a label attribute ``labels`` has no
+        entry for (a configuration written by hand) by its path."""
+        return f'{attribute} = "{labels.get(attribute, getattr(self, attribute))}"'
+
+    def lock_as_written(self, labels: Mapping[str, str]) -> str:
+        """The lock attribute given, as :meth:`as_written` names it."""
+        return self.as_written(self.lock[0], labels)
+
     def check_one_lock(self, where: str) -> None:
         """Refuse attributes naming no lock or several, naming ``where`` (the request's ``patched.index`` call,
         or the configuration's attributes: the build step reads a file anyone may have edited)."""
@@ -115,6 +125,9 @@ class HubRequest:
     repository: str
     """The hub repository's directory ("" in the extension, which places nothing)."""
     patched: Sequence[PatchedWheelSpec] = field(metadata={OMIT: NOT_ATTRIBUTES, CALL: _request_call})
+    labels: Mapping[str, str]
+    """Each label attribute given -> the label as the user wrote it (``//:requirements_lock.txt``; hub.bzl's
+    ``label_as_written``): messages name an attribute by it, while ``attributes`` holds its path."""
 
     @classmethod
     def from_json(cls, raw: object) -> "HubRequest":
@@ -173,6 +186,8 @@ class HubConfig:
     from the lock, and no extra is inferred for a project named here."""
     closure_out: Path | None = None
     """Where the build writes pip's closure of the lock (``pip_closure.json``, for ``layout_test``)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The request's (:attr:`HubRequest.labels`): the build's messages name a label attribute as the user wrote it."""
     every_pin_served: bool = False
     """``direct`` for a rules_python that installs with pip (:func:`installs_with_pip`): the index holds every
     wheel the plan fetched and the lock sends pip there alone, so a ``clean --expunge`` reads no wheel from the

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import AbstractSet, Collection, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -55,19 +54,16 @@ def extras_requirements(extras: Sequence[str], call: str) -> list[tuple[str, Req
 
 
 def root_extras(
-    extras: Sequence[str], pinned: Collection[NormalizedName], call: str, lock: tuple[str, Path]
+    extras: Sequence[str], pinned: Collection[NormalizedName], call: str, lock: str
 ) -> dict[str, list[str]]:
     """Project -> the extras the ``extras`` attribute asks of it, each project among those the lock pins
-    (``lock``: its attribute and path, to name it); checked before any download: whether the wheel provides the
-    extra is the build's check, with its METADATA."""
+    (``lock``: its attribute as the user wrote it, to name it); checked before any download: whether the wheel
+    provides the extra is the build's check, with its METADATA."""
     asked: dict[str, list[str]] = {}
     for written, requirement in extras_requirements(extras, call):
         project = canonicalize_name(requirement.name)
         if project not in pinned:
-            attribute, lock_path = lock
-            raise UsageError(
-                f'{call}: extras = ["{written}"]: {requirement.name} is not pinned in {attribute} = "{lock_path}"'
-            )
+            raise UsageError(f'{call}: extras = ["{written}"]: {requirement.name} is not pinned in {lock}')
         asked.setdefault(project, [])
         asked[project] += [
             extra for extra in sorted(canonicalize_name(e) for e in requirement.extras) if extra not in asked[project]
@@ -81,14 +77,14 @@ def decided_closure(
     asked: Mapping[str, Sequence[str]],
     *,
     call: str,
-    lock: tuple[str, Path],
+    lock: str,
     restores: bool,
 ) -> tuple[Closure, list[str]]:
     """Pip's closure of the lock (:mod:`patched_wheels.lock.closure`) and the warning lines that go with it, from
     what the build read: ``dists``, the fetched wheels' edges by project; ``pinned``, the extras the lock's own
     pins ask of a project of ``dists``, in the lock's order (pins whose marker holds here); ``asked``, the ``extras``
     attribute as the plan read it (:func:`root_extras`). ``call``: the hub as the user wrote it; ``lock``: its
-    attribute and path; ``restores``: its ``restore_extras``; all three only name things in messages.
+    attribute as the user wrote it; ``restores``: its ``restore_extras``; all three only name things in messages.
 
     An extra the attribute asks that the wheel does not provide (``Provides-Extra``) is the one error: the user
     chose it, so it is refused, not guessed around. A root extra the lock shows but does not record
@@ -119,9 +115,8 @@ def decided_closure(
     closure = (
         Closure(dists, {project: tuple(sorted(extras)) for project, extras in roots.items()}) if inferred else known
     )
-    attribute, lock_path = lock
     for project, extra, asker in closure.unprovided():
-        who = f"{asker} requires" if asker else f'{attribute} = "{lock_path}" asks for'
+        who = f"{asker} requires" if asker else f"{lock} asks for"
         warnings.append(
             f"{call}: {who} {project}[{extra}], but {project} {dists[project].version} does not provide the extra "
             f"{extra!r} (Provides-Extra): pip installs it without the extra, and so does the hub"
@@ -129,14 +124,13 @@ def decided_closure(
     return closure, warnings
 
 
-def inferred_warning(call: str, lock: tuple[str, Path], restores: bool, found: InferredExtra) -> str:
-    """The one line saying that the hub (``call``, whose lock is ``lock``: attribute and path; ``restores``: its
-    ``restore_extras``) took ``found`` as a root extra, the pins that show it, and how to override."""
-    attribute, lock_path = lock
+def inferred_warning(call: str, lock: str, restores: bool, found: InferredExtra) -> str:
+    """The one line saying that the hub (``call``, whose lock is ``lock``: its attribute as the user wrote it;
+    ``restores``: its ``restore_extras``) took ``found`` as a root extra, the pins that show it, and how to override."""
     done = "restores" if restores else "puts in pip_closure.json (restore_extras = False)"
     return (
-        f"{call}: {done} {found.project}[{found.extra}], which {attribute} = "
-        f'"{lock_path}" does not record: the lock pins every requirement of that extra, and nothing else requires '
+        f"{call}: {done} {found.project}[{found.extra}], which {lock} "
+        "does not record: the lock pins every requirement of that extra, and nothing else requires "
         f"{', '.join(found.evidence)} (pip install -r installs them); name {found.project}'s extras in extras "
         f'(["{found.project}[]"] for none) to decide otherwise'
     )

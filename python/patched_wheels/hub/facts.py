@@ -86,16 +86,17 @@ def write_facts(path: Path, entries: Mapping[str, object]) -> None:
 
 
 def stale_warning(
-    given: Mapping[str, object], used: Mapping[str, object], *, call: str, given_path: Path, written: Path
+    given: Mapping[str, object], used: Mapping[str, object], *, call: str, shown: str, given_path: Path, written: Path
 ) -> None:
-    """One warning when the facts file given is not the one this build would write (``used``): the work it
-    should have saved was done, and copying ``written`` over ``given_path`` saves it next time."""
+    """One warning when the facts file given (``shown``: the attribute as the user wrote it) is not the one this
+    build would write (``used``): the work it should have saved was done, and copying ``written`` over
+    ``given_path`` saves it next time."""
     if dict(given) == dict(used):
         return
     missing = sum(1 for name, value in used.items() if given.get(name) != value)
     unused = sum(1 for name in given if name not in used)
     warn(
-        f'{call}: {ATTRIBUTE} = "{given_path}" does not hold what this build read from the wheels ({missing} of its '
+        f"{call}: {shown} does not hold what this build read from the wheels ({missing} of its "
         f"{len(used)} entries missing or different, {unused} unused: a changed lock, probe or interpreter), so they were "
         f"read again; to record them: cp {written} {given_path}"
     )

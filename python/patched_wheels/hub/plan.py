@@ -233,7 +233,8 @@ def plan_hub(checked: CheckedRequest, *, cache_root: Path | None) -> HubPlan:
         raise UsageError(
             f"{error} (it lies in Bazel's output base: give Bazel one without it, --output_user_root)"
         ) from None
-    attribute, lock_path = request.attributes.lock
+    attribute, _ = request.attributes.lock
+    lock_shown = request.attributes.lock_as_written(request.labels)
     by_project = {wheel.project: wheel for wheel in wheels}
     root = Path(request.repository)
     graph = request.needs_graph
@@ -241,11 +242,11 @@ def plan_hub(checked: CheckedRequest, *, cache_root: Path | None) -> HubPlan:
     for spec in request.patched:
         wheel = by_project.get(canonicalize_name(spec.name))
         if wheel is None:
-            raise UsageError(f'{request.wheel_call(spec)}: {spec.name} is not pinned in {attribute} = "{lock_path}"')
+            raise UsageError(f"{request.wheel_call(spec)}: {spec.name} is not pinned in {lock_shown}")
         _check_requirement(spec, wheel, checked.versions[wheel.filename], request.wheel_call(spec))
         patched.append(replace(spec, wheel=root / ORIGINALS / wheel.filename))
     patched_projects = {canonicalize_name(spec.name) for spec in patched}
-    asked = root_extras(request.attributes.extras, by_project, request.index_call, request.attributes.lock)
+    asked = root_extras(request.attributes.extras, by_project, request.index_call, lock_shown)
     direct = request.attributes.index_option == "direct"
     every_pin_served = direct and installs_with_pip(request.rules_python_version)
     read_only = direct and not every_pin_served  # rules_python 2.x fetches each unpatched wheel itself
@@ -276,6 +277,7 @@ def plan_hub(checked: CheckedRequest, *, cache_root: Path | None) -> HubPlan:
         facts_out=root / FACTS if graph and cache_root is not None else None,
         root_extras=asked,
         closure_out=root / CLOSURE,
+        labels=request.labels,
         every_pin_served=every_pin_served,
     )
     exports = (
@@ -296,9 +298,9 @@ def _check_filename(wheel: ResolvedWheel, version: Version | InvalidWheelFilenam
     never a path (a lock's or an index page's URL ending in ``..%2F`` must not write outside the repository)."""
     valid = isinstance(version, Version) and "/" not in wheel.filename and "\0" not in wheel.filename
     if not valid or not SHA256_HEX.fullmatch(wheel.sha256):
-        attribute, path = request.attributes.lock
+        lock = request.attributes.lock_as_written(request.labels)
         raise UsageError(
-            f'{request.index_call}: {attribute} = "{path}": {wheel.project} resolves to {wheel.filename!r} '
+            f"{request.index_call}: {lock}: {wheel.project} resolves to {wheel.filename!r} "
             f"(sha256 {wheel.sha256!r}), not a wheel file name with a sha256"
         )
 

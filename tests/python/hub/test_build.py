@@ -446,6 +446,7 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
             "bzlmod": True,
             "attributes": index_attributes(uv_lock=str(uv_lock), index_url=f"{url}/simple"),
             "rules_python_version": "2.3.2",
+            "labels": {},
             "repository": str(repo),
             "patched": [spec],
         }
@@ -625,6 +626,7 @@ def test_preload_elf_with_a_probe_is_one_error_line_before_any_download(
             requirements_lock=str(tmp_path / "lock.txt"), index_url="", index_option="index-url"
         ),
         "rules_python_version": "1.6.0",
+        "labels": {},
         "repository": str(tmp_path),
         "patched": [spec],
     }

@@ -388,7 +388,7 @@ def test_an_extra_whose_requirement_the_lock_does_not_pin_is_refused_naming_rest
 
 
 # pip's closure and its messages decided from values, as the build reads them (decided_closure): no wheel on disk.
-LOCK = ("requirements_lock", Path("/ws/requirements_lock.txt"))
+LOCK = 'requirements_lock = "/ws/requirements_lock.txt"'
 TOOLKIT_SET = closure_of(("toolkit", ['tk-rt==1.0; extra == "rt"'], ["rt"]), ("tk-rt", [], []))
 
 

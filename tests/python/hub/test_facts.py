@@ -59,7 +59,13 @@ def patched(fake_set: fakecuda.FakeCudaWheels) -> list[tuple[Path, dict[str, obj
 
 
 def build(
-    tmp_path: Path, name: str, fake_set: fakecuda.FakeCudaWheels, *, cache: str, wheel_facts: Path | None = None
+    tmp_path: Path,
+    name: str,
+    fake_set: fakecuda.FakeCudaWheels,
+    *,
+    cache: str,
+    wheel_facts: Path | None = None,
+    labels: dict[str, str] | None = None,
 ) -> Path:
     """One hub build (plan, fetch, build) in ``tmp_path/name`` with the helper cache ``cache``; its directory."""
     with pytest.MonkeyPatch.context() as environment:
@@ -71,6 +77,7 @@ def build(
             index_option="direct",
             rules_python_version="2.3.2",
             wheel_facts=wheel_facts,
+            labels=labels,
         )
         assert main(["hub", "build", "--config", str(config)]) == 0
     return tmp_path / name
@@ -165,13 +172,15 @@ def test_with_the_cache_off_the_facts_are_read_but_not_used(
     first = build(tmp_path, "first", fake_set, cache="cache-a")
     capsys.readouterr()
     work.update(dict.fromkeys(work, 0))
-    second = build(tmp_path, "second", fake_set, cache="off", wheel_facts=first / "wheel_facts.json")
+    label = "//third_party:wheel_facts.json"  # as the user wrote it (hub.bzl's request_labels)
+    second = build(
+        tmp_path, "second", fake_set, cache="off", wheel_facts=first / "wheel_facts.json", labels={"wheel_facts": label}
+    )
     assert work["installs"] == 1, "off reads everything again"
     assert not (second / "wheel_facts.json").exists()
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "wheel_facts" in line]
     assert (
-        line.startswith(f"patched-wheels: warning: {CALL}: wheel_facts = ")
-        and "is not used" in line
+        line.startswith(f'patched-wheels: warning: {CALL}: wheel_facts = "{label}" is not used')
         and "RULES_PATCHED_WHEELS_CACHE=off" in line
     )
 

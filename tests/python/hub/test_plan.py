@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import MISSING, fields
@@ -102,6 +103,7 @@ def request(*specs: dict[str, object], **values: object) -> HubRequest:
         "bzlmod": True,
         "attributes": index_attributes(**{"requirements_lock": "/ws/requirements_lock.txt", **given}),
         "rules_python_version": "2.3.2",
+        "labels": {},
         "repository": "/out/external/fixed",
         "patched": list(specs) or [spec_json()],
     }
@@ -315,6 +317,43 @@ def test_a_patched_project_the_lock_does_not_pin_is_named_with_the_lock_attribut
         planned(request(requirements_lock=None, pylock="/ws/pylock.toml"), WHEELS[1:], cache_root=None)
 
 
+LABELS = {"requirements_lock": "//third_party:requirements_lock.txt", "pylock": "//:pylock.toml"}
+"""How the rule writes the user's labels into a request (hub.bzl's ``request_labels``)."""
+
+
+@pytest.mark.parametrize(
+    ("values", "wheels", "message"),
+    [
+        (
+            {"pylock": "/ws/pylock.toml", "requirements_lock": None},
+            WHEELS[1:],
+            'not pinned in pylock = "//:pylock.toml"',
+        ),
+        (
+            {"extras": ["jax[cuda13]"]},
+            WHEELS,
+            'jax is not pinned in requirements_lock = "//third_party:requirements_lock.txt"',
+        ),
+    ],
+)
+def test_the_plan_names_a_label_attribute_as_the_user_wrote_it(
+    values: dict[str, object], wheels: list[ResolvedWheel], message: str
+) -> None:
+    """Not the path Bazel resolved the label to: the request holds both."""
+    with pytest.raises(UsageError, match=re.escape(message)):
+        planned(request(labels=LABELS, **values), wheels, cache_root=None)
+
+
+def test_the_build_gets_the_labels_to_name_the_attributes_by() -> None:
+    config = planned(request(labels={"requirements_lock": LABELS["requirements_lock"]}), WHEELS, cache_root=None).config
+    assert config.attributes.lock_as_written(config.labels) == (
+        'requirements_lock = "//third_party:requirements_lock.txt"'
+    )
+    assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).labels == config.labels
+    # A configuration written without them (by hand) names the lock by its path.
+    assert config.attributes.lock_as_written({}) == 'requirements_lock = "/ws/requirements_lock.txt"'
+
+
 def test_the_config_round_trips_and_refuses_a_missing_or_unknown_key() -> None:
     config = planned(request(spec_json(preload="auto")), WHEELS, cache_root=Path("/c")).config
     assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).to_json() == config.to_json()
@@ -334,6 +373,7 @@ def test_plan_command_checks_first_and_writes_the_config(tmp_path: Path, capsys:
         "bzlmod": True,
         "attributes": index_attributes(requirements_lock="/ws/req.txt"),
         "rules_python_version": "0",
+        "labels": {},
         "repository": str(tmp_path / "repo"),
         "patched": [spec_json(split_into="x")],
     }
@@ -377,6 +417,7 @@ def test_the_plan_imports_no_elf_reader(tmp_path: Path) -> None:
         "bzlmod": True,
         "attributes": index_attributes(requirements_lock="/ws/req.txt"),
         "rules_python_version": "0",
+        "labels": {},
         "repository": str(tmp_path / "repo"),
         "patched": [spec_json(preload="auto")],
     }
@@ -424,6 +465,7 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
         "bzlmod": True,
         "attributes": index_attributes(requirements_lock="/ws/req.txt", index_url=""),
         "rules_python_version": "0",
+        "labels": {},
         "repository": str(tmp_path),
         "patched": [raw],
     }
@@ -475,6 +517,7 @@ def _raw_request(**spec: object) -> dict[str, object]:
         "bzlmod": True,
         "attributes": index_attributes(requirements_lock="/ws/req.txt"),
         "rules_python_version": "2.3.2",
+        "labels": {},
         "repository": "/out/external/fixed",
         "patched": [spec_json(**spec)],
     }
