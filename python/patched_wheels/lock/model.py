@@ -175,14 +175,17 @@ _DIGEST_LENGTHS = {"md5": 32, "sha1": 40, "sha224": 56, "sha256": 64, "sha384": 
 def checked_hash(algorithm: object, digest: object, where: str) -> str:
     """``algorithm:digest`` if it is a hash a lock can carry (a hex digest of the algorithm's length);
     else one error naming ``where``.  A uv.lock's or pylock.toml's hashes are written into the
-    requirements lock, where a line break or blank would add an option line (``--index-url=...``)."""
-    text = f"{algorithm}:{digest}"
-    match = _HASH.fullmatch(text) if isinstance(algorithm, str) and isinstance(digest, str) else None
-    if match is None or len(match[2]) != _DIGEST_LENGTHS.get(match[1], len(match[2])):
-        length = _DIGEST_LENGTHS.get(algorithm) if isinstance(algorithm, str) else None
-        expected = f" ({algorithm}: {length} hex digits)" if length else ""
-        raise InvalidLockError(f"{where}: hash {shown(text)} is not <algorithm>:<hex digest>{expected}")
-    return text
+    requirements lock, where a line break or blank would add an option line (``--index-url=...``).
+    A digest of the wrong length is refused before any copy of it is made: a lock may hold megabytes there."""
+    length = _DIGEST_LENGTHS.get(algorithm) if isinstance(algorithm, str) else None
+    if isinstance(algorithm, str) and isinstance(digest, str) and (length is None or len(digest) == length):
+        text = f"{algorithm}:{digest}"
+        if _HASH.fullmatch(text):
+            return text
+    # The start of the value (shown() cuts a longer one), without building the whole of it.
+    preview = f"{str(algorithm)[:81]}:{str(digest)[:81]}"[:81]
+    expected = f" ({algorithm}: {length} hex digits)" if length else ""
+    raise InvalidLockError(f"{where}: hash {shown(preview)} is not <algorithm>:<hex digest>{expected}")
 
 
 def marker_environment(environment: Mapping[str, str] | None) -> dict[str, str]:
