@@ -88,7 +88,7 @@ def _request(repository: Path) -> dict[str, Any]:
         "bzlmod": True,
         "attributes": index_attributes(requirements_lock="/ws/requirements_lock.txt"),
         "rules_python_version": "2.3.2",
-        "labels": {},
+        "labels": {"requirements_lock": "//:requirements_lock.txt"},  # mutated too: a label the user wrote
         "repository": str(repository),
         "patched": [spec, {**spec, "name": "other", "split_into": "other-libs", "split_max_size": 10}],
     }

@@ -53,9 +53,9 @@ class Copier:
     file's lock, which the copy takes for every piece it moves (on a busy machine, for as long as the
     copying thread waits for a core).  Each job names the output offset its bytes go to (the writer leaves
     room for a copy and writes around it), so the output is the same bytes in whatever order they land.
-    A job's error is raised by the next :meth:`submit` or :meth:`write`, or by :meth:`wait`, which the
-    writer calls before it reads, closes or removes the file; the thread never outlives the descriptors it
-    copies between.
+    A job's error is raised by the next :meth:`submit` or :meth:`write`, or by :meth:`wait_for_writes`, which the
+    writer calls before it reads back bytes of its own, or :meth:`wait`, which it calls before it closes or removes
+    the file; the thread never outlives the descriptors it copies between.
     """
 
     def __init__(self, out_fd: int) -> None:
@@ -83,6 +83,16 @@ class Copier:
             self.wait()  # raises it
         self._waiting_writes.acquire()
         self._jobs.put(_Write(data, offset))
+
+    def wait_for_writes(self) -> None:
+        """Return once the writes handed to :meth:`write` so far are made, copies perhaps still running; raise a
+        job's error.  The bytes the writer wrote itself can then be read back while the kernel copies go on."""
+        for _ in range(_MAX_WAITING_WRITES):  # every write owed holds one: all held, none is owed
+            self._waiting_writes.acquire()
+        for _ in range(_MAX_WAITING_WRITES):
+            self._waiting_writes.release()
+        if self._error is not None:
+            self.wait()  # raises it
 
     def wait(self) -> None:
         """Return once every job submitted is done; raise the first one's error."""

@@ -7,6 +7,7 @@ installers refuse them only at install time, far from the cause.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from packaging.tags import Tag
 from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, parse_wheel_filename
@@ -15,7 +16,7 @@ from packaging.version import Version
 from patched_wheels.base.names import is_valid_project_name
 from patched_wheels.errors import InvalidWheelError
 
-__all__ = ["WheelFilename", "is_safe_member_path"]
+__all__ = ["WheelFilename", "all_safe_member_paths", "is_safe_member_path"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,21 @@ class WheelFilename:
 
 # Components that leave or blur the target: empty (a leading "/" makes the first one empty), ".", "..".
 _UNSAFE_PARTS = frozenset(("", ".", ".."))
+
+
+def all_safe_member_paths(names: Sequence[str]) -> bool:
+    """Whether :func:`is_safe_member_path` accepts every one of ``names``: the same verdict from a few passes of C
+    over all of them (a reader checks each of torch's 10,600 names on every open) instead of a call per name.
+    Where it is False, a loop over the names finds the first refused, for the message."""
+    joined = "\0".join(names) + "\0"  # NUL parts them: no safe name holds it
+    if joined.count("\0") != len(names):
+        return not names  # a NUL in a name; or no name at all
+    if "\\" in joined or ":" in joined and any(":" in name.partition("/")[0] for name in names):
+        return False
+    # Each name's path (its final "/" dropped, as is_safe_member_path drops it) between two "/": an empty, "."
+    # or ".." component anywhere in one is then "//", "/./" or "/../" in them all.
+    paths = "/" + joined.replace("/\0", "\0").replace("\0", "/")
+    return "//" not in paths and "/./" not in paths and "/../" not in paths
 
 
 def is_safe_member_path(name: str) -> bool:

@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.wheelfile import metadata as core_metadata
-from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
+from patched_wheels.wheelfile.filename import WheelFilename, all_safe_member_paths, is_safe_member_path
 from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
 from patched_wheels.wheelfile.zipcontainer import (
@@ -282,13 +282,26 @@ class WheelReader:
     ) -> tuple[dict[str, ZipMember], set[str]]:
         """The members by name, once each passed its checks (``written``: a writer's, whose names and records
         are sound by its construction, so only their layout is checked), and the top-level directories."""
+        names = [info.filename for info in infos]
+        indexed = dict(zip(names, infos))
+        if written:  # the names are safe and distinct by the writer's construction
+            top_level = _tree_top_level(names)
+            if top_level is not None:
+                return indexed, top_level
+        elif (  # every check at once; where one fails, the checks of each member decide, the first failed named
+            len(indexed) == len(names)
+            and all_safe_member_paths(names)
+            and not any(member_problem(info, file_size) for info in infos)
+            and (top_level := _tree_top_level(names)) is not None
+        ):
+            return indexed, top_level
         layout = _MemberLayout()
         if written:
             for info in infos:
                 if conflict := layout.add(info.filename):
                     raise InvalidWheelError(f"{self.name}: member {info.filename!r}: {conflict}")
-            return {info.filename: info for info in infos}, layout.top_level()
-        indexed: dict[str, ZipMember] = {}
+            return indexed, layout.top_level()
+        indexed = {}
         for info in infos:
             name = info.filename
             if not is_safe_member_path(name):
@@ -416,6 +429,20 @@ def _parse_version(text: str) -> Version | None:
         return Version(text)
     except InvalidVersion:
         return None
+
+
+def _tree_top_level(names: Sequence[str]) -> set[str] | None:
+    """The top-level directories of members named ``names`` when no file stands where a directory is (what
+    :class:`_MemberLayout` decides adding them in any order), else None: a pass over all names at once, then one
+    step per directory, instead of a call per name."""
+    directories: set[str] = set()
+    for parent in {name.rpartition("/")[0] for name in names}:  # a directory entry's is itself
+        while parent and parent not in directories:
+            directories.add(parent)
+            parent = parent.rpartition("/")[0]
+    if not directories.isdisjoint([name for name in names if not name.endswith("/")]):
+        return None
+    return {directory for directory in directories if "/" not in directory}
 
 
 class _MemberLayout:

@@ -306,13 +306,19 @@ class WheelWriter:
             )
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._flush()  # the buffer's tail
-            self._copier.wait()
+            written = WrittenArchive(self._entries, rows, directory_offset)
+            read_back = {f"{self.dist_info}/{name}" for name in ("METADATA", "WHEEL")}  # all the check reads
+            if any(kernel_copied(entry.compress_size) for entry in self._entries if entry.filename in read_back):
+                self._copier.wait()  # a large METADATA or WHEEL copied raw: read back once its copy is done
+            else:  # checked while the large members' kernel copies finish (torch's: the last 130 ms of a patch)
+                self._copier.wait_for_writes()
             os.ftruncate(self._file.fileno(), self._offset)  # a copy started ahead to a place foreseen past the end
             os.fchmod(self._file.fileno(), 0o666 & ~current_umask())
+            WheelReader(self._temp, filename=self.dest.name, written=written).close()
+            del written, rows  # with what only the check needed, freed while the copies finish
+            self._entries, self._record, self._names = [], [], set()
+            self._copier.wait()
             self._file.close()
-            WheelReader(
-                self._temp, filename=self.dest.name, written=WrittenArchive(self._entries, rows, directory_offset)
-            ).close()
             os.replace(self._temp, self.dest)
         except BaseException:
             self.abort()

@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import struct
+import time
 import zipfile
 import zlib
 from pathlib import Path
@@ -555,6 +556,52 @@ def test_is_safe_member_path(name: str) -> None:
     assert wheelfile.is_safe_member_path(name) is (name in SAFE)
 
 
+def test_all_names_checked_at_once_get_the_verdict_of_each_checked() -> None:
+    """all_safe_member_paths (the reader's check of every name at once) is True exactly where is_safe_member_path
+    accepts every name: seeded lists of names built from the pieces that make or break a path."""
+    import random
+
+    from patched_wheels.wheelfile.filename import all_safe_member_paths
+
+    pieces = ["a", "b.py", ".", "..", "...", "/", "/", "\\", ":", "c:", "\0", "\n", "\u00e9", ".x", ""]
+    pick = random.Random(29)
+    verdicts = set()
+    for _ in range(20_000):
+        names = ["".join(pick.choices(pieces, k=pick.randrange(6))) for _ in range(pick.randrange(4))]
+        expected = all(wheelfile.is_safe_member_path(name) for name in names)
+        assert all_safe_member_paths(names) is expected, names
+        verdicts.add(expected)
+    assert verdicts == {True, False}
+    for name in SAFE + UNSAFE:  # each known case beside safe names, first, last and alone
+        for names in ([name], ["a/b.py", name], [name, "a/", "x."]):
+            assert all_safe_member_paths(names) is (name in SAFE), names
+
+
+def test_the_tree_of_all_names_at_once_is_the_layout_of_each_name_added() -> None:
+    """The reader's check that no file stands where a directory is, made over all names at once, agrees with
+    _MemberLayout adding them one by one (in any order): the same verdict, the same top-level directories."""
+    import random
+
+    from patched_wheels.wheelfile import reader as reader_module
+
+    pick = random.Random(31)
+    verdicts = set()
+    for _ in range(5_000):
+        names = {
+            "/".join(pick.choices(["a", "b", "c.py"], k=pick.randrange(1, 4))) + pick.choice(["", "", "/"])
+            for _ in range(pick.randrange(1, 7))
+        }
+        ordered = pick.sample(sorted(names), len(names))
+        layout = reader_module._MemberLayout()
+        conflict = any([layout.add(name) for name in ordered])
+        top_level = reader_module._tree_top_level(ordered)
+        assert (top_level is None) is conflict, ordered
+        if not conflict:
+            assert top_level == layout.top_level(), ordered
+        verdicts.add(conflict)
+    assert verdicts == {True, False}
+
+
 def test_raw_copies_get_the_fixed_timestamp_in_local_headers_too(wheel: Path, tmp_path: Path) -> None:
     dest = tmp_path / "out" / wheel.name
     dest.parent.mkdir()
@@ -979,6 +1026,83 @@ def test_a_large_member_keeps_a_cheap_place_for_the_kernel_copy(tmp_path: Path, 
         target = tmp_path / client
         subprocess.run([*command, "--target", str(target), str(dest)], check=True)
         assert (target / "big" / "moved.so").read_bytes() == files["big/lib.so"], client
+
+
+def _slow_kernel_copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The copier's kernel copies in pieces of 64 KiB, each 20 ms: a MiB takes a third of a second (the writer's
+    writes waiting for the copier's thread go out between pieces).  Returns the pieces copied so far."""
+    from patched_wheels.wheelfile import copier
+
+    real = os.copy_file_range
+    copied: list[int] = []
+
+    def slow(source: int, dest: int, count: int, offset: int, dest_offset: int) -> int:
+        time.sleep(0.02)
+        copied.append(real(source, dest, min(count, 1 << 16), offset, dest_offset))
+        return copied[-1]
+
+    monkeypatch.setattr(copier.os, "copy_file_range", slow)
+    return copied
+
+
+def test_the_written_wheel_is_checked_while_its_kernel_copies_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check of a written wheel reads back only METADATA and WHEEL, the writer's own bytes: it runs while the
+    large members' kernel copies are still under way (slowed down here), then the wheel is whole."""
+    from patched_wheels.wheelfile import writer as writer_module
+
+    files = {"big/a.txt": os.urandom(1000), "big/lib.so": os.urandom(3 << 20)}
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(tmp_path / "in", "big", "1.0", files, compression=zipfile.ZIP_STORED)
+    copied = _slow_kernel_copies(monkeypatch)
+    copied_when_checked: list[int] = []
+    real_reader = writer_module.WheelReader
+
+    def check(*args: object, **kwargs: object) -> WheelReader:
+        copied_when_checked.append(sum(copied))
+        return real_reader(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer_module, "WheelReader", check)
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader:
+        _copy_all(reader, dest)
+    [when_checked] = copied_when_checked
+    assert when_checked < 2 << 20 and sum(copied) == 3 << 20  # checked with a third of a second of copies left at least
+    with WheelReader(dest, verify=True) as reader:
+        assert reader.read("big/lib.so") == files["big/lib.so"]
+
+
+def test_a_metadata_large_enough_for_a_kernel_copy_is_read_back_once_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A METADATA over a MiB, copied raw, goes out in a kernel copy like a library: the check of the written wheel
+    reads it back only once that copy is done (slowed down here), and passes."""
+    import random
+
+    from patched_wheels.wheelfile import zipcontainer as container
+
+    description = "".join(random.Random(7).choices("abcdefghijklmnopqrstuvwxyz \n", k=(3 << 20) // 2))
+    (tmp_path / "in").mkdir()
+    wheel = build_wheel(
+        tmp_path / "in",
+        "big",
+        "1.0",
+        {"big/__init__.py": b""},
+        metadata_extra=f"Description: {description}\n",
+        compression=zipfile.ZIP_STORED,
+    )
+    with WheelReader(wheel) as reader:
+        assert container.kernel_copied(reader.info(f"{reader.dist_info}/METADATA").compress_size)
+    _slow_kernel_copies(monkeypatch)
+    dest = tmp_path / "out" / wheel.name
+    dest.parent.mkdir()
+    with WheelReader(wheel) as reader:
+        _copy_all(reader, dest)
+        metadata = reader.metadata()
+    with WheelReader(dest) as written:
+        assert written.metadata() == metadata
 
 
 def _rewritten(wheel: Path, dest: Path, *, unused_after: str = "", unused: int = 0) -> Path:
