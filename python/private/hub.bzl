@@ -120,7 +120,7 @@ def label_as_written(label):
     text = str(label)
     for main in ("@@//", "@//"):
         if text.startswith(main):
-            return text[len(main) - 2:]
+            return "//" + text[len(main):]
     return text
 
 def request_labels(attributes):
