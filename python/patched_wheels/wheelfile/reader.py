@@ -283,25 +283,25 @@ class WheelReader:
         """The members by name, once each passed its checks (``written``: a writer's, whose names and records
         are sound by its construction, so only their layout is checked), and the top-level directories."""
         names = [info.filename for info in infos]
-        indexed = dict(zip(names, infos))
+        by_name = dict(zip(names, infos))
         if written:  # the names are safe and distinct by the writer's construction
             top_level = _tree_top_level(names)
             if top_level is not None:
-                return indexed, top_level
+                return by_name, top_level
         elif (  # every check at once; where one fails, the checks of each member decide, the first failed named
-            len(indexed) == len(names)
+            len(by_name) == len(names)
             and all_safe_member_paths(names)
             and not any(member_problem(info, file_size) for info in infos)
             and (top_level := _tree_top_level(names)) is not None
         ):
-            return indexed, top_level
+            return by_name, top_level
         layout = _MemberLayout()
         if written:
             for info in infos:
                 if conflict := layout.add(info.filename):
                     raise InvalidWheelError(f"{self.name}: member {info.filename!r}: {conflict}")
-            return indexed, layout.top_level()
-        indexed = {}
+            return by_name, layout.top_level()
+        indexed: dict[str, ZipMember] = {}  # the members before each, for its duplicate check
         for info in infos:
             name = info.filename
             if not is_safe_member_path(name):
