@@ -141,20 +141,7 @@ def supervise(
     err_read, err_write = os.pipe()
     sinks: dict[int, Tail | Lines] = {out_read: Tail(), err_read: Errors(), maps_read: Maps(wanted)}
     try:
-        with _RUNNING_LOCK:  # started and registered at once: another run's sweep never sees it unregistered
-            if not _RUNNING:
-                _subreaper(True)
-            child = subprocess.Popen(
-                [*command, str(maps_write), code],
-                env=environment,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out_write,
-                stderr=err_write,
-                pass_fds=(maps_write,),
-                start_new_session=True,  # its own session and process group
-            )
-            _RUNNING.add(child.pid)
+        child = _start([*command, str(maps_write), code], environment, cwd, out_write, err_write, maps_write)
     finally:
         for fd in (maps_write, out_write, err_write):
             os.close(fd)
@@ -195,12 +182,47 @@ def supervise(
     return Captured(returncode, sinks[out_read], sinks[err_read], sinks[maps_read])  # type: ignore[arg-type]
 
 
+def _start(
+    command: Sequence[str], environment: dict[str, str], cwd: Path, stdout: int, stderr: int, maps: int
+) -> subprocess.Popen[bytes]:
+    """Start and register the run's child, in its own session and process group."""
+    with _RUNNING_LOCK:  # started and registered at once: another run's sweep never sees it unregistered
+        if not _RUNNING:
+            _subreaper(True)
+        child = subprocess.Popen(
+            command,
+            env=environment,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=(maps,),
+            start_new_session=True,
+        )
+        _RUNNING.add(child.pid)
+        if _STOPPED[0]:  # registered after a stop_runs copied the runs (it stops first): it never runs on
+            _kill_session(child.pid)
+    return child
+
+
 def stop_runs() -> None:
-    """Kill the session of every run under way (from a signal handler: no lock taken); each run then ends as
-    after a crash, and its own end sweeps what left its session."""
+    """Kill the session of every run under way, and of every run that starts afterwards until :func:`allow_runs`
+    (from a signal handler: no lock taken, and a run may be starting in another thread, its child not yet
+    registered); each run then ends as after a crash, and its own end sweeps what left its session."""
+    _STOPPED[0] = True  # before the copy: a run missing from it sees the stop once registered
     for pid in list(_RUNNING):  # one C call: a consistent copy whatever the other threads do
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
+        _kill_session(pid)
+
+
+def allow_runs() -> None:
+    """Runs start again after :func:`stop_runs`, once the caller has seen every run it stopped end."""
+    _STOPPED[0] = False
+
+
+def _kill_session(pid: int) -> None:
+    """SIGKILL to the session's process group (its leader's pid); nothing when it has ended."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
@@ -208,6 +230,8 @@ _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 # once, and one run's end must not sweep away the other's processes.
 _RUNNING: set[int] = set()
 _RUNNING_LOCK = threading.Lock()
+# Whether stop_runs was called (and allow_runs not since): a one-element list, set from a signal handler.
+_STOPPED: list[bool] = [False]
 # Whether this process was a subreaper before the first run under way made it one: restored after the last.
 _WAS_SUBREAPER: list[bool] = []
 
@@ -258,10 +282,7 @@ def _stop(child: subprocess.Popen[bytes], before: Collection[int]) -> None:
     """Kill the run's session and every process below this one that the run started (they hold its pipes and
     its directories), and reap them.  Processes that were below this one before the run, and those in the
     session of another run under way, are left alone."""
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):  # the child's group has ended
-        pass
+    _kill_session(child.pid)
     child.wait()
     for _ in range(1000):  # each round kills what the last one's kills orphaned; a fork bomb ends with the rounds
         with _RUNNING_LOCK:  # no run starts while the strays are listed and killed

@@ -11,13 +11,14 @@ import os
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from patched_wheels.base.supervise import stop_runs, supervise
+from patched_wheels.base.supervise import allow_runs, stop_runs, supervise
 from patched_wheels.errors import UsageError
 from patched_wheels.layouttest.config import Config
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
@@ -158,11 +159,23 @@ class Stopped(BaseException):
     """Bazel's kill at the test's timeout (SIGTERM), or Ctrl-C: the runs are stopped, then the runner ends."""
 
 
-def stop(signum: int, frame: object) -> None:
-    """The runner's handler of SIGTERM and SIGINT (:func:`~patched_wheels.layouttest.main.main` sets it): no run
-    outlives the runner."""
+def _stop(signum: int, frame: object) -> None:
     stop_runs()
     raise Stopped(signal.Signals(signum).name)
+
+
+@contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Inside, SIGTERM (Bazel's kill at the test's timeout) and SIGINT (Ctrl-C) kill every run, those under way
+    and those that start later, and raise :class:`Stopped` in the main thread: no run outlives the runner.
+    Afterwards, the handlers before, and runs start again."""
+    handlers = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        allow_runs()
 
 
 def run_layouts(
@@ -170,8 +183,17 @@ def run_layouts(
 ) -> tuple[Comparison, Merged]:
     """Both runs of ``config``'s probe (which imports ``modules``): in the test's layout and in one site-packages
     (``work``: a new directory), stopped at ``deadline``."""
+    # Every run in a thread, the main thread waiting: a signal's Stopped is raised where it waits, never while a
+    # run starts (its child started, not yet registered), and leaving the pool waits for every run to end.
+    with ThreadPoolExecutor(max_workers=2) as pool:  # at once: the test costs about one run of the probe
+        return _run_layouts(config, modules, work, runfiles, deadline, pool)
+
+
+def _run_layouts(
+    config: Config, modules: Sequence[str], work: Path, runfiles: str, deadline: Deadline, pool: ThreadPoolExecutor
+) -> tuple[Comparison, Merged]:
     environment = _child_environment()
-    entries = real_sys_path(config, environment, work, deadline)
+    entries = pool.submit(real_sys_path, config, environment, work, deadline).result()
     wheel_entries = [entry for entry in entries[1:] if is_wheel_entry(entry, runfiles)]
     check_imports(config.test, modules, entries, wheel_entries)
     if not wheel_entries:
@@ -217,14 +239,5 @@ def run_layouts(
                 f"{config.subject}: still running after {deadline.seconds} s {where} ({deadline.why}); stopped"
             ) from None
 
-    pool = ThreadPoolExecutor(max_workers=2)  # at once: the test costs about one run of the probe
-    futures = [pool.submit(run, kind) for kind in (FLAT, RUNFILES)]
-    try:
-        flat, real = (future.result() for future in futures)
-    except Stopped:  # a run may start after the signal's kill: stop them until both have ended
-        while wait(futures, timeout=0.1).not_done:
-            stop_runs()
-        raise
-    finally:
-        pool.shutdown()
+    flat, real = [future.result() for future in [pool.submit(run, kind) for kind in (FLAT, RUNFILES)]]
     return Comparison(flat=flat, per_wheel=real), merged

@@ -17,17 +17,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 import pytest
 
 from patched_wheels.errors import UsageError
+from patched_wheels.layouttest import runs
 from patched_wheels.layouttest.closurecheck import MAX_MISSING
 from patched_wheels.layouttest.config import CONFIG_SUFFIX, MAIN_SUFFIX, PROBE_SUFFIX, Config, check_probe
 from patched_wheels.layouttest.main import main
 from patched_wheels.layouttest.report import patched_wheel_line, starlark_string
-from patched_wheels.layouttest.runs import flat_path, is_wheel_entry
+from patched_wheels.layouttest.runs import RUNFILES, flat_path, is_wheel_entry
 from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
 from patched_wheels.lock.closure import FORMAT
 from support import extrasfixture, rpathfixture
@@ -328,7 +331,7 @@ def test_data_scheme_libraries_are_linked_where_pip_puts_them(tmp_path, capsys) 
 
 # The never-ending probes' texts, unique to this pytest process: tools/test runs the suites of several Pythons at
 # once, and a marker shared between them would let one suite count, or kill, another's probes.
-NEVER_ENDS = {number: f"never-ends-{number}-{os.getpid()}" for number in (1, 2, 3)}
+NEVER_ENDS = {number: f"never-ends-{number}-{os.getpid()}" for number in (1, 2, 3, 4)}
 
 
 def _left_running(marker: str) -> list[int]:
@@ -419,6 +422,36 @@ def test_bazel_s_kill_stops_the_runs_with_the_runner(plugin, tmp_path, markers) 
         == f"patched-wheels: error: layout_test {LABEL}: stopped by SIGTERM (Bazel's timeout, or Ctrl-C); its runs were killed\n"
     )
     assert _left_running(NEVER_ENDS[2]) == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_signal_while_the_runs_start_stops_them_all_before_the_runner_ends(
+    plugin, tmp_path, capsys, monkeypatch, markers
+) -> None:
+    """Bazel's SIGTERM may come while a run is being started (its thread under way, its child not yet known):
+    the runner still ends with every run stopped and no thread of its own left (CI once saw a run outlive it)."""
+    probe = f"import fake_cu\nwhile {NEVER_ENDS[4]!r}: pass"
+    markers.append(NEVER_ENDS[4])
+
+    class SignalledWhileStarting(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            future = super().submit(fn, *args, **kwargs)
+            if args == (RUNFILES,):  # both runs given to the pool, neither necessarily started
+                os.kill(os.getpid(), signal.SIGTERM)
+            return future
+
+    monkeypatch.setattr(runs, "ThreadPoolExecutor", SignalledWhileStarting)
+    monkeypatch.setenv("TEST_TIMEOUT", "30")  # the code before this test's: its runs end there
+    threads = set(threading.enumerate())
+    code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe), capsys)
+    assert (code, out) == (128 + signal.SIGTERM, ""), err
+    assert (
+        err
+        == f"patched-wheels: error: layout_test {LABEL}: stopped by SIGTERM (Bazel's timeout, or Ctrl-C); its runs were killed\n"
+    )
+    assert set(threading.enumerate()) <= threads and _left_running(NEVER_ENDS[4]) == []
+    monkeypatch.undo()
+    code, out, err = run_main(make_test(tmp_path / "next", plugin.wheels, plugin.code), capsys)
+    assert code == 1 and "mapped: 2 of the wheels' 2 libraries" in out, out + err  # runs start again
 
 
 @pytest.mark.parametrize(
