@@ -11,7 +11,7 @@ no table of keys and types beside them.
 
 A field may be an object of its own (a dataclass: its errors start with ``<document>: <field>``), or a list of
 them. What a field's ``metadata`` may say: :data:`VALUES`, the values a string may take; :data:`KEYS`, the keys an
-object must have exactly; :data:`OMIT`, the fields a list's objects leave out (they keep their defaults);
+object must have exactly; :data:`AMONG`, the keys a dict may hold (any of them); :data:`OMIT`, the fields a list's objects leave out (they keep their defaults);
 :data:`CALL`, how an error names each object of a list (given the fields read before it, its index and its
 JSON), by default ``<document>: <field>[<index>]``. An object inside a dict or a list is read the same way, its
 errors naming it ``<document>: <field>["<key>"]`` or ``[<index>]``.
@@ -33,7 +33,7 @@ from patched_wheels.errors import UsageError
 
 T = TypeVar("T")
 
-VALUES, KEYS, OMIT, CALL = "values", "keys", "omit", "call"
+VALUES, KEYS, AMONG, OMIT, CALL = "values", "keys", "among", "omit", "call"
 
 #: How an error names one object of a list: (the fields of its parent read so far, its index, its JSON) -> name.
 ItemCall = Callable[[Mapping[str, Any], int, Any], str]
@@ -134,7 +134,7 @@ def type_problem(attribute: str, value: object, annotation: object) -> str | Non
 
 
 def _read_field(annotation: object, value: object, field: dataclasses.Field, what: str, read: Mapping[str, Any]) -> Any:
-    """One field's value checked (type, then :data:`VALUES` and :data:`KEYS`) and converted."""
+    """One field's value checked (type, then :data:`VALUES`, :data:`KEYS` and :data:`AMONG`) and converted."""
     problem = type_problem(field.name, value, annotation)
     if problem is None and VALUES in field.metadata:
         problem = choice_problem(field.name, value, field.metadata[VALUES])
@@ -142,6 +142,10 @@ def _read_field(annotation: object, value: object, field: dataclasses.Field, wha
         raise UsageError(f"{what}: {problem}")
     if KEYS in field.metadata:
         same_keys(value, field.metadata[KEYS], f"{what}: {field.name}")
+    if AMONG in field.metadata:
+        assert isinstance(value, Mapping)  # checked above
+        if unknown := sorted(set(value) - set(field.metadata[AMONG])):
+            raise ValueError(f"{what}: {field.name}: unknown keys {unknown}")
     item = _item_type(annotation)
     if isinstance(item, type) and dataclasses.is_dataclass(item) and (CALL in field.metadata or OMIT in field.metadata):
         call: ItemCall = field.metadata.get(CALL, lambda _read, index, _raw: f"{what}: {field.name}[{index}]")

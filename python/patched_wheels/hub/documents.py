@@ -9,13 +9,13 @@ attribute as the user wrote it. The decisions that fill them are :mod:`patched_w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.utils import canonicalize_name
 
-from patched_wheels.base.schema import CALL, OMIT, VALUES, read_object, to_json, type_problem
+from patched_wheels.base.schema import AMONG, CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_specs, index_call, wheel_call
@@ -111,6 +111,10 @@ class IndexAttributes:
             )
 
 
+LABEL_ATTRIBUTES = tuple(attribute.name for attribute in fields(IndexAttributes) if attribute.type == "Path | None")
+"""The label attributes (the request holds a file's path): the keys a request's ``labels`` may hold."""
+
+
 @dataclass(frozen=True)
 class HubRequest:
     """What the user declared for one hub (``patched.index`` + its ``patched_wheel`` tags, or the
@@ -125,7 +129,7 @@ class HubRequest:
     repository: str
     """The hub repository's directory ("" in the extension, which places nothing)."""
     patched: Sequence[PatchedWheelSpec] = field(metadata={OMIT: NOT_ATTRIBUTES, CALL: _request_call})
-    labels: Mapping[str, str]
+    labels: Mapping[str, str] = field(metadata={AMONG: LABEL_ATTRIBUTES})
     """Each label attribute given -> the label as the user wrote it (``//:requirements_lock.txt``; hub.bzl's
     ``label_as_written``): messages name an attribute by it, while ``attributes`` holds its path."""
 
@@ -186,7 +190,7 @@ class HubConfig:
     from the lock, and no extra is inferred for a project named here."""
     closure_out: Path | None = None
     """Where the build writes pip's closure of the lock (``pip_closure.json``, for ``layout_test``)."""
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict, metadata={AMONG: LABEL_ATTRIBUTES})
     """The request's (:attr:`HubRequest.labels`): the build's messages name a label attribute as the user wrote it."""
     every_pin_served: bool = False
     """``direct`` for a rules_python that installs with pip (:func:`installs_with_pip`): the index holds every

@@ -11,9 +11,17 @@ from typing import Any, Mapping, Sequence
 
 import pytest
 
-from patched_wheels.base.schema import CALL, KEYS, OMIT, VALUES, read_object, to_json
+from patched_wheels.base.schema import AMONG, CALL, KEYS, OMIT, VALUES, read_object, to_json
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.documents import INDEX, ORIGINALS, READ_ONLY, HubConfig, HubRequest, IndexAttributes
+from patched_wheels.hub.documents import (
+    INDEX,
+    LABEL_ATTRIBUTES,
+    ORIGINALS,
+    READ_ONLY,
+    HubConfig,
+    HubRequest,
+    IndexAttributes,
+)
 from support.hubconfig import INDEX_ATTRIBUTES, index_attributes
 from support.starlark import PRIVATE, starlark_constants
 
@@ -40,6 +48,7 @@ class Document:
     pairs: Mapping[str, tuple[str, str]]
     lists: Mapping[str, Sequence[str]]
     fixed: Mapping[str, str] = field(metadata={KEYS: ("x", "y")})
+    some: Mapping[str, str] = field(metadata={AMONG: ("x", "y")})
     items: Sequence[Item] = field(
         metadata={OMIT: ("path",), CALL: lambda read, index, raw: f"item {index} of {read['name']}"}
     )
@@ -59,6 +68,7 @@ def _raw(**change: object) -> dict[str, Any]:
         "pairs": {"k": ["u", "s"]},
         "lists": {"k": ["e"]},
         "fixed": {"x": "1", "y": ""},
+        "some": {"y": "2"},
         "items": [{"name": "i", "size": 1}],
         "one": {"name": "o", "size": 2, "path": "/o"},
     }
@@ -79,6 +89,7 @@ def test_a_document_is_built_from_its_annotations_and_written_back_as_it_came() 
         pairs={"k": ("u", "s")},
         lists={"k": ("e",)},
         fixed={"x": "1", "y": ""},
+        some={"y": "2"},
         items=(Item("i", 1),),
         one=Item("o", 2, Path("/o")),
     )
@@ -104,6 +115,8 @@ def test_a_document_is_built_from_its_annotations_and_written_back_as_it_came() 
         ({"lists": {"k": "e"}}, UsageError, 'the document: lists = {"k": "e"}: expected a dict of lists of strings'),
         ({"mode": "c"}, UsageError, 'the document: mode = "c": must be one of a, b'),
         ({"fixed": {"x": ""}}, ValueError, "the document: fixed: missing keys ['y']"),
+        ({"some": {"x": "", "z": "", "w": ""}}, ValueError, "the document: some: unknown keys ['w', 'z']"),
+        ({"some": []}, UsageError, "the document: some = []: expected a dict of strings"),
         ({"items": [{"name": "i"}]}, ValueError, "item 0 of doc: missing keys ['size']"),
         ({"items": [{"name": "i", "size": 1, "path": "/x"}]}, ValueError, "item 0 of doc: unknown keys ['path']"),
         ({"items": [{"name": "i", "size": "1"}]}, UsageError, 'item 0 of doc: size = "1": expected an integer'),
@@ -143,6 +156,22 @@ def test_every_attribute_of_index_attrs_is_a_field_of_the_request_and_of_the_con
     for document in (HubRequest, HubConfig):
         assert [f.name for f in fields(document) if f.type in (IndexAttributes, "IndexAttributes")] == ["attributes"]
         assert not {f.name for f in fields(document)} & set(index_attrs), document
+
+
+def test_the_labels_a_request_may_name_are_the_label_attributes_of_index_attrs() -> None:
+    """hub.bzl's ``request_labels`` writes an entry for each attribute whose value is a Label: the keys the request's
+    and the configuration's ``labels`` may hold, and no others (an unknown key would never be looked up)."""
+    declared = starlark_constants(PRIVATE / "hub.bzl")["INDEX_ATTRS"]
+    assert isinstance(declared, ast.Dict)
+    labels = [
+        key.value
+        for key, value in zip(declared.keys, declared.values)
+        if isinstance(key, ast.Constant) and isinstance(value, ast.Call) and ast.unparse(value.func) == "attr.label"
+    ]
+    assert list(LABEL_ATTRIBUTES) == labels and "wheel_facts" in labels
+    for document in (HubRequest, HubConfig):
+        (field_,) = [f for f in fields(document) if f.name == "labels"]
+        assert field_.metadata[AMONG] == LABEL_ATTRIBUTES, document
 
 
 def test_the_defaults_hub_bzl_writes_are_read_as_the_attributes() -> None:

@@ -354,6 +354,16 @@ def test_the_build_gets_the_labels_to_name_the_attributes_by() -> None:
     assert config.attributes.lock_as_written({}) == 'requirements_lock = "/ws/requirements_lock.txt"'
 
 
+def test_labels_for_no_label_attribute_are_refused_in_the_request_and_the_configuration() -> None:
+    """The rule writes a label for a label attribute only: any other key is a file written apart from it."""
+    with pytest.raises(ValueError, match=re.escape("hub request: labels: unknown keys ['index_url']")):
+        request(labels={**LABELS, "index_url": "//:x"})
+    raw = planned(request(labels=LABELS), WHEELS, cache_root=None).config.to_json()
+    raw["labels"]["lock"] = "//:requirements_lock.txt"
+    with pytest.raises(ValueError, match=re.escape("hub configuration: labels: unknown keys ['lock']")):
+        HubConfig.from_json(raw)
+
+
 def test_the_config_round_trips_and_refuses_a_missing_or_unknown_key() -> None:
     config = planned(request(spec_json(preload="auto")), WHEELS, cache_root=Path("/c")).config
     assert HubConfig.from_json(json.loads(json.dumps(config.to_json()))).to_json() == config.to_json()
