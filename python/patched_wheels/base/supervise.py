@@ -215,7 +215,7 @@ def stop_runs() -> None:
 
 
 def allow_runs() -> None:
-    """Runs start again after :func:`stop_runs`, once the caller has seen every run it stopped end."""
+    """Runs start again after :func:`stop_runs` (a new runner in the same process: a test's)."""
     _STOPPED[0] = False
 
 

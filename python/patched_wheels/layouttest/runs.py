@@ -166,16 +166,18 @@ def _stop(signum: int, frame: object) -> None:
 
 @contextmanager
 def stopped_by_signals() -> Iterator[None]:
-    """Inside, SIGTERM (Bazel's kill at the test's timeout) and SIGINT (Ctrl-C) kill every run, those under way
-    and those that start later, and raise :class:`Stopped` in the main thread: no run outlives the runner.
-    Afterwards, the handlers before, and runs start again."""
+    """Inside, runs start (whatever an earlier runner's stop left), and SIGTERM (Bazel's kill at the test's
+    timeout) or SIGINT (Ctrl-C) kills every run, those under way and those that start later, and raises
+    :class:`Stopped` in the main thread: no run outlives the runner. A stop holds past the end, which the runner
+    is then reaching: a run's thread it could not wait for (a second Ctrl-C while it waited) starts no run.
+    Afterwards, the handlers before."""
+    allow_runs()
     handlers = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-        allow_runs()
 
 
 def run_layouts(

@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from patched_wheels.base.supervise import supervise
 from patched_wheels.errors import UsageError
 from patched_wheels.layouttest import runs
 from patched_wheels.layouttest.closurecheck import MAX_MISSING
@@ -32,6 +33,7 @@ from patched_wheels.layouttest.main import main
 from patched_wheels.layouttest.report import patched_wheel_line, starlark_string
 from patched_wheels.layouttest.runs import RUNFILES, flat_path, is_wheel_entry
 from patched_wheels.loading.layout import FLAT, PER_WHEEL, Layout, install
+from patched_wheels.loading.probe import CHILD
 from patched_wheels.lock.closure import FORMAT
 from support import extrasfixture, rpathfixture
 from support.fakecuda import build_wheel, compile_shared
@@ -449,6 +451,9 @@ def test_a_signal_while_the_runs_start_stops_them_all_before_the_runner_ends(
         == f"patched-wheels: error: layout_test {LABEL}: stopped by SIGTERM (Bazel's timeout, or Ctrl-C); its runs were killed\n"
     )
     assert set(threading.enumerate()) <= threads and _left_running(NEVER_ENDS[4]) == []
+    # The stop holds past the runner's end: a thread it could not wait for (a second Ctrl-C) starts no run.
+    late = supervise([sys.executable, "-S", "-c", CHILD], "import time; time.sleep(60)", {}, tmp_path, 30, wanted=set())
+    assert late is not None and late.returncode == -signal.SIGKILL
     monkeypatch.undo()
     code, out, err = run_main(make_test(tmp_path / "next", plugin.wheels, plugin.code), capsys)
     assert code == 1 and "mapped: 2 of the wheels' 2 libraries" in out, out + err  # runs start again
