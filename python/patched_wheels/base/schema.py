@@ -11,9 +11,9 @@ no table of keys and types beside them.
 
 A field may be an object of its own (a dataclass: its errors start with ``<document>: <field>``), or a list of
 them. What a field's ``metadata`` may say: :data:`VALUES`, the values a string may take; :data:`KEYS`, the keys an
-object must have exactly; :data:`AMONG`, the keys a dict may hold (any of them); :data:`OMIT`, the fields a list's objects leave out (they keep their defaults);
-:data:`CALL`, how an error names each object of a list (given the fields read before it, its index and its
-JSON), by default ``<document>: <field>[<index>]``. An object inside a dict or a list is read the same way, its
+object must have exactly; :data:`AMONG`, the keys a dict may hold (any of them); :data:`OMIT`, the fields a list's
+objects leave out (they keep their defaults); :data:`CALL`, how an error names each object of a list (given the
+fields read before it, its index and its JSON), by default ``<document>: <field>[<index>]``. An object inside a dict or a list is read the same way, its
 errors naming it ``<document>: <field>["<key>"]`` or ``[<index>]``.
 """
 

@@ -31,9 +31,9 @@ def _work_directory(config: Config) -> tempfile.TemporaryDirectory[str]:
 def main(main_file: str) -> int:
     """Run the test whose main is ``main_file``: 0 when its layout does what one site-packages does, 1 when not,
     2 with one ``patched-wheels: error:`` line when the test itself is wrong (its probe, its deps)."""
-    with stopped_by_signals():  # a signal from here on: its one line, its runs killed
-        name = main_file
-        try:
+    name = main_file
+    try:
+        with stopped_by_signals() as signals:  # a signal from here on: its one line, its runs killed
             config = read_config(main_file)
             name = config.test
             modules = check_probe(config.test, config.probe)
@@ -41,19 +41,19 @@ def main(main_file: str) -> int:
             deadline = Deadline.start(dict(os.environ))
             with _work_directory(config) as temp:
                 closure = read_pip_closure(config, runfiles)
-                comparison, merged = run_layouts(config, modules, Path(temp).resolve(), runfiles, deadline)
+                comparison, merged = run_layouts(config, modules, Path(temp).resolve(), runfiles, deadline, signals)
                 incomplete = closure_lines(closure, comparison, merged)
                 print(format_verdict(config, comparison, merged, modules, incomplete))
-        except PatchedWheelsError as error:
-            print(f"patched-wheels: error: {one_line(str(error))}", file=sys.stderr)
-            return 2
-        except (OSError, ValueError, KeyError) as error:
-            print(f"patched-wheels: error: {one_line(f'layout_test {main_file}: {error}')}", file=sys.stderr)
-            return 2
-        except Stopped as stopped:
-            print(
-                f"patched-wheels: error: layout_test {name}: stopped by {stopped} (Bazel's timeout, or Ctrl-C); its runs were killed",
-                file=sys.stderr,
-            )
-            return 128 + signal.Signals[str(stopped)].value
-        return 0 if passed(comparison) and not incomplete else 1
+    except PatchedWheelsError as error:
+        print(f"patched-wheels: error: {one_line(str(error))}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, KeyError) as error:
+        print(f"patched-wheels: error: {one_line(f'layout_test {main_file}: {error}')}", file=sys.stderr)
+        return 2
+    except Stopped as stopped:
+        print(
+            f"patched-wheels: error: layout_test {name}: stopped by {stopped} (Bazel's timeout, or Ctrl-C); its runs were killed",
+            file=sys.stderr,
+        )
+        return 128 + signal.Signals[str(stopped)].value
+    return 0 if passed(comparison) and not incomplete else 1

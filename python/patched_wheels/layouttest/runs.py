@@ -159,43 +159,86 @@ class Stopped(BaseException):
     """Bazel's kill at the test's timeout (SIGTERM), or Ctrl-C: the runs are stopped, then the runner ends."""
 
 
-def _stop(signum: int, frame: object) -> None:
-    stop_runs()
-    raise Stopped(signal.Signals(signum).name)
+class Signals:
+    """SIGTERM (Bazel's kill at the test's timeout) and SIGINT (Ctrl-C) as the runner handles them
+    (:func:`stopped_by_signals`): each kills every run at once, those under way and those that start later, and
+    raises :class:`Stopped` in the main thread, where it waits for the runs; not while it starts or joins the runs'
+    threads (:meth:`deferred`), which would leave one it never waits for, running on beside the work directory's
+    removal."""
+
+    def __init__(self) -> None:
+        self._deferring = 0
+        self._pending: str | None = None
+        """The first signal that came while the raise was deferred."""
+
+    def handle(self, signum: int, frame: object) -> None:
+        """The handler of both signals (``signal.signal``'s signature)."""
+        stop_runs()  # first: a run is never left to its deadline, whatever the main thread is doing
+        name = signal.Signals(signum).name
+        if self._deferring:
+            self._pending = self._pending or name
+            return
+        raise Stopped(name)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Inside, a signal stops the runs but its Stopped waits for the end (where it replaces any exception)."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            if not self._deferring and self._pending is not None:
+                pending, self._pending = self._pending, None  # raised once
+                raise Stopped(pending)
 
 
 @contextmanager
-def stopped_by_signals() -> Iterator[None]:
-    """Inside, runs start (whatever an earlier runner's stop left), and SIGTERM (Bazel's kill at the test's
-    timeout) or SIGINT (Ctrl-C) kills every run, those under way and those that start later, and raises
-    :class:`Stopped` in the main thread: no run outlives the runner. A stop holds past the end, which the runner
-    is then reaching: a run's thread it could not wait for (a second Ctrl-C while it waited) starts no run.
-    Afterwards, the handlers before."""
+def stopped_by_signals() -> Iterator[Signals]:
+    """Inside, runs start (whatever an earlier runner's stop left) and the runner's :class:`Signals` handle
+    SIGTERM and SIGINT; afterwards, the handlers before. A stop is not undone at the end: a run's thread the
+    runner could not wait for still starts nothing."""
     allow_runs()
-    handlers = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    signals, handlers = Signals(), {}
     try:
-        yield
+        with signals.deferred():  # a signal between the two handlers: both installed, both restored
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                handlers[signum] = signal.signal(signum, signals.handle)
+        yield signals
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
 
 
 def run_layouts(
-    config: Config, modules: Sequence[str], work: Path, runfiles: str, deadline: Deadline
+    config: Config, modules: Sequence[str], work: Path, runfiles: str, deadline: Deadline, signals: Signals
 ) -> tuple[Comparison, Merged]:
     """Both runs of ``config``'s probe (which imports ``modules``): in the test's layout and in one site-packages
-    (``work``: a new directory), stopped at ``deadline``."""
-    # Every run in a thread, the main thread waiting: a signal's Stopped is raised where it waits, never while a
-    # run starts (its child started, not yet registered), and leaving the pool waits for every run to end.
-    with ThreadPoolExecutor(max_workers=2) as pool:  # at once: the test costs about one run of the probe
-        return _run_layouts(config, modules, work, runfiles, deadline, pool)
+    (``work``: a new directory), stopped at ``deadline`` or by ``signals``."""
+    # Every run in a thread, the main thread only waiting for them: a signal's Stopped is never raised in the
+    # main thread while it starts a run (its child started, not yet registered: never killed), and every thread
+    # has ended before the work directory goes.
+    pool = ThreadPoolExecutor(max_workers=2)  # at once: the test costs about one run of the probe
+    try:
+        return _run_layouts(config, modules, work, runfiles, deadline, pool, signals)
+    finally:
+        with signals.deferred():
+            pool.shutdown(cancel_futures=True)
 
 
 def _run_layouts(
-    config: Config, modules: Sequence[str], work: Path, runfiles: str, deadline: Deadline, pool: ThreadPoolExecutor
+    config: Config,
+    modules: Sequence[str],
+    work: Path,
+    runfiles: str,
+    deadline: Deadline,
+    pool: ThreadPoolExecutor,
+    signals: Signals,
 ) -> tuple[Comparison, Merged]:
     environment = _child_environment()
-    entries = pool.submit(real_sys_path, config, environment, work, deadline).result()
+    with signals.deferred():
+        report = pool.submit(real_sys_path, config, environment, work, deadline)
+    entries = report.result()
     wheel_entries = [entry for entry in entries[1:] if is_wheel_entry(entry, runfiles)]
     check_imports(config.test, modules, entries, wheel_entries)
     if not wheel_entries:
@@ -241,5 +284,7 @@ def _run_layouts(
                 f"{config.subject}: still running after {deadline.seconds} s {where} ({deadline.why}); stopped"
             ) from None
 
-    flat, real = [future.result() for future in [pool.submit(run, kind) for kind in (FLAT, RUNFILES)]]
+    with signals.deferred():
+        futures = [pool.submit(run, kind) for kind in (FLAT, RUNFILES)]
+    flat, real = [future.result() for future in futures]
     return Comparison(flat=flat, per_wheel=real), merged

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from patched_wheels.base.supervise import supervise
+from patched_wheels.base.supervise import allow_runs, supervise
 from patched_wheels.errors import UsageError
 from patched_wheels.layouttest import runs
 from patched_wheels.layouttest.closurecheck import MAX_MISSING
@@ -426,32 +427,56 @@ def test_bazel_s_kill_stops_the_runs_with_the_runner(plugin, tmp_path, markers) 
     assert _left_running(NEVER_ENDS[2]) == [] and list((tmp_path / "tmp").iterdir()) == []
 
 
+@pytest.fixture
+def runs_allowed_after():
+    """A test that stops the runs in-process leaves them allowed again, whatever it asserted first."""
+    yield
+    allow_runs()
+
+
+@pytest.mark.parametrize(
+    ("started", "moment"),
+    [("report", "thread-start"), ("report", "after-submit"), ("run", "thread-start"), ("run", "after-submit")],
+)
+@pytest.mark.usefixtures("runs_allowed_after")
 def test_a_signal_while_the_runs_start_stops_them_all_before_the_runner_ends(
-    plugin, tmp_path, capsys, monkeypatch, markers
+    plugin, tmp_path, capsys, monkeypatch, markers, started: str, moment: str
 ) -> None:
-    """Bazel's SIGTERM may come while a run is being started (its thread under way, its child not yet known):
-    the runner still ends with every run stopped and no thread of its own left (CI once saw a run outlive it)."""
+    """Bazel's SIGTERM may come while the pool starts a run's thread (sent from the new thread's first step: the
+    main thread is still in ``submit``), or just after (the run's child perhaps started, not yet known): the
+    runner ends at once, every run stopped, no thread of its own left (CI once saw a run outlive the runner's
+    line: the runner never ended). ``started``: the sys.path report's thread (the first), or the second run's."""
     probe = f"import fake_cu\nwhile {NEVER_ENDS[4]!r}: pass"
     markers.append(NEVER_ENDS[4])
 
     class SignalledWhileStarting(ThreadPoolExecutor):
+        def __init__(self, max_workers: int) -> None:
+            workers = itertools.count(1)  # the report's thread, then the second run's (the first run reuses it)
+
+            def first_step() -> None:
+                if moment == "thread-start" and next(workers) == (1 if started == "report" else 2):
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+            super().__init__(max_workers=max_workers, initializer=first_step)
+
         def submit(self, fn, /, *args, **kwargs):
             future = super().submit(fn, *args, **kwargs)
-            if args == (RUNFILES,):  # both runs given to the pool, neither necessarily started
+            if moment == "after-submit" and (fn is runs.real_sys_path if started == "report" else args == (RUNFILES,)):
                 os.kill(os.getpid(), signal.SIGTERM)
             return future
 
     monkeypatch.setattr(runs, "ThreadPoolExecutor", SignalledWhileStarting)
     monkeypatch.setenv("TEST_TIMEOUT", "30")  # the code before this test's: its runs end there
     threads = set(threading.enumerate())
+    begun = time.monotonic()
     code, out, err = run_main(make_test(tmp_path, plugin.wheels, probe), capsys)
-    assert (code, out) == (128 + signal.SIGTERM, ""), err
+    assert time.monotonic() - begun < 10 and (code, out) == (128 + signal.SIGTERM, ""), err
     assert (
         err
         == f"patched-wheels: error: layout_test {LABEL}: stopped by SIGTERM (Bazel's timeout, or Ctrl-C); its runs were killed\n"
     )
     assert set(threading.enumerate()) <= threads and _left_running(NEVER_ENDS[4]) == []
-    # The stop holds past the runner's end: a thread it could not wait for (a second Ctrl-C) starts no run.
+    # The stop holds past the runner's end: a thread it could not have waited for would start no run.
     late = supervise([sys.executable, "-S", "-c", CHILD], "import time; time.sleep(60)", {}, tmp_path, 30, wanted=set())
     assert late is not None and late.returncode == -signal.SIGKILL
     monkeypatch.undo()
