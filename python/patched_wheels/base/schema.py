@@ -13,8 +13,8 @@ A field may be an object of its own (a dataclass: its errors start with ``<docum
 them. What a field's ``metadata`` may say: :data:`VALUES`, the values a string may take; :data:`KEYS`, the keys an
 object must have exactly; :data:`AMONG`, the keys a dict may hold (any of them); :data:`OMIT`, the fields a list's
 objects leave out (they keep their defaults); :data:`CALL`, how an error names each object of a list (given the
-fields read before it, its index and its JSON), by default ``<document>: <field>[<index>]``. An object inside a dict or a list is read the same way, its
-errors naming it ``<document>: <field>["<key>"]`` or ``[<index>]``.
+fields read before it, its index and its JSON), by default ``<document>: <field>[<index>]``. An object inside a
+dict or a list is read the same way, its errors naming it ``<document>: <field>["<key>"]`` or ``[<index>]``.
 """
 
 from __future__ import annotations
@@ -55,7 +55,11 @@ def same_keys(raw: object, expected: Collection[str], what: str) -> None:
     defaults. A ValueError: the file, not the user's attributes, is at fault (the CLI names it)."""
     if not isinstance(raw, Mapping):
         raise ValueError(f"{what}: expected an object, got {shown(raw)}")
-    missing, unknown = sorted(set(expected) - set(raw)), sorted(set(raw) - set(expected))
+    _refuse_keys(what, missing=sorted(set(expected) - set(raw)), unknown=sorted(set(raw) - set(expected)))
+
+
+def _refuse_keys(what: str, *, missing: list[str], unknown: list[str]) -> None:
+    """The one error of keys missing or unknown (a ValueError, as :func:`same_keys` says why)."""
     if missing or unknown:
         raise ValueError(
             f"{what}: "
@@ -144,8 +148,7 @@ def _read_field(annotation: object, value: object, field: dataclasses.Field, wha
         same_keys(value, field.metadata[KEYS], f"{what}: {field.name}")
     if AMONG in field.metadata:
         assert isinstance(value, Mapping)  # checked above
-        if unknown := sorted(set(value) - set(field.metadata[AMONG])):
-            raise ValueError(f"{what}: {field.name}: unknown keys {unknown}")
+        _refuse_keys(f"{what}: {field.name}", missing=[], unknown=sorted(set(value) - set(field.metadata[AMONG])))
     item = _item_type(annotation)
     if isinstance(item, type) and dataclasses.is_dataclass(item) and (CALL in field.metadata or OMIT in field.metadata):
         call: ItemCall = field.metadata.get(CALL, lambda _read, index, _raw: f"{what}: {field.name}[{index}]")
