@@ -7,17 +7,41 @@ names at install time, far from the cause, so they are refused where a name ente
 The globs users write over names (archive paths, project names) are checked here too, before
 ``fnmatch`` compiles them, and the package names users write (``jax_plugins.xla_cuda12`` or
 ``jax_plugins/xla_cuda12``), which the hub's plan checks before any wheel is read.
+
+Names are normalized here too (:func:`canonicalize_name`), not with ``packaging.utils``: that module
+imports ``packaging.tags``, which imports ``logging``, ``subprocess``, ``platform`` and ``sysconfig``
+(about 20 ms of every helper command's start-up, a tenth of a ``cp`` of torch's wheel), for the
+platform tags only a resolver needs.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, cast
 
 from patched_wheels.errors import UsageError
 
-__all__ = ["CONTROL_CHARACTER", "glob_problem", "is_valid_project_name", "module_name", "package_path"]
+if TYPE_CHECKING:
+    from packaging.utils import NormalizedName
 
+__all__ = [
+    "CONTROL_CHARACTER",
+    "canonicalize_name",
+    "glob_problem",
+    "is_valid_project_name",
+    "module_name",
+    "package_path",
+]
+
+_NAME_SEPARATORS = re.compile(r"[-_.]+")
+"""What PEP 503 makes one ``-`` of."""
 _PROJECT_NAME = re.compile(r"[A-Z0-9](?:[A-Z0-9._-]*[A-Z0-9])?", re.IGNORECASE | re.ASCII)
+
+
+def canonicalize_name(name: str) -> NormalizedName:
+    """PEP 503's normalized form of a project (or extra) name: lower case, each run of ``-``, ``_`` and ``.``
+    one ``-``; what ``packaging.utils.canonicalize_name`` returns (a test holds them equal)."""
+    return cast("NormalizedName", _NAME_SEPARATORS.sub("-", name).lower())
 
 
 def is_valid_project_name(name: str) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from patched_wheels.base import timings
+from patched_wheels.base.gcpause import cycle_collection_paused
 from patched_wheels.errors import PatchedWheelsError, UsageError, one_line, warn
 
 if TYPE_CHECKING:
@@ -153,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL)
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
-    args = build_parser(only=command).parse_args(argv)
+    with cycle_collection_paused():  # the command's modules and its parser: thousands of objects, no cycle
+        args = build_parser(only=command).parse_args(argv)
     held = io.StringIO()  # every warning (errors.warn, wherever it is raised), until the command ends
     error_line = None
     try:

@@ -14,10 +14,11 @@ import argparse
 import json
 from pathlib import Path
 
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 
 from patched_wheels.base.cache import CacheContext
 from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.cli import add_lock_input, lock_input, read_json_input
 from patched_wheels.errors import UsageError
 from patched_wheels.lock.formats.registry import served_pins

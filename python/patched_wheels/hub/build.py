@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 
 from patched_wheels.base.cache import OFF, CacheContext
 from patched_wheels.base.fsutil import locked_directory, switch_tree, temp_directory, write_atomic
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import GraphReading, LibraryGraph, WheelRef, start_graph
 from patched_wheels.errors import UsageError, warn

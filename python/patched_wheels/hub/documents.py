@@ -13,8 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from packaging.utils import canonicalize_name
-
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.base.schema import AMONG, CALL, OMIT, VALUES, read_object, to_json, type_problem
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError

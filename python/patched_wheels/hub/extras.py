@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from typing import AbstractSet, Collection, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.spec import PatchedWheelSpec, check_specs, index_call

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.requirements import Requirement
-from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, NormalizedName, parse_wheel_filename
 from packaging.version import Version
 
 from patched_wheels.base.fsutil import SHA256_HEX
-from patched_wheels.base.names import module_name
+from patched_wheels.base.names import canonicalize_name, module_name
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.documents import (

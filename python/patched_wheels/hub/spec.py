@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 
 from patched_wheels.base.fsutil import SHA256_HEX
-from patched_wheels.base.names import glob_problem, package_path
+from patched_wheels.base.names import canonicalize_name, glob_problem, package_path
 from patched_wheels.base.schema import VALUES, shown, to_json
 from patched_wheels.errors import UsageError
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit

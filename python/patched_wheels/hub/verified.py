@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Collection, Sequence
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 
 from patched_wheels.base.fsutil import read_regular_file
-from patched_wheels.base.names import glob_problem
+from patched_wheels.base.names import canonicalize_name, glob_problem
 from patched_wheels.base.schema import read_object
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.spec import PatchedWheelSpec, spec_problem

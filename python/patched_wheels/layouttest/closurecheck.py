@@ -8,10 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
 from patched_wheels.base.fsutil import read_input_text
-from patched_wheels.base.names import is_valid_project_name
+from patched_wheels.base.names import canonicalize_name, is_valid_project_name
 from patched_wheels.errors import UsageError, one_line, printable
 from patched_wheels.layouttest.config import Config
 from patched_wheels.layouttest.report import plural

@@ -26,10 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, Union
 
-from packaging.utils import canonicalize_name
-
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.base.names import glob_problem
+from patched_wheels.base.names import canonicalize_name, glob_problem
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, library_members, read_graph
 from patched_wheels.elf.order import stuck_cycles
 from patched_wheels.elf.read import ElfLibrary

@@ -25,8 +25,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.base.schema import read_object, to_json
 from patched_wheels.errors import UsageError
 from patched_wheels.lock.requiresdist import Dist

@@ -25,10 +25,11 @@ from typing import Mapping, Sequence
 from urllib.parse import quote
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName, default_environment
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels.base.fsutil import read_input_text
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.base.schema import shown
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.lock.requiresdist import unevaluable_reason

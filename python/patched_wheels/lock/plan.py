@@ -48,9 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Iterable, Mapping, Sequence
 
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 from packaging.version import Version
 
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile, group_by_project
 from patched_wheels.lock.markers import WheelEnvironments, and_markers

@@ -10,9 +10,10 @@ from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName, Value, Variable
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 from packaging.version import InvalidVersion
 
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import warn
 
 

@@ -14,9 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from packaging.utils import canonicalize_name
-
-from patched_wheels.base.names import CONTROL_CHARACTER, glob_problem, is_valid_project_name
+from patched_wheels.base.names import CONTROL_CHARACTER, canonicalize_name, glob_problem, is_valid_project_name
 from patched_wheels.errors import UsageError
 
 __all__ = ["BAZEL_NAMES", "MODES", "RpathEdit", "SplitOptionNames", "SplitRequest", "parse_rpath_option", "rpath_edit"]

@@ -26,10 +26,8 @@ from itertools import groupby
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
-from packaging.utils import canonicalize_name
-
 from patched_wheels.base.fsutil import temp_directory
-from patched_wheels.base.names import glob_problem
+from patched_wheels.base.names import canonicalize_name, glob_problem
 from patched_wheels.errors import PatchedWheelsError, PatchError, UsageError
 from patched_wheels.patch.version import with_local_suffix
 from patched_wheels.wheelfile import CHUNK_SIZE, WheelReader, WheelWriter, generated_members, is_safe_member_path

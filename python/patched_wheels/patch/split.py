@@ -46,8 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from packaging.utils import canonicalize_name
-
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.elf.graph import GraphReading, LibraryGraph, read_graph
 from patched_wheels.elf.read import DT_SONAME, ElfLibrary, read_dynamic
 from patched_wheels.errors import UsageError

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from patched_wheels.base.gcpause import cycle_collection_paused
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.patch.request import RpathEdit, SplitRequest
 from patched_wheels.patch.rewrite import Later, MemberEdit, Scratch, WheelEdits, write_wheel
-from patched_wheels.wheelfile import WheelReader, cycle_collection_paused
+from patched_wheels.wheelfile import WheelReader
 
 if TYPE_CHECKING:
     from patched_wheels.elf.graph import GraphReading, LibraryGraph

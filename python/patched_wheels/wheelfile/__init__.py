@@ -10,13 +10,11 @@ with its sha256 and size.  One spec concept per module, re-exported here:
   inflating a member's data (bounded by the size the zip declares), and encoding headers;
 - :mod:`.reader`: :class:`WheelReader`, what a wheel we accept is, checked once when a
   wheel is opened, for every command;
-- :mod:`.gcpause`: the cycle collector paused while members are read or written;
 - :mod:`.writer`: :class:`WheelWriter`, which copies unchanged members' compressed bytes
   (their local headers checked as they are copied) and checks what it wrote as a reader would.
 """
 
 from patched_wheels.wheelfile.filename import WheelFilename, is_safe_member_path
-from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.reader import WheelReader
 from patched_wheels.wheelfile.record import (
     InvalidRecordEntry,
@@ -40,7 +38,6 @@ __all__ = [
     "WheelReader",
     "WheelWriter",
     "ZipMember",
-    "cycle_collection_paused",
     "generated_members",
     "inflated_chunks",
     "is_safe_member_path",

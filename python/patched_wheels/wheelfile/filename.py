@@ -6,48 +6,92 @@ installers refuse them only at install time, far from the cause.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Sequence
 
-from packaging.tags import Tag
-from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from patched_wheels.base.names import is_valid_project_name
+from patched_wheels.base.names import canonicalize_name, is_valid_project_name
 from patched_wheels.errors import InvalidWheelError
 
+if TYPE_CHECKING:
+    from packaging.tags import Tag
+    from packaging.utils import BuildTag, NormalizedName
+
 __all__ = ["WheelFilename", "all_safe_member_paths", "is_safe_member_path"]
+
+_BUILD_TAG = re.compile(r"(\d+)(.*)", re.ASCII)
+"""A build tag: digits first (PEP 427); they and the rest are what it sorts by."""
 
 
 @dataclass(frozen=True)
 class WheelFilename:
     """A parsed wheel filename that remembers the original spelling of its parts.
 
-    ``packaging`` normalises the name and version; the output wheel must keep the input's
+    The name is normalised and the version parsed; the output wheel must keep the input's
     distribution spelling, build tag and platform tags, so ``stem`` is kept verbatim.
+
+    Parsed here, not with ``packaging.utils.parse_wheel_filename``: every command opens a wheel, and
+    that module's import of ``packaging.tags`` is a fifth of the helper's start-up (see
+    :mod:`patched_wheels.base.names`).  It accepts what ``parse_wheel_filename`` accepts, with the same
+    parts, but for names pip would refuse (:func:`is_valid_project_name`); a test holds them equal.
+    The platform tags are parsed with ``packaging.tags`` when first asked for (:attr:`tags`).
     """
 
     name: NormalizedName
     version: Version
     build_tag: BuildTag
-    tags: frozenset[Tag]
     stem: str
 
     @classmethod
     def parse(cls, filename: str) -> WheelFilename:
-        try:
-            name, version, build_tag, tags = parse_wheel_filename(filename)
-        except InvalidWheelFilename as error:
-            raise InvalidWheelError(f"{filename}: not a valid wheel filename ({error})") from None
-        if not is_valid_project_name(filename.split("-", 1)[0]):
-            raise InvalidWheelError(f"{filename}: not a valid wheel filename (invalid project name)")
-        return cls(name, version, build_tag, tags, filename[: -len(".whl")])
+        """The parts of ``filename``; :class:`InvalidWheelError` naming it and the part at fault."""
+        stem = filename[: -len(".whl")]
+        parts = stem.split("-")
+        if not filename.endswith(".whl"):
+            problem = "its extension is not .whl"
+        elif len(parts) not in (5, 6):
+            problem = f"{len(parts)} parts separated by '-', not 5 or 6"
+        elif "__" in parts[0] or not is_valid_project_name(parts[0]):
+            problem = "invalid project name"
+        elif (version := _version(parts[1])) is None:
+            problem = f"invalid version {parts[1]!r}"
+        elif (build_tag := _build_tag(parts[2:-3])) is None:
+            problem = f"invalid build tag {parts[2]!r} (it starts with a digit)"
+        else:
+            return cls(canonicalize_name(parts[0]), version, build_tag, stem)
+        raise InvalidWheelError(f"{filename}: not a valid wheel filename ({problem})")
+
+    @cached_property
+    def tags(self) -> frozenset[Tag]:
+        """The tags the file name's last three parts stand for (a compressed set, ``py2.py3``, stands for each)."""
+        from packaging.tags import parse_tag  # imported here: only a resolver or an index matches tags
+
+        return parse_tag("-".join(self.stem.split("-")[-3:]))
 
     def with_version(self, version: str) -> str:
         """The same filename with only the version component replaced."""
         parts = self.stem.split("-")
         parts[1] = version
         return "-".join(parts) + ".whl"
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _build_tag(parts: Sequence[str]) -> BuildTag | None:
+    """The build tag the file name's optional third part (``parts``: it or nothing) stands for, or None when
+    that part is no build tag."""
+    if not parts:
+        return ()
+    match = _BUILD_TAG.fullmatch(parts[0])
+    return None if match is None else (int(match[1]), match[2])
 
 
 # Components that leave or blur the target: empty (a leading "/" makes the first one empty), ".", "..".

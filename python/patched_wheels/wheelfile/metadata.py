@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from packaging.utils import NormalizedName, canonicalize_name
-
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidWheelError, UsageError
+
+if TYPE_CHECKING:
+    from packaging.utils import NormalizedName
 
 __all__ = ["add_requires", "field_values", "remove_requires", "required_projects", "set_version"]
 

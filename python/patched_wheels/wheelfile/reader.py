@@ -18,14 +18,14 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Iterator, NamedTuple, Sequence
 
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels.base.fsutil import NotRegularFileError, open_regular_file
+from patched_wheels.base.gcpause import cycle_collection_paused
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.wheelfile import metadata as core_metadata
 from patched_wheels.wheelfile.filename import WheelFilename, all_safe_member_paths, is_safe_member_path
-from patched_wheels.wheelfile.gcpause import cycle_collection_paused
 from patched_wheels.wheelfile.record import RecordEntry, generated_members, parse_record
 from patched_wheels.wheelfile.zipcontainer import (
     CHUNK_SIZE,

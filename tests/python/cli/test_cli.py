@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ast
+import gc
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 import patched_wheels.cli as cli
 
@@ -55,6 +58,38 @@ def test_only_the_command_run_is_imported() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['patched_wheels.cli.index']"
+
+
+def test_the_command_s_modules_and_parser_are_built_with_the_cycle_collector_paused(monkeypatch) -> None:
+    """Thousands of objects without a cycle (functions, classes, argparse's actions): collections there are
+    start-up time thrown away.  The command itself runs with the collector as it was."""
+    states = []
+    build_parser = cli.build_parser
+
+    def recording(only: str | None = None):
+        states.append(gc.isenabled())
+        return build_parser(only)
+
+    monkeypatch.setattr(cli, "build_parser", recording)
+    with pytest.raises(SystemExit):
+        cli.main(["index", "--help"])
+    assert states == [False]
+    assert gc.isenabled()
+
+
+def test_the_patch_command_and_the_wheel_reader_leave_packaging_tags_unimported(tmp_path: Path) -> None:
+    """``packaging.utils`` imports ``packaging.tags`` (logging, subprocess, platform, sysconfig): a fifth of a
+    command's start-up, for the tags only a resolver or an index matches.  A patch of a wheel never needs them."""
+    from support.wheelbuilder import build_wheel
+
+    wheel = build_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b"x = 1\n"})
+    code = (
+        "import sys; from patched_wheels.cli import main; "
+        f"status = main(['patch', '--wheel', {str(wheel)!r}, '--suffix', 'x.1', '--dest-dir', {str(tmp_path / 'out')!r}]); "
+        "print(status, sorted(m for m in sys.modules if m.startswith('packaging')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines()[-1] == "0 ['packaging', 'packaging.version']"
 
 
 def test_a_reader_leaving_stdout_ends_the_command_quietly(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import gc
 import hashlib
 import io
 import os
@@ -949,19 +948,6 @@ def test_every_open_checks_the_wheel_so_one_changed_in_place_is_refused(wheel, d
     with pytest.raises(InvalidWheelError, match="RECORD: lists demo/__init__.py, which is not in the wheel"):
         WheelReader(wheel)
     assert directory_reads == [wheel.name, wheel.name]
-
-
-def test_cycle_collection_paused_nests_and_comes_back_on_errors() -> None:
-    assert gc.isenabled()
-    with wheelfile.cycle_collection_paused():
-        assert not gc.isenabled()
-        with wheelfile.cycle_collection_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()  # the inner pause leaves it to the outer one
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), wheelfile.cycle_collection_paused():
-        raise RuntimeError("fails inside")
-    assert gc.isenabled()
 
 
 # ---------------------------------------------------------------- large members: aligned kernel copies

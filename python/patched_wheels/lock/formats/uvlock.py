@@ -25,8 +25,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import AbstractSet, Any, Iterator, Mapping, Sequence, overload
 
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.lock.formats.tomlread import Part, get, parse_part, split_lock, tables, toml_parser
 from patched_wheels.lock.model import (

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import NormalizedName
 
+from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile
 from patched_wheels.lock.formats.tomlread import toml_parser
