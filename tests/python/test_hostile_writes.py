@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import random
+import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import threading
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -311,3 +314,99 @@ def test_a_split_whose_sibling_fails_while_the_main_wheel_is_written_is_one_erro
         == f"patched-wheels: error: {wheel.name}: demo/lib/libbig.so: truncated member data"
     )
     assert threading.active_count() == threads
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "directory", "link-loop", "dangling-link"])
+@pytest.mark.parametrize("given", ["--patch", "--patch-dir"])
+def test_a_patch_that_is_no_patch_file_is_one_error_not_a_hang_nor_left_out(
+    wheel: Path, tmp_path: Path, kind: str, given: str
+) -> None:
+    """Given by name or found in a patch directory beside a real patch: a FIFO blocked forever, /dev/zero read until
+    memory ran out, and a directory's entry that was no file was left out, its patch not applied, without a word."""
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "0002-real.patch").write_text(
+        "--- a/demo/__init__.py\n+++ b/demo/__init__.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n", encoding="utf-8"
+    )
+    special = patches / "0001-odd.patch"
+    make_special_file(kind, special)
+    source = ["--patch", str(special)] if given == "--patch" else ["--patch-dir", str(patches)]
+    command = [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(wheel), "--suffix", "x.1"]
+    result = subprocess.run(
+        [*command, "--dest-dir", str(tmp_path / "out"), *source], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"patched-wheels: error: patch {special}: "), result.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_patch_larger_than_any_patch_is_refused_unread(wheel: Path, tmp_path: Path, capsys) -> None:
+    from patched_wheels.patch.unidiff import MAX_PATCH_BYTES
+
+    huge = tmp_path / "huge.patch"
+    with open(huge, "wb") as stream:
+        stream.truncate(MAX_PATCH_BYTES + 1)  # sparse: nothing is written, and nothing must be read
+    status, err = _patch(capsys, wheel, tmp_path / "out", "--patch", str(huge))
+    assert _one_error(status, err, tmp_path / "out") == (
+        f"patched-wheels: error: patch {huge}: larger than {MAX_PATCH_BYTES} bytes"
+    )
+
+
+@pytest.mark.parametrize("loop", ["--dest-dir", "--wheel"])
+def test_a_loop_of_links_as_a_path_is_one_error_naming_it(wheel: Path, tmp_path: Path, capsys, loop: str) -> None:
+    """Python 3.9 to 3.12 resolve a loop of links with a RuntimeError: a traceback, not an error line."""
+    looping = tmp_path / ("out" if loop == "--dest-dir" else "demo-1.0-py3-none-any.whl")
+    make_special_file("link-loop", looping)
+    dest, given = (looping, wheel) if loop == "--dest-dir" else (tmp_path / "out", looping)
+    status = main(["patch", "--wheel", str(given), "--dest-dir", str(dest), "--suffix", "x.1"])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1 and err.startswith(f"patched-wheels: error: {looping}"), err
+    assert "Traceback" not in err and "Symlink loop" not in err
+
+
+def _with_file_size_limit(limit: int) -> Callable[[], None]:
+    """A child's set-up: writes past ``limit`` bytes of a file fail (EFBIG, what a full disk's ENOSPC is to us),
+    and SIGXFSZ, which would kill it instead, is ignored."""
+
+    def setup() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return setup
+
+
+def test_an_output_that_cannot_be_written_is_named_as_published(wheel: Path, tmp_path: Path) -> None:
+    """A write's error (a full disk, a quota, a size limit) carries no file name: it was one line saying only
+    ``File too large``; the patch's output is named where it was to be published, not in its scratch directory."""
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "patch", "--wheel", str(wheel), "--suffix", "x.1"]
+        + ["--dest-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_with_file_size_limit(100_000),  # the wheel holds 2 MiB
+    )
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"patched-wheels: error: {out / 'demo-1.0+x.1-py3-none-any.whl'}: File too large\n",
+    )
+    assert not out.exists()  # made by the patch, and removed with its scratch directory
+
+
+def test_an_index_file_that_cannot_be_written_is_named(tmp_path: Path) -> None:
+    directory = tmp_path / "wheels"
+    directory.mkdir()
+    built = build_wheel(directory, "demo", "1.0", {"demo/__init__.py": b""}, metadata_extra="Summary: x\n" * 20_000)
+    result = subprocess.run(
+        [sys.executable, "-m", "patched_wheels", "index", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_with_file_size_limit(100_000),  # its METADATA, and so its .metadata file, is 220 kB
+    )
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"patched-wheels: error: {built}.metadata: File too large\n",
+    )
+    assert sorted(path.name for path in directory.iterdir()) == [built.name]

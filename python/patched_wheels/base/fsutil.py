@@ -84,6 +84,19 @@ def utf8_chunks(text: str | Iterable[str]) -> Iterator[bytes]:
             yield piece[start : start + _TEXT_CHUNK].encode("utf-8")
 
 
+def resolved_path(path: Path) -> Path:
+    """``path`` made absolute with its links followed (``Path.resolve``), a loop of links an ``OSError`` naming
+    it (``ELOOP``), as opening it would be: Python 3.9 to 3.12 raise ``RuntimeError`` there (a traceback, not
+    one error line), 3.13 returns the path as it is."""
+    try:
+        resolved = path.resolve()
+    except RuntimeError:  # "Symlink loop from ..."
+        resolved = None
+    if resolved is None or resolved.is_symlink():  # a link left unresolved is one of a loop (3.13)
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+    return resolved
+
+
 class NotRegularFileError(ValueError):
     """A path that must be a regular file of bounded size is something else; the message says what."""
 
@@ -105,7 +118,7 @@ def open_regular_file(
         handle = os.open(path, flags, 0o600, dir_fd=dir_fd)
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise NotRegularFileError("a symbolic link") from None
+            raise NotRegularFileError("a loop of symbolic links" if follow_links else "a symbolic link") from None
         if error.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing elsewhere
             raise NotRegularFileError("not a regular file") from None
         raise
@@ -173,8 +186,10 @@ def write_temp(path: Path, data: bytes | str | Iterable[str], *, mode: int = _FI
             else:
                 stream.writelines(utf8_chunks(data))
         os.chmod(temp, mode)
-    except BaseException:
+    except BaseException as error:
         temp.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:  # a write's (a full disk): the output's fault
+            raise OSError(error.errno, error.strerror, str(path)) from None
         raise
     return temp
 

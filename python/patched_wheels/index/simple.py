@@ -54,6 +54,7 @@ from patched_wheels.base.fsutil import (
     holds,
     locked_directory,
     read_regular_file,
+    resolved_path,
     stage_tree,
     switch_tree,
     tree_holds,
@@ -151,7 +152,7 @@ def _find_distributions(directory: Path) -> list[_Candidate]:
     """Parse the name of every distribution file; an unparseable or invalid name is an error, and
     so is a symbolic link to a file outside ``directory`` (the index would publish it)."""
     candidates = []
-    root = directory.resolve()
+    root = resolved_path(directory)
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
         if entry.name.startswith(".") or not entry.name.endswith((".whl", *_SDIST_SUFFIXES)):
             continue

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from patched_wheels.base.fsutil import holds, write_temp
+from patched_wheels.base.fsutil import holds, resolved_path, write_temp
 from patched_wheels.errors import InvalidLockError, UsageError
 from patched_wheels.index.simple import IndexResult
 from patched_wheels.lock.formats import registry
@@ -65,7 +65,7 @@ def lock(
     if out_uv_lock is not None:
         if entry.writer is None:
             raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
-        if Path(out_uv_lock).resolve() == out.resolve():
+        if resolved_path(Path(out_uv_lock)) == resolved_path(out):
             raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
     document = entry.read(source)
     plan = plan_lock(registry.lock_model(document), index.files, options)

@@ -21,10 +21,12 @@ import errno
 import functools
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
+from patched_wheels.base.fsutil import resolved_path
 from patched_wheels.base.gcpause import cycle_collection_paused
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.patch.request import RpathEdit, SplitRequest
@@ -57,10 +59,12 @@ class PatchResult:
 
 
 def find_patches(patch_dir: Path) -> list[Path]:
-    """The ``*.patch``/``*.diff`` files of ``patch_dir`` in name order (number them to order them)."""
+    """The ``*.patch``/``*.diff`` entries of ``patch_dir`` in name order (number them to order them): every one,
+    so that one that is no patch file (a FIFO, a directory, a broken link) is an error when read, not a patch
+    left out without a word."""
     if not patch_dir.is_dir():
         raise UsageError(f"patch directory {patch_dir} does not exist")
-    return sorted(path for path in patch_dir.iterdir() if path.suffix in PATCH_SUFFIXES and path.is_file())
+    return sorted(path for path in patch_dir.iterdir() if path.suffix in PATCH_SUFFIXES)
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,7 @@ def _patch_wheel(wheel: Path, dest_dir: Path, options: PatchOptions) -> PatchRes
             apply_rpath_edits(edits, options.rpath_edits, scratch)
         version = edits.version(options.suffix)
         dest = dest_dir / (wheel.name if options.suffix is None else reader.filename.with_version(version))
-        if dest.resolve() == wheel.resolve():
+        if resolved_path(dest) == resolved_path(wheel):
             raise UsageError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
         planned = None
         if split is not None:
@@ -211,18 +215,31 @@ def _patch_wheel(wheel: Path, dest_dir: Path, options: PatchOptions) -> PatchRes
                 )
             )
             outputs.insert(0, planned.sibling_name)  # renamed first: the main wheel never appears without it
-        try:
-            dist_info = renames.get(reader.dist_info, reader.dist_info)
-            write_wheel(reader, written / dest.name, dist_info=dist_info, members=edits.output_members(renames))
-        finally:
-            if sibling is not None:
-                sibling.result()  # its error first, as when it was written first; always joined before the scratch goes
+        with _named_as_published(written, dest_dir):
+            try:
+                dist_info = renames.get(reader.dist_info, reader.dist_info)
+                write_wheel(reader, written / dest.name, dist_info=dist_info, members=edits.output_members(renames))
+            finally:
+                if sibling is not None:
+                    sibling.result()  # its error first, as when written first; always joined before the scratch goes
         if planned is not None:
             planned.check_size(wheel.name, written / dest.name)
         _publish(written, dest_dir, outputs)
     if planned is None:
         return PatchResult(dest, f"{project}=={version}")
     return PatchResult(dest, f"{project}=={version}", dest_dir / planned.sibling_name, planned.requirement)
+
+
+@contextmanager
+def _named_as_published(scratch: Path, dest_dir: Path) -> Iterator[None]:
+    """An output's write error (a full disk) named as the file it was to be in ``dest_dir``, not as its unfinished
+    copy in the ``scratch`` directory, gone once the error is reported."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None or Path(error.filename).parent != scratch:
+            raise
+        raise OSError(error.errno, error.strerror, str(dest_dir / Path(error.filename).name)) from None
 
 
 def _write_preloads(edits: WheelEdits, wheel: str, preload: PackagePreload | None, split: PlannedSplit | None) -> None:

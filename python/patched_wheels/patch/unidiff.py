@@ -13,10 +13,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from patched_wheels.base.fsutil import NotRegularFileError, read_regular_file
 from patched_wheels.errors import PatchError
 
 __all__ = ["FilePatch", "Hunk", "apply_file_patch", "parse_patch", "read_patch"]
 
+MAX_PATCH_BYTES = 64 * 1024 * 1024
+"""A patch is a few diffs of text files a patched wheel needs changed: a bigger file is none we apply."""
 _HUNK_HEADER = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_NEWLINE = b"\\"  # "\ No newline at end of file"
 _UNSUPPORTED_GIT = (b"GIT binary patch", b"Binary files ", b"rename from ", b"copy from ")
@@ -47,8 +50,12 @@ class FilePatch:
 
 
 def read_patch(path: Path, *, strip: int = 1) -> list[FilePatch]:
+    """The file diffs of the patch file ``path``: a regular file (or a link to one) of at most
+    :data:`MAX_PATCH_BYTES`; a FIFO would block, a device never end."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, max_bytes=MAX_PATCH_BYTES, follow_links=True)
+    except NotRegularFileError as error:
+        raise PatchError(f"patch {path}: {error}") from None
     except OSError as error:
         raise PatchError(f"patch {path}: cannot read ({error.strerror or error})") from None
     return parse_patch(data, origin=str(path), strip=strip)

@@ -16,6 +16,8 @@ from patched_wheels.errors import InvalidWheelError
 from patched_wheels.wheelfile.zipcontainer import CHUNK_SIZE
 
 _COPY_FILE_RANGE_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
+_OUTPUT_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+"""A write's errors that are the output's (its file system full, a quota, a size limit), not the input's."""
 
 
 class Copy(NamedTuple):
@@ -58,8 +60,10 @@ class Copier:
     the file; the thread never outlives the descriptors it copies between.
     """
 
-    def __init__(self, out_fd: int) -> None:
+    def __init__(self, out_fd: int, out_name: str) -> None:
         self._out = out_fd
+        self._out_name = out_name
+        """The output, as errors name it (a full disk is its fault)."""
         self._jobs: SimpleQueue[Copy | _Write | None] = SimpleQueue()
         self._waiting_writes = threading.BoundedSemaphore(_MAX_WAITING_WRITES)
         self._thread: threading.Thread | None = None
@@ -77,7 +81,7 @@ class Copier:
     def write(self, data: bytes | bytearray, offset: int) -> None:
         """``data`` (no longer changed by the caller) at ``offset``: by the thread while it runs, else here."""
         if self._thread is None:
-            _write_all(self._out, data, offset)
+            _write_all(self._out, data, offset, self._out_name)
             return
         if self._error is not None:
             self.wait()  # raises it
@@ -118,7 +122,7 @@ class Copier:
     def _write(self, job: _Write) -> None:
         try:
             if self._error is None:
-                _write_all(self._out, job.data, job.offset)
+                _write_all(self._out, job.data, job.offset, self._out_name)
         except BaseException as error:  # handed to the writer's thread
             self._error = error
         finally:
@@ -144,8 +148,10 @@ class Copier:
             try:
                 copied = os.copy_file_range(source_fd, self._out, min(count, _COPY_SLICE), offset, dest)
             except OSError as error:
-                if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:
-                    raise OSError(error.errno, error.strerror, member) from None  # named: the writer reports it later
+                if error.errno not in _COPY_FILE_RANGE_UNSUPPORTED:  # named: the writer reports it later
+                    raise OSError(
+                        error.errno, error.strerror, self._out_name if error.errno in _OUTPUT_FULL else member
+                    ) from None
                 self._kernel = False
                 break
             if not copied:
@@ -156,15 +162,20 @@ class Copier:
             chunk = os.pread(source_fd, min(CHUNK_SIZE, count), offset)
             if not chunk:
                 raise InvalidWheelError(f"{member}: truncated member data")
-            _write_all(self._out, chunk, dest)
+            _write_all(self._out, chunk, dest, self._out_name)
             offset, dest, count = offset + len(chunk), dest + len(chunk), count - len(chunk)
             self._write_waiting(later)
 
 
-def _write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
-    """All of ``data`` at ``offset`` of ``fd`` (a positional write may take only part of it)."""
+def _write_all(fd: int, data: bytes | bytearray, offset: int, name: str) -> None:
+    """All of ``data`` at ``offset`` of ``fd``, the output ``name`` (a positional write may take only part of it);
+    an error names it."""
     view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-    view.release()
+    try:
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view, offset = view[written:], offset + written
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, name) from None
+    finally:
+        view.release()

@@ -44,6 +44,7 @@ class _Field:
 def _split(metadata: bytes) -> tuple[list[_Field], bytes]:
     """Header fields and the rest (the blank separator line and the body), exactly as stored."""
     fields: list[_Field] = []
+    name, start = "", None  # the field being read: its name, where its first line starts
     position = 0
     while position < len(metadata):
         end = metadata.find(b"\n", position)
@@ -51,13 +52,16 @@ def _split(metadata: bytes) -> tuple[list[_Field], bytes]:
         line = metadata[position:end]
         if line in (b"\n", b"\r\n"):
             break
-        if line[:1] in (b" ", b"\t") and fields:
-            fields[-1] = _Field(fields[-1].name, fields[-1].raw + line)
-        else:
+        # A continuation line only extends the field: its bytes are taken once it ends (joined line by line,
+        # a field folded over 800,000 lines took a minute).
+        if start is None or line[:1] not in (b" ", b"\t"):
+            if start is not None:
+                fields.append(_Field(name, metadata[start:position]))
             match = _FIELD_NAME.match(line)
-            name = match.group(1).decode("ascii").lower() if match else ""
-            fields.append(_Field(name, line))
+            name, start = (match.group(1).decode("ascii").lower() if match else ""), position
         position = end
+    if start is not None:
+        fields.append(_Field(name, metadata[start:position]))
     return fields, metadata[position:]
 
 

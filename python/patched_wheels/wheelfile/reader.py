@@ -43,6 +43,11 @@ __all__ = ["WheelReader", "WrittenArchive"]
 
 _REQUIRED_FILES = ("METADATA", "WHEEL")
 _SUPPORTED_WHEEL_VERSION = 1  # major Wheel-Version pip installs
+_MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""RECORD is read whole, a row per member: torch's is 1 MiB for 10,600 members.  A bigger one declared is a zip
+bomb (a few KiB that inflate to gigabytes of rows), refused before it is inflated."""
+_MAX_METADATA_BYTES = 16 * 1024 * 1024
+"""METADATA and WHEEL are read whole (a long description makes METADATA the larger, rarely past 1 MiB)."""
 
 
 class WrittenArchive(NamedTuple):
@@ -255,8 +260,8 @@ class WheelReader:
 
     def _checked_chunks(self, name: str, *, check_record: bool = True) -> Iterator[bytes]:
         info = self.info(name)
-        entry = self._record.get(name)
-        hasher = hashlib.new(entry.algorithm) if check_record and entry is not None and entry.hash else None
+        entry = self._record.get(name) if check_record else None  # RECORD itself is read before there are rows
+        hasher = hashlib.new(entry.algorithm) if entry is not None and entry.hash else None
         size = crc = 0
         for chunk in member_content(self.raw_member(name)):
             size += len(chunk)
@@ -270,6 +275,14 @@ class WheelReader:
             raise InvalidWheelError(f"{self.name}: {name}: content does not match its RECORD hash")
         if crc != info.CRC:  # whatever RECORD says, a raw copy keeps this CRC, and zipfile (so pip) would refuse it
             raise InvalidWheelError(f"{self.name}: {name}: content does not match the zip directory's CRC-32")
+
+    def _read_whole(self, name: str, most: int, *, check_record: bool = True) -> bytes:
+        """A member read whole while the wheel is opened (RECORD, METADATA, WHEEL), once its declared size is at
+        most ``most`` bytes: the checks of :meth:`chunks` (RECORD's hash unless ``check_record`` is False)."""
+        declared = self.info(name).file_size
+        if declared > most:
+            raise InvalidWheelError(f"{self.name}: {name}: {declared} bytes, more than the {most} such a file may hold")
+        return b"".join(self._checked_chunks(name, check_record=check_record))
 
     def _drain(self, name: str) -> None:
         for _ in self._checked_chunks(name):
@@ -335,7 +348,8 @@ class WheelReader:
         """RECORD's rows, checked against the zip's members."""
         origin = self._record_origin()
         record_name = f"{self.dist_info}/RECORD"
-        rows = parse_record(b"".join(member_content(self.raw_member(record_name))), origin=origin)
+        # Its size and CRC-32 checked as every member's (pip refuses a RECORD whose CRC is wrong); it has no hash.
+        rows = parse_record(self._read_whole(record_name, _MAX_RECORD_BYTES, check_record=False), origin=origin)
         record: dict[str, RecordEntry] = {}
         unhashed_allowed = generated_members(self.dist_info)
         infos = self._infos
@@ -388,7 +402,7 @@ class WheelReader:
     # -- METADATA and WHEEL (small members, read once)
 
     def _read_utf8(self, name: str) -> bytes:
-        data = self.read(name)
+        data = self._read_whole(name, _MAX_METADATA_BYTES)
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as error:

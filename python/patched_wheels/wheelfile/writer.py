@@ -131,7 +131,7 @@ class WheelWriter:
         """Members whose local header has the ZIP64 extra: the central record says so in its version."""
         self._record: list[RecordEntry] = []
         self._names: set[str] = set()
-        self._copier = Copier(fd)
+        self._copier = Copier(fd, str(self.dest))
 
     def __enter__(self) -> WheelWriter:
         return self

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -136,3 +137,21 @@ def test_holds_reads_no_special_file_and_waits_for_none(tmp_path: Path, kind: st
     make_special_file(kind, tmp_path / "page.html")
     assert not holds(tmp_path / "page.html", b"")
     assert not holds(tmp_path / "page.html", b"\0" * 10)
+
+
+@pytest.mark.parametrize("where", ["last", "inside"])
+def test_a_loop_of_links_resolves_to_one_oserror_naming_the_path(tmp_path: Path, where: str) -> None:
+    """Python 3.9 to 3.12 raise RuntimeError (a traceback); 3.13 returns the link: both become ELOOP, named."""
+    loop = tmp_path / "loop"
+    make_special_file("link-loop", loop)
+    given = loop if where == "last" else loop / "x.whl"
+    with pytest.raises(OSError) as caught:
+        fsutil.resolved_path(given)
+        given.stat()  # 3.13 may leave a loop inside the path unresolved: using it is the same error
+    assert caught.value.errno == errno.ELOOP and caught.value.filename == str(given)
+
+
+def test_a_path_with_links_resolves_to_its_target(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    assert fsutil.resolved_path(tmp_path / "link" / "x.whl") == (tmp_path / "real" / "x.whl").resolve()

@@ -91,6 +91,41 @@ def test_streaming_read_detects_tampering(wheel: Path) -> None:
     )
 
 
+def test_a_record_whose_crc_lies_is_refused_as_zipfile_and_pip_refuse_it(wheel: Path) -> None:
+    """RECORD has no hash of its own: it was read without its CRC-32 checked, so a wheel pip refuses was indexed."""
+    with zipfile.ZipFile(wheel) as archive:
+        crc = archive.getinfo("demo-1.0.dist-info/RECORD").CRC
+    edit_headers(wheel, "demo-1.0.dist-info/RECORD", crc=crc ^ 1)
+    with pytest.raises(zipfile.BadZipFile, match="Bad CRC-32"), zipfile.ZipFile(wheel) as archive:
+        archive.read("demo-1.0.dist-info/RECORD")
+    with pytest.raises(InvalidWheelError) as caught:
+        WheelReader(wheel)
+    assert _one_line_error(caught) == (
+        f"{wheel.name}: demo-1.0.dist-info/RECORD: content does not match the zip directory's CRC-32"
+    )
+
+
+@pytest.mark.parametrize(("member", "most"), [("RECORD", 64 << 20), ("METADATA", 16 << 20), ("WHEEL", 16 << 20)])
+def test_a_file_read_whole_that_declares_gigabytes_is_refused_before_it_is_inflated(
+    wheel: Path, member: str, most: int
+) -> None:
+    """A few kB of deflated rows inflate to gigabytes (a zip bomb): RECORD, METADATA and WHEEL are read whole,
+    so a size past any real one is refused as declared."""
+    name = f"demo-1.0.dist-info/{member}"
+    if member != "RECORD":  # RECORD, checked first, says the same size: its author made the bomb
+        with zipfile.ZipFile(wheel) as archive:
+            rows = archive.read("demo-1.0.dist-info/RECORD").decode()
+        rows = re.sub(rf"^({re.escape(name)},[^,]*,)\d+$", rf"\g<1>{0xFFFF_FFFE}", rows, flags=re.M)
+        assert str(0xFFFF_FFFE) in rows
+        replace_members(wheel, {"demo-1.0.dist-info/RECORD": rows.encode()})
+    edit_headers(wheel, name, file_size=0xFFFF_FFFE)
+    with pytest.raises(InvalidWheelError) as caught:
+        WheelReader(wheel)
+    assert _one_line_error(caught) == (
+        f"{wheel.name}: demo-1.0.dist-info/{member}: {0xFFFF_FFFE} bytes, more than the {most} such a file may hold"
+    )
+
+
 def test_same_size_tampering_is_caught_when_read_and_by_verify(wheel: Path) -> None:
     original = FILES["demo/__init__.py"]
     replace_members(wheel, {"demo/__init__.py": original.replace(b"hello", b"HELLO")})
