@@ -18,7 +18,9 @@ API (kept small on purpose, other test modules import it):
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import re
 import shutil
 import struct
@@ -77,8 +79,11 @@ def build_wheel(
         wheel += f"Build: {build_tag}\n"
     members[f"{dist_info}/METADATA"] = metadata.encode()
     members[f"{dist_info}/WHEEL"] = wheel.encode()
-    record = "".join(f"{path},sha256={_digest(content)},{len(content)}\n" for path, content in members.items())
-    members[f"{dist_info}/RECORD"] = (record + f"{dist_info}/RECORD,,\n").encode()
+    record = io.StringIO()  # csv quotes a name holding a comma, a quote or a line break, as installers read it
+    writer = csv.writer(record, lineterminator="\n")
+    writer.writerows([(path, f"sha256={_digest(content)}", len(content)) for path, content in members.items()])
+    writer.writerow((f"{dist_info}/RECORD", "", ""))
+    members[f"{dist_info}/RECORD"] = record.getvalue().encode()
 
     build = f"-{build_tag}" if build_tag is not None else ""
     path = Path(directory) / f"{distribution}-{version}{build}-{tag}.whl"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from patched_wheels.base.cache import OFF, CacheContext
-from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.base.fsutil import SHA256_HEX, resolved_path
 from patched_wheels.elf.cache import ElfCache, wheel_problem
 from patched_wheels.elf.order import components_load_order, order_key, strong_components
 from patched_wheels.elf.read import (
@@ -205,7 +205,7 @@ class _Scan:
         installed: Callable[[str, str], Path | None] | None = None,
     ) -> None:
         refs = list(
-            {(ref.path.resolve() if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values()
+            {(resolved_path(ref.path) if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values()
         )
         names = [ref.filename for ref in refs]
         duplicates = sorted({name for name in names if names.count(name) > 1})
@@ -296,7 +296,8 @@ def _read_or_problem(job: tuple[Path, ZipMember, str], file: Path | None = None)
     try:
         return read_library(*job) if file is None else read_installed_library(file, wheel=job[0].name, path=job[2])
     except ElfError as error:
-        return error
+        # Kept without its traceback: its frames would keep the reader's tables alive for every unreadable library.
+        return error.with_traceback(None)
 
 
 _Item = TypeVar("_Item")
@@ -317,13 +318,26 @@ def _start_on_threads(
     return pool.map(function, items), lambda: pool.shutdown(cancel_futures=True)
 
 
-def _pick(library: ElfLibrary, candidates: Sequence[ElfLibrary]) -> ElfLibrary | None:
-    """The provider of one DT_NEEDED name: one from the same wheel if any, else the first by (path, wheel) that
-    is not another wheel's vendored copy (:func:`is_vendored`)."""
-    others = [candidate for candidate in candidates if candidate != library]
-    same_wheel = [candidate for candidate in others if candidate.wheel == library.wheel]
-    shared = [candidate for candidate in others if candidate.wheel != library.wheel and not is_vendored(candidate)]
-    return min(same_wheel or shared, key=order_key) if same_wheel or shared else None
+class _Candidates:
+    """The libraries that answer to one DT_NEEDED name (a SONAME, or a file name), indexed once for :meth:`pick`:
+    by (path, wheel), each wheel's apart, and those that are no vendored copy (:func:`is_vendored`)."""
+
+    def __init__(self, libraries: Sequence[ElfLibrary]) -> None:
+        ordered = sorted(libraries, key=order_key)  # stable: equal keys keep the input order, as min() did
+        self._by_wheel: dict[str, list[ElfLibrary]] = {}
+        for library in ordered:
+            self._by_wheel.setdefault(library.wheel, []).append(library)
+        self._shared = [library for library in ordered if not is_vendored(library)]
+
+    def pick(self, library: ElfLibrary) -> ElfLibrary | None:
+        """The provider of the name for ``library``: one from the same wheel if any, else the first by (path, wheel)
+        that is not another wheel's vendored copy; never ``library`` itself.  Each scan stops at its first match, past
+        only ``library`` (and rows equal to it): a few candidates visited, however many share the name."""
+        same_wheel = self._by_wheel.get(library.wheel, ())
+        found = next((candidate for candidate in same_wheel if candidate != library), None)
+        if found is None:
+            found = next((candidate for candidate in self._shared if candidate.wheel != library.wheel), None)
+        return found
 
 
 def is_vendored(library: ElfLibrary) -> bool:
@@ -343,12 +357,17 @@ def build_graph(libraries: Sequence[ElfLibrary], problems: Mapping[str, LibraryP
         if library.soname:
             by_soname.setdefault(library.soname, []).append(library)
         by_filename.setdefault(library.filename, []).append(library)
+    soname_index = {name: _Candidates(candidates) for name, candidates in by_soname.items()}
+    filename_index = {name: _Candidates(candidates) for name, candidates in by_filename.items()}
     providers: dict[ElfLibrary, dict[str, ElfLibrary]] = {}
     system: dict[ElfLibrary, tuple[str, ...]] = {}
     for library in libraries:
         resolved: dict[str, ElfLibrary] = {}
-        for name in library.needed:
-            provider = _pick(library, by_soname.get(name, ())) or _pick(library, by_filename.get(name, ()))
+        for name in dict.fromkeys(library.needed):  # a repeated name resolves as its first entry did
+            by_name = soname_index.get(name)
+            provider = by_name.pick(library) if by_name is not None else None
+            if provider is None and name in filename_index:
+                provider = filename_index[name].pick(library)
             if provider is not None:
                 resolved[name] = provider
         providers[library] = resolved

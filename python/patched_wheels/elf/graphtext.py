@@ -8,10 +8,12 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from patched_wheels.elf.graph import LibraryGraph
+from patched_wheels.errors import printable
 
 
 def format_graph(graph: LibraryGraph) -> str:
-    """Human-readable listing: each library with its edges, then the load order."""
+    """Human-readable listing: each library with its edges, then the load order; every line printable
+    (:func:`~patched_wheels.errors.printable`: a name's line breaks and terminal controls escaped)."""
     lines: list[str] = []
     for library in graph.libraries:
         lines.append(str(library))
@@ -36,7 +38,9 @@ def format_graph(graph: LibraryGraph) -> str:
         lines.append("cycles (libraries that need each other; each loads as one, first member first):")
         for number, members in enumerate(graph.cycles, start=1):
             lines.append(f"  cycle {number}: " + " <-> ".join(map(str, members)))
-    return "\n".join(lines)
+    # Names come from the wheels (member paths, SONAMEs, DT_NEEDED, search paths): a line break or a terminal
+    # control in one must not forge a line, so each line is printed escaped (what is printable stays as it is).
+    return "\n".join(map(printable, lines))
 
 
 def graph_as_json(graph: LibraryGraph) -> dict[str, object]:

@@ -43,6 +43,11 @@ SECTION_FIELDS = ("name", "type", "flags", "addr", "offset", "size", "link", "in
 MAX_TABLE = 1 << 20  # program headers, dynamic section: a few kilobytes in any real library
 _MAX_SECTION_TABLE = 8 << 20  # 65535 section headers of 64 bytes, and room
 _MAX_STRING = 1 << 16  # a search path or SONAME longer than this is not one a linker wrote
+# What one library's names may make us hold (torch's libtorch_cuda.so: a few hundred DT_NEEDED entries, some
+# kilobytes of strings, a RUNPATH of a few hundred bytes): without a bound, a tiny member whose entries point at
+# many offsets of a compressible string table, or repeat one long search path, would hold gigabytes.
+_MAX_NAMES = 1 << 12  # DT_NEEDED, DT_SONAME, DT_RPATH and DT_RUNPATH entries; and, split, search path entries
+_MAX_NAME_BYTES = 1 << 18  # the distinct strings those entries name, their NULs counted
 _MAX_PASSES = 4  # headers, PT_DYNAMIC, strings: in file order that is one or two passes; hostile layouts get no more
 _HEAD_SIZE = 1 << 20  # kept from the first pass: the ELF and program headers, and a plain linker's .dynstr
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
@@ -77,6 +82,11 @@ class ElfLibrary:
 
     def __str__(self) -> str:
         return f"{self.path} ({self.wheel})"
+
+    def __hash__(self) -> int:
+        # Its wheel and path name a library: a hash of every field cost a pass over thousands of DT_NEEDED names
+        # at each dict or set lookup (the graph's and doctor's are keyed by library).  Equality still compares all.
+        return hash((self.wheel, self.path))
 
 
 def is_shared_library_name(path: str) -> bool:
@@ -345,14 +355,28 @@ def _read_layout(reader: ByteSource, where: str) -> tuple[int, DynamicLayout | N
         raise ElfError(
             f"{where}: the dynamic string table (DT_STRTAB, DT_STRSZ) lies outside every PT_LOAD's file bytes"
         )
+    named = [value for tag, value in entries if tag in STRING_TAGS]
+    if len(named) > _MAX_NAMES:
+        raise ElfError(
+            f"{where}: unsupported dynamic section ({len(named)} DT_NEEDED, DT_SONAME, DT_RPATH and DT_RUNPATH "
+            f"entries, more than {_MAX_NAMES})"
+        )
     strings: dict[int, bytes] = {}
-    for offset in sorted({value for tag, value in entries if tag in STRING_TAGS}):
+    held = 0
+    for offset in sorted(set(named)):
         if offset >= strsz:
             raise ElfError(f"{where}: a dynamic string offset ({offset}) past the string table's end ({strsz})")
         text = reader.read(strtab_offset + offset, min(_MAX_STRING, strsz - offset), "a dynamic string")
-        if b"\0" not in text:
+        end = text.find(b"\0")
+        if end < 0:
             raise ElfError(f"{where}: a dynamic string at {offset} has no NUL within {len(text)} bytes")
-        strings[offset] = text.split(b"\0", 1)[0]
+        held += end + 1
+        if held > _MAX_NAME_BYTES:
+            raise ElfError(
+                f"{where}: unsupported dynamic section (its DT_NEEDED, DT_SONAME, DT_RPATH and DT_RUNPATH strings "
+                f"hold more than {_MAX_NAME_BYTES} bytes)"
+            )
+        strings[offset] = text[:end]
     return shoff + shnum * shentsize, DynamicLayout(
         elf,
         phoff,
@@ -416,11 +440,32 @@ def _library(reader: ForwardReader | FileReader, *, wheel: str, path: str) -> El
     if layout is None:
         return ElfLibrary(wheel, path, None, (), (), ())
 
-    def text(tag: int) -> list[str]:
-        # Latin-1, as pyelftools decoded them (the graph's names before this reader): any bytes round-trip.
-        return [layout.strings[value].decode("latin-1") for value in layout.values(tag)]
+    # Latin-1, as pyelftools decoded them (the graph's names before this reader): any bytes round-trip.  Each
+    # string decoded (and a search path split) once, however many entries name it, and equal names are one object:
+    # a library repeating a name (or a search path entry) thousands of times holds a pointer per repeat, not a copy.
+    canonical: dict[str, str] = {}
 
-    sonames = text(DT_SONAME)
-    rpath = tuple(entry for value in text(DT_RPATH) for entry in value.split(":") if entry)
-    runpath = tuple(entry for value in text(DT_RUNPATH) for entry in value.split(":") if entry)
-    return ElfLibrary(wheel, path, sonames[-1] if sonames else None, tuple(text(DT_NEEDED)), rpath, runpath)
+    def one(name: str) -> str:
+        return canonical.setdefault(name, name)
+
+    decoded = {offset: one(string.decode("latin-1")) for offset, string in layout.strings.items()}
+    split: dict[int, list[str]] = {}
+    held = 0
+    for tag in (DT_RPATH, DT_RUNPATH):
+        for value in layout.values(tag):
+            if value not in split:
+                split[value] = [one(entry) for entry in decoded[value].split(":") if entry]
+            held += len(split[value])
+            if held > _MAX_NAMES:
+                raise ElfError(
+                    f"{where}: unsupported dynamic section (its DT_RPATH and DT_RUNPATH hold more than {_MAX_NAMES} "
+                    "search path entries)"
+                )
+
+    def search_path(tag: int) -> tuple[str, ...]:
+        return tuple(entry for value in layout.values(tag) for entry in split[value])
+
+    sonames = layout.values(DT_SONAME)
+    needed = tuple(decoded[value] for value in layout.values(DT_NEEDED))
+    soname = decoded[sonames[-1]] if sonames else None
+    return ElfLibrary(wheel, path, soname, needed, search_path(DT_RPATH), search_path(DT_RUNPATH))

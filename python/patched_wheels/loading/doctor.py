@@ -36,7 +36,7 @@ from patched_wheels.elf.graph import LibraryGraph, read_graph
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.elf.syslibs import system_library_names
-from patched_wheels.errors import UsageError
+from patched_wheels.errors import UsageError, printable
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.loading.observe import observe
 from patched_wheels.loading.packages import find_package, package_libraries
@@ -153,9 +153,11 @@ def diagnose_graph(
 
     ``runtime``: libraries the package may load itself at run time (with what they need).
     """
-    files_by_directory: dict[str, set[str]] = {}
+    # Where each file name lies, so a DT_NEEDED name is looked up once per library, not along every search directory
+    # for each of its entries (a library may have thousands of both).
+    directories_by_file: dict[str, set[str]] = {}
     for library in graph.libraries:
-        files_by_directory.setdefault(_layout_directory(library), set()).add(library.filename)
+        directories_by_file.setdefault(library.filename, set()).add(_layout_directory(library))
     loaded: set[ElfLibrary] = set()
     if package is not None:
         loaded = graph.closure(package_libraries(graph, package, package_wheel or ""))
@@ -163,9 +165,12 @@ def diagnose_graph(
     position = {path: index for index, path in enumerate(preload.libraries)}
     findings = []
     for library in graph.libraries:
-        directories = _search_directories(library)
+        directories = set(_search_directories(library))
+        on_search_path: dict[str, bool] = {}
         for name in library.needed:
-            if any(name in files_by_directory.get(directory, ()) for directory in directories):
+            if name not in on_search_path:
+                on_search_path[name] = not directories.isdisjoint(directories_by_file.get(name, ()))
+            if on_search_path[name]:
                 continue
             provider = graph.providers[library].get(name)
             if provider is None and name in system_names:
@@ -309,12 +314,19 @@ def _summary(label: str, verdict: Verdict) -> str:
     return text
 
 
+def _text(lines: list[str]) -> str:
+    """``lines`` as the command prints them, each escaped (:func:`~patched_wheels.errors.printable`): the names in them
+    come from the wheels and the runs (member paths, DT_NEEDED, a run's output), and a line break or a terminal control
+    in one must not forge a line of the verdict."""
+    return "\n".join(map(printable, lines))
+
+
 def format_diagnosis(diagnosis: Diagnosis) -> str:
     """Both verdicts, each named, as lines of text (the ``doctor`` command's output)."""
     package = diagnosis.package
     if package is None or diagnosis.generated is None:
         lines = [_finding_line(finding, None) for finding in diagnosis.findings]
-        return "\n".join([*lines, _summary("as is", diagnosis.as_is)])
+        return _text([*lines, _summary("as is", diagnosis.as_is)])
     as_is, generated = diagnosis.as_is, diagnosis.generated
     if diagnosis.installed:
         lines = [
@@ -341,7 +353,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     lines.append(_summary("with the generated preload", generated))
     if diagnosis.hint:
         lines.append(f"hint: {diagnosis.hint}")
-    return "\n".join(lines)
+    return _text(lines)
 
 
 def _run_lines(result: RunResult, total: int) -> list[str]:
@@ -397,4 +409,4 @@ def format_run(comparison: Comparison, diagnosis: Diagnosis) -> str:
             f"{prediction}, unlike the run: the difference is not a library's DT_NEEDED (a library the code opens "
             "itself at run time: see the libraries not mapped and the first error)"
         )
-    return "\n".join(lines)
+    return _text(lines)
