@@ -87,11 +87,13 @@ def utf8_chunks(text: str | Iterable[str]) -> Iterator[bytes]:
 def resolved_path(path: Path) -> Path:
     """``path`` made absolute with its links followed (``Path.resolve``), a loop of links an ``OSError`` naming
     it (``ELOOP``), as opening it would be: Python 3.9 to 3.12 raise ``RuntimeError`` there (a traceback, not
-    one error line), 3.13 returns the path as it is."""
+    one error line), 3.13 returns the path as it is.  A NUL in it (a lock's path source) is an ``OSError`` too."""
     try:
         resolved = path.resolve()
     except RuntimeError:  # "Symlink loop from ..."
         resolved = None
+    except ValueError:  # "embedded null byte": no file has that name
+        raise OSError(errno.EINVAL, "a path holding a NUL byte", str(path)) from None
     if resolved is None or resolved.is_symlink():  # a link left unresolved is one of a loop (3.13)
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
     return resolved

@@ -15,8 +15,10 @@ wheel. What pip needs from an index, and what pip2pi gets wrong, is spelled out 
   it is published all at once: the ``.metadata`` files and a complete new ``simple/`` tree are
   written aside first, then renamed into place, so a failure midway leaves the old index;
 * hashing dominates the cost (gigabytes of CUDA wheels), so results are cached in
-  ``DIR/simple/.patched-wheels-cache.json`` keyed by file name, size and ``mtime_ns`` and the
-  remaining files are hashed on all cores; a file whose size or mtime changed is rehashed.  That
+  ``DIR/simple/.patched-wheels-cache.json`` keyed by file name and :func:`_file_key` (size, ``mtime_ns``,
+  ``ctime_ns``, inode) and the remaining files are hashed on all cores; a file whose key changed is rehashed.
+  The change time and the inode are the kernel's, never copied: a tree unpacked, restored from a CI cache or
+  copied with its mtimes (``tar``, ``rsync -t``, ``cp -p``) is hashed again, whatever its cache file says.  That
   cache is read like every persistent cache (:mod:`patched_wheels.base.cache`): bounded, a regular file
   owned by us and written by no one else, anything wrong a miss with one warning.
 
@@ -237,7 +239,7 @@ def _describe(candidates: list[_Candidate], cache: Mapping[str, object]) -> tupl
             name = candidate.path.name
             sha256 = hashes[name].result()
             after = candidate.path.stat()
-            if (after.st_size, after.st_mtime_ns) != (candidate.stat.st_size, candidate.stat.st_mtime_ns):
+            if _file_key(after) != _file_key(candidate.stat):
                 raise InvalidWheelError(f"{candidate.path}: changed while it was being indexed; run again")
             wheel_metadata, requires_python = read.get(name, (None, None))
             described[name] = IndexedFile(
@@ -255,16 +257,27 @@ def _describe(candidates: list[_Candidate], cache: Mapping[str, object]) -> tupl
     return files, len(stale)
 
 
+def _file_key(status: os.stat_result) -> dict[str, int]:
+    """What a cache entry of a file is valid for: the file as this stat saw it.  Size and mtime are what a copy
+    keeps; the change time and the inode are what the kernel gives the file when it is written, copied or
+    unpacked, and nothing sets back (a lying cache carried with a tree meets files with new ones)."""
+    return {
+        "size": status.st_size,
+        "mtime_ns": status.st_mtime_ns,
+        "ctime_ns": status.st_ctime_ns,
+        "inode": status.st_ino,
+    }
+
+
 def _from_cache(candidate: _Candidate, entry: object) -> IndexedFile | None:
-    """Reuse a cache entry if the file's size and mtime are unchanged and, for a wheel, its
+    """Reuse a cache entry if the file is unchanged (:func:`_file_key`) and, for a wheel, its
     ``.metadata`` file still holds the bytes the entry's hash was computed from."""
     if (
         not isinstance(entry, dict)
         or not isinstance(entry.get("sha256"), str)
         or not SHA256_HEX.fullmatch(entry["sha256"])
         or not isinstance(entry.get("requires_python"), (str, type(None)))
-        or entry.get("size") != candidate.stat.st_size
-        or entry.get("mtime_ns") != candidate.stat.st_mtime_ns
+        or any(entry.get(field) != value for field, value in _file_key(candidate.stat).items())
     ):
         return None
     metadata = None
@@ -439,8 +452,7 @@ def _cache_payload(candidates: list[_Candidate], files: tuple[IndexedFile, ...])
     entries = {}
     for candidate, indexed in zip(candidates, files):
         entries[indexed.filename] = {
-            "size": candidate.stat.st_size,
-            "mtime_ns": candidate.stat.st_mtime_ns,
+            **_file_key(candidate.stat),
             "sha256": indexed.sha256,
             "metadata_sha256": indexed.metadata_sha256,
             "requires_python": indexed.requires_python,

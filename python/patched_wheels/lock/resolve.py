@@ -71,14 +71,24 @@ class _LinkCollector(html.parser.HTMLParser):
 
 #: The largest index page read: torch's on PyPI is 320 KB for 4,000 files; a page is what an index sends.
 MAX_PAGE_BYTES = 32 << 20
+_MAX_MARKUP = 256 << 10
+"""The longest tag (or comment, or other construct) of a page read: an anchor is a few hundred bytes.  The HTML
+parser holds an attribute tuple per attribute of a tag until it ends, 280 bytes of memory per byte of a tag of
+one-letter attributes: a 32 MiB page of one tag would have taken 9 GiB."""
+_PAGE_PIECE = 64 << 10
+"""What the parser is fed at a time, so that a construct past :data:`_MAX_MARKUP` is refused before it ends."""
 
 
 def parse_project_page(page: str, page_url: str, *, sha256s: Collection[str] = ()) -> list[_Link]:
     """The file links of a PEP 503 page, made absolute against ``page_url``; with ``sha256s``, only the
     links whose ``#sha256=`` fragment is one of them (torch's page lists 4,000 files, a lock pins a few:
-    joining and splitting every URL was most of a resolve's CPU time)."""
+    joining and splitting every URL was most of a resolve's CPU time).  A ValueError for a page with a tag (or
+    comment) longer than any index writes (:data:`_MAX_MARKUP`)."""
     collector = _LinkCollector()
-    collector.feed(page)
+    for start in range(0, len(page), _PAGE_PIECE):
+        collector.feed(page[start : start + _PAGE_PIECE])
+        if len(collector.rawdata) > _MAX_MARKUP:  # what it holds back: a construct not ended yet
+            raise ValueError(f"a tag or comment longer than {_MAX_MARKUP} bytes, which no index page holds")
     links = []
     for href in collector.hrefs:
         algorithm, _, digest = href.partition("#")[2].partition("=")
@@ -183,7 +193,10 @@ def _page_links(pin: Pin, page: Path | None, url: str, caches: CacheContext) -> 
             "build once with the index reachable"
         )
     text = read_lock_input(page, max_bytes=MAX_PAGE_BYTES, what=f"the index page of {pin.project}")
-    links = parse_project_page(text, url, sha256s=pin.sha256s)
+    try:
+        links = parse_project_page(text, url, sha256s=pin.sha256s)
+    except ValueError as error:
+        raise InvalidLockError(f"{page}: not the index page of {pin.project} we read: {error}") from None
     kept = [link for _, link, _ in _candidates(pin, links)]
     if kept:  # else the pin fails here and now: nothing to record
         files = [{"url": link.url, "sha256": link.sha256} for link in kept]

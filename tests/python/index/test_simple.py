@@ -326,6 +326,38 @@ def test_a_failure_midway_leaves_the_whole_index_as_it_was(tmp_path: Path) -> No
     assert sorted(path.name for path in directory.iterdir() if path.name.startswith(".")) == []
 
 
+def test_a_lying_hash_cache_carried_with_a_copied_tree_is_not_believed(tmp_path: Path) -> None:
+    """A tree copied with its mtimes (``cp -p``, ``tar``, ``rsync -t``, a CI cache restored, a commit checked out)
+    whose cache file lies: other hashes, and a ``.metadata`` of another dependency. Its files have new change
+    times and inodes, so they are hashed again and their METADATA read again; size and mtime alone matched."""
+    source = tmp_path / "source"
+    source.mkdir()
+    wheel = make_wheel(source, "demo-1.0-py3-none-any.whl")
+    build_index(source)
+    cache_file = source / "simple" / index_module.CACHE_FILE
+    document = json.loads(cache_file.read_text(encoding="utf-8"))
+    forged = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: evil\n"
+    (source / f"{wheel.name}.metadata").write_bytes(forged)
+    document["files"][wheel.name].update(
+        sha256="0" * 64, metadata_sha256=hashlib.sha256(forged).hexdigest(), requires_python=">=9"
+    )
+    cache_file.write_text(json.dumps(document), encoding="utf-8")
+    copied = tmp_path / "copied"
+    shutil.copytree(source, copied, copy_function=shutil.copy2)  # mtimes kept, as the tools above keep them
+
+    (indexed,) = build_index(copied).files
+
+    assert (indexed.sha256, indexed.requires_python) == (sha256_of(copied / wheel.name), None)
+    assert (copied / f"{wheel.name}.metadata").read_bytes() == wheel_metadata(copied / wheel.name)
+    assert "0" * 64 not in (copied / "simple" / "demo" / "index.html").read_text(encoding="utf-8")
+
+
+def test_an_unchanged_tree_is_not_hashed_again(tmp_path: Path) -> None:
+    directory = _make_index_dir(tmp_path / "wheels")
+    assert build_index(directory).hashed == len(WHEELS)
+    assert build_index(directory).hashed == 0
+
+
 @pytest.mark.parametrize(
     "cache",
     [

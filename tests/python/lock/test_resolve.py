@@ -119,6 +119,33 @@ def test_only_the_wanted_hashes_are_kept_and_joined(torch_page: Path) -> None:
     assert {link.sha256 for link in wanted} == {digest("sdist"), digest("linux")}
 
 
+def test_a_page_read_in_pieces_gives_the_links_it_gives_whole() -> None:
+    """Anchors straddle the pieces the parser is fed (64 KiB), a comment and an entity too."""
+    anchors = [
+        f'<a href="f/p{n}-1.0-py3-none-any.whl#sha256={n:064x}" data-x="&amp;{n}">p{n}</a>\n' for n in range(3000)
+    ]
+    page = "<html><!-- " + "c" * 70_000 + " -->" + "".join(anchors) + "</html>"
+    links = parse_project_page(page, f"{INDEX}/p/")
+    assert [link.filename for link in links] == [f"p{n}-1.0-py3-none-any.whl" for n in range(3000)]
+    assert [link.sha256 for link in links] == [f"{n:064x}" for n in range(3000)]
+
+
+@pytest.mark.parametrize("markup", ["<a " + "a " * 200_000 + ">", "<!-- " + "x " * 200_000])
+def test_a_tag_longer_than_any_index_writes_is_refused_before_the_parser_holds_it(tmp_path: Path, markup: str) -> None:
+    """The parser holds a tuple per attribute of a tag until it ends: 280 bytes of memory per byte of a page of
+    one tag of one-letter attributes (1 MB: 283 MiB; the 32 MiB a page may be: 9 GiB)."""
+    (tmp_path / "pages").mkdir()
+    page = tmp_path / "pages" / "torch.html"
+    page.write_text(f"<html>{markup}</html>", encoding="utf-8")
+    requirements = lock(tmp_path, f"torch==2.1.0 --hash=sha256:{digest('linux')}\n")
+    with pytest.raises(InvalidLockError) as caught:
+        resolve(requirements, IndexPages(tmp_path / "pages", INDEX), tags=LINUX)
+    assert str(caught.value) == (
+        f"{page}: not the index page of torch we read: a tag or comment longer than 262144 bytes, "
+        "which no index page holds"
+    )
+
+
 def test_percent_encoded_local_versions_are_decoded(tmp_path: Path) -> None:
     write_page(tmp_path / "pages", "torch", {"torch-2.1.0%2Bstripe.5-py3-none-any.whl": digest("local")})
     requirements = lock(tmp_path, f"torch==2.1.0+stripe.5 --hash=sha256:{digest('local')}\n")

@@ -15,9 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from patched_wheels.base.fsutil import resolved_path
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.formats.tomlread import get, parse_part, split_lock, tables, toml_parser
+from patched_wheels.lock.formats.tomlread import get, parse_part, path_url, split_lock, tables, toml_parser
 from patched_wheels.lock.model import (
     Lock,
     Pin,
@@ -25,7 +24,6 @@ from patched_wheels.lock.model import (
     Span,
     checked_hash,
     checked_name,
-    file_url,
     locked_pin,
     marker_environment,
     marker_holds,
@@ -117,5 +115,5 @@ def _location(table: dict[str, Any], root: Path, where: str) -> str:
     if "url" in table:
         return get(table, "url", str, where)
     if "path" in table:
-        return file_url(resolved_path(root / get(table, "path", str, where)))
+        return path_url(root, get(table, "path", str, where), where)
     raise InvalidLockError(f"{where}: neither url nor path")

@@ -26,8 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Iterator, NamedTuple, TypeVar
 
+from patched_wheels.base.fsutil import resolved_path
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.model import read_lock_text
+from patched_wheels.lock.model import file_url, read_lock_text
 
 T = TypeVar("T")
 
@@ -212,6 +213,17 @@ def parse_part(tomllib: ModuleType, path: Path | str, text: str, part: Part) -> 
         raise InvalidLockError(f"{where}: not TOML: {error}") from None
     except RecursionError:
         raise InvalidLockError(f"{where}: not TOML we read: nested too deeply") from None
+    except ValueError as error:  # an integer past Python's 4,300 digits (no TOMLDecodeError: a ValueError of int())
+        raise InvalidLockError(f"{where}: not TOML we read: {error}") from None
+
+
+def path_url(root: Path, path: str, where: str) -> str:
+    """The ``file://`` URL of a lock's ``path`` (relative to ``root``), its links followed; a path no file can
+    have (a loop of links, a NUL) is the lock's error, at ``where``."""
+    try:
+        return file_url(resolved_path(root / path))
+    except OSError as error:
+        raise InvalidLockError(f"{where}: path {path!r}: {error.strerror}") from None
 
 
 def get(table: dict[str, Any], key: str, kind: type[T], where: str, default: T | None = None) -> T:

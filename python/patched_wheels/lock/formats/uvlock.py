@@ -27,10 +27,9 @@ from typing import AbstractSet, Any, Iterator, Mapping, Sequence, overload
 
 from packaging.utils import NormalizedName
 
-from patched_wheels.base.fsutil import resolved_path
 from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.formats.tomlread import Part, get, parse_part, split_lock, tables, toml_parser
+from patched_wheels.lock.formats.tomlread import Part, get, parse_part, path_url, split_lock, tables, toml_parser
 from patched_wheels.lock.model import (
     Lock,
     Pin,
@@ -38,7 +37,6 @@ from patched_wheels.lock.model import (
     Span,
     checked_hash,
     checked_name,
-    file_url,
     locked_pin,
     marker_environment,
     marker_holds,
@@ -340,7 +338,7 @@ def _pin(package: dict[str, Any], files: _LockedFiles, extras: list[str]) -> Pin
     found, hashes = _files(package, span, root)
     url = source["url"] if kind == "url" else _git_url(source["git"], where) if kind == "git" else None
     if kind == "path":
-        url = file_url(resolved_path(root / source["path"]))
+        url = path_url(root, get(source, "path", str, where), where)
     version = get(package, "version", str, where)
     pin = locked_pin(get(package, "name", str, where), extras, version, hashes=hashes, url=url, files=found, span=span)
     return replace(pin, files=replace(files, length=len(found)))
@@ -388,7 +386,7 @@ def _file_location(wheel: dict[str, Any], base: Path, root: Path, source: dict[s
     if "url" in wheel:
         return get(wheel, "url", str, where)
     if "path" in wheel:
-        return file_url(resolved_path(base / get(wheel, "path", str, where)))
+        return path_url(base, get(wheel, "path", str, where), where)
     if "path" in source:
-        return file_url(resolved_path(root / source["path"]))
+        return path_url(root, get(source, "path", str, where), where)
     raise InvalidLockError(f"{where}: a wheel without url or path")

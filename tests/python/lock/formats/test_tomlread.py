@@ -101,3 +101,65 @@ def test_packages_written_in_the_head_of_a_uv_lock_are_refused(tmp_path: Path) -
     lock.write_text('lock-version = "1.0"\npackages = [{ name = "foo" }]\n', encoding="utf-8")
     with pytest.raises(InvalidLockError, match=r"pylock\.toml: its packages are not written each under its own"):
         split_lock(lock, "packages")
+
+
+HASH = "1" * 64
+
+
+@pytest.mark.parametrize(
+    ("flag", "name", "text", "line"),
+    [
+        (
+            "--pylock",
+            "pylock.toml",
+            'lock-version = "1.0"\ncreated-by = "x"\n[[packages]]\nname = "six"\nversion = "1.0"\nx = '
+            + "9" * 4400
+            + f'\nwheels = [{{ url = "https://x/six-1.0-py3-none-any.whl", hashes = {{ sha256 = "{HASH}" }} }}]\n',
+            3,
+        ),
+        ("--uv-lock", "uv.lock", 'version = 1\nrequires-python = ">=3.8"\nx = ' + "9" * 4400 + "\n", None),
+    ],
+)
+def test_an_integer_past_python_s_digits_is_one_error_naming_the_lock(
+    tmp_path: Path, capsys, flag: str, name: str, text: str, line: int | None
+) -> None:
+    """tomllib raises a ValueError of int(), not a TOMLDecodeError, for an integer of more than 4,300 digits."""
+    lock = tmp_path / name
+    lock.write_text(text, encoding="utf-8")
+    status = main(["resolve", flag, str(lock), "--pages", str(tmp_path), "--index-url", "https://x/simple"])
+    err = capsys.readouterr().err
+    where = f"{lock}:{line}" if line else str(lock)
+    assert status == 1 and err.startswith(f"patched-wheels: error: {where}: not TOML we read: Exceeds the limit"), err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "name", "text", "where"),
+    [
+        (
+            "--pylock",
+            "pylock.toml",
+            'lock-version = "1.0"\ncreated-by = "x"\n[[packages]]\nname = "six"\nversion = "1.0"\n'
+            + f'wheels = [{{ path = "a\\u0000b/six-1.0-py3-none-any.whl", hashes = {{ sha256 = "{HASH}" }} }}]\n',
+            "3: package 'six': wheel",
+        ),
+        (
+            "--uv-lock",
+            "uv.lock",
+            'version = 1\nrequires-python = ">=3.8"\n\n[[package]]\nname = "six"\nversion = "1.0"\n'
+            + 'source = { path = "a\\u0000b/six-1.0-py3-none-any.whl" }\n',
+            "4: package 'six'",
+        ),
+    ],
+)
+def test_a_path_holding_a_nul_is_one_error_naming_the_lock(
+    tmp_path: Path, capsys, flag: str, name: str, text: str, where: str
+) -> None:
+    lock = tmp_path / name
+    lock.write_text(text, encoding="utf-8")
+    status = main(["resolve", flag, str(lock), "--pages", str(tmp_path), "--index-url", "https://x/simple"])
+    err = capsys.readouterr().err
+    assert (status, err) == (
+        1,
+        f"patched-wheels: error: {lock}:{where}: path 'a\\x00b/six-1.0-py3-none-any.whl': a path holding a NUL byte\n",
+    )
