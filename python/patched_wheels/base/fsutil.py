@@ -329,8 +329,14 @@ def remove_stale_temps(directory: Path) -> None:
             continue
 
 
-def _temp_prefix(name: str) -> str:
-    return f".{name}.pw-{os.getpid()}-"
+def _temp_prefix(name: str, pid: int | None = None) -> str:
+    return f".{name}.pw-{os.getpid() if pid is None else pid}-"
+
+
+def longest_temp_name(name: str) -> int:
+    """The most bytes the name of a temp file written for ``name`` may hold (:func:`create_temp_file`: a pid of up to
+    7 digits, Linux's largest, and ``mkstemp``'s 8 random characters), for a check that it fits a file name."""
+    return len((_temp_prefix(name, pid=4_194_304) + "x" * 8 + _TEMP_SUFFIX).encode())
 
 
 def _is_alive(pid: int) -> bool:

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Index every wheel and sdist directly inside DIR: DIR/simple/index.html, "
             "DIR/simple/<project>/index.html and DIR/<wheel>.metadata. Incremental: files whose "
-            "name, size, mtime, change time and inode are unchanged are not read again."
+            "name, size, mtime and inode are unchanged are not read again."
         ),
     )
     parser.add_argument("directory", metavar="DIR", type=Path, help="directory holding the distributions")

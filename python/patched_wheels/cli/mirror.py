@@ -7,6 +7,7 @@ from pathlib import Path
 
 from patched_wheels.cli import index_summary
 from patched_wheels.index.mirror import mirror
+from patched_wheels.lock.formats.requirements import read_requirements
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pip download the pins of a requirements file into DIR and index DIR",
         description=(
             "Run `pip download --no-deps -r REQUIREMENTS` (with this Python's pip) into DIR, then "
-            "write DIR/simple/. Arguments after `--` go to pip, e.g. "
+            "write DIR/simple/. The lock is read first as `lock` reads it, and one it refuses (an included "
+            "file: -r/-c) is refused before pip starts. Arguments after `--` go to pip, e.g. "
             "`-- --index-url=https://... --platform=manylinux2014_x86_64 --only-binary=:all:`."
         ),
     )
@@ -26,6 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # pip would follow an included file (-r/-c) wherever it leads (a FIFO blocks it for ever, /dev/zero never ends)
+    # and read a lock of any size: the lock is read as `lock` reads it, and refused as it refuses it, before DIR is
+    # touched or pip starts.
+    read_requirements(args.requirements)
     result = mirror(args.requirements, args.directory, pip_args=args.pip_args)
     for name in result.added:
         print(f"downloaded {name}")

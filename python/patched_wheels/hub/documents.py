@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from patched_wheels.base.names import canonicalize_name
-from patched_wheels.base.schema import AMONG, CALL, OMIT, VALUES, read_object, to_json, type_problem
+from patched_wheels.base.schema import AMONG, CALL, OMIT, VALUES, read_object, shown, to_json, type_problem
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
-from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_specs, index_call, wheel_call
+from patched_wheels.hub.spec import NOT_ATTRIBUTES, PatchedWheelSpec, check_specs, index_call, path_problem, wheel_call
 from patched_wheels.lock.formats import registry
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel
@@ -108,6 +108,18 @@ class IndexAttributes:
                 f"{where}: give exactly one of {', '.join(LOCK_FORMATS)}"
                 + (f", not {' and '.join(given)}" if given else "")
             )
+
+    def check_paths(self, where: str, labels: Mapping[str, str]) -> None:
+        """Refuse a label attribute whose path is no file's path (:func:`~patched_wheels.hub.spec.path_problem`),
+        naming ``where`` and the attribute as the user wrote it (``labels``), and the path it stands for: the helper
+        opens each (the lock, the facts file), and the file system takes no NUL."""
+        for attribute in LABEL_ATTRIBUTES:
+            path = getattr(self, attribute)
+            if path is not None and (problem := path_problem(str(path))):
+                written = f"{attribute} = {shown(str(path))}"
+                if attribute in labels:
+                    written = f"{attribute} = {shown(labels[attribute])} (the path {shown(str(path))})"
+                raise UsageError(f"{where}: {written}: {problem}")
 
 
 LABEL_ATTRIBUTES = tuple(attribute.name for attribute in fields(IndexAttributes) if attribute.type == "Path | None")
@@ -205,6 +217,7 @@ class HubConfig:
         writes anything."""
         config = read_object(cls, raw, "hub configuration")
         config.attributes.check_one_lock("hub configuration: attributes")
+        config.attributes.check_paths("hub configuration: attributes", config.labels)
         check_specs(config.patched, config.hub, config.bzlmod)
         return config
 

@@ -25,8 +25,9 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, NormalizedName, parse_wheel_filename
 from packaging.version import Version
 
-from patched_wheels.base.fsutil import SHA256_HEX
+from patched_wheels.base.fsutil import SHA256_HEX, longest_temp_name
 from patched_wheels.base.names import canonicalize_name, module_name
+from patched_wheels.base.schema import shown
 from patched_wheels.elf.graph import WheelRef
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.documents import (
@@ -51,16 +52,24 @@ from patched_wheels.hub.verified import (
     stanza_attributes,
     uses_recording,
 )
+from patched_wheels.index.simple import METADATA_SUFFIX
 from patched_wheels.lock.closure import FILE as CLOSURE
 from patched_wheels.lock.model import check_lock_value
 from patched_wheels.lock.plan import INDEX_OPTIONS
 from patched_wheels.lock.resolve import ResolvedWheel
+from patched_wheels.patch.split import sibling_wheel_name
+from patched_wheels.patch.version import with_local_suffix
+from patched_wheels.wheelfile import WheelFilename
+
+#: The most bytes a file name may hold (NAME_MAX of Linux and macOS file systems).
+NAME_MAX = 255
 
 
 def check_request(request: HubRequest) -> None:
     """Every check that needs no wheel, each naming the attributes the user wrote: contradictory
     attributes fail here, before the first download."""
     request.attributes.check_one_lock(request.index_call)
+    request.attributes.check_paths(request.index_call, request.labels)
     index_option, index_url = request.attributes.index_option, request.attributes.index_url
     if index_option not in index_options_for(request.rules_python_version):  # one of INDEX_OPTIONS: the schema's
         raise UsageError(
@@ -244,6 +253,7 @@ def plan_hub(checked: CheckedRequest, *, cache_root: Path | None) -> HubPlan:
         if wheel is None:
             raise UsageError(f"{request.wheel_call(spec)}: {spec.name} is not pinned in {lock_shown}")
         _check_requirement(spec, wheel, checked.versions[wheel.filename], request.wheel_call(spec))
+        _check_output_names(spec, wheel, checked.versions[wheel.filename], request.wheel_call(spec))
         patched.append(replace(spec, wheel=root / ORIGINALS / wheel.filename))
     patched_projects = {canonicalize_name(spec.name) for spec in patched}
     asked = root_extras(request.attributes.extras, by_project, request.index_call, lock_shown)
@@ -302,6 +312,37 @@ def _check_filename(wheel: ResolvedWheel, version: Version | InvalidWheelFilenam
         raise UsageError(
             f"{request.index_call}: {lock}: {wheel.project} resolves to {wheel.filename!r} "
             f"(sha256 {wheel.sha256!r}), not a wheel file name with a sha256"
+        )
+
+
+def output_names(spec: PatchedWheelSpec, filename: str, version: Version) -> tuple[str, ...]:
+    """The file names of the wheels the build writes for ``spec`` from the original ``filename`` (its ``version``):
+    the patched wheel (the version with ``suffix`` as its local label) and, with ``split_into``, its sibling."""
+    patched = WheelFilename.parse(filename).with_version(with_local_suffix(str(version), spec.suffix))
+    return (patched, sibling_wheel_name(spec.split_into, patched)) if spec.split_into else (patched,)
+
+
+def _check_output_names(
+    spec: PatchedWheelSpec, wheel: ResolvedWheel, version: Version | InvalidWheelFilename, call: str
+) -> None:
+    """Refuse a ``suffix`` (with ``split_into``) that makes a name of a file the build writes longer than a file
+    name may be (:data:`NAME_MAX` bytes; the longest is the temp file of an output wheel's ``.metadata``), before
+    any download: the build would fail only once it writes, naming a temp file. A file name that is no wheel's
+    (``version``) is :func:`_check_filename`'s to refuse."""
+    if isinstance(version, InvalidWheelFilename):
+        return
+    names = output_names(spec, wheel.filename, version)
+    longest = max(names, key=lambda name: longest_temp_name(name + METADATA_SUFFIX))
+    written = longest_temp_name(longest + METADATA_SUFFIX)
+    if written > NAME_MAX:
+        attributes = f"suffix = {shown(spec.suffix)}"
+        if longest != names[0]:  # the split's sibling: its name is split_into's
+            attributes += f" with split_into = {shown(spec.split_into)}"
+        raise UsageError(
+            f"{call}: {attributes} makes the wheel {shown(longest)} ({len(longest.encode())} bytes), and the "
+            f"build writes files named after it in up to {written} bytes (its index's .metadata, written to a temp "
+            f"file first), more than the {NAME_MAX} a file name holds: give a suffix at least {written - NAME_MAX} "
+            "characters shorter"
         )
 
 

@@ -10,6 +10,7 @@ each error naming the attribute as the user wrote it.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -125,6 +126,7 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
     """What is contradictory or malformed in one spec, in the attributes' words; None when nothing is. The first
     problem is named: attributes given without the one they need before the values each is read as."""
     for check in (
+        _path_problem,
         _source_problem,
         _dependency_problem,
         _glob_problem,
@@ -134,6 +136,25 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
     ):
         if problem := check(spec):
             return problem
+    return None
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path``, a path attribute's value the build hands to the file system, is no file's path; None when it
+    may be one. A NUL is no file name's (the os call raises ``ValueError``), a lone surrogate no UTF-8 name's (it
+    raises ``UnicodeEncodeError``), and the other control characters are refused with them: no label spells one."""
+    bad = next((c for c in path if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is None:
+        return None
+    kind = "a surrogate" if unicodedata.category(bad) == "Cs" else "a control character"
+    return f"holds {bad!r}, {kind}, which no file's path holds"
+
+
+def _path_problem(spec: PatchedWheelSpec) -> str | None:
+    """A ``patches`` entry that is no file's path (:func:`path_problem`): the build opens each."""
+    for patch in spec.patches:
+        if problem := path_problem(str(patch)):
+            return f"patches = {shown(str(patch))}: {problem}"
     return None
 
 

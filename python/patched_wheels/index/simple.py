@@ -16,9 +16,9 @@ wheel. What pip needs from an index, and what pip2pi gets wrong, is spelled out 
   written aside first, then renamed into place, so a failure midway leaves the old index;
 * hashing dominates the cost (gigabytes of CUDA wheels), so results are cached in
   ``DIR/simple/.patched-wheels-cache.json`` keyed by file name and :func:`_file_key` (size, ``mtime_ns``,
-  ``ctime_ns``, inode) and the remaining files are hashed on all cores; a file whose key changed is rehashed.
-  The change time and the inode are the kernel's, never copied: a tree unpacked, restored from a CI cache or
-  copied with its mtimes (``tar``, ``rsync -t``, ``cp -p``) is hashed again, whatever its cache file says.  That
+  inode) and the remaining files are hashed on all cores; a file whose key changed is rehashed.  The inode is
+  the kernel's, never copied: a tree unpacked, restored from a CI cache or copied with its mtimes (``tar``,
+  ``rsync -t``, ``cp -p``) is hashed again, whatever its cache file says.  That
   cache is read like every persistent cache (:mod:`patched_wheels.base.cache`): bounded, a regular file
   owned by us and written by no one else, anything wrong a miss with one warning.
 
@@ -259,14 +259,10 @@ def _describe(candidates: list[_Candidate], cache: Mapping[str, object]) -> tupl
 
 def _file_key(status: os.stat_result) -> dict[str, int]:
     """What a cache entry of a file is valid for: the file as this stat saw it.  Size and mtime are what a copy
-    keeps; the change time and the inode are what the kernel gives the file when it is written, copied or
-    unpacked, and nothing sets back (a lying cache carried with a tree meets files with new ones)."""
-    return {
-        "size": status.st_size,
-        "mtime_ns": status.st_mtime_ns,
-        "ctime_ns": status.st_ctime_ns,
-        "inode": status.st_ino,
-    }
+    keeps; the inode is what the kernel gives a file when it is made, copied or unpacked, and nothing sets back (a
+    lying cache carried with a tree meets files with new ones).  Not the change time: a hard link changes it
+    (``mirror`` links the files it has into pip's download directory) and keeps the inode and the bytes."""
+    return {"size": status.st_size, "mtime_ns": status.st_mtime_ns, "inode": status.st_ino}
 
 
 def _from_cache(candidate: _Candidate, entry: object) -> IndexedFile | None:

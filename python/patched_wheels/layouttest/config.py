@@ -113,6 +113,10 @@ def check_probe(test: str, probe: str) -> list[str]:
         ) from None
     except ValueError as error:  # a NUL character
         raise UsageError(f"layout_test {test}: probe = {json.dumps(probe)} does not compile: {error}") from None
+    except (RecursionError, MemoryError):  # CPython's parser: its stack (MemoryError) or the tree's depth overflows
+        raise UsageError(
+            f"layout_test {test}: probe = {json.dumps(probe)} does not compile: nested too deeply for Python's parser"
+        ) from None
     imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
     names: list[str] = []
     for node in sorted(imports, key=lambda node: (node.lineno, node.col_offset)):

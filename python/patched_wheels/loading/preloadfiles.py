@@ -42,6 +42,8 @@ def add_preload_import(init_source: bytes | None, *, where: str) -> bytes:
         tree = ast.parse(init_source)
     except (SyntaxError, ValueError) as error:
         raise InvalidWheelError(f"{where}: cannot parse ({error})") from error
+    except (RecursionError, MemoryError):  # CPython's parser: its stack (MemoryError) or the AST's depth overflows
+        raise InvalidWheelError(f"{where}: cannot parse (nested too deeply for Python's parser)") from None
     # A UTF-8 byte order mark must stay the file's first bytes: the line goes after it, not before.
     bom = codecs.BOM_UTF8 if init_source.startswith(codecs.BOM_UTF8) else b""
     lines = init_source[len(bom) :].splitlines(keepends=True)

@@ -120,6 +120,17 @@ class PlannedSplit:
             )
 
 
+def _sibling_top_level(into: str) -> str:
+    """The sibling's top-level directory and distribution name in file names (``nvidia-libs`` -> ``nvidia_libs``)."""
+    return canonicalize_name(into).replace("-", "_")
+
+
+def sibling_wheel_name(into: str, main_name: str) -> str:
+    """The file name of the sibling ``into`` split out of the wheel named ``main_name``: its version, build tag
+    and tags."""
+    return f"{_sibling_top_level(into)}-{main_name.split('-', 1)[1]}"
+
+
 def plan_split(
     request: SplitRequest,
     edits: WheelEdits,
@@ -174,7 +185,7 @@ def plan_split(
     init_member = next(iter(package_init_members(package, members)), None)
     if init_member is None:
         raise UsageError(f"{wheel}: no {package}/__init__.py to import the preload from")
-    sibling_top = canonicalize_name(request.into).replace("-", "_")
+    sibling_top = _sibling_top_level(request.into)
     moves = tuple(
         _Move(name, libraries[name], edits.edited(name), f"{sibling_top}/{libraries[name].split('/', 1)[1]}")
         for name in selected
@@ -196,7 +207,7 @@ def plan_split(
         preload_shape=PackagePreload(package, (init_member,), PreloadList()),
         preload=after,
         requirement=f"{request.into}=={version}",
-        sibling_name=f"{sibling_top}-{main_name.split('-', 1)[1]}",  # same version, build and tags
+        sibling_name=sibling_wheel_name(request.into, main_name),
         sibling_dist_info=sibling_dist_info,
         sibling_members=(
             *moved,

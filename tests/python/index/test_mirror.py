@@ -3,12 +3,15 @@ no network is needed) into a directory that then serves as an index itself."""
 
 from __future__ import annotations
 
+import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from patched_wheels.cli import main
 from patched_wheels.index.simple import build_index
+from support.hostile import make_special_file
 from support.indexfixtures import make_wheel, pip_env, run_cli, run_pip, sha256_of
 
 SOURCE_WHEELS = (
@@ -136,3 +139,62 @@ def test_a_download_the_index_refuses_is_taken_out_again(tmp_path: Path) -> None
         "kept-1.0-py3-none-any.whl.metadata",
         "simple",
     ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "option"), [("fifo", "-r"), ("fifo", "-c"), ("dev-zero-link", "-c"), ("dev-zero-link", "--requirement")]
+)
+def test_a_lock_including_a_file_is_refused_before_pip_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kind: str, option: str
+) -> None:
+    """pip would follow the include: a FIFO blocks it for ever, /dev/zero never ends. The lock is read as
+    ``lock`` reads it, and refused as ``lock`` refuses it, before DIR is touched."""
+    make_special_file(kind, tmp_path / "included")
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"# a lock\n{option} included\n")
+    destination = tmp_path / "mirror"
+
+    def no_pip(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"pip started: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_pip)
+    status = main(["mirror", "-r", str(requirements), str(destination), "--", "--no-index"])
+
+    assert (status, capsys.readouterr().err) == (
+        1,
+        f"patched-wheels: error: {requirements}:2: {option} included: included files are not followed; "
+        "put their lines into this lock\n",
+    )
+    assert not destination.exists()
+
+
+def test_a_lock_including_a_file_is_one_error_line(tmp_path: Path) -> None:
+    """Through the command line: one error line naming the lock's line, nothing left in DIR (an included regular
+    file, which pip would follow at once, so that the old behaviour fails fast instead of hanging)."""
+    (tmp_path / "included.txt").write_text("other==1.0\n")
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("-r included.txt\n")
+    destination = tmp_path / "mirror"
+    destination.mkdir()
+
+    result = run_cli("mirror", "-r", str(requirements), str(destination), "--", "--no-index", env=pip_env())
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"patched-wheels: error: {requirements}:1: -r included.txt: included files are not followed; "
+        "put their lines into this lock"
+    ]
+    assert list(destination.iterdir()) == []
+
+
+def test_a_lock_that_is_no_regular_file_is_refused_before_pip_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    requirements = tmp_path / "requirements.txt"
+    make_special_file("fifo", requirements)
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: pytest.fail("pip started"))
+
+    assert main(["mirror", "-r", str(requirements), str(tmp_path / "mirror")]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"patched-wheels: error: {requirements}: ") and "not a lock we read" in line
+    assert not (tmp_path / "mirror").exists()

@@ -328,8 +328,8 @@ def test_a_failure_midway_leaves_the_whole_index_as_it_was(tmp_path: Path) -> No
 
 def test_a_lying_hash_cache_carried_with_a_copied_tree_is_not_believed(tmp_path: Path) -> None:
     """A tree copied with its mtimes (``cp -p``, ``tar``, ``rsync -t``, a CI cache restored, a commit checked out)
-    whose cache file lies: other hashes, and a ``.metadata`` of another dependency. Its files have new change
-    times and inodes, so they are hashed again and their METADATA read again; size and mtime alone matched."""
+    whose cache file lies: other hashes, and a ``.metadata`` of another dependency. Its files have new inodes,
+    so they are hashed again and their METADATA read again; size and mtime alone matched."""
     source = tmp_path / "source"
     source.mkdir()
     wheel = make_wheel(source, "demo-1.0-py3-none-any.whl")

@@ -217,6 +217,28 @@ def test_a_probe_that_does_not_compile_is_one_error_line(plugin, tmp_path, capsy
     assert err.count("\n") == 1, err
 
 
+# Just past CPython 3.11's limits (recursion limit 1000): its parser stack holds 6000 levels, its tree 3000.
+_NESTED_PROBES = {
+    "parser-stack": "import json\nx = " + "-" * 6000 + "1",  # MemoryError
+    "tree-depth": "import json\nx = " + "1+" * 3000 + "1",  # RecursionError
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_NESTED_PROBES))
+def test_a_probe_nested_past_the_parser_is_one_error_line(tmp_path, capsys, kind: str) -> None:
+    """Under the 128 KiB a command line carries, yet past CPython's parser: the error of a probe that does not
+    compile (exit 2), not a MemoryError or RecursionError traceback."""
+    probe = _NESTED_PROBES[kind]
+    with pytest.raises((MemoryError, RecursionError)):  # the probe does overflow this Python's parser
+        ast.parse(probe)
+
+    code, out, err = run_main(make_test(tmp_path, [], probe), capsys)
+
+    assert (code, out) == (2, ""), err
+    assert err.startswith(f"patched-wheels: error: layout_test {LABEL}: probe = ") and err.count("\n") == 1, err
+    assert err.rstrip("\n").endswith("does not compile: nested too deeply for Python's parser"), err
+
+
 def test_a_package_not_among_the_deps_is_one_error_line(plugin, tmp_path, capsys) -> None:
     code, out, err = run_main(make_test(tmp_path, plugin.wheels, "import numpy"), capsys)
     assert code == 2 and out == ""
