@@ -6,7 +6,9 @@ import contextlib
 import io
 import json
 import shutil
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.utils import canonicalize_name
@@ -76,11 +78,20 @@ def write_config(
         labels=labels,
         **(attributes or {}),
     )
+    code, out, err = run_plan(tmp_path, request, resolved)
+    sys.stderr.write(err)  # the plan's warnings, for a test that reads them
+    assert code == 0, err
+    fetch_into(tmp_path, json.loads(out)["fetch"], sources)
+    return tmp_path / "_hub.json"
+
+
+def run_plan(tmp_path: Path, request: dict[str, Any], resolved: Any) -> tuple[int, str, str]:
+    """``patched-wheels hub plan`` of ``request`` and ``resolved`` (written into ``tmp_path``), its configuration
+    written as ``tmp_path/_hub.json``: its status, stdout and stderr."""
     (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
     (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
-    config = tmp_path / "_hub.json"
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(
             [
                 "hub",
@@ -90,12 +101,10 @@ def write_config(
                 "--resolved",
                 str(tmp_path / "resolved.json"),
                 "--config-out",
-                str(config),
+                str(tmp_path / "_hub.json"),
             ]
         )
-    assert code == 0
-    fetch_into(tmp_path, json.loads(out.getvalue())["fetch"], sources)
-    return config
+    return code, out.getvalue(), err.getvalue()
 
 
 def hub_inputs(

@@ -18,7 +18,7 @@ from patched_wheels.hub.documents import HubConfig, HubRequest
 from patched_wheels.hub.plan import NAME_MAX, check_request, checked_request, plan_hub
 from patched_wheels.hub.spec import PatchedWheelSpec
 from patched_wheels.lock.resolve import ResolvedWheel
-from support.hubconfig import hub_inputs, index_attributes, spec_request_json, write_config
+from support.hubconfig import hub_inputs, index_attributes, run_plan, spec_request_json, write_config
 from support.wheelbuilder import build_wheel
 
 CALL = 'patched.patched_wheel(name = "faketorch", hub = "fixed")'
@@ -160,21 +160,7 @@ def test_the_longest_suffix_the_plan_takes_builds(tmp_path: Path) -> None:
     assert (tmp_path / "hub" / "index" / f"six-1.0+{suffix}-py3-none-any.whl").is_file()
 
     request, resolved, _ = hub_inputs(tmp_path / "again", [six], [{"name": "six", "suffix": suffix + "a"}])
-    (tmp_path / "request.json").write_text(json.dumps(request), encoding="utf-8")
-    (tmp_path / "resolved.json").write_text(json.dumps(resolved), encoding="utf-8")
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-        code = main(
-            [
-                "hub",
-                "plan",
-                "--request",
-                str(tmp_path / "request.json"),
-                "--resolved",
-                str(tmp_path / "resolved.json"),
-                "--config-out",
-                str(tmp_path / "_hub.json"),
-            ]
-        )
-    assert code == 1 and err.getvalue().count("\n") == 1, err.getvalue()
-    assert err.getvalue().startswith('patched-wheels: error: patched.patched_wheel(name = "six", hub = "test"): suffix')
+    code, _, err = run_plan(tmp_path, request, resolved)
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith('patched-wheels: error: patched.patched_wheel(name = "six", hub = "test"): suffix')
     assert not (tmp_path / "_hub.json").exists()
