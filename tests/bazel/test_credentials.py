@@ -72,10 +72,12 @@ patched_index(
 
 
 def _private_index(directory: Path) -> list[Path]:
-    """Two pure wheels indexed by the CLI users run (PEP 503 pages with sha256 fragments). Their bytes name
-    ``directory``, so no earlier run left them in Bazel's repository cache: the hub must download them."""
+    """Two pure wheels indexed by the CLI users run (PEP 503 pages with sha256 fragments). Their bytes hold a
+    random token, so no earlier run left them in Bazel's repository cache: the hub must download them. (They
+    named ``directory`` before; pytest numbers its directories again once /tmp is emptied, and a run whose
+    directory an earlier one had found its wheels in the shared repository cache: no download to log.)"""
     directory.mkdir()
-    unique = f"WHERE = {str(directory)!r}\n".encode()
+    unique = f"RUN = {os.urandom(16).hex()!r}\n".encode()
     wheels = [
         build_wheel(directory, "alpha", "1.0", {"alpha/__init__.py": b"ANSWER = 42\n" + unique}),
         build_wheel(directory, "beta", "2.0", {"beta/__init__.py": b"NAME = 'beta'\n" + unique}),
