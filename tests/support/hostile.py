@@ -3,9 +3,11 @@ of the bytes actually read (so a size cap is asserted by what was read, not by a
 
 from __future__ import annotations
 
+import ast
 import os
 import socket
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -53,3 +55,22 @@ def count_read_bytes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(os, "read", counting)
     return counted
+
+
+NESTED_PAST_THE_PARSER = {
+    "parser-stack": "x = " + "-" * 6000 + "1",  # its stack: a MemoryError (3.9 to 3.13)
+    "tree-depth": "x = " + "1+" * 20000 + "1",  # the tree built: a RecursionError (3.11 from 3,000 levels, 3.13 later)
+}
+"""Sources nested past CPython's parser at its default recursion limit, each a few kB to 40 kB."""
+
+
+def skip_unless_past_the_parser(source: str | bytes, kind: str) -> None:
+    """Skip, saying why, where this interpreter's parser takes ``source`` (3.9 and 3.10 build any depth of tree):
+    there is no error to turn into a line then."""
+    try:
+        ast.parse(source)
+    except (MemoryError, RecursionError):
+        return
+    pytest.skip(
+        f"Python {sys.version_info[0]}.{sys.version_info[1]}'s parser takes the {kind} source: nothing to refuse"
+    )
