@@ -7,6 +7,7 @@ a wheel we refuse from a patch that does not apply without reading the message.
 
 import re
 import sys
+from typing import Iterable
 
 # A message quotes its input (a lock line, a patch header, a probe's error line, a cached observation), which
 # may be megabytes long or hold line breaks and terminal controls that would forge another line.
@@ -48,6 +49,12 @@ def printable(text: str) -> str:
     override, a line separator) escaped as Python writes it, and each byte that is not UTF-8 (os.fsdecode's
     surrogates) as ``\\xNN``. Printable text comes back as it was, so a message quotes it as the user wrote it."""
     return text if text.isprintable() else _NOT_PRINTABLE_ASCII.sub(_escaped, text)
+
+
+def printable_lines(lines: Iterable[str]) -> str:
+    """``lines`` as a listing prints them, one per line, each :func:`printable`: a line break or a terminal control
+    in a name quoted in one (a member path, a SONAME, a run's output) must not forge another line."""
+    return "\n".join(map(printable, lines))
 
 
 # What may need escaping: printable ASCII never does (one scan at C speed); a match is kept when it is printable.

@@ -14,11 +14,21 @@ when there is none to trust, in which case the rule keeps its per-repository pre
 
 Bytecode is code, so the directory follows the caches' trust rule more strictly than a cache of JSON
 rows can: Python reads ``.pyc`` files without asking us, and creates the directories below the prefix
-with the umask's mode, so the ``bytecode`` directory is used only if it is ours (or root's) and nobody
-else may enter it (mode ``0700``, which is how it is created). Below it, one directory per interpreter
-(``sys.implementation.cache_tag``) and helper source digest: Python checks a ``.pyc`` only against its
-source's mtime and size, and a release of this module extracted at the same path with normalised
-mtimes must not run another release's bytecode.
+with the umask's mode. Below ``bytecode``, one directory per interpreter (``sys.implementation.cache_tag``)
+and helper source digest: Python checks a ``.pyc`` only against its source's mtime and size, and a release
+of this module extracted at the same path with normalised mtimes must not run another release's bytecode.
+The prefix is checked once, here, and every later helper process reads it by path, so it is used only if
+nobody else could change what that path names until then (otherwise one warning names the directory at
+fault and the rule keeps its per-repository prefix):
+
+* ``bytecode`` and the release's directory (an existing one included) are real directories (``lstat``:
+  no symbolic link), this user's, that nobody else may even enter (mode ``0700``, how they are created);
+* every directory on the way to them, ``/`` to the cache root (symbolic links followed, each link
+  root's or this user's), is root's or this user's and writable by nobody else unless sticky (``/tmp``),
+  as sshd's ``StrictModes`` asks: a cache root others may write (a shared ``RULES_PATCHED_WHEELS_CACHE``
+  of mode ``0777``) would let them rename ``bytecode`` away and put their own ``.pyc`` files there.
+
+That costs one ``lstat`` per component of the path, at each helper start; nothing is listed.
 
 Each release (or edit) of the helper thus gets a new directory, of about 1 MB per path the rules extract
 the helper to (one per hub and output base). The one in use is touched each time it is chosen, and its
@@ -30,6 +40,7 @@ directories it writes into again, below the private root).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -48,6 +59,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 STALE_AFTER = 30 * 24 * 3600
 """Seconds since a release's directory was last chosen after which another release's run removes it."""
 
+_MAX_LINKS = 40  # symbolic links followed on the way to the cache root, as Linux does (ELOOP)
 _RELEASE_DIRECTORY = re.compile(r"[a-z0-9_.-]+-[0-9a-f]{16}")  # cache_tag-digest, any interpreter
 
 
@@ -72,24 +84,100 @@ def bytecode_dir(package: Path = PACKAGE) -> Path | None:
     if root is None:
         return None
     try:
-        make_private_directories(root)
-        status = os.stat(root)
-        if status.st_uid not in (os.geteuid(), 0) or stat.S_IMODE(status.st_mode) & 0o077:
-            warn(
-                f"{root}: bytecode directory not used (owned by uid {status.st_uid}, mode "
-                f"{stat.S_IMODE(status.st_mode):04o}: it must be this user's and 0700); the helper compiles its modules"
-            )
-            return None
-        directory = root / f"{sys.implementation.cache_tag}-{source_digest(package)[:16]}"
-        make_private_directories(directory)
+        directory = _private_release(root, package)
     except OSError as error:
-        warn(f"{root}: bytecode directory not usable ({error.strerror or error}); the helper compiles its modules")
+        where = f"{error.filename}: " if error.filename and os.fspath(error.filename) != str(root) else ""
+        warn(
+            f"{root}: bytecode directory not usable ({where}{error.strerror or error}); the helper compiles its modules"
+        )
+        return None
+    if isinstance(directory, str):
+        warn(f"{directory}; the helper compiles its modules")
         return None
     # Housekeeping, never a reason to give up the directory: a cache filled in advance may be read-only.
     with contextlib.suppress(OSError):
         os.utime(directory)
         _remove_stale(root, keep=directory.name)
     return directory
+
+
+def _private_release(root: Path, package: Path) -> Path | str:
+    """``root``'s directory for ``package`` under this interpreter, created, once it and everything on its path
+    are checked; else why not, as a warning's start naming the directory at fault."""
+    make_private_directories(root)
+    problem = _shared_path(root) or _not_private(root)
+    if problem is not None:
+        return problem
+    directory = root / f"{sys.implementation.cache_tag}-{source_digest(package)[:16]}"
+    make_private_directories(directory)  # an existing one is as good as the checks below say
+    return _not_private(directory) or directory
+
+
+def _not_private(directory: Path) -> str | None:
+    """Why ``directory`` (``bytecode`` or a release's, a symbolic link not followed) must not hold bytecode, as a
+    warning's start naming it; None when it is a directory of this user's that nobody else may enter."""
+    status = os.lstat(directory)
+    mode = stat.S_IMODE(status.st_mode)
+    if stat.S_ISLNK(status.st_mode):
+        why = "a symbolic link"
+    elif not stat.S_ISDIR(status.st_mode):
+        why = f"not a directory ({stat.filemode(status.st_mode)})"
+    elif status.st_uid != os.geteuid() or mode & 0o077:
+        why = f"owned by uid {status.st_uid}, mode {mode:04o}"
+    else:
+        return None
+    return f"{directory}: bytecode directory not used ({why}: it must be a directory of this user's, mode 0700)"
+
+
+def _shared_path(root: Path) -> str | None:
+    """Why another user could replace ``root`` (absolute, existing) or a directory above it, as a warning's start
+    naming the directory (or symbolic link) at fault; None when nobody else can.
+
+    Every directory walked through to reach ``root``'s parent, ``/`` first, symbolic links followed as the kernel
+    does, must be root's or this user's and writable by nobody else unless sticky (``/tmp``); a symbolic link on the
+    way must be root's or this user's (in a sticky directory its owner may replace it). As sshd's ``StrictModes``
+    does: what the prefix names then stays what was checked here until this user (or root) changes it, so the later
+    helper processes may read it by path. One ``lstat`` per component, no directory listed.
+    """
+    uid = os.geteuid()
+    pending = str(root.parent).split("/")[::-1]  # components still to walk, the next one last
+    current, links = "/", 0
+    why = _shared(os.lstat(current), uid)
+    while pending and why is None:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":  # ``current`` is a real directory (links resolved): its parent is the one walked through
+            current = os.path.dirname(current)
+            continue
+        current = os.path.join(current, name)
+        status = os.lstat(current)
+        if stat.S_ISLNK(status.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), current)
+            if status.st_uid not in (uid, 0):
+                why = f"a symbolic link owned by uid {status.st_uid}"
+                break
+            target = os.readlink(current)
+            pending.extend(target.split("/")[::-1])
+            current = "/" if target.startswith("/") else os.path.dirname(current)
+            continue
+        if not stat.S_ISDIR(status.st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), current)
+        why = _shared(status, uid)
+    if why is None:
+        return None
+    return f"{current}: bytecode directory {root} not used (on its path, {why}: another user could replace it)"
+
+
+def _shared(status: os.stat_result, uid: int) -> str | None:
+    """Why another user could change what a directory with this ``lstat`` holds, or None."""
+    if status.st_uid not in (uid, 0):
+        return f"a directory owned by uid {status.st_uid}"
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not status.st_mode & stat.S_ISVTX:
+        return f"a directory writable by group or others, not sticky (mode {stat.S_IMODE(status.st_mode):04o})"
+    return None
 
 
 def _remove_stale(root: Path, *, keep: str) -> None:

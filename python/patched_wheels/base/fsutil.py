@@ -333,6 +333,10 @@ def _temp_prefix(name: str, pid: int | None = None) -> str:
     return f".{name}.pw-{os.getpid() if pid is None else pid}-"
 
 
+NAME_MAX = 255
+"""The most bytes a file name may hold (NAME_MAX of Linux and macOS file systems)."""
+
+
 def longest_temp_name(name: str) -> int:
     """The most bytes the name of a temp file written for ``name`` may hold (:func:`create_temp_file`: a pid of up to
     7 digits, Linux's largest, and ``mkstemp``'s 8 random characters), for a check that it fits a file name."""

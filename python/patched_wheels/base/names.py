@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTROL_CHARACTER",
     "canonicalize_name",
+    "character_problem",
     "glob_problem",
     "is_valid_project_name",
     "module_name",
@@ -51,8 +52,22 @@ def is_valid_project_name(name: str) -> bool:
 
 MAX_GLOB = 1024
 """Longer than any archive path a glob needs to match; fnmatch's compile time grows faster than its length."""
-CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
-"""A character no name, glob or search-path entry holds: a NUL cuts a C string, a line break forges a line."""
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+"""A character no name, glob, search-path entry or file's path holds: Unicode's control characters (category Cc:
+C0, DEL and C1) and lone surrogates (Cs; a test holds it to :mod:`unicodedata`'s categories). A NUL cuts a C string
+(an os call raises ``ValueError``), a line break forges a line, a C1 control (CSI) drives a terminal, and a
+surrogate is no UTF-8 (an os call raises ``UnicodeEncodeError``)."""
+
+
+def character_problem(text: str) -> str | None:
+    """Why ``text`` is no name, glob, search-path entry or path (:data:`CONTROL_CHARACTER`), naming the first
+    character at fault (``holds '\\x85', a control character``); None when it holds none."""
+    bad = CONTROL_CHARACTER.search(text)
+    if bad is None:
+        return None
+    character = bad.group()
+    kind = "a surrogate" if "\ud800" <= character <= "\udfff" else "a control character"
+    return f"holds {character!r}, {kind}"
 
 
 def glob_problem(pattern: str) -> str | None:
@@ -62,8 +77,8 @@ def glob_problem(pattern: str) -> str | None:
         return "empty"
     if len(pattern) > MAX_GLOB:
         return f"longer than {MAX_GLOB} characters"
-    if CONTROL_CHARACTER.search(pattern):
-        return "holds a control character"
+    if problem := character_problem(pattern):
+        return problem
     at = 0
     while (at := pattern.find("[", at)) >= 0:
         end = at + 1

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
+from patched_wheels.base.fsutil import write_temp
 from patched_wheels.cli import index_summary
+from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.mirror import mirror
-from patched_wheels.lock.formats.requirements import read_requirements
+from patched_wheels.lock.formats.requirements import parse_requirements
+from patched_wheels.lock.model import read_lock_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Run `pip download --no-deps -r REQUIREMENTS` (with this Python's pip) into DIR, then "
             "write DIR/simple/. The lock is read first as `lock` reads it, and one it refuses (an included "
-            "file: -r/-c) is refused before pip starts. Arguments after `--` go to pip, e.g. "
+            "file: -r/-c) is refused before pip starts; pip reads a private copy of the bytes checked, so a "
+            "lock changed meanwhile is not seen. Arguments after `--` go to pip, e.g. "
             "`-- --index-url=https://... --platform=manylinux2014_x86_64 --only-binary=:all:`."
         ),
     )
@@ -30,10 +38,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     # pip would follow an included file (-r/-c) wherever it leads (a FIFO blocks it for ever, /dev/zero never ends)
     # and read a lock of any size: the lock is read as `lock` reads it, and refused as it refuses it, before DIR is
-    # touched or pip starts.
-    read_requirements(args.requirements)
-    result = mirror(args.requirements, args.directory, pip_args=args.pip_args)
+    # touched or pip starts. pip then reads those very bytes, from a copy: the lock read again by its path could be
+    # another file by then (swapped, or grown an include).
+    lock: Path = args.requirements
+    text = read_lock_text(lock)
+    parse_requirements(text, str(lock))
+    with _checked_copy(lock, text.encode("utf-8")) as copy:  # strict UTF-8 both ways: the bytes read
+        try:
+            result = mirror(copy, args.directory, pip_args=args.pip_args)
+        except InvalidLockError as error:  # pip's failure, said of the file pip read: the user's lock is at fault
+            message = str(error)
+            if not message.startswith(f"{copy}: "):
+                raise
+            raise InvalidLockError(f"{lock}: {message[len(f'{copy}: ') :]}") from None
     for name in result.added:
         print(f"downloaded {name}")
     print(index_summary(result.index))
     return 0
+
+
+@contextlib.contextmanager
+def _checked_copy(lock: Path, data: bytes) -> Iterator[Path]:
+    """A private file holding ``data`` (the lock's bytes as checked) for pip to read, removed on exit.
+
+    Beside the lock (a temporary file, ``0600``), so pip reads it from the lock's directory, where it looks for a
+    relative ``--find-links`` first; where that directory cannot be written, in a private temporary directory,
+    under the lock's name."""
+    try:
+        copy = write_temp(lock, data, mode=0o600)
+    except OSError:
+        directory = Path(tempfile.mkdtemp(prefix="patched-wheels-mirror-"))
+        try:
+            copy = directory / lock.name
+            copy.write_bytes(data)
+            yield copy
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        return
+    try:
+        yield copy
+    finally:
+        copy.unlink(missing_ok=True)

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
 from patched_wheels.base.cache import CacheContext
+from patched_wheels.base.fsutil import NAME_MAX
 from patched_wheels.elf.read import ElfLibrary, is_shared_library_name
 from patched_wheels.errors import warn
 from patched_wheels.wheelfile import is_safe_member_path
@@ -32,7 +33,6 @@ _MAX_CACHE_BYTES = 16 << 20
 _MAX_ROWS = 1 << 16
 _MAX_ENTRIES = 4096  # DT_NEEDED names, or RPATH/RUNPATH entries, of one row
 _MAX_PATH = 4096  # PATH_MAX
-_MAX_NAME = 255  # NAME_MAX: a longer SONAME or DT_NEEDED names no file
 
 
 class ElfCache:
@@ -140,7 +140,7 @@ def _row_problem(row: object) -> str | None:
 
 def _is_plain_name(name: object) -> bool:
     """A file name the loader looks up in its search path: no directory, nothing special."""
-    if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
+    if not isinstance(name, str) or not 0 < len(name) <= NAME_MAX:  # a longer SONAME or DT_NEEDED names no file
         return False
     return "/" not in name and "\0" not in name and name not in (".", "..")
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from patched_wheels.elf.graph import LibraryGraph
-from patched_wheels.errors import printable
+from patched_wheels.errors import printable_lines
 
 
 def format_graph(graph: LibraryGraph) -> str:
     """Human-readable listing: each library with its edges, then the load order; every line printable
-    (:func:`~patched_wheels.errors.printable`: a name's line breaks and terminal controls escaped)."""
+    (:func:`~patched_wheels.errors.printable_lines`: a name's line breaks and terminal controls escaped)."""
     lines: list[str] = []
     for library in graph.libraries:
         lines.append(str(library))
@@ -40,7 +40,7 @@ def format_graph(graph: LibraryGraph) -> str:
             lines.append(f"  cycle {number}: " + " <-> ".join(map(str, members)))
     # Names come from the wheels (member paths, SONAMEs, DT_NEEDED, search paths): a line break or a terminal
     # control in one must not forge a line, so each line is printed escaped (what is printable stays as it is).
-    return "\n".join(map(printable, lines))
+    return printable_lines(lines)
 
 
 def graph_as_json(graph: LibraryGraph) -> dict[str, object]:

@@ -32,7 +32,7 @@ from patched_wheels.hub.facts import ATTRIBUTE as FACTS_ATTRIBUTE
 from patched_wheels.hub.facts import read_facts, stale_warning, write_facts
 from patched_wheels.hub.plan import default_probes
 from patched_wheels.hub.spec import PatchedWheelSpec, index_call, wheel_call
-from patched_wheels.index.simple import SIMPLE_DIR, build_index
+from patched_wheels.index.simple import IndexResult, build_index
 from patched_wheels.loading.layout import FLAT
 from patched_wheels.loading.observe import is_observed, tag_mismatch
 from patched_wheels.loading.preload import ElfOnly, PreloadRequest, Probe, plan_package_preload, project_name
@@ -71,10 +71,10 @@ def build_hub(config: HubConfig) -> list[str]:
     caches = CacheContext(config.cache_root)
     if config.facts_out is not None:
         caches = caches.recording(given_facts, str(given_path or ""))
-    # Builds into one repository take turns: each stages from the index the one before it put in place.
+    # Builds into one repository take turns; each stages only what its plan fetched into the index (Staging.of).
     repository = config.index_dir.parent
     with locked_directory(repository), temp_directory(repository, "hub-build") as work:
-        staging = Staging.of(config.index_dir, _outputs(config), work)
+        staging = Staging.of(config.index_dir, _outputs(config), work, fetched=_fetched_into(config))
         with phase("closure"):
             closure, planned = _decided(config, call)
         pins = _build(config, planned, staging, caches)
@@ -115,6 +115,29 @@ def _outputs(config: HubConfig) -> list[Path]:
     return [path for path in (config.out, config.out_uv_lock, config.facts_out, config.closure_out) if path is not None]
 
 
+def _fetched_into(config: HubConfig) -> dict[str, WheelRef]:
+    """The wheels the plan fetched into the index directory (``config.wheels`` placed there), by file name: what a
+    build's index starts from. The originals it patches and the wheels it only reads lie elsewhere."""
+    index_dir = os.path.abspath(config.index_dir)
+    return {
+        wheel.path.name: wheel
+        for wheel in config.wheels
+        if wheel.path is not None and os.path.abspath(wheel.path.parent) == index_dir
+    }
+
+
+def _check_fetched(index: IndexResult, fetched: Mapping[str, WheelRef]) -> None:
+    """Each wheel the index serves under the name of one the plan fetched is that file (its sha256, which the
+    index hashed anyway): not one left there under its name (a build run by hand after the lock changed)."""
+    for served in index.files:
+        wheel = fetched.get(served.filename)
+        if wheel is not None and served.sha256 != wheel.sha256:
+            raise UsageError(
+                f"{wheel.path}: sha256 {served.sha256}, not the {wheel.sha256} of the wheel the plan fetched there: "
+                "fetch it again"
+            )
+
+
 def _check_places(index_dir: Path, outputs: Sequence[Path]) -> None:
     """Where each output goes must take it: the index a directory (or nothing yet), each other output a regular
     file (or nothing yet); refused before anything is written."""
@@ -135,25 +158,26 @@ class Staging:
     """Final path -> temporary path, in the order they are put in place (:func:`_outputs`)."""
 
     @classmethod
-    def of(cls, index_dir: Path, outputs: Sequence[Path], work: Path) -> Staging:
-        """The staging of a build into ``index_dir`` and ``outputs``, in ``work``: its index starts as the hub's
-        (the wheels the rule fetched there, as hard links: nothing is copied, and a file written again is
-        replaced, never changed in place), less ``simple/``, which the build makes again."""
+    def of(cls, index_dir: Path, outputs: Sequence[Path], work: Path, *, fetched: Collection[str]) -> Staging:
+        """The staging of a build into ``index_dir`` and ``outputs``, in ``work``: its index starts with the wheels
+        the plan ``fetched`` into ``index_dir`` (file names; hard links: nothing is copied, and a file written again
+        is replaced, never changed in place), and nothing else: what an earlier build wrote there (its patched
+        wheels, ``.metadata`` files, ``simple/``) or anyone put there is not served, so a build gives what a build
+        into an empty directory gives. A fetched wheel missing there, or no file, is left out here: reading the
+        wheels (:func:`read_dists`) names it."""
         index = work / "index"
         index.mkdir()
-        for entry in os.scandir(index_dir) if index_dir.is_dir() else ():
-            target = index / entry.name
-            if entry.name == SIMPLE_DIR:
+        for name in dict.fromkeys(fetched):
+            source, target = index_dir / name, index / name
+            if not (os.path.islink(source) or source.is_file()):
                 continue
-            if entry.is_symlink():
-                os.symlink(os.readlink(entry.path), target)
-            elif entry.is_dir(follow_symlinks=False):
-                shutil.copytree(entry.path, target, symlinks=True)
-            else:
-                try:
-                    os.link(entry.path, target, follow_symlinks=False)
-                except OSError:  # a file system without hard links
-                    shutil.copy2(entry.path, target, follow_symlinks=False)
+            try:
+                os.link(source, target, follow_symlinks=False)
+            except OSError:  # a file system without hard links
+                if os.path.islink(source):
+                    os.symlink(os.readlink(source), target)
+                else:
+                    shutil.copy2(source, target, follow_symlinks=False)
         return cls(index, {path: work / f"{number}-{path.name}" for number, path in enumerate(outputs)})
 
     def place(self, index_dir: Path) -> None:
@@ -213,6 +237,7 @@ def _build(config: HubConfig, planned: Restoration, staging: Staging, caches: Ca
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
     with phase("index"):
         index = build_index(index_dir)
+        _check_fetched(index, _fetched_into(config))
     attribute, lock_path = config.attributes.lock
     out, out_uv_lock = staging.outputs[config.out], staging.outputs[config.out_uv_lock] if config.out_uv_lock else None
     with phase("lock"):

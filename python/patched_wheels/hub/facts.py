@@ -12,9 +12,12 @@ The entries are the helper cache's own (:data:`patched_wheels.base.cache.RECORDE
 ``kind/file name``), laid over the cache (:meth:`patched_wheels.base.cache.CacheContext.recording`). They
 are claims, never instructions: each is checked by its reader against the wheels, which the hub holds
 (each ELF row against its member's path and dynamic section, which is read for that,
-:func:`patched_wheels.elf.cache.wheel_problem`; an observation against the set's libraries), and one that
-disagrees is one warning naming this file and the wheel, and is read from the wheel instead; what is and
-is not verified, and so what the file still saves, is listed in docs/caches-and-trust.md. A file that
+:func:`patched_wheels.elf.cache.wheel_problem`; an observation against the set's libraries, its extension
+modules and RTLD_GLOBAL libraries against the mapped libraries' symbol tables, and its probe's exit status:
+:mod:`patched_wheels.loading.observe`), and one that disagrees is one warning naming this file and the
+entry, and is read from the wheel (or probed) again; which libraries an observation lists as mapped is
+taken from it once those checks pass. What is and is not verified, and so what the file still saves, is
+listed in docs/caches-and-trust.md. An observation of a failed probe is never recorded here. A file that
 is not a facts file at all is an error naming the attribute; one that no longer matches the lock (a bump,
 another interpreter) costs the work it no longer saves, and one warning saying which file to copy over it.
 """

@@ -19,17 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from packaging.requirements import Requirement
-from packaging.utils import InvalidWheelFilename, NormalizedName, parse_wheel_filename
-from packaging.version import Version
 
-from patched_wheels.base.fsutil import SHA256_HEX, longest_temp_name
+from patched_wheels.base.fsutil import NAME_MAX, SHA256_HEX, longest_temp_name
 from patched_wheels.base.names import canonicalize_name, module_name
 from patched_wheels.base.schema import shown
 from patched_wheels.elf.graph import WheelRef
-from patched_wheels.errors import UsageError
+from patched_wheels.errors import InvalidWheelError, UsageError
 from patched_wheels.hub.documents import (
     INDEX,
     LOCK_FORMATS,
@@ -61,8 +59,8 @@ from patched_wheels.patch.split import sibling_wheel_name
 from patched_wheels.patch.version import with_local_suffix
 from patched_wheels.wheelfile import WheelFilename
 
-#: The most bytes a file name may hold (NAME_MAX of Linux and macOS file systems).
-NAME_MAX = 255
+if TYPE_CHECKING:
+    from packaging.utils import NormalizedName
 
 
 def check_request(request: HubRequest) -> None:
@@ -140,8 +138,9 @@ class CheckedRequest:
 
     request: HubRequest
     wheels: Sequence[ResolvedWheel]
-    versions: Mapping[str, Version | InvalidWheelFilename]
-    """File name -> the version it gives, or why it is no wheel's name (the plan refuses it: :func:`_check_filename`)."""
+    filenames: Mapping[str, WheelFilename | InvalidWheelError]
+    """File name -> its parts (:meth:`WheelFilename.parse`), or why it is no wheel's name (the plan refuses it:
+    :func:`_check_filename`)."""
     notes: tuple[str, ...]
     """What the user should hear of the rows applied: :attr:`HubPlan.notes`."""
 
@@ -152,27 +151,28 @@ def checked_request(
     """``request`` checked and completed by the verified stacks (``stacks``: the table, by default the product's)
     for ``wheels``: the user's attributes are checked first, then each row applied."""
     check_request(request)
-    versions = {wheel.filename: _file_version(wheel.filename) for wheel in wheels}
-    applied, note = with_verified_stacks(request, wheels, versions, stacks)
-    return CheckedRequest(applied, tuple(wheels), versions, (note,) if note else ())
+    filenames = {wheel.filename: _parsed(wheel.filename) for wheel in wheels}
+    applied, note = with_verified_stacks(request, wheels, filenames, stacks)
+    return CheckedRequest(applied, tuple(wheels), filenames, (note,) if note else ())
 
 
-def _file_version(filename: str) -> Version | InvalidWheelFilename:
-    """The version a wheel's file name gives, or why it gives none."""
+def _parsed(filename: str) -> WheelFilename | InvalidWheelError:
+    """The parts of a wheel's file name, read as every command reads a wheel's (:meth:`WheelFilename.parse`), or why
+    it is no wheel's name."""
     try:
-        return parse_wheel_filename(filename)[1]
-    except InvalidWheelFilename as error:
+        return WheelFilename.parse(filename)
+    except InvalidWheelError as error:
         return error
 
 
 def with_verified_stacks(
     request: HubRequest,
     wheels: Sequence[ResolvedWheel],
-    versions: Mapping[str, Version | InvalidWheelFilename],
+    filenames: Mapping[str, WheelFilename | InvalidWheelError],
     stacks: VerifiedTable | None = None,
 ) -> tuple[HubRequest, str | None]:
     """``request`` with the ``patched_wheel`` of each verified stack its lock holds where the user wrote none of
-    that name (``stacks``: the table, by default the product's; ``versions``: each wheel's, by file name), and the
+    that name (``stacks``: the table, by default the product's; ``filenames``: each wheel's parsed, by file name), and the
     one line that says which; ``request`` itself and None when no row applies or ``verified_stacks = False``. Each
     applied spec is checked as the user's are (:func:`check_spec`): a row is data, and a flawed one fails here,
     before any download."""
@@ -184,7 +184,7 @@ def with_verified_stacks(
     if not rows:
         return request, None
     recording = {
-        row.stack: uses_recording(row, _versions(wheels, versions, canonicalize_name(row.name))) for row in rows
+        row.stack: uses_recording(row, _versions(wheels, filenames, canonicalize_name(row.name))) for row in rows
     }
     applied = [row_spec(row, table.suffix, recording=recording[row.stack]) for row in rows]
     for spec in applied:
@@ -210,12 +210,15 @@ def _recording_said(row: VerifiedStack, used: bool) -> str:
 
 
 def _versions(
-    wheels: Sequence[ResolvedWheel], versions: Mapping[str, Version | InvalidWheelFilename], project: NormalizedName
+    wheels: Sequence[ResolvedWheel],
+    filenames: Mapping[str, WheelFilename | InvalidWheelError],
+    project: NormalizedName,
 ) -> list[str]:
     """The versions of ``project``'s wheels, as their file names give them; a name that is no wheel's gives
     none here (the plan refuses it, naming the lock: :func:`_check_filename`), so no recording is used for it."""
-    found = [versions[wheel.filename] for wheel in wheels if wheel.project == project]
-    return [] if any(isinstance(version, InvalidWheelFilename) for version in found) else [str(v) for v in found]
+    found = [filenames[wheel.filename] for wheel in wheels if wheel.project == project]
+    versions = [str(parsed.version) for parsed in found if not isinstance(parsed, InvalidWheelError)]
+    return versions if len(versions) == len(found) else []
 
 
 def plan_hub(checked: CheckedRequest, *, cache_root: Path | None) -> HubPlan:
@@ -252,8 +255,9 @@ def plan_hub(checked: CheckedRequest, *, cache_root: Path | None) -> HubPlan:
         wheel = by_project.get(canonicalize_name(spec.name))
         if wheel is None:
             raise UsageError(f"{request.wheel_call(spec)}: {spec.name} is not pinned in {lock_shown}")
-        _check_requirement(spec, wheel, checked.versions[wheel.filename], request.wheel_call(spec))
-        _check_output_names(spec, wheel, checked.versions[wheel.filename], request.wheel_call(spec))
+        parsed = checked.filenames[wheel.filename]
+        _check_requirement(spec, wheel, parsed, request.wheel_call(spec))
+        _check_output_names(spec, parsed, request.wheel_call(spec))
         patched.append(replace(spec, wheel=root / ORIGINALS / wheel.filename))
     patched_projects = {canonicalize_name(spec.name) for spec in patched}
     asked = root_extras(request.attributes.extras, by_project, request.index_call, lock_shown)
@@ -263,7 +267,7 @@ def plan_hub(checked: CheckedRequest, *, cache_root: Path | None) -> HubPlan:
 
     fetch, refs = [], []
     for wheel in wheels:
-        _check_filename(wheel, checked.versions[wheel.filename], request)
+        _check_filename(wheel, checked.filenames[wheel.filename], request)
         folder = ORIGINALS if wheel.project in patched_projects else READ_ONLY if read_only else INDEX
         output = f"{folder}/{wheel.filename}"
         fetch.append(Fetch(wheel.urls, wheel.sha256, output))
@@ -303,10 +307,11 @@ def plan_hub(checked: CheckedRequest, *, cache_root: Path | None) -> HubPlan:
     )
 
 
-def _check_filename(wheel: ResolvedWheel, version: Version | InvalidWheelFilename, request: HubRequest) -> None:
-    """The file name becomes a path in the hub repository: a wheel's name (``version``: what reading it gave),
-    never a path (a lock's or an index page's URL ending in ``..%2F`` must not write outside the repository)."""
-    valid = isinstance(version, Version) and "/" not in wheel.filename and "\0" not in wheel.filename
+def _check_filename(wheel: ResolvedWheel, parsed: WheelFilename | InvalidWheelError, request: HubRequest) -> None:
+    """The file name becomes a path in the hub repository: a wheel's name (``parsed``: what reading it gave),
+    never a path (a lock's or an index page's URL ending in ``..%2F`` must not write outside the repository; the
+    parse reads no platform tag, so a ``/`` there is refused here)."""
+    valid = not isinstance(parsed, InvalidWheelError) and "/" not in wheel.filename and "\0" not in wheel.filename
     if not valid or not SHA256_HEX.fullmatch(wheel.sha256):
         lock = request.attributes.lock_as_written(request.labels)
         raise UsageError(
@@ -315,23 +320,21 @@ def _check_filename(wheel: ResolvedWheel, version: Version | InvalidWheelFilenam
         )
 
 
-def output_names(spec: PatchedWheelSpec, filename: str, version: Version) -> tuple[str, ...]:
-    """The file names of the wheels the build writes for ``spec`` from the original ``filename`` (its ``version``):
-    the patched wheel (the version with ``suffix`` as its local label) and, with ``split_into``, its sibling."""
-    patched = WheelFilename.parse(filename).with_version(with_local_suffix(str(version), spec.suffix))
+def output_names(spec: PatchedWheelSpec, original: WheelFilename) -> tuple[str, ...]:
+    """The file names of the wheels the build writes for ``spec`` from the ``original`` wheel's (parsed): the
+    patched wheel (the version with ``suffix`` as its local label) and, with ``split_into``, its sibling."""
+    patched = original.with_version(with_local_suffix(str(original.version), spec.suffix))
     return (patched, sibling_wheel_name(spec.split_into, patched)) if spec.split_into else (patched,)
 
 
-def _check_output_names(
-    spec: PatchedWheelSpec, wheel: ResolvedWheel, version: Version | InvalidWheelFilename, call: str
-) -> None:
+def _check_output_names(spec: PatchedWheelSpec, parsed: WheelFilename | InvalidWheelError, call: str) -> None:
     """Refuse a ``suffix`` (with ``split_into``) that makes a name of a file the build writes longer than a file
     name may be (:data:`NAME_MAX` bytes; the longest is the temp file of an output wheel's ``.metadata``), before
     any download: the build would fail only once it writes, naming a temp file. A file name that is no wheel's
-    (``version``) is :func:`_check_filename`'s to refuse."""
-    if isinstance(version, InvalidWheelFilename):
+    (``parsed``) is :func:`_check_filename`'s to refuse."""
+    if isinstance(parsed, InvalidWheelError):
         return
-    names = output_names(spec, wheel.filename, version)
+    names = output_names(spec, parsed)
     longest = max(names, key=lambda name: longest_temp_name(name + METADATA_SUFFIX))
     written = longest_temp_name(longest + METADATA_SUFFIX)
     if written > NAME_MAX:
@@ -347,15 +350,16 @@ def _check_output_names(
 
 
 def _check_requirement(
-    spec: PatchedWheelSpec, wheel: ResolvedWheel, version: Version | InvalidWheelFilename, call: str
+    spec: PatchedWheelSpec, wheel: ResolvedWheel, parsed: WheelFilename | InvalidWheelError, call: str
 ) -> None:
     """The user's optional ``requirement`` guards against patching another release than intended: checked
-    on the resolved file's name (``version``: what reading it gave; the download is pinned by sha256, and the
+    on the resolved file's name (``parsed``: what reading it gave; the download is pinned by sha256, and the
     reader checks the name against the metadata), so a wrong release fails before it is downloaded."""
     if not spec.requirement:
         return
-    if isinstance(version, InvalidWheelFilename):
-        raise UsageError(f"{call}: {wheel.filename}: {version}")
+    if isinstance(parsed, InvalidWheelError):  # its message names the file: "<file>: not a valid wheel filename (…)"
+        raise UsageError(f"{call}: {parsed}")
+    version = parsed.version
     if not Requirement(spec.requirement).specifier.contains(version, prereleases=True):
         raise UsageError(
             f'{call}: the lock pins {wheel.filename}, version {version}, which does not satisfy requirement = "{spec.requirement}"'

@@ -10,7 +10,6 @@ each error naming the attribute as the user wrote it.
 
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -18,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 
 from patched_wheels.base.fsutil import SHA256_HEX
-from patched_wheels.base.names import canonicalize_name, glob_problem, package_path
+from patched_wheels.base.names import canonicalize_name, character_problem, glob_problem, package_path
 from patched_wheels.base.schema import VALUES, shown, to_json
 from patched_wheels.errors import UsageError
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
@@ -141,13 +140,11 @@ def spec_problem(spec: PatchedWheelSpec) -> str | None:
 
 def path_problem(path: str) -> str | None:
     """Why ``path``, a path attribute's value the build hands to the file system, is no file's path; None when it
-    may be one. A NUL is no file name's (the os call raises ``ValueError``), a lone surrogate no UTF-8 name's (it
-    raises ``UnicodeEncodeError``), and the other control characters are refused with them: no label spells one."""
-    bad = next((c for c in path if unicodedata.category(c) in ("Cc", "Cs")), None)
-    if bad is None:
-        return None
-    kind = "a surrogate" if unicodedata.category(bad) == "Cs" else "a control character"
-    return f"holds {bad!r}, {kind}, which no file's path holds"
+    may be one: :func:`~patched_wheels.base.names.character_problem`'s rule, the one of names and globs (a NUL is no
+    file name's, a lone surrogate no UTF-8 name's, and the other control characters are refused with them: no label
+    spells one)."""
+    problem = character_problem(path)
+    return f"{problem}, which no file's path holds" if problem else None
 
 
 def _path_problem(spec: PatchedWheelSpec) -> str | None:

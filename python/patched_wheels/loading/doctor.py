@@ -36,7 +36,7 @@ from patched_wheels.elf.graph import LibraryGraph, read_graph
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.elf.syslibs import system_library_names
-from patched_wheels.errors import UsageError, printable
+from patched_wheels.errors import UsageError, printable_lines
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.loading.observe import observe
 from patched_wheels.loading.packages import find_package, package_libraries
@@ -314,19 +314,15 @@ def _summary(label: str, verdict: Verdict) -> str:
     return text
 
 
-def _text(lines: list[str]) -> str:
-    """``lines`` as the command prints them, each escaped (:func:`~patched_wheels.errors.printable`): the names in them
-    come from the wheels and the runs (member paths, DT_NEEDED, a run's output), and a line break or a terminal control
-    in one must not forge a line of the verdict."""
-    return "\n".join(map(printable, lines))
-
-
 def format_diagnosis(diagnosis: Diagnosis) -> str:
-    """Both verdicts, each named, as lines of text (the ``doctor`` command's output)."""
+    """Both verdicts, each named, as lines of text (the ``doctor`` command's output), each line escaped
+    (:func:`~patched_wheels.errors.printable_lines`): the names in them come from the wheels and the runs (member
+    paths, DT_NEEDED, a run's output), and a line break or a terminal control in one must not forge a line of the
+    verdict."""
     package = diagnosis.package
     if package is None or diagnosis.generated is None:
         lines = [_finding_line(finding, None) for finding in diagnosis.findings]
-        return _text([*lines, _summary("as is", diagnosis.as_is)])
+        return printable_lines([*lines, _summary("as is", diagnosis.as_is)])
     as_is, generated = diagnosis.as_is, diagnosis.generated
     if diagnosis.installed:
         lines = [
@@ -353,7 +349,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     lines.append(_summary("with the generated preload", generated))
     if diagnosis.hint:
         lines.append(f"hint: {diagnosis.hint}")
-    return _text(lines)
+    return printable_lines(lines)
 
 
 def _run_lines(result: RunResult, total: int) -> list[str]:
@@ -375,7 +371,7 @@ def _run_lines(result: RunResult, total: int) -> list[str]:
 
 def format_run(comparison: Comparison, diagnosis: Diagnosis) -> str:
     """What ``doctor --run`` saw in both layouts, its verdict (the difference), and whether the static
-    prediction agrees with it."""
+    prediction agrees with it; each line escaped as in :func:`format_diagnosis`."""
     flat, per_wheel = comparison.flat, comparison.per_wheel
     total = len(diagnosis.graph.libraries)
     lines = [f"run: {flat.code} (this interpreter)"]
@@ -409,4 +405,4 @@ def format_run(comparison: Comparison, diagnosis: Diagnosis) -> str:
             f"{prediction}, unlike the run: the difference is not a library's DT_NEEDED (a library the code opens "
             "itself at run time: see the libraries not mapped and the first error)"
         )
-    return _text(lines)
+    return printable_lines(lines)

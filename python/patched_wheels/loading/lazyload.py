@@ -69,9 +69,12 @@ def unprobed_libraries(
     return Unprobed(tuple(own), others) if others else None
 
 
-def lazy_warning(wheel: str, package: str, probe: str, unprobed: Unprobed, phrasing: Phrasing) -> str:
+def lazy_warning(
+    wheel: str, package: str, probe: str, unprobed: Unprobed, phrasing: Phrasing, *, recorded_in: str = ""
+) -> str:
     """The one warning line for :func:`unprobed_libraries`, naming the front end's probe option (``probe``
-    attribute, ``--probe`` flag) with an example."""
+    attribute, ``--probe`` flag) with an example; ``recorded_in``: where a kept observation says so
+    (:attr:`~patched_wheels.loading.observe.Observation.recorded_in`)."""
     projects = sorted({WheelFilename.parse(library.wheel).name for library in unprobed.others})
     if probe.split() == JAX_PROBE.split():
         # Asking for the probe it already has helps nobody: here the plugin loaded nothing (no GPU driver).
@@ -87,7 +90,7 @@ def lazy_warning(wheel: str, package: str, probe: str, unprobed: Unprobed, phras
         )
     listed = ", ".join(projects[:3]) + (f" and {len(projects) - 3} more" if len(projects) > 3 else "")
     return (
-        f"{wheel}: the probe {probe!r} never maps {package}'s own {unprobed.own[0].path}"
+        f"{wheel}: the probe {probe!r}{recorded_in} never maps {package}'s own {unprobed.own[0].path}"
         + (f" (nor its {len(unprobed.own) - 1} other libraries)" if len(unprobed.own) > 1 else "")
         + f", so what it opens once loaded is not seen: {len(unprobed.others)} "
         + ("library" if len(unprobed.others) == 1 else "libraries")

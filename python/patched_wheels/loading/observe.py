@@ -17,7 +17,20 @@ symbol tables, so that a preload never makes an import crash that works in one s
 
 The observation is cached persistently (kind ``observed``; key: the wheels' sha256s, the probe and
 the interpreter's cache tag and platform), and is only made where every wheel's tags match this
-interpreter: elsewhere the preload falls back to the static graph, with one warning.
+interpreter: elsewhere the preload falls back to the static graph, with one warning.  A probe that fails
+(a non-zero exit status: no driver yet, a missing file) is used for its own run only, never kept: its
+failure would become every later run's verdict.
+
+A kept observation (the cache's file, or a hub's ``wheel_facts`` entry) is a claim, and only what a run
+cannot derive from the wheels is taken from it: which libraries of the set the probe mapped.  The rest is
+derived again, from the wheels, before it is believed (:func:`_disagreement`): the extension modules and
+the libraries needing RTLD_GLOBAL are read from the mapped libraries' own symbol tables (each member
+inflated once), and must be the ones the entry lists; the mapped set must be closed under the set's own
+DT_NEEDED edges (a library listed without the library of the set it needs was not mapped so); a failed
+probe's entry is refused.  An entry that disagrees is one warning naming its file, and the probe runs again.
+What no check short of running the probe can see stays believed: a listed library of the set that the
+probe does not map (with what it needs), or one it maps left out with whatever needs it; such a library
+is preloaded RTLD_LOCAL, and skipped where it fails to load (see docs/caches-and-trust.md).
 """
 
 from __future__ import annotations
@@ -25,11 +38,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import struct
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Sequence
 
@@ -38,12 +53,21 @@ from packaging.tags import sys_tags
 from patched_wheels.base.cache import OFF, CacheContext, is_int
 from patched_wheels.base.fsutil import hash_file
 from patched_wheels.base.timings import phase
-from patched_wheels.elf.graph import LibraryGraph, WheelRef
-from patched_wheels.elf.read import SHT_DYNSYM, SHT_NOBITS, ElfLibrary, FileReader, read_sections
-from patched_wheels.elf.syslibs import ld_so_cache
-from patched_wheels.errors import ElfError, warn
+from patched_wheels.elf.graph import LibraryGraph, WheelRef, library_members
+from patched_wheels.elf.read import (
+    SHT_DYNSYM,
+    SHT_NOBITS,
+    ByteSource,
+    ElfLibrary,
+    FileReader,
+    ForwardReader,
+    read_sections,
+)
+from patched_wheels.elf.syslibs import ld_so_cache, system_library_names
+from patched_wheels.errors import PatchedWheelsError, warn
 from patched_wheels.loading.layout import FLAT
-from patched_wheels.wheelfile import WheelFilename
+from patched_wheels.wheelfile import WheelFilename, ZipMember, inflated_chunks
+from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:
     from patched_wheels.loading.probe import Installation
@@ -56,6 +80,10 @@ _STB_GLOBAL, _STB_WEAK, _SHN_UNDEF = 1, 2, 0
 _MAX_ENTRY = 16 << 20
 # A run keeps an error line of at most 8 KiB (see probe.py); a longer cached one is not a row this module wrote.
 _MAX_ERROR = 8 << 10
+# What reading a symbol table can raise on a file that is no library the reader follows (or a member that does
+# not inflate): the library then has no symbols (see read_symbols).
+_UNREADABLE = (OSError, PatchedWheelsError, ValueError, IndexError, struct.error)
+_SHOWN = 3  # libraries a disagreement names
 Key = tuple[str, str]
 """(wheel file name, install path): one library of the set."""
 
@@ -72,6 +100,13 @@ class Observation:
     """Mapped libraries another mapped library uses without linking to them: preloaded RTLD_GLOBAL."""
     returncode: int = 0
     error_line: str | None = None
+    source: str = field(default="", compare=False)
+    """Where it was read from, as warnings name it (a cache file, a facts file's entry); empty: made by this run."""
+
+    @property
+    def recorded_in(self) -> str:
+        """`` (read from SOURCE)`` for a message whose verdict comes from a kept observation; empty for this run's."""
+        return f" (read from {self.source})" if self.source else ""
 
     def has(self, library: ElfLibrary, of: Collection[Key]) -> bool:
         return (library.wheel, library.path) in of
@@ -94,10 +129,10 @@ def observe(
     caches: CacheContext = OFF,
     installation: Installation | None = None,
 ) -> Observation | None:
-    """Run ``probe`` with ``wheels`` in one site-packages (or take the observation ``caches`` hold, if it names
-    only libraries of ``graph``); None, with one warning, where that cannot be done here (tags of another
-    interpreter, a wheel that was not fetched).  ``installation``: the wheels already installed with a flat
-    layout (``doctor --run``), used instead of a new one."""
+    """Run ``probe`` with ``wheels`` in one site-packages (or take the observation ``caches`` hold, once checked
+    against the wheels: see the module docstring); None, with one warning, where that cannot be done here (tags of
+    another interpreter, a wheel that was not fetched).  ``installation``: the wheels already installed with a flat
+    layout (``doctor --run``), used instead of a new one.  Only an observation whose probe passed is kept."""
     refs = [WheelRef.of(wheel) for wheel in wheels]
     mismatch = tag_mismatch(ref.filename for ref in refs)
     if mismatch is not None:
@@ -114,10 +149,15 @@ def observe(
         entry = f"{_key(sorted(digests.values()), probe)}.json"
         cached = caches.read(KIND, entry, max_bytes=_MAX_ENTRY)
         if cached is not None:
+            where = caches.where(KIND, entry)
             observation = _from_json(cached, probe, digests, graph)
+            problem = "not an observation of this wheel set" if observation is None else None
             if observation is not None:
-                return _warn_if_failed(observation)
-            warn(f"{caches.where(KIND, entry)}: not an observation of this wheel set; running the probe again")
+                with phase("probe: check the kept observation"):
+                    problem = _disagreement(observation, graph, refs)
+            if observation is not None and problem is None:
+                return replace(observation, source=where)
+            warn(f"{where}: cache entry ignored ({problem}); running the probe again")
             caches.refuse(KIND, entry)
     unfetched = [ref.filename for ref in refs if ref.path is None]
     if unfetched:
@@ -126,20 +166,22 @@ def observe(
     observation = _run(refs, probe, graph, installation)
     if observation is None:
         return None
-    if entry is not None:
+    if entry is not None and observation.returncode == 0:  # a failed probe is this run's, never a later one's
         caches.write(KIND, entry, _to_json(observation, digests))
     return _warn_if_failed(observation)
 
 
 def is_observed(digests: Sequence[str], probe: str, caches: CacheContext) -> bool:
-    """Whether ``caches`` hold a readable observation of ``probe`` on the wheel set of these sha256s.
+    """Whether ``caches`` hold a readable observation of ``probe`` on the wheel set of these sha256s, of a probe
+    that passed.
 
-    For the hub, before the set is installed for a probe: an observation found need not be made.  Its rows
-    are still checked against the graph when :func:`observe` reads them.
+    For the hub, before the set is installed for a probe: an observation found need not be made.  It is
+    still checked against the wheels when :func:`observe` reads it (and the set installed then if it fails).
     """
     if caches.root is None or not digests:
         return False
-    return caches.read(KIND, f"{_key(sorted(digests), probe)}.json", max_bytes=_MAX_ENTRY) is not None
+    value = caches.read(KIND, f"{_key(sorted(digests), probe)}.json", max_bytes=_MAX_ENTRY)
+    return isinstance(value, dict) and is_int(value.get("returncode")) and value["returncode"] == 0
 
 
 def _warn_if_failed(observation: Observation) -> Observation:
@@ -185,20 +227,161 @@ def _run(
         return None
     mapped = result.mapped
     with phase("probe: symbols"):
-        symbols = {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
-        system = _SystemSymbols()
-        extensions = {
-            library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)
-        }
-        needs_global = libraries_needing_global(graph, symbols, system.defined_by, system.interpreter())
-    return Observation(
-        probe,
-        frozenset((library.wheel, library.path) for library in mapped),
-        frozenset((library.wheel, library.path) for library in extensions),
-        frozenset((library.wheel, library.path) for library in needs_global),
-        result.returncode,
-        result.error_line,
-    )
+        extensions, needs_global = _derived(
+            graph, {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
+        )
+    return Observation(probe, frozenset(_keys(mapped)), extensions, needs_global, result.returncode, result.error_line)
+
+
+def _keys(libraries: Iterable[ElfLibrary]) -> set[Key]:
+    return {(library.wheel, library.path) for library in libraries}
+
+
+def _derived(
+    graph: LibraryGraph, symbols: Mapping[ElfLibrary, tuple[frozenset[str], frozenset[str]]]
+) -> tuple[frozenset[Key], frozenset[Key]]:
+    """The extension modules and the libraries needing RTLD_GLOBAL among the mapped libraries whose symbol tables
+    (defined, undefined names) ``symbols`` holds: what a run derives, and what a kept observation must list."""
+    system = _SystemSymbols()
+    extensions = {
+        library for library, (defined, _) in symbols.items() if any(name.startswith("PyInit_") for name in defined)
+    }
+    needs_global = libraries_needing_global(graph, symbols, system.defined_by, system.interpreter())
+    return frozenset(_keys(extensions)), frozenset(_keys(needs_global))
+
+
+def _disagreement(observation: Observation, graph: LibraryGraph, refs: Sequence[WheelRef]) -> str | None:
+    """Why a kept ``observation`` (of the right form, naming libraries of ``graph``) is not what a run of its probe
+    here would give, as far as the wheels tell; None when nothing contradicts it.  What is checked, cheapest first:
+
+    * its probe passed (a failure is never kept; a kept one is no verdict for a later run);
+    * the mapped libraries are closed under the set's DT_NEEDED edges (:func:`_unclosed`);
+    * its extension modules and the libraries needing RTLD_GLOBAL are those the mapped libraries' symbol tables,
+      read from the wheels, give (:func:`_derived`), as this machine's system libraries and interpreter define
+      their names.
+
+    Not checked (no run, no check): that the probe maps every library listed, nor that it maps no other."""
+    if observation.returncode != 0:
+        return (
+            f"its probe exited with status {observation.returncode} ({observation.error_line or 'no error line'}); "
+            "an observation of a failed probe is never kept"
+        )
+    by_key = {(library.wheel, library.path): library for library in graph.libraries}
+    mapped = [by_key[key] for key in sorted(observation.mapped)]
+    problem = _unclosed(mapped, graph)
+    if problem is not None:
+        return problem
+    files = {ref.filename: ref.path for ref in refs}
+    unfetched = sorted({library.wheel for library in mapped if files.get(library.wheel) is None})
+    if unfetched:
+        return f"{unfetched[0]} is not at hand, so its libraries' symbol tables cannot be read to check it"
+    extensions, needs_global = _derived(graph, _member_symbols(mapped, files))
+    for name, listed, derived in (
+        ("extensions", observation.extensions, extensions),
+        ("global", observation.needs_global, needs_global),
+    ):
+        if listed != derived:
+            return f"its {name} list {_shown(listed)}, the mapped libraries' symbol tables give {_shown(derived)}"
+    return None
+
+
+def _shown(keys: Collection[Key]) -> str:
+    """Libraries as a disagreement names them: install paths, sorted, the first few."""
+    paths = sorted(path for _, path in keys)
+    more = f" and {len(paths) - _SHOWN} more" if len(paths) > _SHOWN else ""
+    return f"({', '.join(paths[:_SHOWN])}{more})" if paths else "none"
+
+
+def _unclosed(mapped: Sequence[ElfLibrary], graph: LibraryGraph) -> str | None:
+    """Why the loader cannot have mapped the libraries ``mapped`` (of the set) together, or None.
+
+    A mapped library's DT_NEEDED name that a library of the set answers was answered, in the probe's process, by
+    a library it mapped: one of the set (then listed: its SONAME or file name is the name), or a file outside the set,
+    which only this machine's system libraries (ld.so.cache, the default directories, the GPU driver's) or a
+    directory outside site-packages that a search path or the interpreter names can be.  A name none of those
+    answers is a library listed without what it needs (an edited entry: the preload would then leave out what it
+    needs).  A search path this cannot follow (``$LIB``, a relative entry, an ``$ORIGIN`` entry leaving
+    site-packages) lets every name through.  A name no library of the set answers is not judged: an observation
+    recorded where a system library exists (a GPU machine) is right there, and its library merely fails to load
+    here (a preload skips it)."""
+    answered = {name for library in mapped for name in (library.soname, library.filename) if name}
+    system: frozenset[str] | None = None
+    directories: set[str] | None = None
+    for library in mapped:
+        for name, provider in graph.providers[library].items():
+            if name in answered:
+                continue
+            if system is None:
+                system, directories = system_library_names(), _outside_directories(mapped)
+            if (
+                name in system
+                or directories is None
+                or any(os.path.exists(os.path.join(directory, name)) for directory in directories)
+            ):
+                continue
+            return (
+                f"it lists {library.path} ({library.wheel}) as mapped but not {provider.path} ({provider.wheel}), "
+                f"which the loader maps for its DT_NEEDED {name}"
+            )
+    return None
+
+
+def _outside_directories(mapped: Sequence[ElfLibrary]) -> set[str] | None:
+    """The directories outside the set where the loader may have found a mapped library's dependency: every absolute
+    RPATH/RUNPATH entry of a mapped library (DT_RPATH is searched for what a library's dependencies need, too), and
+    the interpreter's library directories (its own DT_RPATH, what it loaded itself); None when a search path names a
+    place this cannot tell (see :func:`_unclosed`)."""
+    directories = {
+        directory
+        for directory in (
+            sysconfig.get_config_var("LIBDIR"),
+            os.path.join(sys.base_prefix, "lib"),
+            os.path.join(sys.prefix, "lib"),
+            os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))), "lib"),
+        )
+        if directory
+    }
+    for library in mapped:
+        if data_scheme(library.path) and library.search_path:
+            return None  # installed outside site-packages: its $ORIGIN is not the set's
+        for entry in library.search_path:
+            if entry.startswith("/") and "$" not in entry:
+                directories.add(entry)
+                continue
+            for origin in ("$ORIGIN", "${ORIGIN}"):
+                if entry == origin or entry.startswith(origin + "/"):
+                    inside = posixpath.normpath(
+                        posixpath.join(posixpath.dirname(library.path), entry[len(origin) :].lstrip("/"))
+                    )
+                    break
+            else:
+                return None
+            if inside == ".." or inside.startswith("../") or "$" in inside:
+                return None  # leaves site-packages (or names another token): what lies there is not the set's
+    return directories
+
+
+def _member_symbols(
+    libraries: Sequence[ElfLibrary], files: Mapping[str, Path | None]
+) -> dict[ElfLibrary, tuple[frozenset[str], frozenset[str]]]:
+    """:func:`read_symbols` of each of ``libraries`` from its wheel's member (``files``: each wheel's file), a
+    library per thread (inflating leaves the interpreter lock)."""
+    members: dict[str, dict[str, ZipMember]] = {}
+    for wheel in sorted({library.wheel for library in libraries}):
+        file = files[wheel]
+        assert file is not None  # checked by the caller
+        members[wheel] = {path: info for info, path in library_members(file)}
+
+    def one(library: ElfLibrary) -> tuple[frozenset[str], frozenset[str]]:
+        info, file = members[library.wheel].get(library.path), files[library.wheel]
+        if info is None or file is None:  # a row the graph holds is a member (checked when it was read)
+            return frozenset(), frozenset()
+        return read_member_symbols(file, info, f"{library.wheel}: {library.path}")
+
+    if not libraries:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(len(libraries), os.cpu_count() or 1)) as pool:
+        return dict(zip(libraries, pool.map(one, libraries)))
 
 
 def libraries_needing_global(
@@ -236,36 +419,47 @@ def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
     :func:`patched_wheels.elf.read.read_sections` finds ``.dynsym`` and its string table, read where they
     lie; the entries are unpacked with :mod:`struct` (a library such as libLLVM has 46,000 symbols).
     """
-    defined: set[str] = set()
-    undefined: set[str] = set()
     try:
         with open(path, "rb") as file:
-            reader = FileReader(file.fileno(), str(path))
-            elf, sections = read_sections(reader, str(path))
-            entry = struct.Struct(elf.order + ("IBBHQQ" if elf.wide else "IIIBBH"))
-            for section in sections:
-                if section["type"] != SHT_DYNSYM:
-                    continue
-                strings = _section_data(reader, sections[section["link"]])
-                table = _section_data(reader, section)
-                for fields in entry.iter_unpack(table[: len(table) - len(table) % entry.size]):
-                    name_at, info, shndx = (
-                        (fields[0], fields[1], fields[3]) if elf.wide else (fields[0], fields[3], fields[5])
-                    )
-                    bind = info >> 4
-                    if not name_at or bind not in (_STB_GLOBAL, _STB_WEAK):
-                        continue
-                    name = strings[name_at : strings.find(b"\0", name_at)].decode("utf-8", "replace")
-                    if shndx != _SHN_UNDEF:
-                        defined.add(name)
-                    elif bind == _STB_GLOBAL:
-                        undefined.add(name)
-    except (OSError, ElfError, ValueError, IndexError, struct.error):
+            return _symbols(FileReader(file.fileno(), str(path)), str(path))
+    except _UNREADABLE:
         return frozenset(), frozenset()
+
+
+def read_member_symbols(wheel: Path, info: ZipMember, where: str) -> tuple[frozenset[str], frozenset[str]]:
+    """:func:`read_symbols` of a wheel's member, streamed (:class:`~patched_wheels.elf.read.ForwardReader`: the
+    member inflated once to its section headers, at its end, then again as far as its symbol table): a kept
+    observation is checked against the wheels without installing them."""
+    try:
+        return _symbols(ForwardReader(lambda: inflated_chunks(wheel, info), where), where)
+    except _UNREADABLE:
+        return frozenset(), frozenset()
+
+
+def _symbols(reader: ByteSource, where: str) -> tuple[frozenset[str], frozenset[str]]:
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    elf, sections = read_sections(reader, where)
+    entry = struct.Struct(elf.order + ("IBBHQQ" if elf.wide else "IIIBBH"))
+    for section in sections:
+        if section["type"] != SHT_DYNSYM:
+            continue
+        strings = _section_data(reader, sections[section["link"]])
+        table = _section_data(reader, section)
+        for fields in entry.iter_unpack(table[: len(table) - len(table) % entry.size]):
+            name_at, info, shndx = (fields[0], fields[1], fields[3]) if elf.wide else (fields[0], fields[3], fields[5])
+            bind = info >> 4
+            if not name_at or bind not in (_STB_GLOBAL, _STB_WEAK):
+                continue
+            name = strings[name_at : strings.find(b"\0", name_at)].decode("utf-8", "replace")
+            if shndx != _SHN_UNDEF:
+                defined.add(name)
+            elif bind == _STB_GLOBAL:
+                undefined.add(name)
     return frozenset(defined), frozenset(undefined)
 
 
-def _section_data(reader: FileReader, section: dict[str, int]) -> bytes:
+def _section_data(reader: ByteSource, section: dict[str, int]) -> bytes:
     """A section's bytes as far as the file holds them; none for SHT_NOBITS (it has none in the file)."""
     return (
         b""
@@ -338,8 +532,8 @@ def _from_json(value: object, probe: str, digests: Mapping[str, str], graph: Lib
     if not is_int(returncode) or not (error is None or isinstance(error, str) and len(error) <= _MAX_ERROR):
         return None
     sets: dict[str, frozenset[Key]] = {}
-    for field in ("mapped", "extensions", "global"):
-        rows = value.get(field)
+    for name in ("mapped", "extensions", "global"):
+        rows = value.get(name)
         if not isinstance(rows, list):
             return None
         keys = set()
@@ -352,7 +546,7 @@ def _from_json(value: object, probe: str, digests: Mapping[str, str], graph: Lib
             if key not in known:
                 return None
             keys.add(key)
-        sets[field] = frozenset(keys)
+        sets[name] = frozenset(keys)
     if not (sets["extensions"] | sets["global"]) <= sets["mapped"]:
         return None
     return Observation(probe, sets["mapped"], sets["extensions"], sets["global"], returncode, error)

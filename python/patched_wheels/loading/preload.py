@@ -185,7 +185,7 @@ def runtime_hint(
     preload of everything ``nvidia-*`` pulls in is what crashed TensorFlow).  A probe makes the run; where
     none may run (``probed`` false: ``preload = "elf"``, ``--no-probe``), the user names the wheels.
     """
-    seen = f", and {observed.probe!r} maps none of them in one site-packages" if observed is not None else ""
+    seen = f", and {observed_none(observed, 'of them ', failure=False)}" if observed is not None else ""
     ask = (
         'give a probe that makes it do so (probe = "..." on patched_wheel, --probe CODE): '
         'preload = "auto" then preloads what one site-packages maps'
@@ -199,6 +199,18 @@ def runtime_hint(
         f"{package} requires {', '.join(projects)}, which ship shared libraries, but needs none of them through "
         f"DT_NEEDED{seen}: if it opens them itself later (ctypes, dlopen), {ask}; doctor --run compares both layouts"
     )
+
+
+def observed_none(observed: Observation, of: str = "", *, failure: bool = True) -> str:
+    """That ``observed``'s probe mapped none (``of``: "of them "), as a verdict says it: where a kept observation says
+    so, naming its file; where the probe failed (and ``failure``: not said already), with its status and error line
+    (its run's warning is not shown beside a failed command's error)."""
+    if failure and observed.returncode != 0:
+        return (
+            f"{observed.probe!r} maps none {of}in one site-packages before it exits with status {observed.returncode} "
+            f"({observed.error_line or 'no error line'})"
+        )
+    return f"{observed.probe!r} maps none {of}in one site-packages{observed.recorded_in}"
 
 
 def check_shipped(libraries: Iterable[ElfLibrary], wheels: Sequence[Path | WheelRef]) -> None:
@@ -355,7 +367,9 @@ def plan_package_preload(
     if observed is not None:
         lazy = unprobed_libraries(graph, location.path, package_wheel.name, plan.libraries, observed)
         if lazy is not None:
-            unseen = lazy_warning(package_wheel.name, package, observed.probe, lazy, phrasing)
+            unseen = lazy_warning(
+                package_wheel.name, package, observed.probe, lazy, phrasing, recorded_in=observed.recorded_in
+            )
             warn(unseen)
     planned = set(plan.libraries)
     for members in stuck_cycles(graph.cycles, graph.providers):
@@ -373,7 +387,7 @@ def plan_package_preload(
     if not plan.libraries:
         candidates = [] if preload_wheels else runtime_candidates(graph, package_wheel)
         message = f"{package_wheel.name}: {package} needs no shared library from the other wheels given"
-        message += f", and {code!r} maps none in one site-packages" if observed is not None else ""
+        message += f", and {observed_none(observed)}" if observed is not None else ""
         message += ", and no library recorded for it is preloaded" if recorded is not None else ""
         message += "; nothing to preload"
         if candidates:

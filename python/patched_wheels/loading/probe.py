@@ -9,8 +9,11 @@ this one: in one site-packages, the python of a virtual environment around it (n
 ``site.getsitepackages()`` names it, as code such as cuda-pathfinder expects); one directory per wheel,
 with ``-S`` (no site-packages, no ``.pth`` files) and a ``PYTHONPATH`` of the layout's directories only --
 without ``LD_LIBRARY_PATH`` and ``LD_PRELOAD``, so the outcome depends on the wheels alone (a CUDA toolkit
-on this machine's LD_LIBRARY_PATH would hide a failure that the next machine sees).  At exit the child
-copies ``/proc/self/maps``, so a run names the libraries of the set that were really mapped.
+on this machine's LD_LIBRARY_PATH would hide a failure that the next machine sees) -- and writing no bytecode
+(``PYTHONDONTWRITEBYTECODE=1``, no ``PYTHONPYCACHEPREFIX``): under Bazel the helper's own prefix is the persistent
+bytecode directory (:mod:`patched_wheels.base.bytecode`), where every run's modules, at a new temporary path each
+time, would pile up for good.  At exit the child copies ``/proc/self/maps``, so a run names the libraries of the
+set that were really mapped.
 
 :class:`Comparison` is ``doctor --run``'s verdict: what the per-wheel run does differently.
 """
@@ -37,8 +40,10 @@ from patched_wheels.wheelfile import WheelReader
 from patched_wheels.wheelfile.schemes import install_path
 
 TIMEOUT_VARIABLE = "RULES_PATCHED_WHEELS_RUN_TIMEOUT"
-# Environment variables that would let the child's loader find libraries outside the wheel directories.
-_DROPPED_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD")
+# Environment variables that would let the child's loader find libraries outside the wheel directories, and the
+# helper's bytecode prefix (under Bazel the persistent bytecode directory): the child compiles in memory and writes
+# no bytecode (PYTHONDONTWRITEBYTECODE=1), neither there nor beside the wheels' files or the interpreter's own.
+_DROPPED_VARIABLES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPYCACHEPREFIX")
 # Runs in the child (`python -c CHILD FD CODE`, or layout_test's probe program, which runs its first
 # argument as code): write the mapped files to the pipe the tool holds (argv[1]: its descriptor) at exit, also
 # after an uncaught exception and through os._exit; then run the code.  A crash (a signal) runs no hook: then
@@ -179,8 +184,8 @@ class Installation:
 @dataclass(frozen=True)
 class Launch:
     """How one run of :data:`CHILD` starts: its command (``python -c``, or a program that runs its first argument
-    as code: ``layout_test``'s) and its environment (the variables that would let the loader look outside the
-    wheels are dropped by :func:`run_child`)."""
+    as code: ``layout_test``'s) and its environment (:func:`run_child` drops the variables that would let the
+    loader look outside the wheels, and the bytecode prefix, and has the child write no bytecode)."""
 
     command: Sequence[str]
     environment: dict[str, str]
@@ -203,6 +208,7 @@ def run_child(
     """Run ``[*launch.command, FD, code]`` under :func:`supervise`, in a new directory under ``root``, in the
     layout ``kind`` that holds ``contents``; ``timeout``: seconds, else :func:`run_timeout`."""
     environment = {key: value for key, value in launch.environment.items() if key not in _DROPPED_VARIABLES}
+    environment["PYTHONDONTWRITEBYTECODE"] = "1"
     if "\0" in code:
         raise UsageError(f"code {code!r}: contains a NUL character")
     timeout = run_timeout() if timeout is None else timeout

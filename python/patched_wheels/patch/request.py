@@ -11,10 +11,9 @@ configuration's checks import nothing of the ELF editor, the library graph or th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
-from patched_wheels.base.names import CONTROL_CHARACTER, canonicalize_name, glob_problem, is_valid_project_name
+from patched_wheels.base.names import canonicalize_name, character_problem, glob_problem, is_valid_project_name
 from patched_wheels.errors import UsageError
 
 __all__ = ["BAZEL_NAMES", "MODES", "RpathEdit", "SplitOptionNames", "SplitRequest", "parse_rpath_option", "rpath_edit"]
@@ -27,8 +26,7 @@ _ORIGIN_ENTRY = re.compile(r"\$(?:ORIGIN|\{ORIGIN\})(?:/|$)")
 _MAX_ENTRIES = 4096
 
 
-@dataclass(frozen=True)
-class RpathEdit:
+class RpathEdit(NamedTuple):
     """Search-path entries to give every ELF member matching ``glob`` (fnmatch on archive paths)."""
 
     glob: str
@@ -51,9 +49,9 @@ def rpath_edit(glob: str, entries: str, mode: str = "set", *, origin: str | None
         raise UsageError(f"{origin}: no entries; expected GLOB=ENTRIES, e.g. 'pkg/*.so=$ORIGIN/../pkg.libs'")
     if len(entries) > _MAX_ENTRIES:
         raise UsageError(f"{origin}: entries longer than {_MAX_ENTRIES} characters")
-    if bad := CONTROL_CHARACTER.search(entries):
+    if problem := character_problem(entries):
         # Written as a C string into the library: a NUL would silently cut the search path there.
-        raise UsageError(f"{origin}: entries {entries!r} hold the control character {bad.group()!r}")
+        raise UsageError(f"{origin}: entries {entries!r}: {problem}")
     split = entries.split(":")
     for entry in split:
         if not entry:
@@ -76,8 +74,7 @@ def parse_rpath_option(option: str, mode: str, *, origin: str) -> RpathEdit:
     return rpath_edit(glob, entries, mode, origin=origin)
 
 
-@dataclass(frozen=True)
-class SplitOptionNames:
+class SplitOptionNames(NamedTuple):
     """How the user spelled the split's options, so errors name them: flags on the command line, the
     ``patched_wheel`` attributes in Bazel (:data:`BAZEL_NAMES`)."""
 
@@ -89,8 +86,7 @@ class SplitOptionNames:
 BAZEL_NAMES = SplitOptionNames("split_into", "split_move", "split_max_size")
 
 
-@dataclass(frozen=True)
-class SplitRequest:
+class SplitRequest(NamedTuple):
     """Which shared libraries to split into which sibling wheel (:func:`patched_wheels.patch.split.plan_split`).
 
     Exactly one of ``move`` (fnmatch globs over archive paths) and ``max_size`` (bytes

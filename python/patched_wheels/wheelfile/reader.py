@@ -2,7 +2,8 @@
 
 The structural checks (one ``.dist-info`` with METADATA, WHEEL and RECORD; RECORD lists
 exactly the members with the zip's sizes; members are regular files with safe, distinct
-paths, no file where a directory is) plus METADATA and WHEEL themselves (UTF-8; name and
+paths, no file where a directory is, in the archive and once installed: a ``<dist>.data/purelib/`` or
+``platlib/`` member lands in site-packages beside the others) plus METADATA and WHEEL themselves (UTF-8; name and
 version the same in the file name, the ``.dist-info`` directory and METADATA) run when a
 wheel is opened.  Only RECORD, METADATA and WHEEL are inflated for them.  Members that are
 read later are hash-checked against RECORD as they stream; ``verify=True`` checks every
@@ -14,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import stat
 from pathlib import Path
-from typing import BinaryIO, Iterator, NamedTuple, Sequence
+from typing import BinaryIO, Iterator, Mapping, NamedTuple, Sequence
 
 from packaging.version import InvalidVersion, Version
 
@@ -137,12 +139,14 @@ class WheelReader:
             members, directory_offset = read_directory(self._fd, path=self.path)
         else:
             members, directory_offset = written.members, written.directory_offset
-        self._infos, top_level = self._index_members(members, file_size, written=written is not None)
+        self._infos, directories = self._index_members(members, file_size, written=written is not None)
         overlap = bound_members(members, directory_offset)  # also each member's end, for reading METADATA and WHEEL
         if overlap is not None:
             member, next_member = overlap
             into = "the central directory" if next_member is None else f"member {next_member.filename!r}"
             raise InvalidWheelError(f"{self.name}: member {member.filename!r}: overlaps {into}")
+        top_level = {directory for directory in directories if "/" not in directory}
+        self._check_installed_paths(directories, top_level)
         self.dist_info = self._find_dist_info(top_level)
         self._record = self._load_record() if written is None else self._written_record(written.record)
         metadata = self._check_metadata()
@@ -294,26 +298,26 @@ class WheelReader:
         self, infos: Sequence[ZipMember], file_size: int, *, written: bool
     ) -> tuple[dict[str, ZipMember], set[str]]:
         """The members by name, once each passed its checks (``written``: a writer's, whose names and records
-        are sound by its construction, so only their layout is checked), and the top-level directories."""
+        are sound by its construction, so only their layout is checked), and the directories they are in."""
         names = [info.filename for info in infos]
         by_name = dict(zip(names, infos))
         if written:  # the names are safe and distinct by the writer's construction
-            top_level = _tree_top_level(names)
-            if top_level is not None:
-                return by_name, top_level
+            directories = _tree_directories(names)
+            if directories is not None:
+                return by_name, directories
         elif (  # every check at once; where one fails, the checks of each member decide, the first failed named
             len(by_name) == len(names)
             and all_safe_member_paths(names)
             and not any(member_problem(info, file_size) for info in infos)
-            and (top_level := _tree_top_level(names)) is not None
+            and (directories := _tree_directories(names)) is not None
         ):
-            return by_name, top_level
+            return by_name, directories
         layout = _MemberLayout()
         if written:
             for info in infos:
                 if conflict := layout.add(info.filename):
                     raise InvalidWheelError(f"{self.name}: member {info.filename!r}: {conflict}")
-            return by_name, layout.top_level()
+            return by_name, layout.directories
         indexed: dict[str, ZipMember] = {}  # the members before each, for its duplicate check
         for info in infos:
             name = info.filename
@@ -326,7 +330,35 @@ class WheelReader:
             if problem:
                 raise InvalidWheelError(f"{self.name}: member {name!r}: {problem}")
             indexed[name] = info
-        return indexed, layout.top_level()
+        return indexed, layout.directories
+
+    def _check_installed_paths(self, directories: set[str], top_level: set[str]) -> None:
+        """No two members land on one path of site-packages, nor a file where a directory is: a member of a
+        ``<dist>.data/purelib/`` or ``platlib/`` directory installs beside the wheel's root members (``demo/x.py``
+        and ``demo-1.0.data/purelib/demo/x.py`` clash once installed; pypa's ``installer`` refuses such a wheel).
+        ``directories``: those of the members' archive paths (:meth:`_index_members`), ``top_level`` the first.
+
+        Only those few members are looked at: a wheel without such a directory costs a look at its top level, one
+        with them a search of its names joined (no Python code per member: a NUL ends each, as no safe name holds
+        one), then set lookups for each member found."""
+        prefixes = tuple(
+            f"{top}/{scheme}/"
+            for top in sorted(top_level)
+            if top.endswith(".data")
+            for scheme in _SITE_SCHEMES
+            if f"{top}/{scheme}" in directories
+        )
+        if not prefixes:
+            return
+        placed = _Installed(self._infos, directories)
+        found = re.compile("\0(?:" + "|".join(map(re.escape, prefixes)) + ")[^\0]*")
+        for match in found.finditer("\0" + "\0".join(self._infos)):
+            member = match.group()[1:]
+            clash = placed.add(member)
+            if clash is not None:
+                other, path, same = clash
+                how = f"both install {path}" if same else f"{path} is a file of one and a directory of the other"
+                raise InvalidWheelError(f"{self.name}: members {other!r} and {member!r} clash once installed: {how}")
 
     def _find_dist_info(self, top_level: set[str]) -> str:
         """The one ``<name>-<version>.dist-info`` directory, agreeing with the file name (pip's rule)."""
@@ -445,10 +477,10 @@ def _parse_version(text: str) -> Version | None:
         return None
 
 
-def _tree_top_level(names: Sequence[str]) -> set[str] | None:
-    """The top-level directories of members named ``names`` when no file stands where a directory is (what
-    :class:`_MemberLayout` decides adding them in any order), else None: a pass over all names at once, then one
-    step per directory, instead of a call per name."""
+def _tree_directories(names: Sequence[str]) -> set[str] | None:
+    """The directories of members named ``names`` (every parent of one) when no file stands where a directory is
+    (what :class:`_MemberLayout` decides adding them in any order), else None: a pass over all names at once, then
+    one step per directory, instead of a call per name."""
     directories: set[str] = set()
     for parent in {name.rpartition("/")[0] for name in names}:  # a directory entry's is itself
         while parent and parent not in directories:
@@ -456,7 +488,60 @@ def _tree_top_level(names: Sequence[str]) -> set[str] | None:
             parent = parent.rpartition("/")[0]
     if not directories.isdisjoint([name for name in names if not name.endswith("/")]):
         return None
-    return {directory for directory in directories if "/" not in directory}
+    return directories
+
+
+_SITE_SCHEMES = ("purelib", "platlib")
+"""The ``<dist>.data/`` schemes that install into site-packages, beside the wheel's root members."""
+
+
+class _Installed:
+    """The site-packages paths of a wheel's ``.data`` purelib/platlib members, added one at a time, against those
+    of its root members (their archive paths, ``infos``, in ``directories``)."""
+
+    def __init__(self, infos: Mapping[str, ZipMember], directories: set[str]) -> None:
+        self._infos, self._directories = infos, directories
+        self._files: dict[str, str] = {}
+        """Installed path -> the .data member installing a file there."""
+        self._under: dict[str, str] = {}
+        """Installed directory -> the first .data member in it (or that directory's own entry)."""
+
+    def add(self, member: str) -> tuple[str, str, bool] | None:
+        """Add the .data member ``member``; or, where it clashes, the member it clashes with (a root member, or a
+        .data member added before), the installed path where, and whether both are files there (and add nothing)."""
+        installed = member.split("/", 2)[2]  # <dist>.data/<scheme>/<installed>
+        is_directory, path = installed.endswith("/"), installed.rstrip("/")
+        if not path:  # the scheme's directory itself
+            return None
+        # A root member installs at its archive path, unless that lies in a top-level *.data directory.
+        rooted = not path.partition("/")[0].endswith(".data")
+        infos, files, under = self._infos, self._files, self._under
+        other = files.get(path) or (path if rooted and path in infos else None)  # a file there
+        if other is not None:
+            return other, path, not is_directory
+        if not is_directory:  # a directory there
+            other = under.get(path) or (self._root_member_in(path) if rooted and path in self._directories else None)
+            if other is not None:
+                return other, path, False
+        parent = path.rpartition("/")[0]
+        while parent:  # a file where one of its directories is
+            other = files.get(parent) or (parent if rooted and parent in infos else None)
+            if other is not None:
+                return other, parent, False
+            parent = parent.rpartition("/")[0]
+        if is_directory:
+            under.setdefault(path, member)
+        else:
+            files[path] = member
+        parent = path.rpartition("/")[0]
+        while parent:
+            under.setdefault(parent, member)
+            parent = parent.rpartition("/")[0]
+        return None
+
+    def _root_member_in(self, directory: str) -> str:
+        """A member in the root directory ``directory``, to name it in an error: looked for once one failed."""
+        return next(name for name in self._infos if name.startswith(directory + "/"))
 
 
 class _MemberLayout:
@@ -493,9 +578,10 @@ class _MemberLayout:
         directories.update(new_parents)
         return None
 
-    def top_level(self) -> set[str]:
-        """The directories at the top (those of every member's first component, when it has more than one)."""
-        return {directory for directory in self._directories if "/" not in directory}
+    @property
+    def directories(self) -> set[str]:
+        """The directories of the members added (every parent of one, and the directory entries)."""
+        return self._directories
 
 
 class _ChunkStream(io.RawIOBase):

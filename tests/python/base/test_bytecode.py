@@ -200,3 +200,173 @@ def test_housekeeping_that_fails_keeps_the_chosen_directory(
     monkeypatch.setattr(bytecode.os, "utime", read_only)
     assert bytecode_dir(_package(tmp_path, "A = 1\n")) == chosen
     assert capsys.readouterr().err == ""
+
+
+def _release(tmp_path: Path, package: Path) -> Path:
+    return tmp_path / "root" / "bytecode" / f"{sys.implementation.cache_tag}-{source_digest(package)[:16]}"
+
+
+def _one_warning(capsys: pytest.CaptureFixture[str], culprit: Path) -> str:
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"patched-wheels: warning: {culprit}: bytecode directory "), line
+    assert line.endswith("; the helper compiles its modules") and "Traceback" not in line
+    return line
+
+
+@pytest.mark.parametrize("kind", ["mode 0777", "mode 0750", "link to a 0777 directory", "link to a 0700 directory"])
+def test_a_release_directory_that_is_not_private_is_not_used(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The release's directory, not only ``bytecode``: one made earlier by someone else (``bytecode`` was 0777 a
+    while, or another user owns a shared cache) is where Python reads .pyc files, and an existing one was taken
+    as it was; a symbolic link leads wherever its target's owner decides."""
+    package = _package(tmp_path, "")
+    release = _release(tmp_path, package)
+    release.parent.mkdir(parents=True)
+    for directory in (release.parent, release.parent.parent):
+        directory.chmod(0o700)
+    if kind.startswith("mode"):
+        release.mkdir()
+        release.chmod(int(kind[-4:], 8))
+    else:
+        target = tmp_path / "elsewhere"
+        target.mkdir()
+        target.chmod(int(kind[-14:-10], 8))
+        release.symlink_to(target)
+    assert bytecode_dir(package) is None
+    line = _one_warning(capsys, release)
+    assert ("a symbolic link" if kind.startswith("link") else kind[-4:]) in line
+
+
+@pytest.mark.parametrize("kind", ["link", "file", "fifo"])
+def test_a_bytecode_entry_that_is_not_a_directory_is_not_used(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bytecode`` a symbolic link out of the cache (to a 0700 directory of this user's, even) is refused, not
+    followed; neither is a file or a FIFO waited on."""
+    bytecode_path = tmp_path / "root" / "bytecode"
+    bytecode_path.parent.mkdir(mode=0o700)
+    if kind == "link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        bytecode_path.symlink_to(tmp_path / "elsewhere")
+    elif kind == "file":
+        bytecode_path.write_text("")
+        bytecode_path.chmod(0o600)
+    else:
+        os.mkfifo(bytecode_path, 0o600)
+    assert bytecode_dir(_package(tmp_path, "")) is None
+    line = _one_warning(capsys, bytecode_path)
+    assert ("a symbolic link" if kind == "link" else "not a directory") in line
+
+
+@pytest.mark.parametrize(
+    ("where", "mode", "used"),
+    [
+        ("root", 0o777, False),
+        ("root", 0o770, False),
+        ("above", 0o777, False),
+        ("above", 0o757, False),
+        ("above", 0o1777, True),  # sticky, as /tmp: nobody else may rename what it holds
+        ("above", 0o755, True),
+    ],
+)
+def test_a_path_that_others_may_write_is_not_used(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+    mode: int,
+    used: bool,
+) -> None:
+    """A cache root (or a directory above it) others may write: they rename ``bytecode`` away after the check
+    and put their own .pyc files in its place, which every later helper process reads by path."""
+    above = tmp_path / "shared"
+    root = above / "root"
+    root.mkdir(parents=True, mode=0o700)
+    (root if where == "root" else above).chmod(mode)
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(root))
+    chosen = bytecode_dir(_package(tmp_path, ""))
+    if used:
+        assert chosen is not None and chosen.parent == root / "bytecode"
+        assert capsys.readouterr().err == ""
+        return
+    assert chosen is None
+    culprit = root if where == "root" else above
+    line = _one_warning(capsys, culprit)
+    assert f"bytecode directory {root / 'bytecode'} not used" in line and f"mode {mode:04o}" in line
+
+
+def test_symbolic_links_on_the_path_are_followed_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``~/.cache`` a link to another disk is common: the directories it leads through are checked, not the
+    link's name; a relative link and ``..`` resolve as the kernel resolves them."""
+    real = tmp_path / "real"
+    (real / "cache").mkdir(parents=True)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".cache").symlink_to("../real/cache")
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "home" / ".cache" / ".." / ".cache" / "root"))
+    assert bytecode_dir(_package(tmp_path, "")) is not None
+    assert capsys.readouterr().err == ""
+
+    real.chmod(0o777)  # the link's target lies in a directory others may write
+    assert bytecode_dir(_package(tmp_path, "")) is None
+    _one_warning(capsys, real)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+
+
+@needs_root
+@pytest.mark.parametrize("what", ["release", "bytecode", "above", "link in a sticky directory"])
+def test_what_another_user_owns_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    other = 65534
+    package = _package(tmp_path, "")
+    if what == "link in a sticky directory":  # /tmp-like: the link's owner may point it elsewhere
+        sticky = tmp_path / "sticky"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        (tmp_path / "target").mkdir()
+        culprit = sticky / "link"
+        culprit.symlink_to(tmp_path / "target")
+        os.lchown(culprit, other, other)
+        monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(culprit / "root"))
+    elif what == "above":
+        culprit = tmp_path / "theirs"
+        (culprit / "root").mkdir(parents=True)
+        os.chown(culprit, other, other)
+        monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(culprit / "root"))
+    else:
+        culprit = _release(tmp_path, package) if what == "release" else tmp_path / "root" / "bytecode"
+        culprit.mkdir(parents=True, mode=0o700)
+        for directory in (tmp_path / "root", tmp_path / "root" / "bytecode"):
+            directory.chmod(0o700)
+        os.chown(culprit, other, other)
+    assert bytecode_dir(package) is None
+    assert f"uid {other}" in _one_warning(capsys, culprit)
+
+
+def test_the_command_prints_no_prefix_for_a_cache_root_others_may_write(tmp_path: Path) -> None:
+    """The attack the path check stops: with a cache root of mode 0777 (a shared RULES_PATCHED_WHEELS_CACHE),
+    another user renamed ``bytecode`` away once its name was printed, made a new one, and planted an
+    unchecked-hash .pyc of the helper's ``__init__``, which the next helper process ran. Now no prefix is
+    printed for such a root (the rule keeps its per-repository one), so no helper process reads there."""
+    root = tmp_path / "shared"
+    root.mkdir()
+    root.chmod(0o777)
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")} | {
+        "PYTHONPATH": str(PYTHON_DIR),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "RULES_PATCHED_WHEELS_CACHE": str(root),
+    }
+    printed = subprocess.run(
+        [sys.executable, "-S", "-m", "patched_wheels.base.bytecode"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert printed.stdout == "\n"
+    assert printed.stderr.startswith(f"patched-wheels: warning: {root}: bytecode directory {root / 'bytecode'}")

@@ -517,7 +517,7 @@ def test_a_uv_lock_hub_writes_both_locks_and_uv_installs_from_its_uv_lock(
             "requirements_lock and uv_lock and pylock",
         ),
         ({"patched": [{"strip": "1"}]}, 'strip = "1": expected an integer'),
-        ({"patched": [{"rpath": {"a/*.so": "$ORIGIN/a\u0000b"}}]}, "hold the control character"),
+        ({"patched": [{"rpath": {"a/*.so": "$ORIGIN/a\u0000b"}}]}, "holds '\\x00', a control character"),
     ],
 )
 def test_the_build_checks_its_configuration_before_writing_anything(
@@ -733,6 +733,59 @@ def test_an_output_place_taken_by_a_directory_is_refused_before_anything_is_writ
     assert _tree(tmp_path) == before
 
 
+def _served(hub: Path) -> dict[str, str]:
+    """:func:`_tree` of a hub repository, less the index's hash cache (keyed by inode: a cache, not an output)."""
+    return {path: kind for path, kind in _tree(hub).items() if not path.endswith(".patched-wheels-cache.json")}
+
+
+def test_a_build_run_again_into_its_repository_gives_what_a_build_into_an_empty_one_gives(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels
+) -> None:
+    """A second build by hand into one repository, with another lock and another suffix, started from what the
+    first left in ``index/`` (its patched wheel, a wheel its lock had and the second's has not) and served it."""
+    extra = fakecuda.build_wheel(tmp_path / "extra", "fake-extra", "1.0", {"fake_extra/__init__.py": b""})
+    hub, others = tmp_path / "hub", list(fake_set.nvidia.values())
+
+    def build(wheels: list[Path], suffix: str) -> None:
+        config = set_config(hub, wheels, fake_set.torch, "faketorch", suffix=suffix)
+        assert main(["hub", "build", "--config", str(config)]) == 0
+
+    build([*others, extra], "test.1")
+    assert (hub / "index" / extra.name).is_file()
+    build(others, "test.2")
+    again = _served(hub)
+    shutil.rmtree(hub)
+    build(others, "test.2")
+    assert again == _served(hub)
+    served = sorted(path.name for path in (hub / "index").glob("*.whl"))
+    assert served == sorted([*(wheel.name for wheel in others), "faketorch-2.1.0+test.2-py3-none-linux_x86_64.whl"])
+
+
+def test_a_wheel_left_in_the_index_under_the_name_of_one_the_plan_fetched_is_not_served(
+    tmp_path: Path, fake_set: fakecuda.FakeCudaWheels, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another file under a fetched wheel's name (an earlier lock's, a build run by hand without fetching again): one
+    error line naming it, and the hub as it was."""
+    hub, others = tmp_path / "hub", list(fake_set.nvidia.values())
+    config = set_config(hub, others, fake_set.torch, "faketorch")
+    assert main(["hub", "build", "--config", str(config)]) == 0
+    fetched = hub / "index" / others[0].name
+    name, version = others[0].name.split("-")[:2]
+    other = fakecuda.build_wheel(tmp_path / "other", name, version, {f"{name}/other.py": b""})
+    assert other.name == fetched.name
+    shutil.copyfile(other, fetched)
+    before = _tree(tmp_path)
+    capsys.readouterr()
+
+    assert main(["hub", "build", "--config", str(config)]) == 1
+
+    assert capsys.readouterr().err == (
+        f"patched-wheels: error: {fetched}: sha256 {sha256_of(other)}, not the {sha256_of(others[0])} of the wheel "
+        "the plan fetched there: fetch it again\n"
+    )
+    assert _tree(tmp_path) == before
+
+
 def _start_build(config: Path) -> subprocess.Popen[str]:
     """``patched-wheels hub build`` of ``config`` in its own process."""
     command = [sys.executable, "-m", "patched_wheels", "hub", "build", "--config", str(config)]
@@ -777,17 +830,20 @@ def test_a_build_waits_while_another_build_of_the_repository_runs(
 
 
 def test_a_staging_links_the_hubs_wheels_and_places_each_output_where_it_belongs(tmp_path: Path) -> None:
-    """What a build writes goes to the staging's temporary places, named by the final ones; the index starts as
-    the hub's, hard-linked, less simple/ (made again), and everything is renamed into place at the end."""
+    """What a build writes goes to the staging's temporary places, named by the final ones; the index starts with
+    the wheels fetched there, hard-linked, and nothing else (an earlier build's wheel and ``.metadata``, simple/:
+    made again), and everything is renamed into place at the end."""
     index = tmp_path / "index"
     (index / "simple").mkdir(parents=True)
     (index / "a.whl").write_bytes(b"a")
+    (index / "a.whl.metadata").write_bytes(b"a's")
+    (index / "old+test.1.whl").write_bytes(b"an earlier build's")
     (index / "simple" / "index.html").write_text("old", encoding="utf-8")
     lock, facts = tmp_path / "requirements_lock.txt", tmp_path / "wheel_facts.json"
     lock.write_text("old", encoding="utf-8")
     work = tmp_path / "work"
     work.mkdir()
-    staging = Staging.of(index, [lock, facts], work)
+    staging = Staging.of(index, [lock, facts], work, fetched=["a.whl", "missing.whl"])
     assert list(staging.outputs) == [lock, facts] and {path.parent for path in staging.outputs.values()} == {work}
     assert [entry.name for entry in staging.index_dir.iterdir()] == ["a.whl"]
     assert (staging.index_dir / "a.whl").stat().st_ino == (index / "a.whl").stat().st_ino

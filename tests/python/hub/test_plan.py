@@ -490,7 +490,14 @@ def test_a_resolved_wheel_missing_a_key_is_one_error_line(tmp_path: Path, capsys
 
 
 @pytest.mark.parametrize(
-    "filename", ["..%2F..%2Fescape.whl", "../../escape-1.0-py3-none-any.whl", "faketorch-2.1.0.tar.gz"]
+    "filename",
+    [
+        "..%2F..%2Fescape.whl",
+        "../../escape-1.0-py3-none-any.whl",
+        "faketorch-2.1.0.tar.gz",
+        "faketorch-2.1.0-py3-none-any/x.whl",  # the parse reads no platform tag: the "/" is refused apart
+        "fakétorch-2.1.0-py3-none-any.whl",  # packaging's parse_wheel_filename takes it, pip and WheelFilename do not
+    ],
 )
 def test_a_resolved_name_that_is_not_a_wheel_file_name_is_refused(filename: str) -> None:
     bad = ResolvedWheel("faketorch", filename, ("https://x/y",), WHEELS[0].sha256)  # type: ignore[arg-type]
@@ -499,6 +506,24 @@ def test_a_resolved_name_that_is_not_a_wheel_file_name_is_refused(filename: str)
         match=r'requirements_lock = "/ws/requirements_lock.txt": faketorch resolves to .*not a wheel file name',
     ):
         planned(request(), [bad, *WHEELS[1:]], cache_root=None)
+
+
+@pytest.mark.parametrize(
+    ("filename", "problem"),
+    [
+        ("faketorch-2.1.0.tar.gz", "its extension is not .whl"),
+        ("fakétorch-2.1.0-py3-none-any.whl", "invalid project name"),
+        ("faketorch-2.1.0-py3-none.whl", "4 parts separated by '-', not 5 or 6"),
+    ],
+)
+def test_a_requirement_on_a_name_that_is_not_a_wheel_file_name_is_one_line_naming_the_call_and_the_file(
+    filename: str, problem: str
+) -> None:
+    """The ``requirement`` is checked on the file name as every command reads one (``WheelFilename.parse``)."""
+    bad = ResolvedWheel("faketorch", filename, ("https://x/y",), WHEELS[0].sha256)  # type: ignore[arg-type]
+    with pytest.raises(UsageError) as raised:
+        planned(request(spec_json(requirement="faketorch>=2")), [bad, *WHEELS[1:]], cache_root=None)
+    assert str(raised.value) == f"{CALL}: {filename}: not a valid wheel filename ({problem})"
 
 
 @pytest.mark.parametrize("hostile", ["fifo", "/dev/zero", "directory", "latin1"])

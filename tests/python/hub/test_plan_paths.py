@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from patched_wheels.base.fsutil import NAME_MAX
 from patched_wheels.cli import main
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.documents import HubConfig, HubRequest
-from patched_wheels.hub.plan import NAME_MAX, check_request, checked_request, plan_hub
+from patched_wheels.hub.plan import check_request, checked_request, plan_hub
 from patched_wheels.hub.spec import PatchedWheelSpec
 from patched_wheels.lock.resolve import ResolvedWheel
 from support.hubconfig import hub_inputs, index_attributes, run_plan, spec_request_json, write_config

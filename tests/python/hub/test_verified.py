@@ -23,6 +23,7 @@ from patched_wheels.hub.plan import checked_request, plan_hub
 from patched_wheels.hub.verified import TABLE, VerifiedTable, product_table, read_table
 from patched_wheels.loading.preloadmodule import read_preload_data
 from patched_wheels.lock.resolve import ResolvedWheel
+from patched_wheels.wheelfile import WheelFilename
 from support import fakecuda
 from support.hubconfig import fetch_into, hub_inputs, load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
 
@@ -301,13 +302,15 @@ def test_hub_plan_applies_the_table_once_and_reads_each_file_name_once(
         applied[0] += 1
         return with_verified_stacks(*args, **kwargs)
 
-    def counted_parse(filename: str) -> Any:
-        parsed[filename] += 1
-        return parse_wheel_filename(filename)
+    class CountedFilename(WheelFilename):
+        @classmethod
+        def parse(cls, filename: str) -> WheelFilename:
+            parsed[filename] += 1
+            return WheelFilename.parse(filename)
 
-    with_verified_stacks, parse_wheel_filename = plan.with_verified_stacks, plan.parse_wheel_filename
+    with_verified_stacks = plan.with_verified_stacks
     monkeypatch.setattr(plan, "with_verified_stacks", counted_stacks)
-    monkeypatch.setattr(plan, "parse_wheel_filename", counted_parse)
+    monkeypatch.setattr(plan, "WheelFilename", CountedFilename)
     files = []
     for name in ("jax-0.12.0.1", "jax_cuda13_pjrt-0.12.0.1"):
         files.append(tmp_path / f"{name}-py3-none-any.whl")

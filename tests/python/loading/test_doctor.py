@@ -26,7 +26,6 @@ from support.fakecuda import (
     RUNTIME_GLOB,
     RUNTIME_LIBRARY_PATHS,
     build_fake_cuda_wheels,
-    build_runtime_loaded_wheels,
     per_wheel_layout,
     run_import,
     with_escaping_library,
@@ -46,11 +45,6 @@ def patched_torch(wheels, tmp_path_factory):
     return patch_wheel(
         wheels.torch, tmp_path_factory.mktemp("patched"), PatchOptions(suffix="pw.1", preload=preload)
     ).path
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    return build_runtime_loaded_wheels(tmp_path_factory.mktemp("runtime"))
 
 
 @pytest.fixture(scope="module")

@@ -21,18 +21,7 @@ from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
 from patched_wheels.loading import observe as observe_module
 from patched_wheels.loading.observe import libraries_needing_global, observe, read_symbols
 from support import stackshapes
-from support.fakecuda import RUNTIME_LIBRARY_PATHS, build_runtime_loaded_wheels, build_wheel, compile_shared
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    return build_runtime_loaded_wheels(tmp_path_factory.mktemp("runtime"))
-
-
-@pytest.fixture()
-def cache_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache" / "observed"
+from support.fakecuda import RUNTIME_LIBRARY_PATHS, build_wheel, compile_shared
 
 
 def test_an_observation_is_cached_by_content_and_a_bad_entry_is_a_miss(runtime, cache_root, monkeypatch, capsys):

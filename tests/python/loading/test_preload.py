@@ -46,7 +46,6 @@ from support.fakecuda import (
     RUNTIME_LIBRARY_PATHS,
     RUNTIME_PACKAGE,
     build_fake_cuda_wheels,
-    build_runtime_loaded_wheels,
     compile_shared,
     flat_layout,
     per_wheel_layout,
@@ -224,11 +223,6 @@ def test_a_preload_module_with_no_data_beside_it_is_refused_and_never_parsed():
     with pytest.raises(InvalidWheelError, match=rf"^w\.whl: pkg/{PRELOAD_MODULE}\.py has no {PRELOAD_DATA} beside it"):
         read_installed_preload(members.get, "pkg/__init__.py", "w.whl")
     assert read_installed_preload({"pkg/__init__.py": b""}.get, "pkg/__init__.py", "w.whl") is None
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    return build_runtime_loaded_wheels(tmp_path_factory.mktemp("runtime"))
 
 
 @pytest.fixture(scope="module")

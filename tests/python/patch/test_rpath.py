@@ -262,8 +262,8 @@ BAD_EDITS = {
     "no equals": (["--set-rpath", "pkg/*.so"], "--set-rpath 'pkg/*.so': expected GLOB=ENTRIES"),
     "empty glob": (["--add-rpath", "=$ORIGIN"], "--add-rpath '=$ORIGIN': empty GLOB"),
     # Written as a C string, a NUL cut the search path: $ORIGIN/a\0b became $ORIGIN/a.
-    "NUL": (["--set-rpath", "pkg/*.so=$ORIGIN/a\0b"], "entries '$ORIGIN/a\\x00b' hold the control character '\\x00'"),
-    "line break": (["--set-rpath", "pkg/*.so=$ORIGIN/a\nb"], "hold the control character '\\n'"),
+    "NUL": (["--set-rpath", "pkg/*.so=$ORIGIN/a\0b"], "entries '$ORIGIN/a\\x00b': holds '\\x00', a control character"),
+    "line break": (["--set-rpath", "pkg/*.so=$ORIGIN/a\nb"], "holds '\\n', a control character"),
     "unclosed bracket": (["--set-rpath", "[" * 1000 + "=$ORIGIN"], "GLOB '[[[["),
     "long glob": (["--set-rpath", "*" * 2000 + "=$ORIGIN"], "longer than 1024 characters"),
 }

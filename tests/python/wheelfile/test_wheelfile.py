@@ -613,7 +613,7 @@ def test_all_names_checked_at_once_get_the_verdict_of_each_checked() -> None:
 
 def test_the_tree_of_all_names_at_once_is_the_layout_of_each_name_added() -> None:
     """The reader's check that no file stands where a directory is, made over all names at once, agrees with
-    _MemberLayout adding them one by one (in any order): the same verdict, the same top-level directories."""
+    _MemberLayout adding them one by one (in any order): the same verdict, the same directories."""
     import random
 
     from patched_wheels.wheelfile import reader as reader_module
@@ -628,10 +628,10 @@ def test_the_tree_of_all_names_at_once_is_the_layout_of_each_name_added() -> Non
         ordered = pick.sample(sorted(names), len(names))
         layout = reader_module._MemberLayout()
         conflict = any([layout.add(name) for name in ordered])
-        top_level = reader_module._tree_top_level(ordered)
-        assert (top_level is None) is conflict, ordered
+        directories = reader_module._tree_directories(ordered)
+        assert (directories is None) is conflict, ordered
         if not conflict:
-            assert top_level == layout.top_level(), ordered
+            assert directories == layout.directories, ordered
         verdicts.add(conflict)
     assert verdicts == {True, False}
 
