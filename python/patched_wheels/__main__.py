@@ -1,7 +1,5 @@
 """Allow ``python -m patched_wheels``."""
 
-import sys
+from patched_wheels.cli import entry_point
 
-from patched_wheels.cli import main
-
-sys.exit(main())
+entry_point()

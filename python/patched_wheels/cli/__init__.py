@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import io
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 
 from patched_wheels.base import timings
 from patched_wheels.base.gcpause import cycle_collection_paused
@@ -191,6 +192,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             facts = {"inflater": INFLATER_NAME}
         timings.record(words, facts)
+
+
+def entry_point() -> NoReturn:
+    """The process's entry (``python -m patched_wheels``, the ``patched-wheels`` script): :func:`main`, then the
+    exit, without the interpreter's last search for reference cycles.
+
+    What is alive once a command has run lives until the process ends, and Python's last collection at exit
+    would walk all of it (the command's modules, a patched wheel's 10,600 member records) to free nothing the
+    exit does not free anyway: 10 to 30 ms of a 0.5 s patch of torch. Frozen (:func:`gc.freeze`), the objects are
+    left out of it; the exit's other work (flushing stdout, ``atexit`` handlers, removing temporary files) is
+    unchanged. Not in :func:`main`, which tests call in-process, where later collections must still see them.
+    """
+    status = main()
+    gc.freeze()
+    sys.exit(status)
 
 
 def _stdout_closed() -> bool:

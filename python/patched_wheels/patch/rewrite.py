@@ -21,7 +21,6 @@ import fnmatch
 import os
 import tempfile
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
@@ -52,16 +51,14 @@ MemberEdit = Callable[[Optional[bytes]], bytes]
 _REQUIRED = ("METADATA", "WHEEL")
 
 
-@dataclass(frozen=True)
-class Overwritten:
+class Overwritten(NamedTuple):
     """Input member ``source`` with ``patches`` (file offset, new bytes) written over it: same size."""
 
     source: str
     patches: tuple[tuple[int, bytes], ...]
 
 
-@dataclass(frozen=True)
-class Spilled:
+class Spilled(NamedTuple):
     """New content in a temp file of the run's :class:`Scratch` (a library :mod:`patched_wheels.elf.grow` wrote)."""
 
     path: Path
@@ -70,8 +67,7 @@ class Spilled:
 Content = Union[bytes, Overwritten, Spilled]
 
 
-@dataclass(frozen=True)
-class Later:
+class Later(NamedTuple):
     """Content known only once work under way is done (a split's preload module and moved libraries: once the
     library graph is read, on other threads): :func:`write_wheel` calls ``resolve`` when it reaches the member, so
     the members before it are written meanwhile.  ``resolve`` returns the content, or None for the source

@@ -22,11 +22,11 @@ import functools
 import os
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple, Sequence
 
-from patched_wheels.base.fsutil import resolved_path
+from patched_wheels.base.fsutil import NAME_MAX, longest_temp_name, resolved_path
 from patched_wheels.base.gcpause import cycle_collection_paused
 from patched_wheels.errors import PatchError, UsageError
 from patched_wheels.patch.request import RpathEdit, SplitRequest
@@ -43,8 +43,7 @@ __all__ = ["MemberEdit", "PatchOptions", "PatchResult", "find_patches", "patch_w
 PATCH_SUFFIXES = (".patch", ".diff")
 
 
-@dataclass(frozen=True)
-class PatchResult:
+class PatchResult(NamedTuple):
     path: Path
     requirement: str  # pins exactly the patched wheel, e.g. "torch==2.1.0+stripe.5"
     sibling: Path | None = None
@@ -67,13 +66,13 @@ def find_patches(patch_dir: Path) -> list[Path]:
     return sorted(path for path in patch_dir.iterdir() if path.suffix in PATCH_SUFFIXES)
 
 
-@dataclass(frozen=True)
-class PatchOptions:
+class PatchOptions(NamedTuple):
     """What :func:`patch_wheel` does to a wheel: each edit, listed in the order they apply.
 
     The default is no edit at all (the wheel is rewritten as it is, RECORD regenerated).  Member
     names are archive paths in the *original* naming (e.g. ``torch/__init__.py``), whatever the new
-    version renames; globs are fnmatch patterns over them.
+    version renames; globs are fnmatch patterns over them.  A named tuple, as this module's other values: the
+    ``patch`` command imports no ``dataclasses`` (10 ms of its start-up, and about 1 ms a class).
     """
 
     patches: Sequence[Path] = ()
@@ -82,7 +81,7 @@ class PatchOptions:
     """Leading path components to strip from the diffs' file names (``patch -p``)."""
     delete: Sequence[str] = ()
     """Globs of members to delete, after the patches."""
-    member_edits: Mapping[str, MemberEdit] = field(default_factory=dict)
+    member_edits: Mapping[str, MemberEdit] = MappingProxyType({})
     """Member name -> function of its current content (None: absent) giving its new one."""
     preload: PackagePreload | None = None
     """The preload module to generate (:func:`patched_wheels.loading.preload.plan_package_preload`), with the
@@ -129,23 +128,28 @@ def patch_wheel(wheel: Path | str, dest_dir: Path | str, options: PatchOptions =
         try:
             reading.result_as_listed()  # a library that cannot be read is the error, as when the graph was read first
         except ListingChanged as changed:  # planned from a library the hub's lenient graph left out: plan again
-            return _patch_wheel(Path(wheel), Path(dest_dir), replace(options, graph=changed.graph))
+            return _patch_wheel(Path(wheel), Path(dest_dir), options._replace(graph=changed.graph))
         raise
 
 
 def _patch_wheel(wheel: Path, dest_dir: Path, options: PatchOptions) -> PatchResult:
-    # Paused: the outputs' members and RECORD rows are tens of thousands of objects without cycles.
-    with (
-        cycle_collection_paused(),
-        WheelReader(wheel, verify=options.verify) as reader,
-        Scratch(dest_dir, wheel.name) as scratch,
-    ):
+    """:func:`_write_outputs` with the cycle collector paused: the outputs' members and RECORD rows are tens of
+    thousands of objects without cycles.  The pause ends once the call has returned and they are freed, so the
+    collection that follows it does not walk them all (7 ms of a patch of torch)."""
+    with cycle_collection_paused():
+        return _write_outputs(wheel, dest_dir, options)
+
+
+def _write_outputs(wheel: Path, dest_dir: Path, options: PatchOptions) -> PatchResult:
+    with WheelReader(wheel, verify=options.verify) as reader, Scratch(dest_dir, wheel.name) as scratch:
         split = options.split
         if split is not None:
             split.check(
                 wheel.name, reader.filename.name
             )  # before any edit: a wrong option should not wait for the patches
         edits = WheelEdits(reader)
+        # Before any edit too, from METADATA's version as it comes: an output whose name cannot be a file's.
+        _check_output_names(wheel.name, _output_name(wheel, reader, edits.version(options.suffix), options), options)
         if options.patches:
             from patched_wheels.patch.unidiff import (
                 apply_file_patch,
@@ -169,7 +173,7 @@ def _patch_wheel(wheel: Path, dest_dir: Path, options: PatchOptions) -> PatchRes
 
             apply_rpath_edits(edits, options.rpath_edits, scratch)
         version = edits.version(options.suffix)
-        dest = dest_dir / (wheel.name if options.suffix is None else reader.filename.with_version(version))
+        dest = dest_dir / _output_name(wheel, reader, version, options)
         if resolved_path(dest) == resolved_path(wheel):
             raise UsageError(f"{wheel}: output would overwrite the input; choose another --dest-dir")
         planned = None
@@ -228,6 +232,44 @@ def _patch_wheel(wheel: Path, dest_dir: Path, options: PatchOptions) -> PatchRes
     if planned is None:
         return PatchResult(dest, f"{project}=={version}")
     return PatchResult(dest, f"{project}=={version}", dest_dir / planned.sibling_name, planned.requirement)
+
+
+def _output_name(wheel: Path, reader: WheelReader, version: str, options: PatchOptions) -> str:
+    """The file name of the main wheel written: the input's, or with ``version`` where a suffix changes it."""
+    return wheel.name if options.suffix is None else reader.filename.with_version(version)
+
+
+def _check_output_names(wheel: str, main: str, options: PatchOptions) -> None:
+    """Refuse options that make the name of a wheel written (``main``, the main one's, and a split's sibling) longer
+    than a file name may be, counting the temp file it is written to first (:func:`longest_temp_name`), before
+    anything is written: else the write fails naming that temp file. ``wheel``: the input's file name."""
+    names = {main: "the wheel"}
+    split = options.split
+    if split is not None:
+        from patched_wheels.patch.split import sibling_wheel_name  # imported here: a split imports the module anyway
+
+        names[sibling_wheel_name(split.into, main)] = "the sibling wheel"
+    longest = max(names, key=longest_temp_name)
+    written = longest_temp_name(longest)
+    if written <= NAME_MAX:
+        return
+    from patched_wheels.base.schema import shown  # imported here: it imports dataclasses, which a patch needs not
+
+    over = written - NAME_MAX
+    if longest != main:  # the sibling's: its name is --into's
+        assert split is not None
+        given = f"{split.names.into} {shown(split.into)}"
+        if options.suffix is not None:
+            given += f" with --suffix {shown(options.suffix)}"
+        remedy = f"give a name at least {over} characters shorter"
+    elif options.suffix is not None:
+        given, remedy = f"--suffix {shown(options.suffix)}", f"give a suffix at least {over} characters shorter"
+    else:
+        given, remedy = "its file name", f"rename it at least {over} characters shorter"
+    raise UsageError(
+        f"{wheel}: {given} makes {names[longest]} {shown(longest)} ({len(longest.encode())} bytes), written to a "
+        f"temp file first named in up to {written} bytes, more than the {NAME_MAX} a file name holds: {remedy}"
+    )
 
 
 @contextmanager

@@ -7,9 +7,8 @@ installers refuse them only at install time, far from the cause.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from packaging.version import InvalidVersion, Version
 
@@ -26,8 +25,7 @@ _BUILD_TAG = re.compile(r"(\d+)(.*)", re.ASCII)
 """A build tag: digits first (PEP 427); they and the rest are what it sorts by."""
 
 
-@dataclass(frozen=True)
-class WheelFilename:
+class WheelFilename(NamedTuple):
     """A parsed wheel filename that remembers the original spelling of its parts.
 
     The name is normalised and the version parsed; the output wheel must keep the input's
@@ -37,7 +35,8 @@ class WheelFilename:
     that module's import of ``packaging.tags`` is a fifth of the helper's start-up (see
     :mod:`patched_wheels.base.names`).  It accepts what ``parse_wheel_filename`` accepts, with the same
     parts, but for names pip would refuse (:func:`is_valid_project_name`); a test holds them equal.
-    The platform tags are parsed with ``packaging.tags`` when first asked for (:attr:`tags`).
+    The platform tags are parsed with ``packaging.tags`` when first asked for (:attr:`tags`).  A named tuple, not a
+    dataclass: importing ``dataclasses`` (10 ms) and each class it builds (about 1 ms) are start-up of every command.
     """
 
     name: NormalizedName
@@ -64,18 +63,25 @@ class WheelFilename:
             return cls(canonicalize_name(parts[0]), version, build_tag, stem)
         raise InvalidWheelError(f"{filename}: not a valid wheel filename ({problem})")
 
-    @cached_property
+    @property
     def tags(self) -> frozenset[Tag]:
         """The tags the file name's last three parts stand for (a compressed set, ``py2.py3``, stands for each)."""
-        from packaging.tags import parse_tag  # imported here: only a resolver or an index matches tags
-
-        return parse_tag("-".join(self.stem.split("-")[-3:]))
+        return _parsed_tags("-".join(self.stem.split("-")[-3:]))
 
     def with_version(self, version: str) -> str:
         """The same filename with only the version component replaced."""
         parts = self.stem.split("-")
         parts[1] = version
         return "-".join(parts) + ".whl"
+
+
+@lru_cache(maxsize=1024)
+def _parsed_tags(tags: str) -> frozenset[Tag]:
+    """``packaging.tags.parse_tag``, once per spelling (a resolver asks for the tags of each file of a lock, and
+    wheels share a few spellings)."""
+    from packaging.tags import parse_tag  # imported here: only a resolver or an index matches tags
+
+    return parse_tag(tags)
 
 
 def _version(text: str) -> Version | None:

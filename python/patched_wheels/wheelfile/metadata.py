@@ -10,8 +10,7 @@ raw bytes, and only the fields being edited are replaced.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidWheelError, UsageError
@@ -25,8 +24,7 @@ _FIELD_NAME = re.compile(rb"([A-Za-z0-9][A-Za-z0-9-]*):")
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
 
 
-@dataclass(frozen=True)
-class _Field:
+class _Field(NamedTuple):
     name: str  # lower-cased, for matching
     raw: bytes  # the exact bytes, continuation lines and line ending included
 

@@ -325,7 +325,7 @@ def test_patch_and_split_in_one_call_gives_the_wheels_of_patch_then_split(wheels
     two_steps = split_wheel(
         patched.path, tmp_path / "two", into=SPLIT.into, move=SPLIT.move, graph_wheels=list(wheels.nvidia.values())
     )
-    one_call = patch_wheel(wheels.torch, tmp_path / "one", replace(options, split=SPLIT, graph=read_graph(wheels.all)))
+    one_call = patch_wheel(wheels.torch, tmp_path / "one", options._replace(split=SPLIT, graph=read_graph(wheels.all)))
     assert one_call.requirements == two_steps.requirements == ("faketorch==2.1.0+pw.1", "faketorch-libs==2.1.0+pw.1")
     assert one_call.path.name == two_steps.path.name and one_call.sibling.name == two_steps.sibling.name
     assert _members(one_call.path) == _members(two_steps.path)
