@@ -11,7 +11,6 @@ from typing import Iterator
 
 from patched_wheels.base.fsutil import write_temp
 from patched_wheels.cli import index_summary
-from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.mirror import mirror
 from patched_wheels.lock.formats.requirements import parse_requirements
 from patched_wheels.lock.model import read_lock_text
@@ -44,13 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     text = read_lock_text(lock)
     parse_requirements(text, str(lock))
     with _checked_copy(lock, text.encode("utf-8")) as copy:  # strict UTF-8 both ways: the bytes read
-        try:
-            result = mirror(copy, args.directory, pip_args=args.pip_args)
-        except InvalidLockError as error:  # pip's failure, said of the file pip read: the user's lock is at fault
-            message = str(error)
-            if not message.startswith(f"{copy}: "):
-                raise
-            raise InvalidLockError(f"{lock}: {message[len(f'{copy}: ') :]}") from None
+        result = mirror(copy, args.directory, pip_args=args.pip_args, named=lock)  # pip's failure: the user's lock
     for name in result.added:
         print(f"downloaded {name}")
     print(index_summary(result.index))

@@ -74,10 +74,11 @@ def build_hub(config: HubConfig) -> list[str]:
     # Builds into one repository take turns; each stages only what its plan fetched into the index (Staging.of).
     repository = config.index_dir.parent
     with locked_directory(repository), temp_directory(repository, "hub-build") as work:
-        staging = Staging.of(config.index_dir, _outputs(config), work, fetched=_fetched_into(config))
+        fetched = _fetched_into(config)
+        staging = Staging.of(config.index_dir, _outputs(config), work, fetched=fetched)
         with phase("closure"):
             closure, planned = _decided(config, call)
-        pins = _build(config, planned, staging, caches)
+        pins = _build(config, planned, staging, caches, fetched)
         if config.closure_out is not None:
             write_atomic(
                 staging.outputs[config.closure_out],
@@ -188,10 +189,13 @@ class Staging:
             os.replace(written, target)
 
 
-def _build(config: HubConfig, planned: Restoration, staging: Staging, caches: CacheContext) -> list[str]:
+def _build(
+    config: HubConfig, planned: Restoration, staging: Staging, caches: CacheContext, fetched: Mapping[str, WheelRef]
+) -> list[str]:
     """:func:`build_hub` once pip's closure is known, but for the documents beside the lock: patch ``planned``'s
     specs (extras restored or not: decided before), index, lock, reading the wheels through ``caches``, writing
-    where ``staging`` says (``config.index_dir``: where its index will be, which the locks name)."""
+    where ``staging`` says (``config.index_dir``: where its index will be, which the locks name); ``fetched``: the
+    wheels the plan fetched into the index (:func:`_fetched_into`), each checked to be what the index serves."""
     index_dir, served = staging.index_dir, config.index_dir
     index_dir.mkdir(parents=True, exist_ok=True)
     pins = []
@@ -237,7 +241,7 @@ def _build(config: HubConfig, planned: Restoration, staging: Staging, caches: Ca
     # Indexed after the last wheel is written, so the hashes the lock pins are the ones the pages serve.
     with phase("index"):
         index = build_index(index_dir)
-        _check_fetched(index, _fetched_into(config))
+        _check_fetched(index, fetched)
     attribute, lock_path = config.attributes.lock
     out, out_uv_lock = staging.outputs[config.out], staging.outputs[config.out_uv_lock] if config.out_uv_lock else None
     with phase("lock"):

@@ -35,16 +35,20 @@ class MirrorResult:
     index: IndexResult
 
 
-def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequence[str] = ()) -> MirrorResult:
+def mirror(
+    requirements: Path | str, directory: Path | str, *, pip_args: Sequence[str] = (), named: Path | None = None
+) -> MirrorResult:
     """``pip download --no-deps -r requirements`` into ``directory``, then ``build_index`` it.
 
     ``--no-deps``: the input is a lock, complete by construction; resolving again could pull
     in versions the lock did not choose. ``pip_args`` go to pip unchanged (``--index-url``,
-    ``--platform``, ``--python-version``, ``--only-binary=:all:``, ...).
+    ``--platform``, ``--python-version``, ``--only-binary=:all:``, ...). ``named``: the lock as errors name it,
+    where ``requirements`` is a copy of it (the command's, of the bytes it checked).
     """
     requirements, directory = Path(requirements), Path(directory)
+    lock = requirements if named is None else named
     if not requirements.is_file():
-        raise InvalidLockError(f"{requirements}: no such requirements file")
+        raise InvalidLockError(f"{lock}: no such requirements file")
     directory.mkdir(parents=True, exist_ok=True)
     with temp_directory(directory, "mirror") as staging:
         present = _seed(directory, staging)
@@ -65,7 +69,7 @@ def mirror(requirements: Path | str, directory: Path | str, *, pip_args: Sequenc
         # our warnings (patched_wheels.cli.main), and before our error line when it fails; stdout stays ours.
         status = subprocess.run(command, stdout=2, check=False).returncode
         if status != 0:
-            raise InvalidLockError(f"{requirements}: pip download failed (exit {status}); pip's message is above")
+            raise InvalidLockError(f"{lock}: pip download failed (exit {status}); pip's message is above")
         added = _publish(staging, directory, present)
         try:
             index = build_index(directory)
