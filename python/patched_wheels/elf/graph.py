@@ -29,6 +29,7 @@ from patched_wheels.elf.read import (
     read_library,
     starts_as_elf,
 )
+from patched_wheels.elf.symbols import SymbolTable, read_library_and_symbols
 from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.wheelfile import WheelReader, ZipMember
 from patched_wheels.wheelfile.schemes import data_scheme, install_path
@@ -72,6 +73,8 @@ class WheelScan:
     cached_wheels: int
     problems: Mapping[str, LibraryProblem] = field(default_factory=dict)
     """Per wheel file name, its first library (by path) that cannot be read; its other libraries are listed."""
+    symbols: Mapping[ElfLibrary, SymbolTable] = field(default_factory=dict)
+    """The symbol tables read with the libraries (:func:`scan_wheels`'s ``symbols``)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,11 @@ class LibraryGraph:
     """The libraries that need each other (strongly connected components of two or more), each in load order."""
     problems: Mapping[str, LibraryProblem] = field(default_factory=dict)
     """Wheels with a library that cannot be read (see :func:`read_graph`'s ``lenient``)."""
+    symbols: Mapping[ElfLibrary, SymbolTable] = field(default_factory=dict, compare=False, repr=False)
+    """The dynamic symbol tables of the libraries read from their wheels in this run, where asked for
+    (:func:`read_graph`'s ``symbols``): a kept observation is checked with them instead of inflating the members
+    again (:mod:`patched_wheels.elf.symbols`).  A library whose table could not be read in that pass, or whose rows
+    came from the cache unread, has none here."""
     _warned: set[str] = field(default_factory=set, compare=False, repr=False)
     """Wheels whose problem :meth:`check_problems` has warned about: once per graph (the hub reads one for every spec)."""
 
@@ -169,11 +177,14 @@ def scan_wheels(
     caches: CacheContext = OFF,
     workers: int | None = None,
     installed: Callable[[str, str], Path | None] | None = None,
+    symbols: bool = False,
 ) -> WheelScan:
     """Read the dynamic section of every shared library in ``wheels``.
 
     ``installed``: (wheel file name, install path) -> the member's installed copy, or None; a library
-    with a copy is read from it rather than inflated (the hub's probe installs the set first).
+    with a copy is read from it rather than inflated (the hub's probe installs the set first).  ``symbols``:
+    each library read also has its symbol table read (:func:`~patched_wheels.elf.symbols.read_library_and_symbols`:
+    its section headers in the same pass, then up to the table), for a kept observation's check.
 
     With ``caches`` (:class:`~patched_wheels.base.cache.CacheContext`), rows cached for a wheel (by sha256) are
     claims: each becomes a path or an edge of every preload, so a wheel at hand is read all the same and its
@@ -187,7 +198,7 @@ def scan_wheels(
     per core), so the biggest library never starts last and leaves a core idle.  A library that cannot be
     read is no error here: it goes to :attr:`WheelScan.problems` (see :func:`read_graph`).
     """
-    with _Scan(wheels, caches=caches, workers=workers, installed=installed) as scan:
+    with _Scan(wheels, caches=caches, workers=workers, installed=installed, symbols=symbols) as scan:
         return scan.finish()
 
 
@@ -203,6 +214,7 @@ class _Scan:
         caches: CacheContext = OFF,
         workers: int | None = None,
         installed: Callable[[str, str], Path | None] | None = None,
+        symbols: bool = False,
     ) -> None:
         refs = list(
             {(resolved_path(ref.path) if ref.path else ref.filename): ref for ref in map(WheelRef.of, wheels)}.values()
@@ -245,9 +257,10 @@ class _Scan:
             listed[wheel.name].append(path)
         self.listed: Mapping[str, tuple[str, ...]] = {name: tuple(sorted(paths)) for name, paths in listed.items()}
         """Per wheel file name, the install paths of its libraries (cached rows', or the members being read)."""
-        read = (
-            _read_or_problem if installed is None else lambda job: _read_or_problem(job, installed(job[0].name, job[2]))
-        )
+
+        def read(job: tuple[Path, ZipMember, str]) -> tuple[ElfLibrary | ElfError | None, SymbolTable | None]:
+            return _read_or_problem(job, None if installed is None else installed(job[0].name, job[2]), symbols)
+
         self._results, self._stop = _start_on_threads(read, jobs, workers or os.cpu_count() or 1)
 
     def __enter__(self) -> _Scan:
@@ -260,8 +273,9 @@ class _Scan:
         """Every library read (waiting for the threads), the cache's rows checked and stored."""
         refs, cache, found, claimed, jobs = self._refs, self._cache, self._found, self._claimed, self._jobs
         problems: dict[str, LibraryProblem] = {}
+        symbols: dict[ElfLibrary, SymbolTable] = {}
         shipped: dict[str, dict[str, ElfLibrary | str]] = {ref.filename: {} for ref in self._scanned}
-        for (wheel, _, path), library in zip(jobs, self._results):
+        for (wheel, _, path), (library, table) in zip(jobs, self._results):
             if isinstance(library, ElfError):
                 shipped[wheel.name][path] = str(library)
                 if wheel.name not in problems or path < problems[wheel.name].path:
@@ -269,6 +283,8 @@ class _Scan:
             elif library is not None:  # None: an installed data-scheme copy that is not ELF, so no library
                 shipped[wheel.name][path] = library
                 found[library.wheel].append(library)
+                if table is not None:
+                    symbols[library] = table
         believed = 0
         for ref in self._scanned:
             found[ref.filename].sort(key=lambda library: library.path)
@@ -286,18 +302,26 @@ class _Scan:
                 cache.store(ref.sha256, found[ref.filename])
         libraries = tuple(library for ref in refs for library in found[ref.filename])
         cached_wheels = len(refs) - len(self._scanned) + believed
-        return WheelScan(libraries, sum(job[1].file_size for job in jobs), cached_wheels, problems)
+        return WheelScan(libraries, sum(job[1].file_size for job in jobs), cached_wheels, problems, symbols)
 
 
-def _read_or_problem(job: tuple[Path, ZipMember, str], file: Path | None = None) -> ElfLibrary | ElfError | None:
+def _read_or_problem(
+    job: tuple[Path, ZipMember, str], file: Path | None, symbols: bool
+) -> tuple[ElfLibrary | ElfError | None, SymbolTable | None]:
     """The library of one member (from its installed ``file`` when given), or the error that says why it
     cannot be read (kept for its wheel); None when a data-scheme member is no ELF file (its installed copy
-    can be other than the wheel's bytes that :func:`library_members` looked at)."""
+    can be other than the wheel's bytes that :func:`library_members` looked at).  With ``symbols``, beside it its
+    symbol table (None where it was not read in that pass)."""
+    wheel, info, path = job
     try:
-        return read_library(*job) if file is None else read_installed_library(file, wheel=job[0].name, path=job[2])
+        if symbols:
+            return read_library_and_symbols(wheel, info, path, installed=file)
+        if file is None:
+            return read_library(wheel, info, path), None
+        return read_installed_library(file, wheel=wheel.name, path=path), None
     except ElfError as error:
         # Kept without its traceback: its frames would keep the reader's tables alive for every unreadable library.
-        return error.with_traceback(None)
+        return error.with_traceback(None), None
 
 
 _Item = TypeVar("_Item")
@@ -349,7 +373,11 @@ def is_vendored(library: ElfLibrary) -> bool:
     return top.endswith(".libs") and "/" not in rest
 
 
-def build_graph(libraries: Sequence[ElfLibrary], problems: Mapping[str, LibraryProblem] | None = None) -> LibraryGraph:
+def build_graph(
+    libraries: Sequence[ElfLibrary],
+    problems: Mapping[str, LibraryProblem] | None = None,
+    symbols: Mapping[ElfLibrary, SymbolTable] | None = None,
+) -> LibraryGraph:
     """Resolve DT_NEEDED edges and order the libraries deps first, each cycle as one (see :attr:`LibraryGraph.load_order`)."""
     by_soname: dict[str, list[ElfLibrary]] = {}
     by_filename: dict[str, list[ElfLibrary]] = {}
@@ -381,7 +409,9 @@ def build_graph(libraries: Sequence[ElfLibrary], problems: Mapping[str, LibraryP
         (tuple(sorted(members, key=position.__getitem__)) for members in components if len(members) > 1),
         key=lambda members: position[members[0]],
     )
-    return LibraryGraph(ordered, dependencies, system, providers, load_order, tuple(cycles), dict(problems or {}))
+    return LibraryGraph(
+        ordered, dependencies, system, providers, load_order, tuple(cycles), dict(problems or {}), dict(symbols or {})
+    )
 
 
 def read_graph(
@@ -391,14 +421,19 @@ def read_graph(
     workers: int | None = None,
     lenient: bool = False,
     installed: Callable[[str, str], Path | None] | None = None,
+    symbols: bool = False,
 ) -> LibraryGraph:
     """Scan ``wheels`` and build their library graph.
 
     A library that cannot be read is an :class:`ElfError` naming it, unless ``lenient``: then it is left
     out and kept in :attr:`LibraryGraph.problems`, for :meth:`LibraryGraph.check_problems` to judge
     against the package being patched (the whole lock is read, and most of its wheels are bystanders).
+    ``symbols``: the graph also holds the symbol tables of the libraries read (:attr:`LibraryGraph.symbols`),
+    for a kept observation's check.
     """
-    with start_graph(wheels, caches=caches, workers=workers, lenient=lenient, installed=installed) as reading:
+    with start_graph(
+        wheels, caches=caches, workers=workers, lenient=lenient, installed=installed, symbols=symbols
+    ) as reading:
         return reading.result()
 
 
@@ -406,7 +441,7 @@ def _graph_of(scan: WheelScan, wheels: Sequence[Path | str | WheelRef], lenient:
     if scan.problems and not lenient:
         first = next(ref.filename for ref in map(WheelRef.of, wheels) if ref.filename in scan.problems)
         raise ElfError(scan.problems[first].message)
-    return build_graph(scan.libraries, scan.problems)
+    return build_graph(scan.libraries, scan.problems, scan.symbols)
 
 
 class ListingChanged(Exception):
@@ -489,10 +524,12 @@ def start_graph(
     workers: int | None = None,
     lenient: bool = False,
     installed: Callable[[str, str], Path | None] | None = None,
+    symbols: bool = False,
 ) -> GraphReading:
     """:func:`read_graph`, started: listed now, read on ``workers`` threads while the caller goes on (the ``split``
     command's graph and the hub's, which its splits write beside); use it in a ``with``, which ends the threads.
     Strict, the graph, once read, holds every library listed (or :meth:`GraphReading.result` raises); ``lenient``,
-    it leaves out those that cannot be read, which :meth:`GraphReading.result_as_listed` tells."""
-    scan = _Scan(wheels, caches=caches, workers=workers, installed=installed)
+    it leaves out those that cannot be read, which :meth:`GraphReading.result_as_listed` tells.  ``symbols``: as
+    :func:`read_graph`'s."""
+    scan = _Scan(wheels, caches=caches, workers=workers, installed=installed, symbols=symbols)
     return GraphReading(scan.listed, lambda: _graph_of(scan.finish(), wheels, lenient), scan.__exit__)

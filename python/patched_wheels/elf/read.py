@@ -50,6 +50,9 @@ _MAX_NAMES = 1 << 12  # DT_NEEDED, DT_SONAME, DT_RPATH and DT_RUNPATH entries; a
 _MAX_NAME_BYTES = 1 << 18  # the distinct strings those entries name, their NULs counted
 _MAX_PASSES = 4  # headers, PT_DYNAMIC, strings: in file order that is one or two passes; hostile layouts get no more
 _HEAD_SIZE = 1 << 20  # kept from the first pass: the ELF and program headers, and a plain linker's .dynstr
+_MAX_KEPT = (
+    32 << 20
+)  # what else a stream may be asked to keep as it passes (ForwardReader.keep): torch's .dynstr is 10 MB
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 
@@ -206,6 +209,9 @@ class ByteSource(Protocol):
 
     def read(self, offset: int, size: int, what: str, *, exact: bool = True) -> bytes: ...
 
+    def keep(self, offset: int, size: int) -> None:
+        """Bytes that will be read, perhaps after the stream is past them: held once streamed (:class:`ForwardReader`)."""
+
 
 class FileReader:
     """:class:`ByteSource` over a file on disk (an installed library), read where asked."""
@@ -225,6 +231,9 @@ class FileReader:
             )
         return data
 
+    def keep(self, offset: int, size: int) -> None:
+        """Nothing to do: a file on disk is read where asked."""
+
     def finish(self) -> int:
         """The file's size (as :meth:`ForwardReader.finish`; a file on disk needs no stream to its end)."""
         return self._size
@@ -233,7 +242,8 @@ class FileReader:
 class ForwardReader:
     """Reads byte ranges of a member that can only be streamed from its start: a range behind the
     stream's position starts another pass, unless it lies in the first megabyte, kept from the first
-    pass.  Holds that, one chunk and what was asked for, nothing more."""
+    pass, or in a range the caller said it would read (:meth:`keep`), kept once streamed.  Holds those, one
+    chunk and what was asked for, nothing more."""
 
     def __init__(self, open_chunks: OpenChunks, where: str) -> None:
         self._open = open_chunks
@@ -242,13 +252,26 @@ class ForwardReader:
         self._start = 0  # file offset of self._chunk
         self._chunk = b""
         self._head = bytearray()  # the file's first bytes, up to _HEAD_SIZE
+        self._kept: list[tuple[int, int, bytearray]] = []  # (offset, size, the bytes streamed so far from offset)
         self._passes = 0
+
+    def keep(self, offset: int, size: int) -> None:
+        """Hold the ``size`` bytes at ``offset`` as the stream passes them, to be read later without another pass
+        (a library's section headers and dynamic strings, which can lie before what is read first): ahead of the
+        stream, within :data:`_MAX_KEPT` in all; otherwise nothing is held, and reading them may take a pass."""
+        held = sum(kept_size for _, kept_size, _ in self._kept)
+        ahead = self._passes == 0 or offset >= self._start + len(self._chunk)
+        if ahead and 0 < size and held + size <= _MAX_KEPT and offset >= len(self._head):
+            self._kept.append((offset, size, bytearray()))
 
     def read(self, offset: int, size: int, what: str, *, exact: bool = True) -> bytes:
         """``size`` bytes at ``offset``; when the file ends first, an ElfError naming ``what`` (or, not
         ``exact``, the bytes there are)."""
         if offset + size <= len(self._head):
             return bytes(self._head[offset : offset + size])
+        for start, _, data in self._kept:
+            if start <= offset and offset + size <= start + len(data):
+                return bytes(data[offset - start : offset - start + size])
         if offset < self._start or self._passes == 0:
             if self._passes == _MAX_PASSES:
                 raise ElfError(f"{self._where}: {what} is out of file order too often to be read as a stream")
@@ -262,8 +285,7 @@ class ForwardReader:
                 out += self._chunk[begin : begin + size - len(out)]
                 continue
             self._start, self._chunk = end, next(self._chunks, b"")
-            if self._start == len(self._head) < _HEAD_SIZE:
-                self._head += self._chunk[: _HEAD_SIZE - len(self._head)]
+            self._hold()
             if not self._chunk and not exact:
                 break
             if not self._chunk:
@@ -272,11 +294,22 @@ class ForwardReader:
                 )
         return bytes(out)
 
+    def _hold(self) -> None:
+        """Take what the head and the kept ranges need of the chunk just streamed (each filled in file order)."""
+        start, chunk = self._start, self._chunk
+        if start == len(self._head) < _HEAD_SIZE:
+            self._head += chunk[: _HEAD_SIZE - len(self._head)]
+        for offset, size, data in self._kept:
+            at = offset + len(data)  # the next byte the range lacks
+            if len(data) < size and start <= at < start + len(chunk):
+                data += chunk[at - start : at - start + size - len(data)]
+
     def finish(self) -> int:
         """Stream the current pass to its end and return the file's size: :func:`~patched_wheels.wheelfile.inflated_chunks`
         checks the member's size and CRC-32 there, so what was read is known to be the member's bytes."""
         for chunk in self._chunks:
             self._start, self._chunk = self._start + len(self._chunk), chunk
+            self._hold()
         return self._start + len(self._chunk)
 
 
@@ -355,6 +388,10 @@ def _read_layout(reader: ByteSource, where: str) -> tuple[int, DynamicLayout | N
         raise ElfError(
             f"{where}: the dynamic string table (DT_STRTAB, DT_STRSZ) lies outside every PT_LOAD's file bytes"
         )
+    # Kept whole as it streams by, when it lies ahead (a table patchelf moved past .dynamic, as torch's): its strings
+    # are read in offset order, each up to _MAX_STRING bytes, and one whose read crossed into the next chunk made the
+    # next string lie behind the stream (a pass more over libtorch_cpu.so's 470 MB); the symbol table's names too.
+    reader.keep(strtab_offset, strsz)
     named = [value for tag, value in entries if tag in STRING_TAGS]
     if len(named) > _MAX_NAMES:
         raise ElfError(
@@ -407,38 +444,64 @@ def _file_offset(programs: tuple[dict[str, int], ...], address: int, size: int) 
     return None
 
 
+SectionTable = tuple[ElfFormat, list[dict[str, int]]]
+"""A file's class and byte order, and its section headers (:func:`read_sections`)."""
+
+
 def read_library(wheel: Path, info: ZipMember, path: str) -> ElfLibrary | None:
     """The dynamic section of one archive member, streamed, in bounded memory; None for a data-scheme
     member that is not an ELF file (a ``.so``-named file outside site-packages need not be a library)."""
-    reader = ForwardReader(lambda: inflated_chunks(wheel, info), f"{wheel.name}: {path}")
-    if data_scheme(path) and reader.read(0, len(ELF_MAGIC), "the ELF magic", exact=False) != ELF_MAGIC:
-        return None
-    return _library(reader, wheel=wheel.name, path=path)
+    return library_of(member_reader(wheel, info, path), wheel=wheel.name, path=path)[0]
+
+
+def member_reader(wheel: Path, info: ZipMember, path: str) -> ForwardReader:
+    """A :class:`ForwardReader` over the member ``info`` of ``wheel``, installed at ``path``."""
+    return ForwardReader(lambda: inflated_chunks(wheel, info), f"{wheel.name}: {path}")
 
 
 def read_installed_library(file: Path, *, wheel: str, path: str) -> ElfLibrary | None:
     """:func:`read_library` on the member's copy installed at ``file`` (checked against RECORD when it was
     written): the same library, read where its headers point instead of inflating the member again."""
     with open(file, "rb") as opened:
-        reader = FileReader(opened.fileno(), f"{wheel}: {path}")
-        if data_scheme(path) and reader.read(0, len(ELF_MAGIC), "the ELF magic", exact=False) != ELF_MAGIC:
-            return None
-        return _library(reader, wheel=wheel, path=path)
+        return library_of(FileReader(opened.fileno(), f"{wheel}: {path}"), wheel=wheel, path=path)[0]
 
 
 def parse_elf(data: bytes, *, wheel: str, path: str) -> ElfLibrary:
     """:func:`read_library` on a library's bytes."""
-    return _library(ForwardReader(lambda: iter([data]), f"{wheel}: {path}"), wheel=wheel, path=path)
+    return _library(ForwardReader(lambda: iter([data]), f"{wheel}: {path}"), wheel=wheel, path=path)[0]
 
 
-def _library(reader: ForwardReader | FileReader, *, wheel: str, path: str) -> ElfLibrary:
-    """The :class:`ElfLibrary` ``reader`` streams, its member read to the end (checked whole)."""
+def library_of(
+    reader: ForwardReader | FileReader, *, wheel: str, path: str, sections: bool = False
+) -> tuple[ElfLibrary | None, SectionTable | None]:
+    """The :class:`ElfLibrary` ``reader`` streams (None for a data-scheme file that is not an ELF file), its member
+    read to the end (checked whole); with ``sections``, also its section headers, read in the same pass (they lie
+    after ``.dynamic``, at the file's end): None where there are none to read so (no PT_DYNAMIC, a table this reader
+    cannot follow in that pass), which decides nothing about the library."""
+    if data_scheme(path) and reader.read(0, len(ELF_MAGIC), "the ELF magic", exact=False) != ELF_MAGIC:
+        return None, None
+    return _library(reader, wheel=wheel, path=path, sections=sections)
+
+
+def _library(
+    reader: ForwardReader | FileReader, *, wheel: str, path: str, sections: bool = False
+) -> tuple[ElfLibrary, SectionTable | None]:
+    """:func:`library_of` of a file known to be meant as a library."""
     where = f"{wheel}: {path}"
+    if sections:  # e_shoff is known from the first bytes: torch's tables lie between .dynamic and its strings
+        elf, (_, shoff, _, _, shentsize, shnum) = _read_header(reader, where)
+        reader.keep(shoff, shnum * shentsize)
     section_table_end, layout = _read_layout(reader, where)
+    table = None
+    if sections and layout is not None:
+        try:
+            table = layout.format, section_headers(reader, layout.format, layout.shoff, layout.shnum, layout.shentsize)
+        except ElfError:  # cut, or out of file order too often: what needs it reads the file again on its own
+            table = None
     if section_table_end > reader.finish():  # nothing here reads it, but a cut file is one to refuse
         raise ElfError(f"{where}: truncated or corrupt ELF file (its sh table ends past its end)")
     if layout is None:
-        return ElfLibrary(wheel, path, None, (), (), ())
+        return ElfLibrary(wheel, path, None, (), (), ()), None
 
     # Latin-1, as pyelftools decoded them (the graph's names before this reader): any bytes round-trip.  Each
     # string decoded (and a search path split) once, however many entries name it, and equal names are one object:
@@ -468,4 +531,4 @@ def _library(reader: ForwardReader | FileReader, *, wheel: str, path: str) -> El
     sonames = layout.values(DT_SONAME)
     needed = tuple(decoded[value] for value in layout.values(DT_NEEDED))
     soname = decoded[sonames[-1]] if sonames else None
-    return ElfLibrary(wheel, path, soname, needed, search_path(DT_RPATH), search_path(DT_RUNPATH))
+    return ElfLibrary(wheel, path, soname, needed, search_path(DT_RPATH), search_path(DT_RUNPATH)), table

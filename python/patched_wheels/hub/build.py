@@ -202,7 +202,12 @@ def _build(
     # One ELF graph of the whole set (the originals, under their own names) for every spec's preload and
     # split, read only if the plan says some spec needs one.
     with ExitStack() as stack:
-        installation = probe_installation(planned.patched, config.wheels, caches, stack)
+        # A probe whose observation is kept (the cache's, the facts') does not run: that observation is checked
+        # against the mapped libraries' symbol tables, which the graph then reads in its pass over the members.
+        probes = default_probes(planned.patched)
+        digests = [wheel.sha256 for wheel in config.wheels]
+        kept = {probe for probe in probes if is_observed(digests, probe, caches)}
+        installation = probe_installation(config.wheels, stack) if set(probes) - kept else None
         # Lenient: a lock's unreadable library fails only a spec that may need it (LibraryGraph.check_problems).
         # A library the probes' installation holds is read there, not inflated a second time.  Started, not
         # waited for: the first spec's split copies what stays compressed while the libraries inflate, on every
@@ -215,6 +220,7 @@ def _build(
                         caches=caches,
                         lenient=True,
                         installed=installation.own_copy if installation is not None else None,
+                        symbols=bool(kept),
                     )
                 )
                 if config.needs_graph
@@ -324,20 +330,15 @@ def unused_facts_warning(call: str, shown: str) -> None:
     )
 
 
-def probe_installation(
-    patched: Sequence[PatchedWheelSpec], wheels: Sequence[WheelRef], caches: CacheContext, stack: ExitStack
-) -> Installation | None:
-    """The wheel set installed in one site-packages, once, when a probe will run on it (a ``preload = "auto"``
-    spec whose observation is not cached, every wheel fetched and installable here); else None, and each
+def probe_installation(wheels: Sequence[WheelRef], stack: ExitStack) -> Installation | None:
+    """The wheel set installed in one site-packages, once, for the probes that will run on it (``preload = "auto"``
+    specs whose observation is not kept), where every wheel is fetched and installable here; else None, and each
     probe installs the set itself if it runs after all (:func:`~patched_wheels.loading.observe.observe`).
     Installed before the ELF graph is read, which then reads the installed libraries instead of inflating
     every member twice; removed when ``stack`` closes. RECORD's hashes are not checked: Bazel's downloader
     checked each whole wheel against the sha256 of the lock."""
-    probes = default_probes(patched)
     paths = [wheel.path for wheel in wheels]
-    if not probes or None in paths or tag_mismatch(wheel.filename for wheel in wheels) is not None:
-        return None
-    if all(is_observed([wheel.sha256 for wheel in wheels], probe, caches) for probe in probes):
+    if None in paths or tag_mismatch(wheel.filename for wheel in wheels) is not None:
         return None
     from patched_wheels.loading.probe import installed  # imported here: only a probe that runs installs anything
 

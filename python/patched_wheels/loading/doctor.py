@@ -217,7 +217,13 @@ def diagnose(
     """
     wheels = [Path(wheel) for wheel in wheels]
     # With a package, an unreadable library fails only if the package may need it (LibraryGraph.check_problems).
-    graph = read_graph(wheels, caches=caches, lenient=package is not None)
+    # With a probe and a cache, its kept observation is checked against the symbol tables read in the graph's pass.
+    graph = read_graph(
+        wheels,
+        caches=caches,
+        lenient=package is not None,
+        symbols=probe is not None and installation is None and caches.root is not None,
+    )
     names = system_library_names() if system_names is None else system_names
     if package is None:
         if preload_wheels:

@@ -24,8 +24,9 @@ failure would become every later run's verdict.
 A kept observation (the cache's file, or a hub's ``wheel_facts`` entry) is a claim, and only what a run
 cannot derive from the wheels is taken from it: which libraries of the set the probe mapped.  The rest is
 derived again, from the wheels, before it is believed (:func:`_disagreement`): the extension modules and
-the libraries needing RTLD_GLOBAL are read from the mapped libraries' own symbol tables (each member
-inflated once), and must be the ones the entry lists; the mapped set must be closed under the set's own
+the libraries needing RTLD_GLOBAL are read from the mapped libraries' own symbol tables (those the graph read
+in its pass over the members, :attr:`~patched_wheels.elf.graph.LibraryGraph.symbols`; a member it did not read is
+read here), and must be the ones the entry lists; the mapped set must be closed under the set's own
 DT_NEEDED edges (a library listed without the library of the set it needs was not mapped so); a failed
 probe's entry is refused.  An entry that disagrees is one warning naming its file, and the probe runs again.
 What no check short of running the probe can see stays believed: a listed library of the set that the
@@ -39,7 +40,6 @@ import hashlib
 import json
 import os
 import posixpath
-import struct
 import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
@@ -54,19 +54,12 @@ from patched_wheels.base.cache import OFF, CacheContext, is_int
 from patched_wheels.base.fsutil import hash_file
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, library_members
-from patched_wheels.elf.read import (
-    SHT_DYNSYM,
-    SHT_NOBITS,
-    ByteSource,
-    ElfLibrary,
-    FileReader,
-    ForwardReader,
-    read_sections,
-)
+from patched_wheels.elf.read import ElfLibrary
+from patched_wheels.elf.symbols import NO_SYMBOLS, SymbolTable, read_member_symbols, read_symbols
 from patched_wheels.elf.syslibs import ld_so_cache, system_library_names
-from patched_wheels.errors import PatchedWheelsError, warn
+from patched_wheels.errors import warn
 from patched_wheels.loading.layout import FLAT
-from patched_wheels.wheelfile import WheelFilename, ZipMember, inflated_chunks
+from patched_wheels.wheelfile import WheelFilename, ZipMember
 from patched_wheels.wheelfile.schemes import data_scheme
 
 if TYPE_CHECKING:
@@ -75,14 +68,9 @@ if TYPE_CHECKING:
 KIND = "observed"
 """The cache kind of observations (one of :data:`patched_wheels.base.cache.RECORDED_KINDS`)."""
 _SCHEMA = 2  # 2: one site-packages is a virtual environment (observations of the PYTHONPATH run missed libraries)
-# Elf_Sym fields: binding (st_info >> 4) and the section index of an undefined symbol.
-_STB_GLOBAL, _STB_WEAK, _SHN_UNDEF = 1, 2, 0
 _MAX_ENTRY = 16 << 20
 # A run keeps an error line of at most 8 KiB (see probe.py); a longer cached one is not a row this module wrote.
 _MAX_ERROR = 8 << 10
-# What reading a symbol table can raise on a file that is no library the reader follows (or a member that does
-# not inflate): the library then has no symbols (see read_symbols).
-_UNREADABLE = (OSError, PatchedWheelsError, ValueError, IndexError, struct.error)
 _SHOWN = 3  # libraries a disagreement names
 Key = tuple[str, str]
 """(wheel file name, install path): one library of the set."""
@@ -226,9 +214,14 @@ def _run(
         )
         return None
     mapped = result.mapped
-    with phase("probe: symbols"):
+    with phase("probe: symbols"):  # the tables the graph read with the libraries, else the installed files'
+        read = graph.symbols
         extensions, needs_global = _derived(
-            graph, {library: read_symbols(installation.file(FLAT, library)) for library in mapped}
+            graph,
+            {
+                library: read[library] if library in read else read_symbols(installation.file(FLAT, library))
+                for library in mapped
+            },
         )
     return Observation(probe, frozenset(_keys(mapped)), extensions, needs_global, result.returncode, result.error_line)
 
@@ -237,9 +230,7 @@ def _keys(libraries: Iterable[ElfLibrary]) -> set[Key]:
     return {(library.wheel, library.path) for library in libraries}
 
 
-def _derived(
-    graph: LibraryGraph, symbols: Mapping[ElfLibrary, tuple[frozenset[str], frozenset[str]]]
-) -> tuple[frozenset[Key], frozenset[Key]]:
+def _derived(graph: LibraryGraph, symbols: Mapping[ElfLibrary, SymbolTable]) -> tuple[frozenset[Key], frozenset[Key]]:
     """The extension modules and the libraries needing RTLD_GLOBAL among the mapped libraries whose symbol tables
     (defined, undefined names) ``symbols`` holds: what a run derives, and what a kept observation must list."""
     system = _SystemSymbols()
@@ -275,7 +266,7 @@ def _disagreement(observation: Observation, graph: LibraryGraph, refs: Sequence[
     unfetched = sorted({library.wheel for library in mapped if files.get(library.wheel) is None})
     if unfetched:
         return f"{unfetched[0]} is not at hand, so its libraries' symbol tables cannot be read to check it"
-    extensions, needs_global = _derived(graph, _member_symbols(mapped, files))
+    extensions, needs_global = _derived(graph, _member_symbols(mapped, graph, files))
     for name, listed, derived in (
         ("extensions", observation.extensions, extensions),
         ("global", observation.needs_global, needs_global),
@@ -362,31 +353,34 @@ def _outside_directories(mapped: Sequence[ElfLibrary]) -> set[str] | None:
 
 
 def _member_symbols(
-    libraries: Sequence[ElfLibrary], files: Mapping[str, Path | None]
-) -> dict[ElfLibrary, tuple[frozenset[str], frozenset[str]]]:
-    """:func:`read_symbols` of each of ``libraries`` from its wheel's member (``files``: each wheel's file), a
-    library per thread (inflating leaves the interpreter lock)."""
+    libraries: Sequence[ElfLibrary], graph: LibraryGraph, files: Mapping[str, Path | None]
+) -> dict[ElfLibrary, SymbolTable]:
+    """The symbol table of each of ``libraries``: the one ``graph`` read with it, else read from its wheel's member
+    (``files``: each wheel's file), a library per thread (inflating leaves the interpreter lock)."""
+    tables = {library: graph.symbols[library] for library in libraries if library in graph.symbols}
+    unread = [library for library in libraries if library not in tables]
+    if not unread:
+        return tables
     members: dict[str, dict[str, ZipMember]] = {}
-    for wheel in sorted({library.wheel for library in libraries}):
+    for wheel in sorted({library.wheel for library in unread}):
         file = files[wheel]
         assert file is not None  # checked by the caller
         members[wheel] = {path: info for info, path in library_members(file)}
 
-    def one(library: ElfLibrary) -> tuple[frozenset[str], frozenset[str]]:
+    def one(library: ElfLibrary) -> SymbolTable:
         info, file = members[library.wheel].get(library.path), files[library.wheel]
         if info is None or file is None:  # a row the graph holds is a member (checked when it was read)
-            return frozenset(), frozenset()
-        return read_member_symbols(file, info, f"{library.wheel}: {library.path}")
+            return NO_SYMBOLS
+        return read_member_symbols(file, info, library.path)
 
-    if not libraries:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(len(libraries), os.cpu_count() or 1)) as pool:
-        return dict(zip(libraries, pool.map(one, libraries)))
+    with ThreadPoolExecutor(max_workers=min(len(unread), os.cpu_count() or 1)) as pool:
+        tables.update(zip(unread, pool.map(one, unread)))
+    return tables
 
 
 def libraries_needing_global(
     graph: LibraryGraph,
-    symbols: Mapping[ElfLibrary, tuple[frozenset[str], frozenset[str]]],
+    symbols: Mapping[ElfLibrary, SymbolTable],
     system_defined: Callable[[str], frozenset[str]],
     interpreter: frozenset[str],
 ) -> set[ElfLibrary]:
@@ -410,62 +404,6 @@ def libraries_needing_global(
             if len(candidates) == 1:
                 needed.add(candidates[0])
     return needed
-
-
-def read_symbols(path: Path | str) -> tuple[frozenset[str], frozenset[str]]:
-    """The names ``path``'s dynamic symbol table defines and those it needs (undefined, not weak); empty for
-    a file the ELF reader cannot follow (the observation then only misses a reason to load it globally).
-
-    :func:`patched_wheels.elf.read.read_sections` finds ``.dynsym`` and its string table, read where they
-    lie; the entries are unpacked with :mod:`struct` (a library such as libLLVM has 46,000 symbols).
-    """
-    try:
-        with open(path, "rb") as file:
-            return _symbols(FileReader(file.fileno(), str(path)), str(path))
-    except _UNREADABLE:
-        return frozenset(), frozenset()
-
-
-def read_member_symbols(wheel: Path, info: ZipMember, where: str) -> tuple[frozenset[str], frozenset[str]]:
-    """:func:`read_symbols` of a wheel's member, streamed (:class:`~patched_wheels.elf.read.ForwardReader`: the
-    member inflated once to its section headers, at its end, then again as far as its symbol table): a kept
-    observation is checked against the wheels without installing them."""
-    try:
-        return _symbols(ForwardReader(lambda: inflated_chunks(wheel, info), where), where)
-    except _UNREADABLE:
-        return frozenset(), frozenset()
-
-
-def _symbols(reader: ByteSource, where: str) -> tuple[frozenset[str], frozenset[str]]:
-    defined: set[str] = set()
-    undefined: set[str] = set()
-    elf, sections = read_sections(reader, where)
-    entry = struct.Struct(elf.order + ("IBBHQQ" if elf.wide else "IIIBBH"))
-    for section in sections:
-        if section["type"] != SHT_DYNSYM:
-            continue
-        strings = _section_data(reader, sections[section["link"]])
-        table = _section_data(reader, section)
-        for fields in entry.iter_unpack(table[: len(table) - len(table) % entry.size]):
-            name_at, info, shndx = (fields[0], fields[1], fields[3]) if elf.wide else (fields[0], fields[3], fields[5])
-            bind = info >> 4
-            if not name_at or bind not in (_STB_GLOBAL, _STB_WEAK):
-                continue
-            name = strings[name_at : strings.find(b"\0", name_at)].decode("utf-8", "replace")
-            if shndx != _SHN_UNDEF:
-                defined.add(name)
-            elif bind == _STB_GLOBAL:
-                undefined.add(name)
-    return frozenset(defined), frozenset(undefined)
-
-
-def _section_data(reader: ByteSource, section: dict[str, int]) -> bytes:
-    """A section's bytes as far as the file holds them; none for SHT_NOBITS (it has none in the file)."""
-    return (
-        b""
-        if section["type"] == SHT_NOBITS
-        else reader.read(section["offset"], section["size"], "a section", exact=False)
-    )
 
 
 class _SystemSymbols:

@@ -343,11 +343,12 @@ def plan_package_preload(
     wheels = [wheel if isinstance(wheel, WheelRef) else Path(wheel) for wheel in wheels]
     if package_wheel is None:
         package_wheel = find_package(package, [wheel for wheel in wheels if isinstance(wheel, Path)]).wheel
-    if graph is None:
-        graph = read_graph(wheels, caches=caches, lenient=True)  # check_problems below judges what is unreadable
+    probe = mode if isinstance(mode, Probe) else None
+    if graph is None:  # lenient: check_problems below judges what is unreadable; symbols: for a kept observation
+        kept = probe is not None and probe.installation is None and caches.root is not None
+        graph = read_graph(wheels, caches=caches, lenient=True, symbols=kept)
     phrasing = phrasing or Phrasing.plain(package)
     location = locate_package(package, package_wheel, wheels, phrasing, graph)
-    probe = mode if isinstance(mode, Probe) else None
     if probe is not None and probe.code is not None and not isinstance(probe.code, str):
         raise UsageError(f"probe {probe.code!r}: not Python code (a string)")
     observed = None

@@ -293,7 +293,8 @@ def test_graph_prints_printable_names_as_they_are(tmp_path, capsys):
     ]
 
 
-def test_an_unreadable_library_s_error_is_kept_without_the_reader_s_frames(tmp_path):
+@pytest.mark.parametrize("symbols", [False, True], ids=["library", "library and symbols"])
+def test_an_unreadable_library_s_error_is_kept_without_the_reader_s_frames(tmp_path, symbols):
     # The scan keeps one error per unreadable library until the graph is built: with its traceback it kept the
     # reader's tables (65,000 parsed dynamic entries apiece) alive for every one of them.
     table, (offset,) = _strings("libx.so.1")
@@ -301,8 +302,8 @@ def test_an_unreadable_library_s_error_is_kept_without_the_reader_s_frames(tmp_p
         tmp_path, "bomb", "1.0", {MEMBER: _elf(table, [(DT_NEEDED, offset)] * (elfread._MAX_NAMES + 1))}
     )
     ((info, path),) = elfgraph.library_members(wheel)
-    error = elfgraph._read_or_problem((wheel, info, path))
-    assert isinstance(error, ElfError) and error.__traceback__ is None
+    error, no_table = elfgraph._read_or_problem((wheel, info, path), None, symbols)
+    assert isinstance(error, ElfError) and error.__traceback__ is None and no_table is None
 
 
 def test_hashing_a_library_reads_none_of_its_names():

@@ -24,7 +24,7 @@ from patched_wheels.elf import graph as elfgraph
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import Staging, build_hub
 from patched_wheels.hub.spec import PatchedWheelSpec
-from patched_wheels.loading import probe
+from patched_wheels.loading import observe, probe
 from patched_wheels.loading.preloadmodule import read_preload_data
 from patched_wheels.patch.request import BAZEL_NAMES, SplitRequest
 from patched_wheels.patch.surgery import PatchOptions, patch_wheel
@@ -321,9 +321,10 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     reads: Counter[tuple[str, str]] = Counter()
     inflated: Counter[tuple[str, str]] = Counter()
     installs: list[int] = []
-    read_library, read_installed_library, installed = (
+    read_library, read_installed_library, read_library_and_symbols, installed = (
         elfgraph.read_library,
         elfgraph.read_installed_library,
+        elfgraph.read_library_and_symbols,
         probe.installed,
     )
 
@@ -336,12 +337,23 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
         reads[wheel, path] += 1
         return read_installed_library(file, wheel=wheel, path=path)
 
+    def counting_with_symbols(wheel: Path, info: ZipMember, path: str, *, installed: Path | None = None) -> object:
+        reads[wheel.name, path] += 1
+        if installed is None:
+            inflated[wheel.name, path] += 1
+        return read_library_and_symbols(wheel, info, path, installed=installed)
+
+    def no_second_read(*args: object) -> object:
+        pytest.fail(f"a kept observation's check read a member again: {args}")
+
     def counting_installs(wheels: list[Path], kinds: tuple[str, ...], *, check_record: bool = True) -> object:
         installs.append((len(wheels), check_record))
         return installed(wheels, kinds, check_record=check_record)
 
     monkeypatch.setattr(elfgraph, "read_library", counting)
     monkeypatch.setattr(elfgraph, "read_installed_library", counting_installed)
+    monkeypatch.setattr(elfgraph, "read_library_and_symbols", counting_with_symbols)
+    monkeypatch.setattr(observe, "read_member_symbols", no_second_read)
     monkeypatch.setattr(probe, "installed", counting_installs)
     monkeypatch.setenv("RULES_PATCHED_WHEELS_CACHE", str(tmp_path / "user-cache"))
     first = write_config(tmp_path / "first", others, patched, index_option="direct", rules_python_version="2.3.2")
@@ -358,7 +370,9 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
     )
     installs.clear()
     assert main(["hub", "build", "--config", str(second)]) == 0
-    assert reads == Counter(dict.fromkeys(every_library, 1)), "each library read once, to check the cache's row"
+    assert reads == Counter(dict.fromkeys(every_library, 1)), (
+        "each library read once, to check the cache's row, its symbol table with it for the kept observations' check"
+    )
     assert not installs, "no probe: the observations are cached"
     for run in ("first", "second"):
         assert "_patched_wheels_preload" in str(

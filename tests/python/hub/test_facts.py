@@ -13,7 +13,7 @@ from patched_wheels.cli import main
 from patched_wheels.elf import graph as elfgraph
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.facts import facts_text, read_facts, write_facts
-from patched_wheels.loading import probe
+from patched_wheels.loading import observe, probe
 from support import fakecuda
 from support.hostile import make_special_file
 from support.hubconfig import load_config, no_user_cache, write_config  # noqa: F401  (no_user_cache: autouse)
@@ -29,10 +29,12 @@ def fake_set(tmp_path_factory: pytest.TempPathFactory) -> fakecuda.FakeCudaWheel
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts of what a build reads from the wheels: libraries inflated or read installed, and probe installs."""
-    counts = {"inflated": 0, "installed reads": 0, "installs": 0}
-    read_library, read_installed_library, installed = (
+    counts = {"inflated": 0, "installed reads": 0, "installs": 0, "members read again": 0}
+    read_member_symbols = observe.read_member_symbols
+    read_library, read_installed_library, read_library_and_symbols, installed = (
         elfgraph.read_library,
         elfgraph.read_installed_library,
+        elfgraph.read_library_and_symbols,
         probe.installed,
     )
 
@@ -44,12 +46,22 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["installed reads"] += 1
         return read_installed_library(*args, **kwargs)  # type: ignore[arg-type]
 
+    def with_symbols(*args: object, installed: Path | None = None) -> object:
+        counts["inflated" if installed is None else "installed reads"] += 1
+        return read_library_and_symbols(*args, installed=installed)  # type: ignore[arg-type]
+
+    def read_again(*args: object) -> object:
+        counts["members read again"] += 1
+        return read_member_symbols(*args)  # type: ignore[arg-type]
+
     def installing(*args: object, **kwargs: object) -> object:
         counts["installs"] += 1
         return installed(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(elfgraph, "read_library", inflating)
     monkeypatch.setattr(elfgraph, "read_installed_library", reading_installed)
+    monkeypatch.setattr(elfgraph, "read_library_and_symbols", with_symbols)
+    monkeypatch.setattr(observe, "read_member_symbols", read_again)
     monkeypatch.setattr(probe, "installed", installing)
     return counts
 
@@ -107,9 +119,12 @@ def test_a_runner_with_an_empty_cache_and_the_facts_installs_and_probes_nothing(
 
     work.update(dict.fromkeys(work, 0))
     second = build(tmp_path, "second", fake_set, cache="cache-b", wheel_facts=given)
-    assert work == {"inflated": len(fakecuda.LIBRARY_PATHS), "installed reads": 0, "installs": 0}, (
-        "an empty cache: nothing installed nor probed, each library read once to check its row"
-    )
+    assert work == {
+        "inflated": len(fakecuda.LIBRARY_PATHS),
+        "installed reads": 0,
+        "installs": 0,
+        "members read again": 0,
+    }, "an empty cache: nothing installed nor probed, each library read once to check its row and the observation"
     assert len(list((second / "_wheels").glob("*.whl"))) == len(fake_set.nvidia), (
         "the wheels at hand, to check the facts against"
     )

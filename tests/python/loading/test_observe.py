@@ -19,7 +19,7 @@ from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.errors import UsageError
 from patched_wheels.hub.build import PatchedWheelSpec, patch_into_index
 from patched_wheels.loading import observe as observe_module
-from patched_wheels.loading.observe import libraries_needing_global, observe, read_symbols
+from patched_wheels.loading.observe import libraries_needing_global, observe
 from support import stackshapes
 from support.fakecuda import RUNTIME_LIBRARY_PATHS, build_wheel, compile_shared
 
@@ -234,20 +234,6 @@ def test_a_probe_that_is_not_a_string_is_one_error(runtime, tmp_path):
         patch_into_index(spec, runtime.all, tmp_path)
 
 
-def test_symbols_of_real_libraries_and_of_truncated_or_foreign_files(tmp_path):
-    library = compile_shared(
-        tmp_path, "libs.so.1", "int used(void);\nint defined(void) { return used(); }\n", "-Wl,-soname,libs.so.1"
-    )
-    defined, undefined = read_symbols(library)
-    assert "defined" in defined and "used" in undefined and "used" not in defined
-    data = library.read_bytes()
-    for cut in (64, len(data) // 2, len(data) - 100):
-        (tmp_path / "cut.so").write_bytes(data[:cut])
-        assert read_symbols(tmp_path / "cut.so") in ((frozenset(), frozenset()), read_symbols(library))
-    (tmp_path / "text.so").write_bytes(b"not an ELF file")
-    assert read_symbols(tmp_path / "text.so") == (frozenset(), frozenset())
-
-
 _CRASH = "import ctypes; ctypes.string_at(0)"  # a segfault: no exit hook runs
 
 
@@ -437,7 +423,7 @@ def test_the_graph_read_from_an_installation_is_the_graph_of_the_archives(tmp_pa
     from patched_wheels.elf import graph as elfgraph
     from patched_wheels.loading.layout import FLAT
     from patched_wheels.loading.probe import installed
-    from support.fakecuda import build_wheel, compile_shared
+    from support.fakecuda import build_wheel
 
     build = tmp_path / "build"
     build.mkdir()

@@ -69,11 +69,24 @@ LIES = [  # the keys of _lies (which needs the wheels' digests)
 ]
 
 
+def _graph(runtime, monkeypatch, symbols: bool):
+    """The set's graph; with ``symbols``, holding the tables read in its pass, so nothing reads a member again."""
+    graph = read_graph(runtime.all, symbols=symbols)
+    if symbols:
+        assert len(graph.symbols) == len(graph.libraries)
+        monkeypatch.setattr(observe_module, "read_member_symbols", lambda *args: pytest.fail(f"read again: {args}"))
+    return graph
+
+
+TABLES = pytest.mark.parametrize("symbols", [False, True], ids=["tables read by the check", "tables of the graph"])
+
+
+@TABLES
 @pytest.mark.parametrize("lie", LIES)
 def test_a_kept_observation_the_wheels_contradict_is_one_warning_and_the_probe_runs(
-    runtime, cache_root, capsys, monkeypatch, lie
+    runtime, cache_root, capsys, monkeypatch, lie, symbols
 ):
-    graph = read_graph(runtime.all)
+    graph = _graph(runtime, monkeypatch, symbols)
     genuine = observe(runtime.all, PROBE, graph, caches=CacheContext.from_environment())
     assert genuine is not None and genuine.mapped == {(runtime.foo.name, FOO), (runtime.bar.name, BAR)}
     (entry,) = cache_root.iterdir()
@@ -100,9 +113,12 @@ def test_a_kept_observation_the_wheels_contradict_is_one_warning_and_the_probe_r
     assert json.loads(entry.read_text()) == value, "what the probe maps is kept in its place"
 
 
-def test_a_kept_observation_the_wheels_agree_with_is_believed_and_named(runtime, cache_root, capsys, monkeypatch):
+@TABLES
+def test_a_kept_observation_the_wheels_agree_with_is_believed_and_named(
+    runtime, cache_root, capsys, monkeypatch, symbols
+):
     """The checks hold for what a run keeps: a warm read is silent, runs nothing, and says where it came from."""
-    graph = read_graph(runtime.all)
+    graph = _graph(runtime, monkeypatch, symbols)
     genuine = observe(runtime.all, PROBE, graph, caches=CacheContext.from_environment())
     (entry,) = cache_root.iterdir()
     monkeypatch.setattr(observe_module, "_run", lambda *args: pytest.fail("ran the probe"))
