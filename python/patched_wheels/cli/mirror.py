@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from patched_wheels.base.fsutil import write_temp
+from patched_wheels.base.fsutil import temp_directory, write_temp
 from patched_wheels.cli import index_summary
 from patched_wheels.index.mirror import mirror
 from patched_wheels.lock.formats.requirements import parse_requirements
@@ -60,13 +59,9 @@ def _checked_copy(lock: Path, data: bytes) -> Iterator[Path]:
     try:
         copy = write_temp(lock, data, mode=0o600)
     except OSError:
-        directory = Path(tempfile.mkdtemp(prefix="patched-wheels-mirror-"))
-        try:
-            copy = directory / lock.name
-            copy.write_bytes(data)
-            yield copy
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
+        with temp_directory(Path(tempfile.gettempdir()), "mirror") as directory:
+            (directory / lock.name).write_bytes(data)
+            yield directory / lock.name
         return
     try:
         yield copy

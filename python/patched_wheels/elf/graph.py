@@ -29,7 +29,7 @@ from patched_wheels.elf.read import (
     read_library,
     starts_as_elf,
 )
-from patched_wheels.elf.symbols import SymbolTable, read_library_and_symbols
+from patched_wheels.elf.symbols import NameBudget, SymbolTable, read_library_and_symbols
 from patched_wheels.errors import ElfError, UsageError, warn
 from patched_wheels.wheelfile import WheelReader, ZipMember
 from patched_wheels.wheelfile.schemes import data_scheme, install_path
@@ -258,8 +258,10 @@ class _Scan:
         self.listed: Mapping[str, tuple[str, ...]] = {name: tuple(sorted(paths)) for name, paths in listed.items()}
         """Per wheel file name, the install paths of its libraries (cached rows', or the members being read)."""
 
+        self._budget = NameBudget() if symbols else None
+
         def read(job: tuple[Path, ZipMember, str]) -> tuple[ElfLibrary | ElfError | None, SymbolTable | None]:
-            return _read_or_problem(job, None if installed is None else installed(job[0].name, job[2]), symbols)
+            return _read_or_problem(job, None if installed is None else installed(job[0].name, job[2]), self._budget)
 
         self._results, self._stop = _start_on_threads(read, jobs, workers or os.cpu_count() or 1)
 
@@ -285,6 +287,8 @@ class _Scan:
                 found[library.wheel].append(library)
                 if table is not None:
                     symbols[library] = table
+        if self._budget is not None and self._budget.spent:  # some were dropped: none is kept (see NameBudget)
+            symbols = {}
         believed = 0
         for ref in self._scanned:
             found[ref.filename].sort(key=lambda library: library.path)
@@ -306,16 +310,16 @@ class _Scan:
 
 
 def _read_or_problem(
-    job: tuple[Path, ZipMember, str], file: Path | None, symbols: bool
+    job: tuple[Path, ZipMember, str], file: Path | None, symbols: NameBudget | None
 ) -> tuple[ElfLibrary | ElfError | None, SymbolTable | None]:
     """The library of one member (from its installed ``file`` when given), or the error that says why it
     cannot be read (kept for its wheel); None when a data-scheme member is no ELF file (its installed copy
-    can be other than the wheel's bytes that :func:`library_members` looked at).  With ``symbols``, beside it its
-    symbol table (None where it was not read in that pass)."""
+    can be other than the wheel's bytes that :func:`library_members` looked at).  With ``symbols`` (the scan's
+    budget of names), beside it its symbol table (None where it was not read in that pass)."""
     wheel, info, path = job
     try:
-        if symbols:
-            return read_library_and_symbols(wheel, info, path, installed=file)
+        if symbols is not None:
+            return read_library_and_symbols(wheel, info, path, installed=file, budget=symbols)
         if file is None:
             return read_library(wheel, info, path), None
         return read_installed_library(file, wheel=wheel.name, path=path), None

@@ -11,9 +11,10 @@ no random access, so the member has to be inflated up to there anyway.  :class:`
 follows :func:`patched_wheels.wheelfile.inflated_chunks` (python-isal's faster inflater when it is
 installed; each step releases the GIL, so a thread per core really runs in parallel), keeping one
 chunk, the file's first megabyte (where a plain linker puts the dynamic string table: read after
-``.dynamic``, it costs no second pass) and what was asked for; memory stays bounded whatever the
-member's size and layout, and a read behind the stream's position starts another pass, a few at
-most.  The graph (:mod:`patched_wheels.elf.graph`) opens wheels as
+``.dynamic``, it costs no second pass), the ranges a caller said it would read later (the dynamic string
+table where patchelf moved it past ``.dynamic``, the section headers: :meth:`ForwardReader.keep`) and what was
+asked for; memory stays bounded whatever the member's size and layout, and a read behind the stream's
+position starts another pass, a few at most.  The graph (:mod:`patched_wheels.elf.graph`) opens wheels as
 :class:`~patched_wheels.wheelfile.WheelReader` first: only a wheel we accept is analysed.
 """
 
@@ -50,9 +51,9 @@ _MAX_NAMES = 1 << 12  # DT_NEEDED, DT_SONAME, DT_RPATH and DT_RUNPATH entries; a
 _MAX_NAME_BYTES = 1 << 18  # the distinct strings those entries name, their NULs counted
 _MAX_PASSES = 4  # headers, PT_DYNAMIC, strings: in file order that is one or two passes; hostile layouts get no more
 _HEAD_SIZE = 1 << 20  # kept from the first pass: the ELF and program headers, and a plain linker's .dynstr
-_MAX_KEPT = (
-    32 << 20
-)  # what else a stream may be asked to keep as it passes (ForwardReader.keep): torch's .dynstr is 10 MB
+# What else one stream may keep as it passes (ForwardReader.keep): torch's largest .dynstr is 10 MB.  Per library
+# read, so a thread per core holds at most this much more each; a larger table is read by another pass instead.
+_MAX_KEPT = 16 << 20
 # libfoo.so, libfoo.so.12, libfoo.so.12.1.105, _C.cpython-311-x86_64-linux-gnu.so
 _SHARED_LIBRARY_NAME = re.compile(r"\.so(\.\d+)*$")
 
@@ -224,7 +225,8 @@ class FileReader:
     def read(self, offset: int, size: int, what: str, *, exact: bool = True) -> bytes:
         """``size`` bytes at ``offset``; when the file ends first, an ElfError naming ``what`` (or, not
         ``exact``, the bytes there are: never more than the file holds, whatever a header claims)."""
-        data = os.pread(self._fd, max(0, min(size, self._size - offset)), offset) if offset >= 0 else b""
+        # Nothing asked of os.pread past the end: an offset a header claims can be past what an off_t holds.
+        data = os.pread(self._fd, min(size, self._size - offset), offset) if 0 <= offset < self._size else b""
         if exact and len(data) < size:
             raise ElfError(
                 f"{self._where}: truncated or corrupt ELF file ({what} at offset {offset} runs past its end)"

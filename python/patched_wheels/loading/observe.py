@@ -55,7 +55,7 @@ from patched_wheels.base.fsutil import hash_file
 from patched_wheels.base.timings import phase
 from patched_wheels.elf.graph import LibraryGraph, WheelRef, library_members
 from patched_wheels.elf.read import ElfLibrary
-from patched_wheels.elf.symbols import NO_SYMBOLS, SymbolTable, read_member_symbols, read_symbols
+from patched_wheels.elf.symbols import NO_SYMBOLS, NameBudget, SymbolTable, read_member_symbols, read_symbols
 from patched_wheels.elf.syslibs import ld_so_cache, system_library_names
 from patched_wheels.errors import warn
 from patched_wheels.loading.layout import FLAT
@@ -215,14 +215,8 @@ def _run(
         return None
     mapped = result.mapped
     with phase("probe: symbols"):  # the tables the graph read with the libraries, else the installed files'
-        read = graph.symbols
-        extensions, needs_global = _derived(
-            graph,
-            {
-                library: read[library] if library in read else read_symbols(installation.file(FLAT, library))
-                for library in mapped
-            },
-        )
+        tables = _tables(mapped, graph, lambda library, budget: read_symbols(installation.file(FLAT, library), budget))
+        extensions, needs_global = _derived(graph, tables)
     return Observation(probe, frozenset(_keys(mapped)), extensions, needs_global, result.returncode, result.error_line)
 
 
@@ -355,26 +349,42 @@ def _outside_directories(mapped: Sequence[ElfLibrary]) -> set[str] | None:
 def _member_symbols(
     libraries: Sequence[ElfLibrary], graph: LibraryGraph, files: Mapping[str, Path | None]
 ) -> dict[ElfLibrary, SymbolTable]:
-    """The symbol table of each of ``libraries``: the one ``graph`` read with it, else read from its wheel's member
-    (``files``: each wheel's file), a library per thread (inflating leaves the interpreter lock)."""
-    tables = {library: graph.symbols[library] for library in libraries if library in graph.symbols}
-    unread = [library for library in libraries if library not in tables]
-    if not unread:
-        return tables
+    """:func:`_tables` of ``libraries``, those the graph did not read read from their wheels' members (``files``: each
+    wheel's file)."""
     members: dict[str, dict[str, ZipMember]] = {}
-    for wheel in sorted({library.wheel for library in unread}):
+    for wheel in sorted({library.wheel for library in libraries if library not in graph.symbols}):
         file = files[wheel]
         assert file is not None  # checked by the caller
         members[wheel] = {path: info for info, path in library_members(file)}
 
-    def one(library: ElfLibrary) -> SymbolTable:
+    def read(library: ElfLibrary, budget: NameBudget) -> SymbolTable:
         info, file = members[library.wheel].get(library.path), files[library.wheel]
         if info is None or file is None:  # a row the graph holds is a member (checked when it was read)
             return NO_SYMBOLS
-        return read_member_symbols(file, info, library.path)
+        return read_member_symbols(file, info, library.path, budget)
 
+    return _tables(libraries, graph, read)
+
+
+def _tables(
+    libraries: Sequence[ElfLibrary], graph: LibraryGraph, read: Callable[[ElfLibrary, NameBudget], SymbolTable]
+) -> dict[ElfLibrary, SymbolTable]:
+    """The symbol table of each of ``libraries``: the one ``graph`` read with it, else ``read``'s, a library per thread
+    (inflating leaves the interpreter lock), all within one :class:`~patched_wheels.elf.symbols.NameBudget`.  Where
+    those read do not fit it, none is used (one warning): every library then has no symbols, whichever was read first."""
+    tables = {library: graph.symbols[library] for library in libraries if library in graph.symbols}
+    unread = [library for library in libraries if library not in tables]
+    if not unread:
+        return tables
+    budget = NameBudget()
     with ThreadPoolExecutor(max_workers=min(len(unread), os.cpu_count() or 1)) as pool:
-        tables.update(zip(unread, pool.map(one, unread)))
+        tables.update(zip(unread, pool.map(lambda library: read(library, budget), unread)))
+    if budget.spent:
+        warn(
+            f"the symbol tables of the {len(libraries)} libraries the probe maps hold more names than this tool reads "
+            "for one set: none is read, so no library is taken for an extension module or preloaded RTLD_GLOBAL"
+        )
+        return dict.fromkeys(libraries, NO_SYMBOLS)
     return tables
 
 

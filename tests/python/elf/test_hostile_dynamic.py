@@ -19,6 +19,7 @@ from patched_wheels.elf import read as elfread
 from patched_wheels.elf.graph import build_graph, is_vendored, read_graph
 from patched_wheels.elf.order import order_key
 from patched_wheels.elf.read import DT_NEEDED, DT_RPATH, DT_RUNPATH, DT_SONAME, ElfLibrary, parse_elf, read_dynamic
+from patched_wheels.elf.symbols import NameBudget
 from patched_wheels.errors import ElfError
 from support.fakecuda import build_wheel
 
@@ -302,7 +303,7 @@ def test_an_unreadable_library_s_error_is_kept_without_the_reader_s_frames(tmp_p
         tmp_path, "bomb", "1.0", {MEMBER: _elf(table, [(DT_NEEDED, offset)] * (elfread._MAX_NAMES + 1))}
     )
     ((info, path),) = elfgraph.library_members(wheel)
-    error, no_table = elfgraph._read_or_problem((wheel, info, path), None, symbols)
+    error, no_table = elfgraph._read_or_problem((wheel, info, path), None, NameBudget() if symbols else None)
     assert isinstance(error, ElfError) and error.__traceback__ is None and no_table is None
 
 

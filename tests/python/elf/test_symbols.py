@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 import struct
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 from patched_wheels.elf import graph as elfgraph
 from patched_wheels.elf import read as elfread
+from patched_wheels.elf import symbols as symbols_module
 from patched_wheels.elf.read import SHT_DYNSYM, read_installed_library, read_library, read_sections
 from patched_wheels.elf.symbols import (
     NO_SYMBOLS,
@@ -214,3 +215,118 @@ def test_what_a_stream_keeps_is_bounded(monkeypatch) -> None:
     assert reader.read(6000, 10, "past them") == data[6000:6010]
     assert reader.read(1000, 2048, "kept") == data[1000:3048] and len(opened) == 1
     assert reader.read(4000, 1, "not kept") == data[4000:4001] and len(opened) == 2
+
+
+def test_a_table_larger_than_any_library_s_is_read_as_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A section header can claim any size; the graph holds every library's table: past the bounds, none is read."""
+    library = compile_shared(
+        tmp_path, "libs.so.1", "int a(void) { return 1; }\nint b(void) { return 2; }\n", "-Wl,-soname,libs.so.1"
+    )
+    assert {"a", "b"} <= read_symbols(library).defined
+    monkeypatch.setattr(symbols_module, "_MAX_SYMBOLS", 2)
+    assert read_symbols(library) == NO_SYMBOLS
+    monkeypatch.setattr(symbols_module, "_MAX_SYMBOLS", 1 << 20)
+    monkeypatch.setattr(symbols_module, "_MAX_SYMBOL_NAMES", 8)
+    assert read_symbols(library) == NO_SYMBOLS
+    wheel = build_wheel(tmp_path / "wheels", "demo", "1.0", {"demo/libs.so.1": library.read_bytes()})
+    info, path = _member(wheel)
+    assert read_library_and_symbols(wheel, info, path) == (read_library(wheel, info, path), NO_SYMBOLS)  # type: ignore[arg-type]
+
+
+_SECTION = struct.Struct("<IIQQQQIIQQ")  # a 64-bit little-endian section header
+
+
+def _with_sections(data: bytes, edit: Callable[[list[list[int]], bytearray], None]) -> bytes:
+    """``data`` (a gcc library) with its section headers edited by ``edit`` (which may append bytes and headers),
+    the table written again at the end."""
+    out = bytearray(data)
+    (shoff,) = struct.unpack_from("<Q", out, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", out, 0x3A)
+    sections = [list(_SECTION.unpack_from(out, shoff + index * shentsize)) for index in range(shnum)]
+    edit(sections, out)
+    out += bytes(-len(out) % 8)
+    struct.pack_into("<Q", out, 0x28, len(out))
+    struct.pack_into("<H", out, 0x3C, len(sections))
+    out += b"".join(_SECTION.pack(*section) for section in sections)
+    return bytes(out)
+
+
+def _dynsym(sections: list[list[int]]) -> list[int]:
+    return next(section for section in sections if section[1] == SHT_DYNSYM)
+
+
+def _long_names(sections: list[list[int]], out: bytearray, *, ended: bool, count: int = 64) -> None:
+    """Point ``count`` defined symbols into one 1 MiB name (NUL-ended or not), through a string table of its own."""
+    name_at = len(out)
+    out += b"A" * (1 << 20) + (b"\0" if ended else b"")
+    table_at = len(out)
+    for number in range(count):
+        out += struct.pack("<IBBHQQ", 1 + number * 1000, 0x12, 0, 1, 0, 0)
+    sections.append([0, 3, 0, 0, name_at, len(out[name_at:table_at]), 0, 0, 1, 0])
+    _dynsym(sections)[4:7] = [table_at, count * 24, len(sections) - 1]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda sections, out: _long_names(sections, out, ended=False), id="names no NUL ends"),
+        pytest.param(lambda sections, out: _long_names(sections, out, ended=True), id="many tails of one long name"),
+        pytest.param(lambda sections, out: sections.append(list(_dynsym(sections))), id="a second SHT_DYNSYM"),
+        pytest.param(lambda sections, out: _dynsym(sections).__setitem__(4, 1 << 63), id="an offset past off_t"),
+    ],
+)
+def test_a_hostile_table_is_read_as_none_by_every_reader_in_bounded_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: Callable[[list[list[int]], bytearray], None]
+) -> None:
+    """The graph holds every library's table: what a crafted member asks of it must stay small whatever it claims."""
+    monkeypatch.setattr(symbols_module, "_MAX_SYMBOL_NAMES", 4 << 20)  # 64 tails of a 1 MiB name would pass it
+    library = compile_shared(tmp_path, "libx.so.1", "int x(void) { return 1; }\n", "-Wl,-soname,libx.so.1")
+    data = _with_sections(library.read_bytes(), edit)
+    (tmp_path / "installed.so").write_bytes(data)
+    wheel = build_wheel(tmp_path / "wheels", "evil", "1.0", {"evil/libx.so.1": data})
+    info, path = _member(wheel)
+    expected = read_library(wheel, info, path)  # type: ignore[arg-type]
+    assert read_symbols(tmp_path / "installed.so") == NO_SYMBOLS
+    assert read_member_symbols(wheel, info, path) == NO_SYMBOLS  # type: ignore[arg-type]
+    for installed in (None, tmp_path / "installed.so"):
+        read = read_library_and_symbols(wheel, info, path, installed=installed)  # type: ignore[arg-type]
+        assert read in ((expected, NO_SYMBOLS), (expected, None))
+    graph = elfgraph.read_graph([wheel], symbols=True)
+    assert graph.libraries == (expected,) and graph.symbols in ({}, {expected: NO_SYMBOLS})
+
+
+def test_section_headers_claimed_past_any_file_offset_are_a_library_problem_not_a_crash(tmp_path: Path) -> None:
+    library = compile_shared(tmp_path, "libx.so.1", "int x(void) { return 1; }\n", "-Wl,-soname,libx.so.1")
+    data = bytearray(library.read_bytes())
+    struct.pack_into("<Q", data, 0x28, 1 << 63)
+    installed = tmp_path / "installed.so"
+    installed.write_bytes(data)
+    wheel = build_wheel(tmp_path / "wheels", "evil", "1.0", {"evil/libx.so.1": bytes(data)})
+    problems = [
+        elfgraph.scan_wheels([wheel], installed=lambda *_: installed, symbols=symbols).problems for symbols in (0, 1)
+    ]
+    assert problems[0] == problems[1] and "its sh table ends past its end" in problems[0][wheel.name].message
+    assert read_symbols(installed) == NO_SYMBOLS
+
+
+def test_tables_past_the_set_s_budget_are_none_of_them_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each table within its own bounds, a set of many adds up: past the set's budget no table is kept, so which
+    thread read first decides nothing, and the observation's check says it reads none."""
+    wheels, sizes = [], []
+    for name in ("liba.so.1", "libb.so.1"):
+        library = compile_shared(tmp_path, name, "int x(void) { return 1; }\n", f"-Wl,-soname,{name}")
+        table = read_symbols(library)
+        sizes.append(sum(map(len, table.defined | table.undefined)))
+        wheels.append(build_wheel(tmp_path / "wheels", name[3], "1.0", {f"{name[3]}/{name}": library.read_bytes()}))
+    assert len(elfgraph.read_graph(wheels, symbols=True).symbols) == 2
+    monkeypatch.setattr(symbols_module, "_MAX_SET_SYMBOL_NAMES", sum(sizes) - 1)
+    graph = elfgraph.read_graph(wheels, symbols=True)
+    assert graph.symbols == {}
+    files = {wheel.name: wheel for wheel in wheels}
+    assert observe._member_symbols(graph.libraries, graph, files) == dict.fromkeys(graph.libraries, NO_SYMBOLS)
+    assert capsys.readouterr().err == (
+        "patched-wheels: warning: the symbol tables of the 2 libraries the probe maps hold more names than this tool "
+        "reads for one set: none is read, so no library is taken for an extension module or preloaded RTLD_GLOBAL\n"
+    )

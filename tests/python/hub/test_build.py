@@ -337,11 +337,13 @@ def test_each_library_is_read_once_per_hub_and_a_rebuild_reads_and_fetches_none(
         reads[wheel, path] += 1
         return read_installed_library(file, wheel=wheel, path=path)
 
-    def counting_with_symbols(wheel: Path, info: ZipMember, path: str, *, installed: Path | None = None) -> object:
+    def counting_with_symbols(
+        wheel: Path, info: ZipMember, path: str, *, installed: Path | None, budget: object
+    ) -> object:
         reads[wheel.name, path] += 1
         if installed is None:
             inflated[wheel.name, path] += 1
-        return read_library_and_symbols(wheel, info, path, installed=installed)
+        return read_library_and_symbols(wheel, info, path, installed=installed, budget=budget)  # type: ignore[arg-type]
 
     def no_second_read(*args: object) -> object:
         pytest.fail(f"a kept observation's check read a member again: {args}")

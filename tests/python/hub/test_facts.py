@@ -46,9 +46,9 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["installed reads"] += 1
         return read_installed_library(*args, **kwargs)  # type: ignore[arg-type]
 
-    def with_symbols(*args: object, installed: Path | None = None) -> object:
+    def with_symbols(*args: object, installed: Path | None, budget: object) -> object:
         counts["inflated" if installed is None else "installed reads"] += 1
-        return read_library_and_symbols(*args, installed=installed)  # type: ignore[arg-type]
+        return read_library_and_symbols(*args, installed=installed, budget=budget)  # type: ignore[arg-type]
 
     def read_again(*args: object) -> object:
         counts["members read again"] += 1
