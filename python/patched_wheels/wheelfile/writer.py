@@ -34,7 +34,7 @@ from patched_wheels.wheelfile.zipcontainer import (
     UNIX,
     ZIP64_LIMIT,
     ReadAhead,
-    central_header,
+    central_directory,
     data_offset,
     encode_name,
     end_records,
@@ -299,11 +299,8 @@ class WheelWriter:
                 self._record_name, (serialize_record(rows),), None, 0o644, level=zlib.Z_BEST_SPEED, reserved_ok=True
             )
             directory_offset = self._offset
-            zip64_local, date, time_ = self._zip64_local, self._dos_date, self._dos_time
             # Each record also becomes the member as a reader parses it back (its ZIP64 extra, if any, set).
-            self._write(
-                b"".join([central_header(entry, entry.filename in zip64_local, date, time_) for entry in self._entries])
-            )
+            self._write(central_directory(self._entries, self._zip64_local, self._dos_date, self._dos_time))
             self._write(end_records(len(self._entries), directory_offset, self._offset - directory_offset))
             self._flush()  # the buffer's tail
             written = WrittenArchive(self._entries, rows, directory_offset)

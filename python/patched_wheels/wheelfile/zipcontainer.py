@@ -17,7 +17,7 @@ import types
 import zlib
 from operator import attrgetter
 from pathlib import Path
-from typing import Generator, Iterator, NamedTuple, Sequence
+from typing import Collection, Generator, Iterator, NamedTuple, Sequence
 
 from patched_wheels.errors import InvalidWheelError
 from patched_wheels.wheelfile.zipdirectory import (
@@ -66,6 +66,7 @@ __all__ = [
     "UNIX",
     "ZIP64_LIMIT",
     "bound_members",
+    "central_directory",
     "central_header",
     "crc32",
     "data_offset",
@@ -415,6 +416,51 @@ def central_header(member: ZipMember, local_zip64: bool, dos_date: int, dos_time
         offset,
     )
     return header + name + extra
+
+
+def central_directory(
+    members: Sequence[ZipMember], local_zip64: Collection[str], dos_date: int, dos_time: int
+) -> bytes:
+    """The central directory of written ``members``: :func:`central_header` of each (``local_zip64``: the names of
+    those whose local header has the ZIP64 extra), the common record (no field past :data:`ZIP64_LIMIT`) packed
+    here in one call with the same fields in the same order, since a patch writes 10,600 of torch's."""
+    pack, signature = CENTRAL_HEADER.pack, CENTRAL_SIG
+    parts: list[bytes] = []
+    for member in members:
+        name, compress_size, file_size, offset = (
+            member.raw_name,
+            member.compress_size,
+            member.file_size,
+            member.header_offset,
+        )
+        if compress_size > ZIP64_LIMIT or file_size > ZIP64_LIMIT or offset > ZIP64_LIMIT:
+            parts.append(central_header(member, member.filename in local_zip64, dos_date, dos_time))
+            continue
+        version = _VERSION_ZIP64 if member.filename in local_zip64 else _VERSION_DEFAULT
+        # As central_header writes it: signature, made by, then _shared_fields, then the fields after them.
+        parts.append(
+            pack(
+                signature,
+                member.create_system << 8 | version,
+                version,
+                member.flag_bits,
+                member.compress_type,
+                dos_time,
+                dos_date,
+                member.CRC,
+                compress_size,
+                file_size,
+                len(name),
+                0,  # extra length: nothing overflows
+                0,  # comment length
+                0,  # disk number
+                0,  # internal attributes
+                member.external_attr,
+                offset,
+            )
+        )
+        parts.append(name)
+    return b"".join(parts)
 
 
 def _shared_fields(

@@ -6,6 +6,7 @@ import csv
 import hashlib
 import io
 import os
+import random
 import re
 import stat
 import struct
@@ -1210,3 +1211,34 @@ def test_without_kernel_copies_the_large_member_goes_through_the_buffer(
     assert outputs[0] == outputs[1]
     with zipfile.ZipFile(tmp_path / "buffer" / wheel.name) as archive:
         assert archive.read("big/lib.so") == files["big/lib.so"]
+
+
+def test_the_central_directory_is_each_member_s_central_header_whatever_overflows() -> None:
+    """central_directory packs the common record itself (one call per member of 10,600): its bytes, and the members
+    as a reader parses them back (a ZIP64 extra set), are central_header's, seeded members of every kind."""
+    generator = random.Random(50)
+    limit = zipcontainer.ZIP64_LIMIT
+
+    def members() -> list[zipdirectory.ZipMember]:
+        made = []
+        for number in range(400):
+            size, compressed, offset = (generator.choice([0, 7, 1 << 20, limit, limit + 1, 1 << 33]) for _ in range(3))
+            name = f"pkg/é{number}.py".encode() if number % 3 else f"pkg/m{number}".encode()
+            made.append(
+                zipdirectory.ZipMember(
+                    name.decode(), name, generator.choice([0, 3]), generator.choice([0, 0x800, 0x806]),
+                    generator.choice([0, 8]), generator.getrandbits(32), compressed, size, offset,
+                    generator.getrandbits(32), b"",
+                )
+            )  # fmt: skip
+        return made
+
+    state = generator.getstate()
+    mine, theirs = members(), (generator.setstate(state), members())[1]
+    local_zip64 = {member.filename for member in mine if generator.random() < 0.3}
+    expected = b"".join(
+        zipcontainer.central_header(member, member.filename in local_zip64, 0x5A21, 0x6B3) for member in theirs
+    )
+    assert zipcontainer.central_directory(mine, local_zip64, 0x5A21, 0x6B3) == expected
+    assert [member.extra for member in mine] == [member.extra for member in theirs]
+    assert any(member.extra for member in mine) and not all(member.extra for member in mine)
