@@ -275,3 +275,36 @@ def test_a_mapped_set_missing_what_it_needs_is_refused_only_where_nothing_outsid
     assert closure_problem(("$ORIGIN/../../../..",)) is None, "a search path leaving site-packages"
     assert closure_problem(("$LIB",)) is None, "a search path this cannot follow"
     assert closure_problem((), needed="libc.so.6") is None, "the system's copy (a set shipping libc.so.6)"
+
+
+def test_doctor_checks_a_kept_observation_with_the_tables_its_graph_read(runtime, cache_root, capsys, monkeypatch):
+    """``doctor --probe`` with the observation cached reads the mapped libraries' symbol tables in its graph's pass:
+    the check reads no member again, and the verdict is the cold run's."""
+    argv = ["doctor", *map(str, runtime.all), "--package", "fakejax", "--probe", PROBE]
+    cold_status = main(argv)
+    cold = capsys.readouterr()
+    assert list(cache_root.iterdir()), "the probe's observation kept"
+    monkeypatch.setattr(observe_module, "read_member_symbols", lambda *args: pytest.fail(f"read again: {args}"))
+    monkeypatch.setattr(observe_module, "_run", lambda *args: pytest.fail("ran the probe"))
+    assert main(argv) == cold_status
+    warm = capsys.readouterr()
+    assert (warm.out, warm.err) == (cold.out, cold.err) and "generated preload" in warm.out
+
+
+def test_patch_checks_a_kept_observation_with_the_tables_its_graph_read(
+    runtime, cache_root, tmp_path, capsys, monkeypatch
+):
+    """``patch --preload-for`` likewise: the second patch takes the kept observation, reads no member again, and
+    writes the first one's bytes."""
+    others = [str(wheel) for wheel in runtime.all if wheel != runtime.package]
+    outputs = []
+    for run in ("cold", "warm"):
+        if run == "warm":
+            monkeypatch.setattr(observe_module, "read_member_symbols", lambda *args: pytest.fail(f"read again: {args}"))
+            monkeypatch.setattr(observe_module, "_run", lambda *args: pytest.fail("ran the probe"))
+        dest = tmp_path / run
+        argv = ["patch", "--wheel", str(runtime.package), "--suffix", "t.1", "--dest-dir", str(dest)]
+        assert main([*argv, "--preload-for", "fakejax", "--preload-from", *others, "--probe", PROBE]) == 0
+        (written,) = dest.iterdir()
+        outputs.append(written.read_bytes())
+    assert outputs[0] == outputs[1] and "_patched_wheels_preload" in str(outputs[0])
