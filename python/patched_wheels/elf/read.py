@@ -355,10 +355,14 @@ def section_headers(reader: ByteSource, elf: ElfFormat, shoff: int, shnum: int, 
     return [dict(zip(SECTION_FIELDS, elf.section.unpack_from(table, index * shentsize))) for index in range(shnum)]
 
 
-def _read_layout(reader: ByteSource, where: str) -> tuple[int, DynamicLayout | None]:
+def _read_layout(reader: ByteSource, where: str, *, keep_sections: bool = False) -> tuple[int, DynamicLayout | None]:
     """Where the section header table ends, and :func:`read_dynamic` on ``reader`` (None for an ELF file
-    with no PT_DYNAMIC: nothing it loads, no name)."""
+    with no PT_DYNAMIC: nothing it loads, no name).  ``keep_sections``: the section header table is kept as the
+    stream passes it (:meth:`ForwardReader.keep`), to be read after (torch's lie between ``.dynamic`` and its
+    strings)."""
     elf, (phoff, shoff, phentsize, phnum, shentsize, shnum) = _read_header(reader, where)
+    if keep_sections:
+        reader.keep(shoff, shnum * shentsize)
     table = reader.read(phoff, phnum * phentsize, "the program headers")
     names = elf.program_fields
     programs = tuple(dict(zip(names, elf.program.unpack_from(table, index * phentsize))) for index in range(phnum))
@@ -490,16 +494,13 @@ def _library(
 ) -> tuple[ElfLibrary, SectionTable | None]:
     """:func:`library_of` of a file known to be meant as a library."""
     where = f"{wheel}: {path}"
-    if sections:  # e_shoff is known from the first bytes: torch's tables lie between .dynamic and its strings
-        elf, (_, shoff, _, _, shentsize, shnum) = _read_header(reader, where)
-        reader.keep(shoff, shnum * shentsize)
-    section_table_end, layout = _read_layout(reader, where)
+    section_table_end, layout = _read_layout(reader, where, keep_sections=sections)
     table = None
     if sections and layout is not None:
         try:
             table = layout.format, section_headers(reader, layout.format, layout.shoff, layout.shnum, layout.shentsize)
         except ElfError:  # cut, or out of file order too often: what needs it reads the file again on its own
-            table = None
+            pass
     if section_table_end > reader.finish():  # nothing here reads it, but a cut file is one to refuse
         raise ElfError(f"{where}: truncated or corrupt ELF file (its sh table ends past its end)")
     if layout is None:
