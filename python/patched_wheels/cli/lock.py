@@ -7,6 +7,7 @@ from pathlib import Path
 
 from patched_wheels.base.fsutil import resolved_path
 from patched_wheels.cli import add_lock_input, lock_input
+from patched_wheels.errors import warn
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock.apply import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, lock
 
@@ -57,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     index = build_index(args.index)  # the hashes the lock pins are then those the pages serve
     options = LockOptions(resolved_path(index.directory), args.index_option, args.upstream_index_url)
     result = lock(path, index, args.out, options, lock_format=lock_format, out_uv_lock=args.out_uv_lock)
+    for warning in result.warnings:
+        warn(warning)
     for change in result.changes:
         print(change)
     print(f"wrote {result.out}")

@@ -33,6 +33,7 @@ class LockResult:
 
     out: Path
     changes: tuple[str, ...]  # human-readable, e.g. "torch==2.1.0 -> torch==2.1.0+stripe.5"
+    warnings: tuple[str, ...] = ()  # what the plan could not decide from the lock, for the command to warn
 
 
 def lock(
@@ -77,7 +78,7 @@ def lock(
     if out_uv_lock is not None:
         outputs[Path(out_uv_lock)] = (str(entry.out_flag), lambda: entry.write()(document, plan, options.index_dir))
     _write_all(outputs)
-    return LockResult(out=out, changes=plan.changes)
+    return LockResult(out=out, changes=plan.changes, warnings=plan.warnings)
 
 
 def _write_all(outputs: Mapping[Path, tuple[str, Callable[[], Iterable[str]]]]) -> None:

@@ -8,7 +8,9 @@ Given the lock's pins (any format), the files of our index and the index option,
   (``torch @ https://…/torch-2.1.0-….whl``, as uv and pip-compile write local wheels) counts as a pin of
   the version its wheel's file name says, so it is rewritten too, never silently left to the original;
 * projects in the index that the lock does not pin (split siblings such as ``torch-libs``) are added,
-  with the marker of the locked projects that require them;
+  with the marker of the locked projects that require them; one that no wheel of the index the lock
+  pins requires (a wheel for another lock that shares the index, or one left over) is not: a warning
+  names it;
 * ``direct`` (the default): each patched pin becomes a direct reference to its wheel, keeping the name
   as written, its extras and its marker; every other pin stays, fetched from the lock's own index (or by
   its URL, when the caller knows the one file it admits). When the pin keeps other hashes (wheels for
@@ -36,8 +38,10 @@ Which index version replaces a pin (``2.1.0`` stands for the lock's pin):
 1. the one version that extends the pin's local label (``2.1.0+stripe.5``, or
    ``2.1.0+cu118.stripe.5`` for ``2.1.0+cu118``): that is how ``patch`` names its output;
 2. otherwise, if the index has the pinned version itself (e.g. a mirrored original), the pin
-   stays; its hashes are replaced only if none of them matches the index's files (a wheel
-   re-patched under the same version);
+   stays; unless none of its hashes matches the index's files (a wheel patched or split under the
+   same version): then its hashes are replaced, or in ``direct`` the pin becomes a reference to that
+   wheel, as a patched version's does. A lock without hashes cannot tell the two apart: such a pin
+   stays, with a warning where pip may then install either (every mode but ``index-url``);
 3. otherwise the index's only version of the project (the index was made to override it).
 Two candidates at any step is an error naming them.
 """
@@ -150,6 +154,7 @@ class LockPlan:
     option: str | None  # an index option line to add, "--find-links=file:///…"
     dropped: tuple[LockOption, ...]  # the lock's index options to drop
     changes: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # for the user: what the plan could not decide from the lock (rule 2)
 
 
 def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) -> LockPlan:
@@ -159,6 +164,7 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
     hashed = lock.uses_hashes
     edits: list[PinEdit] = []
     changes: list[str] = []
+    undecided: list[str] = []  # unhashed pins of a version the index holds too (rule 2)
     parents: dict[NormalizedName, list[tuple[NormalizedName, Pin]]] = {}
     for pin in lock.pins:
         project = pin.project
@@ -173,9 +179,11 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
         target = _target_version(pin, pinned, index[project])
         target_files = tuple(f for f in index[project] if f.version == target)
         _record_parents(parents, project, pin, target_files)
+        if target == pinned and not _admitted(pin) and options.index_option != "index-url":
+            undecided.append(_spelled(pin, pinned))
         if direct or pin.url:
             served_original = target == pinned and pin.url is not None and options.every_pin_served
-            if target == pinned and not served_original:
+            if target == pinned and not served_original and _holds_original(pin, target_files):
                 continue  # the index holds the original itself: the lock's own index (or URL) serves it
             kept = _kept(pin, target_files, options.replaced.get(project))
             if direct and not served_original:
@@ -187,7 +195,7 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
             changes.append(f"{_spelled(pin, pinned)} -> {lines[0].requirement}")
             continue
         new_hashes = tuple(sorted(f"sha256:{f.sha256}" for f in target_files))
-        refresh = bool(pin.hashes) and (target != pinned or not set(new_hashes) & {h.lower() for h in pin.hashes})
+        refresh = bool(pin.hashes) and (target != pinned or not _holds_original(pin, target_files))
         if target != pinned:
             changes.append(f"{pin.name}=={pinned} -> {pin.name}=={target}")
         elif refresh:
@@ -213,9 +221,47 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
             f"{lock.source}: {members[0]} is a workspace member of the lock (built from its own source, never "
             "installed from an index), so no wheel of the index can replace it"
         )
-    added, added_files = _added_pins(index, {pin.project for pin in lock.pins}, parents, hashed, lock.source, options)
+    added, added_files, unrequired = _added_pins(
+        index, {pin.project for pin in lock.pins}, parents, hashed, lock.source, options
+    )
     changes.extend(f"added {line.requirement}" for line in added)
-    return LockPlan(tuple(edits), added, added_files, option, dropped, tuple(changes))
+    warnings = _warnings(lock.source, undecided, unrequired)
+    return LockPlan(tuple(edits), added, added_files, option, dropped, tuple(changes), warnings)
+
+
+def _warnings(source: str, undecided: Sequence[str], unrequired: Sequence[str]) -> tuple[str, ...]:
+    """What the plan could not decide from the lock ``source``, one line for each kind: the unhashed pins of a
+    version the index holds too (rule 2), and the index's projects left out (nothing the lock pins requires)."""
+    warnings = []
+    if undecided:
+        warnings.append(
+            f"{source}: {', '.join(undecided)}: the index holds this version too, and without hashes the lock "
+            "cannot tell a wheel patched under the same version from the original, so the pin stays as it is (pip "
+            "may install the lock's own); give a patched wheel a --suffix, or lock with hashes"
+        )
+    if unrequired:
+        warnings.append(
+            f"{source}: not added: {', '.join(unrequired)}, which the index holds but the lock does not pin and "
+            "no wheel of the index that the lock pins requires (a wheel for another lock, or left over?)"
+        )
+    return tuple(warnings)
+
+
+def _holds_original(pin: Pin, files: Iterable[IndexedFile]) -> bool:
+    """Whether the index's ``files`` of the pinned version are the lock's own wheels (rule 2): one of them has a
+    hash the pin admits, or the pin has none to tell them by."""
+    admitted = _admitted(pin)
+    return not admitted or any(f"sha256:{f.sha256}" in admitted for f in files)
+
+
+def _admitted(pin: Pin) -> set[str]:
+    """The ``sha256:<hex>`` digests ``pin`` admits: its hashes, and a direct reference's ``#sha256=`` fragment (how
+    an unhashed lock's reference, ours included, carries the one digest pip checks)."""
+    admitted = {h.lower() for h in pin.hashes}
+    algorithm, _, digest = (pin.url or "").partition("#")[2].partition("=")
+    if algorithm == "sha256" and digest:
+        admitted.add(f"sha256:{digest.lower()}")
+    return admitted
 
 
 def _spelled(pin: Pin, pinned: Version) -> str:
@@ -359,13 +405,14 @@ def _added_pins(
     hashed: bool,
     source: str,
     options: LockOptions,
-) -> tuple[tuple[NewPin, ...], tuple[tuple[IndexedFile, ...], ...]]:
-    """Pins for index projects the lock lacks, sorted by name, with the index's files of each.
+) -> tuple[tuple[NewPin, ...], tuple[tuple[IndexedFile, ...], ...], tuple[str, ...]]:
+    """Pins for index projects the lock lacks, sorted by name, with the index's files of each; and, as
+    ``project version``, those the lock lacks that no wheel of the index it pins requires (not added).
 
     The marker is copied from the locked projects requiring the new one when they agree, so a
     Linux-only torch does not drag its sibling onto other platforms.
     """
-    added, added_files = [], []
+    added, added_files, unrequired = [], [], []
     for project in sorted(set(index) - locked):
         versions = sorted({f.version for f in index[project]})
         if len(versions) != 1:
@@ -374,6 +421,9 @@ def _added_pins(
                 "does not pin; keep only one in the index"
             )
         requirers = parents.get(project, [])
+        if not requirers:
+            unrequired.append(f"{project} {versions[0]}")
+            continue
         markers = {pin.marker for _, pin in requirers}
         marker = markers.pop() if len(markers) == 1 and None not in markers else None
         url = None
@@ -385,4 +435,4 @@ def _added_pins(
         hashes = tuple(sorted(f"sha256:{f.sha256}" for f in index[project])) if hashed else ()
         added.append(NewPin(project, versions[0], url, marker, hashes, tuple(sorted({name for name, _ in requirers}))))
         added_files.append(tuple(index[project]))
-    return tuple(added), tuple(added_files)
+    return tuple(added), tuple(added_files), tuple(unrequired)

@@ -286,8 +286,9 @@ def test_direct_references_are_left_to_pip(index_dir: Path, tmp_path: Path) -> N
     """A ``pkg @ URL`` line names its own file: served_pins skips it, lock keeps it byte for byte
     (even when the index has the project, which is then not appended as a second pin)."""
     _keep_only(index_dir, "tritonfake", "filelockfake")
+    filelock = _hash(index_dir, "filelockfake-3.13.1-py3-none-any.whl")  # the index holds the original it names
     direct = [
-        f"filelockfake @ https://example.invalid/filelockfake-3.13.1-py3-none-any.whl \\\n    --hash=sha256:{A}\n",
+        f"filelockfake @ https://example.invalid/filelockfake-3.13.1-py3-none-any.whl \\\n    --hash={filelock}\n",
         f'other @ file:///wheels/other-1.0-py3-none-any.whl ; python_version >= "3" --hash=sha256:{B}  # x\n',
     ]
     source = tmp_path / "in.txt"
@@ -401,8 +402,8 @@ def test_direct_mode_references_the_patched_files_and_leaves_the_rest(index_dir:
     text = (
         "--index-url https://pypi.example/simple\n"
         f'torchfake==2.1.0 ; sys_platform == "linux" \\\n    --hash=sha256:{E}\n    # via -r requirements.in\n'
-        f"tritonfake==2.1.0 --hash=sha256:{F}\n"
-    )
+        f"tritonfake==2.1.0 --hash=sha256:{F} --hash={_hash(index_dir, 'tritonfake-2.1.0-0-py3-none-any.whl')}\n"
+    )  # the index's tritonfake is the original (a hash of the pin's), which the lock's own index serves
     source = tmp_path / "in.txt"
     source.write_text(text)
     out = tmp_path / "out.txt"
@@ -415,7 +416,7 @@ def test_direct_mode_references_the_patched_files_and_leaves_the_rest(index_dir:
         "--index-url https://pypi.example/simple\n"
         f'torchfake @ file://{torch} ; sys_platform == "linux" \\\n    --hash=sha256:{sha256_of(torch)}\n'
         "    # via -r requirements.in\n"
-        f"tritonfake==2.1.0 --hash=sha256:{F}\n"
+        f"tritonfake==2.1.0 --hash=sha256:{F} --hash={_hash(index_dir, 'tritonfake-2.1.0-0-py3-none-any.whl')}\n"
         f'torchfake-libs @ file://{libs} ; sys_platform == "linux" \\\n    --hash=sha256:{sha256_of(libs)}\n'
         "    # via torchfake\n"
     )
@@ -545,13 +546,15 @@ def test_direct_mode_references_unpatched_pins_only_where_one_file_is_locked(ind
         "filelockfake": ("https://files.example/filelockfake-3.13.1-py3-none-any.whl", A),
         "tritonfake": ("https://files.example/tritonfake-2.1.0-py3-none-any.whl", B),
     }
-    index_and_lock(source, index_dir, out, references=references)
-    odd = index_dir / "Odd_Name.Pkg-3.0+stripe.1-py3-none-any.whl"
+    result = index_and_lock(source, index_dir, out, references=references)
     assert out.read_text() == (
         f"filelockfake @ https://files.example/filelockfake-3.13.1-py3-none-any.whl \\\n    --hash=sha256:{A}\n"
         f"tritonfake==2.1.0 \\\n    --hash=sha256:{B} \\\n    --hash=sha256:{C}\n"
-        f"odd-name-pkg @ file://{odd} \\\n    --hash=sha256:{sha256_of(odd)}\n"
-    )
+    )  # odd-name-pkg: nothing the lock pins requires it, so it is not added (a warning says so)
+    assert [warning.split(": ", 1)[1] for warning in result.warnings] == [
+        "not added: odd-name-pkg 3.0+stripe.1, which the index holds but the lock does not pin and no wheel of the "
+        "index that the lock pins requires (a wheel for another lock, or left over?)"
+    ]
     index_and_lock(source, index_dir, out, index_option="index-url", references=references)  # other modes ignore them
     assert "filelockfake==3.13.1" in out.read_text()
 
@@ -781,11 +784,9 @@ def test_a_lock_with_some_pins_hashed_gets_hashes_on_every_line_it_writes(
     source.write_text(f"foo==1.0 --hash=sha256:{sha256_of(user_locks['foo'])}\nbar==2.0\n")
     out = tmp_path / "out.txt"
     index_and_lock(source, user_locks["index"], out)
-    foo, baz = (user_locks["index"] / f"{name}-1.0+s.1-py3-none-any.whl" for name in ("foo", "baz"))
-    assert out.read_text() == (
-        f"foo @ {file_url(foo)} \\\n    --hash=sha256:{sha256_of(foo)}\nbar==2.0\n"
-        f"baz @ {file_url(baz)} \\\n    --hash=sha256:{sha256_of(baz)}\n"  # a project only the index has: added
-    )
+    foo = user_locks["index"] / "foo-1.0+s.1-py3-none-any.whl"
+    # baz, which only the index has and nothing the lock pins requires, is not added
+    assert out.read_text() == f"foo @ {file_url(foo)} \\\n    --hash=sha256:{sha256_of(foo)}\nbar==2.0\n"
     for lock_file in (source, out):
         result = run_pip(
             "install", "--dry-run", "--no-index", "--find-links", str(user_locks["orig"]), "-r", str(lock_file)
@@ -926,3 +927,61 @@ def test_an_output_is_rendered_for_comparison_only_where_its_target_is_a_file(tm
     target.write_text("other==2.0\n", encoding="utf-8")
     _write_all({target: ("--out", render)})  # another text there: compared, then written
     assert (target.read_text(encoding="utf-8"), len(calls)) == ("pinned==1.0\n", 4)
+
+
+def test_a_wheel_patched_under_the_same_version_is_what_pip_installs(tmp_path: Path) -> None:
+    """``patch`` without ``--suffix`` (or ``split``) writes the pinned version itself: the lock's hash is not
+    its file's, so ``lock`` points the pin at it in every mode, and real pip installs the index's wheel, not
+    the original it would find first (the lock's own index, here a --find-links directory)."""
+    orig, index = tmp_path / "orig", tmp_path / "index"
+    orig.mkdir()
+    index.mkdir()
+    upstream = make_wheel(orig, "sixfake-1.0-py3-none-any.whl", payload="PATCHED = False\n")
+    patched = make_wheel(index, "sixfake-1.0-py3-none-any.whl", payload="PATCHED = True\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    source = tmp_path / "in.txt"
+    source.write_text(f"sixfake==1.0 --hash=sha256:{sha256_of(upstream)}\n")
+    for option in INDEX_OPTIONS:
+        out = tmp_path / f"{option}.txt"
+        result = run_cli(
+            "lock", "--requirements", str(source), "--index", str(index), "--out", str(out), "--index-option", option
+        )
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        report = tmp_path / f"{option}.json"
+        # pip's own index is an empty one (no test reaches the network): our index only as the lock names it
+        installed = run_pip(
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--report",
+            str(report),
+            "--index-url",
+            empty.as_uri(),
+            "--find-links",
+            str(orig),
+            "-r",
+            str(out),
+        )
+        assert installed.returncode == 0, (option, installed.stderr)
+        (item,) = json.loads(report.read_text())["install"]
+        assert item["download_info"]["archive_info"]["hashes"]["sha256"] == sha256_of(patched), option
+
+
+def test_lock_warns_of_what_it_cannot_decide_and_of_what_it_leaves_out(tmp_path: Path) -> None:
+    """An unhashed pin of a version the index holds, and a project nothing the lock pins requires: one warning
+    line each on stderr, the lock still written."""
+    index = tmp_path / "index"
+    index.mkdir()
+    make_wheel(index, "sixfake-1.0-py3-none-any.whl")
+    make_wheel(index, "stale-2.0-py3-none-any.whl")
+    source = tmp_path / "in.txt"
+    source.write_text("sixfake==1.0\n")
+    out = tmp_path / "out.txt"
+    result = run_cli("lock", "--requirements", str(source), "--index", str(index), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == "sixfake==1.0\n"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and all(line.startswith("patched-wheels: warning: ") for line in lines), lines
+    assert "sixfake==1.0: the index holds this version too" in lines[0]
+    assert "not added: stale 2.0" in lines[1]

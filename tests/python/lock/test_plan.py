@@ -330,3 +330,65 @@ def test_a_marker_of_pep_751_variables_is_one_error_line(marker: str) -> None:
     ) as caught:
         marker_holds(marker, None, where="pylock.toml: foo")
     assert len(str(caught.value).splitlines()) == 1
+
+
+FOO_SAME = indexed("foo-1.0-py3-none-any.whl")  # patched (or split) without a suffix: the pinned version itself
+
+
+@pytest.mark.parametrize("option", ["direct", "extra-index-url", "find-links", "index-url"])
+def test_a_wheel_patched_under_the_pinned_version_replaces_a_pin_whose_hashes_it_does_not_match(option) -> None:
+    """Rule 2: none of the pin's hashes is the index's file, so it is not the original: it replaces the pin in
+    every mode (``direct``: a reference to it, as a patched version's; the others: its hashes)."""
+    result = plan(f"foo==1.0 --hash=sha256:{A}\n", (FOO_SAME,), index_option=option)
+    (edit,) = result.edits
+    if option == "direct":
+        assert [(line.requirement, line.hashes) for line in edit.lines] == [
+            (f"foo @ file:///idx/{FOO_SAME.filename}", (f"sha256:{FOO_SAME.sha256}",))
+        ]
+    else:
+        assert edit.lines == () and edit.hashes == (f"sha256:{FOO_SAME.sha256}",)
+    assert result.warnings == ()
+
+
+@pytest.mark.parametrize("option", ["direct", "extra-index-url"])
+def test_the_original_itself_in_the_index_leaves_its_pin(option) -> None:
+    """One of the pin's hashes is the index's file (a mirrored original): the pin stays as it is."""
+    result = plan(f"foo==1.0 --hash=sha256:{A} --hash=sha256:{FOO_SAME.sha256}\n", (FOO_SAME,), index_option=option)
+    assert result.edits == () and result.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "option", "warned"),
+    [
+        ("foo==1.0\n", "direct", "foo==1.0"),
+        ("foo==1.0\n", "extra-index-url", "foo==1.0"),
+        (
+            "foo @ https://h.example/foo-1.0-py3-none-any.whl\n",
+            "direct",
+            "foo @ https://h.example/foo-1.0-py3-none-any.whl",
+        ),
+        ("foo==1.0\n", "index-url", None),  # pip then reads the index alone: whichever it is, it is the index's
+        # a reference whose fragment names the index's file: the lock's own output, locked again
+        (f"foo @ file:///idx/foo-1.0-py3-none-any.whl#sha256={FOO_SAME.sha256}\n", "direct", None),
+    ],
+)
+def test_an_unhashed_pin_of_a_version_the_index_holds_stays_with_a_warning(text, option, warned) -> None:
+    """Without a hash the lock cannot tell a wheel patched under the same version from the original."""
+    result = plan(text, (FOO_SAME,), index_option=option)
+    assert result.edits == ()
+    if warned is None:
+        assert result.warnings == ()
+    else:
+        (warning,) = result.warnings
+        assert warning.startswith(f"in.txt: {warned}: the index holds this version too") and "--suffix" in warning
+
+
+def test_a_project_nothing_the_lock_pins_requires_is_not_added_and_is_named() -> None:
+    """A split sibling is added (its parent requires it); a wheel left over in the index is not."""
+    parent = indexed("foo-1.0+s.1-py3-none-any.whl", ("foo-libs==1.0+s.1",))
+    files = (parent, indexed("foo_libs-1.0+s.1-py3-none-any.whl"), indexed("stale-2.0-py3-none-any.whl"))
+    result = plan("foo==1.0\n", files)
+    assert [line.requirement.partition(" @ ")[0] for line in result.added] == ["foo-libs"]
+    (warning,) = result.warnings
+    assert warning.startswith("in.txt: not added: stale 2.0, which the index holds but the lock does not pin")
+    assert plan("bar==1.0\n", files).added == ()  # the parent not pinned: neither is required by the lock

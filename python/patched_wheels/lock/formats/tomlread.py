@@ -235,7 +235,7 @@ def get(table: dict[str, Any], key: str, kind: type[T], where: str, default: T |
     value = table[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise InvalidLockError(
-            f"{where}: {key!r} must be a {_KINDS.get(kind, kind.__name__)}, not {type(value).__name__}"
+            f"{where}: {key!r} must be {_KINDS.get(kind, f'a {kind.__name__}')}, not {type(value).__name__}"
         )
     return value
 
@@ -249,4 +249,4 @@ def tables(table: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
     return values
 
 
-_KINDS = {str: "string", list: "array", dict: "table", int: "integer"}
+_KINDS = {str: "a string", list: "an array", dict: "a table", int: "an integer"}

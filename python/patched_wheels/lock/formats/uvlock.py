@@ -85,7 +85,8 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
     """The pins ``path`` installs in ``environment`` (default: the running interpreter)."""
     path = Path(path)
     source = str(path)
-    text, _, header_parts = split_lock(path, "package")
+    text, head, header_parts = split_lock(path, "package")
+    _check_version(head, source)
     parts = tuple(header_parts)  # the writer finds each package's block by its number
     ends = [part.line for part in parts[1:]]
     ends += [parts[-1].line + text.count("\n", parts[-1].start) + (not text.endswith("\n"))] if parts else []
@@ -113,6 +114,21 @@ def read_uv_lock(path: Path | str, environment: Mapping[str, str] | None = None)
         if kinds[number] not in _WORKSPACE_SOURCES
     ]
     return UvLock(Lock(source, "uv-lock", tuple(installed), members=members), text, blocks, parts, names)
+
+
+_VERSION = 1
+"""The uv.lock format this reader reads: the ``version`` uv writes at the top (its ``revision`` only adds keys)."""
+
+
+def _check_version(head: dict[str, Any], source: str) -> None:
+    """A uv.lock says its format's version before its packages; a file that does not (another lock format, or no
+    lock at all) would read as a lock of nothing."""
+    if "version" not in head:
+        other = " (it has PEP 751's lock-version: a pylock.toml)" if "lock-version" in head else ""
+        raise InvalidLockError(f"{source}: 'version' is missing: not a uv.lock{other}")
+    version = get(head, "version", int, source)
+    if version != _VERSION:
+        raise InvalidLockError(f"{source}: version {version}: not a uv.lock format this reader knows ({_VERSION})")
 
 
 class _Graph:

@@ -264,6 +264,25 @@ def test_hostile_toml_locks_are_one_error_line(world: dict, tmp_path: Path, fmt:
     assert not (tmp_path / "out.txt").exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", r"'version' is missing: not a uv\.lock$"),  # an empty file would read as a lock of nothing
+        ('lock-version = "1.0"\n\n[[packages]]\nname = "six"\nversion = "1.17.0"\n', r"a pylock\.toml\)$"),
+        ('version = 2\n\n[[package]]\nname = "six"\nversion = "1.17.0"\n', r"version 2: not a uv\.lock format"),
+        ('version = "1"\n', r"'version' must be an integer, not str$"),
+    ],
+    ids=["empty", "a-pylock", "version-2", "version-a-string"],
+)
+def test_a_file_that_is_not_a_uv_lock_of_version_1_is_one_error(tmp_path: Path, text: str, message: str) -> None:
+    """Given to --uv-lock, a pylock.toml (or an empty file) read as a lock of no package, and ``lock`` wrote a lock
+    of nothing but the index's projects."""
+    path = tmp_path / "uv.lock"
+    path.write_text(text)
+    with pytest.raises(pins_module.InvalidLockError, match=f"^{re.escape(str(path))}: .*{message}"):
+        read_lock(path, "uv-lock")
+
+
 def test_special_and_huge_lock_files_are_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fifo = tmp_path / "uv.lock"
     os.mkfifo(fifo)
