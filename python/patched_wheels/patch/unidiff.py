@@ -4,14 +4,18 @@ GNU ``patch`` is not available everywhere Bazel runs, and its fuzzy matching can
 silently apply a hunk in the wrong place when upstream shifts code around.  Here a hunk
 applies only where its header says and only if every context and removed line matches
 byte for byte; otherwise the error names the patch file, the target path and the hunk.
-Patches may create (``--- /dev/null``) and delete (``+++ /dev/null``) files.
+Patches may create (``--- /dev/null``) and delete (``+++ /dev/null``) files; as GNU ``patch`` reads
+``diff -N``'s output, a side dated the Unix epoch whose hunks hold none of its lines is a file that does
+not exist there (``--- a/new.py  1970-01-01 00:00:00.000000000 +0000`` with ``@@ -0,0 +1,3 @@`` creates it).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Sequence
 
 from patched_wheels.base.fsutil import NotRegularFileError, read_regular_file
 from patched_wheels.errors import PatchError
@@ -23,6 +27,8 @@ MAX_PATCH_BYTES = 64 * 1024 * 1024
 _HUNK_HEADER = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_NEWLINE = b"\\"  # "\ No newline at end of file"
 _UNSUPPORTED_GIT = (b"GIT binary patch", b"Binary files ", b"rename from ", b"copy from ")
+_DIFF_DATE = re.compile(rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? ([+-]\d{4})")
+"""The date ``diff -u`` writes after a path and a tab: ISO, with nanoseconds and the zone's offset."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +84,12 @@ def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
                 f"patch {origin}: line {index + 1}: unsupported git patch ({line.strip().decode('utf-8', 'replace')!r})"
             )
         if line.startswith(b"--- ") and index + 1 < len(lines) and lines[index + 1].startswith(b"+++ "):
-            old_path = _diff_path(line[4:], strip, origin, index + 1)
-            new_path = _diff_path(lines[index + 1][4:], strip, origin, index + 2)
+            header = index + 1
+            old_path = _diff_path(line[4:], strip, origin, header)
+            new_path = _diff_path(lines[index + 1][4:], strip, origin, header + 1)
             target = new_path if new_path is not None else old_path
             if target is None:
-                raise PatchError(f"patch {origin}: line {index + 1}: both sides are /dev/null")
+                raise PatchError(f"patch {origin}: line {header}: both sides are /dev/null")
             index += 2
             hunks: list[Hunk] = []
             while index < len(lines) and lines[index].startswith(b"@@ "):
@@ -90,6 +97,12 @@ def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
                 hunks.append(hunk)
             if not hunks:
                 raise PatchError(f"patch {origin}: {target}: no hunks after the file header")
+            if _dated_epoch(line[4:]) and not any(hunk.old_lines for hunk in hunks):
+                old_path = None  # diff -N: a file the old side does not have
+            if _dated_epoch(lines[header][4:]) and not any(hunk.new_lines for hunk in hunks):
+                new_path = None  # diff -N: a file the new side does not have
+            if old_path is None and new_path is None:
+                raise PatchError(f"patch {origin}: line {header}: both sides are files that do not exist")
             patches.append(FilePatch(origin, old_path, new_path, tuple(hunks)))
         else:
             index += 1
@@ -115,7 +128,10 @@ def apply_file_patch(file_patch: FilePatch, content: bytes | None) -> bytes | No
         start = hunk.old_start if not hunk.old_lines else hunk.old_start - 1
         end = start + len(hunk.old_lines)
         if start < position or end > len(lines) or tuple(lines[start:end]) != hunk.old_lines:
-            raise PatchError(f"{where}: hunk #{hunk.number} ({hunk.header}) does not apply at line {start + 1}")
+            hint = ""
+            if start >= position and _without_cr(lines[start:end]) == _without_cr(hunk.old_lines):
+                hint = ": only the line endings differ (CRLF in one, LF in the other)"
+            raise PatchError(f"{where}: hunk #{hunk.number} ({hunk.header}) does not apply at line {start + 1}{hint}")
         result.extend(lines[position:start])
         result.extend(hunk.new_lines)
         position = end
@@ -133,6 +149,23 @@ def _split_lf(data: bytes) -> list[bytes]:
     lines = data.split(b"\n")
     tail = lines.pop()
     return [line + b"\n" for line in lines] + ([tail] if tail else [])
+
+
+def _without_cr(lines: Sequence[bytes]) -> list[bytes]:
+    return [line[:-2] + b"\n" if line.endswith(b"\r\n") else line for line in lines]
+
+
+def _dated_epoch(raw: bytes) -> bool:
+    """Whether a file header's date (after the path and a tab) is the Unix epoch in its zone: how ``diff -N``
+    dates a file that does not exist on that side."""
+    match = _DIFF_DATE.search(raw.partition(b"\t")[2])
+    if match is None:
+        return False
+    try:
+        moment = datetime.strptime(b" ".join(match.groups()).decode("ascii"), "%Y-%m-%d %H:%M:%S %z")
+    except ValueError:  # not a date (a 61st second, a 13th month)
+        return False
+    return moment == datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _diff_path(raw: bytes, strip: int, origin: str, line_number: int) -> str | None:

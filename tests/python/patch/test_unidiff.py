@@ -55,6 +55,64 @@ def test_create_and_delete_from_git(tmp_path: Path) -> None:
     assert apply_file_patch(deleted, b"x\ny\n") is None
 
 
+def _diff_n(tmp_path: Path, name: str, before: bytes | None, after: bytes | None, zone: str) -> bytes:
+    """A real ``diff -ruN a b`` (getting-started's recipe) between two trees, in the time zone ``zone``: it dates
+    a file one side lacks the Unix epoch in that zone instead of writing /dev/null."""
+    for root, content in ((tmp_path / "a", before), (tmp_path / "b", after)):
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "kept.txt").write_bytes(b"same\n")
+        if content is not None:
+            (root / name).write_bytes(content)
+    result = subprocess.run(
+        ["diff", "-ruN", "a", "b"], cwd=tmp_path, capture_output=True, check=False, env={"TZ": zone, "LC_ALL": "C"}
+    )
+    assert result.returncode == 1, result.stderr  # 1: "differences found"
+    return result.stdout
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Asia/Kolkata"])
+def test_create_and_delete_from_diff_n(tmp_path: Path, zone: str) -> None:
+    """``diff -N`` dates the missing side the epoch (1969-12-31 19:00:00 -0500 in New York): as GNU patch reads
+    it, a created file is one the wheel must not have, and a deleted one leaves no empty file behind."""
+    created = _one(_diff_n(tmp_path / "c", "new.py", None, b"a\nb\n", zone))
+    assert (created.old_path, created.new_path) == (None, "new.py")
+    assert apply_file_patch(created, None) == b"a\nb\n"
+    with pytest.raises(PatchError, match="creates a file that already exists"):
+        apply_file_patch(created, b"")
+    deleted = _one(_diff_n(tmp_path / "d", "old.py", b"x\ny\n", None, zone))
+    assert (deleted.old_path, deleted.new_path) == ("old.py", None)
+    assert apply_file_patch(deleted, b"x\ny\n") is None
+    emptied = _one(_diff_n(tmp_path / "e", "old.py", b"x\n", b"", zone))  # emptied, not deleted: a date of its own
+    assert emptied.new_path == "old.py" and apply_file_patch(emptied, b"x\n") == b""
+
+
+@pytest.mark.parametrize(
+    "date",
+    [
+        "1970-01-01 00:00:01.000000000 +0000",  # a second after
+        "1970-01-01 00:00:00.000000000 -0500",  # the epoch's wall time, in a zone where it is not the epoch
+        "1970-13-01 00:00:00 +0000",  # no date
+        "",
+    ],
+)
+def test_a_side_not_dated_the_epoch_is_a_file_that_exists(date: str) -> None:
+    """Only the epoch itself marks a missing side; anything else is a path like any other (the hunk then needs
+    the file: an empty new side leaves an empty file, as GNU patch without -E does)."""
+    patch = f"--- a/f\t{date}\n+++ b/f\t{date}\n@@ -1 +0,0 @@\n-a\n".encode()
+    file_patch = _one(patch)
+    assert (file_patch.old_path, file_patch.new_path) == ("f", "f")
+    assert apply_file_patch(file_patch, b"a\n") == b""
+
+
+def test_an_epoch_dated_side_that_holds_lines_exists() -> None:
+    """A file really last changed at the epoch (a reproducible build's date): the hunk has its lines, so it is
+    there; only a side with no lines in any hunk is a missing file."""
+    epoch = "1970-01-01 00:00:00.000000000 +0000"
+    file_patch = _one(f"--- a/f\t{epoch}\n+++ b/f\t{epoch}\n@@ -1 +1 @@\n-a\n+b\n".encode())
+    assert (file_patch.old_path, file_patch.new_path) == ("f", "f")
+    assert apply_file_patch(file_patch, b"a\n") == b"b\n"
+
+
 def test_no_newline_at_end_of_file(tmp_path: Path) -> None:
     before, after = b"a\nb", b"a\nc"
     file_patch = _one(_git_diff(tmp_path, "f.txt", before, after))
@@ -102,8 +160,10 @@ def test_no_fuzz_shifted_context_is_refused() -> None:
 
 def test_line_endings_must_match_exactly() -> None:
     patch = b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-line 1\n+x\n"
-    with pytest.raises(PatchError, match="does not apply"):
+    with pytest.raises(PatchError, match=r"does not apply at line 1: only the line endings differ \(CRLF in one"):
         apply_file_patch(_one(patch), ORIGINAL.replace(b"\n", b"\r\n"))
+    with pytest.raises(PatchError, match=r"does not apply at line 1$"):  # no hint where the text differs too
+        apply_file_patch(_one(patch), b"line 2\r\n")
     crlf_patch = b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-line 1\r\n+x\r\n"
     assert apply_file_patch(_one(crlf_patch), b"line 1\r\nline 2\r\n") == b"x\r\nline 2\r\n"
 
@@ -133,6 +193,10 @@ def test_deletion_must_remove_everything() -> None:
         (b"--- a/f\n+++ b/f\n@@ nonsense @@\n", "malformed header"),
         (b"diff --git a/f b/f\nGIT binary patch\nliteral 1\n", "unsupported git patch"),
         (b"--- /dev/null\n+++ /dev/null\n@@ -0,0 +0,0 @@\n", "both sides are /dev/null"),
+        (
+            b"--- a/f\t1970-01-01 00:00:00 +0000\n+++ b/f\t1970-01-01 00:00:00 +0000\n@@ -0,0 +0,0 @@\n",
+            "line 1: both sides are files that do not exist",
+        ),
         (b"--- a/f\xe9\n+++ b/f\xe9\n@@ -1 +1 @@\n-a\n+b\n", r"line 1: the path b'a/f\\xe9' is not UTF-8"),
         (b"GIT binary patch \xff\n", r"line 1: unsupported git patch \('GIT binary patch \ufffd'\)"),
     ],
