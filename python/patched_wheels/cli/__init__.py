@@ -14,6 +14,7 @@ import contextlib
 import gc
 import importlib
 import io
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -131,16 +132,52 @@ def index_summary(result: IndexResult) -> str:
     return f"{result.directory / SIMPLE_DIR}: {len(result.files)} files of {len(result.projects)} projects ({result.hashed} hashed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a command line it refuses is one :class:`UsageError` (one error line naming the
+    command, exit status 1, as every bad input) instead of a usage block and status 2.  The subcommands' parsers
+    are of this class too (``add_subparsers`` makes them of their parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("patched-wheels").strip()
+        raise UsageError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser with every subcommand, or only ``only`` (when it names one)."""
-    parser = argparse.ArgumentParser(
-        prog="patched-wheels",
-        description="Patch, split, analyse and index Python wheels.",
-    )
+    from patched_wheels import __version__
+
+    parser = _Parser(prog="patched-wheels", description="Patch, split, analyse and index Python wheels.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in [only] if only in COMMANDS else COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed; an argument no option takes is the command's error (argparse's own names no command)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``command`` (one :func:`build_parser` registered)."""
+    (subparsers,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return subparsers.choices[command]
+
+
+def _abbreviated(parser: argparse.ArgumentParser, command: str, argv: Sequence[str]) -> list[str]:
+    """The options of ``argv`` given as abbreviations (``--suff`` for ``--suffix``), which argparse accepts: a
+    later flag that shares the prefix would change what they mean, so they earn a warning."""
+    known = {
+        option
+        for action in [*parser._actions, *_command_parser(parser, command)._actions]
+        for option in action.option_strings
+    }
+    given = itertools.takewhile(lambda arg: arg != "--", argv)  # after "--", arguments of another program
+    return [arg.partition("=")[0] for arg in given if arg.startswith("--") and arg.partition("=")[0] not in known]
 
 
 SWITCH_INTERVAL = 0.0005
@@ -156,11 +193,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     with cycle_collection_paused():  # the command's modules and its parser: thousands of objects, no cycle
-        args = build_parser(only=command).parse_args(argv)
+        parser = build_parser(only=command)
+    try:
+        args = _parse(parser, argv)
+    except UsageError as error:
+        sys.stderr.write(f"patched-wheels: error: {one_line(str(error))}\n")
+        return 1
     held = io.StringIO()  # every warning (errors.warn, wherever it is raised), until the command ends
     error_line = None
     try:
         with contextlib.redirect_stderr(held):
+            for option in _abbreviated(parser, args.command, argv):
+                warn(f"{option}: an abbreviation, which a later release will refuse; write the option in full")
             status = args.run(args)
         sys.stdout.flush()  # here, not at exit, so a reader gone before the last write is seen below
         return status

@@ -48,7 +48,7 @@ def test_a_module_in_cli_that_is_not_listed_is_no_command(tmp_path: Path) -> Non
     result = subprocess.run(
         [sys.executable, "-m", "patched_wheels", "zz_not_a_command"], capture_output=True, text=True, env=env
     )
-    assert result.returncode == 2 and "invalid choice: 'zz_not_a_command'" in result.stderr
+    assert result.returncode == 1 and "invalid choice: 'zz_not_a_command'" in result.stderr
 
 
 def test_only_the_command_run_is_imported() -> None:
@@ -147,9 +147,7 @@ def test_a_broken_pipe_that_is_not_stdout_stays_an_error(monkeypatch, capsys):
     def run(args):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(
-        cli, "build_parser", lambda only=None: SimpleNamespace(parse_args=lambda argv: SimpleNamespace(run=run))
-    )
+    monkeypatch.setattr(cli, "_parse", lambda parser, argv: SimpleNamespace(run=run, command="index"))
     assert cli.main(["index"]) == 1
     assert capsys.readouterr().err == "patched-wheels: error: Broken pipe\n"
 
@@ -203,3 +201,55 @@ def test_a_removed_no_cache_is_accepted_for_a_release_with_one_warning_and_chang
     assert [path.read_bytes() for path in sorted((tmp_path / "split0").iterdir())] == [
         path.read_bytes() for path in sorted((tmp_path / "split1").iterdir())
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        ([], "the following arguments are required: COMMAND (see patched-wheels --help)"),
+        (["nosuch"], "argument COMMAND: invalid choice: 'nosuch' (choose from "),
+        (
+            ["patch"],
+            "patch: the following arguments are required: --wheel, --dest-dir (see patched-wheels patch --help)",
+        ),
+        (
+            ["patch", "--wheel", "w.whl", "--dest-dir", "d", "--suffxi", "a"],
+            "patch: unrecognized arguments: --suffxi a (see",
+        ),
+        (
+            ["patch", "--wheel", "w.whl", "--dest-dir", "d", "--strip", "x"],
+            "patch: argument --strip: invalid int value: 'x'",
+        ),
+        (["graph", "--jobs", "0", "w.whl"], "graph: argument --jobs: '0' is not a number of threads (at least 1)"),
+        (["index", "a", "b"], "index: unrecognized arguments: b (see patched-wheels index --help)"),
+    ],
+    ids=["no-command", "unknown-command", "missing-options", "typo", "bad-int", "bad-jobs", "extra-argument"],
+)
+def test_a_command_line_argparse_refuses_is_one_error_line_naming_the_command(capsys, argv, line) -> None:
+    """Like every bad input: one line, status 1, no usage block (argparse's default: a usage block and status 2)."""
+    assert cli.main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"patched-wheels: error: {line}") and captured.err.count("\n") == 1
+
+
+def test_version(capsys) -> None:
+    from patched_wheels import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out == f"patched-wheels {__version__}\n"
+
+
+def test_an_abbreviated_option_works_for_a_release_with_one_warning(tmp_path: Path, capsys) -> None:
+    """argparse takes ``--suff`` for ``--suffix``; a later option sharing the prefix would change what a script
+    means, so it is named, and the run goes on. Arguments after ``--`` (mirror's pip's) are not ours to judge."""
+    assert cli.main(["index", str(tmp_path)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert cli.main(["graph", "--jso", "--jobs", "1", "--", "--not-an-option.whl"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()  # the error alone (warnings held): the wheel is not there
+    assert line.startswith("patched-wheels: error: ") and "--not-an-option.whl" in line
+    assert cli._abbreviated(cli.build_parser("graph"), "graph", ["graph", "--jso", "--jobs=1", "--", "--x"]) == [
+        "--jso"
+    ]
+    assert cli._abbreviated(cli.build_parser("mirror"), "mirror", ["mirror", "-r", "l", "d", "--", "--only-b"]) == []
