@@ -100,6 +100,17 @@ def package_path(package: str) -> str:
     return "/".join(parts)
 
 
+_EXTENSION_TAG = re.compile(r"\.(?:cpython-\d+[^.]*|abi3|cp\d+[^.]*|pypy[^.]*)\.so$")
+"""The tag an extension module's file name carries (PEP 3149): ``_C.cpython-311-x86_64-linux-gnu.so``, ``_x.abi3.so``."""
+
+
+def is_tagged_extension_module(filename: str) -> bool:
+    """Whether ``filename`` is tagged as a Python extension module: the module Python imports from its package
+    directory, whose name and place are its import name (an untagged ``x.so`` may be one too; only its symbols
+    tell: ``PyInit_x``)."""
+    return _EXTENSION_TAG.search(filename) is not None
+
+
 def module_name(package: str) -> str:
     """``package`` as Python imports it (``jax_plugins/xla_cuda12`` -> ``jax_plugins.xla_cuda12``)."""
     return package_path(package).replace("/", ".")

@@ -171,11 +171,13 @@ def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.A
 def _abbreviated(parser: argparse.ArgumentParser, command: str, argv: Sequence[str]) -> list[str]:
     """The options of ``argv`` given as abbreviations (``--suff`` for ``--suffix``), which argparse accepts: a
     later flag that shares the prefix would change what they mean, so they earn a warning."""
-    known = {
-        option
-        for action in [*parser._actions, *_command_parser(parser, command)._actions]
-        for option in action.option_strings
-    }
+    known: set[str] = set()
+    parsers = [parser, _command_parser(parser, command)]
+    while parsers:  # the command's own subcommands too (``hub plan``)
+        for action in parsers.pop()._actions:
+            known.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction) and action.dest != "command":
+                parsers.extend(action.choices.values())
     given = itertools.takewhile(lambda arg: arg != "--", argv)  # after "--", arguments of another program
     return [arg.partition("=")[0] for arg in given if arg.startswith("--") and arg.partition("=")[0] not in known]
 

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Collection
 
+from patched_wheels.base.names import is_tagged_extension_module
 from patched_wheels.elf.graph import LibraryGraph
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.loading.packages import package_libraries
@@ -20,14 +20,12 @@ if TYPE_CHECKING:
 
 #: The probe that makes a JAX plugin load its native code (``import`` alone does not): what the warning suggests.
 JAX_PROBE = "import jax; jax.devices()"
-# The tags an extension module's file name carries (PEP 3149): _C.cpython-311-x86_64-linux-gnu.so, _x.abi3.so.
-_EXTENSION_SUFFIX = re.compile(r"\.(?:cpython-\d+[^.]*|abi3|cp\d+[^.]*|pypy[^.]*)\.so$")
 
 
 def is_extension_module(library: ElfLibrary, observed: Observation | None) -> bool:
     """A Python extension module: tagged so (``.cpython-311-x86_64-linux-gnu.so``, ``.abi3.so``), or found
     defining ``PyInit_*`` by an observation."""
-    return bool(_EXTENSION_SUFFIX.search(library.filename)) or (
+    return is_tagged_extension_module(library.filename) or (
         observed is not None and observed.has(library, observed.extensions)
     )
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from patched_wheels.base.names import canonicalize_name
+from patched_wheels.base.names import canonicalize_name, is_tagged_extension_module
 from patched_wheels.elf.graph import GraphReading, LibraryGraph, read_graph
 from patched_wheels.elf.read import DT_SONAME, ElfLibrary, read_dynamic
 from patched_wheels.errors import UsageError
@@ -176,15 +176,23 @@ def plan_split(
         if request.move
         else _select_by_size(request, edits, members, libraries, preload_estimate)
     )
+    chosen_by = (
+        f"{request.names.move} {' '.join(request.move)}"
+        if request.move
+        else f"{request.names.max_size} {request.max_size}"
+    )
     packages = sorted({libraries[name].split("/", 1)[0] for name in selected})
     if len(packages) > 1 or any("/" not in libraries[name] for name in selected):
         raise UsageError(
-            f"{wheel}: the moved libraries must all live inside one package directory, not {', '.join(packages)}"
+            f"{wheel}: the libraries {chosen_by} moves must all live inside one package directory, "
+            f"not {', '.join(packages)}"
         )
     package = packages[0]
     init_member = next(iter(package_init_members(package, members)), None)
     if init_member is None:
-        raise UsageError(f"{wheel}: no {package}/__init__.py to import the preload from")
+        raise UsageError(
+            f"{wheel}: {chosen_by} moves libraries of {package}/, which has no __init__.py to import the preload from"
+        )
     sibling_top = _sibling_top_level(request.into)
     moves = tuple(
         _Move(name, libraries[name], edits.edited(name), f"{sibling_top}/{libraries[name].split('/', 1)[1]}")
@@ -233,6 +241,11 @@ def _select_by_globs(request: SplitRequest, edits: WheelEdits, libraries: Mappin
                     f"{wheel}: {name} (matched by {option} {pattern}) is not a shared library; "
                     "only libraries can move, since the main wheel preloads them"
                 )
+            if is_tagged_extension_module(name):
+                raise UsageError(
+                    f"{wheel}: {name} (matched by {option} {pattern}) is a Python extension module, which Python "
+                    "imports from its place in its package: only the libraries it loads can move"
+                )
             if name not in selected:
                 selected.append(name)
     return selected
@@ -245,22 +258,28 @@ def _select_by_size(
     libraries: Mapping[str, str],
     preload_growth: int,
 ) -> list[str]:
-    """Largest libraries first, until the main wheel's estimated size fits ``max_size``."""
+    """Largest libraries first, until the main wheel's estimated size fits ``max_size``; Python extension modules
+    stay where Python imports them."""
     wheel, option, max_size = edits.reader.path.name, request.names.max_size, request.max_size or 0
     sizes = _stored_sizes(edits, members)
     estimate = sum(sizes.values()) + preload_growth + _GROWTH_SLACK
     if estimate <= max_size:
         raise UsageError(f"{wheel}: already fits in {option} {max_size}; nothing to split")
+    movable = [name for name in libraries if not is_tagged_extension_module(name)]
     selected: list[str] = []
-    for name in sorted(libraries, key=lambda name: (-sizes[name], name)):
+    for name in sorted(movable, key=lambda name: (-sizes[name], name)):
         if estimate <= max_size:
             break
         selected.append(name)
         estimate -= sizes[name]
     if estimate > max_size:
+        what = (
+            f"moving every shared library that can move ({len(selected)}; Python extension modules stay)"
+            if selected
+            else "which has no shared library that can move (Python extension modules stay)"
+        )
         raise UsageError(
-            f"{wheel}: still ~{estimate} bytes after moving all {len(selected)} shared libraries; "
-            f"cannot fit {option} {max_size}"
+            f"{wheel}: still ~{estimate} bytes {'after ' if selected else ''}{what}; cannot fit {option} {max_size}"
         )
     return selected
 

@@ -253,3 +253,5 @@ def test_an_abbreviated_option_works_for_a_release_with_one_warning(tmp_path: Pa
         "--jso"
     ]
     assert cli._abbreviated(cli.build_parser("mirror"), "mirror", ["mirror", "-r", "l", "d", "--", "--only-b"]) == []
+    hub = ["hub", "plan", "--request", "r", "--config-out", "c", "--req", "q"]  # a subcommand's own options
+    assert cli._abbreviated(cli.build_parser("hub"), "hub", hub) == ["--req"]

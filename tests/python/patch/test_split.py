@@ -544,11 +544,62 @@ def test_jobs_that_is_no_number_of_threads_is_one_error(wheels, tmp_path, capsys
         "graph": ["graph", str(wheels.torch)],
     }[command]
     dest = ["--dest-dir", str(tmp_path / "out")] if command == "split" else []
-    with pytest.raises(SystemExit) as exited:
-        main([*argv, *dest, f"--jobs={jobs}"])
-    assert exited.value.code == 2
-    error = capsys.readouterr().err.splitlines()[-1]
-    assert (
-        error == f"patched-wheels {command}: error: argument --jobs: {jobs!r} is not a number of threads (at least 1)"
+    assert main([*argv, *dest, f"--jobs={jobs}"]) == 1
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error == (
+        f"patched-wheels: error: {command}: argument --jobs: {jobs!r} is not a number of threads (at least 1) "
+        f"(see patched-wheels {command} --help)"
     )
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def with_extension(tmp_path_factory) -> Path:
+    """A wheel whose tagged extension module (the biggest library) loads a library of its own, as numpy's
+    ``_umath_linalg.cpython-311-x86_64-linux-gnu.so`` does."""
+    from support.fakecuda import compile_shared
+
+    build = tmp_path_factory.mktemp("extension")
+    dep = blob_library(build, "libdep.so", 60_000)
+    extension = blob_library(build, "_ext.cpython-311-x86_64-linux-gnu.so", 400_000, "-L.", "-l:libdep.so")
+    abi3 = compile_shared(build, "_small.abi3.so", "int small(void) { return 1; }\n")
+    return build_wheel(
+        build,
+        "extpkg",
+        "1.0",
+        {
+            "extpkg/__init__.py": b"",
+            "extpkg/_ext.cpython-311-x86_64-linux-gnu.so": extension.read_bytes(),
+            "extpkg/_small.abi3.so": abi3.read_bytes(),
+            "extpkg/lib/libdep.so": dep.read_bytes(),
+        },
+    )
+
+
+def test_a_glob_that_matches_an_extension_module_is_one_error_naming_it(with_extension, tmp_path):
+    """Moved, Python could no longer import it (``extpkg._ext`` would be ``extpkg_libs/_ext…``): the module is
+    gone from its package, and ``doctor --run`` called the result passing since one site-packages fails alike."""
+    with pytest.raises(
+        UsageError,
+        match=r"extpkg/_ext\.cpython-311-x86_64-linux-gnu\.so \(matched by --move "
+        r"extpkg/\*\*\.so\) is a Python extension module",
+    ) as caught:
+        split_wheel(with_extension, tmp_path, into="extpkg-libs", move=["extpkg/**.so"])
+    assert "only the libraries it loads can move" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_max_size_moves_libraries_and_leaves_extension_modules(with_extension, tmp_path):
+    """The biggest member is the extension module: it stays; the library it loads moves (and fits)."""
+    size = with_extension.stat().st_size
+    pair = split_wheel(with_extension, tmp_path, into="extpkg-libs", max_size=size - 30_000)
+    with zipfile.ZipFile(pair.sibling) as sibling:
+        assert [name for name in sibling.namelist() if name.endswith(".so")] == ["extpkg_libs/lib/libdep.so"]
+    with zipfile.ZipFile(pair.path) as main:
+        assert {"extpkg/_ext.cpython-311-x86_64-linux-gnu.so", "extpkg/_small.abi3.so"} <= set(main.namelist())
+    with pytest.raises(
+        UsageError,
+        match=r"after moving every shared library that can move \(1; Python extension "
+        r"modules stay\); cannot fit --max-size 200000$",
+    ):
+        split_wheel(with_extension, tmp_path / "small", into="extpkg-libs", max_size=200_000)
