@@ -90,6 +90,19 @@ def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
     raise UsageError(f"give one of {', '.join(entry.flag for entry in LOCK_FORMATS)}")
 
 
+def check_code(option: str, code: str | None) -> None:
+    """Before any wheel is read or installed for it, code given to run (``--probe``, ``--run``; None: the default,
+    an import) that this interpreter does not compile is the option's error, and so is a run timeout
+    (:func:`~patched_wheels.loading.probe.run_timeout`) that is no number of seconds."""
+    from patched_wheels.base.usercode import code_problem  # imported here: only code to run is judged
+    from patched_wheels.loading.probe import run_timeout
+
+    problem = code_problem(code) if code else None
+    if problem:
+        raise UsageError(f"{option} {code!r}: {problem}")
+    run_timeout()
+
+
 def caches(args: argparse.Namespace) -> CacheContext:
     """The caches the command reads and fills (the ELF cache, observations; see :mod:`patched_wheels.base.cache`),
     none with ``--no-cache``."""

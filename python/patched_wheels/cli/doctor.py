@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.cli import add_cache_option, caches
+from patched_wheels.cli import add_cache_option, caches, check_code
 from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.doctor import diagnose, format_diagnosis, format_run
@@ -93,6 +93,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--probe needs --package")
     if args.no_probe and args.probe is not None:
         raise UsageError("--probe and --no-probe: give one or neither (--no-probe judges the ELF graph alone)")
+    if code is not None:
+        check_code("--run", code)
+    if args.probe is not None or (code is not None and not args.no_probe):
+        check_code("--probe", args.probe)
     probe = args.probe
     default_code = find_package(args.package, args.wheels).import_code if args.package else ""
     if probe is None and code is not None and args.package and not args.no_probe:

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patched_wheels.cli import add_cache_option, caches
+from patched_wheels.cli import add_cache_option, caches, check_code
 from patched_wheels.errors import UsageError
 from patched_wheels.patch.surgery import PatchOptions, find_patches, patch_wheel
 
@@ -119,6 +119,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("--no-probe needs --preload-for and --preload-from")
     if args.no_probe and args.probe is not None:
         raise UsageError("--probe and --no-probe: give one or neither (--no-probe runs no code)")
+    if args.preload_for and not args.no_probe:
+        check_code("--probe", args.probe)
     patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
     options = PatchOptions(
         suffix=args.suffix,

@@ -19,6 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import canonicalize_name, character_problem, glob_problem, package_path
 from patched_wheels.base.schema import VALUES, shown, to_json
+from patched_wheels.base.usercode import code_problem
 from patched_wheels.errors import UsageError
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
 from patched_wheels.patch.version import with_local_suffix
@@ -172,6 +173,8 @@ def _dependency_problem(spec: PatchedWheelSpec) -> str | None:
                 return f'{attribute} needs preload = "auto" or "elf"'
     if spec.probe and not spec.runs_probe:
         return f'probe needs preload = "auto" (preload = "{spec.preload}" runs no package code)'
+    if spec.probe and (problem := code_problem(spec.probe)):
+        return f"probe = {shown(spec.probe)}: {problem}"
     if spec.split_into:
         if bool(spec.split_max_size) == bool(spec.split_move):
             return "split_into needs exactly one of split_max_size and split_move" + (

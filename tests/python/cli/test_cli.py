@@ -255,3 +255,54 @@ def test_an_abbreviated_option_works_for_a_release_with_one_warning(tmp_path: Pa
     assert cli._abbreviated(cli.build_parser("mirror"), "mirror", ["mirror", "-r", "l", "d", "--", "--only-b"]) == []
     hub = ["hub", "plan", "--request", "r", "--config-out", "c", "--req", "q"]  # a subcommand's own options
     assert cli._abbreviated(cli.build_parser("hub"), "hub", hub) == ["--req"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["doctor", "w.whl", "--package", "p", "--probe", "import ("], "--probe 'import (': not Python this "),
+        (["doctor", "w.whl", "--package", "p", "--run=import p\n  x"], "--run 'import p\\n  x': not Python this "),
+        (
+            [
+                "patch",
+                "--wheel",
+                "w-1.0-py3-none-any.whl",
+                "--dest-dir",
+                "d",
+                "--preload-for",
+                "p",
+                "--preload-from",
+                "o-1.0-py3-none-any.whl",
+                "--probe",
+                "import p;;",
+            ],
+            "--probe 'import p;;': not Python this interpreter runs (SyntaxError: invalid syntax, line 1)",
+        ),
+    ],
+    ids=["doctor-probe", "doctor-run", "patch-probe"],
+)
+def test_code_to_run_that_does_not_compile_is_the_option_s_error_before_any_wheel_is_read(capsys, argv, line) -> None:
+    """A typo in a probe was a probe that "failed" once the set was installed, a warning, and a preload of what it
+    mapped until then; the wheels here do not even exist: the code is judged first."""
+    assert cli.main(argv) == 1
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"patched-wheels: error: {line}"), error
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--run=import p"], ["--package", "p", "--run"], ["--package", "p", "--probe", "import p"]],
+    ids=["run-code", "run-package", "probe"],
+)
+def test_a_run_timeout_that_is_no_number_is_the_error_before_any_verdict(tmp_path, capsys, monkeypatch, argv) -> None:
+    """doctor printed its whole static verdict, then this error: a run that fails shows its error alone."""
+    from support.wheelbuilder import build_wheel
+
+    wheel = build_wheel(tmp_path, "p", "1.0", {"p/__init__.py": b""})
+    monkeypatch.setenv("RULES_PATCHED_WHEELS_RUN_TIMEOUT", "abc")
+    assert cli.main(["doctor", str(wheel), *argv]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "patched-wheels: error: RULES_PATCHED_WHEELS_RUN_TIMEOUT='abc': not a positive whole number of seconds\n"
+    )

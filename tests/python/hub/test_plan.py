@@ -133,6 +133,14 @@ def planned(request: HubRequest, wheels: list[ResolvedWheel], *, cache_root: Pat
             'probe needs preload = "auto" (preload = "elf" runs no package code)',
         ),
         (
+            {"preload": "auto", "probe": "import jax; jax.devices("},
+            'probe = "import jax; jax.devices(": not Python this interpreter runs (SyntaxError: ',
+        ),
+        (
+            {"preload": "auto", "probe": "import jax\n  jax.devices()"},
+            'probe = "import jax\\n  jax.devices()": not Python this interpreter runs (IndentationError: ',
+        ),
+        (
             {"preload": "elf", "preload_package": "not a module"},
             'preload_package = "not a module" is not a module name',
         ),

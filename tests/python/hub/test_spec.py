@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from support.importgraph import PACKAGE, ROOT, import_graph, reached
 
-# What checking a spec needs: names and globs, the version rule, the patch's requests (RPATH edits, the
-# split), each checked without a wheel, and the JSON schema's reader (which imports nothing of the project's).
-NEEDED = {"errors", "base.fsutil", "base.names", "patch.request", "patch.version", "base.schema"}
+# What checking a spec needs: names and globs, the probe's code compiled, the version rule, the patch's requests
+# (RPATH edits, the split), each checked without a wheel, and the JSON schema's reader (which imports nothing of
+# the project's).
+NEEDED = {"errors", "base.fsutil", "base.names", "base.usercode", "patch.request", "patch.version", "base.schema"}
 
 
 def test_checking_a_spec_imports_none_of_the_patching_loading_or_elf_modules() -> None:
