@@ -89,13 +89,13 @@ def glob_problem(pattern: str) -> str | None:
     return None
 
 
-def package_path(package: str) -> str:
+def package_path(package: str, given_as: str = "package") -> str:
     """The directory of ``package`` as users write it: a dotted module name (``jax_plugins.xla_cuda12``)
-    or its path (``jax_plugins/xla_cuda12``)."""
+    or its path (``jax_plugins/xla_cuda12``); ``given_as``: what errors call it (the option that gave it)."""
     parts = package.replace("/", ".").split(".")
     if not all(part.isidentifier() for part in parts):
         raise UsageError(
-            f"package {package!r}: not a module name (write it as Python imports it, e.g. jax_plugins.xla_cuda12)"
+            f"{given_as} {package!r}: not a module name (write it as Python imports it, e.g. jax_plugins.xla_cuda12)"
         )
     return "/".join(parts)
 

@@ -61,14 +61,24 @@ def warn_removed_cache_option(args: argparse.Namespace) -> None:
 def add_jobs_option(parser: argparse.ArgumentParser) -> None:
     """``--jobs N`` for the commands that read a wheel set's libraries (graph, split): the threads they inflate on,
     one per core by default (:func:`patched_wheels.elf.graph.scan_wheels`'s ``workers``)."""
-    parser.add_argument("--jobs", type=_positive, metavar="N", help="inflate on N threads (default: one per core)")
+    parser.add_argument(
+        "--jobs",
+        type=whole_number(1, "a number of threads (at least 1)"),  # 0 or -1 would mean no thread at all
+        metavar="N",
+        help="inflate on N threads (default: one per core)",
+    )
 
 
-def _positive(text: str) -> int:
-    """A count of at least 1: ``--jobs 0`` or ``-1`` would mean no thread at all (argparse words the error)."""
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads (at least 1)")
-    return int(text)
+def whole_number(minimum: int, what: str) -> Callable[[str], int]:
+    """An option's type: a whole number of at least ``minimum``, written in ASCII digits (``int()`` also takes
+    ``-5``, ``+5``, `` 5`` and ``٥``); otherwise the error says it is not ``what`` (argparse names the option)."""
+
+    def parse(text: str) -> int:
+        if not (text.isascii() and text.isdigit()) or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return int(text)
+
+    return parse
 
 
 def add_lock_input(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +98,13 @@ def lock_input(args: argparse.Namespace) -> tuple[Path, str]:
         if getattr(args, entry.name.replace("-", "_")) is not None:
             return getattr(args, entry.name.replace("-", "_")), entry.name
     raise UsageError(f"give one of {', '.join(entry.flag for entry in LOCK_FORMATS)}")
+
+
+def check_directory(option: str, path: Path) -> None:
+    """An output directory (``--dest-dir``, ``mirror``'s DIR) that is there as something else is the option's
+    error before anything is read (making it would fail with the file system's "File exists")."""
+    if os.path.lexists(path) and not path.is_dir():
+        raise UsageError(f"{option} {path}: not a directory")
 
 
 def check_code(option: str, code: str | None) -> None:

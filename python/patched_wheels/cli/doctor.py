@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patched_wheels.base.names import package_path
 from patched_wheels.cli import add_cache_option, caches, check_code
 from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
@@ -91,6 +92,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--run {code}: a wheel, not code; put --run after the wheels or write --run=CODE")
     if args.probe is not None and not args.package:
         raise UsageError("--probe needs --package")
+    if args.no_probe and not args.package:
+        raise UsageError("--no-probe needs --package (without one, no probe runs)")
+    if args.package is not None:
+        package_path(args.package, "--package")
     if args.no_probe and args.probe is not None:
         raise UsageError("--probe and --no-probe: give one or neither (--no-probe judges the ELF graph alone)")
     if code is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from patched_wheels.base.fsutil import resolved_path
 from patched_wheels.cli import add_lock_input, lock_input
-from patched_wheels.errors import warn
+from patched_wheels.errors import UsageError, warn
 from patched_wheels.index.simple import build_index
 from patched_wheels.lock.apply import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, lock
 
@@ -54,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.upstream_index_url is not None and args.index_option != "direct":
+        raise UsageError(
+            f"--upstream-index-url needs --index-option direct (--index-option {args.index_option} keeps the "
+            "lock's own index lines and adds the index's)"
+        )
     path, lock_format = lock_input(args)
     index = build_index(args.index)  # the hashes the lock pins are then those the pages serve
     options = LockOptions(resolved_path(index.directory), args.index_option, args.upstream_index_url)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from patched_wheels.base.fsutil import temp_directory, write_temp
-from patched_wheels.cli import index_summary
+from patched_wheels.cli import check_directory, index_summary
 from patched_wheels.index.mirror import mirror
 from patched_wheels.lock.formats.requirements import parse_requirements
 from patched_wheels.lock.model import read_lock_text
@@ -39,6 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     # touched or pip starts. pip then reads those very bytes, from a copy: the lock read again by its path could be
     # another file by then (swapped, or grown an include).
     lock: Path = args.requirements
+    check_directory("DIR", args.directory)
     text = read_lock_text(lock)
     parse_requirements(text, str(lock))
     with _checked_copy(lock, text.encode("utf-8")) as copy:  # strict UTF-8 both ways: the bytes read

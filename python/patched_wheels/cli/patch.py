@@ -17,7 +17,8 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patched_wheels.cli import add_cache_option, caches, check_code
+from patched_wheels.base.names import package_path
+from patched_wheels.cli import add_cache_option, caches, check_code, check_directory, whole_number
 from patched_wheels.errors import UsageError
 from patched_wheels.patch.surgery import PatchOptions, find_patches, patch_wheel
 
@@ -50,7 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--patch", type=Path, action="append", default=[], help="a unified diff (repeatable; after --patch-dir's)"
     )
     parser.add_argument(
-        "--strip", type=int, default=1, metavar="N", help="leading path components to strip (default 1)"
+        "--strip",
+        type=whole_number(0, "a number of path components (0 or more)"),
+        default=1,
+        metavar="N",
+        help="leading path components to strip (default 1)",
     )
     parser.add_argument(
         "--remove-requires", action="append", default=[], metavar="NAME", help="drop Requires-Dist of this project"
@@ -109,19 +114,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if bool(args.preload_for) != bool(args.preload_from):
+    check_directory("--dest-dir", args.dest_dir)
+    preloads = args.preload_for is not None
+    if preloads != bool(args.preload_from):
         raise UsageError("--preload-for and --preload-from must be given together")
-    if args.preload_wheels and not args.preload_for:
+    if args.preload_wheels and not preloads:
         raise UsageError("--preload-wheels needs --preload-for and --preload-from")
-    if args.probe is not None and not args.preload_for:
+    if args.probe is not None and not preloads:
         raise UsageError("--probe needs --preload-for and --preload-from")
-    if args.no_probe and not args.preload_for:
+    if args.no_probe and not preloads:
         raise UsageError("--no-probe needs --preload-for and --preload-from")
     if args.no_probe and args.probe is not None:
         raise UsageError("--probe and --no-probe: give one or neither (--no-probe runs no code)")
-    if args.preload_for and not args.no_probe:
-        check_code("--probe", args.probe)
-    patches = (find_patches(args.patch_dir) if args.patch_dir else []) + args.patch
+    if preloads:
+        package_path(args.preload_for, "--preload-for")
+        if not args.no_probe:
+            check_code("--probe", args.probe)
+    patches = (find_patches(args.patch_dir, "--patch-dir") if args.patch_dir else []) + args.patch
     options = PatchOptions(
         suffix=args.suffix,
         patches=patches,
@@ -130,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
         add_requires=args.add_requires,
         delete=args.delete,
         verify=args.verify,
-        preload=_preload(args, [args.wheel, *args.preload_from]) if args.preload_for else None,
+        preload=_preload(args, [args.wheel, *args.preload_from]) if preloads else None,
         rpath_edits=_rpath_edits(args.rpath),
     )
     result = patch_wheel(args.wheel, args.dest_dir, options)

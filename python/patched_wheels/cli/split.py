@@ -15,7 +15,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patched_wheels.cli import add_jobs_option, add_removed_cache_option, warn_removed_cache_option
+from patched_wheels.cli import (
+    add_jobs_option,
+    add_removed_cache_option,
+    check_directory,
+    warn_removed_cache_option,
+    whole_number,
+)
 from patched_wheels.patch.surgery import split_wheel
 
 
@@ -30,7 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     selection = parser.add_mutually_exclusive_group(required=True)
     selection.add_argument("--move", nargs="+", metavar="GLOB", help="move the shared libraries matching these globs")
     selection.add_argument(
-        "--max-size", type=int, metavar="BYTES", help="move the largest libraries until the wheel fits"
+        "--max-size",
+        type=whole_number(1, "a size in bytes (at least 1)"),
+        metavar="BYTES",
+        help="move the largest libraries until the wheel fits",
     )
     parser.add_argument("--into", required=True, metavar="NAME", help="project name of the sibling wheel")
     parser.add_argument("--dest-dir", type=Path, required=True, help="directory for both output wheels")
@@ -43,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    check_directory("--dest-dir", args.dest_dir)
     warn_removed_cache_option(args)
     result = split_wheel(
         args.wheel,

@@ -12,6 +12,7 @@ the ones they replaced put back, so nothing in ``directory`` changes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -49,7 +50,19 @@ def mirror(
     lock = requirements if named is None else named
     if not requirements.is_file():
         raise InvalidLockError(f"{lock}: no such requirements file")
+    made = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
+    try:
+        return _download(requirements, directory, pip_args, lock)
+    except BaseException:
+        if made:  # a failure leaves nothing, not even the directory it made (empty: the staging has gone)
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
+
+
+def _download(requirements: Path, directory: Path, pip_args: Sequence[str], lock: Path) -> MirrorResult:
+    """:func:`mirror`'s download into a staging directory inside ``directory``, published there and indexed."""
     with temp_directory(directory, "mirror") as staging:
         present = _seed(directory, staging)
         command = [

@@ -254,16 +254,17 @@ class WheelEdits:
         if name in self._protected:
             raise error(f"{source}: would delete {name}, which a wheel needs")
 
-    def matching(self, pattern: str) -> list[str]:
-        """Existing members matching ``pattern`` (fnmatch: ``*`` also crosses ``/``), in name order."""
+    def matching(self, pattern: str, option: str) -> list[str]:
+        """Existing members matching ``pattern`` (fnmatch: ``*`` also crosses ``/``), in name order; ``option``: how
+        the user gave it (``--delete``), which names a pattern fnmatch would misread."""
         if problem := glob_problem(pattern):
-            raise UsageError(f"GLOB {pattern!r}: {problem}")
+            raise UsageError(f"{option} {pattern!r}: {problem}")
         candidates = {*self.reader.members(), *self.contents}
         return sorted(name for name in candidates if fnmatch.fnmatchcase(name, pattern) and self.exists(name))
 
     def delete_matching(self, pattern: str) -> None:
         """Delete members matching ``pattern``; matching nothing is an error."""
-        matches = set(self.matching(pattern))
+        matches = set(self.matching(pattern, "--delete"))
         if not matches:
             raise UsageError(f"--delete {pattern!r}: matches no member of {self.reader.path.name}")
         for name in sorted(matches):

@@ -40,7 +40,7 @@ def apply_rpath_edits(edits: WheelEdits, rpath_edits: Sequence[RpathEdit], scrat
     wheel = edits.reader.path.name
     matched: dict[str, list[RpathEdit]] = {}
     for rpath_edit in rpath_edits:
-        names = edits.matching(rpath_edit.glob)
+        names = edits.matching(rpath_edit.glob, rpath_edit.origin)
         if not names:
             raise UsageError(f"{rpath_edit.origin}: matches no member of {wheel}")
         for name in names:

@@ -232,7 +232,7 @@ def _select_by_globs(request: SplitRequest, edits: WheelEdits, libraries: Mappin
     option = request.names.move
     selected: list[str] = []
     for pattern in request.move:
-        matched = edits.matching(pattern)
+        matched = edits.matching(pattern, option)
         if not matched:
             raise UsageError(f"{wheel}: {option} {pattern} matches no member")
         for name in matched:

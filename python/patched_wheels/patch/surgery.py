@@ -57,13 +57,17 @@ class PatchResult(NamedTuple):
         return (self.requirement,) if self.sibling_requirement is None else (self.requirement, self.sibling_requirement)
 
 
-def find_patches(patch_dir: Path) -> list[Path]:
+def find_patches(patch_dir: Path, given_as: str) -> list[Path]:
     """The ``*.patch``/``*.diff`` entries of ``patch_dir`` in name order (number them to order them): every one,
     so that one that is no patch file (a FIFO, a directory, a broken link) is an error when read, not a patch
-    left out without a word."""
+    left out without a word; a directory holding none is an error too (``given_as``: the option that named it)."""
     if not patch_dir.is_dir():
-        raise UsageError(f"patch directory {patch_dir} does not exist")
-    return sorted(path for path in patch_dir.iterdir() if path.suffix in PATCH_SUFFIXES)
+        problem = "not a directory" if os.path.lexists(patch_dir) else "no such directory"
+        raise UsageError(f"{given_as} {patch_dir}: {problem}")
+    patches = sorted(path for path in patch_dir.iterdir() if path.suffix in PATCH_SUFFIXES)
+    if not patches:
+        raise UsageError(f"{given_as} {patch_dir}: holds no {' or '.join(f'*{s}' for s in PATCH_SUFFIXES)} file")
+    return patches
 
 
 class PatchOptions(NamedTuple):

@@ -113,14 +113,14 @@ class WheelReader:
     ) -> None:
         self.path = Path(path)
         self.name = filename or self.path.name
-        self.filename = WheelFilename.parse(self.name)
         try:  # a link is read through (Bazel hands wheels as links); a FIFO is refused, not waited on
             self._fd = open_regular_file(self.path, follow_links=True)
         except NotRegularFileError as error:
             raise InvalidWheelError(f"{self.path}: {error}") from None
-        except OSError as error:
+        except OSError as error:  # before its name is judged: a path mistyped is that, whatever its name
             raise InvalidWheelError(f"{self.path}: cannot read ({error.strerror or error})") from None
         try:
+            self.filename = WheelFilename.parse(self.name)
             status = os.fstat(self._fd)
             with cycle_collection_paused():
                 checked = self._check(status.st_size, written)

@@ -218,7 +218,7 @@ def test_a_removed_no_cache_is_accepted_for_a_release_with_one_warning_and_chang
         ),
         (
             ["patch", "--wheel", "w.whl", "--dest-dir", "d", "--strip", "x"],
-            "patch: argument --strip: invalid int value: 'x'",
+            "patch: argument --strip: 'x' is not a number of path components (0 or more)",
         ),
         (["graph", "--jobs", "0", "w.whl"], "graph: argument --jobs: '0' is not a number of threads (at least 1)"),
         (["index", "a", "b"], "index: unrecognized arguments: b (see patched-wheels index --help)"),
@@ -306,3 +306,89 @@ def test_a_run_timeout_that_is_no_number_is_the_error_before_any_verdict(tmp_pat
     assert captured.err == (
         "patched-wheels: error: RULES_PATCHED_WHEELS_RUN_TIMEOUT='abc': not a positive whole number of seconds\n"
     )
+
+
+@pytest.fixture
+def six_like(tmp_path: Path) -> Path:
+    from support.wheelbuilder import build_wheel
+
+    (tmp_path / "in").mkdir()
+    return build_wheel(tmp_path / "in", "sixlike", "1.0", {"sixlike/__init__.py": b""})
+
+
+_MISTAKES = {
+    "dest-dir-a-file": (["patch", "--wheel", "{wheel}", "--dest-dir", "{file}"], "--dest-dir {file}: not a directory"),
+    "split-dest-dir-a-file": (
+        ["split", "--wheel", "{wheel}", "--move", "x", "--into", "y", "--dest-dir", "{file}"],
+        "--dest-dir {file}: not a directory",
+    ),
+    "mirror-dir-a-file": (["mirror", "-r", "{file}", "{file}"], "DIR {file}: not a directory"),
+    "patch-dir-a-file": (
+        ["patch", "--wheel", "{wheel}", "--dest-dir", "{out}", "--patch-dir", "{file}"],
+        "--patch-dir {file}: not a directory",
+    ),
+    "patch-dir-missing": (
+        ["patch", "--wheel", "{wheel}", "--dest-dir", "{out}", "--patch-dir", "{out}/nope"],
+        "--patch-dir {out}/nope: no such directory",
+    ),
+    "patch-dir-without-patches": (
+        ["patch", "--wheel", "{wheel}", "--dest-dir", "{out}", "--patch-dir", "{empty}"],
+        "--patch-dir {empty}: holds no *.patch or *.diff file",
+    ),
+    "delete-bad-glob": (
+        ["patch", "--wheel", "{wheel}", "--dest-dir", "{out}", "--delete", "[abc"],
+        "--delete '[abc': an unclosed '['",
+    ),
+    "move-bad-glob": (
+        ["split", "--wheel", "{wheel}", "--move", "[x", "--into", "y", "--dest-dir", "{out}"],
+        "--move '[x': an unclosed '['",
+    ),
+    "preload-for-empty": (
+        ["patch", "--wheel", "{wheel}", "--dest-dir", "{out}", "--preload-for", "", "--preload-from", "{wheel}"],
+        "--preload-for '': not a module name",
+    ),
+    "preload-for-dot": (
+        ["patch", "--wheel", "{wheel}", "--dest-dir", "{out}", "--preload-for", "six.", "--preload-from", "{wheel}"],
+        "--preload-for 'six.': not a module name",
+    ),
+    "doctor-package-dot": (["doctor", "{wheel}", "--package", "six."], "--package 'six.': not a module name"),
+    "doctor-no-probe-alone": (["doctor", "{wheel}", "--no-probe"], "--no-probe needs --package"),
+    "max-size-negative": (
+        ["split", "--wheel", "{wheel}", "--max-size", "-5", "--into", "y", "--dest-dir", "{out}"],
+        "split: argument --max-size: '-5' is not a size in bytes (at least 1)",
+    ),
+    "upstream-url-elsewhere": (
+        [
+            "lock",
+            "--requirements",
+            "{file}",
+            "--index",
+            "{empty}",
+            "--out",
+            "{out}/o.txt",
+            "--index-option",
+            "extra-index-url",
+            "--upstream-index-url",
+            "https://x.example/simple",
+        ],
+        "--upstream-index-url needs --index-option direct",
+    ),
+    "missing-wheel-named-badly": (
+        ["patch", "--wheel", "{out}/nosuch.whl", "--dest-dir", "{out}"],
+        "{out}/nosuch.whl: cannot read (No such file or directory)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("argv", "line"), list(_MISTAKES.values()), ids=list(_MISTAKES))
+def test_a_new_user_s_mistakes_are_one_line_naming_the_option(tmp_path, six_like, capsys, argv, line) -> None:
+    """What a first session gets wrong, each named as the user wrote it (an output directory that is a file was
+    "File exists"; a --patch-dir that is a file "does not exist"; a bad glob named no option; a negative
+    --max-size was taken as a size), before anything is written."""
+    places = {"wheel": six_like, "file": tmp_path / "a-file", "out": tmp_path / "out", "empty": tmp_path / "empty"}
+    places["file"].write_text("torchfake==1.0\n")
+    places["empty"].mkdir()
+    assert cli.main([arg.format(**places) for arg in argv]) == 1
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"patched-wheels: error: {line.format(**places)}"), error
+    assert not places["out"].exists()

@@ -77,10 +77,11 @@ def test_a_failing_pip_is_said_of_the_users_lock_and_its_copy_is_removed(
     assert capsys.readouterr().err == (
         f"patched-wheels: error: {lock}: pip download failed (exit 1); pip's message is above\n"
     )
-    assert _leftovers(tmp_path) == [] and sorted(path.name for path in tmp_path.iterdir()) == [
-        "mirror",
-        "requirements.txt",
-    ]
+    # nothing left: not the copy, nor the directory the run made (an existing one stays: the next test)
+    assert _leftovers(tmp_path) == [] and sorted(path.name for path in tmp_path.iterdir()) == ["requirements.txt"]
+    (tmp_path / "mirror").mkdir()
+    assert main(["mirror", "-r", str(lock), str(tmp_path / "mirror")]) == 1
+    assert (tmp_path / "mirror").is_dir() and list((tmp_path / "mirror").iterdir()) == []
 
 
 def test_a_lock_in_a_directory_that_takes_no_file_is_copied_elsewhere(
