@@ -14,6 +14,12 @@ from typing import Iterable
 MAX_LINE = 2000
 
 
+UNREADABLE_REQUIREMENT = (ValueError, SyntaxError, RecursionError)
+"""What ``packaging`` raises for a requirement or marker it cannot read: ``InvalidRequirement`` and ``InvalidMarker``
+(both ValueErrors), SyntaxError from the ``ast.literal_eval`` of a quoted value (a lone backslash, a NUL), and
+RecursionError (its parser recurses per ``(``)."""
+
+
 class PatchedWheelsError(Exception):
     """A failure caused by the input (a wheel, patch, lock, library or option), not a bug.
 

@@ -16,12 +16,12 @@ import json
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Collection, Mapping, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import NormalizedName
 
 from patched_wheels.base.names import canonicalize_name
 from patched_wheels.elf.graph import WheelRef
-from patched_wheels.errors import UsageError
+from patched_wheels.errors import UNREADABLE_REQUIREMENT, UsageError
 from patched_wheels.hub.spec import PatchedWheelSpec, check_specs, index_call
 from patched_wheels.lock.closure import EXTRAS_SUFFIX, Closure, restored_requirements
 from patched_wheels.lock.requiresdist import Dist
@@ -37,7 +37,7 @@ def extras_requirements(extras: Sequence[str], call: str) -> list[tuple[str, Req
     for written in extras:
         try:
             requirement = Requirement(written)
-        except (InvalidRequirement, RecursionError):
+        except UNREADABLE_REQUIREMENT:
             requirement = None
         if (
             requirement is None

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 
 from patched_wheels.base.fsutil import SHA256_HEX
 from patched_wheels.base.names import canonicalize_name, character_problem, glob_problem, package_path
 from patched_wheels.base.schema import VALUES, shown, to_json
 from patched_wheels.base.usercode import code_problem
-from patched_wheels.errors import UsageError
+from patched_wheels.errors import UNREADABLE_REQUIREMENT, UsageError
 from patched_wheels.patch.request import BAZEL_NAMES, MODES, SplitRequest, rpath_edit
 from patched_wheels.patch.version import with_local_suffix
 
@@ -250,7 +250,7 @@ def _version_problem(spec: PatchedWheelSpec) -> str | None:
     if spec.requirement:
         try:
             requirement = Requirement(spec.requirement)
-        except (InvalidRequirement, RecursionError) as error:  # packaging's marker parser recurses per "("
+        except UNREADABLE_REQUIREMENT as error:  # packaging's marker parser recurses per "("
             return f'requirement = "{spec.requirement[:200]}": {error}'
         if canonicalize_name(requirement.name) != canonicalize_name(spec.name):
             return f'requirement = "{spec.requirement}" names another project than name = "{spec.name}"'

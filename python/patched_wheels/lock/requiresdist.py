@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName, Value, Variable
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import NormalizedName
 from packaging.version import InvalidVersion
 
 from patched_wheels.base.names import canonicalize_name
-from patched_wheels.errors import warn
+from patched_wheels.errors import UNREADABLE_REQUIREMENT, warn
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def read_dist(
     for text in requires_dist:
         try:
             requirement = Requirement(text)
-        except (InvalidRequirement, RecursionError) as error:
+        except UNREADABLE_REQUIREMENT as error:
             # A third party's wheel the user cannot fix: said once, and left out as rules_python leaves it out.
             warn(f"{origin}: Requires-Dist {text[:200]!r} ignored: {str(error).splitlines()[0][:200]}")
             continue
@@ -207,7 +207,12 @@ def _partial_atom(atom: tuple[Any, Any, Any], extra: str | None) -> bool | str:
 
 
 def _node_text(node: Any) -> str:
+    """A marker node as marker text that parses back to it. packaging reads a quoted value with
+    ``ast.literal_eval``, so a value is written as a Python literal (``repr``'s: a backslash doubled, a control
+    character escaped), not between bare quotes, where ``"\\"`` would end as ``"\"``, a literal that never
+    closes; in double quotes unless it holds one (it never holds both: packaging's tokenizer does not allow it),
+    so that ordinary values are written as they were."""
     if isinstance(node, Value):
-        quote = "'" if '"' in node.value else '"'
-        return f"{quote}{node.value}{quote}"
+        literal = repr(node.value)
+        return f'"{literal[1:-1]}"' if literal[0] == "'" and '"' not in node.value else literal
     return str(node.value)

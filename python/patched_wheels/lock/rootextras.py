@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Iterator, Mapping, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import NormalizedName
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
+from patched_wheels.errors import UNREADABLE_REQUIREMENT
 from patched_wheels.lock.closure import Closure
 from patched_wheels.lock.requiresdist import Dist, Edge
 
@@ -105,7 +106,7 @@ def _pin_satisfies(dist: Dist, edge: Edge) -> bool:
     try:
         requirement = Requirement(edge.requirement)
         return requirement.specifier.contains(Version(dist.version), prereleases=True)
-    except (InvalidRequirement, InvalidVersion, RecursionError):
+    except UNREADABLE_REQUIREMENT:  # InvalidVersion is a ValueError too
         return False
 
 

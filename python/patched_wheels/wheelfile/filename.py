@@ -23,6 +23,10 @@ __all__ = ["WheelFilename", "all_safe_member_paths", "is_safe_member_path"]
 
 _BUILD_TAG = re.compile(r"(\d+)(.*)", re.ASCII)
 """A build tag: digits first (PEP 427); they and the rest are what it sorts by."""
+_TAG = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*", re.ASCII)
+"""One of the three tags (PEP 425: letters, digits and ``_``; a compressed set joins several with ``.``). What
+``packaging`` does not check: a tag becomes a lock's marker and a URL, where a quote or a line break would be
+text of the lock (``…x86_64"\nevil==1\n#.whl``)."""
 
 
 class WheelFilename(NamedTuple):
@@ -34,7 +38,8 @@ class WheelFilename(NamedTuple):
     Parsed here, not with ``packaging.utils.parse_wheel_filename``: every command opens a wheel, and
     that module's import of ``packaging.tags`` is a fifth of the helper's start-up (see
     :mod:`patched_wheels.base.names`).  It accepts what ``parse_wheel_filename`` accepts, with the same
-    parts, but for names pip would refuse (:func:`is_valid_project_name`); a test holds them equal.
+    parts, but for names pip would refuse (:func:`is_valid_project_name`) and tags no tag is made of (PEP 425's
+    letters, digits and ``_``); a test holds them equal.
     The platform tags are parsed with ``packaging.tags`` when first asked for (:attr:`tags`).  A named tuple, not a
     dataclass: importing ``dataclasses`` (10 ms) and each class it builds (about 1 ms) are start-up of every command.
     """
@@ -59,6 +64,8 @@ class WheelFilename(NamedTuple):
             problem = f"invalid version {parts[1]!r}"
         elif (build_tag := _build_tag(parts[2:-3])) is None:
             problem = f"invalid build tag {parts[2]!r} (it starts with a digit)"
+        elif bad := [tag for tag in parts[-3:] if not _TAG.fullmatch(tag)]:
+            problem = f"invalid tag {bad[0]!r} (letters, digits, '_', and '.' between tags of a set)"
         else:
             return cls(canonicalize_name(parts[0]), version, build_tag, stem)
         raise InvalidWheelError(f"{filename}: not a valid wheel filename ({problem})")

@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from patched_wheels.base.names import canonicalize_name
-from patched_wheels.errors import InvalidWheelError, UsageError
+from patched_wheels.errors import UNREADABLE_REQUIREMENT, InvalidWheelError, UsageError
 
 if TYPE_CHECKING:
     from packaging.utils import NormalizedName
@@ -129,7 +129,7 @@ def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str, generate
     ``specs``, each parsed first, then ``generated``, requirements this program built from checked parts
     (a split's pin on its sibling: a project name and the wheel's version), not parsed again."""
     if specs:
-        from packaging.requirements import InvalidRequirement, Requirement  # imported here: only a user's needs it
+        from packaging.requirements import Requirement  # imported here: only a user's needs it
 
     fields, rest = _split(metadata)
     eol = _line_ending(fields)
@@ -137,7 +137,7 @@ def add_requires(metadata: bytes, specs: Sequence[str], *, origin: str, generate
     for spec in specs:
         try:
             Requirement(spec)
-        except (InvalidRequirement, RecursionError) as error:  # packaging's parser recurses per "("
+        except UNREADABLE_REQUIREMENT as error:  # packaging's parser recurses per "("
             reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
             raise UsageError(f"{origin}: cannot add requirement {spec!r}: {reason}") from None
     for spec in [*specs, *generated]:

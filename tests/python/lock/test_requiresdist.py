@@ -71,3 +71,54 @@ def test_a_marker_that_cannot_be_evaluated_leaves_its_requirement_out_with_one_w
     assert line.startswith(
         f"patched-wheels: warning: a: Requires-Dist {f'c; {marker}'!r} ignored: its marker cannot be evaluated ("
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "restored"),
+    [
+        # packaging reads "\\" as one backslash; written back between bare quotes it was "\", which never closes
+        (
+            'tk-rt; os_name == "a\\\\" and extra == "rt" or sys_platform == "linux"',
+            'tk-rt ; os_name == "a\\\\" or sys_platform == "linux"',
+        ),
+        (
+            'tk-rt; os_name == "a\\nb" and extra == "rt" or sys_platform == "linux"',
+            'tk-rt ; os_name == "a\\nb" or sys_platform == "linux"',
+        ),
+        (
+            "tk-rt; os_name == 'say \"x\"' and extra == 'rt' or sys_platform == 'linux'",
+            'tk-rt ; os_name == \'say "x"\' or sys_platform == "linux"',
+        ),
+    ],
+    ids=["backslash", "escaped-line-break", "double-quotes"],
+)
+def test_an_extra_s_marker_is_written_back_as_marker_text_that_parses_to_it(text: str, restored: str) -> None:
+    """What a wheel's METADATA may hold (a traceback out of the hub and ``lock``, SyntaxError: unterminated string)."""
+    from packaging.markers import Marker
+
+    (edge,) = read_dist("toolkit", "1.0", [text], ["rt"], origin="w", environment=LINUX).extras["rt"]
+    assert edge.restored == restored
+    marker = restored.partition(" ; ")[2]
+    original = text.partition(";")[2].replace(' and extra == "rt"', "").replace(" and extra == 'rt'", "")
+    assert Marker(marker) == Marker(original)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'six==1.17.0 ; sys_platform == "\\"',
+        'six==1.17.0 ; sys_platform == "a\0"',
+        "-e git+https://g.example/x#egg=six;os_name=='\\'",
+    ],
+    ids=["lone-backslash", "nul", "egg-marker"],
+)
+def test_a_lock_line_whose_marker_packaging_cannot_read_is_one_error(tmp_path, line: str) -> None:
+    """packaging hands a quoted value to ast.literal_eval: SyntaxError, which the readers let through (a traceback
+    out of lock, resolve and mirror)."""
+    from patched_wheels.errors import InvalidLockError
+    from patched_wheels.lock.formats.registry import read_lock
+
+    lock = tmp_path / "requirements.txt"
+    lock.write_text(line + "\n")
+    with pytest.raises(InvalidLockError, match=rf"^{lock}:1: "):
+        read_lock(lock).pins

@@ -1,9 +1,11 @@
 """Wheel file names: ``WheelFilename.parse`` accepts what ``packaging.utils.parse_wheel_filename`` (the judge)
-accepts, with the same parts, but for project names pip would refuse; what it refuses is one error naming the file."""
+accepts, with the same parts, but for project names pip would refuse and tags no tag is made of (the judge does
+not look at them); what it refuses is one error naming the file."""
 
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -25,12 +27,16 @@ REAL_NAMES = [
 
 
 def _judged(filename: str) -> tuple[object, ...] | None:
-    """The judge's parts of ``filename``, or None where it, or pip's name rule, refuses it."""
+    """The judge's parts of ``filename``, or None where it, pip's name rule or PEP 425's tag characters refuse it."""
     try:
         name, version, build, tags = parse_wheel_filename(filename)
     except InvalidWheelFilename:
         return None
     if not is_valid_project_name(filename.split("-", 1)[0]):
+        return None
+    if not all(
+        re.fullmatch(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*", tag, re.ASCII) for tag in filename[:-4].split("-")[-3:]
+    ):
         return None
     return name, version, build, tags
 
@@ -61,6 +67,18 @@ def test_a_real_wheel_s_name_parses_into_the_judge_s_parts(filename: str) -> Non
         ("_six-1.0-py3-none-any.whl", "invalid project name"),
         ("six-1.0.x-py3-none-any.whl", "invalid version '1.0.x'"),
         ("six-1.0-a7-py3-none-any.whl", "invalid build tag 'a7' (it starts with a digit)"),
+        (
+            'foo-1.0-py3-none-manylinux_2_17_x86_64"\nevil==1\n#.whl',  # a tag becomes a lock's marker
+            "invalid tag 'manylinux_2_17_x86_64\"\\nevil==1\\n#' (letters, digits, '_', and '.' between tags of a set)",
+        ),
+        (
+            "foo-1.0-py3-none-x86_64.x/..whl",
+            "invalid tag 'x86_64.x/.' (letters, digits, '_', and '.' between tags of a set)",
+        ),
+        (
+            "foo-1.0-py3..py2-none-any.whl",
+            "invalid tag 'py3..py2' (letters, digits, '_', and '.' between tags of a set)",
+        ),
     ],
 )
 def test_a_name_no_wheel_has_is_one_error_naming_the_part(filename: str, problem: str) -> None:

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from patched_wheels.base.schema import shown
-from patched_wheels.errors import InvalidLockError
+from patched_wheels.errors import UNREADABLE_REQUIREMENT, InvalidLockError
 from patched_wheels.lock.model import Lock, LockOption, Pin, Span, checked_hash, read_lock_text, reference_version
 
 BOM = "\ufeff"
@@ -230,7 +230,7 @@ def _parse_pin(line: LogicalLine) -> Pin:
     options = line.content[cut.end() :] if cut else ""
     try:
         requirement = Requirement(requirement_text)
-    except (InvalidRequirement, RecursionError) as error:  # packaging's parser recurses per "("
+    except UNREADABLE_REQUIREMENT as error:  # packaging's parser recurses per "("
         reason = str(error).splitlines()[0]  # packaging adds the text and a caret on more lines
         raise InvalidLockError(f"{line.span.where}: {requirement_text!r}: {reason}") from None
     hashes = tuple(value for _, _, value in hash_options(options))
@@ -432,7 +432,7 @@ def _editable_pin(line: LogicalLine, url: str) -> Pin | None:
         return None
     try:
         requirement = Requirement(egg.group(1))
-    except (InvalidRequirement, RecursionError) as error:
+    except UNREADABLE_REQUIREMENT as error:
         reason = str(error).splitlines()[0]
         raise InvalidLockError(
             f"{line.span.where}: {line.content[:200]!r}: #egg={egg.group(1)[:200]!r}: {reason}"
