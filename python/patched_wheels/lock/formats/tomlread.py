@@ -80,6 +80,7 @@ def split_lock(path: Path, key: str, *, inline: bool = False) -> tuple[str, dict
     ``key = [...]`` array written instead. Otherwise the head holds no ``key``: the packages are written each
     under its own header, as every lock writer does."""
     text = read_lock_text(path)
+    _refuse_deep_keys(text, path)
     header = re.compile(rf"^[ \t]*\[\[{re.escape(key)}\]\][ \t]*\r?$", re.MULTILINE)
     first = header.search(text)
     tomllib = toml_parser(path)
@@ -89,6 +90,24 @@ def split_lock(path: Path, key: str, *, inline: bool = False) -> tuple[str, dict
     if key in head:
         raise InvalidLockError(f"{path}: its {key} are not written each under its own [[{key}]] line")
     return text, head, _header_parts(text, header.finditer(text, first.start()) if first else iter(()))
+
+
+_MAX_KEY_PARTS = 32
+"""Dotted parts of one key (``a.b.c = 1``, ``[a.b.c]``) a lock may have: uv and PEP 751 write three at most."""
+_DEEP_KEY_REVERSED = re.compile(
+    rf"""[=\]][ \t]*(?:(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*\.[ \t]*){{{_MAX_KEY_PARTS}}}"""
+)
+"""A key of more than :data:`_MAX_KEY_PARTS` parts, read backwards from the ``=`` or ``]`` that ends it (the text
+reversed: a match starts only at those, so the search is linear; bare parts and quoted ones read the same)."""
+
+
+def _refuse_deep_keys(text: str, path: Path) -> None:
+    """``tomllib`` keeps every prefix of a dotted key (and walks them all for each next part): a key of k parts
+    costs k² memory and time, an 80 KB key gigabytes, a 600 KB one minutes. None in a lock has more than a few."""
+    found = _DEEP_KEY_REVERSED.search(text[::-1])
+    if found is not None:
+        line = text.count("\n", 0, len(text) - found.start()) + 1
+        raise InvalidLockError(f"{path}:{line}: a key of more than {_MAX_KEY_PARTS} dotted parts, which no lock has")
 
 
 def _header_parts(text: str, headers: Iterator[re.Match[str]]) -> Iterator[Part]:

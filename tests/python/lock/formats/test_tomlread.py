@@ -163,3 +163,63 @@ def test_a_path_holding_a_nul_is_one_error_naming_the_lock(
         1,
         f"patched-wheels: error: {lock}:{where}: path 'a\\x00b/six-1.0-py3-none-any.whl': a path holding a NUL byte\n",
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "written"),
+    [
+        ("x" + ".a" * 40_000, "{key} = 1"),  # 80 KB: gigabytes in tomllib, a MemoryError traceback under a limit
+        ("x" + ".a" * 40_000, "name = {{ {key} = 1 }}"),  # in an inline table: minutes
+        ("x" + ".a" * 40_000, "[{key}]"),
+        ('"x"' + '."a"' * 40_000, "{key} = 1"),
+        ("source" + ".z.a" * 1_500, "{key} = 1"),  # 3,000 levels: a RecursionError traceback out of repr()
+        ("x" + " . a" * 32, "{key} = 1"),
+    ],
+    ids=["bare", "inline-table", "table-header", "quoted", "deep-source", "spaced-33"],
+)
+@pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
+def test_a_key_of_many_dotted_parts_is_one_error_before_tomllib_reads_it(tmp_path: Path, key, written, fmt) -> None:
+    """tomllib keeps every prefix of a dotted key: k parts cost k² memory and time. Refused unparsed, whatever the
+    format and wherever the key is, naming its line; the run stays small (a memory limit: no MemoryError)."""
+    import resource
+    import subprocess
+
+    head = LOCK if fmt == "uv-lock" else 'lock-version = "1.0"\ncreated-by = "t"\n\n[[packages]]\nname = "foo"\n'
+    path = tmp_path / ("uv.lock" if fmt == "uv-lock" else "pylock.toml")
+    path.write_text(head + written.format(key=key) + "\n")
+    flag = "--uv-lock" if fmt == "uv-lock" else "--pylock"
+    (tmp_path / "index").mkdir()
+    limit = 1 << 30  # far above what reading this lock needs, far below what tomllib would take
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patched_wheels",
+            "lock",
+            flag,
+            str(path),
+            "--index",
+            str(tmp_path / "index"),
+            "--out",
+            str(tmp_path / "out.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+    line = head.count("\n") + 1
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"patched-wheels: error: {path}:{line}: a key of more than 32 dotted parts, which no lock has\n",
+    )
+
+
+def test_a_key_of_32_parts_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "uv.lock"
+    path.write_text(LOCK + "x" + ".a" * 31 + " = 1\n")
+    text, head, parts = split_lock(path, "package")
+    (part,) = parts
+    document = parse_part(toml_parser(path), path, text, part)
+    assert document["package"][0]["x"]["a"]["a"]["a"] is not None
