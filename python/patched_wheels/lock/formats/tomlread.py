@@ -268,4 +268,13 @@ def tables(table: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
     return values
 
 
+def strings(table: dict[str, Any], key: str, where: str) -> list[str]:
+    """``table[key]``, an array of strings (absent: empty)."""
+    values = get(table, key, list, where, [])
+    for number, value in enumerate(values):
+        if not isinstance(value, str):
+            raise InvalidLockError(f"{where}: {key}[{number}] must be a string, not {type(value).__name__}")
+    return values
+
+
 _KINDS = {str: "a string", list: "an array", dict: "a table", int: "an integer"}

@@ -29,7 +29,16 @@ from packaging.utils import NormalizedName
 
 from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidLockError
-from patched_wheels.lock.formats.tomlread import Part, get, parse_part, path_url, split_lock, tables, toml_parser
+from patched_wheels.lock.formats.tomlread import (
+    Part,
+    get,
+    parse_part,
+    path_url,
+    split_lock,
+    strings,
+    tables,
+    toml_parser,
+)
 from patched_wheels.lock.model import (
     Lock,
     Pin,
@@ -300,7 +309,7 @@ def _installed(
             if marker and not marker_holds(marker, env, where=where):
                 continue
             for target in _targets(edge, by_name, packages, blocks, env, where):
-                work.append((target, frozenset(get(edge, "extra", list, where, [])) or _NO_EXTRAS))
+                work.append((target, frozenset(strings(edge, "extra", where)) or _NO_EXTRAS))
     return extras
 
 
@@ -341,8 +350,8 @@ def _targets(
 
 
 def _forks_hold(package: dict[str, Any], span: Span, env: dict[str, str]) -> bool:
-    markers = get(package, "resolution-markers", list, _where(span, package), [])
-    return not markers or any(marker_holds(str(m), env, where=_where(span, package)) for m in markers)
+    markers = strings(package, "resolution-markers", _where(span, package))
+    return not markers or any(marker_holds(marker, env, where=_where(span, package)) for marker in markers)
 
 
 def _pin(package: dict[str, Any], files: _LockedFiles, extras: list[str]) -> Pin:

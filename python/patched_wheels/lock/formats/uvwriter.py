@@ -30,7 +30,7 @@ from packaging.utils import NormalizedName
 from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile
-from patched_wheels.lock.formats.tomlread import toml_parser
+from patched_wheels.lock.formats.tomlread import get, strings, tables, toml_parser
 from patched_wheels.lock.formats.uvlock import UvLock
 from patched_wheels.lock.markers import WheelEnvironments, and_markers
 from patched_wheels.lock.model import file_url
@@ -83,7 +83,8 @@ def render_uv_lock(uv: UvLock, plan: LockPlan, index_dir: Path) -> Iterator[str]
                 appended[number] = ours
                 forks[uv.names[number]] = forks.get(uv.names[number], ()) + (fork,)
     for number in range(len(uv.names)) if forks else ():
-        if _names_a_fork(uv.package(number), forks):
+        where = f"{uv.blocks[number].where}: package {uv.names[number]}"
+        if _names_a_fork(uv.package(number), forks, where):
             edits.setdefault(number, []).extend(layout(number).split_edges(forks))
             if number in appended:
                 appended[number] += layout(number).split_edges(forks)
@@ -141,12 +142,14 @@ def _pieces(text: str, output: list[str | slice]) -> Iterator[str]:
                 yield text[start : min(start + _CHUNK, piece.stop)]
 
 
-def _names_a_fork(package: dict[str, Any], forks: dict[NormalizedName, tuple["_Fork", ...]]) -> bool:
-    """Whether any dependency of ``package`` (its own, its extras', its groups') names a forked package."""
-    arrays = [package.get("dependencies", [])]
+def _names_a_fork(package: dict[str, Any], forks: dict[NormalizedName, tuple["_Fork", ...]], where: str) -> bool:
+    """Whether any dependency of ``package`` (its own, its extras', its groups') names a forked package; a table of
+    them that is no table is the lock's error at ``where`` (a package not installed here was never read before)."""
+    arrays = [tables(package, "dependencies", where)]
     for table in _EDGE_ARRAYS[1:]:
-        arrays += [rows for rows in package.get(table, {}).values() if isinstance(rows, list)]
-    return any(_fork_of(edge, forks) is not None for rows in arrays if isinstance(rows, list) for edge in rows)
+        groups = get(package, table, dict, where, {})
+        arrays += [tables(groups, key, f"{where}: {table}") for key in groups]
+    return any(_fork_of(edge, forks) is not None for rows in arrays for edge in rows)
 
 
 def _fork(package: dict[str, Any], edit: PinEdit, registry: str) -> _Fork | None:
@@ -268,7 +271,7 @@ class _Layout:
 
     def resolution_markers(self, marker: str) -> Edit:
         """The edit restricting the package to ``marker`` (and to each fork it already held)."""
-        markers = [and_markers(m, marker) for m in self.package.get("resolution-markers", [])] or [marker]
+        markers = [and_markers(m, marker) for m in strings(self.package, "resolution-markers", self.where)] or [marker]
         lines = ["resolution-markers = [\n", *(f"    {_string(m)},\n" for m in markers), "]\n"]
         if "resolution-markers" in self.keys[""]:
             return (*self.keys[""]["resolution-markers"], lines)

@@ -225,6 +225,9 @@ HOSTILE = {
     # a name or extra read from the TOML becomes the start of a requirement: "x@URL#" a direct reference
     "name-smuggles-a-url": lambda text: text.replace('name = "bar"', 'name = "other@https://evil.invalid/x.whl#"'),
     "extra-smuggles-a-url": lambda text: text.replace('extra = ["bar"]', 'extra = ["x]@https://evil.invalid/x.whl#"]'),
+    # an edge's extras that are no strings: a TypeError (unhashable, or sorted beside a string) out of the walk
+    "extra-not-a-string": lambda text: text.replace('extra = ["bar"]', "extra = [{}]"),
+    "extra-a-number-beside-a-string": lambda text: text.replace('extra = ["bar"]', 'extra = ["bar", 1]'),
     # packaging raises UndefinedComparison evaluating it (an edge marker; a pylock.toml package marker)
     "marker-undefined-comparison": lambda text: text.replace("sys_platform == 'win32'", "python_version ~= '3'"),
 }
@@ -238,7 +241,11 @@ HOSTILE_READ_BY_BOTH = {
     "marker-undefined-comparison",
     "listed-twice-spelled-otherwise",
 }
-HOSTILE_READ_BY_UV = {"extra-smuggles-a-url"}  # pylock.toml has no extras
+HOSTILE_READ_BY_UV = {  # pylock.toml has no extras
+    "extra-smuggles-a-url",
+    "extra-not-a-string",
+    "extra-a-number-beside-a-string",
+}
 
 
 @pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
@@ -701,3 +708,22 @@ def test_a_forked_package_whose_wheel_rows_share_lines_is_one_error_line(two_pla
         line.startswith("patched-wheels: error: ") and "wheels is not written one row per line as uv writes it" in line
     ), line
     assert not (tmp_path / "uv.lock").exists() and not (tmp_path / "r.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        {"dev-dependencies": "x"},
+        {"optional-dependencies": [1]},
+        {"optional-dependencies": {"x": 3}},
+        {"dependencies": [1]},
+    ],
+    ids=["groups-a-string", "extras-an-array", "extra-a-number", "edge-a-number"],
+)
+def test_the_writer_reads_a_package_not_installed_here_as_the_reader_reads_one(package: dict) -> None:
+    """Only the packages installed here were read before the writer looked for edges to a fork in every package:
+    a table that is none was an AttributeError or TypeError out of ``lock --out-uv-lock``."""
+    from patched_wheels.lock.formats.uvwriter import _names_a_fork
+
+    with pytest.raises(pins_module.InvalidLockError, match=r"^uv\.lock:9: package other: .*must be (a table|an array)"):
+        _names_a_fork({"name": "other", **package}, {}, "uv.lock:9: package other")
