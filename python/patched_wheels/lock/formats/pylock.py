@@ -12,6 +12,7 @@ requirements lock (and a uv.lock) from it.
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -101,7 +102,15 @@ def _vcs_url(vcs: dict[str, Any], root: Path, where: str) -> str:
     commit = get(vcs, "commit-id", str, where)
     if not commit.isalnum():
         raise InvalidLockError(f"{where}: commit-id {commit[:200]!r} is not a commit")
-    return _subdirectory(f"{kind}+{_location(vcs, root, where)}@{commit}", vcs, where)
+    location = _location(vcs, root, where)
+    # pip reads the revision after the last "@" of the URL's path and the fragment after its "#": either in the
+    # location would make git check out what it names instead of the commit-id (a branch that moves)
+    if "#" in location or "@" in urllib.parse.urlsplit(location).path:
+        raise InvalidLockError(
+            f"{where}: vcs url {location[:200]!r}: a '#', or an '@' in its path, would be read by pip as the "
+            "revision to check out instead of the commit-id"
+        )
+    return _subdirectory(f"{kind}+{location}@{commit}", vcs, where)
 
 
 def _subdirectory(url: str, table: dict[str, Any], where: str) -> str:
