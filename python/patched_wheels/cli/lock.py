@@ -8,8 +8,14 @@ from pathlib import Path
 from patched_wheels.base.fsutil import resolved_path
 from patched_wheels.cli import add_lock_input, lock_input
 from patched_wheels.errors import UsageError, warn
-from patched_wheels.index.simple import build_index
-from patched_wheels.lock.apply import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, lock
+from patched_wheels.index.simple import build_index, owned_by_index
+from patched_wheels.lock.apply import (
+    DEFAULT_INDEX_OPTION,
+    INDEX_OPTIONS,
+    LockOptions,
+    read_lock_document,
+    write_lock,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,9 +66,15 @@ def _run(args: argparse.Namespace) -> int:
             "lock's own index lines and adds the index's)"
         )
     path, lock_format = lock_input(args)
+    document = read_lock_document(path, lock_format)  # first: a lock refused leaves DIR as it was
+    for flag, output in (("--out", args.out), ("--out-uv-lock", args.out_uv_lock)):
+        if output is not None and owned_by_index(args.index, output):
+            raise UsageError(
+                f"{flag} {output}: a file of the index {args.index}, which pip is sent to; write the lock elsewhere"
+            )
     index = build_index(args.index)  # the hashes the lock pins are then those the pages serve
     options = LockOptions(resolved_path(index.directory), args.index_option, args.upstream_index_url)
-    result = lock(path, index, args.out, options, lock_format=lock_format, out_uv_lock=args.out_uv_lock)
+    result = write_lock(document, index, args.out, options, lock_format=lock_format, out_uv_lock=args.out_uv_lock)
     for warning in result.warnings:
         warn(warning)
     for change in result.changes:

@@ -347,6 +347,9 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
     ]:
         if os.path.islink(path) or (os.path.lexists(path) and not is_kind(path)):
             raise UsageError(f"{path}: in the way of the index (a link, or not a {kind})")
+    for path in stale:  # removed after the switch, which must not fail then: a directory would
+        if path.is_dir() and not path.is_symlink():
+            raise UsageError(f"{path}: in the way of the index (a directory where its stale file goes)")
     staged_tree = stage_tree(simple, pages)
     staged: dict[Path, Path] = {}
     created: list[Path] = []
@@ -368,6 +371,15 @@ def _write_index(directory: Path, files: tuple[IndexedFile, ...], cache: bytes) 
         raise
     for path in stale:
         path.unlink(missing_ok=True)
+
+
+def owned_by_index(directory: Path, path: Path) -> bool:
+    """Whether ``path`` is a file the index of ``directory`` reads or writes (a distribution, a ``.metadata`` file,
+    anything under ``simple/``): an output written there would replace what pip is sent to."""
+    directory, path = resolved_path(directory), resolved_path(path)
+    if path.parent == directory:
+        return not path.name.startswith(".") and path.name.endswith((".whl", METADATA_SUFFIX, *_SDIST_SUFFIXES))
+    return path.is_relative_to(directory / SIMPLE_DIR)
 
 
 def _pages(files: Iterable[IndexedFile]) -> dict[str, bytes]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from patched_wheels.base.fsutil import holds, resolved_path, write_temp
 from patched_wheels.errors import InvalidLockError, UsageError
@@ -24,7 +24,15 @@ from patched_wheels.lock.formats.pipwriter import render_exported, render_requir
 from patched_wheels.lock.formats.requirements import RequirementsText
 from patched_wheels.lock.plan import DEFAULT_INDEX_OPTION, INDEX_OPTIONS, LockOptions, plan_lock
 
-__all__ = ["DEFAULT_INDEX_OPTION", "INDEX_OPTIONS", "LockOptions", "LockResult", "lock"]
+__all__ = [
+    "DEFAULT_INDEX_OPTION",
+    "INDEX_OPTIONS",
+    "LockOptions",
+    "LockResult",
+    "lock",
+    "read_lock_document",
+    "write_lock",
+]
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,27 @@ def lock(
     requirements lock whatever it is, and ``out_uv_lock`` (a ``uv-lock`` input only) the same uv.lock
     pointing at the patched wheels.
     """
+    return write_lock(
+        read_lock_document(source, lock_format), index, out, options, lock_format=lock_format, out_uv_lock=out_uv_lock
+    )
+
+
+def read_lock_document(source: Path | str, lock_format: str = "requirements") -> Any:
+    """The lock ``source`` as its format's reader reads it (what :func:`write_lock` writes from): read first, so a
+    lock refused leaves nothing behind, not even the index the command would have (re)built for it."""
+    return registry.lock_format(lock_format).read(source)
+
+
+def write_lock(
+    document: Any,
+    index: IndexResult,
+    out: Path | str,
+    options: LockOptions,
+    *,
+    lock_format: str = "requirements",
+    out_uv_lock: Path | str | None = None,
+) -> LockResult:
+    """:func:`lock` of a lock already read (:func:`read_lock_document`)."""
     out = Path(out)
     unserved = index.unserved_pages()
     if unserved:
@@ -68,7 +97,6 @@ def lock(
             raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
         if resolved_path(Path(out_uv_lock)) == resolved_path(out):
             raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
-    document = entry.read(source)
     plan = plan_lock(registry.lock_model(document), index.files, options)
     outputs: dict[Path, tuple[str, Callable[[], Iterable[str]]]]
     if isinstance(document, RequirementsText):

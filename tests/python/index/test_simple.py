@@ -326,6 +326,27 @@ def test_a_failure_midway_leaves_the_whole_index_as_it_was(tmp_path: Path) -> No
     assert sorted(path.name for path in directory.iterdir() if path.name.startswith(".")) == []
 
 
+def test_a_stale_metadata_name_that_is_a_directory_stops_the_index_before_anything_moves(tmp_path: Path) -> None:
+    """Stale .metadata files are removed after the switch: a directory there failed then, every run, with the new
+    pages already published (and ``lock`` on that DIR never got past it)."""
+    directory = tmp_path / "wheels"
+    directory.mkdir()
+    make_wheel(directory, "foo-1.0-py3-none-any.whl")
+    (directory / "bar-1.0-py3-none-any.whl.metadata").mkdir()  # no bar wheel: a stale name
+
+    result = run_cli("index", str(directory))
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"patched-wheels: error: {directory}/bar-1.0-py3-none-any.whl.metadata: in the way of the index (a directory "
+        "where its stale file goes)\n"
+    )
+    assert sorted(path.name for path in directory.iterdir()) == [
+        "bar-1.0-py3-none-any.whl.metadata",
+        "foo-1.0-py3-none-any.whl",
+    ]
+
+
 def test_a_lying_hash_cache_carried_with_a_copied_tree_is_not_believed(tmp_path: Path) -> None:
     """A tree copied with its mtimes (``cp -p``, ``tar``, ``rsync -t``, a CI cache restored, a commit checked out)
     whose cache file lies: other hashes, and a ``.metadata`` of another dependency. Its files have new inodes,

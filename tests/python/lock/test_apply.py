@@ -985,3 +985,38 @@ def test_lock_warns_of_what_it_cannot_decide_and_of_what_it_leaves_out(tmp_path:
     assert len(lines) == 2 and all(line.startswith("patched-wheels: warning: ") for line in lines), lines
     assert "sixfake==1.0: the index holds this version too" in lines[0]
     assert "not added: stale 2.0" in lines[1]
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["sixfake-1.0+s.1-py3-none-any.whl", "sixfake-1.0+s.1-py3-none-any.whl.metadata", "simple/sixfake/index.html"],
+)
+def test_the_lock_is_never_written_over_a_file_of_the_index(tmp_path: Path, target: str) -> None:
+    """``--out`` on the index's wheel wrote the lock's text into it (the lock then pinned a sha256 no file had), on
+    a page replaced what pip reads: one error line, and the index as it was."""
+    index = tmp_path / "index"
+    index.mkdir()
+    make_wheel(index, "sixfake-1.0+s.1-py3-none-any.whl")
+    build_index(index)
+    before = {path: path.read_bytes() for path in index.rglob("*") if path.is_file()}
+    source = tmp_path / "in.txt"
+    source.write_text("sixfake==1.0\n")
+    result = run_cli("lock", "--requirements", str(source), "--index", str(index), "--out", str(index / target))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"patched-wheels: error: --out {index / target}: a file of the index {index}, which pip is sent to; write "
+        "the lock elsewhere\n"
+    )
+    assert {path: path.read_bytes() for path in index.rglob("*") if path.is_file()} == before
+
+
+def test_a_lock_refused_leaves_the_index_directory_as_it_was(tmp_path: Path) -> None:
+    """The index was (re)built before the lock was read: a refused lock left simple/ and .metadata files behind."""
+    index = tmp_path / "index"
+    index.mkdir()
+    make_wheel(index, "sixfake-1.0+s.1-py3-none-any.whl")
+    source = tmp_path / "in.txt"
+    source.write_text("sixfake==\n")
+    result = run_cli("lock", "--requirements", str(source), "--index", str(index), "--out", str(tmp_path / "o.txt"))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert sorted(path.name for path in index.iterdir()) == ["sixfake-1.0+s.1-py3-none-any.whl"]
