@@ -154,6 +154,11 @@ class _Graph:
             table["source"] = self.sources.setdefault(repr(source), source)
         self.rows.append(tuple(table.get(key) for key in _GRAPH_KEYS))  # None: absent (TOML has no null)
 
+    def value(self, number: int, key: str) -> Any:
+        """The value of ``key`` (one of ``_GRAPH_KEYS``) in package ``number``'s table, None where it has none: no
+        dict made, for the lookups the walk makes per candidate."""
+        return self.rows[number][_GRAPH_KEYS.index(key)]
+
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -290,8 +295,12 @@ def _installed(
     if not roots:  # no workspace member: every package that applies here
         return {n: _NO_EXTRAS for n, package in enumerate(packages) if _forks_hold(package, blocks[n], env)}
     by_name: dict[NormalizedName, list[int]] = {}
+    by_version: dict[tuple[NormalizedName, str], list[int]] = {}  # an edge that names a version: found at once
     for number, name in enumerate(names):
         by_name.setdefault(name, []).append(number)
+        version = packages.value(number, "version")
+        if isinstance(version, str):
+            by_version.setdefault((name, version), []).append(number)
     extras: dict[int, frozenset[str]] = {}  # most are _NO_EXTRAS, one object for all
     work: list[tuple[int, frozenset[str]]] = []
     for root in roots:
@@ -308,7 +317,7 @@ def _installed(
             marker = get(edge, "marker", str, where, "")
             if marker and not marker_holds(marker, env, where=where):
                 continue
-            for target in _targets(edge, by_name, packages, blocks, env, where):
+            for target in _targets(edge, by_name, by_version, packages, blocks, env, where):
                 work.append((target, frozenset(strings(edge, "extra", where)) or _NO_EXTRAS))
     return extras
 
@@ -330,20 +339,23 @@ def _edges(package: dict[str, Any], span: Span, extras: frozenset[str], root: bo
 def _targets(
     edge: dict[str, Any],
     by_name: Mapping[NormalizedName, list[int]],
+    by_version: Mapping[tuple[NormalizedName, str], list[int]],
     packages: _Graph,
     blocks: tuple[Span, ...],
     env: dict[str, str],
     where: str,
 ) -> list[int]:
-    """The package an edge names: by name, then version and source, then the forks that hold here."""
+    """The package an edge names: by name, then version and source, then the forks that hold here. Looked up, not
+    searched: a lock of N versions of one package, each named by an edge, was N² tables made."""
     name = canonicalize_name(get(edge, "name", str, where))
     candidates = by_name.get(name)
     if not candidates:
         raise InvalidLockError(f"{where}: depends on {name}, which the lock has no package of")
     if "version" in edge:
-        candidates = [n for n in candidates if packages[n].get("version") == edge["version"]]
+        version = edge["version"]
+        candidates = by_version.get((name, version), []) if isinstance(version, str) else []
     if "source" in edge:
-        candidates = [n for n in candidates if packages[n].get("source") == edge["source"]]
+        candidates = [n for n in candidates if packages.value(n, "source") == edge["source"]]
     if len(candidates) > 1:
         candidates = [n for n in candidates if _forks_hold(packages[n], blocks[n], env)][:1]
     return candidates
