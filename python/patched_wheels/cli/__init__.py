@@ -16,6 +16,7 @@ import importlib
 import io
 import itertools
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
@@ -256,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:  # SIGTERM (entry_point): what was half written is removed on the way here, as on an error
+        return 128 + signal.SIGTERM
     finally:
         # A run that fails says one line, its error, not the warnings on the way to it; any other end (a success,
         # an interrupt, a bug's traceback) shows them.
@@ -280,9 +283,21 @@ def entry_point() -> NoReturn:
     left out of it; the exit's other work (flushing stdout, ``atexit`` handlers, removing temporary files) is
     unchanged. Not in :func:`main`, which tests call in-process, where later collections must still see them.
     """
+    signal.signal(signal.SIGTERM, _terminate)
     status = main()
     gc.freeze()
     sys.exit(status)
+
+
+class Terminated(BaseException):
+    """The process was asked to end (SIGTERM: ``kill``, ``timeout``, a CI runner cancelling a job). Raised where
+    the main thread is, like KeyboardInterrupt for SIGINT, so every cleanup on the way out runs (temporary files,
+    staging directories, a child such as pip killed): Python's default for SIGTERM ends the process at once and
+    leaves them behind."""
+
+
+def _terminate(signum: int, frame: object) -> NoReturn:
+    raise Terminated
 
 
 def _stdout_closed() -> bool:

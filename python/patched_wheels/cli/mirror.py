@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import stat
 import tempfile
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 from patched_wheels.base.fsutil import temp_directory, write_temp
 from patched_wheels.cli import check_directory, index_summary
+from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.mirror import mirror
 from patched_wheels.lock.formats.requirements import parse_requirements
-from patched_wheels.lock.model import read_lock_text
+from patched_wheels.lock.model import Lock, read_lock_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,13 +46,38 @@ def _run(args: argparse.Namespace) -> int:
     lock: Path = args.requirements
     check_directory("DIR", args.directory)
     text = read_lock_text(lock)
-    parse_requirements(text, str(lock))
+    _refuse_files_pip_would_wait_on(parse_requirements(text, str(lock)).lock, lock.parent)
     with _checked_copy(lock, text.encode("utf-8")) as copy:  # strict UTF-8 both ways: the bytes read
         result = mirror(copy, args.directory, pip_args=args.pip_args, named=lock)  # pip's failure: the user's lock
     for name in result.added:
         print(f"downloaded {name}")
     print(index_summary(result.index))
     return 0
+
+
+def _refuse_files_pip_would_wait_on(model: Lock, directory: Path) -> None:
+    """A local file the lock names that is no regular file nor directory (a FIFO, a device: ``/dev/zero``) is the
+    lock's error before pip starts: pip would read it for ever, as it would an included file. Checked: each direct
+    reference's ``file:`` URL and each index option's local path or ``file:`` URL (relative to ``directory``, the
+    lock's); what an index directory holds is pip's to read."""
+    named = [(pin.span.where, pin.url) for pin in model.pins if pin.url]
+    named += [(option.span.where, option.text.replace("=", " ", 1).split()[-1]) for option in model.options]
+    for where, location in named:
+        parts = urllib.parse.urlsplit(location)
+        if parts.scheme == "file":
+            path = Path(urllib.request.url2pathname(parts.path))
+        elif parts.scheme and len(parts.scheme) > 1:  # a remote URL (a one-letter scheme is a Windows drive)
+            continue
+        else:
+            path = directory / location
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:  # missing, a loop: pip says so and ends
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise InvalidLockError(
+                f"{where}: {location[:200]!r} is not a regular file or directory, which pip would wait on"
+            )
 
 
 @contextlib.contextmanager

@@ -120,3 +120,67 @@ def test_the_real_pip_reads_the_copy_as_it_reads_the_lock_a_relative_find_links_
     assert result.returncode == 0, result.stderr
     assert "downloaded relfake-1.0-py3-none-any.whl" in result.stdout
     assert _leftovers(locks) == [] and sorted(path.name for path in locks.iterdir()) == ["links", "requirements.txt"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "foo @ file://{fifo}",
+        "foo @ file://{zero}",
+        "--find-links {fifo}",
+        "--find-links=fifo",  # relative to the lock's directory, as pip reads it
+        "--extra-index-url file://{fifo}",
+    ],
+    ids=["reference-fifo", "reference-device", "find-links", "find-links-relative", "index-url"],
+)
+def test_a_local_file_pip_would_wait_on_is_the_lock_s_error_before_pip_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], line: str
+) -> None:
+    """As an included file is: a FIFO or /dev/zero named by a direct reference or an index option kept pip (and
+    the command) waiting for ever, its staging directory and the lock's copy left behind once killed."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.whl"
+    zero.symlink_to("/dev/zero")
+    lock = tmp_path / "requirements.txt"
+    lock.write_text(line.format(fifo=fifo, zero=zero) + "\n")
+    pip = FakePip()
+    monkeypatch.setattr(subprocess, "run", pip)
+
+    assert main(["mirror", "-r", str(lock), str(tmp_path / "mirror")]) == 1
+
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"patched-wheels: error: {lock}:1: ") and error.endswith(
+        "is not a regular file or directory, which pip would wait on"
+    )
+    assert pip.read == [] and not (tmp_path / "mirror").exists() and _leftovers(tmp_path) == []
+
+
+def test_a_mirror_ended_by_sigterm_leaves_nothing_behind(tmp_path: Path) -> None:
+    """SIGTERM (a CI job cancelled, ``timeout``) ended the process at once: the staging directory inside DIR and the
+    lock's copy beside it stayed. Now it ends as an interrupt does, through every cleanup, pip killed, status 143."""
+    import os
+    import signal
+    import sys
+    import time
+
+    index = tmp_path / "index"
+    (index / "six").mkdir(parents=True)
+    os.mkfifo(index / "six" / "index.html")  # what pip reads, and waits on: a page no check looks inside
+    lock = tmp_path / "requirements.txt"
+    lock.write_text(f"--index-url {index.as_uri()}\nsix==1.16.0\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "patched_wheels", "mirror", "-r", str(lock), str(tmp_path / "mirror")],
+        env=pip_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "mirror").glob(".mirror.pw-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until pip runs in its staging directory
+    time.sleep(1)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not (tmp_path / "mirror").exists() and _leftovers(tmp_path) == []
