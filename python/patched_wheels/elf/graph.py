@@ -125,6 +125,15 @@ class LibraryGraph:
                 stack.extend(self.dependencies[library])
         return seen
 
+    def vendored_copies(self, name: str, wheel: str) -> tuple[ElfLibrary, ...]:
+        """The private copies (:func:`is_vendored`) named ``name`` (SONAME or file name) that wheels other than
+        ``wheel`` ship: why a DT_NEEDED of ``wheel`` they would answer is still looked for on the system."""
+        return tuple(
+            library
+            for library in self.libraries
+            if library.wheel != wheel and is_vendored(library) and name in (library.soname, library.filename)
+        )
+
     def ordered(self, libraries: Iterable[ElfLibrary]) -> list[ElfLibrary]:
         """``libraries`` in load order."""
         wanted = set(libraries)

@@ -26,7 +26,11 @@ def format_graph(graph: LibraryGraph) -> str:
         for dependency in graph.dependencies[library]:
             lines.append(f"  needs    {dependency}")
         for name in graph.system[library]:
-            lines.append(f"  needs    {name} (system, not followed)")
+            copies = "".join(
+                f"; {copy.path} ({copy.wheel}) is that wheel's own copy"
+                for copy in graph.vendored_copies(name, library.wheel)
+            )
+            lines.append(f"  needs    {name} (system, not followed{copies})")
     lines.append("load order (dependencies first):")
     width = len(str(len(graph.load_order)))
     cycle_of = {library: number for number, members in enumerate(graph.cycles, start=1) for library in members}

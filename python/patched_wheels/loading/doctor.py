@@ -80,6 +80,9 @@ class Finding:
     provider: ElfLibrary | None
     """The library of the set with that name, or None when neither the set nor this system has it."""
     status: str
+    vendored: tuple[ElfLibrary, ...] = ()
+    """Without a provider: the private copies other wheels ship under that name (auditwheel's ``<name>.libs/``),
+    which serve their own wheel alone."""
 
     @property
     def fails(self) -> bool:
@@ -191,7 +194,8 @@ def diagnose_graph(
                 status = MAY_FAIL
             else:
                 status = NOT_LOADED
-            findings.append(Finding(library, name, provider, status))
+            vendored = graph.vendored_copies(name, library.wheel) if provider is None else ()
+            findings.append(Finding(library, name, provider, status, vendored))
     return findings
 
 
@@ -288,6 +292,12 @@ def _finding_line(finding: Finding, package: str | None) -> str:
     search = ":".join(library.search_path) or "none"
     if finding.provider is None:
         problem = f"needs {finding.needed}, found in no wheel given nor on this system"
+        if finding.vendored:
+            copies = ", ".join(f"{copy.path} ({copy.wheel})" for copy in finding.vendored)
+            problem = (
+                f"needs {finding.needed}, which this system lacks; {copies} is a private copy (auditwheel's .libs/), "
+                "which serves its own wheel alone"
+            )
     else:
         problem = (
             f"needs {finding.needed} from {finding.provider.path} ({finding.provider.wheel}), "

@@ -22,9 +22,11 @@ from patched_wheels.cli import main
 from patched_wheels.elf import cache as elfcache
 from patched_wheels.elf import read as elfread
 from patched_wheels.elf.graph import WheelRef, read_graph, scan_wheels
+from patched_wheels.elf.graphtext import format_graph
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import parse_elf, read_library
 from patched_wheels.errors import ElfError, InvalidWheelError, UsageError
+from patched_wheels.loading.doctor import _finding_line, diagnose_graph
 from patched_wheels.wheelfile import WheelReader
 from support import wheelbuilder
 from support.fakecuda import LIBRARY_PATHS, blob_library, build_fake_cuda_wheels, build_wheel, compile_shared, soname
@@ -752,3 +754,18 @@ def test_another_wheel_s_vendored_copy_never_provides_a_library(tmp_path: Path) 
     assert graph.providers[by_path["cudnn/lib/libuser.so"]] == {}, "the system's libvz.so.1, not vision's copy"
     assert graph.system[by_path["cudnn/lib/libuser.so"]] == ("libvz.so.1",)
     assert graph.providers[by_path["vision/libown.so"]] == {"libvz.so.1": by_path["vision.libs/libvz.def23b81.so.1"]}
+    # What graph and doctor say of it: the copy named, and why it does not count (they said "no wheel has it")
+    copy = by_path["vision.libs/libvz.def23b81.so.1"]
+    assert graph.vendored_copies("libvz.so.1", "cudnn-1.0-py3-none-linux_x86_64.whl") == (copy,)
+    assert graph.vendored_copies("libvz.so.1", copy.wheel) == ()
+    listing = format_graph(graph)
+    assert (
+        f"  needs    libvz.so.1 (system, not followed; vision.libs/libvz.def23b81.so.1 ({copy.wheel}) is that "
+        "wheel's own copy)" in listing.splitlines()
+    )
+    (finding,) = [
+        found
+        for found in diagnose_graph(graph, system_names={"libc.so.6"})
+        if found.library.path == "cudnn/lib/libuser.so" and found.needed == "libvz.so.1"
+    ]
+    assert "needs libvz.so.1, which this system lacks; vision.libs/libvz.def23b81.so.1" in _finding_line(finding, None)
