@@ -76,6 +76,11 @@ def _escaped(match: re.Match[str]) -> str:
     return repr(character)[1:-1]
 
 
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun`` as a message says them: ``1 library``, ``2 libraries``, ``3 files``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+
+
 def one_line(message: str) -> str:
     """``message`` as one printable line of bounded length, whatever it quotes (a third-party reason, a name with a
     newline, a 200 MB logical line): its start names what is at fault and its end says why, so the middle goes."""

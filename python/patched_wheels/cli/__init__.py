@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 
 from patched_wheels.base import timings
 from patched_wheels.base.gcpause import cycle_collection_paused
-from patched_wheels.errors import PatchedWheelsError, UsageError, one_line, warn
+from patched_wheels.errors import PatchedWheelsError, UsageError, one_line, plural, warn
 
 if TYPE_CHECKING:
     from patched_wheels.base.cache import CacheContext
@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 
 COMMANDS = ("doctor", "graph", "hub", "index", "lock", "mirror", "patch", "resolve", "split")
 """The subcommands, in ``--help`` order; each is the module of this package of that name, imported only when run."""
+
+
+def described(docstring: str | None) -> str:
+    """A command module's docstring as its ``--help`` shows it: the reStructuredText quotes (````--wheel````) read as
+    the plain quotes a terminal shows (```--wheel```)."""
+    return (docstring or "").replace("``", "`")
 
 
 def add_cache_option(parser: argparse.ArgumentParser) -> None:
@@ -160,7 +166,8 @@ def index_summary(result: IndexResult) -> str:
     """The line ``index`` and ``mirror`` end with: where the pages are, what they list, what was hashed this time."""
     from patched_wheels.index.simple import SIMPLE_DIR
 
-    return f"{result.directory / SIMPLE_DIR}: {len(result.files)} files of {len(result.projects)} projects ({result.hashed} hashed)"
+    counts = f"{plural(len(result.files), 'file')} of {plural(len(result.projects), 'project')}"
+    return f"{result.directory / SIMPLE_DIR}: {counts} ({result.hashed} hashed)"
 
 
 class _Parser(argparse.ArgumentParser):

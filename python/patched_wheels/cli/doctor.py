@@ -28,7 +28,7 @@ import argparse
 from pathlib import Path
 
 from patched_wheels.base.names import package_path
-from patched_wheels.cli import add_cache_option, caches, check_code
+from patched_wheels.cli import add_cache_option, caches, check_code, described
 from patched_wheels.elf.syslibs import system_library_names
 from patched_wheels.errors import UsageError
 from patched_wheels.loading.doctor import diagnose, format_diagnosis, format_run
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "doctor",
         help="predict (or --run and see) which shared libraries fail to load with one directory per wheel",
-        description=__doc__,
+        description=described(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from patched_wheels.cli import add_jobs_option, add_removed_cache_option, warn_removed_cache_option
+from patched_wheels.cli import add_jobs_option, add_removed_cache_option, described, warn_removed_cache_option
 from patched_wheels.elf.graph import read_graph
 from patched_wheels.elf.graphtext import format_graph, graph_as_json
 
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "graph",
         help="print the shared-library graph of wheels and a dependencies-first load order",
-        description=__doc__,
+        description=described(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("wheels", type=Path, nargs="+", metavar="WHEEL")

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patched_wheels.base.names import package_path
-from patched_wheels.cli import add_cache_option, caches, check_code, check_directory, whole_number
+from patched_wheels.cli import add_cache_option, caches, check_code, check_directory, described, whole_number
 from patched_wheels.errors import UsageError
 from patched_wheels.patch.surgery import PatchOptions, find_patches, patch_wheel
+from patched_wheels.patch.version import with_local_suffix
 
 if TYPE_CHECKING:
     from patched_wheels.loading.preloadfiles import PackagePreload
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "patch",
         help="patch a wheel: unified diffs, METADATA edits, PEP 440 local version",
-        description=__doc__,
+        description=described(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--wheel", type=Path, required=True, help="the upstream wheel")
@@ -115,6 +116,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     check_directory("--dest-dir", args.dest_dir)
+    if args.suffix is not None:
+        with_local_suffix("0", args.suffix, "--suffix")  # named as written, before any wheel is read
     preloads = args.preload_for is not None
     if preloads != bool(args.preload_from):
         raise UsageError("--preload-for and --preload-from must be given together")

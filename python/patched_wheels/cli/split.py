@@ -19,6 +19,7 @@ from patched_wheels.cli import (
     add_jobs_option,
     add_removed_cache_option,
     check_directory,
+    described,
     warn_removed_cache_option,
     whole_number,
 )
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "split",
         help="move shared libraries of a wheel into a sibling wheel that the main one requires and preloads",
-        description=__doc__,
+        description=described(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--wheel", type=Path, required=True, help="the wheel to split")

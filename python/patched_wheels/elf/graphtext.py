@@ -32,6 +32,8 @@ def format_graph(graph: LibraryGraph) -> str:
             )
             lines.append(f"  needs    {name} (system, not followed{copies})")
     lines.append("load order (dependencies first):")
+    if not graph.load_order:
+        lines.append("  (none: the wheels given hold no shared library)")
     width = len(str(len(graph.load_order)))
     cycle_of = {library: number for number, members in enumerate(graph.cycles, start=1) for library in members}
     for index, library in enumerate(graph.load_order, start=1):

@@ -10,9 +10,8 @@ from pathlib import Path
 
 from patched_wheels.base.fsutil import read_input_text
 from patched_wheels.base.names import canonicalize_name, is_valid_project_name
-from patched_wheels.errors import UsageError, one_line, printable
+from patched_wheels.errors import UsageError, one_line, plural, printable
 from patched_wheels.layouttest.config import Config
-from patched_wheels.layouttest.report import plural
 from patched_wheels.loading.mergedtree import Merged, dists
 from patched_wheels.loading.probe import Comparison
 from patched_wheels.lock.closure import Closure, missing_from

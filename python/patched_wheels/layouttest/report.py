@@ -9,7 +9,7 @@ import os
 from typing import Sequence
 
 from patched_wheels.base.fsutil import read_regular_file
-from patched_wheels.errors import PatchedWheelsError, one_line, printable
+from patched_wheels.errors import PatchedWheelsError, one_line, plural, printable
 from patched_wheels.layouttest.config import Config
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT
 from patched_wheels.loading.mergedtree import Merged, dists, owners
@@ -18,10 +18,6 @@ from patched_wheels.loading.probe import (
     Comparison,
     RunResult,
 )
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
 
 
 def _run_lines(title: str, result: RunResult, total: int) -> list[str]:

@@ -36,7 +36,7 @@ from patched_wheels.elf.graph import LibraryGraph, read_graph
 from patched_wheels.elf.order import expand_origin
 from patched_wheels.elf.read import ElfLibrary
 from patched_wheels.elf.syslibs import system_library_names
-from patched_wheels.errors import UsageError, printable_lines
+from patched_wheels.errors import UsageError, plural, printable_lines
 from patched_wheels.loading.layout import FLAT, LAYOUT_TEXT, PER_WHEEL, Layout
 from patched_wheels.loading.observe import observe
 from patched_wheels.loading.packages import find_package, package_libraries
@@ -283,10 +283,6 @@ def diagnose(
     )
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
-
-
 def _finding_line(finding: Finding, package: str | None) -> str:
     library = finding.library
     search = ":".join(library.search_path) or "none"
@@ -320,13 +316,13 @@ def _summary(label: str, verdict: Verdict) -> str:
     failing = verdict.libraries(*_FAILING)
     verb = "fails" if len(failing) == 1 else "fail"
     text = (
-        f"{label}: {_plural(len(failing), 'library')} {verb} to load with one directory per wheel"
+        f"{label}: {plural(len(failing), 'library')} {verb} to load with one directory per wheel"
         if failing
         else f"{label}: every library loads with one directory per wheel"
     )
     skipped = verdict.libraries(SKIPPED)
     if skipped:
-        text += f" ({_plural(len(skipped), 'optional library')} skipped by the preload)"
+        text += f" ({plural(len(skipped), 'optional library')} skipped by the preload)"
     return text
 
 
@@ -342,7 +338,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     as_is, generated = diagnosis.as_is, diagnosis.generated
     if diagnosis.installed:
         lines = [
-            f"as is: {package}'s wheel has a generated preload of {_plural(len(as_is.preload.libraries), 'library')}"
+            f"as is: {package}'s wheel has a generated preload of {plural(len(as_is.preload.libraries), 'library')}"
         ]
         lines += _preload_lines(as_is.preload)
     else:
@@ -357,7 +353,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     )
     if diagnosis.preload_wheels:
         settings += f", preload_wheels = {json.dumps(list(diagnosis.preload_wheels))}"
-    lines.append(f"with the generated preload ({settings}): {_plural(len(generated.preload.libraries), 'library')}")
+    lines.append(f"with the generated preload ({settings}): {plural(len(generated.preload.libraries), 'library')}")
     lines += _preload_lines(generated.preload)
     lines += [
         _finding_line(finding, package) for finding in generated.findings if finding.status not in (COVERED, NOT_LOADED)
@@ -372,7 +368,7 @@ def _run_lines(result: RunResult, total: int) -> list[str]:
     how = (
         "a virtual environment"
         if result.layout == FLAT
-        else f"python -S, {_plural(result.entries, 'directory')} on PYTHONPATH"
+        else f"python -S, {plural(result.entries, 'directory')} on PYTHONPATH"
     )
     lines = [f"  {LAYOUT_TEXT[result.layout]} ({how}):"]
     lines.append(f"    exit status: {result.returncode}")
@@ -381,7 +377,7 @@ def _run_lines(result: RunResult, total: int) -> list[str]:
     if result.mapped is None:
         lines.append("    mapped: unknown (the process ended without running its exit hooks)")
     else:
-        lines.append(f"    mapped: {len(result.mapped)} of the set's {_plural(total, 'library')}")
+        lines.append(f"    mapped: {len(result.mapped)} of the set's {plural(total, 'library')}")
     return lines
 
 

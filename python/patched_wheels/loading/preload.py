@@ -196,7 +196,8 @@ def runtime_hint(
             'name their wheels (preload_wheels, --preload-wheels) or give a probe with preload = "auto"'
         )
     return (
-        f"{package} requires {', '.join(projects)}, which ship shared libraries, but needs none of them through "
+        f"{package} requires {', '.join(projects)}, which {'ships' if len(projects) == 1 else 'ship'} shared libraries, "
+        "but needs none of them through "
         f"DT_NEEDED{seen}: if it opens them itself later (ctypes, dlopen), {ask}; doctor --run compares both layouts"
     )
 

@@ -21,8 +21,9 @@ __all__ = ["with_local_suffix"]
 _LOCAL_LABEL = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", re.IGNORECASE | re.ASCII)
 
 
-def with_local_suffix(version: str, suffix: str) -> str:
-    """Return ``version`` with ``suffix`` appended to its local label, normalised by PEP 440.
+def with_local_suffix(version: str, suffix: str, given_as: str = "suffix") -> str:
+    """Return ``version`` with ``suffix`` appended to its local label, normalised by PEP 440 (``given_as``: what
+    errors call the suffix, the option or attribute that gave it).
 
     >>> with_local_suffix("2.1.0", "stripe.5")
     '2.1.0+stripe.5'
@@ -31,7 +32,7 @@ def with_local_suffix(version: str, suffix: str) -> str:
     """
     if not _LOCAL_LABEL.fullmatch(suffix):
         raise UsageError(
-            f"suffix {suffix!r} is not a valid PEP 440 local version label "
+            f"{given_as} {suffix!r} is not a valid PEP 440 local version label "
             "(letters and digits separated by '.', '-' or '_')"
         )
     try:

@@ -392,3 +392,13 @@ def test_a_new_user_s_mistakes_are_one_line_naming_the_option(tmp_path, six_like
     (error,) = capsys.readouterr().err.splitlines()
     assert error.startswith(f"patched-wheels: error: {line.format(**places)}"), error
     assert not places["out"].exists()
+
+
+def test_index_and_graph_say_what_a_wheel_without_libraries_holds(six_like, capsys) -> None:
+    """``1 files of 1 projects``; a graph of no library printed its heading alone."""
+    assert cli.main(["index", str(six_like.parent)]) == 0
+    assert capsys.readouterr().out.endswith(": 1 file of 1 project (1 hashed)\n")
+    assert cli.main(["graph", str(six_like)]) == 0
+    assert capsys.readouterr().out == (
+        "load order (dependencies first):\n  (none: the wheels given hold no shared library)\n"
+    )

@@ -356,7 +356,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
         ),
         "invalid suffix": (
             ["--wheel", good, "--dest-dir", tmp_path / "out", "--suffix", "bad+suffix"],
-            "suffix 'bad+suffix' is not a valid PEP 440 local version label",
+            "--suffix 'bad+suffix' is not a valid PEP 440 local version label",
         ),
         "delete no match": (
             ["--wheel", good, *base, "--delete", "*.nothing"],
@@ -372,11 +372,11 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
         ),
         "empty suffix": (
             ["--wheel", good, "--dest-dir", tmp_path / "out", "--suffix", ""],
-            "suffix '' is not a valid PEP 440 local version label",
+            "--suffix '' is not a valid PEP 440 local version label",
         ),
         "non-ASCII suffix": (
             ["--wheel", good, "--dest-dir", tmp_path / "out", "--suffix", "\u017ftripe"],
-            "suffix 'ſtripe' is not a valid PEP 440 local version label",
+            "--suffix 'ſtripe' is not a valid PEP 440 local version label",
         ),
         "bad add-requires": (
             ["--wheel", good, *base, "--add-requires", "foo >="],
