@@ -111,7 +111,8 @@ def check_directory(option: str, path: Path) -> None:
     """An output directory (``--dest-dir``, ``mirror``'s DIR) that is there as something else is the option's
     error before anything is read (making it would fail with the file system's "File exists")."""
     if os.path.lexists(path) and not path.is_dir():
-        raise UsageError(f"{option} {path}: not a directory")
+        what = "a link that leads to no directory (dangling, or a loop)" if path.is_symlink() else "not a directory"
+        raise UsageError(f"{option} {path}: {what}")
 
 
 def check_code(option: str, code: str | None) -> None:

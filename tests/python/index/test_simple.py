@@ -416,7 +416,9 @@ def test_cli_reports_what_it_did(tmp_path: Path) -> None:
     first = run_cli("index", str(directory))
     second = run_cli("index", str(directory))
     assert first.returncode == second.returncode == 0
-    assert first.stdout.strip().endswith(f"{len(WHEELS)} files of {len(WHEELS)} projects ({len(WHEELS)} hashed)")  # several: plural
+    assert first.stdout.strip().endswith(
+        f"{len(WHEELS)} files of {len(WHEELS)} projects ({len(WHEELS)} hashed)"
+    )  # several: plural
     assert second.stdout.strip().endswith("(0 hashed)")
 
 
