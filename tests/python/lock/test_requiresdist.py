@@ -122,3 +122,33 @@ def test_a_lock_line_whose_marker_packaging_cannot_read_is_one_error(tmp_path, l
     lock.write_text(line + "\n")
     with pytest.raises(InvalidLockError, match=rf"^{lock}:1: "):
         read_lock(lock).pins
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("foo==1.0\nFoo==2.0\n", True),
+        ('foo==1.0 ; os_name == "posix"\nfoo==2.0 ; os_name == "posix"\n', True),
+        ('foo==1.0 ; python_version < "3.10"\nfoo==2.0 ; python_version >= "3.10"\n', False),  # uv's --universal
+        ("foo==1.0\nfoo==1.0\n", False),
+    ],
+    ids=["no-marker", "same-marker", "markers-differ", "same-version"],
+)
+def test_two_versions_of_one_project_for_the_same_environments_are_one_error(
+    tmp_path, text: str, refused: bool
+) -> None:
+    """pip refuses such a lock ("Cannot install foo==1.0 and foo==2.0"); lock rewrote both pins to the patched
+    version, and the conflict vanished from the lock it wrote."""
+    from patched_wheels.errors import InvalidLockError
+    from patched_wheels.lock.formats.registry import read_lock
+
+    lock = tmp_path / "requirements.txt"
+    lock.write_text(text)
+    if not refused:
+        assert len(read_lock(lock).pins) == 2
+        return
+    with pytest.raises(
+        InvalidLockError,
+        match=rf"^{lock}:2: Foo==2\.0 beside foo==1\.0 \({lock}:1\) for the same|^{lock}:2: foo==2\.0 beside",
+    ):
+        read_lock(lock)

@@ -31,7 +31,7 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
@@ -39,6 +39,9 @@ from packaging.version import InvalidVersion, Version
 from patched_wheels.base.schema import shown
 from patched_wheels.errors import UNREADABLE_REQUIREMENT, InvalidLockError
 from patched_wheels.lock.model import Lock, LockOption, Pin, Span, checked_hash, read_lock_text, reference_version
+
+if TYPE_CHECKING:
+    from packaging.utils import NormalizedName
 
 BOM = "\ufeff"
 EOL = re.compile(r"(\r\n|\n|\r)$")
@@ -184,7 +187,24 @@ def parse_requirements(text: str, source: str) -> RequirementsText:
         pin = _editable_pin(line, editable) if editable is not None else None
         if pin is not None:
             pins.append(pin)
+    _refuse_two_versions(pins)
     return RequirementsText(source, bom, lines, logical, Lock(source, "requirements", tuple(pins), tuple(options)))
+
+
+def _refuse_two_versions(pins: Sequence[Pin]) -> None:
+    """Two pins of one project at two versions under the same marker (or none) are a lock pip refuses ("Cannot
+    install foo==1.0 and foo==2.0"); rewritten, both became the patched version and the conflict vanished. Under
+    markers that differ (``uv pip compile --universal``'s per-environment pins) they are kept."""
+    seen: dict[tuple[NormalizedName, str], Pin] = {}
+    for pin in pins:
+        if pin.url is not None or pin.version is None:
+            continue
+        first = seen.setdefault((pin.project, (pin.marker or "").strip()), pin)
+        if first.version != pin.version:
+            raise InvalidLockError(
+                f"{pin.span.where}: {pin.name}=={pin.version} beside {first.name}=={first.version} "
+                f"({first.span.where}) for the same environments, which pip refuses"
+            )
 
 
 def read_requirements(path: Path | str, environment: Mapping[str, str] | None = None) -> RequirementsText:
