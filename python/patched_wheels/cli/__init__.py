@@ -16,6 +16,7 @@ import importlib
 import io
 import itertools
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -76,12 +77,16 @@ def add_jobs_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_DIGITS = re.compile(r"[0-9]+(?:_[0-9]+)*")
+
+
 def whole_number(minimum: int, what: str) -> Callable[[str], int]:
-    """An option's type: a whole number of at least ``minimum``, written in ASCII digits (``int()`` also takes
-    ``-5``, ``+5``, `` 5`` and ``٥``); otherwise the error says it is not ``what`` (argparse names the option)."""
+    """An option's type: a whole number of at least ``minimum``, written in ASCII digits, ``_`` between them as
+    ``int()`` takes it (``300_000_000``), but no sign, blank or other digit (``int()`` also takes ``-5``, ``+5``,
+    `` 5`` and ``٥``); otherwise the error says it is not ``what`` (argparse names the option)."""
 
     def parse(text: str) -> int:
-        if not (text.isascii() and text.isdigit()) or int(text) < minimum:
+        if not _DIGITS.fullmatch(text) or int(text) < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
         return int(text)
 

@@ -13,6 +13,7 @@ from patched_wheels.lock.apply import (
     DEFAULT_INDEX_OPTION,
     INDEX_OPTIONS,
     LockOptions,
+    check_outputs,
     read_lock_document,
     write_lock,
 )
@@ -66,7 +67,8 @@ def _run(args: argparse.Namespace) -> int:
             "lock's own index lines and adds the index's)"
         )
     path, lock_format = lock_input(args)
-    document = read_lock_document(path, lock_format)  # first: a lock refused leaves DIR as it was
+    check_outputs(lock_format, args.out, args.out_uv_lock)  # first: a command line refused leaves DIR as it was
+    document = read_lock_document(path, lock_format)
     for flag, output in (("--out", args.out), ("--out-uv-lock", args.out_uv_lock)):
         if output is not None and owned_by_index(args.index, output):
             raise UsageError(

@@ -16,7 +16,7 @@ from patched_wheels.base.fsutil import temp_directory, write_temp
 from patched_wheels.cli import check_directory, index_summary
 from patched_wheels.errors import InvalidLockError
 from patched_wheels.index.mirror import mirror
-from patched_wheels.lock.formats.requirements import parse_requirements
+from patched_wheels.lock.formats.requirements import parse_requirements, pip_options
 from patched_wheels.lock.model import Lock, read_lock_text
 
 
@@ -61,8 +61,11 @@ def _refuse_files_pip_would_wait_on(model: Lock, directory: Path) -> None:
     reference's ``file:`` URL and each index option's local path or ``file:`` URL (relative to ``directory``, the
     lock's); what an index directory holds is pip's to read."""
     named = [(pin.span.where, pin.url) for pin in model.pins if pin.url]
-    named += [(option.span.where, option.text.replace("=", " ", 1).split()[-1]) for option in model.options]
+    for option in model.options:  # each value as pip's parser reads it: quoted, after "=", or joined to "-f"
+        named += [(option.span.where, value) for _, value in pip_options(option.text, option.span.where) if value]
     for where, location in named:
+        if "${" in location:  # pip expands ${VARIABLE} in a requirements file: the path is known only to pip
+            continue
         parts = urllib.parse.urlsplit(location)
         if parts.scheme == "file":
             path = Path(urllib.request.url2pathname(parts.path))

@@ -11,8 +11,10 @@ to the dynamic loader, and are ordered as one (see :mod:`patched_wheels.elf.orde
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,13 +128,20 @@ class LibraryGraph:
         return seen
 
     def vendored_copies(self, name: str, wheel: str) -> tuple[ElfLibrary, ...]:
-        """The private copies (:func:`is_vendored`) named ``name`` (SONAME or file name) that wheels other than
-        ``wheel`` ship: why a DT_NEEDED of ``wheel`` they would answer is still looked for on the system."""
-        return tuple(
-            library
-            for library in self.libraries
-            if library.wheel != wheel and is_vendored(library) and name in (library.soname, library.filename)
-        )
+        """The private copies (:func:`is_vendored`) of the library ``name`` that wheels other than ``wheel`` ship:
+        why a DT_NEEDED of ``wheel`` they would answer is still looked for on the system. Matched by SONAME or file
+        name with the hash a vendoring tool inserts taken out (auditwheel's ``libz-a1b2c3d4.so.1``)."""
+        return tuple(copy for copy in self._vendored.get(_unhashed(name), ()) if copy.wheel != wheel)
+
+    @functools.cached_property
+    def _vendored(self) -> dict[str, list[ElfLibrary]]:
+        """Every private copy by its names with the hash taken out: made once, asked once per system name."""
+        copies: dict[str, list[ElfLibrary]] = {}
+        for library in self.libraries:
+            if is_vendored(library):
+                for name in {_unhashed(library.filename), _unhashed(library.soname or library.filename)}:
+                    copies.setdefault(name, []).append(library)
+        return copies
 
     def ordered(self, libraries: Iterable[ElfLibrary]) -> list[ElfLibrary]:
         """``libraries`` in load order."""
@@ -375,6 +384,14 @@ class _Candidates:
         if found is None:
             found = next((candidate for candidate in self._shared if candidate.wheel != library.wheel), None)
         return found
+
+
+_VENDORING_HASH = re.compile(r"[-.][0-9a-f]{8}(?=\.so)")
+"""The hash auditwheel (``-a1b2c3d4``) and others (``.def23b81``) put into a copy's file name and SONAME."""
+
+
+def _unhashed(name: str) -> str:
+    return _VENDORING_HASH.sub("", name, count=1)
 
 
 def is_vendored(library: ElfLibrary) -> bool:

@@ -29,6 +29,7 @@ __all__ = [
     "INDEX_OPTIONS",
     "LockOptions",
     "LockResult",
+    "check_outputs",
     "lock",
     "read_lock_document",
     "write_lock",
@@ -75,6 +76,17 @@ def read_lock_document(source: Path | str, lock_format: str = "requirements") ->
     return registry.lock_format(lock_format).read(source)
 
 
+def check_outputs(lock_format: str, out: Path | str, out_uv_lock: Path | str | None) -> None:
+    """The outputs asked for are ones this format can write, and two files: checked by :func:`write_lock`, and by
+    the command before it (re)builds the index, so a refused command line leaves DIR as it was."""
+    entry = registry.lock_format(lock_format)
+    if out_uv_lock is not None:
+        if entry.writer is None:
+            raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
+        if resolved_path(Path(out_uv_lock)) == resolved_path(Path(out)):
+            raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
+
+
 def write_lock(
     document: Any,
     index: IndexResult,
@@ -92,11 +104,7 @@ def write_lock(
             f"{unserved[0]}: does not list the files the lock would pin; index {index.directory} again"
         )
     entry = registry.lock_format(lock_format)
-    if out_uv_lock is not None:
-        if entry.writer is None:
-            raise UsageError("--out-uv-lock needs --uv-lock: it rewrites the uv.lock given")
-        if resolved_path(Path(out_uv_lock)) == resolved_path(out):
-            raise UsageError(f"{entry.out_flag} {out_uv_lock}: the same file as --out")
+    check_outputs(lock_format, out, out_uv_lock)
     plan = plan_lock(registry.lock_model(document), index.files, options)
     outputs: dict[Path, tuple[str, Callable[[], Iterable[str]]]]
     if isinstance(document, RequirementsText):

@@ -48,6 +48,7 @@ Two candidates at any step is an error naming them.
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Iterable, Mapping, Sequence
@@ -59,7 +60,7 @@ from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile, group_by_project
 from patched_wheels.lock.markers import WheelEnvironments, and_markers
-from patched_wheels.lock.model import Lock, LockOption, Pin, check_lock_value, file_url
+from patched_wheels.lock.model import Lock, LockOption, Pin, check_lock_value, file_url, marker_holds
 from patched_wheels.wheelfile.filename import WheelFilename
 from patched_wheels.wheelfile.metadata import required_projects
 
@@ -165,25 +166,23 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
     edits: list[PinEdit] = []
     changes: list[str] = []
     undecided: list[str] = []  # unhashed pins of a version the index holds too (rule 2)
-    parents: dict[NormalizedName, list[tuple[NormalizedName, Pin]]] = {}
+    parents: dict[NormalizedName, list[tuple[NormalizedName, str | None]]] = {}
     for pin in lock.pins:
         project = pin.project
         if project not in index:
-            reference = options.references.get(project)
-            if direct and reference and not pin.url and {h.lower() for h in pin.hashes} == {f"sha256:{reference[1]}"}:
-                version = pin.pinned_version()
-                line = NewPin(pin.head, version, reference[0], pin.marker, (f"sha256:{reference[1]}",))
-                edits.append(PinEdit(pin, version, None, (line,), ()))
+            edits.extend(_referenced(pin, options) if direct else ())
             continue
         pinned = pin.pinned_version()
         target = _target_version(pin, pinned, index[project])
         target_files = tuple(f for f in index[project] if f.version == target)
-        _record_parents(parents, project, pin, target_files)
-        if target == pinned and not _admitted(pin) and options.index_option != "index-url":
+        _record_parents(parents, project, pin.marker, target_files)
+        stands_for = target == pinned and _may_stand_for(pin, target_files)
+        original = target == pinned and (not stands_for or _holds_original(pin, target_files))
+        if stands_for and not _admitted(pin) and options.index_option != "index-url":
             undecided.append(_spelled(pin, pinned))
         if direct or pin.url:
             served_original = target == pinned and pin.url is not None and options.every_pin_served
-            if target == pinned and not served_original and _holds_original(pin, target_files):
+            if original and not served_original:
                 continue  # the index holds the original itself: the lock's own index (or URL) serves it
             kept = _kept(pin, target_files, options.replaced.get(project))
             if direct and not served_original:
@@ -195,7 +194,7 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
             changes.append(f"{_spelled(pin, pinned)} -> {lines[0].requirement}")
             continue
         new_hashes = tuple(sorted(f"sha256:{f.sha256}" for f in target_files))
-        refresh = bool(pin.hashes) and (target != pinned or not _holds_original(pin, target_files))
+        refresh = bool(pin.hashes) and (target != pinned or not original)
         if target != pinned:
             changes.append(f"{pin.name}=={pinned} -> {pin.name}=={target}")
         elif refresh:
@@ -229,13 +228,25 @@ def plan_lock(lock: Lock, files: Sequence[IndexedFile], options: LockOptions) ->
     return LockPlan(tuple(edits), added, added_files, option, dropped, tuple(changes), warnings)
 
 
+def _referenced(pin: Pin, options: LockOptions) -> tuple[PinEdit, ...]:
+    """``direct``: an unpatched pin whose only hash is the one file the caller knows it admits (``references``)
+    names that file's URL, so pip needs no index page for it."""
+    reference = options.references.get(pin.project)
+    if not reference or pin.url or {h.lower() for h in pin.hashes} != {f"sha256:{reference[1]}"}:
+        return ()
+    version = pin.pinned_version()
+    line = NewPin(pin.head, version, reference[0], pin.marker, (f"sha256:{reference[1]}",))
+    return (PinEdit(pin, version, None, (line,), ()),)
+
+
 def _warnings(source: str, undecided: Sequence[str], unrequired: Sequence[str]) -> tuple[str, ...]:
     """What the plan could not decide from the lock ``source``, one line for each kind: the unhashed pins of a
     version the index holds too (rule 2), and the index's projects left out (nothing the lock pins requires)."""
     warnings = []
     if undecided:
+        named = ", ".join(undecided[:5]) + (f" and {len(undecided) - 5} more" if len(undecided) > 5 else "")
         warnings.append(
-            f"{source}: {', '.join(undecided)}: the index holds this version too, and without hashes the lock "
+            f"{source}: {named}: the index holds this version too, and without hashes the lock "
             "cannot tell a wheel patched under the same version from the original, so the pin stays as it is (pip "
             "may install the lock's own); give a patched wheel a --suffix, or lock with hashes"
         )
@@ -256,12 +267,47 @@ def _holds_original(pin: Pin, files: Iterable[IndexedFile]) -> bool:
 
 def _admitted(pin: Pin) -> set[str]:
     """The ``sha256:<hex>`` digests ``pin`` admits: its hashes, and a direct reference's ``#sha256=`` fragment (how
-    an unhashed lock's reference, ours included, carries the one digest pip checks)."""
+    an unhashed lock's reference, ours included, carries the one digest pip checks; ``&subdirectory=`` may follow)."""
     admitted = {h.lower() for h in pin.hashes}
-    algorithm, _, digest = (pin.url or "").partition("#")[2].partition("=")
-    if algorithm == "sha256" and digest:
-        admitted.add(f"sha256:{digest.lower()}")
+    fragment = urllib.parse.parse_qs(urllib.parse.urlsplit(pin.url or "").fragment)
+    admitted.update(f"sha256:{digest.lower()}" for digest in fragment.get("sha256", []))
     return admitted
+
+
+def _may_stand_for(pin: Pin, files: Sequence[IndexedFile]) -> bool:
+    """Whether the pin may stand for one of ``files``, the index's wheels of its very version (rule 2): one of the
+    files the lock names installs where one of them does, or its marker holds where one of them installs. A pin
+    kept for other platforms (the second line :func:`_direct_pin` writes, a lock's line per platform) stands for
+    none: its hashes are other wheels', not the originals of a wheel patched under the same version."""
+    try:
+        ours = [WheelEnvironments.of(file.tags) for file in files]
+    except InvalidLockError:  # a platform no marker names: nothing tells where it installs
+        return True
+    if pin.files:
+        try:
+            theirs = [WheelEnvironments.of(WheelFilename.parse(file.filename).tags) for file in pin.files]
+        except (InvalidWheelError, InvalidLockError):  # an sdist, or a platform we cannot tell apart
+            return True
+        return any(mine.overlaps(other) for mine in ours for other in theirs)
+    if not pin.marker:
+        return True
+    samples = [sample for environments in ours for sample in _sample_environments(environments)]
+    try:
+        return any(marker_holds(pin.marker, sample, where=pin.span.where) for sample in samples)
+    except InvalidLockError:  # a marker we cannot evaluate there: it may hold
+        return True
+
+
+def _sample_environments(environments: WheelEnvironments) -> list[dict[str, str]]:
+    """A marker environment for each platform ``environments`` admit, with its Python where it names one (the other
+    variables as this interpreter's, as ``marker_holds`` fills them)."""
+    python = {"python_version": environments.python} if environments.python else {}
+    if not environments.platforms:
+        return [python]
+    return [
+        {**python, "sys_platform": system, "platform_machine": machine}
+        for system, machine in sorted(environments.platforms)
+    ]
 
 
 def _spelled(pin: Pin, pinned: Version) -> str:
@@ -386,46 +432,57 @@ def _extends(version: Version, pinned: Version) -> bool:
 
 
 def _record_parents(
-    parents: dict[NormalizedName, list[tuple[NormalizedName, Pin]]],
+    parents: dict[NormalizedName, list[tuple[NormalizedName, str | None]]],
     project: NormalizedName,
-    pin: Pin,
+    marker: str | None,
     files: Iterable[IndexedFile],
 ) -> None:
-    """Note which projects each indexed wheel requires, to place split siblings in the lock."""
+    """Note which projects each indexed wheel of ``project`` (installed where ``marker`` holds) requires, to place
+    split siblings in the lock."""
     for indexed in files:
         if indexed.metadata is not None:
             for required in required_projects(indexed.metadata):
-                parents.setdefault(required, []).append((project, pin))
+                parents.setdefault(required, []).append((project, marker))
 
 
 def _added_pins(
     index: Mapping[NormalizedName, list[IndexedFile]],
     locked: set[NormalizedName],
-    parents: Mapping[NormalizedName, list[tuple[NormalizedName, Pin]]],
+    parents: Mapping[NormalizedName, list[tuple[NormalizedName, str | None]]],
     hashed: bool,
     source: str,
     options: LockOptions,
 ) -> tuple[tuple[NewPin, ...], tuple[tuple[IndexedFile, ...], ...], tuple[str, ...]]:
     """Pins for index projects the lock lacks, sorted by name, with the index's files of each; and, as
-    ``project version``, those the lock lacks that no wheel of the index it pins requires (not added).
+    ``project version``, those the lock lacks that no wheel of the index the lock pins requires, directly or
+    through another one added (not added).
 
-    The marker is copied from the locked projects requiring the new one when they agree, so a
-    Linux-only torch does not drag its sibling onto other platforms.
+    The marker is copied from the projects requiring the new one when they agree, so a Linux-only torch does not
+    drag its sibling onto other platforms (a project added for another added one takes that one's marker).
     """
+    requirers = {project: list(rows) for project, rows in parents.items()}
+    candidates = set(index) - locked
+    markers: dict[NormalizedName, str | None] = {}
+    queue = sorted(project for project in candidates if requirers.get(project))
+    while queue:  # breadth first from the pinned projects' wheels: each added project's marker before its own needs'
+        project = queue.pop(0)
+        if project in markers:
+            continue
+        written = {marker for _, marker in requirers[project]}
+        markers[project] = written.pop() if len(written) == 1 and None not in written else None
+        _record_parents(requirers, project, markers[project], index[project])
+        queue += sorted(name for name in requirers if name in candidates and name not in markers)
     added, added_files, unrequired = [], [], []
-    for project in sorted(set(index) - locked):
+    for project in sorted(candidates):
         versions = sorted({f.version for f in index[project]})
+        if project not in markers:
+            unrequired.append(f"{project} {', '.join(map(str, versions))}")
+            continue
         if len(versions) != 1:
             raise InvalidLockError(
                 f"{source}: the index has {project} {', '.join(map(str, versions))}, which the lock "
                 "does not pin; keep only one in the index"
             )
-        requirers = parents.get(project, [])
-        if not requirers:
-            unrequired.append(f"{project} {versions[0]}")
-            continue
-        markers = {pin.marker for _, pin in requirers}
-        marker = markers.pop() if len(markers) == 1 and None not in markers else None
         url = None
         if options.index_option == "direct":
             if len(index[project]) != 1:
@@ -433,6 +490,7 @@ def _added_pins(
             (single,) = index[project]
             url = file_url(options.index_dir / single.filename, None if hashed else single.sha256)
         hashes = tuple(sorted(f"sha256:{f.sha256}" for f in index[project])) if hashed else ()
-        added.append(NewPin(project, versions[0], url, marker, hashes, tuple(sorted({name for name, _ in requirers}))))
+        via = tuple(sorted({name for name, _ in requirers[project]}))
+        added.append(NewPin(project, versions[0], url, markers[project], hashes, via))
         added_files.append(tuple(index[project]))
     return tuple(added), tuple(added_files), tuple(unrequired)

@@ -274,13 +274,11 @@ def _select_by_size(
         estimate -= sizes[name]
     if estimate > max_size:
         what = (
-            f"moving every shared library that can move ({len(selected)}; Python extension modules stay)"
+            f"after moving every shared library that can move ({len(selected)}; Python extension modules stay)"
             if selected
-            else "which has no shared library that can move (Python extension modules stay)"
+            else "and no shared library of it can move (Python extension modules stay)"
         )
-        raise UsageError(
-            f"{wheel}: still ~{estimate} bytes {'after ' if selected else ''}{what}; cannot fit {option} {max_size}"
-        )
+        raise UsageError(f"{wheel}: still ~{estimate} bytes {what}; cannot fit {option} {max_size}")
     return selected
 
 

@@ -84,12 +84,13 @@ def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
                 f"patch {origin}: line {index + 1}: unsupported git patch ({line.strip().decode('utf-8', 'replace')!r})"
             )
         if line.startswith(b"--- ") and index + 1 < len(lines) and lines[index + 1].startswith(b"+++ "):
-            header = index + 1
-            old_path = _diff_path(line[4:], strip, origin, header)
-            new_path = _diff_path(lines[index + 1][4:], strip, origin, header + 1)
+            old_header, new_header = line, lines[index + 1]
+            header_line = index + 1  # the "---" line, 1-based, as errors quote it
+            old_path = _diff_path(old_header[4:], strip, origin, header_line)
+            new_path = _diff_path(new_header[4:], strip, origin, header_line + 1)
             target = new_path if new_path is not None else old_path
             if target is None:
-                raise PatchError(f"patch {origin}: line {header}: both sides are /dev/null")
+                raise PatchError(f"patch {origin}: line {header_line}: both sides are /dev/null")
             index += 2
             hunks: list[Hunk] = []
             while index < len(lines) and lines[index].startswith(b"@@ "):
@@ -97,12 +98,12 @@ def parse_patch(data: bytes, *, origin: str, strip: int = 1) -> list[FilePatch]:
                 hunks.append(hunk)
             if not hunks:
                 raise PatchError(f"patch {origin}: {target}: no hunks after the file header")
-            if _dated_epoch(line[4:]) and not any(hunk.old_lines for hunk in hunks):
+            if _dated_epoch(old_header[4:]) and not any(hunk.old_lines for hunk in hunks):
                 old_path = None  # diff -N: a file the old side does not have
-            if _dated_epoch(lines[header][4:]) and not any(hunk.new_lines for hunk in hunks):
+            if _dated_epoch(new_header[4:]) and not any(hunk.new_lines for hunk in hunks):
                 new_path = None  # diff -N: a file the new side does not have
             if old_path is None and new_path is None:
-                raise PatchError(f"patch {origin}: line {header}: both sides are files that do not exist")
+                raise PatchError(f"patch {origin}: line {header_line}: both sides are files that do not exist")
             patches.append(FilePatch(origin, old_path, new_path, tuple(hunks)))
         else:
             index += 1

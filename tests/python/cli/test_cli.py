@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import gc
 import os
@@ -353,6 +354,10 @@ _MISTAKES = {
     ),
     "doctor-package-dot": (["doctor", "{wheel}", "--package", "six."], "--package 'six.': not a module name"),
     "doctor-no-probe-alone": (["doctor", "{wheel}", "--no-probe"], "--no-probe needs --package"),
+    "max-size-signed": (
+        ["split", "--wheel", "{wheel}", "--max-size", "+5", "--into", "y", "--dest-dir", "{out}"],
+        "split: argument --max-size: '+5' is not a size in bytes (at least 1)",
+    ),
     "max-size-negative": (
         ["split", "--wheel", "{wheel}", "--max-size", "-5", "--into", "y", "--dest-dir", "{out}"],
         "split: argument --max-size: '-5' is not a size in bytes (at least 1)",
@@ -402,3 +407,12 @@ def test_index_and_graph_say_what_a_wheel_without_libraries_holds(six_like, caps
     assert capsys.readouterr().out == (
         "load order (dependencies first):\n  (none: the wheels given hold no shared library)\n"
     )
+
+
+def test_a_size_written_with_underscores_is_read_as_int_reads_it() -> None:
+    """``--max-size 300_000_000`` worked with ``type=int``: still taken (scripts write it), signs and blanks not."""
+    parse = cli.whole_number(1, "a size in bytes (at least 1)")
+    assert parse("300_000_000") == 300_000_000
+    for text in ("_1", "1_", "1__0", " 5", "+5", "٥"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)

@@ -130,8 +130,18 @@ def test_the_real_pip_reads_the_copy_as_it_reads_the_lock_a_relative_find_links_
         "--find-links {fifo}",
         "--find-links=fifo",  # relative to the lock's directory, as pip reads it
         "--extra-index-url file://{fifo}",
+        "-f{fifo}",  # the short option joined to its value
+        '--find-links "{fifo}"',  # quoted, as pip's shell-like split reads it
     ],
-    ids=["reference-fifo", "reference-device", "find-links", "find-links-relative", "index-url"],
+    ids=[
+        "reference-fifo",
+        "reference-device",
+        "find-links",
+        "find-links-relative",
+        "index-url",
+        "short-joined",
+        "quoted",
+    ],
 )
 def test_a_local_file_pip_would_wait_on_is_the_lock_s_error_before_pip_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], line: str

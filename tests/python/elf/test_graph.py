@@ -769,3 +769,28 @@ def test_another_wheel_s_vendored_copy_never_provides_a_library(tmp_path: Path) 
         if found.library.path == "cudnn/lib/libuser.so" and found.needed == "libvz.so.1"
     ]
     assert "needs libvz.so.1, which this system lacks; vision.libs/libvz.def23b81.so.1" in _finding_line(finding, None)
+
+
+def test_a_copy_auditwheel_renamed_is_named_for_the_library_it_copies(tmp_path: Path) -> None:
+    """auditwheel renames the file and the SONAME (``libvz-a1b2c3d4.so.1``); another wheel's DT_NEEDED says
+    ``libvz.so.1``: the copy is found by the name with the hash taken out."""
+    build = tmp_path / "build"
+    build.mkdir()
+    copy = compile_shared(
+        build, "libvz-a1b2c3d4.so.1", "int vz(void) { return 1; }\n", "-Wl,-soname,libvz-a1b2c3d4.so.1"
+    )
+    plain = compile_shared(build, "libvz.so.1", "int vz(void) { return 1; }\n", "-Wl,-soname,libvz.so.1")
+    user = compile_shared(
+        build,
+        "libuser.so",
+        "int vz(void);\nint user(void) { return vz(); }\n",
+        "-Wl,-soname,libuser.so",
+        "-l:libvz.so.1",
+    )
+    assert plain.exists()
+    vision = build_wheel(tmp_path, "vision", "1.0", {"vision.libs/libvz-a1b2c3d4.so.1": copy.read_bytes()})
+    other = build_wheel(tmp_path, "other", "1.0", {"other/libuser.so": user.read_bytes()})
+    graph = read_graph([vision, other])
+    (found,) = graph.vendored_copies("libvz.so.1", other.name)
+    assert found.path == "vision.libs/libvz-a1b2c3d4.so.1"
+    assert graph.vendored_copies("libvz.so.2", other.name) == ()

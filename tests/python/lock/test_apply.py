@@ -1020,3 +1020,22 @@ def test_a_lock_refused_leaves_the_index_directory_as_it_was(tmp_path: Path) -> 
     result = run_cli("lock", "--requirements", str(source), "--index", str(index), "--out", str(tmp_path / "o.txt"))
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert sorted(path.name for path in index.iterdir()) == ["sixfake-1.0+s.1-py3-none-any.whl"]
+
+
+def test_a_refused_command_line_leaves_the_index_directory_as_it_was(tmp_path: Path) -> None:
+    """``--out-uv-lock`` with a requirements lock (and one naming --out's file) was refused after the index was
+    built: DIR got simple/ and .metadata files for a command that did nothing."""
+    index = tmp_path / "index"
+    index.mkdir()
+    make_wheel(index, "sixfake-1.0+s.1-py3-none-any.whl")
+    source = tmp_path / "in.txt"
+    source.write_text("sixfake==1.0\n")
+    out = tmp_path / "o.txt"
+    result = run_cli(
+        "lock", "--requirements", str(source), "--index", str(index), "--out", str(out), "--out-uv-lock", str(out)
+    )
+    assert (result.returncode, result.stderr) == (
+        1,
+        "patched-wheels: error: --out-uv-lock needs --uv-lock: it rewrites the uv.lock given\n",
+    )
+    assert sorted(path.name for path in index.iterdir()) == ["sixfake-1.0+s.1-py3-none-any.whl"]

@@ -392,3 +392,49 @@ def test_a_project_nothing_the_lock_pins_requires_is_not_added_and_is_named() ->
     (warning,) = result.warnings
     assert warning.startswith("in.txt: not added: stale 2.0, which the index holds but the lock does not pin")
     assert plan("bar==1.0\n", files).added == ()  # the parent not pinned: neither is required by the lock
+
+
+FOO_SAME_LINUX = indexed("foo-1.0-cp311-cp311-manylinux_2_17_x86_64.whl")
+
+
+@pytest.mark.parametrize("option", ["direct", "extra-index-url"])
+def test_a_pin_kept_for_other_platforms_is_no_original_of_a_wheel_patched_under_its_version(option) -> None:
+    """The second line a lock for several platforms keeps (``foo==1.0 ; <elsewhere> --hash=B``) names other wheels:
+    locked again, it stays (rule 2 read it as the original of the x86_64 wheel and sent other machines to it)."""
+    first = plan(f"foo==1.0 --hash=sha256:{A} --hash=sha256:{B}\n", (FOO_SAME_LINUX,), replaced={"foo": frozenset({A})})
+    (edit,) = first.edits
+    ours, kept = edit.lines
+    assert kept.hashes == (f"sha256:{B}",)
+    again = "".join(f"{line.requirement} {' '.join(f'--hash={h}' for h in line.hashes)}\n" for line in (ours, kept))
+    second = plan(again, (FOO_SAME_LINUX,), index_option=option)
+    assert second.edits == () and second.warnings == ()
+
+
+def test_a_per_platform_line_whose_marker_excludes_the_wheel_stays() -> None:
+    """A hand-written lock of a line per platform: only the x86_64 Linux line stands for the patched wheel."""
+    text = (
+        f'foo==1.0 ; sys_platform == "darwin" --hash=sha256:{A}\n'
+        f'foo==1.0 ; sys_platform == "linux" and platform_machine == "x86_64" --hash=sha256:{B}\n'
+    )
+    result = plan(text, (FOO_SAME_LINUX,))
+    (edit,) = result.edits
+    assert edit.pin.span.start == 1 and edit.lines[0].url == f"file:///idx/{FOO_SAME_LINUX.filename}"
+
+
+def test_what_an_added_project_requires_is_added_too_and_a_leftover_never_stops_the_lock() -> None:
+    """A patched foo requires newdep, which requires newdep2: both added (only the first was, then), with foo's
+    marker; a leftover project of two versions is one warning, not the error "keep only one"."""
+    files = (
+        indexed("foo-1.0+s.1-py3-none-any.whl", ("newdep==1.0",)),
+        indexed("newdep-1.0-py3-none-any.whl", ("newdep2==1.0",)),
+        indexed("newdep2-1.0-py3-none-any.whl"),
+        indexed("stale-2.0-py3-none-any.whl"),
+        indexed("stale-3.0-py3-none-any.whl"),
+    )
+    result = plan("foo==1.0 ; sys_platform == 'linux'\n", files)
+    assert [(line.head, line.marker, line.via) for line in result.added] == [
+        ("newdep", "sys_platform == 'linux'", ("foo",)),
+        ("newdep2", "sys_platform == 'linux'", ("newdep",)),
+    ]
+    (warning,) = result.warnings
+    assert "not added: stale 2.0, 3.0, which the index holds" in warning

@@ -105,10 +105,11 @@ def _vcs_url(vcs: dict[str, Any], root: Path, where: str) -> str:
     location = _location(vcs, root, where)
     # pip reads the revision after the last "@" of the URL's path and the fragment after its "#": either in the
     # location would make git check out what it names instead of the commit-id (a branch that moves)
-    if "#" in location or "@" in urllib.parse.urlsplit(location).path:
+    parts = urllib.parse.urlsplit(location)
+    if "#" in location or "?" in location or "@" in parts.path:
         raise InvalidLockError(
-            f"{where}: vcs url {location[:200]!r}: a '#', or an '@' in its path, would be read by pip as the "
-            "revision to check out instead of the commit-id"
+            f"{where}: vcs url {location[:200]!r}: a '#' or '?', or an '@' in its path, would make pip read "
+            "another revision than the commit-id, or none"
         )
     return _subdirectory(f"{kind}+{location}@{commit}", vcs, where)
 

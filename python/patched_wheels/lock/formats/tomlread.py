@@ -101,10 +101,15 @@ _DEEP_KEY_REVERSED = re.compile(
 reversed: a match starts only at those, so the search is linear; bare parts and quoted ones read the same)."""
 
 
+_ESCAPE = re.compile(r'\\[\\"]')
+
+
 def _refuse_deep_keys(text: str, path: Path) -> None:
     """``tomllib`` keeps every prefix of a dotted key (and walks them all for each next part): a key of k parts
     costs k² memory and time, an 80 KB key gigabytes, a 600 KB one minutes. None in a lock has more than a few."""
-    found = _DEEP_KEY_REVERSED.search(text[::-1])
+    # An escaped backslash or quote in a basic string (a quoted part: "a\"b") blanked first, its length kept:
+    # read backwards, the quote it escapes would end the part there.
+    found = _DEEP_KEY_REVERSED.search(_ESCAPE.sub("__", text)[::-1])
     if found is not None:
         line = text.count("\n", 0, len(text) - found.start()) + 1
         raise InvalidLockError(f"{path}:{line}: a key of more than {_MAX_KEY_PARTS} dotted parts, which no lock has")
@@ -261,19 +266,20 @@ def get(table: dict[str, Any], key: str, kind: type[T], where: str, default: T |
 
 def tables(table: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
     """``table[key]``, an array of tables (absent: empty)."""
-    values = get(table, key, list, where, [])
-    for number, value in enumerate(values):
-        if not isinstance(value, dict):
-            raise InvalidLockError(f"{where}: {key}[{number}] must be a table, not {type(value).__name__}")
-    return values
+    return _array_of(table, key, dict, where)
 
 
 def strings(table: dict[str, Any], key: str, where: str) -> list[str]:
     """``table[key]``, an array of strings (absent: empty)."""
+    return _array_of(table, key, str, where)
+
+
+def _array_of(table: dict[str, Any], key: str, kind: type[T], where: str) -> list[T]:
+    """``table[key]``, an array whose every item is a ``kind`` (absent: empty)."""
     values = get(table, key, list, where, [])
     for number, value in enumerate(values):
-        if not isinstance(value, str):
-            raise InvalidLockError(f"{where}: {key}[{number}] must be a string, not {type(value).__name__}")
+        if not isinstance(value, kind):
+            raise InvalidLockError(f"{where}: {key}[{number}] must be {_KINDS[kind]}, not {type(value).__name__}")
     return values
 
 

@@ -174,8 +174,21 @@ def test_a_path_holding_a_nul_is_one_error_naming_the_lock(
         ('"x"' + '."a"' * 40_000, "{key} = 1"),
         ("source" + ".z.a" * 1_500, "{key} = 1"),  # 3,000 levels: a RecursionError traceback out of repr()
         ("x" + " . a" * 32, "{key} = 1"),
+        ("a." * 40_000 + '"\\""', "{key} = 1"),  # an escaped quote in the last part: read backwards, it ended it
+        ("a." * 40_000 + '"\\""', "[{key}]"),
+        ("a." * 40_000 + '"x\\\\"', "{key} = 1"),  # an escaped backslash before the closing quote
     ],
-    ids=["bare", "inline-table", "table-header", "quoted", "deep-source", "spaced-33"],
+    ids=[
+        "bare",
+        "inline-table",
+        "table-header",
+        "quoted",
+        "deep-source",
+        "spaced-33",
+        "escaped-quote",
+        "escaped-quote-header",
+        "escaped-backslash",
+    ],
 )
 @pytest.mark.parametrize("fmt", ["uv-lock", "pylock"])
 def test_a_key_of_many_dotted_parts_is_one_error_before_tomllib_reads_it(tmp_path: Path, key, written, fmt) -> None:
