@@ -60,7 +60,7 @@ from patched_wheels.base.names import canonicalize_name
 from patched_wheels.errors import InvalidLockError, InvalidWheelError, UsageError
 from patched_wheels.index.simple import SIMPLE_DIR, IndexedFile, group_by_project
 from patched_wheels.lock.markers import WheelEnvironments, and_markers
-from patched_wheels.lock.model import Lock, LockOption, Pin, check_lock_value, file_url, marker_holds
+from patched_wheels.lock.model import Lock, LockOption, Pin, PinFile, check_lock_value, file_url, marker_holds
 from patched_wheels.wheelfile.filename import WheelFilename
 from patched_wheels.wheelfile.metadata import required_projects
 
@@ -284,10 +284,7 @@ def _may_stand_for(pin: Pin, files: Sequence[IndexedFile]) -> bool:
     except InvalidLockError:  # a platform no marker names: nothing tells where it installs
         return True
     if pin.files:
-        try:
-            theirs = [WheelEnvironments.of(WheelFilename.parse(file.filename).tags) for file in pin.files]
-        except (InvalidWheelError, InvalidLockError):  # an sdist, or a platform we cannot tell apart
-            return True
+        theirs = [_locked_file_environments(file) for file in pin.files]
         return any(mine.overlaps(other) for mine in ours for other in theirs)
     if not pin.marker:
         return True
@@ -364,13 +361,19 @@ def _superseded(pin: Pin, files: Sequence[IndexedFile]) -> frozenset[str]:
         return every
     superseded: set[str | None] = set()  # None: a file the lock names without a hash (superseded, replacing none)
     for file in pin.files:
-        try:
-            theirs = WheelEnvironments.of(WheelFilename.parse(file.filename).tags)
-        except (InvalidWheelError, InvalidLockError):  # not a wheel, or a platform we cannot tell apart
-            theirs = WheelEnvironments(None, frozenset())
+        theirs = _locked_file_environments(file)
         if file.sha256 is None or any(environments.overlaps(theirs) for environments in ours):
             superseded.add(file.sha256)
     return every if superseded >= {f.sha256 for f in pin.files} else frozenset(h for h in superseded if h is not None)
+
+
+def _locked_file_environments(file: PinFile) -> WheelEnvironments:
+    """Where a file the lock names installs, told by its name's tags; every environment for one whose name tells
+    none (not a wheel: an sdist; a platform we cannot tell apart)."""
+    try:
+        return WheelEnvironments.of(WheelFilename.parse(file.filename).tags)
+    except (InvalidWheelError, InvalidLockError):
+        return WheelEnvironments(None, frozenset())
 
 
 def _direct_pin(
@@ -436,13 +439,16 @@ def _record_parents(
     project: NormalizedName,
     marker: str | None,
     files: Iterable[IndexedFile],
-) -> None:
+) -> set[NormalizedName]:
     """Note which projects each indexed wheel of ``project`` (installed where ``marker`` holds) requires, to place
-    split siblings in the lock."""
+    split siblings in the lock; the projects noted."""
+    noted = set()
     for indexed in files:
         if indexed.metadata is not None:
             for required in required_projects(indexed.metadata):
                 parents.setdefault(required, []).append((project, marker))
+                noted.add(required)
+    return noted
 
 
 def _added_pins(
@@ -470,8 +476,8 @@ def _added_pins(
             continue
         written = {marker for _, marker in requirers[project]}
         markers[project] = written.pop() if len(written) == 1 and None not in written else None
-        _record_parents(requirers, project, markers[project], index[project])
-        queue += sorted(name for name in requirers if name in candidates and name not in markers)
+        needed = _record_parents(requirers, project, markers[project], index[project])
+        queue += sorted(name for name in needed if name in candidates and name not in markers)
     added, added_files, unrequired = [], [], []
     for project in sorted(candidates):
         versions = sorted({f.version for f in index[project]})
