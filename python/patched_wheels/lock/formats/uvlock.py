@@ -68,6 +68,7 @@ _GRAPH_KEYS = (
     "dev-dependencies",
     "resolution-markers",
 )
+_GRAPH_POSITION = {key: position for position, key in enumerate(_GRAPH_KEYS)}
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ class _Graph:
     def value(self, number: int, key: str) -> Any:
         """The value of ``key`` (one of ``_GRAPH_KEYS``) in package ``number``'s table, None where it has none: no
         dict made, for the lookups the walk makes per candidate."""
-        return self.rows[number][_GRAPH_KEYS.index(key)]
+        return self.rows[number][_GRAPH_POSITION[key]]
 
     def __len__(self) -> int:
         return len(self.rows)
