@@ -156,7 +156,7 @@ def _find_distributions(directory: Path) -> list[_Candidate]:
     candidates = []
     root = resolved_path(directory)
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        if entry.name.startswith(".") or not entry.name.endswith((".whl", *_SDIST_SUFFIXES)):
+        if not _is_distribution(entry.name):
             continue
         path = Path(entry.path)
         try:
@@ -378,8 +378,14 @@ def owned_by_index(directory: Path, path: Path) -> bool:
     anything under ``simple/``): an output written there would replace what pip is sent to."""
     directory, path = resolved_path(directory), resolved_path(path)
     if path.parent == directory:
-        return not path.name.startswith(".") and path.name.endswith((".whl", METADATA_SUFFIX, *_SDIST_SUFFIXES))
+        return _is_distribution(path.name) or (not path.name.startswith(".") and path.name.endswith(METADATA_SUFFIX))
     return path.is_relative_to(directory / SIMPLE_DIR)
+
+
+def _is_distribution(name: str) -> bool:
+    """Whether the file ``name`` in the index's directory is a distribution the index lists (a hidden one never is:
+    the index's own cache and staging files)."""
+    return not name.startswith(".") and name.endswith((".whl", *_SDIST_SUFFIXES))
 
 
 def _pages(files: Iterable[IndexedFile]) -> dict[str, bytes]:
